@@ -1,0 +1,69 @@
+"""pal-lightning: parameter-efficient multi-task fine-tuning of BERT encoders.
+
+One pretrained encoder shared by all tasks, small task-specific Projected
+Attention Layers (PALs) beside every layer, one head per task, annealed task
+sampling, on PyTorch Lightning.
+
+The public API is re-exported here. Heavy modules (torch, transformers,
+lightning) are imported on first use, so ``pal-lightning --help`` starts fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it
+_EXPORTS: dict[str, str] = {
+    "TaskSpec": "pal_lightning.tasks",
+    "TaskKind": "pal_lightning.tasks",
+    "register_task": "pal_lightning.tasks",
+    "get_task": "pal_lightning.tasks",
+    "available_tasks": "pal_lightning.tasks",
+    "BUILTIN_TASKS": "pal_lightning.tasks",
+    "PalUserError": "pal_lightning.errors",
+    "resolve_encoder": "pal_lightning.hub",
+    "DEFAULT_ENCODER": "pal_lightning.hub",
+    "MultiTaskBert": "pal_lightning.modeling",
+    "PALConfig": "pal_lightning.modeling",
+    "parameter_report": "pal_lightning.modeling",
+    "MultiTaskModule": "pal_lightning.module",
+    "save_task_weights": "pal_lightning.modeling",
+    "load_task_weights": "pal_lightning.modeling",
+    "MultiTaskDataModule": "pal_lightning.data",
+    "task_probabilities": "pal_lightning.data.sampling",
+    "annealed_alpha": "pal_lightning.data.sampling",
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pal_lightning' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
+
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from pal_lightning.data import MultiTaskDataModule
+    from pal_lightning.data.sampling import annealed_alpha, task_probabilities
+    from pal_lightning.errors import PalUserError
+    from pal_lightning.hub import DEFAULT_ENCODER, resolve_encoder
+    from pal_lightning.modeling import (
+        MultiTaskBert,
+        PALConfig,
+        load_task_weights,
+        parameter_report,
+        save_task_weights,
+    )
+    from pal_lightning.module import MultiTaskModule
+    from pal_lightning.tasks import BUILTIN_TASKS, TaskKind, TaskSpec, available_tasks, get_task, register_task

@@ -1,0 +1,288 @@
+"""Task specifications: what a task is, independent of model and data code.
+
+A :class:`TaskSpec` says what kind of prediction a task asks for, how many
+labels it has, which metrics judge it and where its data lives. The model reads
+``kind``/``num_labels``/``loss``/``metrics``; the data module reads the file and
+column fields. Users add their own tasks by building a ``TaskSpec`` (in Python
+or in a YAML config) or by calling :func:`register_task`; the library never
+needs editing.
+
+Built-in tasks (the CS224N minBERT workload and two extras):
+
+======== ======================= ====== ============ ====================
+name     kind                    labels range        metrics
+======== ======================= ====== ============ ====================
+sst      single classification   5      0..4         accuracy
+qqp      pair classification     2      0..1         accuracy, f1
+sts      pair regression         1      0..5         pearson, spearman
+cfimdb   single classification   2      0..1         accuracy
+sst2     single classification   2      0..1         accuracy
+======== ======================= ====== ============ ====================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class TaskKind(str, Enum):
+    """The three prediction problems the library knows how to build heads for."""
+
+    SINGLE_CLASSIFICATION = "single_classification"
+    """One sentence in, one of ``num_labels`` classes out (SST, CFIMDB)."""
+    PAIR_CLASSIFICATION = "pair_classification"
+    """Two sentences in, one of ``num_labels`` classes out (Quora paraphrase)."""
+    PAIR_REGRESSION = "pair_regression"
+    """Two sentences in, one real score in ``label_range`` out (STS)."""
+
+    @property
+    def is_pair(self) -> bool:
+        return self is not TaskKind.SINGLE_CLASSIFICATION
+
+    @property
+    def is_regression(self) -> bool:
+        return self is TaskKind.PAIR_REGRESSION
+
+
+#: Metric names understood by the module (see ``pal_lightning.metrics``).
+KNOWN_METRICS = ("accuracy", "f1", "pearson", "spearman")
+#: Loss names understood by the module.
+KNOWN_LOSSES = ("cross_entropy", "bce", "mse")
+#: File formats understood by the data readers.
+KNOWN_FORMATS = ("cs224n", "glue_tsv", "hf")
+
+
+@dataclass
+class TaskSpec:
+    """Everything the library needs to know about one task.
+
+    Example (a user task read from local CSV files through ``datasets``)::
+
+        TaskSpec(
+            name="mnli_small",
+            kind="pair_classification",
+            num_labels=3,
+            label_range=(0, 2),
+            metrics=("accuracy",),
+            format="hf",
+            hf_path="csv",
+            files={"train": "mnli/train.csv", "dev": "mnli/dev.csv"},
+            text_columns=("premise", "hypothesis"),
+            label_column="label",
+        )
+    """
+
+    name: str
+    """Unique task name; used in batch keys, metric names (``val/<name>/<metric>``) and file names."""
+    kind: TaskKind = TaskKind.SINGLE_CLASSIFICATION
+    """Prediction problem: single-sentence classification, pair classification or pair regression."""
+    num_labels: int = 2
+    """Number of classes (1 for regression)."""
+    label_range: tuple[float, float] = (0.0, 1.0)
+    """Inclusive (low, high) range a label must lie in; rows outside it are bad rows."""
+    metrics: tuple[str, ...] = ("accuracy",)
+    """Metric names from :data:`KNOWN_METRICS`; the first is the task's main score."""
+    loss: str | None = None
+    """Loss from :data:`KNOWN_LOSSES`; ``None`` picks cross-entropy for classification, mse for regression."""
+    format: str = "cs224n"
+    """File format: ``cs224n`` (tab-separated minBERT files), ``glue_tsv`` or ``hf`` (any ``datasets`` source)."""
+    files: dict[str, str] = field(default_factory=dict)
+    """File name per split (``train``, ``dev``, ``test``), relative to the data directory."""
+    text_columns: tuple[str, ...] = ("sentence",)
+    """Column(s) holding the text: one for single-sentence tasks, two for pairs."""
+    label_column: str | None = "sentiment"
+    """Column holding the label (absent from unlabelled test files)."""
+    id_column: str | None = "id"
+    """Column holding a unique example id, written back in prediction files; ``None`` uses the row number."""
+    hf_path: str | None = None
+    """For ``format='hf'``: a hub id or a builder name (``csv``, ``json``, ``parquet``) for ``datasets.load_dataset``."""
+    hf_name: str | None = None
+    """For ``format='hf'``: the dataset configuration name, if any."""
+    ptb_detokenize: bool = False
+    """Undo Penn-Treebank tokens (``-LRB-``, ````` ``, ``\\/``) in the text (SST)."""
+
+    def __post_init__(self) -> None:
+        self.kind = TaskKind(self.kind)
+        self.label_range = (float(self.label_range[0]), float(self.label_range[1]))
+        self.metrics = tuple(self.metrics)
+        self.text_columns = tuple(self.text_columns)
+        self.files = dict(self.files)
+        if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
+            raise ValueError(f"TaskSpec name {self.name!r} must be non-empty and use letters, digits, '_' or '-'.")
+        if self.label_range[0] > self.label_range[1]:
+            raise ValueError(f"Task {self.name!r}: label_range {self.label_range} has low > high.")
+        if self.kind.is_regression:
+            if self.num_labels != 1:
+                raise ValueError(f"Task {self.name!r} is a regression task: num_labels must be 1.")
+        elif self.num_labels < 2:
+            raise ValueError(f"Task {self.name!r} is a classification task: num_labels must be >= 2.")
+        unknown = [m for m in self.metrics if m not in KNOWN_METRICS]
+        if unknown or not self.metrics:
+            raise ValueError(f"Task {self.name!r}: unknown metrics {unknown}; choose from {KNOWN_METRICS}.")
+        if self.loss is not None and self.loss not in KNOWN_LOSSES:
+            raise ValueError(f"Task {self.name!r}: unknown loss {self.loss!r}; choose from {KNOWN_LOSSES}.")
+        if self.loss == "bce" and self.num_labels != 2:
+            raise ValueError(f"Task {self.name!r}: loss 'bce' needs a binary task (num_labels=2).")
+        if self.format not in KNOWN_FORMATS:
+            raise ValueError(f"Task {self.name!r}: unknown format {self.format!r}; choose from {KNOWN_FORMATS}.")
+        expected = 2 if self.kind.is_pair else 1
+        if len(self.text_columns) != expected:
+            raise ValueError(
+                f"Task {self.name!r} ({self.kind.value}) needs {expected} text column(s), got {self.text_columns}."
+            )
+
+    @property
+    def is_pair(self) -> bool:
+        """Whether an example holds two sentences."""
+        return self.kind.is_pair
+
+    @property
+    def is_regression(self) -> bool:
+        """Whether the label is a real score rather than a class."""
+        return self.kind.is_regression
+
+    @property
+    def resolved_loss(self) -> str:
+        """The loss actually used: :attr:`loss`, or the default for the task kind."""
+        if self.loss is not None:
+            return self.loss
+        return "mse" if self.is_regression else "cross_entropy"
+
+    @property
+    def main_metric(self) -> str:
+        """The metric that summarises the task (the first of :attr:`metrics`)."""
+        return self.metrics[0]
+
+    def replace(self, **changes: object) -> TaskSpec:
+        """A copy with some fields changed (``dataclasses.replace``)."""
+        return dataclasses.replace(self, **changes)
+
+
+def _cs224n(name: str, prefix: str, **kw: object) -> TaskSpec:
+    files = {"train": f"{prefix}-train.csv", "dev": f"{prefix}-dev.csv", "test": f"{prefix}-test-student.csv"}
+    return TaskSpec(name=name, files=files, format="cs224n", **kw)  # type: ignore[arg-type]
+
+
+BUILTIN_TASKS: dict[str, TaskSpec] = {
+    "sst": _cs224n(
+        "sst",
+        "ids-sst",
+        kind=TaskKind.SINGLE_CLASSIFICATION,
+        num_labels=5,
+        label_range=(0, 4),
+        metrics=("accuracy",),
+        text_columns=("sentence",),
+        label_column="sentiment",
+        ptb_detokenize=True,
+    ),
+    "qqp": _cs224n(
+        "qqp",
+        "quora",
+        kind=TaskKind.PAIR_CLASSIFICATION,
+        num_labels=2,
+        label_range=(0, 1),
+        metrics=("accuracy", "f1"),
+        text_columns=("sentence1", "sentence2"),
+        label_column="is_duplicate",
+    ),
+    "sts": _cs224n(
+        "sts",
+        "sts",
+        kind=TaskKind.PAIR_REGRESSION,
+        num_labels=1,
+        label_range=(0, 5),
+        metrics=("pearson", "spearman"),
+        text_columns=("sentence1", "sentence2"),
+        label_column="similarity",
+    ),
+    "cfimdb": _cs224n(
+        "cfimdb",
+        "ids-cfimdb",
+        kind=TaskKind.SINGLE_CLASSIFICATION,
+        num_labels=2,
+        label_range=(0, 1),
+        metrics=("accuracy",),
+        text_columns=("sentence",),
+        label_column="sentiment",
+    ),
+    "sst2": TaskSpec(
+        name="sst2",
+        kind=TaskKind.SINGLE_CLASSIFICATION,
+        num_labels=2,
+        label_range=(0, 1),
+        metrics=("accuracy",),
+        format="glue_tsv",
+        files={"train": "train_full.tsv", "dev": "dev.tsv", "test": "test.tsv"},
+        text_columns=("sentence",),
+        label_column="label",
+        id_column=None,
+    ),
+}
+
+_REGISTRY: dict[str, TaskSpec] = dict(BUILTIN_TASKS)
+
+
+def register_task(spec: TaskSpec, *, overwrite: bool = False) -> TaskSpec:
+    """Make ``spec`` available by name (``tasks: [my_task]`` in a config).
+
+    Raises:
+        ValueError: if the name is taken and ``overwrite`` is false.
+    """
+    if spec.name in _REGISTRY and not overwrite:
+        raise ValueError(f"Task {spec.name!r} is already registered; pass overwrite=True to replace it.")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def available_tasks() -> list[str]:
+    """Names of all registered tasks."""
+    return sorted(_REGISTRY)
+
+
+def get_task(name: str) -> TaskSpec:
+    """Look up a registered task by name.
+
+    Raises:
+        ValueError: naming the unknown task and listing the known ones.
+    """
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(
+            f"Unknown task {name!r}. Known tasks: {', '.join(available_tasks())}. "
+            "Define your own with pal_lightning.TaskSpec(...) or register_task(...)."
+        ) from None
+
+
+def resolve_tasks(tasks: Iterable[str | TaskSpec | Mapping[str, object]]) -> list[TaskSpec]:
+    """Turn names, specs or plain dicts (from YAML) into a list of unique :class:`TaskSpec`.
+
+    Raises:
+        ValueError: for an unknown name, an empty list or a duplicated task.
+    """
+    out: list[TaskSpec] = []
+    for t in tasks:
+        if isinstance(t, TaskSpec):
+            spec = t
+        elif isinstance(t, str):
+            spec = get_task(t)
+        elif isinstance(t, Mapping):
+            spec = TaskSpec(**t)  # type: ignore[arg-type]
+        else:
+            raise TypeError(f"A task must be a name, a TaskSpec or a mapping, got {type(t).__name__}.")
+        out.append(spec)
+    if not out:
+        raise ValueError("At least one task is needed.")
+    names = [s.name for s in out]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ValueError(f"Tasks listed twice: {dupes}.")
+    return out
+
+
+def task_names(tasks: Sequence[TaskSpec]) -> list[str]:
+    """The names of ``tasks``, in order."""
+    return [t.name for t in tasks]
