@@ -1,0 +1,130 @@
+"""Per-task evaluation metrics and the overall score.
+
+One :class:`torchmetrics.MetricCollection` per task and stage (val, test):
+metric objects accumulate their state over the whole evaluation set and
+``compute()`` merges the states of all DDP ranks before computing, so the
+numbers are the full-set values, not averages of per-batch values.
+
+Metric names (``TaskSpec.metrics``):
+
+============ =========================================================== ==================
+name         definition                                                  input
+============ =========================================================== ==================
+accuracy     ``mean(ŷ == y)`` over all examples (micro)                  class indices
+f1           binary F1 of class 1 (``2PR/(P+R)``); macro F1 for C > 2    class indices
+pearson      ``cov(ŷ, y) / (σ_ŷ σ_y)``                                   scores, task scale
+spearman     Pearson correlation of the ranks (ties get average ranks)   scores, task scale
+============ =========================================================== ==================
+
+The overall score: see :func:`overall_score`.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+
+from torchmetrics import Metric, MetricCollection
+from torchmetrics.classification import BinaryF1Score, MulticlassAccuracy, MulticlassF1Score
+from torchmetrics.regression import PearsonCorrCoef, SpearmanCorrCoef
+
+from pal_lightning.errors import PalUserError
+from pal_lightning.tasks import TaskSpec
+
+_CLASSIFICATION_ONLY = ("accuracy", "f1")
+
+
+def build_metric(name: str, spec: TaskSpec) -> Metric:
+    """One torchmetrics object for metric ``name`` of task ``spec``.
+
+    Raises:
+        PalUserError: an unknown name, or accuracy/F1 asked of a regression task.
+    """
+    if name in _CLASSIFICATION_ONLY and spec.is_regression:
+        raise PalUserError(
+            f"Task {spec.name!r} is a regression task: metric {name!r} needs classes. Use 'pearson' or 'spearman'."
+        )
+    if name == "accuracy":
+        return MulticlassAccuracy(num_classes=spec.num_labels, average="micro")
+    if name == "f1":
+        if spec.num_labels == 2:
+            return BinaryF1Score()
+        return MulticlassF1Score(num_classes=spec.num_labels, average="macro")
+    if name == "pearson":
+        return PearsonCorrCoef()
+    if name == "spearman":
+        # Spearman keeps every prediction (ranks need the whole set); torchmetrics warns about
+        # memory, which is irrelevant at dev-set sizes, so the warning is silenced here.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*will save all targets and predictions.*")
+            return SpearmanCorrCoef()
+    raise PalUserError(
+        f"Task {spec.name!r}: unknown metric {name!r}; choose from accuracy, f1, pearson, spearman."
+    )
+
+
+def build_task_metrics(spec: TaskSpec, prefix: str = "") -> MetricCollection:
+    """The metrics of one task, keyed by metric name (output keys get ``prefix``, e.g. ``"val/sst/"``).
+
+    ``update(preds, target)`` takes the output of :func:`pal_lightning.modeling.heads.predict`
+    (class indices, or scores on the task's scale) and the batch labels.
+    """
+    # compute_groups=False: each metric keeps its own state, which is cheap
+    # here and avoids torchmetrics' group detection on the first update.
+    return MetricCollection(
+        {name: build_metric(name, spec) for name in spec.metrics}, prefix=prefix, compute_groups=False
+    )
+
+
+def cs224n_overall(sst_acc: float, qqp_acc: float, sts_pearson: float) -> float:
+    """The CS224N minBERT overall score: ``(SST acc + Quora acc + (STS Pearson + 1) / 2) / 3``."""
+    return (sst_acc + qqp_acc + (sts_pearson + 1.0) / 2.0) / 3.0
+
+
+def normalised_main_score(spec: TaskSpec, value: float) -> float:
+    """A task's main metric on a 0..1 scale: correlations ``r -> (r + 1) / 2``, others unchanged."""
+    if spec.main_metric in ("pearson", "spearman"):
+        return (value + 1.0) / 2.0
+    return value
+
+
+def overall_score(
+    scores_by_task: Mapping[str, Mapping[str, float]], specs: Sequence[TaskSpec]
+) -> float | None:
+    """One number summarising all evaluated tasks (higher is better).
+
+    * When ``sst`` (accuracy), ``qqp`` (accuracy) and ``sts`` (pearson) were all
+      evaluated, it is :func:`cs224n_overall`, whatever other tasks are present,
+      so numbers compare with the CS224N leaderboard.
+    * Otherwise it is the mean over evaluated tasks of each task's main metric
+      (the first of ``TaskSpec.metrics``) mapped to 0..1 by
+      :func:`normalised_main_score` (``pearson -> (r + 1) / 2``).
+
+    NaN scores (e.g. a correlation over constant predictions) count as they are,
+    so the overall is NaN too: a broken task is not hidden.
+
+    Args:
+        scores_by_task: ``{task: {metric: value}}`` for the tasks evaluated.
+        specs: the task specs (tasks not in ``scores_by_task`` are skipped).
+
+    Returns:
+        The score, or ``None`` when no task was evaluated.
+    """
+    by_name = {s.name: s for s in specs}
+    try:
+        return cs224n_overall(
+            float(scores_by_task["sst"]["accuracy"]),
+            float(scores_by_task["qqp"]["accuracy"]),
+            float(scores_by_task["sts"]["pearson"]),
+        )
+    except KeyError:
+        pass
+    values = [
+        normalised_main_score(by_name[task], float(scores[by_name[task].main_metric]))
+        for task, scores in scores_by_task.items()
+        if task in by_name and by_name[task].main_metric in scores
+    ]
+    if not values:
+        return None
+    return math.fsum(values) / len(values)
