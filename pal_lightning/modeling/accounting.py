@@ -1,0 +1,156 @@
+"""Parameter accounting: what is shared, what each task adds, and what that costs.
+
+The point of PALs is that every task adds few parameters to one shared encoder. With ``pals`` each task
+adds, weights only (DESIGN.md section 2)::
+
+    2 · d · d_s  +  L · 3 · d_s²          (V^E and V^D, plus fused Q, K, V per layer)
+
+which is 1,811,520 for BERT-base (d = 768, L = 12, d_s = 204); biases are counted separately.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from torch import nn
+
+from pal_lightning.errors import PalUserError
+from pal_lightning.modeling.encoder import MultiTaskBert
+
+
+def _count(params: object) -> int:
+    return sum(p.numel() for _, p in params)  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class ParameterReport:
+    """Parameter counts of a :class:`MultiTaskBert` (and its heads, when given a module holding both)."""
+
+    adapter: str
+    """The PAL variant (``PALConfig.adapter``)."""
+
+    pal_size: int
+    """d_s (0 for ``adapter="none"``)."""
+
+    shared: int
+    """Pretrained encoder parameters, used by every task (``encoder.bert``)."""
+
+    adapter_weights: dict[str, int] = field(default_factory=dict)
+    """Per task: weight-matrix parameters of its adapter (V^E, V^D, Q/K/V)."""
+
+    adapter_biases: dict[str, int] = field(default_factory=dict)
+    """Per task: bias parameters of its adapter."""
+
+    heads: dict[str, int] = field(default_factory=dict)
+    """Per task: parameters of its output head (0 when the object has no head for the task)."""
+
+    other: int = 0
+    """Parameters of the object that are neither encoder, adapter nor head (e.g. a learnable loss scale)."""
+
+    trainable: int = 0
+    """Parameters with ``requires_grad`` (after freezing, if any)."""
+
+    @property
+    def tasks(self) -> tuple[str, ...]:
+        """Task names, in order."""
+        return tuple(self.adapter_weights)
+
+    @property
+    def base_encoder(self) -> int:
+        """Size of the base (pretrained) encoder, the reference for :attr:`ratio`."""
+        return self.shared
+
+    def adapter_params(self, task: str) -> int:
+        """Weights plus biases of ``task``'s adapter."""
+        return self.adapter_weights[task] + self.adapter_biases[task]
+
+    @property
+    def stored_per_task(self) -> dict[str, int]:
+        """What one task costs on disk beside the shared encoder: adapter plus head."""
+        return {t: self.adapter_params(t) + self.heads.get(t, 0) for t in self.tasks}
+
+    @property
+    def total(self) -> int:
+        """All parameters: shared encoder, every adapter and head, and anything else."""
+        return self.shared + sum(self.stored_per_task.values()) + self.other
+
+    @property
+    def ratio(self) -> float:
+        """``total / base_encoder``: 1.13 for eight BERT-base PAL tasks (without heads) in the paper."""
+        return self.total / self.base_encoder if self.base_encoder else float("nan")
+
+    def __str__(self) -> str:
+        name_w = max([len("task"), *(len(t) for t in self.tasks)])
+        cols = ("adapter W", "adapter b", "head", "stored/task")
+        lines = [
+            f"Parameters: adapter={self.adapter}" + (f", d_s={self.pal_size}" if self.pal_size else ""),
+            f"  shared pretrained encoder: {self.shared:,}",
+            "  " + "task".ljust(name_w) + "".join(c.rjust(14) for c in cols),
+        ]
+        for t in self.tasks:
+            row = (
+                self.adapter_weights[t],
+                self.adapter_biases[t],
+                self.heads.get(t, 0),
+                self.stored_per_task[t],
+            )
+            lines.append("  " + t.ljust(name_w) + "".join(f"{v:,}".rjust(14) for v in row))
+        if self.other:
+            lines.append(f"  other: {self.other:,}")
+        lines.append(
+            f"  total: {self.total:,} ({self.ratio:.3f}x the base encoder), trainable: {self.trainable:,}"
+        )
+        return "\n".join(lines)
+
+
+def _encoder_and_heads(obj: nn.Module) -> tuple[MultiTaskBert, nn.Module | None]:
+    if isinstance(obj, MultiTaskBert):
+        return obj, None
+    encoder = getattr(obj, "encoder", None)
+    if not isinstance(encoder, MultiTaskBert):
+        raise PalUserError(
+            f"Expected a MultiTaskBert or a module with an `.encoder` MultiTaskBert, got {type(obj).__name__}."
+        )
+    heads = getattr(obj, "heads", None)
+    return encoder, heads if isinstance(heads, nn.ModuleDict) else None
+
+
+def parameter_report(obj: nn.Module) -> ParameterReport:
+    """Count shared, per-task and total parameters of ``obj``.
+
+    Args:
+        obj: a :class:`MultiTaskBert`, or a module (e.g. the LightningModule) with an ``encoder``
+            MultiTaskBert and optionally ``heads``, a ModuleDict keyed by task.
+
+    Returns:
+        A :class:`ParameterReport`; ``print()`` it for a table.
+    """
+    encoder, heads = _encoder_and_heads(obj)
+    weights: dict[str, int] = {}
+    biases: dict[str, int] = {}
+    head_counts: dict[str, int] = {}
+    tasks = list(encoder.task_names)
+    if heads is not None:
+        tasks += [t for t in heads if t not in tasks]
+    for task in tasks:
+        params = list(encoder.task_parameters(task)) if task in encoder.task_names else []
+        biases[task] = _count((n, p) for n, p in params if n.rsplit(".", 1)[-1] == "bias")
+        weights[task] = _count(params) - biases[task]
+        head_counts[task] = (
+            _count(heads[task].named_parameters()) if heads is not None and task in heads else 0
+        )
+    shared = _count(encoder.pretrained_parameters())
+    # count each tensor once even if a module is reachable twice
+    all_params = {id(p): p for p in obj.parameters()}
+    total = sum(p.numel() for p in all_params.values())
+    known = shared + sum(weights.values()) + sum(biases.values()) + sum(head_counts.values())
+    return ParameterReport(
+        adapter=encoder.pal_config.adapter,
+        pal_size=encoder.pal_size,
+        shared=shared,
+        adapter_weights=weights,
+        adapter_biases=biases,
+        heads=head_counts,
+        other=total - known,
+        trainable=sum(p.numel() for p in all_params.values() if p.requires_grad),
+    )

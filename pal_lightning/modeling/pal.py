@@ -1,0 +1,176 @@
+"""Task-specific functions TS_t: Projected Attention Layers and their variants.
+
+For task t and layer l (Stickland & Murray, ICML 2019; DESIGN.md section 2)::
+
+    TS_{l,t}(h) = V^D_t · g_{l,t}( V^E_t · h )          h: [B, T, d]
+
+* ``V^E`` ("down", d -> d_s) and ``V^D`` ("up", d_s -> d) are linear maps with bias.
+* ``g`` is a multi-head self-attention in d_s with its own fused Q, K, V per layer and task and **no
+  output projection** (``pals``, ``pals_no_sharing``), or the identity (``low_rank``).
+* ``pals`` shares V^E/V^D across all layers of a task; ``pals_no_sharing`` and ``low_rank`` keep one pair
+  per layer.
+
+Activation: the reference code applies a GELU after V^D. We implement the equation as stated (no
+activation after V^D, no dropout on TS): TS is an additive correction to the residual stream, and a GELU
+would bound it below by about -0.17 for no stated reason. With the default zero-initialised V^D both
+choices start at TS = 0; the difference only matters during training.
+
+All modules of a task live in one :class:`TaskAdapter`, stored once in the encoder's ``adapters``
+ModuleDict keyed by task; the BERT layers receive the adapter at forward time and never register it, so
+no tensor is shared between modules (safetensors refuses to save shared tensors).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from pal_lightning.modeling.config import PALConfig
+
+INIT_STD = 0.02
+"""Standard deviation of the N(0, 0.02) initialisation (BERT's initializer_range, used by the reference)."""
+
+
+class ProjectedAttention(nn.Module):
+    """g_{l,t}: multi-head self-attention in d_s without output projection.
+
+    ``g(x) = concat_i softmax(Q_i K_i^T / sqrt(d_s / heads) + mask) V_i`` with ``[Q, K, V] = x W_qkv + b``.
+    Q, K and V are one fused ``Linear(d_s, 3 d_s)`` so the projection is a single matmul; the attention
+    itself is :func:`torch.nn.functional.scaled_dot_product_attention`.
+
+    Args:
+        size: d_s.
+        num_heads: number of heads; must divide ``size``.
+    """
+
+    def __init__(self, size: int, num_heads: int) -> None:
+        super().__init__()
+        if size % num_heads:
+            raise ValueError(f"size {size} is not divisible by num_heads {num_heads}")
+        self.size = size
+        self.num_heads = num_heads
+        self.qkv = nn.Linear(size, 3 * size)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """Attend over the sequence.
+
+        Args:
+            x: ``[B, T, d_s]``.
+            mask: additive float mask broadcastable to ``[B, heads, T, T]`` (0 keep, large negative drop),
+                or ``None`` when every position is real.
+
+        Returns:
+            ``[B, T, d_s]``.
+        """
+        b, t, _ = x.shape
+        if mask is not None and mask.dtype != x.dtype:
+            mask = mask.to(x.dtype)  # autocast: the scores are in the lower precision
+        head_dim = self.size // self.num_heads
+        # [B, T, 3, H, hd] -> 3 x [B, H, T, hd]
+        q, k, v = self.qkv(x).view(b, t, 3, self.num_heads, head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return out.transpose(1, 2).reshape(b, t, self.size)
+
+
+class TaskAdapter(nn.Module):
+    """All task-specific parameters of one task t, for every selected layer.
+
+    Parameter layout (names are what ``state_dict`` and the task-weights files contain)::
+
+        pals:             down (V^E), up (V^D), attention.<layer>.qkv
+        pals_no_sharing:  down.<layer>, up.<layer>, attention.<layer>.qkv
+        low_rank:         down.<layer>, up.<layer>
+
+    Args:
+        config: the PAL configuration (``adapter`` must not be ``"none"``).
+        hidden_size: d, the encoder width.
+        size: d_s, already resolved (:meth:`PALConfig.resolved_size`).
+        layers: indices of the layers that get TS_t.
+    """
+
+    def __init__(self, config: PALConfig, hidden_size: int, size: int, layers: Iterable[int]) -> None:
+        super().__init__()
+        if config.adapter == "none":
+            raise ValueError("adapter 'none' has no TaskAdapter")
+        self.layers: tuple[int, ...] = tuple(layers)
+        self.shared = config.shares_projections
+        self.down: nn.Module
+        self.up: nn.Module
+        if self.shared:
+            self.down = nn.Linear(hidden_size, size)
+            self.up = nn.Linear(size, hidden_size)
+        else:
+            self.down = nn.ModuleDict({str(i): nn.Linear(hidden_size, size) for i in self.layers})
+            self.up = nn.ModuleDict({str(i): nn.Linear(size, hidden_size) for i in self.layers})
+        self.attention: nn.ModuleDict | None = None
+        if config.has_attention:
+            self.attention = nn.ModuleDict(
+                {str(i): ProjectedAttention(size, config.num_heads) for i in self.layers}
+            )
+        self.reset_parameters(config.init)
+
+    @torch.no_grad()
+    def reset_parameters(self, init: str = "zero") -> None:
+        """Weights N(0, 0.02), biases 0; with ``init="zero"`` V^D (weight and bias) is 0 so TS_t = 0."""
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.normal_(module.weight, mean=0.0, std=INIT_STD)
+                nn.init.zeros_(module.bias)
+        if init == "zero":
+            for module in [self.up] if self.shared else list(self.up.values()):  # type: ignore[union-attr]
+                nn.init.zeros_(module.weight)
+                nn.init.zeros_(module.bias)
+
+    def _proj(self, which: nn.Module, layer: int) -> nn.Module:
+        return which if self.shared else which[str(layer)]  # type: ignore[index]
+
+    def forward(self, layer: int, hidden: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """TS_{l,t}(h) = V^D g_l(V^E h) for layer ``layer``.
+
+        Args:
+            layer: index of the BERT layer (must be one of ``self.layers``).
+            hidden: the layer input h, ``[B, T, d]``.
+            mask: the PAL attention mask (see :func:`additive_mask`), or ``None``.
+
+        Returns:
+            ``[B, T, d]``, to be added into the residual sum before the layer's output LayerNorm.
+        """
+        x = self._proj(self.down, layer)(hidden)
+        if self.attention is not None:
+            x = self.attention[str(layer)](x, mask)
+        return self._proj(self.up, layer)(x)
+
+
+MASK_VALUE = -10000.0
+"""Added to the scores of padded keys: exp(-1e4) is exactly 0 in float32, and unlike the dtype's minimum
+the value stays finite in float16/bfloat16 after an autocast cast, so all-padding rows never give NaN."""
+
+
+def additive_mask(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """The PAL attention mask, built once per forward from the 2-D padding mask.
+
+    The PAL attention builds its own mask instead of reusing BERT's, whose format depends on the attention
+    implementation (sdpa, eager, flash) in transformers 5.x.
+
+    Args:
+        attention_mask: ``[B, T]`` with 1 for real tokens and 0 for padding, or ``None``.
+        dtype: dtype of the attention scores.
+
+    Returns:
+        ``[B, 1, 1, T]`` with 0 where a key may be attended and :data:`MASK_VALUE` where not, or ``None``
+        when there is no padding (lets SDPA pick its fastest kernel). An additive mask (not a boolean one)
+        keeps rows that are entirely padding finite instead of NaN.
+    """
+    if attention_mask is None:
+        return None
+    if attention_mask.dim() != 2:
+        raise ValueError(f"expected a 2-D attention mask [B, T], got shape {tuple(attention_mask.shape)}")
+    keep = attention_mask.to(torch.bool)
+    if bool(keep.all()):
+        return None
+    mask = torch.zeros(keep.shape, dtype=dtype, device=attention_mask.device)
+    mask.masked_fill_(~keep, MASK_VALUE)
+    return mask[:, None, None, :]
