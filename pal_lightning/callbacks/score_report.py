@@ -1,0 +1,129 @@
+"""Print and save the CS224N scores at the end of ``fit``.
+
+Every validation during ``fit`` records the logged ``val/*`` metrics. When fit
+ends, :class:`ScoreReport` picks the validation with the best monitored score
+(``val/overall``, the CS224N score
+
+    overall = (SST accuracy + Quora accuracy + (STS Pearson + 1) / 2) / 3 ,
+
+or the mean of the tasks' main metrics when the three CS224N tasks are not all
+trained), prints a small table of the per-task dev scores and writes
+``scores.json`` into the run's log directory, which ``benchmarks/reproduce.py``
+reads back.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.trainer.states import TrainerFn
+
+SCORES_FILE = "scores.json"
+
+
+def _to_float(value: Any) -> float | None:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) else None
+
+
+def format_scores(scores: dict[str, float], monitor: str = "val/overall") -> str:
+    """A plain-text table of ``val/<task>/<metric>`` scores with the monitored score last.
+
+    Args:
+        scores: metric name -> value, e.g. ``{"val/sst/accuracy": 0.51, "val/overall": 0.77}``.
+        monitor: the summary metric printed on the last line.
+    """
+    rows: list[tuple[str, str, float]] = []
+    for key, value in sorted(scores.items()):
+        parts = key.split("/")
+        if len(parts) == 3 and not parts[2].endswith("loss"):
+            rows.append((parts[1], parts[2], value))
+    lines = [f"  {'task':<10} {'metric':<10} {'dev':>8}"]
+    lines += [f"  {task:<10} {metric:<10} {value:>8.4f}" for task, metric, value in rows]
+    if monitor in scores:
+        lines.append(f"  {'overall':<21} {scores[monitor]:>8.4f}")
+    return "\n".join(lines)
+
+
+class ScoreReport(Callback):
+    """Print the best dev scores at the end of fit and save them as ``scores.json`` in the log directory.
+
+    Args:
+        monitor: the metric that picks the best validation (higher is better).
+        filename: name of the JSON file written into ``trainer.log_dir``.
+    """
+
+    def __init__(self, monitor: str = "val/overall", filename: str = SCORES_FILE) -> None:
+        self.monitor = monitor
+        self.filename = filename
+        self.history: list[dict[str, Any]] = []
+        self._start = time.perf_counter()
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.history = []
+        self._start = time.perf_counter()
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.sanity_checking or trainer.state.fn != TrainerFn.FITTING:
+            return
+        scores = {}
+        for key, value in trainer.callback_metrics.items():
+            if key.startswith("val/"):
+                number = _to_float(value)
+                if number is not None:
+                    scores[key] = number
+        if scores:
+            self.history.append(
+                {"step": trainer.global_step, "epoch": trainer.current_epoch, "scores": scores}
+            )
+
+    def best(self) -> dict[str, Any] | None:
+        """The recorded validation with the highest monitored score (the last one when it is missing)."""
+        with_monitor = [h for h in self.history if self.monitor in h["scores"]]
+        if with_monitor:
+            return max(with_monitor, key=lambda h: h["scores"][self.monitor])
+        return self.history[-1] if self.history else None
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.is_global_zero:
+            return
+        wall_s = time.perf_counter() - self._start
+        best = self.best()
+        ckpt = getattr(trainer.checkpoint_callback, "best_model_path", "") or None
+        if best is None:
+            print(
+                f"pal-lightning: fit finished after {trainer.global_step} steps ({wall_s:.0f} s); no validation ran."
+            )
+        else:
+            overall = best["scores"].get(self.monitor)
+            head = f"CS224N overall (dev): {overall:.4f}" if overall is not None else "dev scores"
+            print(
+                f"\n{head}  [best validation at step {best['step']}, {trainer.global_step} steps, {wall_s:.0f} s]\n"
+                + format_scores(best["scores"], self.monitor)
+                + (f"\n  best checkpoint: {ckpt}" if ckpt else ""),
+                flush=True,
+            )
+        log_dir = trainer.log_dir
+        if log_dir is None:
+            return
+        payload = {
+            "monitor": self.monitor,
+            "best": best,
+            "last": self.history[-1] if self.history else None,
+            "history": self.history,
+            "steps": trainer.global_step,
+            "wall_s": wall_s,
+            "best_model_path": ckpt,
+        }
+        path = Path(log_dir) / self.filename
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(payload, indent=2))

@@ -1,0 +1,278 @@
+"""The ``pal-lightning`` command line: LightningCLI with ``fit``, ``validate``, ``test`` and ``predict``.
+
+Usage::
+
+    pal-lightning fit --config configs/quickstart.yaml
+    pal-lightning fit --config configs/pals_annealed.yaml --trainer.max_steps 2000 --data.data_dir ~/data
+    pal-lightning predict --config runs/quickstart/version_0/config.yaml \\
+        --ckpt_path runs/quickstart/version_0/checkpoints/best.ckpt
+
+What this CLI adds to a plain ``LightningCLI``:
+
+* model and data in subclass mode (``model.class_path: my_pkg.MyModule`` loads a user's subclass);
+* the encoder, the task list and the pair encoding are set once on the model and linked to the
+  data module (``model.init_args.encoder -> data.init_args.tokenizer``, ``tasks``, ``pair_encoding``);
+* ``auto_configure_optimizers=False``: the module builds its own AdamW with a per-step
+  warmup + linear decay schedule;
+* every run logs into a fresh ``<default_root_dir>/version_N`` directory (CSV and TensorBoard), the
+  resolved config is saved there and a rerun never overwrites another run's config, checkpoints
+  or predictions;
+* a checkpoint on ``val/overall`` (max), rich progress bar, learning-rate monitor, and a score
+  report that prints the CS224N overall score at the end of ``fit``;
+* user mistakes end with one line on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from argparse import ArgumentError as _StdArgumentError
+from pathlib import Path
+from typing import Any
+
+from jsonargparse import ArgumentError as _JsonArgumentError
+from lightning.pytorch import Trainer
+from lightning.pytorch.callbacks import (
+    Callback,
+    LearningRateMonitor,
+    ModelCheckpoint,
+    ProgressBar,
+    RichProgressBar,
+)
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+from pal_lightning.callbacks.score_report import ScoreReport
+from pal_lightning.errors import PalUserError
+
+#: The exit status for user mistakes (bad option, missing data, unknown encoder ...).
+USER_ERROR_EXIT = 2
+#: Where runs go when a config sets no ``trainer.default_root_dir``.
+DEFAULT_ROOT_DIR = "runs"
+#: The CS224N score that picks the best checkpoint.
+MONITOR = "val/overall"
+
+
+def default_trainer_settings() -> dict[str, Any]:
+    """Trainer defaults of the CLI (a config or the command line can override every one but the callbacks).
+
+    ``use_distributed_sampler=False`` because the data module brings its own task batch sampler
+    that already shards per rank (and draws the same task on every rank).
+    """
+    return {
+        "default_root_dir": DEFAULT_ROOT_DIR,
+        "use_distributed_sampler": False,
+        "callbacks": [
+            RichProgressBar(leave=True),
+            LearningRateMonitor(logging_interval="step"),
+            ScoreReport(monitor=MONITOR),
+        ],
+    }
+
+
+def next_version_dir(root: str | os.PathLike[str]) -> str:
+    """The first ``version_N`` name not yet used under ``root`` (``version_0`` for a new root)."""
+    root = Path(root)
+    used = []
+    if root.is_dir():
+        for child in root.iterdir():
+            match = re.fullmatch(r"version_(\d+)", child.name)
+            if match:
+                used.append(int(match.group(1)))
+    return f"version_{max(used) + 1 if used else 0}"
+
+
+def run_loggers(root_dir: str | os.PathLike[str]) -> list[Any]:
+    """CSV and TensorBoard loggers that write into the same fresh ``<root_dir>/version_N`` directory.
+
+    Both loggers get the same explicit version, so the run's files (``metrics.csv``, ``config.yaml``,
+    ``checkpoints/``, ``tensorboard/`` events, predictions) end up in one directory.
+    """
+    version = next_version_dir(root_dir)
+    return [
+        CSVLogger(save_dir=str(root_dir), name="", version=version),
+        TensorBoardLogger(save_dir=str(root_dir), name="", version=version, sub_dir="tensorboard"),
+    ]
+
+
+class RunConfigSaver(SaveConfigCallback):
+    """Save the resolved config into the run's log directory without ever overwriting a file.
+
+    With the CLI's default loggers every run has its own ``version_N`` directory, so the config
+    lands in ``config.yaml``. When a user logger (or ``logger: false``) makes two runs share a
+    directory, the second config is saved as ``config_1.yaml`` (``config_2.yaml``, ...) instead of
+    crashing the run or replacing the first run's config.
+    """
+
+    def setup(self, trainer: Trainer, pl_module: Any, stage: str) -> None:
+        if not self.already_saved and self.save_to_log_dir and not self.overwrite:
+            log_dir = trainer.log_dir
+            free = self.config_filename
+            if trainer.is_global_zero and log_dir is not None:
+                stem, suffix = os.path.splitext(self.config_filename)
+                k = 0
+                while os.path.exists(os.path.join(log_dir, free)):
+                    k += 1
+                    free = f"{stem}_{k}{suffix}"
+            self.config_filename = trainer.strategy.broadcast(free)
+        super().setup(trainer, pl_module, stage)
+
+
+class PalLightningCLI(LightningCLI):
+    """LightningCLI for :class:`~pal_lightning.module.MultiTaskModule` and
+    :class:`~pal_lightning.data.MultiTaskDataModule` (both in subclass mode).
+
+    Args:
+        model_class: base class of the model (``MultiTaskModule`` unless given).
+        datamodule_class: base class of the data module (``MultiTaskDataModule`` unless given).
+        args: command-line arguments (``None`` reads ``sys.argv``).
+        **kwargs: passed to :class:`~lightning.pytorch.cli.LightningCLI`.
+    """
+
+    def __init__(
+        self,
+        model_class: type | None = None,
+        datamodule_class: type | None = None,
+        args: list[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if model_class is None:
+            from pal_lightning.module import MultiTaskModule as model_class
+        if datamodule_class is None:
+            from pal_lightning.data import MultiTaskDataModule as datamodule_class
+        trainer_defaults = {**default_trainer_settings(), **kwargs.pop("trainer_defaults", {})}
+        # exit_on_error=False: parse errors raise ArgumentError, which main() prints as one line
+        parser_kwargs = {
+            "exit_on_error": False,
+            **{cmd: {"exit_on_error": False} for cmd in self.subcommands()},
+        }
+        parser_kwargs.update(kwargs.pop("parser_kwargs", {}))
+        kwargs.setdefault("seed_everything_default", 42)
+        kwargs.setdefault("save_config_callback", RunConfigSaver)
+        kwargs.setdefault("save_config_kwargs", {"overwrite": False})
+        super().__init__(
+            model_class,
+            datamodule_class,
+            subclass_mode_model=True,
+            subclass_mode_data=True,
+            auto_configure_optimizers=False,
+            trainer_defaults=trainer_defaults,
+            parser_kwargs=parser_kwargs,
+            args=args,
+            **kwargs,
+        )
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        """Default classes, the model -> data links, the checkpoint and the prediction writer."""
+        from pal_lightning.callbacks.prediction_writer import PredictionWriter
+
+        parser.set_defaults(
+            {
+                "model": {"class_path": f"{self._model_class.__module__}.{self._model_class.__qualname__}"},
+                "data": {
+                    "class_path": f"{self._datamodule_class.__module__}.{self._datamodule_class.__qualname__}"
+                },
+            }
+        )
+        # given once on the model, copied to the data module (in subclass mode targets need init_args)
+        parser.link_arguments("model.init_args.encoder", "data.init_args.tokenizer")
+        parser.link_arguments("model.init_args.tasks", "data.init_args.tasks")
+        parser.link_arguments("model.init_args.pair_encoding", "data.init_args.pair_encoding")
+
+        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.set_defaults(
+            {
+                "checkpoint.monitor": MONITOR,
+                "checkpoint.mode": "max",
+                "checkpoint.save_top_k": 1,
+                "checkpoint.filename": "best-step{step}-overall{val/overall:.4f}",
+                "checkpoint.auto_insert_metric_name": False,
+            }
+        )
+        parser.add_lightning_class_args(PredictionWriter, "predictions")
+
+    def before_instantiate_classes(self) -> None:
+        """Send predictions to the checkpoint's run directory when none is given."""
+        if self.subcommand != "predict":
+            return
+        config = self.config[self.subcommand]
+        ckpt = config.get("ckpt_path")
+        if config.get("predictions.output_dir") is None and ckpt and Path(ckpt).is_file():
+            ckpt_dir = Path(ckpt).resolve().parent
+            run_dir = ckpt_dir.parent if ckpt_dir.name == "checkpoints" else ckpt_dir
+            config["predictions.output_dir"] = str(run_dir / "predictions")
+
+    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Callback]) -> Trainer:
+        defaults = self.trainer_defaults
+        if config.get("enable_progress_bar") is False:
+            # a progress bar callback with enable_progress_bar=False is an error in Lightning
+            callbacks_default = [c for c in defaults.get("callbacks", []) if not isinstance(c, ProgressBar)]
+            self.trainer_defaults = {**defaults, "callbacks": callbacks_default}
+        if config.get("logger") in (None, True):
+            root = config.get("default_root_dir") or DEFAULT_ROOT_DIR
+            config["logger"] = run_loggers(root)
+        try:
+            return super()._instantiate_trainer(config, callbacks)
+        finally:
+            self.trainer_defaults = defaults
+
+
+_NOISE = (
+    "Does not validate against any of the Union subtypes",
+    "Subtypes:",
+    "Errors:",
+    "Expected a <class 'NoneType'>",
+    "Given value type:",
+    "Given value:",
+)
+
+
+def _one_line(message: str) -> str:
+    """The error message on one line.
+
+    jsonargparse nests the cause of a rejected ``model``/``data`` value over several indented lines,
+    including the ``None`` alternative of the optional subclass; keep the lines that say what is wrong.
+    """
+    lines = [line.strip(" -") for line in str(message).splitlines() if line.strip(" -")]
+    kept = [line for line in lines if not line.startswith(_NOISE)]
+    return (
+        " ".join(line if line.endswith(":") else line + ";" for line in kept or lines).rstrip(";")
+        or "unknown error"
+    )
+
+
+def _user_error(exc: BaseException) -> BaseException | None:
+    """The :class:`PalUserError` or argument error behind ``exc``, following ``__cause__``/``__context__``."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, (PalUserError, _JsonArgumentError, _StdArgumentError)):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def main(args: list[str] | None = None) -> int:
+    """Run the ``pal-lightning`` command line and return its exit status.
+
+    User mistakes (a :class:`PalUserError` or an invalid option/config value) print one line,
+    ``pal-lightning: error: <what is wrong and how to fix it>``, to stderr and return 2.
+    """
+    try:
+        PalLightningCLI(args=args)
+    except SystemExit as exc:  # --help / --print_config exit early on purpose
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    except Exception as exc:
+        found = _user_error(exc)
+        if found is None:
+            raise
+        print(f"pal-lightning: error: {_one_line(str(found))}", file=sys.stderr, flush=True)
+        return USER_ERROR_EXIT
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
