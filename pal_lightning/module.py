@@ -1,0 +1,480 @@
+"""The multi-task LightningModule: one PAL-augmented encoder, one head per task.
+
+Every batch holds one task (see :mod:`pal_lightning.batch`); the module reads
+``batch["task"]``, runs the encoder with that task's adapter, pools, applies
+the task's head and its loss. Validation and test keep one torchmetrics
+collection per task and stage and log ``val/<task>/<metric>`` and
+``val/overall`` (``test/...`` likewise) at the end of the epoch.
+
+Subclassing: override any of
+
+* :meth:`MultiTaskModule.build_heads` -> ``nn.ModuleDict`` of heads keyed by task,
+* :meth:`MultiTaskModule.encode` -> pooled vectors ``(u, v)`` (``v`` only for siamese pairs),
+* :meth:`MultiTaskModule.forward` -> the head's output,
+* :meth:`MultiTaskModule.compute_loss` -> the loss of one batch,
+
+e.g. to try another head or loss without touching the library.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from functools import partial
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from pal_lightning.batch import LABELS, TASK, side_keys
+from pal_lightning.errors import PalUserError
+from pal_lightning.hub import DEFAULT_ENCODER, resolve_encoder
+from pal_lightning.metrics import build_task_metrics, overall_score
+from pal_lightning.modeling.heads import POOLING_MODES, build_head, check_loss, pool, predict, task_loss
+from pal_lightning.tasks import TaskSpec, get_task, resolve_tasks
+
+STAGES = ("val", "test")
+
+
+def linear_warmup_decay(step: int, warmup: int, total: int) -> float:
+    """Learning-rate factor at optimizer step ``step`` (0-based): linear warmup, then linear decay to 0.
+
+    ::
+
+        f(s) = (s + 1) / (warmup + 1)                 for s < warmup
+        f(s) = (total - s) / (total - warmup)         for warmup <= s < total
+        f(s) = 0                                      for s >= total
+
+    Unlike the common ``s / warmup`` this never gives the first step a zero
+    learning rate, and the last of the ``total`` steps still moves the weights
+    (``f(total - 1) = 1 / (total - warmup) > 0``); the peak ``f(warmup) = 1``.
+
+    Raises:
+        ValueError: for ``total < 1`` or a negative ``warmup``.
+    """
+    if total < 1 or warmup < 0:
+        raise ValueError(
+            f"linear_warmup_decay needs total >= 1 and warmup >= 0, got total={total}, warmup={warmup}"
+        )
+    if step < warmup:
+        return (step + 1) / (warmup + 1)
+    if step >= total:
+        return 0.0
+    return (total - step) / (total - warmup)
+
+
+def _spec_to_hparam(spec: TaskSpec) -> str | dict[str, Any]:
+    """A registered task as its name, a custom one as a plain dict (so checkpoints load with weights_only)."""
+    try:
+        if get_task(spec.name) == spec:
+            return spec.name
+    except ValueError:
+        pass
+    data = dataclasses.asdict(spec)
+    data["kind"] = spec.kind.value
+    return data
+
+
+def _pad_right(x: Tensor, length: int) -> Tensor:
+    return F.pad(x, (0, length - x.shape[1]), value=0)
+
+
+class MultiTaskModule(pl.LightningModule):
+    """Multi-task fine-tuning of a BERT encoder with task-specific adapters (PALs) and heads.
+
+    Args:
+        tasks: task names (``sst``, ``qqp``, ``sts``, ...) or :class:`~pal_lightning.tasks.TaskSpec` objects.
+        encoder: hub id or local directory of a BERT-family encoder (resolved offline by
+            :func:`pal_lightning.hub.resolve_encoder`); ignored when ``bert_config`` is given.
+        adapter: task-specific function beside each layer: ``pals``, ``pals_no_sharing``, ``low_rank``
+            or ``none`` (the shared baseline: only heads are task-specific).
+        pal_size: d_s, width of the projected space; ``None`` scales the paper's 204 (at width 768).
+        pal_heads: heads of the PAL attention.
+        pal_placement: layers that get adapters: ``all``, ``top`` or ``bottom``.
+        pal_num_layers: k for ``top``/``bottom`` placement (``None``: half the layers).
+        pal_init: ``zero`` (step 0 is exactly the pretrained encoder) or ``random`` (the reference's N(0, 0.02)).
+        pooling: sentence vector: ``mean`` over non-padding tokens (what all-MiniLM-L6-v2 was trained
+            with) or ``cls``.
+        pair_encoding: ``cross`` (both sentences in one sequence) or ``siamese`` (each alone), or a
+            per-task mapping with an optional ``default``; must match the data module's setting.
+        dropout: dropout before each head's linear layer.
+        lr: peak learning rate of the pretrained encoder weights.
+        head_lr: peak learning rate of the new parameters (adapters and heads), which start from scratch.
+        weight_decay: AdamW decoupled weight decay, not applied to biases and LayerNorm weights.
+        warmup_ratio: fraction of the total optimizer steps spent warming up linearly.
+        warmup_steps: absolute number of warmup steps; overrides ``warmup_ratio`` when set.
+        freeze_embeddings: keep the pretrained embedding layer fixed.
+        freeze_encoder: keep every pretrained weight fixed and train only adapters and heads (the paper's
+            parameter-efficient setting).
+        attn_implementation: transformers attention kernel (``sdpa``, ``eager``); ``None`` = library default.
+        bert_config: keyword arguments of a ``transformers.BertConfig``; when given, a randomly initialised
+            encoder of that shape is built instead of loading ``encoder`` (tests, parameter counting).
+    """
+
+    def __init__(
+        self,
+        tasks: Sequence[str | TaskSpec] = ("sst", "qqp", "sts"),
+        encoder: str = DEFAULT_ENCODER,
+        adapter: str = "pals",
+        pal_size: int | None = None,
+        pal_heads: int = 6,
+        pal_placement: str = "all",
+        pal_num_layers: int | None = None,
+        pal_init: str = "zero",
+        pooling: str = "mean",
+        pair_encoding: str | dict[str, str] = "cross",
+        dropout: float = 0.1,
+        lr: float = 3e-5,
+        head_lr: float = 5e-4,
+        weight_decay: float = 0.01,
+        warmup_ratio: float = 0.1,
+        warmup_steps: int | None = None,
+        freeze_embeddings: bool = False,
+        freeze_encoder: bool = False,
+        attn_implementation: str | None = None,
+        bert_config: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        self.task_specs: dict[str, TaskSpec] = {s.name: s for s in resolve_tasks(tasks)}
+        # tasks are saved as names / plain dicts, not TaskSpec objects, so that checkpoints stay
+        # loadable with torch.load(weights_only=True)
+        self.save_hyperparameters(ignore=["tasks"])
+        self.save_hyperparameters({"tasks": [_spec_to_hparam(s) for s in self.task_specs.values()]})
+        if pooling not in POOLING_MODES:
+            raise PalUserError(f"Unknown pooling {pooling!r}: choose one of {POOLING_MODES}.")
+        if not 0.0 <= warmup_ratio <= 1.0:
+            raise PalUserError(f"warmup_ratio must lie in [0, 1], got {warmup_ratio}.")
+        if warmup_steps is not None and warmup_steps < 0:
+            raise PalUserError(
+                f"warmup_steps must be >= 0 (or None to use warmup_ratio), got {warmup_steps}."
+            )
+        for spec in self.task_specs.values():
+            check_loss(spec)  # fail at construction, not at the first batch
+
+        self.encoder = self.build_encoder()
+        self.heads = self.build_heads()
+        missing = sorted(set(self.task_specs) - set(self.heads.keys()))
+        if missing:
+            raise PalUserError(f"build_heads() returned no head for task(s) {missing}.")
+        self.metrics = nn.ModuleDict(
+            {
+                stage: nn.ModuleDict(
+                    {
+                        name: build_task_metrics(spec, prefix=f"{stage}/{name}/")
+                        for name, spec in self.task_specs.items()
+                    }
+                )
+                for stage in STAGES
+            }
+        )
+        # per-stage count of labelled batches seen this epoch, and running loss sums
+        self._eval_counts: dict[str, dict[str, int]] = {s: {} for s in STAGES}
+        self._eval_loss: dict[str, dict[str, list[Tensor]]] = {s: {} for s in STAGES}
+        self.last_scores: dict[str, dict[str, float]] = {}
+        """The last computed ``{stage/task/metric: value}`` per stage (``val``, ``test``), for inspection."""
+
+        self._apply_freezing()
+
+    # ------------------------------------------------------------------ building
+
+    def build_encoder(self) -> nn.Module:
+        """The shared encoder: ``MultiTaskBert`` loaded from ``encoder``, or random from ``bert_config``."""
+        from pal_lightning.modeling import MultiTaskBert, PALConfig
+
+        hp = self.hparams
+        specs = list(self.task_specs.values())
+        pal_kwargs = dict(
+            adapter=hp.adapter,
+            pal_size=hp.pal_size,
+            num_heads=hp.pal_heads,
+            placement=hp.pal_placement,
+            num_layers=hp.pal_num_layers,
+            init=hp.pal_init,
+        )
+        if hp.bert_config is not None:
+            return MultiTaskBert.from_config(
+                dict(hp.bert_config), specs, attn_implementation=hp.attn_implementation, **pal_kwargs
+            )
+        return MultiTaskBert.from_pretrained(
+            resolve_encoder(hp.encoder),
+            specs,
+            pal=PALConfig(**pal_kwargs),
+            attn_implementation=hp.attn_implementation,
+        )
+
+    def build_heads(self) -> nn.ModuleDict:
+        """One head per task (:func:`pal_lightning.modeling.heads.build_head`), keyed by task name."""
+        hidden = self.encoder.hidden_size
+        return nn.ModuleDict(
+            {
+                name: build_head(spec, hidden, self.hparams.pair_encoding, self.hparams.dropout)
+                for name, spec in self.task_specs.items()
+            }
+        )
+
+    def _apply_freezing(self) -> None:
+        if self.hparams.freeze_encoder:
+            for _, p in self.encoder.pretrained_parameters():
+                p.requires_grad_(False)
+        elif self.hparams.freeze_embeddings:
+            for p in self.encoder.bert.embeddings.parameters():
+                p.requires_grad_(False)
+
+    def parameter_report(self) -> Any:
+        """Shared, per-task and total parameter counts (:func:`pal_lightning.modeling.parameter_report`)."""
+        from pal_lightning.modeling import parameter_report
+
+        return parameter_report(self)
+
+    # ------------------------------------------------------------------ model
+
+    def _spec(self, batch: Mapping[str, Any]) -> TaskSpec:
+        task = batch[TASK]
+        try:
+            return self.task_specs[task]
+        except KeyError:
+            raise PalUserError(
+                f"Batch of task {task!r}, but the model was built for {sorted(self.task_specs)}. "
+                "Use the same task list for the model and the data."
+            ) from None
+
+    def _is_siamese(self, task: str) -> bool:
+        return bool(getattr(self.heads[task], "siamese", False))
+
+    def encode(self, batch: Mapping[str, Any]) -> tuple[Tensor, Tensor | None]:
+        """Pooled sentence vectors of a batch: ``(u, None)``, or ``(u, v)`` for a siamese pair.
+
+        Siamese sentences are padded to one length and run through the encoder in
+        one pass of ``2B`` sequences (padding does not change mean or CLS pooling).
+        """
+        task = batch[TASK]
+        mode = self.hparams.pooling
+        siamese = self._is_siamese(task)
+        if not siamese:
+            if "input_ids" not in batch:
+                raise PalUserError(
+                    f"Task {task!r}: the model encodes pairs 'cross' but the batch is 'siamese'. "
+                    "Set the same pair_encoding for the model and the data."
+                )
+            mask = batch["attention_mask"]
+            hidden = self.encoder(batch["input_ids"], mask, batch.get("token_type_ids"), task=task)
+            return pool(hidden, mask, mode), None
+        keys_a, keys_b = side_keys("a"), side_keys("b")
+        if keys_a[0] not in batch:
+            raise PalUserError(
+                f"Task {task!r}: the model encodes pairs 'siamese' but the batch is 'cross'. "
+                "Set the same pair_encoding for the model and the data."
+            )
+        length = max(batch[keys_a[0]].shape[1], batch[keys_b[0]].shape[1])
+        stacked = []
+        for ka, kb in zip(keys_a, keys_b, strict=True):
+            if ka not in batch:  # token_type_ids are optional
+                stacked.append(None)
+                continue
+            stacked.append(torch.cat([_pad_right(batch[ka], length), _pad_right(batch[kb], length)]))
+        ids, mask, types = stacked
+        pooled = pool(self.encoder(ids, mask, types, task=task), mask, mode)
+        u, v = pooled.chunk(2)
+        return u, v
+
+    def forward(self, batch: Mapping[str, Any]) -> Tensor:
+        """The head output of one batch: logits ``[B, C]`` (``[B, 1]`` for bce), or scores ``[B]`` in 0..1."""
+        spec = self._spec(batch)
+        u, v = self.encode(batch)
+        head = self.heads[spec.name]
+        return head(u, v) if self._is_siamese(spec.name) else head(u)
+
+    def compute_loss(self, task: str, output: Tensor, labels: Tensor) -> Tensor:
+        """The loss of one batch of ``task`` (:func:`pal_lightning.modeling.heads.task_loss`)."""
+        return task_loss(self.task_specs[task], output, labels)
+
+    def predict_from_output(self, task: str, output: Tensor) -> Tensor:
+        """Class indices, or scores on the task's scale (:func:`pal_lightning.modeling.heads.predict`)."""
+        return predict(self.task_specs[task], output)
+
+    def batch_loss(self, batch: Mapping[str, Any]) -> Tensor:
+        """Forward and loss of a labelled batch (also what GEM-style callbacks call on memory batches)."""
+        spec = self._spec(batch)
+        if LABELS not in batch:
+            raise PalUserError(f"A {spec.name!r} batch without labels cannot be trained on.")
+        return self.compute_loss(spec.name, self(batch), batch[LABELS])
+
+    # ------------------------------------------------------------------ steps
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
+        task = self._spec(batch).name
+        loss = self.batch_loss(batch)
+        size = len(batch["ids"])
+        self.log("train/loss", loss, prog_bar=True, batch_size=size)
+        self.log(f"train/{task}/loss", loss, batch_size=size)
+        return loss
+
+    def _eval_step(self, batch: dict[str, Any], stage: str) -> None:
+        spec = self._spec(batch)
+        if LABELS not in batch:  # unlabelled split (e.g. CS224N test): nothing to score
+            return
+        labels = batch[LABELS]
+        output = self(batch)
+        loss = self.compute_loss(spec.name, output, labels)
+        self.metrics[stage][spec.name].update(self.predict_from_output(spec.name, output), labels)
+        counts = self._eval_counts[stage]
+        counts[spec.name] = counts.get(spec.name, 0) + len(labels)
+        self._eval_loss[stage].setdefault(spec.name, []).append(loss.detach().float() * len(labels))
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._eval_step(batch, "val")
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._eval_step(batch, "test")
+
+    def _end_eval_epoch(self, stage: str) -> None:
+        """Compute, log and reset the metrics of every task that was scored on any rank.
+
+        The example counts are summed over ranks first, so that every rank makes the
+        same ``compute()`` (collective) calls in the same order.
+        """
+        names = list(self.task_specs)
+        counts = torch.tensor([float(self._eval_counts[stage].get(n, 0)) for n in names], device=self.device)
+        losses = torch.stack(
+            [
+                torch.stack(self._eval_loss[stage][n]).sum()
+                if n in self._eval_loss[stage]
+                else counts.new_zeros(())
+                for n in names
+            ]
+        )
+        totals = torch.stack([counts, losses])
+        if self.trainer.world_size > 1:
+            totals = self.trainer.strategy.reduce(totals, reduce_op="sum")
+        values: dict[str, float] = {}
+        scores: dict[str, dict[str, float]] = {}
+        for i, name in enumerate(names):
+            if totals[0, i] <= 0:
+                continue
+            collection = self.metrics[stage][name]
+            computed = {k: float(v) for k, v in collection.compute().items()}
+            collection.reset()
+            values.update(computed)
+            values[f"{stage}/{name}/loss"] = float(totals[1, i] / totals[0, i])
+            prefix = f"{stage}/{name}/"
+            scores[name] = {k[len(prefix) :]: v for k, v in computed.items()}
+        overall = overall_score(scores, list(self.task_specs.values()))
+        self._eval_counts[stage] = {}
+        self._eval_loss[stage] = {}
+        # The values are already identical on every rank (torchmetrics merged the states, the
+        # counts were reduced); sync_dist=True only averages equal numbers and keeps Lightning's
+        # epoch-level logging consistent under DDP. Every rank logs the same keys.
+        if values:
+            self.log_dict(values, sync_dist=True)
+        if overall is not None:
+            self.log(f"{stage}/overall", overall, prog_bar=True, sync_dist=True)
+            values[f"{stage}/overall"] = overall
+        self.last_scores[stage] = values
+
+    def on_validation_epoch_start(self) -> None:
+        self._reset_stage("val")
+
+    def on_test_epoch_start(self) -> None:
+        self._reset_stage("test")
+
+    def _reset_stage(self, stage: str) -> None:
+        self._eval_counts[stage] = {}
+        self._eval_loss[stage] = {}
+        for collection in self.metrics[stage].values():
+            collection.reset()
+
+    def on_validation_epoch_end(self) -> None:
+        self._end_eval_epoch("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._end_eval_epoch("test")
+
+    def predict_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> dict[str, Any]:
+        """``{"task", "split", "ids", "predictions"}``: class ints, or float scores on the task's scale."""
+        spec = self._spec(batch)
+        predictions = self.predict_from_output(spec.name, self(batch)).detach().cpu().tolist()
+        return {
+            "task": spec.name,
+            "split": batch.get("split"),
+            "ids": list(batch["ids"]),
+            "predictions": predictions,
+        }
+
+    # ------------------------------------------------------------------ optimisation
+
+    def parameter_groups(self) -> list[dict[str, Any]]:
+        """AdamW parameter groups: {pretrained, new} x {decay, no decay}, trainable parameters only.
+
+        Pretrained encoder weights use ``lr``; new parameters (adapters, heads) use ``head_lr``.
+        Biases and LayerNorm weights get no weight decay (decaying a LayerNorm gain towards 0
+        shrinks the activations, and biases do not scale with the input).
+        """
+        hp = self.hparams
+        pretrained = {id(p) for _, p in self.encoder.pretrained_parameters()}
+        no_decay = {id(p) for m in self.modules() if isinstance(m, nn.LayerNorm) for p in m.parameters(False)}
+        buckets: dict[tuple[bool, bool], list[nn.Parameter]] = {}
+        for name, p in self.named_parameters():
+            if not p.requires_grad:
+                continue
+            decay = not (name.endswith("bias") or id(p) in no_decay or "LayerNorm" in name)
+            buckets.setdefault((id(p) in pretrained, decay), []).append(p)
+        groups = []
+        for (is_pre, decay), params in sorted(buckets.items(), reverse=True):
+            groups.append(
+                {
+                    "name": f"{'pretrained' if is_pre else 'new'}{'' if decay else '_no_decay'}",
+                    "params": params,
+                    "lr": hp.lr if is_pre else hp.head_lr,
+                    "weight_decay": hp.weight_decay if decay else 0.0,
+                }
+            )
+        return groups
+
+    def total_training_steps(self) -> int:
+        """Optimizer steps of the whole run: ``max_steps`` if set, else from the DataModule.
+
+        ``ceil(steps_per_epoch / accumulate_grad_batches) * max_epochs`` (Lightning steps the
+        optimizer on the last batch of an epoch even when the accumulation window is not full).
+        ``trainer.estimated_stepping_batches`` is deliberately not used: it loads the train
+        dataloader inside ``configure_optimizers`` and breaks mid-epoch resume (Lightning #20550).
+
+        Raises:
+            PalUserError: when neither ``max_steps`` nor a DataModule with ``steps_per_epoch`` and
+                ``max_epochs`` is available.
+        """
+        trainer = self.trainer
+        if trainer.max_steps is not None and trainer.max_steps > 0:
+            return int(trainer.max_steps)
+        datamodule = getattr(trainer, "datamodule", None)
+        steps = getattr(datamodule, "steps_per_epoch", None) if datamodule is not None else None
+        max_epochs = trainer.max_epochs
+        if steps is None or max_epochs is None or max_epochs < 1:
+            raise PalUserError(
+                "Cannot size the learning-rate schedule: set trainer.max_steps, or train with a DataModule "
+                "that has `steps_per_epoch` and set trainer.max_epochs."
+            )
+        accumulate = max(1, int(trainer.accumulate_grad_batches))
+        return max(1, math.ceil(int(steps) / accumulate) * int(max_epochs))
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        """AdamW over :meth:`parameter_groups` with a per-step :func:`linear_warmup_decay` schedule."""
+        groups = self.parameter_groups()
+        if not groups:
+            raise PalUserError(
+                "No trainable parameters: freeze_encoder with adapter='none' and frozen heads?"
+            )
+        optimizer = torch.optim.AdamW(groups, lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+        total = self.total_training_steps()
+        warmup = self.hparams.warmup_steps
+        if warmup is None:
+            warmup = int(round(self.hparams.warmup_ratio * total))
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, partial(linear_warmup_decay, warmup=warmup, total=total)
+        )
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1},
+        }

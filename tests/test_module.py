@@ -1,0 +1,361 @@
+"""MultiTaskModule: schedule, optimizer groups, freezing, subclassing, and a short Trainer.fit."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+from typing import Any
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from torch import Tensor, nn
+from torch.utils.data import DataLoader
+
+from pal_lightning.errors import PalUserError
+from pal_lightning.modeling.heads import CosineSimilarityHead, LinearHead, SiameseClassificationHead
+from pal_lightning.module import MultiTaskModule, linear_warmup_decay
+from pal_lightning.tasks import TaskSpec
+
+VOCAB = 60
+TINY_BERT = dict(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=37,
+    max_position_embeddings=64,
+)
+PAIR_ENCODING = {"sts": "siamese", "default": "cross"}
+CLS, SEP = 1, 2
+
+
+def tiny_module(**kw: Any) -> MultiTaskModule:
+    args: dict[str, Any] = dict(
+        tasks=("sst", "qqp", "sts"),
+        bert_config=TINY_BERT,
+        pal_heads=2,
+        pair_encoding=PAIR_ENCODING,
+        dropout=0.0,
+    )
+    args.update(kw)
+    return MultiTaskModule(**args)
+
+
+# ---------------------------------------------------------------- tiny batches (the batch contract)
+
+
+def _sentences(g: torch.Generator, n: int) -> list[list[int]]:
+    lengths = torch.randint(2, 7, (n,), generator=g).tolist()
+    return [torch.randint(3, VOCAB, (k,), generator=g).tolist() for k in lengths]
+
+
+def _encode(seqs: list[list[int]], types: list[list[int]]) -> dict[str, Tensor]:
+    length = max(len(s) for s in seqs)
+    ids = torch.zeros(len(seqs), length, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    tt = torch.zeros_like(ids)
+    for i, (s, t) in enumerate(zip(seqs, types, strict=True)):
+        ids[i, : len(s)] = torch.tensor(s)
+        mask[i, : len(s)] = 1
+        tt[i, : len(t)] = torch.tensor(t)
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": tt}
+
+
+def make_batch(task: str, size: int = 8, seed: int = 0, split: str = "train", labelled: bool = True) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    a = [[CLS, *s, SEP] for s in _sentences(g, size)]
+    batch: dict[str, Any] = {"task": task, "split": split, "ids": [f"{task}-{seed}-{i}" for i in range(size)]}
+    if task == "sst":
+        batch.update(_encode(a, [[0] * len(s) for s in a]))
+        labels: Tensor = torch.randint(0, 5, (size,), generator=g)
+    else:
+        b = [[*s, SEP] for s in _sentences(g, size)]
+        if PAIR_ENCODING.get(task, PAIR_ENCODING["default"]) == "siamese":
+            for side, seqs in (("a", a), ("b", [[CLS, *s] for s in b])):
+                batch.update(
+                    {f"{k}_{side}": v for k, v in _encode(seqs, [[0] * len(s) for s in seqs]).items()}
+                )
+        else:
+            batch.update(
+                _encode(
+                    [x + y for x, y in zip(a, b, strict=True)],
+                    [[0] * len(x) + [1] * len(y) for x, y in zip(a, b, strict=True)],
+                )
+            )
+        if task == "qqp":
+            labels = torch.randint(0, 2, (size,), generator=g)
+        else:
+            labels = torch.randint(0, 11, (size,), generator=g).float() / 2
+    if labelled:
+        batch["labels"] = labels
+    return batch
+
+
+FIXED = [make_batch(t, seed=s) for s in range(2) for t in ("sst", "qqp", "sts")]
+
+
+class TinyData(pl.LightningDataModule):
+    """Train: the 6 fixed batches cycled to 20 steps; val: one loader per task (dataloader_idx 0..2)."""
+
+    steps = 20
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return self.steps
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader([FIXED[i % len(FIXED)] for i in range(self.steps)], batch_size=None)
+
+    def val_dataloader(self) -> list[DataLoader]:
+        return [
+            DataLoader([b for b in FIXED if b["task"] == t], batch_size=None) for t in ("sst", "qqp", "sts")
+        ]
+
+    def test_dataloader(self) -> DataLoader:
+        return DataLoader(FIXED + [make_batch("sst", seed=9, split="test", labelled=False)], batch_size=None)
+
+    def predict_dataloader(self) -> DataLoader:
+        return DataLoader(
+            [make_batch(t, seed=5, split="test", labelled=False) for t in ("sst", "sts")], batch_size=None
+        )
+
+
+# ---------------------------------------------------------------- schedule
+
+
+def test_linear_warmup_decay() -> None:
+    factors = [linear_warmup_decay(s, warmup=2, total=6) for s in range(8)]
+    assert factors == pytest.approx([1 / 3, 2 / 3, 1.0, 0.75, 0.5, 0.25, 0.0, 0.0])
+    assert linear_warmup_decay(0, 0, 4) == 1.0  # no warmup: start at the peak
+    assert all(f > 0 for f in (linear_warmup_decay(s, 3, 10) for s in range(10)))  # every step moves
+    with pytest.raises(ValueError):
+        linear_warmup_decay(0, 1, 0)
+
+
+def _attach(module: MultiTaskModule, **trainer: Any) -> None:
+    defaults = dict(max_steps=-1, max_epochs=None, accumulate_grad_batches=1, datamodule=None)
+    defaults.update(trainer)
+    module._trainer = SimpleNamespace(**defaults)  # just what total_training_steps reads
+
+
+def test_total_steps_from_max_steps_or_datamodule() -> None:
+    module = tiny_module()
+    _attach(module, max_steps=40)
+    assert module.total_training_steps() == 40
+    _attach(module, max_epochs=3, accumulate_grad_batches=4, datamodule=SimpleNamespace(steps_per_epoch=10))
+    assert module.total_training_steps() == math.ceil(10 / 4) * 3
+    _attach(module, max_epochs=3)
+    with pytest.raises(PalUserError, match="max_steps"):
+        module.total_training_steps()
+
+
+def test_scheduler_follows_schedule_function() -> None:
+    module = tiny_module(lr=1e-3, head_lr=1e-2, warmup_ratio=0.25)
+    _attach(module, max_steps=8)
+    conf = module.configure_optimizers()
+    opt, sched = conf["optimizer"], conf["lr_scheduler"]["scheduler"]
+    assert conf["lr_scheduler"]["interval"] == "step"
+    seen = []
+    for _ in range(8):
+        seen.append([g["lr"] for g in opt.param_groups])
+        opt.step()
+        sched.step()
+    for step, lrs in enumerate(seen):
+        f = linear_warmup_decay(step, warmup=2, total=8)
+        for group, lr in zip(opt.param_groups, lrs, strict=True):
+            base = 1e-3 if group["name"].startswith("pretrained") else 1e-2
+            assert lr == pytest.approx(base * f)
+
+
+# ---------------------------------------------------------------- optimizer groups and freezing
+
+
+def test_optimizer_groups_two_lrs_and_no_decay_on_bias_and_layernorm() -> None:
+    module = tiny_module(lr=1e-4, head_lr=1e-3, weight_decay=0.05)
+    groups = {g["name"]: g for g in module.parameter_groups()}
+    assert set(groups) == {"pretrained", "pretrained_no_decay", "new", "new_no_decay"}
+    names = {id(p): n for n, p in module.named_parameters()}
+    for name, group in groups.items():
+        assert group["lr"] == (1e-4 if name.startswith("pretrained") else 1e-3)
+        assert group["weight_decay"] == (0.0 if name.endswith("no_decay") else 0.05)
+        for p in group["params"]:
+            pname = names[id(p)]
+            is_bias_or_ln = pname.endswith("bias") or "LayerNorm" in pname
+            assert is_bias_or_ln == name.endswith("no_decay"), pname
+            assert pname.startswith("encoder.bert.") == name.startswith("pretrained"), pname
+    grouped = sum(len(g["params"]) for g in groups.values())
+    assert grouped == len(list(module.parameters()))  # every parameter in exactly one group
+    assert any(names[id(p)].startswith("heads.") for p in groups["new"]["params"])
+    assert any(names[id(p)].startswith("encoder.adapters.") for p in groups["new"]["params"])
+
+
+def test_freeze_encoder_trains_only_adapters_and_heads() -> None:
+    module = tiny_module(freeze_encoder=True)
+    for name, p in module.named_parameters():
+        assert p.requires_grad == (not name.startswith("encoder.bert.")), name
+    assert {g["name"] for g in module.parameter_groups()} == {"new", "new_no_decay"}
+    report = module.parameter_report()
+    assert report.trainable == sum(p.numel() for p in module.parameters() if p.requires_grad)
+
+
+def test_freeze_embeddings_only() -> None:
+    module = tiny_module(freeze_embeddings=True)
+    for name, p in module.named_parameters():
+        assert p.requires_grad == (not name.startswith("encoder.bert.embeddings.")), name
+
+
+# ---------------------------------------------------------------- forward, heads, hyper-parameters
+
+
+def test_heads_follow_pair_encoding_and_forward_shapes() -> None:
+    module = tiny_module(pooling="cls").eval()
+    assert isinstance(module.heads["sst"], LinearHead)
+    assert isinstance(module.heads["qqp"], LinearHead)
+    assert isinstance(module.heads["sts"], CosineSimilarityHead)
+    assert module(make_batch("sst")).shape == (8, 5)
+    assert module(make_batch("qqp")).shape == (8, 2)
+    assert module(make_batch("sts")).shape == (8,)
+    siamese_qqp = tiny_module(pair_encoding="siamese")
+    assert isinstance(siamese_qqp.heads["qqp"], SiameseClassificationHead)
+    with pytest.raises(PalUserError, match="pair_encoding"):
+        siamese_qqp(make_batch("qqp"))  # a cross batch for a siamese model
+    with pytest.raises(PalUserError, match="built for"):
+        module({**make_batch("sst"), "task": "mnli"})
+
+
+def test_siamese_encode_matches_separate_passes() -> None:
+    module = tiny_module().eval()
+    batch = make_batch("sts")
+    u, v = module.encode(batch)
+    alone = [
+        module.encoder(
+            batch[f"input_ids_{s}"], batch[f"attention_mask_{s}"], batch[f"token_type_ids_{s}"], task="sts"
+        )
+        for s in "ab"
+    ]
+    from pal_lightning.modeling.heads import pool
+
+    assert torch.allclose(u, pool(alone[0], batch["attention_mask_a"], "mean"), atol=1e-5)
+    assert torch.allclose(v, pool(alone[1], batch["attention_mask_b"], "mean"), atol=1e-5)
+
+
+def test_hyperparameters_saved_and_rebuild() -> None:
+    custom = TaskSpec(name="toy", kind="single_classification", num_labels=3, label_range=(0, 2))
+    module = tiny_module(tasks=("sst", custom), lr=1e-4)
+    hp = dict(module.hparams)
+    assert hp["tasks"] == ["sst", {**hp["tasks"][1], "name": "toy"}]
+    assert isinstance(hp["tasks"][1], dict) and hp["tasks"][1]["kind"] == "single_classification"
+    assert hp["lr"] == 1e-4 and hp["bert_config"] == TINY_BERT
+    rebuilt = MultiTaskModule(**hp)
+    assert rebuilt.task_specs["toy"] == custom
+
+
+def test_predict_step_output() -> None:
+    module = tiny_module().eval()
+    out = module.predict_step(make_batch("sts", split="test", labelled=False), 0)
+    assert out["task"] == "sts" and out["split"] == "test" and len(out["ids"]) == 8
+    assert all(isinstance(x, float) and 0.0 <= x <= 5.0 for x in out["predictions"])
+    out = module.predict_step(make_batch("sst", labelled=False), 0)
+    assert all(isinstance(x, int) and 0 <= x < 5 for x in out["predictions"])
+
+
+# ---------------------------------------------------------------- subclassing
+
+
+class MLPHead(nn.Module):
+    """A custom head: no ``siamese`` attribute, so it gets one vector."""
+
+    def __init__(self, hidden: int, classes: int) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(hidden, 16), nn.Tanh(), nn.Linear(16, classes))
+
+    def forward(self, u: Tensor, v: Tensor | None = None) -> Tensor:
+        return self.net(u)
+
+
+class CustomModule(MultiTaskModule):
+    def build_heads(self) -> nn.ModuleDict:
+        heads = super().build_heads()
+        heads["sst"] = MLPHead(self.encoder.hidden_size, 5)
+        return heads
+
+    def compute_loss(self, task: str, output: Tensor, labels: Tensor) -> Tensor:
+        if task == "sst":
+            return nn.functional.cross_entropy(output, labels, label_smoothing=0.2) * 2.0
+        return super().compute_loss(task, output, labels)
+
+
+def test_subclass_replaces_head_and_loss() -> None:
+    module = CustomModule(
+        tasks=("sst", "sts"), bert_config=TINY_BERT, pal_heads=2, pair_encoding=PAIR_ENCODING
+    )
+    assert isinstance(module.heads["sst"], MLPHead)
+    assert any(n.startswith("heads.sst.net.") for n, _ in module.named_parameters())
+    module.eval()
+    batch = make_batch("sst")
+    output = module(batch)
+    expected = nn.functional.cross_entropy(output, batch["labels"], label_smoothing=0.2) * 2.0
+    assert torch.allclose(module.batch_loss(batch), expected)
+    # the inherited parts still work: STS keeps the library head and loss
+    assert isinstance(module.heads["sts"], CosineSimilarityHead)
+    assert module.batch_loss(make_batch("sts")).ndim == 0
+    # the custom head is a new parameter: it trains at head_lr
+    groups = {g["name"]: g for g in module.parameter_groups()}
+    head_params = {id(p) for p in module.heads["sst"].parameters()}
+    assert head_params <= {id(p) for g in ("new", "new_no_decay") for p in groups[g]["params"]}
+
+
+# ---------------------------------------------------------------- Trainer.fit
+
+
+def _total_loss(module: MultiTaskModule) -> float:
+    module.eval()
+    with torch.no_grad():
+        total = sum(float(module.batch_loss(b)) for b in FIXED)
+    module.train()
+    return total
+
+
+def test_fit_20_steps_lowers_loss_and_logs_val_overall() -> None:
+    pl.seed_everything(0, verbose=False)
+    module = tiny_module(lr=3e-3, head_lr=3e-2, warmup_ratio=0.1)
+    before = _total_loss(module)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_epochs=1,  # the schedule length comes from TinyData.steps_per_epoch (20)
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
+    data = TinyData()
+    trainer.fit(module, datamodule=data)
+    assert trainer.global_step == 20
+    after = _total_loss(module)
+    assert after < 0.85 * before, (before, after)
+    metrics = trainer.callback_metrics
+    for key in (
+        "val/sst/accuracy",
+        "val/qqp/accuracy",
+        "val/qqp/f1",
+        "val/sts/pearson",
+        "val/sts/spearman",
+        "val/overall",
+    ):
+        assert key in metrics, key
+    expected = (
+        metrics["val/sst/accuracy"] + metrics["val/qqp/accuracy"] + (metrics["val/sts/pearson"] + 1) / 2
+    ) / 3
+    assert float(metrics["val/overall"]) == pytest.approx(float(expected), abs=1e-6)
+    assert "train/loss" in metrics and "train/sst/loss" in metrics
+    # the lr schedule ran to its end (f(20) = 0 after the 20th step)
+    lr_now = trainer.optimizers[0].param_groups[0]["lr"]
+    assert lr_now == pytest.approx(0.0, abs=1e-12)
+
+    results = trainer.test(module, datamodule=data, verbose=False)[0]
+    assert "test/overall" in results and "test/sts/pearson" in results
+    preds = trainer.predict(module, datamodule=data)
+    assert [p["task"] for p in preds] == ["sst", "sts"] and all(p["split"] == "test" for p in preds)
