@@ -103,6 +103,8 @@ class TaskSpec:
     """For ``format='hf'``: the dataset configuration name, if any."""
     ptb_detokenize: bool = False
     """Undo Penn-Treebank tokens (``-LRB-``, ````` ``, ``\\/``) in the text (SST)."""
+    unquote: bool = False
+    """Undo a second layer of CSV quoting (``"a ""b"" c"`` -> ``a "b" c``) in the text (Quora)."""
 
     def __post_init__(self) -> None:
         self.kind = TaskKind(self.kind)
@@ -111,7 +113,9 @@ class TaskSpec:
         self.text_columns = tuple(self.text_columns)
         self.files = dict(self.files)
         if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
-            raise ValueError(f"TaskSpec name {self.name!r} must be non-empty and use letters, digits, '_' or '-'.")
+            raise ValueError(
+                f"TaskSpec name {self.name!r} must be non-empty and use letters, digits, '_' or '-'."
+            )
         if self.label_range[0] > self.label_range[1]:
             raise ValueError(f"Task {self.name!r}: label_range {self.label_range} has low > high.")
         if self.kind.is_regression:
@@ -127,7 +131,9 @@ class TaskSpec:
         if self.loss == "bce" and self.num_labels != 2:
             raise ValueError(f"Task {self.name!r}: loss 'bce' needs a binary task (num_labels=2).")
         if self.format not in KNOWN_FORMATS:
-            raise ValueError(f"Task {self.name!r}: unknown format {self.format!r}; choose from {KNOWN_FORMATS}.")
+            raise ValueError(
+                f"Task {self.name!r}: unknown format {self.format!r}; choose from {KNOWN_FORMATS}."
+            )
         expected = 2 if self.kind.is_pair else 1
         if len(self.text_columns) != expected:
             raise ValueError(
@@ -187,6 +193,7 @@ BUILTIN_TASKS: dict[str, TaskSpec] = {
         metrics=("accuracy", "f1"),
         text_columns=("sentence1", "sentence2"),
         label_column="is_duplicate",
+        unquote=True,
     ),
     "sts": _cs224n(
         "sts",

@@ -1,0 +1,542 @@
+"""The multi-task LightningDataModule.
+
+Reads every task's files (validated row by row), tokenises them once with the
+encoder's fast tokenizer (cached on disk), and serves
+
+* training batches of one task per step, drawn by a sampling schedule
+  (:mod:`pal_lightning.data.sampling`), the same task on every rank, resumable
+  mid-epoch (:mod:`pal_lightning.data.samplers`);
+* validation (dev), test (labelled test splits) and prediction (dev and
+  test-student) batches covering every example exactly once across ranks.
+
+``batch_size`` and ``eval_batch_size`` are per rank (per device), like every
+Lightning batch size. Lightning must not wrap the loaders in a
+``DistributedSampler`` (this module shards by itself): :meth:`setup` switches the
+Trainer's ``use_distributed_sampler`` off, or fails with a clear message when it
+cannot.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+
+from pal_lightning.batch import resolve_pair_encoding
+from pal_lightning.data.dataset import BatchListDataset, MultiTaskDataset, ResumableDataLoader, passthrough
+from pal_lightning.data.readers import (
+    BAD_ROW_POLICIES,
+    SPLITS,
+    check_files_exist,
+    rank_zero,
+    read_split,
+    resolve_data_dir,
+    resolve_source,
+)
+from pal_lightning.data.samplers import MultiTaskBatchSampler, default_steps_per_epoch, eval_batches
+from pal_lightning.data.sampling import SCHEDULES, SamplingSchedule
+from pal_lightning.data.tokenize import (
+    TokenizedSplit,
+    cache_key,
+    cache_path,
+    default_cache_dir,
+    encode_split,
+    file_fingerprint,
+    load_cached,
+    save_cached,
+    tokenizer_fingerprint,
+)
+from pal_lightning.errors import PalUserError
+from pal_lightning.hub import DEFAULT_ENCODER
+from pal_lightning.tasks import TaskSpec, resolve_tasks
+
+log = logging.getLogger(__name__)
+
+
+def _per_task(value: int | Mapping[str, int], tasks: Sequence[str], what: str) -> dict[str, int]:
+    """Expand an int or a ``task -> int`` mapping (optionally with ``default``) to every task."""
+    if isinstance(value, Mapping):
+        default = value.get("default")
+        unknown = [k for k in value if k != "default" and k not in tasks]
+        missing = [t for t in tasks if t not in value and default is None]
+        if unknown or missing:
+            raise PalUserError(
+                f"{what} per task must name the tasks {list(tasks)} (or give a 'default'); "
+                f"unknown {unknown}, missing {missing}."
+            )
+        out = {t: int(value.get(t, default)) for t in tasks}  # type: ignore[arg-type]
+    else:
+        out = dict.fromkeys(tasks, int(value))
+    bad = {t: b for t, b in out.items() if b < 1}
+    if bad:
+        raise PalUserError(f"{what} must be >= 1, got {bad}.")
+    return out
+
+
+def _plain_task(spec: TaskSpec) -> str | dict[str, Any]:
+    """A checkpoint-safe (plain types only) form of a task for hyper-parameters."""
+    from pal_lightning.tasks import BUILTIN_TASKS
+
+    if BUILTIN_TASKS.get(spec.name) == spec:
+        return spec.name
+    out = dataclasses.asdict(spec)
+    out["kind"] = spec.kind.value
+    out["label_range"] = list(spec.label_range)
+    out["metrics"] = list(spec.metrics)
+    out["text_columns"] = list(spec.text_columns)
+    return out
+
+
+class MultiTaskDataModule(pl.LightningDataModule):
+    """Data for multi-task training: readers, validation, tokenisation cache, task sampling.
+
+    Args:
+        tasks: task names, :class:`~pal_lightning.tasks.TaskSpec` objects or dicts of TaskSpec fields.
+        tokenizer: encoder name or path whose (fast) tokenizer is used.
+        data_dir: folder of the data files; default ``$PAL_DATA_DIR``, else ``./data``.
+        batch_size: training batch size per rank, one int or a ``task -> int`` mapping.
+        eval_batch_size: validation/test/predict batch size per rank (int or mapping).
+        max_length: longest tokenised sequence (special tokens included); longer ones are truncated.
+        pair_encoding: ``cross`` or ``siamese``, or a per-task mapping (see ``batch.resolve_pair_encoding``).
+        sampling: ``proportional`` | ``sqrt`` | ``uniform`` | ``round_robin`` | ``annealed`` | ``weights``.
+        task_weights: per-task weights for ``sampling="weights"``.
+        steps_per_epoch: training steps per epoch per rank; ``None`` = one pass over the data
+            (``sum_t ceil(N_t / (B_t * world_size))``).
+        anneal_epochs: annealing horizon ``E``; ``None`` = ``trainer.max_epochs`` (from ``max_steps`` when
+            training is step-based; 1 without a trainer).
+        on_bad_row: ``skip`` (drop and warn once per file) or ``error``.
+        detokenize: undo PTB tokens for tasks that ask for it (SST).
+        group_by_length: batch training examples of similar length together (less padding).
+        cache_dir: tokenisation cache folder; ``None`` = ``$PAL_CACHE_DIR`` or ``~/.cache/pal_lightning``;
+            ``False`` disables the cache.
+        num_workers: DataLoader worker processes.
+        seed: seed of the task and example order (with the epoch).
+        predict_splits: splits served by ``predict_dataloader`` (``dev`` and/or ``test``).
+        limit_examples: keep only the first N examples of every split of every task (quick runs).
+    """
+
+    def __init__(
+        self,
+        tasks: Sequence[str | TaskSpec | dict[str, Any]] = ("sst", "qqp", "sts"),
+        tokenizer: str = DEFAULT_ENCODER,
+        data_dir: str | None = None,
+        batch_size: int | dict[str, int] = 32,
+        eval_batch_size: int | dict[str, int] = 128,
+        max_length: int = 128,
+        pair_encoding: str | dict[str, str] = "cross",
+        sampling: str = "annealed",
+        task_weights: dict[str, float] | None = None,
+        steps_per_epoch: int | None = None,
+        anneal_epochs: int | None = None,
+        on_bad_row: str = "skip",
+        detokenize: bool = True,
+        group_by_length: bool = False,
+        cache_dir: str | bool | None = None,
+        num_workers: int = 0,
+        seed: int = 42,
+        predict_splits: Sequence[str] = ("dev", "test"),
+        limit_examples: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.task_specs: list[TaskSpec] = resolve_tasks(tasks)
+        self.task_names: list[str] = [t.name for t in self.task_specs]
+        if sampling not in SCHEDULES:
+            raise PalUserError(f"Unknown sampling {sampling!r}; choose one of {', '.join(SCHEDULES)}.")
+        if on_bad_row not in BAD_ROW_POLICIES:
+            raise PalUserError(f"on_bad_row must be one of {BAD_ROW_POLICIES}, got {on_bad_row!r}.")
+        bad_splits = [s for s in predict_splits if s not in SPLITS]
+        if bad_splits:
+            raise PalUserError(f"predict_splits must be among {SPLITS}, got {list(predict_splits)}.")
+        if steps_per_epoch is not None and steps_per_epoch < 1:
+            raise PalUserError(f"steps_per_epoch must be >= 1 or None, got {steps_per_epoch}.")
+        if limit_examples is not None and limit_examples < 1:
+            raise PalUserError(f"limit_examples must be >= 1 or None, got {limit_examples}.")
+        if max_length < 8:
+            raise PalUserError(f"max_length must be >= 8, got {max_length}.")
+        self.tokenizer_name = str(tokenizer)
+        self.data_dir = resolve_data_dir(data_dir)
+        self.batch_sizes = _per_task(batch_size, self.task_names, "batch_size")
+        self.eval_batch_sizes = _per_task(eval_batch_size, self.task_names, "eval_batch_size")
+        self.max_length = int(max_length)
+        self.pair_encodings = {t: resolve_pair_encoding(pair_encoding, t) for t in self.task_names}
+        self.sampling = sampling
+        self.task_weights = dict(task_weights) if task_weights is not None else None
+        self.steps_per_epoch_arg = steps_per_epoch
+        self.anneal_epochs = anneal_epochs
+        self.on_bad_row = on_bad_row
+        self.detokenize = detokenize
+        self.group_by_length = group_by_length
+        self.cache_dir: Path | None = (
+            None
+            if cache_dir is False
+            else (Path(cache_dir) if cache_dir not in (None, True) else default_cache_dir())
+        )
+        self.num_workers = int(num_workers)
+        self.seed = int(seed)
+        self.predict_splits = tuple(predict_splits)
+        self.limit_examples = limit_examples
+        # Validate the sampling options now, not at fit time.
+        SamplingSchedule(sampling, num_epochs=anneal_epochs or 1, weights=self.task_weights)
+        if sampling == "weights":
+            SamplingSchedule(sampling, weights=self.task_weights).probabilities(
+                dict.fromkeys(self.task_names, 1), 0
+            )
+
+        # Plain values only, so checkpoints load with weights_only=True.
+        self.save_hyperparameters(
+            {
+                "tasks": [_plain_task(s) for s in self.task_specs],
+                "tokenizer": self.tokenizer_name,
+                "data_dir": data_dir,
+                "batch_size": batch_size,
+                "eval_batch_size": eval_batch_size,
+                "max_length": max_length,
+                "pair_encoding": pair_encoding,
+                "sampling": sampling,
+                "task_weights": self.task_weights,
+                "steps_per_epoch": steps_per_epoch,
+                "anneal_epochs": anneal_epochs,
+                "on_bad_row": on_bad_row,
+                "detokenize": detokenize,
+                "group_by_length": group_by_length,
+                "cache_dir": cache_dir,
+                "num_workers": num_workers,
+                "seed": seed,
+                "predict_splits": list(predict_splits),
+                "limit_examples": limit_examples,
+            }
+        )
+
+        self._tokenizer: Any = None
+        self._tokenizer_fp: str | None = None
+        self._loaded: dict[tuple[str, str], TokenizedSplit] = {}
+        #: Training examples per task (after validation and ``limit_examples``), set by ``setup("fit")``.
+        self.train_sizes: dict[str, int] = {}
+        self.schedule: SamplingSchedule | None = None
+        self.train_batch_sampler: MultiTaskBatchSampler | None = None
+        self._pending_sampler_state: dict[str, Any] | None = None
+
+    # ------------------------------------------------------------------ tokenizer and loading
+
+    @property
+    def tokenizer(self) -> Any:
+        """The encoder's fast tokenizer (loaded on first use, offline-safe via ``resolve_encoder``)."""
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+
+            from pal_lightning.hub import resolve_encoder
+
+            tok = AutoTokenizer.from_pretrained(resolve_encoder(self.tokenizer_name))
+            if not getattr(tok, "is_fast", False):
+                raise PalUserError(
+                    f"The tokenizer of {self.tokenizer_name!r} has no fast (Rust) version; pal-lightning needs "
+                    "one. Save the encoder with a tokenizer.json, or pick another encoder."
+                )
+            self._tokenizer = tok
+        return self._tokenizer
+
+    @property
+    def pad_token_id(self) -> int:
+        pad = self.tokenizer.pad_token_id
+        return int(pad) if pad is not None else 0
+
+    def _spec(self, task: str) -> TaskSpec:
+        return self.task_specs[self.task_names.index(task)]
+
+    def _settings(self, spec: TaskSpec, split: str) -> dict[str, Any]:
+        fields = ("format", "kind", "num_labels", "label_range", "text_columns", "label_column", "id_column")
+        fields += ("hf_path", "hf_name", "ptb_detokenize", "unquote")
+        out: dict[str, Any] = {f: getattr(spec, f, None) for f in fields}
+        out["kind"] = spec.kind.value
+        out.update(
+            split=split,
+            max_length=self.max_length,
+            pair_encoding=self.pair_encodings[spec.name] if spec.is_pair else None,
+            detokenize=self.detokenize,
+            on_bad_row=self.on_bad_row,
+        )
+        return out
+
+    def _source_fingerprint(self, spec: TaskSpec, split: str) -> str:
+        src = resolve_source(spec, split, self.data_dir)
+        assert src is not None
+        if src.is_file:
+            return "file:" + file_fingerprint(src.location)
+        import datasets
+
+        ds = datasets.load_dataset(src.location, spec.hf_name, split=src.hf_split)
+        return f"hub:{src.location}:{spec.hf_name}:{src.hf_split}:{ds._fingerprint}"
+
+    def load_split(self, task: str, split: str) -> TokenizedSplit:
+        """Read, validate and tokenise one split (from the cache when possible); logs row counts.
+
+        ``limit_examples`` is applied to the result.
+        """
+        key2 = (task, split)
+        if key2 in self._loaded:
+            return self._loaded[key2]
+        spec = self._spec(task)
+        data: TokenizedSplit | None = None
+        path = None
+        if self.cache_dir is not None:
+            if self._tokenizer_fp is None:
+                self._tokenizer_fp = tokenizer_fingerprint(self.tokenizer)
+            key = cache_key(
+                self._source_fingerprint(spec, split), self._tokenizer_fp, self._settings(spec, split)
+            )
+            path = cache_path(self.cache_dir, task, split, key)
+            data = load_cached(path)
+        cached = data is not None
+        if data is None:
+            raw = read_split(spec, split, self.data_dir, self.on_bad_row, self.detokenize)
+            data = encode_split(raw, self.tokenizer, self.max_length, self.pair_encodings[task])
+            if path is not None:
+                try:
+                    save_cached(path, data)
+                except OSError as err:  # a read-only cache folder slows runs down but is not fatal
+                    log.warning("Could not write the tokenisation cache %s (%s).", path, err)
+        elif data.skipped and rank_zero():
+            log.warning(
+                "%s: %d bad row(s) of %d were skipped (task %s, %s; first lines %s).",
+                Path(data.source).name,
+                data.skipped,
+                data.rows,
+                task,
+                split,
+                ", ".join(str(line) for line, _ in data.bad_rows[:5]),
+            )
+        if rank_zero():
+            log.info(
+                "%s %s: %d rows loaded, %d skipped, of %d in %s%s",
+                task,
+                split,
+                len(data),
+                data.skipped,
+                data.rows,
+                data.source,
+                " (tokenised, from cache)" if cached else "",
+            )
+        data = data.head(self.limit_examples)
+        self._loaded[key2] = data
+        return data
+
+    def _existing(self, spec: TaskSpec, split: str) -> bool:
+        src = resolve_source(spec, split, self.data_dir)
+        return src is not None and (not src.is_file or Path(src.location).is_file())
+
+    # ------------------------------------------------------------------ Lightning hooks
+
+    def prepare_data(self) -> None:
+        """Tokenise and cache every split once (Lightning calls this on one process per node)."""
+        if self.cache_dir is None:
+            return
+        check_files_exist([(s, sp) for s in self.task_specs for sp in ("train", "dev")], self.data_dir)
+        for spec in self.task_specs:
+            for split in SPLITS:
+                if self._existing(spec, split):
+                    self.load_split(spec.name, split)
+        # Other processes read the cache files; keep nothing tokenised in memory twice.
+        self._loaded.clear()
+
+    def _world(self) -> tuple[int, int]:
+        trainer = self.trainer
+        if trainer is not None:
+            return int(trainer.world_size), int(trainer.global_rank)
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            return torch.distributed.get_world_size(), torch.distributed.get_rank()
+        return 1, 0
+
+    def _disable_distributed_sampler(self) -> None:
+        trainer = self.trainer
+        if trainer is None:
+            return
+        connector = getattr(trainer, "_accelerator_connector", None)
+        if connector is not None and hasattr(connector, "use_distributed_sampler"):
+            if connector.use_distributed_sampler:
+                # Lightning would wrap our loaders in a DistributedSampler: duplicated eval examples
+                # and a broken task schedule. Our samplers shard by rank themselves.
+                connector.use_distributed_sampler = False
+                if rank_zero():
+                    log.info(
+                        "MultiTaskDataModule shards data itself: set Trainer(use_distributed_sampler=False)."
+                    )
+        elif trainer.world_size > 1:
+            raise PalUserError(
+                "MultiTaskDataModule needs Trainer(use_distributed_sampler=False) under DDP; pass it to the "
+                "Trainer (--trainer.use_distributed_sampler false)."
+            )
+
+    def setup(self, stage: str | None = None) -> None:
+        """Load the splits the stage needs and build the training schedule (``fit``)."""
+        self._disable_distributed_sampler()
+        if stage in ("fit", None):
+            check_files_exist([(s, sp) for s in self.task_specs for sp in ("train", "dev")], self.data_dir)
+            train = {t: self.load_split(t, "train") for t in self.task_names}
+            for t in self.task_names:
+                self.load_split(t, "dev")
+            self.train_sizes = {t: len(d) for t, d in train.items()}
+            empty = [t for t, n in self.train_sizes.items() if n == 0]
+            if empty:
+                raise PalUserError(f"Tasks {empty} have no valid training rows; check their train files.")
+            self.schedule = SamplingSchedule(
+                self.sampling, num_epochs=self._resolve_anneal_epochs(), weights=self.task_weights
+            )
+        elif stage == "validate":
+            check_files_exist([(s, "dev") for s in self.task_specs], self.data_dir)
+            for t in self.task_names:
+                self.load_split(t, "dev")
+        elif stage == "test":
+            check_files_exist([(s, "test") for s in self.task_specs if "test" in s.files], self.data_dir)
+        elif stage == "predict":
+            check_files_exist([(s, sp) for s in self.task_specs for sp in self.predict_splits], self.data_dir)
+
+    def _resolve_anneal_epochs(self) -> int:
+        if self.anneal_epochs is not None:
+            return int(self.anneal_epochs)
+        trainer = self.trainer
+        if trainer is None:
+            return 1
+        max_epochs = trainer.max_epochs
+        if max_epochs is not None and max_epochs > 0:
+            return int(max_epochs)
+        if trainer.max_steps and trainer.max_steps > 0:
+            return max(1, math.ceil(trainer.max_steps / self._compute_steps_per_epoch()))
+        return 1
+
+    def _compute_steps_per_epoch(self) -> int:
+        if self.steps_per_epoch_arg is not None:
+            return int(self.steps_per_epoch_arg)
+        world, _ = self._world()
+        return default_steps_per_epoch(self.train_sizes, self.batch_sizes, world)
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Training batches per epoch per rank (valid after ``setup("fit")``)."""
+        if not self.train_sizes:
+            raise RuntimeError(
+                "steps_per_epoch is known after setup('fit') (the training data must be loaded)."
+            )
+        return self._compute_steps_per_epoch()
+
+    def task_probabilities_for_epoch(self, epoch: int) -> dict[str, float]:
+        """Sampling probability of each task at 0-based ``epoch`` (valid after ``setup("fit")``)."""
+        if self.schedule is None or not self.train_sizes:
+            raise RuntimeError("task_probabilities_for_epoch needs setup('fit') first.")
+        return self.schedule.probabilities(self.train_sizes, epoch)
+
+    # ------------------------------------------------------------------ loaders
+
+    def _loader_kwargs(self) -> dict[str, Any]:
+        return {
+            "num_workers": self.num_workers,
+            "collate_fn": passthrough,
+            "pin_memory": torch.cuda.is_available(),
+            "persistent_workers": self.num_workers > 0,
+        }
+
+    def train_dataloader(self) -> ResumableDataLoader:
+        """One task per step, same task on all ranks; resumable (see ``samplers``)."""
+        if self.schedule is None:
+            self.setup("fit")
+        assert self.schedule is not None
+        world, rank = self._world()
+        splits = {(t, "train"): self.load_split(t, "train") for t in self.task_names}
+        lengths = {t: splits[(t, "train")].lengths for t in self.task_names} if self.group_by_length else None
+        sampler = MultiTaskBatchSampler(
+            self.train_sizes,
+            self.batch_sizes,
+            self.schedule,
+            steps_per_epoch=self.steps_per_epoch_arg,
+            num_replicas=world,
+            rank=rank,
+            seed=self.seed,
+            lengths=lengths,
+        )
+        sampler.position_fn = self._fit_position
+        if self._pending_sampler_state is not None:
+            sampler.load_state_dict(self._pending_sampler_state)
+            self._pending_sampler_state = None
+        self.train_batch_sampler = sampler
+        dataset = MultiTaskDataset(splits, self.pad_token_id)
+        return ResumableDataLoader(dataset, batch_sampler=sampler, **self._loader_kwargs())
+
+    def _eval_loader(self, pairs: Sequence[tuple[str, str]]) -> torch.utils.data.DataLoader:
+        world, rank = self._world()
+        splits = {p: self.load_split(*p) for p in pairs}
+        batches = eval_batches(
+            {p: len(d) for p, d in splits.items()},
+            self.eval_batch_sizes,
+            num_replicas=world,
+            rank=rank,
+            lengths={p: d.lengths for p, d in splits.items()},
+        )
+        dataset = BatchListDataset(MultiTaskDataset(splits, self.pad_token_id), batches)
+        return torch.utils.data.DataLoader(dataset, batch_size=None, shuffle=False, **self._loader_kwargs())
+
+    def val_dataloader(self) -> torch.utils.data.DataLoader:
+        """Every dev example exactly once across ranks, one task per batch."""
+        return self._eval_loader([(t, "dev") for t in self.task_names])
+
+    def test_dataloader(self) -> torch.utils.data.DataLoader:
+        """The labelled ``test`` splits (unlabelled test-student files are for ``predict``).
+
+        Raises:
+            PalUserError: when no task has a labelled test split.
+        """
+        pairs = []
+        for spec in self.task_specs:
+            if "test" in spec.files or spec.format == "hf":
+                if self._existing(spec, "test") and self.load_split(spec.name, "test").labels is not None:
+                    pairs.append((spec.name, "test"))
+        if not pairs:
+            raise PalUserError(
+                "No task has a labelled test split (CS224N test-student files carry no labels). Use "
+                "`validate` for dev scores, or `predict` to write test predictions."
+            )
+        return self._eval_loader(pairs)
+
+    def predict_dataloader(self) -> torch.utils.data.DataLoader:
+        """The ``predict_splits`` (default dev and test) of every task, each example once across ranks."""
+        return self._eval_loader([(t, s) for t in self.task_names for s in self.predict_splits])
+
+    # ------------------------------------------------------------------ resume
+
+    def _fit_position(self) -> int | None:
+        """Training batches of the current epoch consumed by the Trainer (it prefetches ahead)."""
+        trainer = self.trainer
+        if trainer is None:
+            return None
+        try:
+            if trainer.state.fn != "fit":
+                return None
+            return int(trainer.fit_loop.epoch_loop.batch_progress.current.processed)
+        except AttributeError:  # another Lightning layout: fall back to the sampler's own count
+            return None
+
+    def state_dict(self) -> dict[str, Any]:
+        """The training sampler's position (also saved through the train loader)."""
+        if self.train_batch_sampler is None:
+            return {}
+        return {"train_sampler": self.train_batch_sampler.state_dict()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the sampler position (applied when the train loader is built, or now if it exists)."""
+        state = state_dict.get("train_sampler")
+        if not state:
+            return
+        if self.train_batch_sampler is not None:
+            self.train_batch_sampler.load_state_dict(state)
+        else:
+            self._pending_sampler_state = dict(state)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(tasks={self.task_names}, data_dir={str(self.data_dir)!r}, "
+            f"sampling={self.sampling!r}, batch_size={self.batch_sizes})"
+        )

@@ -1,0 +1,89 @@
+"""Map-style datasets that turn a :class:`~pal_lightning.data.samplers.TaskBatch` into a padded batch.
+
+The samplers decide which examples form a batch; the dataset builds the whole
+batch at once (``__getitems__``), padding to the longest example of the batch.
+The batch is a dict following :mod:`pal_lightning.batch`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from pal_lightning.data.samplers import MultiTaskBatchSampler, TaskBatch
+from pal_lightning.data.tokenize import TokenizedSplit, pad_batch
+
+
+def passthrough(batch: Any) -> Any:
+    """Collate function for batches that the dataset already assembled."""
+    return batch
+
+
+class MultiTaskDataset(Dataset):
+    """Tokenised splits of several tasks, addressed by :class:`TaskBatch`.
+
+    Args:
+        splits: ``(task, split) -> TokenizedSplit``.
+        pad_token_id: id used to pad ``input_ids``.
+    """
+
+    def __init__(self, splits: Mapping[tuple[str, str], TokenizedSplit], pad_token_id: int) -> None:
+        self.splits = dict(splits)
+        self.pad_token_id = int(pad_token_id)
+
+    def __len__(self) -> int:
+        return sum(len(s) for s in self.splits.values())
+
+    def __getitem__(self, key: TaskBatch) -> dict[str, Any]:  # type: ignore[override]
+        return self.__getitems__(key)
+
+    def __getitems__(self, key: TaskBatch) -> dict[str, Any]:
+        """The padded batch of ``key``'s examples (one task, one split)."""
+        data = self.splits[(key.task, key.split)]
+        idx = np.asarray(key.indices, dtype=np.int64)
+        batch: dict[str, Any] = {"task": key.task, "split": key.split, "ids": data.ids[idx].tolist()}
+        if data.labels is not None:
+            labels = data.labels[idx]
+            batch["labels"] = (
+                torch.from_numpy(labels.astype(np.float32))
+                if labels.dtype.kind == "f"
+                else torch.from_numpy(labels.astype(np.int64))
+            )
+        for side, enc in data.encodings.items():
+            batch.update(pad_batch(enc, idx, self.pad_token_id, suffix=f"_{side}" if side else ""))
+        return batch
+
+
+class BatchListDataset(Dataset):
+    """A fixed list of pre-planned batches (evaluation and prediction): item ``i`` is batch ``i``."""
+
+    def __init__(self, base: MultiTaskDataset, batches: Sequence[TaskBatch]) -> None:
+        self.base = base
+        self.batches = list(batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return self.base.__getitems__(self.batches[i])
+
+
+class ResumableDataLoader(DataLoader):
+    """A DataLoader whose position can be saved and restored (Lightning checks for these methods).
+
+    Lightning stores ``state_dict()`` of every training dataloader that has one in the
+    checkpoint and calls ``load_state_dict`` when resuming; both delegate to the
+    :class:`MultiTaskBatchSampler`.
+    """
+
+    def state_dict(self) -> dict[str, Any]:
+        assert isinstance(self.batch_sampler, MultiTaskBatchSampler)
+        return self.batch_sampler.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        assert isinstance(self.batch_sampler, MultiTaskBatchSampler)
+        self.batch_sampler.load_state_dict(state)

@@ -1,0 +1,362 @@
+"""Readers for the supported file formats, with strict row validation.
+
+Three formats (``TaskSpec.format``):
+
+``cs224n``
+    The CS224N minBERT files: tab-separated despite the ``.csv`` name, a header row,
+    standard CSV quoting (read with ``csv.DictReader(f, delimiter="\\t")`` as the starter
+    code does). Test-student files have no label column and may carry extra unnamed
+    index columns, which are ignored.
+``glue_tsv``
+    GLUE TSV files (``sentence<TAB>label``, test files ``index<TAB>sentence``), read
+    without quote processing, as GLUE writes them.
+``hf``
+    Anything :func:`datasets.load_dataset` reads. ``hf_path`` is a builder name
+    (``csv``, ``json``, ``parquet``) with ``files[split]`` a path relative to the data
+    directory, or a hub dataset id with ``files[split]`` naming the hub split
+    (default ``train``/``validation``/``test`` for ``train``/``dev``/``test``).
+
+Every row is checked (text present, id present and unique, label parseable, integral for
+classes and inside ``TaskSpec.label_range``). Bad rows are skipped with one warning per
+file naming the count and the first line numbers, or stop the run
+(``on_bad_row="error"``) naming the file and line. Nothing is dropped silently: the
+counts of loaded and skipped rows of every file are logged.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import math
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pal_lightning.data.text import ptb_detokenize, undo_double_quoting
+from pal_lightning.errors import PalUserError
+from pal_lightning.tasks import TaskSpec
+
+log = logging.getLogger(__name__)
+
+#: Split names used throughout the data code.
+SPLITS = ("train", "dev", "test")
+#: Values of ``on_bad_row``.
+BAD_ROW_POLICIES = ("skip", "error")
+#: Builders of ``datasets`` that read local files.
+HF_FILE_BUILDERS = ("csv", "json", "parquet", "text")
+#: Default hub split name for each of our splits.
+HF_DEFAULT_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
+#: How many bad line numbers a skip warning lists.
+MAX_REPORTED_BAD_ROWS = 5
+
+
+def rank_zero() -> bool:
+    """Whether this process is global rank 0 (logging only happens there)."""
+    from lightning.pytorch.utilities.rank_zero import rank_zero_only
+
+    return getattr(rank_zero_only, "rank", 0) == 0
+
+
+@dataclass
+class RawSplit:
+    """The validated rows of one split of one task, column by column."""
+
+    task: str
+    """Task name."""
+    split: str
+    """``train``, ``dev`` or ``test``."""
+    source: str
+    """Where the rows came from (a file path or a hub id), for messages."""
+    ids: list[str]
+    """Example ids (the id column, or the 0-based row number when the task has none)."""
+    texts: list[list[str]]
+    """One list per text column (one for single sentences, two for pairs), cleaned."""
+    labels: np.ndarray | None
+    """int64 classes or float64 scores; ``None`` for an unlabelled split."""
+    rows: int = 0
+    """Data rows in the source (loaded + skipped)."""
+    bad_rows: list[tuple[int, str]] = field(default_factory=list)
+    """(line number, reason) of every skipped row."""
+
+    @property
+    def skipped(self) -> int:
+        """Number of rows dropped by validation."""
+        return len(self.bad_rows)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+@dataclass
+class Source:
+    """Where one split of one task is read from."""
+
+    kind: str
+    """``file`` (a local path) or ``hub`` (a ``datasets`` hub id)."""
+    location: str
+    """The local path, or the hub id."""
+    hf_split: str | None = None
+    """For hub sources: the split name on the hub."""
+
+    @property
+    def is_file(self) -> bool:
+        return self.kind == "file"
+
+
+def resolve_data_dir(data_dir: str | os.PathLike[str] | None) -> Path:
+    """The data directory: the argument, else ``$PAL_DATA_DIR``, else ``./data``."""
+    if data_dir is not None and str(data_dir) != "":
+        return Path(data_dir).expanduser()
+    env = os.environ.get("PAL_DATA_DIR", "").strip()
+    return Path(env).expanduser() if env else Path("data")
+
+
+def resolve_source(spec: TaskSpec, split: str, data_dir: Path) -> Source | None:
+    """Where ``split`` of ``spec`` comes from, or ``None`` when the task has no such split."""
+    if spec.format == "hf" and spec.hf_path and spec.hf_path not in HF_FILE_BUILDERS:
+        hf_split = spec.files.get(split, HF_DEFAULT_SPLITS[split] if not spec.files else None)
+        if hf_split is None:
+            return None
+        return Source("hub", spec.hf_path, hf_split)
+    name = spec.files.get(split)
+    if not name:
+        return None
+    path = Path(name).expanduser()
+    return Source("file", str(path if path.is_absolute() else data_dir / path))
+
+
+def check_files_exist(requests: Sequence[tuple[TaskSpec, str]], data_dir: Path) -> None:
+    """Raise one :class:`PalUserError` listing every missing file of ``requests`` (task, split).
+
+    Raises:
+        PalUserError: naming the files expected, the directory searched and how to point at it.
+    """
+    missing: list[str] = []
+    for spec, split in requests:
+        src = resolve_source(spec, split, data_dir)
+        if src is not None and src.is_file and not Path(src.location).is_file():
+            missing.append(f"{spec.name}/{split}: {spec.files[split]}")
+    if missing:
+        raise PalUserError(
+            f"Data files not found in {data_dir.resolve()}: "
+            + "; ".join(missing)
+            + ". Point at the folder holding them with --data.data_dir PATH (data_dir=... in Python) "
+            "or the environment variable PAL_DATA_DIR; without either, ./data is searched."
+        )
+
+
+# --------------------------------------------------------------------------- row sources
+
+
+def _iter_delimited(path: str, quoting: int) -> Iterator[tuple[int, dict[str | None, Any], list[str]]]:
+    """Yield ``(line number, row, header)`` of a tab-separated file with a header row."""
+    with open(path, encoding="utf-8", newline="") as f:
+        reader = csv.DictReader(f, delimiter="\t", quoting=quoting)
+        header = list(reader.fieldnames or [])
+        for row in reader:
+            # line_num is the last physical line of the record (1-based, header is line 1).
+            yield reader.line_num, row, header
+
+
+def _iter_hf(spec: TaskSpec, src: Source) -> Iterator[tuple[int, dict[str | None, Any], list[str]]]:
+    """Yield ``(row number, row, columns)`` of a ``datasets`` source (row numbers are 1-based)."""
+    try:
+        import datasets
+    except ImportError as err:  # pragma: no cover - datasets is a dependency
+        raise PalUserError("format='hf' needs the `datasets` package: pip install datasets.") from err
+    if src.is_file:
+        builder = spec.hf_path or _builder_for(src.location)
+        kwargs: dict[str, Any] = {}
+        if builder == "csv" and src.location.endswith((".tsv", ".tab")):
+            kwargs["delimiter"] = "\t"
+        ds = datasets.load_dataset(builder, data_files={"data": src.location}, split="data", **kwargs)
+    else:
+        try:
+            ds = datasets.load_dataset(src.location, spec.hf_name, split=src.hf_split)
+        except Exception as err:  # noqa: BLE001 - hub/network errors come in many types
+            raise PalUserError(
+                f"Could not load dataset {src.location!r} (config {spec.hf_name!r}, split {src.hf_split!r}) "
+                f"for task {spec.name!r}: {err}. Check the hub id, the split names in files=..., or use local "
+                "files with hf_path='csv'|'json'|'parquet'."
+            ) from err
+    columns = list(ds.column_names)
+    for i, row in enumerate(ds):
+        yield i + 1, row, columns
+
+
+def _builder_for(path: str) -> str:
+    ext = Path(path).suffix.lower()
+    if ext in (".csv", ".tsv", ".tab"):
+        return "csv"
+    if ext in (".json", ".jsonl"):
+        return "json"
+    if ext == ".parquet":
+        return "parquet"
+    raise PalUserError(
+        f"Cannot tell the format of {path}: set hf_path to 'csv', 'json' or 'parquet' in the TaskSpec."
+    )
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _parse_label(value: Any, spec: TaskSpec) -> tuple[float | int | None, str | None]:
+    """Parse one label: ``(value, None)`` or ``(None, reason)``."""
+    if value is None:
+        return None, "missing label field"
+    if isinstance(value, bool):
+        value = int(value)
+    if isinstance(value, str):
+        value = value.strip()
+        if not value:
+            return None, "empty label"
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None, f"non-numeric label {str(value)[:30]!r}"
+    if not math.isfinite(number):
+        return None, f"non-numeric label {str(value)[:30]!r}"
+    low, high = spec.label_range
+    if not low <= number <= high:
+        return None, f"label {value!r} outside the range [{low:g}, {high:g}]"
+    if spec.is_regression:
+        return number, None
+    if not number.is_integer():
+        return None, f"class label {value!r} is not an integer"
+    if not 0 <= number < spec.num_labels:
+        return None, f"class label {value!r} outside 0..{spec.num_labels - 1}"
+    return int(number), None
+
+
+def _clean_text(text: str, spec: TaskSpec, detokenize: bool) -> str:
+    if spec.unquote:
+        text = undo_double_quoting(text)
+    if detokenize and spec.ptb_detokenize:
+        text = ptb_detokenize(text)
+    return text.strip()
+
+
+def read_split(
+    spec: TaskSpec,
+    split: str,
+    data_dir: Path,
+    on_bad_row: str = "skip",
+    detokenize: bool = True,
+) -> RawSplit:
+    """Read and validate one split of one task.
+
+    Args:
+        spec: the task.
+        split: ``train``, ``dev`` or ``test``.
+        data_dir: directory that relative file names are resolved against.
+        on_bad_row: ``skip`` (drop bad rows, warn once with count and first lines) or ``error``.
+        detokenize: undo PTB tokens for tasks with ``ptb_detokenize``.
+
+    Raises:
+        PalUserError: missing file or column, or a bad row with ``on_bad_row="error"``.
+    """
+    if on_bad_row not in BAD_ROW_POLICIES:
+        raise PalUserError(f"on_bad_row must be one of {BAD_ROW_POLICIES}, got {on_bad_row!r}.")
+    src = resolve_source(spec, split, data_dir)
+    if src is None:
+        raise PalUserError(f"Task {spec.name!r} has no {split!r} file; add it to the TaskSpec's files.")
+    if src.is_file:
+        check_files_exist([(spec, split)], data_dir)
+    if spec.format == "hf":
+        rows = _iter_hf(spec, src)
+    else:
+        quoting = csv.QUOTE_MINIMAL if spec.format == "cs224n" else csv.QUOTE_NONE
+        rows = _iter_delimited(src.location, quoting)
+    where = src.location if src.is_file else f"{src.location}[{src.hf_split}]"
+    name = Path(src.location).name if src.is_file else where
+
+    ids: list[str] = []
+    texts: list[list[str]] = [[] for _ in spec.text_columns]
+    labels: list[float | int] = []
+    bad: list[tuple[int, str]] = []
+    seen: set[str] = set()
+    labelled: bool | None = None
+    n_rows = 0
+    for line, row, header in rows:
+        if labelled is None:
+            labelled = _check_header(spec, split, header, where)
+        n_rows += 1
+        reason = None
+        if None in row and any(v not in ("", None) for v in row[None]):
+            reason = f"{len(header) + len(row[None])} fields, the header has {len(header)}"
+        example_texts: list[str] = []
+        if reason is None:
+            for col in spec.text_columns:
+                raw = row.get(col)
+                if raw is None:
+                    reason = f"missing field {col!r}"
+                    break
+                text = _clean_text(str(raw), spec, detokenize)
+                if not text:
+                    reason = f"empty text in {col!r}"
+                    break
+                example_texts.append(text)
+        label: float | int | None = None
+        if reason is None and labelled:
+            label, reason = _parse_label(row.get(spec.label_column), spec)  # type: ignore[arg-type]
+        ex_id = str(n_rows - 1)
+        if reason is None and spec.id_column is not None:
+            raw_id = row.get(spec.id_column)
+            ex_id = "" if raw_id is None else str(raw_id).strip()
+            if not ex_id:
+                reason = "empty id"
+            elif ex_id in seen:
+                reason = f"duplicate id {ex_id!r}"
+        if reason is not None:
+            if on_bad_row == "error":
+                raise PalUserError(
+                    f"{where}, line {line}: bad row ({reason}) in task {spec.name!r}. Fix the file, or pass "
+                    "--data.on_bad_row skip (on_bad_row='skip') to drop such rows with a warning."
+                )
+            bad.append((line, reason))
+            continue
+        seen.add(ex_id)
+        ids.append(ex_id)
+        for i, text in enumerate(example_texts):
+            texts[i].append(text)
+        if labelled:
+            labels.append(label)  # type: ignore[arg-type]
+    if labelled is None:  # empty file: no rows at all
+        labelled = split != "test"
+    label_arr = None
+    if labelled:
+        label_arr = np.asarray(labels, dtype=np.float64 if spec.is_regression else np.int64)
+    out = RawSplit(spec.name, split, where, ids, texts, label_arr, n_rows, bad)
+    if bad and rank_zero():
+        shown = ", ".join(f"{ln} ({why})" for ln, why in bad[:MAX_REPORTED_BAD_ROWS])
+        more = f" and {len(bad) - MAX_REPORTED_BAD_ROWS} more" if len(bad) > MAX_REPORTED_BAD_ROWS else ""
+        log.warning(
+            "%s: skipped %d bad row(s) of %d (task %s, %s); lines %s%s. Pass on_bad_row='error' to stop instead.",
+            name,
+            len(bad),
+            n_rows,
+            spec.name,
+            split,
+            shown,
+            more,
+        )
+    return out
+
+
+def _check_header(spec: TaskSpec, split: str, header: Sequence[str], where: str) -> bool:
+    """Check the required columns exist; return whether the split carries labels."""
+    required = list(spec.text_columns) + ([spec.id_column] if spec.id_column else [])
+    missing = [c for c in required if c not in header]
+    has_label = spec.label_column is not None and spec.label_column in header
+    if split != "test" and not has_label:
+        missing.append(str(spec.label_column))
+    if missing:
+        raise PalUserError(
+            f"{where} (task {spec.name!r}, {split}) lacks the column(s) {missing}; its columns are "
+            f"{list(header)}. Fix text_columns/label_column/id_column in the TaskSpec, or the file."
+        )
+    return has_label

@@ -1,0 +1,294 @@
+"""Tokenisation with the encoder's fast tokenizer, ragged numpy storage and an on-disk cache.
+
+A split is tokenised once with one batched call of the fast (Rust) tokenizer and
+stored ragged: all token ids of all examples in one flat ``int32`` array plus
+``offsets`` (example ``i`` owns ``flat[offsets[i]:offsets[i + 1]]``). Padding
+happens per batch in :func:`pad_batch`, so a batch is only as long as its longest
+example.
+
+Pairs are encoded ``cross`` (one sequence ``[CLS] a [SEP] b [SEP]`` with token
+types 0/1) or ``siamese`` (two sequences, one per sentence; batch keys ``*_a`` and
+``*_b``).
+
+The cache holds one uncompressed ``.npz`` file per (task, split) whose name is a
+SHA-256 of everything that determines its content: the bytes of the source file
+(or the ``datasets`` fingerprint of a hub split), the tokenizer (its full
+serialised vocabulary and rules), ``max_length``, the pair encoding, the row
+handling settings and :data:`CACHE_VERSION`. Files are written atomically
+(temporary file + rename), so concurrent processes never read half a file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pal_lightning.data.readers import RawSplit
+
+log = logging.getLogger(__name__)
+
+#: Bump when the cached layout or the reading/cleaning rules change.
+CACHE_VERSION = 1
+
+
+@dataclass
+class Encoded:
+    """Ragged token ids (and token types) of one sequence per example."""
+
+    input_ids: np.ndarray
+    """All token ids, concatenated (int32)."""
+    token_type_ids: np.ndarray
+    """Token types aligned with ``input_ids`` (int8)."""
+    offsets: np.ndarray
+    """int64 ``[n + 1]``: example ``i`` is ``input_ids[offsets[i]:offsets[i + 1]]``."""
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Number of tokens of each example."""
+        return np.diff(self.offsets)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def select(self, n: int) -> Encoded:
+        """The first ``n`` examples."""
+        end = int(self.offsets[n])
+        return Encoded(self.input_ids[:end], self.token_type_ids[:end], self.offsets[: n + 1])
+
+
+@dataclass
+class TokenizedSplit:
+    """One split of one task, tokenised: what the datasets and samplers work on."""
+
+    task: str
+    """Task name."""
+    split: str
+    """``train``, ``dev`` or ``test``."""
+    ids: np.ndarray
+    """Example ids (numpy unicode array)."""
+    labels: np.ndarray | None
+    """int64 classes or float64 scores; ``None`` when unlabelled."""
+    encodings: dict[str, Encoded]
+    """``""`` for single sentences and cross pairs; ``"a"`` and ``"b"`` for siamese pairs."""
+    rows: int = 0
+    """Data rows in the source (loaded + skipped)."""
+    bad_rows: list[tuple[int, str]] = field(default_factory=list)
+    """(line, reason) of skipped rows."""
+    source: str = ""
+    """Where the rows came from."""
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def skipped(self) -> int:
+        return len(self.bad_rows)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Total tokens per example (both sides for siamese pairs): the key of length grouping."""
+        total = None
+        for enc in self.encodings.values():
+            total = enc.lengths if total is None else total + enc.lengths
+        assert total is not None
+        return total
+
+    def head(self, n: int | None) -> TokenizedSplit:
+        """The first ``n`` examples (all when ``n`` is ``None`` or larger than the split)."""
+        if n is None or n >= len(self):
+            return self
+        return TokenizedSplit(
+            self.task,
+            self.split,
+            self.ids[:n],
+            None if self.labels is None else self.labels[:n],
+            {k: v.select(n) for k, v in self.encodings.items()},
+            self.rows,
+            self.bad_rows,
+            self.source,
+        )
+
+
+# --------------------------------------------------------------------------- encoding
+
+
+def _ragged(seqs: list[list[int]], types: list[list[int]] | None) -> Encoded:
+    lengths = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=len(seqs))
+    offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    flat = np.fromiter((t for s in seqs for t in s), dtype=np.int32, count=int(offsets[-1]))
+    if types is None:
+        flat_types = np.zeros(len(flat), dtype=np.int8)
+    else:
+        flat_types = np.fromiter((t for s in types for t in s), dtype=np.int8, count=int(offsets[-1]))
+    return Encoded(flat, flat_types, offsets)
+
+
+def encode_split(
+    raw: RawSplit, tokenizer: Any, max_length: int, pair_encoding: str = "cross"
+) -> TokenizedSplit:
+    """Tokenise a validated split with one batched call per sequence side.
+
+    Args:
+        raw: the rows (one or two text columns).
+        tokenizer: a Hugging Face *fast* tokenizer.
+        max_length: longest sequence kept, special tokens included (longer ones are truncated;
+            cross pairs truncate the longer sentence first).
+        pair_encoding: ``cross`` or ``siamese`` (ignored for single sentences).
+    """
+    kwargs = dict(
+        truncation=True, max_length=max_length, return_attention_mask=False, return_token_type_ids=True
+    )
+    encodings: dict[str, Encoded] = {}
+    if len(raw.texts) == 1 or pair_encoding == "cross":
+        out = tokenizer(*raw.texts, **kwargs)
+        encodings[""] = _ragged(out["input_ids"], out["token_type_ids"])
+    else:
+        for side, texts in zip("ab", raw.texts, strict=True):
+            out = tokenizer(texts, **kwargs)
+            encodings[side] = _ragged(out["input_ids"], None)
+    return TokenizedSplit(
+        raw.task,
+        raw.split,
+        np.asarray(raw.ids, dtype=np.str_),
+        raw.labels,
+        encodings,
+        raw.rows,
+        list(raw.bad_rows),
+        raw.source,
+    )
+
+
+def pad_batch(enc: Encoded, index: np.ndarray, pad_id: int, suffix: str = "") -> dict[str, Any]:
+    """Pad the examples ``index`` of ``enc`` to the longest of them.
+
+    Returns ``input_ids``/``attention_mask``/``token_type_ids`` (LongTensor ``[B, T]``),
+    with ``suffix`` (``_a``/``_b``) appended to the keys for siamese sides.
+    """
+    import torch
+
+    starts = enc.offsets[index]
+    lengths = enc.offsets[index + 1] - starts
+    width = int(lengths.max()) if len(lengths) else 0
+    ids = np.full((len(index), width), pad_id, dtype=np.int64)
+    types = np.zeros((len(index), width), dtype=np.int64)
+    # The mask is 1 on real tokens: position j < length.
+    mask = (np.arange(width)[None, :] < lengths[:, None]).astype(np.int64)
+    for row, (start, length) in enumerate(zip(starts.tolist(), lengths.tolist(), strict=True)):
+        ids[row, :length] = enc.input_ids[start : start + length]
+        types[row, :length] = enc.token_type_ids[start : start + length]
+    return {
+        f"input_ids{suffix}": torch.from_numpy(ids),
+        f"attention_mask{suffix}": torch.from_numpy(mask),
+        f"token_type_ids{suffix}": torch.from_numpy(types),
+    }
+
+
+# --------------------------------------------------------------------------- cache
+
+
+def file_fingerprint(path: str | os.PathLike[str]) -> str:
+    """SHA-256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def tokenizer_fingerprint(tokenizer: Any) -> str:
+    """SHA-256 of the tokenizer's full serialised state (vocabulary, normaliser, special tokens).
+
+    Two tokenizers with the same fingerprint turn every text into the same ids, whatever
+    their name or path.
+    """
+    digest = hashlib.sha256(type(tokenizer).__name__.encode())
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        digest.update(backend.to_str().encode())
+    else:  # pragma: no cover - slow tokenizers are refused earlier
+        digest.update(json.dumps(tokenizer.get_vocab(), sort_keys=True).encode())
+    digest.update(json.dumps(tokenizer.all_special_tokens).encode())
+    return digest.hexdigest()
+
+
+def cache_key(source_fingerprint: str, tokenizer_fp: str, settings: dict[str, Any]) -> str:
+    """The cache file name stem for one split: a hash of content, tokenizer and settings."""
+    payload = json.dumps(
+        {"version": CACHE_VERSION, "source": source_fingerprint, "tokenizer": tokenizer_fp, **settings},
+        sort_keys=True,
+        default=str,
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+
+def default_cache_dir() -> Path:
+    """``$PAL_CACHE_DIR``, else ``$XDG_CACHE_HOME/pal_lightning``, else ``~/.cache/pal_lightning``."""
+    env = os.environ.get("PAL_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "pal_lightning"
+
+
+def cache_path(cache_dir: Path, task: str, split: str, key: str) -> Path:
+    """File of one cached split: readable task/split prefix, then the key."""
+    return cache_dir / "tokenized" / f"{task}-{split}-{key}.npz"
+
+
+def save_cached(path: Path, data: TokenizedSplit) -> None:
+    """Write ``data`` to ``path`` atomically (plain numpy arrays, no pickle)."""
+    arrays: dict[str, np.ndarray] = {"ids": data.ids}
+    if data.labels is not None:
+        arrays["labels"] = data.labels
+    for side, enc in data.encodings.items():
+        arrays[f"input_ids{side}"] = enc.input_ids
+        arrays[f"token_type_ids{side}"] = enc.token_type_ids
+        arrays[f"offsets{side}"] = enc.offsets
+    meta = {"task": data.task, "split": data.split, "rows": data.rows, "bad_rows": data.bad_rows}
+    meta.update({"source": data.source, "sides": list(data.encodings)})
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_cached(path: Path) -> TokenizedSplit | None:
+    """Read a cached split, or ``None`` if absent or unreadable (then it is rebuilt)."""
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            meta = json.loads(z["meta"].tobytes().decode())
+            encodings = {
+                side: Encoded(z[f"input_ids{side}"], z[f"token_type_ids{side}"], z[f"offsets{side}"])
+                for side in meta["sides"]
+            }
+            labels = z["labels"] if "labels" in z.files else None
+            return TokenizedSplit(
+                meta["task"],
+                meta["split"],
+                z["ids"],
+                labels,
+                encodings,
+                int(meta["rows"]),
+                [tuple(b) for b in meta["bad_rows"]],  # type: ignore[misc]
+                meta.get("source", ""),
+            )
+    except Exception as err:  # noqa: BLE001 - a damaged cache file is rebuilt, never fatal
+        log.warning("Ignoring unreadable cache file %s (%s); it will be rebuilt.", path, err)
+        return None
