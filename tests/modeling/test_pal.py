@@ -1,0 +1,77 @@
+"""The task-specific functions themselves: projected attention, adapters, the PAL mask."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from pal_lightning.modeling import PALConfig
+from pal_lightning.modeling.pal import MASK_VALUE, ProjectedAttention, TaskAdapter, additive_mask
+
+
+def _manual_attention(module: ProjectedAttention, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    b, t, d = x.shape
+    hd = d // module.num_heads
+    q, k, v = module.qkv(x).split(d, dim=-1)
+    heads = []
+    for i in range(module.num_heads):
+        sl = slice(i * hd, (i + 1) * hd)
+        scores = q[..., sl] @ k[..., sl].transpose(1, 2) / math.sqrt(hd)
+        scores = scores.masked_fill(~keep[:, None, :], float("-inf"))
+        heads.append(scores.softmax(-1) @ v[..., sl])
+    return torch.cat(heads, dim=-1)
+
+
+def test_projected_attention_is_multi_head_attention_without_output_projection():
+    torch.manual_seed(0)
+    module = ProjectedAttention(12, 3)
+    assert [n for n, _ in module.named_parameters()] == ["qkv.weight", "qkv.bias"]  # no output projection
+    x = torch.randn(2, 5, 12)
+    keep = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], dtype=torch.bool)
+    got = module(x, additive_mask(keep.long(), x.dtype))
+    torch.testing.assert_close(got, _manual_attention(module, x, keep), atol=1e-5, rtol=1e-5)
+
+
+def test_additive_mask():
+    assert additive_mask(None, torch.float32) is None
+    assert additive_mask(torch.ones(2, 3, dtype=torch.long), torch.float32) is None  # no padding: fast path
+    mask = additive_mask(torch.tensor([[1, 1, 0]]), torch.float32)
+    assert mask.shape == (1, 1, 1, 3)
+    assert mask.flatten().tolist() == [0.0, 0.0, MASK_VALUE]
+    # an all-padding row stays finite
+    module = ProjectedAttention(4, 2)
+    out = module(torch.randn(1, 3, 4), additive_mask(torch.zeros(1, 3, dtype=torch.long), torch.float32))
+    assert torch.isfinite(out).all()
+    with pytest.raises(ValueError, match="2-D"):
+        additive_mask(torch.ones(1, 1, 3), torch.float32)
+
+
+def test_low_rank_is_up_of_down():
+    adapter = TaskAdapter(PALConfig(adapter="low_rank", init="random"), 16, 4, [0, 1])
+    h = torch.randn(2, 3, 16)
+    torch.testing.assert_close(adapter(1, h, None), adapter.up["1"](adapter.down["1"](h)))
+    assert adapter.attention is None
+
+
+def test_pals_share_projections_across_layers():
+    adapter = TaskAdapter(PALConfig(init="random", pal_size=4, num_heads=2), 16, 4, [0, 1, 2])
+    h = torch.randn(2, 3, 16)
+    expected = adapter.up(adapter.attention["2"](adapter.down(h), None))
+    torch.testing.assert_close(adapter(2, h, None), expected)
+    assert isinstance(adapter.down, torch.nn.Linear)
+
+
+@pytest.mark.parametrize("init", ["zero", "random"])
+def test_initialisation(init):
+    torch.manual_seed(0)
+    adapter = TaskAdapter(PALConfig(init=init, pal_size=60, num_heads=6), 96, 60, [0])
+    assert adapter.down.weight.std().item() == pytest.approx(0.02, rel=0.1)
+    assert adapter.attention["0"].qkv.weight.std().item() == pytest.approx(0.02, rel=0.1)
+    assert adapter.down.bias.abs().sum() == 0
+    if init == "zero":
+        assert adapter.up.weight.abs().sum() == 0 and adapter.up.bias.abs().sum() == 0
+        assert adapter(0, torch.randn(1, 2, 96), None).abs().sum() == 0
+    else:
+        assert adapter.up.weight.std().item() == pytest.approx(0.02, rel=0.1)
