@@ -35,6 +35,7 @@ _EXPORTS: dict[str, str] = {
     "MultiTaskDataModule": "pal_lightning.data",
     "task_probabilities": "pal_lightning.data.sampling",
     "annealed_alpha": "pal_lightning.data.sampling",
+    "PredictionWriter": "pal_lightning.callbacks",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
@@ -54,6 +55,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from pal_lightning.callbacks import PredictionWriter
     from pal_lightning.data import MultiTaskDataModule
     from pal_lightning.data.sampling import annealed_alpha, task_probabilities
     from pal_lightning.errors import PalUserError

@@ -505,6 +505,10 @@ class MultiTaskDataModule(pl.LightningDataModule):
         """The ``predict_splits`` (default dev and test) of every task, each example once across ranks."""
         return self._eval_loader([(t, s) for t in self.task_names for s in self.predict_splits])
 
+    def example_ids(self, task: str, split: str) -> list[str]:
+        """Ids of a loaded split in file order (the prediction writer writes rows in this order)."""
+        return self.load_split(task, split).ids.tolist()
+
     # ------------------------------------------------------------------ resume
 
     def _fit_position(self) -> int | None:

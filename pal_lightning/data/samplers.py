@@ -237,7 +237,9 @@ class MultiTaskBatchSampler(Sampler[TaskBatch]):
         hit = self._cycles.get(key)
         if hit is None:
             if self.lengths is None:
-                hit = _plain_cycle(self.seed, task, cycle, self.sizes[task])
+                hit = _plain_cycle(
+                    self.seed, task, cycle, self.sizes[task], self.batch_sizes[task] * self.num_replicas
+                )
             else:
                 hit = _grouped_cycle(
                     self.seed,
@@ -315,18 +317,42 @@ def _task_sequence(
     return seq
 
 
-def _plain_cycle(seed: int, task: str, cycle: int, n: int) -> np.ndarray:
+def _raw_cycle(seed: int, task: str, cycle: int, n: int) -> np.ndarray:
     """A random permutation of ``n`` examples, seeded by ``(seed, task, cycle)``."""
     words = [*_seed_words(seed), _EXAMPLE_STREAM, zlib.crc32(task.encode()), cycle]
     rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(words)))
     return rng.permutation(n)
 
 
+def _plain_cycle(seed: int, task: str, cycle: int, n: int, global_batch: int) -> np.ndarray:
+    """Cycle ``cycle`` of the example stream, with no example twice in a global batch.
+
+    The global batch that straddles the boundary between cycles ``c - 1`` and ``c`` takes
+    the last ``tail`` examples of cycle ``c - 1`` and the first ``head`` of cycle ``c``. Any
+    of those first ``head`` examples that also sit in that tail is swapped with an example
+    from the middle of cycle ``c``. Swaps never touch the tail of a cycle, so
+    every tail is the raw permutation's and each cycle depends on the previous raw one only.
+    (A task with fewer than two global batches of examples cannot avoid repeats.)
+    """
+    perm = _raw_cycle(seed, task, cycle, n)
+    head = (-cycle * n) % global_batch
+    if cycle == 0 or head == 0 or n < 2 * global_batch:
+        return perm
+    prev_tail = set(_raw_cycle(seed, task, cycle - 1, n)[n - (global_batch - head) :].tolist())
+    tail_len = (n - head) % global_batch
+    clashes = [i for i in range(head) if int(perm[i]) in prev_tail]
+    if clashes:
+        free = (j for j in range(head, n - tail_len) if int(perm[j]) not in prev_tail)
+        for i, j in zip(clashes, free, strict=False):
+            perm[i], perm[j] = perm[j], perm[i]
+    return perm
+
+
 def _grouped_cycle(
     seed: int, task: str, cycle: int, n: int, global_batch: int, pool_batches: int, lengths: np.ndarray
 ) -> np.ndarray:
     """A permutation of ``n`` examples whose global batches hold examples of similar length."""
-    perm = _plain_cycle(seed, task, cycle, n)
+    perm = _plain_cycle(seed, task, cycle, n, global_batch)
     words = [*_seed_words(seed), _EXAMPLE_STREAM, zlib.crc32(task.encode()), cycle, 1]
     rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(words)))
     # Global batches start at stream positions that are multiples of global_batch; this cycle

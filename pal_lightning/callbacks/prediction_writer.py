@@ -1,0 +1,225 @@
+"""Write CS224N-style prediction files from ``predict_step`` outputs.
+
+``predict_step`` returns ``{"task", "split", "ids", "predictions"}`` per batch
+(class ints, or float scores on the task's scale). This callback collects them
+and writes one file per task and split, ``<output_dir>/<task>-<split>-output.csv``,
+in the format of the CS224N minBERT starter code (``evaluation.py``)::
+
+    id \\t Predicted_Sentiment \\n
+    <id> , <prediction> \\n
+    ...
+
+The header names are the starter's: ``Predicted_Sentiment`` (SST, CFIMDB,
+SST-2), ``Predicted_Is_Paraphrase`` (Quora) and ``Predicted_Similiary`` (STS; the
+starter's own spelling); other tasks get ``Predicted_Label``.
+
+Existing files are never overwritten unless ``overwrite=True``: the check runs
+when prediction starts, before any batch is predicted. Under DDP every rank
+predicts its own share; the rows are gathered on rank 0 (``all_gather_object``),
+de-duplicated by id, and written by rank 0 alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import numbers
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import BasePredictionWriter
+
+from pal_lightning.errors import PalUserError
+
+log = logging.getLogger(__name__)
+
+#: Header column of each built-in task, as the CS224N starter writes it.
+STARTER_HEADERS: dict[str, str] = {
+    "sst": "Predicted_Sentiment",
+    "cfimdb": "Predicted_Sentiment",
+    "sst2": "Predicted_Sentiment",
+    "qqp": "Predicted_Is_Paraphrase",
+    "sts": "Predicted_Similiary",
+}
+#: Header column of any other task.
+DEFAULT_HEADER = "Predicted_Label"
+
+
+def output_file_name(task: str, split: str) -> str:
+    """``<task>-<split>-output.csv``."""
+    return f"{task}-{split}-output.csv"
+
+
+def format_value(value: Any) -> str:
+    """A class as an int, a score as a full-precision float."""
+    if isinstance(value, numbers.Integral):  # bool, int and numpy ints
+        return str(int(value))
+    return repr(float(value))
+
+
+def write_prediction_file(path: Path, header: str, rows: Sequence[tuple[str, Any]]) -> None:
+    """Write one file in the starter's format, atomically (temporary file + rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+            f.write(f"id \t {header} \n")
+            for ex_id, value in rows:
+                f.write(f"{ex_id} , {format_value(value)} \n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class PredictionWriter(BasePredictionWriter):
+    """Collect predictions and write ``<task>-<split>-output.csv`` files (CS224N format).
+
+    Args:
+        output_dir: folder of the files; default ``<trainer.log_dir>/predictions`` (or
+            ``<default_root_dir>/predictions`` without a logger).
+        overwrite: replace existing prediction files instead of refusing to run.
+        headers: header column per task, overriding :data:`STARTER_HEADERS`.
+    """
+
+    def __init__(
+        self,
+        output_dir: str | os.PathLike[str] | None = None,
+        overwrite: bool = False,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(write_interval="batch")
+        self.output_dir = Path(output_dir) if output_dir is not None else None
+        self.overwrite = overwrite
+        self.headers = {**STARTER_HEADERS, **(dict(headers) if headers else {})}
+        self._rows: dict[tuple[str, str], list[tuple[str, Any]]] = {}
+        #: Paths written by the last prediction run (rank 0).
+        self.written: list[Path] = []
+
+    # ------------------------------------------------------------------ where
+
+    def resolve_output_dir(self, trainer: pl.Trainer) -> Path:
+        """The folder files go to (see the class docstring)."""
+        if self.output_dir is not None:
+            return self.output_dir
+        base = trainer.log_dir or trainer.default_root_dir
+        return Path(base) / "predictions"
+
+    def expected_files(self, trainer: pl.Trainer) -> list[Path] | None:
+        """Files the run will write, when the data module tells which tasks and splits it serves."""
+        dm = getattr(trainer, "datamodule", None)
+        tasks = getattr(dm, "task_names", None)
+        splits = getattr(dm, "predict_splits", None)
+        if not tasks or not splits:
+            return None
+        out_dir = self.resolve_output_dir(trainer)
+        return [out_dir / output_file_name(t, s) for t in tasks for s in splits]
+
+    def _check_no_overwrite(self, paths: Sequence[Path], out_dir: Path) -> None:
+        existing = [p for p in paths if p.exists()]
+        if existing and not self.overwrite:
+            raise PalUserError(
+                f"Prediction files already exist in {out_dir}: {', '.join(p.name for p in existing)}. "
+                "Nothing was predicted. Choose another output_dir, move the files, or pass overwrite=True "
+                "(--predictions.overwrite true on the command line) to replace them."
+            )
+
+    # ------------------------------------------------------------------ hooks
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage != "predict":
+            return
+        self._rows = {}
+        self.written = []
+        out_dir = self.resolve_output_dir(trainer)
+        expected = self.expected_files(trainer)
+        if expected is None:
+            # Unknown tasks: refuse if the folder already holds any prediction file.
+            expected = sorted(out_dir.glob("*-output.csv")) if out_dir.is_dir() else []
+        self._check_no_overwrite(expected, out_dir)
+
+    def write_on_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        prediction: Any,
+        batch_indices: Sequence[int] | None,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int,
+    ) -> None:
+        if not isinstance(prediction, Mapping) or not {"task", "ids", "predictions"} <= set(prediction):
+            raise PalUserError(
+                "PredictionWriter needs predict_step to return {'task', 'split', 'ids', 'predictions'}; "
+                f"got {type(prediction).__name__}."
+            )
+        preds = prediction["predictions"]
+        if isinstance(preds, torch.Tensor):
+            preds = preds.detach().cpu().tolist()
+        split = (
+            prediction.get("split") or (batch.get("split") if isinstance(batch, Mapping) else None) or "test"
+        )
+        rows = self._rows.setdefault((str(prediction["task"]), str(split)), [])
+        rows.extend(zip((str(i) for i in prediction["ids"]), preds, strict=True))
+
+    def on_predict_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        gathered = self._gather(self._rows)
+        if trainer.is_global_zero:
+            self.written = self._write_all(trainer, gathered)
+        self._rows = {}
+
+    # ------------------------------------------------------------------ gather and write
+
+    @staticmethod
+    def _gather(
+        rows: dict[tuple[str, str], list[tuple[str, Any]]],
+    ) -> dict[tuple[str, str], list[tuple[str, Any]]]:
+        if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+            return rows
+        world = torch.distributed.get_world_size()
+        if world == 1:
+            return rows
+        parts: list[Any] = [None] * world
+        torch.distributed.all_gather_object(parts, rows)
+        merged: dict[tuple[str, str], list[tuple[str, Any]]] = {}
+        for part in parts:
+            for key, values in part.items():
+                merged.setdefault(key, []).extend(values)
+        return merged
+
+    def _order(
+        self, trainer: pl.Trainer, task: str, split: str, rows: list[tuple[str, Any]]
+    ) -> list[tuple[str, Any]]:
+        """Drop duplicate ids (first kept) and put rows in file order when the data module knows it."""
+        unique: dict[str, Any] = {}
+        for ex_id, value in rows:
+            unique.setdefault(ex_id, value)
+        dm = getattr(trainer, "datamodule", None)
+        order_fn = getattr(dm, "example_ids", None)
+        if callable(order_fn):
+            try:
+                file_order = list(order_fn(task, split))
+            except Exception:  # noqa: BLE001 - ordering is cosmetic; fall back to sorted ids
+                file_order = []
+            if file_order and set(file_order) == set(unique):
+                return [(i, unique[i]) for i in file_order]
+        return sorted(unique.items())
+
+    def _write_all(
+        self, trainer: pl.Trainer, gathered: dict[tuple[str, str], list[tuple[str, Any]]]
+    ) -> list[Path]:
+        out_dir = self.resolve_output_dir(trainer)
+        targets = {key: out_dir / output_file_name(*key) for key in gathered}
+        # Check every target before writing any, so a refusal leaves nothing half-written.
+        self._check_no_overwrite(list(targets.values()), out_dir)
+        written = []
+        for (task, split), path in sorted(targets.items()):
+            rows = self._order(trainer, task, split, gathered[(task, split)])
+            write_prediction_file(path, self.headers.get(task, DEFAULT_HEADER), rows)
+            written.append(path)
+            log.info("Wrote %d predictions to %s", len(rows), path)
+        return written

@@ -1,0 +1,31 @@
+"""Fixtures for the data tests: small CS224N-format files written into tmp_path, with bad rows."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from data_helpers import make_cs224n_dir
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    """A CS224N-format data folder with every kind of bad row in the train files."""
+    return make_cs224n_dir(tmp_path / "data")
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """The real (fast) tokenizer of the default encoder, from the offline package."""
+    from transformers import AutoTokenizer
+
+    from pal_lightning.hub import DEFAULT_ENCODER, resolve_encoder
+
+    try:
+        path = resolve_encoder(DEFAULT_ENCODER)
+    except Exception as err:  # noqa: BLE001
+        pytest.skip(f"offline encoder package missing: {err}")
+    return AutoTokenizer.from_pretrained(path)
