@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -125,7 +126,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
         self,
         tasks: Sequence[str | TaskSpec | dict[str, Any]] = ("sst", "qqp", "sts"),
         tokenizer: str = DEFAULT_ENCODER,
-        data_dir: str | None = None,
+        data_dir: str | os.PathLike[str] | None = None,
         batch_size: int | dict[str, int] = 32,
         eval_batch_size: int | dict[str, int] = 128,
         max_length: int = 128,
@@ -137,7 +138,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
         on_bad_row: str = "skip",
         detokenize: bool = True,
         group_by_length: bool = False,
-        cache_dir: str | bool | None = None,
+        cache_dir: str | os.PathLike[str] | bool | None = None,
         num_workers: int = 0,
         seed: int = 42,
         predict_splits: Sequence[str] = ("dev", "test"),
@@ -193,7 +194,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
             {
                 "tasks": [_plain_task(s) for s in self.task_specs],
                 "tokenizer": self.tokenizer_name,
-                "data_dir": data_dir,
+                "data_dir": None if data_dir is None else str(data_dir),
                 "batch_size": batch_size,
                 "eval_batch_size": eval_batch_size,
                 "max_length": max_length,
@@ -205,7 +206,9 @@ class MultiTaskDataModule(pl.LightningDataModule):
                 "on_bad_row": on_bad_row,
                 "detokenize": detokenize,
                 "group_by_length": group_by_length,
-                "cache_dir": cache_dir,
+                "cache_dir": cache_dir
+                if cache_dir is None or isinstance(cache_dir, bool)
+                else str(cache_dir),
                 "num_workers": num_workers,
                 "seed": seed,
                 "predict_splits": list(predict_splits),

@@ -1,0 +1,111 @@
+"""PredictionWriter: CS224N-format files, file order, no overwrite (checked before predicting)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from torch import nn
+
+from pal_lightning.callbacks import PredictionWriter
+from pal_lightning.callbacks.prediction_writer import format_value
+from pal_lightning.errors import PalUserError
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
+from data_helpers import make_cs224n_dir  # noqa: E402
+
+from pal_lightning.data import MultiTaskDataModule  # noqa: E402
+
+
+class FakePredictor(pl.LightningModule):
+    """Predicts the first token id modulo the classes (or /1000 for STS); counts predict calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.p = nn.Parameter(torch.zeros(1))
+        self.calls = 0
+
+    def predict_step(self, batch, batch_idx, dataloader_idx=0):
+        self.calls += 1
+        key = "input_ids" if "input_ids" in batch else "input_ids_a"
+        first = batch[key][:, 1]
+        preds = (first / 1000.0).tolist() if batch["task"] == "sts" else (first % 2).tolist()
+        return {"task": batch["task"], "split": batch["split"], "ids": batch["ids"], "predictions": preds}
+
+
+def run_predict(tmp_path: Path, writer: PredictionWriter) -> FakePredictor:
+    data = make_cs224n_dir(tmp_path / "data")
+    dm = MultiTaskDataModule(data_dir=str(data), cache_dir=tmp_path / "cache", eval_batch_size=4)
+    model = FakePredictor()
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[writer],
+    )
+    trainer.predict(model, datamodule=dm, return_predictions=False)
+    return model
+
+
+def test_writes_starter_format_in_file_order(tmp_path):
+    out = tmp_path / "preds"
+    run_predict(tmp_path, PredictionWriter(output_dir=out))
+    names = sorted(p.name for p in out.iterdir())
+    assert names == sorted(f"{t}-{s}-output.csv" for t in ("sst", "qqp", "sts") for s in ("dev", "test"))
+    sst = (out / "sst-test-output.csv").read_text().splitlines()
+    assert sst[0] == "id \t Predicted_Sentiment "
+    assert [line.split(" , ")[0] for line in sst[1:]] == [f"ssttest{i:03d}" for i in range(9)]  # file order
+    assert all(line.split(" , ")[1].strip() in {"0", "1"} for line in sst[1:])
+    assert (out / "qqp-dev-output.csv").read_text().startswith("id \t Predicted_Is_Paraphrase \n")
+    sts = (out / "sts-dev-output.csv").read_text().splitlines()
+    assert sts[0] == "id \t Predicted_Similiary "  # the starter's spelling
+    assert len(sts) == 1 + 10 and float(sts[1].split(" , ")[1]) > 0
+
+
+def test_refuses_to_overwrite_before_predicting(tmp_path):
+    out = tmp_path / "preds"
+    run_predict(tmp_path, PredictionWriter(output_dir=out))
+    before = {p.name: p.read_text() for p in out.iterdir()}
+    (out / "sst-dev-output.csv").write_text("mine\n")
+    with pytest.raises(PalUserError, match="already exist") as err:
+        run_predict(tmp_path, PredictionWriter(output_dir=out))
+    assert "sst-dev-output.csv" in str(err.value) and "overwrite" in str(err.value)
+    assert (out / "sst-dev-output.csv").read_text() == "mine\n"  # nothing written
+    model = run_predict(tmp_path, PredictionWriter(output_dir=out, overwrite=True))
+    assert model.calls > 0
+    assert (out / "sst-dev-output.csv").read_text() == before["sst-dev-output.csv"]
+
+
+def test_refusal_happens_before_any_batch(tmp_path):
+    out = tmp_path / "preds"
+    out.mkdir()
+    (out / "qqp-test-output.csv").write_text("x\n")
+    data = make_cs224n_dir(tmp_path / "data")
+    dm = MultiTaskDataModule(data_dir=str(data), cache_dir=tmp_path / "cache")
+    model = FakePredictor()
+    trainer = pl.Trainer(
+        accelerator="cpu", logger=False, enable_progress_bar=False, callbacks=[PredictionWriter(out)]
+    )
+    with pytest.raises(PalUserError):
+        trainer.predict(model, datamodule=dm)
+    assert model.calls == 0
+
+
+def test_default_dir_and_value_format(tmp_path):
+    trainer = pl.Trainer(logger=False, default_root_dir=tmp_path)
+    assert PredictionWriter().resolve_output_dir(trainer) == tmp_path / "predictions"
+    assert format_value(3) == "3" and format_value(True) == "1" and format_value(0.25) == "0.25"
+
+
+def test_duplicates_dropped_and_rows_sorted_without_datamodule(tmp_path):
+    writer = PredictionWriter(output_dir=tmp_path)
+    trainer = pl.Trainer(logger=False, default_root_dir=tmp_path)
+    rows = {("mytask", "test"): [("b", 1), ("a", 0), ("b", 1)]}
+    assert writer._write_all(trainer, rows) == [tmp_path / "mytask-test-output.csv"]
+    assert (tmp_path / "mytask-test-output.csv").read_text() == "id \t Predicted_Label \na , 0 \nb , 1 \n"

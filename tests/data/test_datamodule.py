@@ -1,0 +1,243 @@
+"""MultiTaskDataModule: batches, cache, errors, and a real Trainer (epochs, resume mid-epoch)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from torch import nn
+
+import pal_lightning.data.datamodule as dm_mod
+from pal_lightning.data import MultiTaskDataModule
+from pal_lightning.errors import PalUserError
+
+
+def make_dm(data_dir: Path, tmp_path: Path, **kw) -> MultiTaskDataModule:
+    kw.setdefault("cache_dir", tmp_path / "cache")
+    kw.setdefault("batch_size", 4)
+    kw.setdefault("eval_batch_size", 5)
+    return MultiTaskDataModule(data_dir=str(data_dir), **kw)
+
+
+def test_train_batches_follow_the_contract(data_dir, tmp_path, tokenizer):
+    dm = make_dm(data_dir, tmp_path, batch_size={"sst": 4, "qqp": 6, "sts": 3}, sampling="round_robin")
+    dm.setup("fit")
+    assert dm.train_sizes == {"sst": 40, "qqp": 61, "sts": 30}
+    assert dm.steps_per_epoch == 10 + 11 + 10
+    batches = list(dm.train_dataloader())
+    assert len(batches) == dm.steps_per_epoch
+    assert [b["task"] for b in batches[:3]] == ["sst", "qqp", "sts"]
+    for b in batches[:3]:
+        assert b["split"] == "train" and len(b["ids"]) == {"sst": 4, "qqp": 6, "sts": 3}[b["task"]]
+        assert b["input_ids"].dtype == torch.long and b["input_ids"].shape == b["attention_mask"].shape
+        # padding per batch: the longest example fills the width, padding is masked
+        assert b["attention_mask"].sum(1).max() == b["input_ids"].shape[1]
+        assert (b["input_ids"][b["attention_mask"] == 0] == tokenizer.pad_token_id).all()
+    sts = batches[2]
+    assert sts["labels"].dtype == torch.float32 and sts["labels"].max() <= 5
+    qqp = batches[1]
+    assert qqp["labels"].dtype == torch.long
+    assert (qqp["token_type_ids"] == 1).any()  # cross pairs carry segment ids
+    # texts really come from the files (PTB tokens were undone in SST)
+    sst = batches[0]
+    text = tokenizer.decode(sst["input_ids"][0][sst["attention_mask"][0] == 1], skip_special_tokens=True)
+    assert "lrb" not in text and "( x )" in text
+
+
+def test_siamese_pairs_and_limit_examples(data_dir, tmp_path):
+    dm = make_dm(data_dir, tmp_path, pair_encoding={"sts": "siamese"}, limit_examples=10, sampling="uniform")
+    dm.setup("fit")
+    assert dm.train_sizes == {"sst": 10, "qqp": 10, "sts": 10}
+    seen = set()
+    for b in dm.train_dataloader():
+        seen.add(b["task"])
+        if b["task"] == "sts":
+            assert {"input_ids_a", "attention_mask_a", "token_type_ids_b"} <= set(b) and "input_ids" not in b
+            assert (b["token_type_ids_a"] == 0).all()
+        else:
+            assert "input_ids" in b
+    assert seen == {"sst", "qqp", "sts"}
+
+
+def test_cache_hit_skips_reading_and_tokenising(data_dir, tmp_path, monkeypatch):
+    first = make_dm(data_dir, tmp_path)
+    first.setup("fit")
+    files = sorted((tmp_path / "cache" / "tokenized").glob("*.npz"))
+    assert len(files) == 6  # train + dev of three tasks
+
+    def boom(*a, **k):
+        raise AssertionError("cache miss: the file was read/tokenised again")
+
+    monkeypatch.setattr(dm_mod, "read_split", boom)
+    monkeypatch.setattr(dm_mod, "encode_split", boom)
+    second = make_dm(data_dir, tmp_path)
+    second.setup("fit")
+    for t in ("sst", "qqp", "sts"):
+        a, b = first.load_split(t, "train"), second.load_split(t, "train")
+        assert (a.ids == b.ids).all() and (a.encodings[""].input_ids == b.encodings[""].input_ids).all()
+    assert second.load_split("qqp", "train").skipped == 2  # counts survive the cache
+    # a changed setting or file is a different key: the reader runs again
+    with pytest.raises(AssertionError, match="cache miss"):
+        make_dm(data_dir, tmp_path, max_length=16).setup("fit")
+    (data_dir / "sts-dev.csv").write_text((data_dir / "sts-dev.csv").read_text() + "99\tnew\ta b\tc d\t1.0\n")
+    with pytest.raises(AssertionError, match="cache miss"):
+        make_dm(data_dir, tmp_path).setup("validate")
+
+
+def test_missing_files_single_error(tmp_path, monkeypatch):
+    monkeypatch.delenv("PAL_DATA_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    dm = MultiTaskDataModule(cache_dir=False)
+    with pytest.raises(PalUserError) as err:
+        dm.setup("fit")
+    msg = str(err.value)
+    for name in ("ids-sst-train.csv", "quora-dev.csv", "sts-train.csv"):
+        assert name in msg
+    assert str((tmp_path / "data").resolve()) in msg and "PAL_DATA_DIR" in msg
+
+
+def test_data_dir_from_env(data_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("PAL_DATA_DIR", str(data_dir))
+    dm = MultiTaskDataModule(cache_dir=False, tasks=["sst"])
+    assert dm.data_dir == data_dir
+    dm.setup("validate")
+    assert len(dm.val_dataloader()) > 0
+
+
+def test_bad_arguments_raise_user_errors(data_dir):
+    with pytest.raises(PalUserError):
+        MultiTaskDataModule(data_dir=str(data_dir), sampling="random")
+    with pytest.raises(PalUserError):
+        MultiTaskDataModule(data_dir=str(data_dir), batch_size={"sst": 4})
+    with pytest.raises(PalUserError):
+        MultiTaskDataModule(data_dir=str(data_dir), sampling="weights", task_weights={"sst": 1})
+    with pytest.raises(PalUserError):
+        MultiTaskDataModule(data_dir=str(data_dir), on_bad_row="ignore")
+
+
+def test_on_bad_row_error_stops_setup(data_dir, tmp_path):
+    with pytest.raises(PalUserError, match="line"):
+        make_dm(data_dir, tmp_path, on_bad_row="error").setup("fit")
+
+
+def test_eval_and_predict_loaders(data_dir, tmp_path):
+    dm = make_dm(data_dir, tmp_path)
+    dm.setup("validate")
+    val = list(dm.val_dataloader())
+    assert sorted(i for b in val if b["task"] == "sst" for i in b["ids"]) == [
+        f"sstdev{i:03d}" for i in range(12)
+    ]
+    assert all("labels" in b and b["split"] == "dev" for b in val)
+    dm.setup("predict")
+    pred = list(dm.predict_dataloader())
+    counts = {}
+    for b in pred:
+        counts[(b["task"], b["split"])] = counts.get((b["task"], b["split"]), 0) + len(b["ids"])
+    assert counts == {
+        ("sst", "dev"): 12,
+        ("sst", "test"): 9,
+        ("qqp", "dev"): 14,
+        ("qqp", "test"): 7,
+        ("sts", "dev"): 10,
+        ("sts", "test"): 8,
+    }
+    assert all("labels" not in b for b in pred if b["split"] == "test")
+    with pytest.raises(PalUserError, match="labelled test"):
+        dm.test_dataloader()
+
+
+def test_task_probabilities_for_epoch_and_anneal_horizon(data_dir, tmp_path):
+    dm = make_dm(data_dir, tmp_path, anneal_epochs=3)
+    dm.setup("fit")
+    p0, p2 = dm.task_probabilities_for_epoch(0), dm.task_probabilities_for_epoch(2)
+    assert p0["qqp"] == pytest.approx(61 / 131)
+    total = sum(n**0.2 for n in (40, 61, 30))
+    assert p2["sts"] == pytest.approx(30**0.2 / total)
+
+
+# --------------------------------------------------------------------------- with a real Trainer
+
+
+class Recorder(pl.LightningModule):
+    """Records (epoch, task, ids) of every training batch; a one-parameter-per-token model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(30522, 1)
+        self.seen: list[tuple[int, str, tuple[str, ...]]] = []
+
+    def training_step(self, batch, batch_idx):
+        self.seen.append((self.current_epoch, batch["task"], tuple(batch["ids"])))
+        return self.emb(batch["input_ids"]).mean() ** 2
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def fit(dm, tmp_path, ckpt_path=None, callbacks=(), max_epochs=2):
+    model = Recorder()
+    trainer = pl.Trainer(
+        max_epochs=max_epochs,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        default_root_dir=tmp_path,
+        callbacks=list(callbacks),
+        enable_checkpointing=bool(callbacks),
+    )
+    trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
+    return model, trainer
+
+
+def test_trainer_epochs_reach_sampler_and_resume_mid_epoch(data_dir, tmp_path):
+    kw = dict(limit_examples=12, sampling="annealed")
+    full, trainer = fit(make_dm(data_dir, tmp_path, **kw), tmp_path / "a")
+    steps = len(full.seen) // 2
+    assert steps == 9  # 3 tasks x ceil(12 / 4)
+    # the epoch reached the sampler: epoch 1 is a different order; and the Trainer was fixed up
+    assert [s[1:] for s in full.seen[:steps]] != [s[1:] for s in full.seen[steps:]]
+    assert trainer._accelerator_connector.use_distributed_sampler is False
+
+    ckpt = pl.callbacks.ModelCheckpoint(
+        dirpath=tmp_path / "ck", every_n_train_steps=1, save_top_k=-1, filename="{step}"
+    )
+    fit(make_dm(data_dir, tmp_path, **kw), tmp_path / "b", callbacks=[ckpt])
+    for k in (4, steps, steps + 3):  # mid epoch 0, end of epoch 0, mid epoch 1
+        resumed, _ = fit(
+            make_dm(data_dir, tmp_path, **kw), tmp_path / "c", ckpt_path=tmp_path / "ck" / f"step={k}.ckpt"
+        )
+        assert resumed.seen == full.seen[k:], f"resume from step {k}"
+
+
+class PositionSpy(pl.Callback):
+    def __init__(self) -> None:
+        self.checks: list[tuple[int, int, int]] = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        sampler = trainer.datamodule.train_batch_sampler
+        saved = trainer.fit_loop._combined_loader._state_dicts()[0]["position"]
+        self.checks.append((batch_idx + 1, saved, sampler._position))
+
+
+def test_saved_position_counts_consumed_batches_not_worker_prefetch(data_dir, tmp_path):
+    # A worker process pulls batches ahead of the training step; the saved position must not.
+    spy = PositionSpy()
+    dm = make_dm(data_dir, tmp_path, limit_examples=12, num_workers=1)
+    model = Recorder()
+    trainer = pl.Trainer(
+        max_epochs=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        enable_checkpointing=False,
+        callbacks=[spy],
+    )
+    trainer.fit(model, datamodule=dm)
+    assert [c[0] for c in spy.checks] == [c[1] for c in spy.checks]
+    assert any(c[2] > c[0] for c in spy.checks)  # the sampler itself did run ahead
