@@ -29,6 +29,7 @@ _EXPORTS: dict[str, str] = {
     "MultiTaskBert": "pal_lightning.modeling",
     "PALConfig": "pal_lightning.modeling",
     "parameter_report": "pal_lightning.modeling",
+    "ParameterReport": "pal_lightning.modeling",
     "MultiTaskModule": "pal_lightning.module",
     "save_task_weights": "pal_lightning.modeling",
     "load_task_weights": "pal_lightning.modeling",
@@ -63,6 +64,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from pal_lightning.modeling import (
         MultiTaskBert,
         PALConfig,
+        ParameterReport,
         load_task_weights,
         parameter_report,
         save_task_weights,
