@@ -217,7 +217,7 @@ class MultiTaskBert(nn.Module):
         cls,
         bert_config: BertConfig | Mapping[str, Any],
         tasks: Sequence[Any],
-        adapter: str = "pals",
+        adapter: str | None = None,
         pal_size: int | None = None,
         *,
         pal: PALConfig | None = None,
@@ -229,9 +229,9 @@ class MultiTaskBert(nn.Module):
         Args:
             bert_config: a ``BertConfig`` or the keyword arguments of one (e.g. ``{"hidden_size": 32, ...}``).
             tasks: task names or specs.
-            adapter: PAL variant, see :class:`PALConfig`.
-            pal_size: d_s (``None``: scaled default).
-            pal: a base :class:`PALConfig`; ``adapter``, ``pal_size`` and ``pal_overrides`` replace fields.
+            adapter: PAL variant, see :class:`PALConfig` (``None``: the base config's, ``"pals"`` by default).
+            pal_size: d_s (``None``: the base config's, i.e. the scaled default unless ``pal`` sets one).
+            pal: a base :class:`PALConfig`; ``adapter``, ``pal_size`` and ``pal_overrides`` replace its fields.
             attn_implementation: BERT attention implementation (``"sdpa"``, ``"eager"``).
             **pal_overrides: other :class:`PALConfig` fields (``num_heads``, ``placement``, ``num_layers``,
                 ``init``).
@@ -239,7 +239,11 @@ class MultiTaskBert(nn.Module):
         if isinstance(bert_config, Mapping):
             bert_config = BertConfig(**bert_config)
         base = pal if pal is not None else PALConfig()
-        config = base.replace(adapter=adapter, pal_size=pal_size, **pal_overrides)
+        if adapter is not None:
+            pal_overrides["adapter"] = adapter
+        if pal_size is not None:
+            pal_overrides["pal_size"] = pal_size
+        config = base.replace(**pal_overrides) if pal_overrides else base
         return cls(bert_config, tasks, config, attn_implementation=attn_implementation)
 
     @classmethod

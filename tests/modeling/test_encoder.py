@@ -285,3 +285,16 @@ def test_real_minilm_with_pals_forward_and_backward():
     out.mean(1).pow(2).sum().backward()
     assert model.adapters["qqp"].up.weight.grad.abs().sum() > 0
     assert all(p.grad is None for _, p in model.task_parameters("sst"))
+
+
+def test_from_config_keeps_the_base_pal_config_and_the_callers_bert_config():
+    from pal_lightning.modeling import PALConfig
+
+    base = PALConfig(adapter="low_rank", pal_size=5)
+    model = MultiTaskBert.from_config(TINY, ["a"], pal=base, placement="top", num_layers=1)
+    assert model.pal_config == base.replace(placement="top", num_layers=1)
+    assert model.pal_layers == (2,) and model.pal_size == 5
+    config = BertConfig(**TINY)
+    eager = MultiTaskBert.from_config(config, ["a"], pal_size=8, num_heads=2, attn_implementation="eager")
+    assert eager.config._attn_implementation == "eager"
+    assert eager.config is not config and config.num_hidden_layers == TINY["num_hidden_layers"]
