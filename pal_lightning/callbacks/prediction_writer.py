@@ -25,6 +25,7 @@ import logging
 import numbers
 import os
 import tempfile
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -133,6 +134,9 @@ class PredictionWriter(BasePredictionWriter):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "predict":
             return
+        # Lightning warns that it cannot track batch indices of pre-batched loaders; this writer
+        # takes ids from the predictions and never uses them.
+        warnings.filterwarnings("ignore", message="Couldn't infer the batch indices fetched")
         self._rows = {}
         self.written = []
         out_dir = self.resolve_output_dir(trainer)

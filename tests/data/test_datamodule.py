@@ -61,6 +61,17 @@ def test_siamese_pairs_and_limit_examples(data_dir, tmp_path):
     assert seen == {"sst", "qqp", "sts"}
 
 
+def test_group_by_length_reduces_padding(data_dir, tmp_path):
+    def padding(dm):
+        dm.setup("fit")
+        return sum((1 - b["attention_mask"]).sum().item() for b in dm.train_dataloader())
+
+    plain = padding(make_dm(data_dir, tmp_path, sampling="round_robin"))
+    grouped_dm = make_dm(data_dir, tmp_path, sampling="round_robin", group_by_length=True)
+    assert padding(grouped_dm) < 0.6 * plain
+    assert grouped_dm.train_batch_sampler.lengths is not None
+
+
 def test_cache_hit_skips_reading_and_tokenising(data_dir, tmp_path, monkeypatch):
     first = make_dm(data_dir, tmp_path)
     first.setup("fit")
@@ -202,6 +213,7 @@ def test_trainer_epochs_reach_sampler_and_resume_mid_epoch(data_dir, tmp_path):
     # the epoch reached the sampler: epoch 1 is a different order; and the Trainer was fixed up
     assert [s[1:] for s in full.seen[:steps]] != [s[1:] for s in full.seen[steps:]]
     assert trainer._accelerator_connector.use_distributed_sampler is False
+    assert trainer.datamodule.schedule.num_epochs == 2  # anneal_epochs=None -> trainer.max_epochs
 
     ckpt = pl.callbacks.ModelCheckpoint(
         dirpath=tmp_path / "ck", every_n_train_steps=1, save_top_k=-1, filename="{step}"

@@ -1,0 +1,91 @@
+"""Run by test_ddp.py: 2-process gloo DDP fit + validate + predict on fixture files.
+
+Every rank writes ``rank<r>.json`` with the training batches (epoch, task, ids) and
+the validation ids it saw; prediction files go to ``<out>/preds``.
+Usage: python ddp_script.py OUT_DIR
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import lightning.pytorch as pl
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from data_helpers import make_cs224n_dir  # noqa: E402
+
+from pal_lightning.callbacks import PredictionWriter  # noqa: E402
+from pal_lightning.data import MultiTaskDataModule  # noqa: E402
+
+
+class Recorder(pl.LightningModule):
+    def __init__(self, out: str) -> None:
+        super().__init__()
+        self.out = out
+        self.emb = nn.Embedding(30522, 1)
+        self.train_seen: list = []
+        self.val_seen: list = []
+
+    def training_step(self, batch, batch_idx):
+        self.train_seen.append([self.current_epoch, batch["task"], list(batch["ids"])])
+        return self.emb(batch["input_ids"]).mean() ** 2
+
+    def validation_step(self, batch, batch_idx):
+        self.val_seen.append([batch["task"], list(batch["ids"])])
+
+    def predict_step(self, batch, batch_idx, dataloader_idx=0):
+        preds = [len(i) % 2 for i in batch["ids"]]
+        return {"task": batch["task"], "split": batch["split"], "ids": batch["ids"], "predictions": preds}
+
+    def on_fit_end(self) -> None:
+        path = Path(self.out) / f"rank{self.global_rank}.json"
+        state = self.trainer.datamodule.train_batch_sampler
+        path.write_text(
+            json.dumps(
+                {
+                    "train": self.train_seen,
+                    "val": self.val_seen,
+                    "world": self.trainer.world_size,
+                    "sampler_world": state.num_replicas,
+                    "use_distributed_sampler": self.trainer._accelerator_connector.use_distributed_sampler,
+                }
+            )
+        )
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def main(out: str) -> None:
+    torch.set_num_threads(1)
+    root = Path(out)
+    data = root / "data"
+    if int(os.environ.get("LOCAL_RANK", "0")) == 0 and not data.exists():
+        make_cs224n_dir(data)
+    dm = MultiTaskDataModule(
+        data_dir=str(data), cache_dir=str(root / "cache"), batch_size=3, eval_batch_size=4, sampling="sqrt"
+    )
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp",
+        max_epochs=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        callbacks=[PredictionWriter(output_dir=root / "preds")],
+    )
+    model = Recorder(out)
+    trainer.fit(model, datamodule=dm)
+    trainer.predict(model, datamodule=dm, return_predictions=False)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

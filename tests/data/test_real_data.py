@@ -1,0 +1,78 @@
+"""Integration: the real CS224N files load with the row counts of ../shared/data/README.md."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from pal_lightning.data import MultiTaskDataModule
+from pal_lightning.data.readers import read_split
+from pal_lightning.tasks import get_task
+
+pytestmark = pytest.mark.integration
+
+DATA = os.environ.get("PAL_DATA_DIR")
+
+# (task, split): (rows in the file, rows loaded); skipped = rows - loaded
+EXPECTED = {
+    ("sst", "train"): (8544, 8544),
+    ("sst", "dev"): (801, 801),
+    ("sst", "test"): (2210, 2210),
+    ("qqp", "train"): (14139, 14137),
+    ("qqp", "dev"): (15214, 15212),
+    ("qqp", "test"): (998, 998),
+    ("sts", "train"): (6040, 6040),
+    ("sts", "dev"): (863, 863),
+    ("sts", "test"): (1725, 1725),
+}
+BAD_IDS = {
+    ("qqp", "train"): {"9c27e925b9422f792eb526433", "9f8c14e3dd710d4fecbe5468f"},
+    ("qqp", "dev"): {"ad118c967d683c93883bf072d", "9054345d02cd6c5642a4904dc"},
+}
+
+
+@pytest.fixture(scope="module")
+def real_dm(tmp_path_factory):
+    if not DATA or not Path(DATA).is_dir():
+        pytest.skip("PAL_DATA_DIR is not set")
+    dm = MultiTaskDataModule(data_dir=DATA, cache_dir=tmp_path_factory.mktemp("cache"))
+    return dm
+
+
+def test_row_counts_match_readme(real_dm):
+    for (task, split), (rows, loaded) in EXPECTED.items():
+        data = real_dm.load_split(task, split)
+        assert (data.rows, len(data), data.skipped) == (rows, loaded, rows - loaded), (task, split)
+        assert len(set(data.ids.tolist())) == loaded
+        assert (data.labels is None) == (split == "test")
+
+
+def test_malformed_quora_rows_are_the_documented_ones(real_dm):
+    for (task, split), bad in BAD_IDS.items():
+        ids = set(real_dm.load_split(task, split).ids.tolist())
+        assert not ids & bad
+    raw = read_split(get_task("qqp"), "dev", Path(DATA))
+    # no loaded text still carries the second quoting layer
+    assert not any(t.startswith('"') and t.endswith('"') and '""' in t for col in raw.texts for t in col)
+
+
+def test_label_distributions(real_dm):
+    import numpy as np
+
+    sst = real_dm.load_split("sst", "train").labels
+    assert np.bincount(sst).tolist() == [1092, 2218, 1624, 2322, 1288]
+    qqp = real_dm.load_split("qqp", "train").labels
+    assert np.bincount(qqp).tolist() == [8838, 5299]
+    sts = real_dm.load_split("sts", "train").labels
+    assert sts.min() >= 0 and sts.max() <= 5
+
+
+def test_fit_setup_and_steps(real_dm):
+    real_dm.setup("fit")
+    assert real_dm.train_sizes == {"sst": 8544, "qqp": 14137, "sts": 6040}
+    # one pass: ceil(8544/32) + ceil(14137/32) + ceil(6040/32)
+    assert real_dm.steps_per_epoch == 267 + 442 + 189
+    batch = next(iter(real_dm.train_dataloader()))
+    assert batch["input_ids"].shape[1] <= 128
