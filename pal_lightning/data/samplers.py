@@ -29,6 +29,7 @@ Evaluation (:func:`eval_batches`)
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import math
 import zlib
@@ -385,9 +386,10 @@ def eval_batches(
     sorted by length (longest first) when ``lengths`` is given, cut into
     ``ceil(ceil(N / W) / B)`` near-equal batches, a number that is the same on every rank
     (as long as ``N >= W``), so ranks run the same number of evaluation steps and the same
-    task at each step.
+    task at each step. Splits are interleaved batch by batch, so a cap on the number of
+    evaluation batches (``limit_val_batches``) still sees every task.
     """
-    out: list[TaskBatch] = []
+    per_split: list[list[TaskBatch]] = []
     for (task, split), n in splits.items():
         if n == 0:
             continue
@@ -397,7 +399,7 @@ def eval_batches(
             idx = idx[np.argsort(-lengths[(task, split)][lo:hi], kind="stable")]
         per_rank = math.ceil(n / num_replicas)
         num_batches = math.ceil(per_rank / batch_sizes[task])
-        for chunk in np.array_split(idx, min(num_batches, max(len(idx), 1))):
-            if len(chunk):
-                out.append(TaskBatch(task, split, tuple(int(i) for i in chunk)))
-    return out
+        chunks = np.array_split(idx, min(num_batches, max(len(idx), 1)))
+        per_split.append([TaskBatch(task, split, tuple(int(i) for i in c)) for c in chunks if len(c)])
+    # Interleave the splits (a, b, c, a, b, c, ...) so that limit_val_batches keeps every task.
+    return [b for group in itertools.zip_longest(*per_split) for b in group if b is not None]

@@ -199,3 +199,8 @@ def test_eval_batches_cover_each_example_once_with_equal_counts(world):
         got = sorted(i for p in per_rank for b in p if (b.task, b.split) == key for i in b.indices)
         assert got == list(range(n))
     assert all(len(b.indices) <= {"a": 10, "b": 4, "c": 16}[b.task] for p in per_rank for b in p)
+
+
+def test_eval_batches_interleave_tasks():
+    batches = eval_batches({("a", "dev"): 30, ("b", "dev"): 30, ("c", "dev"): 5}, {"a": 10, "b": 10, "c": 10})
+    assert [b.task for b in batches] == ["a", "b", "c", "a", "b", "a", "b"]
