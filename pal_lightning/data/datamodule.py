@@ -465,6 +465,10 @@ class MultiTaskDataModule(pl.LightningDataModule):
         if self._pending_sampler_state is not None:
             sampler.load_state_dict(self._pending_sampler_state)
             self._pending_sampler_state = None
+        elif self.trainer is not None:
+            # A loader rebuilt mid-training (reload_dataloaders_every_n_epochs) may be iterated
+            # before Lightning calls set_epoch: start it at the right epoch.
+            sampler.set_epoch(self.trainer.current_epoch)
         self.train_batch_sampler = sampler
         dataset = MultiTaskDataset(splits, self.pad_token_id)
         return ResumableDataLoader(dataset, batch_sampler=sampler, **self._loader_kwargs())

@@ -187,9 +187,10 @@ class Recorder(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
-def fit(dm, tmp_path, ckpt_path=None, callbacks=(), max_epochs=2):
+def fit(dm, tmp_path, ckpt_path=None, callbacks=(), max_epochs=2, **trainer_kw):
     model = Recorder()
     trainer = pl.Trainer(
+        **trainer_kw,
         max_epochs=max_epochs,
         accelerator="cpu",
         devices=1,
@@ -214,6 +215,9 @@ def test_trainer_epochs_reach_sampler_and_resume_mid_epoch(data_dir, tmp_path):
     assert [s[1:] for s in full.seen[:steps]] != [s[1:] for s in full.seen[steps:]]
     assert trainer._accelerator_connector.use_distributed_sampler is False
     assert trainer.datamodule.schedule.num_epochs == 2  # anneal_epochs=None -> trainer.max_epochs
+    # rebuilding the loader every epoch gives the same sequence
+    reloaded, _ = fit(make_dm(data_dir, tmp_path, **kw), tmp_path / "r", reload_dataloaders_every_n_epochs=1)
+    assert reloaded.seen == full.seen
 
     ckpt = pl.callbacks.ModelCheckpoint(
         dirpath=tmp_path / "ck", every_n_train_steps=1, save_top_k=-1, filename="{step}"
