@@ -9,6 +9,11 @@ encoder's fast tokenizer (cached on disk), and serves
 * validation (dev), test (labelled test splits) and prediction (dev and
   test-student) batches covering every example exactly once across ranks.
 
+An epoch is ``steps_per_epoch`` steps (default: one pass, ``sum_t ceil(N_t / (B_t W))``).
+Tasks drawn more often than they have batches do not run dry: each task's examples
+are used without replacement and reshuffled when used up (a new random permutation
+per pass), continuing across epochs.
+
 ``batch_size`` and ``eval_batch_size`` are per rank (per device), like every
 Lightning batch size. Lightning must not wrap the loaders in a
 ``DistributedSampler`` (this module shards by itself): :meth:`setup` switches the

@@ -232,6 +232,17 @@ def _parse_label(value: Any, spec: TaskSpec) -> tuple[float | int | None, str | 
     return int(number), None
 
 
+def _is_unlabelled_marker(value: Any, spec: TaskSpec) -> bool:
+    """Empty, missing, or -1 outside the label range: how test files hide their labels."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return True
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return False
+    return number == -1 and spec.label_range[0] > -1
+
+
 def _clean_text(text: str, spec: TaskSpec, detokenize: bool) -> str:
     if spec.unquote:
         text = undo_double_quoting(text)
@@ -302,7 +313,11 @@ def read_split(
                 example_texts.append(text)
         label: float | int | None = None
         if reason is None and labelled:
-            label, reason = _parse_label(row.get(spec.label_column), spec)  # type: ignore[arg-type]
+            raw_label = row.get(spec.label_column)  # type: ignore[arg-type]
+            if split == "test" and _is_unlabelled_marker(raw_label, spec):
+                label = None  # hidden test label (GLUE writes -1): not a bad row
+            else:
+                label, reason = _parse_label(raw_label, spec)
         ex_id = str(n_rows - 1)
         if reason is None and spec.id_column is not None:
             raw_id = row.get(spec.id_column)
@@ -327,6 +342,15 @@ def read_split(
             labels.append(label)  # type: ignore[arg-type]
     if labelled is None:  # empty file: no rows at all
         labelled = split != "test"
+    if labelled and split == "test" and any(v is None for v in labels):
+        if rank_zero() and any(v is not None for v in labels):
+            log.warning(
+                "%s: only %d of %d test rows carry a label; the test split is treated as unlabelled.",
+                name,
+                sum(v is not None for v in labels),
+                len(labels),
+            )
+        labelled = False
     label_arr = None
     if labelled:
         label_arr = np.asarray(labels, dtype=np.float64 if spec.is_regression else np.int64)

@@ -36,7 +36,7 @@ from pal_lightning.data.readers import RawSplit
 log = logging.getLogger(__name__)
 
 #: Bump when the cached layout or the reading/cleaning rules change.
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 
 @dataclass

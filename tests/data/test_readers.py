@@ -155,3 +155,12 @@ def test_hf_reader_local_csv_and_json(tmp_path):
     )
     dev = read_split(reg, "dev", tmp_path)
     assert dev.ids == ["u1"] and dev.labels.tolist() == [0.5]
+
+
+def test_hidden_test_labels_make_an_unlabelled_split(tmp_path):
+    write_lines(tmp_path / "test.tsv", ["sentence\tlabel", "first\t-1", "second\t-1"])
+    spec = get_task("sst2").replace(files={"test": "test.tsv"})
+    test = read_split(spec, "test", tmp_path)
+    assert test.labels is None and len(test) == 2 and test.skipped == 0
+    write_lines(tmp_path / "test.tsv", ["sentence\tlabel", "first\t1", "second\t0"])
+    assert read_split(spec, "test", tmp_path).labels.tolist() == [1, 0]
