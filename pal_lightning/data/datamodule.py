@@ -85,6 +85,26 @@ def _per_task(value: int | Mapping[str, int], tasks: Sequence[str], what: str) -
     return out
 
 
+def _resolve_cache_dir(value: bool | str | os.PathLike[str] | None) -> Path | None:
+    """The cache folder, or ``None`` when caching is off.
+
+    ``None``/``True`` pick :func:`~pal_lightning.data.tokenize.default_cache_dir`; ``False`` turns the
+    cache off. Strings spelling these values (``"false"``, ``"null"``, as config parsers may hand
+    them over) mean the same, so no folder named ``False`` is ever created.
+    """
+    if isinstance(value, str):
+        word = value.strip().lower()
+        if word in ("false", "off", "no", "0"):
+            return None
+        if word in ("", "none", "null", "true", "on", "yes", "1"):
+            return default_cache_dir()
+    if value is False:
+        return None
+    if value is None or value is True:
+        return default_cache_dir()
+    return Path(value).expanduser()
+
+
 def _plain_task(spec: TaskSpec) -> str | dict[str, Any]:
     """A checkpoint-safe (plain types only) form of a task for hyper-parameters."""
     from pal_lightning.tasks import BUILTIN_TASKS
@@ -143,7 +163,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
         on_bad_row: str = "skip",
         detokenize: bool = True,
         group_by_length: bool = False,
-        cache_dir: str | os.PathLike[str] | bool | None = None,
+        cache_dir: bool | str | os.PathLike[str] | None = None,
         num_workers: int = 0,
         seed: int = 42,
         predict_splits: Sequence[str] = ("dev", "test"),
@@ -178,11 +198,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
         self.on_bad_row = on_bad_row
         self.detokenize = detokenize
         self.group_by_length = group_by_length
-        self.cache_dir: Path | None = (
-            None
-            if cache_dir is False
-            else (Path(cache_dir) if cache_dir not in (None, True) else default_cache_dir())
-        )
+        self.cache_dir: Path | None = _resolve_cache_dir(cache_dir)
         self.num_workers = int(num_workers)
         self.seed = int(seed)
         self.predict_splits = tuple(predict_splits)

@@ -257,3 +257,18 @@ def test_saved_position_counts_consumed_batches_not_worker_prefetch(data_dir, tm
     trainer.fit(model, datamodule=dm)
     assert [c[0] for c in spy.checks] == [c[1] for c in spy.checks]
     assert any(c[2] > c[0] for c in spy.checks)  # the sampler itself did run ahead
+
+
+@pytest.mark.parametrize("value", [False, "False", "false", "off"])
+def test_cache_off_spellings_never_create_a_folder(value, data_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    dm = MultiTaskDataModule(data_dir=str(data_dir), cache_dir=value, tasks=["sts"])
+    assert dm.cache_dir is None
+    dm.setup("validate")
+    assert not (tmp_path / str(value)).exists()
+
+
+def test_cache_dir_default_from_env(data_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("PAL_CACHE_DIR", str(tmp_path / "envcache"))
+    assert MultiTaskDataModule(data_dir=str(data_dir), cache_dir=None).cache_dir == tmp_path / "envcache"
+    assert MultiTaskDataModule(data_dir=str(data_dir), cache_dir="null").cache_dir == tmp_path / "envcache"
