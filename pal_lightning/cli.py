@@ -30,6 +30,7 @@ import sys
 from argparse import ArgumentError as _StdArgumentError
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from jsonargparse import ArgumentError as _JsonArgumentError
 from lightning.pytorch import Trainer
@@ -42,6 +43,7 @@ from lightning.pytorch.callbacks import (
 )
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from pal_lightning.callbacks.score_report import ScoreReport
 from pal_lightning.errors import PalUserError
@@ -89,10 +91,13 @@ def run_loggers(root_dir: str | os.PathLike[str]) -> list[Any]:
     Both loggers get the same explicit version, so the run's files (``metrics.csv``, ``config.yaml``,
     ``checkpoints/``, ``tensorboard/`` events, predictions) end up in one directory.
     """
-    version = next_version_dir(root_dir)
+    # absolute, so that the checkpoint folder recorded in checkpoints matches the one that
+    # validate/test/predict later derive from --ckpt_path (ModelCheckpoint makes given paths absolute)
+    root = os.path.abspath(root_dir)
+    version = next_version_dir(root)
     return [
-        CSVLogger(save_dir=str(root_dir), name="", version=version),
-        TensorBoardLogger(save_dir=str(root_dir), name="", version=version, sub_dir="tensorboard"),
+        CSVLogger(save_dir=root, name="", version=version),
+        TensorBoardLogger(save_dir=root, name="", version=version, sub_dir="tensorboard"),
     ]
 
 
@@ -193,15 +198,38 @@ class PalLightningCLI(LightningCLI):
         parser.add_lightning_class_args(PredictionWriter, "predictions")
 
     def before_instantiate_classes(self) -> None:
-        """Send predictions to the checkpoint's run directory when none is given."""
-        if self.subcommand != "predict":
+        """Point validate/test/predict from a checkpoint back at that checkpoint's run.
+
+        Predictions go to ``<run>/predictions`` of the checkpoint's run when no ``output_dir`` is
+        given, and the checkpoint callback keeps the checkpoint's folder (it never saves outside
+        ``fit``; the same folder just lets its restored state match).
+        """
+        if self.subcommand in (None, "fit"):
             return
         config = self.config[self.subcommand]
         ckpt = config.get("ckpt_path")
-        if config.get("predictions.output_dir") is None and ckpt and Path(ckpt).is_file():
-            ckpt_dir = Path(ckpt).resolve().parent
+        if not ckpt or not Path(ckpt).is_file():
+            return
+        ckpt_dir = Path(ckpt).parent  # as written: ModelCheckpoint compares its dirpath literally
+        if config.get("checkpoint.dirpath") is None:
+            config["checkpoint.dirpath"] = str(ckpt_dir)
+        if self.subcommand == "predict" and config.get("predictions.output_dir") is None:
             run_dir = ckpt_dir.parent if ckpt_dir.name == "checkpoints" else ckpt_dir
             config["predictions.output_dir"] = str(run_dir / "predictions")
+
+    def instantiate_classes(self) -> None:
+        """Instantiate model, data and trainer; a rejected config value becomes a :class:`PalUserError`.
+
+        jsonargparse wraps errors raised by ``__init__`` of a subclass-mode class (e.g. an unknown task
+        name) in a "Does not validate against any of the Union subtypes" ``ValueError``; that is a
+        configuration mistake, reported in one line. Set ``PAL_DEBUG=1`` to see the traceback instead.
+        """
+        try:
+            super().instantiate_classes()
+        except ValueError as exc:
+            if isinstance(exc, PalUserError) or _UNION_ERROR not in str(exc) or os.environ.get("PAL_DEBUG"):
+                raise
+            raise PalUserError(f"Invalid configuration:\n{exc}") from exc
 
     def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Callback]) -> Trainer:
         defaults = self.trainer_defaults
@@ -218,8 +246,9 @@ class PalLightningCLI(LightningCLI):
             self.trainer_defaults = defaults
 
 
+_UNION_ERROR = "Does not validate against any of the Union subtypes"
 _NOISE = (
-    "Does not validate against any of the Union subtypes",
+    _UNION_ERROR,
     "Subtypes:",
     "Errors:",
     "Expected a <class 'NoneType'>",
@@ -247,7 +276,9 @@ def _user_error(exc: BaseException) -> BaseException | None:
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
-        if isinstance(current, (PalUserError, _JsonArgumentError, _StdArgumentError)):
+        if isinstance(
+            current, (PalUserError, _JsonArgumentError, _StdArgumentError, MisconfigurationException)
+        ):
             return current
         seen.add(id(current))
         current = current.__cause__ or current.__context__
@@ -257,11 +288,17 @@ def _user_error(exc: BaseException) -> BaseException | None:
 def main(args: list[str] | None = None) -> int:
     """Run the ``pal-lightning`` command line and return its exit status.
 
-    User mistakes (a :class:`PalUserError` or an invalid option/config value) print one line,
+    User mistakes (a :class:`PalUserError`, an invalid option/config value, or a Trainer setting this
+    machine cannot honour, e.g. ``accelerator: gpu`` without a GPU) print one line,
     ``pal-lightning: error: <what is wrong and how to fix it>``, to stderr and return 2.
     """
     try:
-        PalLightningCLI(args=args)
+        if args is None:
+            PalLightningCLI()
+        else:
+            # args given in-process: hide the host program's own argv from LightningCLI's check
+            with mock.patch.object(sys, "argv", sys.argv[:1]):
+                PalLightningCLI(args=args)
     except SystemExit as exc:  # --help / --print_config exit early on purpose
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
@@ -269,7 +306,10 @@ def main(args: list[str] | None = None) -> int:
         found = _user_error(exc)
         if found is None:
             raise
-        print(f"pal-lightning: error: {_one_line(str(found))}", file=sys.stderr, flush=True)
+        message = _one_line(str(found))
+        if isinstance(found, MisconfigurationException):
+            message += " (a Trainer setting this machine cannot honour: check trainer.accelerator, devices, strategy, precision)"
+        print(f"pal-lightning: error: {message}", file=sys.stderr, flush=True)
         return USER_ERROR_EXIT
     return 0
 

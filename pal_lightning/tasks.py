@@ -77,8 +77,10 @@ class TaskSpec:
 
     name: str
     """Unique task name; used in batch keys, metric names (``val/<name>/<metric>``) and file names."""
-    kind: TaskKind = TaskKind.SINGLE_CLASSIFICATION
-    """Prediction problem: single-sentence classification, pair classification or pair regression."""
+    kind: TaskKind | str = TaskKind.SINGLE_CLASSIFICATION
+    """Prediction problem: single-sentence classification, pair classification or pair regression.
+    A plain string value (``"pair_regression"``, as YAML configs and saved hyper-parameters write it) is
+    accepted and converted to :class:`TaskKind`."""
     num_labels: int = 2
     """Number of classes (1 for regression)."""
     label_range: tuple[float, float] = (0.0, 1.0)

@@ -1,0 +1,170 @@
+"""The CLI driven in-process through ``main(args=[...])``: every config parses, a tiny model fits,
+validates, tests and predicts on fixture data, reruns never overwrite, user mistakes give one line."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from pal_lightning.cli import USER_ERROR_EXIT, PalLightningCLI, RunConfigSaver, main, next_version_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _single_error_line(err: str) -> str:
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("pal-lightning: error:")]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def test_every_shipped_config_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    assert len(CONFIGS) >= 14
+    for config in CONFIGS:
+        assert main(["fit", "--config", str(config), "--print_config"]) == 0, config.name
+        printed = yaml.safe_load(capsys.readouterr().out)
+        assert printed["model"]["class_path"].endswith("MultiTaskModule"), config.name
+        assert printed["trainer"]["use_distributed_sampler"] is False, config.name
+        if config.name != "ddp.yaml":  # ddp.yaml is a trainer block to combine with an experiment
+            assert printed["seed_everything"] == 42, config.name
+            assert printed["trainer"]["default_root_dir"] == f"runs/{config.stem}", config.name
+    ddp = yaml.safe_load((ROOT / "configs" / "ddp.yaml").read_text())["trainer"]
+    assert ddp["strategy"] == "ddp_find_unused_parameters_true" and ddp["precision"] == "16-mixed"
+
+
+def test_links_give_encoder_tasks_and_pair_encoding_once(
+    tiny_yaml: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import yaml
+
+    args = ["--config", str(tiny_yaml), "--model.tasks", "[sst, sts]", "--model.pair_encoding", "siamese"]
+    assert main(["fit", *args, "--print_config=skip_null"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    # link targets are not options of their own: they follow the model
+    assert not {"tokenizer", "tasks", "pair_encoding"} & set(printed["data"]["init_args"])
+    assert printed["model"]["init_args"]["tasks"] == ["sst", "sts"]
+
+    monkeypatch.setattr("sys.argv", ["pal-lightning"])
+    cli = PalLightningCLI(args=[*args, "--data.init_args.tasks", "[qqp]"], run=False)
+    assert cli.datamodule.task_names == ["sst", "sts"]  # the link wins over a stray target value
+    assert cli.datamodule.tokenizer_name == cli.model.hparams.encoder
+    assert cli.datamodule.pair_encodings == {"sst": "siamese", "sts": "siamese"}
+    assert list(cli.model.task_specs) == ["sst", "sts"]
+
+
+def test_fit_validate_test_predict_and_reruns(
+    tiny_yaml: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runs = tmp_path / "runs"
+    assert main(["fit", "--config", str(tiny_yaml)]) == 0
+    out = capsys.readouterr().out
+    assert "CS224N overall (dev):" in out and "sts" in out and "pearson" in out
+    run0 = runs / "version_0"
+    for name in ("config.yaml", "metrics.csv", "scores.json", "hparams.yaml"):
+        assert (run0 / name).is_file(), name
+    assert any((run0 / "tensorboard").iterdir())
+    scores = json.loads((run0 / "scores.json").read_text())
+    assert set(scores["best"]["scores"]) >= {
+        "val/overall",
+        "val/sst/accuracy",
+        "val/qqp/accuracy",
+        "val/sts/pearson",
+    }
+    assert scores["steps"] == 4
+    (ckpt,) = (run0 / "checkpoints").glob("*.ckpt")
+    config_digest = _digest(run0 / "config.yaml")
+
+    # a rerun into the same root gets its own version directory and leaves the first run alone
+    assert main(["fit", "--config", str(tiny_yaml), "--trainer.max_steps", "2"]) == 0
+    capsys.readouterr()
+    assert (runs / "version_1" / "config.yaml").is_file()
+    assert _digest(run0 / "config.yaml") == config_digest
+    assert len(list((run0 / "checkpoints").glob("*.ckpt"))) == 1
+
+    base = ["--config", str(tiny_yaml), "--ckpt_path", str(ckpt)]
+    assert main(["validate", *base]) == 0
+    assert "val/overall" in capsys.readouterr().out
+    assert main(["test", *base]) == 0  # the fixture's STS test file is labelled
+    assert "test/sts/pearson" in capsys.readouterr().out
+
+    assert main(["predict", *base]) == 0
+    capsys.readouterr()
+    pred_dir = run0 / "predictions"
+    files = sorted(p.name for p in pred_dir.glob("*.csv"))
+    assert files == sorted(f"{t}-{s}-output.csv" for t in ("sst", "qqp", "sts") for s in ("dev", "test"))
+    sst_dev = (pred_dir / "sst-dev-output.csv").read_text().splitlines()
+    assert sst_dev[0].split() == ["id", "Predicted_Sentiment"] and len(sst_dev) == 1 + 10
+    digests = {p.name: _digest(p) for p in pred_dir.glob("*.csv")}
+    (pred_dir / "sts-dev-output.csv").write_text("sentinel\n")
+
+    # a second predict refuses to overwrite, with one line and nothing written
+    assert main(["predict", *base]) == USER_ERROR_EXIT
+    line = _single_error_line(capsys.readouterr().err)
+    assert "already exist" in line and "overwrite" in line
+    assert (pred_dir / "sts-dev-output.csv").read_text() == "sentinel\n"
+
+    assert main(["predict", *base, "--predictions.overwrite", "true"]) == 0
+    capsys.readouterr()
+    assert {p.name: _digest(p) for p in pred_dir.glob("*.csv")} == digests
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (["--model.init_args.no_such_option", "1"], "no_such_option"),
+        (["--trainer.max_stepz", "3"], "max_stepz"),
+        (["--data.init_args.data_dir", "{missing}"], "missing-data"),
+        (
+            ["--model.init_args.bert_config", "null", "--model.init_args.encoder", "nobody/no-such-encoder"],
+            "no-such-encoder",
+        ),
+        (["--model.tasks", "[sst, no_such_task]"], "Unknown task 'no_such_task'"),
+    ],
+    ids=[
+        "unknown-model-key",
+        "unknown-trainer-key",
+        "missing-data-folder",
+        "unknown-encoder",
+        "unknown-task",
+    ],
+)
+def test_user_errors_are_one_line_without_traceback(
+    extra: list[str], expected: str, tiny_yaml: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    extra = [e.format(missing=tmp_path / "missing-data") for e in extra]
+    assert main(["fit", "--config", str(tiny_yaml), *extra]) == USER_ERROR_EXIT
+    line = _single_error_line(capsys.readouterr().err)
+    assert expected in line
+    assert not (tmp_path / "runs" / "version_0" / "checkpoints").exists()
+
+
+def test_config_saver_picks_a_free_name_when_runs_share_a_folder(tmp_path: Path) -> None:
+    saved: list[str] = []
+    parser = SimpleNamespace(save=lambda config, path, **kw: (saved.append(path), Path(path).write_text("x")))
+    trainer = SimpleNamespace(
+        log_dir=str(tmp_path), is_global_zero=True, strategy=SimpleNamespace(broadcast=lambda obj: obj)
+    )
+    (tmp_path / "config.yaml").write_text("first run")
+    for _ in range(2):
+        RunConfigSaver(parser, config={}).setup(trainer, None, "fit")  # type: ignore[arg-type]
+    assert [Path(p).name for p in saved] == ["config_1.yaml", "config_2.yaml"]
+    assert (tmp_path / "config.yaml").read_text() == "first run"
+
+
+def test_next_version_dir(tmp_path: Path) -> None:
+    assert next_version_dir(tmp_path / "absent") == "version_0"
+    (tmp_path / "version_0").mkdir()
+    (tmp_path / "version_3").mkdir()
+    (tmp_path / "version_x").mkdir()
+    assert next_version_dir(tmp_path) == "version_4"
