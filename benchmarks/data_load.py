@@ -49,8 +49,9 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     t0 = time.perf_counter()
-    import pal_lightning.data  # noqa: F401  (torch, lightning, transformers)
     import transformers  # noqa: F401
+
+    import pal_lightning.data  # noqa: F401  (torch, lightning, transformers)
 
     import_s = time.perf_counter() - t0
     cold, cached = [], []
