@@ -37,9 +37,35 @@ _EXPORTS: dict[str, str] = {
     "task_probabilities": "pal_lightning.data.sampling",
     "annealed_alpha": "pal_lightning.data.sampling",
     "PredictionWriter": "pal_lightning.callbacks",
+    "cs224n_overall": "pal_lightning.metrics",
+    "overall_score": "pal_lightning.metrics",
 }
 
-__all__ = sorted(_EXPORTS) + ["__version__"]
+__all__ = [
+    "BUILTIN_TASKS",
+    "DEFAULT_ENCODER",
+    "MultiTaskBert",
+    "MultiTaskDataModule",
+    "MultiTaskModule",
+    "PALConfig",
+    "PalUserError",
+    "ParameterReport",
+    "PredictionWriter",
+    "TaskKind",
+    "TaskSpec",
+    "annealed_alpha",
+    "available_tasks",
+    "cs224n_overall",
+    "get_task",
+    "load_task_weights",
+    "overall_score",
+    "parameter_report",
+    "register_task",
+    "resolve_encoder",
+    "save_task_weights",
+    "task_probabilities",
+    "__version__",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -70,4 +96,11 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         save_task_weights,
     )
     from pal_lightning.module import MultiTaskModule
-    from pal_lightning.tasks import BUILTIN_TASKS, TaskKind, TaskSpec, available_tasks, get_task, register_task
+    from pal_lightning.tasks import (
+        BUILTIN_TASKS,
+        TaskKind,
+        TaskSpec,
+        available_tasks,
+        get_task,
+        register_task,
+    )
