@@ -87,6 +87,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from pal_lightning.data.sampling import annealed_alpha, task_probabilities
     from pal_lightning.errors import PalUserError
     from pal_lightning.hub import DEFAULT_ENCODER, resolve_encoder
+    from pal_lightning.metrics import cs224n_overall, overall_score
     from pal_lightning.modeling import (
         MultiTaskBert,
         PALConfig,
