@@ -54,6 +54,26 @@ def format_scores(scores: dict[str, float], monitor: str = "val/overall") -> str
     return "\n".join(lines)
 
 
+def parameter_counts(pl_module: pl.LightningModule) -> dict[str, Any] | None:
+    """Shared, per-task and total parameter counts of a module with ``parameter_report()``, else ``None``."""
+    report_fn = getattr(pl_module, "parameter_report", None)
+    if not callable(report_fn):
+        return None
+    try:
+        report = report_fn()
+    except Exception:  # noqa: BLE001 - a user model without the expected structure: no counts
+        return None
+    return {
+        "adapter": report.adapter,
+        "pal_size": report.pal_size,
+        "base_encoder": report.base_encoder,
+        "stored_per_task": dict(report.stored_per_task),
+        "total": report.total,
+        "ratio": report.ratio,
+        "trainable": report.trainable,
+    }
+
+
 class ScoreReport(Callback):
     """Print the best dev scores at the end of fit and save them as ``scores.json`` in the log directory.
 
@@ -117,6 +137,7 @@ class ScoreReport(Callback):
             return
         payload = {
             "monitor": self.monitor,
+            "parameters": parameter_counts(pl_module),
             "best": best,
             "last": self.history[-1] if self.history else None,
             "history": self.history,
