@@ -94,7 +94,8 @@ def run_loggers(root_dir: str | os.PathLike[str]) -> list[Any]:
     # absolute, so that the checkpoint folder recorded in checkpoints matches the one that
     # validate/test/predict later derive from --ckpt_path (ModelCheckpoint makes given paths absolute)
     root = os.path.abspath(root_dir)
-    version = next_version_dir(root)
+    # an int version gives the folder "version_N" and shows N (not "on_N") in the progress bar
+    version = int(next_version_dir(root).split("_")[-1])
     return [
         CSVLogger(save_dir=root, name="", version=version),
         TensorBoardLogger(save_dir=root, name="", version=version, sub_dir="tensorboard"),
@@ -150,6 +151,9 @@ class PalLightningCLI(LightningCLI):
         # exit_on_error=False: parse errors raise ArgumentError, which main() prints as one line
         parser_kwargs = {
             "exit_on_error": False,
+            "prog": "pal-lightning",
+            "description": "Multi-task fine-tuning of BERT encoders with Projected Attention Layers, "
+            "e.g. pal-lightning fit --config configs/quickstart.yaml",
             **{cmd: {"exit_on_error": False} for cmd in self.subcommands()},
         }
         parser_kwargs.update(kwargs.pop("parser_kwargs", {}))
