@@ -72,7 +72,7 @@ COLUMNS = (
     "params_total",  # parameters stored to serve all of the method's tasks
     "stored_params_ratio",  # params_total / one base encoder
     "wall_s",  # wall time of the run(s), training and evaluation, in seconds
-    "steps",  # optimizer steps per run
+    "steps",  # optimizer steps of the run (of the three runs together for "single")
     "seed",
     "status",  # ok, or what went wrong
 )
@@ -119,9 +119,16 @@ def prepare_data_dir(source: Path, target: Path, qqp_dev_limit: int) -> Path:
     return target
 
 
+def run_steps(name: str, args: argparse.Namespace) -> int:
+    """Optimizer steps of one run: ``--steps`` (rounded down to whole epochs), a third of it for a
+    single-task run under ``--budget per-method`` (the three single runs then share one budget)."""
+    steps = args.steps // 3 if args.budget == "per-method" and name in SINGLES else args.steps
+    return max(1, steps // args.epochs) * args.epochs
+
+
 def run_command(name: str, args: argparse.Namespace, data_dir: Path, root: Path) -> list[str]:
     """The ``pal-lightning fit`` command of one grid entry at the benchmark's budget."""
-    steps_per_epoch = max(1, args.steps // args.epochs)
+    steps_per_epoch = run_steps(name, args) // args.epochs
     return [
         sys.executable,
         "-m",
@@ -167,7 +174,7 @@ def row_from_run(
     row.update(
         method=name, config=f"configs/{name}.yaml", wall_s=round(wall_s, 1), seed=args.seed, status=status
     )
-    row["steps"] = max(1, args.steps // args.epochs) * args.epochs
+    row["steps"] = run_steps(name, args)
     if run_dir is None:
         return row
     payload = json.loads((run_dir / "scores.json").read_text())
@@ -209,7 +216,7 @@ def combine_singles(rows: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
         qqp_acc=rows["single_qqp"]["qqp_acc"],
         sts_pearson=rows["single_sts"]["sts_pearson"],
         wall_s=round(sum(p["wall_s"] or 0 for p in parts), 1),
-        steps=parts[0]["steps"],
+        steps=sum(p["steps"] or 0 for p in parts),  # the three runs together
         seed=parts[0]["seed"],
         status="ok" if all(p["status"] == "ok" for p in parts) else "incomplete",
     )
@@ -253,8 +260,13 @@ def write_markdown(
         "",
         f"Command: `{command}`",
         "",
-        f"Budget per run: {rows[0]['steps'] if rows else args.steps} optimizer steps in {args.epochs} epochs, "
-        f"validation once at the end, seed {args.seed}, max_length {args.max_length}. "
+        f"Budget: {args.steps} optimizer steps per run in {args.epochs} epochs"
+        + (
+            ", the three single-task runs sharing one budget (a third each)"
+            if args.budget == "per-method"
+            else " (each single-task run too)"
+        )
+        + f"; validation once at the end, seed {args.seed}, max_length {args.max_length}. "
         "Dev sets: SST and STS whole; Quora "
         + (f"its first {args.qqp_dev_limit:,} pairs." if args.qqp_dev_limit > 0 else "whole (15,212 pairs)."),
         f"Machine: {platform.machine()}, {os.cpu_count()} CPU cores, torch threads per run: default.",
@@ -310,6 +322,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--steps", type=int, default=DEFAULT_STEPS, help=f"optimizer steps per run (default {DEFAULT_STEPS})"
+    )
+    parser.add_argument(
+        "--budget",
+        choices=("per-run", "per-method"),
+        default="per-run",
+        help="per-run: every run gets --steps (default); per-method: the three single-task runs share them",
     )
     parser.add_argument(
         "--epochs", type=int, default=DEFAULT_EPOCHS, help="epochs per run: the annealing horizon E"
