@@ -85,7 +85,7 @@ PUBLISHED = (
     ("course winner 2022-23 (PALs, annealed)", "pals_annealed", 0.520, 0.883, 0.871, 0.780),
 )
 
-DEFAULT_STEPS = 240
+DEFAULT_STEPS = 300
 DEFAULT_EPOCHS = 3
 DEFAULT_QQP_DEV_LIMIT = 4000
 
