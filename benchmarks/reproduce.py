@@ -377,7 +377,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    command = "python benchmarks/reproduce.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = " ".join(["python benchmarks/reproduce.py", *(argv if argv is not None else sys.argv[1:])])
     out: Path = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     (out / "logs").mkdir(exist_ok=True)
