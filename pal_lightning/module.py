@@ -18,7 +18,6 @@ e.g. to try another head or loss without touching the library.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from functools import partial
@@ -34,7 +33,7 @@ from pal_lightning.errors import PalUserError
 from pal_lightning.hub import DEFAULT_ENCODER, resolve_encoder
 from pal_lightning.metrics import build_task_metrics, overall_score
 from pal_lightning.modeling.heads import POOLING_MODES, build_head, check_loss, pool, predict, task_loss
-from pal_lightning.tasks import TaskSpec, get_task, resolve_tasks
+from pal_lightning.tasks import TaskSpec, resolve_tasks, task_to_hparam
 
 STAGES = ("val", "test")
 
@@ -64,18 +63,6 @@ def linear_warmup_decay(step: int, warmup: int, total: int) -> float:
     if step >= total:
         return 0.0
     return (total - step) / (total - warmup)
-
-
-def _spec_to_hparam(spec: TaskSpec) -> str | dict[str, Any]:
-    """A registered task as its name, a custom one as a plain dict (so checkpoints load with weights_only)."""
-    try:
-        if get_task(spec.name) == spec:
-            return spec.name
-    except ValueError:
-        pass
-    data = dataclasses.asdict(spec)
-    data["kind"] = spec.kind.value
-    return data
 
 
 def _pad_right(x: Tensor, length: int) -> Tensor:
@@ -142,7 +129,7 @@ class MultiTaskModule(pl.LightningModule):
         # tasks are saved as names / plain dicts, not TaskSpec objects, so that checkpoints stay
         # loadable with torch.load(weights_only=True)
         self.save_hyperparameters(ignore=["tasks"])
-        self.save_hyperparameters({"tasks": [_spec_to_hparam(s) for s in self.task_specs.values()]})
+        self.save_hyperparameters({"tasks": [task_to_hparam(s) for s in self.task_specs.values()]})
         if pooling not in POOLING_MODES:
             raise PalUserError(f"Unknown pooling {pooling!r}: choose one of {POOLING_MODES}.")
         if not 0.0 <= warmup_ratio <= 1.0:

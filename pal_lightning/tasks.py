@@ -295,3 +295,25 @@ def resolve_tasks(tasks: Iterable[str | TaskSpec | Mapping[str, object]]) -> lis
 def task_names(tasks: Sequence[TaskSpec]) -> list[str]:
     """The names of ``tasks``, in order."""
     return [t.name for t in tasks]
+
+
+def task_to_hparam(spec: TaskSpec) -> str | dict[str, object]:
+    """A task in plain, checkpoint-safe form: its name when registered unchanged, else a dict.
+
+    Model and data module both store their tasks this way, so Lightning's check that the two
+    agree on shared hyper-parameters compares equal values (lists, not tuples; the kind's string
+    value, not the enum), and checkpoints load with ``weights_only``.
+    """
+    if _REGISTRY.get(spec.name) == spec:
+        return spec.name
+    out: dict[str, object] = {}
+    for f in dataclasses.fields(spec):
+        value = getattr(spec, f.name)
+        if isinstance(value, Enum):
+            value = value.value
+        elif isinstance(value, tuple):
+            value = list(value)
+        elif isinstance(value, dict):
+            value = dict(value)
+        out[f.name] = value
+    return out

@@ -23,7 +23,6 @@ cannot.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import os
@@ -60,7 +59,7 @@ from pal_lightning.data.tokenize import (
 )
 from pal_lightning.errors import PalUserError
 from pal_lightning.hub import DEFAULT_ENCODER
-from pal_lightning.tasks import TaskSpec, resolve_tasks
+from pal_lightning.tasks import TaskSpec, resolve_tasks, task_to_hparam
 
 log = logging.getLogger(__name__)
 
@@ -103,20 +102,6 @@ def _resolve_cache_dir(value: bool | str | os.PathLike[str] | None) -> Path | No
     if value is None or value is True:
         return default_cache_dir()
     return Path(value).expanduser()
-
-
-def _plain_task(spec: TaskSpec) -> str | dict[str, Any]:
-    """A checkpoint-safe (plain types only) form of a task for hyper-parameters."""
-    from pal_lightning.tasks import BUILTIN_TASKS
-
-    if BUILTIN_TASKS.get(spec.name) == spec:
-        return spec.name
-    out = dataclasses.asdict(spec)
-    out["kind"] = spec.kind.value
-    out["label_range"] = list(spec.label_range)
-    out["metrics"] = list(spec.metrics)
-    out["text_columns"] = list(spec.text_columns)
-    return out
 
 
 class MultiTaskDataModule(pl.LightningDataModule):
@@ -213,7 +198,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
         # Plain values only, so checkpoints load with weights_only=True.
         self.save_hyperparameters(
             {
-                "tasks": [_plain_task(s) for s in self.task_specs],
+                "tasks": [task_to_hparam(s) for s in self.task_specs],
                 "tokenizer": self.tokenizer_name,
                 "data_dir": None if data_dir is None else str(data_dir),
                 "batch_size": batch_size,

@@ -12,6 +12,8 @@ import pytest
 
 from pal_lightning.cli import USER_ERROR_EXIT, PalLightningCLI, RunConfigSaver, main, next_version_dir
 
+from .conftest import tiny_config
+
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 
@@ -168,3 +170,28 @@ def test_next_version_dir(tmp_path: Path) -> None:
     (tmp_path / "version_3").mkdir()
     (tmp_path / "version_x").mkdir()
     assert next_version_dir(tmp_path) == "version_4"
+
+
+def test_custom_task_given_as_a_dict_in_the_config(
+    tmp_path: Path, data_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A user task defined inline in YAML (no registration) trains, and model and data agree on it."""
+    custom = {
+        "name": "my_sts",
+        "kind": "pair_regression",
+        "num_labels": 1,
+        "label_range": [0, 5],
+        "metrics": ["pearson"],
+        "files": {"train": "sts-train.csv", "dev": "sts-dev.csv"},
+        "text_columns": ["sentence1", "sentence2"],
+        "label_column": "similarity",
+    }
+    config = tiny_config(tmp_path, data_dir, tasks=["sst", custom])
+    assert main(["fit", "--config", str(config), "--trainer.max_steps", "2"]) == 0
+    capsys.readouterr()
+    run = tmp_path / "runs" / "version_0"
+    scores = json.loads((run / "scores.json").read_text())
+    # the custom task was trained and validated (a tiny random model may give a NaN Pearson, which
+    # the report leaves out, so check its loss)
+    assert "val/my_sts/loss" in scores["best"]["scores"]
+    assert "my_sts" in (run / "hparams.yaml").read_text()
