@@ -7,6 +7,9 @@ key                type                         present
 ================== ============================ ==========================================
 ``task``           ``str``                      always: the task's name
 ``ids``            ``list[str]``                always: example ids (for prediction files)
+``indices``        ``list[int]``                always: positions of the examples in their split
+                                                (what episodic memories store)
+``split``          ``str``                      always: the split the examples come from
 ``labels``         ``LongTensor[B]`` (classes)  when the split is labelled
                    ``FloatTensor[B]`` (scores,
                    on the task's own scale,
@@ -26,6 +29,7 @@ from typing import Literal
 
 TASK = "task"
 IDS = "ids"
+INDICES = "indices"
 LABELS = "labels"
 ENCODING_KEYS = ("input_ids", "attention_mask", "token_type_ids")
 

@@ -44,7 +44,12 @@ from pal_lightning.data.readers import (
     resolve_data_dir,
     resolve_source,
 )
-from pal_lightning.data.samplers import MultiTaskBatchSampler, default_steps_per_epoch, eval_batches
+from pal_lightning.data.samplers import (
+    MultiTaskBatchSampler,
+    TaskBatch,
+    default_steps_per_epoch,
+    eval_batches,
+)
 from pal_lightning.data.sampling import SCHEDULES, SamplingSchedule
 from pal_lightning.data.tokenize import (
     TokenizedSplit,
@@ -517,6 +522,18 @@ class MultiTaskDataModule(pl.LightningDataModule):
     def predict_dataloader(self) -> torch.utils.data.DataLoader:
         """The ``predict_splits`` (default dev and test) of every task, each example once across ranks."""
         return self._eval_loader([(t, s) for t in self.task_names for s in self.predict_splits])
+
+    def train_batch(self, task: str, indices: Sequence[int]) -> dict[str, Any]:
+        """The padded training batch of ``task``'s examples at ``indices`` (positions in its train split).
+
+        What GEM's episodic memories use to rebuild remembered examples; the batch follows
+        :mod:`pal_lightning.batch` and lives on the CPU.
+        """
+        if task not in self.task_names:
+            raise PalUserError(f"Unknown task {task!r}; this data module serves {self.task_names}.")
+        split = self.load_split(task, "train")
+        dataset = MultiTaskDataset({(task, "train"): split}, self.pad_token_id)
+        return dataset.__getitems__(TaskBatch(task, "train", tuple(int(i) for i in indices)))
 
     def example_ids(self, task: str, split: str) -> list[str]:
         """Ids of a loaded split in file order (the prediction writer writes rows in this order)."""

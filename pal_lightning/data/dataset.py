@@ -45,7 +45,12 @@ class MultiTaskDataset(Dataset):
         """The padded batch of ``key``'s examples (one task, one split)."""
         data = self.splits[(key.task, key.split)]
         idx = np.asarray(key.indices, dtype=np.int64)
-        batch: dict[str, Any] = {"task": key.task, "split": key.split, "ids": data.ids[idx].tolist()}
+        batch: dict[str, Any] = {
+            "task": key.task,
+            "split": key.split,
+            "ids": data.ids[idx].tolist(),
+            "indices": idx.tolist(),
+        }
         if data.labels is not None:
             labels = data.labels[idx]
             batch["labels"] = (
