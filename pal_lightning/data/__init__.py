@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from pal_lightning.data.datamodule import MultiTaskDataModule
 from pal_lightning.data.readers import RawSplit, read_split
-from pal_lightning.data.samplers import MultiTaskBatchSampler, TaskBatch, eval_batches
+from pal_lightning.data.samplers import MultiTaskBatchSampler, Phase, TaskBatch, eval_batches
 from pal_lightning.data.sampling import SamplingSchedule, annealed_alpha, task_probabilities
 from pal_lightning.data.text import ptb_detokenize, undo_double_quoting
 
 __all__ = [
     "MultiTaskBatchSampler",
     "MultiTaskDataModule",
+    "Phase",
     "RawSplit",
     "SamplingSchedule",
     "TaskBatch",

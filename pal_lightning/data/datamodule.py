@@ -10,6 +10,13 @@ encoder's fast tokenizer (cached on disk), and serves
   test-student) batches covering every example exactly once across ranks.
 
 An epoch is ``steps_per_epoch`` steps (default: one pass, ``sum_t ceil(N_t / (B_t W))``).
+
+``schedule="sequential"`` trains the tasks one after another instead (continual learning):
+phase ``i`` trains ``task_order[i]`` for ``steps_per_task`` training batches (or
+``epochs_per_task`` passes over it, one pass being ``ceil(N_t / (B_t W))`` batches).
+The whole continual run is one epoch by default (``steps_per_epoch`` = the sum of the
+phases), so ``trainer.max_epochs: 1`` (or ``max_steps`` = that sum) sizes the
+learning-rate schedule; :attr:`MultiTaskDataModule.phases` says where each phase starts and ends.
 Tasks drawn more often than they have batches do not run dry: each task's examples
 are used without replacement and reshuffled when used up (a new random permutation
 per pass), continuing across epochs.
@@ -46,9 +53,11 @@ from pal_lightning.data.readers import (
 )
 from pal_lightning.data.samplers import (
     MultiTaskBatchSampler,
+    Phase,
     TaskBatch,
     default_steps_per_epoch,
     eval_batches,
+    make_phases,
 )
 from pal_lightning.data.sampling import SCHEDULES, SamplingSchedule
 from pal_lightning.data.tokenize import (
@@ -67,6 +76,9 @@ from pal_lightning.hub import DEFAULT_ENCODER
 from pal_lightning.tasks import TaskSpec, resolve_tasks, task_to_hparam
 
 log = logging.getLogger(__name__)
+
+#: Task schedules: ``interleaved`` (one drawn task per step, see ``sampling``) or ``sequential``.
+TASK_SCHEDULES = ("interleaved", "sequential")
 
 
 def _per_task(value: int | Mapping[str, int], tasks: Sequence[str], what: str) -> dict[str, int]:
@@ -135,6 +147,13 @@ class MultiTaskDataModule(pl.LightningDataModule):
         seed: seed of the task and example order (with the epoch).
         predict_splits: splits served by ``predict_dataloader`` (``dev`` and/or ``test``).
         limit_examples: keep only the first N examples of every split of every task (quick runs).
+        schedule: ``interleaved`` (every step draws a task by ``sampling``) or ``sequential`` (continual
+            learning: the tasks of ``task_order`` one after another; ``sampling`` is not used).
+        task_order: order of the sequential phases; default the task list. Any subset of the tasks, each
+            at most once (tasks left out are never trained).
+        steps_per_task: training batches per phase (int, or ``task -> int`` with an optional ``default``).
+        epochs_per_task: passes over each task's training data per phase (``ceil(e * ceil(N_t / (B_t W)))``
+            batches); the default (1) when neither this nor ``steps_per_task`` is given.
     """
 
     def __init__(
@@ -158,6 +177,10 @@ class MultiTaskDataModule(pl.LightningDataModule):
         seed: int = 42,
         predict_splits: Sequence[str] = ("dev", "test"),
         limit_examples: int | None = None,
+        schedule: str = "interleaved",
+        task_order: Sequence[str] | None = None,
+        steps_per_task: int | dict[str, int] | None = None,
+        epochs_per_task: int | float | None = None,
     ) -> None:
         super().__init__()
         self.task_specs: list[TaskSpec] = resolve_tasks(tasks)
@@ -171,6 +194,15 @@ class MultiTaskDataModule(pl.LightningDataModule):
             raise PalUserError(f"predict_splits must be among {SPLITS}, got {list(predict_splits)}.")
         if steps_per_epoch is not None and steps_per_epoch < 1:
             raise PalUserError(f"steps_per_epoch must be >= 1 or None, got {steps_per_epoch}.")
+        self.task_schedule = schedule
+        self.task_order, self.steps_per_task = self._check_continual(
+            schedule, task_order, steps_per_task, epochs_per_task
+        )
+        self.epochs_per_task = (
+            float(epochs_per_task)
+            if epochs_per_task is not None
+            else (1.0 if schedule == "sequential" and steps_per_task is None else None)
+        )
         if limit_examples is not None and limit_examples < 1:
             raise PalUserError(f"limit_examples must be >= 1 or None, got {limit_examples}.")
         if max_length < 8:
@@ -224,6 +256,12 @@ class MultiTaskDataModule(pl.LightningDataModule):
                 "seed": seed,
                 "predict_splits": list(predict_splits),
                 "limit_examples": limit_examples,
+                "schedule": schedule,
+                "task_order": None if task_order is None else [str(t) for t in task_order],
+                "steps_per_task": dict(steps_per_task)
+                if isinstance(steps_per_task, Mapping)
+                else steps_per_task,
+                "epochs_per_task": epochs_per_task,
             }
         )
 
@@ -235,6 +273,51 @@ class MultiTaskDataModule(pl.LightningDataModule):
         self.schedule: SamplingSchedule | None = None
         self.train_batch_sampler: MultiTaskBatchSampler | None = None
         self._pending_sampler_state: dict[str, Any] | None = None
+
+    def _check_continual(
+        self,
+        schedule: str,
+        task_order: Sequence[str] | None,
+        steps_per_task: int | Mapping[str, int] | None,
+        epochs_per_task: float | None,
+    ) -> tuple[list[str], dict[str, int] | None]:
+        """Validate the sequential-schedule options; returns the task order and steps per task."""
+        if schedule not in TASK_SCHEDULES:
+            raise PalUserError(f"Unknown schedule {schedule!r}; choose one of {', '.join(TASK_SCHEDULES)}.")
+        if schedule != "sequential":
+            given = [
+                name
+                for name, value in (
+                    ("task_order", task_order),
+                    ("steps_per_task", steps_per_task),
+                    ("epochs_per_task", epochs_per_task),
+                )
+                if value is not None
+            ]
+            if given:
+                raise PalUserError(
+                    f"{', '.join(given)} only apply to schedule='sequential' (--data.schedule sequential); "
+                    f"the schedule is {schedule!r}."
+                )
+            return [], None
+        if isinstance(task_order, str):
+            task_order = [task_order]
+        order = list(task_order) if task_order is not None else list(self.task_names)
+        unknown = [t for t in order if t not in self.task_names]
+        repeated = sorted({t for t in order if order.count(t) > 1})
+        if not order or unknown or repeated:
+            raise PalUserError(
+                f"task_order must list some of the tasks {self.task_names}, each at most once; got {order} "
+                f"(unknown {unknown}, repeated {repeated})."
+            )
+        if steps_per_task is not None and epochs_per_task is not None:
+            raise PalUserError("Give steps_per_task or epochs_per_task for schedule='sequential', not both.")
+        if epochs_per_task is not None and not (
+            math.isfinite(float(epochs_per_task)) and epochs_per_task > 0
+        ):
+            raise PalUserError(f"epochs_per_task must be > 0, got {epochs_per_task}.")
+        steps = _per_task(steps_per_task, order, "steps_per_task") if steps_per_task is not None else None
+        return order, steps
 
     # ------------------------------------------------------------------ tokenizer and loading
 
@@ -426,8 +509,45 @@ class MultiTaskDataModule(pl.LightningDataModule):
     def _compute_steps_per_epoch(self) -> int:
         if self.steps_per_epoch_arg is not None:
             return int(self.steps_per_epoch_arg)
+        if self.task_schedule == "sequential":
+            return self.phases[-1].end
         world, _ = self._world()
         return default_steps_per_epoch(self.train_sizes, self.batch_sizes, world)
+
+    def _phase_plan(self) -> list[tuple[str, int]]:
+        """``(task, training batches)`` of every sequential phase, in order (empty when interleaved)."""
+        if self.task_schedule != "sequential":
+            return []
+        if self.steps_per_task is not None:
+            return [(t, self.steps_per_task[t]) for t in self.task_order]
+        if not self.train_sizes:
+            raise RuntimeError("The phases of epochs_per_task are known after setup('fit') (they need N_t).")
+        assert self.epochs_per_task is not None
+        world, _ = self._world()
+        # One pass over task t is ceil(N_t / (B_t W)) global batches, as for steps_per_epoch.
+        return [
+            (
+                t,
+                max(
+                    1,
+                    math.ceil(
+                        self.epochs_per_task * math.ceil(self.train_sizes[t] / (self.batch_sizes[t] * world))
+                        - 1e-9
+                    ),
+                ),
+            )
+            for t in self.task_order
+        ]
+
+    @property
+    def phases(self) -> list[Phase]:
+        """The phases of a sequential schedule: ``Phase(task, start, end)`` in training batches.
+
+        Phase ``i`` trains ``task_order[i]`` on global training batches ``start .. end - 1`` (global
+        batch = ``epoch * steps_per_epoch + batch_idx``, counted per rank, not in optimizer steps).
+        Empty for the interleaved schedule. With ``epochs_per_task`` valid after ``setup("fit")``.
+        """
+        return make_phases(self._phase_plan())
 
     @property
     def steps_per_epoch(self) -> int:
@@ -471,6 +591,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
             rank=rank,
             seed=self.seed,
             lengths=lengths,
+            phases=self._phase_plan() or None,
         )
         sampler.position_fn = self._fit_position
         if self._pending_sampler_state is not None:
@@ -484,9 +605,11 @@ class MultiTaskDataModule(pl.LightningDataModule):
         dataset = MultiTaskDataset(splits, self.pad_token_id)
         return ResumableDataLoader(dataset, batch_sampler=sampler, **self._loader_kwargs())
 
-    def _eval_loader(self, pairs: Sequence[tuple[str, str]]) -> torch.utils.data.DataLoader:
+    def _eval_loader(
+        self, pairs: Sequence[tuple[str, str]], limit_examples: int | None = None
+    ) -> torch.utils.data.DataLoader:
         world, rank = self._world()
-        splits = {p: self.load_split(*p) for p in pairs}
+        splits = {p: self.load_split(*p).head(limit_examples) for p in pairs}
         batches = eval_batches(
             {p: len(d) for p, d in splits.items()},
             self.eval_batch_sizes,
@@ -500,6 +623,21 @@ class MultiTaskDataModule(pl.LightningDataModule):
     def val_dataloader(self) -> torch.utils.data.DataLoader:
         """Every dev example exactly once across ranks, one task per batch."""
         return self._eval_loader([(t, "dev") for t in self.task_names])
+
+    def eval_dataloader(
+        self, split: str = "dev", tasks: Sequence[str] | None = None, limit_examples: int | None = None
+    ) -> torch.utils.data.DataLoader:
+        """Like :meth:`val_dataloader` for any labelled ``split`` and some ``tasks`` (default all),
+        each keeping its first ``limit_examples`` examples (all when ``None``): what the continual
+        evaluation uses to score every task cheaply after each phase.
+        """
+        names = list(tasks) if tasks is not None else list(self.task_names)
+        unknown = [t for t in names if t not in self.task_names]
+        if unknown:
+            raise PalUserError(f"Unknown tasks {unknown}; this data module serves {self.task_names}.")
+        if limit_examples is not None and limit_examples < 1:
+            raise PalUserError(f"limit_examples must be >= 1 or None, got {limit_examples}.")
+        return self._eval_loader([(t, split) for t in names], limit_examples)
 
     def test_dataloader(self) -> torch.utils.data.DataLoader:
         """The labelled ``test`` splits (unlabelled test-student files are for ``predict``).
@@ -572,5 +710,5 @@ class MultiTaskDataModule(pl.LightningDataModule):
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(tasks={self.task_names}, data_dir={str(self.data_dir)!r}, "
-            f"sampling={self.sampling!r}, batch_size={self.batch_sizes})"
+            f"sampling={self.sampling!r}, schedule={self.task_schedule!r}, batch_size={self.batch_sizes})"
         )

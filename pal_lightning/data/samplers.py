@@ -15,6 +15,14 @@ Training (:class:`MultiTaskBatchSampler`)
     ``0..e-1``), so the state of an epoch is just ``(epoch, steps consumed)``, which
     :meth:`~MultiTaskBatchSampler.state_dict` saves and a resumed run restores exactly.
 
+    Sequential (continual) schedule: given ``phases`` (task ``t_i`` for ``n_i`` training
+    batches, one after another), global training batch ``g = e * S + s`` belongs to the
+    phase ``i`` with ``start_i <= g mod P < end_i`` (``P = sum_i n_i``, ``start_i =
+    sum_{k<i} n_k``, ``end_i = start_i + n_i``): the task sequence is still a pure
+    function of ``(epoch, step)``, so resume and DDP work unchanged. By default
+    ``S = P``: the whole continual run is one epoch. With a smaller ``S`` the phases
+    span several epochs; past ``P`` the curriculum starts again.
+
     Optional length grouping sorts each pool of ``pool_batches * B_t * W`` stream
     positions by length, cuts it into global batches and shuffles their order, so a
     batch holds examples of similar length (less padding) while the order of batches
@@ -33,7 +41,7 @@ import itertools
 import logging
 import math
 import zlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -46,6 +54,33 @@ log = logging.getLogger(__name__)
 
 _SCHEDULE_STREAM = 1
 _EXAMPLE_STREAM = 2
+
+
+class Phase(NamedTuple):
+    """One phase of a sequential schedule: ``task`` trains on global training batches ``start .. end - 1``.
+
+    Counted in training batches (per rank, ``epoch * steps_per_epoch + batch_idx``), not optimizer
+    steps: with ``accumulate_grad_batches = k`` a phase of ``n`` batches is ``n / k`` optimizer steps.
+    """
+
+    task: str
+    start: int
+    end: int
+
+
+def make_phases(plan: Sequence[tuple[str, int]]) -> list[Phase]:
+    """Consecutive :class:`Phase` s from ``(task, batches)`` pairs: ``start_i = sum_{k<i} n_k``.
+
+    Raises:
+        PalUserError: a phase with fewer than one batch.
+    """
+    phases, start = [], 0
+    for task, n in plan:
+        if int(n) < 1:
+            raise PalUserError(f"Every continual phase needs >= 1 training batch; {task!r} got {n}.")
+        phases.append(Phase(str(task), start, start + int(n)))
+        start += int(n)
+    return phases
 
 
 class TaskBatch(NamedTuple):
@@ -96,6 +131,8 @@ class MultiTaskBatchSampler(Sampler[TaskBatch]):
         lengths: token counts per example per task; given, batches are grouped by length.
         pool_batches: global batches per length-grouping pool.
         split: split name put in each :class:`TaskBatch`.
+        phases: ``(task, batches)`` pairs of a sequential (continual) schedule; given, ``schedule``
+            is not used and ``steps_per_epoch`` defaults to the sum of the phase lengths.
     """
 
     def __init__(
@@ -110,6 +147,7 @@ class MultiTaskBatchSampler(Sampler[TaskBatch]):
         lengths: Mapping[str, np.ndarray] | None = None,
         pool_batches: int = 50,
         split: str = "train",
+        phases: Sequence[tuple[str, int]] | None = None,
     ) -> None:
         if num_replicas < 1 or not 0 <= rank < num_replicas:
             raise ValueError(f"Need 0 <= rank < num_replicas, got rank={rank}, num_replicas={num_replicas}.")
@@ -127,11 +165,17 @@ class MultiTaskBatchSampler(Sampler[TaskBatch]):
         self.lengths = dict(lengths) if lengths is not None else None
         self.pool_batches = pool_batches
         self.split = split
-        self.steps_per_epoch = (
-            int(steps_per_epoch)
-            if steps_per_epoch is not None
-            else default_steps_per_epoch(self.sizes, self.batch_sizes, num_replicas)
-        )
+        #: The sequential schedule's phases (empty for interleaved sampling).
+        self.phases: list[Phase] = make_phases(phases) if phases else []
+        unknown = sorted({p.task for p in self.phases} - set(self.tasks))
+        if unknown:
+            raise PalUserError(f"Continual phases name unknown tasks {unknown}; the tasks are {self.tasks}.")
+        if steps_per_epoch is not None:
+            self.steps_per_epoch = int(steps_per_epoch)
+        elif self.phases:
+            self.steps_per_epoch = self.phases[-1].end
+        else:
+            self.steps_per_epoch = default_steps_per_epoch(self.sizes, self.batch_sizes, num_replicas)
         if self.steps_per_epoch < 1:
             raise PalUserError(f"steps_per_epoch must be >= 1, got {self.steps_per_epoch}.")
         self.epoch = 0
@@ -169,7 +213,8 @@ class MultiTaskBatchSampler(Sampler[TaskBatch]):
             "batch_sizes": dict(self.batch_sizes),
             "num_replicas": self.num_replicas,
             "steps_per_epoch": self.steps_per_epoch,
-            "schedule": self.schedule.name,
+            "schedule": "sequential" if self.phases else self.schedule.name,
+            "phases": [[p.task, p.start, p.end] for p in self.phases],
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -183,6 +228,13 @@ class MultiTaskBatchSampler(Sampler[TaskBatch]):
                 "Cannot resume the task sampler: the training data or batch sizes changed since the checkpoint "
                 f"(saved sizes {state['sizes']}, batch sizes {state['batch_sizes']}; now {self.sizes}, "
                 f"{self.batch_sizes}). Resume with the same tasks, files, limit_examples and batch_size."
+            )
+        saved_phases = [list(p) for p in state.get("phases") or []]
+        if saved_phases != [list(p) for p in self.phases]:
+            raise PalUserError(
+                "Cannot resume the task sampler: the continual schedule changed since the checkpoint "
+                f"(saved phases {saved_phases}, now {[list(p) for p in self.phases]}). Resume with the same "
+                "schedule, task_order, steps_per_task/epochs_per_task, batch_size and number of devices."
             )
         if state["num_replicas"] != self.num_replicas or state["steps_per_epoch"] != self.steps_per_epoch:
             log.warning(
@@ -206,6 +258,13 @@ class MultiTaskBatchSampler(Sampler[TaskBatch]):
 
     def task_sequence(self, epoch: int) -> np.ndarray:
         """Task index (into :attr:`tasks`) of every step of ``epoch``; the same on every rank."""
+        if self.phases:
+            return _phase_sequence(
+                epoch,
+                self.steps_per_epoch,
+                tuple(self.tasks.index(p.task) for p in self.phases),
+                tuple(p.end for p in self.phases),
+            )
         return _task_sequence(
             self.seed,
             epoch,
@@ -314,6 +373,15 @@ def _task_sequence(
         np.random.PCG64(np.random.SeedSequence([*_seed_words(seed), _SCHEDULE_STREAM, epoch]))
     )
     seq = rng.choice(len(tasks), size=steps, p=p / p.sum())
+    seq.setflags(write=False)
+    return seq
+
+
+@functools.lru_cache(maxsize=64)
+def _phase_sequence(epoch: int, steps: int, task_ids: tuple[int, ...], ends: tuple[int, ...]) -> np.ndarray:
+    # Global batch g = e * S + s lies in phase i when ends[i-1] <= g mod P < ends[i].
+    g = (epoch * steps + np.arange(steps)) % ends[-1]
+    seq = np.asarray(task_ids)[np.searchsorted(np.asarray(ends), g, side="right")]
     seq.setflags(write=False)
     return seq
 
