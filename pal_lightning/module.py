@@ -14,6 +14,14 @@ Subclassing: override any of
 * :meth:`MultiTaskModule.compute_loss` -> the loss of one batch,
 
 e.g. to try another head or loss without touching the library.
+
+Two safety nets:
+
+* a numerical guard: an optimizer step whose gradients are not all finite is skipped (no weight
+  moves) and counted; ``max_nonfinite_steps`` such steps in a row stop the run with a
+  :class:`NonFiniteTrainingError` naming the tasks and the step;
+* a checkpoint check: loading a checkpoint trained for other tasks, another encoder or another
+  adapter shape stops with a message saying what differs (:meth:`MultiTaskModule.on_load_checkpoint`).
 """
 
 from __future__ import annotations
@@ -36,6 +44,25 @@ from pal_lightning.modeling.heads import POOLING_MODES, build_head, check_loss, 
 from pal_lightning.tasks import TaskSpec, resolve_tasks, task_to_hparam
 
 STAGES = ("val", "test")
+
+#: Hyper-parameters that fix the shape or meaning of the weights: a checkpoint must agree on them.
+ARCHITECTURE_HPARAMS = (
+    "encoder",
+    "bert_config",
+    "adapter",
+    "pal_size",
+    "pal_heads",
+    "pal_placement",
+    "pal_num_layers",
+    "pooling",
+    "pair_encoding",
+)
+#: Hyper-parameters that also fix the optimizer's parameter groups: a resumed ``fit`` needs them equal.
+OPTIMIZER_HPARAMS = ("freeze_encoder", "freeze_embeddings")
+
+
+class NonFiniteTrainingError(PalUserError):
+    """Training stopped after too many consecutive optimizer steps with non-finite gradients."""
 
 
 def linear_warmup_decay(step: int, warmup: int, total: int) -> float:
@@ -99,6 +126,12 @@ class MultiTaskModule(pl.LightningModule):
         attn_implementation: transformers attention kernel (``sdpa``, ``eager``); ``None`` = library default.
         bert_config: keyword arguments of a ``transformers.BertConfig``; when given, a randomly initialised
             encoder of that shape is built instead of loading ``encoder`` (tests, parameter counting).
+        max_nonfinite_steps: how many optimizer steps in a row may have a non-finite gradient (NaN or
+            inf, from a non-finite loss or an overflow) before training stops with a
+            :class:`NonFiniteTrainingError`. Each such step is skipped: every gradient is dropped, so
+            AdamW moves no weight and leaves its moments alone (the learning-rate schedule still
+            advances). Under fp16 mixed precision, overflows at a loss scale >= 1 are the
+            ``GradScaler``'s ordinary work (it halves the scale and retries) and do not count.
     """
 
     def __init__(
@@ -123,6 +156,7 @@ class MultiTaskModule(pl.LightningModule):
         freeze_encoder: bool = False,
         attn_implementation: str | None = None,
         bert_config: dict[str, Any] | None = None,
+        max_nonfinite_steps: int = 10,
     ) -> None:
         super().__init__()
         self.task_specs: dict[str, TaskSpec] = {s.name: s for s in resolve_tasks(tasks)}
@@ -138,6 +172,8 @@ class MultiTaskModule(pl.LightningModule):
             raise PalUserError(
                 f"warmup_steps must be >= 0 (or None to use warmup_ratio), got {warmup_steps}."
             )
+        if max_nonfinite_steps < 1:
+            raise PalUserError(f"max_nonfinite_steps must be >= 1, got {max_nonfinite_steps}.")
         for spec in self.task_specs.values():
             check_loss(spec)  # fail at construction, not at the first batch
 
@@ -162,6 +198,12 @@ class MultiTaskModule(pl.LightningModule):
         self._eval_loss: dict[str, dict[str, list[Tensor]]] = {s: {} for s in STAGES}
         self.last_scores: dict[str, dict[str, float]] = {}
         """The last computed ``{stage/task/metric: value}`` per stage (``val``, ``test``), for inspection."""
+        # numerical guard: tasks of the current accumulation window, whether one of its losses was
+        # non-finite (a tensor, so that no step waits for the device), skipped steps in a row and in all
+        self._window_tasks: list[str] = []
+        self._window_bad_loss: Tensor | None = None
+        self.nonfinite_in_a_row = 0
+        self.nonfinite_steps = 0
 
         self._apply_freezing()
 
@@ -297,7 +339,133 @@ class MultiTaskModule(pl.LightningModule):
         size = len(batch["ids"])
         self.log("train/loss", loss, prog_bar=True, batch_size=size)
         self.log(f"train/{task}/loss", loss, batch_size=size)
+        # Always return the loss, even a NaN one: returning None would skip backward on this rank
+        # only and hang DDP's gradient all-reduce. The guard in on_before_optimizer_step decides.
+        if task not in self._window_tasks:
+            self._window_tasks.append(task)
+        bad = ~torch.isfinite(loss.detach())
+        self._window_bad_loss = bad if self._window_bad_loss is None else self._window_bad_loss | bad
         return loss
+
+    # ------------------------------------------------------------------ numerical guard
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Skip an optimizer step whose gradients are not all finite; stop after too many in a row.
+
+        Runs once per accumulation window, after the callbacks' hooks (e.g. a GEM projection), with
+        complete, unscaled and (under DDP) all-reduced gradients: every rank sees the same
+        non-finiteness and takes the same decision, without a collective of its own. A skipped step
+        sets every gradient to ``None``, so AdamW moves no weight and keeps its moments, and gradient
+        clipping has nothing to clip. The check costs one device synchronisation per optimizer step.
+
+        Raises:
+            NonFiniteTrainingError: after ``max_nonfinite_steps`` consecutive skipped steps; the
+                exception ends ``fit`` before any later checkpoint is saved, so the last good
+                checkpoint stays the newest.
+        """
+        tasks, bad_loss = self._window_tasks, self._window_bad_loss
+        self._window_tasks, self._window_bad_loss = [], None
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        if not grads:
+            return
+        # per-tensor all(isfinite): a norm could overflow to inf on large but finite gradients
+        finite = bool(torch.stack([torch.isfinite(g).all().to(grads[0].device) for g in grads]).all())
+        if finite:
+            self.nonfinite_in_a_row = 0
+            self.log("train/nonfinite_steps", float(self.nonfinite_steps), on_step=True, on_epoch=False)
+            return
+        for p in self.parameters():
+            p.grad = None
+        self.nonfinite_steps += 1
+        if not self._scaler_handles_overflow():
+            self.nonfinite_in_a_row += 1
+        self.log("train/nonfinite_steps", float(self.nonfinite_steps), on_step=True, on_epoch=False)
+        loss_bad = bad_loss is not None and bool(bad_loss)
+        self.log("train/nonfinite_loss", float(loss_bad), on_step=True, on_epoch=False)
+        if self.nonfinite_in_a_row >= self.hparams.max_nonfinite_steps:
+            step = self.trainer.global_step if self._trainer is not None else -1
+            what = "loss" if loss_bad else "gradients"
+            raise NonFiniteTrainingError(
+                f"Training stopped: {self.nonfinite_in_a_row} consecutive steps with non-finite "
+                f"loss/gradients (last: non-finite {what}; task {', '.join(tasks) or '?'}, step {step}); "
+                "those steps were skipped and the last checkpoint written before them is intact. Lower "
+                "the learning rate (--model.lr, --model.head_lr), check the data of that task for extreme "
+                "labels, or enable gradient clipping (--trainer.gradient_clip_val 1.0); resume with "
+                "--ckpt_path last. max_nonfinite_steps sets how many such steps are tolerated."
+            )
+
+    def _scaler_handles_overflow(self) -> bool:
+        """Whether an fp16 ``GradScaler`` at a loss scale >= 1 skips this step anyway (and lowers the scale).
+
+        A genuinely non-finite loss keeps overflowing until the halved scale falls below 1; from
+        then on the steps count towards ``max_nonfinite_steps``.
+        """
+        if self._trainer is None:
+            return False
+        scaler = getattr(self.trainer.precision_plugin, "scaler", None)
+        if scaler is None or not scaler.is_enabled():
+            return False
+        return float(scaler.get_scale()) >= 1.0
+
+    # ------------------------------------------------------------------ checkpoint check
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Refuse a checkpoint whose tasks, encoder or adapter shape differ from this model's.
+
+        Called by the Trainer before the weights are loaded (``fit``/``validate``/``test``/``predict``
+        with ``ckpt_path``) and by ``load_from_checkpoint``. A resumed ``fit`` (the checkpoint carries
+        optimizer states) also needs the same task order and freezing options.
+
+        Raises:
+            PalUserError: naming each difference and how to fix it.
+        """
+        saved = checkpoint.get("hyper_parameters")
+        if not isinstance(saved, Mapping):
+            return  # not written by this module (a user's own checkpoint): the weights decide
+        differences = self.checkpoint_differences(saved, resuming=bool(checkpoint.get("optimizer_states")))
+        if differences:
+            raise PalUserError(
+                "The checkpoint does not fit this model: "
+                + "; ".join(differences)
+                + ". Use the configuration the checkpoint was trained with (the config.yaml in its run "
+                "folder, e.g. --config runs/<name>/version_N/config.yaml), or pick a checkpoint trained "
+                "with this configuration."
+            )
+
+    def checkpoint_differences(self, saved: Mapping[str, Any], resuming: bool = False) -> list[str]:
+        """What a checkpoint's ``hyper_parameters`` ``saved`` say differently from this model, as phrases."""
+        out: list[str] = []
+        ours = {"tasks": [task_to_hparam(s) for s in self.task_specs.values()]}
+        theirs_tasks = saved.get("tasks")
+        if theirs_tasks is not None:
+            theirs = {_task_name(t): t for t in theirs_tasks}
+            mine = {_task_name(t): t for t in ours["tasks"]}
+            if set(theirs) != set(mine):
+                out.append(
+                    f"it was trained for tasks [{', '.join(theirs)}] but the model is configured for "
+                    f"[{', '.join(mine)}]"
+                )
+            else:
+                changed = [n for n in mine if _plain(theirs[n]) != _plain(mine[n])]
+                if changed:
+                    out.append(f"the task definition of {changed} differs (labels, files or columns)")
+                elif resuming and list(theirs) != list(mine):
+                    out.append(
+                        f"it was trained with the task order [{', '.join(theirs)}], the model now has "
+                        f"[{', '.join(mine)}] (resuming a fit needs the same order)"
+                    )
+        keys = ARCHITECTURE_HPARAMS + (OPTIMIZER_HPARAMS if resuming else ())
+        for key in keys:
+            if key not in saved:
+                continue
+            if key == "encoder" and (
+                saved.get("bert_config") is not None or self.hparams.bert_config is not None
+            ):
+                continue  # a random encoder of bert_config's shape: the name is not used
+            a, b = _plain(saved[key]), _plain(self.hparams.get(key))
+            if a != b and not (key == "encoder" and _same_encoder(str(a), str(b))):
+                out.append(f"{key} is {a!r} in the checkpoint but {b!r} here")
+        return out
 
     def _eval_step(self, batch: dict[str, Any], stage: str) -> None:
         spec = self._spec(batch)
@@ -465,3 +633,24 @@ class MultiTaskModule(pl.LightningModule):
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1},
         }
+
+
+def _task_name(task: Any) -> str:
+    return str(task.get("name")) if isinstance(task, Mapping) else str(task)
+
+
+def _plain(value: Any) -> Any:
+    """Tuples as lists and mappings as dicts, so saved and configured values compare equal."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _same_encoder(a: str, b: str) -> bool:
+    """Whether two encoder names resolve to the same local folder (e.g. a hub id and its cached copy)."""
+    try:
+        return resolve_encoder(a) == resolve_encoder(b)
+    except PalUserError:
+        return False

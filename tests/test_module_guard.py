@@ -1,0 +1,133 @@
+"""MultiTaskModule's safety nets: the non-finite step guard and the checkpoint compatibility check."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from test_module import TinyData, tiny_module
+from torch import Tensor
+
+from pal_lightning.errors import PalUserError
+from pal_lightning.module import MultiTaskModule, NonFiniteTrainingError
+
+
+class NaNAtSteps(MultiTaskModule):
+    """Makes the loss NaN at the given 0-based optimizer steps."""
+
+    def __init__(self, *args: Any, bad_steps: tuple[int, ...] = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.bad_steps = set(bad_steps)
+
+    def compute_loss(self, task: str, output: Tensor, labels: Tensor) -> Tensor:
+        loss = super().compute_loss(task, output, labels)
+        if self.training and self.trainer.global_step in self.bad_steps:
+            loss = loss * float("nan")
+        return loss
+
+
+class Snapshots(Callback):
+    """All parameters, flattened, after every training batch."""
+
+    def __init__(self) -> None:
+        self.after: list[Tensor] = []
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+        self.after.append(torch.cat([p.detach().flatten().clone() for p in pl_module.parameters()]))
+
+
+def _flat(state: dict[str, Tensor], module: pl.LightningModule) -> Tensor:
+    return torch.cat([state[name].flatten() for name, _ in module.named_parameters()])
+
+
+def test_nonfinite_steps_are_skipped_then_stop_with_the_last_checkpoint_intact(tmp_path: Path) -> None:
+    pl.seed_everything(0, verbose=False)
+    # step 3 is a lone bad step (skipped, then training goes on); 5, 6, ... never recover
+    module = NaNAtSteps(
+        bad_steps=(3, *range(5, 20)),
+        max_nonfinite_steps=2,
+        tasks=("sst", "qqp", "sts"),
+        bert_config=tiny_module().hparams.bert_config,
+        pal_heads=2,
+        pair_encoding={"sts": "siamese", "default": "cross"},
+        lr=1e-3,
+        head_lr=1e-2,
+    )
+    snaps = Snapshots()
+    ckpt = ModelCheckpoint(dirpath=tmp_path, save_top_k=0, save_last=True, every_n_train_steps=1)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_steps=20,
+        logger=False,
+        callbacks=[snaps, ckpt],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+    )
+    with pytest.raises(NonFiniteTrainingError) as info:
+        trainer.fit(module, datamodule=TinyData())
+    message = str(info.value)
+    assert "2 consecutive steps with non-finite loss/gradients" in message
+    assert "step 6" in message and "task sst" in message  # TinyData's step 6 is an sst batch
+    assert "learning rate" in message
+    assert module.nonfinite_steps == 3 and module.nonfinite_in_a_row == 2
+
+    after = snaps.after  # after[s] = parameters once step s finished
+    assert len(after) == 6  # steps 0..5 finished; step 6 raised before its batch end
+    assert torch.equal(after[3], after[2])  # the lone bad step moved nothing
+    assert not torch.equal(after[4], after[3])  # the good step after it trained again
+    assert torch.equal(after[5], after[4])
+    # the newest checkpoint was written before the failing step and holds the last good weights
+    saved = torch.load(tmp_path / "last.ckpt", weights_only=True)
+    assert saved["global_step"] == 6
+    weights = _flat(saved["state_dict"], module)
+    assert torch.isfinite(weights).all() and torch.equal(weights, after[4])
+    current = torch.cat([p.detach().flatten() for p in module.parameters()])
+    assert torch.equal(current, after[4])  # the failing step touched no weight either
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]
+
+
+def test_max_nonfinite_steps_must_be_positive() -> None:
+    with pytest.raises(PalUserError, match="max_nonfinite_steps"):
+        tiny_module(max_nonfinite_steps=0)
+
+
+def _checkpoint(module: MultiTaskModule, optimizer: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {"hyper_parameters": dict(module.hparams), "state_dict": module.state_dict()}
+    if optimizer:
+        out["optimizer_states"] = [{"state": {}, "param_groups": []}]
+    return out
+
+
+def test_checkpoint_of_another_task_set_or_shape_is_refused_with_what_differs() -> None:
+    trained = tiny_module(tasks=("sst", "qqp"))
+    with pytest.raises(PalUserError) as info:
+        tiny_module().on_load_checkpoint(_checkpoint(trained))
+    message = str(info.value)
+    assert "trained for tasks [sst, qqp] but the model is configured for [sst, qqp, sts]" in message
+    assert "config.yaml" in message
+
+    with pytest.raises(PalUserError, match=r"pal_size is 8 in the checkpoint but 16 here"):
+        tiny_module(pal_size=16).on_load_checkpoint(_checkpoint(tiny_module(pal_size=8)))
+    with pytest.raises(PalUserError, match=r"adapter is 'pals' in the checkpoint but 'low_rank' here"):
+        tiny_module(adapter="low_rank").on_load_checkpoint(_checkpoint(tiny_module()))
+
+
+def test_matching_checkpoints_load_and_resume_needs_the_same_order_and_freezing() -> None:
+    base = tiny_module()
+    # same tasks, other training options: fine for evaluation and for resuming
+    tiny_module(lr=1.0, dropout=0.3).on_load_checkpoint(_checkpoint(base, optimizer=True))
+    # the order of tasks and freezing only matter when the optimizer state is restored
+    reordered = tiny_module(tasks=("sts", "sst", "qqp"))
+    reordered.on_load_checkpoint(_checkpoint(base))
+    with pytest.raises(PalUserError, match="task order"):
+        reordered.on_load_checkpoint(_checkpoint(base, optimizer=True))
+    frozen = tiny_module(freeze_encoder=True)
+    frozen.on_load_checkpoint(_checkpoint(base))
+    with pytest.raises(PalUserError, match="freeze_encoder is False in the checkpoint but True here"):
+        frozen.on_load_checkpoint(_checkpoint(base, optimizer=True))
