@@ -1,0 +1,340 @@
+"""GEMCallback: memories, the multi-tensor projection, and the callback inside a real Trainer.fit."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import lightning.pytorch as pl
+import numpy as np
+import pytest
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, so that tests/cli is importable
+from cli.conftest import TINY_BERT, write_cs224n_data  # noqa: E402
+
+from pal_lightning.callbacks import GEMCallback  # noqa: E402
+from pal_lightning.callbacks import gem as gem_module  # noqa: E402
+from pal_lightning.callbacks.gem import EpisodicMemory, gram_matrix, project_gradient  # noqa: E402
+from pal_lightning.data import MultiTaskDataModule  # noqa: E402
+from pal_lightning.errors import PalUserError  # noqa: E402
+from pal_lightning.module import MultiTaskModule  # noqa: E402
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+# ---------------------------------------------------------------------------------------- memory
+
+
+def test_reservoir_is_deterministic_bounded_and_uniform() -> None:
+    a, b = EpisodicMemory(8, seed=3), EpisodicMemory(8, seed=3)
+    for start in range(0, 200, 7):  # batches of 7
+        a.add("sst", range(start, min(start + 7, 200)))
+    b.add("sst", range(200))  # one call: the same draws (they depend on (seed, task, count) only)
+    assert a == b and len(a.buffers["sst"]) == 8 and a.seen == {"sst": 200}
+    assert len(set(a.buffers["sst"])) == 8
+    assert a.buffers["sst"] != list(range(8))  # later examples replaced early ones
+    # one counter per task: another task does not disturb sst's draws
+    c = EpisodicMemory(8, seed=3)
+    for start in range(0, 200, 7):
+        c.add("qqp", range(1000 + start, 1007 + start))
+        c.add("sst", range(start, min(start + 7, 200)))
+    assert c.buffers["sst"] == a.buffers["sst"]
+    d = EpisodicMemory(8, seed=4)
+    d.add("sst", range(200))
+    assert d.buffers["sst"] != a.buffers["sst"]
+    # uniform: over many seeds, early and late examples are kept equally often (8/200 each)
+    hits = np.zeros(200)
+    for seed in range(400):
+        m = EpisodicMemory(8, seed=seed)
+        m.add("t", range(200))
+        hits[m.buffers["t"]] += 1
+    first, last = hits[:100].sum(), hits[100:].sum()
+    assert abs(first - last) / (first + last) < 0.05
+
+
+def test_memory_sample_and_state_round_trip() -> None:
+    m = EpisodicMemory(5, seed=1)
+    m.add("sst", [10, 11, 12])
+    assert sorted(m.sample("sst", 16, step=3)) == [10, 11, 12]  # fewer than asked: all it has
+    assert m.sample("sst", 2, step=3) == m.sample("sst", 2, step=3)
+    assert m.sample("qqp", 4, step=0) == []
+    state = m.state_dict()
+    assert torch.load(_save(state), weights_only=True) == state
+    n = EpisodicMemory(5, seed=1)
+    n.load_state_dict(state)
+    assert n == m
+
+
+def _save(obj: object) -> Path:
+    import tempfile
+
+    path = Path(tempfile.mkdtemp()) / "state.pt"
+    torch.save(obj, path)
+    return path
+
+
+def test_constraining_sets() -> None:
+    cb = GEMCallback(memory_size=4, constraints="others")
+    for task in ("sst", "qqp", "sts"):
+        cb.task_order.append(task)
+        cb.memory.add(task, [0, 1])
+    assert cb.constraining_tasks(["qqp"]) == ["sst", "sts"]
+    assert cb.constraining_tasks(["qqp", "sst"]) == ["sts"]
+    past = GEMCallback(memory_size=4, constraints="past")
+    past.task_order, past.memory = cb.task_order, cb.memory
+    assert past.constraining_tasks(["sst"]) == []
+    assert past.constraining_tasks(["sts"]) == ["sst", "qqp"]
+    assert past.constraining_tasks(["qqp", "sts"]) == ["sst"]  # a window spanning a phase change
+
+
+def test_bad_arguments() -> None:
+    for kwargs in ({"mode": "qp"}, {"constraints": "all"}, {"parameters": "heads"}, {"memory_size": 0}):
+        with pytest.raises(PalUserError):
+            GEMCallback(**kwargs)
+    cb = GEMCallback()
+    with pytest.raises(PalUserError, match="train_batch"):
+        cb.setup(SimpleNamespace(datamodule=None), nn.Linear(2, 2), "fit")
+
+
+# ------------------------------------------------------------------------- multi-tensor projection
+
+
+class _Toy(nn.Module):
+    """A model whose gradient lives in several tensors, with a batch_loss per task."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(6, 5)
+        self.b = nn.Linear(5, 3)
+        self.heads = nn.ModuleDict({t: nn.Linear(3, 1) for t in ("t0", "t1", "t2")})
+
+    @property
+    def device(self) -> torch.device:
+        return self.a.weight.device
+
+    def batch_loss(self, batch: dict) -> torch.Tensor:
+        out = self.heads[batch["task"]](torch.tanh(self.b(torch.tanh(self.a(batch["x"])))))
+        return ((out.squeeze(1) - batch["y"]) ** 2).mean()
+
+
+class _Data:
+    """The duck-typed data contract: train_batch(task, indices) -> batch."""
+
+    def __init__(self) -> None:
+        gen = torch.Generator().manual_seed(0)
+        self.x = {t: torch.randn(50, 6, generator=gen) for t in ("t0", "t1", "t2")}
+        self.y = {t: torch.randn(50, generator=gen) * (i + 1) for i, t in enumerate(("t0", "t1", "t2"))}
+
+    def train_batch(self, task: str, indices: list[int]) -> dict:
+        idx = torch.tensor(indices)
+        return {"task": task, "x": self.x[task][idx], "y": self.y[task][idx]}
+
+
+def _flat(grads: list) -> torch.Tensor:
+    return torch.cat([g.reshape(-1) for g in grads]).double()
+
+
+@pytest.mark.parametrize("mode", ["gem", "agem"])
+def test_project_step_matches_flat_projection(mode: str) -> None:
+    """Per-tensor dot products + in-place write-back == the flat pure function on the concatenation."""
+    data = _Data()
+    for seed in range(20):  # until a step with a violated constraint (most seeds)
+        torch.manual_seed(seed)
+        model = _Toy()
+        cb = GEMCallback(memory_size=50, memory_batch_size=8, mode=mode, parameters="all", margin=0.5)
+        for t in ("t0", "t1", "t2"):
+            cb.task_order.append(t)
+            cb.memory.add(t, range(50))
+        params = [p for p in model.parameters()]
+        loss = model.batch_loss(data.train_batch("t0", list(range(10))))
+        loss.backward()
+        g = [p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in params]
+        # the memory gradients the callback will compute (same draws), flattened by hand
+        tasks = cb.constraining_tasks(["t0"])
+        assert tasks == ["t1", "t2"]
+        if mode == "gem":
+            draws = [{t: cb.memory.sample(t, 8, step=5)} for t in tasks]
+        else:
+            draws = [{t: cb.memory.sample(t, 4, step=5) for t in tasks}]
+        rows = []
+        for draw in draws:
+            total = sum(len(i) for i in draw.values())
+            mem_loss = sum(model.batch_loss(data.train_batch(t, i)) * len(i) / total for t, i in draw.items())
+            grads = torch.autograd.grad(mem_loss, params, allow_unused=True)
+            rows.append(
+                _flat(
+                    [x if x is not None else torch.zeros_like(p) for x, p in zip(grads, params, strict=True)]
+                )
+            )
+        G = torch.stack(rows)
+        stats = cb.project_step(model, data, step=5, current=["t0"])
+        if stats["gem/violated"]:
+            break
+    else:
+        pytest.fail("no violated step in 20 seeds")
+    assert stats["gem/constraints"] == len(rows)
+    got = _flat([p.grad for p in params])
+    if mode == "gem":
+        expected = project_gradient(_flat(g), G, margin=0.5, eps=cb.eps)
+    else:
+        expected = gem_module.agem_project(_flat(g), G[0])
+    np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-5, atol=1e-6)
+    # the constraints hold after projection (up to the ridge)
+    cos = (G @ got) / (G.norm(dim=1) * got.norm())
+    assert torch.all(cos >= -1e-3)
+    assert min(stats["gem/min_cosine"], 1.0) < 0
+
+
+def test_gram_matrix_skips_missing_tensors() -> None:
+    x = [torch.ones(3), None, torch.full((2, 2), 2.0)]
+    y = [torch.full((3,), -1.0), torch.ones(4), None]
+    M = gram_matrix([x, y]).numpy()
+    np.testing.assert_allclose(M, [[3 + 16, -3], [-3, 3 + 4]])
+
+
+def test_non_finite_gradient_is_left_alone() -> None:
+    data = _Data()
+    model = _Toy()
+    cb = GEMCallback(memory_size=50, memory_batch_size=4, parameters="all")
+    for t in ("t0", "t1"):
+        cb.task_order.append(t)
+        cb.memory.add(t, range(50))
+    model.batch_loss(data.train_batch("t0", [0, 1])).backward()
+    model.a.weight.grad[0, 0] = float("nan")
+    before = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+    stats = cb.project_step(model, data, step=0, current=["t0"])
+    after = [p.grad for p in model.parameters() if p.grad is not None]
+    assert stats["gem/skipped_nonfinite"] == 1 and stats["gem/violated"] == 0
+    assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True) if torch.isfinite(a).all())
+
+
+# ---------------------------------------------------------------------------------------- Trainer.fit
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_cs224n_data(tmp_path_factory.mktemp("gem") / "data")
+
+
+def _fit(
+    data_dir: Path,
+    callback: GEMCallback,
+    max_steps: int,
+    ckpt_path: str | None = None,
+    precision: str = "bf16-mixed",
+    extra: tuple = (),
+) -> tuple[pl.Trainer, MultiTaskModule]:
+    pl.seed_everything(0)
+    model = MultiTaskModule(bert_config=TINY_BERT, pal_size=8, pal_heads=2)
+    dm = MultiTaskDataModule(data_dir=str(data_dir), cache_dir=False, batch_size=4, max_length=32)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_steps=max_steps,
+        accumulate_grad_batches=2,
+        gradient_clip_val=1.0,
+        precision=precision,
+        logger=False,
+        enable_checkpointing=bool(extra) and any(isinstance(c, ModelCheckpoint) for c in extra),
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        callbacks=[callback, *extra],
+    )
+    trainer.fit(model, datamodule=dm, ckpt_path=ckpt_path)
+    return trainer, model
+
+
+class _CheckProjected(pl.Callback):
+    """Runs after GEMCallback: the written-back gradient satisfies every constraint of the step."""
+
+    def __init__(self, gem: GEMCallback) -> None:
+        self.gem = gem
+        self.checked = 0
+        self.seen: list[dict[str, float]] = []
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:  # noqa: ANN001
+        stats = dict(self.gem.last_stats)
+        self.seen.append(stats)
+        if not stats.get("gem/violated") or self.gem._cache is None:
+            return
+        params = self.gem.participating_parameters(pl_module)
+        rows = self.gem._cache[2]
+        M = gram_matrix([[p.grad for p in params], *rows]).numpy()
+        cos = M[0, 1:] / np.sqrt(M[0, 0] * np.diag(M)[1:])
+        assert np.all(cos >= -1e-3), cos
+        self.checked += 1
+
+
+def test_gem_inside_fit_bf16_accumulation_clipping(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    solves: list[int] = []
+    real = gem_module.solve_gem_dual
+
+    def spy(GGt, Gg, margin, eps):  # noqa: ANN001, ANN202
+        solves.append(len(Gg))
+        return real(GGt, Gg, margin, eps)
+
+    monkeypatch.setattr(gem_module, "solve_gem_dual", spy)
+    cb = GEMCallback(memory_size=16, memory_batch_size=4, refresh_every=2)
+    check = _CheckProjected(cb)
+    trainer, model = _fit(data_dir, cb, max_steps=8, extra=(check,))
+    assert trainer.global_step == 8 and len(check.seen) == 8
+    assert solves and max(solves) >= 1  # the QP really ran
+    assert check.checked >= 1  # ... and its result was checked against the constraints
+    assert cb.projections == len(solves) and cb.fallbacks == 0
+    assert max(s["gem/constraints"] for s in check.seen) == 2  # 3 tasks: two others constrain
+    assert all(np.isfinite(v) for s in check.seen for v in s.values())
+    assert {"gem/violated", "gem/min_cosine", "gem/projection_ms", "gem/fallbacks", "gem/constraints"} <= set(
+        trainer.logged_metrics
+    )
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    assert set(cb.memory.tasks()) == {"sst", "qqp", "sts"} and cb.task_order
+    # 16 training batches of 4 examples went through the memories
+    assert sum(cb.memory.seen.values()) == 16 * 4
+
+
+def test_agem_inside_fit(data_dir: Path) -> None:
+    cb = GEMCallback(memory_size=16, memory_batch_size=6, mode="agem")
+    check = _CheckProjected(cb)
+    trainer, model = _fit(data_dir, cb, max_steps=6, extra=(check,))
+    assert max(s["gem/constraints"] for s in check.seen) == 1  # one reference gradient
+    assert cb.violations >= 1 and cb.projections == cb.violations
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_memories_survive_a_checkpoint_and_resume_exactly(data_dir: Path, tmp_path: Path) -> None:
+    straight = GEMCallback(memory_size=6, memory_batch_size=2)
+    saver = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=3, save_top_k=-1, filename="{step}")
+    _fit(data_dir, straight, max_steps=5, precision="32-true", extra=(saver,))
+    path = tmp_path / "step=3.ckpt"
+    ckpt = torch.load(path, weights_only=True)  # plain Python state only
+    state = ckpt["callbacks"][straight.state_key]
+    fresh = GEMCallback(memory_size=6, memory_batch_size=2)
+    fresh.load_state_dict(state)
+    assert sum(fresh.memory.seen.values()) == 3 * 2 * 4  # 3 steps x 2 micro-batches x 4 examples
+    assert fresh.task_order and len(fresh.memory) > 0
+    # resuming at step 3 continues with the same memories as the uninterrupted run
+    resumed = GEMCallback(memory_size=6, memory_batch_size=2)
+    _fit(data_dir, resumed, max_steps=5, ckpt_path=str(path), precision="32-true")
+    assert sum(straight.memory.seen.values()) == 5 * 2 * 4
+    assert resumed.memory == straight.memory and resumed.task_order == straight.task_order
+    assert resumed.projections + fresh.projections == straight.projections
+
+
+def test_fit_without_train_batch_fails_clearly(data_dir: Path) -> None:
+    class NoMemoryData(MultiTaskDataModule):
+        train_batch = None  # type: ignore[assignment]
+
+    cb = GEMCallback()
+    model = MultiTaskModule(bert_config=TINY_BERT, pal_size=8, pal_heads=2)
+    dm = NoMemoryData(data_dir=str(data_dir), cache_dir=False, batch_size=4, max_length=32)
+    trainer = pl.Trainer(
+        accelerator="cpu", max_steps=1, logger=False, enable_checkpointing=False, callbacks=[cb]
+    )
+    with pytest.raises(PalUserError, match=r"train_batch\(task, indices\)"):
+        trainer.fit(model, datamodule=dm)
