@@ -19,6 +19,14 @@ What this CLI adds to a plain ``LightningCLI``:
   or predictions;
 * a checkpoint on ``val/overall`` (max), rich progress bar, learning-rate monitor, and a score
   report that prints the CS224N overall score at the end of ``fit``;
+* exact kill-and-resume: a ``last.ckpt`` written at every validation (or every
+  ``--last_checkpoint.every_n_train_steps N`` steps) by its own callback, the random generators of
+  every rank in each checkpoint (:class:`~pal_lightning.callbacks.rng_state.RNGStateCallback`),
+  atomic checkpoint writes (:class:`~pal_lightning.callbacks.checkpoint_io.AtomicCheckpointIO`), and
+  ``--ckpt_path last`` = the newest ``*/checkpoints/last.ckpt`` under ``trainer.default_root_dir``
+  (the resumed run logs into a new ``version_N``);
+* checkpoints are loaded with ``weights_only=True`` (``--weights_only false`` for a trusted file
+  that needs more);
 * user mistakes end with one line on stderr and exit status 2, never a traceback.
 """
 
@@ -43,8 +51,11 @@ from lightning.pytorch.callbacks import (
 )
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
+from pal_lightning.callbacks.checkpoint_io import AtomicCheckpointIO
+from pal_lightning.callbacks.rng_state import RNGStateCallback
 from pal_lightning.callbacks.score_report import ScoreReport
 from pal_lightning.errors import PalUserError
 
@@ -54,6 +65,11 @@ USER_ERROR_EXIT = 2
 DEFAULT_ROOT_DIR = "runs"
 #: The CS224N score that picks the best checkpoint.
 MONITOR = "val/overall"
+#: ``--ckpt_path`` value that picks the newest ``last.ckpt`` under the run root.
+LAST = "last"
+#: Passes the run version and the resumed checkpoint from rank 0 to the DDP processes it launches.
+_ENV_VERSION = "PAL_RUN_VERSION"
+_ENV_RESUME = "PAL_RESUME_CKPT"
 
 
 def default_trainer_settings() -> dict[str, Any]:
@@ -69,8 +85,33 @@ def default_trainer_settings() -> dict[str, Any]:
             RichProgressBar(leave=True),
             LearningRateMonitor(logging_interval="step"),
             ScoreReport(monitor=MONITOR),
+            RNGStateCallback(),
         ],
     }
+
+
+def _is_launched_rank() -> bool:
+    """Whether this process was started by rank 0's DDP launcher (it sets ``LOCAL_RANK`` >= 1)."""
+    return os.environ.get("LOCAL_RANK", "0") not in ("", "0")
+
+
+def find_last_checkpoint(root: str | os.PathLike[str]) -> Path | None:
+    """The newest ``last*.ckpt`` in ``<root>/*/checkpoints/`` (or ``<root>/checkpoints/``), or ``None``.
+
+    Newest by modification time, ties broken by the higher ``version_N``: a resumed run writes its
+    own ``last.ckpt`` into its new folder, so the next ``--ckpt_path last`` continues from there.
+    """
+    root = Path(root)
+    found = [
+        p for pattern in ("*/checkpoints/last*.ckpt", "checkpoints/last*.ckpt") for p in root.glob(pattern)
+    ]
+
+    def key(path: Path) -> tuple[int, int]:
+        match = re.fullmatch(r"version_(\d+)", path.parent.parent.name)
+        return path.stat().st_mtime_ns, int(match.group(1)) if match else -1
+
+    files = [p for p in found if p.is_file()]
+    return max(files, key=key) if files else None
 
 
 def next_version_dir(root: str | os.PathLike[str]) -> str:
@@ -95,7 +136,13 @@ def run_loggers(root_dir: str | os.PathLike[str]) -> list[Any]:
     # validate/test/predict later derive from --ckpt_path (ModelCheckpoint makes given paths absolute)
     root = os.path.abspath(root_dir)
     # an int version gives the folder "version_N" and shows N (not "on_N") in the progress bar
-    version = int(next_version_dir(root).split("_")[-1])
+    inherited = os.environ.get(_ENV_VERSION, "")
+    if _is_launched_rank() and inherited.startswith(root + os.pathsep):
+        # a DDP process launched by rank 0 logs where rank 0 does (rank 0 may have created it already)
+        version = int(inherited.rsplit(os.pathsep, 1)[1])
+    else:
+        version = int(next_version_dir(root).split("_")[-1])
+        os.environ[_ENV_VERSION] = f"{root}{os.pathsep}{version}"
     return [
         CSVLogger(save_dir=root, name="", version=version),
         TensorBoardLogger(save_dir=root, name="", version=version, sub_dir="tensorboard"),
@@ -199,7 +246,26 @@ class PalLightningCLI(LightningCLI):
                 "checkpoint.auto_insert_metric_name": False,
             }
         )
+        # a second ModelCheckpoint owns last.ckpt (the one above keeps save_last off, so that two
+        # callbacks never write the same file): after every validation by default, or every N steps
+        parser.add_lightning_class_args(ModelCheckpoint, "last_checkpoint")
+        parser.set_defaults(
+            {
+                "last_checkpoint.monitor": None,
+                "last_checkpoint.save_top_k": 0,
+                "last_checkpoint.save_last": True,
+            }
+        )
         parser.add_lightning_class_args(PredictionWriter, "predictions")
+
+    def _prepare_subcommand_parser(
+        self, klass: type, subcommand: str, **kwargs: Any
+    ) -> LightningArgumentParser:
+        parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
+        if "weights_only" in self._subcommand_method_arguments.get(subcommand, {}):
+            # checkpoints can run code when unpickled: load only tensors and plain values by default
+            parser.set_defaults(weights_only=True)
+        return parser
 
     def before_instantiate_classes(self) -> None:
         """Point validate/test/predict from a checkpoint back at that checkpoint's run.
@@ -208,18 +274,70 @@ class PalLightningCLI(LightningCLI):
         given, and the checkpoint callback keeps the checkpoint's folder (it never saves outside
         ``fit``; the same folder just lets its restored state match).
         """
-        if self.subcommand in (None, "fit"):
+        if self.subcommand is None:
             return
         config = self.config[self.subcommand]
-        ckpt = config.get("ckpt_path")
-        if not ckpt or not Path(ckpt).is_file():
+        if config.get("checkpoint.save_last") and config.get("last_checkpoint.save_last"):
+            raise PalUserError(
+                "checkpoint.save_last and last_checkpoint.save_last would both write last.ckpt. Leave "
+                "checkpoint.save_last off: the last_checkpoint callback writes last.ckpt (set "
+                "--last_checkpoint.every_n_train_steps N to write it every N steps)."
+            )
+        ckpt = self._resolve_ckpt_path(config)
+        if self.subcommand == "fit" or not ckpt:
             return
         ckpt_dir = Path(ckpt).parent  # as written: ModelCheckpoint compares its dirpath literally
-        if config.get("checkpoint.dirpath") is None:
-            config["checkpoint.dirpath"] = str(ckpt_dir)
+        for group in ("checkpoint", "last_checkpoint"):
+            if config.get(f"{group}.dirpath") is None:
+                config[f"{group}.dirpath"] = str(ckpt_dir)
         if self.subcommand == "predict" and config.get("predictions.output_dir") is None:
             run_dir = ckpt_dir.parent if ckpt_dir.name == "checkpoints" else ckpt_dir
             config["predictions.output_dir"] = str(run_dir / "predictions")
+
+    def _resolve_ckpt_path(self, config: Any) -> str | None:
+        """Resolve ``--ckpt_path last`` and check that a given checkpoint file exists.
+
+        Returns:
+            the checkpoint path (``None`` without one, or for Lightning's other special values).
+
+        Raises:
+            PalUserError: for ``last`` when the run root holds no ``last.ckpt``, or a missing file.
+        """
+        ckpt = config.get("ckpt_path")
+        if not ckpt:
+            return None
+        ckpt = str(ckpt)
+        if ckpt == LAST:
+            root = os.path.abspath(config.get("trainer.default_root_dir") or DEFAULT_ROOT_DIR)
+            inherited = os.environ.get(_ENV_RESUME, "")
+            if _is_launched_rank() and inherited.startswith(root + os.pathsep):
+                found: Path | None = Path(inherited.split(os.pathsep, 1)[1])
+            else:
+                found = find_last_checkpoint(root)
+            if found is None:
+                raise PalUserError(
+                    f"--ckpt_path last: no last.ckpt under {root} (looked for */checkpoints/last*.ckpt). "
+                    "Point --trainer.default_root_dir at the folder of the run to resume (the one holding "
+                    "its version_N folders), pass a checkpoint file to --ckpt_path, or start without it."
+                )
+            os.environ[_ENV_RESUME] = f"{root}{os.pathsep}{found}"
+            if not _is_launched_rank():
+                print(
+                    f"pal-lightning: {'resuming' if self.subcommand == 'fit' else 'loading'} from {found} "
+                    "(the newest last.ckpt); this run logs into a new version folder.",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            config["ckpt_path"] = str(found)
+            return str(found)
+        if ckpt in ("best", "hpc", "registry") or ckpt.startswith("registry:") or "://" in ckpt:
+            return None  # Lightning's own special values and remote files
+        if not Path(ckpt).is_file():
+            raise PalUserError(
+                f"Checkpoint {ckpt} does not exist. Pass the path of a .ckpt file to --ckpt_path, or "
+                "--ckpt_path last for the newest last.ckpt under trainer.default_root_dir."
+            )
+        return ckpt
 
     def instantiate_classes(self) -> None:
         """Instantiate model, data and trainer; a rejected config value becomes a :class:`PalUserError`.
@@ -244,6 +362,13 @@ class PalLightningCLI(LightningCLI):
         if config.get("logger") in (None, True):
             root = config.get("default_root_dir") or DEFAULT_ROOT_DIR
             config["logger"] = run_loggers(root)
+        plugins = config.get("plugins")
+        plugins = (
+            [] if plugins is None else list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
+        )
+        if not any(isinstance(p, CheckpointIO) for p in plugins):
+            plugins.append(AtomicCheckpointIO())  # crash-safe writes, one-line errors for bad files
+        config["plugins"] = plugins
         try:
             return super()._instantiate_trainer(config, callbacks)
         finally:

@@ -572,6 +572,10 @@ class MultiTaskDataModule(pl.LightningDataModule):
             "collate_fn": passthrough,
             "pin_memory": torch.cuda.is_available(),
             "persistent_workers": self.num_workers > 0,
+            # Each new DataLoader iterator draws its workers' base seed from this generator; without
+            # one it draws from the global torch RNG, so every validation or epoch start would shift
+            # the dropout stream and a resumed run could not repeat the uninterrupted one exactly.
+            "generator": torch.Generator().manual_seed(self.seed),
         }
 
     def train_dataloader(self) -> ResumableDataLoader:

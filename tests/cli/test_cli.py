@@ -84,7 +84,8 @@ def test_fit_validate_test_predict_and_reruns(
         "val/sts/pearson",
     }
     assert scores["steps"] == 4
-    (ckpt,) = (run0 / "checkpoints").glob("*.ckpt")
+    (ckpt,) = (run0 / "checkpoints").glob("best*.ckpt")
+    assert (run0 / "checkpoints" / "last.ckpt").is_file()  # written by the last_checkpoint callback
     config_digest = _digest(run0 / "config.yaml")
 
     # a rerun into the same root gets its own version directory and leaves the first run alone
@@ -92,7 +93,7 @@ def test_fit_validate_test_predict_and_reruns(
     capsys.readouterr()
     assert (runs / "version_1" / "config.yaml").is_file()
     assert _digest(run0 / "config.yaml") == config_digest
-    assert len(list((run0 / "checkpoints").glob("*.ckpt"))) == 1
+    assert len(list((run0 / "checkpoints").glob("*.ckpt"))) == 2  # best and last, nothing added
 
     base = ["--config", str(tiny_yaml), "--ckpt_path", str(ckpt)]
     assert main(["validate", *base]) == 0

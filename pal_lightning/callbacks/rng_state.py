@@ -1,0 +1,128 @@
+"""Save the random number generators of every rank in checkpoints, and restore them on resume.
+
+Lightning 2.6 restores weights, optimizer, schedulers, loop counters and the train loader's
+position from a checkpoint, but not the random generators (it only carries them into spawned
+processes). Without them a resumed run draws other dropout masks than the run it continues, and
+ends with other weights. :class:`RNGStateCallback` closes that gap: the checkpoint holds, for every
+rank ``r``,
+
+    states[r] = {torch CPU, numpy, python ``random`` (and CUDA, one per device) generator states}
+
+gathered to rank 0 (which alone writes the file), and every rank restores its own entry.
+
+When: the states are captured when the checkpoint is written and restored at the first
+``on_train_epoch_start`` or ``on_train_batch_start`` of the resumed fit, whichever comes first
+(Lightning skips ``on_train_epoch_start`` when it resumes mid-epoch). Between a save and the next
+training step an uninterrupted run draws nothing from these generators (validation runs with
+dropout off, and pal-lightning's loaders seed their workers from a generator of their own), so the
+resumed run continues with exactly the numbers the uninterrupted one would have drawn.
+
+Everything is stored as tensors, lists, ints, floats and strings, so checkpoints stay loadable with
+``torch.load(weights_only=True)``.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import Any
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+from lightning.pytorch.callbacks import Callback
+
+log = logging.getLogger(__name__)
+
+
+def collect_rng_state() -> dict[str, Any]:
+    """The generator states of this process, as weights_only-safe values."""
+    name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)  # type: ignore[misc]
+    version, py_state, gauss = random.getstate()
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": [str(name), [int(k) for k in keys], int(pos), int(has_gauss), float(cached)],
+        "python": [int(version), [int(v) for v in py_state], gauss],
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = [s.cpu() for s in torch.cuda.get_rng_state_all()]
+    return state
+
+
+def apply_rng_state(state: dict[str, Any]) -> None:
+    """Restore what :func:`collect_rng_state` returned."""
+    torch.set_rng_state(torch.as_tensor(state["torch"], dtype=torch.uint8).cpu())
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), int(pos), int(has_gauss), float(cached)))
+    version, py_state, gauss = state["python"]
+    random.setstate((int(version), tuple(int(v) for v in py_state), gauss))
+    cuda = state.get("cuda")
+    if cuda and torch.cuda.is_available():
+        if len(cuda) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all([torch.as_tensor(s, dtype=torch.uint8) for s in cuda])
+        else:
+            log.warning(
+                "The checkpoint holds CUDA generator states of %d device(s), this process sees %d: "
+                "CUDA generators are not restored.",
+                len(cuda),
+                torch.cuda.device_count(),
+            )
+
+
+def _gather(obj: Any) -> list[Any]:
+    """``obj`` of every rank, in rank order (one element without torch.distributed)."""
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return [obj]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+class RNGStateCallback(Callback):
+    """Checkpoint the torch, numpy, python and CUDA generators of every rank; restore them on resume.
+
+    The pal-lightning CLI adds it to every run. In Python: ``Trainer(callbacks=[RNGStateCallback()])``.
+    Under DDP ``state_dict`` gathers all ranks' states (every rank takes part in writing a
+    checkpoint, so the collective is matched); a checkpoint from a run with another number of
+    ranks restores rank ``r``'s states where they exist and warns that the run is not exact.
+    """
+
+    def __init__(self) -> None:
+        self._pending: dict[str, Any] | None = None
+        #: Whether a resumed fit restored the generators (for tests and logs).
+        self.restored = False
+
+    def state_dict(self) -> dict[str, Any]:
+        states = _gather(collect_rng_state())
+        return {"world_size": len(states), "states": states}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        states = state_dict.get("states") or []
+        dist = torch.distributed
+        distributed = dist.is_available() and dist.is_initialized()
+        rank = dist.get_rank() if distributed else 0
+        world = dist.get_world_size() if distributed else 1
+        if len(states) != world and rank == 0:
+            log.warning(
+                "The checkpoint holds the random states of %d rank(s) but this run has %d: the resumed "
+                "run will not repeat the original one exactly.",
+                len(states),
+                world,
+            )
+        self._pending = states[rank] if rank < len(states) else None
+        self.restored = False
+
+    def _restore(self) -> None:
+        if self._pending is not None:
+            apply_rng_state(self._pending)
+            self._pending = None
+            self.restored = True
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._restore()
+
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        self._restore()

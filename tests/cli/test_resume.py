@@ -1,0 +1,128 @@
+"""Kill and resume through the real entry point: a run SIGKILLed mid-epoch (in the middle of writing a
+checkpoint), resumed with ``--ckpt_path last``, ends with the weights of an uninterrupted run."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+
+from pal_lightning.callbacks.checkpoint_io import AtomicCheckpointIO
+from pal_lightning.cli import find_last_checkpoint
+
+from .conftest import tiny_config, write_cs224n_data
+
+HERE = Path(__file__).resolve().parent
+STEPS_PER_EPOCH, EVERY, KILL_AT, MAX_STEPS = 4, 3, 9, 12
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), env.get("PYTHONPATH", "")) if p)
+    for key in ("PAL_DEBUG", "LOCAL_RANK", "PAL_RUN_VERSION", "PAL_RESUME_CKPT"):
+        env.pop(key, None)
+    return env
+
+
+def _fit(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "pal_lightning", "fit", "--config", "tiny.yaml", *args]
+    return subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=300)
+
+
+def _config(folder: Path, data: Path, kill: bool) -> None:
+    folder.mkdir()
+    path = tiny_config(folder, data)
+    config: dict[str, Any] = yaml.safe_load(path.read_text())
+    config["trainer"]["max_steps"] = MAX_STEPS
+    config["data"]["init_args"]["steps_per_epoch"] = STEPS_PER_EPOCH  # validation after steps 4, 8, 12
+    config["model"]["init_args"]["dropout"] = 0.2  # dropout everywhere: the random state matters
+    config["last_checkpoint"] = {"every_n_train_steps": EVERY}
+    if kill:
+        kill_cb = {
+            "class_path": "cli_helpers.KillAtStep",
+            "init_args": {"step": KILL_AT, "during_save": True},
+        }
+        config["trainer"]["callbacks"] = [kill_cb]
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in folder.rglob("*")
+        if p.is_file()
+    }
+
+
+def test_sigkill_mid_epoch_during_a_checkpoint_write_then_resume_last_is_exact(tmp_path: Path) -> None:
+    data = write_cs224n_data(tmp_path / "data")
+    full, killed = tmp_path / "full", tmp_path / "killed"
+    _config(full, data, kill=False)
+    _config(killed, data, kill=True)
+    with ThreadPoolExecutor(2) as pool:
+        runs = list(pool.map(lambda folder: _fit(folder), [full, killed]))
+    assert runs[0].returncode == 0, runs[0].stderr[-3000:]
+    assert runs[1].returncode == -9, runs[1].stderr[-3000:]  # SIGKILL, in the step-9 save
+
+    # the write of step 9 was cut half-way: last.ckpt is still the complete one of step 6
+    ckpt_dir = killed / "runs" / "version_0" / "checkpoints"
+    stray = list(ckpt_dir.glob(".last.ckpt.*.tmp"))
+    assert len(stray) == 1 and 0 < stray[0].stat().st_size < (ckpt_dir / "last.ckpt").stat().st_size
+    saved = torch.load(ckpt_dir / "last.ckpt", weights_only=True)
+    assert saved["global_step"] == 6 and saved["epoch"] == 1  # mid-epoch (the epoch covers steps 5-8)
+    assert len(saved["callbacks"]["RNGStateCallback"]["states"]) == 1
+    before = _digests(killed / "runs" / "version_0")
+
+    resumed = _fit(killed, "--trainer.callbacks", "null", "--ckpt_path", "last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resuming from {ckpt_dir / 'last.ckpt'}" in resumed.stderr
+    assert _digests(killed / "runs" / "version_0") == before  # the killed run's files stay as they were
+    final = torch.load(killed / "runs" / "version_1" / "checkpoints" / "last.ckpt", weights_only=True)
+    reference = torch.load(full / "runs" / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert final["global_step"] == reference["global_step"] == MAX_STEPS
+    assert final["state_dict"].keys() == reference["state_dict"].keys()
+    for name, value in reference["state_dict"].items():
+        assert torch.allclose(final["state_dict"][name], value, atol=1e-6, rtol=0), name
+    # the data module continued at the same position of its task schedule
+    assert final["MultiTaskDataModule"] == reference["MultiTaskDataModule"]
+
+
+def test_atomic_write_interrupted_leaves_the_old_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    io = AtomicCheckpointIO()
+    target = tmp_path / "last.ckpt"
+    io.save_checkpoint({"global_step": 1, "w": torch.ones(3)}, target)
+
+    def interrupted(fd: int) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "fsync", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        io.save_checkpoint({"global_step": 2, "w": torch.zeros(3)}, target)
+    monkeypatch.undo()
+    assert io.load_checkpoint(target, weights_only=True)["global_step"] == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]  # the temporary file is gone
+    io.save_checkpoint({"global_step": 3}, target)
+    assert io.load_checkpoint(target, weights_only=True)["global_step"] == 3
+
+
+def test_find_last_checkpoint_takes_the_newest(tmp_path: Path) -> None:
+    assert find_last_checkpoint(tmp_path) is None
+    paths = []
+    for version, mtime in ((0, 100), (1, 300), (2, 200)):
+        path = tmp_path / f"version_{version}" / "checkpoints" / "last.ckpt"
+        path.parent.mkdir(parents=True)
+        path.write_bytes(b"x")
+        os.utime(path, ns=(mtime * 10**9, mtime * 10**9))
+        paths.append(path)
+    (tmp_path / "version_2" / "checkpoints" / ".last.ckpt.abc.tmp").write_bytes(b"half")
+    assert find_last_checkpoint(tmp_path) == paths[1]
