@@ -1,0 +1,76 @@
+"""Run by test_gem_ddp.py: a 2-process gloo DDP fit with GEMCallback on fixture files.
+
+Every rank writes ``rank<r>.json`` with a fingerprint of its parameters, its memories and
+GEM's counters. Usage: python gem_ddp_script.py DATA_DIR OUT_DIR
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import lightning.pytorch as pl
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/
+from cli.conftest import TINY_BERT  # noqa: E402
+
+from pal_lightning.callbacks import GEMCallback  # noqa: E402
+from pal_lightning.data import MultiTaskDataModule  # noqa: E402
+from pal_lightning.module import MultiTaskModule  # noqa: E402
+
+
+class Record(pl.Callback):
+    def __init__(self, gem: GEMCallback, out: Path) -> None:
+        self.gem = gem
+        self.out = out
+        self.stats: list[dict[str, float]] = []
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:  # noqa: ANN001
+        stats = dict(self.gem.last_stats)
+        stats.pop("gem/projection_ms", None)  # wall time differs between ranks
+        self.stats.append(stats)
+
+    def on_fit_end(self, trainer, pl_module) -> None:  # noqa: ANN001
+        digest = hashlib.sha256()
+        for name, p in sorted(pl_module.named_parameters()):
+            digest.update(name.encode())
+            digest.update(p.detach().cpu().numpy().tobytes())
+        record = {
+            "world": trainer.world_size,
+            "steps": trainer.global_step,
+            "params": digest.hexdigest(),
+            "finite": all(bool(torch.isfinite(p).all()) for p in pl_module.parameters()),
+            "memory": self.gem.state_dict(),
+            "stats": self.stats,
+        }
+        (self.out / f"rank{trainer.global_rank}.json").write_text(json.dumps(record))
+
+
+def main(data_dir: str, out: str) -> None:
+    torch.set_num_threads(1)
+    pl.seed_everything(0)
+    model = MultiTaskModule(bert_config=TINY_BERT, pal_size=8, pal_heads=2)
+    dm = MultiTaskDataModule(data_dir=data_dir, cache_dir=False, batch_size=3, max_length=32)
+    gem = GEMCallback(memory_size=5, memory_batch_size=3)  # 3 x 2 ranks wanted, 5 stored: shares 3 + 2
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp_find_unused_parameters_true",
+        max_steps=4,
+        gradient_clip_val=1.0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        callbacks=[gem, Record(gem, Path(out))],
+    )
+    trainer.fit(model, datamodule=dm)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

@@ -1,0 +1,44 @@
+"""GEMCallback under real 2-process gloo DDP: identical parameters and memories on both ranks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, so that tests/cli is importable
+from cli.conftest import write_cs224n_data  # noqa: E402
+
+pytestmark = pytest.mark.ddp
+
+SCRIPT = Path(__file__).with_name("gem_ddp_script.py")
+
+
+def test_gem_two_process_ddp(tmp_path: Path) -> None:
+    data = write_cs224n_data(tmp_path / "data")  # before the ranks start: both see complete files
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PL_DISABLE_FORK": "1"}
+    env.pop("LOCAL_RANK", None)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), str(data), str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert r0["world"] == r1["world"] == 2 and r0["steps"] == r1["steps"] == 4
+    assert r0["finite"] and r1["finite"]
+    # both ranks stored the same global examples: 4 steps x 2 ranks x 3 examples
+    assert r0["memory"] == r1["memory"]
+    assert sum(r0["memory"]["memory"]["seen"].values()) == 4 * 2 * 3
+    # the same decisions every step, and projections really happened
+    assert r0["stats"] == r1["stats"]
+    assert max(s["gem/constraints"] for s in r0["stats"]) >= 1
+    assert r0["memory"]["projections"] >= 1
+    # and identical parameters after training
+    assert r0["params"] == r1["params"]
