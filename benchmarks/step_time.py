@@ -6,7 +6,15 @@ models are built in the same process from the same checkpoint, fed the same batc
 interleaved (the order alternates every step) after a warm-up, so machine noise hits both alike.
 
 * shared: ``adapter="none"``, the encoder plus a linear head (only the head is task-specific);
-* pals: ``adapter="pals"`` with the default size (102 for all-MiniLM-L6-v2) on every layer.
+* pals: ``adapter="pals"`` with the default size (102 for all-MiniLM-L6-v2) on every layer;
+* gem: the PAL model with 3 tasks and a head each, trained on task 0 with
+  :class:`~pal_lightning.callbacks.GEMCallback` (``constraints="others"``: the memories of tasks 1 and 2
+  constrain, 16 remembered examples each, memories pre-filled); the step includes the two memory
+  gradients, the Gram matrix and, when a constraint is violated, the QP and the write-back;
+* agem: the same with ``mode="agem"`` (one reference gradient of 16 remembered examples, 8 per task).
+
+The GEM rows get their memory batches from a small stand-in for the data module (random examples with
+the same length distribution), through the callback's duck-typed ``train_batch(task, indices)``.
 
 Usage::
 
@@ -14,9 +22,10 @@ Usage::
     python benchmarks/step_time.py --json results/step_time.json --steps 30 --device cuda
     python benchmarks/step_time.py --threads 1     # steadier on a CPU shared with other jobs
 
-Prints both medians and their ratio; ``--json PATH`` writes
-``{"shared_ms": ..., "pals_ms": ..., "pal_over_shared": ..., ...}`` (plus the per-step times and the
-median of per-batch ratios, a check on noise). Target: pal_over_shared <= 1.10.
+Prints the medians and their ratios; ``--json PATH`` writes
+``{"shared_ms": ..., "pals_ms": ..., "pal_over_shared": ..., "gem_over_pal": ..., "agem_over_pal": ..., ...}``
+(plus the per-step times and the medians of per-batch ratios, a check on noise).
+Targets: pal_over_shared <= 1.10, gem_over_pal <= 2.0, agem_over_pal <= 1.5.
 """
 
 from __future__ import annotations
@@ -34,10 +43,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
+from pal_lightning.callbacks import GEMCallback  # noqa: E402
 from pal_lightning.hub import DEFAULT_ENCODER  # noqa: E402
 from pal_lightning.modeling import MultiTaskBert  # noqa: E402
 
 TASK = "bench"
+GEM_TASKS = ("t0", "t1", "t2")
+MEMORY_EXAMPLES = 64
 
 
 class _Classifier(nn.Module):
@@ -53,6 +65,50 @@ class _Classifier(nn.Module):
         weights = attention_mask.unsqueeze(-1).to(hidden.dtype)
         pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
         return self.head(pooled)
+
+
+class _MultiTaskClassifier(nn.Module):
+    """The PAL encoder with one adapter and one head per task, and ``batch_loss`` for GEM's memories."""
+
+    def __init__(self, encoder: MultiTaskBert, num_labels: int = 2) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.heads = nn.ModuleDict(
+            {t: nn.Linear(encoder.hidden_size, num_labels) for t in encoder.task_names}
+        )
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, task: str) -> torch.Tensor:
+        hidden = self.encoder(input_ids, attention_mask, task=task)
+        weights = attention_mask.unsqueeze(-1).to(hidden.dtype)
+        pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
+        return self.heads[task](pooled)
+
+    def batch_loss(self, batch: dict) -> torch.Tensor:
+        logits = self(batch["input_ids"], batch["attention_mask"], batch["task"])
+        return nn.functional.cross_entropy(logits, batch["labels"])
+
+
+class _MemoryData:
+    """Stand-in for the data module: ``train_batch(task, indices)`` over a fixed pool of random examples."""
+
+    def __init__(self, pool: dict[str, tuple]) -> None:
+        self.pool = pool
+
+    def train_batch(self, task: str, indices: list[int]) -> dict:
+        ids, mask, labels = self.pool[task]
+        idx = torch.tensor(indices, device=ids.device)
+        mask = mask[idx]
+        length = int(mask.sum(1).max())  # padded to the longest example, like the data module
+        return {
+            "task": task,
+            "input_ids": ids[idx, :length],
+            "attention_mask": mask[:, :length],
+            "labels": labels[idx],
+        }
 
 
 def _batches(n: int, batch_size: int, seq_len: int, vocab: int, device: torch.device, seed: int) -> list:
@@ -76,12 +132,24 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _step(model: _Classifier, optimizer: torch.optim.Optimizer, batch: tuple, device: torch.device) -> float:
+def _step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: tuple,
+    device: torch.device,
+    gem: tuple[GEMCallback, _MemoryData, int] | None = None,
+) -> float:
     ids, mask, labels = batch
     _sync(device)
     start = time.perf_counter()
-    loss = nn.functional.cross_entropy(model(ids, mask), labels)
-    loss.backward()
+    if gem is None:
+        loss = nn.functional.cross_entropy(model(ids, mask), labels)
+        loss.backward()
+    else:
+        callback, data, step = gem
+        loss = nn.functional.cross_entropy(model(ids, mask, GEM_TASKS[0]), labels)
+        loss.backward()
+        callback.project_step(model, data, step=step, current=[GEM_TASKS[0]])
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     _sync(device)
@@ -101,6 +169,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         "--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--memory-batch-size", type=int, default=16, help="GEM: remembered examples per constraining task"
+    )
     parser.add_argument("--json", type=Path, default=None, help="write the results to this JSON file")
     args = parser.parse_args(argv)
 
@@ -111,28 +182,56 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    models: dict[str, _Classifier] = {}
+    models: dict[str, nn.Module] = {}
     optimizers: dict[str, torch.optim.Optimizer] = {}
     for name, adapter in (("shared", "none"), ("pals", "pals")):
         encoder = MultiTaskBert.from_pretrained(
             args.encoder, [TASK], adapter=adapter, attn_implementation=args.attn_implementation
         )
-        model = _Classifier(encoder).to(device).train()
-        models[name] = model
+        models[name] = _Classifier(encoder).to(device).train()
+    callbacks: dict[str, GEMCallback] = {}
+    for name in ("gem", "agem"):
+        encoder = MultiTaskBert.from_pretrained(
+            args.encoder, list(GEM_TASKS), adapter="pals", attn_implementation=args.attn_implementation
+        )
+        models[name] = _MultiTaskClassifier(encoder).to(device).train()
+        callback = GEMCallback(
+            memory_size=MEMORY_EXAMPLES, memory_batch_size=args.memory_batch_size, mode=name
+        )
+        for task in GEM_TASKS:  # pre-filled memories: every task already trained
+            callback.task_order.append(task)
+            callback.memory.add(task, range(MEMORY_EXAMPLES))
+        callbacks[name] = callback
+    for name, model in models.items():
         optimizers[name] = torch.optim.AdamW(model.parameters(), lr=2e-5)
     vocab = models["shared"].encoder.config.vocab_size
     batches = _batches(args.warmup + args.steps, args.batch_size, args.seq_len, vocab, device, args.seed)
+    pool_batches = _batches(
+        len(GEM_TASKS), MEMORY_EXAMPLES, args.seq_len, vocab, device, args.seed + 1
+    )  # one pool of remembered examples per task
+    data = _MemoryData(dict(zip(GEM_TASKS, pool_batches, strict=True)))
 
-    times: dict[str, list[float]] = {"shared": [], "pals": []}
+    names = list(models)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    violated = {name: 0 for name in callbacks}
     for i, batch in enumerate(batches):
-        order = ("shared", "pals") if i % 2 == 0 else ("pals", "shared")
+        order = names[i % len(names) :] + names[: i % len(names)]  # rotate, so drift hits all alike
         for name in order:
-            elapsed = _step(models[name], optimizers[name], batch, device)
+            gem = (callbacks[name], data, i) if name in callbacks else None
+            elapsed = _step(models[name], optimizers[name], batch, device, gem)
             if i >= args.warmup:
                 times[name].append(elapsed)
+                if name in callbacks:
+                    violated[name] += int(callbacks[name].last_stats["gem/violated"])
 
     shared_ms = statistics.median(times["shared"])
     pals_ms = statistics.median(times["pals"])
+    gem_ms = statistics.median(times["gem"])
+    agem_ms = statistics.median(times["agem"])
+
+    def paired(a: str, b: str) -> float:
+        return round(statistics.median([x / y for x, y in zip(times[a], times[b], strict=True)]), 4)
+
     result = {
         "shared_ms": round(shared_ms, 3),
         "pals_ms": round(pals_ms, 3),
@@ -141,8 +240,19 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         "pal_over_shared_paired": round(
             statistics.median([p / s for p, s in zip(times["pals"], times["shared"], strict=True)]), 4
         ),
+        "gem_ms": round(gem_ms, 3),
+        "agem_ms": round(agem_ms, 3),
+        "gem_over_pal": round(gem_ms / pals_ms, 4),
+        "agem_over_pal": round(agem_ms / pals_ms, 4),
+        "gem_over_pal_paired": paired("gem", "pals"),
+        "agem_over_pal_paired": paired("agem", "pals"),
+        "gem_violated_steps": violated["gem"],
+        "agem_violated_steps": violated["agem"],
+        "gem_memory_batch_size": args.memory_batch_size,
         "shared_steps_ms": [round(t, 2) for t in times["shared"]],
         "pals_steps_ms": [round(t, 2) for t in times["pals"]],
+        "gem_steps_ms": [round(t, 2) for t in times["gem"]],
+        "agem_steps_ms": [round(t, 2) for t in times["agem"]],
         "encoder": args.encoder,
         "pal_size": models["pals"].encoder.pal_size,
         "batch_size": args.batch_size,
@@ -159,7 +269,13 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         f"shared (adapter none): {shared_ms:9.2f} ms/step (median)\n"
         f"pals (d_s {result['pal_size']}):       {pals_ms:9.2f} ms/step (median)\n"
         f"pal/shared: {result['pal_over_shared']:.3f} (ratio of medians; median of per-batch ratios "
-        f"{result['pal_over_shared_paired']:.3f}; target <= 1.10)"
+        f"{result['pal_over_shared_paired']:.3f}; target <= 1.10)\n"
+        f"gem (3 tasks, 2 x {args.memory_batch_size} remembered): {gem_ms:9.2f} ms/step (median), "
+        f"gem/pal {result['gem_over_pal']:.3f} (paired {result['gem_over_pal_paired']:.3f}; target <= 2.0), "
+        f"violated in {violated['gem']}/{args.steps} steps\n"
+        f"agem ({args.memory_batch_size} remembered):        {agem_ms:9.2f} ms/step (median), "
+        f"agem/pal {result['agem_over_pal']:.3f} (paired {result['agem_over_pal_paired']:.3f}; target <= 1.5), "
+        f"violated in {violated['agem']}/{args.steps} steps"
     )
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
