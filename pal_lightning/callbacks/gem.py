@@ -419,8 +419,8 @@ class GEMCallback(pl.Callback):
     (the module's guard, if any, deals with the step) and is counted in ``gem/skipped_nonfinite``.
 
     Logged each optimizer step (``on_step``): ``gem/constraints`` (rows of ``G``; 0 = nothing to do),
-    ``gem/violated`` (0/1), ``gem/min_cosine`` (smallest ``cos(g, g_k)``, only when there are
-    rows), ``gem/projection_ms`` (all of GEM's work this step: memory gradients, QP, write-back),
+    ``gem/violated`` (0/1), ``gem/min_cosine`` (smallest ``cos(g, g_k)``; A-GEM: ``cos(g, g_ref)``;
+    only when there are non-zero rows), ``gem/projection_ms`` (all of GEM's work this step: memory gradients, QP, write-back),
     ``gem/fallbacks`` and ``gem/skipped_nonfinite`` (cumulative).
 
     Duck-typed contract: the data module (``trainer.datamodule``, or the ``data`` argument of

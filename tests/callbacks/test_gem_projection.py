@@ -65,7 +65,7 @@ def test_matches_exact_dual_and_kkt(t: int, margin: float, seed: int) -> None:
     assert torch.all(G @ g_tilde >= -1e-6 * G.norm(dim=1) * g_tilde.norm())
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+@pytest.mark.parametrize("seed", [0, 1])
 def test_no_feasible_point_is_closer(seed: int) -> None:
     g, G = violated_problem(seed, t=3)
     g_tilde = project_gradient(g, G, margin=0.0, eps=1e-10)
