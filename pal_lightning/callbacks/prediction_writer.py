@@ -100,6 +100,7 @@ class PredictionWriter(BasePredictionWriter):
         self._rows: dict[tuple[str, str], list[tuple[str, Any]]] = {}
         #: Paths written by the last prediction run (rank 0).
         self.written: list[Path] = []
+        self._out_dir: Path | None = None
 
     # ------------------------------------------------------------------ where
 
@@ -139,7 +140,9 @@ class PredictionWriter(BasePredictionWriter):
         warnings.filterwarnings("ignore", message="Couldn't infer the batch indices fetched")
         self._rows = {}
         self.written = []
-        out_dir = self.resolve_output_dir(trainer)
+        # resolved here, on every rank: under DDP trainer.log_dir is a broadcast that rank 0 alone
+        # (which writes the files) would wait on forever
+        out_dir = self._out_dir = self.resolve_output_dir(trainer)
         expected = self.expected_files(trainer)
         if expected is None:
             # Unknown tasks: refuse if the folder already holds any prediction file.
@@ -216,7 +219,7 @@ class PredictionWriter(BasePredictionWriter):
     def _write_all(
         self, trainer: pl.Trainer, gathered: dict[tuple[str, str], list[tuple[str, Any]]]
     ) -> list[Path]:
-        out_dir = self.resolve_output_dir(trainer)
+        out_dir = self._out_dir or self.resolve_output_dir(trainer)
         targets = {key: out_dir / output_file_name(*key) for key in gathered}
         # Check every target before writing any, so a refusal leaves nothing half-written.
         self._check_no_overwrite(list(targets.values()), out_dir)

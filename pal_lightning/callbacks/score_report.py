@@ -114,6 +114,8 @@ class ScoreReport(Callback):
         return self.history[-1] if self.history else None
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # every rank: under DDP trainer.log_dir is a broadcast, which rank 0 alone would wait on forever
+        log_dir = trainer.log_dir
         if not trainer.is_global_zero:
             return
         wall_s = time.perf_counter() - self._start
@@ -132,7 +134,6 @@ class ScoreReport(Callback):
                 + (f"\n  best checkpoint: {ckpt}" if ckpt else ""),
                 flush=True,
             )
-        log_dir = trainer.log_dir
         if log_dir is None:
             return
         payload = {

@@ -5,6 +5,7 @@ The subprocesses import this module with ``tests/cli`` on ``PYTHONPATH``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -42,7 +43,8 @@ class KillAtStep(Callback):
 
 
 class RankRecorder(Callback):
-    """Write ``<out>/rank<r>.json``: the task of every training step and a digest of the final weights."""
+    """Write ``<out>/fit_rank<r>.json`` (``validate_rank<r>.json``): the task and example ids of every
+    training step, a digest of the final weights, the last validation metrics and GEM's state."""
 
     def __init__(self, out: str) -> None:
         self.out = out
@@ -53,16 +55,24 @@ class RankRecorder(Callback):
     ) -> None:
         self.tasks.append([trainer.global_step, batch["task"], [str(i) for i in batch["ids"]]])
 
-    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    def _write(self, trainer: pl.Trainer, pl_module: pl.LightningModule, name: str) -> None:
         params = torch.cat([p.detach().double().flatten() for p in pl_module.parameters()])
+        gem = [cb.state_dict() for cb in trainer.callbacks if type(cb).__name__ == "GEMCallback"]
         record = {
             "rank": trainer.global_rank,
             "world": trainer.world_size,
             "tasks": self.tasks,
+            "params_digest": hashlib.sha256(params.numpy().tobytes()).hexdigest(),
             "params_sum": float(params.sum()),
-            "params_abs": float(params.abs().sum()),
-            "params_head": params[:64].tolist(),
             "val": {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")},
+            "gem": gem[0] if gem else None,
         }
         Path(self.out).mkdir(parents=True, exist_ok=True)
-        (Path(self.out) / f"rank{trainer.global_rank}.json").write_text(json.dumps(record))
+        (Path(self.out) / f"{name}{trainer.global_rank}.json").write_text(json.dumps(record))
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._write(trainer, pl_module, "fit_rank")
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.state.fn == "validate":
+            self._write(trainer, pl_module, "validate_rank")

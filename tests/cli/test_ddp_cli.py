@@ -1,0 +1,124 @@
+"""DDP end to end through the command line: ``pal-lightning fit`` on 2 CPU processes (gloo), with and
+without GEM, then a single-process ``validate`` and a 2-process ``predict`` of the checkpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from .conftest import tiny_config, write_cs224n_data
+
+pytestmark = pytest.mark.ddp
+
+HERE = Path(__file__).resolve().parent
+DDP = [
+    "--trainer.accelerator",
+    "cpu",
+    "--trainer.devices",
+    "2",
+    "--trainer.strategy",
+    "ddp_find_unused_parameters_true",
+]
+GEM = {
+    "class_path": "pal_lightning.callbacks.GEMCallback",
+    "init_args": {"memory_size": 8, "memory_batch_size": 2},
+}
+N_DEV, N_TEST = 10, 6  # rows of every fixture dev and test file
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), env.get("PYTHONPATH", "")) if p)
+    for key in ("PAL_DEBUG", "LOCAL_RANK", "PAL_RUN_VERSION", "PAL_RESUME_CKPT"):
+        env.pop(key, None)
+    return env
+
+
+def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "pal_lightning", *args]
+    return subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=400)
+
+
+def _setup(folder: Path, data: Path, gem: bool) -> Path:
+    folder.mkdir()
+    path = tiny_config(folder, data)
+    config: dict[str, Any] = yaml.safe_load(path.read_text())
+    config["trainer"]["max_steps"] = 4  # 2 epochs of 2 steps: validation and last.ckpt after steps 2 and 4
+    callbacks: list[dict[str, Any]] = [
+        {"class_path": "cli_helpers.RankRecorder", "init_args": {"out": str(folder / "record")}}
+    ]
+    config["trainer"]["callbacks"] = callbacks + ([GEM] if gem else [])
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def _load(folder: Path, name: str) -> dict[str, Any]:
+    return json.loads((folder / "record" / f"{name}.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("ddp_cli")
+    data = write_cs224n_data(root / "data")
+    folders = {"plain": root / "plain", "gem": root / "gem"}
+    configs = {name: _setup(folder, data, gem=name == "gem") for name, folder in folders.items()}
+    with ThreadPoolExecutor(2) as pool:
+        procs = pool.map(lambda n: _cli(folders[n], "fit", "--config", str(configs[n]), *DDP), folders)
+        fits = dict(zip(folders, procs, strict=True))
+        for name, proc in fits.items():
+            assert proc.returncode == 0, f"{name}: {proc.stderr[-4000:]}"
+        # the plain run's checkpoint: validated by one process, predicted by two
+        plain, config = folders["plain"], str(configs["plain"])
+        ckpt = str(plain / "runs" / "version_0" / "checkpoints" / "last.ckpt")
+        validate = pool.submit(_cli, plain, "validate", "--config", config, "--ckpt_path", ckpt)
+        predict = pool.submit(_cli, plain, "predict", "--config", config, "--ckpt_path", ckpt, *DDP)
+        for name, proc in (("validate", validate.result()), ("predict", predict.result())):
+            assert proc.returncode == 0, f"{name}: {proc.stderr[-4000:]}"
+    return folders
+
+
+@pytest.mark.parametrize("variant", ["plain", "gem"])
+def test_both_ranks_same_tasks_disjoint_examples_identical_weights(
+    runs: dict[str, Path], variant: str
+) -> None:
+    r0, r1 = (_load(runs[variant], f"fit_rank{r}") for r in (0, 1))
+    assert (r0["rank"], r1["rank"], r0["world"]) == (0, 1, 2)
+    assert len(r0["tasks"]) == len(r1["tasks"]) == 4
+    for (step0, task0, ids0), (step1, task1, ids1) in zip(r0["tasks"], r1["tasks"], strict=True):
+        assert (step0, task0) == (step1, task1)  # the same task at every step
+        assert not set(ids0) & set(ids1)  # each rank its own share of the batch
+    assert r0["params_digest"] == r1["params_digest"]  # bit-identical weights
+    if variant == "gem":
+        assert r0["gem"] == r1["gem"] and r0["gem"]["memory"]  # identical, non-empty memories
+    # the run wrote one folder, with one config and one last.ckpt (rank 1 logged where rank 0 did)
+    run_dirs = sorted(p.name for p in (runs[variant] / "runs").iterdir())
+    assert run_dirs[0] == "version_0" and (runs[variant] / "runs" / "version_0" / "config.yaml").is_file()
+    assert (runs[variant] / "runs" / "version_0" / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_single_process_validation_of_the_checkpoint_matches_the_fit(runs: dict[str, Path]) -> None:
+    fit = _load(runs["plain"], "fit_rank0")["val"]
+    validated = _load(runs["plain"], "validate_rank0")["val"]
+    assert {"val/overall", "val/sst/accuracy", "val/qqp/accuracy", "val/sts/pearson"} <= set(fit)
+    assert set(validated) == set(fit)
+    for key, value in fit.items():
+        assert validated[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+
+
+def test_ddp_predict_writes_every_file_once_with_every_id_once(runs: dict[str, Path]) -> None:
+    out = runs["plain"] / "runs" / "version_0" / "predictions"
+    files = sorted(p.name for p in out.iterdir())
+    assert files == sorted(f"{t}-{s}-output.csv" for t in ("sst", "qqp", "sts") for s in ("dev", "test"))
+    for path in out.iterdir():
+        lines = path.read_text().splitlines()
+        assert lines[0].startswith("id \t Predicted_")
+        ids = [line.split(" , ")[0] for line in lines[1:]]
+        assert len(ids) == len(set(ids)) == (N_DEV if "-dev-" in path.name else N_TEST), path.name
