@@ -1,9 +1,11 @@
 """Kill and resume through the real entry point: a run SIGKILLed mid-epoch (in the middle of writing a
-checkpoint), resumed with ``--ckpt_path last``, ends with the weights of an uninterrupted run."""
+checkpoint), resumed with ``--ckpt_path last``, ends with the weights (and GEM memories) of an
+uninterrupted run. The plain and the GEM variant run side by side from one module fixture."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -22,6 +24,11 @@ from .conftest import tiny_config, write_cs224n_data
 
 HERE = Path(__file__).resolve().parent
 STEPS_PER_EPOCH, EVERY, KILL_AT, MAX_STEPS = 4, 3, 9, 12
+GEM = {
+    "class_path": "pal_lightning.callbacks.GEMCallback",
+    "init_args": {"memory_size": 8, "memory_batch_size": 2},
+}
+VARIANTS = ("plain", "gem")
 
 
 def _env() -> dict[str, str]:
@@ -37,20 +44,22 @@ def _fit(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=300)
 
 
-def _config(folder: Path, data: Path, kill: bool) -> None:
-    folder.mkdir()
+def _config(folder: Path, data: Path, kill: bool, gem: bool) -> None:
+    folder.mkdir(parents=True)
     path = tiny_config(folder, data)
     config: dict[str, Any] = yaml.safe_load(path.read_text())
     config["trainer"]["max_steps"] = MAX_STEPS
     config["data"]["init_args"]["steps_per_epoch"] = STEPS_PER_EPOCH  # validation after steps 4, 8, 12
     config["model"]["init_args"]["dropout"] = 0.2  # dropout everywhere: the random state matters
     config["last_checkpoint"] = {"every_n_train_steps": EVERY}
+    callbacks: list[dict[str, Any]] = [GEM] if gem else []
     if kill:
         kill_cb = {
             "class_path": "cli_helpers.KillAtStep",
             "init_args": {"step": KILL_AT, "during_save": True},
         }
-        config["trainer"]["callbacks"] = [kill_cb]
+        callbacks.append(kill_cb)
+    config["trainer"]["callbacks"] = callbacks
     path.write_text(yaml.safe_dump(config, sort_keys=False))
 
 
@@ -62,29 +71,61 @@ def _digests(folder: Path) -> dict[str, str]:
     }
 
 
-def test_sigkill_mid_epoch_during_a_checkpoint_write_then_resume_last_is_exact(tmp_path: Path) -> None:
-    data = write_cs224n_data(tmp_path / "data")
-    full, killed = tmp_path / "full", tmp_path / "killed"
-    _config(full, data, kill=False)
-    _config(killed, data, kill=True)
-    with ThreadPoolExecutor(2) as pool:
-        runs = list(pool.map(lambda folder: _fit(folder), [full, killed]))
-    assert runs[0].returncode == 0, runs[0].stderr[-3000:]
-    assert runs[1].returncode == -9, runs[1].stderr[-3000:]  # SIGKILL, in the step-9 save
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """Per variant: the uninterrupted and the killed run (all four in parallel), then the resumes."""
+    root = tmp_path_factory.mktemp("resume")
+    data = write_cs224n_data(root / "data")
+    out: dict[str, dict[str, Any]] = {}
+    for variant in VARIANTS:
+        out[variant] = {"full": root / variant / "full", "killed": root / variant / "killed"}
+        for kind in ("full", "killed"):
+            _config(out[variant][kind], data, kill=kind == "killed", gem=variant == "gem")
+    jobs = [(variant, kind) for variant in VARIANTS for kind in ("full", "killed")]
+    with ThreadPoolExecutor(4) as pool:
+        first = pool.map(lambda job: _fit(out[job[0]][job[1]]), jobs)
+        for (variant, kind), proc in zip(jobs, first, strict=True):
+            out[variant][f"{kind}_proc"] = proc
+        resumes = {}
+        for variant in VARIANTS:
+            run_dir = out[variant]["killed"] / "runs" / "version_0"
+            out[variant]["before"] = _digests(run_dir)
+            out[variant]["saved"] = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+            # the same callbacks minus the kill switch
+            callbacks = json.dumps([GEM] if variant == "gem" else [])
+            resumes[variant] = pool.submit(
+                _fit, out[variant]["killed"], "--trainer.callbacks", callbacks, "--ckpt_path", "last"
+            )
+        for variant, future in resumes.items():
+            out[variant]["resumed_proc"] = future.result()
+    return out
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_sigkill_mid_epoch_during_a_checkpoint_write_then_resume_last_is_exact(
+    runs: dict[str, dict[str, Any]], variant: str
+) -> None:
+    run = runs[variant]
+    full, killed = run["full"], run["killed"]
+    assert run["full_proc"].returncode == 0, run["full_proc"].stderr[-3000:]
+    assert run["killed_proc"].returncode == -9, run["killed_proc"].stderr[
+        -3000:
+    ]  # SIGKILL, in the step-9 save
 
     # the write of step 9 was cut half-way: last.ckpt is still the complete one of step 6
     ckpt_dir = killed / "runs" / "version_0" / "checkpoints"
     stray = list(ckpt_dir.glob(".last.ckpt.*.tmp"))
     assert len(stray) == 1 and 0 < stray[0].stat().st_size < (ckpt_dir / "last.ckpt").stat().st_size
-    saved = torch.load(ckpt_dir / "last.ckpt", weights_only=True)
+    saved = run["saved"]
     assert saved["global_step"] == 6 and saved["epoch"] == 1  # mid-epoch (the epoch covers steps 5-8)
     assert len(saved["callbacks"]["RNGStateCallback"]["states"]) == 1
-    before = _digests(killed / "runs" / "version_0")
 
-    resumed = _fit(killed, "--trainer.callbacks", "null", "--ckpt_path", "last")
+    resumed = run["resumed_proc"]
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resuming from {ckpt_dir / 'last.ckpt'}" in resumed.stderr
-    assert _digests(killed / "runs" / "version_0") == before  # the killed run's files stay as they were
+    assert (
+        _digests(killed / "runs" / "version_0") == run["before"]
+    )  # the killed run's files stay as they were
     final = torch.load(killed / "runs" / "version_1" / "checkpoints" / "last.ckpt", weights_only=True)
     reference = torch.load(full / "runs" / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)
     assert final["global_step"] == reference["global_step"] == MAX_STEPS
@@ -93,6 +134,11 @@ def test_sigkill_mid_epoch_during_a_checkpoint_write_then_resume_last_is_exact(t
         assert torch.allclose(final["state_dict"][name], value, atol=1e-6, rtol=0), name
     # the data module continued at the same position of its task schedule
     assert final["MultiTaskDataModule"] == reference["MultiTaskDataModule"]
+    if variant == "gem":
+        gem_final, gem_reference = final["callbacks"]["GEMCallback"], reference["callbacks"]["GEMCallback"]
+        assert gem_final == gem_reference and gem_reference["memory"]  # the same memories
+        assert saved["callbacks"]["GEMCallback"]["memory"]  # restored from the checkpoint, not rebuilt
+        assert gem_reference["projections"] > 0  # GEM did project (the memories mattered)
 
 
 def test_atomic_write_interrupted_leaves_the_old_file(
