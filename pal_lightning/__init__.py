@@ -37,13 +37,25 @@ _EXPORTS: dict[str, str] = {
     "task_probabilities": "pal_lightning.data.sampling",
     "annealed_alpha": "pal_lightning.data.sampling",
     "PredictionWriter": "pal_lightning.callbacks",
+    "GEMCallback": "pal_lightning.callbacks",
+    "EpisodicMemory": "pal_lightning.callbacks",
+    "ContinualEvaluation": "pal_lightning.callbacks",
+    "RNGStateCallback": "pal_lightning.callbacks",
+    "AtomicCheckpointIO": "pal_lightning.callbacks",
+    "project_gradient": "pal_lightning.callbacks.gem",
+    "agem_project": "pal_lightning.callbacks.gem",
+    "continual_metrics": "pal_lightning.continual",
     "cs224n_overall": "pal_lightning.metrics",
     "overall_score": "pal_lightning.metrics",
 }
 
 __all__ = [
+    "AtomicCheckpointIO",
     "BUILTIN_TASKS",
+    "ContinualEvaluation",
     "DEFAULT_ENCODER",
+    "EpisodicMemory",
+    "GEMCallback",
     "MultiTaskBert",
     "MultiTaskDataModule",
     "MultiTaskModule",
@@ -51,15 +63,19 @@ __all__ = [
     "PalUserError",
     "ParameterReport",
     "PredictionWriter",
+    "RNGStateCallback",
     "TaskKind",
     "TaskSpec",
+    "agem_project",
     "annealed_alpha",
     "available_tasks",
+    "continual_metrics",
     "cs224n_overall",
     "get_task",
     "load_task_weights",
     "overall_score",
     "parameter_report",
+    "project_gradient",
     "register_task",
     "resolve_encoder",
     "save_task_weights",
@@ -82,7 +98,16 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from pal_lightning.callbacks import PredictionWriter
+    from pal_lightning.callbacks import (
+        AtomicCheckpointIO,
+        ContinualEvaluation,
+        EpisodicMemory,
+        GEMCallback,
+        PredictionWriter,
+        RNGStateCallback,
+    )
+    from pal_lightning.callbacks.gem import agem_project, project_gradient
+    from pal_lightning.continual import continual_metrics
     from pal_lightning.data import MultiTaskDataModule
     from pal_lightning.data.sampling import annealed_alpha, task_probabilities
     from pal_lightning.errors import PalUserError

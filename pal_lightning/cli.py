@@ -460,7 +460,23 @@ def main(args: list[str] | None = None) -> int:
             message += " (a Trainer setting this machine cannot honour: check trainer.accelerator, devices, strategy, precision)"
         print(f"pal-lightning: error: {message}", file=sys.stderr, flush=True)
         return USER_ERROR_EXIT
+    close_process_group()
     return 0
+
+
+def close_process_group() -> None:
+    """Tear down the DDP process group a finished run left open, on every rank together.
+
+    Lightning keeps the group alive for a later ``fit``/``predict`` in the same process. Left to
+    the interpreter's exit, gloo's worker threads can be destroyed while still joinable and abort
+    a rank that had finished its work ("terminate called without an active exception", exit -6).
+    Only called after a successful run: every rank gets here, so the barrier cannot hang.
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":  # pragma: no cover
