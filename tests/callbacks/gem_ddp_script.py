@@ -1,7 +1,11 @@
 """Run by test_gem_ddp.py: a 2-process gloo DDP fit with GEMCallback on fixture files.
 
 Every rank writes ``rank<r>.json`` with a fingerprint of its parameters, its memories and
-GEM's counters. Usage: python gem_ddp_script.py DATA_DIR OUT_DIR
+GEM's counters. Usage: python gem_ddp_script.py DATA_DIR OUT_DIR [interleaved|continual]
+
+``continual``: a sequential schedule (SST, Quora, STS; 2 batches each) with GEM constraining
+on the past tasks and :class:`ContinualEvaluation`; the ranks also record the R matrix, and
+rank 0 saves the final weights to ``final.pt``.
 """
 
 from __future__ import annotations
@@ -17,15 +21,16 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/
 from cli.conftest import TINY_BERT  # noqa: E402
 
-from pal_lightning.callbacks import GEMCallback  # noqa: E402
+from pal_lightning.callbacks import ContinualEvaluation, GEMCallback  # noqa: E402
 from pal_lightning.data import MultiTaskDataModule  # noqa: E402
 from pal_lightning.module import MultiTaskModule  # noqa: E402
 
 
 class Record(pl.Callback):
-    def __init__(self, gem: GEMCallback, out: Path) -> None:
+    def __init__(self, gem: GEMCallback, out: Path, continual: ContinualEvaluation | None = None) -> None:
         self.gem = gem
         self.out = out
+        self.continual = continual
         self.stats: list[dict[str, float]] = []
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:  # noqa: ANN001
@@ -46,31 +51,53 @@ class Record(pl.Callback):
             "memory": self.gem.state_dict(),
             "stats": self.stats,
         }
+        if self.continual is not None:
+            record["baseline"] = self.continual.baseline
+            record["R"] = self.continual.R
+            if trainer.is_global_zero:
+                torch.save(pl_module.state_dict(), self.out / "final.pt")
         (self.out / f"rank{trainer.global_rank}.json").write_text(json.dumps(record))
 
 
-def main(data_dir: str, out: str) -> None:
+def main(data_dir: str, out: str, mode: str = "interleaved") -> None:
     torch.set_num_threads(1)
     pl.seed_everything(0)
     model = MultiTaskModule(bert_config=TINY_BERT, pal_size=8, pal_heads=2)
-    dm = MultiTaskDataModule(data_dir=data_dir, cache_dir=False, batch_size=3, max_length=32)
-    gem = GEMCallback(memory_size=5, memory_batch_size=3)  # 3 x 2 ranks wanted, 5 stored: shares 3 + 2
+    continual = None
+    if mode == "continual":
+        dm = MultiTaskDataModule(
+            data_dir=data_dir,
+            cache_dir=False,
+            batch_size=3,
+            max_length=32,
+            schedule="sequential",
+            steps_per_task=2,
+        )
+        gem = GEMCallback(memory_size=5, memory_batch_size=3, constraints="past")
+        continual = ContinualEvaluation(limit_eval_examples=None)
+        max_steps = 6
+    else:
+        dm = MultiTaskDataModule(data_dir=data_dir, cache_dir=False, batch_size=3, max_length=32)
+        gem = GEMCallback(memory_size=5, memory_batch_size=3)  # 3 x 2 ranks wanted, 5 stored: shares 3 + 2
+        max_steps = 4
+    callbacks = [gem, Record(gem, Path(out), continual)] + ([continual] if continual is not None else [])
     trainer = pl.Trainer(
         accelerator="cpu",
         devices=2,
         strategy="ddp_find_unused_parameters_true",
-        max_steps=4,
+        max_steps=max_steps,
         gradient_clip_val=1.0,
         logger=False,
+        default_root_dir=out,
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
         num_sanity_val_steps=0,
         limit_val_batches=0,
-        callbacks=[gem, Record(gem, Path(out))],
+        callbacks=callbacks,
     )
     trainer.fit(model, datamodule=dm)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(*sys.argv[1:])

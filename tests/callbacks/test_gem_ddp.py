@@ -42,3 +42,42 @@ def test_gem_two_process_ddp(tmp_path: Path) -> None:
     assert r0["memory"]["projections"] >= 1
     # and identical parameters after training
     assert r0["params"] == r1["params"]
+
+
+def test_continual_gem_two_process_ddp_matches_a_single_process_evaluation(tmp_path: Path) -> None:
+    """Sequential schedule + GEM ("past") + ContinualEvaluation on 2 ranks: the same R on both, and its
+    last row equals a single-process validation of the final weights."""
+    import lightning.pytorch as pl
+    import torch
+
+    from cli.conftest import TINY_BERT
+    from pal_lightning import MultiTaskDataModule, MultiTaskModule
+
+    data = write_cs224n_data(tmp_path / "data")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PL_DISABLE_FORK": "1"}
+    env.pop("LOCAL_RANK", None)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), str(data), str(tmp_path), "continual"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert r0["steps"] == r1["steps"] == 6
+    assert r0["params"] == r1["params"] and r0["memory"] == r1["memory"]
+    assert r0["baseline"] == r1["baseline"] and r0["R"] == r1["R"]
+    assert len(r0["R"]) == 3 and all(len(row) == 3 for row in r0["R"])
+    # "past": the first phase has nothing to constrain, the later ones do
+    assert r0["memory"]["task_order"] == ["sst", "qqp", "sts"]
+    assert [s["gem/constraints"] for s in r0["stats"]] == [0, 0, 1, 1, 2, 2]
+    # each example scored once across the ranks: one process scoring every example agrees
+    model = MultiTaskModule(bert_config=TINY_BERT, pal_size=8, pal_heads=2)
+    model.load_state_dict(torch.load(tmp_path / "final.pt", weights_only=True))
+    dm = MultiTaskDataModule(data_dir=data, cache_dir=False, batch_size=3, max_length=32)
+    trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False)
+    trainer.validate(model, datamodule=dm, verbose=False)
+    single = model.last_scores["val"]
+    expected = [single["val/sst/accuracy"], single["val/qqp/accuracy"], single["val/sts/pearson"]]
+    assert r0["R"][-1] == pytest.approx(expected, abs=1e-5)
