@@ -49,8 +49,8 @@ def test_continual_gem_two_process_ddp_matches_a_single_process_evaluation(tmp_p
     last row equals a single-process validation of the final weights."""
     import lightning.pytorch as pl
     import torch
-
     from cli.conftest import TINY_BERT
+
     from pal_lightning import MultiTaskDataModule, MultiTaskModule
 
     data = write_cs224n_data(tmp_path / "data")
