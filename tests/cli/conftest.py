@@ -23,6 +23,24 @@ TINY_BERT = {
 }
 
 
+#: A GEM callback for the tiny model, as it appears under ``trainer.callbacks`` in a config.
+TINY_GEM = {
+    "class_path": "pal_lightning.callbacks.GEMCallback",
+    "init_args": {"memory_size": 8, "memory_batch_size": 2},
+}
+HERE = Path(__file__).resolve().parent
+
+
+def subprocess_env() -> dict[str, str]:
+    """Environment of a CLI subprocess: offline, one thread, ``tests/cli`` importable (test-only
+    callbacks in configs), and none of the variables a parent run may have set for its ranks."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), env.get("PYTHONPATH", "")) if p)
+    for key in ("PAL_DEBUG", "LOCAL_RANK", "PAL_RUN_VERSION", "PAL_RESUME_CKPT"):
+        env.pop(key, None)
+    return env
+
+
 def _sentence(i: int) -> str:
     n = 3 + (i * 5) % 7
     return " ".join(WORDS[(i * 3 + k) % len(WORDS)] for k in range(n))

@@ -4,7 +4,6 @@ without GEM, then a single-process ``validate`` and a 2-process ``predict`` of t
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -14,11 +13,11 @@ from typing import Any
 import pytest
 import yaml
 
-from .conftest import tiny_config, write_cs224n_data
+from .conftest import TINY_GEM as GEM
+from .conftest import subprocess_env, tiny_config, write_cs224n_data
 
 pytestmark = pytest.mark.ddp
 
-HERE = Path(__file__).resolve().parent
 DDP = [
     "--trainer.accelerator",
     "cpu",
@@ -27,24 +26,12 @@ DDP = [
     "--trainer.strategy",
     "ddp_find_unused_parameters_true",
 ]
-GEM = {
-    "class_path": "pal_lightning.callbacks.GEMCallback",
-    "init_args": {"memory_size": 8, "memory_batch_size": 2},
-}
 N_DEV, N_TEST = 10, 6  # rows of every fixture dev and test file
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), env.get("PYTHONPATH", "")) if p)
-    for key in ("PAL_DEBUG", "LOCAL_RANK", "PAL_RUN_VERSION", "PAL_RESUME_CKPT"):
-        env.pop(key, None)
-    return env
 
 
 def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "pal_lightning", *args]
-    return subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=400)
+    return subprocess.run(cmd, cwd=cwd, env=subprocess_env(), capture_output=True, text=True, timeout=400)
 
 
 def _setup(folder: Path, data: Path, gem: bool) -> Path:

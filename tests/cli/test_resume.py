@@ -20,28 +20,16 @@ import yaml
 from pal_lightning.callbacks.checkpoint_io import AtomicCheckpointIO
 from pal_lightning.cli import find_last_checkpoint
 
-from .conftest import tiny_config, write_cs224n_data
+from .conftest import TINY_GEM as GEM
+from .conftest import subprocess_env, tiny_config, write_cs224n_data
 
-HERE = Path(__file__).resolve().parent
 STEPS_PER_EPOCH, EVERY, KILL_AT, MAX_STEPS = 4, 3, 9, 12
-GEM = {
-    "class_path": "pal_lightning.callbacks.GEMCallback",
-    "init_args": {"memory_size": 8, "memory_batch_size": 2},
-}
 VARIANTS = ("plain", "gem")
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), env.get("PYTHONPATH", "")) if p)
-    for key in ("PAL_DEBUG", "LOCAL_RANK", "PAL_RUN_VERSION", "PAL_RESUME_CKPT"):
-        env.pop(key, None)
-    return env
 
 
 def _fit(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "pal_lightning", "fit", "--config", "tiny.yaml", *args]
-    return subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=300)
+    return subprocess.run(cmd, cwd=cwd, env=subprocess_env(), capture_output=True, text=True, timeout=300)
 
 
 def _config(folder: Path, data: Path, kill: bool, gem: bool) -> None:
