@@ -1,0 +1,73 @@
+"""benchmarks/continual.py: the forgetting target, and naive vs GEM end to end on a tiny model."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from .conftest import TINY_BERT
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load_benchmark():
+    spec = importlib.util.spec_from_file_location("continual_bench", ROOT / "benchmarks" / "continual.py")
+    module = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = _load_benchmark()
+
+
+def _result(method: str, bwt: float | None) -> dict:
+    return {"method": method, "metrics": None if bwt is None else {"backward_transfer": bwt}}
+
+
+def test_forgetting_target_is_the_ratio_of_minus_bwt() -> None:
+    met = bench.forgetting_target([_result("continual_naive", -0.04), _result("continual_gem", -0.01)])
+    assert met["ratio"] == pytest.approx(0.25) and met["met"] is True
+    missed = bench.forgetting_target([_result("continual_naive", -0.01), _result("continual_gem", -0.02)])
+    assert missed["ratio"] == pytest.approx(2.0) and missed["met"] is False
+    # GEM that gains (BWT > 0) against a naive run that forgets: a negative ratio, met
+    gains = bench.forgetting_target([_result("continual_naive", -0.01), _result("continual_gem", 0.02)])
+    assert gains["ratio"] < 0 and gains["met"] is True
+    # naive did not forget: no ratio, and the summary says so instead of dividing by ~0
+    none = bench.forgetting_target([_result("continual_naive", 0.01), _result("continual_gem", 0.0)])
+    assert none["ratio"] is None and "did not forget" in none["note"]
+    assert "not evaluable" in bench.summary_lines([], none)[-1]
+    assert "no backward transfer" in bench.forgetting_target([_result("continual_naive", None)])["note"]
+
+
+def test_naive_and_gem_end_to_end_on_a_tiny_model(tmp_path: Path, data_dir: Path) -> None:
+    out, tiny = tmp_path / "bench", json.dumps(TINY_BERT)
+    argv = [
+        "--steps-per-task", "2", "--limit-eval", "6", "--only", "continual_naive,continual_gem",
+        "--out", str(out), "--data-dir", str(data_dir), "--max-length", "32", "--batch-size", "4",
+        "--json", str(tmp_path / "c.json"), "--results-md", str(tmp_path / "R.md"),
+        "--", f"--model.init_args.bert_config={tiny}", "--model.init_args.pal_heads=2",
+        "--model.init_args.pal_size=8", "--data.init_args.cache_dir=false",
+    ]  # fmt: skip
+    assert bench.main(argv) == 0
+    payload = json.loads((tmp_path / "c.json").read_text())
+    assert [r["method"] for r in payload["results"]] == ["continual_naive", "continual_gem"]
+    for r in payload["results"]:
+        assert r["status"] == "ok" and r["complete"]
+        assert r["tasks"] == ["sst", "qqp", "sts"]
+        assert r["phases"] == [["sst", 0, 2], ["qqp", 2, 4], ["sts", 4, 6]]
+        assert len(r["baseline"]) == 3 and len(r["R"]) == 3 and all(len(row) == 3 for row in r["R"])
+        assert set(r["metrics"]) == {
+            "average_accuracy",
+            "backward_transfer",
+            "forward_transfer",
+            "forgetting",
+        }
+    # the same seed and the same first phase: nothing constrains SST's phase, so row 0 agrees
+    naive, gem = payload["results"]
+    assert naive["baseline"] == gem["baseline"] and naive["R"][0] == pytest.approx(gem["R"][0])
+    md = (tmp_path / "R.md").read_text()
+    assert "R of continual_gem" in md and "| continual_naive |" in md
