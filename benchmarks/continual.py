@@ -38,6 +38,9 @@ from typing import Any
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/cli_runs.py, also when loaded by path
+from cli_runs import by_version, fit_command, version_dirs  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
 METHODS = ("continual_naive", "continual_gem", "continual_agem")
@@ -62,29 +65,12 @@ def derived_config(name: str, limit_eval: int, target: Path) -> Path:
 
 
 def run_command(name: str, config: Path, args: argparse.Namespace, root: Path) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "pal_lightning",
-        "fit",
-        "--config",
-        str(config),
-        f"--seed_everything={args.seed}",
-        f"--trainer.default_root_dir={root}",
-        "--trainer.enable_progress_bar=false",
-        "--trainer.enable_model_summary=false",
-        f"--data.init_args.data_dir={args.data_dir}",
+    options = [
         f"--data.init_args.steps_per_task={args.steps_per_task}",
         f"--data.init_args.batch_size={args.batch_size}",
         f"--data.init_args.max_length={args.max_length}",
-        f"--data.init_args.seed={args.seed}",
-        "--checkpoint.save_weights_only=true",
-        *args.cli_args,
     ]
-
-
-def _versions(root: Path) -> set[Path]:
-    return {p for p in root.glob("version_*") if p.is_dir()} if root.is_dir() else set()
+    return fit_command(config, root, args.data_dir, args.seed, options, args.cli_args)
 
 
 def _fmt(value: float | None, signed: bool = False) -> str:
@@ -109,7 +95,7 @@ def run_one(name: str, args: argparse.Namespace, env: dict[str, str]) -> dict[st
     root = out / "runs" / name
     config = derived_config(name, args.limit_eval, out / "configs" / f"{name}.yaml")
     cmd = run_command(name, config, args, root)
-    before = _versions(root)
+    before = version_dirs(root)
     log = out / "logs" / f"{name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     print(f"{name}: {' '.join(cmd[2:])}", flush=True)
@@ -123,7 +109,7 @@ def run_one(name: str, args: argparse.Namespace, env: dict[str, str]) -> dict[st
         except subprocess.TimeoutExpired:
             status = f"timeout after {args.timeout:.0f} s"
     wall = time.perf_counter() - start
-    new = sorted(_versions(root) - before, key=lambda p: int(p.name.split("_")[-1]))
+    new = by_version(version_dirs(root) - before)
     result: dict[str, Any] = {"method": name, "status": status, "wall_s": round(wall, 1)}
     path = new[-1] / "continual.json" if new else None
     if path is not None and path.is_file():

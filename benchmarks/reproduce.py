@@ -40,6 +40,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/cli_runs.py, also when loaded by path
+from cli_runs import by_version, fit_command, version_dirs  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
 
@@ -129,36 +132,19 @@ def run_steps(name: str, args: argparse.Namespace) -> int:
 def run_command(name: str, args: argparse.Namespace, data_dir: Path, root: Path) -> list[str]:
     """The ``pal-lightning fit`` command of one grid entry at the benchmark's budget."""
     steps_per_epoch = run_steps(name, args) // args.epochs
-    return [
-        sys.executable,
-        "-m",
-        "pal_lightning",
-        "fit",
-        "--config",
-        str(CONFIGS / f"{name}.yaml"),
-        f"--seed_everything={args.seed}",
+    options = [
         f"--trainer.max_steps={steps_per_epoch * args.epochs}",
         f"--trainer.check_val_every_n_epoch={args.epochs}",
-        f"--trainer.default_root_dir={root}",
-        "--trainer.enable_progress_bar=false",
-        "--trainer.enable_model_summary=false",
-        f"--data.init_args.data_dir={data_dir}",
         f"--data.init_args.steps_per_epoch={steps_per_epoch}",
         f"--data.init_args.max_length={args.max_length}",
-        f"--data.init_args.seed={args.seed}",
-        "--checkpoint.save_weights_only=true",
-        *args.cli_args,
     ]
-
-
-def _version_dirs(root: Path) -> set[Path]:
-    return {p for p in root.glob("version_*") if p.is_dir()} if root.is_dir() else set()
+    return fit_command(CONFIGS / f"{name}.yaml", root, data_dir, args.seed, options, args.cli_args)
 
 
 def _finished_run(root: Path) -> Path | None:
     """The newest version folder under ``root`` holding a ``scores.json``."""
-    done = [p for p in _version_dirs(root) if (p / "scores.json").is_file()]
-    return max(done, key=lambda p: int(p.name.split("_")[-1])) if done else None
+    done = [p for p in version_dirs(root) if (p / "scores.json").is_file()]
+    return by_version(done)[-1] if done else None
 
 
 def _metric(scores: dict[str, float], task: str, metric: str) -> float | None:
@@ -399,7 +385,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows[name] = row_from_run(name, finished, float(payload.get("wall_s") or 0.0), args, "ok")
         else:
             print(f"[{k}/{len(args.grid)}] {name}: {' '.join(cmd[2:])}", flush=True)
-            before = _version_dirs(root)
+            before = version_dirs(root)
             start = time.perf_counter()
             log = out / "logs" / f"{name}.log"
             with log.open("w") as f:
@@ -411,7 +397,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 except subprocess.TimeoutExpired:
                     status = f"timeout after {args.timeout:.0f} s"
             wall = time.perf_counter() - start
-            new = sorted(_version_dirs(root) - before, key=lambda p: int(p.name.split("_")[-1]))
+            new = by_version(version_dirs(root) - before)
             run_dir = new[-1] if new and (new[-1] / "scores.json").is_file() else None
             if run_dir is None and status == "ok":
                 status = "no scores.json (see log)"

@@ -39,44 +39,7 @@ import psutil  # noqa: E402
 import yaml  # noqa: E402
 
 from pal_lightning.cli import PalLightningCLI, default_trainer_settings  # noqa: E402
-
-WORDS = "movie plot great awful fun dull story scene music end actor good bad long short".split()
-TINY_BERT = {
-    "hidden_size": 32,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 2,
-    "intermediate_size": 37,
-    "vocab_size": 30522,
-    "max_position_embeddings": 128,
-}
-
-
-def _sentence(i: int) -> str:
-    return " ".join(WORDS[(i * 7 + k * 3) % len(WORDS)] for k in range(4 + (i * 5) % 9))
-
-
-def write_data(root: Path, n_train: int = 400, n_dev: int = 60) -> Path:
-    """Synthetic files in the CS224N layout (tab-separated, a leading index column)."""
-    root.mkdir(parents=True, exist_ok=True)
-    rows = {
-        "ids-sst-{split}.csv": (
-            "\tid\tsentence\tsentiment",
-            lambda i, s: f"{i}\t{s}{i}\t{_sentence(i)} .\t{i % 5}",
-        ),
-        "quora-{split}.csv": (
-            "\tid\tsentence1\tsentence2\tis_duplicate",
-            lambda i, s: f"{i}\tq{s}{i}\t{_sentence(i)}\t{_sentence(i + 1)}\t{i % 2}",
-        ),
-        "sts-{split}.csv": (
-            "\tid\tsentence1\tsentence2\tsimilarity",
-            lambda i, s: f"{i}\tt{s}{i}\t{_sentence(i)}\t{_sentence(i + 2)}\t{i % 6}.0",
-        ),
-    }
-    for pattern, (header, row) in rows.items():
-        for split, n in (("train", n_train), ("dev", n_dev)):
-            lines = [header] + [row(i, split) for i in range(n)]
-            (root / pattern.format(split=split)).write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return root
+from pal_lightning.testing import TINY_BERT, write_cs224n_data  # noqa: E402
 
 
 def rss_mb() -> float:
@@ -179,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory(prefix="pal-soak-") as tmp:
         root = Path(tmp)
-        data_dir = args.data_dir or write_data(root / "data")
+        data_dir = args.data_dir or write_cs224n_data(root / "data", n_train=400, n_dev=60)
         cfg = root / "soak.yaml"
         cfg.write_text(yaml.safe_dump(config(root, data_dir, args), sort_keys=False))
         recorder = RSSRecorder(args.sample_every, args.warmup)

@@ -18,12 +18,10 @@ from pathlib import Path
 import lightning.pytorch as pl
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/
-from cli.conftest import TINY_BERT  # noqa: E402
-
-from pal_lightning.callbacks import ContinualEvaluation, GEMCallback  # noqa: E402
-from pal_lightning.data import MultiTaskDataModule  # noqa: E402
-from pal_lightning.module import MultiTaskModule  # noqa: E402
+from pal_lightning.callbacks import ContinualEvaluation, GEMCallback
+from pal_lightning.data import MultiTaskDataModule
+from pal_lightning.module import MultiTaskModule
+from pal_lightning.testing import TINY_BERT
 
 
 class Record(pl.Callback):

@@ -6,21 +6,18 @@ import csv
 import json
 import math
 import os
-import sys
 from pathlib import Path
 
 import lightning.pytorch as pl
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, so that tests/cli is importable
-from cli.conftest import TINY_BERT, write_cs224n_data  # noqa: E402
-
-from pal_lightning.callbacks.continual import ContinualEvaluation  # noqa: E402
-from pal_lightning.continual import continual_metrics  # noqa: E402
-from pal_lightning.data import MultiTaskDataModule  # noqa: E402
-from pal_lightning.errors import PalUserError  # noqa: E402
-from pal_lightning.module import MultiTaskModule  # noqa: E402
+from pal_lightning.callbacks.continual import ContinualEvaluation
+from pal_lightning.continual import continual_metrics
+from pal_lightning.data import MultiTaskDataModule
+from pal_lightning.errors import PalUserError
+from pal_lightning.module import MultiTaskModule
+from pal_lightning.testing import TINY_BERT, write_cs224n_data
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

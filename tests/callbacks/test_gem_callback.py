@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -14,15 +13,13 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, so that tests/cli is importable
-from cli.conftest import TINY_BERT, write_cs224n_data  # noqa: E402
-
-from pal_lightning.callbacks import GEMCallback  # noqa: E402
-from pal_lightning.callbacks import gem as gem_module  # noqa: E402
-from pal_lightning.callbacks.gem import EpisodicMemory, gram_matrix, project_gradient  # noqa: E402
-from pal_lightning.data import MultiTaskDataModule  # noqa: E402
-from pal_lightning.errors import PalUserError  # noqa: E402
-from pal_lightning.module import MultiTaskModule  # noqa: E402
+from pal_lightning.callbacks import GEMCallback
+from pal_lightning.callbacks import gem as gem_module
+from pal_lightning.callbacks.gem import EpisodicMemory, gram_matrix, project_gradient
+from pal_lightning.data import MultiTaskDataModule
+from pal_lightning.errors import PalUserError
+from pal_lightning.module import MultiTaskModule
+from pal_lightning.testing import TINY_BERT, write_cs224n_data
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

@@ -10,27 +10,31 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, so that tests/cli is importable
-from cli.conftest import write_cs224n_data  # noqa: E402
+from pal_lightning.testing import write_cs224n_data
 
 pytestmark = pytest.mark.ddp
 
 SCRIPT = Path(__file__).with_name("gem_ddp_script.py")
 
 
-def test_gem_two_process_ddp(tmp_path: Path) -> None:
+def _run_two_ranks(tmp_path: Path, mode: str) -> tuple[dict, dict]:
+    """Run the DDP script (2 gloo ranks) in ``mode`` on fresh fixture files; the ranks' records."""
     data = write_cs224n_data(tmp_path / "data")  # before the ranks start: both see complete files
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PL_DISABLE_FORK": "1"}
     env.pop("LOCAL_RANK", None)
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), str(data), str(tmp_path)],
+        [sys.executable, str(SCRIPT), str(data), str(tmp_path), mode],
         env=env,
         capture_output=True,
         text=True,
         timeout=240,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    return tuple(json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))  # type: ignore[return-value]
+
+
+def test_gem_two_process_ddp(tmp_path: Path) -> None:
+    r0, r1 = _run_two_ranks(tmp_path, "interleaved")
     assert r0["world"] == r1["world"] == 2 and r0["steps"] == r1["steps"] == 4
     assert r0["finite"] and r1["finite"]
     # both ranks stored the same global examples: 4 steps x 2 ranks x 3 examples
@@ -49,22 +53,12 @@ def test_continual_gem_two_process_ddp_matches_a_single_process_evaluation(tmp_p
     last row equals a single-process validation of the final weights."""
     import lightning.pytorch as pl
     import torch
-    from cli.conftest import TINY_BERT
 
     from pal_lightning import MultiTaskDataModule, MultiTaskModule
+    from pal_lightning.testing import TINY_BERT
 
-    data = write_cs224n_data(tmp_path / "data")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PL_DISABLE_FORK": "1"}
-    env.pop("LOCAL_RANK", None)
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), str(data), str(tmp_path), "continual"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    r0, r1 = _run_two_ranks(tmp_path, "continual")
+    data = tmp_path / "data"
     assert r0["steps"] == r1["steps"] == 6
     assert r0["params"] == r1["params"] and r0["memory"] == r1["memory"]
     assert r0["baseline"] == r1["baseline"] and r0["R"] == r1["R"]

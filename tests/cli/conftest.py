@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import types
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-WORDS = "movie plot great awful fun dull story scene music end actor good bad long short".split()
-
-#: A random 2-layer encoder of width 32 with the real (MiniLM/BERT) vocabulary, so the real
-#: offline tokenizer can feed it.
-TINY_BERT = {
-    "hidden_size": 32,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 2,
-    "intermediate_size": 37,
-    "vocab_size": 30522,
-    "max_position_embeddings": 128,
-}
-
+from pal_lightning.testing import TINY_BERT, write_cs224n_data  # noqa: E402 (re-exported for the tests)
 
 #: A GEM callback for the tiny model, as it appears under ``trainer.callbacks`` in a config.
 TINY_GEM = {
@@ -29,6 +19,18 @@ TINY_GEM = {
     "init_args": {"memory_size": 8, "memory_batch_size": 2},
 }
 HERE = Path(__file__).resolve().parent
+
+
+ROOT = HERE.parents[1]
+
+
+def load_benchmark(name: str) -> types.ModuleType:
+    """``benchmarks/<name>.py`` as a module (benchmarks are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(f"benchmark_{name}", ROOT / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def subprocess_env() -> dict[str, str]:
@@ -39,53 +41,6 @@ def subprocess_env() -> dict[str, str]:
     for key in ("PAL_DEBUG", "LOCAL_RANK", "PAL_RUN_VERSION", "PAL_RESUME_CKPT"):
         env.pop(key, None)
     return env
-
-
-def _sentence(i: int) -> str:
-    n = 3 + (i * 5) % 7
-    return " ".join(WORDS[(i * 3 + k) % len(WORDS)] for k in range(n))
-
-
-def _write(path: Path, header: str, rows: list[str]) -> None:
-    path.write_text("\n".join([header, *rows]) + "\n", encoding="utf-8")
-
-
-def write_cs224n_data(root: Path, n_train: int = 24, n_dev: int = 10, n_test: int = 6) -> Path:
-    """Small files in the CS224N starter layout (tab-separated, leftover pandas index column)."""
-    root.mkdir(parents=True, exist_ok=True)
-    sst_h, pair_h = "\tid\tsentence\tsentiment", "\tid\tsentence1\tsentence2\t{label}"
-    _write(
-        root / "ids-sst-train.csv", sst_h, [f"{i}\tst{i}\t {_sentence(i)} .\t{i % 5}" for i in range(n_train)]
-    )
-    _write(
-        root / "ids-sst-dev.csv", sst_h, [f"{i}\tsd{i}\t {_sentence(i + 3)} .\t{i % 5}" for i in range(n_dev)]
-    )
-    _write(
-        root / "ids-sst-test-student.csv",
-        "0\t\tid\tsentence",
-        [f"{i}\t{i}.0\tss{i}\t {_sentence(i + 7)}" for i in range(n_test)],
-    )
-    for prefix, label, fmt in (("quora", "is_duplicate", "{:.1f}"), ("sts", "similarity", "{:.1f}")):
-        scale = 1 if prefix == "quora" else 5
-        for split, n, off in (("train", n_train, 0), ("dev", n_dev, 11)):
-            rows = [
-                f"{i}\t{prefix[0]}{split[0]}{i}\t{_sentence(i + off)}\t{_sentence(i + off + 1)}\t"
-                + fmt.format((i % (scale + 1)) if scale > 1 else i % 2)
-                for i in range(n)
-            ]
-            _write(root / f"{prefix}-{split}.csv", pair_h.format(label=label), rows)
-        # the STS test file carries labels, so that `pal-lightning test` has a labelled split to score
-        labelled = prefix == "sts"
-        _write(
-            root / f"{prefix}-test-student.csv",
-            "\tid\tsentence1\tsentence2" + ("\tsimilarity" if labelled else ""),
-            [
-                f"{i}\t{prefix[0]}x{i}\t{_sentence(i)}\t{_sentence(i + 2)}"
-                + (f"\t{i % 6}.0" if labelled else "")
-                for i in range(n_test)
-            ],
-        )
-    return root
 
 
 def tiny_config(tmp_path: Path, data_dir: Path, tasks: list | None = None) -> Path:

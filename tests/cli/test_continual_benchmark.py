@@ -2,26 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-from .conftest import TINY_BERT
+from .conftest import TINY_BERT, load_benchmark
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _load_benchmark():
-    spec = importlib.util.spec_from_file_location("continual_bench", ROOT / "benchmarks" / "continual.py")
-    module = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load_benchmark()
+bench = load_benchmark("continual")
 
 
 def _result(method: str, bwt: float | None) -> dict:

@@ -3,26 +3,14 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-from .conftest import TINY_BERT
+from .conftest import TINY_BERT, load_benchmark
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _load_reproduce():
-    spec = importlib.util.spec_from_file_location("reproduce", ROOT / "benchmarks" / "reproduce.py")
-    module = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    spec.loader.exec_module(module)
-    return module
-
-
-reproduce = _load_reproduce()
+reproduce = load_benchmark("reproduce")
 
 
 def test_overall_and_single_row() -> None:

@@ -1,0 +1,41 @@
+"""What the benchmarks that drive ``pal-lightning fit`` share: the command line and the run folders."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def fit_command(
+    config: Path, root: Path, data_dir: Path, seed: int, options: Sequence[str], cli_args: Sequence[str] = ()
+) -> list[str]:
+    """``python -m pal_lightning fit`` of ``config`` into ``root``: quiet, seeded, weights-only best
+    checkpoint; ``options`` are the benchmark's own settings, ``cli_args`` the user's extras (last wins)."""
+    return [
+        sys.executable,
+        "-m",
+        "pal_lightning",
+        "fit",
+        "--config",
+        str(config),
+        f"--seed_everything={seed}",
+        f"--trainer.default_root_dir={root}",
+        "--trainer.enable_progress_bar=false",
+        "--trainer.enable_model_summary=false",
+        f"--data.init_args.data_dir={data_dir}",
+        f"--data.init_args.seed={seed}",
+        "--checkpoint.save_weights_only=true",
+        *options,
+        *cli_args,
+    ]
+
+
+def version_dirs(root: Path) -> set[Path]:
+    """The ``version_N`` run folders under ``root``."""
+    return {p for p in root.glob("version_*") if p.is_dir()} if root.is_dir() else set()
+
+
+def by_version(dirs: Sequence[Path] | set[Path]) -> list[Path]:
+    """Run folders sorted by their version number."""
+    return sorted(dirs, key=lambda p: int(p.name.split("_")[-1]))
