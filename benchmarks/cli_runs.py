@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -39,3 +41,27 @@ def version_dirs(root: Path) -> set[Path]:
 def by_version(dirs: Sequence[Path] | set[Path]) -> list[Path]:
     """Run folders sorted by their version number."""
     return sorted(dirs, key=lambda p: int(p.name.split("_")[-1]))
+
+
+def run_logged(
+    cmd: Sequence[str], root: Path, log: Path, env: dict[str, str], cwd: Path, timeout: float
+) -> tuple[str, float, Path | None]:
+    """Run ``cmd`` with its output in ``log``; returns ``(status, wall seconds, its new run folder)``.
+
+    The status is ``"ok"``, ``"exit N (see LOG)"`` or ``"timeout after N s"``; the run folder is
+    the newest ``version_N`` under ``root`` that the command created (``None`` if it made none).
+    """
+    before = version_dirs(root)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with log.open("w") as f:
+        try:
+            proc = subprocess.run(
+                list(cmd), stdout=f, stderr=subprocess.STDOUT, env=env, cwd=cwd, timeout=timeout
+            )
+            status = "ok" if proc.returncode == 0 else f"exit {proc.returncode} (see {log})"
+        except subprocess.TimeoutExpired:
+            status = f"timeout after {timeout:.0f} s"
+    wall = time.perf_counter() - start
+    new = by_version(version_dirs(root) - before)
+    return status, wall, (new[-1] if new else None)

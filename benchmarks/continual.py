@@ -29,7 +29,6 @@ import json
 import math
 import os
 import platform
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -39,7 +38,7 @@ from typing import Any
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/cli_runs.py, also when loaded by path
-from cli_runs import by_version, fit_command, version_dirs  # noqa: E402
+from cli_runs import fit_command, run_logged  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
@@ -95,27 +94,15 @@ def run_one(name: str, args: argparse.Namespace, env: dict[str, str]) -> dict[st
     root = out / "runs" / name
     config = derived_config(name, args.limit_eval, out / "configs" / f"{name}.yaml")
     cmd = run_command(name, config, args, root)
-    before = version_dirs(root)
     log = out / "logs" / f"{name}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
     print(f"{name}: {' '.join(cmd[2:])}", flush=True)
-    start = time.perf_counter()
-    with log.open("w") as f:
-        try:
-            proc = subprocess.run(
-                cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=REPO, timeout=args.timeout
-            )
-            status = "ok" if proc.returncode == 0 else f"exit {proc.returncode} (see {log})"
-        except subprocess.TimeoutExpired:
-            status = f"timeout after {args.timeout:.0f} s"
-    wall = time.perf_counter() - start
-    new = by_version(version_dirs(root) - before)
+    status, wall, run_dir = run_logged(cmd, root, log, env, REPO, args.timeout)
     result: dict[str, Any] = {"method": name, "status": status, "wall_s": round(wall, 1)}
-    path = new[-1] / "continual.json" if new else None
+    path = run_dir / "continual.json" if run_dir is not None else None
     if path is not None and path.is_file():
         payload = json.loads(path.read_text())
         result.update(
-            run_dir=str(new[-1]),
+            run_dir=str(run_dir),
             tasks=payload["tasks"],
             phases=payload["phases"],
             baseline=payload["baseline"],

@@ -33,15 +33,13 @@ import json
 import math
 import os
 import platform
-import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/cli_runs.py, also when loaded by path
-from cli_runs import by_version, fit_command, version_dirs  # noqa: E402
+from cli_runs import by_version, fit_command, run_logged, version_dirs  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
@@ -385,20 +383,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows[name] = row_from_run(name, finished, float(payload.get("wall_s") or 0.0), args, "ok")
         else:
             print(f"[{k}/{len(args.grid)}] {name}: {' '.join(cmd[2:])}", flush=True)
-            before = version_dirs(root)
-            start = time.perf_counter()
             log = out / "logs" / f"{name}.log"
-            with log.open("w") as f:
-                try:
-                    proc = subprocess.run(
-                        cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=REPO, timeout=args.timeout
-                    )
-                    status = "ok" if proc.returncode == 0 else f"exit {proc.returncode} (see logs/{name}.log)"
-                except subprocess.TimeoutExpired:
-                    status = f"timeout after {args.timeout:.0f} s"
-            wall = time.perf_counter() - start
-            new = by_version(version_dirs(root) - before)
-            run_dir = new[-1] if new and (new[-1] / "scores.json").is_file() else None
+            status, wall, run_dir = run_logged(cmd, root, log, env, REPO, args.timeout)
+            if run_dir is not None and not (run_dir / "scores.json").is_file():
+                run_dir = None
             if run_dir is None and status == "ok":
                 status = "no scores.json (see log)"
             rows[name] = row_from_run(name, run_dir, wall, args, status)
