@@ -54,6 +54,7 @@ from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
+from pal_lightning.callbacks.best_checkpoint import BestCheckpoint
 from pal_lightning.callbacks.checkpoint_io import AtomicCheckpointIO
 from pal_lightning.callbacks.rng_state import RNGStateCallback
 from pal_lightning.callbacks.score_report import ScoreReport
@@ -236,7 +237,8 @@ class PalLightningCLI(LightningCLI):
         parser.link_arguments("model.init_args.tasks", "data.init_args.tasks")
         parser.link_arguments("model.init_args.pair_encoding", "data.init_args.pair_encoding")
 
-        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        # BestCheckpoint: a ModelCheckpoint that never ranks a partial validation (val/overall_partial)
+        parser.add_lightning_class_args(BestCheckpoint, "checkpoint")
         parser.set_defaults(
             {
                 "checkpoint.monitor": MONITOR,

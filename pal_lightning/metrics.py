@@ -16,14 +16,18 @@ pearson      ``cov(ŷ, y) / (σ_ŷ σ_y)``                                   sco
 spearman     Pearson correlation of the ranks (ties get average ranks)   scores, task scale
 ============ =========================================================== ==================
 
-The overall score: see :func:`overall_score`.
+The overall score: see :func:`overall_score`. An evaluation that reached only some of the scored
+tasks (e.g. ``--trainer.limit_val_batches 2``) gives a *partial* overall, logged as
+``<stage>/overall_partial`` and never as ``<stage>/overall`` (:func:`overall_over`), so a partial mean
+is never compared with, or chosen as best over, a complete one.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from torchmetrics import Metric, MetricCollection
 from torchmetrics.classification import BinaryF1Score, MulticlassAccuracy, MulticlassF1Score
@@ -128,3 +132,50 @@ def overall_score(
     if not values:
         return None
     return math.fsum(values) / len(values)
+
+
+#: Suffix of the key under which a partial overall is logged (``val/overall_partial``).
+PARTIAL_SUFFIX = "_partial"
+
+
+def scored_task_names(specs: Iterable[TaskSpec], auxiliary: Collection[str] = ()) -> list[str]:
+    """The tasks an overall score must cover: every task except auxiliary ones, in task order.
+
+    A task is auxiliary when its name is in ``auxiliary`` or its spec says ``auxiliary=True`` (trained
+    for its effect on the encoder, deliberately left out of the overall).
+    """
+    return [s.name for s in specs if s.name not in auxiliary and not getattr(s, "auxiliary", False)]
+
+
+@dataclass(frozen=True)
+class Overall:
+    """The overall score of one evaluation and which of the scored tasks it covers."""
+
+    value: float | None
+    """:func:`overall_score` over the covered tasks; ``None`` when none of them was evaluated."""
+    covered: tuple[str, ...]
+    """Scored tasks that were evaluated (in task order)."""
+    missing: tuple[str, ...]
+    """Scored tasks that were not evaluated: the value leaves them out."""
+
+    @property
+    def complete(self) -> bool:
+        """Whether the value covers every scored task (only then is it *the* overall score)."""
+        return self.value is not None and not self.missing
+
+    def key(self, stage: str) -> str:
+        """The logged name: ``<stage>/overall`` when complete, ``<stage>/overall_partial`` otherwise."""
+        return f"{stage}/overall" + ("" if self.complete else PARTIAL_SUFFIX)
+
+
+def overall_over(
+    scores_by_task: Mapping[str, Mapping[str, float]], specs: Sequence[TaskSpec], scored: Sequence[str]
+) -> Overall:
+    """:func:`overall_score` over the ``scored`` tasks that were evaluated, and whether that is all of them.
+
+    Tasks outside ``scored`` (auxiliary tasks) never enter the value.
+    """
+    covered = tuple(t for t in scored if t in scores_by_task)
+    missing = tuple(t for t in scored if t not in scores_by_task)
+    value = overall_score({t: scores_by_task[t] for t in covered}, specs) if covered else None
+    return Overall(value=value, covered=covered, missing=missing)

@@ -4,7 +4,8 @@ Every batch holds one task (see :mod:`pal_lightning.batch`); the module reads
 ``batch["task"]``, runs the encoder with that task's adapter, pools, applies
 the task's head and its loss. Validation and test keep one torchmetrics
 collection per task and stage and log ``val/<task>/<metric>`` and
-``val/overall`` (``test/...`` likewise) at the end of the epoch.
+``val/overall`` (``test/...`` likewise) at the end of the epoch; an evaluation that reached only
+some of the :attr:`~MultiTaskModule.scored_tasks` logs ``val/overall_partial`` instead.
 
 Subclassing: override any of
 
@@ -39,7 +40,7 @@ from torch import Tensor, nn
 from pal_lightning.batch import LABELS, TASK, side_keys
 from pal_lightning.errors import PalUserError
 from pal_lightning.hub import DEFAULT_ENCODER, resolve_encoder
-from pal_lightning.metrics import build_task_metrics, overall_score
+from pal_lightning.metrics import build_task_metrics, overall_over, scored_task_names
 from pal_lightning.modeling.heads import POOLING_MODES, build_head, check_loss, pool, predict, task_loss
 from pal_lightning.tasks import TaskSpec, resolve_tasks, task_to_hparam
 
@@ -251,6 +252,17 @@ class MultiTaskModule(pl.LightningModule):
         elif self.hparams.freeze_embeddings:
             for p in self.encoder.bert.embeddings.parameters():
                 p.requires_grad_(False)
+
+    @property
+    def scored_tasks(self) -> list[str]:
+        """The tasks the overall score covers: all tasks except auxiliary ones (an ``auxiliary``
+        attribute or hyper-parameter listing task names, or ``TaskSpec.auxiliary``)."""
+        auxiliary = getattr(self, "auxiliary", None)
+        if auxiliary is None:
+            auxiliary = self.hparams.get("auxiliary")
+        if isinstance(auxiliary, str):
+            auxiliary = [auxiliary]
+        return scored_task_names(self.task_specs.values(), tuple(auxiliary or ()))
 
     def parameter_report(self) -> Any:
         """Shared, per-task and total parameter counts (:func:`pal_lightning.modeling.parameter_report`)."""
@@ -516,7 +528,7 @@ class MultiTaskModule(pl.LightningModule):
             values[f"{stage}/{name}/loss"] = float(totals[1, i] / totals[0, i])
             prefix = f"{stage}/{name}/"
             scores[name] = {k[len(prefix) :]: v for k, v in computed.items()}
-        overall = overall_score(scores, list(self.task_specs.values()))
+        overall = overall_over(scores, list(self.task_specs.values()), self.scored_tasks)
         self._eval_counts[stage] = {}
         self._eval_loss[stage] = {}
         # The values are already identical on every rank (torchmetrics merged the states, the
@@ -524,9 +536,11 @@ class MultiTaskModule(pl.LightningModule):
         # epoch-level logging consistent under DDP. Every rank logs the same keys.
         if values:
             self.log_dict(values, sync_dist=True)
-        if overall is not None:
-            self.log(f"{stage}/overall", overall, prog_bar=True, sync_dist=True)
-            values[f"{stage}/overall"] = overall
+        if overall.value is not None:
+            # a partial mean gets its own name: a checkpoint monitoring <stage>/overall never
+            # compares it with (or prefers it over) the score of a complete evaluation
+            self.log(overall.key(stage), overall.value, prog_bar=True, sync_dist=True)
+            values[overall.key(stage)] = overall.value
         self.last_scores[stage] = values
 
     def on_validation_epoch_start(self) -> None:

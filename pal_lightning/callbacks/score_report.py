@@ -10,6 +10,11 @@ or the mean of the tasks' main metrics when the three CS224N tasks are not all
 trained), prints a small table of the per-task dev scores and writes
 ``scores.json`` into the run's log directory, which ``benchmarks/reproduce.py``
 reads back.
+
+A validation that reached only some of the module's scored tasks (``pl_module.scored_tasks``, e.g.
+under ``--trainer.limit_val_batches 2``) has no overall score: its mean is logged as
+``val/overall_partial``, is never picked as the best validation while a complete one exists, and is
+printed and saved as *partial*, naming the tasks it covers and those it leaves out.
 """
 
 from __future__ import annotations
@@ -17,12 +22,15 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
+
+from pal_lightning.metrics import PARTIAL_SUFFIX
 
 SCORES_FILE = "scores.json"
 
@@ -35,8 +43,20 @@ def _to_float(value: Any) -> float | None:
     return out if math.isfinite(out) else None
 
 
+def task_coverage(scores: Mapping[str, float], scored: Sequence[str] | None) -> tuple[list[str], list[str]]:
+    """``(covered, missing)``: which of the ``scored`` tasks have ``<stage>/<task>/...`` keys in ``scores``.
+
+    ``scored=None`` (a model that declares no scored tasks) counts every task present as scored.
+    """
+    present = {key.split("/")[1] for key in scores if len(key.split("/")) == 3}
+    names = list(scored) if scored is not None else sorted(present)
+    return [t for t in names if t in present], [t for t in names if t not in present]
+
+
 def format_scores(scores: dict[str, float], monitor: str = "val/overall") -> str:
     """A plain-text table of ``val/<task>/<metric>`` scores with the monitored score last.
+
+    A partial overall (``<monitor>_partial``) is printed as ``overall (partial: <tasks>)``.
 
     Args:
         scores: metric name -> value, e.g. ``{"val/sst/accuracy": 0.51, "val/overall": 0.77}``.
@@ -51,6 +71,10 @@ def format_scores(scores: dict[str, float], monitor: str = "val/overall") -> str
     lines += [f"  {task:<10} {metric:<10} {value:>8.4f}" for task, metric, value in rows]
     if monitor in scores:
         lines.append(f"  {'overall':<21} {scores[monitor]:>8.4f}")
+    elif monitor + PARTIAL_SUFFIX in scores:
+        covered = sorted({task for task, _, _ in rows})
+        label = f"overall (partial: {', '.join(covered)})"
+        lines.append(f"  {label:<21} {scores[monitor + PARTIAL_SUFFIX]:>8.4f}")
     return "\n".join(lines)
 
 
@@ -95,19 +119,26 @@ class ScoreReport(Callback):
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking or trainer.state.fn != TrainerFn.FITTING:
             return
-        scores = {}
-        for key, value in trainer.callback_metrics.items():
-            if key.startswith("val/"):
-                number = _to_float(value)
-                if number is not None:
-                    scores[key] = number
+        scores = validation_scores(trainer, pl_module)
         if scores:
+            covered, missing = task_coverage(scores, getattr(pl_module, "scored_tasks", None))
             self.history.append(
-                {"step": trainer.global_step, "epoch": trainer.current_epoch, "scores": scores}
+                {
+                    "step": trainer.global_step,
+                    "epoch": trainer.current_epoch,
+                    "scores": scores,
+                    "complete": not missing,
+                    "tasks_covered": covered,
+                    "tasks_missing": missing,
+                }
             )
 
     def best(self) -> dict[str, Any] | None:
-        """The recorded validation with the highest monitored score (the last one when it is missing)."""
+        """The recorded validation with the highest monitored score (the last one when it is missing).
+
+        A partial validation has no monitored score (the module logs ``<monitor>_partial``), so it
+        is the answer only when no validation was complete.
+        """
         with_monitor = [h for h in self.history if self.monitor in h["scores"]]
         if with_monitor:
             return max(with_monitor, key=lambda h: h["scores"][self.monitor])
@@ -127,9 +158,16 @@ class ScoreReport(Callback):
             )
         else:
             overall = best["scores"].get(self.monitor)
-            head = f"CS224N overall (dev): {overall:.4f}" if overall is not None else "dev scores"
+            partial = best["scores"].get(self.monitor + PARTIAL_SUFFIX)
+            if overall is not None:
+                head = f"CS224N overall (dev): {overall:.4f}"
+            elif partial is not None:
+                head = partial_headline(partial, best, trainer.limit_val_batches)
+            else:
+                head = "dev scores"
             print(
-                f"\n{head}  [best validation at step {best['step']}, {trainer.global_step} steps, {wall_s:.0f} s]\n"
+                f"\n{head}  [{'best' if overall is not None else 'last'} validation at step {best['step']}, "
+                f"{trainer.global_step} steps, {wall_s:.0f} s]\n"
                 + format_scores(best["scores"], self.monitor)
                 + (f"\n  best checkpoint: {ckpt}" if ckpt else ""),
                 flush=True,
@@ -138,6 +176,12 @@ class ScoreReport(Callback):
             return
         payload = {
             "monitor": self.monitor,
+            # an overall over every scored task, or null with the partial mean and its tasks named
+            "complete": bool(best and best.get("complete") and self.monitor in best["scores"]),
+            "overall": best["scores"].get(self.monitor) if best else None,
+            "overall_partial": best["scores"].get(self.monitor + PARTIAL_SUFFIX) if best else None,
+            "tasks_covered": best.get("tasks_covered") if best else [],
+            "tasks_missing": best.get("tasks_missing") if best else [],
             "parameters": parameter_counts(pl_module),
             "best": best,
             "last": self.history[-1] if self.history else None,
@@ -149,3 +193,38 @@ class ScoreReport(Callback):
         path = Path(log_dir) / self.filename
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(payload, indent=2))
+
+
+def validation_scores(trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, float]:
+    """The finite ``val/*`` scores of the validation that just ended.
+
+    Read from ``pl_module.last_scores["val"]`` when the module keeps it: ``trainer.callback_metrics``
+    also holds the keys of earlier validations (a task or an overall that this one did not reach).
+    """
+    last = getattr(pl_module, "last_scores", None)
+    fresh = last.get("val") if isinstance(last, Mapping) else None
+    source = fresh if isinstance(fresh, Mapping) else trainer.callback_metrics
+    scores = {}
+    for key, value in source.items():
+        if key.startswith("val/"):
+            number = _to_float(value)
+            if number is not None:
+                scores[key] = number
+    return scores
+
+
+def partial_headline(value: float, entry: Mapping[str, Any], limit_val_batches: Any) -> str:
+    """The first line printed for a partial validation: the tasks covered, those missing, and why."""
+    covered = ", ".join(entry.get("tasks_covered") or []) or "?"
+    missing = ", ".join(entry.get("tasks_missing") or []) or "?"
+    # an int counts batches (1 = one batch), a float is a fraction (1.0 = all of them)
+    limited = limit_val_batches is not None and not (
+        isinstance(limit_val_batches, float) and limit_val_batches == 1.0
+    )
+    why = (
+        f"--trainer.limit_val_batches {limit_val_batches} stopped validation before them; leave it at "
+        "1.0 for the overall score"
+        if limited
+        else "no dev batches reached them"
+    )
+    return f"No overall score: validation did not reach {missing} ({why}). Partial mean over {covered}: {value:.4f}"

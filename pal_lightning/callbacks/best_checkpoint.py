@@ -1,0 +1,63 @@
+"""A best-score checkpoint that ignores partial evaluations.
+
+An evaluation that reached only some of the scored tasks (``--trainer.limit_val_batches 2``) logs
+``val/overall_partial`` instead of ``val/overall`` (:func:`pal_lightning.metrics.overall_over`).
+Lightning's :class:`~lightning.pytorch.callbacks.ModelCheckpoint` would then either stop the run
+("could not find the monitored key") or, because ``trainer.callback_metrics`` keeps the keys of
+earlier validations, rank the partial validation with a stale complete score. :class:`BestCheckpoint`
+skips the top-k decision for a validation whose own scores (``pl_module.last_scores``) hold only the
+partial key: a partial mean is never chosen as best over a complete one, and a run whose validations
+are all partial writes no "best" checkpoint (``last.ckpt`` is still written by its own callback).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.utilities import rank_zero_info
+
+from pal_lightning.metrics import PARTIAL_SUFFIX
+
+
+def is_partial_evaluation(pl_module: Any, monitor: str | None) -> bool:
+    """Whether the module's latest scores of ``monitor``'s stage hold ``<monitor>_partial`` and not ``monitor``.
+
+    ``pl_module.last_scores`` (``{stage: {key: value}}``) is replaced at every evaluation, unlike
+    ``trainer.callback_metrics``, so it says what *this* evaluation measured. A module without
+    ``last_scores`` is never partial (plain ModelCheckpoint behaviour).
+    """
+    if not monitor or "/" not in monitor:
+        return False
+    last = getattr(pl_module, "last_scores", None)
+    stage_scores = last.get(monitor.split("/", 1)[0]) if isinstance(last, Mapping) else None
+    if not isinstance(stage_scores, Mapping):
+        return False
+    return monitor not in stage_scores and monitor + PARTIAL_SUFFIX in stage_scores
+
+
+class BestCheckpoint(ModelCheckpoint):
+    """:class:`~lightning.pytorch.callbacks.ModelCheckpoint` that does not rank partial evaluations.
+
+    Takes the same arguments as ``ModelCheckpoint``.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._told_partial = False
+
+    # ModelCheckpoint._save_topk_checkpoint (Lightning 2.x, private) is the one place where the
+    # monitored value is looked up and ranked; every rank reaches it with the same last_scores
+    # (computed identically on all ranks), so skipping it keeps DDP's collectives in step.
+    def _save_topk_checkpoint(self, trainer: pl.Trainer, monitor_candidates: dict[str, Any]) -> None:
+        if is_partial_evaluation(trainer.lightning_module, self.monitor):
+            if not self._told_partial:
+                rank_zero_info(
+                    f"pal-lightning: validation reached only some tasks, so {self.monitor} was not "
+                    "computed and no best checkpoint is chosen from it (last.ckpt is still written)."
+                )
+                self._told_partial = True
+            return
+        super()._save_topk_checkpoint(trainer, monitor_candidates)
