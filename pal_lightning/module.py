@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from functools import partial
 from typing import Any
 
@@ -42,6 +43,8 @@ from pal_lightning.errors import PalUserError
 from pal_lightning.hub import DEFAULT_ENCODER, resolve_encoder
 from pal_lightning.metrics import build_task_metrics, overall_over, scored_task_names
 from pal_lightning.modeling.heads import POOLING_MODES, build_head, check_loss, pool, predict, task_loss
+from pal_lightning.modeling.param_groups import GroupRates, build_parameter_groups
+from pal_lightning.modeling.simcse import SimCSEConfig, as_simcse_config, simcse_batch_loss
 from pal_lightning.tasks import TaskSpec, resolve_tasks, task_to_hparam
 
 STAGES = ("val", "test")
@@ -59,7 +62,7 @@ ARCHITECTURE_HPARAMS = (
     "pair_encoding",
 )
 #: Hyper-parameters that also fix the optimizer's parameter groups: a resumed ``fit`` needs them equal.
-OPTIMIZER_HPARAMS = ("freeze_encoder", "freeze_embeddings")
+OPTIMIZER_HPARAMS = ("freeze_encoder", "freeze_embeddings", "adapter_lr", "layer_lr_decay")
 
 
 class NonFiniteTrainingError(PalUserError):
@@ -117,7 +120,12 @@ class MultiTaskModule(pl.LightningModule):
             per-task mapping with an optional ``default``; must match the data module's setting.
         dropout: dropout before each head's linear layer.
         lr: peak learning rate of the pretrained encoder weights.
-        head_lr: peak learning rate of the new parameters (adapters and heads), which start from scratch.
+        head_lr: peak learning rate of the new parameters (heads, and adapters unless ``adapter_lr`` is
+            set), which start from scratch.
+        adapter_lr: peak learning rate of the adapters (PALs); ``None`` means ``head_lr``.
+        layer_lr_decay: layer-wise learning-rate decay of the encoder: layer ``l`` (0-based) of ``L``
+            gets ``lr * layer_lr_decay**(L - l)``, the embeddings ``lr * layer_lr_decay**(L + 1)``;
+            1.0 = one rate (see :mod:`pal_lightning.modeling.param_groups`).
         weight_decay: AdamW decoupled weight decay, not applied to biases and LayerNorm weights.
         warmup_ratio: fraction of the total optimizer steps spent warming up linearly.
         warmup_steps: absolute number of warmup steps; overrides ``warmup_ratio`` when set.
@@ -133,6 +141,8 @@ class MultiTaskModule(pl.LightningModule):
             AdamW moves no weight and leaves its moments alone (the learning-rate schedule still
             advances). Under fp16 mixed precision, overflows at a loss scale >= 1 are the
             ``GradScaler``'s ordinary work (it halves the scale and retries) and do not count.
+        simcse: SimCSE as an auxiliary loss on the text of chosen tasks
+            (:class:`~pal_lightning.modeling.simcse.SimCSEConfig`); ``None`` = off.
     """
 
     def __init__(
@@ -150,6 +160,8 @@ class MultiTaskModule(pl.LightningModule):
         dropout: float = 0.1,
         lr: float = 3e-5,
         head_lr: float = 5e-4,
+        adapter_lr: float | None = None,
+        layer_lr_decay: float = 1.0,
         weight_decay: float = 0.01,
         warmup_ratio: float = 0.1,
         warmup_steps: int | None = None,
@@ -158,6 +170,7 @@ class MultiTaskModule(pl.LightningModule):
         attn_implementation: str | None = None,
         bert_config: dict[str, Any] | None = None,
         max_nonfinite_steps: int = 10,
+        simcse: SimCSEConfig | None = None,
     ) -> None:
         super().__init__()
         self.task_specs: dict[str, TaskSpec] = {s.name: s for s in resolve_tasks(tasks)}
@@ -165,6 +178,9 @@ class MultiTaskModule(pl.LightningModule):
         # loadable with torch.load(weights_only=True)
         self.save_hyperparameters(ignore=["tasks"])
         self.save_hyperparameters({"tasks": [task_to_hparam(s) for s in self.task_specs.values()]})
+        self.simcse = as_simcse_config(simcse)
+        # saved as a plain dict for the same reason (weights_only loading)
+        self.save_hyperparameters({"simcse": None if self.simcse is None else asdict(self.simcse)})
         if pooling not in POOLING_MODES:
             raise PalUserError(f"Unknown pooling {pooling!r}: choose one of {POOLING_MODES}.")
         if not 0.0 <= warmup_ratio <= 1.0:
@@ -173,6 +189,10 @@ class MultiTaskModule(pl.LightningModule):
             raise PalUserError(
                 f"warmup_steps must be >= 0 (or None to use warmup_ratio), got {warmup_steps}."
             )
+        if not 0.0 < layer_lr_decay <= 1.0:
+            raise PalUserError(f"layer_lr_decay must lie in (0, 1] (1 = no decay), got {layer_lr_decay}.")
+        if self.simcse is not None:
+            self.simcse.check(self.task_specs)
         if max_nonfinite_steps < 1:
             raise PalUserError(f"max_nonfinite_steps must be >= 1, got {max_nonfinite_steps}.")
         for spec in self.task_specs.values():
@@ -183,6 +203,8 @@ class MultiTaskModule(pl.LightningModule):
         missing = sorted(set(self.task_specs) - set(self.heads.keys()))
         if missing:
             raise PalUserError(f"build_heads() returned no head for task(s) {missing}.")
+        if self.simcse is not None:
+            self._check_simcse_pairs()
         self.metrics = nn.ModuleDict(
             {
                 stage: nn.ModuleDict(
@@ -349,8 +371,13 @@ class MultiTaskModule(pl.LightningModule):
         task = self._spec(batch).name
         loss = self.batch_loss(batch)
         size = len(batch["ids"])
-        self.log("train/loss", loss, prog_bar=True, batch_size=size)
         self.log(f"train/{task}/loss", loss, batch_size=size)
+        if self.simcse_active(task):
+            auxiliary = self.simcse_loss(batch)
+            self.log("train/simcse_loss", auxiliary, batch_size=size)
+            # part of this step's gradient only: GEM's memories call batch_loss, without it
+            loss = loss + self.simcse.weight * auxiliary
+        self.log("train/loss", loss, prog_bar=True, batch_size=size)
         # Always return the loss, even a NaN one: returning None would skip backward on this rank
         # only and hang DDP's gradient all-reduce. The guard in on_before_optimizer_step decides.
         if task not in self._window_tasks:
@@ -358,6 +385,44 @@ class MultiTaskModule(pl.LightningModule):
         bad = ~torch.isfinite(loss.detach())
         self._window_bad_loss = bad if self._window_bad_loss is None else self._window_bad_loss | bad
         return loss
+
+    # ------------------------------------------------------------------ SimCSE
+
+    def _check_simcse_pairs(self) -> None:
+        """Supervised SimCSE needs each sentence of a pair alone: refuse ``cross`` pairs for it."""
+        assert self.simcse is not None
+        if self.simcse.mode != "sup":
+            return
+        cross = [t for t in self.simcse.active_tasks(self.task_specs) if not self._is_siamese(t)]
+        if cross:
+            raise PalUserError(
+                f"simcse mode 'sup' needs pair_encoding 'siamese' for {cross} (anchor and positive "
+                "encoded alone); set --model.pair_encoding siamese (and the data's)."
+            )
+
+    def simcse_active(self, task: str) -> bool:
+        """Whether this training step adds the SimCSE loss (configured, weight > 0, task and step chosen)."""
+        cfg = self.simcse
+        if cfg is None or cfg.weight == 0 or task not in cfg.active_tasks(self.task_specs):
+            return False
+        step = self.trainer.global_step if self._trainer is not None else 0
+        return step % cfg.every_k_steps == 0
+
+    def simcse_loss(self, batch: Mapping[str, Any]) -> Tensor:
+        """The SimCSE loss of a batch's sentences, with the batch's task active and the module's pooling.
+
+        Dropout must be on (training mode) for unsupervised SimCSE: the two views differ only by it.
+        """
+        assert self.simcse is not None, "simcse_loss needs a SimCSEConfig (--model.simcse)"
+        spec = self._spec(batch)
+        mode = self.hparams.pooling
+
+        def encode(inputs: Mapping[str, Tensor]) -> Tensor:
+            mask = inputs["attention_mask"]
+            hidden = self.encoder(inputs["input_ids"], mask, inputs.get("token_type_ids"), task=spec.name)
+            return pool(hidden, mask, mode)
+
+        return simcse_batch_loss(encode, batch, spec, self.simcse)
 
     # ------------------------------------------------------------------ numerical guard
 
@@ -575,32 +640,33 @@ class MultiTaskModule(pl.LightningModule):
     # ------------------------------------------------------------------ optimisation
 
     def parameter_groups(self) -> list[dict[str, Any]]:
-        """AdamW parameter groups: {pretrained, new} x {decay, no decay}, trainable parameters only.
+        """AdamW parameter groups of the trainable parameters, each with its peak learning rate.
 
-        Pretrained encoder weights use ``lr``; new parameters (adapters, heads) use ``head_lr``.
-        Biases and LayerNorm weights get no weight decay (decaying a LayerNorm gain towards 0
-        shrinks the activations, and biases do not scale with the input).
+        By default {pretrained, new} x {decay, no decay}: pretrained encoder weights use ``lr``, new
+        parameters (adapters, heads) ``head_lr``. ``adapter_lr`` gives the adapters their own groups and
+        ``layer_lr_decay < 1`` one group per encoder layer
+        (:func:`pal_lightning.modeling.param_groups.build_parameter_groups`). Biases and LayerNorm
+        weights get no weight decay (decaying a LayerNorm gain towards 0 shrinks the activations, and
+        biases do not scale with the input).
         """
         hp = self.hparams
-        pretrained = {id(p) for _, p in self.encoder.pretrained_parameters()}
-        no_decay = {id(p) for m in self.modules() if isinstance(m, nn.LayerNorm) for p in m.parameters(False)}
-        buckets: dict[tuple[bool, bool], list[nn.Parameter]] = {}
-        for name, p in self.named_parameters():
-            if not p.requires_grad:
-                continue
-            decay = not (name.endswith("bias") or id(p) in no_decay or "LayerNorm" in name)
-            buckets.setdefault((id(p) in pretrained, decay), []).append(p)
-        groups = []
-        for (is_pre, decay), params in sorted(buckets.items(), reverse=True):
-            groups.append(
-                {
-                    "name": f"{'pretrained' if is_pre else 'new'}{'' if decay else '_no_decay'}",
-                    "params": params,
-                    "lr": hp.lr if is_pre else hp.head_lr,
-                    "weight_decay": hp.weight_decay if decay else 0.0,
-                }
-            )
-        return groups
+        adapter_lr = hp.get("adapter_lr")
+        rates = GroupRates(
+            lr=hp.lr,
+            adapter_lr=hp.head_lr if adapter_lr is None else adapter_lr,
+            head_lr=hp.head_lr,
+            weight_decay=hp.weight_decay,
+            layer_lr_decay=hp.get("layer_lr_decay", 1.0),
+            num_layers=self.encoder.num_layers,
+        )
+        return build_parameter_groups(
+            self.named_parameters(),
+            pretrained={id(p) for _, p in self.encoder.pretrained_parameters()},
+            adapters={id(p) for _, p in self.encoder.new_parameters()},
+            no_decay={id(p) for m in self.modules() if isinstance(m, nn.LayerNorm) for p in m.parameters(False)},
+            rates=rates,
+            split_adapters=adapter_lr is not None,
+        )
 
     def total_training_steps(self) -> int:
         """Optimizer steps of the whole run: ``max_steps`` if set, else from the DataModule.

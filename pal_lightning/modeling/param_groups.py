@@ -1,0 +1,116 @@
+"""AdamW parameter groups: a peak learning rate per kind of parameter, and layer-wise decay.
+
+Three kinds of trainable parameters, each with its own peak rate:
+
+* ``encoder``: the pretrained BERT weights, at ``lr``; with layer-wise learning-rate decay
+  (``decay < 1``) layer ``l`` (0-based) of ``L`` gets ``lr * decay**(L - l)`` and the embeddings
+  ``lr * decay**(L + 1)``, so the lowest, most general layers move least (as in ELECTRA and ULMFiT);
+* ``adapters``: the task-specific functions (PALs), at ``adapter_lr``;
+* ``heads``: everything else that is new (the task heads), at ``head_lr``.
+
+Each kind splits again into weights with weight decay and biases/LayerNorm gains without.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from torch import nn
+
+_LAYER = re.compile(r"(?:^|\.)encoder\.layer\.(\d+)\.")
+_EMBEDDINGS = re.compile(r"(?:^|\.)embeddings\.")
+
+
+def encoder_depth(name: str, num_layers: int) -> int:
+    """How many decay steps below the top a pretrained parameter sits: ``L - l`` for layer ``l``,
+    ``L + 1`` for the embeddings, 0 for anything else (e.g. a pooler above the layers)."""
+    match = _LAYER.search(name)
+    if match:
+        return num_layers - int(match.group(1))
+    if _EMBEDDINGS.search(name):
+        return num_layers + 1
+    return 0
+
+
+def layerwise_lr(lr: float, decay: float, depth: int) -> float:
+    """``lr * decay**depth``: the peak rate of a pretrained parameter ``depth`` steps below the top."""
+    return lr * decay**depth
+
+
+@dataclass(frozen=True)
+class GroupRates:
+    """Peak learning rates and weight decay of the parameter groups."""
+
+    lr: float
+    """Peak rate of the pretrained encoder (its top layer when ``layer_lr_decay < 1``)."""
+    adapter_lr: float
+    """Peak rate of the adapters (PALs)."""
+    head_lr: float
+    """Peak rate of the task heads."""
+    weight_decay: float
+    """AdamW decoupled weight decay of the weight matrices (never of biases and LayerNorm gains)."""
+    layer_lr_decay: float = 1.0
+    """Factor per layer going down the encoder; 1.0 = one rate for the whole encoder."""
+    num_layers: int = 0
+    """L, the number of encoder layers (only read when ``layer_lr_decay != 1``)."""
+
+
+def build_parameter_groups(
+    named_parameters: Iterable[tuple[str, nn.Parameter]],
+    pretrained: set[int],
+    adapters: set[int],
+    no_decay: set[int],
+    rates: GroupRates,
+    split_adapters: bool,
+) -> list[dict[str, object]]:
+    """AdamW groups of the trainable ``named_parameters``.
+
+    Args:
+        named_parameters: the module's ``named_parameters()``.
+        pretrained: ``id``\\s of the pretrained encoder's parameters.
+        adapters: ``id``\\s of the adapters' parameters.
+        no_decay: ``id``\\s of LayerNorm gains (biases are recognised by name).
+        rates: the rates and decay.
+        split_adapters: give the adapters their own groups; ``False`` keeps the original four groups
+            ``pretrained``/``new`` x decay/no decay (adapters and heads share ``new`` at ``head_lr``),
+            so checkpoints written before per-group rates existed resume with the same groups.
+
+    Returns:
+        Groups with ``name``, ``params``, ``lr``, ``weight_decay``; empty groups are left out.
+        Order: encoder from the top layer down to the embeddings, then adapters, then heads.
+    """
+    layered = rates.layer_lr_decay != 1.0
+    buckets: dict[tuple[int, int, bool], list[nn.Parameter]] = {}
+    names: dict[tuple[int, int, bool], str] = {}
+    lrs: dict[tuple[int, int, bool], float] = {}
+    for name, p in named_parameters:
+        if not p.requires_grad:
+            continue
+        decay = not (name.endswith("bias") or id(p) in no_decay or "LayerNorm" in name)
+        if id(p) in pretrained:
+            depth = encoder_depth(name, rates.num_layers) if layered else 0
+            kind, label, lr = 0, "pretrained", layerwise_lr(rates.lr, rates.layer_lr_decay, depth)
+            if layered:
+                label = f"encoder_depth{depth}"
+        elif split_adapters and id(p) in adapters:
+            kind, depth, label, lr = 1, 0, "adapters", rates.adapter_lr
+        else:
+            kind, depth, label, lr = 2, 0, "heads" if split_adapters else "new", rates.head_lr
+        key = (kind, depth, decay)
+        buckets.setdefault(key, []).append(p)
+        names[key] = label + ("" if decay else "_no_decay")
+        lrs[key] = lr
+    # decay before no-decay within a kind and depth (the original order: pretrained, pretrained_no_decay,
+    # new, new_no_decay)
+    order = sorted(buckets, key=lambda k: (k[0], k[1], not k[2]))
+    return [
+        {
+            "name": names[k],
+            "params": buckets[k],
+            "lr": lrs[k],
+            "weight_decay": rates.weight_decay if k[2] else 0.0,
+        }
+        for k in order
+    ]

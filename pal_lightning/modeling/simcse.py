@@ -1,0 +1,226 @@
+"""SimCSE as an auxiliary loss of multi-task training: its configuration and the sentences of a batch.
+
+The sentences come from the current step's batch: a single-sentence task gives its sentences, a pair
+task both sides of every pair (a ``cross`` pair ``[CLS] a [SEP] b [SEP]`` is cut back into
+``[CLS] a [SEP]`` and ``[CLS] b [SEP]`` by its segment ids). The module encodes them with the batch's
+task active (its PAL adapter; the plain encoder with ``adapter: none``) and its own pooling:
+
+* ``unsup``: all sentences twice, in one pass of ``2N`` sequences, so that every copy gets its own
+  dropout mask; the two views of a sentence are positives, all other sentences negatives;
+* ``sup``: each pair once; pairs labelled ``positive_label`` give anchor ``a`` and positive ``b``,
+  pairs labelled ``hard_negative_label`` (if set) give their ``b`` as a hard negative for every anchor.
+
+The maths is :func:`pal_lightning.losses.simcse_loss`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from pal_lightning.batch import ENCODING_KEYS, LABELS, side_keys
+from pal_lightning.errors import PalUserError
+from pal_lightning.losses.simcse import gather_rows, simcse_loss
+from pal_lightning.tasks import TaskKind, TaskSpec
+
+SimCSEMode = Literal["unsup", "sup"]
+SIMCSE_MODES: tuple[str, ...] = ("unsup", "sup")
+#: ``input_ids`` / ``attention_mask`` / ``token_type_ids`` of a set of sentences.
+Inputs = dict[str, Tensor]
+
+
+@dataclass
+class SimCSEConfig:
+    """SimCSE (Gao, Yao & Chen 2021) as an auxiliary loss added to the task loss of a training step.
+
+    The step's loss becomes ``task_loss + weight * simcse_loss`` on the steps whose task is in ``tasks``
+    (and whose step number is a multiple of ``every_k_steps``); validation and GEM's memory gradients
+    use the task loss alone.
+    """
+
+    weight: float = 0.1
+    """Factor of the SimCSE loss in the step's loss. 0 switches SimCSE off (no extra forward pass)."""
+    temperature: float = 0.05
+    """Softmax temperature tau of the cosine similarities (the paper's 0.05)."""
+    tasks: list[str] | None = None
+    """Tasks whose batches also train SimCSE, on their own text (both sides of a pair). ``None``: every
+    task of the model (in ``sup`` mode: every pair classification task)."""
+    every_k_steps: int = 1
+    """Add the loss on optimizer steps ``0, k, 2k, ...`` only (1 = every step); each SimCSE step costs an
+    extra forward and backward of the batch's sentences."""
+    mode: SimCSEMode = "unsup"
+    """``unsup``: each sentence encoded twice with dropout, the two views are positives. ``sup``: pairs
+    labelled ``positive_label`` are positives (e.g. Quora duplicates), pairs labelled
+    ``hard_negative_label`` give hard negatives; needs pair classification tasks."""
+    positive_label: int = 1
+    """``sup`` mode: the class whose pairs are positives (1 = duplicate for ``qqp``)."""
+    hard_negative_label: int | None = None
+    """``sup`` mode: the class whose pairs' second sentences are hard negatives (e.g. 0 for ``qqp``,
+    contradiction for NLI); ``None``: only in-batch negatives."""
+    gather_across_ranks: bool = False
+    """Under DDP, use the other ranks' sentences as extra negatives (all-gather of the embeddings;
+    gradients flow into the local ones). Off: each rank contrasts its own batch."""
+
+    def active_tasks(self, specs: Mapping[str, TaskSpec]) -> tuple[str, ...]:
+        """The tasks that get SimCSE, after :meth:`check` (``tasks`` or the default set)."""
+        if self.tasks is not None:
+            return tuple(self.tasks)
+        if self.mode == "sup":
+            return tuple(n for n, s in specs.items() if s.kind is TaskKind.PAIR_CLASSIFICATION)
+        return tuple(specs)
+
+    def check(self, specs: Mapping[str, TaskSpec]) -> None:
+        """Refuse settings that cannot work with the model's tasks.
+
+        Raises:
+            PalUserError: one line naming the bad field and the fix.
+        """
+        if self.weight < 0:
+            raise PalUserError(f"simcse.weight must be >= 0 (0 switches SimCSE off), got {self.weight}.")
+        if self.temperature <= 0:
+            raise PalUserError(
+                f"simcse.temperature must be > 0 (the paper uses 0.05), got {self.temperature}."
+            )
+        if self.every_k_steps < 1:
+            raise PalUserError(f"simcse.every_k_steps must be >= 1, got {self.every_k_steps}.")
+        if self.mode not in SIMCSE_MODES:
+            raise PalUserError(f"simcse.mode {self.mode!r} is unknown: choose one of {SIMCSE_MODES}.")
+        unknown = [t for t in (self.tasks or []) if t not in specs]
+        if unknown:
+            raise PalUserError(
+                f"simcse.tasks names task(s) {unknown} that the model does not train; choose from "
+                f"{sorted(specs)} (--model.simcse.tasks '[sst, qqp]')."
+            )
+        tasks = self.active_tasks(specs)
+        if not tasks:
+            what = "pair classification tasks (sup mode)" if self.mode == "sup" else "tasks"
+            raise PalUserError(
+                f"simcse has no {what} to take sentences from: list them in simcse.tasks, use mode "
+                "'unsup', or set simcse.weight 0 / simcse null to switch it off."
+            )
+        if self.mode == "sup":
+            wrong = [t for t in tasks if specs[t].kind is not TaskKind.PAIR_CLASSIFICATION]
+            if wrong:
+                raise PalUserError(
+                    f"simcse mode 'sup' needs pair classification tasks whose labels mark positives, but "
+                    f"{wrong} are not; use mode 'unsup' for them or drop them from simcse.tasks."
+                )
+            for t in tasks:
+                low, high = specs[t].label_range
+                for field, label in (
+                    ("positive_label", self.positive_label),
+                    ("hard_negative_label", self.hard_negative_label),
+                ):
+                    if label is not None and not low <= label <= high:
+                        raise PalUserError(
+                            f"simcse.{field} {label} is not a label of task {t!r} (labels {low:g}..{high:g})."
+                        )
+
+
+def as_simcse_config(value: SimCSEConfig | Mapping[str, Any] | None) -> SimCSEConfig | None:
+    """A :class:`SimCSEConfig` from itself, a plain mapping (saved hyper-parameters) or ``None``."""
+    if value is None or isinstance(value, SimCSEConfig):
+        return value
+    if isinstance(value, Mapping):
+        try:
+            return SimCSEConfig(**dict(value))
+        except TypeError as err:
+            raise PalUserError(f"simcse: {err}; fields are those of SimCSEConfig.") from None
+    raise PalUserError(f"simcse must be a SimCSEConfig, a mapping or null, got {type(value).__name__}.")
+
+
+def split_cross_pairs(inputs: Mapping[str, Tensor]) -> tuple[Inputs, Inputs]:
+    """Cut ``cross`` pairs ``[CLS] a [SEP] b [SEP]`` (segments 0 then 1) into ``[CLS] a [SEP]`` and ``[CLS] b [SEP]``.
+
+    The first sentence is the segment-0 prefix of each row; the second gets the row's first token
+    (``[CLS]``) in front of its segment-1 tokens. Both come back right-padded, with segment ids 0.
+
+    Raises:
+        PalUserError: when the batch has no ``token_type_ids`` or a row has no second segment.
+    """
+    ids, mask, types = inputs["input_ids"], inputs["attention_mask"], inputs.get("token_type_ids")
+    if types is None:
+        raise PalUserError("SimCSE on 'cross' pairs needs token_type_ids to find the two sentences.")
+    mask = mask.bool()
+    len_a = (mask & (types == 0)).sum(1)
+    len_b = (mask & (types == 1)).sum(1)
+    if bool((len_b == 0).any()):
+        raise PalUserError(
+            "SimCSE on 'cross' pairs found a row without a second sentence (no segment-1 tokens); "
+            "use pair_encoding 'siamese' for this task."
+        )
+    positions = torch.arange(ids.shape[1], device=ids.device)
+    width_a = int(len_a.max())
+    mask_a = positions[:width_a].unsqueeze(0) < len_a.unsqueeze(1)
+    ids_a = ids[:, :width_a] * mask_a
+    width_b = int(len_b.max())
+    offsets = positions[:width_b].unsqueeze(0)
+    mask_b_tail = offsets < len_b.unsqueeze(1)
+    index = (len_a.unsqueeze(1) + offsets).clamp(max=ids.shape[1] - 1)
+    tail = torch.gather(ids, 1, index) * mask_b_tail
+    ids_b = torch.cat([ids[:, :1], tail], dim=1)
+    mask_b = torch.cat([torch.ones_like(mask_b_tail[:, :1]), mask_b_tail], dim=1)
+    side_a = {"input_ids": ids_a, "attention_mask": mask_a.long(), "token_type_ids": torch.zeros_like(ids_a)}
+    side_b = {"input_ids": ids_b, "attention_mask": mask_b.long(), "token_type_ids": torch.zeros_like(ids_b)}
+    return side_a, side_b
+
+
+def concat_inputs(parts: Sequence[Mapping[str, Tensor]]) -> Inputs:
+    """Stack sets of sentences into one batch, right-padding every key with 0 to the longest."""
+    length = max(p["input_ids"].shape[1] for p in parts)
+    out: Inputs = {}
+    for key in ENCODING_KEYS:
+        if all(key in p for p in parts):
+            out[key] = torch.cat([F.pad(p[key], (0, length - p[key].shape[1]), value=0) for p in parts])
+    return out
+
+
+def batch_sentences(batch: Mapping[str, Any], spec: TaskSpec) -> tuple[Inputs, Inputs | None]:
+    """The sentences of a batch: ``(first, None)`` for a single-sentence task, ``(first, second)`` for pairs."""
+    if not spec.is_pair:
+        return {k: batch[k] for k in ENCODING_KEYS if k in batch}, None
+    keys_a, keys_b = side_keys("a"), side_keys("b")
+    if keys_a[0] in batch:  # siamese: each sentence already alone
+        a = {k: batch[ka] for k, ka in zip(ENCODING_KEYS, keys_a, strict=True) if ka in batch}
+        b = {k: batch[kb] for k, kb in zip(ENCODING_KEYS, keys_b, strict=True) if kb in batch}
+        return a, b
+    return split_cross_pairs(batch)
+
+
+def simcse_batch_loss(
+    encode: Callable[[Inputs], Tensor], batch: Mapping[str, Any], spec: TaskSpec, config: SimCSEConfig
+) -> Tensor:
+    """SimCSE loss of one training batch; ``encode`` maps encoder inputs to pooled vectors ``[N, H]``.
+
+    ``encode`` must run with dropout on (training mode) and the batch's task active. Every DDP rank
+    must call this at the same steps when ``config.gather_across_ranks`` is set (the task sampler gives
+    all ranks the same task, so they do).
+    """
+    first, second = batch_sentences(batch, spec)
+    if config.mode == "unsup":
+        sentences = first if second is None else concat_inputs([first, second])
+        z1, z2 = encode(concat_inputs([sentences, sentences])).chunk(2)
+        hard = None
+    else:
+        if second is None or LABELS not in batch:
+            raise PalUserError(f"simcse mode 'sup' needs labelled pairs; the {spec.name!r} batch has none.")
+        u, v = encode(concat_inputs([first, second])).chunk(2)
+        labels = batch[LABELS]
+        positive = labels == config.positive_label
+        z1, z2 = u[positive], v[positive]
+        hard = v[labels == config.hard_negative_label] if config.hard_negative_label is not None else None
+    targets = None
+    if config.gather_across_ranks:
+        z2, offset = gather_rows(z2)
+        targets = offset + torch.arange(z1.shape[0], device=z1.device)
+        if hard is not None:
+            hard, _ = gather_rows(hard)
+    if z1.shape[0] == 0:
+        # no positive pair on this rank: nothing to learn from (the graph is kept for DDP's backward)
+        return u.sum() * 0.0
+    return simcse_loss(z1, z2, config.temperature, hard_negatives=hard, targets=targets)

@@ -1,0 +1,88 @@
+"""Per-group learning rates: encoder / adapters / heads, layer-wise decay, and the default four groups."""
+
+from __future__ import annotations
+
+import pytest
+from test_module import tiny_module
+
+from pal_lightning.errors import PalUserError
+from pal_lightning.modeling.param_groups import encoder_depth
+
+
+def _expected_lr(name: str, lr: float, adapter_lr: float, head_lr: float, decay: float, layers: int) -> float:
+    """The rate a parameter should get, from its name alone."""
+    if name.startswith("encoder.bert."):
+        parts = name.split(".")
+        if "layer" in parts:
+            layer = int(parts[parts.index("layer") + 1])
+            return lr * decay ** (layers - layer)
+        assert ".embeddings." in name, name  # the tiny encoder has no pooler
+        return lr * decay ** (layers + 1)
+    if name.startswith("encoder.adapters."):
+        return adapter_lr
+    assert name.startswith("heads."), name
+    return head_lr
+
+
+@pytest.mark.parametrize("decay", [1.0, 0.5])
+def test_groups_hold_each_parameter_once_with_its_rate(decay: float) -> None:
+    module = tiny_module(lr=1e-4, adapter_lr=2e-3, head_lr=1e-3, layer_lr_decay=decay, weight_decay=0.05)
+    layers = module.encoder.num_layers
+    assert layers == 2
+    names = {id(p): n for n, p in module.named_parameters()}
+    seen: list[str] = []
+    for group in module.parameter_groups():
+        for p in group["params"]:
+            name = names[id(p)]
+            seen.append(name)
+            assert group["lr"] == pytest.approx(_expected_lr(name, 1e-4, 2e-3, 1e-3, decay, layers)), name
+            no_decay = name.endswith("bias") or "LayerNorm" in name
+            assert group["weight_decay"] == (0.0 if no_decay else 0.05), name
+            assert group["name"].endswith("_no_decay") == no_decay, name
+    assert sorted(seen) == sorted(n for n, _ in module.named_parameters())  # each exactly once
+    group_names = [g["name"] for g in module.parameter_groups()]
+    assert {"adapters", "adapters_no_decay", "heads", "heads_no_decay"} <= set(group_names)
+    if decay == 1.0:
+        assert group_names[:2] == ["pretrained", "pretrained_no_decay"]
+    else:  # one group per depth: top layer (1), layer 0 (2), embeddings (3); x decay / no decay
+        assert group_names[:6] == [
+            "encoder_depth1",
+            "encoder_depth1_no_decay",
+            "encoder_depth2",
+            "encoder_depth2_no_decay",
+            "encoder_depth3",
+            "encoder_depth3_no_decay",
+        ]
+
+
+def test_default_keeps_the_original_four_groups() -> None:
+    """adapter_lr None: adapters share head_lr in the 'new' groups (checkpoints from before resume)."""
+    module = tiny_module(lr=1e-4, head_lr=1e-3)
+    groups = module.parameter_groups()
+    assert [g["name"] for g in groups] == ["pretrained", "pretrained_no_decay", "new", "new_no_decay"]
+    assert [g["lr"] for g in groups] == [1e-4, 1e-4, 1e-3, 1e-3]
+
+
+def test_decay_with_frozen_encoder_and_without_adapters() -> None:
+    frozen = tiny_module(freeze_encoder=True, layer_lr_decay=0.5, adapter_lr=5e-3)
+    assert {g["name"] for g in frozen.parameter_groups()} == {
+        "adapters",
+        "adapters_no_decay",
+        "heads",
+        "heads_no_decay",
+    }
+    shared = tiny_module(adapter="none", adapter_lr=5e-3)
+    assert not any(g["name"].startswith("adapters") for g in shared.parameter_groups())
+
+
+def test_encoder_depth_formula() -> None:
+    assert encoder_depth("encoder.bert.encoder.layer.11.output.dense.weight", 12) == 1
+    assert encoder_depth("encoder.bert.encoder.layer.0.attention.self.query.bias", 12) == 12
+    assert encoder_depth("encoder.bert.embeddings.word_embeddings.weight", 12) == 13
+    assert encoder_depth("encoder.bert.pooler.dense.weight", 12) == 0
+
+
+@pytest.mark.parametrize("decay", [0.0, 1.5])
+def test_bad_decay_is_refused(decay: float) -> None:
+    with pytest.raises(PalUserError, match="layer_lr_decay must lie in"):
+        tiny_module(layer_lr_decay=decay)

@@ -1,0 +1,181 @@
+"""SimCSE inside MultiTaskModule: dropout views, the loss of a batch, training, weight 0, logging, errors."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from test_module import TinyData, make_batch, tiny_module
+
+from pal_lightning.errors import PalUserError
+from pal_lightning.modeling.heads import pool
+from pal_lightning.modeling.simcse import SimCSEConfig
+from pal_lightning.module import MultiTaskModule
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _hand_loss(z1: torch.Tensor, z2: torch.Tensor, tau: float) -> float:
+    """InfoNCE written out row by row (independent of simcse_loss)."""
+    total = 0.0
+    for i in range(len(z1)):
+        sims = [float(torch.dot(z1[i], z2[j]) / (z1[i].norm() * z2[j].norm())) / tau for j in range(len(z2))]
+        total += -(sims[i] - math.log(sum(math.exp(s) for s in sims)))
+    return total / len(z1)
+
+
+def test_two_dropout_passes_differ_and_agree_in_eval() -> None:
+    module = tiny_module()  # TINY_BERT keeps BERT's dropout 0.1
+    batch = make_batch("sst")
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    module.train()
+    first, second = (pool(module.encoder(ids, mask, task="sst"), mask) for _ in range(2))
+    assert not torch.allclose(first, second)
+    module.eval()
+    first, second = (pool(module.encoder(ids, mask, task="sst"), mask) for _ in range(2))
+    assert torch.equal(first, second)
+
+
+@pytest.mark.parametrize("task", ["sst", "qqp", "sts"])  # single, cross pair, siamese pair
+def test_unsupervised_loss_equals_hand_computation(task: str) -> None:
+    module = tiny_module(simcse=SimCSEConfig(temperature=0.1))
+    module.train()
+    batch = make_batch(task)
+    torch.manual_seed(3)
+    got = module.simcse_loss(batch)
+    # the same two dropout views by hand: sentences (both sides of a pair) stacked twice, one pass
+    if task == "sst":
+        ids, mask = batch["input_ids"], batch["attention_mask"]
+    elif task == "sts":  # siamese in the tiny module
+        length = max(batch["input_ids_a"].shape[1], batch["input_ids_b"].shape[1])
+        pad = lambda x: torch.nn.functional.pad(x, (0, length - x.shape[1]))  # noqa: E731
+        ids = torch.cat([pad(batch["input_ids_a"]), pad(batch["input_ids_b"])])
+        mask = torch.cat([pad(batch["attention_mask_a"]), pad(batch["attention_mask_b"])])
+    else:  # cross: rebuild [CLS] a [SEP] and [CLS] b [SEP] row by row from the segment ids
+        rows_a, rows_b = [], []
+        for r in range(len(batch["ids"])):
+            keep = batch["attention_mask"][r].bool()
+            toks, types = batch["input_ids"][r][keep].tolist(), batch["token_type_ids"][r][keep].tolist()
+            rows_a.append([t for t, s in zip(toks, types, strict=True) if s == 0])
+            rows_b.append([toks[0]] + [t for t, s in zip(toks, types, strict=True) if s == 1])
+        rows = rows_a + rows_b
+        width = max(len(x) for x in rows)
+        ids = torch.tensor([x + [0] * (width - len(x)) for x in rows])
+        mask = torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x in rows])
+    both_ids, both_mask = torch.cat([ids, ids]), torch.cat([mask, mask])
+    torch.manual_seed(3)
+    pooled = pool(module.encoder(both_ids, both_mask, torch.zeros_like(both_ids), task=task), both_mask)
+    z1, z2 = pooled.chunk(2)
+    assert not torch.allclose(z1, z2)  # two dropout masks
+    assert float(got.detach()) == pytest.approx(_hand_loss(z1.detach(), z2.detach(), 0.1), rel=1e-4)
+
+
+def test_supervised_loss_uses_labelled_pairs() -> None:
+    module = tiny_module(
+        pair_encoding={"default": "siamese"},
+        simcse=SimCSEConfig(mode="sup", tasks=["qqp"], hard_negative_label=0, temperature=0.5),
+    )
+    module.eval()  # no dropout: the embeddings are a function of the sentences alone
+    batch = make_batch("qqp", size=8, seed=1)
+    batch.update(
+        {f"{k}_{side}": batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") for side in "ab"}
+    )
+    labels = batch["labels"]
+    assert 0 < int(labels.sum()) < 8
+    got = module.simcse_loss(batch)
+    u, v = module.encode(batch)
+    pos, neg = labels == 1, labels == 0
+    cands = torch.cat([v[pos], v[neg]])
+    # anchor i's positive is candidate i (the positives come first, in order); then the hard negatives
+    hand = _hand_loss(u[pos].detach(), cands.detach(), 0.5)
+    assert float(got) == pytest.approx(hand, rel=1e-4)
+
+
+def test_simcse_alone_lowers_its_loss() -> None:
+    torch.manual_seed(0)
+    module = tiny_module(simcse=SimCSEConfig())
+    module.train()
+    batch = make_batch("sst", size=16, seed=4)
+    optimizer = torch.optim.AdamW(module.encoder.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(25):
+        loss = module.simcse_loss(batch)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss))
+    assert sum(losses[-5:]) / 5 < 0.7 * sum(losses[:5]) / 5, losses
+
+
+def _fit(steps: int = 6, **kw: Any) -> tuple[MultiTaskModule, pl.Trainer]:
+    pl.seed_everything(0, verbose=False)
+    module = tiny_module(lr=3e-3, head_lr=3e-2, **kw)
+    data = TinyData()
+    data.steps = steps
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+    )
+    trainer.fit(module, datamodule=data)
+    return module, trainer
+
+
+def test_weight_zero_is_bit_identical_to_no_simcse_and_weight_moves_training() -> None:
+    plain, _ = _fit()
+    zero, _ = _fit(simcse=SimCSEConfig(weight=0.0))
+    with_simcse, trainer = _fit(simcse=SimCSEConfig(weight=0.5, tasks=["sst", "qqp"]))
+    a, b, c = plain.state_dict(), zero.state_dict(), with_simcse.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert any(not torch.equal(a[k], c[k]) for k in a if k.startswith("encoder.bert."))
+    metrics = trainer.callback_metrics
+    assert "train/simcse_loss" in metrics and float(metrics["train/simcse_loss"]) > 0
+
+
+def test_every_k_steps_and_task_choice() -> None:
+    module = tiny_module(simcse=SimCSEConfig(tasks=["sst"], every_k_steps=3))
+    module._trainer = type("T", (), {"global_step": 0})()
+    assert module.simcse_active("sst") and not module.simcse_active("qqp")
+    module._trainer.global_step = 4
+    assert not module.simcse_active("sst")
+    module._trainer.global_step = 6
+    assert module.simcse_active("sst")
+
+
+def test_hyperparameters_store_a_plain_dict_and_rebuild() -> None:
+    module = tiny_module(simcse=SimCSEConfig(weight=0.3, tasks=["sts"]))
+    saved = module.hparams["simcse"]
+    assert saved == {
+        "weight": 0.3,
+        "temperature": 0.05,
+        "tasks": ["sts"],
+        "every_k_steps": 1,
+        "mode": "unsup",
+        "positive_label": 1,
+        "hard_negative_label": None,
+        "gather_across_ranks": False,
+    }
+    rebuilt = type(module)(**dict(module.hparams))
+    assert rebuilt.simcse == module.simcse
+
+
+def test_bad_simcse_settings_fail_at_construction() -> None:
+    with pytest.raises(PalUserError, match=r"\['nli'\]"):
+        tiny_module(simcse=SimCSEConfig(tasks=["nli"]))
+    with pytest.raises(PalUserError, match="pair_encoding 'siamese'"):
+        tiny_module(simcse=SimCSEConfig(mode="sup", tasks=["qqp"]))  # qqp is 'cross' in the tiny module
