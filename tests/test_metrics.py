@@ -106,8 +106,10 @@ def test_overall_score_cases() -> None:
         "sts": {"pearson": 0.6, "spearman": 0.5},
         "cfimdb": {"accuracy": 0.1},
     }
-    # all three CS224N tasks present: the CS224N formula, extra tasks ignored
-    assert overall_score(scores, specs) == pytest.approx(cs224n_overall(0.5, 0.8, 0.6))
+    # all three CS224N tasks present: (SST acc + QQP acc + (STS r + 1) / 2) / 3 by hand, extra tasks
+    # ignored (a raw STS Pearson would give (0.5 + 0.8 + 0.6) / 3 = 0.6333)
+    assert overall_score(scores, specs) == pytest.approx((0.5 + 0.8 + 0.8) / 3, abs=1e-12)
+    assert overall_score(scores, specs) == pytest.approx(0.7, abs=1e-12)
     # otherwise: mean of main metrics on 0..1, pearson -> (r + 1) / 2
     partial = {"sts": scores["sts"], "cfimdb": scores["cfimdb"]}
     assert overall_score(partial, specs) == pytest.approx(((0.6 + 1) / 2 + 0.1) / 2)

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Mutation testing (mutmut 3) of the modules where a silent bug costs most, each against its own
+# fast, targeted tests. Too slow for CI: run it before resolving an issue that touches these modules
+# and quote the score (see tools/mutation/MUTATION.md).
+#
+#   bash tools/mutation/run.sh                 # every target below
+#   bash tools/mutation/run.sh sampling gem    # some of them
+#   MUTATION_WORK=/tmp/mut bash tools/mutation/run.sh metrics
+#
+# Each target runs in its own copy of the repository under $MUTATION_WORK (default /tmp/pal-mutation),
+# with a [tool.mutmut] section appended to that copy's pyproject.toml only: the repository's own
+# pyproject.toml carries no mutmut configuration, so plain `python -m pytest` is never affected.
+# Results: $MUTATION_WORK/<target>/survivors.txt (one mutant name a line) and a score line on stdout.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+WORK="${MUTATION_WORK:-/tmp/pal-mutation}"
+JOBS="${MUTATION_JOBS:-2}"
+export HF_HUB_OFFLINE=1
+
+# target -> "module(s) to mutate | tests that must kill the mutants"
+declare -A MODULES TESTS
+MODULES[sampling]="pal_lightning/data/sampling.py"
+TESTS[sampling]="tests/data/test_sampling.py tests/data/test_sampling_properties.py"
+MODULES[samplers]="pal_lightning/data/samplers.py"
+TESTS[samplers]="tests/data/test_samplers.py tests/data/test_sequential.py"
+MODULES[metrics]="pal_lightning/metrics.py"
+TESTS[metrics]="tests/test_metrics.py tests/test_metrics_properties.py"
+MODULES[gem]="pal_lightning/callbacks/gem.py"
+TESTS[gem]="tests/callbacks/test_gem_projection.py tests/callbacks/test_gem_properties.py tests/callbacks/test_gem_callback.py"
+MODULES[rng_state]="pal_lightning/callbacks/rng_state.py"
+TESTS[rng_state]="tests/callbacks/test_rng_state.py"
+MODULES[pal]="pal_lightning/modeling/pal.py pal_lightning/modeling/encoder.py"
+TESTS[pal]="tests/modeling/test_pal.py tests/modeling/test_encoder.py"
+MODULES[score_report]="pal_lightning/callbacks/score_report.py"
+TESTS[score_report]="tests/callbacks/test_score_report.py"
+ORDER=(sampling metrics gem samplers rng_state pal score_report)
+
+targets=("$@")
+[ ${#targets[@]} -eq 0 ] && targets=("${ORDER[@]}")
+
+toml_list() { # words -> TOML list of strings
+  local out="" w
+  for w in "$@"; do out+="\"$w\", "; done
+  echo "[${out%, }]"
+}
+
+for t in "${targets[@]}"; do
+  [ -n "${MODULES[$t]:-}" ] || { echo "unknown target $t (choose from ${ORDER[*]})" >&2; exit 2; }
+  dir="$WORK/$t"
+  rm -rf "$dir" && mkdir -p "$dir"
+  cp -r "$ROOT/pal_lightning" "$ROOT/tests" "$ROOT/pyproject.toml" "$dir/"
+  find "$dir" -name __pycache__ -prune -exec rm -rf {} +
+  # shellcheck disable=SC2086
+  existing=$(cd "$dir" && ls ${TESTS[$t]} 2>/dev/null || true)
+  cat >>"$dir/pyproject.toml" <<TOML
+
+[tool.mutmut]
+source_paths = ["pal_lightning"]
+only_mutate = $(toml_list ${MODULES[$t]})
+pytest_add_cli_args_test_selection = $(toml_list $existing)
+pytest_add_cli_args = ["-p", "no:cacheprovider", "-x", "-q"]
+TOML
+  echo "== $t: mutating ${MODULES[$t]} against: $existing"
+  (cd "$dir" && mutmut run --max-children "$JOBS" >"$dir/run.log" 2>&1) || {
+    echo "mutmut failed for $t, see $dir/run.log" >&2
+    tail -20 "$dir/run.log" >&2
+    continue
+  }
+  (cd "$dir" && mutmut results --all true >"$dir/results.txt" 2>&1 || true)
+  grep -E ': (survived|no tests|timeout|suspicious)' "$dir/results.txt" >"$dir/survivors.txt" || true
+  # the diff of every mutant not killed, to review (kill it with a test, or list it as equivalent)
+  while IFS=: read -r name _; do
+    (cd "$dir" && mutmut show "$(echo "$name" | xargs)") >>"$dir/survivors.diff" 2>&1 || true
+  done <"$dir/survivors.txt"
+  total=$(grep -cE ': ' "$dir/results.txt" || true)
+  killed=$(grep -cE ': killed' "$dir/results.txt" || true)
+  left=$(wc -l <"$dir/survivors.txt")
+  echo "== $t: killed $killed of $total mutants, $left not killed (list: $dir/survivors.txt)"
+  awk -v k="$killed" -v n="$total" -v t="$t" 'BEGIN { if (n > 0) printf "score %s: %.1f %%\n", t, 100 * k / n }'
+done
