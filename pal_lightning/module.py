@@ -38,9 +38,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from pal_lightning.auxiliary import check_auxiliary
 from pal_lightning.batch import LABELS, TASK, side_keys
 from pal_lightning.errors import PalUserError
 from pal_lightning.hub import DEFAULT_ENCODER, resolve_encoder
+from pal_lightning.init_weights import check_init_from, load_initial_weights
 from pal_lightning.metrics import build_task_metrics, overall_over, scored_task_names
 from pal_lightning.modeling.heads import POOLING_MODES, build_head, check_loss, pool, predict, task_loss
 from pal_lightning.modeling.param_groups import GroupRates, build_parameter_groups
@@ -143,6 +145,14 @@ class MultiTaskModule(pl.LightningModule):
             ``GradScaler``'s ordinary work (it halves the scale and retries) and do not count.
         simcse: SimCSE as an auxiliary loss on the text of chosen tasks
             (:class:`~pal_lightning.modeling.simcse.SimCSEConfig`); ``None`` = off.
+        auxiliary: tasks trained (sampled, with heads and adapters) but left out of ``val/overall`` and
+            ``test/overall``; their own metrics are still logged. The model owns this list because it
+            owns the task list and computes the overall score (the data module only samples; a task's
+            sampling weight is ``data.task_multipliers``).
+        init_from: a checkpoint of this module (e.g. the best one of a joint stage-1 run) whose weights
+            are copied in when ``fit`` starts: weights only, not a resume (no optimizer, schedule or step
+            count); checked like any checkpoint (same tasks, encoder and adapter shape). Used by the
+            two-stage recipe "joint, then specialise" with ``freeze_encoder``.
     """
 
     def __init__(
@@ -171,6 +181,8 @@ class MultiTaskModule(pl.LightningModule):
         bert_config: dict[str, Any] | None = None,
         max_nonfinite_steps: int = 10,
         simcse: SimCSEConfig | None = None,
+        auxiliary: Sequence[str] | None = None,
+        init_from: str | None = None,
     ) -> None:
         super().__init__()
         self.task_specs: dict[str, TaskSpec] = {s.name: s for s in resolve_tasks(tasks)}
@@ -181,6 +193,8 @@ class MultiTaskModule(pl.LightningModule):
         self.simcse = as_simcse_config(simcse)
         # saved as a plain dict for the same reason (weights_only loading)
         self.save_hyperparameters({"simcse": None if self.simcse is None else asdict(self.simcse)})
+        self.save_hyperparameters({"auxiliary": check_auxiliary(auxiliary, list(self.task_specs))})
+        check_init_from(init_from)
         if pooling not in POOLING_MODES:
             raise PalUserError(f"Unknown pooling {pooling!r}: choose one of {POOLING_MODES}.")
         if not 0.0 <= warmup_ratio <= 1.0:
@@ -291,6 +305,11 @@ class MultiTaskModule(pl.LightningModule):
         from pal_lightning.modeling import parameter_report
 
         return parameter_report(self)
+
+    def setup(self, stage: str) -> None:
+        """Copy ``init_from``'s weights in before ``fit`` (a resumed fit then restores its own over them)."""
+        if stage == "fit" and self.hparams.get("init_from"):
+            load_initial_weights(self, self.hparams.init_from)
 
     # ------------------------------------------------------------------ model
 

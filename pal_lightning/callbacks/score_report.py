@@ -53,14 +53,18 @@ def task_coverage(scores: Mapping[str, float], scored: Sequence[str] | None) -> 
     return [t for t in names if t in present], [t for t in names if t not in present]
 
 
-def format_scores(scores: dict[str, float], monitor: str = "val/overall") -> str:
+def format_scores(
+    scores: dict[str, float], monitor: str = "val/overall", auxiliary: Sequence[str] = ()
+) -> str:
     """A plain-text table of ``val/<task>/<metric>`` scores with the monitored score last.
 
-    A partial overall (``<monitor>_partial``) is printed as ``overall (partial: <tasks>)``.
+    A partial overall (``<monitor>_partial``) is printed as ``overall (partial: <tasks>)``. Auxiliary
+    tasks are marked ``*`` and a last line says that the overall leaves them out.
 
     Args:
         scores: metric name -> value, e.g. ``{"val/sst/accuracy": 0.51, "val/overall": 0.77}``.
         monitor: the summary metric printed on the last line.
+        auxiliary: tasks trained but not scored in the overall (``MultiTaskModule(auxiliary=...)``).
     """
     rows: list[tuple[str, str, float]] = []
     for key, value in sorted(scores.items()):
@@ -68,14 +72,27 @@ def format_scores(scores: dict[str, float], monitor: str = "val/overall") -> str
         if len(parts) == 3 and not parts[2].endswith("loss"):
             rows.append((parts[1], parts[2], value))
     lines = [f"  {'task':<10} {'metric':<10} {'dev':>8}"]
-    lines += [f"  {task:<10} {metric:<10} {value:>8.4f}" for task, metric, value in rows]
+    lines += [
+        f"  {task + ('*' if task in auxiliary else ''):<10} {metric:<10} {value:>8.4f}"
+        for task, metric, value in rows
+    ]
     if monitor in scores:
         lines.append(f"  {'overall':<21} {scores[monitor]:>8.4f}")
     elif monitor + PARTIAL_SUFFIX in scores:
-        covered = sorted({task for task, _, _ in rows})
+        covered = sorted({task for task, _, _ in rows if task not in auxiliary})
         label = f"overall (partial: {', '.join(covered)})"
         lines.append(f"  {label:<21} {scores[monitor + PARTIAL_SUFFIX]:>8.4f}")
+    shown = [t for t in auxiliary if any(task == t for task, _, _ in rows)]
+    if shown:
+        lines.append(f"  * auxiliary (trained, not in the overall): {', '.join(shown)}")
     return "\n".join(lines)
+
+
+def auxiliary_tasks(pl_module: pl.LightningModule) -> list[str]:
+    """The module's auxiliary tasks (its ``auxiliary`` hyper-parameter), or none."""
+    hparams = getattr(pl_module, "hparams", {})
+    value = hparams.get("auxiliary") if hasattr(hparams, "get") else None
+    return [value] if isinstance(value, str) else list(value or [])
 
 
 def parameter_counts(pl_module: pl.LightningModule) -> dict[str, Any] | None:
@@ -168,7 +185,7 @@ class ScoreReport(Callback):
             print(
                 f"\n{head}  [{'best' if overall is not None else 'last'} validation at step {best['step']}, "
                 f"{trainer.global_step} steps, {wall_s:.0f} s]\n"
-                + format_scores(best["scores"], self.monitor)
+                + format_scores(best["scores"], self.monitor, auxiliary_tasks(pl_module))
                 + (f"\n  best checkpoint: {ckpt}" if ckpt else ""),
                 flush=True,
             )
@@ -182,6 +199,7 @@ class ScoreReport(Callback):
             "overall_partial": best["scores"].get(self.monitor + PARTIAL_SUFFIX) if best else None,
             "tasks_covered": best.get("tasks_covered") if best else [],
             "tasks_missing": best.get("tasks_missing") if best else [],
+            "tasks_auxiliary": auxiliary_tasks(pl_module),
             "parameters": parameter_counts(pl_module),
             "best": best,
             "last": self.history[-1] if self.history else None,

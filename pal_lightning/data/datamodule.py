@@ -134,6 +134,10 @@ class MultiTaskDataModule(pl.LightningDataModule):
         pair_encoding: ``cross`` or ``siamese``, or a per-task mapping (see ``batch.resolve_pair_encoding``).
         sampling: ``proportional`` | ``sqrt`` | ``uniform`` | ``round_robin`` | ``annealed`` | ``weights``.
         task_weights: per-task weights for ``sampling="weights"``.
+        task_multipliers: per-task factors on the sampling probabilities of any random schedule,
+            renormalised (``p'_i = m_i p_i / sum_j m_j p_j``; tasks not named keep 1), e.g. to draw a
+            large auxiliary task less often: ``{sst2: 0.1}``. The same pure function of the epoch on
+            every rank, so DDP ranks still draw the same task.
         steps_per_epoch: training steps per epoch per rank; ``None`` = one pass over the data
             (``sum_t ceil(N_t / (B_t * world_size))``).
         anneal_epochs: annealing horizon ``E``; ``None`` = ``trainer.max_epochs`` (from ``max_steps`` when
@@ -167,6 +171,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
         pair_encoding: str | dict[str, str] = "cross",
         sampling: str = "annealed",
         task_weights: dict[str, float] | None = None,
+        task_multipliers: dict[str, float] | None = None,
         steps_per_epoch: int | None = None,
         anneal_epochs: int | None = None,
         on_bad_row: str = "skip",
@@ -215,6 +220,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
         self.pair_encodings = {t: resolve_pair_encoding(pair_encoding, t) for t in self.task_names}
         self.sampling = sampling
         self.task_weights = dict(task_weights) if task_weights is not None else None
+        self.task_multipliers = dict(task_multipliers) if task_multipliers else None
         self.steps_per_epoch_arg = steps_per_epoch
         self.anneal_epochs = anneal_epochs
         self.on_bad_row = on_bad_row
@@ -226,11 +232,12 @@ class MultiTaskDataModule(pl.LightningDataModule):
         self.predict_splits = tuple(predict_splits)
         self.limit_examples = limit_examples
         # Validate the sampling options now, not at fit time.
-        SamplingSchedule(sampling, num_epochs=anneal_epochs or 1, weights=self.task_weights)
-        if sampling == "weights":
-            SamplingSchedule(sampling, weights=self.task_weights).probabilities(
-                dict.fromkeys(self.task_names, 1), 0
-            )
+        SamplingSchedule(
+            sampling,
+            num_epochs=anneal_epochs or 1,
+            weights=self.task_weights,
+            multipliers=self.task_multipliers,
+        ).probabilities(dict.fromkeys(self.task_names, 1), 0)
 
         # Plain values only, so checkpoints load with weights_only=True.
         self.save_hyperparameters(
@@ -244,6 +251,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
                 "pair_encoding": pair_encoding,
                 "sampling": sampling,
                 "task_weights": self.task_weights,
+                "task_multipliers": self.task_multipliers,
                 "steps_per_epoch": steps_per_epoch,
                 "anneal_epochs": anneal_epochs,
                 "on_bad_row": on_bad_row,
@@ -482,7 +490,10 @@ class MultiTaskDataModule(pl.LightningDataModule):
             if empty:
                 raise PalUserError(f"Tasks {empty} have no valid training rows; check their train files.")
             self.schedule = SamplingSchedule(
-                self.sampling, num_epochs=self._resolve_anneal_epochs(), weights=self.task_weights
+                self.sampling,
+                num_epochs=self._resolve_anneal_epochs(),
+                weights=self.task_weights,
+                multipliers=self.task_multipliers,
             )
         elif stage == "validate":
             check_files_exist([(s, "dev") for s in self.task_specs], self.data_dir)

@@ -274,6 +274,7 @@ class MultiTaskBatchSampler(Sampler[TaskBatch]):
             self.schedule.name,
             self.schedule.num_epochs,
             tuple(sorted((self.schedule.weights or {}).items())),
+            tuple(sorted((self.schedule.multipliers or {}).items())),
         )
 
     def _epoch_offsets(self, epoch: int) -> dict[str, int]:
@@ -362,11 +363,14 @@ def _task_sequence(
     schedule: str,
     num_epochs: int,
     weights: tuple[tuple[str, float], ...],
+    multipliers: tuple[tuple[str, float], ...] = (),
 ) -> np.ndarray:
     if schedule == "round_robin":
         # A global cycle that continues across epochs: step s of epoch e is global step e * S + s.
         return (epoch * steps + np.arange(steps)) % len(tasks)
-    sched = SamplingSchedule(schedule, num_epochs=num_epochs, weights=dict(weights) or None)
+    sched = SamplingSchedule(
+        schedule, num_epochs=num_epochs, weights=dict(weights) or None, multipliers=dict(multipliers) or None
+    )
     probs = sched.probabilities(dict(zip(tasks, sizes, strict=True)), epoch)
     p = np.asarray([probs[t] for t in tasks], dtype=np.float64)
     rng = np.random.Generator(

@@ -19,6 +19,10 @@ so training starts proportional and ends close to uniform. Round-robin is a
 deterministic cycle over the tasks (not a random draw) and ``weights`` uses fixed
 user-given weights, normalised to sum to one.
 
+Per-task multipliers ``m_i`` (e.g. to draw a large auxiliary task less often) scale any random
+schedule's probabilities and renormalise: ``p'_i = m_i p_i / sum_j m_j p_j`` (tasks not named keep
+``m_i = 1``); see :func:`apply_multipliers`.
+
 Everything here is pure: no state, no randomness. The batch sampler
 (:mod:`pal_lightning.data.samplers`) draws from these probabilities.
 """
@@ -74,6 +78,39 @@ def task_probabilities(
     return dict(zip(keys, probs, strict=True)) if keys is not None else probs
 
 
+def apply_multipliers(
+    probs: Mapping[str, float], multipliers: Mapping[str, float] | None
+) -> dict[str, float]:
+    """Scale probabilities by per-task multipliers and renormalise: ``p'_i = m_i p_i / sum_j m_j p_j``.
+
+    Tasks missing from ``multipliers`` keep ``m_i = 1``; ``None`` or an empty mapping changes nothing.
+
+    Raises:
+        PalUserError: for a multiplier naming a task not in ``probs``, a negative or non-finite one,
+            or multipliers that leave no task with a positive probability.
+    """
+    if not multipliers:
+        return dict(probs)
+    unknown = [t for t in multipliers if t not in probs]
+    if unknown:
+        raise PalUserError(
+            f"task_multipliers name unknown tasks {unknown}; the training tasks are {list(probs)} "
+            "(--data.task_multipliers '{cfimdb: 0.5}')."
+        )
+    scaled = {t: p * _multiplier(multipliers, t) for t, p in probs.items()}
+    total = math.fsum(scaled.values())
+    if total <= 0:
+        raise PalUserError(f"task_multipliers {dict(multipliers)} leave no task with a chance to be drawn.")
+    return {t: v / total for t, v in scaled.items()}
+
+
+def _multiplier(multipliers: Mapping[str, float], task: str) -> float:
+    value = float(multipliers.get(task, 1.0))
+    if not (value >= 0 and math.isfinite(value)):
+        raise PalUserError(f"task_multipliers must be finite and >= 0, got {task}: {value}.")
+    return value
+
+
 def annealed_alpha(epoch: int, num_epochs: int) -> float:
     """Alpha of annealed sampling at 1-based ``epoch`` of ``num_epochs``.
 
@@ -108,6 +145,9 @@ class SamplingSchedule:
     """Annealing horizon ``E`` (only used by ``annealed``)."""
     weights: dict[str, float] | None = field(default=None)
     """Fixed per-task weights (only for ``weights``); normalised to sum to one."""
+    multipliers: dict[str, float] | None = field(default=None)
+    """Per-task factors on the probabilities of any random schedule (tasks not named: 1), renormalised;
+    e.g. ``{sst2: 0.1}`` draws a large auxiliary task a tenth as often (:func:`apply_multipliers`)."""
 
     def __post_init__(self) -> None:
         if self.name not in SCHEDULES:
@@ -126,6 +166,14 @@ class SamplingSchedule:
             bad = {k: v for k, v in self.weights.items() if not (float(v) >= 0 and math.isfinite(float(v)))}
             if bad or math.fsum(float(v) for v in self.weights.values()) <= 0:
                 raise PalUserError(f"task_weights must be finite, >= 0 and not all zero, got {self.weights}.")
+        if self.multipliers:
+            if self.name == "round_robin":
+                raise PalUserError(
+                    "task_multipliers scale the probabilities of a random schedule; round_robin is a fixed "
+                    "cycle. Use another --data.sampling, or drop task_multipliers."
+                )
+            for task in self.multipliers:
+                _multiplier(self.multipliers, task)
 
     @property
     def is_round_robin(self) -> bool:
@@ -158,9 +206,9 @@ class SamplingSchedule:
                     f"missing {missing}, unknown {extra}."
                 )
             total = math.fsum(float(self.weights[t]) for t in sizes)
-            return {t: float(self.weights[t]) / total for t in sizes}
+            return apply_multipliers({t: float(self.weights[t]) / total for t in sizes}, self.multipliers)
         if self.name == "round_robin":
             return {t: 1.0 / len(sizes) for t in sizes}
         alpha = self.alpha(epoch)
         assert alpha is not None
-        return task_probabilities(dict(sizes), alpha)  # type: ignore[return-value]
+        return apply_multipliers(task_probabilities(dict(sizes), alpha), self.multipliers)  # type: ignore[arg-type]
