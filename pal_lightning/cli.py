@@ -59,6 +59,7 @@ from pal_lightning.callbacks.checkpoint_io import AtomicCheckpointIO
 from pal_lightning.callbacks.rng_state import RNGStateCallback
 from pal_lightning.callbacks.score_report import ScoreReport
 from pal_lightning.errors import PalUserError
+from pal_lightning.files import free_name
 
 #: The exit status for user mistakes (bad option, missing data, unknown encoder ...).
 USER_ERROR_EXIT = 2
@@ -165,10 +166,7 @@ class RunConfigSaver(SaveConfigCallback):
             free = self.config_filename
             if trainer.is_global_zero and log_dir is not None:
                 stem, suffix = os.path.splitext(self.config_filename)
-                k = 0
-                while os.path.exists(os.path.join(log_dir, free)):
-                    k += 1
-                    free = f"{stem}_{k}{suffix}"
+                free = free_name(log_dir, stem, (suffix,)) + suffix
             self.config_filename = trainer.strategy.broadcast(free)
         super().setup(trainer, pl_module, stage)
 

@@ -7,8 +7,9 @@ during it can leave a truncated ``last.ckpt``, and nothing is flushed to disk be
 
     <folder>/.<name>.<random>.tmp  ->  flush + fsync  ->  os.replace(tmp, <folder>/<name>)  ->  fsync(folder)
 
-``os.replace`` within one folder is atomic on POSIX and Windows: a reader (or a resume) sees the
-old file or the new one, never half of one. A killed writer leaves at most a stray ``.tmp`` file.
+(:func:`pal_lightning.files.atomic_write`): ``os.replace`` within one folder is atomic on POSIX and
+Windows, so a reader (or a resume) sees the old file or the new one, never half of one; a killed writer
+leaves at most a stray ``.tmp`` file; the checkpoint gets the mode a plain ``open`` would give it.
 
 Loading turns the errors of an unreadable file (truncated, not a checkpoint, or refused by
 ``weights_only`` loading) into a :class:`~pal_lightning.errors.PalUserError` that names the file and
@@ -20,7 +21,6 @@ from __future__ import annotations
 import io
 import os
 import pickle
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -30,38 +30,14 @@ from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from pal_lightning.errors import PalUserError
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:  # e.g. Windows cannot open folders; the rename is still atomic
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+from pal_lightning.files import atomic_write_bytes
 
 
 def atomic_torch_save(obj: Any, path: str | os.PathLike[str]) -> None:
     """``torch.save(obj, path)`` that never leaves a partly written ``path`` behind."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()
     torch.save(obj, buffer)  # serialise first: a failure here touches no file
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(buffer.getbuffer())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
+    atomic_write_bytes(path, buffer.getbuffer())
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

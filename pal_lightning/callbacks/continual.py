@@ -31,6 +31,7 @@ from lightning.fabric.utilities.apply_func import move_data_to_device
 from pal_lightning.batch import LABELS, TASK
 from pal_lightning.continual import continual_metrics
 from pal_lightning.errors import PalUserError
+from pal_lightning.files import atomic_write, free_name
 from pal_lightning.metrics import build_task_metrics
 
 log = logging.getLogger(__name__)
@@ -213,10 +214,7 @@ class ContinualEvaluation(pl.Callback):
         log_dir = trainer.log_dir or trainer.default_root_dir
         stem = self.filename
         if trainer.is_global_zero:
-            k = 0
-            while any(os.path.exists(os.path.join(log_dir, f"{stem}{ext}")) for ext in (".csv", ".json")):
-                k += 1
-                stem = f"{self.filename}_{k}"
+            stem = free_name(log_dir, self.filename, (".csv", ".json"))
         stem = trainer.strategy.broadcast(stem)
         return os.path.join(log_dir, f"{stem}.csv"), os.path.join(log_dir, f"{stem}.json")
 
@@ -227,7 +225,7 @@ class ContinualEvaluation(pl.Callback):
         rows = ([[BASELINE, *self.baseline]] if self.baseline is not None else []) + [
             [p[0], *r] for p, r in zip(self.phases, self.R, strict=False)
         ]
-        with open(csv_path, "w", newline="", encoding="utf-8") as f:
+        with atomic_write(csv_path, "w", newline="", encoding="utf-8") as f:
             writer = csv.writer(f)
             writer.writerow(["after", *self.tasks])
             writer.writerows([[after, *(f"{v:.6f}" for v in values)] for after, *values in rows])
@@ -249,6 +247,6 @@ class ContinualEvaluation(pl.Callback):
                 for h in self.history
             ],
         }
-        with open(json_path, "w", encoding="utf-8") as f:
+        with atomic_write(json_path, "w", encoding="utf-8") as f:
             json.dump(payload, f, indent=2)
             f.write("\n")

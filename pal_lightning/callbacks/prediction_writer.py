@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 import numbers
 import os
-import tempfile
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -35,6 +34,7 @@ import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 
 from pal_lightning.errors import PalUserError
+from pal_lightning.files import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -63,18 +63,11 @@ def format_value(value: Any) -> str:
 
 
 def write_prediction_file(path: Path, header: str, rows: Sequence[tuple[str, Any]]) -> None:
-    """Write one file in the starter's format, atomically (temporary file + rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(f"id \t {header} \n")
-            for ex_id, value in rows:
-                f.write(f"{ex_id} , {format_value(value)} \n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write one file in the starter's format, atomically (:func:`pal_lightning.files.atomic_write`)."""
+    with atomic_write(path, "w", encoding="utf-8", newline="\n") as f:
+        f.write(f"id \t {header} \n")
+        for ex_id, value in rows:
+            f.write(f"{ex_id} , {format_value(value)} \n")
 
 
 class PredictionWriter(BasePredictionWriter):

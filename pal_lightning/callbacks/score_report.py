@@ -30,6 +30,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
 
+from pal_lightning.files import atomic_write_text
 from pal_lightning.metrics import PARTIAL_SUFFIX
 
 SCORES_FILE = "scores.json"
@@ -208,9 +209,7 @@ class ScoreReport(Callback):
             "wall_s": wall_s,
             "best_model_path": ckpt,
         }
-        path = Path(log_dir) / self.filename
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(payload, indent=2))
+        atomic_write_text(Path(log_dir) / self.filename, json.dumps(payload, indent=2))
 
 
 def validation_scores(trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, float]:

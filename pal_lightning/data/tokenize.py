@@ -24,7 +24,6 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from pal_lightning.data.readers import RawSplit
+from pal_lightning.files import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -256,15 +256,8 @@ def save_cached(path: Path, data: TokenizedSplit) -> None:
     meta = {"task": data.task, "split": data.split, "rows": data.rows, "bad_rows": data.bad_rows}
     meta.update({"source": data.source, "sides": list(data.encodings)})
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_write(path, "wb") as f:
+        np.savez(f, **arrays)
 
 
 def load_cached(path: Path) -> TokenizedSplit | None:

@@ -19,10 +19,11 @@ from pathlib import Path
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
+from safetensors.torch import save as safetensors_bytes
 from torch import nn
 
 from pal_lightning.errors import PalUserError
+from pal_lightning.files import atomic_write_bytes
 from pal_lightning.modeling.accounting import _encoder_and_heads
 from pal_lightning.modeling.encoder import ADAPTERS_PREFIX, MultiTaskBert
 
@@ -114,10 +115,7 @@ def save_task_weights(
         "num_hidden_layers": str(encoder.num_layers),
         "encoder": str(getattr(encoder.config, "_name_or_path", "") or ""),
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    save_file(tensors, str(tmp), metadata=metadata)
-    os.replace(tmp, path)
+    atomic_write_bytes(path, safetensors_bytes(tensors, metadata=metadata))
     return path
 
 

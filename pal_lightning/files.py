@@ -1,0 +1,178 @@
+"""One home for the library's file writes: atomic, durable, with the modes a plain ``open`` gives.
+
+Every file pal-lightning writes (checkpoints, predictions, task weights, tokenization caches,
+scores, continual-learning tables) goes through :func:`atomic_write`:
+
+    <folder>/.<name>.<random>.tmp  ->  write, flush, fsync  ->  chmod  ->  os.replace(tmp, <folder>/<name>)
+    ->  fsync(<folder>)
+
+* ``os.replace`` within one folder is atomic on POSIX and Windows: a reader (or a resumed run)
+  sees the old file or the new one, never half of one;
+* the temporary name is unique (``tempfile.mkstemp``), so two writers of the same file never
+  write into each other's temporary file;
+* a failed write (an exception, including ``KeyboardInterrupt``) removes the temporary file and
+  leaves any existing file untouched; only a killed process can leave a stray ``.tmp`` file;
+* ``mkstemp`` creates files readable by their owner only (0600). The written file instead gets
+  the mode ``open(path, "w")`` would give it: an existing file's mode is kept, a new file gets
+  ``0o666 & ~umask`` (usually 0644 or 0664), so a colleague or a cluster job under another
+  account can read checkpoints and predictions.
+
+:func:`free_name` finds a file name not used yet (``config_1.yaml`` next to ``config.yaml``).
+This module is pure standard library and imports nothing of pal-lightning.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+__all__ = [
+    "atomic_write",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "atomic_write_via",
+    "current_umask",
+    "free_name",
+    "fsync_dir",
+    "new_file_mode",
+]
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it where the OS allows (Linux ``/proc``).
+
+    Elsewhere it is read by setting and restoring it (``os.umask`` has no read-only form).
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def new_file_mode(path: str | os.PathLike[str]) -> int:
+    """The permission bits ``open(path, "w")`` leaves: an existing file's own, else ``0o666 & ~umask``."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        return 0o666 & ~current_umask()
+
+
+def fsync_dir(folder: str | os.PathLike[str]) -> None:
+    """Flush a folder's entries to disk (makes a rename durable); a no-op where folders cannot be opened."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # e.g. Windows cannot open folders; the rename is still atomic
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _temp_beside(path: Path) -> tuple[int, str]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+
+
+def _publish(tmp: str, path: Path) -> None:
+    """Give ``tmp`` the mode a plain write of ``path`` would have and move it over ``path``."""
+    os.chmod(tmp, new_file_mode(path))
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+@contextmanager
+def atomic_write(
+    path: str | os.PathLike[str],
+    mode: str = "w",
+    encoding: str | None = None,
+    newline: str | None = None,
+) -> Iterator[IO[Any]]:
+    """Open a temporary file beside ``path`` for writing; on success it replaces ``path`` atomically.
+
+    Args:
+        path: the file to (re)write; missing parent folders are created.
+        mode: ``"w"`` (text) or ``"wb"`` (bytes).
+        encoding: text encoding (``"utf-8"`` when ``None`` in text mode).
+        newline: as for :func:`open`.
+
+    Example::
+
+        with atomic_write("runs/x/scores.json") as f:
+            f.write(json.dumps(payload))
+    """
+    if mode not in ("w", "wb"):
+        raise ValueError(f"atomic_write writes whole files: mode must be 'w' or 'wb', not {mode!r}")
+    path = Path(path)
+    fd, tmp = _temp_beside(path)
+    try:
+        if mode == "wb":
+            f = os.fdopen(fd, "wb")
+        else:
+            f = os.fdopen(fd, "w", encoding=encoding or "utf-8", newline=newline)
+        with f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        _publish(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes | bytearray | memoryview) -> None:
+    """Write ``data`` to ``path`` through :func:`atomic_write`."""
+    with atomic_write(path, "wb") as f:
+        f.write(data)
+
+
+def atomic_write_text(
+    path: str | os.PathLike[str], text: str, encoding: str = "utf-8", newline: str | None = None
+) -> None:
+    """Write ``text`` to ``path`` through :func:`atomic_write`."""
+    with atomic_write(path, "w", encoding=encoding, newline=newline) as f:
+        f.write(text)
+
+
+def atomic_write_via(path: str | os.PathLike[str], write: Callable[[str], Any]) -> None:
+    """Atomic write for libraries that write by file name: ``write(tmp_name)`` fills the temporary file.
+
+    The library may close and reopen the name; the file is fsynced before the rename.
+    """
+    path = Path(path)
+    fd, tmp = _temp_beside(path)
+    os.close(fd)
+    try:
+        write(tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        _publish(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def free_name(folder: str | os.PathLike[str], stem: str, suffixes: Sequence[str]) -> str:
+    """``stem`` or the first ``stem_k`` (k = 1, 2, ...) for which no ``<folder>/<name><suffix>`` exists.
+
+    ``free_name(run, "config", [".yaml"])`` is ``"config"``, then ``"config_1"`` once
+    ``config.yaml`` exists; with several suffixes the name is free for all of them at once.
+    """
+    name, k = stem, 0
+    while any(os.path.exists(os.path.join(folder, name + suffix)) for suffix in suffixes):
+        k += 1
+        name = f"{stem}_{k}"
+    return name
