@@ -59,6 +59,8 @@ from pal_lightning.callbacks.checkpoint_io import AtomicCheckpointIO
 from pal_lightning.callbacks.rng_state import RNGStateCallback
 from pal_lightning.callbacks.score_report import ScoreReport
 from pal_lightning.errors import PalUserError
+from pal_lightning.text_predict import run as run_text_predict
+from pal_lightning.text_predict import wants_text_predict
 from pal_lightning.files import free_name
 
 #: The exit status for user mistakes (bad option, missing data, unknown encoder ...).
@@ -221,6 +223,7 @@ class PalLightningCLI(LightningCLI):
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         """Default classes, the model -> data links, the checkpoint and the prediction writer."""
         from pal_lightning.callbacks.prediction_writer import PredictionWriter
+        from pal_lightning.callbacks.save_pretrained import SavePretrainedModel
 
         parser.set_defaults(
             {
@@ -257,6 +260,8 @@ class PalLightningCLI(LightningCLI):
             }
         )
         parser.add_lightning_class_args(PredictionWriter, "predictions")
+        # <run>/model: a save_pretrained folder of the best checkpoint when fit ends
+        parser.add_lightning_class_args(SavePretrainedModel, "save_model")
 
     def _prepare_subcommand_parser(
         self, klass: type, subcommand: str, **kwargs: Any
@@ -434,6 +439,9 @@ def main(args: list[str] | None = None) -> int:
     ``pal-lightning: error: <what is wrong and how to fix it>``, to stderr and return 2.
     """
     try:
+        argv = list(sys.argv[1:] if args is None else args)
+        if wants_text_predict(argv):  # predict --predict.input FILE: the user's own sentences
+            return run_text_predict(argv)
         if args is None:
             PalLightningCLI()
         else:

@@ -42,11 +42,13 @@ from pal_lightning.auxiliary import check_auxiliary
 from pal_lightning.batch import LABELS, TASK, side_keys
 from pal_lightning.errors import PalUserError
 from pal_lightning.hub import DEFAULT_ENCODER, resolve_encoder
+from pal_lightning.inference import InferenceMixin
 from pal_lightning.init_weights import check_init_from, load_initial_weights
 from pal_lightning.metrics import build_task_metrics, overall_over, scored_task_names
 from pal_lightning.modeling.heads import POOLING_MODES, build_head, check_loss, pool, predict, task_loss
 from pal_lightning.modeling.param_groups import GroupRates, build_parameter_groups
 from pal_lightning.modeling.simcse import SimCSEConfig, as_simcse_config, simcse_batch_loss
+from pal_lightning.pretrained import PretrainedMixin
 from pal_lightning.tasks import TaskSpec, resolve_tasks, task_to_hparam
 
 STAGES = ("val", "test")
@@ -102,7 +104,7 @@ def _pad_right(x: Tensor, length: int) -> Tensor:
     return F.pad(x, (0, length - x.shape[1]), value=0)
 
 
-class MultiTaskModule(pl.LightningModule):
+class MultiTaskModule(PretrainedMixin, InferenceMixin, pl.LightningModule):
     """Multi-task fine-tuning of a BERT encoder with task-specific adapters (PALs) and heads.
 
     Args:

