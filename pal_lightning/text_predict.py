@@ -22,13 +22,13 @@ import csv
 import io
 import json
 import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pal_lightning.errors import PalUserError
+from pal_lightning.files import atomic_write
 
 #: The option that switches ``pal-lightning predict`` to new sentences.
 INPUT_OPTION = "--predict.input"
@@ -137,18 +137,11 @@ def output_rows(ids: Sequence[str], predictions: Any) -> tuple[list[str], list[l
 
 
 def write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """Write a comma-separated file atomically (temporary file + rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(header)
-            writer.writerows(rows)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write a comma-separated file atomically (:func:`pal_lightning.files.atomic_write`)."""
+    with atomic_write(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        writer.writerows(rows)
 
 
 def _parser() -> argparse.ArgumentParser:

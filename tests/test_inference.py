@@ -1,0 +1,123 @@
+"""module.predict(task, texts) on a tiny random encoder with the real offline tokenizer."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from pal_lightning import MultiTaskModule, PalUserError, TaskSpec  # noqa: E402
+from pal_lightning.testing import TINY_BERT  # noqa: E402
+
+SENTENCES = [
+    "a great, moving film .",
+    "dull plot",
+    "the music is fun but the end is long and bad and the actors are bored " * 3,
+    "ok",
+    "story",
+]
+PAIRS = [("how do I cook rice?", "how is rice cooked?"), ("a", "b c d e f g"), ("same words", "same words")]
+
+
+@pytest.fixture(scope="module")
+def module() -> MultiTaskModule:
+    torch.manual_seed(0)
+    bce = TaskSpec(name="binary", num_labels=2, loss="bce", text_columns=("sentence",))
+    module = MultiTaskModule(
+        tasks=["sst", "qqp", "sts", bce],
+        bert_config=TINY_BERT,
+        pal_size=8,
+        pal_heads=2,
+        pal_init="random",
+        pair_encoding={"sts": "siamese", "default": "cross"},
+    )
+    module.predict_max_length = 32  # shorter than SENTENCES[2]: predict truncates as training does
+    return module
+
+
+def one_by_one(module: MultiTaskModule, task: str, item: object) -> torch.Tensor:
+    """The head output of one example, tokenised directly by the tokenizer (a second implementation)."""
+    tok = module.tokenizer
+    kw = dict(return_tensors="pt", truncation=True, max_length=module.predict_max_length)
+    if isinstance(item, str):
+        batch = dict(tok(item, **kw))
+    elif task == "sts":  # siamese: each sentence alone
+        batch = {
+            f"{k}_{side}": v
+            for side, text in zip("ab", item, strict=True)
+            for k, v in tok(text, **kw).items()
+        }
+    else:
+        batch = dict(tok(*item, **kw))
+    batch["task"] = task
+    module.eval()
+    with torch.no_grad():
+        return module(batch)[0]
+
+
+def test_classification_matches_a_direct_forward_and_names_labels(module: MultiTaskModule) -> None:
+    out = module.predict("sst", SENTENCES, batch_size=2)
+    expected = torch.stack([torch.softmax(one_by_one(module, "sst", s), -1) for s in SENTENCES]).numpy()
+    assert out.probabilities.shape == (len(SENTENCES), 5)
+    np.testing.assert_allclose(out.probabilities, expected, atol=1e-5)
+    np.testing.assert_allclose(out.probabilities.sum(1), 1.0, atol=1e-6)
+    assert out.classes == expected.argmax(1).tolist()
+    names = ["negative", "somewhat negative", "neutral", "somewhat positive", "positive"]
+    assert out.labels == [names[c] for c in out.classes]
+    assert out.records()[0]["probabilities"]["neutral"] == pytest.approx(float(expected[0, 2]))
+    # truncation at predict_max_length: the long sentence is cut, not an error
+    assert len(module.tokenizer(SENTENCES[2])["input_ids"]) > module.predict_max_length
+
+
+def test_pairs_cross_and_siamese_regression(module: MultiTaskModule) -> None:
+    qqp = module.predict("qqp", PAIRS)
+    expected = torch.stack([torch.softmax(one_by_one(module, "qqp", p), -1) for p in PAIRS]).numpy()
+    np.testing.assert_allclose(qqp.probabilities, expected, atol=1e-5)
+    assert set(qqp.labels) <= {"duplicate", "not_duplicate"}
+    sts = module.predict("sts", PAIRS)
+    # the siamese head scores the cosine of the two vectors, mapped from [0, 1] onto 0..5 (clamped)
+    cos = [float(one_by_one(module, "sts", p)) for p in PAIRS]
+    assert sts.scores == pytest.approx([5 * min(max(c, 0.0), 1.0) for c in cos], abs=1e-5)
+    assert sts.scores[2] == pytest.approx(5.0, abs=1e-4)  # identical sentences: cosine 1
+    assert sts.classes is None and sts.probabilities is None and sts.labels is None
+
+
+def test_single_bce_logit_gives_two_probabilities(module: MultiTaskModule) -> None:
+    out = module.predict("binary", SENTENCES[:3])
+    logits = torch.stack([one_by_one(module, "binary", s).reshape(()) for s in SENTENCES[:3]])
+    p = torch.sigmoid(logits).numpy()
+    np.testing.assert_allclose(out.probabilities, np.stack([1 - p, p], 1), atol=1e-5)
+    assert out.classes == (logits > 0).long().tolist()
+    assert out.labels == out.classes  # no names known: the class indices
+
+
+def test_order_batching_mode_and_gradients(module: MultiTaskModule) -> None:
+    module.train()
+    full = module.predict("sst", SENTENCES, batch_size=64)
+    assert module.training  # the previous mode is restored
+    assert all(p.grad is None for p in module.parameters())
+    module.eval()
+    small = module.predict("sst", SENTENCES[::-1], batch_size=1)
+    assert not module.training
+    np.testing.assert_allclose(small.probabilities[::-1], full.probabilities, atol=1e-5)
+    assert module.predict("sst", "one sentence alone").classes is not None
+
+
+@pytest.mark.parametrize(
+    ("task", "texts", "message"),
+    [
+        ("nope", ["x"], "Unknown task 'nope': this model predicts sst, qqp, sts, binary"),
+        ("sst", [], "holds no sentences"),
+        ("qqp", ["only one sentence"], "takes \\(sentence1, sentence2\\) tuples"),
+        ("sst", [("a", "b")], "takes single sentences"),
+        ("sts", [("a", "b", "c")], "takes \\(sentence1, sentence2\\) tuples"),
+    ],
+)
+def test_bad_input_is_one_line(module: MultiTaskModule, task: str, texts: list, message: str) -> None:
+    with pytest.raises(PalUserError, match=message) as info:
+        module.predict(task, texts)
+    assert "\n" not in str(info.value)
