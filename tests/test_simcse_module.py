@@ -24,12 +24,19 @@ def _one_thread():
     torch.set_num_threads(before)
 
 
-def _hand_loss(z1: torch.Tensor, z2: torch.Tensor, tau: float) -> float:
-    """InfoNCE written out row by row (independent of simcse_loss)."""
+def _hand_loss(
+    z1: torch.Tensor, z2: torch.Tensor, tau: float, skip: set[tuple[int, int]] = frozenset()
+) -> float:
+    """InfoNCE written out row by row (independent of simcse_loss); ``skip`` holds (anchor, candidate)
+    pairs left out of the denominator."""
     total = 0.0
     for i in range(len(z1)):
-        sims = [float(torch.dot(z1[i], z2[j]) / (z1[i].norm() * z2[j].norm())) / tau for j in range(len(z2))]
-        total += -(sims[i] - math.log(sum(math.exp(s) for s in sims)))
+        sims = {
+            j: float(torch.dot(z1[i], z2[j]) / (z1[i].norm() * z2[j].norm())) / tau
+            for j in range(len(z2))
+            if (i, j) not in skip
+        }
+        total += -(sims[i] - math.log(sum(math.exp(s) for s in sims.values())))
     return total / len(z1)
 
 
@@ -76,7 +83,21 @@ def test_unsupervised_loss_equals_hand_computation(task: str) -> None:
     pooled = pool(module.encoder(both_ids, both_mask, torch.zeros_like(both_ids), task=task), both_mask)
     z1, z2 = pooled.chunk(2)
     assert not torch.allclose(z1, z2)  # two dropout masks
-    assert float(got.detach()) == pytest.approx(_hand_loss(z1.detach(), z2.detach(), 0.1), rel=1e-4)
+    skip: set[tuple[int, int]] = set()
+    if task != "sst":  # a pair's other sentence, and identical sentences, are not negatives
+        n = len(ids)
+        tokens = [ids[r][mask[r].bool()].tolist() for r in range(n)]
+        skip = {
+            (i, j)
+            for i in range(n)
+            for j in range(n)
+            if i != j and (abs(i - j) == n // 2 or tokens[i] == tokens[j])
+        }
+        assert len(skip) >= n
+    expected = _hand_loss(z1.detach(), z2.detach(), 0.1, skip)
+    assert float(got.detach()) == pytest.approx(expected, rel=1e-4)
+    if task != "sst":  # the masked partners matter: the plain loss differs
+        assert abs(_hand_loss(z1.detach(), z2.detach(), 0.1) - expected) > 1e-4
 
 
 def test_supervised_loss_uses_labelled_pairs() -> None:
@@ -168,6 +189,7 @@ def test_hyperparameters_store_a_plain_dict_and_rebuild() -> None:
         "mode": "unsup",
         "positive_label": 1,
         "hard_negative_label": None,
+        "mask_pair_partners": True,
         "gather_across_ranks": False,
     }
     rebuilt = type(module)(**dict(module.hparams))

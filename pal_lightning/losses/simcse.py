@@ -3,7 +3,7 @@
 InfoNCE with cosine similarity: anchor ``i`` must pick its own positive among all candidates::
 
     s_ij   = cos(z1_i, c_j) / tau          c = [z2 ; hard_negatives]   (rows)
-    loss   = mean_i  -log( exp(s_i,t(i)) / sum_j exp(s_ij) )            t(i) = targets[i] (default i)
+    loss   = mean_i  -log( exp(s_i,t(i)) / sum_{j not ignored} exp(s_ij) )   t(i) = targets[i] (default i)
 
 Unsupervised SimCSE: ``z1``/``z2`` are the same sentences encoded twice with different dropout masks.
 Supervised SimCSE: ``z1`` anchors, ``z2`` their positives, ``hard_negatives`` extra rows that are
@@ -24,6 +24,7 @@ def simcse_loss(
     temperature: float = 0.05,
     hard_negatives: Tensor | None = None,
     targets: Tensor | None = None,
+    ignore: Tensor | None = None,
 ) -> Tensor:
     """InfoNCE of anchors ``z1 [N, H]`` against candidates ``z2 [M, H]`` (+ ``hard_negatives [K, H]``).
 
@@ -35,6 +36,8 @@ def simcse_loss(
         targets: index of each anchor's positive in ``z2`` (``LongTensor [N]``); ``None`` means
             ``arange(N)`` (``z2`` aligned with ``z1``). Under DDP, with ``z2`` gathered from all ranks,
             it is ``offset + arange(N)``.
+        ignore: ``BoolTensor [N, M + K]``, true where a candidate is neither anchor ``i``'s positive nor a
+            negative (e.g. the other sentence of its pair, a paraphrase): left out of the softmax.
 
     Returns:
         The mean loss over the anchors, a scalar.
@@ -53,7 +56,10 @@ def simcse_loss(
     sims = F.normalize(z1, dim=-1) @ F.normalize(candidates, dim=-1).T / temperature
     if targets is None:
         targets = torch.arange(z1.shape[0], device=z1.device)
-    return F.cross_entropy(sims.float(), targets)
+    sims = sims.float()
+    if ignore is not None:  # must leave each anchor's positive in (else its loss is inf)
+        sims = sims.masked_fill(ignore, float("-inf"))
+    return F.cross_entropy(sims, targets)
 
 
 def gather_rows(z: Tensor) -> tuple[Tensor, int]:

@@ -9,7 +9,13 @@ import torch
 
 from pal_lightning.errors import PalUserError
 from pal_lightning.losses import gather_rows, simcse_loss
-from pal_lightning.modeling.simcse import SimCSEConfig, as_simcse_config, concat_inputs, split_cross_pairs
+from pal_lightning.modeling.simcse import (
+    SimCSEConfig,
+    as_simcse_config,
+    concat_inputs,
+    not_negatives,
+    split_cross_pairs,
+)
 from pal_lightning.tasks import BUILTIN_TASKS
 
 
@@ -54,6 +60,28 @@ def test_hard_negatives_and_targets_equal_hand_computation() -> None:
     # a hard negative can only add to the denominator: the loss rises
     plain = simcse_loss(torch.tensor(Z1[:2]), torch.tensor(Z2), 0.1, targets=torch.tensor([1, 2]))
     assert float(got) > float(plain)
+
+
+def test_ignored_candidates_leave_the_denominator() -> None:
+    ignore = torch.tensor([[False, True, False], [False, False, False], [True, True, False]])
+    skip = [[1], [], [0, 1]]
+    expected = 0.0
+    for i, anchor in enumerate(Z1):
+        kept = [j for j in range(3) if j not in skip[i]]
+        expected += _hand_info_nce([anchor], [Z2[j] for j in kept], [kept.index(i)], 0.2)
+    got = simcse_loss(torch.tensor(Z1), torch.tensor(Z2), 0.2, ignore=ignore)
+    assert float(got) == pytest.approx(expected / 3, rel=1e-5)
+
+
+def test_not_negatives_marks_partners_and_duplicates() -> None:
+    # pairs (a1, b1), (a2, b2) with b2 the same tokens as a1 (padding differs: still the same sentence)
+    ids = torch.tensor([[1, 5, 2, 0], [1, 6, 7, 2], [1, 8, 2, 0], [1, 5, 2, 9]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 1, 0]])
+    got = not_negatives({"input_ids": ids, "attention_mask": mask})
+    expected = torch.zeros(4, 4, dtype=torch.bool)
+    for i, j in [(0, 2), (2, 0), (1, 3), (3, 1), (0, 3), (3, 0)]:
+        expected[i, j] = True
+    assert torch.equal(got, expected)
 
 
 def test_loss_rejects_bad_temperature_and_shapes() -> None:
