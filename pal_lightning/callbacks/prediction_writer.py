@@ -2,7 +2,8 @@
 
 ``predict_step`` returns ``{"task", "split", "ids", "predictions"}`` per batch
 (class ints, or float scores on the task's scale). This callback collects them
-and writes one file per task and split, ``<output_dir>/<task>-<split>-output.csv``,
+and writes one file per task and split, ``<output_dir>/<task>-<split>-output.csv``
+(``para-*`` for Quora, as the starter names it),
 in the format of the CS224N minBERT starter code (``evaluation.py``)::
 
     id \\t Predicted_Sentiment \\n
@@ -50,9 +51,14 @@ STARTER_HEADERS: dict[str, str] = {
 DEFAULT_HEADER = "Predicted_Label"
 
 
+#: File-name prefix of a task where the CS224N starter names it otherwise (its Quora files are "para").
+STARTER_FILE_PREFIXES: dict[str, str] = {"qqp": "para"}
+
+
 def output_file_name(task: str, split: str) -> str:
-    """``<task>-<split>-output.csv``."""
-    return f"{task}-{split}-output.csv"
+    """``<task>-<split>-output.csv`` with the starter's prefix: ``sst-dev-output.csv``, ``para-dev-output.csv``
+    (Quora), ``sts-test-output.csv``; other tasks keep their own name."""
+    return f"{STARTER_FILE_PREFIXES.get(task, task)}-{split}-output.csv"
 
 
 def format_value(value: Any) -> str:

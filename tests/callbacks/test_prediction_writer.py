@@ -57,12 +57,12 @@ def test_writes_starter_format_in_file_order(tmp_path):
     out = tmp_path / "preds"
     run_predict(tmp_path, PredictionWriter(output_dir=out))
     names = sorted(p.name for p in out.iterdir())
-    assert names == sorted(f"{t}-{s}-output.csv" for t in ("sst", "qqp", "sts") for s in ("dev", "test"))
+    assert names == sorted(f"{t}-{s}-output.csv" for t in ("sst", "para", "sts") for s in ("dev", "test"))
     sst = (out / "sst-test-output.csv").read_text().splitlines()
     assert sst[0] == "id \t Predicted_Sentiment "
     assert [line.split(" , ")[0] for line in sst[1:]] == [f"ssttest{i:03d}" for i in range(9)]  # file order
     assert all(line.split(" , ")[1].strip() in {"0", "1"} for line in sst[1:])
-    assert (out / "qqp-dev-output.csv").read_text().startswith("id \t Predicted_Is_Paraphrase \n")
+    assert (out / "para-dev-output.csv").read_text().startswith("id \t Predicted_Is_Paraphrase \n")
     sts = (out / "sts-dev-output.csv").read_text().splitlines()
     assert sts[0] == "id \t Predicted_Similiary "  # the starter's spelling
     assert len(sts) == 1 + 10 and float(sts[1].split(" , ")[1]) > 0
@@ -85,7 +85,7 @@ def test_refuses_to_overwrite_before_predicting(tmp_path):
 def test_refusal_happens_before_any_batch(tmp_path):
     out = tmp_path / "preds"
     out.mkdir()
-    (out / "qqp-test-output.csv").write_text("x\n")
+    (out / "para-test-output.csv").write_text("x\n")
     data = make_cs224n_dir(tmp_path / "data")
     dm = MultiTaskDataModule(data_dir=str(data), cache_dir=tmp_path / "cache")
     model = FakePredictor()

@@ -105,7 +105,7 @@ def test_fit_validate_test_predict_and_reruns(
     capsys.readouterr()
     pred_dir = run0 / "predictions"
     files = sorted(p.name for p in pred_dir.glob("*.csv"))
-    assert files == sorted(f"{t}-{s}-output.csv" for t in ("sst", "qqp", "sts") for s in ("dev", "test"))
+    assert files == sorted(f"{t}-{s}-output.csv" for t in ("sst", "para", "sts") for s in ("dev", "test"))
     sst_dev = (pred_dir / "sst-dev-output.csv").read_text().splitlines()
     assert sst_dev[0].split() == ["id", "Predicted_Sentiment"] and len(sst_dev) == 1 + 10
     digests = {p.name: _digest(p) for p in pred_dir.glob("*.csv")}

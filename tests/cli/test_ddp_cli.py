@@ -103,7 +103,7 @@ def test_single_process_validation_of_the_checkpoint_matches_the_fit(runs: dict[
 def test_ddp_predict_writes_every_file_once_with_every_id_once(runs: dict[str, Path]) -> None:
     out = runs["plain"] / "runs" / "version_0" / "predictions"
     files = sorted(p.name for p in out.iterdir())
-    assert files == sorted(f"{t}-{s}-output.csv" for t in ("sst", "qqp", "sts") for s in ("dev", "test"))
+    assert files == sorted(f"{t}-{s}-output.csv" for t in ("sst", "para", "sts") for s in ("dev", "test"))
     for path in out.iterdir():
         lines = path.read_text().splitlines()
         assert lines[0].startswith("id \t Predicted_")

@@ -51,7 +51,7 @@ def test_two_process_ddp(tmp_path):
     assert len(val) == 2 * (12 + 14 + 10) and len(set(val)) == 12 + 14 + 10
     # predictions: gathered by rank 0, each id exactly once
     preds = tmp_path / "preds"
-    lines = (preds / "qqp-test-output.csv").read_text().splitlines()
+    lines = (preds / "para-test-output.csv").read_text().splitlines()
     assert lines[0] == "id \t Predicted_Is_Paraphrase "
     ids = [line.split(" , ")[0] for line in lines[1:]]
     assert ids == [f"qqptest{i:03d}" for i in range(7)]
