@@ -10,17 +10,25 @@ from pathlib import Path
 
 
 def fit_command(
-    config: Path, root: Path, data_dir: Path, seed: int, options: Sequence[str], cli_args: Sequence[str] = ()
+    config: Path | Sequence[Path],
+    root: Path,
+    data_dir: Path,
+    seed: int,
+    options: Sequence[str],
+    cli_args: Sequence[str] = (),
 ) -> list[str]:
     """``python -m pal_lightning fit`` of ``config`` into ``root``: quiet, seeded, weights-only best
-    checkpoint; ``options`` are the benchmark's own settings, ``cli_args`` the user's extras (last wins)."""
+    checkpoint; ``options`` are the benchmark's own settings, ``cli_args`` the user's extras (last wins).
+
+    ``config`` may be a base config and its overlays, in order: they come before every option, so an
+    overlay never replaces the run folder, data folder or seed set here."""
+    configs = [config] if isinstance(config, (str, Path)) else list(config)
     return [
         sys.executable,
         "-m",
         "pal_lightning",
         "fit",
-        "--config",
-        str(config),
+        *[a for c in configs for a in ("--config", str(c))],
         f"--seed_everything={seed}",
         f"--trainer.default_root_dir={root}",
         "--trainer.enable_progress_bar=false",

@@ -1,0 +1,54 @@
+"""``benchmarks/two_stage.py`` end to end on the fixture data with a tiny model: stage 1 (joint) and
+stage 2 (specialise: frozen encoder, from stage 1's best checkpoint) through ``pal-lightning fit``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from .conftest import load_benchmark, tiny_config, write_cs224n_data
+
+
+def _state(path: str | Path) -> dict[str, torch.Tensor]:
+    return torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
+
+
+def test_two_stage_command_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = write_cs224n_data(tmp_path / "data")
+    base = tiny_config(tmp_path, data)
+    two_stage = load_benchmark("two_stage")
+    out = tmp_path / "two_stage"
+    code = two_stage.main(
+        [
+            "--base", str(base), "--data-dir", str(data), "--out", str(out), "--seed", "3",
+            "--stage2-args", "--trainer.max_steps=2 --trainer.check_val_every_n_epoch=1",
+        ]
+    )  # fmt: skip
+    assert code == 0
+    result = json.loads((out / "two_stage.json").read_text())
+    stage1, stage2 = result["stage1"], result["stage2"]
+    assert stage2["status"] == "ok"
+    for stage in (stage1, stage2):
+        assert isinstance(stage["overall"], float) and 0.0 <= stage["overall"] <= 1.0
+    assert result["delta_overall"] == pytest.approx(stage2["overall"] - stage1["overall"])
+
+    # stage 2 ran the specialise overlay from stage 1's best checkpoint
+    config = yaml.safe_load((Path(stage2["run_dir"]) / "config.yaml").read_text())
+    init_args = config["model"]["init_args"]
+    assert init_args["freeze_encoder"] is True
+    assert init_args["init_from"] == stage1["checkpoint"]
+    assert Path(stage1["checkpoint"]).parent == Path(stage1["run_dir"]) / "checkpoints"
+
+    # every encoder weight of stage 2's checkpoint is stage 1's, bit for bit; its adapters moved on
+    scores = json.loads((Path(stage2["run_dir"]) / "scores.json").read_text())
+    before, after = _state(stage1["checkpoint"]), _state(scores["best_model_path"])
+    assert set(before) == set(after)
+    encoder = [k for k in before if k.startswith("encoder.bert.")]
+    adapters = [k for k in before if k.startswith("encoder.adapters.")]
+    assert encoder and adapters
+    assert all(torch.equal(before[k], after[k]) for k in encoder)
+    assert any(not torch.equal(before[k], after[k]) for k in adapters)
