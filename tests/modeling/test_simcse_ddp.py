@@ -1,0 +1,43 @@
+"""SimCSE under DDP: embeddings gathered from 2 gloo ranks, gradients into the local rows only."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.ddp
+
+SCRIPT = Path(__file__).with_name("simcse_ddp_script.py")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_gathered_negatives_match_a_single_process(tmp_path: Path) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), str(tmp_path), str(_free_port())],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for rank, offset in ((0, 0), (1, 3)):
+        r = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert r["offset"] == offset and r["gathered_equal"], r
+        assert r["loss"] == pytest.approx(r["ref_loss"], rel=1e-6)
+        assert r["grad_z1_close"] and r["grad_z2_close"], r
+        assert r["module_loss"] == pytest.approx(r["module_ref"], rel=1e-5)
+    # rank 0 masks only the 4 partners; rank 1 also its duplicated sentence (a1 == b0, both ways)
+    assert json.loads((tmp_path / "rank0.json").read_text())["masked"] == 4
+    assert json.loads((tmp_path / "rank1.json").read_text())["masked"] == 6
