@@ -86,3 +86,14 @@ def test_encoder_depth_formula() -> None:
 def test_bad_decay_is_refused(decay: float) -> None:
     with pytest.raises(PalUserError, match="layer_lr_decay must lie in"):
         tiny_module(layer_lr_decay=decay)
+
+
+def test_resume_needs_the_same_group_layout() -> None:
+    """adapter_lr and layer_lr_decay shape the optimizer's groups: a resumed fit must keep them."""
+    module = tiny_module(layer_lr_decay=0.8, adapter_lr=2e-3)
+    saved = dict(module.hparams)
+    assert module.checkpoint_differences(saved, resuming=True) == []
+    other = tiny_module()  # defaults: no decay, adapters in the 'new' groups
+    found = other.checkpoint_differences(saved, resuming=True)
+    assert any("layer_lr_decay" in d for d in found) and any("adapter_lr" in d for d in found)
+    assert other.checkpoint_differences(saved, resuming=False) == []  # weights alone fit

@@ -201,3 +201,47 @@ def test_bad_simcse_settings_fail_at_construction() -> None:
         tiny_module(simcse=SimCSEConfig(tasks=["nli"]))
     with pytest.raises(PalUserError, match="pair_encoding 'siamese'"):
         tiny_module(simcse=SimCSEConfig(mode="sup", tasks=["qqp"]))  # qqp is 'cross' in the tiny module
+
+
+def test_gem_memories_use_the_task_loss_without_simcse(tmp_path, monkeypatch) -> None:
+    """SimCSE is part of the step's gradient only: GEM's memory losses (batch_loss) never add it."""
+    from pal_lightning.callbacks import GEMCallback
+    from pal_lightning.data import MultiTaskDataModule
+    from pal_lightning.testing import TINY_BERT, write_cs224n_data
+
+    calls: list[str] = []
+    task_losses: list[int] = []
+    real, real_batch_loss = MultiTaskModule.simcse_loss, MultiTaskModule.batch_loss
+
+    def spy(self, batch):  # noqa: ANN001, ANN202
+        calls.append(batch["task"])
+        return real(self, batch)
+
+    def spy_batch_loss(self, batch):  # noqa: ANN001, ANN202
+        task_losses.append(len(batch["ids"]))
+        return real_batch_loss(self, batch)
+
+    monkeypatch.setattr(MultiTaskModule, "simcse_loss", spy)
+    monkeypatch.setattr(MultiTaskModule, "batch_loss", spy_batch_loss)
+    pl.seed_everything(0, verbose=False)
+    model = MultiTaskModule(bert_config=TINY_BERT, pal_size=8, pal_heads=2, simcse=SimCSEConfig())
+    data = MultiTaskDataModule(
+        data_dir=str(write_cs224n_data(tmp_path / "data")), cache_dir=False, batch_size=4, max_length=32
+    )
+    gem = GEMCallback(memory_size=8, memory_batch_size=2)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_steps=5,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        callbacks=[gem],
+    )
+    trainer.fit(model, datamodule=data)
+    assert sum(gem.memory.seen.values()) == 5 * 4
+    memory_batches = len(task_losses) - 5  # batch_loss: 5 training batches, the rest GEM's memories
+    assert memory_batches >= 1
+    assert len(calls) == 5  # SimCSE once per training step, never for a memory batch
