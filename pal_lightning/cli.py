@@ -59,9 +59,17 @@ from pal_lightning.callbacks.checkpoint_io import AtomicCheckpointIO
 from pal_lightning.callbacks.rng_state import RNGStateCallback
 from pal_lightning.callbacks.score_report import ScoreReport
 from pal_lightning.errors import PalUserError
+from pal_lightning.files import free_name
+from pal_lightning.run_folders import (
+    NAMED_CHECKPOINTS,
+    discard_unused,
+    evaluation_log_root,
+    find_newest,
+    resolve_named_checkpoint,
+    run_folder_of,
+)
 from pal_lightning.text_predict import run as run_text_predict
 from pal_lightning.text_predict import wants_text_predict
-from pal_lightning.files import free_name
 
 #: The exit status for user mistakes (bad option, missing data, unknown encoder ...).
 USER_ERROR_EXIT = 2
@@ -105,17 +113,7 @@ def find_last_checkpoint(root: str | os.PathLike[str]) -> Path | None:
     Newest by modification time, ties broken by the higher ``version_N``: a resumed run writes its
     own ``last.ckpt`` into its new folder, so the next ``--ckpt_path last`` continues from there.
     """
-    root = Path(root)
-    found = [
-        p for pattern in ("*/checkpoints/last*.ckpt", "checkpoints/last*.ckpt") for p in root.glob(pattern)
-    ]
-
-    def key(path: Path) -> tuple[int, int]:
-        match = re.fullmatch(r"version_(\d+)", path.parent.parent.name)
-        return path.stat().st_mtime_ns, int(match.group(1)) if match else -1
-
-    files = [p for p in found if p.is_file()]
-    return max(files, key=key) if files else None
+    return find_newest(root, "last*.ckpt")
 
 
 def next_version_dir(root: str | os.PathLike[str]) -> str:
@@ -147,10 +145,30 @@ def run_loggers(root_dir: str | os.PathLike[str]) -> list[Any]:
     else:
         version = int(next_version_dir(root).split("_")[-1])
         os.environ[_ENV_VERSION] = f"{root}{os.pathsep}{version}"
+        _remember_new_folder(Path(root) / f"version_{version}")
     return [
         CSVLogger(save_dir=root, name="", version=version),
         TensorBoardLogger(save_dir=root, name="", version=version, sub_dir="tensorboard"),
     ]
+
+
+#: Log folders this process created, with the topmost folder it created for each (removed on failure).
+_NEW_FOLDERS: list[tuple[Path, Path]] = []
+
+
+def _remember_new_folder(folder: Path) -> None:
+    top = folder
+    while not top.parent.exists() and top.parent != top:
+        top = top.parent
+    if not folder.exists():
+        _NEW_FOLDERS.append((folder, top))
+
+
+def discard_new_folders() -> None:
+    """Remove the log folders this failed command created, unless they hold checkpoints or predictions."""
+    while _NEW_FOLDERS:
+        folder, top = _NEW_FOLDERS.pop()
+        discard_unused(folder, stop=top.parent)
 
 
 class RunConfigSaver(SaveConfigCallback):
@@ -270,6 +288,8 @@ class PalLightningCLI(LightningCLI):
         if "weights_only" in self._subcommand_method_arguments.get(subcommand, {}):
             # checkpoints can run code when unpickled: load only tensors and plain values by default
             parser.set_defaults(weights_only=True)
+        if subcommand in ("validate", "test"):
+            parser.set_defaults(verbose=False)  # ScoreReport prints the score table (Lightning's would repeat it)
         return parser
 
     def before_instantiate_classes(self) -> None:
@@ -289,8 +309,11 @@ class PalLightningCLI(LightningCLI):
                 "--last_checkpoint.every_n_train_steps N to write it every N steps)."
             )
         ckpt = self._resolve_ckpt_path(config)
+        self._log_root = None
         if self.subcommand == "fit" or not ckpt:
             return
+        # evaluations of a run's checkpoint log into that run (<run>/validate/version_N ...)
+        self._log_root = evaluation_log_root(ckpt, self.subcommand)
         ckpt_dir = Path(ckpt).parent  # as written: ModelCheckpoint compares its dirpath literally
         for group in ("checkpoint", "last_checkpoint"):
             if config.get(f"{group}.dirpath") is None:
@@ -311,44 +334,49 @@ class PalLightningCLI(LightningCLI):
         """
 
     def _resolve_ckpt_path(self, config: Any) -> str | None:
-        """Resolve ``--ckpt_path last`` and check that a given checkpoint file exists.
+        """Resolve ``--ckpt_path last`` / ``best`` and check that a given checkpoint file exists.
+
+        ``last``/``best`` with a run's own ``config.yaml`` is that run's ``last.ckpt``/``best.ckpt``;
+        otherwise the newest one under ``trainer.default_root_dir``
+        (:func:`~pal_lightning.run_folders.resolve_named_checkpoint`).
 
         Returns:
             the checkpoint path (``None`` without one, or for Lightning's other special values).
 
         Raises:
-            PalUserError: for ``last`` when the run root holds no ``last.ckpt``, or a missing file.
+            PalUserError: for ``last``/``best`` when there is no such file, a missing file or a folder.
         """
         ckpt = config.get("ckpt_path")
         if not ckpt:
             return None
         ckpt = str(ckpt)
-        if ckpt == LAST:
+        if ckpt in NAMED_CHECKPOINTS:
             root = os.path.abspath(config.get("trainer.default_root_dir") or DEFAULT_ROOT_DIR)
             inherited = os.environ.get(_ENV_RESUME, "")
             if _is_launched_rank() and inherited.startswith(root + os.pathsep):
-                found: Path | None = Path(inherited.split(os.pathsep, 1)[1])
+                found = Path(inherited.split(os.pathsep, 1)[1])
             else:
-                found = find_last_checkpoint(root)
-            if found is None:
-                raise PalUserError(
-                    f"No last.ckpt to resume from under {root} (--ckpt_path last looks for "
-                    "*/checkpoints/last*.ckpt there). "
-                    "Point --trainer.default_root_dir at the folder of the run to resume (the one holding "
-                    "its version_N folders), pass a checkpoint file to --ckpt_path, or start without it."
-                )
+                configs = [getattr(c, "absolute", None) or str(c) for c in config.get("config") or []]
+                run = run_folder_of(configs)
+                found = resolve_named_checkpoint(ckpt, root, run)
             os.environ[_ENV_RESUME] = f"{root}{os.pathsep}{found}"
             if not _is_launched_rank():
                 print(
-                    f"pal-lightning: {'resuming' if self.subcommand == 'fit' else 'loading'} from {found} "
-                    "(the newest last.ckpt); this run logs into a new version folder.",
+                    f"pal-lightning: {'resuming' if self.subcommand == 'fit' else 'loading'} from {found}"
+                    + ("; this run logs into a new version folder." if self.subcommand == "fit" else ""),
                     file=sys.stderr,
                     flush=True,
                 )
             config["ckpt_path"] = str(found)
             return str(found)
-        if ckpt in ("best", "hpc", "registry") or ckpt.startswith("registry:") or "://" in ckpt:
+        if ckpt in ("hpc", "registry") or ckpt.startswith("registry:") or "://" in ckpt:
             return None  # Lightning's own special values and remote files
+        if Path(ckpt).is_dir():
+            raise PalUserError(
+                f"Checkpoint path {ckpt} is a folder, not a file: --ckpt_path takes a .ckpt file (e.g. "
+                f"{Path(ckpt) / 'checkpoints' / 'best.ckpt'}), or --ckpt_path best / last with the run's "
+                "config.yaml."
+            )
         if not Path(ckpt).is_file():
             raise PalUserError(
                 f"Checkpoint {ckpt} does not exist. Pass the path of a .ckpt file to --ckpt_path, or "
@@ -377,7 +405,7 @@ class PalLightningCLI(LightningCLI):
             callbacks_default = [c for c in defaults.get("callbacks", []) if not isinstance(c, ProgressBar)]
             self.trainer_defaults = {**defaults, "callbacks": callbacks_default}
         if config.get("logger") in (None, True):
-            root = config.get("default_root_dir") or DEFAULT_ROOT_DIR
+            root = getattr(self, "_log_root", None) or config.get("default_root_dir") or DEFAULT_ROOT_DIR
             config["logger"] = run_loggers(root)
         plugins = config.get("plugins")
         plugins = (
@@ -452,6 +480,8 @@ def main(args: list[str] | None = None) -> int:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
     except Exception as exc:
+        if not _is_launched_rank():
+            discard_new_folders()  # a failed command leaves no empty run folder behind
         found = _user_error(exc)
         if found is None:
             raise
@@ -468,6 +498,7 @@ def main(args: list[str] | None = None) -> int:
             message += " (a Trainer setting this machine cannot honour: check trainer.accelerator, devices, strategy, precision)"
         print(f"pal-lightning: error: {message}", file=sys.stderr, flush=True)
         return USER_ERROR_EXIT
+    _NEW_FOLDERS.clear()  # the run succeeded: its folders are results
     close_process_group()
     return 0
 

@@ -24,6 +24,7 @@ This module is pure standard library and imports nothing of pal-lightning.
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import IO, Any
 
 __all__ = [
+    "atomic_link_or_copy",
     "atomic_write",
     "atomic_write_bytes",
     "atomic_write_text",
@@ -163,6 +165,29 @@ def atomic_write_via(path: str | os.PathLike[str], write: Callable[[str], Any]) 
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_link_or_copy(source: str | os.PathLike[str], alias: str | os.PathLike[str]) -> None:
+    """Make ``alias`` name the same content as ``source``, replacing any older ``alias`` atomically.
+
+    A hard link (no extra disk space, and the alias survives the deletion of ``source``); where
+    the file system has none, a copy through :func:`atomic_write_via`.
+    """
+    alias = Path(alias)
+    fd, tmp = _temp_beside(alias)
+    os.close(fd)
+    os.unlink(tmp)  # os.link needs a free name; mkstemp only reserved a unique one
+    try:
+        os.link(source, tmp)
+    except OSError:
+        atomic_write_via(alias, lambda name: shutil.copyfile(source, name))
+        return
+    try:
+        os.replace(tmp, alias)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(alias.parent)
 
 
 def free_name(folder: str | os.PathLike[str], stem: str, suffixes: Sequence[str]) -> str:

@@ -8,10 +8,15 @@ earlier validations, rank the partial validation with a stale complete score. :c
 skips the top-k decision for a validation whose own scores (``pl_module.last_scores``) hold only the
 partial key: a partial mean is never chosen as best over a complete one, and a run whose validations
 are all partial writes no "best" checkpoint (``last.ckpt`` is still written by its own callback).
+
+It also keeps a stable alias, ``<dirpath>/best.ckpt`` (:data:`BEST_ALIAS`), naming the current best
+checkpoint (a hard link, or a copy where the file system has none), so that commands and scripts can
+say ``checkpoints/best.ckpt`` (or ``--ckpt_path best``) without knowing the score in the file name.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,7 +24,11 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info
 
+from pal_lightning.files import atomic_link_or_copy
 from pal_lightning.metrics import PARTIAL_SUFFIX
+
+#: File name of the alias of the best checkpoint, beside it.
+BEST_ALIAS = "best.ckpt"
 
 
 def is_partial_evaluation(pl_module: Any, monitor: str | None) -> bool:
@@ -41,7 +50,8 @@ def is_partial_evaluation(pl_module: Any, monitor: str | None) -> bool:
 class BestCheckpoint(ModelCheckpoint):
     """:class:`~lightning.pytorch.callbacks.ModelCheckpoint` that does not rank partial evaluations.
 
-    Takes the same arguments as ``ModelCheckpoint``.
+    Takes the same arguments as ``ModelCheckpoint``; with a ``monitor`` it also maintains
+    ``<dirpath>/best.ckpt``, the alias of :attr:`best_model_path`.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -61,3 +71,12 @@ class BestCheckpoint(ModelCheckpoint):
                 self._told_partial = True
             return
         super()._save_topk_checkpoint(trainer, monitor_candidates)
+
+    def _save_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
+        super()._save_checkpoint(trainer, filepath)
+        # ModelCheckpoint sets best_model_path before saving; the save ends with a barrier, so the
+        # file exists when rank 0 links it
+        if self.monitor is not None and filepath == self.best_model_path and trainer.is_global_zero:
+            alias = os.path.join(os.path.dirname(filepath), BEST_ALIAS)
+            if os.path.abspath(alias) != os.path.abspath(filepath):
+                atomic_link_or_copy(filepath, alias)

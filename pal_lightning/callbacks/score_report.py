@@ -55,7 +55,7 @@ def task_coverage(scores: Mapping[str, float], scored: Sequence[str] | None) -> 
 
 
 def format_scores(
-    scores: dict[str, float], monitor: str = "val/overall", auxiliary: Sequence[str] = ()
+    scores: dict[str, float], monitor: str = "val/overall", auxiliary: Sequence[str] = (), column: str = "dev"
 ) -> str:
     """A plain-text table of ``val/<task>/<metric>`` scores with the monitored score last.
 
@@ -66,13 +66,14 @@ def format_scores(
         scores: metric name -> value, e.g. ``{"val/sst/accuracy": 0.51, "val/overall": 0.77}``.
         monitor: the summary metric printed on the last line.
         auxiliary: tasks trained but not scored in the overall (``MultiTaskModule(auxiliary=...)``).
+        column: heading of the value column (the split: ``dev``, ``test``).
     """
     rows: list[tuple[str, str, float]] = []
     for key, value in sorted(scores.items()):
         parts = key.split("/")
         if len(parts) == 3 and not parts[2].endswith("loss"):
             rows.append((parts[1], parts[2], value))
-    lines = [f"  {'task':<10} {'metric':<10} {'dev':>8}"]
+    lines = [f"  {'task':<10} {'metric':<10} {column:>8}"]
     lines += [
         f"  {task + ('*' if task in auxiliary else ''):<10} {metric:<10} {value:>8.4f}"
         for task, metric, value in rows
@@ -135,6 +136,8 @@ class ScoreReport(Callback):
         self._start = time.perf_counter()
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.sanity_checking and trainer.state.fn == TrainerFn.VALIDATING:
+            self.report_evaluation(trainer, pl_module, "val")
         if trainer.sanity_checking or trainer.state.fn != TrainerFn.FITTING:
             return
         scores = validation_scores(trainer, pl_module)
@@ -150,6 +153,45 @@ class ScoreReport(Callback):
                     "tasks_missing": missing,
                 }
             )
+
+    def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.report_evaluation(trainer, pl_module, "test")
+
+    def report_evaluation(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        """``validate``/``test``: print the score table as ``fit`` does and write ``scores.json`` to the log dir."""
+        log_dir = trainer.log_dir  # every rank: a broadcast under DDP
+        if not trainer.is_global_zero:
+            return
+        monitor = stage + self.monitor[self.monitor.index("/") :] if "/" in self.monitor else self.monitor
+        scores = validation_scores(trainer, pl_module, stage)
+        covered, missing = task_coverage(scores, getattr(pl_module, "scored_tasks", None))
+        entry = {
+            "scores": scores,
+            "complete": not missing,
+            "tasks_covered": covered,
+            "tasks_missing": missing,
+        }
+        split = "dev" if stage == "val" else stage
+        limit = trainer.limit_val_batches if stage == "val" else trainer.limit_test_batches
+        print(
+            f"\n{score_headline(entry, monitor, limit, split)}  [{split} set, checkpoint {trainer.ckpt_path}]\n"
+            + format_scores(scores, monitor, auxiliary_tasks(pl_module), column=split),
+            flush=True,
+        )
+        if log_dir is None:
+            return
+        payload = {
+            "stage": stage,
+            "monitor": monitor,
+            "complete": bool(entry["complete"] and monitor in scores),
+            "overall": scores.get(monitor),
+            "overall_partial": scores.get(monitor + PARTIAL_SUFFIX),
+            "tasks_covered": covered,
+            "tasks_missing": missing,
+            "ckpt_path": trainer.ckpt_path,
+            "scores": scores,
+        }
+        atomic_write_text(Path(log_dir) / self.filename, json.dumps(payload, indent=2))
 
     def best(self) -> dict[str, Any] | None:
         """The recorded validation with the highest monitored score (the last one when it is missing).
@@ -176,13 +218,7 @@ class ScoreReport(Callback):
             )
         else:
             overall = best["scores"].get(self.monitor)
-            partial = best["scores"].get(self.monitor + PARTIAL_SUFFIX)
-            if overall is not None:
-                head = f"CS224N overall (dev): {overall:.4f}"
-            elif partial is not None:
-                head = partial_headline(partial, best, trainer.limit_val_batches)
-            else:
-                head = "dev scores"
+            head = score_headline(best, self.monitor, trainer.limit_val_batches)
             print(
                 f"\n{head}  [{'best' if overall is not None else 'last'} validation at step {best['step']}, "
                 f"{trainer.global_step} steps, {wall_s:.0f} s]\n"
@@ -212,36 +248,52 @@ class ScoreReport(Callback):
         atomic_write_text(Path(log_dir) / self.filename, json.dumps(payload, indent=2))
 
 
-def validation_scores(trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, float]:
-    """The finite ``val/*`` scores of the validation that just ended.
+def validation_scores(
+    trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str = "val"
+) -> dict[str, float]:
+    """The finite ``<stage>/*`` scores of the evaluation that just ended.
 
-    Read from ``pl_module.last_scores["val"]`` when the module keeps it: ``trainer.callback_metrics``
+    Read from ``pl_module.last_scores[stage]`` when the module keeps it: ``trainer.callback_metrics``
     also holds the keys of earlier validations (a task or an overall that this one did not reach).
     """
     last = getattr(pl_module, "last_scores", None)
-    fresh = last.get("val") if isinstance(last, Mapping) else None
+    fresh = last.get(stage) if isinstance(last, Mapping) else None
     source = fresh if isinstance(fresh, Mapping) else trainer.callback_metrics
     scores = {}
     for key, value in source.items():
-        if key.startswith("val/"):
+        if key.startswith(f"{stage}/"):
             number = _to_float(value)
             if number is not None:
                 scores[key] = number
     return scores
 
 
-def partial_headline(value: float, entry: Mapping[str, Any], limit_val_batches: Any) -> str:
-    """The first line printed for a partial validation: the tasks covered, those missing, and why."""
+def score_headline(entry: Mapping[str, Any], monitor: str, limit: Any, split: str = "dev") -> str:
+    """The line above the score table: the CS224N overall, or a partial mean naming what it leaves out."""
+    scores = entry["scores"]
+    if monitor in scores:
+        return f"CS224N overall ({split}): {scores[monitor]:.4f}"
+    if monitor + PARTIAL_SUFFIX in scores:
+        return partial_headline(scores[monitor + PARTIAL_SUFFIX], entry, limit, split)
+    return f"{split} scores"
+
+
+def partial_headline(value: float, entry: Mapping[str, Any], limit: Any, split: str = "dev") -> str:
+    """The first line printed for a partial evaluation: the tasks covered, those missing, and why.
+
+    ``limit`` is the trainer's ``limit_val_batches`` (``limit_test_batches`` for ``split="test"``).
+    """
     covered = ", ".join(entry.get("tasks_covered") or []) or "?"
     missing = ", ".join(entry.get("tasks_missing") or []) or "?"
+    flag = "--trainer.limit_test_batches" if split == "test" else "--trainer.limit_val_batches"
     # an int counts batches (1 = one batch), a float is a fraction (1.0 = all of them)
-    limited = limit_val_batches is not None and not (
-        isinstance(limit_val_batches, float) and limit_val_batches == 1.0
-    )
+    limited = limit is not None and not (isinstance(limit, float) and limit == 1.0)
     why = (
-        f"--trainer.limit_val_batches {limit_val_batches} stopped validation before them; leave it at "
-        "1.0 for the overall score"
+        f"{flag} {limit} stopped the evaluation before them; leave it at 1.0 for the overall score"
         if limited
-        else "no dev batches reached them"
+        else f"no labelled {split} batches of them"
     )
-    return f"No overall score: validation did not reach {missing} ({why}). Partial mean over {covered}: {value:.4f}"
+    what = "validation" if split == "dev" else f"the {split} evaluation"
+    return (
+        f"No overall score: {what} did not reach {missing} ({why}). Partial mean over {covered}: {value:.4f}"
+    )

@@ -84,7 +84,7 @@ def test_fit_validate_test_predict_and_reruns(
         "val/sts/pearson",
     }
     assert scores["steps"] == 4
-    (ckpt,) = (run0 / "checkpoints").glob("best*.ckpt")
+    (ckpt,) = (run0 / "checkpoints").glob("best-*.ckpt")
     assert (run0 / "checkpoints" / "last.ckpt").is_file()  # written by the last_checkpoint callback
     config_digest = _digest(run0 / "config.yaml")
 
@@ -93,13 +93,14 @@ def test_fit_validate_test_predict_and_reruns(
     capsys.readouterr()
     assert (runs / "version_1" / "config.yaml").is_file()
     assert _digest(run0 / "config.yaml") == config_digest
-    assert len(list((run0 / "checkpoints").glob("*.ckpt"))) == 2  # best and last, nothing added
+    assert len(list((run0 / "checkpoints").glob("*.ckpt"))) == 3  # best, its alias best.ckpt and last
 
     base = ["--config", str(tiny_yaml), "--ckpt_path", str(ckpt)]
     assert main(["validate", *base]) == 0
-    assert "val/overall" in capsys.readouterr().out
-    assert main(["test", *base]) == 0  # the fixture's STS test file is labelled
-    assert "test/sts/pearson" in capsys.readouterr().out
+    assert "CS224N overall (dev):" in capsys.readouterr().out  # the table fit prints
+    assert json.loads((run0 / "validate" / "version_0" / "scores.json").read_text())["complete"] is True
+    assert main(["test", *base]) == 0  # the fixture's STS test file is labelled (the others are not)
+    assert "Partial mean over sts" in capsys.readouterr().out
 
     assert main(["predict", *base]) == 0
     capsys.readouterr()

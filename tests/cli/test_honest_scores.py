@@ -103,8 +103,10 @@ def test_best_checkpoint_never_ranks_a_partial_validation(tmp_path: Path) -> Non
 
     best = BestCheckpoint(dirpath=tmp_path / "best", **kwargs)
     _fit(tmp_path / "best", best, plan)
-    assert sorted(p.name for p in (tmp_path / "best").glob("*.ckpt")) == ["step=2.ckpt", "step=4.ckpt"]
+    assert sorted(p.name for p in (tmp_path / "best").glob("step*.ckpt")) == ["step=2.ckpt", "step=4.ckpt"]
     assert Path(best.best_model_path).name == "step=2.ckpt"
+    # the stable alias names the best one (a hard link: same file)
+    assert (tmp_path / "best" / "best.ckpt").samefile(tmp_path / "best" / "step=2.ckpt")
     assert float(best.best_model_score) == pytest.approx(0.5)
 
 
