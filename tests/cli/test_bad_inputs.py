@@ -137,6 +137,8 @@ RUNS: dict[str, Run] = {
         prepare=_edit("ids-sst-train.csv", _replace_line(5, _SST_ROW3 + b"7")),
     ),
     "unknown_task": Run(("fit", "--model.tasks", "[sst, no_such_task]")),
+    "simcse_unknown_task": Run(("fit", "--model.simcse.tasks", "[sst, nli]")),
+    "simcse_sup_regression": Run(("fit", "--model.simcse.mode", "sup", "--model.simcse.tasks", "[sts]")),
     "unknown_config_key": Run(("fit", "--model.init_args.learning_rate_typo", "0.1")),
     "unknown_encoder": Run(
         (
@@ -229,6 +231,18 @@ CASES: dict[str, Case] = {
     ),
     "unknown task name": Case(
         "--model.tasks [sst, no_such_task]", "unknown_task", ("Unknown task 'no_such_task'",)
+    ),
+    "auxiliary loss on an unknown task": Case(
+        "--model.simcse.tasks [sst, nli]",
+        "simcse_unknown_task",
+        ("simcse.tasks names task(s) ['nli']",),
+        fix=("--model.simcse.tasks",),
+    ),
+    "SimCSE without text of its kind": Case(
+        "supervised SimCSE on STS (regression: no labels marking positives)",
+        "simcse_sup_regression",
+        ("simcse mode 'sup' needs pair classification tasks", "['sts']"),
+        fix=("use mode 'unsup'",),
     ),
     "unknown config key": Case(
         "--model.init_args.learning_rate_typo",
