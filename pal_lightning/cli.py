@@ -47,7 +47,6 @@ from lightning.pytorch.callbacks import (
     LearningRateMonitor,
     ModelCheckpoint,
     ProgressBar,
-    RichProgressBar,
 )
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
@@ -56,8 +55,11 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from pal_lightning.callbacks.best_checkpoint import BestCheckpoint
 from pal_lightning.callbacks.checkpoint_io import AtomicCheckpointIO
+from pal_lightning.callbacks.fit_summary import FitSummary
+from pal_lightning.callbacks.progress import RunProgressBar
 from pal_lightning.callbacks.rng_state import RNGStateCallback
 from pal_lightning.callbacks.score_report import ScoreReport
+from pal_lightning.console import quiet_lightning
 from pal_lightning.errors import PalUserError
 from pal_lightning.files import free_name
 from pal_lightning.run_folders import (
@@ -93,8 +95,11 @@ def default_trainer_settings() -> dict[str, Any]:
     return {
         "default_root_dir": DEFAULT_ROOT_DIR,
         "use_distributed_sampler": False,
+        # FitSummary prints one line instead (Lightning's table reports "Total FLOPs: 0")
+        "enable_model_summary": False,
         "callbacks": [
-            RichProgressBar(leave=True),
+            FitSummary(),
+            RunProgressBar(leave=True),
             LearningRateMonitor(logging_interval="step"),
             ScoreReport(monitor=MONITOR),
             RNGStateCallback(),
@@ -213,6 +218,7 @@ class PalLightningCLI(LightningCLI):
             from pal_lightning.module import MultiTaskModule as model_class
         if datamodule_class is None:
             from pal_lightning.data import MultiTaskDataModule as datamodule_class
+        quiet_lightning()
         trainer_defaults = {**default_trainer_settings(), **kwargs.pop("trainer_defaults", {})}
         # exit_on_error=False: parse errors raise ArgumentError, which main() prints as one line
         parser_kwargs = {

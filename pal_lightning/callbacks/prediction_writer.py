@@ -178,6 +178,16 @@ class PredictionWriter(BasePredictionWriter):
             self.written = self._write_all(trainer, gathered)
         self._rows = {}
 
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        # say where the files went; at teardown, so that the stopped progress bar stays above it
+        if stage == "predict" and trainer.is_global_zero and self.written:
+            folders = sorted({str(p.parent) for p in self.written})
+            print(
+                f"pal-lightning: wrote {len(self.written)} prediction file(s) to {', '.join(folders)}: "
+                + ", ".join(p.name for p in self.written),
+                flush=True,
+            )
+
     # ------------------------------------------------------------------ gather and write
 
     @staticmethod

@@ -130,6 +130,17 @@ class ScoreReport(Callback):
         self.filename = filename
         self.history: list[dict[str, Any]] = []
         self._start = time.perf_counter()
+        self._pending: list[str] = []
+
+    def _say(self, text: str) -> None:
+        # printed at teardown, after the progress bar has stopped: a live bar redraws itself below
+        # anything printed while it runs, which would put it under the score table
+        self._pending.append(text)
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        for text in self._pending:
+            print(text, flush=True)
+        self._pending = []
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.history = []
@@ -173,10 +184,10 @@ class ScoreReport(Callback):
         }
         split = "dev" if stage == "val" else stage
         limit = trainer.limit_val_batches if stage == "val" else trainer.limit_test_batches
-        print(
+        self._say(
             f"\n{score_headline(entry, monitor, limit, split)}  [{split} set, checkpoint {trainer.ckpt_path}]\n"
-            + format_scores(scores, monitor, auxiliary_tasks(pl_module), column=split),
-            flush=True,
+            + format_scores(scores, monitor, auxiliary_tasks(pl_module), column=split)
+            + (f"\n  scores saved to {Path(log_dir) / self.filename}" if log_dir is not None else "")
         )
         if log_dir is None:
             return
@@ -213,18 +224,20 @@ class ScoreReport(Callback):
         best = self.best()
         ckpt = getattr(trainer.checkpoint_callback, "best_model_path", "") or None
         if best is None:
-            print(
-                f"pal-lightning: fit finished after {trainer.global_step} steps ({wall_s:.0f} s); no validation ran."
+            self._say(
+                f"pal-lightning: fit finished after {trainer.global_step} steps ({wall_s:.0f} s); no validation "
+                f"ran: validation runs every --trainer.val_check_interval batches (default: once per epoch); set "
+                f"it to at most {max(1, trainer.global_step)} to score a run this short."
             )
         else:
             overall = best["scores"].get(self.monitor)
             head = score_headline(best, self.monitor, trainer.limit_val_batches)
-            print(
+            self._say(
                 f"\n{head}  [{'best' if overall is not None else 'last'} validation at step {best['step']}, "
                 f"{trainer.global_step} steps, {wall_s:.0f} s]\n"
                 + format_scores(best["scores"], self.monitor, auxiliary_tasks(pl_module))
-                + (f"\n  best checkpoint: {ckpt}" if ckpt else ""),
-                flush=True,
+                + (f"\n  best checkpoint: {ckpt}" if ckpt else "")
+                + (f"\n  run folder: {log_dir}" if log_dir is not None else "")
             )
         if log_dir is None:
             return

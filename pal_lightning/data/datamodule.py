@@ -276,6 +276,8 @@ class MultiTaskDataModule(pl.LightningDataModule):
         self._tokenizer: Any = None
         self._tokenizer_fp: str | None = None
         self._loaded: dict[tuple[str, str], TokenizedSplit] = {}
+        # splits whose bad rows were already reported (prepare_data reads, setup reloads from the cache)
+        self._bad_rows_reported: set[tuple[str, str]] = set()
         #: Training examples per task (after validation and ``limit_examples``), set by ``setup("fit")``.
         self.train_sizes: dict[str, int] = {}
         self.schedule: SamplingSchedule | None = None
@@ -378,10 +380,12 @@ class MultiTaskDataModule(pl.LightningDataModule):
         ds = datasets.load_dataset(src.location, spec.hf_name, split=src.hf_split)
         return f"hub:{src.location}:{spec.hf_name}:{src.hf_split}:{ds._fingerprint}"
 
-    def load_split(self, task: str, split: str) -> TokenizedSplit:
+    def load_split(self, task: str, split: str, report: bool = True) -> TokenizedSplit:
         """Read, validate and tokenise one split (from the cache when possible); logs row counts.
 
-        ``limit_examples`` is applied to the result.
+        ``limit_examples`` is applied to the result. ``report=False`` (``prepare_data`` filling the
+        cache) does not repeat the bad-row warning of a split read from the cache: it is given once,
+        when the split is read, or when a command first uses it.
         """
         key2 = (task, split)
         if key2 in self._loaded:
@@ -400,13 +404,15 @@ class MultiTaskDataModule(pl.LightningDataModule):
         cached = data is not None
         if data is None:
             raw = read_split(spec, split, self.data_dir, self.on_bad_row, self.detokenize)
+            self._bad_rows_reported.add(key2)  # read_split warned about its bad rows
             data = encode_split(raw, self.tokenizer, self.max_length, self.pair_encodings[task])
             if path is not None:
                 try:
                     save_cached(path, data)
                 except OSError as err:  # a read-only cache folder slows runs down but is not fatal
                     log.warning("Could not write the tokenisation cache %s (%s).", path, err)
-        elif data.skipped and rank_zero():
+        elif data.skipped and report and rank_zero() and key2 not in self._bad_rows_reported:
+            self._bad_rows_reported.add(key2)
             log.warning(
                 "%s: %d bad row(s) of %d were skipped (task %s, %s; first lines %s).",
                 Path(data.source).name,
@@ -445,7 +451,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
         for spec in self.task_specs:
             for split in SPLITS:
                 if self._existing(spec, split):
-                    self.load_split(spec.name, split)
+                    self.load_split(spec.name, split, report=False)
         # Other processes read the cache files; keep nothing tokenised in memory twice.
         self._loaded.clear()
 
