@@ -14,6 +14,20 @@ Usage::
     python benchmarks/reproduce.py                              # the default grid and budget
     python benchmarks/reproduce.py --steps 60 --only shared,pals_annealed --out /tmp/quick
     python benchmarks/reproduce.py --extra                      # add low_rank, pals_no_sharing, adapter_only
+    python benchmarks/reproduce.py --seeds 3 --only shared,pals_annealed --compare pals_annealed:shared
+    python benchmarks/reproduce.py --seeds 3 --only shared,pals_annealed \
+        --method "pals_simcse=pals_annealed+simcse" \
+        --method "shared_lr=shared --model.init_args.layer_lr_decay=0.9" \
+        --compare pals_simcse:pals_annealed --compare shared_lr:shared
+
+Seeds: ``--seeds N`` runs every method with the seeds ``--seed`` .. ``--seed + N - 1`` (seed-major, so a
+run cut short still holds complete pairs) and adds to ``results.md`` the mean and standard deviation
+per task and overall, and for each ``--compare A:B`` the paired difference A - B over the seeds with
+its 95 % t-interval and a verdict (``benchmarks/paired_stats.py``); ``summary.json`` holds the same numbers.
+
+Methods: a ``--method "NAME=BASE[+OVERLAY...] [OPTION ...]"`` defines a method beside the shipped
+configs: the config ``configs/BASE.yaml`` (or a path), overlays applied in order (``configs/simcse.yaml``
+...), then the options (``pal-lightning fit`` syntax), which win over the options after ``--``.
 
 The CS224N overall score is ``(SST acc + Quora acc + (STS Pearson + 1) / 2) / 3``. Each single-task
 run counts one task; the ``single`` method takes each task's score from its own run and stores
@@ -33,6 +47,7 @@ import json
 import math
 import os
 import platform
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,6 +55,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/cli_runs.py, also when loaded by path
 from cli_runs import by_version, fit_command, run_logged, version_dirs  # noqa: E402
+from paired_stats import mean_std, paired_difference  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
@@ -86,6 +102,14 @@ PUBLISHED = (
     ("course winner 2022-23 (PALs, annealed)", "pals_annealed", 0.520, 0.883, 0.871, 0.780),
 )
 
+#: Scores summarised over seeds and compared between methods: (results.csv column, label).
+SCORE_COLUMNS = (
+    ("sst_acc", "SST acc"),
+    ("qqp_acc", "Quora acc"),
+    ("sts_pearson", "STS r"),
+    ("overall", "overall"),
+)
+
 DEFAULT_STEPS = 300
 DEFAULT_EPOCHS = 3
 DEFAULT_QQP_DEV_LIMIT = 4000
@@ -127,7 +151,41 @@ def run_steps(name: str, args: argparse.Namespace) -> int:
     return max(1, steps // args.epochs) * args.epochs
 
 
-def run_command(name: str, args: argparse.Namespace, data_dir: Path, root: Path) -> list[str]:
+def config_path(name: str) -> Path:
+    """``configs/<name>.yaml`` for a bare name, else the path itself (relative to the repository)."""
+    if name.endswith((".yaml", ".yml")) or "/" in name:
+        path = Path(name)
+        return path if path.is_absolute() else REPO / path
+    return CONFIGS / f"{name}.yaml"
+
+
+def parse_method(text: str) -> tuple[str, list[Path], list[str]]:
+    """``"NAME=BASE[+OVERLAY...] [OPTION ...]"`` -> ``(NAME, [config files], [options])``.
+
+    Raises:
+        ValueError: for a definition without ``NAME=BASE``, or a config file that does not exist.
+    """
+    words = shlex.split(text)
+    if not words or "=" not in words[0]:
+        raise ValueError(f"method {text!r}: write NAME=BASE[+OVERLAY...] followed by fit options")
+    name, _, configs = words[0].partition("=")
+    if not name or not configs:
+        raise ValueError(f"method {text!r}: write NAME=BASE[+OVERLAY...] followed by fit options")
+    paths = [config_path(c) for c in configs.split("+")]
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise ValueError(f"method {name!r}: config file(s) {missing} not found")
+    return name, paths, words[1:]
+
+
+def method_definition(name: str, args: argparse.Namespace) -> tuple[list[Path], list[str]]:
+    """Config files and extra options of a grid entry: a ``--method`` definition or a shipped config."""
+    return getattr(args, "methods", {}).get(name, ([CONFIGS / f"{name}.yaml"], []))
+
+
+def run_command(
+    name: str, args: argparse.Namespace, data_dir: Path, root: Path, seed: int | None = None
+) -> list[str]:
     """The ``pal-lightning fit`` command of one grid entry at the benchmark's budget."""
     steps_per_epoch = run_steps(name, args) // args.epochs
     options = [
@@ -136,7 +194,9 @@ def run_command(name: str, args: argparse.Namespace, data_dir: Path, root: Path)
         f"--data.init_args.steps_per_epoch={steps_per_epoch}",
         f"--data.init_args.max_length={args.max_length}",
     ]
-    return fit_command(CONFIGS / f"{name}.yaml", root, data_dir, args.seed, options, args.cli_args)
+    configs, method_options = method_definition(name, args)
+    seed = args.seed if seed is None else seed
+    return fit_command(configs, root, data_dir, seed, options, [*args.cli_args, *method_options])
 
 
 def _finished_run(root: Path) -> Path | None:
@@ -151,12 +211,23 @@ def _metric(scores: dict[str, float], task: str, metric: str) -> float | None:
 
 
 def row_from_run(
-    name: str, run_dir: Path | None, wall_s: float, args: argparse.Namespace, status: str
+    name: str,
+    run_dir: Path | None,
+    wall_s: float,
+    args: argparse.Namespace,
+    status: str,
+    seed: int | None = None,
 ) -> dict[str, Any]:
     """One results.csv row from a run's ``scores.json`` (blank scores when it failed)."""
     row: dict[str, Any] = dict.fromkeys(COLUMNS)
+    configs, options = method_definition(name, args)
+    config = "+".join(str(p.relative_to(REPO)) if p.is_relative_to(REPO) else str(p) for p in configs)
     row.update(
-        method=name, config=f"configs/{name}.yaml", wall_s=round(wall_s, 1), seed=args.seed, status=status
+        method=name,
+        config=" ".join([config, *options]),
+        wall_s=round(wall_s, 1),
+        seed=args.seed if seed is None else seed,
+        status=status,
     )
     row["steps"] = run_steps(name, args)
     if run_dir is None:
@@ -212,6 +283,29 @@ def combine_singles(rows: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
     return row
 
 
+def results_table(rows: dict[tuple[str, int], dict[str, Any]], seeds: Sequence[int]) -> list[dict[str, Any]]:
+    """The runs so far, seed by seed, each seed's ``single`` row after its single-task runs."""
+    table: list[dict[str, Any]] = []
+    for seed in seeds:
+        mine = {name: row for (name, s), row in rows.items() if s == seed}
+        table += mine.values()
+        single = combine_singles(mine)
+        if single is not None:
+            table.append(single)
+    return table
+
+
+def write_summary(path: Path, rows: Sequence[dict[str, Any]], args: argparse.Namespace) -> None:
+    """``summary.json``: per-method mean/std over seeds and every ``--compare`` paired difference."""
+    payload = {
+        "seeds": args.seeds,
+        "steps": args.steps,
+        "methods": seed_summary(rows),
+        "comparisons": [{"a": a, "b": b, "scores": compare(rows, a, b)} for a, b in args.compare],
+    }
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+
+
 def write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> None:
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
@@ -235,10 +329,98 @@ def _fmt(value: Any, kind: str = "score") -> str:
     return str(value)
 
 
+def seed_summary(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per method (in order of appearance): its seeds, and ``{mean, std, n}`` of every score column
+    that has values (``std`` is ``None`` for one seed)."""
+    out: dict[str, dict[str, Any]] = {}
+    for method in dict.fromkeys(r["method"] for r in rows):
+        mine = [r for r in rows if r["method"] == method]
+        entry: dict[str, Any] = {"seeds": sorted(r["seed"] for r in mine)}
+        for column, _ in SCORE_COLUMNS:
+            values = [float(r[column]) for r in mine if r[column] is not None]
+            if values:
+                mean, std = mean_std(values)
+                entry[column] = {"mean": mean, "std": std, "n": len(values)}
+        out[method] = entry
+    return out
+
+
+def compare(rows: Sequence[dict[str, Any]], a: str, b: str) -> dict[str, dict[str, Any]]:
+    """Paired difference ``a - b`` per score column over the seeds where both have a score."""
+    scores_a = {r["seed"]: r for r in rows if r["method"] == a}
+    scores_b = {r["seed"]: r for r in rows if r["method"] == b}
+    out: dict[str, dict[str, Any]] = {}
+    for column, _ in SCORE_COLUMNS:
+        seeds = [
+            s
+            for s in sorted(set(scores_a) & set(scores_b))
+            if scores_a[s][column] is not None and scores_b[s][column] is not None
+        ]
+        if not seeds:
+            continue
+        diff = paired_difference(
+            [float(scores_a[s][column]) for s in seeds], [float(scores_b[s][column]) for s in seeds]
+        )
+        out[column] = {
+            "n": diff.n,
+            "mean": diff.mean,
+            "sd": diff.sd,
+            "low": diff.low,
+            "high": diff.high,
+            "verdict": {"A better": f"{a} better", "B better": f"{b} better"}.get(diff.verdict, diff.verdict),
+            "seeds": seeds,
+        }
+    return out
+
+
+def seed_sections(rows: Sequence[dict[str, Any]], comparisons: Sequence[tuple[str, str]]) -> list[str]:
+    """Markdown: mean +- standard deviation per method, and the paired comparisons."""
+    lines = [
+        "",
+        "## Over seeds",
+        "",
+        "Mean +- sample standard deviation over the seeds (n = seeds with a score).",
+        "",
+        "| method | n | " + " | ".join(label for _, label in SCORE_COLUMNS) + " |",
+        "| --- | ---: | " + " | ".join("---:" for _ in SCORE_COLUMNS) + " |",
+    ]
+    for method, entry in seed_summary(rows).items():
+        cells = []
+        for column, _ in SCORE_COLUMNS:
+            value = entry.get(column)
+            if value is None:
+                cells.append("")
+            else:
+                spread = "" if value["std"] is None else f" +- {value['std']:.3f}"
+                cells.append(f"{value['mean']:.3f}{spread}")
+        n = max((entry[c]["n"] for c, _ in SCORE_COLUMNS if c in entry), default=0)
+        lines.append(f"| {method} | {n} | " + " | ".join(cells) + " |")
+    if comparisons:
+        lines += [
+            "",
+            "## Paired differences",
+            "",
+            "A - B over the seeds both ran (same seed = same data order and initial heads), with the 95 % "
+            "t-interval of the mean difference; a verdict only when the interval excludes 0.",
+            "",
+            "| A vs B | score | n | mean A - B | 95 % interval | verdict |",
+            "| --- | --- | ---: | ---: | --- | --- |",
+        ]
+        labels = dict(SCORE_COLUMNS)
+        for a, b in comparisons:
+            for column, d in compare(rows, a, b).items():
+                interval = "" if d["low"] is None else f"[{d['low']:+.4f}, {d['high']:+.4f}]"
+                lines.append(
+                    f"| {a} vs {b} | {labels[column]} | {d['n']} | {d['mean']:+.4f} | {interval} | {d['verdict']} |"
+                )
+    return lines
+
+
 def write_markdown(
     path: Path, rows: Sequence[dict[str, Any]], args: argparse.Namespace, command: str
 ) -> None:
-    by_method = {r["method"]: r for r in rows}
+    seeds = getattr(args, "seeds", [args.seed])
+    by_method = {r["method"]: r for r in rows} if len(seeds) == 1 else {}
     lines = [
         "# Reproduction: PALs and sampling schedules on SST, Quora and STS",
         "",
@@ -250,7 +432,8 @@ def write_markdown(
             if args.budget == "per-method"
             else " (each single-task run too)"
         )
-        + f"; validation once at the end, seed {args.seed}, max_length {args.max_length}. "
+        + f"; validation once at the end, seed{'s ' + ', '.join(map(str, seeds)) if len(seeds) > 1 else ' ' + str(seeds[0])}"
+        + f", max_length {args.max_length}. "
         "Dev sets: SST and STS whole; Quora "
         + (f"its first {args.qqp_dev_limit:,} pairs." if args.qqp_dev_limit > 0 else "whole (15,212 pairs)."),
         f"Machine: {platform.machine()}, {os.cpu_count()} CPU cores, torch threads per run: default.",
@@ -264,8 +447,9 @@ def write_markdown(
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for r in rows:
+        label = r["method"] if len(seeds) == 1 else f"{r['method']} (seed {r['seed']})"
         lines.append(
-            f"| {r['method']} | {_fmt(r['sst_acc'])} | {_fmt(r['qqp_acc'])} | {_fmt(r['sts_pearson'])} | "
+            f"| {label} | {_fmt(r['sst_acc'])} | {_fmt(r['qqp_acc'])} | {_fmt(r['sts_pearson'])} | "
             f"{_fmt(r['overall'])} | {_fmt(r['params_per_task'], 'params')} | "
             f"{_fmt(r['stored_params_ratio'], 'ratio')} | {_fmt(r['wall_s'], 'time')} | {r['status']} |"
         )
@@ -297,6 +481,8 @@ def write_markdown(
         )
     if checks:
         lines += ["", "Targets:", "", *checks]
+    if len(seeds) > 1 or getattr(args, "compare", None):
+        lines += seed_sections(rows, getattr(args, "compare", []))
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -331,7 +517,24 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=DEFAULT_QQP_DEV_LIMIT,
         help="score the first N Quora dev pairs; 0 = all",
     )
-    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--seed", type=int, default=42, help="the first seed (default 42)")
+    parser.add_argument(
+        "--seeds", type=int, default=1, help="run every method with N seeds: --seed .. --seed + N - 1"
+    )
+    parser.add_argument(
+        "--method",
+        action="append",
+        default=[],
+        metavar="'NAME=BASE[+OVERLAY...] [OPTION ...]'",
+        help="define a method: shipped config BASE (or a path), overlays, then fit options; it joins the grid",
+    )
+    parser.add_argument(
+        "--compare",
+        action="append",
+        default=[],
+        metavar="A:B",
+        help="paired difference A - B over the seeds with a 95 %% t-interval (repeatable)",
+    )
     parser.add_argument("--resume", action="store_true", help="reuse runs already finished in --out")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds before a run is abandoned")
     parser.add_argument("--dry-run", action="store_true", help="print the commands and exit")
@@ -341,14 +544,36 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.steps < args.epochs or args.epochs < 1:
         parser.error("--steps must be at least --epochs, and --epochs at least 1")
-    known = DEFAULT_GRID + EXTRA_GRID
+    if args.seeds < 1:
+        parser.error("--seeds must be at least 1")
+    args.seeds = [args.seed + i for i in range(args.seeds)]
+    args.methods = {}
+    for text in args.method:
+        try:
+            name, configs, options = parse_method(text)
+        except ValueError as err:
+            parser.error(str(err))
+        if name in DEFAULT_GRID + EXTRA_GRID or name == "single" or name in args.methods:
+            parser.error(f"method name {name!r} is taken (a shipped config or defined twice): choose another")
+        args.methods[name] = (configs, options)
+    known = DEFAULT_GRID + EXTRA_GRID + tuple(args.methods)
     grid = list(DEFAULT_GRID) + (list(EXTRA_GRID) if args.extra else [])
     if args.only:
         grid = [n.strip() for n in args.only.split(",") if n.strip()]
         unknown = [n for n in grid if n not in known]
         if unknown:
             parser.error(f"unknown grid names {unknown}; choose from {', '.join(known)}")
+    grid += [n for n in args.methods if n not in grid]
     args.grid = grid
+    comparisons = []
+    runnable = set(grid) | ({"single"} if all(n in grid for n in SINGLES) else set())
+    for text in args.compare:
+        a, sep, b = text.partition(":")
+        if not sep or a not in runnable or b not in runnable or a == b:
+            choices = ", ".join(sorted(runnable))
+            parser.error(f"--compare {text!r}: write A:B with two different methods of the grid ({choices})")
+        comparisons.append((a, b))
+    args.compare = comparisons
     if args.data_dir is None:
         env = os.environ.get("PAL_DATA_DIR")
         if not env:
@@ -369,39 +594,45 @@ def main(argv: Sequence[str] | None = None) -> int:
     env = dict(os.environ)
     env.setdefault("HF_HUB_OFFLINE", "1")
 
-    rows: dict[str, dict[str, Any]] = {}
-    for k, name in enumerate(args.grid, 1):
-        root = out / "runs" / name
-        cmd = run_command(name, args, data_dir, root)
+    multi = len(args.seeds) > 1
+    # seed-major: every method's first seed, then every method's second seed, ... (a run cut short
+    # still holds complete pairs for --compare)
+    runs = [(seed, name) for seed in args.seeds for name in args.grid]
+    rows: dict[tuple[str, int], dict[str, Any]] = {}
+    for k, (seed, name) in enumerate(runs, 1):
+        root = out / "runs" / name / f"seed{seed}" if multi else out / "runs" / name
+        cmd = run_command(name, args, data_dir, root, seed)
         if args.dry_run:
             print(" ".join(cmd))
             continue
+        tag = f"{name} seed {seed}" if multi else name
         finished = _finished_run(root) if args.resume else None
         if finished is not None:
             payload = json.loads((finished / "scores.json").read_text())
-            print(f"[{k}/{len(args.grid)}] {name}: reusing {finished}", flush=True)
-            rows[name] = row_from_run(name, finished, float(payload.get("wall_s") or 0.0), args, "ok")
+            print(f"[{k}/{len(runs)}] {tag}: reusing {finished}", flush=True)
+            rows[name, seed] = row_from_run(
+                name, finished, float(payload.get("wall_s") or 0.0), args, "ok", seed
+            )
         else:
-            print(f"[{k}/{len(args.grid)}] {name}: {' '.join(cmd[2:])}", flush=True)
-            log = out / "logs" / f"{name}.log"
+            print(f"[{k}/{len(runs)}] {tag}: {' '.join(cmd[2:])}", flush=True)
+            log = out / "logs" / (f"{name}-seed{seed}.log" if multi else f"{name}.log")
             status, wall, run_dir = run_logged(cmd, root, log, env, REPO, args.timeout)
             if run_dir is not None and not (run_dir / "scores.json").is_file():
                 run_dir = None
             if run_dir is None and status == "ok":
                 status = "no scores.json (see log)"
-            rows[name] = row_from_run(name, run_dir, wall, args, status)
-        r = rows[name]
+            rows[name, seed] = row_from_run(name, run_dir, wall, args, status, seed)
+        r = rows[name, seed]
         print(
             f"    sst {_fmt(r['sst_acc']) or '-'}  qqp {_fmt(r['qqp_acc']) or '-'}  sts {_fmt(r['sts_pearson']) or '-'}"
             f"  overall {_fmt(r['overall']) or '-'}  {_fmt(r['wall_s'], 'time')}  {r['status']}",
             flush=True,
         )
-        table = list(rows.values())
-        single = combine_singles(rows)
-        if single is not None:
-            table.append(single)
+        table = results_table(rows, args.seeds)
         write_csv(out / "results.csv", table)
         write_markdown(out / "results.md", table, args, command)
+        if multi or args.compare:
+            write_summary(out / "summary.json", table, args)
     if args.dry_run:
         return 0
     print(f"wrote {out / 'results.csv'} and {out / 'results.md'}")
