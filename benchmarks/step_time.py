@@ -11,7 +11,10 @@ interleaved (the order alternates every step) after a warm-up, so machine noise 
   :class:`~pal_lightning.callbacks.GEMCallback` (``constraints="others"``: the memories of tasks 1 and 2
   constrain, 16 remembered examples each, memories pre-filled); the step includes the two memory
   gradients, the Gram matrix and, when a constraint is violated, the QP and the write-back;
-* agem: the same with ``mode="agem"`` (one reference gradient of 16 remembered examples, 8 per task).
+* agem: the same with ``mode="agem"`` (one reference gradient of 16 remembered examples, 8 per task);
+* simcse: the PAL model plus unsupervised SimCSE (weight 1) on the batch's sentences through the
+  library's :func:`~pal_lightning.modeling.simcse.simcse_batch_loss`: one extra forward/backward of the
+  ``2B`` dropout views, so its own cost is about two task steps' forward/backward.
 
 The GEM rows get their memory batches from a small stand-in for the data module (random examples with
 the same length distribution), through the callback's duck-typed ``train_batch(task, indices)``.
@@ -25,7 +28,8 @@ Usage::
 Prints the medians and their ratios; ``--json PATH`` writes
 ``{"shared_ms": ..., "pals_ms": ..., "pal_over_shared": ..., "gem_over_pal": ..., "agem_over_pal": ..., ...}``
 (plus the per-step times and the medians of per-batch ratios, a check on noise).
-Targets: pal_over_shared <= 1.10, gem_over_pal <= 2.0, agem_over_pal <= 1.5.
+Targets: pal_over_shared <= 1.10, gem_over_pal <= 2.0, agem_over_pal <= 1.5, simcse_over_pal <= 3.0 (the
+auxiliary loss adds at most its own forward/backward of 2B sequences to a step of B).
 """
 
 from __future__ import annotations
@@ -46,10 +50,15 @@ from torch import nn  # noqa: E402
 from pal_lightning.callbacks import GEMCallback  # noqa: E402
 from pal_lightning.hub import DEFAULT_ENCODER  # noqa: E402
 from pal_lightning.modeling import MultiTaskBert  # noqa: E402
+from pal_lightning.modeling.heads import pool  # noqa: E402
+from pal_lightning.modeling.simcse import SimCSEConfig, simcse_batch_loss  # noqa: E402
+from pal_lightning.tasks import TaskSpec  # noqa: E402
 
 TASK = "bench"
 GEM_TASKS = ("t0", "t1", "t2")
 MEMORY_EXAMPLES = 64
+SIMCSE = SimCSEConfig(weight=1.0)
+SIMCSE_SPEC = TaskSpec(name=TASK)  # a single-sentence task: SimCSE views of the batch's sentences
 
 
 class _Classifier(nn.Module):
@@ -138,11 +147,21 @@ def _step(
     batch: tuple,
     device: torch.device,
     gem: tuple[GEMCallback, _MemoryData, int] | None = None,
+    simcse: bool = False,
 ) -> float:
     ids, mask, labels = batch
     _sync(device)
     start = time.perf_counter()
-    if gem is None:
+    if simcse:
+
+        def encode(inputs: dict) -> torch.Tensor:
+            m = inputs["attention_mask"]
+            return pool(model.encoder(inputs["input_ids"], m, task=TASK), m, "mean")
+
+        auxiliary = simcse_batch_loss(encode, {"input_ids": ids, "attention_mask": mask}, SIMCSE_SPEC, SIMCSE)
+        loss = nn.functional.cross_entropy(model(ids, mask), labels) + SIMCSE.weight * auxiliary
+        loss.backward()
+    elif gem is None:
         loss = nn.functional.cross_entropy(model(ids, mask), labels)
         loss.backward()
     else:
@@ -184,7 +203,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     torch.manual_seed(args.seed)
     models: dict[str, nn.Module] = {}
     optimizers: dict[str, torch.optim.Optimizer] = {}
-    for name, adapter in (("shared", "none"), ("pals", "pals")):
+    for name, adapter in (("shared", "none"), ("pals", "pals"), ("simcse", "pals")):
         encoder = MultiTaskBert.from_pretrained(
             args.encoder, [TASK], adapter=adapter, attn_implementation=args.attn_implementation
         )
@@ -218,7 +237,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         order = names[i % len(names) :] + names[: i % len(names)]  # rotate, so drift hits all alike
         for name in order:
             gem = (callbacks[name], data, i) if name in callbacks else None
-            elapsed = _step(models[name], optimizers[name], batch, device, gem)
+            elapsed = _step(models[name], optimizers[name], batch, device, gem, simcse=name == "simcse")
             if i >= args.warmup:
                 times[name].append(elapsed)
                 if name in callbacks:
@@ -228,6 +247,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     pals_ms = statistics.median(times["pals"])
     gem_ms = statistics.median(times["gem"])
     agem_ms = statistics.median(times["agem"])
+    simcse_ms = statistics.median(times["simcse"])
 
     def paired(a: str, b: str) -> float:
         return round(statistics.median([x / y for x, y in zip(times[a], times[b], strict=True)]), 4)
@@ -246,6 +266,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         "agem_over_pal": round(agem_ms / pals_ms, 4),
         "gem_over_pal_paired": paired("gem", "pals"),
         "agem_over_pal_paired": paired("agem", "pals"),
+        "simcse_ms": round(simcse_ms, 3),
+        "simcse_over_pal": round(simcse_ms / pals_ms, 4),
+        "simcse_over_pal_paired": paired("simcse", "pals"),
         "gem_violated_steps": violated["gem"],
         "agem_violated_steps": violated["agem"],
         "gem_memory_batch_size": args.memory_batch_size,
@@ -253,6 +276,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         "pals_steps_ms": [round(t, 2) for t in times["pals"]],
         "gem_steps_ms": [round(t, 2) for t in times["gem"]],
         "agem_steps_ms": [round(t, 2) for t in times["agem"]],
+        "simcse_steps_ms": [round(t, 2) for t in times["simcse"]],
         "encoder": args.encoder,
         "pal_size": models["pals"].encoder.pal_size,
         "batch_size": args.batch_size,
@@ -275,7 +299,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         f"violated in {violated['gem']}/{args.steps} steps\n"
         f"agem ({args.memory_batch_size} remembered):        {agem_ms:9.2f} ms/step (median), "
         f"agem/pal {result['agem_over_pal']:.3f} (paired {result['agem_over_pal_paired']:.3f}; target <= 1.5), "
-        f"violated in {violated['agem']}/{args.steps} steps"
+        f"violated in {violated['agem']}/{args.steps} steps\n"
+        f"pals + simcse (2 x {args.batch_size} views): {simcse_ms:9.2f} ms/step (median), "
+        f"simcse/pal {result['simcse_over_pal']:.3f} (paired {result['simcse_over_pal_paired']:.3f}; target <= 3.0)"
     )
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
