@@ -6,6 +6,7 @@ Usage::
     pal-lightning fit --config configs/pals_annealed.yaml --trainer.max_steps 2000 --data.data_dir ~/data
     pal-lightning predict --config runs/quickstart/version_0/config.yaml \\
         --ckpt_path runs/quickstart/version_0/checkpoints/best.ckpt
+    pal-lightning pretrain --config configs/pretrain_mlm.yaml   # MLM on the task text (pal_lightning.pretraining)
 
 What this CLI adds to a plain ``LightningCLI``:
 
@@ -225,7 +226,8 @@ class PalLightningCLI(LightningCLI):
             "exit_on_error": False,
             "prog": "pal-lightning",
             "description": "Multi-task fine-tuning of BERT encoders with Projected Attention Layers, "
-            "e.g. pal-lightning fit --config configs/quickstart.yaml",
+            "e.g. pal-lightning fit --config configs/quickstart.yaml (masked-language pre-training of the "
+            "encoder: pal-lightning pretrain --help)",
             **{cmd: {"exit_on_error": False} for cmd in self.subcommands()},
         }
         parser_kwargs.update(kwargs.pop("parser_kwargs", {}))
@@ -476,7 +478,11 @@ def main(args: list[str] | None = None) -> int:
         argv = list(sys.argv[1:] if args is None else args)
         if wants_text_predict(argv):  # predict --predict.input FILE: the user's own sentences
             return run_text_predict(argv)
-        if args is None:
+        if argv[:1] == ["pretrain"]:  # masked-language pre-training of the encoder
+            from pal_lightning.pretraining.cli import run_pretrain
+
+            run_pretrain(argv[1:])
+        elif args is None:
             PalLightningCLI()
         else:
             # args given in-process: hide the host program's own argv from LightningCLI's check

@@ -1,0 +1,91 @@
+"""``pal-lightning pretrain``: masked-language pre-training through a LightningCLI of its own.
+
+It is a separate command rather than ``pal-lightning fit --config ...`` because the ``fit`` CLI is
+built around :class:`~pal_lightning.module.MultiTaskModule` (subclass mode on that base, task and
+pair-encoding links, a checkpoint on ``val/overall``). This one shares everything else: run folders
+(``<default_root_dir>/version_N``), the saved config, atomic checkpoint writes and the one-line
+errors of :func:`pal_lightning.cli.main`, which dispatches ``pretrain`` here.
+
+Usage::
+
+    pal-lightning pretrain --config configs/pretrain_mlm.yaml
+    pal-lightning pretrain --config configs/pretrain_mlm.yaml --trainer.max_steps 200 --data.init_args.tasks "[sst]"
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+from unittest import mock
+
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, RichProgressBar
+from lightning.pytorch.cli import LightningArgumentParser
+
+from pal_lightning.cli import PalLightningCLI
+
+#: The loss the checkpoint of ``pretrain`` keeps the best of.
+MONITOR = "val/mlm_loss"
+
+
+class PretrainCLI(PalLightningCLI):
+    """The ``pretrain`` command: :class:`~pal_lightning.pretraining.MLMPretrainModule` on
+    :class:`~pal_lightning.pretraining.MLMDataModule`, no subcommands (it always fits)."""
+
+    def __init__(self, args: list[str] | None = None, **kwargs: Any) -> None:
+        from pal_lightning.pretraining import MLMDataModule, MLMPretrainModule
+
+        kwargs.setdefault(
+            "trainer_defaults",
+            {
+                "default_root_dir": "runs/pretrain_mlm",
+                # plain DataLoaders: under DDP Lightning's DistributedSampler shards the sentences
+                "use_distributed_sampler": True,
+                "callbacks": [RichProgressBar(leave=True), LearningRateMonitor(logging_interval="step")],
+            },
+        )
+        kwargs.setdefault(
+            "parser_kwargs",
+            {
+                "prog": "pal-lightning pretrain",
+                "description": "Masked-language pre-training of an encoder on the tasks' text, e.g. "
+                "pal-lightning pretrain --config configs/pretrain_mlm.yaml",
+            },
+        )
+        super().__init__(MLMPretrainModule, MLMDataModule, args=args, run=False, **kwargs)
+
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        return {}
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        """Default classes, the encoder -> tokenizer link and a checkpoint on ``val/mlm_loss``."""
+        parser.set_defaults(
+            {
+                "model": {"class_path": f"{self._model_class.__module__}.{self._model_class.__qualname__}"},
+                "data": {
+                    "class_path": f"{self._datamodule_class.__module__}.{self._datamodule_class.__qualname__}"
+                },
+            }
+        )
+        parser.link_arguments("model.init_args.encoder", "data.init_args.tokenizer")
+        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.set_defaults(
+            {
+                "checkpoint.monitor": MONITOR,
+                "checkpoint.mode": "min",
+                "checkpoint.save_top_k": 1,
+                "checkpoint.save_last": True,
+                "checkpoint.filename": "best-{step}",
+            }
+        )
+
+    def before_instantiate_classes(self) -> None:
+        """Nothing to resolve: ``pretrain`` has no ``--ckpt_path`` of a fine-tuning run."""
+
+
+def run_pretrain(args: list[str]) -> None:
+    """Parse ``args`` (what follows ``pal-lightning pretrain``), fit, and write the encoder folder."""
+    # args are given explicitly: hide the host program's own argv from LightningCLI's check
+    with mock.patch.object(sys, "argv", sys.argv[:1]):
+        cli = PretrainCLI(args=args)
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)

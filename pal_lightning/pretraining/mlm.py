@@ -1,0 +1,266 @@
+"""Further pre-training of the encoder with masked language modelling on the tasks' own text.
+
+Sun et al. (2019) found that continuing BERT's masked-language-model pre-training on in-domain or
+within-task text before fine-tuning helps text classification. :class:`MLMPretrainModule` does that
+for any encoder folder or hub id: it loads the encoder with a masked-language-model head
+(``AutoModelForMaskedLM``: the checkpoint's own head where it has one, e.g. ``bert-base-uncased``;
+a new head on the encoder's weights otherwise, e.g. all-MiniLM-L6-v2, a sentence encoder saved
+without one), trains it on the sentences of :class:`~pal_lightning.pretraining.data.MLMDataModule`
+with BERT's 80/10/10 masking (optionally whole words), and at the end of ``fit`` writes a folder in
+``save_pretrained`` layout (weights, config, tokenizer) that ``--model.encoder`` then takes::
+
+    pal-lightning pretrain --config configs/pretrain_mlm.yaml
+    pal-lightning fit --config configs/quickstart.yaml --model.encoder runs/pretrain_mlm/version_0/encoder
+
+The masks of a step are a pure function of ``(seed, step, rank)``; validation masks are the same at
+every validation, so ``val/mlm_loss`` values compare across a run.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+from torch import Tensor
+
+from pal_lightning.errors import PalUserError
+from pal_lightning.hub import DEFAULT_ENCODER, resolve_encoder
+from pal_lightning.module import linear_warmup_decay
+from pal_lightning.pretraining.data import load_tokenizer
+from pal_lightning.pretraining.masking import IGNORE_INDEX, mask_tokens, maskable_positions
+
+log = logging.getLogger(__name__)
+
+_TRAIN_STREAM, _VAL_STREAM = 1, 2
+#: Name of the encoder folder written into the run's log directory when ``output_dir`` is not given.
+ENCODER_FOLDER = "encoder"
+
+
+def load_mlm_model(encoder: str) -> tuple[Any, bool]:
+    """``(model, head_from_checkpoint)``: ``encoder`` with a masked-language-model head.
+
+    The head comes from the checkpoint when it has one; otherwise ``transformers`` builds a new one
+    (its decoder tied to the word embeddings) and ``head_from_checkpoint`` is ``False``.
+
+    Raises:
+        PalUserError: when the folder holds no masked-language-model architecture or weights.
+    """
+    from transformers import AutoModelForMaskedLM
+    from transformers.utils import logging as hf_logging
+
+    path = resolve_encoder(encoder)
+    verbosity = hf_logging.get_verbosity()
+    # transformers prints a load report for every missing or unused key (the new head, the pooler);
+    # what matters is summarised below in one line
+    hf_logging.set_verbosity_error()
+    try:
+        model, info = AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True)
+    except (OSError, ValueError) as err:
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise PalUserError(
+            f"Cannot load {encoder!r} ({path}) with a masked-language-model head: {first}"
+        ) from err
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    missing = set(info.get("missing_keys", ()))
+    # the decoder's bias may be absent even from a checkpoint with a head: it is tied to another tensor
+    head_from_checkpoint = not any(k.startswith("cls.") and not k.endswith("bias") for k in missing)
+    log.info(
+        "%s: %s masked-language-model head",
+        encoder,
+        "the checkpoint's" if head_from_checkpoint else "no head in the checkpoint, training a new",
+    )
+    return model, head_from_checkpoint
+
+
+def empty_or_missing(path: Path) -> bool:
+    """Whether writing an encoder folder at ``path`` overwrites nothing."""
+    return not path.exists() or (path.is_dir() and not any(path.iterdir()))
+
+
+class MLMPretrainModule(pl.LightningModule):
+    """Masked-language-model pre-training of an encoder; writes the result in ``save_pretrained`` layout.
+
+    Args:
+        encoder: folder or hub id of the encoder (and its tokenizer) to continue pre-training.
+        output_dir: where the trained encoder and its tokenizer are written at the end of ``fit``;
+            ``None`` = ``<run folder>/encoder``. Must not exist yet, or be empty (nothing is overwritten).
+        mlm_probability: share of the maskable tokens (or words) chosen for prediction (BERT: 0.15).
+        whole_word: choose whole words (every piece of a word together) instead of single tokens.
+        lr: peak learning rate of AdamW.
+        weight_decay: AdamW decoupled weight decay (not on biases and LayerNorm weights).
+        warmup_ratio: fraction of ``trainer.max_steps`` spent warming up linearly.
+        seed: seed of the masks (with the step and the rank).
+    """
+
+    def __init__(
+        self,
+        encoder: str = DEFAULT_ENCODER,
+        output_dir: str | None = None,
+        mlm_probability: float = 0.15,
+        whole_word: bool = False,
+        lr: float = 5e-5,
+        weight_decay: float = 0.01,
+        warmup_ratio: float = 0.06,
+        seed: int = 42,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        if not 0.0 < mlm_probability < 1.0:
+            raise PalUserError(f"mlm_probability must lie in (0, 1), got {mlm_probability}.")
+        if not 0.0 <= warmup_ratio <= 1.0:
+            raise PalUserError(f"warmup_ratio must lie in [0, 1], got {warmup_ratio}.")
+        if output_dir is not None and not empty_or_missing(Path(output_dir)):
+            raise PalUserError(
+                f"output_dir {output_dir} already holds files; the pre-trained encoder is never written over "
+                "them. Pick a new folder, or leave output_dir unset (the run folder's encoder/)."
+            )
+        self.tokenizer = load_tokenizer(encoder)
+        self.model, self.head_from_checkpoint = load_mlm_model(encoder)
+        # from_pretrained returns the model in eval mode, and Lightning keeps the modes it finds:
+        # without this, dropout would stay off for the whole of training
+        self.model.train()
+        special = set(self.tokenizer.all_special_ids)
+        self.special_ids = sorted(special)
+        vocab = int(self.model.config.vocab_size)
+        self.random_ids = torch.tensor([i for i in range(vocab) if i not in special], dtype=torch.long)
+        self._masked_batches = 0
+        self._val_batches = 0
+        self.output_path: Path | None = None
+        """Where the encoder folder was written (set at the end of ``fit``)."""
+
+    # ------------------------------------------------------------------ masking
+
+    def _generator(self, stream: int, index: int) -> torch.Generator:
+        rank = self.trainer.global_rank if self._trainer is not None else 0
+        words = [int(self.hparams.seed) % (1 << 63), stream, index, rank]
+        return torch.Generator().manual_seed(int(np.random.SeedSequence(words).generate_state(1)[0]))
+
+    def mask_batch(self, batch: dict[str, Tensor], generator: torch.Generator) -> dict[str, Tensor]:
+        """``input_ids`` corrupted and ``labels`` added (:func:`~pal_lightning.pretraining.masking.mask_tokens`)."""
+        ids = batch["input_ids"]
+        maskable = maskable_positions(ids, batch["attention_mask"], self.special_ids)
+        corrupted, labels = mask_tokens(
+            ids,
+            maskable,
+            mask_token_id=int(self.tokenizer.mask_token_id),
+            random_ids=self.random_ids,
+            probability=self.hparams.mlm_probability,
+            generator=generator,
+            word_ids=batch["word_ids"] if self.hparams.whole_word else None,
+        )
+        return {"input_ids": corrupted, "attention_mask": batch["attention_mask"], "labels": labels}
+
+    def _masked(self, batch: dict[str, Tensor], training: bool) -> dict[str, Tensor]:
+        """The batch masked on the CPU (the masks do not depend on the device), then moved back."""
+        if training:
+            generator = self._generator(_TRAIN_STREAM, self._masked_batches)
+            self._masked_batches += 1
+        else:
+            generator = self._generator(_VAL_STREAM, self._val_batches)
+            self._val_batches += 1
+        masked = self.mask_batch({k: v.cpu() for k, v in batch.items()}, generator)
+        return {k: v.to(self.device) for k, v in masked.items()}
+
+    def on_validation_epoch_start(self) -> None:
+        self._val_batches = 0  # the same masks at every validation
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["mlm_masked_batches"] = self._masked_batches
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self._masked_batches = int(checkpoint.get("mlm_masked_batches", 0))
+
+    # ------------------------------------------------------------------ steps
+
+    def _loss(self, batch: dict[str, Tensor]) -> tuple[Tensor, int]:
+        labels = batch["labels"]
+        predicted = int((labels != IGNORE_INDEX).sum())
+        logits = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        if predicted == 0:  # nothing chosen in this batch (tiny batches): a zero loss that keeps the graph
+            return logits.sum() * 0.0, 0
+        loss = torch.nn.functional.cross_entropy(
+            logits.view(-1, logits.shape[-1]), labels.view(-1), ignore_index=IGNORE_INDEX
+        )
+        return loss, predicted
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        loss, predicted = self._loss(self._masked(batch, training=True))
+        self.log("train/mlm_loss", loss, prog_bar=True, batch_size=max(predicted, 1))
+        return loss
+
+    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        loss, predicted = self._loss(self._masked(batch, training=False))
+        if predicted:
+            # weighted by the number of predicted tokens: the epoch value is the mean over all of them
+            self.log("val/mlm_loss", loss, prog_bar=True, batch_size=predicted, sync_dist=True)
+
+    def on_validation_epoch_end(self) -> None:
+        value = self.trainer.callback_metrics.get("val/mlm_loss")
+        if value is not None and math.isfinite(float(value)):
+            self.log("val/perplexity", math.exp(min(float(value), 50.0)), sync_dist=True)
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        """AdamW (no decay on biases and LayerNorm weights), linear warmup then decay to 0 at ``max_steps``."""
+        max_steps = self.trainer.max_steps
+        if max_steps is None or max_steps < 1:
+            raise PalUserError(
+                "Masked-language pre-training needs trainer.max_steps (--trainer.max_steps N)."
+            )
+        decay, no_decay = [], []
+        for name, p in self.model.named_parameters():
+            if p.requires_grad:
+                (no_decay if name.endswith("bias") or "LayerNorm" in name else decay).append(p)
+        optimizer = torch.optim.AdamW(
+            [
+                {"params": decay, "weight_decay": self.hparams.weight_decay},
+                {"params": no_decay, "weight_decay": 0.0},
+            ],
+            lr=self.hparams.lr,
+        )
+        warmup = int(round(self.hparams.warmup_ratio * max_steps))
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, partial(linear_warmup_decay, warmup=warmup, total=int(max_steps))
+        )
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    # ------------------------------------------------------------------ the encoder folder
+
+    def on_fit_end(self) -> None:
+        """Write the encoder (with its head) and the tokenizer into ``output_dir`` (rank 0)."""
+        log_dir = self.trainer.log_dir  # every rank: a broadcast under DDP
+        target = self.hparams.output_dir or (str(Path(log_dir) / ENCODER_FOLDER) if log_dir else None)
+        if target is None:
+            raise PalUserError(
+                "No output_dir and no run folder to write the encoder into; set --model.output_dir."
+            )
+        self.output_path = Path(target)
+        if self.trainer.is_global_zero:
+            self.save_encoder(self.output_path)
+        self.trainer.strategy.barrier()
+
+    def save_encoder(self, path: str | Path) -> Path:
+        """The model (encoder + masked-language-model head) and tokenizer in ``save_pretrained`` layout.
+
+        Raises:
+            PalUserError: when ``path`` holds files already.
+        """
+        path = Path(path)
+        if not empty_or_missing(path):
+            raise PalUserError(
+                f"{path} already holds files; the pre-trained encoder is not written over them."
+            )
+        path.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)
+        print(
+            f"pal-lightning: wrote the pre-trained encoder to {path}; fine-tune it with --model.encoder {path}",
+            flush=True,
+        )
+        return path

@@ -1,0 +1,116 @@
+"""``pal-lightning pretrain`` end to end on a tiny encoder folder: MLM on the fixture data writes an
+encoder folder (``save_pretrained`` layout) that ``MultiTaskModule(encoder=folder)`` loads."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+
+from pal_lightning.cli import main
+from pal_lightning.hub import packaged_minilm_dir
+from pal_lightning.module import MultiTaskModule
+
+from .conftest import TINY_BERT, write_cs224n_data
+
+
+def tiny_encoder(folder: Path, with_head: bool) -> Path:
+    """A random 2-layer BERT (``TINY_BERT``) saved with the real MiniLM tokenizer, with or without an MLM head."""
+    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, BertModel
+
+    source = packaged_minilm_dir()
+    if source is None:
+        pytest.skip("the offline MiniLM package (its tokenizer) is not installed")
+    torch.manual_seed(0)
+    config = BertConfig(**TINY_BERT)
+    model = BertForMaskedLM(config) if with_head else BertModel(config)
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(source).save_pretrained(folder)
+    return folder
+
+
+def pretrain_config(tmp_path: Path, encoder: Path, data: Path, **model: object) -> Path:
+    config = {
+        "seed_everything": 3,
+        "trainer": {
+            "accelerator": "cpu",
+            "devices": 1,
+            "max_steps": 3,
+            "val_check_interval": 3,
+            "num_sanity_val_steps": 0,
+            "log_every_n_steps": 1,
+            "enable_progress_bar": False,
+            "enable_model_summary": False,
+            "default_root_dir": str(tmp_path / "runs"),
+        },
+        "model": {"init_args": {"encoder": str(encoder), "lr": 1e-3, **model}},
+        "data": {
+            "init_args": {"data_dir": str(data), "batch_size": 8, "max_length": 32, "max_val_sentences": 16}
+        },
+    }
+    path = tmp_path / "pretrain.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.mark.parametrize("with_head", [False, True])
+def test_pretrain_writes_an_encoder_that_fine_tuning_loads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], with_head: bool
+) -> None:
+    from pal_lightning.pretraining.mlm import load_mlm_model
+
+    data = write_cs224n_data(tmp_path / "data")
+    encoder = tiny_encoder(tmp_path / "tiny_bert", with_head)
+    assert load_mlm_model(str(encoder))[1] is with_head  # the checkpoint's own head, or a new one
+    config = pretrain_config(tmp_path, encoder, data, whole_word=with_head)
+    assert main(["pretrain", "--config", str(config)]) == 0
+    out = tmp_path / "runs" / "version_0" / "encoder"
+    assert f"wrote the pre-trained encoder to {out}" in capsys.readouterr().out
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
+        assert (out / name).is_file(), name
+    metrics = (tmp_path / "runs" / "version_0" / "metrics.csv").read_text()
+    assert "val/mlm_loss" in metrics and "train/mlm_loss" in metrics
+
+    saved = load_file(str(out / "model.safetensors"))
+    before = load_file(str(encoder / "model.safetensors"))
+    key = "bert.encoder.layer.0.attention.self.query.weight"
+    start = before.get(key, before.get(key.removeprefix("bert.")))
+    assert not torch.equal(saved[key], start)  # pre-training moved the encoder
+
+    model = MultiTaskModule(tasks=["sst", "sts"], encoder=str(out), pal_size=8, pal_heads=2)
+    loaded = dict(model.encoder.bert.named_parameters())
+    assert torch.equal(loaded[key.removeprefix("bert.")], saved[key])
+    assert model.encoder.loading_info.missing_new  # only the new PAL weights were missing
+
+
+def test_pretrain_on_a_folder_without_tokenizer_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = write_cs224n_data(tmp_path / "data")
+    encoder = tiny_encoder(tmp_path / "tiny_bert", with_head=False)
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        (encoder / name).unlink(missing_ok=True)
+    config = pretrain_config(tmp_path, encoder, data)
+    capsys.readouterr()  # the fixture's own output (save_pretrained's progress bar)
+    assert main(["pretrain", "--config", str(config)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("pal-lightning: error:") and "Encoder folder" in err and "has no tokenizer" in err
+    assert "\n" not in err and "Traceback" not in err
+    assert not (tmp_path / "runs" / "version_0" / "encoder").exists()
+
+
+def test_pretrain_never_overwrites_output_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = write_cs224n_data(tmp_path / "data")
+    encoder = tiny_encoder(tmp_path / "tiny_bert", with_head=False)
+    taken = tmp_path / "taken"
+    shutil.copytree(encoder, taken)
+    config = pretrain_config(tmp_path, encoder, data, output_dir=str(taken))
+    before = (taken / "model.safetensors").read_bytes()
+    capsys.readouterr()
+    assert main(["pretrain", "--config", str(config)]) == 2
+    assert "already holds files" in capsys.readouterr().err
+    assert (taken / "model.safetensors").read_bytes() == before
