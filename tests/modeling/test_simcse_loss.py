@@ -145,3 +145,13 @@ def test_config_defaults_and_round_trip() -> None:
     assert as_simcse_config(None) is None and as_simcse_config(config) is config
     with pytest.raises(PalUserError, match="SimCSEConfig"):
         as_simcse_config({"wieght": 0.2})
+
+
+def test_loss_is_computed_in_float32_under_autocast() -> None:
+    z1 = torch.tensor(Z1, dtype=torch.bfloat16)
+    z2 = torch.tensor(Z2, dtype=torch.bfloat16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = simcse_loss(z1, z2, temperature=0.05)
+    assert got.dtype == torch.float32
+    expected = _hand_info_nce(z1.float().tolist(), z2.float().tolist(), [0, 1, 2], 0.05)
+    assert float(got) == pytest.approx(expected, rel=1e-5)
