@@ -60,6 +60,14 @@ from pal_lightning.callbacks.fit_summary import FitSummary
 from pal_lightning.callbacks.progress import RunProgressBar
 from pal_lightning.callbacks.rng_state import RNGStateCallback
 from pal_lightning.callbacks.score_report import ScoreReport
+from pal_lightning.cli_help import (
+    HELP_ALL,
+    SUBCOMMAND_HELP,
+    did_you_mean,
+    help_request,
+    set_subcommand_help,
+    short_help,
+)
 from pal_lightning.console import quiet_lightning
 from pal_lightning.errors import PalUserError
 from pal_lightning.files import free_name
@@ -228,7 +236,12 @@ class PalLightningCLI(LightningCLI):
             "description": "Multi-task fine-tuning of BERT encoders with Projected Attention Layers, "
             "e.g. pal-lightning fit --config configs/quickstart.yaml (masked-language pre-training of the "
             "encoder: pal-lightning pretrain --help)",
-            **{cmd: {"exit_on_error": False} for cmd in self.subcommands()},
+            # allow_abbrev=False: argparse would take --trainer.max_step 7 as --trainer.max_steps
+            "allow_abbrev": False,
+            **{
+                cmd: {"exit_on_error": False, "allow_abbrev": False, "description": SUBCOMMAND_HELP[cmd]}
+                for cmd in self.subcommands()
+            },
         }
         parser_kwargs.update(kwargs.pop("parser_kwargs", {}))
         kwargs.setdefault("seed_everything_default", 42)
@@ -288,6 +301,10 @@ class PalLightningCLI(LightningCLI):
         parser.add_lightning_class_args(PredictionWriter, "predictions")
         # <run>/model: a save_pretrained folder of the best checkpoint when fit ends
         parser.add_lightning_class_args(SavePretrainedModel, "save_model")
+
+    def _add_subcommands(self, parser: LightningArgumentParser, **kwargs: Any) -> None:
+        super()._add_subcommands(parser, **kwargs)
+        set_subcommand_help(parser)  # whole sentences instead of Trainer docstrings cut in half
 
     def _prepare_subcommand_parser(
         self, klass: type, subcommand: str, **kwargs: Any
@@ -478,6 +495,12 @@ def main(args: list[str] | None = None) -> int:
         argv = list(sys.argv[1:] if args is None else args)
         if wants_text_predict(argv):  # predict --predict.input FILE: the user's own sentences
             return run_text_predict(argv)
+        command = help_request(argv, tuple(SUBCOMMAND_HELP))
+        if command is not None:  # the short help; --help-all gives LightningCLI's full list
+            print(_short_help(command), flush=True)
+            return 0
+        if HELP_ALL in argv:
+            args = ["--help" if a == HELP_ALL else a for a in argv]
         if argv[:1] == ["pretrain"]:  # masked-language pre-training of the encoder
             from pal_lightning.pretraining.cli import run_pretrain
 
@@ -503,7 +526,9 @@ def main(args: list[str] | None = None) -> int:
                 (a for a in (args if args is not None else sys.argv[1:]) if not a.startswith("-")), ""
             )
             message += (
-                f". Run `pal-lightning {command or 'fit'} --help` for the accepted options"
+                "."
+                + did_you_mean(message, _accepted_options)  # " Did you mean --model.lr?"
+                + f" Run `pal-lightning {command or 'fit'} --help` for the accepted options"
                 " (--print_config shows the resolved configuration)"
             )
         if isinstance(found, MisconfigurationException):
@@ -513,6 +538,40 @@ def main(args: list[str] | None = None) -> int:
     _NEW_FOLDERS.clear()  # the run succeeded: its folders are results
     close_process_group()
     return 0
+
+
+def _short_help(command: str) -> str:
+    from pal_lightning.data import MultiTaskDataModule
+    from pal_lightning.module import MultiTaskModule
+
+    return short_help(command, MultiTaskModule, MultiTaskDataModule, linked=_LINKED)
+
+
+#: Data-module arguments set through the model (the links of ``add_arguments_to_parser``).
+_LINKED = ("tokenizer", "tasks", "pair_encoding")
+
+
+def _accepted_options(group: str) -> list[str] | None:
+    """The option names of a command-line group, for "did you mean" (``None`` for an unknown group)."""
+    import inspect
+
+    from pal_lightning.callbacks.prediction_writer import PredictionWriter
+    from pal_lightning.data import MultiTaskDataModule
+    from pal_lightning.module import MultiTaskModule
+
+    classes = {
+        "model": MultiTaskModule,
+        "data": MultiTaskDataModule,
+        "trainer": Trainer,
+        "checkpoint": ModelCheckpoint,
+        "last_checkpoint": ModelCheckpoint,
+        "predictions": PredictionWriter,
+    }
+    cls = classes.get(group)
+    if cls is None:
+        return None
+    names = [n for n in inspect.signature(cls.__init__).parameters if n != "self"]
+    return [n for n in names if n not in _LINKED] if group == "data" else names
 
 
 def close_process_group() -> None:
