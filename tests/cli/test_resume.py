@@ -1,6 +1,8 @@
 """Kill and resume through the real entry point: a run SIGKILLed mid-epoch (in the middle of writing a
 checkpoint), resumed with ``--ckpt_path last``, ends with the weights (and GEM memories) of an
-uninterrupted run. The plain and the GEM variant run side by side from one module fixture."""
+uninterrupted run. The plain, the GEM and the two-stage variant (stage 2: ``init_from`` a stage-1
+checkpoint, encoder frozen, an auxiliary task drawn at half its rate) run side by side from one module
+fixture."""
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from .conftest import TINY_GEM as GEM
 from .conftest import subprocess_env, tiny_config, write_cs224n_data
 
 STEPS_PER_EPOCH, EVERY, KILL_AT, MAX_STEPS = 4, 3, 9, 12
-VARIANTS = ("plain", "gem")
+VARIANTS = ("plain", "gem", "stage2")
 
 
 def _fit(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -32,10 +34,25 @@ def _fit(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, cwd=cwd, env=subprocess_env(), capture_output=True, text=True, timeout=300)
 
 
-def _config(folder: Path, data: Path, kill: bool, gem: bool) -> None:
+def _stage1_checkpoint(path: Path, model_args: dict[str, Any]) -> Path:
+    """A stand-in stage-1 checkpoint (weights and hyper-parameters, as ``fit`` writes them) for ``init_from``."""
+    from pal_lightning.module import MultiTaskModule
+
+    torch.manual_seed(11)
+    model = MultiTaskModule(**model_args)
+    torch.save({"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams)}, path)
+    return path
+
+
+def _config(folder: Path, data: Path, kill: bool, gem: bool, stage2: bool = False) -> None:
     folder.mkdir(parents=True)
     path = tiny_config(folder, data)
     config: dict[str, Any] = yaml.safe_load(path.read_text())
+    if stage2:
+        model = config["model"]["init_args"]
+        model["init_from"] = str(_stage1_checkpoint(folder / "stage1.ckpt", model))
+        model.update(freeze_encoder=True, auxiliary=["sts"])
+        config["data"]["init_args"]["task_multipliers"] = {"sts": 0.5}
     config["trainer"]["max_steps"] = MAX_STEPS
     config["data"]["init_args"]["steps_per_epoch"] = STEPS_PER_EPOCH  # validation after steps 4, 8, 12
     config["model"]["init_args"]["dropout"] = 0.2  # dropout everywhere: the random state matters
@@ -68,7 +85,13 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     for variant in VARIANTS:
         out[variant] = {"full": root / variant / "full", "killed": root / variant / "killed"}
         for kind in ("full", "killed"):
-            _config(out[variant][kind], data, kill=kind == "killed", gem=variant == "gem")
+            _config(
+                out[variant][kind],
+                data,
+                kill=kind == "killed",
+                gem=variant == "gem",
+                stage2=variant == "stage2",
+            )
     jobs = [(variant, kind) for variant in VARIANTS for kind in ("full", "killed")]
     with ThreadPoolExecutor(4) as pool:
         first = pool.map(lambda job: _fit(out[job[0]][job[1]]), jobs)
@@ -127,6 +150,11 @@ def test_sigkill_mid_epoch_during_a_checkpoint_write_then_resume_last_is_exact(
         assert gem_final == gem_reference and gem_reference["memory"]  # the same memories
         assert saved["callbacks"]["GEMCallback"]["memory"]  # restored from the checkpoint, not rebuilt
         assert gem_reference["projections"] > 0  # GEM did project (the memories mattered)
+    if variant == "stage2":  # the frozen encoder is still the stage-1 checkpoint's, bit for bit
+        start = torch.load(killed / "stage1.ckpt", weights_only=True)["state_dict"]
+        encoder = [k for k in start if k.startswith("encoder.bert.")]
+        assert encoder and all(torch.equal(final["state_dict"][k], start[k]) for k in encoder)
+        assert any(not torch.equal(final["state_dict"][k], start[k]) for k in start if k.startswith("heads."))
 
 
 def test_atomic_write_interrupted_leaves_the_old_file(
