@@ -111,11 +111,18 @@ class Source:
 
 
 def resolve_data_dir(data_dir: str | os.PathLike[str] | None) -> Path:
-    """The data directory: the argument, else ``$PAL_DATA_DIR``, else ``./data``."""
-    if data_dir is not None and str(data_dir) != "":
-        return Path(data_dir).expanduser()
-    env = os.environ.get("PAL_DATA_DIR", "").strip()
-    return Path(env).expanduser() if env else Path("data")
+    """The data directory: the argument, else ``$PAL_DATA_DIR``, else ``./data``.
+
+    The value ``demo`` is the small demo set shipped with the package
+    (:mod:`pal_lightning.demo_data`), from any working directory; a local folder named ``demo``
+    is ``./demo``.
+    """
+    from pal_lightning.demo_data import DEMO_DATA, demo_data_dir
+
+    value = str(data_dir) if data_dir is not None and str(data_dir) != "" else None
+    if value is None:
+        value = os.environ.get("PAL_DATA_DIR", "").strip() or "data"
+    return demo_data_dir() if value == DEMO_DATA else Path(value).expanduser()
 
 
 def resolve_source(spec: TaskSpec, split: str, data_dir: Path) -> Source | None:
