@@ -248,23 +248,38 @@ def _fit(
 
 
 class _CheckProjected(pl.Callback):
-    """Runs after GEMCallback: the written-back gradient satisfies every constraint of the step."""
+    """Runs after GEMCallback: the written-back gradient satisfies every constraint of the step.
+
+    It records the memory gradients (rows of ``G``) each time the callback computes them, so the
+    check works for every ``refresh_every`` (with 1 nothing is cached). On a violated step A-GEM's
+    result is orthogonal to its reference gradient; GEM's has ``<g~, g_k> >= 0`` for every row.
+    """
 
     def __init__(self, gem: GEMCallback) -> None:
         self.gem = gem
         self.checked = 0
         self.seen: list[dict[str, float]] = []
+        self.rows: list | None = None
+        compute = gem._constraint_gradients
+
+        def recording(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            self.rows = compute(*args, **kwargs)
+            return self.rows
+
+        gem._constraint_gradients = recording  # type: ignore[method-assign]
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:  # noqa: ANN001
         stats = dict(self.gem.last_stats)
         self.seen.append(stats)
-        if not stats.get("gem/violated") or self.gem._cache is None:
+        if not stats.get("gem/violated"):
             return
+        assert self.rows is not None and len(self.rows) == stats["gem/constraints"]
         params = self.gem.participating_parameters(pl_module)
-        rows = self.gem._cache[2]
-        M = gram_matrix([[p.grad for p in params], *rows]).numpy()
+        M = gram_matrix([[p.grad for p in params], *self.rows]).numpy()
         cos = M[0, 1:] / np.sqrt(M[0, 0] * np.diag(M)[1:])
         assert np.all(cos >= -1e-3), cos
+        if self.gem.mode == "agem":  # g~ = g - (g.g_ref / |g_ref|^2) g_ref is orthogonal to g_ref
+            assert abs(float(cos[0])) <= 1e-3, cos
         self.checked += 1
 
 
@@ -301,6 +316,7 @@ def test_agem_inside_fit(data_dir: Path) -> None:
     trainer, model = _fit(data_dir, cb, max_steps=4, extra=(check,))
     assert max(s["gem/constraints"] for s in check.seen) == 1  # one reference gradient
     assert cb.violations >= 1 and cb.projections == cb.violations
+    assert cb.refresh_every == 1 and check.checked == cb.violations  # every projection was checked
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
 

@@ -71,6 +71,9 @@ def test_no_feasible_point_is_closer(seed: int) -> None:
     g_tilde = project_gradient(g, G, margin=0.0, eps=1e-10)
     best = float((g_tilde - g).norm())
     assert best > 0
+    # g~ itself is feasible (G g~ >= 0): without this, g + G^T v (sign flipped) is as close to g
+    assert torch.all(G @ g_tilde >= -1e-9 * G.norm(dim=1) * g_tilde.norm()), G @ g_tilde
+    assert torch.any(G @ g <= 0)  # and the problem really needed a projection
     gen = torch.Generator().manual_seed(100 + seed)
     feasible = 0
     for radius in (1e-3, 1e-2, 1e-1, 1.0, 10.0):

@@ -1,0 +1,129 @@
+"""The random generators' round trip: every generator (torch, numpy, python ``random``) restored exactly.
+
+The resume tests through the CLI only see torch's generator (dropout); these check the other two
+directly, and through ``Trainer.fit`` resumed from a mid-run checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from pathlib import Path
+
+import lightning.pytorch as pl
+import numpy as np
+import pytest
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.demos.boring_classes import BoringModel
+
+from pal_lightning.callbacks.rng_state import RNGStateCallback, apply_rng_state, collect_rng_state
+
+
+def _draw() -> tuple[list[float], list[float], list[float]]:
+    """A few numbers from each generator (python's gauss uses its cached second value too)."""
+    return (
+        torch.rand(3).tolist(),
+        np.random.rand(3).tolist() + [float(np.random.standard_normal())],
+        [random.random(), random.gauss(0.0, 1.0), random.random()],
+    )
+
+
+@pytest.mark.parametrize("generator", ["torch", "numpy", "python"])
+def test_each_generator_round_trips(generator: str) -> None:
+    pl.seed_everything(3)
+    random.gauss(0.0, 1.0)  # leaves a cached gauss value in python's state
+    np.random.standard_normal()  # ... and in numpy's
+    state = collect_rng_state()
+    expected = _draw()
+    # advance only the generator under test: restoring must bring exactly that one back
+    {"torch": lambda: torch.rand(7), "numpy": lambda: np.random.rand(7), "python": lambda: random.random()}[
+        generator
+    ]()
+    apply_rng_state(state)
+    assert _draw() == expected
+
+
+def test_state_survives_weights_only_load(tmp_path: Path) -> None:
+    pl.seed_everything(4)
+    state = collect_rng_state()
+    torch.save({"s": state}, tmp_path / "s.pt")
+    loaded = torch.load(tmp_path / "s.pt", weights_only=True)["s"]
+    expected = _draw()
+    _draw()
+    apply_rng_state(loaded)
+    assert _draw() == expected
+
+
+def test_callback_restores_its_rank_at_the_first_training_hook(caplog: pytest.LogCaptureFixture) -> None:
+    pl.seed_everything(5)
+    cb = RNGStateCallback()
+    saved = cb.state_dict()
+    assert saved["world_size"] == 1 and len(saved["states"]) == 1
+    expected = _draw()
+    resumed = RNGStateCallback()
+    resumed.load_state_dict(saved)
+    assert not resumed.restored  # nothing happens before training starts
+    resumed.on_train_batch_start(None, None, None, 0)  # type: ignore[arg-type]
+    assert resumed.restored and _draw() == expected
+    # restored once only: a later hook does not rewind again
+    after = _draw()
+    resumed.on_train_epoch_start(None, None)  # type: ignore[arg-type]
+    assert _draw() != after
+
+    # a checkpoint of two ranks loaded by one process: rank 0's states, and a warning
+    other = collect_rng_state()
+    with caplog.at_level(logging.WARNING):
+        resumed.load_state_dict({"world_size": 2, "states": [saved["states"][0], other]})
+    assert "2 rank(s) but this run has 1" in caplog.text
+    resumed.on_train_epoch_start(None, None)  # type: ignore[arg-type]
+    assert _draw() == expected
+
+
+class _Drawing(BoringModel):
+    """Draws from numpy and python ``random`` at each training step, as user code (augmentation) may."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.draws: dict[int, tuple[float, float, float]] = {}
+
+    def training_step(self, batch, batch_idx):  # noqa: ANN001, ANN201
+        self.draws[self.global_step] = (
+            float(np.random.rand()),
+            random.random(),
+            float(torch.rand(1)),
+        )
+        return super().training_step(batch, batch_idx)
+
+
+def _fit(tmp_path: Path, max_steps: int, ckpt_path: str | None = None) -> _Drawing:
+    model = _Drawing()
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_steps=max_steps,
+        limit_val_batches=0,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[
+            RNGStateCallback(),
+            ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=3, save_top_k=-1, filename="{step}"),
+        ],
+    )
+    trainer.fit(model, ckpt_path=ckpt_path)
+    return model
+
+
+@pytest.mark.filterwarnings(
+    "ignore:The dirpath has changed", "ignore:You're resuming from a checkpoint that ended"
+)
+def test_resumed_fit_draws_the_same_numpy_and_python_numbers(tmp_path: Path) -> None:
+    pl.seed_everything(6)
+    full = _fit(tmp_path / "full", max_steps=6)
+    pl.seed_everything(6)
+    _fit(tmp_path / "first", max_steps=3)
+    # another process would start from other states: scramble every generator before resuming
+    pl.seed_everything(1234)
+    resumed = _fit(tmp_path / "resumed", max_steps=6, ckpt_path=str(tmp_path / "first" / "step=3.ckpt"))
+    assert sorted(resumed.draws) == [3, 4, 5]
+    assert [resumed.draws[s] for s in (3, 4, 5)] == [full.draws[s] for s in (3, 4, 5)]
