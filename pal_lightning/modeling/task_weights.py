@@ -205,9 +205,20 @@ def load_task_weights(
                     problems.append(f"{key}: file {shape}, model {tuple(target[key].shape)}")
                 plan.append((target[key], key))
         if problems:
+            hint = ""
+            if any(f"{HEADS_PREFIX}." in p for p in problems):
+                # the usual cause: a pair task's head is built for pair_encoding (siamese heads read
+                # [u, v, |u-v|, u*v], siamese STS has none), which the file does not record
+                ours = getattr(getattr(obj, "hparams", None), "get", lambda _k: None)("pair_encoding")
+                hint = (
+                    " The heads differ: heads of pair tasks depend on pair_encoding; build the model with the "
+                    "pair_encoding it was trained with (configs/quickstart.yaml: pair_encoding='siamese')"
+                    + (f", this model has {ours!r}" if ours is not None else "")
+                    + "."
+                )
             raise PalUserError(
                 f"{path} does not match this model: {'; '.join(problems)}. Use the same heads and PAL options "
-                "as when saving, or strict=False to skip tensors present on one side only."
+                "as when saving, or strict=False to skip tensors present on one side only." + hint
             )
         with torch.no_grad():
             for tensor, key in plan:

@@ -1,0 +1,89 @@
+"""The README's quickstart -> predict -> task-weights sequence runs as written (issue 18, item 2).
+
+The quickstart config runs with the real encoder (all-MiniLM-L6-v2, offline) on fixture data and a
+tiny step budget (the only change: an extra ``--config`` with sizes, as a user would shorten it);
+then the README's predict command and its task-weights code block run verbatim, from the same
+folder, on what that fit wrote.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pal_lightning.cli import main
+from pal_lightning.testing import write_cs224n_data
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
+
+
+def _section(title: str) -> str:
+    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", README, re.S | re.M)
+    assert match, f"no section {title!r} in README.md"
+    return match.group(1)
+
+
+def _blocks(text: str, language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", text, re.S)
+
+
+def _command(block: str) -> list[str]:
+    """The ``pal-lightning`` command of a bash block as arguments (continuations joined, comments cut)."""
+    line = " ".join(part.split("#")[0].strip() for part in block.replace("\\\n", " ").splitlines()).strip()
+    words = shlex.split(line)
+    assert words[0] == "pal-lightning", line
+    return words[1:]
+
+
+def test_quickstart_predict_and_task_weights_as_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    data = write_cs224n_data(tmp_path / "data")
+    short = {
+        "trainer": {"accelerator": "cpu", "max_steps": 2, "check_val_every_n_epoch": 1},
+        "data": {
+            "init_args": {
+                "data_dir": str(data),
+                "batch_size": 4,
+                "eval_batch_size": 16,
+                "max_length": 32,
+                "steps_per_epoch": 2,
+                "cache_dir": False,
+            }
+        },
+    }
+    (tmp_path / "short.yaml").write_text(yaml.safe_dump(short))
+    (fit_block,) = [b for b in _blocks(_section("The main job"), "bash") if "pal-lightning fit" in b]
+    fit = _command(fit_block.split("\n", 1)[1])  # after the `export PAL_DATA_DIR=...` line
+    fit = [str(ROOT / a) if a.startswith("configs/") else a for a in fit]  # the repository's configs
+    assert main([*fit, "--config", "short.yaml"]) == 0
+    assert "CS224N overall (dev):" in capsys.readouterr().out
+    assert (tmp_path / "runs" / "quickstart" / "version_0" / "checkpoints" / "best.ckpt").is_file()
+
+    (predict_block,) = _blocks(_section("Predictions"), "bash")
+    assert main(_command(predict_block)) == 0
+    out = capsys.readouterr().out
+    predictions = tmp_path / "runs" / "quickstart" / "version_0" / "predictions"
+    assert f"wrote 6 prediction file(s) to {predictions}" in out
+    assert (predictions / "sst-test-output.csv").is_file()
+
+    (weights_block,) = _blocks(_section("Task-only weights"), "python")
+    exec(compile(weights_block, "README.md (Task-only weights)", "exec"), {})  # noqa: S102 - the README's code
+    assert (tmp_path / "sts-adapter.safetensors").is_file()
+
+
+def test_task_weights_of_another_pair_encoding_name_the_option(tmp_path: Path) -> None:
+    from pal_lightning import MultiTaskModule, PalUserError, load_task_weights, save_task_weights
+    from pal_lightning.testing import TINY_BERT
+
+    tiny = {"bert_config": TINY_BERT, "pal_size": 8, "pal_heads": 2, "tasks": ["sst", "qqp", "sts"]}
+    saved = save_task_weights(MultiTaskModule(**tiny, pair_encoding="siamese"), tmp_path / "w.safetensors")
+    with pytest.raises(PalUserError, match="pair_encoding it was trained with .*this model has 'cross'"):
+        load_task_weights(MultiTaskModule(**tiny), saved)
+    assert load_task_weights(MultiTaskModule(**tiny, pair_encoding="siamese"), saved) == ["sst", "qqp", "sts"]
