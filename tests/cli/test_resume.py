@@ -24,6 +24,7 @@ from pal_lightning.cli import find_last_checkpoint
 
 from .conftest import TINY_GEM as GEM
 from .conftest import subprocess_env, tiny_config, write_cs224n_data
+from .training_builders import stage1_checkpoint
 
 STEPS_PER_EPOCH, EVERY, KILL_AT, MAX_STEPS = 4, 3, 9, 12
 VARIANTS = ("plain", "gem", "stage2")
@@ -34,23 +35,13 @@ def _fit(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, cwd=cwd, env=subprocess_env(), capture_output=True, text=True, timeout=300)
 
 
-def _stage1_checkpoint(path: Path, model_args: dict[str, Any]) -> Path:
-    """A stand-in stage-1 checkpoint (weights and hyper-parameters, as ``fit`` writes them) for ``init_from``."""
-    from pal_lightning.module import MultiTaskModule
-
-    torch.manual_seed(11)
-    model = MultiTaskModule(**model_args)
-    torch.save({"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams)}, path)
-    return path
-
-
 def _config(folder: Path, data: Path, kill: bool, gem: bool, stage2: bool = False) -> None:
     folder.mkdir(parents=True)
     path = tiny_config(folder, data)
     config: dict[str, Any] = yaml.safe_load(path.read_text())
     if stage2:
         model = config["model"]["init_args"]
-        model["init_from"] = str(_stage1_checkpoint(folder / "stage1.ckpt", model))
+        model["init_from"] = str(stage1_checkpoint(folder / "stage1.ckpt", model))
         model.update(freeze_encoder=True, auxiliary=["sts"])
         config["data"]["init_args"]["task_multipliers"] = {"sts": 0.5}
     config["trainer"]["max_steps"] = MAX_STEPS

@@ -1,0 +1,95 @@
+"""DDP (2 gloo processes) through the command line for the new training paths: a stage-2 fit
+(``init_from``, frozen encoder, an auxiliary task with a sampling multiplier) and ``pretrain``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+
+from .conftest import subprocess_env, tiny_config, write_cs224n_data
+from .training_builders import pretrain_config, stage1_checkpoint, tiny_encoder
+
+pytestmark = pytest.mark.ddp
+
+DDP = ["--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy"]
+
+
+def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "pal_lightning", *args]
+    return subprocess.run(cmd, cwd=cwd, env=subprocess_env(), capture_output=True, text=True, timeout=400)
+
+
+def _stage2_config(folder: Path, data: Path) -> Path:
+    path = tiny_config(folder, data)
+    config: dict[str, Any] = yaml.safe_load(path.read_text())
+    model = config["model"]["init_args"]
+    model["init_from"] = str(stage1_checkpoint(folder / "stage1.ckpt", model))
+    model.update(freeze_encoder=True, auxiliary=["sts"])
+    config["data"]["init_args"]["task_multipliers"] = {"sts": 0.5}
+    config["trainer"]["callbacks"] = [
+        {"class_path": "cli_helpers.RankRecorder", "init_args": {"out": str(folder / "record")}}
+    ]
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("ddp_new")
+    data = write_cs224n_data(root / "data")
+    stage2, pretrain = root / "stage2", root / "pretrain"
+    stage2.mkdir()
+    pretrain.mkdir()
+    jobs = {
+        "stage2": (stage2, ["fit", "--config", str(_stage2_config(stage2, data)), *DDP, "ddp_find_unused_parameters_true"]),
+        "pretrain": (
+            pretrain,
+            ["pretrain", "--config", str(pretrain_config(pretrain, tiny_encoder(pretrain / "bert", False), data)), *DDP, "ddp"],
+        ),
+    }  # fmt: skip
+    with ThreadPoolExecutor(2) as pool:
+        procs = dict(zip(jobs, pool.map(lambda job: _cli(job[0], *job[1]), jobs.values()), strict=True))
+    for name, proc in procs.items():
+        assert proc.returncode == 0, f"{name}: {proc.stderr[-4000:]}"
+    return {"stage2": stage2, "pretrain": pretrain, "procs": procs}
+
+
+def test_stage2_ranks_agree_and_the_encoder_stays_frozen(runs: dict[str, Any]) -> None:
+    folder = runs["stage2"]
+    r0, r1 = (json.loads((folder / "record" / f"fit_rank{r}.json").read_text()) for r in (0, 1))
+    assert r0["world"] == 2 and len(r0["tasks"]) == 4
+    for (step0, task0, ids0), (step1, task1, ids1) in zip(r0["tasks"], r1["tasks"], strict=True):
+        assert (step0, task0) == (step1, task1)  # the same task at every step on both ranks
+        assert not set(ids0) & set(ids1)
+    assert r0["params_digest"] == r1["params_digest"]
+    start = torch.load(folder / "stage1.ckpt", weights_only=True)["state_dict"]
+    final = torch.load(folder / "runs" / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)[
+        "state_dict"
+    ]
+    encoder = [k for k in start if k.startswith("encoder.bert.")]
+    assert encoder and all(torch.equal(final[k], start[k]) for k in encoder)
+    # val/overall leaves the auxiliary task out: here the mean of SST and Quora accuracy
+    val = r0["val"]
+    assert val["val/overall"] == pytest.approx((val["val/sst/accuracy"] + val["val/qqp/accuracy"]) / 2)
+
+
+def test_pretrain_under_ddp_writes_one_loadable_encoder(runs: dict[str, Any]) -> None:
+    from pal_lightning.module import MultiTaskModule
+
+    folder = runs["pretrain"]
+    assert sorted(p.name for p in (folder / "runs").iterdir()) == [
+        "version_0"
+    ]  # one run folder for both ranks
+    out = folder / "runs" / "version_0" / "encoder"
+    assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()
+    assert runs["procs"]["pretrain"].stdout.count("wrote the pre-trained encoder") == 1  # rank 0 only
+    model = MultiTaskModule(tasks=["sst"], encoder=str(out), pal_size=8, pal_heads=2)
+    assert model.encoder.loading_info.missing_new
