@@ -34,6 +34,8 @@ _EXPORTS: dict[str, str] = {
     "save_task_weights": "pal_lightning.modeling",
     "load_task_weights": "pal_lightning.modeling",
     "MultiTaskDataModule": "pal_lightning.data",
+    "MLMPretrainModule": "pal_lightning.pretraining",
+    "MLMDataModule": "pal_lightning.pretraining",
     "task_probabilities": "pal_lightning.data.sampling",
     "annealed_alpha": "pal_lightning.data.sampling",
     "PredictionWriter": "pal_lightning.callbacks",
@@ -56,6 +58,8 @@ __all__ = [
     "DEFAULT_ENCODER",
     "EpisodicMemory",
     "GEMCallback",
+    "MLMDataModule",
+    "MLMPretrainModule",
     "MultiTaskBert",
     "MultiTaskDataModule",
     "MultiTaskModule",
@@ -122,6 +126,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         save_task_weights,
     )
     from pal_lightning.module import MultiTaskModule
+    from pal_lightning.pretraining import MLMDataModule, MLMPretrainModule
     from pal_lightning.tasks import (
         BUILTIN_TASKS,
         TaskKind,
