@@ -63,6 +63,7 @@ from pal_lightning.callbacks.score_report import ScoreReport
 from pal_lightning.cli_help import (
     HELP_ALL,
     SUBCOMMAND_HELP,
+    config_syntax_error,
     did_you_mean,
     help_request,
     set_subcommand_help,
@@ -333,6 +334,11 @@ class PalLightningCLI(LightningCLI):
                 "checkpoint.save_last off: the last_checkpoint callback writes last.ckpt (set "
                 "--last_checkpoint.every_n_train_steps N to write it every N steps)."
             )
+        if self.subcommand == "fit" and config.get("trainer.max_steps") == 0:
+            raise PalUserError(
+                "trainer.max_steps is 0, which trains nothing. Give the number of optimizer steps (e.g. "
+                "--trainer.max_steps 1200), or -1 to train for --trainer.max_epochs epochs."
+            )
         ckpt = self._resolve_ckpt_path(config)
         self._log_root = None
         if self.subcommand == "fit" or not ckpt:
@@ -521,6 +527,10 @@ def main(args: list[str] | None = None) -> int:
         if found is None:
             raise
         message = _one_line(str(found))
+        syntax = config_syntax_error(argv) if "Problems parsing config" in message else None
+        if syntax is not None:  # jsonargparse names "<unicode string>", not the file
+            print(f"pal-lightning: error: {syntax}", file=sys.stderr, flush=True)
+            return USER_ERROR_EXIT
         if isinstance(found, (_JsonArgumentError, _StdArgumentError)) and "--help" not in message:
             command = next(
                 (a for a in (args if args is not None else sys.argv[1:]) if not a.startswith("-")), ""

@@ -192,3 +192,31 @@ def did_you_mean(message: str, options_of: Any) -> str:
     if not found:
         return ""
     return " Did you mean " + " or ".join(f"--{group}.{f}" for f in found) + "?"
+
+
+def config_syntax_error(argv: Sequence[str]) -> str | None:
+    """For a YAML syntax error in a ``--config`` file, a message naming the file, line and column.
+
+    jsonargparse reports such errors against ``"<unicode string>"``; this re-reads each ``--config``
+    file of ``argv`` and describes the first one that does not parse, or returns ``None``.
+    """
+    import yaml
+
+    paths = [b for a, b in zip(argv, argv[1:], strict=False) if a in ("--config", "-c")]
+    paths += [a.split("=", 1)[1] for a in argv if a.startswith("--config=")]
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8") as f:
+                yaml.safe_load(f)
+        except OSError:
+            continue
+        except yaml.YAMLError as err:
+            mark = getattr(err, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+            context, cmark = getattr(err, "context", None), getattr(err, "context_mark", None)
+            opened = f" ({context} at line {cmark.line + 1})" if context and cmark is not None else ""
+            problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+            return (
+                f"Config file {path} is not valid YAML: {problem}{where}{opened}. Fix the file and run again."
+            )
+    return None

@@ -243,6 +243,9 @@ class MultiTaskModule(PretrainedMixin, InferenceMixin, pl.LightningModule):
         self._window_bad_loss: Tensor | None = None
         self.nonfinite_in_a_row = 0
         self.nonfinite_steps = 0
+        # SimCSE reuses the training step's own sentence vectors as its first view (see training_step)
+        self._simcse_capturing = False
+        self._simcse_view: Tensor | None = None
 
         self._apply_freezing()
 
@@ -345,7 +348,10 @@ class MultiTaskModule(PretrainedMixin, InferenceMixin, pl.LightningModule):
                 )
             mask = batch["attention_mask"]
             hidden = self.encoder(batch["input_ids"], mask, batch.get("token_type_ids"), task=task)
-            return pool(hidden, mask, mode), None
+            pooled = pool(hidden, mask, mode)
+            if not self.task_specs[task].is_pair:  # a cross pair's vector is not a sentence's
+                self._capture_simcse_view(pooled)
+            return pooled, None
         keys_a, keys_b = side_keys("a"), side_keys("b")
         if keys_a[0] not in batch:
             raise PalUserError(
@@ -361,6 +367,7 @@ class MultiTaskModule(PretrainedMixin, InferenceMixin, pl.LightningModule):
             stacked.append(torch.cat([_pad_right(batch[ka], length), _pad_right(batch[kb], length)]))
         ids, mask, types = stacked
         pooled = pool(self.encoder(ids, mask, types, task=task), mask, mode)
+        self._capture_simcse_view(pooled)  # [a; b]: the sentence order SimCSE uses
         u, v = pooled.chunk(2)
         return u, v
 
@@ -390,11 +397,19 @@ class MultiTaskModule(PretrainedMixin, InferenceMixin, pl.LightningModule):
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
         task = self._spec(batch).name
-        loss = self.batch_loss(batch)
+        use_simcse = self.simcse_active(task)
+        # the task forward's pooled sentences (with their dropout) serve as SimCSE's first view, so
+        # SimCSE adds one forward/backward of the sentences (none in 'sup' mode), not two
+        self._simcse_capturing, self._simcse_view = use_simcse, None
+        try:
+            loss = self.batch_loss(batch)
+        finally:
+            self._simcse_capturing = False
         size = len(batch["ids"])
         self.log(f"train/{task}/loss", loss, batch_size=size)
-        if self.simcse_active(task):
-            auxiliary = self.simcse_loss(batch)
+        if use_simcse:
+            view, self._simcse_view = self._simcse_view, None
+            auxiliary = self.simcse_loss(batch, first_view=view)
             self.log("train/simcse_loss", auxiliary, batch_size=size)
             # part of this step's gradient only: GEM's memories call batch_loss, without it
             loss = loss + self.simcse.weight * auxiliary
@@ -429,10 +444,17 @@ class MultiTaskModule(PretrainedMixin, InferenceMixin, pl.LightningModule):
         step = self.trainer.global_step if self._trainer is not None else 0
         return step % cfg.every_k_steps == 0
 
-    def simcse_loss(self, batch: Mapping[str, Any]) -> Tensor:
+    def _capture_simcse_view(self, pooled: Tensor) -> None:
+        """Keep the training step's pooled sentence vectors for SimCSE (only while training_step asks)."""
+        if self._simcse_capturing:
+            self._simcse_view = pooled
+
+    def simcse_loss(self, batch: Mapping[str, Any], first_view: Tensor | None = None) -> Tensor:
         """The SimCSE loss of a batch's sentences, with the batch's task active and the module's pooling.
 
         Dropout must be on (training mode) for unsupervised SimCSE: the two views differ only by it.
+        ``first_view``: the batch's sentences already pooled by this step's task forward (see
+        :func:`~pal_lightning.modeling.simcse.simcse_batch_loss`); ``None`` encodes both views here.
         """
         assert self.simcse is not None, "simcse_loss needs a SimCSEConfig (--model.simcse)"
         spec = self._spec(batch)
@@ -443,7 +465,7 @@ class MultiTaskModule(PretrainedMixin, InferenceMixin, pl.LightningModule):
             hidden = self.encoder(inputs["input_ids"], mask, inputs.get("token_type_ids"), task=spec.name)
             return pool(hidden, mask, mode)
 
-        return simcse_batch_loss(encode, batch, spec, self.simcse)
+        return simcse_batch_loss(encode, batch, spec, self.simcse, first_view=first_view)
 
     # ------------------------------------------------------------------ numerical guard
 

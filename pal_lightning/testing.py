@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 __all__ = ["TINY_BERT", "write_cs224n_data"]
@@ -35,8 +36,11 @@ def _write(path: Path, header: str, rows: list[str]) -> None:
     path.write_text("\n".join([header, *rows]) + "\n", encoding="utf-8")
 
 
-def write_cs224n_data(root: Path, n_train: int = 24, n_dev: int = 10, n_test: int = 6) -> Path:
-    """Small files in the CS224N starter layout (tab-separated, leftover pandas index column)."""
+def write_cs224n_data(
+    root: str | os.PathLike[str], n_train: int = 24, n_dev: int = 10, n_test: int = 6
+) -> Path:
+    """Small files in the CS224N starter layout (tab-separated, leftover pandas index column); returns the folder."""
+    root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     sst_h, pair_h = "\tid\tsentence\tsentiment", "\tid\tsentence1\tsentence2\t{label}"
     _write(

@@ -213,9 +213,9 @@ def test_gem_memories_use_the_task_loss_without_simcse(tmp_path, monkeypatch) ->
     task_losses: list[int] = []
     real, real_batch_loss = MultiTaskModule.simcse_loss, MultiTaskModule.batch_loss
 
-    def spy(self, batch):  # noqa: ANN001, ANN202
+    def spy(self, batch, **kw):  # noqa: ANN001, ANN003, ANN202
         calls.append(batch["task"])
-        return real(self, batch)
+        return real(self, batch, **kw)
 
     def spy_batch_loss(self, batch):  # noqa: ANN001, ANN202
         task_losses.append(len(batch["ids"]))
@@ -245,3 +245,67 @@ def test_gem_memories_use_the_task_loss_without_simcse(tmp_path, monkeypatch) ->
     memory_batches = len(task_losses) - 5  # batch_loss: 5 training batches, the rest GEM's memories
     assert memory_batches >= 1
     assert len(calls) == 5  # SimCSE once per training step, never for a memory batch
+
+
+def test_training_step_reuses_its_forward_as_the_first_view() -> None:
+    """SimCSE adds one pass over the sentences: rows encoded per fit equal the hand count."""
+    rows: list[int] = []
+
+    def counting(module: MultiTaskModule) -> None:
+        forward = module.encoder.forward
+
+        def wrapped(input_ids, *args, **kw):  # noqa: ANN001, ANN002, ANN003, ANN202
+            rows.append(int(input_ids.shape[0]))
+            return forward(input_ids, *args, **kw)
+
+        module.encoder.forward = wrapped  # type: ignore[method-assign]
+
+    for simcse, expected in (
+        # per cycle of 3 batches of 8: sst 8 (task) + 8 (view 2); qqp 'cross' 8 (pairs) + 2 x 16 (both views
+        # of both sides, nothing to reuse); sts 'siamese' 16 (task, both sides) + 16 (view 2)
+        (SimCSEConfig(), 2 * ((8 + 8) + (8 + 32) + (16 + 16))),
+        (None, 2 * (8 + 8 + 16)),
+    ):
+        rows.clear()
+        pl.seed_everything(0, verbose=False)
+        module = tiny_module(simcse=simcse)
+        counting(module)
+        data = TinyData()
+        data.steps = 6
+        trainer = pl.Trainer(
+            accelerator="cpu",
+            max_epochs=1,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            limit_val_batches=0,
+        )
+        trainer.fit(module, datamodule=data)
+        assert sum(rows) == expected, rows
+
+
+def test_first_view_is_the_given_vectors_and_the_second_a_new_pass() -> None:
+    module = tiny_module(simcse=SimCSEConfig(temperature=0.2))
+    module.train()
+    batch = make_batch("sts")  # siamese in the tiny module
+    torch.manual_seed(1)
+    u, v = module.encode(batch)
+    view = torch.cat([u, v]).detach()
+    torch.manual_seed(2)
+    got = module.simcse_loss(batch, first_view=view)
+    length = max(batch["input_ids_a"].shape[1], batch["input_ids_b"].shape[1])
+    pad = lambda x: torch.nn.functional.pad(x, (0, length - x.shape[1]))  # noqa: E731
+    ids = torch.cat([pad(batch["input_ids_a"]), pad(batch["input_ids_b"])])
+    mask = torch.cat([pad(batch["attention_mask_a"]), pad(batch["attention_mask_b"])])
+    torch.manual_seed(2)
+    second = pool(module.encoder(ids, mask, torch.zeros_like(ids), task="sts"), mask).detach()
+    n = len(ids)
+    tokens = [ids[r][mask[r].bool()].tolist() for r in range(n)]
+    skip = {
+        (i, j)
+        for i in range(n)
+        for j in range(n)
+        if i != j and (abs(i - j) == n // 2 or tokens[i] == tokens[j])
+    }
+    assert float(got.detach()) == pytest.approx(_hand_loss(view, second, 0.2, skip), rel=1e-4)

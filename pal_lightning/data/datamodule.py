@@ -89,7 +89,7 @@ def _per_task(value: int | Mapping[str, int], tasks: Sequence[str], what: str) -
         missing = [t for t in tasks if t not in value and default is None]
         if unknown or missing:
             raise PalUserError(
-                f"{what} per task must name the tasks {list(tasks)} (or give a 'default'); "
+                f"{what} (--data.{what}) per task must name the tasks {list(tasks)} (or give a 'default'); "
                 f"unknown {unknown}, missing {missing}."
             )
         out = {t: int(value.get(t, default)) for t in tasks}  # type: ignore[arg-type]
@@ -97,7 +97,11 @@ def _per_task(value: int | Mapping[str, int], tasks: Sequence[str], what: str) -
         out = dict.fromkeys(tasks, int(value))
     bad = {t: b for t, b in out.items() if b < 1}
     if bad:
-        raise PalUserError(f"{what} must be >= 1, got {bad}.")
+        # name the option as the user wrote it, and the value they gave (not the per-task expansion)
+        given = bad if isinstance(value, Mapping) else value
+        raise PalUserError(
+            f"{what} (--data.{what}) must be at least 1, got {given!r}. Give a positive number."
+        )
     return out
 
 

@@ -5,10 +5,14 @@ task both sides of every pair (a ``cross`` pair ``[CLS] a [SEP] b [SEP]`` is cut
 ``[CLS] a [SEP]`` and ``[CLS] b [SEP]`` by its segment ids). The module encodes them with the batch's
 task active (its PAL adapter; the plain encoder with ``adapter: none``) and its own pooling:
 
-* ``unsup``: all sentences twice, in one pass of ``2N`` sequences, so that every copy gets its own
-  dropout mask; the two views of a sentence are positives, all other sentences negatives;
+* ``unsup``: every sentence twice with independent dropout masks; the two views of a sentence are
+  positives, all other sentences negatives;
 * ``sup``: each pair once; pairs labelled ``positive_label`` give anchor ``a`` and positive ``b``,
   pairs labelled ``hard_negative_label`` (if set) give their ``b`` as a hard negative for every anchor.
+
+In training the step's own task forward (single sentences, ``siamese`` pairs) is the first view, so
+``unsup`` costs one more forward/backward of the sentences and ``sup`` none; ``cross`` pairs, whose
+task forward sees the pair as one sequence, need both views encoded (in one pass of ``2N``).
 
 The maths is :func:`pal_lightning.losses.simcse_loss`.
 """
@@ -53,8 +57,8 @@ class SimCSEConfig:
     """Tasks whose batches also train SimCSE, on their own text (both sides of a pair). ``None``: every
     task of the model (in ``sup`` mode: every pair classification task)."""
     every_k_steps: int = 1
-    """Add the loss on optimizer steps ``0, k, 2k, ...`` only (1 = every step); each SimCSE step costs an
-    extra forward and backward of the batch's sentences."""
+    """Add the loss on optimizer steps ``0, k, 2k, ...`` only (1 = every step); each ``unsup`` SimCSE step
+    costs an extra forward and backward of the batch's sentences (two for ``cross`` pairs)."""
     mode: SimCSEMode = "unsup"
     """``unsup``: each sentence encoded twice with dropout, the two views are positives. ``sup``: pairs
     labelled ``positive_label`` are positives (e.g. Quora duplicates), pairs labelled
@@ -199,26 +203,39 @@ def batch_sentences(batch: Mapping[str, Any], spec: TaskSpec) -> tuple[Inputs, I
 
 
 def simcse_batch_loss(
-    encode: Callable[[Inputs], Tensor], batch: Mapping[str, Any], spec: TaskSpec, config: SimCSEConfig
+    encode: Callable[[Inputs], Tensor],
+    batch: Mapping[str, Any],
+    spec: TaskSpec,
+    config: SimCSEConfig,
+    first_view: Tensor | None = None,
 ) -> Tensor:
     """SimCSE loss of one training batch; ``encode`` maps encoder inputs to pooled vectors ``[N, H]``.
 
-    ``encode`` must run with dropout on (training mode) and the batch's task active. Every DDP rank
-    must call this at the same steps when ``config.gather_across_ranks`` is set (the task sampler gives
-    all ranks the same task, so they do).
+    ``encode`` must run with dropout on (training mode) and the batch's task active. ``first_view``:
+    the batch's sentences (``[a; b]`` for pairs) already encoded the same way, e.g. by the step's task
+    forward; it is then the first view (``unsup``: one more pass gives the second; ``sup``: no more
+    pass at all). Without it (or with a row count that does not fit) every view is encoded here.
+    Every DDP rank must call this at the same steps when ``config.gather_across_ranks`` is set (the
+    task sampler gives all ranks the same task, so they do).
     """
     first, second = batch_sentences(batch, spec)
+    rows = first["input_ids"].shape[0] * (1 if second is None else 2)
+    if first_view is not None and first_view.shape[0] != rows:
+        first_view = None
     ignore = None
     if config.mode == "unsup":
         sentences = first if second is None else concat_inputs([first, second])
-        z1, z2 = encode(concat_inputs([sentences, sentences])).chunk(2)
+        if first_view is None:  # one pass of 2N sequences: every copy gets its own dropout mask
+            z1, z2 = encode(concat_inputs([sentences, sentences])).chunk(2)
+        else:
+            z1, z2 = first_view, encode(sentences)
         hard = None
         if second is not None and config.mask_pair_partners:
             ignore = not_negatives(sentences)
     else:
         if second is None or LABELS not in batch:
             raise PalUserError(f"simcse mode 'sup' needs labelled pairs; the {spec.name!r} batch has none.")
-        u, v = encode(concat_inputs([first, second])).chunk(2)
+        u, v = (encode(concat_inputs([first, second])) if first_view is None else first_view).chunk(2)
         labels = batch[LABELS]
         positive = labels == config.positive_label
         z1, z2 = u[positive], v[positive]
