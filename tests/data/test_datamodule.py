@@ -272,3 +272,38 @@ def test_cache_dir_default_from_env(data_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("PAL_CACHE_DIR", str(tmp_path / "envcache"))
     assert MultiTaskDataModule(data_dir=str(data_dir), cache_dir=None).cache_dir == tmp_path / "envcache"
     assert MultiTaskDataModule(data_dir=str(data_dir), cache_dir="null").cache_dir == tmp_path / "envcache"
+
+
+def test_annealing_horizon_from_max_steps_reaches_the_sampler(tmp_path):
+    """Training sized by ``max_steps`` anneals over ``ceil(max_steps / steps_per_epoch)`` epochs.
+
+    Very unequal tasks (qqp 401 examples, sst and sts 8) make alpha visible in the draws: the share
+    of qqp falls from 401 / 417 at alpha 1 to about a half at alpha 0.2. Expected values from the
+    formulas alpha_e = 1 - 0.8 (e - 1) / (E - 1) and p = N^alpha / sum N^alpha, written out here.
+    """
+    from data_helpers import make_cs224n_dir
+
+    data = make_cs224n_dir(tmp_path / "data", n_sst=8, n_qqp=400, n_sts=8, bad_rows=False)
+    dm = make_dm(data, tmp_path, sampling="annealed", steps_per_epoch=50, cache_dir=False)
+    model, trainer = fit(dm, tmp_path / "run", max_epochs=None, max_steps=200)
+    assert trainer.global_step == 200 and trainer.current_epoch == 4
+    assert dm.schedule.num_epochs == 4  # ceil(200 / 50), not 1 (which would be proportional sampling)
+    sizes = {"sst": 8, "qqp": 401, "sts": 8}  # the fixture adds one quoted qqp row
+    assert dm.train_sizes == sizes
+    for epoch in range(4):
+        alpha = 1 - 0.8 * epoch / 3
+        total = sum(n**alpha for n in sizes.values())
+        expected = {t: n**alpha / total for t, n in sizes.items()}
+        assert dm.task_probabilities_for_epoch(epoch) == pytest.approx(expected, rel=1e-12)
+        # the real sampler's draws in this epoch follow them (within 4 standard deviations)
+        drawn = [task for e, task, _ in model.seen if e == epoch]
+        assert len(drawn) == 50
+        p = expected["qqp"]
+        assert abs(drawn.count("qqp") - 50 * p) <= 4 * (50 * p * (1 - p)) ** 0.5 + 1, (epoch, drawn.count("qqp"))
+    per_epoch = [sum(task == "qqp" for e, task, _ in model.seen if e == epoch) for epoch in range(4)]
+    assert per_epoch[0] >= 44 and per_epoch[3] <= 36  # alpha 1 -> 48 expected, alpha 0.2 -> 26
+    # over the four epochs (expected 48.1 + 44.9 + 37.8 + 26.0, sd 5.3): a sampler one epoch ahead
+    # (expected 134.7) or not annealing (192.3) is far outside
+    shares = [sizes["qqp"] ** a / sum(n**a for n in sizes.values()) for a in (1, 1 - 0.8 / 3, 1 - 1.6 / 3, 0.2)]
+    mean, sd = sum(50 * p for p in shares), sum(50 * p * (1 - p) for p in shares) ** 0.5
+    assert abs(sum(per_epoch) - mean) <= 3 * sd, (per_epoch, mean, sd)

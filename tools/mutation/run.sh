@@ -15,7 +15,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 WORK="${MUTATION_WORK:-/tmp/pal-mutation}"
 JOBS="${MUTATION_JOBS:-2}"
-export HF_HUB_OFFLINE=1 HYPOTHESIS_PROFILE=mutation
+# one thread: mutmut limits each mutant's CPU time, and idle OpenMP threads spinning would use it up
+export HF_HUB_OFFLINE=1 HYPOTHESIS_PROFILE=mutation OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
 # target -> "module(s) to mutate | tests that must kill the mutants"
 declare -A MODULES TESTS MUTANTS
