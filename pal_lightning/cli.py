@@ -45,7 +45,6 @@ from jsonargparse import ArgumentError as _JsonArgumentError
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import (
     Callback,
-    LearningRateMonitor,
     ModelCheckpoint,
     ProgressBar,
 )
@@ -60,6 +59,7 @@ from pal_lightning.callbacks.fit_summary import FitSummary
 from pal_lightning.callbacks.progress import RunProgressBar
 from pal_lightning.callbacks.rng_state import RNGStateCallback
 from pal_lightning.callbacks.score_report import ScoreReport
+from pal_lightning.callbacks.training_log import TrainingLog
 from pal_lightning.cli_help import (
     HELP_ALL,
     SUBCOMMAND_HELP,
@@ -110,7 +110,7 @@ def default_trainer_settings() -> dict[str, Any]:
         "callbacks": [
             FitSummary(),
             RunProgressBar(leave=True),
-            LearningRateMonitor(logging_interval="step"),
+            TrainingLog(),  # task, steps per task, throughput, grad norm, distinct learning rates
             ScoreReport(monitor=MONITOR),
             RNGStateCallback(),
         ],
@@ -163,7 +163,10 @@ def run_loggers(root_dir: str | os.PathLike[str]) -> list[Any]:
         _remember_new_folder(Path(root) / f"version_{version}")
     return [
         CSVLogger(save_dir=root, name="", version=version),
-        TensorBoardLogger(save_dir=root, name="", version=version, sub_dir="tensorboard"),
+        # no hp_metric: it would stay at its placeholder -1 (the scores are the val/* metrics)
+        TensorBoardLogger(
+            save_dir=root, name="", version=version, sub_dir="tensorboard", default_hp_metric=False
+        ),
     ]
 
 
@@ -315,7 +318,8 @@ class PalLightningCLI(LightningCLI):
             # checkpoints can run code when unpickled: load only tensors and plain values by default
             parser.set_defaults(weights_only=True)
         if subcommand in ("validate", "test"):
-            parser.set_defaults(verbose=False)  # ScoreReport prints the score table (Lightning's would repeat it)
+            # ScoreReport prints the score table (Lightning's would repeat it)
+            parser.set_defaults(verbose=False)
         return parser
 
     def before_instantiate_classes(self) -> None:

@@ -406,7 +406,9 @@ class MultiTaskModule(PretrainedMixin, InferenceMixin, pl.LightningModule):
         finally:
             self._simcse_capturing = False
         size = len(batch["ids"])
-        self.log(f"train/{task}/loss", loss, batch_size=size)
+        # logger=False: Lightning would repeat every task's last loss on every metrics.csv row;
+        # TrainingLog writes the trained task's loss alone
+        self.log(f"train/{task}/loss", loss, batch_size=size, logger=False)
         if use_simcse:
             view, self._simcse_view = self._simcse_view, None
             auxiliary = self.simcse_loss(batch, first_view=view)

@@ -1,0 +1,137 @@
+"""What a multi-task run's ``metrics.csv`` should show: the method at work, one clean row per logged step.
+
+Every ``trainer.log_every_n_steps`` optimizer steps (global rank 0) :class:`TrainingLog` writes one
+row straight to the run's loggers, at the step it describes:
+
+* ``train/task_index`` (position of the task in the model's task list) and ``train/<task>/loss``
+  for the task that step trained, and no other task's loss (Lightning's own logging repeats the
+  last value of every task on every row);
+* ``train/steps/<task>``: training batches of each task so far, this run;
+* ``train/examples_per_s`` and ``train/tokens_per_s`` (non-padding tokens) since the last row, of
+  all processes (rank 0's count times the world size: under DDP every rank takes the same batch size);
+* ``train/grad_norm``: the L2 norm of all gradients of that step, after any projection by
+  earlier callbacks (GEM) and before clipping;
+* ``lr/<group>``: the learning rate of each parameter group, one per group and not again for its
+  ``_no_decay`` twin, which always has the same rate.
+
+At the start of every epoch it writes ``sampling/p_<task>``, the data module's task probabilities
+of that epoch (the annealing schedule at work).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Callback
+
+NO_DECAY = "_no_decay"
+
+
+def distinct_learning_rates(param_groups: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """``{group name: lr}``, leaving out a ``<name>_no_decay`` group whose ``<name>`` twin has the same rate."""
+    rates = {str(g.get("name", f"group{i}")): float(g["lr"]) for i, g in enumerate(param_groups)}
+    return {
+        name: lr
+        for name, lr in rates.items()
+        if not (name.endswith(NO_DECAY) and rates.get(name[: -len(NO_DECAY)]) == lr)
+    }
+
+
+def gradient_norm(parameters: Sequence[torch.nn.Parameter]) -> float | None:
+    """The L2 norm of all gradients together (``None`` when no parameter has one)."""
+    grads = [p.grad.detach().float().norm() for p in parameters if p.grad is not None]
+    if not grads:
+        return None
+    return float(torch.stack(grads).norm())
+
+
+def _tokens(batch: Mapping[str, Any]) -> int:
+    masks = [v for k, v in batch.items() if k.startswith("attention_mask") and isinstance(v, torch.Tensor)]
+    return int(sum(int(m.sum()) for m in masks))
+
+
+class TrainingLog(Callback):
+    """Write the per-step training row and the per-epoch sampling probabilities described above."""
+
+    def __init__(self) -> None:
+        self.steps_per_task: dict[str, int] = {}
+        self._grad_norm: float | None = None
+        self._rates: dict[str, float] = {}
+        self._stepped = False
+        self._examples = 0
+        self._tokens = 0
+        self._since = time.perf_counter()
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.steps_per_task = dict.fromkeys(getattr(pl_module, "task_specs", {}) or {}, 0)
+        self._since = time.perf_counter()
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        probabilities = getattr(trainer.datamodule, "task_probabilities_for_epoch", None)
+        if not callable(probabilities) or not trainer.is_global_zero:
+            return
+        try:
+            p = probabilities(trainer.current_epoch)
+        except Exception:  # noqa: BLE001 - a schedule without probabilities (sequential phases)
+            return
+        self._write(trainer, {f"sampling/p_{task}": float(v) for task, v in p.items()})
+
+    def _logging_step(self, trainer: pl.Trainer) -> bool:
+        return trainer.is_global_zero and trainer.global_step % max(1, trainer.log_every_n_steps) == 0
+
+    def on_before_optimizer_step(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
+        self._stepped = True
+        # the rates this step uses: by the end of the batch the scheduler has moved to the next step's
+        self._rates = distinct_learning_rates(optimizer.param_groups)
+        # only on logging steps: the norm costs a device synchronisation
+        self._grad_norm = gradient_norm(list(pl_module.parameters())) if self._logging_step(trainer) else None
+
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        if isinstance(batch, Mapping):
+            self._examples += len(batch.get("ids", ()))
+            self._tokens += _tokens(batch)
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        task = batch.get("task") if isinstance(batch, Mapping) else None
+        if task is None:
+            return
+        self.steps_per_task[task] = self.steps_per_task.get(task, 0) + 1
+        if not self._stepped:  # inside a gradient-accumulation window: no optimizer step yet
+            return
+        self._stepped = False
+        # global_step already counts this batch's optimizer step: the row describes step - 1
+        step = trainer.global_step - 1
+        if not trainer.is_global_zero or step % max(1, trainer.log_every_n_steps) != 0:
+            return
+        now = time.perf_counter()
+        elapsed = max(now - self._since, 1e-9)
+        tasks = list(self.steps_per_task)
+        row: dict[str, float] = {
+            "train/task_index": float(tasks.index(task)),
+            "train/examples_per_s": self._examples * trainer.world_size / elapsed,
+            "train/tokens_per_s": self._tokens * trainer.world_size / elapsed,
+        }
+        loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
+        if isinstance(loss, torch.Tensor):
+            row[f"train/{task}/loss"] = float(loss.detach())
+        row.update({f"train/steps/{t}": float(n) for t, n in self.steps_per_task.items()})
+        if self._grad_norm is not None:
+            row["train/grad_norm"] = self._grad_norm
+        row.update({f"lr/{k}": v for k, v in self._rates.items()})
+        self._write(trainer, row, step)
+        self._examples, self._tokens, self._since = 0, 0, now
+
+    @staticmethod
+    def _write(trainer: pl.Trainer, metrics: dict[str, float], step: int | None = None) -> None:
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics, step=trainer.global_step if step is None else step)
