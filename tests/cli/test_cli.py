@@ -3,6 +3,7 @@ validates, tests and predicts on fixture data, reruns never overwrite, user mist
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 from pathlib import Path
@@ -85,6 +86,18 @@ def test_fit_validate_test_predict_and_reruns(
     }
     assert scores["steps"] == 4
     (ckpt,) = (run0 / "checkpoints").glob("best-*.ckpt")
+    # "best" is the validation with the highest val/overall, by the logger's own record (metrics.csv
+    # logs a validation at global step - 1); here the first of two, so neither min nor last passes
+    with (run0 / "metrics.csv").open() as f:
+        logged = {int(r["step"]) + 1: float(r["val/overall"]) for r in csv.DictReader(f) if r.get("val/overall")}
+    assert sorted(logged) == [2, 4] and logged[2] != logged[4]
+    best_step = max(logged, key=lambda step: logged[step])
+    best = scores["best"]["scores"]
+    assert scores["best"]["step"] == best_step and best["val/overall"] == pytest.approx(logged[best_step])
+    assert ckpt.name.startswith(f"best-step{best_step}-")  # the checkpoint callback chose the same one
+    # the overall of the best validation: the CS224N formula by hand over its task scores
+    by_hand = (best["val/sst/accuracy"] + best["val/qqp/accuracy"] + (best["val/sts/pearson"] + 1) / 2) / 3
+    assert scores["overall"] == pytest.approx(by_hand, abs=1e-6) and best["val/overall"] == pytest.approx(by_hand)
     assert (run0 / "checkpoints" / "last.ckpt").is_file()  # written by the last_checkpoint callback
     config_digest = _digest(run0 / "config.yaml")
 
