@@ -225,6 +225,11 @@ class MultiTaskDataModule(pl.LightningDataModule):
         self.sampling = sampling
         self.task_weights = dict(task_weights) if task_weights is not None else None
         self.task_multipliers = dict(task_multipliers) if task_multipliers else None
+        if self.task_multipliers and schedule == "sequential":
+            raise PalUserError(
+                "task_multipliers scale the draws of the interleaved schedule; the sequential schedule trains "
+                "its phases in order. Drop task_multipliers, or use --data.schedule interleaved."
+            )
         self.steps_per_epoch_arg = steps_per_epoch
         self.anneal_epochs = anneal_epochs
         self.on_bad_row = on_bad_row

@@ -10,6 +10,10 @@ Usage::
 
     pal-lightning pretrain --config configs/pretrain_mlm.yaml
     pal-lightning pretrain --config configs/pretrain_mlm.yaml --trainer.max_steps 200 --data.init_args.tasks "[sst]"
+    pal-lightning pretrain --config configs/pretrain_mlm.yaml --ckpt_path last   # continue the newest run
+
+A resumed run continues the step count, the learning-rate schedule and the mask stream; the order of
+the sentences restarts its epoch (plain shuffled loaders), so it is not bit-exact mid-epoch.
 """
 
 from __future__ import annotations
@@ -68,6 +72,13 @@ class PretrainCLI(PalLightningCLI):
             }
         )
         parser.link_arguments("model.init_args.encoder", "data.init_args.tokenizer")
+        parser.add_argument(
+            "--ckpt_path",
+            type=str | None,
+            default=None,
+            help="Resume pre-training from this checkpoint, or 'last': the newest last.ckpt under "
+            "trainer.default_root_dir (the resumed run writes its encoder into its own new run folder).",
+        )
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.set_defaults(
             {
@@ -80,7 +91,8 @@ class PretrainCLI(PalLightningCLI):
         )
 
     def before_instantiate_classes(self) -> None:
-        """Nothing to resolve: ``pretrain`` has no ``--ckpt_path`` of a fine-tuning run."""
+        """Resolve ``--ckpt_path last`` and check that a given checkpoint exists (before any work)."""
+        self.ckpt_path = self._resolve_ckpt_path(self.config)
 
 
 def run_pretrain(args: list[str]) -> None:
@@ -88,4 +100,4 @@ def run_pretrain(args: list[str]) -> None:
     # args are given explicitly: hide the host program's own argv from LightningCLI's check
     with mock.patch.object(sys, "argv", sys.argv[:1]):
         cli = PretrainCLI(args=args)
-    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.ckpt_path)

@@ -188,6 +188,10 @@ def test_datamodule_takes_multipliers(data_dir: Path) -> None:
     assert dm.hparams["task_multipliers"] == {"cfimdb": 0.5}
     with pytest.raises(PalUserError, match="unknown tasks \\['snli'\\]"):
         MultiTaskDataModule(tasks=["sst"], data_dir=data_dir, task_multipliers={"snli": 0.5})
+    with pytest.raises(PalUserError, match="sequential schedule"):
+        MultiTaskDataModule(
+            tasks=["sst"], data_dir=data_dir, schedule="sequential", task_multipliers={"sst": 2}
+        )
 
 
 def test_score_table_marks_auxiliary_tasks() -> None:

@@ -74,3 +74,19 @@ def test_pretrain_never_overwrites_output_dir(tmp_path: Path, capsys: pytest.Cap
     assert main(["pretrain", "--config", str(config)]) == 2
     assert "already holds files" in capsys.readouterr().err
     assert (taken / "model.safetensors").read_bytes() == before
+
+
+def test_pretrain_resumes_from_last(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = write_cs224n_data(tmp_path / "data")
+    encoder = tiny_encoder(tmp_path / "tiny_bert", with_head=False)
+    config = str(pretrain_config(tmp_path, encoder, data))
+    assert main(["pretrain", "--config", config]) == 0
+    first = torch.load(tmp_path / "runs" / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert first["global_step"] == 3
+    capsys.readouterr()
+    assert main(["pretrain", "--config", config, "--ckpt_path", "last", "--trainer.max_steps", "5"]) == 0
+    assert "last.ckpt" in capsys.readouterr().err  # it says which checkpoint it continues from
+    second = torch.load(tmp_path / "runs" / "version_1" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert second["global_step"] == 5 and second["mlm_masked_batches"] == 5  # continued, not restarted
+    assert (tmp_path / "runs" / "version_1" / "encoder" / "model.safetensors").is_file()
+    assert main(["pretrain", "--config", config, "--ckpt_path", str(tmp_path / "nothing.ckpt")]) == 2
