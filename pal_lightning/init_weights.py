@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 def check_init_from(path: str | None) -> None:
-    """Fail at construction, not after data loading, when ``init_from`` names no file.
+    """Fail with one line when ``init_from`` names no file.
 
     Raises:
         PalUserError: naming the path and what to pass instead.

@@ -43,7 +43,7 @@ from pal_lightning.batch import LABELS, TASK, side_keys
 from pal_lightning.errors import PalUserError
 from pal_lightning.hub import DEFAULT_ENCODER, resolve_encoder
 from pal_lightning.inference import InferenceMixin
-from pal_lightning.init_weights import check_init_from, load_initial_weights
+from pal_lightning.init_weights import load_initial_weights
 from pal_lightning.metrics import build_task_metrics, overall_over, scored_task_names
 from pal_lightning.modeling.heads import POOLING_MODES, build_head, check_loss, pool, predict, task_loss
 from pal_lightning.modeling.param_groups import GroupRates, build_parameter_groups
@@ -154,7 +154,8 @@ class MultiTaskModule(PretrainedMixin, InferenceMixin, pl.LightningModule):
         init_from: a checkpoint of this module (e.g. the best one of a joint stage-1 run) whose weights
             are copied in when ``fit`` starts: weights only, not a resume (no optimizer, schedule or step
             count); checked like any checkpoint (same tasks, encoder and adapter shape). Used by the
-            two-stage recipe "joint, then specialise" with ``freeze_encoder``.
+            two-stage recipe "joint, then specialise" with ``freeze_encoder``. The file is read only
+            then, so a stage-2 checkpoint still loads (validate, predict) where it is gone.
     """
 
     def __init__(
@@ -196,7 +197,6 @@ class MultiTaskModule(PretrainedMixin, InferenceMixin, pl.LightningModule):
         # saved as a plain dict for the same reason (weights_only loading)
         self.save_hyperparameters({"simcse": None if self.simcse is None else asdict(self.simcse)})
         self.save_hyperparameters({"auxiliary": check_auxiliary(auxiliary, list(self.task_specs))})
-        check_init_from(init_from)
         if pooling not in POOLING_MODES:
             raise PalUserError(f"Unknown pooling {pooling!r}: choose one of {POOLING_MODES}.")
         if not 0.0 <= warmup_ratio <= 1.0:

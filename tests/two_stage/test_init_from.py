@@ -110,8 +110,11 @@ def test_init_from_refuses_another_model(
     message = str(err.value)
     assert "does not fit this model" in message and "sst, qqp, sts" in message and "\n" not in message
     assert all(torch.equal(v, before[k]) for k, v in other.state_dict().items())  # nothing half-loaded
+    # read when fit starts, not at construction: a stage-2 checkpoint loads where stage 1's file is gone
+    gone = tiny(init_from=str(tmp_path / "missing.ckpt"))
     with pytest.raises(PalUserError, match="init_from checkpoint .*missing.ckpt does not exist"):
-        tiny(init_from=str(tmp_path / "missing.ckpt"))
+        gone.setup("fit")
+    gone.setup("validate")  # nothing to read outside fit
     bad = tmp_path / "bad.ckpt"  # a truncated copy: one line naming the file, no traceback
     bad.write_bytes(ckpt.read_bytes()[: ckpt.stat().st_size // 2])
     with pytest.raises(PalUserError, match="bad.ckpt"):
