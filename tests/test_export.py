@@ -1,0 +1,98 @@
+"""One task as a plain torch module, and its ONNX export (checked with onnxruntime when installed)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from pal_lightning import MultiTaskModule, PalUserError  # noqa: E402
+from pal_lightning.export import SingleTaskModel, export_onnx  # noqa: E402
+from pal_lightning.testing import TINY_BERT  # noqa: E402
+
+A = ["one", "a much longer sentence with many more words than the others", "three words here"]
+B = ["completely different", "short", "a medium sized second sentence"]
+
+
+@pytest.fixture(scope="module")
+def module() -> MultiTaskModule:
+    torch.manual_seed(0)
+    return MultiTaskModule(
+        bert_config=TINY_BERT,
+        pal_size=8,
+        pal_heads=2,
+        pal_init="random",
+        pair_encoding={"sts": "siamese", "default": "cross"},
+    ).eval()
+
+
+def batch_inputs(module: MultiTaskModule, task: str) -> tuple[torch.Tensor, ...]:
+    tok, keys = module.tokenizer, ("input_ids", "attention_mask", "token_type_ids")
+    if task == "sst":
+        enc = tok(A, return_tensors="pt", padding=True)
+        return tuple(enc[k] for k in keys)
+    if task == "qqp":
+        enc = tok(A, B, return_tensors="pt", padding=True)
+        return tuple(enc[k] for k in keys)
+    a, b = tok(A, return_tensors="pt", padding=True), tok(B, return_tensors="pt", padding=True)
+    return tuple(a[k] for k in keys) + tuple(b[k] for k in keys)
+
+
+def module_output(module: MultiTaskModule, task: str, inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """The multi-task module's own forward on the same tensors (the reference)."""
+    keys = ("input_ids", "attention_mask", "token_type_ids")
+    if task == "sts":
+        batch = {
+            f"{k}_{s}": v
+            for s, part in (("a", inputs[:3]), ("b", inputs[3:]))
+            for k, v in zip(keys, part, strict=True)
+        }
+    else:
+        batch = dict(zip(keys, inputs, strict=True))
+    with torch.no_grad():
+        return module({**batch, "task": task})
+
+
+@pytest.mark.parametrize("task", ["sst", "qqp", "sts"])
+def test_single_task_module_equals_the_multitask_forward(module: MultiTaskModule, task: str) -> None:
+    single = SingleTaskModel(module, task)
+    assert list(single.encoder.adapters) == [task]  # only its own adapter is kept
+    inputs = batch_inputs(module, task)
+    with torch.no_grad():
+        out = single(*inputs)
+    torch.testing.assert_close(out, module_output(module, task, inputs), rtol=0, atol=1e-6)
+    assert "lightning" not in type(single).__mro__[1].__module__
+    # copies: training the multi-task module further does not change the exported one
+    assert not any(p is q for p in single.parameters() for q in module.parameters())
+
+
+def test_unknown_task(module: MultiTaskModule) -> None:
+    with pytest.raises(PalUserError, match="Unknown task 'nope'"):
+        SingleTaskModel(module, "nope")
+
+
+@pytest.mark.parametrize("task", ["sst", "qqp", "sts"])
+def test_onnx_matches_pytorch_on_other_shapes(module: MultiTaskModule, task: str, tmp_path: Path) -> None:
+    ort = pytest.importorskip("onnxruntime", reason="the export extra is not installed")
+    single = SingleTaskModel(module, task)
+    path = export_onnx(single, tmp_path / f"{task}.onnx", single.example_inputs(module.tokenizer))
+    session = ort.InferenceSession(str(path))
+    inputs = batch_inputs(module, task)  # another batch size and other lengths than the traced ones
+    out = session.run(None, {n: t.numpy() for n, t in zip(single.input_names, inputs, strict=True)})[0]
+    with torch.no_grad():
+        ref = single(*inputs).numpy()
+    assert out.shape == ref.shape
+    np.testing.assert_allclose(out, ref, rtol=0, atol=1e-4)
+
+
+def test_export_refuses_inputs_without_padding(module: MultiTaskModule, tmp_path: Path) -> None:
+    pytest.importorskip("onnx", reason="the export extra is not installed")
+    single = SingleTaskModel(module, "sst")
+    enc = module.tokenizer(["same length", "same length"], return_tensors="pt", padding=True)
+    with pytest.raises(ValueError, match="padding"):
+        export_onnx(single, tmp_path / "x.onnx", tuple(enc[k] for k in single.input_names))
