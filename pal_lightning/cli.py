@@ -53,7 +53,7 @@ from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
-from pal_lightning.callbacks.best_checkpoint import BestCheckpoint
+from pal_lightning.callbacks.best_checkpoint import BestCheckpoint, LastCheckpoint
 from pal_lightning.callbacks.checkpoint_io import AtomicCheckpointIO
 from pal_lightning.callbacks.fit_summary import FitSummary
 from pal_lightning.callbacks.progress import RunProgressBar
@@ -294,7 +294,7 @@ class PalLightningCLI(LightningCLI):
         )
         # a second ModelCheckpoint owns last.ckpt (the one above keeps save_last off, so that two
         # callbacks never write the same file): after every validation by default, or every N steps
-        parser.add_lightning_class_args(ModelCheckpoint, "last_checkpoint")
+        parser.add_lightning_class_args(LastCheckpoint, "last_checkpoint")  # links to best at the same step
         parser.set_defaults(
             {
                 "last_checkpoint.monitor": None,
