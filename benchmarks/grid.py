@@ -4,7 +4,7 @@
 a CPU; this script is for a machine with room for several runs side by side (a GPU, where a
 MiniLM step is bound by kernel launches and one process leaves most of the device idle). Each
 method is a list of config files (a base and overlays, applied in order) plus command-line
-overrides; every method runs once per seed. Results land in ``runs.jsonl`` (one JSON object per
+overrides; every method runs once per seed (the spec's ``seeds``, or the method's own). Results land in ``runs.jsonl`` (one JSON object per
 finished run: method, seed, status, wall time, the dev scores of its ``scores.json``) as they
 arrive, so a grid cut short by ``--deadline`` still leaves every finished run.
 
@@ -14,6 +14,7 @@ so a partial grid holds complete pairs for the paired comparisons of ``--compare
 Usage::
 
     python benchmarks/grid.py --spec spec.json --out runs/grid --jobs 8 --deadline 480
+    python benchmarks/grid.py --summarize runs/grid/runs.jsonl --compare pals:shared
 
 with ``spec.json`` like::
 
@@ -43,8 +44,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def grid_runs(spec: dict[str, Any]) -> list[tuple[str, int]]:
-    """``(method, seed)`` pairs in seed-major order."""
-    return [(m, s) for s in spec["seeds"] for m in spec["methods"]]
+    """``(method, seed)`` pairs in seed-major order; a method may name its own ``seeds``."""
+    methods = spec["methods"]
+    seeds = sorted({s for m in methods.values() for s in m.get("seeds", spec["seeds"])})
+    return [(m, s) for s in seeds for m, entry in methods.items() if s in entry.get("seeds", spec["seeds"])]
 
 
 def run_one(
@@ -53,10 +56,9 @@ def run_one(
     """One ``fit`` of ``method`` with ``seed``; returns its ``runs.jsonl`` record."""
     entry = spec["methods"][method]
     configs = [REPO / c for c in entry["configs"]]
-    overlays = [a for c in configs[1:] for a in ("--config", str(c))]
     root = out / method / f"seed{seed}"
-    args = [*overlays, *spec.get("common_args", []), *entry.get("args", [])]
-    cmd = fit_command(configs[0], root, data_dir, seed, args)
+    args = [*spec.get("common_args", []), *entry.get("args", [])]
+    cmd = fit_command(configs, root, data_dir, seed, args)
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
     status, wall, run_dir = run_logged(cmd, root, root / "fit.log", env, REPO, timeout)
     record: dict[str, Any] = {"method": method, "seed": seed, "status": status, "wall_s": round(wall, 1)}
@@ -70,14 +72,53 @@ def run_one(
     return record
 
 
+def score_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``runs.jsonl`` records of finished runs as ``reproduce.py`` rows (method, seed, dev scores, overall)."""
+    from reproduce import cs224n_overall
+
+    rows = []
+    for record in records:
+        scores = record.get("scores")
+        if record.get("status") != "ok" or not scores:
+            continue
+        row = {
+            "method": record["method"],
+            "seed": record["seed"],
+            "sst_acc": scores.get("val/sst/accuracy"),
+            "qqp_acc": scores.get("val/qqp/accuracy"),
+            "sts_pearson": scores.get("val/sts/pearson"),
+        }
+        row["overall"] = cs224n_overall(row["sst_acc"], row["qqp_acc"], row["sts_pearson"])
+        rows.append(row)
+    return rows
+
+
+def summarize(paths: list[Path], comparisons: list[str]) -> str:
+    """Markdown of finished runs: mean +- sd per method and the paired differences ``A:B``."""
+    from reproduce import seed_sections
+
+    records = [json.loads(line) for path in paths for line in path.read_text().splitlines() if line.strip()]
+    pairs = [tuple(c.split(":", 1)) for c in comparisons]
+    return "\n".join(seed_sections(score_rows(records), pairs))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--spec", type=Path, required=True, help="JSON file: seeds and methods")
-    parser.add_argument("--out", type=Path, required=True, help="folder for the runs and runs.jsonl")
+    parser.add_argument(
+        "--summarize", type=Path, nargs="+", help="runs.jsonl files: print tables, run nothing"
+    )
+    parser.add_argument("--compare", action="append", default=[], help="A:B paired difference (repeatable)")
+    parser.add_argument("--spec", type=Path, help="JSON file: seeds and methods")
+    parser.add_argument("--out", type=Path, help="folder for the runs and runs.jsonl")
     parser.add_argument("--jobs", type=int, default=4, help="runs at once")
     parser.add_argument("--deadline", type=float, default=3600.0, help="seconds after which no run starts")
     parser.add_argument("--data-dir", type=Path, default=os.environ.get("PAL_DATA_DIR"))
     args = parser.parse_args(argv)
+    if args.summarize:
+        print(summarize(args.summarize, args.compare))
+        return 0
+    if args.spec is None or args.out is None:
+        parser.error("give --spec and --out (or --summarize FILES)")
     if args.data_dir is None:
         parser.error("give --data-dir or set PAL_DATA_DIR")
     spec = json.loads(args.spec.read_text())
