@@ -28,6 +28,7 @@ for hub ids (its cache, ``HF_HUB_OFFLINE`` and revision handling), ``HfApi`` for
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -501,4 +502,6 @@ def _plain_json(value: Any) -> Any:
         return [_plain_json(v) for v in value]
     if isinstance(value, Enum):
         return value.value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _plain_json(dataclasses.asdict(value))
     return value
