@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -131,3 +132,36 @@ def test_matching_checkpoints_load_and_resume_needs_the_same_order_and_freezing(
     frozen.on_load_checkpoint(_checkpoint(base))
     with pytest.raises(PalUserError, match="freeze_encoder is False in the checkpoint but True here"):
         frozen.on_load_checkpoint(_checkpoint(base, optimizer=True))
+
+
+@pytest.mark.parametrize(
+    ("trained", "now", "message"),
+    [
+        ({"pooling": "mean"}, {"pooling": "cls"}, "pooling is 'mean' in the checkpoint but 'cls' here"),
+        (
+            {"pair_encoding": {"default": "cross"}},
+            {"pair_encoding": {"default": "siamese"}},
+            "pair_encoding is {'default': 'cross'} in the checkpoint but {'default': 'siamese'} here",
+        ),
+        (
+            {"pal_placement": "all"},
+            {"pal_placement": "top"},
+            "pal_placement is 'all' in the checkpoint but 'top' here",
+        ),
+    ],
+)
+def test_checkpoint_with_other_pooling_pair_encoding_or_placement_is_refused(
+    trained: dict[str, Any], now: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(PalUserError, match=re.escape(message)):
+        tiny_module(**now).on_load_checkpoint(_checkpoint(tiny_module(**trained)))
+    tiny_module(**trained).on_load_checkpoint(_checkpoint(tiny_module(**trained)))  # the same one loads
+
+
+def test_checkpoint_of_another_pretrained_encoder_is_refused() -> None:
+    """A real encoder (the offline all-MiniLM-L6-v2): a checkpoint naming another one does not fit."""
+    module = MultiTaskModule(tasks=("sst",), pal_size=8, pal_heads=2)
+    saved = {"hyper_parameters": {**dict(module.hparams), "encoder": "bert-base-uncased"}}
+    with pytest.raises(PalUserError, match=r"encoder is 'bert-base-uncased' in the checkpoint but '.*MiniLM"):
+        module.on_load_checkpoint(saved)
+    module.on_load_checkpoint({"hyper_parameters": dict(module.hparams)})  # its own name fits
