@@ -9,8 +9,9 @@ A *run folder* is ``<default_root_dir>/version_N``: ``config.yaml``, ``metrics.c
 * ``--ckpt_path last`` (``best``) together with a run's own ``config.yaml`` means that run's
   ``last.ckpt`` (``best.ckpt``); with any other config, the newest such file under
   ``trainer.default_root_dir`` (:func:`resolve_named_checkpoint`);
-* a folder a failed command created is removed again unless it holds a checkpoint or predictions
-  (:func:`discard_unused`), so a refused command leaves nothing behind.
+* a folder a failed command created is removed again unless it holds results: a checkpoint,
+  predictions or logged metrics (:func:`discard_unused`), so a refused command leaves nothing behind
+  while a run that failed after training some steps keeps its logs.
 
 Pure path logic: no Lightning import.
 """
@@ -101,11 +102,14 @@ def evaluation_log_root(ckpt: str | os.PathLike[str], subcommand: str) -> Path |
 def discard_unused(folder: str | os.PathLike[str], stop: str | os.PathLike[str] | None = None) -> bool:
     """Remove ``folder`` (a run's log folder made by a failed command) unless it holds results.
 
-    Results are checkpoints and prediction files. Empty parents up to (not including) ``stop``
-    go too. Returns whether the folder was removed.
+    Results are checkpoints, prediction files and a ``metrics.csv`` with at least one row (a run
+    that failed after logging some steps). Empty parents up to (not including) ``stop`` go too.
+    Returns whether the folder was removed.
     """
     folder = Path(folder)
     if not folder.is_dir() or any(any(folder.rglob(pattern)) for pattern in _KEEP):
+        return False
+    if any(_has_rows(p) for p in folder.rglob("metrics.csv")):
         return False
     shutil.rmtree(folder, ignore_errors=True)
     parent = folder.parent
@@ -113,3 +117,12 @@ def discard_unused(folder: str | os.PathLike[str], stop: str | os.PathLike[str] 
         parent.rmdir()
         parent = parent.parent
     return not folder.exists()
+
+
+def _has_rows(csv_file: Path) -> bool:
+    """Whether a CSV file holds a row below its header."""
+    try:
+        with open(csv_file, encoding="utf-8") as f:
+            return sum(1 for line in f if line.strip()) > 1
+    except OSError:
+        return False

@@ -81,6 +81,13 @@ def test_discard_unused_keeps_results(tmp_path: Path) -> None:
     assert discard_unused(empty, stop=tmp_path / "root" / "run")
     assert not (tmp_path / "root" / "run" / "validate").exists() and (tmp_path / "root" / "run").is_dir()
 
+    logged = tmp_path / "root" / "version_2"  # failed after logging some steps: its logs stay
+    logged.mkdir(parents=True)
+    (logged / "metrics.csv").write_text("epoch,step,train/loss\n0,0,0.5\n")
+    assert not discard_unused(logged, stop=tmp_path)
+    (logged / "metrics.csv").write_text("epoch,step,train/loss\n")  # a header alone is no result
+    assert discard_unused(logged, stop=tmp_path)
+
     kept = tmp_path / "root" / "version_1"
     (kept / "checkpoints").mkdir(parents=True)
     (kept / "checkpoints" / "last.ckpt").write_bytes(b"w")
