@@ -168,6 +168,28 @@ def test_scheduler_follows_schedule_function() -> None:
             assert lr == pytest.approx(base * f)
 
 
+@pytest.mark.parametrize(
+    ("warmup_steps", "factors"),
+    [
+        # by hand: warmup (s + 1) / (w + 1), then (total - s) / (total - w); total 8
+        (3, [1 / 4, 2 / 4, 3 / 4, 1.0, 4 / 5, 3 / 5, 2 / 5, 1 / 5]),
+        (0, [1.0, 7 / 8, 6 / 8, 5 / 8, 4 / 8, 3 / 8, 2 / 8, 1 / 8]),
+    ],
+)
+def test_warmup_steps_overrides_warmup_ratio(warmup_steps: int, factors: list[float]) -> None:
+    module = tiny_module(lr=1e-3, warmup_ratio=0.25, warmup_steps=warmup_steps)  # the ratio alone gives 2
+    _attach(module, max_steps=8)
+    conf = module.configure_optimizers()
+    opt, sched = conf["optimizer"], conf["lr_scheduler"]["scheduler"]
+    group = next(g for g in opt.param_groups if g["name"].startswith("pretrained"))
+    seen = []
+    for _ in range(8):
+        seen.append(group["lr"] / 1e-3)
+        opt.step()
+        sched.step()
+    assert seen == pytest.approx(factors)
+
+
 # ---------------------------------------------------------------- optimizer groups and freezing
 
 
