@@ -41,6 +41,7 @@ __all__ = [
     "current_umask",
     "free_name",
     "fsync_dir",
+    "move_into_place",
     "new_file_mode",
 ]
 
@@ -159,12 +160,20 @@ def atomic_write_via(path: str | os.PathLike[str], write: Callable[[str], Any]) 
     os.close(fd)
     try:
         write(tmp)
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        _publish(tmp, path)
+        move_into_place(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def move_into_place(written: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
+    """Publish a finished file ``written`` (in ``path``'s folder) as ``path``: fsync, mode, atomic rename.
+
+    For writers that fill several files in a temporary folder first (``save_pretrained``).
+    """
+    with open(written, "rb+") as f:
+        os.fsync(f.fileno())
+    _publish(os.fspath(written), Path(path))
 
 
 def atomic_link_or_copy(source: str | os.PathLike[str], alias: str | os.PathLike[str]) -> None:

@@ -42,6 +42,7 @@ from typing import Any, TypeVar
 import torch
 
 from pal_lightning.errors import PalUserError
+from pal_lightning.files import move_into_place
 from pal_lightning.inference import DEFAULT_MAX_LENGTH
 from pal_lightning.tasks import task_to_dict
 
@@ -317,9 +318,10 @@ class PretrainedMixin:
             (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=False) + "\n")
             model_card(config).save(str(tmp / CARD_NAME))
             target.mkdir(exist_ok=True)
-            # whole files replace whole files: a reader never sees a half-written one
+            # whole files replace whole files (synced, with the modes open() gives): a reader never
+            # sees a half-written one
             for item in tmp.iterdir():
-                os.replace(item, target / item.name)
+                move_into_place(item, target / item.name)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         return target

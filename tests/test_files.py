@@ -117,14 +117,18 @@ def test_checkpoints_predictions_and_task_weights_are_readable_by_others(tmp_pat
         write_prediction_file(preds, "Predicted_Sentiment", [("a", 1), ("b", 3)])
         model = MultiTaskModule(tasks=["sst"], bert_config=TINY_BERT, pal_size=8, pal_heads=2)
         weights = save_task_weights(model, tmp_path / "sst.safetensors")
+        pretrained = model.save_pretrained(tmp_path / "model")
     finally:
         os.umask(old)
-    for path in (ckpt, preds, Path(weights)):
+    saved = sorted(Path(pretrained).iterdir())
+    assert {p.name for p in saved} >= {"config.json", "model.safetensors"}
+    for path in (ckpt, preds, Path(weights), *saved):
         assert _mode(path) == 0o644, path
-    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == [
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file() and p.parent.name != "model") == [
         "last.ckpt",
         "sst-dev-output.csv",
         "sst.safetensors",
     ]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left
     loaded = AtomicCheckpointIO().load_checkpoint(ckpt)
     assert torch.equal(loaded["state_dict"]["w"], torch.ones(2))
