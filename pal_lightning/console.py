@@ -19,12 +19,17 @@ DROPPED_PREFIXES = (
     "GPU available:",
     "TPU available:",
     "HPU available:",
+    "LOCAL_RANK:",  # "LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES: [0]" on every GPU run
     "Restoring states from the checkpoint path",  # the CLI prints "loading from <ckpt>"
     "Loaded model weights from the checkpoint",
     "`Trainer.fit` stopped: `max_steps=",  # the score report says how many steps ran
 )
 #: Loggers Lightning's ``rank_zero_info`` writes to.
-_LIGHTNING_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
+_LIGHTNING_LOGGERS = (
+    "lightning.pytorch.utilities.rank_zero",
+    "lightning.fabric.utilities.rank_zero",
+    "lightning.pytorch.accelerators.cuda",
+)
 
 
 class DropLightningChatter(logging.Filter):

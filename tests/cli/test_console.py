@@ -80,3 +80,31 @@ def test_quickstart_console_is_quiet_and_complete(tmp_path: Path, capfd: pytest.
     assert f"pal-lightning: wrote 6 prediction file(s) to {run / 'predictions'}: " in out
     for noise in NOISE:
         assert noise not in out + err, noise
+
+
+def test_quiet_lightning_drops_only_the_listed_lines() -> None:
+    import logging
+
+    from pal_lightning.console import quiet_lightning
+
+    quiet_lightning()
+    quiet_lightning()  # idempotent: one filter per logger
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.pytorch.accelerators.cuda"):
+        logger = logging.getLogger(name)
+        assert len(logger.filters) == 1
+        handler = Keep()
+        logger.addHandler(handler)
+        try:
+            logger.warning("GPU available: True (cuda), used: True")
+            logger.warning("LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES: [0]")
+            logger.warning("`Trainer.fit` stopped: `max_steps=4` reached.")
+            logger.warning("Checkpoint directory exists and is not empty.")  # actionable: kept
+        finally:
+            logger.removeHandler(handler)
+    assert seen == ["Checkpoint directory exists and is not empty."] * 2
