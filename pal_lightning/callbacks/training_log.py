@@ -5,7 +5,8 @@ row straight to the run's loggers, at the step it describes:
 
 * ``train/task_index`` (position of the task in the model's task list) and ``train/<task>/loss``
   for the task that step trained, and no other task's loss (Lightning's own logging repeats the
-  last value of every task on every row);
+  last value of every task on every row); for a classification task also ``train/<task>/accuracy``
+  on that batch (read from the module's forward output through a forward hook: no extra forward);
 * ``train/steps/<task>``: training batches of each task so far, this run;
 * ``train/examples_per_s`` and ``train/tokens_per_s`` (non-padding tokens) since the last row, of
   all processes (rank 0's count times the world size: under DDP every rank takes the same batch size);
@@ -28,6 +29,8 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from pal_lightning.batch import LABELS
+
 NO_DECAY = "_no_decay"
 
 
@@ -49,6 +52,18 @@ def gradient_norm(parameters: Sequence[torch.nn.Parameter]) -> float | None:
     return float(torch.stack(grads).norm())
 
 
+def batch_accuracy(pl_module: Any, task: str, output: torch.Tensor | None, labels: Any) -> float | None:
+    """Accuracy of a classification batch from the head ``output`` (``None`` for regression or unknown)."""
+    spec = (getattr(pl_module, "task_specs", {}) or {}).get(task)
+    predict = getattr(pl_module, "predict_from_output", None)
+    if output is None or spec is None or spec.is_regression or not callable(predict):
+        return None
+    if not isinstance(labels, torch.Tensor) or labels.numel() == 0:
+        return None
+    predicted = predict(task, output)
+    return float((predicted.reshape(-1) == labels.reshape(-1).to(predicted.device)).float().mean())
+
+
 def _tokens(batch: Mapping[str, Any]) -> int:
     masks = [v for k, v in batch.items() if k.startswith("attention_mask") and isinstance(v, torch.Tensor)]
     return int(sum(int(m.sum()) for m in masks))
@@ -62,6 +77,9 @@ class TrainingLog(Callback):
         self._grad_norm: float | None = None
         self._rates: dict[str, float] = {}
         self._stepped = False
+        self._batch: Any = None
+        self._output: torch.Tensor | None = None
+        self._hook: Any = None
         self._examples = 0
         self._tokens = 0
         self._since = time.perf_counter()
@@ -69,6 +87,18 @@ class TrainingLog(Callback):
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.steps_per_task = dict.fromkeys(getattr(pl_module, "task_specs", {}) or {}, 0)
         self._since = time.perf_counter()
+        if self._hook is None:
+            self._hook = pl_module.register_forward_hook(self._capture)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+
+    def _capture(self, module: torch.nn.Module, args: tuple[Any, ...], output: Any) -> None:
+        # the first forward of this step's own batch (not GEM's memory batches)
+        if self._output is None and args and args[0] is self._batch and isinstance(output, torch.Tensor):
+            self._output = output.detach()
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         probabilities = getattr(trainer.datamodule, "task_probabilities_for_epoch", None)
@@ -95,6 +125,7 @@ class TrainingLog(Callback):
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
+        self._batch, self._output = batch, None
         if isinstance(batch, Mapping):
             self._examples += len(batch.get("ids", ()))
             self._tokens += _tokens(batch)
@@ -124,6 +155,10 @@ class TrainingLog(Callback):
         loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
         if isinstance(loss, torch.Tensor):
             row[f"train/{task}/loss"] = float(loss.detach())
+        accuracy = batch_accuracy(pl_module, task, self._output, batch.get(LABELS))
+        if accuracy is not None:
+            row[f"train/{task}/accuracy"] = accuracy
+        self._batch, self._output = None, None
         row.update({f"train/steps/{t}": float(n) for t, n in self.steps_per_task.items()})
         if self._grad_norm is not None:
             row["train/grad_norm"] = self._grad_norm

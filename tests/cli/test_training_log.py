@@ -55,6 +55,12 @@ def test_metrics_csv_rows(tmp_path: Path) -> None:
         assert {t: int(float(r[f"train/steps/{t}"])) for t in tasks} == counts
         assert float(r["train/examples_per_s"]) > 0 and float(r["train/tokens_per_s"]) > 0
         assert float(r["train/grad_norm"]) > 0
+        if task == "sts":  # regression: no accuracy
+            assert not any(r[f"train/{t}/accuracy"] for t in ("sst", "qqp") if f"train/{t}/accuracy" in r)
+        else:  # the accuracy of one batch of 4: a multiple of 1/4, and only for the trained task
+            accuracy = float(r[f"train/{task}/accuracy"])
+            assert 0 <= accuracy <= 1 and (4 * accuracy) == pytest.approx(round(4 * accuracy))
+            assert not any(r.get(f"train/{t}/accuracy") for t in ("sst", "qqp") if t != task)
         # the schedule by hand: (s + 1) / (w + 1) while warming up, then (total - s) / (total - w)
         factor = (step + 1) / (warmup + 1) if step < warmup else (steps - step) / (steps - warmup)
         assert float(r["lr/new"]) == pytest.approx(head_lr * factor, rel=1e-6)
