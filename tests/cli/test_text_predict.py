@@ -12,6 +12,8 @@ import pytest
 from pal_lightning import MultiTaskModule
 from pal_lightning.cli import USER_ERROR_EXIT, main
 
+from .conftest import load_benchmark
+
 
 def _rows(path: Path) -> list[dict[str, str]]:
     with path.open(newline="", encoding="utf-8") as f:
@@ -38,6 +40,12 @@ def test_fit_saves_the_best_model_and_predict_reads_csv_and_jsonl(
     saved = torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
     model = MultiTaskModule.from_pretrained(folder)
     assert all(torch.equal(saved[k], v) for k, v in model.state_dict().items())
+    # and a new process loading only the folder predicts exactly what the checkpoint predicts
+    roundtrip = load_benchmark("pretrained_roundtrip").main(
+        ["--run", str(run), "--data-dir", str(tmp_path / "data"), "--n", "6"]
+    )
+    assert roundtrip["examples_per_task"] == {"sst": 6, "qqp": 6, "sts": 6}
+    assert roundtrip["max_abs_diff_all"] == 0.0
 
     sentences = tmp_path / "mine.csv"
     sentences.write_text('id,sentence\nr1,"a great, fun movie"\nr2,awful plot\nr3,ok\n', encoding="utf-8")
