@@ -11,7 +11,11 @@ vector to ``g`` that does, found through the ``t x t`` dual QP::
     g~ = g + G^T v
 
 By the KKT conditions ``G g~ = lambda - eps v`` with ``lambda = (G G^T + eps I) v + G g >= 0``,
-so the constraints hold up to the (small, relative) ridge ``eps``, also for ``margin > 0``.
+so the ridged solution violates the constraints by up to ``eps v`` (about 1 % of ``|g_k| |g~|``
+for nearly collinear memory gradients). :func:`solve_gem_dual_exact` therefore also solves the
+un-ridged dual exactly (an active-set non-negative least-squares method on the ``t x t`` matrices),
+so that ``G g~ >= -1e-9 |g_k| |g~|``, also for ``margin > 0``; the ridged solution stays as the
+fallback when the exact one is worse.
 
 A-GEM (Chaudhry et al., 2019) replaces the QP by one reference gradient ``g_ref`` of a
 batch drawn across the memories::
@@ -51,6 +55,7 @@ __all__ = [
     "ProjectionResult",
     "agem_project",
     "gem_coefficients",
+    "solve_gem_dual_exact",
     "project_gradient",
     "solve_gem_dual",
 ]
@@ -61,6 +66,8 @@ DEFAULT_EPS = 1e-3
 EPS_RETRIES = 3
 #: A memory gradient whose squared norm is at most this fraction of the largest one counts as zero.
 ZERO_ROW_RTOL = 1e-24
+#: Relative violation up to which the exact dual's solution is preferred to the ridged one.
+EXACT_TOL = 1e-9
 
 MODES = ("gem", "agem")
 CONSTRAINTS = ("others", "past")
@@ -100,6 +107,78 @@ def solve_gem_dual(GGt: np.ndarray, Gg: np.ndarray, margin: float, eps: float) -
     return np.asarray(quadprog.solve_qp(P, a, np.eye(t), b)[0], dtype=np.float64)
 
 
+def _relative_violation(P: np.ndarray, q: np.ndarray, v: np.ndarray, qq: float) -> float:
+    """``max_k -<g~, g_k> / (|g_k| max(|g~|, 1e-3 T))`` (0 when none is violated) for
+    ``g~ = g + G^T v``, from ``P = GG^T``, ``q = Gg`` and ``qq = |g|^2`` alone, where
+    ``T = max(|g|, sum_k |v_k| |g_k|)`` is the size of the terms that ``g~`` sums. (When the
+    projection is the origin or nearly, which happens when the constraints leave almost no
+    feasible direction, ``|g~|`` is rounding noise of those terms; the floor then measures the
+    violation against the terms themselves, as float64 rounding does.)"""
+    c = q + P @ v
+    norm_x = float(np.sqrt(max(qq + 2.0 * float(q @ v) + float(v @ P @ v), 0.0)))
+    rows = np.sqrt(np.maximum(np.diag(P), 0.0))
+    terms = max(float(np.sqrt(max(qq, 0.0))), float(np.abs(v) @ rows))  # |g|, sum_k |v_k| |g_k|
+    norm_x = max(norm_x, 1e-3 * terms)
+    scale = rows * norm_x
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(scale > 0, -c / scale, 0.0)
+    return float(max(rel.max(initial=0.0), 0.0))
+
+
+def solve_gem_dual_exact(P: np.ndarray, q: np.ndarray, margin: float, max_iter: int | None = None) -> np.ndarray:
+    """GEM's dual without a ridge, solved exactly by an active-set method (Lawson & Hanson's NNLS).
+
+    With ``v = margin + u``, the dual ``min_{v >= margin} 1/2 v^T P v + q^T v`` is
+    ``min_{u >= 0} 1/2 u^T P u + r^T u`` with ``r = q + margin P 1``, which equals
+    ``1/2 |h + G^T u|^2`` up to a constant (``h = g + margin G^T 1``): a non-negative least-squares
+    problem. Lawson-Hanson's method grows a set of free coefficients (the most violated constraint
+    first), solves ``P_SS u_S = -r_S`` on it by least squares (``P`` may be singular: collinear or
+    duplicated memory gradients, more memories than the gradient's rank) and steps back whenever a
+    coefficient would turn negative. It ends at a KKT point: ``u >= 0``, ``c = P u + r >= 0``
+    (the constraints ``G g~ >= 0``) and ``c_k = 0`` where ``u_k > 0``.
+
+    Args:
+        P: ``[t, t]`` Gram matrix ``GG^T`` (best in normalised units, O(1)).
+        q: ``[t]`` products ``Gg``.
+        margin: lower bound of ``v``.
+        max_iter: most outer iterations (default ``3 t + 10``).
+
+    Returns:
+        ``v`` (float64).
+    """
+    P = np.asarray(P, dtype=np.float64)
+    t = P.shape[0]
+    r = np.asarray(q, dtype=np.float64) + margin * P.sum(axis=1)
+    tol = 1e-13 * max(float(np.abs(P).max(initial=0.0)), float(np.abs(r).max(initial=0.0)), 1e-300)
+    u = np.zeros(t)
+    free = np.zeros(t, dtype=bool)
+    w = -r  # minus the gradient: w_k > 0 means raising u_k lowers the objective
+    for _ in range(max_iter or 3 * t + 10):
+        candidates = np.where(~free & (w > tol), w, -np.inf)
+        if not np.isfinite(candidates.max(initial=-np.inf)):
+            break
+        free[int(np.argmax(candidates))] = True
+        for _ in range(3 * t + 10):  # inner loop: keep the free coefficients positive
+            s = np.zeros(t)
+            S = np.flatnonzero(free)
+            s[S] = np.linalg.lstsq(P[np.ix_(S, S)], -r[S], rcond=None)[0]
+            if np.all(s[S] > 0):
+                u = s
+                break
+            neg = S[s[S] <= 0]
+            alpha = float(np.min(u[neg] / np.maximum(u[neg] - s[neg], 1e-300)))
+            u = u + alpha * (s - u)
+            free &= u > tol
+            u[~free] = 0.0
+            if not free.any():
+                break
+        w = -(P @ u + r)
+    S = np.flatnonzero(free)
+    if S.size:  # one step of iterative refinement: large u (a large margin) loses digits to rounding
+        u[S] = np.maximum(u[S] + np.linalg.lstsq(P[np.ix_(S, S)], w[S], rcond=None)[0], 0.0)
+    return margin + u
+
+
 class ProjectionResult:
     """Coefficients of a projection ``g~ = g + sum_k v_k g_k`` and what it took to find them.
 
@@ -109,9 +188,11 @@ class ProjectionResult:
         fallbacks: how many fallbacks were used (larger ridges, then A-GEM).
         min_cosine: the smallest ``cos(g, g_k)`` over the non-zero rows (``None`` without rows).
         rows: the number of non-zero memory gradients.
+        violation: the residual ``max_k -<g~, g_k> / (|g_k| |g~|)`` after the projection (0 when
+            none is left; ``None`` when ``g`` is left alone).
     """
 
-    __slots__ = ("fallbacks", "min_cosine", "rows", "v", "violated")
+    __slots__ = ("fallbacks", "min_cosine", "rows", "v", "violated", "violation")
 
     def __init__(
         self,
@@ -120,12 +201,14 @@ class ProjectionResult:
         fallbacks: int,
         min_cosine: float | None,
         rows: int,
+        violation: float | None = None,
     ) -> None:
         self.v = v
         self.violated = violated
         self.fallbacks = fallbacks
         self.min_cosine = min_cosine
         self.rows = rows
+        self.violation = violation
 
 
 def gem_coefficients(
@@ -185,15 +268,24 @@ def gem_coefficients(
         ridge *= 10.0
     v = np.zeros(t)
     if v_hat is not None:
+        # The ridge moves the solution off the feasible set by up to eps v: solve the un-ridged dual
+        # exactly and keep whichever of the two violates the constraints less.
+        violation = _relative_violation(P_hat, q_hat, v_hat, 1.0)
+        exact = solve_gem_dual_exact(P_hat, q_hat, margin_hat)
+        if np.all(np.isfinite(exact)):
+            exact_violation = _relative_violation(P_hat, q_hat, exact, 1.0)
+            if exact_violation <= max(violation, EXACT_TOL):
+                v_hat, violation = exact, exact_violation
         v[K] = v_hat * (norm_g / a)
-        return ProjectionResult(v, True, fallbacks, min_cosine, rows)
+        return ProjectionResult(v, True, fallbacks, min_cosine, rows, violation)
     # A-GEM against the violated rows: g_ref = mean of those g_k, in terms of GG^T and Gg only
     V = K[Gg_k < 0]
     ref_dot = float(np.mean(Gg[V]))  # <g, g_ref>
     ref_sq = float(GGt[np.ix_(V, V)].sum()) / len(V) ** 2  # ||g_ref||^2
     if ref_sq > 0 and np.isfinite(ref_sq) and ref_dot < 0:
         v[V] = -ref_dot / ref_sq / len(V)
-        return ProjectionResult(v, True, fallbacks, min_cosine, rows)
+        violation = _relative_violation(GGt_k, Gg_k, v[K], gg)
+        return ProjectionResult(v, True, fallbacks, min_cosine, rows, violation)
     return ProjectionResult(None, True, fallbacks, min_cosine, rows)
 
 
@@ -421,7 +513,8 @@ class GEMCallback(pl.Callback):
     Logged each optimizer step (``on_step``): ``gem/constraints`` (rows of ``G``; 0 = nothing to do),
     ``gem/violated`` (0/1), ``gem/min_cosine`` (smallest ``cos(g, g_k)``; A-GEM: ``cos(g, g_ref)``;
     only when there are non-zero rows), ``gem/projection_ms`` (all of GEM's work this step: memory gradients, QP, write-back),
-    ``gem/fallbacks`` and ``gem/skipped_nonfinite`` (cumulative).
+    ``gem/fallbacks`` and ``gem/skipped_nonfinite`` (cumulative), and for GEM ``gem/violation`` (the
+    residual ``max_k -<g~, g_k> / (|g_k| |g~|)`` after the projection, 0 when exact).
 
     Duck-typed contract: the data module (``trainer.datamodule``, or the ``data`` argument of
     :meth:`project_step`) has ``train_batch(task, indices) -> batch`` that rebuilds a training
@@ -741,6 +834,7 @@ class GEMCallback(pl.Callback):
             result = gem_coefficients(GGt, Gg, gg, margin=self.margin, eps=self.eps)
             self.fallbacks += result.fallbacks
             violated, v, min_cosine = result.violated, result.v, result.min_cosine
+            stats["gem/violation"] = float(result.violation or 0.0)
         else:
             ref_sq, dot = float(GGt[0, 0]), float(Gg[0])
             violated = dot < 0 and ref_sq > 0 and gg > 0

@@ -1,0 +1,169 @@
+"""GEM's projection is exact: no constraint left violated beyond 1e-9 relative, and the result equals
+an independent brute-force solution of the dual (every active set tried, least squares on each)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from pal_lightning.callbacks.gem import (
+    gem_coefficients,
+    project_gradient,
+    solve_gem_dual,
+    solve_gem_dual_exact,
+)
+
+TOL = 1e-9
+
+
+def reference_projection(g: np.ndarray, G: np.ndarray, margin: float) -> np.ndarray:
+    """The exact GEM update by brute force: for every set S of rows with ``v_k > margin``, solve
+    ``(G G^T v + G g)_S = 0`` with ``v = margin`` elsewhere (least squares), keep the KKT points
+    (``v >= margin``, ``G g~ >= 0``), and return the one with the smallest dual objective. A ``g``
+    that violates nothing is returned as it is."""
+    P, q = G @ G.T, G @ g
+    if np.all(q >= 0):  # GEM leaves a feasible g alone, whatever the margin
+        return g.copy()
+    t = len(q)
+    best, best_obj = None, np.inf
+    scale = max(float(np.abs(P).max()), float(np.abs(q).max()), 1e-300)
+    for size in range(t + 1):
+        for S in itertools.combinations(range(t), size):
+            v = np.full(t, margin, dtype=np.float64)
+            S = list(S)
+            F = [k for k in range(t) if k not in S]
+            if S:
+                rhs = -(q[S] + P[np.ix_(S, F)] @ v[F])
+                v[S] = np.linalg.lstsq(P[np.ix_(S, S)], rhs, rcond=None)[0]
+            c = q + P @ v
+            if np.any(v < margin - 1e-9 * max(1.0, abs(margin))) or np.any(c < -1e-9 * scale):
+                continue
+            obj = 0.5 * v @ P @ v + q @ v
+            if obj < best_obj:
+                best, best_obj = v, obj
+    assert best is not None
+    return g + G.T @ best
+
+
+def relative_violation(x: np.ndarray, G: np.ndarray, g: np.ndarray, v: np.ndarray | None = None) -> float:
+    """``max_k -<x, g_k> / (|g_k| max(|x|, 1e-3 T))`` with ``T`` the size of the terms summed into
+    ``x = g + G^T v``: ``max(|g|, sum_k |v_k| |g_k|)`` (``|x - g|`` in place of the sum when ``v`` is
+    not given). The floor matters only when the projection is (nearly) the origin, where ``|x|`` is
+    rounding noise of those terms."""
+    rows = np.linalg.norm(G, axis=1)
+    T = max(np.linalg.norm(g), np.linalg.norm(x - g) if v is None else float(np.abs(v) @ rows))
+    norms = rows * max(np.linalg.norm(x), 1e-3 * T)
+    keep = norms > 0
+    return float(max(0.0, np.max(-(G[keep] @ x) / norms[keep], initial=0.0)))
+
+
+def random_problem(rng: np.random.Generator, family: str) -> tuple[np.ndarray, np.ndarray, float]:
+    t = int(rng.integers(2, 6))
+    p = int(rng.integers(5, 401))
+    scale = 10.0 ** rng.uniform(-6, 6)
+    g = rng.standard_normal(p)
+    G = rng.standard_normal((t, p))
+    if family == "violating":  # rows built against g
+        G -= (
+            (1.0 + rng.uniform(0, 2, size=(t, 1)))
+            * g
+            / np.linalg.norm(g)
+            * np.linalg.norm(G, axis=1)[:, None]
+            / 2
+        )
+    elif family == "nearly_collinear":  # tasks that agree: one direction plus a little noise
+        base = rng.standard_normal(p) - 1.5 * g
+        G = base + 1e-4 * rng.standard_normal((t, p))
+    elif family == "collinear":
+        base = rng.standard_normal(p) - g
+        G = rng.uniform(0.5, 2.0, size=(t, 1)) * base
+    elif family == "duplicated":
+        G[1] = G[0]
+        G[0] -= g
+        G[1] -= g
+    elif family == "zero_row":
+        G[0] = 0.0
+        G[1:] -= g
+    elif family == "rank_deficient":  # more constraints than the gradient's rank (p small)
+        p = int(rng.integers(1, t))
+        g = rng.standard_normal(p)
+        G = rng.standard_normal((t, p))
+    margin = float(rng.choice([0.0, 0.0, 0.1, 0.5]))
+    return g * scale, G * scale * 10.0 ** rng.uniform(-3, 3), margin
+
+
+FAMILIES = (
+    "random",
+    "violating",
+    "nearly_collinear",
+    "collinear",
+    "duplicated",
+    "zero_row",
+    "rank_deficient",
+)
+
+
+def project(g: np.ndarray, G: np.ndarray, margin: float) -> np.ndarray:
+    return project_gradient(torch.from_numpy(g), torch.from_numpy(G), margin=margin).numpy()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_no_violation_and_equal_to_brute_force(family: str) -> None:
+    rng = np.random.default_rng(abs(hash(family)) % 2**32)
+    for _ in range(40):
+        g, G, margin = random_problem(rng, family)
+        x = project(g, G, margin)
+        assert relative_violation(x, G, g) <= TOL, family
+        ref = reference_projection(g, G, margin)
+        assert np.linalg.norm(x - ref) <= 1e-6 * max(np.linalg.norm(ref), np.linalg.norm(g)), family
+
+
+def test_ten_thousand_seeded_problems_have_no_violation_above_tolerance() -> None:
+    rng = np.random.default_rng(0)
+    worst = 0.0
+    for i in range(10_000):
+        g, G, margin = random_problem(rng, FAMILIES[i % len(FAMILIES)])
+        P, q, qq = G @ G.T, G @ g, float(g @ g)
+        result = gem_coefficients(P, q, qq, margin=margin)
+        if result.v is None:  # nothing violated (or nothing to constrain): g itself is feasible
+            assert relative_violation(g, G, g) == 0.0 or not result.violated
+            continue
+        x = g + G.T @ result.v
+        worst = max(worst, relative_violation(x, G, g, result.v))
+        assert result.violation is not None and result.violation <= TOL
+    assert worst <= TOL
+
+
+def test_exact_dual_removes_the_ridge_violation_of_nearly_collinear_rows() -> None:
+    """The case that motivated it: two memory gradients 1e-4 apart, both against g. The ridged
+    dual alone leaves a violation of the order of the ridge; the exact one none."""
+    rng = np.random.default_rng(3)
+    g = rng.standard_normal(50)
+    base = -g + 0.3 * rng.standard_normal(50)
+    G = np.stack([base, base + 1e-4 * rng.standard_normal(50)])
+    P, q = G @ G.T, G @ g
+    a, b = float(np.sqrt(np.mean(np.diag(P)))), float(np.linalg.norm(g))
+    v_ridge = solve_gem_dual(P / a**2, q / (a * b), 0.0, 1e-3) * b / a
+    assert relative_violation(g + G.T @ v_ridge, G, g) > 1e-6  # the ridge alone is not exact
+    v = solve_gem_dual_exact(P / a**2, q / (a * b), 0.0) * b / a
+    assert relative_violation(g + G.T @ v, G, g) <= TOL
+    result = gem_coefficients(P, q, float(g @ g))
+    assert result.violation is not None and result.violation <= TOL
+    np.testing.assert_allclose(g + G.T @ result.v, reference_projection(g, G, 0.0), rtol=0, atol=1e-8 * b)
+
+
+def test_exact_dual_by_hand() -> None:
+    """One row against g: v = -<g, g_1> / |g_1|^2 (the A-GEM formula); with a margin above that
+    value, v = margin."""
+    P, q = np.array([[4.0]]), np.array([-2.0])
+    np.testing.assert_allclose(solve_gem_dual_exact(P, q, 0.0), [0.5])
+    np.testing.assert_allclose(solve_gem_dual_exact(P, q, 0.8), [0.8])
+    # two orthogonal rows, both violated: independent one-row answers
+    P, q = np.diag([1.0, 4.0]), np.array([-3.0, -2.0])
+    np.testing.assert_allclose(solve_gem_dual_exact(P, q, 0.0), [3.0, 0.5])
+    # the second row satisfied once the first is fixed: its coefficient stays 0
+    P, q = np.array([[1.0, 1.0], [1.0, 2.0]]), np.array([-1.0, 0.5])
+    np.testing.assert_allclose(solve_gem_dual_exact(P, q, 0.0), [1.0, 0.0])
