@@ -13,6 +13,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from pal_lightning.cli import main
@@ -72,6 +73,17 @@ def test_quickstart_predict_and_task_weights_as_written(
     predictions = tmp_path / "runs" / "quickstart" / "version_0" / "predictions"
     assert f"wrote 6 prediction file(s) to {predictions}" in out
     assert (predictions / "sst-test-output.csv").is_file()
+
+    # the resume command of "Checkpoints, resuming and failures", two steps further
+    (resume_block,) = [
+        b for b in _blocks(_section("Checkpoints, resuming and failures"), "bash") if "--ckpt_path last" in b
+    ]
+    resume = [str(ROOT / a) if a.startswith("configs/") else a for a in _command(resume_block)]
+    assert main([*resume, "--config", "short.yaml", "--trainer.max_steps", "4"]) == 0
+    last = tmp_path / "runs" / "quickstart" / "version_0" / "checkpoints" / "last.ckpt"
+    assert f"resuming from {last}" in capsys.readouterr().err
+    resumed = tmp_path / "runs" / "quickstart" / "version_1" / "checkpoints" / "last.ckpt"
+    assert torch.load(resumed, weights_only=True)["global_step"] == 4
 
     (weights_block,) = _blocks(_section("Task-only weights"), "python")
     exec(compile(weights_block, "README.md (Task-only weights)", "exec"), {})  # noqa: S102 - the README's code
