@@ -278,6 +278,7 @@ class PalLightningCLI(LightningCLI):
         )
         # given once on the model, copied to the data module (in subclass mode targets need init_args)
         parser.link_arguments("model.init_args.encoder", "data.init_args.tokenizer")
+        parser.link_arguments("model.init_args.encoder_revision", "data.init_args.tokenizer_revision")
         parser.link_arguments("model.init_args.tasks", "data.init_args.tasks")
         parser.link_arguments("model.init_args.pair_encoding", "data.init_args.pair_encoding")
 
@@ -355,7 +356,8 @@ class PalLightningCLI(LightningCLI):
                 config[f"{group}.dirpath"] = str(ckpt_dir)
         if self.subcommand == "predict" and config.get("predictions.output_dir") is None:
             run_dir = ckpt_dir.parent if ckpt_dir.name == "checkpoints" else ckpt_dir
-            config["predictions.output_dir"] = str(run_dir / "predictions")
+            if os.access(run_dir, os.W_OK):  # else: <new run folder>/predictions (a read-only run)
+                config["predictions.output_dir"] = str(run_dir / "predictions")
 
     def _parse_ckpt_path(self) -> None:
         """Do not let a checkpoint's hyper-parameters replace the model configuration.

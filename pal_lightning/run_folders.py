@@ -92,9 +92,13 @@ def resolve_named_checkpoint(name: str, root: str | os.PathLike[str], run: Path 
 
 
 def evaluation_log_root(ckpt: str | os.PathLike[str], subcommand: str) -> Path | None:
-    """``<run>/<subcommand>`` for a checkpoint in ``<run>/checkpoints/``, else ``None`` (a run of its own)."""
+    """``<run>/<subcommand>`` for a checkpoint in ``<run>/checkpoints/``, else ``None`` (a run of its own).
+
+    Also ``None`` when this user cannot write into ``<run>`` (a colleague's run, read-only): the
+    evaluation then logs into a new run folder under ``trainer.default_root_dir``.
+    """
     folder = Path(ckpt).resolve().parent
-    if folder.name != "checkpoints":
+    if folder.name != "checkpoints" or not os.access(folder.parent, os.W_OK):
         return None
     return folder.parent / subcommand
 

@@ -109,3 +109,15 @@ def test_last_ckpt_links_to_a_best_checkpoint_of_the_same_step(
     capsys.readouterr()
     resumed = tmp_path / "runs" / "version_1" / "checkpoints" / "last.ckpt"
     assert torch.load(resumed, weights_only=True)["global_step"] == 4
+
+
+def test_a_run_this_user_cannot_write_is_left_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pal_lightning import run_folders
+
+    ckpt = tmp_path / "run" / "checkpoints" / "best.ckpt"
+    ckpt.parent.mkdir(parents=True)
+    ckpt.write_bytes(b"w")
+    assert run_folders.evaluation_log_root(ckpt, "validate") == tmp_path / "run" / "validate"
+    # (tests run as root here, for whom every folder is writable: simulate a colleague's run)
+    monkeypatch.setattr(run_folders.os, "access", lambda path, mode: False)
+    assert run_folders.evaluation_log_root(ckpt, "validate") is None  # a new run folder instead
