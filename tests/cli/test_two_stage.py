@@ -24,12 +24,16 @@ def test_two_stage_command_end_to_end(tmp_path: Path, monkeypatch: pytest.Monkey
     out = tmp_path / "two_stage"
     code = two_stage.main(
         [
-            "--base", str(base), "--data-dir", str(data), "--out", str(out), "--seed", "3",
+            "--base", str(base), "--data-dir", str(data), "--out", str(out), "--seeds", "3",
             "--stage2-args", "--trainer.max_steps=2 --trainer.check_val_every_n_epoch=1",
         ]
     )  # fmt: skip
     assert code == 0
-    result = json.loads((out / "two_stage.json").read_text())
+    result = json.loads((out / "seed3" / "two_stage.json").read_text())
+    summary = json.loads((out / "summary.json").read_text())
+    overall = summary["metrics"]["val/overall"]
+    assert overall["joint"]["mean"] == result["stage1"]["overall"]
+    assert overall["specialise_minus_joint"]["n"] == 1 and overall["specialise_minus_joint"]["low"] is None
     stage1, stage2 = result["stage1"], result["stage2"]
     assert stage2["status"] == "ok"
     for stage in (stage1, stage2):
@@ -52,3 +56,32 @@ def test_two_stage_command_end_to_end(tmp_path: Path, monkeypatch: pytest.Monkey
     assert encoder and adapters
     assert all(torch.equal(before[k], after[k]) for k in encoder)
     assert any(not torch.equal(before[k], after[k]) for k in adapters)
+
+
+def test_summary_of_seeds_by_hand() -> None:
+    """Paired difference specialise - joint over three seeds, against the t-interval computed here."""
+    two_stage = load_benchmark("two_stage")
+    joint, special = [0.70, 0.72, 0.74], [0.71, 0.74, 0.75]
+    results = {
+        seed: {
+            "stage1": {"overall": j, "scores": {"val/sst/accuracy": j - 0.2, "val/sst/loss": 1.0}},
+            "stage2": {"overall": s, "scores": {"val/sst/accuracy": s - 0.2}},
+        }
+        for seed, j, s in zip((1, 2, 3), joint, special, strict=True)
+    }
+    summary = two_stage.summarise(results)
+    assert set(summary["metrics"]) == {"val/overall", "val/sst/accuracy"}  # no losses
+    row = summary["metrics"]["val/overall"]
+    assert row["joint"]["mean"] == pytest.approx(0.72) and row["joint"]["sd"] == pytest.approx(0.02)
+    diffs = [0.01, 0.02, 0.01]
+    mean = sum(diffs) / 3
+    sd = (sum((d - mean) ** 2 for d in diffs) / 2) ** 0.5
+    half = 4.303 * sd / 3**0.5  # t_{0.975, 2}
+    diff = row["specialise_minus_joint"]
+    assert diff["mean"] == pytest.approx(mean) and diff["sd"] == pytest.approx(sd)
+    assert diff["low"] == pytest.approx(mean - half, abs=1e-4) and diff["high"] == pytest.approx(
+        mean + half, abs=1e-4
+    )
+    assert diff["verdict"] == "not separable"  # the interval holds 0
+    results[4] = {"stage1": {"overall": 0.7}, "stage2": {}}  # a failed stage 2 pairs with nothing
+    assert two_stage.summarise(results)["metrics"]["val/overall"]["specialise_minus_joint"]["n"] == 3
