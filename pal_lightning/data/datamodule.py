@@ -162,6 +162,8 @@ class MultiTaskDataModule(pl.LightningDataModule):
         steps_per_task: training batches per phase (int, or ``task -> int`` with an optional ``default``).
         epochs_per_task: passes over each task's training data per phase (``ceil(e * ceil(N_t / (B_t W)))``
             batches); the default (1) when neither this nor ``steps_per_task`` is given.
+        tokenizer_revision: hub branch, tag or commit of ``tokenizer`` (linked to the model's
+            ``encoder_revision`` by the CLI).
     """
 
     def __init__(
@@ -190,6 +192,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
         task_order: Sequence[str] | None = None,
         steps_per_task: int | dict[str, int] | None = None,
         epochs_per_task: int | float | None = None,
+        tokenizer_revision: str | None = None,
     ) -> None:
         super().__init__()
         self.task_specs: list[TaskSpec] = resolve_tasks(tasks)
@@ -217,6 +220,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
         if max_length < 8:
             raise PalUserError(f"max_length must be >= 8, got {max_length}.")
         self.tokenizer_name = str(tokenizer)
+        self.tokenizer_revision = tokenizer_revision
         self.data_dir = resolve_data_dir(data_dir)
         self.batch_sizes = _per_task(batch_size, self.task_names, "batch_size")
         self.eval_batch_sizes = _per_task(eval_batch_size, self.task_names, "eval_batch_size")
@@ -253,6 +257,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
             {
                 "tasks": [task_to_hparam(s) for s in self.task_specs],
                 "tokenizer": self.tokenizer_name,
+                "tokenizer_revision": tokenizer_revision,
                 "data_dir": None if data_dir is None else str(data_dir),
                 "batch_size": batch_size,
                 "eval_batch_size": eval_batch_size,
@@ -348,7 +353,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
 
             from pal_lightning.hub import resolve_encoder
 
-            tok = AutoTokenizer.from_pretrained(resolve_encoder(self.tokenizer_name))
+            tok = AutoTokenizer.from_pretrained(resolve_encoder(self.tokenizer_name, self.tokenizer_revision))
             if not getattr(tok, "is_fast", False):
                 raise PalUserError(
                     f"The tokenizer of {self.tokenizer_name!r} has no fast (Rust) version; pal-lightning needs "
