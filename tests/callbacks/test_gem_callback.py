@@ -13,7 +13,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import nn
 
-from pal_lightning.callbacks import GEMCallback
+from pal_lightning.callbacks import GEMCallback, RNGStateCallback
 from pal_lightning.callbacks import gem as gem_module
 from pal_lightning.callbacks.gem import EpisodicMemory, gram_matrix, project_gradient
 from pal_lightning.data import MultiTaskDataModule
@@ -323,20 +323,25 @@ def test_agem_inside_fit(data_dir: Path) -> None:
 def test_memories_survive_a_checkpoint_and_resume_exactly(data_dir: Path, tmp_path: Path) -> None:
     straight = GEMCallback(memory_size=6, memory_batch_size=2)
     saver = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=2, save_top_k=-1, filename="{step}")
-    _fit(data_dir, straight, max_steps=4, precision="32-true", extra=(saver,))
-    path = tmp_path / "step=2.ckpt"
+    _fit(data_dir, straight, max_steps=6, precision="32-true", extra=(saver, RNGStateCallback()))
+    path = tmp_path / "step=4.ckpt"
     ckpt = torch.load(path, weights_only=True)  # plain Python state only
     state = ckpt["callbacks"][straight.state_key]
     fresh = GEMCallback(memory_size=6, memory_batch_size=2)
     fresh.load_state_dict(state)
-    assert sum(fresh.memory.seen.values()) == 2 * 2 * 4  # 2 steps x 2 micro-batches x 4 examples
+    assert sum(fresh.memory.seen.values()) == 4 * 2 * 4  # 4 steps x 2 micro-batches x 4 examples
     assert fresh.task_order and len(fresh.memory) > 0
-    # resuming at step 2 continues with the same memories as the uninterrupted run
+    assert fresh.projections > 0  # this run projected by step 4: restoring the counters is visible
+    # resuming at step 4 continues with the same memories as the uninterrupted run
     resumed = GEMCallback(memory_size=6, memory_batch_size=2)
-    _fit(data_dir, resumed, max_steps=4, ckpt_path=str(path), precision="32-true")
-    assert sum(straight.memory.seen.values()) == 4 * 2 * 4
+    _fit(
+        data_dir, resumed, max_steps=6, ckpt_path=str(path), precision="32-true", extra=(RNGStateCallback(),)
+    )
+    assert sum(straight.memory.seen.values()) == 6 * 2 * 4
     assert resumed.memory == straight.memory and resumed.task_order == straight.task_order
-    assert resumed.projections >= fresh.projections  # the cumulative counters were restored too
+    # the cumulative counters were restored too: the resumed run ends with the uninterrupted run's
+    counters = ("projections", "violations", "fallbacks", "skipped_nonfinite")
+    assert [getattr(resumed, c) for c in counters] == [getattr(straight, c) for c in counters]
 
 
 def test_fit_without_train_batch_fails_clearly(data_dir: Path) -> None:
