@@ -99,3 +99,33 @@ def test_task_weights_of_another_pair_encoding_name_the_option(tmp_path: Path) -
     with pytest.raises(PalUserError, match="pair_encoding it was trained with .*this model has 'cross'"):
         load_task_weights(MultiTaskModule(**tiny), saved)
     assert load_task_weights(MultiTaskModule(**tiny, pair_encoding="siamese"), saved) == ["sst", "qqp", "sts"]
+
+
+def _readme_commands() -> list[str]:
+    lines = []
+    for block in _blocks(README, "bash"):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split("#")[0].strip()
+            if line.startswith("pal-lightning "):
+                lines.append(line)
+    return lines
+
+
+def test_every_readme_command_parses(capsys: pytest.CaptureFixture[str]) -> None:
+    """Each ``pal-lightning`` command of the README resolves its configuration (``--print_config``):
+    shipped config files, option names and values as written. Commands that need files of an
+    earlier run (``--config runs/...``) or the user's own text file run in the tests above."""
+    commands = _readme_commands()
+    assert len(commands) >= 10
+    checked = 0
+    for line in commands:
+        args = shlex.split(line)[1:]
+        if any(a.startswith("runs/") and "config" in b for b, a in zip(args, args[1:], strict=False)):
+            continue  # --config runs/<run>/config.yaml: a run's own file (test above)
+        if any(a.startswith("--predict.") for a in args):
+            continue  # predict --predict.input: new sentences from the user's file
+        args = [str(ROOT / a) if a.startswith("configs/") else a for a in args]
+        assert main([*args, "--print_config"]) == 0, line
+        assert "model:" in capsys.readouterr().out, line
+        checked += 1
+    assert checked >= 10
