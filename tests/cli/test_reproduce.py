@@ -68,7 +68,18 @@ def test_grid_end_to_end_on_a_tiny_model(tmp_path: Path, data_dir: Path) -> None
     assert tuple(rows[0]) == reproduce.COLUMNS
     for r in rows:
         assert r["status"] == "ok" and r["steps"] == "2"
-        assert 0.0 <= float(r["sst_acc"]) <= 1.0 and float(r["overall"]) > 0
+        # the row holds its own run's scores.json (the last validation), overall by the formula here
+        (scores_file,) = (out / "runs" / r["method"]).glob("version_*/scores.json")
+        payload = json.loads(scores_file.read_text())
+        last = payload["last"]["scores"]
+        sst, qqp, sts = last["val/sst/accuracy"], last["val/qqp/accuracy"], last["val/sts/pearson"]
+        assert (float(r["sst_acc"]), float(r["qqp_acc"]), float(r["sts_pearson"])) == pytest.approx(
+            (sst, qqp, sts)
+        )
+        assert float(r["overall"]) == pytest.approx((sst + qqp + (sts + 1) / 2) / 3)
+        stored = payload["parameters"]["stored_per_task"]
+        assert float(r["params_per_task"]) == round(sum(stored.values()) / len(stored))
+        assert float(r["params_total"]) == payload["parameters"]["total"]
     # PALs add task-specific parameters, the shared baseline only heads
     assert float(rows[1]["params_per_task"]) > float(rows[0]["params_per_task"]) > 0
     assert float(rows[1]["stored_params_ratio"]) > float(rows[0]["stored_params_ratio"]) >= 1.0
