@@ -107,6 +107,9 @@ class TaskSpec:
     """Undo Penn-Treebank tokens (``-LRB-``, ````` ``, ``\\/``) in the text (SST)."""
     unquote: bool = False
     """Undo a second layer of CSV quoting (``"a ""b"" c"`` -> ``a "b" c``) in the text (Quora)."""
+    source: str = ""
+    """Where the data comes from, for people (the corpus, the files and their public copy); the code never
+    reads it. Every built-in task fills it in."""
 
     def __post_init__(self) -> None:
         self.kind = TaskKind(self.kind)
@@ -169,6 +172,13 @@ class TaskSpec:
         return dataclasses.replace(self, **changes)
 
 
+#: Where the CS224N files come from (the starter code's ``data/`` folder).
+_STARTER = (
+    "CS224N minBERT default final project, the starter code's data/ folder "
+    "(github.com/gpoesia/minbert-default-final-project):"
+)
+
+
 def _cs224n(name: str, prefix: str, **kw: object) -> TaskSpec:
     files = {"train": f"{prefix}-train.csv", "dev": f"{prefix}-dev.csv", "test": f"{prefix}-test-student.csv"}
     return TaskSpec(name=name, files=files, format="cs224n", **kw)  # type: ignore[arg-type]
@@ -185,6 +195,8 @@ BUILTIN_TASKS: dict[str, TaskSpec] = {
         text_columns=("sentence",),
         label_column="sentiment",
         ptb_detokenize=True,
+        source=_STARTER + " ids-sst-{train,dev,test-student}.csv: the Stanford Sentiment Treebank, 5 classes "
+        "(Socher et al., 2013). Public copy: the Hugging Face dataset SetFit/sst5.",
     ),
     "qqp": _cs224n(
         "qqp",
@@ -196,6 +208,8 @@ BUILTIN_TASKS: dict[str, TaskSpec] = {
         text_columns=("sentence1", "sentence2"),
         label_column="is_duplicate",
         unquote=True,
+        source=_STARTER + " quora-{train,dev,test-student}.csv: Quora Question Pairs (2017), the course's own "
+        "split. Public copy: the Hugging Face dataset nyu-mll/glue, config qqp (GLUE's split).",
     ),
     "sts": _cs224n(
         "sts",
@@ -206,6 +220,8 @@ BUILTIN_TASKS: dict[str, TaskSpec] = {
         metrics=("pearson", "spearman"),
         text_columns=("sentence1", "sentence2"),
         label_column="similarity",
+        source=_STARTER + " sts-{train,dev,test-student}.csv: the STS benchmark (Cer et al., 2017), reshuffled "
+        "by the course. Public copy: the Hugging Face dataset nyu-mll/glue, config stsb (GLUE's split).",
     ),
     "cfimdb": _cs224n(
         "cfimdb",
@@ -216,6 +232,8 @@ BUILTIN_TASKS: dict[str, TaskSpec] = {
         metrics=("accuracy",),
         text_columns=("sentence",),
         label_column="sentiment",
+        source=_STARTER + " ids-cfimdb-{train,dev,test-student}.csv: IMDB movie reviews, positive or negative. "
+        "No public Hugging Face copy of this selection: the folder is needed.",
     ),
     "sst2": TaskSpec(
         name="sst2",
@@ -228,7 +246,38 @@ BUILTIN_TASKS: dict[str, TaskSpec] = {
         text_columns=("sentence",),
         label_column="label",
         id_column=None,
+        source="GLUE SST-2 (Wang et al., 2019) as GLUE distributes it: train_full.tsv (GLUE's train.tsv, "
+        "67,349 phrases), dev.tsv, test.tsv (no labels). Public copy: the Hugging Face dataset nyu-mll/glue, "
+        "config sst2.",
     ),
+}
+
+
+def _hub_copy(name: str, hf_path: str, hf_name: str | None, text_columns: tuple[str, ...], **kw: object) -> TaskSpec:
+    """Built-in task ``name`` read from its public Hugging Face copy (same kind, labels and metrics)."""
+    return BUILTIN_TASKS[name].replace(
+        format="hf",
+        hf_path=hf_path,
+        hf_name=hf_name,
+        files={"train": "train", "dev": "validation", "test": "test"},
+        text_columns=text_columns,
+        label_column="label",
+        **kw,
+    )
+
+
+#: The public Hugging Face dataset of each built-in task that has one, as a ``format="hf"`` task of the same
+#: name. The data module reads these when no data folder is given (see ``pal_lightning.data.hf_sources``);
+#: their splits are not the CS224N files' (README, "Data").
+HUB_COPIES: dict[str, TaskSpec] = {
+    # SetFit/sst5: text, label (0..4), label_text; train 8,544 / validation 1,101 / test 2,210, test labelled
+    "sst": _hub_copy("sst", "SetFit/sst5", None, ("text",), id_column=None),
+    # GLUE: question1, question2, label, idx; the test split's labels are hidden (-1)
+    "qqp": _hub_copy("qqp", "nyu-mll/glue", "qqp", ("question1", "question2"), id_column="idx", unquote=False),
+    # GLUE STS-B: sentence1, sentence2, label (a float 0..5), idx; test labels hidden (-1)
+    "sts": _hub_copy("sts", "nyu-mll/glue", "stsb", ("sentence1", "sentence2"), id_column="idx"),
+    # GLUE SST-2: sentence, label, idx; test labels hidden (-1)
+    "sst2": _hub_copy("sst2", "nyu-mll/glue", "sst2", ("sentence",), id_column="idx"),
 }
 
 _REGISTRY: dict[str, TaskSpec] = dict(BUILTIN_TASKS)

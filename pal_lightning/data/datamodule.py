@@ -41,7 +41,9 @@ import lightning.pytorch as pl
 import torch
 
 from pal_lightning.batch import resolve_pair_encoding
+from pal_lightning.data import hf_sources
 from pal_lightning.data.dataset import BatchListDataset, MultiTaskDataset, ResumableDataLoader, passthrough
+from pal_lightning.data.hf_sources import with_hub_copies
 from pal_lightning.data.readers import (
     BAD_ROW_POLICIES,
     SPLITS,
@@ -50,6 +52,7 @@ from pal_lightning.data.readers import (
     read_split,
     resolve_data_dir,
     resolve_source,
+    source_exists,
 )
 from pal_lightning.data.samplers import (
     MultiTaskBatchSampler,
@@ -222,6 +225,10 @@ class MultiTaskDataModule(pl.LightningDataModule):
         self.tokenizer_name = str(tokenizer)
         self.tokenizer_revision = tokenizer_revision
         self.data_dir = resolve_data_dir(data_dir)
+        # the tasks as given (saved in the hyper-parameters) and as read: without a data folder, the
+        # built-in tasks that have a public Hugging Face copy read it (pal_lightning.data.hf_sources)
+        given_specs = self.task_specs
+        self.task_specs = with_hub_copies(given_specs, data_dir)
         self.batch_sizes = _per_task(batch_size, self.task_names, "batch_size")
         self.eval_batch_sizes = _per_task(eval_batch_size, self.task_names, "eval_batch_size")
         self.max_length = int(max_length)
@@ -255,7 +262,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
         # Plain values only, so checkpoints load with weights_only=True.
         self.save_hyperparameters(
             {
-                "tasks": [task_to_hparam(s) for s in self.task_specs],
+                "tasks": [task_to_hparam(s) for s in given_specs],
                 "tokenizer": self.tokenizer_name,
                 "tokenizer_revision": tokenizer_revision,
                 "data_dir": None if data_dir is None else str(data_dir),
@@ -389,10 +396,8 @@ class MultiTaskDataModule(pl.LightningDataModule):
         assert src is not None
         if src.is_file:
             return "file:" + file_fingerprint(src.location)
-        import datasets
-
-        ds = datasets.load_dataset(src.location, spec.hf_name, split=src.hf_split)
-        return f"hub:{src.location}:{spec.hf_name}:{src.hf_split}:{ds._fingerprint}"
+        assert src.hf_split is not None
+        return "hf:" + hf_sources.fingerprint(spec, src.hf_split, self.data_dir, split)
 
     def load_split(self, task: str, split: str, report: bool = True) -> TokenizedSplit:
         """Read, validate and tokenise one split (from the cache when possible); logs row counts.
@@ -452,8 +457,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
         return data
 
     def _existing(self, spec: TaskSpec, split: str) -> bool:
-        src = resolve_source(spec, split, self.data_dir)
-        return src is not None and (not src.is_file or Path(src.location).is_file())
+        return source_exists(spec, resolve_source(spec, split, self.data_dir), self.data_dir)
 
     # ------------------------------------------------------------------ Lightning hooks
 

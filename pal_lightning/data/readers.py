@@ -37,9 +37,10 @@ from typing import Any
 
 import numpy as np
 
+from pal_lightning.data import hf_sources
 from pal_lightning.data.text import ptb_detokenize, undo_double_quoting
 from pal_lightning.errors import PalUserError
-from pal_lightning.tasks import TaskSpec
+from pal_lightning.tasks import BUILTIN_TASKS, TaskSpec
 
 log = logging.getLogger(__name__)
 
@@ -150,13 +151,29 @@ def check_files_exist(requests: Sequence[tuple[TaskSpec, str]], data_dir: Path) 
         src = resolve_source(spec, split, data_dir)
         if src is not None and src.is_file and not Path(src.location).is_file():
             missing.append(f"{spec.name}/{split}: {spec.files[split]}")
+        elif src is not None and not src.is_file:
+            assert src.hf_split is not None
+            hf_sources.load_split(spec, src.hf_split, data_dir, split)  # one line if the split is missing
     if missing:
+        builtin = [s.name for s, _ in requests if s.format == "cs224n" and BUILTIN_TASKS.get(s.name) == s]
+        origin = f" The CS224N files are in {hf_sources.STARTER_DATA}." if builtin else ""
         raise PalUserError(
             f"Data files not found in {data_dir.resolve()}: "
             + "; ".join(missing)
             + ". Point at the folder holding them with --data.data_dir PATH (data_dir=... in Python) "
             "or the environment variable PAL_DATA_DIR; without either, ./data is searched."
+            + origin
         )
+
+
+def source_exists(spec: TaskSpec, src: Source | None, data_dir: Path) -> bool:
+    """Whether a split's source is there: its file exists, or its dataset has the split."""
+    if src is None:
+        return False
+    if src.is_file:
+        return Path(src.location).is_file()
+    assert src.hf_split is not None
+    return hf_sources.has_split(spec, src.hf_split, data_dir)
 
 
 # --------------------------------------------------------------------------- row sources
@@ -177,7 +194,9 @@ def _iter_delimited(path: str, quoting: int) -> Iterator[tuple[int, dict[str | N
             yield reader.line_num, row, header
 
 
-def _iter_hf(spec: TaskSpec, src: Source) -> Iterator[tuple[int, dict[str | None, Any], list[str]]]:
+def _iter_hf(
+    spec: TaskSpec, src: Source, data_dir: Path, split: str
+) -> Iterator[tuple[int, dict[str | None, Any], list[str]]]:
     """Yield ``(row number, row, columns)`` of a ``datasets`` source (row numbers are 1-based)."""
     try:
         import datasets
@@ -190,14 +209,8 @@ def _iter_hf(spec: TaskSpec, src: Source) -> Iterator[tuple[int, dict[str | None
             kwargs["delimiter"] = "\t"
         ds = datasets.load_dataset(builder, data_files={"data": src.location}, split="data", **kwargs)
     else:
-        try:
-            ds = datasets.load_dataset(src.location, spec.hf_name, split=src.hf_split)
-        except Exception as err:  # noqa: BLE001 - hub/network errors come in many types
-            raise PalUserError(
-                f"Could not load dataset {src.location!r} (config {spec.hf_name!r}, split {src.hf_split!r}) "
-                f"for task {spec.name!r}: {err}. Check the hub id, the split names in files=..., or use local "
-                "files with hf_path='csv'|'json'|'parquet'."
-            ) from err
+        assert src.hf_split is not None
+        ds = hf_sources.load_split(spec, src.hf_split, data_dir, split)
     columns = list(ds.column_names)
     for i, row in enumerate(ds):
         yield i + 1, row, columns
@@ -302,7 +315,7 @@ def read_split(
     if src.is_file:
         check_files_exist([(spec, split)], data_dir)
     if spec.format == "hf":
-        rows = _iter_hf(spec, src)
+        rows = _iter_hf(spec, src, data_dir, split)
     else:
         quoting = csv.QUOTE_MINIMAL if spec.format == "cs224n" else csv.QUOTE_NONE
         rows = _iter_delimited(src.location, quoting)
