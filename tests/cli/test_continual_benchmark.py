@@ -54,6 +54,15 @@ def test_naive_and_gem_end_to_end_on_a_tiny_model(tmp_path: Path, data_dir: Path
             "forward_transfer",
             "forgetting",
         }
+        # the metrics of this run's R and baseline, by the GEM paper's formulas written out (T = 3)
+        R, b = r["R"], r["baseline"]
+        expected = {
+            "average_accuracy": (R[2][0] + R[2][1] + R[2][2]) / 3,
+            "backward_transfer": ((R[2][0] - R[0][0]) + (R[2][1] - R[1][1])) / 2,
+            "forward_transfer": ((R[0][1] - b[1]) + (R[1][2] - b[2])) / 2,
+            "forgetting": ((max(R[0][0], R[1][0]) - R[2][0]) + (max(R[0][1], R[1][1]) - R[2][1])) / 2,
+        }
+        assert r["metrics"] == pytest.approx(expected, abs=1e-12)
     # the same seed and the same first phase: nothing constrains SST's phase, so row 0 agrees
     naive, gem = payload["results"]
     assert naive["baseline"] == gem["baseline"] and naive["R"][0] == pytest.approx(gem["R"][0])
