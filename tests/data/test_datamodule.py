@@ -100,6 +100,7 @@ def test_cache_hit_skips_reading_and_tokenising(data_dir, tmp_path, monkeypatch)
 def test_missing_files_single_error(tmp_path, monkeypatch):
     monkeypatch.delenv("PAL_DATA_DIR", raising=False)
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()  # an empty ./data is a folder given (without one, the hub is tried)
     dm = MultiTaskDataModule(cache_dir=False)
     with pytest.raises(PalUserError) as err:
         dm.setup("fit")
@@ -107,6 +108,7 @@ def test_missing_files_single_error(tmp_path, monkeypatch):
     for name in ("ids-sst-train.csv", "quora-dev.csv", "sts-train.csv"):
         assert name in msg
     assert str((tmp_path / "data").resolve()) in msg and "PAL_DATA_DIR" in msg
+    assert "github.com/gpoesia/minbert-default-final-project" in msg  # where the CS224N files come from
 
 
 def test_data_dir_from_env(data_dir, tmp_path, monkeypatch):
