@@ -301,11 +301,31 @@ def test_annealing_horizon_from_max_steps_reaches_the_sampler(tmp_path):
         drawn = [task for e, task, _ in model.seen if e == epoch]
         assert len(drawn) == 50
         p = expected["qqp"]
-        assert abs(drawn.count("qqp") - 50 * p) <= 4 * (50 * p * (1 - p)) ** 0.5 + 1, (epoch, drawn.count("qqp"))
+        drawn_qqp = drawn.count("qqp")
+        assert abs(drawn_qqp - 50 * p) <= 4 * (50 * p * (1 - p)) ** 0.5 + 1, (epoch, drawn_qqp)
     per_epoch = [sum(task == "qqp" for e, task, _ in model.seen if e == epoch) for epoch in range(4)]
     assert per_epoch[0] >= 44 and per_epoch[3] <= 36  # alpha 1 -> 48 expected, alpha 0.2 -> 26
     # over the four epochs (expected 48.1 + 44.9 + 37.8 + 26.0, sd 5.3): a sampler one epoch ahead
     # (expected 134.7) or not annealing (192.3) is far outside
-    shares = [sizes["qqp"] ** a / sum(n**a for n in sizes.values()) for a in (1, 1 - 0.8 / 3, 1 - 1.6 / 3, 0.2)]
+    alphas = (1, 1 - 0.8 / 3, 1 - 1.6 / 3, 0.2)
+    shares = [sizes["qqp"] ** a / sum(n**a for n in sizes.values()) for a in alphas]
     mean, sd = sum(50 * p for p in shares), sum(50 * p * (1 - p) for p in shares) ** 0.5
     assert abs(sum(per_epoch) - mean) <= 3 * sd, (per_epoch, mean, sd)
+
+
+def test_resume_mid_epoch_is_exact_with_group_by_length(data_dir, tmp_path):
+    """group_by_length (on in most shipped configs) orders examples by length within chunks: a resumed
+    run must still see exactly the batches the uninterrupted run saw from that step on."""
+    kw = dict(limit_examples=12, sampling="annealed", group_by_length=True)
+    full, _ = fit(make_dm(data_dir, tmp_path, **kw), tmp_path / "a")
+    plain, _ = fit(make_dm(data_dir, tmp_path, limit_examples=12, sampling="annealed"), tmp_path / "p")
+    assert [s[2] for s in full.seen] != [s[2] for s in plain.seen]  # grouping changed the batches
+    ckpt = pl.callbacks.ModelCheckpoint(
+        dirpath=tmp_path / "ck", every_n_train_steps=1, save_top_k=-1, filename="{step}"
+    )
+    fit(make_dm(data_dir, tmp_path, **kw), tmp_path / "b", callbacks=[ckpt])
+    for k in (4, 12):  # mid epoch 0, mid epoch 1 (9 steps per epoch)
+        resumed, _ = fit(
+            make_dm(data_dir, tmp_path, **kw), tmp_path / "c", ckpt_path=tmp_path / "ck" / f"step={k}.ckpt"
+        )
+        assert resumed.seen == full.seen[k:], f"resume from step {k}"
