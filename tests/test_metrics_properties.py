@@ -89,3 +89,16 @@ def test_unknown_metric_names_the_choices() -> None:
         PalUserError, match=r"unknown metric 'auc'; choose from accuracy, f1, pearson, spearman"
     ):
         build_metric("auc", get_task("sst"))
+
+
+def test_scored_tasks_leave_out_auxiliary_ones() -> None:
+    from types import SimpleNamespace
+
+    from pal_lightning.metrics import scored_task_names
+
+    specs = [get_task("sst"), get_task("qqp"), get_task("sts")]
+    assert scored_task_names(specs) == ["sst", "qqp", "sts"]
+    assert scored_task_names(specs, auxiliary=("qqp",)) == ["sst", "sts"]
+    # a spec that marks itself auxiliary (attribute auxiliary=True) is left out too
+    marked = SimpleNamespace(name="mlm", auxiliary=True)
+    assert scored_task_names([*specs, marked]) == ["sst", "qqp", "sts"]  # type: ignore[list-item]

@@ -146,3 +146,16 @@ def test_weights_must_name_exactly_the_tasks() -> None:
     sched = SamplingSchedule("weights", weights={"a": 1, "z": 1})
     with pytest.raises(PalUserError, match=r"missing \['b'\], unknown \['z'\]"):
         sched.probabilities({"a": 1, "b": 1}, 0)
+
+
+def test_multiplier_errors_name_the_option() -> None:
+    from pal_lightning.data.sampling import apply_multipliers
+
+    with pytest.raises(PalUserError, match=r"task_multipliers must be finite and >= 0, got a: -1\.0"):
+        SamplingSchedule("uniform", multipliers={"a": -1.0})
+    with pytest.raises(PalUserError, match=r"round_robin is a fixed cycle\. Use another --data\.sampling"):
+        SamplingSchedule("round_robin", multipliers={"a": 2.0})
+    with pytest.raises(
+        PalUserError, match=r"unknown tasks \['z'\].*\(--data\.task_multipliers '\{cfimdb: 0\.5\}'\)"
+    ):
+        apply_multipliers({"a": 1.0}, {"z": 2.0})

@@ -21,11 +21,11 @@ export HF_HUB_OFFLINE=1 HYPOTHESIS_PROFILE=mutation OMP_NUM_THREADS=1 MKL_NUM_TH
 # target -> "module(s) to mutate | tests that must kill the mutants"
 declare -A MODULES TESTS MUTANTS
 MODULES[sampling]="pal_lightning/data/sampling.py"
-TESTS[sampling]="tests/data/test_sampling.py tests/data/test_sampling_properties.py"
+TESTS[sampling]="tests/data/test_sampling.py tests/data/test_sampling_properties.py tests/auxiliary/test_auxiliary.py"
 MODULES[samplers]="pal_lightning/data/samplers.py"
 TESTS[samplers]="tests/data/test_samplers.py tests/data/test_sequential.py"
 MODULES[metrics]="pal_lightning/metrics.py"
-TESTS[metrics]="tests/test_metrics.py tests/test_metrics_properties.py"
+TESTS[metrics]="tests/test_metrics.py tests/test_metrics_properties.py tests/cli/test_honest_scores.py"
 # GEM in two parts: the pure maths against its fast tests, the callback (memory, write-back) against
 # the callback tests, which train tiny models (slower: several minutes on two cores)
 MODULES[gem_maths]="pal_lightning/callbacks/gem.py"
