@@ -130,6 +130,13 @@ def short_help(subcommand: str, model_class: type, data_class: type, linked: Seq
             lines.append(f"  {option:<40} {text}" if len(option) < 40 else f"  {option}\n  {'':<40} {text}")
     lines += ["", "checkpoints and predictions:"]
     lines += [f"  {option:<40} {text}" for option, text in _OTHER_GROUPS]
+    if subcommand == "predict":
+        lines += [
+            "",
+            "new sentences (no config needed): pal-lightning predict --predict.model DIR --predict.task sst "
+            "--predict.input FILE",
+            "  (--predict.input with --help lists those options)",
+        ]
     lines += [
         "",
         "trainer options used most (every Lightning Trainer argument is accepted as --trainer.NAME):",

@@ -83,3 +83,10 @@ def test_suggest_and_docstring_parsing() -> None:
     assert docs == {"alpha": "the first one. More text.", "beta": "wraps over two lines, e.g. like this."}
     assert first_sentence(docs["alpha"]) == "the first one"
     assert first_sentence(docs["beta"]) == "wraps over two lines, e.g. like this"
+
+
+def test_predict_help_points_at_new_sentences(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["predict", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "pal-lightning predict --predict.model DIR --predict.task sst --predict.input FILE" in out
+    assert "--predictions.output_dir DIR" in out and len(out.splitlines()) < 150
