@@ -62,6 +62,7 @@ ARCHITECTURE_HPARAMS = (
     "pal_heads",
     "pal_placement",
     "pal_num_layers",
+    "pal_activation",
     "pooling",
     "pair_encoding",
 )
@@ -111,13 +112,16 @@ class MultiTaskModule(PretrainedMixin, InferenceMixin, pl.LightningModule):
         tasks: task names (``sst``, ``qqp``, ``sts``, ...) or :class:`~pal_lightning.tasks.TaskSpec` objects.
         encoder: hub id or local directory of a BERT-family encoder (resolved offline by
             :func:`pal_lightning.hub.resolve_encoder`); ignored when ``bert_config`` is given.
-        adapter: task-specific function beside each layer: ``pals``, ``pals_no_sharing``, ``low_rank``
-            or ``none`` (the shared baseline: only heads are task-specific).
+        adapter: task-specific function beside each layer: ``pals``, ``pals_no_sharing``, ``low_rank``,
+            ``pff`` (projected feed-forward), or after the last layer: ``pa_on_top``, ``bert_layer_on_top``;
+            or ``none`` (the shared baseline: only heads are task-specific). See
+            :class:`~pal_lightning.modeling.PALConfig`.
         pal_size: d_s, width of the projected space; ``None`` scales the paper's 204 (at width 768).
         pal_heads: heads of the PAL attention.
         pal_placement: layers that get adapters: ``all``, ``top`` or ``bottom``.
         pal_num_layers: k for ``top``/``bottom`` placement (``None``: half the layers).
         pal_init: ``zero`` (step 0 is exactly the pretrained encoder) or ``random`` (the reference's N(0, 0.02)).
+        pal_activation: ``none`` (default) or ``gelu``: a GELU after V^D, as in the reference code.
         pooling: sentence vector: ``mean`` over non-padding tokens (what all-MiniLM-L6-v2 was trained
             with) or ``cls``.
         pair_encoding: ``cross`` (both sentences in one sequence) or ``siamese`` (each alone), or a
@@ -171,6 +175,7 @@ class MultiTaskModule(PretrainedMixin, InferenceMixin, pl.LightningModule):
         pal_placement: str = "all",
         pal_num_layers: int | None = None,
         pal_init: str = "zero",
+        pal_activation: str = "none",
         pooling: str = "mean",
         pair_encoding: str | dict[str, str] = "cross",
         dropout: float = 0.1,
@@ -268,6 +273,7 @@ class MultiTaskModule(PretrainedMixin, InferenceMixin, pl.LightningModule):
             placement=hp.pal_placement,
             num_layers=hp.pal_num_layers,
             init=hp.pal_init,
+            activation=hp.get("pal_activation", "none"),
         )
         if hp.bert_config is not None:
             return MultiTaskBert.from_config(

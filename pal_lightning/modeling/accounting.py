@@ -6,6 +6,7 @@ adds, weights only (DESIGN.md section 2)::
     2 · d · d_s  +  L · 3 · d_s²          (V^E and V^D, plus fused Q, K, V per layer)
 
 which is 1,811,520 for BERT-base (d = 768, L = 12, d_s = 204); biases are counted separately.
+:func:`task_weight_formula` gives the weights of every variant from the shapes alone (no model built).
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ from dataclasses import dataclass, field
 from torch import nn
 
 from pal_lightning.errors import PalUserError
+from pal_lightning.modeling.config import PALConfig
 from pal_lightning.modeling.encoder import MultiTaskBert
+from pal_lightning.modeling.pal import pff_inner_size
+from pal_lightning.modeling.top import TOP_ATTENTION_BLOCKS
 
 
 def _count(params: object) -> int:
@@ -36,10 +40,11 @@ class ParameterReport:
     """Pretrained encoder parameters, used by every task (``encoder.bert``)."""
 
     adapter_weights: dict[str, int] = field(default_factory=dict)
-    """Per task: weight-matrix parameters of its adapter (V^E, V^D, Q/K/V)."""
+    """Per task: weight-matrix parameters of its adapter (V^E, V^D, Q/K/V, ...; tensors of 2 dimensions)."""
 
     adapter_biases: dict[str, int] = field(default_factory=dict)
-    """Per task: bias parameters of its adapter."""
+    """Per task: vector parameters of its adapter (biases and LayerNorm gains, the terms the paper's
+    formulas leave out)."""
 
     heads: dict[str, int] = field(default_factory=dict)
     """Per task: parameters of its output head (0 when the object has no head for the task)."""
@@ -134,7 +139,7 @@ def parameter_report(obj: nn.Module) -> ParameterReport:
         tasks += [t for t in heads if t not in tasks]
     for task in tasks:
         params = list(encoder.task_parameters(task)) if task in encoder.task_names else []
-        biases[task] = _count((n, p) for n, p in params if n.rsplit(".", 1)[-1] == "bias")
+        biases[task] = _count((n, p) for n, p in params if p.dim() < 2)
         weights[task] = _count(params) - biases[task]
         head_counts[task] = (
             _count(heads[task].named_parameters()) if heads is not None and task in heads else 0
@@ -154,3 +159,35 @@ def parameter_report(obj: nn.Module) -> ParameterReport:
         other=total - known,
         trainable=sum(p.numel() for p in all_params.values() if p.requires_grad),
     )
+
+
+def task_weight_formula(pal: PALConfig, hidden_size: int, num_layers: int, intermediate_size: int) -> int:
+    """Weight-matrix parameters one task adds with ``pal`` (biases and LayerNorm vectors excluded).
+
+    From the shapes alone, for tables and surveys that should not build a model. With d the width, L the
+    depth, k the layers with TS_t, d_s the resolved size and d_ff BERT's FFN width::
+
+        pals               2 d d_s + k 3 d_s^2
+        pals_no_sharing    k (2 d d_s + 3 d_s^2)
+        low_rank           k 2 d d_s
+        pff                2 d d_s + k 2 d_s m          m = floor(3 d_s / 2), so 3 d_s^2 for even d_s
+        pa_on_top          2 d d_s + 6 * 4 d_s^2        (Q, K, V and the output projection per block)
+        bert_layer_on_top  4 d^2 + 2 d d_ff             (a BERT layer: Q, K, V, output; the FFN)
+        none               0
+    """
+    d, size = hidden_size, pal.resolved_size(hidden_size)
+    k = len(pal.layer_indices(num_layers))
+    kind = pal.adapter
+    if kind == "pals":
+        return 2 * d * size + k * 3 * size**2
+    if kind == "pals_no_sharing":
+        return k * (2 * d * size + 3 * size**2)
+    if kind == "low_rank":
+        return k * 2 * d * size
+    if kind == "pff":
+        return 2 * d * size + k * 2 * size * pff_inner_size(size)
+    if kind == "pa_on_top":
+        return 2 * d * size + TOP_ATTENTION_BLOCKS * 4 * size**2
+    if kind == "bert_layer_on_top":
+        return 4 * d * d + 2 * d * intermediate_size
+    return 0

@@ -24,7 +24,9 @@ Wiring of one selected layer l for the active task t (Stickland & Murray 2019; D
 
 TS_t reads the layer *input* h and is added into the residual sum right before the FFN's output LayerNorm
 (LN2), as the reference code does. Layers outside the placement, and every layer with ``adapter="none"``,
-are the unchanged BERT layer.
+are the unchanged BERT layer. The variants on top (``pa_on_top``, ``bert_layer_on_top``;
+:mod:`pal_lightning.modeling.top`) change no layer: the last layer hands its output to the task's block,
+with the attention mask BERT built for its own layers.
 
 Implementation: each ``BertLayer`` is replaced by :class:`PALBertLayer`, a subclass with the same
 children (so every pretrained parameter keeps its name and ``from_pretrained`` loads it), whose forward
@@ -55,6 +57,7 @@ from pal_lightning.errors import PalUserError
 from pal_lightning.hub import resolve_encoder
 from pal_lightning.modeling.config import PALConfig
 from pal_lightning.modeling.pal import TaskAdapter, additive_mask
+from pal_lightning.modeling.top import build_top_adapter
 
 logger = logging.getLogger(__name__)
 
@@ -66,9 +69,12 @@ ADAPTERS_PREFIX = "adapters"
 class _TaskCall:
     """What a layer needs for one forward of one task: the adapter and the PAL mask built once."""
 
-    adapter: TaskAdapter
+    adapter: TaskAdapter | None
     layers: frozenset[int]
     mask: torch.Tensor | None
+    top: nn.Module | None = None
+    """The task's block after the last layer (variants on top), called by layer ``last``."""
+    last: int = -1
 
 
 class PALBertLayer(BertLayer):
@@ -92,9 +98,12 @@ class PALBertLayer(BertLayer):
         pal: _TaskCall | None = None,
         **kwargs: Any,
     ) -> torch.Tensor:
-        """``LN2(h_att + FFN(h_att) + TS_t(h))`` with ``TS_t`` from ``pal``; plain BERT layer otherwise."""
-        if pal is None or self.layer_index not in pal.layers:
-            return super().forward(
+        """``LN2(h_att + FFN(h_att) + TS_t(h))`` with ``TS_t`` from ``pal``; plain BERT layer otherwise.
+
+        The last layer then applies the task's block on top, if the variant has one.
+        """
+        if pal is None or pal.adapter is None or self.layer_index not in pal.layers:
+            out = super().forward(
                 hidden_states,
                 attention_mask,
                 encoder_hidden_states,
@@ -102,16 +111,22 @@ class PALBertLayer(BertLayer):
                 cache=cache,
                 **kwargs,
             )
-        task_term = pal.adapter(self.layer_index, hidden_states, pal.mask)
-        attention_output, _ = self.attention(hidden_states, attention_mask, cache=cache, **kwargs)
-        # chunking splits both tensors along the sequence the same way
-        return apply_chunking_to_forward(
-            self._feed_forward_with_task_term,
-            self.chunk_size_feed_forward,
-            self.seq_len_dim,
-            attention_output,
-            task_term,
-        )
+        else:
+            task_term = pal.adapter(self.layer_index, hidden_states, pal.mask)
+            attention_output, _ = self.attention(hidden_states, attention_mask, cache=cache, **kwargs)
+            # chunking splits both tensors along the sequence the same way
+            out = apply_chunking_to_forward(
+                self._feed_forward_with_task_term,
+                self.chunk_size_feed_forward,
+                self.seq_len_dim,
+                attention_output,
+                task_term,
+            )
+        if pal is not None and pal.top is not None and self.layer_index == pal.last:
+            # BERT's own mask (its format depends on the attention implementation) for a BERT layer on
+            # top; the PAL mask for projected attention on top
+            out = pal.top(out, attention_mask, pal.mask)
+        return out
 
     def _feed_forward_with_task_term(
         self, attention_output: torch.Tensor, task_term: torch.Tensor
@@ -204,12 +219,28 @@ class MultiTaskBert(nn.Module):
         self.pal_layers: tuple[int, ...] = self.pal_config.layer_indices(num_layers)
         self.pal_size: int = self.pal_config.resolved_size(self.hidden_size)
         self.adapters = nn.ModuleDict()
-        if self.pal_config.adapter != "none":
-            for name in names:
+        for name in names:
+            if self.pal_config.in_layers:
                 self.adapters[name] = TaskAdapter(
                     self.pal_config, self.hidden_size, self.pal_size, self.pal_layers
                 )
+            elif self.pal_config.on_top:
+                self.adapters[name] = build_top_adapter(self.pal_config, self.bert.config, self.pal_size)
+        self._start_task_layers()
         self.loading_info: LoadingInfo | None = None
+
+    @torch.no_grad()
+    def _start_task_layers(self) -> None:
+        """Start task-specific layers from the encoder's current (pretrained, once loaded) weights.
+
+        Called after construction and again after :meth:`load_pretrained_state`, so a BERT layer on top
+        with ``init="zero"`` is a copy of the *pretrained* last layer.
+        """
+        last = self.bert.encoder.layer[self.num_layers - 1]
+        for adapter in self.adapters.values():
+            start = getattr(adapter, "start_from", None)
+            if callable(start):
+                start(last)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -346,6 +377,7 @@ class MultiTaskBert(nn.Module):
                 info.unexpected,
             )
         self.loading_info = info
+        self._start_task_layers()
         return info
 
     # ------------------------------------------------------------------ properties
@@ -418,7 +450,14 @@ class MultiTaskBert(nn.Module):
             adapter = self.adapters[task]
             dtype = self.bert.embeddings.word_embeddings.weight.dtype
             mask = additive_mask(attention_mask, dtype)  # once per forward, shared by all layers
-            extra["pal"] = _TaskCall(adapter, frozenset(self.pal_layers), mask)
+            on_top = self.pal_config.on_top
+            extra["pal"] = _TaskCall(
+                None if on_top else adapter,
+                frozenset(self.pal_layers),
+                mask,
+                top=adapter if on_top else None,
+                last=self.num_layers - 1,
+            )
         out = self.bert(
             input_ids=input_ids,
             attention_mask=attention_mask,

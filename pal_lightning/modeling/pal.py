@@ -6,14 +6,16 @@ For task t and layer l (Stickland & Murray, ICML 2019; DESIGN.md section 2)::
 
 * ``V^E`` ("down", d -> d_s) and ``V^D`` ("up", d_s -> d) are linear maps with bias.
 * ``g`` is a multi-head self-attention in d_s with its own fused Q, K, V per layer and task and **no
-  output projection** (``pals``, ``pals_no_sharing``), or the identity (``low_rank``).
-* ``pals`` shares V^E/V^D across all layers of a task; ``pals_no_sharing`` and ``low_rank`` keep one pair
-  per layer.
+  output projection** (``pals``, ``pals_no_sharing``), a small feed-forward network
+  ``W_2 GELU(W_1 x)`` in d_s (``pff``, the "projected feed-forward" variant), or the identity (``low_rank``).
+* ``pals`` and ``pff`` share V^E/V^D across all layers of a task; ``pals_no_sharing`` and ``low_rank`` keep
+  one pair per layer.
 
-Activation: the reference code applies a GELU after V^D. We implement the equation as stated (no
-activation after V^D, no dropout on TS): TS is an additive correction to the residual stream, and a GELU
-would bound it below by about -0.17 for no stated reason. With the default zero-initialised V^D both
-choices start at TS = 0; the difference only matters during training.
+Activation: the reference code applies a GELU after V^D. By default we implement the equation as stated
+(no activation after V^D, no dropout on TS): TS is an additive correction to the residual stream, and a
+GELU would bound it below by about -0.17 for no stated reason. ``PALConfig.activation="gelu"`` restores the
+reference's GELU so that its effect can be measured. With the default zero-initialised V^D both choices
+start at TS = 0 (GELU(0) = 0); the difference only matters during training.
 
 All modules of a task live in one :class:`TaskAdapter`, stored once in the encoder's ``adapters``
 ModuleDict keyed by task; the BERT layers receive the adapter at forward time and never register it, so
@@ -75,6 +77,34 @@ class ProjectedAttention(nn.Module):
         return out.transpose(1, 2).reshape(b, t, self.size)
 
 
+def pff_inner_size(size: int) -> int:
+    """Inner width of the projected feed-forward g of ``pff``: ``3 d_s / 2`` (rounded down).
+
+    Two ``d_s x 3 d_s / 2`` matrices hold 3 d_s^2 weights, what the PAL attention's fused Q, K, V hold, so
+    ``pff`` and ``pals`` of one d_s cost the same and compare attention against a feed-forward g at equal
+    size.
+    """
+    return max(1, (3 * size) // 2)
+
+
+class ProjectedFeedForward(nn.Module):
+    """g_{l,t} of ``pff``: ``W_2 GELU(W_1 x + b_1) + b_2`` in d_s (inner width :func:`pff_inner_size`).
+
+    Args:
+        size: d_s.
+    """
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        inner = pff_inner_size(size)
+        self.fc1 = nn.Linear(size, inner)
+        self.fc2 = nn.Linear(inner, size)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``[B, T, d_s] -> [B, T, d_s]``, position by position (``mask`` is unused: no mixing over T)."""
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
 class TaskAdapter(nn.Module):
     """All task-specific parameters of one task t, for every selected layer.
 
@@ -83,6 +113,7 @@ class TaskAdapter(nn.Module):
         pals:             down (V^E), up (V^D), attention.<layer>.qkv
         pals_no_sharing:  down.<layer>, up.<layer>, attention.<layer>.qkv
         low_rank:         down.<layer>, up.<layer>
+        pff:              down (V^E), up (V^D), ffn.<layer>.fc1, ffn.<layer>.fc2
 
     Args:
         config: the PAL configuration (``adapter`` must not be ``"none"``).
@@ -93,9 +124,10 @@ class TaskAdapter(nn.Module):
 
     def __init__(self, config: PALConfig, hidden_size: int, size: int, layers: Iterable[int]) -> None:
         super().__init__()
-        if config.adapter == "none":
-            raise ValueError("adapter 'none' has no TaskAdapter")
+        if not config.in_layers:
+            raise ValueError(f"adapter {config.adapter!r} has no TaskAdapter inside the layers")
         self.layers: tuple[int, ...] = tuple(layers)
+        self.gelu_after_up = config.activation == "gelu"
         self.shared = config.shares_projections
         self.down: nn.Module
         self.up: nn.Module
@@ -110,6 +142,9 @@ class TaskAdapter(nn.Module):
             self.attention = nn.ModuleDict(
                 {str(i): ProjectedAttention(size, config.num_heads) for i in self.layers}
             )
+        self.ffn: nn.ModuleDict | None = None
+        if config.adapter == "pff":
+            self.ffn = nn.ModuleDict({str(i): ProjectedFeedForward(size) for i in self.layers})
         self.reset_parameters(config.init)
 
     @torch.no_grad()
@@ -141,7 +176,10 @@ class TaskAdapter(nn.Module):
         x = self._proj(self.down, layer)(hidden)
         if self.attention is not None:
             x = self.attention[str(layer)](x, mask)
-        return self._proj(self.up, layer)(x)
+        if self.ffn is not None:
+            x = self.ffn[str(layer)](x)
+        out = self._proj(self.up, layer)(x)
+        return F.gelu(out) if self.gelu_after_up else out
 
 
 MASK_VALUE = -10000.0

@@ -33,12 +33,15 @@ HEADS_PREFIX = "heads"
 
 def _adapter_signature(encoder: MultiTaskBert) -> dict[str, object]:
     cfg = encoder.pal_config
-    return {
+    signature: dict[str, object] = {
         "adapter": cfg.adapter,
         "pal_size": encoder.pal_size,
-        "num_heads": cfg.num_heads if cfg.has_attention else None,
+        "num_heads": cfg.num_heads if cfg.has_attention or cfg.adapter == "pa_on_top" else None,
         "layers": list(encoder.pal_layers),
     }
+    if cfg.activation != "none":  # only when set, so files saved before the option still match
+        signature["activation"] = cfg.activation
+    return signature
 
 
 def _model_tasks(encoder: MultiTaskBert, heads: nn.ModuleDict | None) -> list[str]:

@@ -1,0 +1,223 @@
+"""The PALs paper's other task-specific functions: projected feed-forward (``pff``), projected attention on
+top (``pa_on_top``), a BERT layer on top (``bert_layer_on_top``), and the optional GELU after V^D."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from modeling_helpers import TINY, TINY_NO_DROPOUT
+from safetensors.torch import load_file, save_file
+from transformers import BertConfig, BertModel
+
+from pal_lightning.errors import PalUserError
+from pal_lightning.modeling import (
+    MultiTaskBert,
+    PALConfig,
+    load_task_weights,
+    parameter_report,
+    save_task_weights,
+)
+from pal_lightning.modeling.accounting import task_weight_formula
+
+NEW = ("pff", "pa_on_top", "bert_layer_on_top")
+D, L, D_FF = TINY["hidden_size"], TINY["num_hidden_layers"], TINY["intermediate_size"]
+BERT_BASE = {
+    "hidden_size": 768,
+    "num_hidden_layers": 12,
+    "num_attention_heads": 12,
+    "intermediate_size": 3072,
+}
+MINILM = {"hidden_size": 384, "num_hidden_layers": 6, "num_attention_heads": 12, "intermediate_size": 1536}
+
+
+def _model(adapter: str, init: str = "random", **kw) -> MultiTaskBert:
+    torch.manual_seed(0)
+    kw.setdefault("num_heads", 2)
+    return MultiTaskBert.from_config(TINY_NO_DROPOUT, ["a", "b"], adapter=adapter, init=init, **kw).eval()
+
+
+def _run(model: MultiTaskBert, batch: dict[str, torch.Tensor], task: str) -> torch.Tensor:
+    with torch.no_grad():
+        return model(**batch, task=task)
+
+
+@pytest.mark.parametrize("adapter", NEW)
+def test_changing_one_tasks_adapter_changes_only_that_tasks_output(adapter, batch):
+    model = _model(adapter)
+    before = {t: _run(model, batch, t) for t in ("a", "b")}
+    with torch.no_grad():
+        for p in model.adapters["a"].parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    assert torch.equal(_run(model, batch, "b"), before["b"])
+    assert not torch.allclose(_run(model, batch, "a"), before["a"], atol=1e-4)
+    # and a loss on task a sends no gradient into task b's parameters
+    model.train()
+    model(**batch, task="a").pow(2).mean().backward()
+    assert all(p.grad is None for p in model.adapters["b"].parameters())
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.adapters["a"].parameters())
+
+
+@pytest.mark.parametrize("adapter", ["pff", "pa_on_top"])
+@pytest.mark.parametrize("activation", ["none", "gelu"])
+def test_zero_init_starts_as_the_pretrained_encoder(adapter, activation, batch):
+    model = _model(adapter, init="zero", activation=activation)
+    plain = MultiTaskBert.from_config(TINY_NO_DROPOUT, ["a"], adapter="none").eval()
+    plain.bert.load_state_dict(model.bert.state_dict())
+    expected = _run(plain, batch, "a")
+    for task in ("a", "b"):
+        assert torch.equal(_run(model, batch, task), expected)
+    # the random init does change the output (the comparison above can fail)
+    assert not torch.allclose(_run(_model(adapter, init="random"), batch, "a"), expected, atol=1e-4)
+
+
+def test_bert_layer_on_top_starts_as_the_last_pretrained_layer_applied_twice(batch):
+    """Independent reference: a plain (L+1)-layer BertModel whose top layer is a copy of layer L-1."""
+    model = _model("bert_layer_on_top", init="zero")
+    deeper = BertModel(BertConfig(**{**TINY_NO_DROPOUT, "num_hidden_layers": L + 1}), add_pooling_layer=False)
+    state = {k[len("bert.") :]: v for k, v in model.state_dict().items() if k.startswith("bert.")}
+    last = {k: v for k, v in state.items() if k.startswith(f"encoder.layer.{L - 1}.")}
+    state.update({k.replace(f"layer.{L - 1}.", f"layer.{L}.", 1): v for k, v in last.items()})
+    deeper.load_state_dict(state)
+    with torch.no_grad():
+        expected = deeper.eval()(**batch).last_hidden_state
+    for task in ("a", "b"):
+        torch.testing.assert_close(_run(model, batch, task), expected, rtol=0, atol=1e-5)
+    # init random: a fresh BERT layer (unit LayerNorms, biases 0), not the copy
+    fresh = _model("bert_layer_on_top", init="random").adapters["a"].layer
+    assert torch.equal(fresh.output.LayerNorm.weight, torch.ones(D))
+    assert torch.equal(fresh.attention.self.query.bias, torch.zeros(D))
+    assert not torch.equal(
+        fresh.attention.self.query.weight, model.bert.encoder.layer[L - 1].attention.self.query.weight
+    )
+
+
+def test_bert_layer_on_top_copies_the_pretrained_layer_after_loading():
+    model = MultiTaskBert.from_config(TINY, ["a"], adapter="bert_layer_on_top")
+    donor = MultiTaskBert.from_config(TINY, ["a"], adapter="none")
+    with torch.no_grad():
+        for p in donor.bert.parameters():
+            p.add_(1.0)
+    model.load_pretrained_state(donor.bert.state_dict())
+    top = model.adapters["a"].layer.state_dict()
+    last = donor.bert.encoder.layer[L - 1].state_dict()
+    assert all(torch.equal(top[k], last[k]) for k in last)
+
+
+def test_gelu_after_v_d_is_applied_by_hand():
+    """The pff adapter's TS term recomputed from its weights: GELU(V^D FFN(V^E h)) with FFN = W2 GELU(W1 x)."""
+    model = _model("pff", activation="gelu")
+    adapter = model.adapters["a"]
+    h = torch.randn(2, 5, D)
+    x = h @ adapter.down.weight.T + adapter.down.bias
+    ffn = adapter.ffn["1"]
+    x = F.gelu(x @ ffn.fc1.weight.T + ffn.fc1.bias) @ ffn.fc2.weight.T + ffn.fc2.bias
+    expected = F.gelu(x @ adapter.up.weight.T + adapter.up.bias)
+    torch.testing.assert_close(adapter(1, h, None), expected)
+    ungated = _model("pff", activation="none").adapters["a"](1, h, None)
+    torch.testing.assert_close(F.gelu(ungated), expected)  # same weights (same seed), only the GELU differs
+
+
+def test_parameter_counts_equal_hand_formulas():
+    # tiny: d = 32, L = 3, d_ff = 37; default d_s at width 32: round(32 * 204 / 768) = 9 (pff),
+    # pa_on_top to a multiple of 2 heads: 8
+    pff = parameter_report(_model("pff"))
+    assert pff.pal_size == 9
+    assert pff.adapter_weights["a"] == 2 * 32 * 9 + 3 * (9 * 13 + 13 * 9)  # inner 3 * 9 // 2 = 13
+    assert pff.adapter_biases["a"] == 9 + 32 + 3 * (13 + 9)
+    top = parameter_report(_model("pa_on_top"))
+    assert top.pal_size == 8
+    assert top.adapter_weights["a"] == 2 * 32 * 8 + 6 * 4 * 8 * 8
+    assert top.adapter_biases["a"] == 8 + 32 + 6 * (3 * 8 + 8 + 2 * 8)  # qkv, out, LayerNorm gain+bias
+    layer = parameter_report(_model("bert_layer_on_top"))
+    assert layer.pal_size == 0
+    assert layer.adapter_weights["a"] == 4 * 32 * 32 + 2 * 32 * 37
+    assert layer.adapter_biases["a"] == 4 * 32 + 37 + 32 + 2 * 2 * 32
+    for report in (pff, top, layer):  # the pure formula agrees with the counted model
+        config = PALConfig(adapter=report.adapter, num_heads=2)
+        assert task_weight_formula(config, D, L, D_FF) == report.adapter_weights["b"]
+
+
+def test_paper_sizes_and_the_eight_task_ratios_at_bert_base():
+    """Weights per task at BERT-base and MiniLM (hand arithmetic), and the paper's 1.13x / 1.10x."""
+    with torch.device("meta"):
+        base = MultiTaskBert.from_config({**BERT_BASE, "vocab_size": 30522}, [f"t{i}" for i in range(8)])
+        top = MultiTaskBert.from_config(
+            {**BERT_BASE, "vocab_size": 30522}, [f"t{i}" for i in range(8)], adapter="pa_on_top"
+        )
+    assert parameter_report(top).adapter_weights["t0"] == 2 * 768 * 204 + 6 * 4 * 204**2 == 1_312_128
+    # the paper's encoder count includes the pooler (768 * 768 + 768), which MultiTaskBert leaves out
+    pooler = 768 * 768 + 768
+    for model, paper in ((base, 1.13), (top, 1.10)):
+        report = parameter_report(model)
+        assert round((report.total + pooler) / (report.shared + pooler), 2) == paper
+    cases = {
+        ("pff", 768): 2 * 768 * 204 + 12 * 3 * 204**2,
+        ("pa_on_top", 768): 1_312_128,
+        ("bert_layer_on_top", 768): 4 * 768**2 + 2 * 768 * 3072,
+        ("pff", 384): 2 * 384 * 102 + 6 * 3 * 102**2,
+        ("pa_on_top", 384): 2 * 384 * 102 + 6 * 4 * 102**2,
+        ("bert_layer_on_top", 384): 4 * 384**2 + 2 * 384 * 1536,
+    }
+    for (adapter, d), expected in cases.items():
+        shape = BERT_BASE if d == 768 else MINILM
+        pal = PALConfig(adapter=adapter)
+        formula = task_weight_formula(pal, d, shape["num_hidden_layers"], shape["intermediate_size"])
+        assert formula == expected, adapter
+
+
+@pytest.mark.parametrize("adapter", NEW)
+def test_save_and_load_round_trip(adapter, batch, tmp_path):
+    model = _model(adapter, activation="gelu" if adapter == "pff" else "none")
+    # the whole state through safetensors (which refuses tensors shared between modules)
+    save_file(model.state_dict(), str(tmp_path / "all.safetensors"))
+    twin = _model(adapter, activation="gelu" if adapter == "pff" else "none")
+    with torch.no_grad():
+        for p in twin.parameters():
+            p.zero_()
+    twin.load_state_dict(load_file(str(tmp_path / "all.safetensors")))
+    assert torch.equal(_run(twin, batch, "a"), _run(model, batch, "a"))
+    # task-only weights: only task a's block travels
+    path = save_task_weights(model, tmp_path / "a.safetensors", tasks=["a"])
+    other = _model(adapter, activation="gelu" if adapter == "pff" else "none")
+    other.bert.load_state_dict(model.bert.state_dict())
+    with torch.no_grad():
+        for p in other.adapters.parameters():
+            p.add_(1.0)
+    b_before = _run(other, batch, "b")
+    assert load_task_weights(other, path) == ["a"]
+    assert torch.equal(_run(other, batch, "a"), _run(model, batch, "a"))
+    assert torch.equal(_run(other, batch, "b"), b_before)
+
+
+def test_task_weights_refuse_another_variant_or_activation(tmp_path):
+    path = save_task_weights(_model("pff"), tmp_path / "pff.safetensors")
+    for other in (_model("pals", pal_size=10), _model("pff", activation="gelu")):
+        with pytest.raises(PalUserError, match="was saved for"):
+            load_task_weights(other, path)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"adapter": "pa_on_top", "placement": "top"}, "sits after the last layer"),
+        ({"adapter": "bert_layer_on_top", "pal_size": 64}, "does not apply"),
+        ({"adapter": "none", "activation": "gelu"}, "does not have"),
+        ({"adapter": "bert_layer_on_top", "activation": "gelu"}, "does not have"),
+        ({"adapter": "pals", "activation": "relu"}, "Unknown pal_activation"),
+        ({"adapter": "pa_on_top", "pal_size": 10, "num_heads": 4}, "not divisible"),
+    ],
+)
+def test_bad_variant_options_name_the_problem(kwargs, message):
+    with pytest.raises(PalUserError, match=message):
+        PALConfig(**kwargs)
+
+
+def test_default_sizes_scale_with_the_width():
+    assert PALConfig(adapter="pff").resolved_size(768) == 204
+    assert PALConfig(adapter="pff").resolved_size(384) == 102
+    assert PALConfig(adapter="pa_on_top").resolved_size(384) == 102
+    assert PALConfig(adapter="pa_on_top", num_heads=12).resolved_size(768) == 204
+    assert PALConfig(adapter="pals", placement="top").resolved_size(384) == 138
+    for adapter in ("pa_on_top", "bert_layer_on_top"):
+        assert PALConfig(adapter=adapter).layer_indices(12) == ()

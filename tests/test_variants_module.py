@@ -1,0 +1,139 @@
+"""The paper's other task-specific functions through MultiTaskModule: a short fit for each, the checkpoint
+check refusing another variant, and the shipped overlays in configs/variants/."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from test_module import FIXED, TinyData, tiny_module
+
+from pal_lightning.errors import PalUserError
+from pal_lightning.module import MultiTaskModule
+
+ROOT = Path(__file__).resolve().parents[1]
+VARIANTS = sorted((ROOT / "configs" / "variants").glob("*.yaml"))
+
+
+def _checkpoint(module: MultiTaskModule) -> dict[str, Any]:
+    return {"hyper_parameters": dict(module.hparams), "state_dict": module.state_dict()}
+
+
+@pytest.mark.parametrize(
+    ("adapter", "extra"),
+    [("pff", {}), ("pa_on_top", {}), ("bert_layer_on_top", {}), ("pals", {"pal_activation": "gelu"})],
+)
+def test_each_variant_fits_and_trains_its_own_parameters(adapter: str, extra: dict[str, Any]) -> None:
+    pl.seed_everything(0, verbose=False)
+    module = tiny_module(adapter=adapter, lr=3e-3, head_lr=3e-2, **extra)
+    before = {n: p.detach().clone() for n, p in module.encoder.adapters.named_parameters()}
+    assert before, "the variant has task-specific parameters"
+    data = TinyData()
+    data.steps = 6
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+    )
+    trainer.fit(module, datamodule=data)
+    assert trainer.global_step == 6
+    tasks_seen = {b["task"] for b in FIXED}
+    for task in tasks_seen:
+        moved = [
+            n
+            for n, p in module.encoder.adapters[task].named_parameters(prefix=task)
+            if not torch.equal(p, before[n])
+        ]
+        assert moved, f"{adapter}: task {task}'s parameters did not train"
+    assert all(torch.isfinite(p).all() for p in module.parameters())
+
+
+@pytest.mark.parametrize(
+    ("trained", "now", "message"),
+    [
+        ({"adapter": "pals"}, {"adapter": "pff"}, "adapter is 'pals' in the checkpoint but 'pff' here"),
+        (
+            {"adapter": "pa_on_top"},
+            {"adapter": "bert_layer_on_top"},
+            "adapter is 'pa_on_top' in the checkpoint but 'bert_layer_on_top' here",
+        ),
+        (
+            {"adapter": "bert_layer_on_top"},
+            {"adapter": "pa_on_top"},
+            "adapter is 'bert_layer_on_top' in the checkpoint but 'pa_on_top' here",
+        ),
+        (
+            {"adapter": "pff"},
+            {"adapter": "pff", "pal_activation": "gelu"},
+            "pal_activation is 'none' in the checkpoint but 'gelu' here",
+        ),
+    ],
+)
+def test_checkpoint_of_another_variant_is_refused(
+    trained: dict[str, Any], now: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(PalUserError, match=re.escape(message)):
+        tiny_module(**now).on_load_checkpoint(_checkpoint(tiny_module(**trained)))
+    same = tiny_module(**trained)
+    same.on_load_checkpoint(_checkpoint(tiny_module(**trained)))  # the same variant loads
+
+
+def test_shipped_variant_overlays_print_on_the_quickstart(capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    from pal_lightning.cli import main
+
+    names = {p.stem for p in VARIANTS}
+    assert names == {"pals_top_half", "pals_bottom_half", "bert_layer_on_top", "pa_on_top", "pff"}
+    expected = {
+        "pals_top_half": ("pals", "top"),
+        "pals_bottom_half": ("pals", "bottom"),
+        "bert_layer_on_top": ("bert_layer_on_top", "all"),
+        "pa_on_top": ("pa_on_top", "all"),
+        "pff": ("pff", "all"),
+    }
+    quickstart = str(ROOT / "configs" / "quickstart.yaml")
+    for path in VARIANTS:
+        assert main(["fit", "--config", quickstart, "--config", str(path), "--print_config"]) == 0, path
+        args = yaml.safe_load(capsys.readouterr().out)["model"]["init_args"]
+        assert (args["adapter"], args["pal_placement"]) == expected[path.stem]
+
+
+def test_a_variant_overlay_fits_a_tiny_model_through_the_cli(tmp_path: Path) -> None:
+    import yaml
+
+    from pal_lightning.cli import main
+    from pal_lightning.testing import TINY_BERT, write_cs224n_data
+
+    data = write_cs224n_data(tmp_path / "data")
+    base = {
+        "seed_everything": 1,
+        "trainer": {
+            "accelerator": "cpu",
+            "max_steps": 2,
+            "default_root_dir": str(tmp_path / "runs"),
+            "enable_progress_bar": False,
+            "num_sanity_val_steps": 0,
+        },
+        "model": {"init_args": {"tasks": ["sst", "sts"], "bert_config": TINY_BERT, "pal_heads": 2}},
+        "data": {
+            "init_args": {"data_dir": str(data), "batch_size": 4, "steps_per_epoch": 2, "cache_dir": False}
+        },
+    }
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(base))
+    quickstart = str(ROOT / "configs" / "quickstart.yaml")
+    overlay = str(ROOT / "configs" / "variants" / "pa_on_top.yaml")
+    assert main(["fit", "--config", quickstart, "--config", str(config), "--config", overlay]) == 0
+    saved = yaml.safe_load((tmp_path / "runs" / "version_0" / "config.yaml").read_text())
+    assert saved["model"]["init_args"]["adapter"] == "pa_on_top"
