@@ -92,7 +92,7 @@ def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     real = datasets.load_dataset
 
     def load_dataset(path: str, name: str | None = None, **kwargs: Any) -> Any:
-        if Path(path).is_dir():  # a local folder: as it is
+        if path in ("csv", "json", "parquet") or Path(path).is_dir():  # local files or a folder: as they are
             return real(path, name, **kwargs)
         local = root / path / (name or "")
         if path in ("SetFit/sst5", "nyu-mll/glue") and local.is_dir():
@@ -309,3 +309,46 @@ def test_a_dataset_dict_and_a_saved_folder_serve_only_their_splits(tmp_path: Pat
     with pytest.raises(PalUserError, match="already exists and is not empty"):
         hf_sources.dataset_task(dd, tmp_path / "one", **fields)
     assert datasets.load_from_disk(str(tmp_path / "one"))["y"] == [1, 0, 1]
+
+
+def test_the_readme_format_hf_example_reads_as_written(hub: Path, tmp_path: Path) -> None:
+    import re
+
+    import yaml
+
+    from pal_lightning.tasks import resolve_tasks
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("### Your own task: `format: hf`", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"```yaml\n(.*?)```", section, re.S)
+    sst, mrpc, reviews = resolve_tasks(yaml.safe_load(block)["model"]["init_args"]["tasks"])
+    assert sst == get_task("sst") and (mrpc.hf_path, mrpc.hf_name) == ("nyu-mll/glue", "mrpc")
+    # GLUE MRPC in the hub's layout
+    folder = hub / "nyu-mll" / "glue" / "mrpc"
+    folder.mkdir()
+    pairs = {
+        "train": [("He left.", "He went away.", 1), ("It rains.", "Cats purr.", 0)],
+        "validation": [("A", "B", 0)],
+    }
+    for split, rows in pairs.items():
+        columns = {"sentence1": [r[0] for r in rows], "sentence2": [r[1] for r in rows]}
+        columns.update(label=[r[2] for r in rows], idx=[10 + i for i in range(len(rows))])
+        datasets.Dataset.from_dict(columns).to_parquet(str(folder / f"{split}-00000-of-00001.parquet"))
+    data = tmp_path / "data"
+    train = read_split(mrpc, "train", data)
+    assert train.texts == [["He left.", "It rains."], ["He went away.", "Cats purr."]] and train.ids == [
+        "10",
+        "11",
+    ]
+    assert read_split(mrpc, "dev", data).labels.tolist() == [0]
+    # the user's local csv, jsonl and parquet files
+    (data / "reviews").mkdir(parents=True)
+    (data / "reviews" / "train.csv").write_text('text,positive\nloved it,1\n"dull, long",0\n')
+    (data / "reviews" / "dev.jsonl").write_text('{"text": "fine", "positive": 1}\n')
+    datasets.Dataset.from_dict({"text": ["meh"], "positive": [0]}).to_parquet(
+        str(data / "reviews" / "test.parquet")
+    )
+    assert read_split(reviews, "train", data).texts == [["loved it", "dull, long"]]
+    assert read_split(reviews, "train", data).labels.tolist() == [1, 0]
+    assert read_split(reviews, "dev", data).labels.tolist() == [1]
+    assert read_split(reviews, "test", data).labels.tolist() == [0]
