@@ -18,6 +18,9 @@ sts      pair regression         1      0..5         pearson, spearman
 cfimdb   single classification   2      0..1         accuracy
 sst2     single classification   2      0..1         accuracy
 ======== ======================= ====== ============ ====================
+
+Each built-in task's ``source`` says where its data comes from; :data:`HUB_COPIES` holds the public
+Hugging Face copy of those that have one (read when no data folder is given).
 """
 
 from __future__ import annotations
