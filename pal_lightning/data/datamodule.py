@@ -134,7 +134,9 @@ class MultiTaskDataModule(pl.LightningDataModule):
     Args:
         tasks: task names, :class:`~pal_lightning.tasks.TaskSpec` objects or dicts of TaskSpec fields.
         tokenizer: encoder name or path whose (fast) tokenizer is used.
-        data_dir: folder of the data files; default ``$PAL_DATA_DIR``, else ``./data``.
+        data_dir: folder of the data files; default ``$PAL_DATA_DIR``, else ``./data``. When none of the
+            three is there, the built-in tasks with a public Hugging Face copy read it through ``datasets``
+            (``pal_lightning.data.hf_sources``; ``demo`` is the small set shipped with the package).
         batch_size: training batch size per rank, one int or a ``task -> int`` mapping.
         eval_batch_size: validation/test/predict batch size per rank (int or mapping).
         max_length: longest tokenised sequence (special tokens included); longer ones are truncated.
