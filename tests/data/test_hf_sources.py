@@ -352,3 +352,30 @@ def test_the_readme_format_hf_example_reads_as_written(hub: Path, tmp_path: Path
     assert read_split(reviews, "train", data).labels.tolist() == [1, 0]
     assert read_split(reviews, "dev", data).labels.tolist() == [1]
     assert read_split(reviews, "test", data).labels.tolist() == [0]
+
+
+def test_pal_lightning_fit_trains_on_the_hub_copies(hub: Path, no_folder: Path, tmp_path: Path) -> None:
+    """End to end through the CLI: no data folder, the built-in tasks from their hub copies."""
+    import csv
+
+    import yaml
+
+    from pal_lightning.cli import main
+    from pal_lightning.testing import write_cs224n_data
+    from tests.cli.conftest import tiny_config
+
+    config = tiny_config(tmp_path, write_cs224n_data(tmp_path / "files"))
+    values = yaml.safe_load(config.read_text())
+    del values["data"]["init_args"]["data_dir"]
+    config.write_text(yaml.safe_dump(values))
+    assert main(["fit", "--config", str(config)]) == 0
+    (run,) = (tmp_path / "runs").glob("version_*")
+    with (run / "metrics.csv").open() as f:
+        rows = [r for r in csv.DictReader(f) if r.get("val/sst/accuracy")]
+    # validated on the hub copies' dev splits: 2 SST-5 and 2 QQP rows, so accuracies are 0, 0.5 or 1
+    assert rows and all(
+        float(r[f"val/{t}/accuracy"]) in (0.0, 0.5, 1.0) for r in rows for t in ("sst", "qqp")
+    )
+    # and 2 STS-B pairs: the Pearson correlation of two points is +1 or -1 (10 rows of the files: hardly ever)
+    assert all(abs(float(r["val/sts/pearson"])) == pytest.approx(1.0, abs=1e-5) for r in rows)
+    assert yaml.safe_load((run / "config.yaml").read_text())["data"]["init_args"].get("data_dir") is None
