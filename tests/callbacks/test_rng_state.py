@@ -127,3 +127,104 @@ def test_resumed_fit_draws_the_same_numpy_and_python_numbers(tmp_path: Path) -> 
     resumed = _fit(tmp_path / "resumed", max_steps=6, ckpt_path=str(tmp_path / "first" / "step=3.ckpt"))
     assert sorted(resumed.draws) == [3, 4, 5]
     assert [resumed.draws[s] for s in (3, 4, 5)] == [full.draws[s] for s in (3, 4, 5)]
+
+
+# ------------------------------------------------- ranks and CUDA without processes or a GPU
+
+
+class _FakeDist:
+    """Just what rng_state reads of torch.distributed, for ``rank`` of ``world`` processes."""
+
+    def __init__(self, rank: int, world: int, others: list) -> None:
+        self.rank, self.world, self.others = rank, world, others
+
+    def is_available(self) -> bool:
+        return True
+
+    def is_initialized(self) -> bool:
+        return True
+
+    def get_rank(self) -> int:
+        return self.rank
+
+    def get_world_size(self) -> int:
+        return self.world
+
+    def all_gather_object(self, out: list, obj: object) -> None:
+        out[:] = [obj if r == self.rank else self.others[r] for r in range(self.world)]
+
+
+def test_each_rank_gathers_and_restores_its_own_states(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    pl.seed_everything(7)
+    rank0 = collect_rng_state()
+    _draw()
+    fake = _FakeDist(rank=1, world=2, others=[rank0, None])
+    monkeypatch.setattr(torch, "distributed", fake)
+    cb = RNGStateCallback()
+    assert cb.restored is False
+    saved = cb.state_dict()  # rank 1 gathers: rank 0's states first, its own second
+    assert saved["world_size"] == 2 and saved["states"][0] is rank0
+    expected = _draw()
+    _draw()
+    with caplog.at_level(logging.WARNING):
+        cb.load_state_dict(saved)
+        cb.on_train_epoch_start(None, None)  # type: ignore[arg-type]
+        assert cb.restored and _draw() == expected  # rank 1 took states[1], not states[0]
+        # three ranks saved, two now: rank 1 still restores its entry; only rank 0 warns
+        cb.load_state_dict({"world_size": 3, "states": [rank0, saved["states"][1], rank0]})
+        assert cb.restored is False
+        cb.on_train_batch_start(None, None, None, 0)  # type: ignore[arg-type]
+        assert _draw() == expected
+    assert "random states" not in caplog.text
+    # one rank saved, two now: rank 1 has nothing to restore (its generators stay as they are)
+    cb.load_state_dict({"world_size": 1, "states": [rank0]})
+    before = collect_rng_state()
+    cb.on_train_epoch_start(None, None)  # type: ignore[arg-type]
+    assert not cb.restored
+    after_hook = _draw()
+    apply_rng_state(before)
+    assert _draw() == after_hook  # the hook left the generators alone
+    # rank 0 of that run does warn, naming both numbers
+    fake.rank = 0
+    with caplog.at_level(logging.WARNING):
+        cb.load_state_dict({"world_size": 1, "states": [rank0]})
+    assert "holds the random states of 1 rank(s) but this run has 2: the resumed run will not" in caplog.text
+
+
+def test_cuda_generators_round_trip_where_the_device_count_matches(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stand-in for torch.cuda's generator functions: the states go out and come back unchanged."""
+    device_states = [torch.arange(4, dtype=torch.uint8), torch.arange(4, 8, dtype=torch.uint8)]
+    restored: list = []
+    cuda = torch.cuda
+    monkeypatch.setattr(cuda, "is_available", lambda: True)
+    monkeypatch.setattr(cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(cuda, "get_rng_state_all", lambda: [s.clone() for s in device_states])
+    monkeypatch.setattr(cuda, "set_rng_state_all", lambda states: restored.extend(states))
+    state = collect_rng_state()
+    assert [s.tolist() for s in state["cuda"]] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    state["cuda"] = [s.tolist() for s in state["cuda"]]  # as lists: restored as uint8 tensors
+    apply_rng_state(state)
+    assert [(s.dtype, s.tolist()) for s in restored] == [
+        (torch.uint8, [0, 1, 2, 3]),
+        (torch.uint8, [4, 5, 6, 7]),
+    ]
+    # another number of devices: nothing restored, and a warning that says so
+    restored.clear()
+    monkeypatch.setattr(cuda, "device_count", lambda: 1)
+    with caplog.at_level(logging.WARNING):
+        apply_rng_state(state)
+    assert restored == []
+    assert "CUDA generator states of 2 device(s), this process sees 1: CUDA generators are not restored" in (
+        caplog.text
+    )
+    # no CUDA in use: no CUDA entry, and a state without one restores nothing there
+    monkeypatch.setattr(cuda, "is_initialized", lambda: False)
+    assert "cuda" not in collect_rng_state()
+    monkeypatch.setattr(cuda, "is_available", lambda: False)
+    apply_rng_state(state)
+    assert restored == []
