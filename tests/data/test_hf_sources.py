@@ -84,6 +84,18 @@ def write_hub_copies(root: Path) -> None:
             ds.to_parquet(str(folder / f"{split}-00000-of-00001.parquet"))
 
 
+def tiny_config(tmp_path: Path, data_dir: Path, tasks: list | None = None) -> Path:
+    """The CLI tests' tiny fit config (``tests/cli/conftest.py``, loaded by path: tests are no package)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "cli" / "conftest.py"
+    spec = importlib.util.spec_from_file_location("pal_cli_test_config", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.tiny_config(tmp_path, data_dir, tasks)
+
+
 @pytest.fixture
 def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """``datasets.load_dataset`` with the hub replaced by local copies; other hub ids fail as offline."""
@@ -218,7 +230,6 @@ def test_offline_without_a_folder_is_one_line_naming_both_ways(
 
     from pal_lightning.cli import USER_ERROR_EXIT, main
     from pal_lightning.testing import write_cs224n_data
-    from tests.cli.conftest import tiny_config
 
     config = tiny_config(tmp_path, write_cs224n_data(tmp_path / "files"))
     values = yaml.safe_load(config.read_text())
@@ -252,7 +263,6 @@ def test_a_hub_dataset_without_the_asked_split_is_one_line(
 
     from pal_lightning.cli import USER_ERROR_EXIT, main
     from pal_lightning.testing import write_cs224n_data
-    from tests.cli.conftest import tiny_config
 
     # SetFit/sst5's dev split is "validation"; a task asking for "dev" names a split it does not have
     mine = {
@@ -362,7 +372,6 @@ def test_pal_lightning_fit_trains_on_the_hub_copies(hub: Path, no_folder: Path, 
 
     from pal_lightning.cli import main
     from pal_lightning.testing import write_cs224n_data
-    from tests.cli.conftest import tiny_config
 
     config = tiny_config(tmp_path, write_cs224n_data(tmp_path / "files"))
     values = yaml.safe_load(config.read_text())
