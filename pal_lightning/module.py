@@ -63,6 +63,7 @@ ARCHITECTURE_HPARAMS = (
     "pal_placement",
     "pal_num_layers",
     "pal_activation",
+    "layer_sharing",
     "pooling",
     "pair_encoding",
 )
@@ -122,6 +123,9 @@ class MultiTaskModule(PretrainedMixin, InferenceMixin, pl.LightningModule):
         pal_num_layers: k for ``top``/``bottom`` placement (``None``: half the layers).
         pal_init: ``zero`` (step 0 is exactly the pretrained encoder) or ``random`` (the reference's N(0, 0.02)).
         pal_activation: ``none`` (default) or ``gelu``: a GELU after V^D, as in the reference code.
+        layer_sharing: layer-sharing regime, one letter per encoder layer, bottom first: ``F`` frozen,
+            ``S`` shared, ``I`` individual (a copy per task starting from the pretrained layer), e.g.
+            ``FFSSII``; ``None``: all shared (:mod:`pal_lightning.modeling.sharing`).
         pooling: sentence vector: ``mean`` over non-padding tokens (what all-MiniLM-L6-v2 was trained
             with) or ``cls``.
         pair_encoding: ``cross`` (both sentences in one sequence) or ``siamese`` (each alone), or a
@@ -176,6 +180,7 @@ class MultiTaskModule(PretrainedMixin, InferenceMixin, pl.LightningModule):
         pal_num_layers: int | None = None,
         pal_init: str = "zero",
         pal_activation: str = "none",
+        layer_sharing: str | None = None,
         pooling: str = "mean",
         pair_encoding: str | dict[str, str] = "cross",
         dropout: float = 0.1,
@@ -218,6 +223,11 @@ class MultiTaskModule(PretrainedMixin, InferenceMixin, pl.LightningModule):
             raise PalUserError(f"layer_lr_decay must lie in (0, 1] (1 = no decay), got {layer_lr_decay}.")
         if self.simcse is not None:
             self.simcse.check(self.task_specs)
+        if freeze_encoder and isinstance(layer_sharing, str) and "I" in layer_sharing.upper():
+            raise PalUserError(
+                f"layer_sharing {layer_sharing!r} has individual (I) layers, which freeze_encoder would freeze: "
+                "set freeze_encoder: false (mark the layers to keep fixed with F), or use F/S letters only."
+            )
         if max_nonfinite_steps < 1:
             raise PalUserError(f"max_nonfinite_steps must be >= 1, got {max_nonfinite_steps}.")
         for spec in self.task_specs.values():
@@ -277,13 +287,18 @@ class MultiTaskModule(PretrainedMixin, InferenceMixin, pl.LightningModule):
         )
         if hp.bert_config is not None:
             return MultiTaskBert.from_config(
-                dict(hp.bert_config), specs, attn_implementation=hp.attn_implementation, **pal_kwargs
+                dict(hp.bert_config),
+                specs,
+                attn_implementation=hp.attn_implementation,
+                layer_sharing=hp.get("layer_sharing"),
+                **pal_kwargs,
             )
         return MultiTaskBert.from_pretrained(
             resolve_encoder(hp.encoder, hp.get("encoder_revision")),
             specs,
             pal=PALConfig(**pal_kwargs),
             attn_implementation=hp.attn_implementation,
+            layer_sharing=hp.get("layer_sharing"),
         )
 
     def build_heads(self) -> nn.ModuleDict:

@@ -678,16 +678,22 @@ class GEMCallback(pl.Callback):
         return [i for row, n in zip(gathered, counts, strict=True) for i in row[:n]]
 
     def participating_parameters(self, module: nn.Module) -> list[nn.Parameter]:
-        """Trainable parameters GEM projects: the shared encoder's (``"shared"``) or all (``"all"``)."""
+        """Trainable parameters GEM projects: the shared encoder's (``"shared"``) or all (``"all"``).
+
+        "Shared" means what every task updates: with a layer-sharing regime the embeddings and the S
+        layers (``encoder.shared_parameters()``; F layers do not require gradients, and a task's own
+        copies of I layers cannot conflict with another task's, like adapters and heads).
+        """
         if self.parameters == "all":
             return [p for p in module.parameters() if p.requires_grad]
         encoder = getattr(module, "encoder", None)
-        if encoder is None or not callable(getattr(encoder, "pretrained_parameters", None)):
+        shared = getattr(encoder, "shared_parameters", None) or getattr(encoder, "pretrained_parameters", None)
+        if encoder is None or not callable(shared):
             raise PalUserError(
                 "GEMCallback(parameters='shared') needs module.encoder.pretrained_parameters() "
                 "(pal_lightning.modeling.MultiTaskBert): use parameters='all' for another model."
             )
-        return [p for _, p in encoder.pretrained_parameters() if p.requires_grad]
+        return [p for _, p in shared() if p.requires_grad]
 
     def constraining_tasks(self, current: Sequence[str]) -> list[str]:
         """Tasks whose memories constrain a step on ``current`` (in first-seen order)."""

@@ -37,7 +37,8 @@ class ParameterReport:
     """d_s (0 for ``adapter="none"``)."""
 
     shared: int
-    """Pretrained encoder parameters, used by every task (``encoder.bert``)."""
+    """Pretrained encoder parameters stored once and used by every task (``encoder.bert``: the embeddings
+    and the frozen and shared layers)."""
 
     adapter_weights: dict[str, int] = field(default_factory=dict)
     """Per task: weight-matrix parameters of its adapter (V^E, V^D, Q/K/V, ...; tensors of 2 dimensions)."""
@@ -48,6 +49,15 @@ class ParameterReport:
 
     heads: dict[str, int] = field(default_factory=dict)
     """Per task: parameters of its output head (0 when the object has no head for the task)."""
+
+    individual: dict[str, int] = field(default_factory=dict)
+    """Per task: parameters of its own copies of the individual (I) layers (0 without I layers)."""
+
+    layer_sharing: str = ""
+    """The layer-sharing regime, one letter per layer (F frozen, S shared, I individual)."""
+
+    frozen: int = 0
+    """Parameters of the frozen (F) layers (part of :attr:`shared`)."""
 
     other: int = 0
     """Parameters of the object that are neither encoder, adapter nor head (e.g. a learnable loss scale)."""
@@ -71,13 +81,20 @@ class ParameterReport:
 
     @property
     def stored_per_task(self) -> dict[str, int]:
-        """What one task costs on disk beside the shared encoder: adapter plus head."""
-        return {t: self.adapter_params(t) + self.heads.get(t, 0) for t in self.tasks}
+        """What one task costs on disk beside the shared encoder: adapter, individual layers and head."""
+        return {
+            t: self.adapter_params(t) + self.individual.get(t, 0) + self.heads.get(t, 0) for t in self.tasks
+        }
 
     @property
     def total(self) -> int:
         """All parameters: shared encoder, every adapter and head, and anything else."""
         return self.shared + sum(self.stored_per_task.values()) + self.other
+
+    @property
+    def stored_for_serving(self) -> int:
+        """What serving all tasks stores: :attr:`total` (every parameter is stored once)."""
+        return self.total
 
     @property
     def ratio(self) -> float:
@@ -87,15 +104,23 @@ class ParameterReport:
     def __str__(self) -> str:
         name_w = max([len("task"), *(len(t) for t in self.tasks)])
         cols = ("adapter W", "adapter b", "head", "stored/task")
+        has_individual = any(self.individual.values())
+        if has_individual:
+            cols = ("adapter W", "adapter b", "individual", "head", "stored/task")
+        regime = set(self.layer_sharing) != {"S"} and self.layer_sharing
         lines = [
-            f"Parameters: adapter={self.adapter}" + (f", d_s={self.pal_size}" if self.pal_size else ""),
-            f"  shared pretrained encoder: {self.shared:,}",
+            f"Parameters: adapter={self.adapter}"
+            + (f", d_s={self.pal_size}" if self.pal_size else "")
+            + (f", layer_sharing={self.layer_sharing}" if regime else ""),
+            f"  shared pretrained encoder: {self.shared:,}"
+            + (f" (frozen layers: {self.frozen:,})" if self.frozen else ""),
             "  " + "task".ljust(name_w) + "".join(c.rjust(14) for c in cols),
         ]
         for t in self.tasks:
             row = (
                 self.adapter_weights[t],
                 self.adapter_biases[t],
+                *((self.individual.get(t, 0),) if has_individual else ()),
                 self.heads.get(t, 0),
                 self.stored_per_task[t],
             )
@@ -134,21 +159,32 @@ def parameter_report(obj: nn.Module) -> ParameterReport:
     weights: dict[str, int] = {}
     biases: dict[str, int] = {}
     head_counts: dict[str, int] = {}
+    individual: dict[str, int] = {}
     tasks = list(encoder.task_names)
     if heads is not None:
         tasks += [t for t in heads if t not in tasks]
     for task in tasks:
-        params = list(encoder.task_parameters(task)) if task in encoder.task_names else []
+        known_task = task in encoder.task_names
+        params = list(encoder.adapter_parameters(task)) if known_task else []
         biases[task] = _count((n, p) for n, p in params if p.dim() < 2)
         weights[task] = _count(params) - biases[task]
+        individual[task] = _count(encoder.individual_parameters(task)) if known_task else 0
         head_counts[task] = (
             _count(heads[task].named_parameters()) if heads is not None and task in heads else 0
         )
-    shared = _count(encoder.pretrained_parameters())
+    shared = _count(encoder.shared_parameters())
+    frozen_layers = [i for i, c in enumerate(encoder.layer_sharing) if c == "F"]
+    frozen = sum(_count(encoder.bert.encoder.layer[i].named_parameters()) for i in frozen_layers)
     # count each tensor once even if a module is reachable twice
     all_params = {id(p): p for p in obj.parameters()}
     total = sum(p.numel() for p in all_params.values())
-    known = shared + sum(weights.values()) + sum(biases.values()) + sum(head_counts.values())
+    known = (
+        shared
+        + sum(weights.values())
+        + sum(biases.values())
+        + sum(head_counts.values())
+        + sum(individual.values())
+    )
     return ParameterReport(
         adapter=encoder.pal_config.adapter,
         pal_size=encoder.pal_size,
@@ -156,6 +192,9 @@ def parameter_report(obj: nn.Module) -> ParameterReport:
         adapter_weights=weights,
         adapter_biases=biases,
         heads=head_counts,
+        individual=individual,
+        layer_sharing=encoder.layer_sharing,
+        frozen=frozen,
         other=total - known,
         trainable=sum(p.numel() for p in all_params.values() if p.requires_grad),
     )

@@ -28,6 +28,12 @@ are the unchanged BERT layer. The variants on top (``pa_on_top``, ``bert_layer_o
 :mod:`pal_lightning.modeling.top`) change no layer: the last layer hands its output to the task's block,
 with the attention mask BERT built for its own layers.
 
+Layer-sharing regimes (:mod:`pal_lightning.modeling.sharing`, ``layer_sharing="FFSSII"``): a frozen (F)
+layer's parameters do not require gradients; an individual (I) layer is copied once per task into
+``individual.<task>.<layer>`` (a :class:`PALBertLayer`, so PALs in that layer still apply) and its place in
+``bert.encoder.layer`` holds an :class:`IndividualLayerSlot` without parameters that calls the active task's
+copy. The pretrained ``encoder.layer.<i>.*`` weights are loaded into every task's copy.
+
 Implementation: each ``BertLayer`` is replaced by :class:`PALBertLayer`, a subclass with the same
 children (so every pretrained parameter keeps its name and ``from_pretrained`` loads it), whose forward
 takes the active task's adapter as a ``pal=`` keyword that transformers threads from ``BertModel.forward``
@@ -57,12 +63,16 @@ from pal_lightning.errors import PalUserError
 from pal_lightning.hub import resolve_encoder
 from pal_lightning.modeling.config import PALConfig
 from pal_lightning.modeling.pal import TaskAdapter, additive_mask
+from pal_lightning.modeling.sharing import FROZEN, INDIVIDUAL, layers_with, parse_layer_sharing
 from pal_lightning.modeling.top import build_top_adapter
 
 logger = logging.getLogger(__name__)
 
 ADAPTERS_PREFIX = "adapters"
 """State-dict prefix of every new (task-specific) parameter of :class:`MultiTaskBert`."""
+
+INDIVIDUAL_PREFIX = "individual"
+"""State-dict prefix of the per-task copies of individual (I) layers: ``individual.<task>.<layer>.*``."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +85,31 @@ class _TaskCall:
     top: nn.Module | None = None
     """The task's block after the last layer (variants on top), called by layer ``last``."""
     last: int = -1
+    individual: nn.ModuleDict | None = None
+    """The task's copies of the individual layers, keyed by layer index (``None``: no I layer)."""
+
+
+class IndividualLayerSlot(nn.Module):
+    """The place of an individual (I) layer in ``bert.encoder.layer``: no parameters, it runs the active
+    task's own copy of the layer (handed over in ``pal=``)."""
+
+    def __init__(self, layer_index: int) -> None:
+        super().__init__()
+        self.layer_index = layer_index
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        pal: _TaskCall | None = None,
+        **kwargs: Any,
+    ) -> torch.Tensor:
+        """The active task's copy of layer ``layer_index`` applied to ``hidden_states``."""
+        if pal is None or pal.individual is None:
+            raise RuntimeError(f"layer {self.layer_index} is individual: call MultiTaskBert with task=...")
+        layer = pal.individual[str(self.layer_index)]
+        return layer(hidden_states, attention_mask, encoder_hidden_states, pal=pal, **kwargs)
 
 
 class PALBertLayer(BertLayer):
@@ -170,6 +205,8 @@ class MultiTaskBert(nn.Module):
         pal: the TS_t configuration; ``None`` means :class:`PALConfig` defaults.
         attn_implementation: ``"sdpa"``, ``"eager"``, ... for BERT's own attention; ``None`` keeps the
             config's choice (transformers' default is sdpa). PALs build their own mask, so any works.
+        layer_sharing: the layer-sharing regime, one letter per layer (F frozen, S shared, I individual),
+            e.g. ``"FFSSII"``; ``None``: every layer shared (:mod:`pal_lightning.modeling.sharing`).
 
     The weights are random: use :meth:`from_pretrained` for a pretrained encoder and :meth:`from_config`
     for a random one with keyword overrides.
@@ -182,6 +219,7 @@ class MultiTaskBert(nn.Module):
         pal: PALConfig | None = None,
         *,
         attn_implementation: str | None = None,
+        layer_sharing: str | None = None,
     ) -> None:
         super().__init__()
         if isinstance(tasks, str):
@@ -216,6 +254,18 @@ class MultiTaskBert(nn.Module):
             layers[i] = new
 
         num_layers = self.bert.config.num_hidden_layers
+        self.layer_sharing: str = parse_layer_sharing(layer_sharing, num_layers)
+        self.individual_layers: tuple[int, ...] = layers_with(self.layer_sharing, INDIVIDUAL)
+        for i in layers_with(self.layer_sharing, FROZEN):
+            layers[i].requires_grad_(False)
+        self.individual = nn.ModuleDict()
+        if self.individual_layers:
+            for name in names:
+                self.individual[name] = nn.ModuleDict(
+                    {str(i): copy.deepcopy(layers[i]) for i in self.individual_layers}
+                )
+            for i in self.individual_layers:
+                layers[i] = IndividualLayerSlot(i)  # the copies replace the shared layer
         self.pal_layers: tuple[int, ...] = self.pal_config.layer_indices(num_layers)
         self.pal_size: int = self.pal_config.resolved_size(self.hidden_size)
         self.adapters = nn.ModuleDict()
@@ -236,11 +286,12 @@ class MultiTaskBert(nn.Module):
         Called after construction and again after :meth:`load_pretrained_state`, so a BERT layer on top
         with ``init="zero"`` is a copy of the *pretrained* last layer.
         """
-        last = self.bert.encoder.layer[self.num_layers - 1]
-        for adapter in self.adapters.values():
+        top = self.num_layers - 1
+        for task, adapter in self.adapters.items():
             start = getattr(adapter, "start_from", None)
             if callable(start):
-                start(last)
+                individual = top in self.individual_layers
+                start(self.individual[task][str(top)] if individual else self.bert.encoder.layer[top])
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -253,6 +304,7 @@ class MultiTaskBert(nn.Module):
         *,
         pal: PALConfig | None = None,
         attn_implementation: str | None = None,
+        layer_sharing: str | None = None,
         **pal_overrides: Any,
     ) -> MultiTaskBert:
         """A randomly initialised encoder (tests, parameter counts).
@@ -264,6 +316,7 @@ class MultiTaskBert(nn.Module):
             pal_size: d_s (``None``: the base config's, i.e. the scaled default unless ``pal`` sets one).
             pal: a base :class:`PALConfig`; ``adapter``, ``pal_size`` and ``pal_overrides`` replace its fields.
             attn_implementation: BERT attention implementation (``"sdpa"``, ``"eager"``).
+            layer_sharing: the layer-sharing regime (``None``: all shared), see :class:`MultiTaskBert`.
             **pal_overrides: other :class:`PALConfig` fields (``num_heads``, ``placement``, ``num_layers``,
                 ``init``).
         """
@@ -275,7 +328,9 @@ class MultiTaskBert(nn.Module):
         if pal_size is not None:
             pal_overrides["pal_size"] = pal_size
         config = base.replace(**pal_overrides) if pal_overrides else base
-        return cls(bert_config, tasks, config, attn_implementation=attn_implementation)
+        return cls(
+            bert_config, tasks, config, attn_implementation=attn_implementation, layer_sharing=layer_sharing
+        )
 
     @classmethod
     def from_pretrained(
@@ -284,6 +339,7 @@ class MultiTaskBert(nn.Module):
         tasks: Sequence[Any],
         pal: PALConfig | None = None,
         attn_implementation: str | None = None,
+        layer_sharing: str | None = None,
         **pal_overrides: Any,
     ) -> MultiTaskBert:
         """The pretrained encoder ``name_or_path`` with new, task-specific PAL parameters.
@@ -310,7 +366,9 @@ class MultiTaskBert(nn.Module):
                 f"Encoder {name_or_path!r} is a {model_type!r} model; MultiTaskBert needs a BERT encoder "
                 "(model_type 'bert'), e.g. sentence-transformers/all-MiniLM-L6-v2 or bert-base-uncased."
             )
-        model = cls(bert_config, tasks, config, attn_implementation=attn_implementation)
+        model = cls(
+            bert_config, tasks, config, attn_implementation=attn_implementation, layer_sharing=layer_sharing
+        )
         state, source = _read_checkpoint(Path(directory))
         model.load_pretrained_state(state, source=source)
         return model
@@ -334,6 +392,14 @@ class MultiTaskBert(nn.Module):
             elif name.endswith("LayerNorm.beta"):
                 name = name[: -len("beta")] + "bias"
             renamed[f"bert.{name}"] = value
+        # an individual layer has no place in bert.*: its pretrained weights go to every task's copy
+        copied: set[str] = set()
+        for i in self.individual_layers:
+            prefix = f"bert.encoder.layer.{i}."
+            for key in [k for k in renamed if k.startswith(prefix)]:
+                copied.add(key)
+                for task in self.individual:
+                    renamed[f"{INDIVIDUAL_PREFIX}.{task}.{i}.{key[len(prefix) :]}"] = renamed[key]
 
         expected = self.state_dict()
         # e.g. embeddings.position_ids: saved by old transformers versions, recomputed by new ones
@@ -351,7 +417,9 @@ class MultiTaskBert(nn.Module):
                 f"parameters: {shown}. Point the encoder at a complete BERT checkpoint (a folder saved with "
                 "save_pretrained(), or a hub id)."
             )
-        unexpected = sorted(k for k in renamed if k not in expected and k not in non_persistent)
+        unexpected = sorted(
+            k for k in renamed if k not in expected and k not in non_persistent and k not in copied
+        )
         mismatched = [
             f"{k} (checkpoint {tuple(renamed[k].shape)}, model {tuple(expected[k].shape)})"
             for k in expected
@@ -362,9 +430,10 @@ class MultiTaskBert(nn.Module):
                 f"Shapes in {source} do not match the encoder config: {', '.join(mismatched[:5])}. "
                 "Check that config.json belongs to these weights."
             )
-        bert_state = {k[len("bert.") :]: v for k, v in renamed.items() if k in expected}
-        result = self.bert.load_state_dict(bert_state, strict=False)
-        assert not result.missing_keys, result.missing_keys  # checked above
+        own = {k: v for k, v in renamed.items() if k in expected}
+        result = self.load_state_dict(own, strict=False)
+        # checked above: only the new adapters are missing
+        assert all(k.startswith(f"{ADAPTERS_PREFIX}.") for k in result.missing_keys), result.missing_keys
         info = LoadingInfo(
             source=source,
             missing_new=[k for k in missing if k.startswith(f"{ADAPTERS_PREFIX}.")],
@@ -411,18 +480,36 @@ class MultiTaskBert(nn.Module):
 
     # ------------------------------------------------------------------ parameters
     def pretrained_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
-        """(name, parameter) of the shared pretrained encoder (``bert.*``)."""
+        """(name, parameter) of every weight that starts from the pretrained encoder: the shared encoder
+        (``bert.*``) and the per-task copies of individual layers (``individual.*``). They train at the
+        encoder's learning rate and ``freeze_encoder`` freezes them."""
         yield from self.bert.named_parameters(prefix="bert")
+        yield from self.individual.named_parameters(prefix=INDIVIDUAL_PREFIX)
+
+    def shared_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
+        """(name, parameter) of the encoder every task uses (``bert.*``: embeddings, F and S layers)."""
+        yield from self.bert.named_parameters(prefix="bert")
+
+    def individual_parameters(self, task: str) -> Iterator[tuple[str, nn.Parameter]]:
+        """(name, parameter) of ``task``'s copies of the individual layers (nothing without I layers)."""
+        self.check_task(task)
+        if task in self.individual:
+            yield from self.individual[task].named_parameters(prefix=f"{INDIVIDUAL_PREFIX}.{task}")
+
+    def adapter_parameters(self, task: str) -> Iterator[tuple[str, nn.Parameter]]:
+        """(name, parameter) of ``task``'s adapter (nothing with ``adapter="none"``)."""
+        self.check_task(task)
+        if task in self.adapters:
+            yield from self.adapters[task].named_parameters(prefix=f"{ADAPTERS_PREFIX}.{task}")
 
     def new_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
         """(name, parameter) of every task-specific adapter (``adapters.*``)."""
         yield from self.adapters.named_parameters(prefix=ADAPTERS_PREFIX)
 
     def task_parameters(self, task: str) -> Iterator[tuple[str, nn.Parameter]]:
-        """(name, parameter) of ``task``'s adapter (nothing with ``adapter="none"``)."""
-        self.check_task(task)
-        if task in self.adapters:
-            yield from self.adapters[task].named_parameters(prefix=f"{ADAPTERS_PREFIX}.{task}")
+        """(name, parameter) of everything ``task`` alone uses: its adapter and its individual layers."""
+        yield from self.adapter_parameters(task)
+        yield from self.individual_parameters(task)
 
     # ------------------------------------------------------------------ forward
     def forward(
@@ -446,10 +533,10 @@ class MultiTaskBert(nn.Module):
         """
         self.check_task(task)
         extra: dict[str, Any] = {}
-        if task in self.adapters:
-            adapter = self.adapters[task]
+        if task in self.adapters or task in self.individual:
+            adapter = self.adapters[task] if task in self.adapters else None
             dtype = self.bert.embeddings.word_embeddings.weight.dtype
-            mask = additive_mask(attention_mask, dtype)  # once per forward, shared by all layers
+            mask = additive_mask(attention_mask, dtype) if adapter is not None else None  # once per forward
             on_top = self.pal_config.on_top
             extra["pal"] = _TaskCall(
                 None if on_top else adapter,
@@ -457,6 +544,7 @@ class MultiTaskBert(nn.Module):
                 mask,
                 top=adapter if on_top else None,
                 last=self.num_layers - 1,
+                individual=self.individual[task] if task in self.individual else None,
             )
         out = self.bert(
             input_ids=input_ids,
@@ -470,7 +558,8 @@ class MultiTaskBert(nn.Module):
         p = self.pal_config
         return (
             f"tasks={list(self._task_names)}, adapter={p.adapter!r}, pal_size={self.pal_size}, "
-            f"num_heads={p.num_heads}, layers={list(self.pal_layers)}, init={p.init!r}"
+            f"num_heads={p.num_heads}, layers={list(self.pal_layers)}, init={p.init!r}, "
+            f"layer_sharing={self.layer_sharing!r}"
         )
 
 

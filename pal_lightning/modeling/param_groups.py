@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 from torch import nn
 
-_LAYER = re.compile(r"(?:^|\.)encoder\.layer\.(\d+)\.")
+# a shared layer (encoder.layer.<l>) or a task's copy of an individual layer (individual.<task>.<l>)
+_LAYER = re.compile(r"(?:^|\.)(?:encoder\.layer|individual\.[^.]+)\.(\d+)\.")
 _EMBEDDINGS = re.compile(r"(?:^|\.)embeddings\.")
 
 

@@ -1,8 +1,9 @@
 """Save and load only the task-specific weights (adapters and heads) of chosen tasks.
 
 A user keeps one shared pretrained encoder plus a small safetensors file per task set. The file holds
-``adapters.<task>.*`` (from the encoder) and ``heads.<task>.*`` (from ``obj.heads`` when present), and
-metadata that makes a mismatched load fail loudly::
+``adapters.<task>.*`` and, with individual (I) layers, ``individual.<task>.*`` (from the encoder) and
+``heads.<task>.*`` (from ``obj.heads`` when present), and metadata that makes a mismatched load fail
+loudly::
 
     format             "pal-lightning-task-weights/1"
     tasks              JSON list of the saved task names
@@ -25,7 +26,7 @@ from torch import nn
 from pal_lightning.errors import PalUserError
 from pal_lightning.files import atomic_write_bytes
 from pal_lightning.modeling.accounting import _encoder_and_heads
-from pal_lightning.modeling.encoder import ADAPTERS_PREFIX, MultiTaskBert
+from pal_lightning.modeling.encoder import ADAPTERS_PREFIX, INDIVIDUAL_PREFIX, MultiTaskBert
 
 FORMAT = "pal-lightning-task-weights/1"
 HEADS_PREFIX = "heads"
@@ -41,6 +42,8 @@ def _adapter_signature(encoder: MultiTaskBert) -> dict[str, object]:
     }
     if cfg.activation != "none":  # only when set, so files saved before the option still match
         signature["activation"] = cfg.activation
+    if encoder.individual_layers:  # likewise: only with individual layers
+        signature["individual_layers"] = list(encoder.individual_layers)
     return signature
 
 
@@ -52,10 +55,13 @@ def _model_tasks(encoder: MultiTaskBert, heads: nn.ModuleDict | None) -> list[st
 
 
 def _task_state(encoder: MultiTaskBert, heads: nn.ModuleDict | None, task: str) -> dict[str, torch.Tensor]:
-    """The live tensors (sharing storage with the parameters) of ``task``'s adapter and head."""
+    """The live tensors (sharing storage with the parameters) of ``task``'s adapter, individual layers and
+    head."""
     state: dict[str, torch.Tensor] = {}
     if task in encoder.adapters:
         state.update(encoder.adapters[task].state_dict(prefix=f"{ADAPTERS_PREFIX}.{task}."))
+    if task in encoder.individual:
+        state.update(encoder.individual[task].state_dict(prefix=f"{INDIVIDUAL_PREFIX}.{task}."))
     if heads is not None and task in heads:
         state.update(heads[task].state_dict(prefix=f"{HEADS_PREFIX}.{task}."))
     return state
@@ -196,7 +202,7 @@ def load_task_weights(
         problems: list[str] = []
         for task in chosen:
             target = _task_state(encoder, heads, task)
-            prefixes = (f"{ADAPTERS_PREFIX}.{task}.", f"{HEADS_PREFIX}.{task}.")
+            prefixes = (f"{ADAPTERS_PREFIX}.{task}.", f"{INDIVIDUAL_PREFIX}.{task}.", f"{HEADS_PREFIX}.{task}.")
             in_file = {k for k in file_keys if k.startswith(prefixes)}
             missing = sorted(set(target) - in_file)
             unexpected = sorted(in_file - set(target))

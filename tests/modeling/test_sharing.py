@@ -1,0 +1,203 @@
+"""Layer-sharing regimes: frozen (F), shared (S) and individual (I) layers, alone and with PALs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from modeling_helpers import TINY, TINY_NO_DROPOUT
+from safetensors import safe_open
+
+from pal_lightning.errors import PalUserError
+from pal_lightning.modeling import MultiTaskBert, load_task_weights, parameter_report, save_task_weights
+from pal_lightning.modeling.sharing import parse_layer_sharing, stored_parameters
+
+D, L, D_FF = TINY["hidden_size"], TINY["num_hidden_layers"], TINY["intermediate_size"]
+# one BERT layer by hand: Q, K, V, attention output (weights and biases), FFN in and out, two LayerNorms
+LAYER = 4 * (D * D + D) + (D * D_FF + D_FF) + (D_FF * D + D) + 2 * 2 * D
+EMBEDDINGS = (TINY["vocab_size"] + TINY["max_position_embeddings"] + 2) * D + 2 * D
+TASKS = ["a", "b", "c"]
+
+
+def _donor() -> MultiTaskBert:
+    """A 'pretrained' encoder: random, then shifted, so a copy is distinguishable from a fresh layer."""
+    torch.manual_seed(1)
+    donor = MultiTaskBert.from_config(TINY_NO_DROPOUT, ["x"], adapter="none")
+    with torch.no_grad():
+        for p in donor.bert.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    return donor
+
+
+def _model(spec: str | None, adapter: str = "none", tasks=TASKS, **kw) -> MultiTaskBert:
+    torch.manual_seed(0)
+    model = MultiTaskBert.from_config(TINY_NO_DROPOUT, tasks, adapter=adapter, layer_sharing=spec, **kw)
+    model.load_pretrained_state(_donor().bert.state_dict())
+    return model.eval()
+
+
+def _out(model: MultiTaskBert, batch, task: str) -> torch.Tensor:
+    with torch.no_grad():
+        return model(**batch, task=task)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("SS", "has 2 letters but the encoder has 3 layers"),
+        ("SSSS", "has 4 letters"),
+        ("SXS", r"unknown letter\(s\) \['X'\]"),
+        (3, "must be a string"),
+    ],
+)
+def test_bad_specs_name_the_problem(spec, message):
+    with pytest.raises(PalUserError, match=message):
+        parse_layer_sharing(spec, 3)
+    with pytest.raises(PalUserError, match=message):
+        MultiTaskBert.from_config(TINY, ["a"], layer_sharing=spec)
+
+
+def test_spec_parsing():
+    assert parse_layer_sharing(None, 4) == "SSSS"
+    assert parse_layer_sharing("ff-s_i", 4) == "FFSI"
+
+
+def test_individual_layers_start_as_the_pretrained_layer_and_step_0_is_the_shared_model(batch):
+    donor = _donor()
+    model = _model("FSI")
+    assert model.loading_info is not None and model.loading_info.unexpected == []
+    pretrained = donor.bert.encoder.layer[2].state_dict()
+    for task in TASKS:
+        copy = model.individual[task]["2"].state_dict()
+        assert all(torch.equal(copy[k], pretrained[k]) for k in pretrained)
+    assert not list(model.bert.encoder.layer[2].parameters())  # the slot holds nothing
+    shared = _model(None)
+    for task in TASKS:
+        assert torch.equal(_out(model, batch, task), _out(shared, batch, task))
+
+
+def test_frozen_layers_do_not_train_and_individual_layers_train_for_their_task_only(batch):
+    model = _model("FSI").train()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    b_before = _out(model, batch, "b")
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
+    model.train()
+    model(**batch, task="a").pow(2).mean().backward()
+    optimizer.step()
+    changed = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    assert not any(n.startswith("bert.encoder.layer.0.") for n in changed)  # F
+    assert any(n.startswith("bert.encoder.layer.1.") for n in changed)  # S
+    assert any(n.startswith("individual.a.2.") for n in changed)  # a's own I copy
+    assert not any(n.startswith(("individual.b.", "individual.c.")) for n in changed)
+    assert all(not p.requires_grad for p in model.bert.encoder.layer[0].parameters())
+    # with the other layers and the embeddings (shared, outside the spec) frozen, task b's output does
+    # not move when task a trains
+    fi = _model("FFI").train()
+    fi.bert.embeddings.requires_grad_(False)
+    b_before = _out(fi, batch, "b")
+    opt = torch.optim.SGD([p for p in fi.parameters() if p.requires_grad], lr=0.5)
+    fi.train()
+    fi(**batch, task="a").pow(2).mean().backward()
+    opt.step()
+    assert torch.equal(_out(fi, batch, "b"), b_before)
+    assert not torch.equal(_out(fi, batch, "a"), _out(_model("FFI"), batch, "a"))
+
+
+def test_all_individual_equals_separate_single_task_models(batch):
+    """Three tasks on 'III' (embeddings frozen) trained with SGD at a constant rate on interleaved batches
+    give the weights and outputs of three single-task models each trained on its own batches."""
+    gen = torch.Generator().manual_seed(3)
+    steps = [(TASKS[i % 3], torch.randn(3, 7, D, generator=gen)) for i in range(6)]
+
+    def train(model: MultiTaskBert, schedule) -> MultiTaskBert:
+        model.bert.embeddings.requires_grad_(False)
+        opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
+        model.train()
+        for task, target in schedule:
+            opt.zero_grad()
+            (model(**batch, task=task) - target).pow(2).mean().backward()
+            opt.step()
+        return model.eval()
+
+    joint = train(_model("III"), steps)
+    for task in TASKS:
+        alone = train(_model(None, tasks=[task]), [(t, y) for t, y in steps if t == task])
+        for i in range(L):
+            mine = joint.individual[task][str(i)].state_dict()
+            theirs = alone.bert.encoder.layer[i].state_dict()
+            for key, value in theirs.items():
+                torch.testing.assert_close(mine[key], value, rtol=0, atol=1e-6)
+        torch.testing.assert_close(_out(joint, batch, task), _out(alone, batch, task), rtol=0, atol=1e-5)
+
+
+def test_pals_inside_individual_layers(batch):
+    """With random PALs, 'SIS' at step 0 equals 'SSS' carrying the same PAL weights: the I copy applies its
+    task's PAL exactly like the shared layer does."""
+    mixed = _model("SIS", adapter="pals", pal_size=8, num_heads=2, init="random")
+    shared = _model(None, adapter="pals", pal_size=8, num_heads=2, init="random")
+    shared.adapters.load_state_dict(mixed.adapters.state_dict())
+    plain = _model("SIS")
+    for task in TASKS:
+        out = _out(mixed, batch, task)
+        assert torch.equal(out, _out(shared, batch, task))
+        assert not torch.allclose(out, _out(plain, batch, task), atol=1e-4)  # the PALs act
+
+
+def test_bert_layer_on_top_copies_an_individual_last_layer(batch):
+    model = _model("SSI", adapter="bert_layer_on_top")
+    last = _donor().bert.encoder.layer[L - 1].state_dict()
+    top = model.adapters["b"].layer.state_dict()
+    assert all(torch.equal(top[k], last[k]) for k in last)
+
+
+def test_accounting_of_a_regime_is_what_serving_all_tasks_stores():
+    model = _model("FSI", adapter="pals", pal_size=8, num_heads=2)
+    report = parameter_report(model)
+    assert report.layer_sharing == "FSI"
+    assert report.shared == EMBEDDINGS + 2 * LAYER  # embeddings, the F and the S layer
+    assert report.frozen == LAYER
+    assert report.individual == {t: LAYER for t in TASKS}
+    pals = 2 * D * 8 + L * 3 * 8 * 8 + (8 + D + L * 3 * 8)
+    assert report.stored_per_task == {t: LAYER + pals for t in TASKS}
+    assert report.total == EMBEDDINGS + 2 * LAYER + 3 * (LAYER + pals)
+    assert report.total == sum(p.numel() for p in model.parameters())
+    assert stored_parameters("FSI", LAYER, EMBEDDINGS, 3) + 3 * pals == report.total
+    assert "layer_sharing=FSI" in str(report) and "individual" in str(report)
+    # all individual for three tasks: three copies of every layer, the embeddings once
+    assert (
+        parameter_report(_model("III")).total
+        == EMBEDDINGS + 3 * L * LAYER
+        == stored_parameters("III", LAYER, EMBEDDINGS, 3)
+    )
+
+
+def test_task_weights_carry_a_tasks_individual_layers(batch, tmp_path):
+    model = _model("SSI", adapter="pals", pal_size=8, num_heads=2, init="random")
+    with torch.no_grad():
+        for p in model.individual["a"].parameters():
+            p.add_(0.1)
+    path = save_task_weights(model, tmp_path / "a.safetensors", tasks=["a"])
+    with safe_open(str(path), framework="pt") as f:
+        keys = set(f.keys())
+    assert any(k.startswith("individual.a.2.") for k in keys)
+    assert not any(k.startswith(("individual.b", "individual.c")) for k in keys)
+    fresh = _model("SSI", adapter="pals", pal_size=8, num_heads=2, init="random")
+    assert not torch.equal(_out(fresh, batch, "a"), _out(model, batch, "a"))
+    load_task_weights(fresh, path)
+    assert torch.equal(_out(fresh, batch, "a"), _out(model, batch, "a"))
+    # a model with another regime refuses the file
+    with pytest.raises(PalUserError, match="was saved for"):
+        load_task_weights(_model("SIS", adapter="pals", pal_size=8, num_heads=2), path)
+
+
+def test_state_dict_round_trip_and_parameter_names(tmp_path, batch):
+    from safetensors.torch import load_file, save_file
+
+    model = _model("FIS", adapter="pals", pal_size=8, num_heads=2, init="random")
+    save_file(model.state_dict(), str(tmp_path / "m.safetensors"))  # no shared tensors
+    twin = MultiTaskBert.from_config(TINY_NO_DROPOUT, TASKS, layer_sharing="FIS", pal_size=8, num_heads=2)
+    twin.load_state_dict(load_file(str(tmp_path / "m.safetensors")))
+    for task in TASKS:
+        assert torch.equal(_out(twin.eval(), batch, task), _out(model, batch, task))
+    names = {n for n, _ in model.pretrained_parameters()}
+    assert {n for n, _ in model.shared_parameters()} < names
+    assert any(n.startswith("individual.c.1.") for n in names)

@@ -1,0 +1,144 @@
+"""Layer-sharing regimes through MultiTaskModule and the CLI: bad specs, checkpoints, learning-rate
+groups, GEM's shared parameters, export, a short fit and the shipped overlay."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from test_module import FIXED, TinyData, tiny_module
+
+from pal_lightning.callbacks import GEMCallback
+from pal_lightning.errors import PalUserError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_bad_regimes_are_refused_with_one_clear_message() -> None:
+    with pytest.raises(PalUserError, match="has 3 letters but the encoder has 2 layers"):
+        tiny_module(layer_sharing="SSI")
+    with pytest.raises(PalUserError, match=re.escape("unknown letter(s) ['Q']")):
+        tiny_module(layer_sharing="SQ")
+    with pytest.raises(PalUserError, match="individual \\(I\\) layers, which freeze_encoder would freeze"):
+        tiny_module(layer_sharing="SI", freeze_encoder=True)
+    tiny_module(layer_sharing="FS", freeze_encoder=True)  # F/S only: fine
+
+
+def test_the_cli_reports_a_bad_regime_in_one_line_with_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import yaml
+
+    from pal_lightning.cli import USER_ERROR_EXIT, main
+    from pal_lightning.testing import TINY_BERT, write_cs224n_data
+
+    config = tmp_path / "tiny.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "trainer": {"accelerator": "cpu", "max_steps": 1, "default_root_dir": str(tmp_path / "runs")},
+                "model": {"init_args": {"bert_config": TINY_BERT, "pal_heads": 2}},
+                "data": {"init_args": {"data_dir": str(write_cs224n_data(tmp_path / "data"))}},
+            }
+        )
+    )
+    quickstart = str(ROOT / "configs" / "quickstart.yaml")
+    for spec, message in (("SSS", "has 3 letters"), ("SZ", "unknown letter")):
+        args = ["fit", "--config", quickstart, "--config", str(config), "--model.layer_sharing", spec]
+        assert main(args) == USER_ERROR_EXIT
+        err = capsys.readouterr().err
+        assert "Traceback" not in err
+        lines = [line for line in err.splitlines() if line.startswith("pal-lightning: error:")]
+        assert len(lines) == 1 and message in lines[0], err
+
+
+def test_checkpoint_of_another_regime_is_refused() -> None:
+    saved = tiny_module(layer_sharing="SI")
+    checkpoint: dict[str, Any] = {"hyper_parameters": dict(saved.hparams), "state_dict": saved.state_dict()}
+    with pytest.raises(
+        PalUserError, match=re.escape("layer_sharing is 'SI' in the checkpoint but 'IS' here")
+    ):
+        tiny_module(layer_sharing="IS").on_load_checkpoint(checkpoint)
+    same = tiny_module(layer_sharing="SI")
+    same.on_load_checkpoint(checkpoint)
+    same.load_state_dict(checkpoint["state_dict"])  # and the weights fit
+
+
+def test_individual_layers_train_at_the_encoder_rate_with_their_layer_decay() -> None:
+    module = tiny_module(layer_sharing="FI", lr=1e-4, head_lr=1e-3, adapter_lr=2e-3, layer_lr_decay=0.5)
+    names = {id(p): n for n, p in module.named_parameters()}
+    rates = {names[id(p)]: g["lr"] for g in module.parameter_groups() for p in g["params"]}
+    individual = [n for n in rates if n.startswith("encoder.individual.")]
+    assert individual and all(n.split(".")[3] == "1" for n in individual)
+    # layer 1 of 2: one decay step below the top, like the shared layer 1 would be
+    assert all(rates[n] == pytest.approx(1e-4 * 0.5) for n in individual)
+    assert not any(n.startswith("encoder.bert.encoder.layer.0.") for n in rates)  # F: not trained
+
+
+def test_gem_shared_parameters_are_the_embeddings_and_the_s_layers() -> None:
+    module = tiny_module(layer_sharing="SI")
+    params = GEMCallback(parameters="shared").participating_parameters(module)
+    expected = [p for n, p in module.encoder.bert.named_parameters() if ".layer.1." not in n]
+    assert {id(p) for p in params} == {id(p) for p in expected}
+    frozen = tiny_module(layer_sharing="FS")
+    params = GEMCallback(parameters="shared").participating_parameters(frozen)
+    assert not {id(p) for p in frozen.encoder.bert.encoder.layer[0].parameters()} & {id(p) for p in params}
+
+
+def test_export_keeps_only_the_tasks_individual_layers() -> None:
+    from pal_lightning.export import SingleTaskModel
+
+    module = tiny_module(layer_sharing="IS").eval()
+    single = SingleTaskModel(module, "sst")
+    assert list(single.encoder.individual) == ["sst"]
+    batch = next(b for b in FIXED if b["task"] == "sst")
+    with torch.no_grad():
+        expected = module(batch)
+        got = single(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+    torch.testing.assert_close(got, expected)
+
+
+def test_a_mixed_regime_with_pals_fits() -> None:
+    pl.seed_everything(0, verbose=False)
+    module = tiny_module(layer_sharing="FI", lr=3e-3, head_lr=3e-2)
+    before = {n: p.detach().clone() for n, p in module.named_parameters()}
+    data = TinyData()
+    data.steps = 6
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+    )
+    trainer.fit(module, datamodule=data)
+    after = dict(module.named_parameters())
+    assert all(
+        torch.equal(after[n], before[n]) for n in before if n.startswith("encoder.bert.encoder.layer.0.")
+    )
+    for task in {b["task"] for b in FIXED}:
+        moved = [
+            n
+            for n in before
+            if n.startswith(f"encoder.individual.{task}.1.") and not torch.equal(after[n], before[n])
+        ]
+        assert moved, task
+
+
+def test_shipped_regime_overlay_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    from pal_lightning.cli import main
+
+    quickstart = str(ROOT / "configs" / "quickstart.yaml")
+    overlay = str(ROOT / "configs" / "variants" / "layer_sharing.yaml")
+    assert main(["fit", "--config", quickstart, "--config", overlay, "--print_config"]) == 0
+    args = yaml.safe_load(capsys.readouterr().out)["model"]["init_args"]
+    assert args["layer_sharing"] == "FFSSII" and args["adapter"] == "pals"
