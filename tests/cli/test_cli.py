@@ -16,7 +16,27 @@ from pal_lightning.cli import USER_ERROR_EXIT, PalLightningCLI, RunConfigSaver, 
 from .conftest import tiny_config
 
 ROOT = Path(__file__).resolve().parents[2]
-CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+ALL_CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+
+
+def _is_overlay(path: Path) -> bool:
+    """An overlay names no model class: it is put after a complete config (``--config a --config b``)."""
+    import yaml
+
+    model = (yaml.safe_load(path.read_text()) or {}).get("model") or {}
+    return "class_path" not in model and path.name != "ddp.yaml"
+
+
+def _is_pretrain(path: Path) -> bool:
+    """A ``pal-lightning pretrain`` config (tested in test_pretrain.py), not one for ``fit``."""
+    import yaml
+
+    model = (yaml.safe_load(path.read_text()) or {}).get("model") or {}
+    return "MLMPretrainModule" in str(model.get("class_path", ""))
+
+
+CONFIGS = [c for c in ALL_CONFIGS if not _is_overlay(c) and not _is_pretrain(c)]
+OVERLAYS = [c for c in ALL_CONFIGS if _is_overlay(c)]
 
 
 def _digest(path: Path) -> str:
@@ -44,6 +64,39 @@ def test_every_shipped_config_prints(capsys: pytest.CaptureFixture[str]) -> None
             assert printed["trainer"]["default_root_dir"] == f"runs/{config.stem}", config.name
     ddp = yaml.safe_load((ROOT / "configs" / "ddp.yaml").read_text())["trainer"]
     assert ddp["strategy"] == "ddp_find_unused_parameters_true" and ddp["precision"] == "16-mixed"
+
+
+def test_every_overlay_applies_over_the_quickstart(capsys: pytest.CaptureFixture[str]) -> None:
+    """Each overlay says what it is in a leading comment, and every value it sets reaches the resolved
+    config when it is put after ``configs/quickstart.yaml``; the quickstart's run folder stays."""
+    import yaml
+
+    assert {"simcse.yaml", "gem.yaml", "lr_groups.yaml"} <= {c.name for c in OVERLAYS}
+    quickstart = ROOT / "configs" / "quickstart.yaml"
+
+    def leaves(tree: object, prefix: tuple = ()) -> dict[tuple, object]:
+        if isinstance(tree, dict):
+            return {k: v for key, sub in tree.items() for k, v in leaves(sub, (*prefix, key)).items()}
+        return {prefix: tree}
+
+    for overlay in OVERLAYS:
+        assert overlay.read_text().startswith("#"), overlay.name
+        assert main(["fit", "--config", str(quickstart), "--config", str(overlay), "--print_config"]) == 0
+        printed = yaml.safe_load(capsys.readouterr().out)
+        assert printed["trainer"]["default_root_dir"] == "runs/quickstart", overlay.name
+        for path, value in leaves(yaml.safe_load(overlay.read_text())).items():
+            node = printed
+            for key in path:
+                node = node[key]
+            if isinstance(value, list) and value and isinstance(value[0], dict) and "class_path" in value[0]:
+                assert [c["class_path"] for c in node] == [c["class_path"] for c in value], (
+                    overlay.name,
+                    path,
+                )
+            elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+                assert [str(x) for x in node] == value, (overlay.name, path)
+            elif not isinstance(value, (list, dict)):
+                assert node == value, (overlay.name, path, node, value)
 
 
 def test_links_give_encoder_tasks_and_pair_encoding_once(
@@ -89,7 +142,9 @@ def test_fit_validate_test_predict_and_reruns(
     # "best" is the validation with the highest val/overall, by the logger's own record (metrics.csv
     # logs a validation at global step - 1); here the first of two, so neither min nor last passes
     with (run0 / "metrics.csv").open() as f:
-        logged = {int(r["step"]) + 1: float(r["val/overall"]) for r in csv.DictReader(f) if r.get("val/overall")}
+        logged = {
+            int(r["step"]) + 1: float(r["val/overall"]) for r in csv.DictReader(f) if r.get("val/overall")
+        }
     assert sorted(logged) == [2, 4] and logged[2] != logged[4]
     best_step = max(logged, key=lambda step: logged[step])
     best = scores["best"]["scores"]
@@ -97,7 +152,9 @@ def test_fit_validate_test_predict_and_reruns(
     assert ckpt.name.startswith(f"best-step{best_step}-")  # the checkpoint callback chose the same one
     # the overall of the best validation: the CS224N formula by hand over its task scores
     by_hand = (best["val/sst/accuracy"] + best["val/qqp/accuracy"] + (best["val/sts/pearson"] + 1) / 2) / 3
-    assert scores["overall"] == pytest.approx(by_hand, abs=1e-6) and best["val/overall"] == pytest.approx(by_hand)
+    assert scores["overall"] == pytest.approx(by_hand, abs=1e-6) and best["val/overall"] == pytest.approx(
+        by_hand
+    )
     assert (run0 / "checkpoints" / "last.ckpt").is_file()  # written by the last_checkpoint callback
     config_digest = _digest(run0 / "config.yaml")
 
