@@ -23,7 +23,7 @@ declare -A MODULES TESTS MUTANTS
 MODULES[sampling]="pal_lightning/data/sampling.py"
 TESTS[sampling]="tests/data/test_sampling.py tests/data/test_sampling_properties.py tests/auxiliary/test_auxiliary.py"
 MODULES[samplers]="pal_lightning/data/samplers.py"
-TESTS[samplers]="tests/data/test_samplers.py tests/data/test_sequential.py"
+TESTS[samplers]="tests/data/test_samplers.py tests/data/test_sequential.py tests/data/test_sampler_checks.py"
 MODULES[metrics]="pal_lightning/metrics.py"
 TESTS[metrics]="tests/test_metrics.py tests/test_metrics_properties.py tests/cli/test_honest_scores.py"
 # GEM in two parts: the pure maths against its fast tests, the callback (memory, write-back) against
