@@ -201,3 +201,13 @@ def test_state_dict_round_trip_and_parameter_names(tmp_path, batch):
     names = {n for n, _ in model.pretrained_parameters()}
     assert {n for n, _ in model.shared_parameters()} < names
     assert any(n.startswith("individual.c.1.") for n in names)
+
+
+def test_all_shared_is_todays_shared_model(batch):
+    spelled = _model("SSS", adapter="pals", pal_size=8, num_heads=2, init="random")
+    default = _model(None, adapter="pals", pal_size=8, num_heads=2, init="random")
+    assert spelled.layer_sharing == default.layer_sharing == "SSS"
+    assert spelled.state_dict().keys() == default.state_dict().keys()
+    assert not any(k.startswith("individual.") for k in spelled.state_dict())
+    for task in TASKS:
+        assert torch.equal(_out(spelled, batch, task), _out(default, batch, task))
