@@ -60,7 +60,8 @@ class SingleTaskModel(nn.Module):
         # other tasks' adapters are dead weight here
         for other in [name for name in encoder.adapters if name != task]:
             del encoder.adapters[other]
-        for other in [name for name in getattr(encoder, "individual", {}) if name != task]:
+        group = getattr(encoder, "task_group", {}).get(task, task)
+        for other in [name for name in getattr(encoder, "individual", {}) if name != group]:
             del encoder.individual[other]  # other tasks' copies of individual layers, likewise
         self.encoder = encoder
         self.head = copy.deepcopy(module.heads[task])

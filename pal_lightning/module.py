@@ -64,6 +64,7 @@ ARCHITECTURE_HPARAMS = (
     "pal_num_layers",
     "pal_activation",
     "layer_sharing",
+    "task_groups",
     "pooling",
     "pair_encoding",
 )
@@ -126,6 +127,8 @@ class MultiTaskModule(PretrainedMixin, InferenceMixin, pl.LightningModule):
         layer_sharing: layer-sharing regime, one letter per encoder layer, bottom first: ``F`` frozen,
             ``S`` shared, ``I`` individual (a copy per task starting from the pretrained layer), e.g.
             ``FFSSII``; ``None``: all shared (:mod:`pal_lightning.modeling.sharing`).
+        task_groups: groups of related tasks that share their copies of the ``I`` layers, e.g.
+            ``[[sst, qqp]]``; a task in no group has its own copies.
         pooling: sentence vector: ``mean`` over non-padding tokens (what all-MiniLM-L6-v2 was trained
             with) or ``cls``.
         pair_encoding: ``cross`` (both sentences in one sequence) or ``siamese`` (each alone), or a
@@ -181,6 +184,7 @@ class MultiTaskModule(PretrainedMixin, InferenceMixin, pl.LightningModule):
         pal_init: str = "zero",
         pal_activation: str = "none",
         layer_sharing: str | None = None,
+        task_groups: list[list[str]] | None = None,
         pooling: str = "mean",
         pair_encoding: str | dict[str, str] = "cross",
         dropout: float = 0.1,
@@ -291,6 +295,7 @@ class MultiTaskModule(PretrainedMixin, InferenceMixin, pl.LightningModule):
                 specs,
                 attn_implementation=hp.attn_implementation,
                 layer_sharing=hp.get("layer_sharing"),
+                task_groups=hp.get("task_groups"),
                 **pal_kwargs,
             )
         return MultiTaskBert.from_pretrained(
@@ -299,6 +304,7 @@ class MultiTaskModule(PretrainedMixin, InferenceMixin, pl.LightningModule):
             pal=PALConfig(**pal_kwargs),
             attn_implementation=hp.attn_implementation,
             layer_sharing=hp.get("layer_sharing"),
+            task_groups=hp.get("task_groups"),
         )
 
     def build_heads(self) -> nn.ModuleDict:

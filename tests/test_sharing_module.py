@@ -142,3 +142,19 @@ def test_shipped_regime_overlay_prints(capsys: pytest.CaptureFixture[str]) -> No
     assert main(["fit", "--config", quickstart, "--config", overlay, "--print_config"]) == 0
     args = yaml.safe_load(capsys.readouterr().out)["model"]["init_args"]
     assert args["layer_sharing"] == "FFSSII" and args["adapter"] == "pals"
+
+
+def test_task_groups_through_the_module_and_its_checkpoint_check() -> None:
+    grouped = tiny_module(layer_sharing="SI", task_groups=[["sst", "qqp"]])
+    assert sorted(grouped.encoder.individual) == ["sst+qqp", "sts"]
+    checkpoint: dict[str, Any] = {
+        "hyper_parameters": dict(grouped.hparams),
+        "state_dict": grouped.state_dict(),
+    }
+    with pytest.raises(
+        PalUserError, match="task_groups is \\[\\['sst', 'qqp'\\]\\] in the checkpoint but None"
+    ):
+        tiny_module(layer_sharing="SI").on_load_checkpoint(checkpoint)
+    again = tiny_module(layer_sharing="SI", task_groups=[["sst", "qqp"]])
+    again.on_load_checkpoint(checkpoint)
+    again.load_state_dict(checkpoint["state_dict"])

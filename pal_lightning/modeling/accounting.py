@@ -51,7 +51,8 @@ class ParameterReport:
     """Per task: parameters of its output head (0 when the object has no head for the task)."""
 
     individual: dict[str, int] = field(default_factory=dict)
-    """Per task: parameters of its own copies of the individual (I) layers (0 without I layers)."""
+    """Per group of tasks sharing copies of the individual (I) layers (a task alone is a group named after
+    it): parameters of those copies. Empty without I layers."""
 
     layer_sharing: str = ""
     """The layer-sharing regime, one letter per layer (F frozen, S shared, I individual)."""
@@ -81,15 +82,21 @@ class ParameterReport:
 
     @property
     def stored_per_task(self) -> dict[str, int]:
-        """What one task costs on disk beside the shared encoder: adapter, individual layers and head."""
+        """What one task costs on disk beside the shared encoder: adapter, head and its own copies of the
+        individual layers (copies a group of tasks shares are in :attr:`individual`, not here)."""
         return {
             t: self.adapter_params(t) + self.individual.get(t, 0) + self.heads.get(t, 0) for t in self.tasks
         }
 
     @property
+    def shared_by_groups(self) -> int:
+        """Copies of the individual layers held by groups of several tasks (``task_groups``)."""
+        return sum(n for group, n in self.individual.items() if group not in self.tasks)
+
+    @property
     def total(self) -> int:
-        """All parameters: shared encoder, every adapter and head, and anything else."""
-        return self.shared + sum(self.stored_per_task.values()) + self.other
+        """All parameters: shared encoder, every adapter, head and individual layer, and anything else."""
+        return self.shared + sum(self.stored_per_task.values()) + self.shared_by_groups + self.other
 
     @property
     def stored_for_serving(self) -> int:
@@ -125,6 +132,9 @@ class ParameterReport:
                 self.stored_per_task[t],
             )
             lines.append("  " + t.ljust(name_w) + "".join(f"{v:,}".rjust(14) for v in row))
+        for group, n in self.individual.items():
+            if group not in self.tasks:
+                lines.append(f"  individual layers of the group {group}: {n:,}")
         if self.other:
             lines.append(f"  other: {self.other:,}")
         lines.append(
@@ -168,7 +178,9 @@ def parameter_report(obj: nn.Module) -> ParameterReport:
         params = list(encoder.adapter_parameters(task)) if known_task else []
         biases[task] = _count((n, p) for n, p in params if p.dim() < 2)
         weights[task] = _count(params) - biases[task]
-        individual[task] = _count(encoder.individual_parameters(task)) if known_task else 0
+        group = encoder.task_group.get(task) if known_task else None
+        if group is not None and group in encoder.individual and group not in individual:
+            individual[group] = _count(encoder.individual_parameters(task))
         head_counts[task] = (
             _count(heads[task].named_parameters()) if heads is not None and task in heads else 0
         )

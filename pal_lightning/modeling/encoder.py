@@ -32,7 +32,8 @@ Layer-sharing regimes (:mod:`pal_lightning.modeling.sharing`, ``layer_sharing="F
 layer's parameters do not require gradients; an individual (I) layer is copied once per task into
 ``individual.<task>.<layer>`` (a :class:`PALBertLayer`, so PALs in that layer still apply) and its place in
 ``bert.encoder.layer`` holds an :class:`IndividualLayerSlot` without parameters that calls the active task's
-copy. The pretrained ``encoder.layer.<i>.*`` weights are loaded into every task's copy.
+copy. The pretrained ``encoder.layer.<i>.*`` weights are loaded into every task's copy. With
+``task_groups`` the copies belong to groups of tasks (``individual.sst+qqp.<layer>``) instead.
 
 Implementation: each ``BertLayer`` is replaced by :class:`PALBertLayer`, a subclass with the same
 children (so every pretrained parameter keeps its name and ``from_pretrained`` loads it), whose forward
@@ -63,7 +64,13 @@ from pal_lightning.errors import PalUserError
 from pal_lightning.hub import resolve_encoder
 from pal_lightning.modeling.config import PALConfig
 from pal_lightning.modeling.pal import TaskAdapter, additive_mask
-from pal_lightning.modeling.sharing import FROZEN, INDIVIDUAL, layers_with, parse_layer_sharing
+from pal_lightning.modeling.sharing import (
+    FROZEN,
+    INDIVIDUAL,
+    layers_with,
+    parse_layer_sharing,
+    resolve_task_groups,
+)
 from pal_lightning.modeling.top import build_top_adapter
 
 logger = logging.getLogger(__name__)
@@ -207,6 +214,8 @@ class MultiTaskBert(nn.Module):
             config's choice (transformers' default is sdpa). PALs build their own mask, so any works.
         layer_sharing: the layer-sharing regime, one letter per layer (F frozen, S shared, I individual),
             e.g. ``"FFSSII"``; ``None``: every layer shared (:mod:`pal_lightning.modeling.sharing`).
+        task_groups: groups of tasks that share their copies of the individual layers, e.g.
+            ``[["sst", "qqp"]]``; a task in no group has its own. Needs at least one ``I`` layer.
 
     The weights are random: use :meth:`from_pretrained` for a pretrained encoder and :meth:`from_config`
     for a random one with keyword overrides.
@@ -220,6 +229,7 @@ class MultiTaskBert(nn.Module):
         *,
         attn_implementation: str | None = None,
         layer_sharing: str | None = None,
+        task_groups: Sequence[Sequence[str]] | None = None,
     ) -> None:
         super().__init__()
         if isinstance(tasks, str):
@@ -258,10 +268,18 @@ class MultiTaskBert(nn.Module):
         self.individual_layers: tuple[int, ...] = layers_with(self.layer_sharing, INDIVIDUAL)
         for i in layers_with(self.layer_sharing, FROZEN):
             layers[i].requires_grad_(False)
+        if task_groups and not self.individual_layers:
+            raise PalUserError(
+                f"task_groups {list(task_groups)} share individual (I) layers, but layer_sharing "
+                f"{self.layer_sharing!r} has none: mark the layers to share within groups with I, or drop "
+                "task_groups."
+            )
+        self.task_group: dict[str, str] = resolve_task_groups(task_groups, names)
+        """Task -> the name of the group whose copies of the individual layers it uses."""
         self.individual = nn.ModuleDict()
         if self.individual_layers:
-            for name in names:
-                self.individual[name] = nn.ModuleDict(
+            for group in dict.fromkeys(self.task_group.values()):
+                self.individual[group] = nn.ModuleDict(
                     {str(i): copy.deepcopy(layers[i]) for i in self.individual_layers}
                 )
             for i in self.individual_layers:
@@ -291,7 +309,8 @@ class MultiTaskBert(nn.Module):
             start = getattr(adapter, "start_from", None)
             if callable(start):
                 individual = top in self.individual_layers
-                start(self.individual[task][str(top)] if individual else self.bert.encoder.layer[top])
+                group = self.task_group[task]
+                start(self.individual[group][str(top)] if individual else self.bert.encoder.layer[top])
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -305,6 +324,7 @@ class MultiTaskBert(nn.Module):
         pal: PALConfig | None = None,
         attn_implementation: str | None = None,
         layer_sharing: str | None = None,
+        task_groups: Sequence[Sequence[str]] | None = None,
         **pal_overrides: Any,
     ) -> MultiTaskBert:
         """A randomly initialised encoder (tests, parameter counts).
@@ -317,6 +337,7 @@ class MultiTaskBert(nn.Module):
             pal: a base :class:`PALConfig`; ``adapter``, ``pal_size`` and ``pal_overrides`` replace its fields.
             attn_implementation: BERT attention implementation (``"sdpa"``, ``"eager"``).
             layer_sharing: the layer-sharing regime (``None``: all shared), see :class:`MultiTaskBert`.
+            task_groups: tasks sharing their individual layers, see :class:`MultiTaskBert`.
             **pal_overrides: other :class:`PALConfig` fields (``num_heads``, ``placement``, ``num_layers``,
                 ``init``).
         """
@@ -329,7 +350,12 @@ class MultiTaskBert(nn.Module):
             pal_overrides["pal_size"] = pal_size
         config = base.replace(**pal_overrides) if pal_overrides else base
         return cls(
-            bert_config, tasks, config, attn_implementation=attn_implementation, layer_sharing=layer_sharing
+            bert_config,
+            tasks,
+            config,
+            attn_implementation=attn_implementation,
+            layer_sharing=layer_sharing,
+            task_groups=task_groups,
         )
 
     @classmethod
@@ -340,6 +366,7 @@ class MultiTaskBert(nn.Module):
         pal: PALConfig | None = None,
         attn_implementation: str | None = None,
         layer_sharing: str | None = None,
+        task_groups: Sequence[Sequence[str]] | None = None,
         **pal_overrides: Any,
     ) -> MultiTaskBert:
         """The pretrained encoder ``name_or_path`` with new, task-specific PAL parameters.
@@ -367,7 +394,12 @@ class MultiTaskBert(nn.Module):
                 "(model_type 'bert'), e.g. sentence-transformers/all-MiniLM-L6-v2 or bert-base-uncased."
             )
         model = cls(
-            bert_config, tasks, config, attn_implementation=attn_implementation, layer_sharing=layer_sharing
+            bert_config,
+            tasks,
+            config,
+            attn_implementation=attn_implementation,
+            layer_sharing=layer_sharing,
+            task_groups=task_groups,
         )
         state, source = _read_checkpoint(Path(directory))
         model.load_pretrained_state(state, source=source)
@@ -398,8 +430,8 @@ class MultiTaskBert(nn.Module):
             prefix = f"bert.encoder.layer.{i}."
             for key in [k for k in renamed if k.startswith(prefix)]:
                 copied.add(key)
-                for task in self.individual:
-                    renamed[f"{INDIVIDUAL_PREFIX}.{task}.{i}.{key[len(prefix) :]}"] = renamed[key]
+                for group in self.individual:
+                    renamed[f"{INDIVIDUAL_PREFIX}.{group}.{i}.{key[len(prefix) :]}"] = renamed[key]
 
         expected = self.state_dict()
         # e.g. embeddings.position_ids: saved by old transformers versions, recomputed by new ones
@@ -491,10 +523,12 @@ class MultiTaskBert(nn.Module):
         yield from self.bert.named_parameters(prefix="bert")
 
     def individual_parameters(self, task: str) -> Iterator[tuple[str, nn.Parameter]]:
-        """(name, parameter) of ``task``'s copies of the individual layers (nothing without I layers)."""
+        """(name, parameter) of the copies of the individual layers ``task`` uses (its group's; nothing
+        without I layers)."""
         self.check_task(task)
-        if task in self.individual:
-            yield from self.individual[task].named_parameters(prefix=f"{INDIVIDUAL_PREFIX}.{task}")
+        group = self.task_group[task]
+        if group in self.individual:
+            yield from self.individual[group].named_parameters(prefix=f"{INDIVIDUAL_PREFIX}.{group}")
 
     def adapter_parameters(self, task: str) -> Iterator[tuple[str, nn.Parameter]]:
         """(name, parameter) of ``task``'s adapter (nothing with ``adapter="none"``)."""
@@ -507,7 +541,8 @@ class MultiTaskBert(nn.Module):
         yield from self.adapters.named_parameters(prefix=ADAPTERS_PREFIX)
 
     def task_parameters(self, task: str) -> Iterator[tuple[str, nn.Parameter]]:
-        """(name, parameter) of everything ``task`` alone uses: its adapter and its individual layers."""
+        """(name, parameter) of everything ``task`` uses beside the shared encoder: its adapter and its
+        (group's) individual layers."""
         yield from self.adapter_parameters(task)
         yield from self.individual_parameters(task)
 
@@ -533,7 +568,8 @@ class MultiTaskBert(nn.Module):
         """
         self.check_task(task)
         extra: dict[str, Any] = {}
-        if task in self.adapters or task in self.individual:
+        group = self.task_group[task]
+        if task in self.adapters or group in self.individual:
             adapter = self.adapters[task] if task in self.adapters else None
             dtype = self.bert.embeddings.word_embeddings.weight.dtype
             mask = additive_mask(attention_mask, dtype) if adapter is not None else None  # once per forward
@@ -544,7 +580,7 @@ class MultiTaskBert(nn.Module):
                 mask,
                 top=adapter if on_top else None,
                 last=self.num_layers - 1,
-                individual=self.individual[task] if task in self.individual else None,
+                individual=self.individual[group] if group in self.individual else None,
             )
         out = self.bert(
             input_ids=input_ids,

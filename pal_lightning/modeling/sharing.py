@@ -12,6 +12,9 @@ models store, less one copy of the embeddings per extra task; all ``S`` is the u
 
 What serving all T tasks stores (:func:`stored_parameters`): the embeddings once, each F or S layer once,
 each I layer T times; task-specific adapters and heads come on top.
+
+Task groups (:func:`resolve_task_groups`): related tasks can share their I layers, e.g. ``[["sst", "qqp"]]``
+gives SST and Quora one copy of each I layer and STS its own; each I layer is then stored once per group.
 """
 
 from __future__ import annotations
@@ -80,3 +83,41 @@ def stored_parameters(
     return shared_other + sum(
         n * (num_tasks if c == INDIVIDUAL else 1) for n, c in zip(sizes, regime, strict=True)
     )
+
+
+def group_name(tasks: Sequence[str]) -> str:
+    """The name of a group of tasks: its tasks joined by ``+`` (a task alone keeps its own name)."""
+    return "+".join(tasks)
+
+
+def resolve_task_groups(groups: Sequence[Sequence[str]] | None, tasks: Sequence[str]) -> dict[str, str]:
+    """Map each task to the name of the group whose copies of the individual layers it uses.
+
+    Args:
+        groups: lists of tasks that share their individual (I) layers, e.g. ``[["sst", "qqp"]]``; a task
+            in no group is a group of its own. ``None``: every task alone.
+        tasks: the model's tasks.
+
+    Raises:
+        PalUserError: for a task that is not the model's, a task in two groups, or an empty group.
+    """
+    out: dict[str, str] = {}
+    for group in groups or ():
+        members = [group] if isinstance(group, str) else list(group)
+        if not members:
+            raise PalUserError(
+                "task_groups has an empty group: list the tasks of each group, e.g. [[sst, qqp]]."
+            )
+        unknown = [t for t in members if t not in tasks]
+        if unknown:
+            raise PalUserError(
+                f"task_groups names task(s) {unknown} that the model does not have (tasks: {', '.join(tasks)})."
+            )
+        twice = [t for t in members if t in out or members.count(t) > 1]
+        if twice:
+            raise PalUserError(
+                f"task_groups lists task(s) {sorted(set(twice))} twice: put each task in one group."
+            )
+        for task in members:
+            out[task] = group_name(members)
+    return {task: out.get(task, task) for task in tasks}

@@ -44,6 +44,9 @@ def _adapter_signature(encoder: MultiTaskBert) -> dict[str, object]:
         signature["activation"] = cfg.activation
     if encoder.individual_layers:  # likewise: only with individual layers
         signature["individual_layers"] = list(encoder.individual_layers)
+        groups = sorted({g for t, g in encoder.task_group.items() if g != t})
+        if groups:
+            signature["task_groups"] = groups
     return signature
 
 
@@ -60,8 +63,9 @@ def _task_state(encoder: MultiTaskBert, heads: nn.ModuleDict | None, task: str) 
     state: dict[str, torch.Tensor] = {}
     if task in encoder.adapters:
         state.update(encoder.adapters[task].state_dict(prefix=f"{ADAPTERS_PREFIX}.{task}."))
-    if task in encoder.individual:
-        state.update(encoder.individual[task].state_dict(prefix=f"{INDIVIDUAL_PREFIX}.{task}."))
+    group = encoder.task_group.get(task, task)
+    if group in encoder.individual:  # its group's copies (the task's own without task_groups)
+        state.update(encoder.individual[group].state_dict(prefix=f"{INDIVIDUAL_PREFIX}.{group}."))
     if heads is not None and task in heads:
         state.update(heads[task].state_dict(prefix=f"{HEADS_PREFIX}.{task}."))
     return state
@@ -202,7 +206,8 @@ def load_task_weights(
         problems: list[str] = []
         for task in chosen:
             target = _task_state(encoder, heads, task)
-            prefixes = (f"{ADAPTERS_PREFIX}.{task}.", f"{INDIVIDUAL_PREFIX}.{task}.", f"{HEADS_PREFIX}.{task}.")
+            group = encoder.task_group.get(task, task)
+            prefixes = (f"{ADAPTERS_PREFIX}.{task}.", f"{INDIVIDUAL_PREFIX}.{group}.", f"{HEADS_PREFIX}.{task}.")
             in_file = {k for k in file_keys if k.startswith(prefixes)}
             missing = sorted(set(target) - in_file)
             unexpected = sorted(in_file - set(target))

@@ -211,3 +211,44 @@ def test_all_shared_is_todays_shared_model(batch):
     assert not any(k.startswith("individual.") for k in spelled.state_dict())
     for task in TASKS:
         assert torch.equal(_out(spelled, batch, task), _out(default, batch, task))
+
+
+def test_task_groups_share_individual_layers_within_a_group_only(batch, tmp_path):
+    model = _model("SFI", task_groups=[["a", "b"]])
+    assert list(model.individual) == ["a+b", "c"]
+    assert model.individual["a+b"] is not model.individual["c"]
+    model.bert.embeddings.requires_grad_(False)
+    model.bert.encoder.layer[0].requires_grad_(False)
+    before = {t: _out(model, batch, t) for t in TASKS}
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
+    model.train()
+    model(**batch, task="a").pow(2).mean().backward()
+    opt.step()
+    assert not torch.equal(_out(model, batch, "b"), before["b"])  # b uses the copy a trained
+    assert torch.equal(_out(model, batch, "c"), before["c"])  # c has its own
+    # accounting: one copy for the group, one for c
+    report = parameter_report(model)
+    assert report.individual == {"a+b": LAYER, "c": LAYER}
+    assert report.total == EMBEDDINGS + 2 * LAYER + 2 * LAYER == sum(p.numel() for p in model.parameters())
+    assert "group a+b" in str(report)
+    # task-only weights of b carry the group's copies
+    path = save_task_weights(model, tmp_path / "b.safetensors", tasks=["b"])
+    with safe_open(str(path), framework="pt") as f:
+        assert any(k.startswith("individual.a+b.2.") for k in f.keys())
+    fresh = _model("SFI", task_groups=[["a", "b"]])
+    load_task_weights(fresh, path)
+    assert torch.equal(_out(fresh, batch, "b"), _out(model.eval(), batch, "b"))
+
+
+@pytest.mark.parametrize(
+    ("spec", "groups", "message"),
+    [
+        ("SSI", [["a", "z"]], r"does not have"),
+        ("SSI", [["a", "b"], ["b"]], "twice"),
+        ("SSI", [[]], "empty group"),
+        ("SSS", [["a", "b"]], "has none"),
+    ],
+)
+def test_bad_task_groups_name_the_problem(spec, groups, message):
+    with pytest.raises(PalUserError, match=message):
+        MultiTaskBert.from_config(TINY, TASKS, layer_sharing=spec, task_groups=groups)
