@@ -4,13 +4,14 @@
 # and quote the score (see tools/mutation/MUTATION.md).
 #
 #   bash tools/mutation/run.sh                 # every target below
-#   bash tools/mutation/run.sh sampling gem    # some of them
+#   bash tools/mutation/run.sh sampling gem_maths   # some of them
 #   MUTATION_WORK=/tmp/mut bash tools/mutation/run.sh metrics
 #
 # Each target runs in its own copy of the repository under $MUTATION_WORK (default /tmp/pal-mutation),
 # with a [tool.mutmut] section appended to that copy's pyproject.toml only: the repository's own
 # pyproject.toml carries no mutmut configuration, so plain `python -m pytest` is never affected.
-# Results: $MUTATION_WORK/<target>/survivors.txt (one mutant name a line) and a score line on stdout.
+# Results: $MUTATION_WORK/<target>/survivors.txt (one mutant name a line), survivors.diff (each
+# surviving mutant's diff, to review) and a score line on stdout. Needs the dev extra (mutmut).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 WORK="${MUTATION_WORK:-/tmp/pal-mutation}"
@@ -23,7 +24,7 @@ declare -A MODULES TESTS MUTANTS
 MODULES[sampling]="pal_lightning/data/sampling.py"
 TESTS[sampling]="tests/data/test_sampling.py tests/data/test_sampling_properties.py tests/auxiliary/test_auxiliary.py"
 MODULES[samplers]="pal_lightning/data/samplers.py"
-TESTS[samplers]="tests/data/test_samplers.py tests/data/test_sequential.py tests/data/test_sampler_checks.py"
+TESTS[samplers]="tests/data/test_samplers.py tests/data/test_sequential.py tests/data/test_sampler_checks.py tests/data/test_sampler_streams.py"
 MODULES[metrics]="pal_lightning/metrics.py"
 TESTS[metrics]="tests/test_metrics.py tests/test_metrics_properties.py tests/cli/test_honest_scores.py"
 # GEM in two parts: the pure maths against its fast tests, the callback (memory, write-back) against
@@ -39,7 +40,7 @@ TESTS[rng_state]="tests/callbacks/test_rng_state.py"
 MODULES[pal]="pal_lightning/modeling/pal.py pal_lightning/modeling/encoder.py"
 TESTS[pal]="tests/modeling/test_pal.py tests/modeling/test_encoder.py"
 MODULES[score_report]="pal_lightning/callbacks/score_report.py"
-TESTS[score_report]="tests/callbacks/test_score_report.py"
+TESTS[score_report]="tests/cli/test_honest_scores.py tests/cli/test_cli.py"
 ORDER=(sampling metrics gem_maths samplers rng_state gem_callback pal score_report)
 
 targets=("$@")
