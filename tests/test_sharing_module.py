@@ -158,3 +158,28 @@ def test_task_groups_through_the_module_and_its_checkpoint_check() -> None:
     again = tiny_module(layer_sharing="SI", task_groups=[["sst", "qqp"]])
     again.on_load_checkpoint(checkpoint)
     again.load_state_dict(checkpoint["state_dict"])
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"layer_sharing": "IS", "task_groups": [["sst", "qqp"]], "adapter": "pff"},
+        {"adapter": "bert_layer_on_top", "layer_sharing": "FI"},
+        {"adapter": "pa_on_top", "pal_activation": "gelu", "pal_init": "random"},
+    ],
+)
+def test_saved_model_folder_round_trip(tmp_path: Path, options: dict[str, Any]) -> None:
+    from test_pretrained import all_predictions  # real-vocabulary sentences through the offline tokenizer
+
+    from pal_lightning.module import MultiTaskModule
+    from pal_lightning.testing import TINY_BERT
+
+    torch.manual_seed(0)
+    module = MultiTaskModule(
+        bert_config=TINY_BERT, pal_heads=2, pair_encoding={"sts": "siamese", "default": "cross"}, **options
+    ).eval()
+    before = all_predictions(module)
+    loaded = MultiTaskModule.from_pretrained(module.save_pretrained(tmp_path / "model"))
+    assert all_predictions(loaded) == before
+    own, theirs = module.state_dict(), loaded.state_dict()
+    assert own.keys() == theirs.keys() and all(torch.equal(own[k], theirs[k]) for k in own)
