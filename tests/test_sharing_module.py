@@ -183,3 +183,35 @@ def test_saved_model_folder_round_trip(tmp_path: Path, options: dict[str, Any]) 
     assert all_predictions(loaded) == before
     own, theirs = module.state_dict(), loaded.state_dict()
     assert own.keys() == theirs.keys() and all(torch.equal(own[k], theirs[k]) for k in own)
+
+
+@pytest.mark.parametrize(
+    "options", [{"layer_sharing": "IS", "adapter": "pa_on_top"}, {"adapter": "bert_layer_on_top"}]
+)
+def test_onnx_export_of_a_regime_or_a_variant_on_top(tmp_path: Path, options: dict[str, Any]) -> None:
+    ort = pytest.importorskip("onnxruntime", reason="the export extra is not installed")
+    import numpy as np
+    from test_export import batch_inputs
+
+    from pal_lightning.export import SingleTaskModel, export_onnx
+    from pal_lightning.module import MultiTaskModule
+    from pal_lightning.testing import TINY_BERT
+
+    torch.manual_seed(0)
+    module = MultiTaskModule(bert_config=TINY_BERT, pal_heads=2, pal_init="random", **options).eval()
+    single = SingleTaskModel(module, "qqp")
+    path = export_onnx(single, tmp_path / "qqp.onnx", single.example_inputs(module.tokenizer))
+    inputs = batch_inputs(module, "qqp")
+    out = ort.InferenceSession(str(path)).run(
+        None, {n: t.numpy() for n, t in zip(single.input_names, inputs, strict=True)}
+    )[0]
+    with torch.no_grad():
+        ref = single(*inputs).numpy()
+        multi = module(
+            {
+                **dict(zip(("input_ids", "attention_mask", "token_type_ids"), inputs, strict=True)),
+                "task": "qqp",
+            }
+        )
+    np.testing.assert_allclose(out, ref, rtol=0, atol=1e-4)
+    torch.testing.assert_close(torch.from_numpy(ref), multi, rtol=0, atol=1e-5)

@@ -280,7 +280,7 @@ class MultiTaskBert(nn.Module):
         if self.individual_layers:
             for group in dict.fromkeys(self.task_group.values()):
                 self.individual[group] = nn.ModuleDict(
-                    {str(i): copy.deepcopy(layers[i]) for i in self.individual_layers}
+                    {str(i): self._layer_copy(layers[i], i) for i in self.individual_layers}
                 )
             for i in self.individual_layers:
                 layers[i] = IndividualLayerSlot(i)  # the copies replace the shared layer
@@ -296,6 +296,13 @@ class MultiTaskBert(nn.Module):
                 self.adapters[name] = build_top_adapter(self.pal_config, self.bert.config, self.pal_size)
         self._start_task_layers()
         self.loading_info: LoadingInfo | None = None
+
+    def _layer_copy(self, layer: nn.Module, index: int) -> PALBertLayer:
+        """A new layer with ``layer``'s weights that reads the encoder's own config object (not a deep copy),
+        so a later ``set_attn_implementation`` on the encoder reaches it too."""
+        new = PALBertLayer(self.bert.config, layer_idx=index)
+        new.load_state_dict(layer.state_dict())
+        return new
 
     @torch.no_grad()
     def _start_task_layers(self) -> None:

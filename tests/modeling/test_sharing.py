@@ -252,3 +252,11 @@ def test_task_groups_share_individual_layers_within_a_group_only(batch, tmp_path
 def test_bad_task_groups_name_the_problem(spec, groups, message):
     with pytest.raises(PalUserError, match=message):
         MultiTaskBert.from_config(TINY, TASKS, layer_sharing=spec, task_groups=groups)
+
+
+def test_individual_layers_follow_the_encoders_attention_implementation(batch):
+    model = _model("SSI")
+    sdpa = _out(model, batch, "a")
+    model.bert.set_attn_implementation("eager")
+    assert model.individual["a"]["2"].attention.self.config._attn_implementation == "eager"
+    torch.testing.assert_close(_out(model, batch, "a"), sdpa, rtol=0, atol=1e-5)
