@@ -129,7 +129,9 @@ class PALConfig:
     activation: ActivationKind = "none"
     """What follows V^D: ``"none"`` (default) adds V^D g(V^E h) as the equation states; ``"gelu"`` applies a
     GELU after V^D as the reference code does for PALs (GELU(0) = 0, so a zero V^D still starts at the
-    pretrained encoder). Only for variants with a V^D (not ``none`` or ``bert_layer_on_top``)."""
+    pretrained encoder). Only for variants with a V^D (not ``none`` or ``bert_layer_on_top``). The reference's
+    low-rank layer has its GELU between V^E and V^D instead; here ``"gelu"`` means after V^D for every
+    variant, so that one switch measures one thing."""
 
     def __post_init__(self) -> None:
         if self.adapter not in ADAPTERS:
