@@ -60,6 +60,9 @@ class ParameterReport:
     frozen: int = 0
     """Parameters of the frozen (F) layers (part of :attr:`shared`)."""
 
+    individual_copy: int = 0
+    """Parameters of one copy of the individual (I) layers (what one plain encoder holds of them)."""
+
     other: int = 0
     """Parameters of the object that are neither encoder, adapter nor head (e.g. a learnable loss scale)."""
 
@@ -73,8 +76,9 @@ class ParameterReport:
 
     @property
     def base_encoder(self) -> int:
-        """Size of the base (pretrained) encoder, the reference for :attr:`ratio`."""
-        return self.shared
+        """Size of the base (pretrained) encoder, the reference for :attr:`ratio`: the shared part plus one
+        copy of the individual layers."""
+        return self.shared + self.individual_copy
 
     def adapter_params(self, task: str) -> int:
         """Weights plus biases of ``task``'s adapter."""
@@ -205,6 +209,7 @@ def parameter_report(obj: nn.Module) -> ParameterReport:
         adapter_biases=biases,
         heads=head_counts,
         individual=individual,
+        individual_copy=next(iter(individual.values()), 0),
         layer_sharing=encoder.layer_sharing,
         frozen=frozen,
         other=total - known,

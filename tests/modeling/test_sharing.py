@@ -260,3 +260,13 @@ def test_individual_layers_follow_the_encoders_attention_implementation(batch):
     model.bert.set_attn_implementation("eager")
     assert model.individual["a"]["2"].attention.self.config._attn_implementation == "eager"
     torch.testing.assert_close(_out(model, batch, "a"), sdpa, rtol=0, atol=1e-5)
+
+
+def test_the_ratio_is_against_one_whole_encoder():
+    plain = parameter_report(_model(None))
+    for spec, copies in (("FSI", 3), ("III", 3)):
+        report = parameter_report(_model(spec))
+        assert report.base_encoder == plain.total == EMBEDDINGS + L * LAYER
+        individual_layers = spec.count("I")
+        expected = (EMBEDDINGS + L * LAYER + (copies - 1) * individual_layers * LAYER) / plain.total
+        assert report.ratio == pytest.approx(expected)
