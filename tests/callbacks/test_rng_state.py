@@ -193,6 +193,7 @@ def test_each_rank_gathers_and_restores_its_own_states(
     assert (
         "The checkpoint holds the random states of 1 rank(s) but this run has 2: the resumed" in caplog.text
     )
+    assert "run will not repeat the original one exactly." in caplog.text
 
 
 def test_cuda_generators_round_trip_where_the_device_count_matches(
