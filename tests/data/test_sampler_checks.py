@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
 import pytest
 
 from pal_lightning.data.samplers import MultiTaskBatchSampler
@@ -84,3 +85,20 @@ def test_resume_refusals_name_what_changed() -> None:
         match=r"^Cannot resume the task sampler: the continual schedule changed.*Resume with the same schedule, task_order",
     ):
         phased.load_state_dict(state)
+
+
+def test_eval_batches_by_hand() -> None:
+    """Longest first when lengths are given, splits interleaved, empty splits skipped, rank blocks."""
+    from pal_lightning.data.samplers import eval_batches
+
+    lengths = {("a", "dev"): np.array([3, 9, 1, 9, 5]), ("b", "dev"): np.array([2, 2])}
+    splits = {("a", "dev"): 5, ("e", "dev"): 0, ("b", "dev"): 2}
+    got = eval_batches(splits, {"a": 2, "b": 2, "e": 1}, lengths=lengths)
+    # a sorted by length, longest first, ties in index order: 1, 3 (9), 4 (5), 0 (3), 2 (1)
+    assert [(b.task, b.indices) for b in got] == [("a", (1, 3)), ("b", (0, 1)), ("a", (4, 0)), ("a", (2,))]
+    # rank 1 of 2 takes the second block of each split: a -> [2, 5), b -> [1, 2)
+    ranked = eval_batches(splits, {"a": 2, "b": 2, "e": 1}, num_replicas=2, rank=1)
+    assert [(b.task, b.indices) for b in ranked] == [("a", (2, 3)), ("b", (1,)), ("a", (4,))]
+    assert eval_batches(splits, {"a": 2, "b": 2, "e": 1}) == eval_batches(
+        splits, {"a": 2, "b": 2, "e": 1}, num_replicas=1, rank=0
+    )  # one rank by default
