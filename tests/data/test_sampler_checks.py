@@ -102,3 +102,12 @@ def test_eval_batches_by_hand() -> None:
     assert eval_batches(splits, {"a": 2, "b": 2, "e": 1}) == eval_batches(
         splits, {"a": 2, "b": 2, "e": 1}, num_replicas=1, rank=0
     )  # one rank by default
+
+
+def test_eval_batches_keep_index_order_among_equal_lengths() -> None:
+    """A stable sort: with many ties (numpy's default sort is not stable beyond small arrays)."""
+    from pal_lightning.data.samplers import eval_batches
+
+    lengths = {("a", "dev"): np.tile([1, 2], 50)}
+    (batch,) = eval_batches({("a", "dev"): 100}, {"a": 100}, lengths=lengths)
+    assert batch.indices == tuple(range(1, 100, 2)) + tuple(range(0, 100, 2))
