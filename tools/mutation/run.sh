@@ -31,7 +31,7 @@ TESTS[metrics]="tests/test_metrics.py tests/test_metrics_properties.py tests/cli
 # the callback tests, which train tiny models (slower: several minutes on two cores)
 MODULES[gem_maths]="pal_lightning/callbacks/gem.py"
 MUTANTS[gem_maths]="*x_solve_gem_dual__* *x_gem_coefficients__* *x_project_gradient__* *x_agem_project__*"
-TESTS[gem_maths]="tests/callbacks/test_gem_projection.py tests/callbacks/test_gem_properties.py tests/callbacks/test_gem_edges.py"
+TESTS[gem_maths]="tests/callbacks/test_gem_projection.py tests/callbacks/test_gem_properties.py tests/callbacks/test_gem_edges.py tests/callbacks/test_gem_exact.py"
 MODULES[gem_callback]="pal_lightning/callbacks/gem.py"
 MUTANTS[gem_callback]="*EpisodicMemory* *GEMCallback* *x_gram_matrix__* *x__dot__* *x__all_reduce_sum__*"
 TESTS[gem_callback]="tests/callbacks/test_gem_callback.py"
