@@ -3,15 +3,20 @@
 * :data:`TINY_BERT`: the ``bert_config`` of a 2-layer, width-32 random encoder with the real
   BERT/MiniLM vocabulary, so the packaged offline tokenizer can feed it
   (``MultiTaskModule(bert_config=TINY_BERT, pal_size=8, pal_heads=2)`` trains in milliseconds);
-* :func:`write_cs224n_data`: small files in the CS224N starter layout for ``sst``, ``qqp`` and ``sts``.
+* :func:`write_cs224n_data`: small files in the CS224N starter layout for ``sst``, ``qqp`` and ``sts``;
+* :func:`quiet_trainer`: a CPU ``Trainer`` that logs, saves and prints nothing unless told to.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["TINY_BERT", "write_cs224n_data"]
+if TYPE_CHECKING:
+    import lightning.pytorch as pl
+
+__all__ = ["QUIET_TRAINER", "TINY_BERT", "quiet_trainer", "write_cs224n_data"]
 
 _WORDS = "movie plot great awful fun dull story scene music end actor good bad long short".split()
 
@@ -75,3 +80,23 @@ def write_cs224n_data(
             ],
         )
     return root
+
+
+#: What :func:`quiet_trainer` passes to ``Trainer`` unless overridden.
+QUIET_TRAINER = {
+    "accelerator": "cpu",
+    "devices": 1,
+    "logger": False,
+    "enable_checkpointing": False,
+    "enable_progress_bar": False,
+    "enable_model_summary": False,
+    "num_sanity_val_steps": 0,
+}
+
+
+def quiet_trainer(**overrides: Any) -> pl.Trainer:
+    """A ``lightning.pytorch.Trainer`` for tests: one CPU device, no logger, no checkpoints, no progress
+    bar or model summary, no sanity validation (:data:`QUIET_TRAINER`); ``overrides`` win."""
+    import lightning.pytorch as pl
+
+    return pl.Trainer(**{**QUIET_TRAINER, **overrides})

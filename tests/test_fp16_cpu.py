@@ -16,7 +16,7 @@ from test_module_guard import NaNAtSteps
 
 from pal_lightning.callbacks.gem import GEMCallback
 from pal_lightning.module import MultiTaskModule, NonFiniteTrainingError
-from pal_lightning.testing import TINY_BERT, write_cs224n_data
+from pal_lightning.testing import TINY_BERT, quiet_trainer, write_cs224n_data
 
 KW = dict(
     tasks=("sst", "qqp", "sts"),
@@ -30,15 +30,9 @@ KW = dict(
 
 def _trainer(max_steps: int, init_scale: float, callbacks: tuple = ()) -> pl.Trainer:
     scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=1000)
-    return pl.Trainer(
-        accelerator="cpu",
+    return quiet_trainer(
         max_steps=max_steps,
         plugins=[MixedPrecision("16-mixed", "cpu", scaler=scaler)],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
         limit_val_batches=0,
         callbacks=list(callbacks),
     )

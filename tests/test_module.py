@@ -16,6 +16,7 @@ from pal_lightning.errors import PalUserError
 from pal_lightning.modeling.heads import CosineSimilarityHead, LinearHead, SiameseClassificationHead
 from pal_lightning.module import MultiTaskModule, linear_warmup_decay
 from pal_lightning.tasks import TaskSpec
+from pal_lightning.testing import quiet_trainer
 
 VOCAB = 60
 TINY_BERT = dict(
@@ -343,16 +344,7 @@ def test_fit_20_steps_lowers_loss_and_logs_val_overall() -> None:
     pl.seed_everything(0, verbose=False)
     module = tiny_module(lr=3e-3, head_lr=3e-2, warmup_ratio=0.1)
     before = _total_loss(module)
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_epochs=1,  # the schedule length comes from TinyData.steps_per_epoch (20)
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-    )
+    trainer = quiet_trainer(max_epochs=1)
     data = TinyData()
     trainer.fit(module, datamodule=data)
     assert trainer.global_step == 20

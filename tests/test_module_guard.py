@@ -15,6 +15,7 @@ from torch import Tensor
 
 from pal_lightning.errors import PalUserError
 from pal_lightning.module import MultiTaskModule, NonFiniteTrainingError
+from pal_lightning.testing import quiet_trainer
 
 
 class NaNAtSteps(MultiTaskModule):
@@ -60,15 +61,8 @@ def test_nonfinite_steps_are_skipped_then_stop_with_the_last_checkpoint_intact(t
     )
     snaps = Snapshots()
     ckpt = ModelCheckpoint(dirpath=tmp_path, save_top_k=0, save_last=True, every_n_train_steps=1)
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        max_steps=20,
-        logger=False,
-        callbacks=[snaps, ckpt],
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        limit_val_batches=0,
+    trainer = quiet_trainer(
+        max_steps=20, callbacks=[snaps, ckpt], limit_val_batches=0, enable_checkpointing=True
     )
     with pytest.raises(NonFiniteTrainingError) as info:
         trainer.fit(module, datamodule=TinyData())

@@ -14,6 +14,7 @@ from test_module import FIXED, TinyData, tiny_module
 
 from pal_lightning.callbacks import GEMCallback
 from pal_lightning.errors import PalUserError
+from pal_lightning.testing import quiet_trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -108,16 +109,7 @@ def test_a_mixed_regime_with_pals_fits() -> None:
     before = {n: p.detach().clone() for n, p in module.named_parameters()}
     data = TinyData()
     data.steps = 6
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        max_epochs=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        limit_val_batches=0,
-    )
+    trainer = quiet_trainer(max_epochs=1, limit_val_batches=0)
     trainer.fit(module, datamodule=data)
     after = dict(module.named_parameters())
     assert all(

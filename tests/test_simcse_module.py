@@ -14,6 +14,7 @@ from pal_lightning.errors import PalUserError
 from pal_lightning.modeling.heads import pool
 from pal_lightning.modeling.simcse import SimCSEConfig
 from pal_lightning.module import MultiTaskModule
+from pal_lightning.testing import quiet_trainer
 
 
 @pytest.fixture(autouse=True)
@@ -142,17 +143,7 @@ def _fit(steps: int = 6, **kw: Any) -> tuple[MultiTaskModule, pl.Trainer]:
     module = tiny_module(lr=3e-3, head_lr=3e-2, **kw)
     data = TinyData()
     data.steps = steps
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_epochs=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        limit_val_batches=0,
-    )
+    trainer = quiet_trainer(max_epochs=1, limit_val_batches=0)
     trainer.fit(module, datamodule=data)
     return module, trainer
 
@@ -207,7 +198,7 @@ def test_gem_memories_use_the_task_loss_without_simcse(tmp_path, monkeypatch) ->
     """SimCSE is part of the step's gradient only: GEM's memory losses (batch_loss) never add it."""
     from pal_lightning.callbacks import GEMCallback
     from pal_lightning.data import MultiTaskDataModule
-    from pal_lightning.testing import TINY_BERT, write_cs224n_data
+    from pal_lightning.testing import TINY_BERT, quiet_trainer, write_cs224n_data
 
     calls: list[str] = []
     task_losses: list[int] = []
@@ -229,17 +220,7 @@ def test_gem_memories_use_the_task_loss_without_simcse(tmp_path, monkeypatch) ->
         data_dir=str(write_cs224n_data(tmp_path / "data")), cache_dir=False, batch_size=4, max_length=32
     )
     gem = GEMCallback(memory_size=8, memory_batch_size=2)
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        max_steps=5,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        limit_val_batches=0,
-        callbacks=[gem],
-    )
+    trainer = quiet_trainer(max_steps=5, limit_val_batches=0, callbacks=[gem])
     trainer.fit(model, datamodule=data)
     assert sum(gem.memory.seen.values()) == 5 * 4
     memory_batches = len(task_losses) - 5  # batch_loss: 5 training batches, the rest GEM's memories
@@ -272,15 +253,7 @@ def test_training_step_reuses_its_forward_as_the_first_view() -> None:
         counting(module)
         data = TinyData()
         data.steps = 6
-        trainer = pl.Trainer(
-            accelerator="cpu",
-            max_epochs=1,
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            limit_val_batches=0,
-        )
+        trainer = quiet_trainer(max_epochs=1, limit_val_batches=0)
         trainer.fit(module, datamodule=data)
         assert sum(rows) == expected, rows
 

@@ -14,6 +14,7 @@ from test_module import FIXED, TinyData, tiny_module
 
 from pal_lightning.errors import PalUserError
 from pal_lightning.module import MultiTaskModule
+from pal_lightning.testing import quiet_trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = sorted((ROOT / "configs" / "variants").glob("*.yaml"))
@@ -34,17 +35,7 @@ def test_each_variant_fits_and_trains_its_own_parameters(adapter: str, extra: di
     assert before, "the variant has task-specific parameters"
     data = TinyData()
     data.steps = 6
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_epochs=1,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        limit_val_batches=0,
-    )
+    trainer = quiet_trainer(max_epochs=1, limit_val_batches=0)
     trainer.fit(module, datamodule=data)
     assert trainer.global_step == 6
     tasks_seen = {b["task"] for b in FIXED}

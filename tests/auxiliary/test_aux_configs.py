@@ -72,11 +72,10 @@ def test_snli_overlay_reads_a_local_copy_in_the_hub_layout(tmp_path: Path) -> No
 def test_snli_overlay_trains_as_an_auxiliary_task(tmp_path: Path) -> None:
     """The overlay's SNLI task (local copy) through the data module and a tiny model: one short fit,
     val/overall over SST alone, SNLI accuracy logged."""
-    import lightning.pytorch as pl
 
     from pal_lightning.data import MultiTaskDataModule
     from pal_lightning.module import MultiTaskModule
-    from pal_lightning.testing import TINY_BERT, write_cs224n_data
+    from pal_lightning.testing import TINY_BERT, quiet_trainer, write_cs224n_data
 
     data = write_cs224n_data(tmp_path / "data")
     write_snli_copy(tmp_path / "snli")
@@ -84,14 +83,7 @@ def test_snli_overlay_trains_as_an_auxiliary_task(tmp_path: Path) -> None:
     tasks = ["sst", snli.replace(hf_path=str(tmp_path / "snli"))]
     model = MultiTaskModule(tasks=tasks, bert_config=TINY_BERT, pal_size=8, pal_heads=2, auxiliary=["snli"])
     dm = MultiTaskDataModule(tasks=tasks, data_dir=data, batch_size=2, steps_per_epoch=3, cache_dir=False)
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        max_steps=3,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
+    trainer = quiet_trainer(max_steps=3)
     trainer.fit(model, datamodule=dm)
     scores = model.last_scores["val"]
     assert scores["val/overall"] == pytest.approx(scores["val/sst/accuracy"])

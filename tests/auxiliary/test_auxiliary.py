@@ -6,7 +6,6 @@ import math
 import os
 from pathlib import Path
 
-import lightning.pytorch as pl
 import numpy as np
 import pytest
 import torch
@@ -16,7 +15,7 @@ from pal_lightning.data.samplers import MultiTaskBatchSampler
 from pal_lightning.data.sampling import SamplingSchedule, apply_multipliers
 from pal_lightning.errors import PalUserError
 from pal_lightning.module import MultiTaskModule
-from pal_lightning.testing import TINY_BERT, write_cs224n_data
+from pal_lightning.testing import TINY_BERT, quiet_trainer, write_cs224n_data
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -60,9 +59,7 @@ def test_auxiliary_task_left_out_of_overall(data_dir: Path) -> None:
     dm = MultiTaskDataModule(
         tasks=tasks, data_dir=data_dir, pair_encoding="siamese", eval_batch_size=4, cache_dir=False
     )
-    trainer = pl.Trainer(
-        accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False
-    )
+    trainer = quiet_trainer()
     metrics = trainer.validate(model, datamodule=dm, verbose=False)[0]
 
     model.eval()
@@ -97,9 +94,7 @@ def test_auxiliary_keeps_the_overall_of_the_main_tasks(data_dir: Path) -> None:
     scores = []
     for model, tasks in ((with_aux, ["sst", "qqp", "cfimdb"]), (without, ["sst", "qqp"])):
         dm = MultiTaskDataModule(tasks=tasks, data_dir=data_dir, pair_encoding="siamese", cache_dir=False)
-        trainer = pl.Trainer(
-            accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False
-        )
+        trainer = quiet_trainer()
         scores.append(trainer.validate(model, datamodule=dm, verbose=False)[0])
     assert scores[0]["val/overall"] == pytest.approx(scores[1]["val/overall"], abs=1e-7)
     assert "val/cfimdb/accuracy" in scores[0]

@@ -21,7 +21,7 @@ import torch
 from pal_lightning.callbacks import ContinualEvaluation, GEMCallback
 from pal_lightning.data import MultiTaskDataModule
 from pal_lightning.module import MultiTaskModule
-from pal_lightning.testing import TINY_BERT
+from pal_lightning.testing import TINY_BERT, quiet_trainer
 
 
 class Record(pl.Callback):
@@ -79,18 +79,12 @@ def main(data_dir: str, out: str, mode: str = "interleaved") -> None:
         gem = GEMCallback(memory_size=5, memory_batch_size=3)  # 3 x 2 ranks wanted, 5 stored: shares 3 + 2
         max_steps = 4
     callbacks = [gem, Record(gem, Path(out), continual)] + ([continual] if continual is not None else [])
-    trainer = pl.Trainer(
-        accelerator="cpu",
+    trainer = quiet_trainer(
         devices=2,
         strategy="ddp_find_unused_parameters_true",
         max_steps=max_steps,
         gradient_clip_val=1.0,
-        logger=False,
         default_root_dir=out,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
         limit_val_batches=0,
         callbacks=callbacks,
     )

@@ -17,7 +17,7 @@ from pal_lightning.continual import continual_metrics
 from pal_lightning.data import MultiTaskDataModule
 from pal_lightning.errors import PalUserError
 from pal_lightning.module import MultiTaskModule
-from pal_lightning.testing import TINY_BERT, write_cs224n_data
+from pal_lightning.testing import TINY_BERT, quiet_trainer, write_cs224n_data
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -141,16 +141,8 @@ def test_needs_a_sequential_schedule(tmp_path):
     data_dir = write_cs224n_data(tmp_path / "data", n_train=8, n_dev=4)
     model = MultiTaskModule(bert_config=TINY_BERT, pal_size=8, pal_heads=2)
     dm = MultiTaskDataModule(data_dir=str(data_dir), cache_dir=False, batch_size=4, max_length=32)
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        max_steps=1,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-        limit_val_batches=0,
-        default_root_dir=tmp_path,
-        callbacks=[ContinualEvaluation()],
+    trainer = quiet_trainer(
+        max_steps=1, limit_val_batches=0, default_root_dir=tmp_path, callbacks=[ContinualEvaluation()]
     )
     with pytest.raises(PalUserError, match="schedule='sequential'"):
         trainer.fit(model, datamodule=dm)

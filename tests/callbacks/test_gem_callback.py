@@ -19,7 +19,7 @@ from pal_lightning.callbacks.gem import EpisodicMemory, gram_matrix, project_gra
 from pal_lightning.data import MultiTaskDataModule
 from pal_lightning.errors import PalUserError
 from pal_lightning.module import MultiTaskModule
-from pal_lightning.testing import TINY_BERT, write_cs224n_data
+from pal_lightning.testing import TINY_BERT, quiet_trainer, write_cs224n_data
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -229,17 +229,12 @@ def _fit(
     pl.seed_everything(0)
     model = MultiTaskModule(bert_config=TINY_BERT, pal_size=8, pal_heads=2)
     dm = MultiTaskDataModule(data_dir=str(data_dir), cache_dir=False, batch_size=4, max_length=32)
-    trainer = pl.Trainer(
-        accelerator="cpu",
+    trainer = quiet_trainer(
         max_steps=max_steps,
         accumulate_grad_batches=2,
         gradient_clip_val=1.0,
         precision=precision,
-        logger=False,
         enable_checkpointing=bool(extra) and any(isinstance(c, ModelCheckpoint) for c in extra),
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
         limit_val_batches=0,
         callbacks=[callback, *extra],
     )

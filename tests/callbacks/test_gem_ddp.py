@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pal_lightning.testing import write_cs224n_data
+from pal_lightning.testing import quiet_trainer, write_cs224n_data
 
 pytestmark = pytest.mark.ddp
 
@@ -51,7 +51,6 @@ def test_gem_two_process_ddp(tmp_path: Path) -> None:
 def test_continual_gem_two_process_ddp_matches_a_single_process_evaluation(tmp_path: Path) -> None:
     """Sequential schedule + GEM ("past") + ContinualEvaluation on 2 ranks: the same R on both, and its
     last row equals a single-process validation of the final weights."""
-    import lightning.pytorch as pl
     import torch
 
     from pal_lightning import MultiTaskDataModule, MultiTaskModule
@@ -70,7 +69,7 @@ def test_continual_gem_two_process_ddp_matches_a_single_process_evaluation(tmp_p
     model = MultiTaskModule(bert_config=TINY_BERT, pal_size=8, pal_heads=2)
     model.load_state_dict(torch.load(tmp_path / "final.pt", weights_only=True))
     dm = MultiTaskDataModule(data_dir=data, cache_dir=False, batch_size=3, max_length=32)
-    trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False)
+    trainer = quiet_trainer()
     trainer.validate(model, datamodule=dm, verbose=False)
     single = model.last_scores["val"]
     expected = [single["val/sst/accuracy"], single["val/qqp/accuracy"], single["val/sts/pearson"]]

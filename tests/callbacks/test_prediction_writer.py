@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
 from data_helpers import make_cs224n_dir  # noqa: E402
 
 from pal_lightning.data import MultiTaskDataModule  # noqa: E402
+from pal_lightning.testing import quiet_trainer
 
 
 class FakePredictor(pl.LightningModule):
@@ -42,13 +43,7 @@ def run_predict(tmp_path: Path, writer: PredictionWriter) -> FakePredictor:
     data = make_cs224n_dir(tmp_path / "data")
     dm = MultiTaskDataModule(data_dir=str(data), cache_dir=tmp_path / "cache", eval_batch_size=4)
     model = FakePredictor()
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[writer],
-    )
+    trainer = quiet_trainer(callbacks=[writer])
     trainer.predict(model, datamodule=dm, return_predictions=False)
     return model
 
@@ -89,9 +84,7 @@ def test_refusal_happens_before_any_batch(tmp_path):
     data = make_cs224n_dir(tmp_path / "data")
     dm = MultiTaskDataModule(data_dir=str(data), cache_dir=tmp_path / "cache")
     model = FakePredictor()
-    trainer = pl.Trainer(
-        accelerator="cpu", logger=False, enable_progress_bar=False, callbacks=[PredictionWriter(out)]
-    )
+    trainer = quiet_trainer(callbacks=[PredictionWriter(out)])
     with pytest.raises(PalUserError):
         trainer.predict(model, datamodule=dm)
     assert model.calls == 0

@@ -18,6 +18,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.demos.boring_classes import BoringModel
 
 from pal_lightning.callbacks.rng_state import RNGStateCallback, apply_rng_state, collect_rng_state
+from pal_lightning.testing import quiet_trainer
 
 
 def _draw() -> tuple[list[float], list[float], list[float]]:
@@ -98,13 +99,10 @@ class _Drawing(BoringModel):
 
 def _fit(tmp_path: Path, max_steps: int, ckpt_path: str | None = None) -> _Drawing:
     model = _Drawing()
-    trainer = pl.Trainer(
-        accelerator="cpu",
+    trainer = quiet_trainer(
         max_steps=max_steps,
         limit_val_batches=0,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
+        enable_checkpointing=True,
         callbacks=[
             RNGStateCallback(),
             ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=3, save_top_k=-1, filename="{step}"),

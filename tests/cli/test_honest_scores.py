@@ -19,6 +19,7 @@ from pal_lightning.callbacks.best_checkpoint import BestCheckpoint
 from pal_lightning.cli import main
 from pal_lightning.metrics import overall_over, scored_task_names
 from pal_lightning.tasks import get_task
+from pal_lightning.testing import quiet_trainer
 
 SPECS = [get_task("sst"), get_task("qqp"), get_task("sts")]
 
@@ -76,15 +77,12 @@ class _Scripted(pl.LightningModule):
 
 
 def _fit(tmp_path: Path, checkpoint: ModelCheckpoint, plan: list[tuple[str, float]]) -> None:
-    trainer = pl.Trainer(
+    trainer = quiet_trainer(
         max_steps=len(plan),
         val_check_interval=1,
-        num_sanity_val_steps=0,
         callbacks=[checkpoint],
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
         default_root_dir=tmp_path,
+        enable_checkpointing=True,
     )
     trainer.fit(_Scripted(plan))
 

@@ -21,6 +21,7 @@ from data_helpers import make_cs224n_dir  # noqa: E402
 
 from pal_lightning.callbacks import PredictionWriter  # noqa: E402
 from pal_lightning.data import MultiTaskDataModule  # noqa: E402
+from pal_lightning.testing import quiet_trainer
 
 
 class Recorder(pl.LightningModule):
@@ -70,17 +71,8 @@ def main(out: str) -> None:
     dm = MultiTaskDataModule(
         data_dir=str(data), cache_dir=str(root / "cache"), batch_size=3, eval_batch_size=4, sampling="sqrt"
     )
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        devices=2,
-        strategy="ddp",
-        max_epochs=2,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        callbacks=[PredictionWriter(output_dir=root / "preds")],
+    trainer = quiet_trainer(
+        devices=2, strategy="ddp", max_epochs=2, callbacks=[PredictionWriter(output_dir=root / "preds")]
     )
     model = Recorder(out)
     trainer.fit(model, datamodule=dm)

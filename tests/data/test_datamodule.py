@@ -12,6 +12,7 @@ from torch import nn
 import pal_lightning.data.datamodule as dm_mod
 from pal_lightning.data import MultiTaskDataModule
 from pal_lightning.errors import PalUserError
+from pal_lightning.testing import quiet_trainer
 
 
 def make_dm(data_dir: Path, tmp_path: Path, **kw) -> MultiTaskDataModule:
@@ -247,15 +248,7 @@ def test_saved_position_counts_consumed_batches_not_worker_prefetch(data_dir, tm
     spy = PositionSpy()
     dm = make_dm(data_dir, tmp_path, limit_examples=12, num_workers=1)
     model = Recorder()
-    trainer = pl.Trainer(
-        max_epochs=1,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-        enable_checkpointing=False,
-        callbacks=[spy],
-    )
+    trainer = quiet_trainer(max_epochs=1, limit_val_batches=0, callbacks=[spy])
     trainer.fit(model, datamodule=dm)
     assert [c[0] for c in spy.checks] == [c[1] for c in spy.checks]
     assert any(c[2] > c[0] for c in spy.checks)  # the sampler itself did run ahead

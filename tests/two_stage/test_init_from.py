@@ -15,7 +15,7 @@ from pal_lightning.data import MultiTaskDataModule
 from pal_lightning.errors import PalUserError
 from pal_lightning.init_weights import load_initial_weights
 from pal_lightning.module import MultiTaskModule
-from pal_lightning.testing import TINY_BERT, write_cs224n_data
+from pal_lightning.testing import TINY_BERT, quiet_trainer, write_cs224n_data
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 TASKS = ["sst", "qqp", "sts"]
@@ -39,15 +39,7 @@ def fit(model: MultiTaskModule, data: Path, steps: int = 3, tasks: list[str] = T
         steps_per_epoch=steps,
         cache_dir=False,
     )
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        max_steps=steps,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-    )
+    trainer = quiet_trainer(max_steps=steps, limit_val_batches=0)
     trainer.fit(model, datamodule=dm)
     return trainer
 
