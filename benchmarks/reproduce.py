@@ -7,7 +7,7 @@ writes
 * ``results.csv``: one row per run plus a ``single`` row that combines the three single-task runs
   (see :data:`COLUMNS`; ``notebooks/results.ipynb`` draws it), and
 * ``results.md``: dev scores per task and the CS224N overall score, the published numbers of
-  DESIGN.md section 6 beside them, parameters per task, stored parameters and wall time.
+  docs/design.md §6 beside them, parameters per task, stored parameters and wall time.
 
 Usage::
 
@@ -94,7 +94,7 @@ COLUMNS = (
     "status",  # ok, or what went wrong
 )
 
-#: Published dev numbers (DESIGN.md section 6), all with BERT-base.
+#: Published dev numbers (docs/design.md §6), all with BERT-base.
 PUBLISHED = (
     ("handout, fine-tuned SST only", "single_sst", 0.515, None, None, None),
     ("PALs + annealed sampling (project report)", "pals_annealed", 0.519, 0.775, 0.448, None),
@@ -455,7 +455,7 @@ def write_markdown(
         )
     lines += [
         "",
-        "Published dev numbers (DESIGN.md section 6; BERT-base, full training, GPUs):",
+        "Published dev numbers (docs/design.md §6; BERT-base, full training, GPUs):",
         "",
         "| published system | compare with | SST | Quora | STS | overall |",
         "| --- | --- | ---: | ---: | ---: | ---: |",

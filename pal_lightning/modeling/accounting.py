@@ -1,7 +1,7 @@
 """Parameter accounting: what is shared, what each task adds, and what that costs.
 
 The point of PALs is that every task adds few parameters to one shared encoder. With ``pals`` each task
-adds, weights only (DESIGN.md section 2)::
+adds, weights only (docs/design.md §2)::
 
     2 · d · d_s  +  L · 3 · d_s²          (V^E and V^D, plus fused Q, K, V per layer)
 

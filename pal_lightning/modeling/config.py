@@ -81,7 +81,7 @@ def _is_int(value: object) -> bool:
 class PALConfig:
     """Which task-specific function TS_t sits beside the selected BERT layers, and how big it is.
 
-    Inside a selected layer l, for the active task t (DESIGN.md section 2)::
+    Inside a selected layer l, for the active task t (docs/design.md §2)::
 
         h^{l+1} = LN2( h_att + FFN(h_att) + TS_t(h) ),   TS_t(h) = V^D_t g_{l,t}( V^E_t h )
 

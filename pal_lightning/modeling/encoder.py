@@ -1,6 +1,6 @@
 """``MultiTaskBert``: a pretrained BERT encoder with a task-specific function TS_t beside its layers.
 
-Wiring of one selected layer l for the active task t (Stickland & Murray 2019; DESIGN.md section 2)::
+Wiring of one selected layer l for the active task t (Stickland & Murray 2019; docs/design.md §2)::
 
                   h  (layer input, [B, T, d])
                   |

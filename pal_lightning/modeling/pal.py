@@ -1,6 +1,6 @@
 """Task-specific functions TS_t: Projected Attention Layers and their variants.
 
-For task t and layer l (Stickland & Murray, ICML 2019; DESIGN.md section 2)::
+For task t and layer l (Stickland & Murray, ICML 2019; docs/design.md §2)::
 
     TS_{l,t}(h) = V^D_t · g_{l,t}( V^E_t · h )          h: [B, T, d]
 
