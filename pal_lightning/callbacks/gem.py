@@ -271,7 +271,10 @@ def gem_coefficients(
         # The ridge moves the solution off the feasible set by up to eps v: solve the un-ridged dual
         # exactly and keep whichever of the two violates the constraints less.
         violation = _relative_violation(P_hat, q_hat, v_hat, 1.0)
-        exact = solve_gem_dual_exact(P_hat, q_hat, margin_hat)
+        try:
+            exact = solve_gem_dual_exact(P_hat, q_hat, margin_hat)
+        except (np.linalg.LinAlgError, ValueError):  # SVD did not converge: keep the ridged solution
+            exact = np.full_like(v_hat, np.nan)
         if np.all(np.isfinite(exact)):
             exact_violation = _relative_violation(P_hat, q_hat, exact, 1.0)
             if exact_violation <= max(violation, EXACT_TOL):

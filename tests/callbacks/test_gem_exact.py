@@ -173,3 +173,19 @@ def test_exact_dual_by_hand() -> None:
     # the second row satisfied once the first is fixed: its coefficient stays 0
     P, q = np.array([[1.0, 1.0], [1.0, 2.0]]), np.array([-1.0, 0.5])
     np.testing.assert_allclose(solve_gem_dual_exact(P, q, 0.0), [1.0, 0.0])
+
+
+def test_a_failing_exact_solve_keeps_the_ridged_solution(monkeypatch: pytest.MonkeyPatch) -> None:
+    """If the exact solver's SVD does not converge, the step still gets the ridged projection."""
+    import pal_lightning.callbacks.gem as gem
+
+    def broken(*args: object, **kwargs: object) -> np.ndarray:
+        raise np.linalg.LinAlgError("SVD did not converge")
+
+    rng = np.random.default_rng(5)
+    g = rng.standard_normal(30)
+    G = np.stack([-g + 0.5 * rng.standard_normal(30), rng.standard_normal(30)])
+    monkeypatch.setattr(gem, "solve_gem_dual_exact", broken)
+    result = gem.gem_coefficients(G @ G.T, G @ g, float(g @ g))
+    assert result.violated and result.v is not None and np.all(np.isfinite(result.v))
+    assert result.violation is not None and result.violation < 1e-2  # the ridge's residual, not exact
