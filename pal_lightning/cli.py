@@ -263,11 +263,8 @@ class PalLightningCLI(LightningCLI):
             **kwargs,
         )
 
-    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        """Default classes, the model -> data links, the checkpoint and the prediction writer."""
-        from pal_lightning.callbacks.prediction_writer import PredictionWriter
-        from pal_lightning.callbacks.save_pretrained import SavePretrainedModel
-
+    def set_default_classes(self, parser: LightningArgumentParser) -> None:
+        """The CLI's model and data classes as the defaults of ``--model`` and ``--data``."""
         parser.set_defaults(
             {
                 "model": {"class_path": f"{self._model_class.__module__}.{self._model_class.__qualname__}"},
@@ -276,6 +273,13 @@ class PalLightningCLI(LightningCLI):
                 },
             }
         )
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        """Default classes, the model -> data links, the checkpoint and the prediction writer."""
+        from pal_lightning.callbacks.prediction_writer import PredictionWriter
+        from pal_lightning.callbacks.save_pretrained import SavePretrainedModel
+
+        self.set_default_classes(parser)
         # given once on the model, copied to the data module (in subclass mode targets need init_args)
         parser.link_arguments("model.init_args.encoder", "data.init_args.tokenizer")
         parser.link_arguments("model.init_args.encoder_revision", "data.init_args.tokenizer_revision")

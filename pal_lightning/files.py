@@ -43,6 +43,7 @@ __all__ = [
     "fsync_dir",
     "move_into_place",
     "new_file_mode",
+    "staged_folder",
 ]
 
 
@@ -174,6 +175,29 @@ def move_into_place(written: str | os.PathLike[str], path: str | os.PathLike[str
     with open(written, "rb+") as f:
         os.fsync(f.fileno())
     _publish(os.fspath(written), Path(path))
+
+
+@contextmanager
+def staged_folder(target: str | os.PathLike[str]) -> Iterator[Path]:
+    """Fill a temporary folder beside ``target``; when the block ends without an error, publish each of
+    its files into ``target`` with :func:`move_into_place` (a reader never sees a half-written file).
+    On an error nothing reaches ``target``, and the temporary folder is removed either way.
+
+    For writers that produce several files at once (``save_pretrained`` of a model and tokenizer).
+    """
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.tmp-"))
+    try:
+        yield tmp
+        target.mkdir(exist_ok=True)
+        for item in sorted(tmp.rglob("*")):
+            if item.is_file():
+                dest = target / item.relative_to(tmp)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                move_into_place(item, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def atomic_link_or_copy(source: str | os.PathLike[str], alias: str | os.PathLike[str]) -> None:

@@ -32,7 +32,6 @@ import dataclasses
 import json
 import logging
 import os
-import shutil
 import tempfile
 from collections.abc import Mapping
 from enum import Enum
@@ -42,7 +41,7 @@ from typing import Any, TypeVar
 import torch
 
 from pal_lightning.errors import PalUserError
-from pal_lightning.files import move_into_place
+from pal_lightning.files import staged_folder
 from pal_lightning.inference import DEFAULT_MAX_LENGTH
 from pal_lightning.tasks import task_to_dict
 
@@ -314,20 +313,13 @@ class PretrainedMixin:
         if scores_note:
             config["scores_note"] = scores_note
         tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in own.items()}
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.tmp-"))
-        try:
+        # whole files replace whole files (synced, with the modes open() gives): a reader never sees a
+        # half-written one, and a failure leaves the folder as it was
+        with staged_folder(target) as tmp:
             save_file(tensors, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
             self.tokenizer.save_pretrained(str(tmp))
             (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=False) + "\n")
             model_card(config).save(str(tmp / CARD_NAME))
-            target.mkdir(exist_ok=True)
-            # whole files replace whole files (synced, with the modes open() gives): a reader never
-            # sees a half-written one
-            for item in tmp.iterdir():
-                move_into_place(item, target / item.name)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
         return target
 
     # ------------------------------------------------------------------ load

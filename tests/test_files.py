@@ -132,3 +132,22 @@ def test_checkpoints_predictions_and_task_weights_are_readable_by_others(tmp_pat
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left
     loaded = AtomicCheckpointIO().load_checkpoint(ckpt)
     assert torch.equal(loaded["state_dict"]["w"], torch.ones(2))
+
+
+def test_staged_folder_publishes_every_file_or_nothing(tmp_path: Path) -> None:
+    from pal_lightning.files import staged_folder
+
+    target = tmp_path / "model"
+    with staged_folder(target) as tmp:
+        (tmp / "a.txt").write_text("a")
+        (tmp / "sub").mkdir()
+        (tmp / "sub" / "b.txt").write_text("b")
+    assert (target / "a.txt").read_text() == "a" and (target / "sub" / "b.txt").read_text() == "b"
+    assert [p.name for p in tmp_path.iterdir()] == ["model"]  # the temporary folder is gone
+
+    failed = tmp_path / "failed"
+    with pytest.raises(RuntimeError), staged_folder(failed) as tmp:
+        (tmp / "half.txt").write_text("half")
+        raise RuntimeError("disk full")
+    assert not failed.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]

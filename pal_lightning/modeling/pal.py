@@ -36,6 +36,20 @@ INIT_STD = 0.02
 """Standard deviation of the N(0, 0.02) initialisation (BERT's initializer_range, used by the reference)."""
 
 
+@torch.no_grad()
+def init_like_bert(root: nn.Module) -> None:
+    """BERT's initialisation of new weights: every ``nn.Linear`` below ``root`` N(0, 0.02) with a zero
+    bias, every ``nn.LayerNorm`` weight 1 and bias 0."""
+    for module in root.modules():
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=INIT_STD)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+
 class ProjectedAttention(nn.Module):
     """g_{l,t}: multi-head self-attention in d_s without output projection.
 
@@ -150,10 +164,7 @@ class TaskAdapter(nn.Module):
     @torch.no_grad()
     def reset_parameters(self, init: str = "zero") -> None:
         """Weights N(0, 0.02), biases 0; with ``init="zero"`` V^D (weight and bias) is 0 so TS_t = 0."""
-        for module in self.modules():
-            if isinstance(module, nn.Linear):
-                nn.init.normal_(module.weight, mean=0.0, std=INIT_STD)
-                nn.init.zeros_(module.bias)
+        init_like_bert(self)
         if init == "zero":
             for module in [self.up] if self.shared else list(self.up.values()):  # type: ignore[union-attr]
                 nn.init.zeros_(module.weight)

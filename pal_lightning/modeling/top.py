@@ -34,7 +34,7 @@ from transformers import BertConfig
 from transformers.models.bert.modeling_bert import BertLayer
 
 from pal_lightning.modeling.config import PALConfig
-from pal_lightning.modeling.pal import INIT_STD, ProjectedAttention
+from pal_lightning.modeling.pal import INIT_STD, ProjectedAttention, init_like_bert
 
 TOP_ATTENTION_BLOCKS = 6
 """K, the projected attention blocks stacked by ``pa_on_top`` (the reference code uses 6)."""
@@ -86,13 +86,7 @@ class ProjectedAttentionOnTop(nn.Module):
     @torch.no_grad()
     def reset_parameters(self, init: str = "zero") -> None:
         """Weights N(0, 0.02), biases 0, LayerNorms 1/0; with ``init="zero"`` V^D is 0 (h_out = h)."""
-        for module in self.modules():
-            if isinstance(module, nn.Linear):
-                nn.init.normal_(module.weight, mean=0.0, std=INIT_STD)
-                nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.LayerNorm):
-                nn.init.ones_(module.weight)
-                nn.init.zeros_(module.bias)
+        init_like_bert(self)
         if init == "zero":
             nn.init.zeros_(self.up.weight)
             nn.init.zeros_(self.up.bias)

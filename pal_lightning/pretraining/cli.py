@@ -63,14 +63,7 @@ class PretrainCLI(PalLightningCLI):
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         """Default classes, the encoder -> tokenizer link and a checkpoint on ``val/mlm_loss``."""
-        parser.set_defaults(
-            {
-                "model": {"class_path": f"{self._model_class.__module__}.{self._model_class.__qualname__}"},
-                "data": {
-                    "class_path": f"{self._datamodule_class.__module__}.{self._datamodule_class.__qualname__}"
-                },
-            }
-        )
+        self.set_default_classes(parser)
         parser.link_arguments("model.init_args.encoder", "data.init_args.tokenizer")
         parser.add_argument(
             "--ckpt_path",

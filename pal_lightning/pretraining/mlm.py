@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from pal_lightning.errors import PalUserError
+from pal_lightning.files import staged_folder
 from pal_lightning.hub import DEFAULT_ENCODER, resolve_encoder
 from pal_lightning.module import linear_warmup_decay
 from pal_lightning.pretraining.data import load_tokenizer
@@ -256,9 +257,9 @@ class MLMPretrainModule(pl.LightningModule):
             raise PalUserError(
                 f"{path} already holds files; the pre-trained encoder is not written over them."
             )
-        path.mkdir(parents=True, exist_ok=True)
-        self.model.save_pretrained(path)
-        self.tokenizer.save_pretrained(path)
+        with staged_folder(path) as tmp:  # a failed save leaves no half-written encoder folder
+            self.model.save_pretrained(tmp)
+            self.tokenizer.save_pretrained(tmp)
         print(
             f"pal-lightning: wrote the pre-trained encoder to {path}; fine-tune it with --model.encoder {path}",
             flush=True,
