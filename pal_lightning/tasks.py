@@ -30,6 +30,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
+from pal_lightning.errors import PalUserError
+from pal_lightning.plain import to_plain
+
 
 class TaskKind(str, Enum):
     """The three prediction problems the library knows how to build heads for."""
@@ -363,14 +366,19 @@ def task_to_hparam(spec: TaskSpec) -> str | dict[str, object]:
 
 def task_to_dict(spec: TaskSpec) -> dict[str, object]:
     """Every field of ``spec`` as plain values (JSON- and ``weights_only``-safe): ``TaskSpec(**d)`` rebuilds it."""
-    out: dict[str, object] = {}
-    for f in dataclasses.fields(spec):
-        value = getattr(spec, f.name)
-        if isinstance(value, Enum):
-            value = value.value
-        elif isinstance(value, tuple):
-            value = list(value)
-        elif isinstance(value, dict):
-            value = dict(value)
-        out[f.name] = value
-    return out
+    return {f.name: to_plain(getattr(spec, f.name)) for f in dataclasses.fields(spec)}
+
+
+def task_name_of(task: str | TaskSpec | Mapping[str, object]) -> str:
+    """The name of a task given as a name, a :class:`TaskSpec` (any object with a ``name``) or its dict form
+    (:func:`task_to_dict`, as saved hyper-parameters hold it).
+
+    Raises:
+        PalUserError: when no name can be read from ``task``.
+    """
+    if isinstance(task, str):
+        return task
+    name = task.get("name") if isinstance(task, Mapping) else getattr(task, "name", None)
+    if not isinstance(name, str):
+        raise PalUserError(f"A task must be a name, a TaskSpec or a mapping with a 'name', got {task!r}.")
+    return name

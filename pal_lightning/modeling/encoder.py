@@ -72,6 +72,7 @@ from pal_lightning.modeling.sharing import (
     resolve_task_groups,
 )
 from pal_lightning.modeling.top import build_top_adapter
+from pal_lightning.tasks import task_name_of
 
 logger = logging.getLogger(__name__)
 
@@ -191,10 +192,10 @@ class LoadingInfo:
     """Checkpoint keys the encoder does not use (pooler, pre-training heads, ...): ignored."""
 
 
-def _task_name(task: Any) -> str:
-    name = task if isinstance(task, str) else getattr(task, "name", None)
-    if not isinstance(name, str):
-        raise PalUserError(f"A task must be a name or a TaskSpec, got {task!r}.")
+def _parameter_safe_name(task: Any) -> str:
+    """The name of ``task`` (:func:`~pal_lightning.tasks.task_name_of`), checked to be usable as a key of the
+    encoder's ``nn.ModuleDict`` objects (it becomes part of parameter names)."""
+    name = task_name_of(task)
     if not name or "." in name or hasattr(nn.ModuleDict(), name):
         raise PalUserError(
             f"Task name {name!r} cannot be used as a parameter name: use a non-empty name without '.' "
@@ -234,7 +235,7 @@ class MultiTaskBert(nn.Module):
         super().__init__()
         if isinstance(tasks, str):
             tasks = [tasks]
-        names = [_task_name(t) for t in tasks]
+        names = [_parameter_safe_name(t) for t in tasks]
         if not names:
             raise PalUserError("MultiTaskBert needs at least one task; pass tasks=['sst', ...].")
         dupes = sorted({n for n in names if names.count(n) > 1})
