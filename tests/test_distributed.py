@@ -1,0 +1,94 @@
+"""pal_lightning.distributed: a world of one without a process group, and two gloo processes."""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from pal_lightning import distributed as D
+
+
+def test_single_process_is_a_world_of_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not dist.is_initialized()
+    assert not D.is_distributed()
+    assert D.rank() == 0
+    assert D.world_size() == 1
+    assert D.is_main_process()
+    assert D.gather_objects({"a": [1, 2]}) == [{"a": [1, 2]}]
+    t = torch.tensor([1.0, -2.5])
+    assert D.all_reduce_sum(t) is t
+    assert t.tolist() == [1.0, -2.5]
+    assert D.broadcast(t, src=0).tolist() == [1.0, -2.5]
+    D.barrier()  # returns at once
+    D.close_process_group()  # nothing to close
+    assert not dist.is_initialized()
+
+
+def test_main_process_asks_the_trainer_when_given() -> None:
+    class _Trainer:
+        is_global_zero = False
+
+    assert D.is_main_process() is True
+    assert D.is_main_process(_Trainer()) is False  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [(None, False), ("", False), ("0", False), ("1", True), ("3", True)]
+)
+def test_launched_rank_reads_local_rank(
+    monkeypatch: pytest.MonkeyPatch, value: str | None, expected: bool
+) -> None:
+    if value is None:
+        monkeypatch.delenv("LOCAL_RANK", raising=False)
+    else:
+        monkeypatch.setenv("LOCAL_RANK", value)
+    assert D.is_launched_rank() is expected
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _worker(rank: int, world: int, port: int, queue: Any) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        # rank r holds r + 1 rows of values 10 r, so the expected results are known by hand
+        gathered = D.gather_objects([10 * rank] * (rank + 1))
+        summed = D.all_reduce_sum(torch.tensor([float(rank + 1), 2.0]))
+        sent = D.broadcast(torch.tensor([float(rank)]), src=1)
+        D.barrier()
+        queue.put(
+            (rank, D.rank(), D.world_size(), D.is_main_process(), gathered, summed.tolist(), sent.tolist())
+        )
+    finally:
+        D.close_process_group()
+    assert not dist.is_initialized()
+
+
+@pytest.mark.ddp
+def test_two_gloo_processes() -> None:
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_worker, args=(r, 2, port, queue)) for r in range(2)]
+    for p in procs:
+        p.start()
+    results = {r[0]: r[1:] for r in (queue.get(timeout=120) for _ in procs)}
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    for r in (0, 1):
+        got_rank, world, main, gathered, summed, sent = results[r]
+        assert (got_rank, world, main) == (r, 2, r == 0)
+        assert gathered == [[0], [10, 10]]
+        assert summed == [3.0, 4.0]  # (1 + 2), (2 + 2)
+        assert sent == [1.0]
