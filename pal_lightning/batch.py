@@ -25,21 +25,39 @@ Padding is per batch (``T`` is the longest sequence of the batch).
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any
 
+# The keys of a batch: code reads and writes batches through these names only, never the literal strings.
 TASK = "task"
+SPLIT = "split"
 IDS = "ids"
 INDICES = "indices"
 LABELS = "labels"
-ENCODING_KEYS = ("input_ids", "attention_mask", "token_type_ids")
+INPUT_IDS = "input_ids"
+ATTENTION_MASK = "attention_mask"
+TOKEN_TYPE_IDS = "token_type_ids"
+ENCODING_KEYS = (INPUT_IDS, ATTENTION_MASK, TOKEN_TYPE_IDS)
+"""The encoder inputs of one sentence (or of a pair encoded ``cross``), in the encoder's argument order."""
 
-PairEncoding = Literal["cross", "siamese"]
+PREDICTIONS = "predictions"
+"""The key of the predictions in what ``predict_step`` returns: ``{TASK, SPLIT, IDS, PREDICTIONS}``."""
+
 PAIR_ENCODINGS: tuple[str, ...] = ("cross", "siamese")
 
 
 def side_keys(side: str) -> tuple[str, str, str]:
-    """Keys of one sentence of a siamese pair: ``side`` is ``"a"`` or ``"b"``."""
+    """Keys of one sentence of a siamese pair: ``side`` is ``"a"`` or ``"b"`` (``""``: :data:`ENCODING_KEYS`)."""
+    if not side:
+        return ENCODING_KEYS
     return tuple(f"{k}_{side}" for k in ENCODING_KEYS)  # type: ignore[return-value]
+
+
+def side_inputs(batch: Mapping[str, Any], side: str) -> dict[str, Any]:
+    """The encoder inputs of one sentence of ``batch`` under the plain :data:`ENCODING_KEYS` names: ``side``
+    ``"a"`` or ``"b"`` of a siamese pair, ``""`` for the single sentence (or cross pair). Keys the batch
+    lacks (``token_type_ids`` is optional) are left out."""
+    return {k: batch[s] for k, s in zip(ENCODING_KEYS, side_keys(side), strict=True) if s in batch}
 
 
 def resolve_pair_encoding(pair_encoding: str | dict[str, str], task: str) -> str:

@@ -22,8 +22,6 @@ Output conventions (the contract between heads, losses and predictions):
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -32,7 +30,6 @@ from pal_lightning.batch import resolve_pair_encoding
 from pal_lightning.errors import PalUserError
 from pal_lightning.tasks import TaskSpec
 
-PoolingMode = Literal["cls", "mean"]
 POOLING_MODES: tuple[str, ...] = ("cls", "mean")
 
 

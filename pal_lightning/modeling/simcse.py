@@ -27,7 +27,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from pal_lightning.batch import ENCODING_KEYS, LABELS, side_keys
+from pal_lightning.batch import (
+    ATTENTION_MASK,
+    ENCODING_KEYS,
+    INPUT_IDS,
+    LABELS,
+    TOKEN_TYPE_IDS,
+    side_inputs,
+    side_keys,
+)
 from pal_lightning.errors import PalUserError
 from pal_lightning.losses.simcse import gather_rows, simcse_loss
 from pal_lightning.tasks import TaskKind, TaskSpec
@@ -153,7 +161,7 @@ def split_cross_pairs(inputs: Mapping[str, Tensor]) -> tuple[Inputs, Inputs]:
     Raises:
         PalUserError: when the batch has no ``token_type_ids`` or a row has no second segment.
     """
-    ids, mask, types = inputs["input_ids"], inputs["attention_mask"], inputs.get("token_type_ids")
+    ids, mask, types = inputs[INPUT_IDS], inputs[ATTENTION_MASK], inputs.get(TOKEN_TYPE_IDS)
     if types is None:
         raise PalUserError("SimCSE on 'cross' pairs needs token_type_ids to find the two sentences.")
     mask = mask.bool()
@@ -175,14 +183,14 @@ def split_cross_pairs(inputs: Mapping[str, Tensor]) -> tuple[Inputs, Inputs]:
     tail = torch.gather(ids, 1, index) * mask_b_tail
     ids_b = torch.cat([ids[:, :1], tail], dim=1)
     mask_b = torch.cat([torch.ones_like(mask_b_tail[:, :1]), mask_b_tail], dim=1)
-    side_a = {"input_ids": ids_a, "attention_mask": mask_a.long(), "token_type_ids": torch.zeros_like(ids_a)}
-    side_b = {"input_ids": ids_b, "attention_mask": mask_b.long(), "token_type_ids": torch.zeros_like(ids_b)}
+    side_a = {INPUT_IDS: ids_a, ATTENTION_MASK: mask_a.long(), TOKEN_TYPE_IDS: torch.zeros_like(ids_a)}
+    side_b = {INPUT_IDS: ids_b, ATTENTION_MASK: mask_b.long(), TOKEN_TYPE_IDS: torch.zeros_like(ids_b)}
     return side_a, side_b
 
 
 def concat_inputs(parts: Sequence[Mapping[str, Tensor]]) -> Inputs:
     """Stack sets of sentences into one batch, right-padding every key with 0 to the longest."""
-    length = max(p["input_ids"].shape[1] for p in parts)
+    length = max(p[INPUT_IDS].shape[1] for p in parts)
     out: Inputs = {}
     for key in ENCODING_KEYS:
         if all(key in p for p in parts):
@@ -193,12 +201,9 @@ def concat_inputs(parts: Sequence[Mapping[str, Tensor]]) -> Inputs:
 def batch_sentences(batch: Mapping[str, Any], spec: TaskSpec) -> tuple[Inputs, Inputs | None]:
     """The sentences of a batch: ``(first, None)`` for a single-sentence task, ``(first, second)`` for pairs."""
     if not spec.is_pair:
-        return {k: batch[k] for k in ENCODING_KEYS if k in batch}, None
-    keys_a, keys_b = side_keys("a"), side_keys("b")
-    if keys_a[0] in batch:  # siamese: each sentence already alone
-        a = {k: batch[ka] for k, ka in zip(ENCODING_KEYS, keys_a, strict=True) if ka in batch}
-        b = {k: batch[kb] for k, kb in zip(ENCODING_KEYS, keys_b, strict=True) if kb in batch}
-        return a, b
+        return side_inputs(batch, ""), None
+    if side_keys("a")[0] in batch:  # siamese: each sentence already alone
+        return side_inputs(batch, "a"), side_inputs(batch, "b")
     return split_cross_pairs(batch)
 
 
@@ -219,7 +224,7 @@ def simcse_batch_loss(
     task sampler gives all ranks the same task, so they do).
     """
     first, second = batch_sentences(batch, spec)
-    rows = first["input_ids"].shape[0] * (1 if second is None else 2)
+    rows = first[INPUT_IDS].shape[0] * (1 if second is None else 2)
     if first_view is not None and first_view.shape[0] != rows:
         first_view = None
     ignore = None
@@ -261,7 +266,7 @@ def not_negatives(sentences: Mapping[str, Tensor]) -> Tensor:
     """``BoolTensor [2N, 2N]`` for the sentences ``[a_1..a_N, b_1..b_N]`` of N pairs: true where column ``j``
     is the other sentence of row ``i``'s pair or the same token sequence as row ``i`` (but not ``i``
     itself, the positive)."""
-    ids = sentences["input_ids"] * sentences["attention_mask"]
+    ids = sentences[INPUT_IDS] * sentences[ATTENTION_MASK]
     n2 = ids.shape[0]
     half = n2 // 2
     same = (ids.unsqueeze(1) == ids.unsqueeze(0)).all(-1)
