@@ -30,7 +30,7 @@ import logging
 import math
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Container, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -314,110 +314,194 @@ def read_split(
         raise PalUserError(f"Task {spec.name!r} has no {split!r} file; add it to the TaskSpec's files.")
     if src.is_file:
         check_files_exist([(spec, split)], data_dir)
-    if spec.format == "hf":
-        rows = _iter_hf(spec, src, data_dir, split)
-    else:
-        quoting = csv.QUOTE_MINIMAL if spec.format == "cs224n" else csv.QUOTE_NONE
-        rows = _iter_delimited(src.location, quoting)
     where = src.location if src.is_file else f"{src.location}[{src.hf_split}]"
-    name = Path(src.location).name if src.is_file else where
-
-    ids: list[str] = []
-    texts: list[list[str]] = [[] for _ in spec.text_columns]
-    labels: list[float | int] = []
-    bad: list[tuple[int, str]] = []
-    seen: set[str] = set()
-    labelled: bool | None = None
-    n_rows = 0
-    for line, row, header in rows:
-        if labelled is None:
-            labelled = _check_header(spec, split, header, where)
-        n_rows += 1
-        reason = None
-        if _undecodable(row):
-            reason = "bytes that are not valid UTF-8 (save the file as UTF-8)"
-        elif None in row and any(v not in ("", None) for v in row[None]):
-            reason = f"{len(header) + len(row[None])} fields, the header has {len(header)}"
-        example_texts: list[str] = []
-        if reason is None:
-            for col in spec.text_columns:
-                raw = row.get(col)
-                if raw is None:
-                    reason = f"missing field {col!r}"
-                    break
-                text = _clean_text(str(raw), spec, detokenize)
-                if not text:
-                    reason = f"empty text in {col!r}"
-                    break
-                example_texts.append(text)
-        label: float | int | None = None
-        if reason is None and labelled:
-            raw_label = row.get(spec.label_column)  # type: ignore[arg-type]
-            if split == "test" and _is_unlabelled_marker(raw_label, spec):
-                label = None  # hidden test label (GLUE writes -1): not a bad row
-            else:
-                label, reason = _parse_label(raw_label, spec)
-        ex_id = str(n_rows - 1)
-        if reason is None and spec.id_column is not None:
-            raw_id = row.get(spec.id_column)
-            ex_id = "" if raw_id is None else str(raw_id).strip()
-            if not ex_id:
-                reason = "empty id"
-            elif ex_id in seen:
-                reason = f"duplicate id {ex_id!r}"
+    rows = _SplitRows(spec, split, detokenize)
+    for line, row, header in _iter_rows(spec, src, data_dir, split):
+        if rows.labelled is None:
+            rows.labelled = _check_header(spec, split, header, where)
+        reason = rows.add(row, header)
         if reason is not None:
             if on_bad_row == "error":
                 raise PalUserError(
                     f"{where}, line {line}: bad row ({reason}) in task {spec.name!r}. Fix the file, or pass "
                     "--data.on_bad_row skip (on_bad_row='skip') to drop such rows with a warning."
                 )
-            bad.append((line, reason))
-            continue
-        seen.add(ex_id)
-        ids.append(ex_id)
-        for i, text in enumerate(example_texts):
-            texts[i].append(text)
-        if labelled:
-            labels.append(label)  # type: ignore[arg-type]
-    if labelled is None:  # no data row at all
-        if src.is_file and spec.format != "hf" and not _has_header(src.location):
-            raise PalUserError(
-                f"{where} (task {spec.name!r}, {split}) is empty: not even a header row. Restore the file "
-                "(a header row, then one example per line), or point --data.data_dir at a complete copy."
-            )
-        if split != "test":
-            raise PalUserError(
-                f"{where} (task {spec.name!r}, {split}) has a header but no rows. Restore the file, or "
-                "point --data.data_dir at a complete copy of the data."
-            )
-        labelled = False
-    if labelled and split == "test" and any(v is None for v in labels):
-        if rank_zero() and any(v is not None for v in labels):
-            log.warning(
-                "%s: only %d of %d test rows carry a label; the test split is treated as unlabelled.",
-                name,
-                sum(v is not None for v in labels),
-                len(labels),
-            )
-        labelled = False
-    label_arr = None
-    if labelled:
-        label_arr = np.asarray(labels, dtype=np.float64 if spec.is_regression else np.int64)
-    out = RawSplit(spec.name, split, where, ids, texts, label_arr, n_rows, bad)
-    if bad and rank_zero():
-        shown = ", ".join(f"{ln} ({why})" for ln, why in bad[:MAX_REPORTED_BAD_ROWS])
-        more = f" and {len(bad) - MAX_REPORTED_BAD_ROWS} more" if len(bad) > MAX_REPORTED_BAD_ROWS else ""
-        log.warning(
-            "%s: skipped %d bad row(s) of %d (task %s, %s); lines %s%s. Pass on_bad_row='error' to stop instead.",
-            name,
-            len(bad),
-            n_rows,
-            spec.name,
-            split,
-            shown,
-            more,
-        )
+            rows.bad.append((line, reason))
+    if rows.labelled is None:  # no data row at all
+        _check_not_empty(spec, split, src, where)
+    name = Path(src.location).name if src.is_file else where
+    out = RawSplit(
+        spec.name, split, where, rows.ids, rows.texts, rows.label_array(name), rows.count, rows.bad
+    )
+    warn_bad_rows(name, out.bad_rows, out.rows, spec.name, split)
     return out
+
+
+def warn_bad_rows(name: str, bad_rows: Sequence[tuple[int, str]], rows: int, task: str, split: str) -> None:
+    """The one warning about the skipped rows of a split (on rank 0; nothing when none was skipped).
+
+    Args:
+        name: the file name (or hub id) to show.
+        bad_rows: ``(line, reason)`` of every skipped row; the first :data:`MAX_REPORTED_BAD_ROWS` are named.
+        rows: data rows in the source, loaded and skipped.
+    """
+    if not bad_rows or not rank_zero():
+        return
+    shown = ", ".join(f"{ln} ({why})" for ln, why in bad_rows[:MAX_REPORTED_BAD_ROWS])
+    extra = len(bad_rows) - MAX_REPORTED_BAD_ROWS
+    more = f" and {extra} more" if extra > 0 else ""
+    log.warning(
+        "%s: skipped %d bad row(s) of %d (task %s, %s); lines %s%s. Pass on_bad_row='error' to stop instead.",
+        name,
+        len(bad_rows),
+        rows,
+        task,
+        split,
+        shown,
+        more,
+    )
+
+
+def _iter_rows(
+    spec: TaskSpec, src: Source, data_dir: Path, split: str
+) -> Iterator[tuple[int, dict[str | None, Any], list[str]]]:
+    """The rows of a split's source, by its task's format."""
+    if spec.format == "hf":
+        return _iter_hf(spec, src, data_dir, split)
+    quoting = csv.QUOTE_MINIMAL if spec.format == "cs224n" else csv.QUOTE_NONE
+    return _iter_delimited(src.location, quoting)
+
+
+def _check_not_empty(spec: TaskSpec, split: str, src: Source, where: str) -> None:
+    """Stop on a source without a data row, unless it is a test split (a header alone is allowed)."""
+    if src.is_file and spec.format != "hf" and not _has_header(src.location):
+        raise PalUserError(
+            f"{where} (task {spec.name!r}, {split}) is empty: not even a header row. Restore the file "
+            "(a header row, then one example per line), or point --data.data_dir at a complete copy."
+        )
+    if split != "test":
+        raise PalUserError(
+            f"{where} (task {spec.name!r}, {split}) has a header but no rows. Restore the file, or "
+            "point --data.data_dir at a complete copy of the data."
+        )
+
+
+class _SplitRows:
+    """The valid rows of a split so far, column by column, and the line and reason of each bad one.
+
+    Each row goes through the checks in order; the first that fails names the row's problem:
+    undecodable bytes, too many fields, a missing or empty text, a bad label (labelled splits), an
+    empty or repeated id (tasks with an id column).
+    """
+
+    def __init__(self, spec: TaskSpec, split: str, detokenize: bool) -> None:
+        self.spec, self.split, self.detokenize = spec, split, detokenize
+        self.ids: list[str] = []
+        self.seen: set[str] = set()
+        self.texts: list[list[str]] = [[] for _ in spec.text_columns]
+        self.labels: list[float | int | None] = []
+        self.bad: list[tuple[int, str]] = []
+        self.count = 0
+        #: Whether the split has a label column (``None`` until the header is read).
+        self.labelled: bool | None = None
+
+    def add(self, row: dict[str | None, Any], header: Sequence[str]) -> str | None:
+        """Keep ``row`` if it passes every check; else return why not (the row is not kept)."""
+        self.count += 1
+        reason = _encoding_problem(row) or _field_count_problem(row, header)
+        if reason is not None:
+            return reason
+        texts, reason = _row_texts(row, self.spec, self.detokenize)
+        if reason is not None:
+            return reason
+        label = None
+        if self.labelled:
+            label, reason = _row_label(row, self.spec, self.split)
+            if reason is not None:
+                return reason
+        ex_id, reason = _row_id(row, self.spec, self.count - 1, self.seen)
+        if reason is not None:
+            return reason
+        self.seen.add(ex_id)
+        self.ids.append(ex_id)
+        for column, text in zip(self.texts, texts, strict=True):
+            column.append(text)
+        if self.labelled:
+            self.labels.append(label)
+        return None
+
+    def label_array(self, name: str) -> np.ndarray | None:
+        """The labels as an array, or ``None`` for an unlabelled split.
+
+        A test split where some rows hide their label (GLUE writes -1) is unlabelled as a whole,
+        with a warning when other rows do carry one.
+        """
+        if not self.labelled:
+            return None
+        if self.split == "test" and any(v is None for v in self.labels):
+            given = sum(v is not None for v in self.labels)
+            if given and rank_zero():
+                log.warning(
+                    "%s: only %d of %d test rows carry a label; the test split is treated as unlabelled.",
+                    name,
+                    given,
+                    len(self.labels),
+                )
+            return None
+        return np.asarray(self.labels, dtype=np.float64 if self.spec.is_regression else np.int64)
+
+
+def _encoding_problem(row: dict[str | None, Any]) -> str | None:
+    if _undecodable(row):
+        return "bytes that are not valid UTF-8 (save the file as UTF-8)"
+    return None
+
+
+def _field_count_problem(row: dict[str | None, Any], header: Sequence[str]) -> str | None:
+    """More non-empty fields than the header names (``csv.DictReader`` puts them under ``None``)."""
+    extra = row.get(None)
+    if extra is not None and any(v not in ("", None) for v in extra):
+        return f"{len(header) + len(extra)} fields, the header has {len(header)}"
+    return None
+
+
+def _row_texts(row: dict[str | None, Any], spec: TaskSpec, detokenize: bool) -> tuple[list[str], str | None]:
+    """The cleaned texts of the task's text columns, or the first missing or empty one."""
+    texts: list[str] = []
+    for col in spec.text_columns:
+        raw = row.get(col)
+        if raw is None:
+            return texts, f"missing field {col!r}"
+        text = _clean_text(str(raw), spec, detokenize)
+        if not text:
+            return texts, f"empty text in {col!r}"
+        texts.append(text)
+    return texts, None
+
+
+def _row_label(
+    row: dict[str | None, Any], spec: TaskSpec, split: str
+) -> tuple[float | int | None, str | None]:
+    """The row's label; a hidden test label (empty, or GLUE's -1) is ``None`` and not a bad row."""
+    raw_label = row.get(spec.label_column)  # type: ignore[arg-type]
+    if split == "test" and _is_unlabelled_marker(raw_label, spec):
+        return None, None
+    return _parse_label(raw_label, spec)
+
+
+def _row_id(
+    row: dict[str | None, Any], spec: TaskSpec, index: int, seen: Container[str]
+) -> tuple[str, str | None]:
+    """The row's id: its id column (present, unique), or its 0-based row number without one."""
+    if spec.id_column is None:
+        return str(index), None
+    raw_id = row.get(spec.id_column)
+    ex_id = "" if raw_id is None else str(raw_id).strip()
+    if not ex_id:
+        return ex_id, "empty id"
+    if ex_id in seen:
+        return ex_id, f"duplicate id {ex_id!r}"
+    return ex_id, None
 
 
 def _has_header(path: str) -> bool:
