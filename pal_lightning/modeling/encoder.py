@@ -46,23 +46,28 @@ different inputs before a backward (siamese pairs).
 from __future__ import annotations
 
 import copy
-import json
 import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 from transformers import BertConfig, BertModel
-from transformers.models.bert.modeling_bert import BertLayer
-from transformers.pytorch_utils import apply_chunking_to_forward
 
 from pal_lightning.errors import PalUserError
 from pal_lightning.hub import resolve_encoder
+from pal_lightning.modeling.checkpoint import local_encoder_dir, read_bert_config, read_checkpoint
 from pal_lightning.modeling.config import PALConfig
+from pal_lightning.modeling.encoder_state import (
+    ADAPTERS_PREFIX,
+    ENCODER_PREFIX,
+    INDIVIDUAL_PREFIX,
+    LoadingInfo,
+    plan_pretrained_load,
+)
+from pal_lightning.modeling.layers import IndividualLayerSlot, PALBertLayer, TaskCall
 from pal_lightning.modeling.pal import TaskAdapter, additive_mask
 from pal_lightning.modeling.sharing import (
     FROZEN,
@@ -74,134 +79,73 @@ from pal_lightning.modeling.sharing import (
 from pal_lightning.modeling.top import build_top_adapter
 from pal_lightning.tasks import task_name_of
 
+__all__ = [
+    "ADAPTERS_PREFIX",
+    "INDIVIDUAL_PREFIX",
+    "IndividualLayerSlot",
+    "LoadingInfo",
+    "MultiTaskBert",
+    "PALBertLayer",
+]
+
 logger = logging.getLogger(__name__)
 
-ADAPTERS_PREFIX = "adapters"
-"""State-dict prefix of every new (task-specific) parameter of :class:`MultiTaskBert`."""
-
-INDIVIDUAL_PREFIX = "individual"
-"""State-dict prefix of the per-task copies of individual (I) layers: ``individual.<task>.<layer>.*``."""
+_TaskCall = TaskCall  # the name tests and older code import from here
 
 
-@dataclass(frozen=True)
-class _TaskCall:
-    """What a layer needs for one forward of one task: the adapter and the PAL mask built once."""
+def _parameter_safe_names(tasks: Sequence[Any] | str) -> list[str]:
+    """The names of ``tasks`` (:func:`~pal_lightning.tasks.task_name_of`), each once and usable as a key of
+    the encoder's ``nn.ModuleDict`` objects (it becomes part of parameter names).
 
-    adapter: TaskAdapter | None
-    layers: frozenset[int]
-    mask: torch.Tensor | None
-    top: nn.Module | None = None
-    """The task's block after the last layer (variants on top), called by layer ``last``."""
-    last: int = -1
-    individual: nn.ModuleDict | None = None
-    """The task's copies of the individual layers, keyed by layer index (``None``: no I layer)."""
-
-
-class IndividualLayerSlot(nn.Module):
-    """The place of an individual (I) layer in ``bert.encoder.layer``: no parameters, it runs the active
-    task's own copy of the layer (handed over in ``pal=``)."""
-
-    def __init__(self, layer_index: int) -> None:
-        super().__init__()
-        self.layer_index = layer_index
-
-    def forward(
-        self,
-        hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        encoder_hidden_states: torch.Tensor | None = None,
-        pal: _TaskCall | None = None,
-        **kwargs: Any,
-    ) -> torch.Tensor:
-        """The active task's copy of layer ``layer_index`` applied to ``hidden_states``."""
-        if pal is None or pal.individual is None:
-            raise RuntimeError(f"layer {self.layer_index} is individual: call MultiTaskBert with task=...")
-        layer = pal.individual[str(self.layer_index)]
-        return layer(hidden_states, attention_mask, encoder_hidden_states, pal=pal, **kwargs)
-
-
-class PALBertLayer(BertLayer):
-    """A ``BertLayer`` that adds TS_t(h) before its output LayerNorm when given ``pal=``.
-
-    Same submodules and parameter names as ``BertLayer``; without ``pal`` (or for a layer outside the
-    placement) it is exactly ``BertLayer``.
+    Raises:
+        PalUserError: for no task, a task listed twice or a name that cannot be a parameter name.
     """
-
-    def __init__(self, config: BertConfig, layer_idx: int | None = None) -> None:
-        super().__init__(config, layer_idx=layer_idx)
-        self.layer_index = layer_idx
-
-    def forward(  # type: ignore[override]
-        self,
-        hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        encoder_hidden_states: torch.Tensor | None = None,
-        encoder_attention_mask: torch.Tensor | None = None,
-        cache: Any = None,
-        pal: _TaskCall | None = None,
-        **kwargs: Any,
-    ) -> torch.Tensor:
-        """``LN2(h_att + FFN(h_att) + TS_t(h))`` with ``TS_t`` from ``pal``; plain BERT layer otherwise.
-
-        The last layer then applies the task's block on top, if the variant has one.
-        """
-        if pal is None or pal.adapter is None or self.layer_index not in pal.layers:
-            out = super().forward(
-                hidden_states,
-                attention_mask,
-                encoder_hidden_states,
-                encoder_attention_mask=encoder_attention_mask,
-                cache=cache,
-                **kwargs,
+    names = [task_name_of(t) for t in ([tasks] if isinstance(tasks, str) else tasks)]
+    if not names:
+        raise PalUserError("MultiTaskBert needs at least one task; pass tasks=['sst', ...].")
+    for name in names:
+        if not name or "." in name or hasattr(nn.ModuleDict(), name):
+            raise PalUserError(
+                f"Task name {name!r} cannot be used as a parameter name: use a non-empty name without '.' "
+                "that is not a torch.nn.ModuleDict attribute (such as 'keys' or 'train')."
             )
-        else:
-            task_term = pal.adapter(self.layer_index, hidden_states, pal.mask)
-            attention_output, _ = self.attention(hidden_states, attention_mask, cache=cache, **kwargs)
-            # chunking splits both tensors along the sequence the same way
-            out = apply_chunking_to_forward(
-                self._feed_forward_with_task_term,
-                self.chunk_size_feed_forward,
-                self.seq_len_dim,
-                attention_output,
-                task_term,
-            )
-        if pal is not None and pal.top is not None and self.layer_index == pal.last:
-            # BERT's own mask (its format depends on the attention implementation) for a BERT layer on
-            # top; the PAL mask for projected attention on top
-            out = pal.top(out, attention_mask, pal.mask)
-        return out
-
-    def _feed_forward_with_task_term(
-        self, attention_output: torch.Tensor, task_term: torch.Tensor
-    ) -> torch.Tensor:
-        # BertOutput computes LayerNorm(dropout(dense(x)) + input_tensor): the TS term joins the residual.
-        return self.output(self.intermediate(attention_output), attention_output + task_term)
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise PalUserError(f"Tasks listed twice: {dupes}. List each task once.")
+    return names
 
 
-@dataclass
-class LoadingInfo:
-    """What :meth:`MultiTaskBert.from_pretrained` found in the checkpoint."""
+def pal_bert(bert_config: BertConfig, attn_implementation: str | None = None) -> BertModel:
+    """A random ``BertModel`` of a copy of ``bert_config`` whose layers are :class:`PALBertLayer`.
 
-    source: str
-    """The checkpoint file(s) read."""
-
-    missing_new: list[str] = field(default_factory=list)
-    """Keys absent from the checkpoint that are new task-specific parameters (expected)."""
-
-    unexpected: list[str] = field(default_factory=list)
-    """Checkpoint keys the encoder does not use (pooler, pre-training heads, ...): ignored."""
-
-
-def _parameter_safe_name(task: Any) -> str:
-    """The name of ``task`` (:func:`~pal_lightning.tasks.task_name_of`), checked to be usable as a key of the
-    encoder's ``nn.ModuleDict`` objects (it becomes part of parameter names)."""
-    name = task_name_of(task)
-    if not name or "." in name or hasattr(nn.ModuleDict(), name):
+    Raises:
+        PalUserError: for a decoder config or an attention implementation that is not available.
+    """
+    config = copy.deepcopy(bert_config)
+    if getattr(config, "is_decoder", False) or getattr(config, "add_cross_attention", False):
         raise PalUserError(
-            f"Task name {name!r} cannot be used as a parameter name: use a non-empty name without '.' "
-            "that is not a torch.nn.ModuleDict attribute (such as 'keys' or 'train')."
+            "MultiTaskBert needs an encoder config: set is_decoder=False and no cross-attention."
         )
-    return name
+    bert = BertModel(config, add_pooling_layer=False)
+    if attn_implementation is not None:
+        try:
+            bert.set_attn_implementation(attn_implementation)
+        except (ValueError, ImportError) as err:
+            raise PalUserError(
+                f"Attention implementation {attn_implementation!r} is not available: {err} Use 'sdpa' or 'eager'."
+            ) from err
+    layers = bert.encoder.layer
+    for i, old in enumerate(layers):
+        layers[i] = _layer_copy(bert.config, old, i)  # keeps BERT's own initialisation
+    return bert
+
+
+def _layer_copy(config: BertConfig, layer: nn.Module, index: int) -> PALBertLayer:
+    """A :class:`PALBertLayer` with ``layer``'s weights that reads ``config`` itself (the encoder's config
+    object, not a deep copy), so a later ``set_attn_implementation`` on the encoder reaches it too."""
+    new = PALBertLayer(config, layer_idx=index)
+    new.load_state_dict(layer.state_dict())
+    return new
 
 
 class MultiTaskBert(nn.Module):
@@ -233,42 +177,15 @@ class MultiTaskBert(nn.Module):
         task_groups: Sequence[Sequence[str]] | None = None,
     ) -> None:
         super().__init__()
-        if isinstance(tasks, str):
-            tasks = [tasks]
-        names = [_parameter_safe_name(t) for t in tasks]
-        if not names:
-            raise PalUserError("MultiTaskBert needs at least one task; pass tasks=['sst', ...].")
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise PalUserError(f"Tasks listed twice: {dupes}. List each task once.")
-        config = copy.deepcopy(bert_config)
-        if getattr(config, "is_decoder", False) or getattr(config, "add_cross_attention", False):
-            raise PalUserError(
-                "MultiTaskBert needs an encoder config: set is_decoder=False and no cross-attention."
-            )
+        names = _parameter_safe_names(tasks)
         self.pal_config = pal if pal is not None else PALConfig()
         self._task_names: tuple[str, ...] = tuple(names)
-
-        self.bert = BertModel(config, add_pooling_layer=False)
-        if attn_implementation is not None:
-            try:
-                self.bert.set_attn_implementation(attn_implementation)
-            except (ValueError, ImportError) as err:
-                raise PalUserError(
-                    f"Attention implementation {attn_implementation!r} is not available: {err} "
-                    "Use 'sdpa' or 'eager'."
-                ) from err
-        layers = self.bert.encoder.layer
-        for i, old in enumerate(layers):
-            new = PALBertLayer(self.bert.config, layer_idx=i)
-            new.load_state_dict(old.state_dict())  # keep BERT's own initialisation
-            layers[i] = new
-
-        num_layers = self.bert.config.num_hidden_layers
+        self.bert = pal_bert(bert_config, attn_implementation)
+        num_layers = self.num_layers
         self.layer_sharing: str = parse_layer_sharing(layer_sharing, num_layers)
         self.individual_layers: tuple[int, ...] = layers_with(self.layer_sharing, INDIVIDUAL)
         for i in layers_with(self.layer_sharing, FROZEN):
-            layers[i].requires_grad_(False)
+            self.bert.encoder.layer[i].requires_grad_(False)
         if task_groups and not self.individual_layers:
             raise PalUserError(
                 f"task_groups {list(task_groups)} share individual (I) layers, but layer_sharing "
@@ -277,33 +194,38 @@ class MultiTaskBert(nn.Module):
             )
         self.task_group: dict[str, str] = resolve_task_groups(task_groups, names)
         """Task -> the name of the group whose copies of the individual layers it uses."""
-        self.individual = nn.ModuleDict()
-        if self.individual_layers:
-            for group in dict.fromkeys(self.task_group.values()):
-                self.individual[group] = nn.ModuleDict(
-                    {str(i): self._layer_copy(layers[i], i) for i in self.individual_layers}
-                )
-            for i in self.individual_layers:
-                layers[i] = IndividualLayerSlot(i)  # the copies replace the shared layer
+        self.individual = self._individual_copies()
         self.pal_layers: tuple[int, ...] = self.pal_config.layer_indices(num_layers)
         self.pal_size: int = self.pal_config.resolved_size(self.hidden_size)
-        self.adapters = nn.ModuleDict()
-        for name in names:
-            if self.pal_config.in_layers:
-                self.adapters[name] = TaskAdapter(
-                    self.pal_config, self.hidden_size, self.pal_size, self.pal_layers
-                )
-            elif self.pal_config.on_top:
-                self.adapters[name] = build_top_adapter(self.pal_config, self.bert.config, self.pal_size)
+        self.adapters = self._task_adapters(names)
         self._start_task_layers()
         self.loading_info: LoadingInfo | None = None
 
-    def _layer_copy(self, layer: nn.Module, index: int) -> PALBertLayer:
-        """A new layer with ``layer``'s weights that reads the encoder's own config object (not a deep copy),
-        so a later ``set_attn_implementation`` on the encoder reaches it too."""
-        new = PALBertLayer(self.bert.config, layer_idx=index)
-        new.load_state_dict(layer.state_dict())
-        return new
+    def _individual_copies(self) -> nn.ModuleDict:
+        """Per group of tasks, its copies of the individual layers (keyed by layer index); their places in
+        ``bert.encoder.layer`` become parameter-free slots."""
+        layers = self.bert.encoder.layer
+        copies = nn.ModuleDict()
+        if self.individual_layers:
+            for group in dict.fromkeys(self.task_group.values()):
+                copies[group] = nn.ModuleDict(
+                    {str(i): _layer_copy(self.bert.config, layers[i], i) for i in self.individual_layers}
+                )
+            for i in self.individual_layers:
+                layers[i] = IndividualLayerSlot(i)  # the copies replace the shared layer
+        return copies
+
+    def _task_adapters(self, names: Sequence[str]) -> nn.ModuleDict:
+        """Per task, its TS_t: PALs beside the layers or a block on top (nothing with ``adapter="none"``)."""
+        adapters = nn.ModuleDict()
+        for name in names:
+            if self.pal_config.in_layers:
+                adapters[name] = TaskAdapter(
+                    self.pal_config, self.hidden_size, self.pal_size, self.pal_layers
+                )
+            elif self.pal_config.on_top:
+                adapters[name] = build_top_adapter(self.pal_config, self.bert.config, self.pal_size)
+        return adapters
 
     @torch.no_grad()
     def _start_task_layers(self) -> None:
@@ -379,7 +301,7 @@ class MultiTaskBert(nn.Module):
     ) -> MultiTaskBert:
         """The pretrained encoder ``name_or_path`` with new, task-specific PAL parameters.
 
-        The name goes through :func:`pal_lightning.hub.resolve_encoder` (offline copies first). The
+        The arguments after ``name_or_path`` are those of :meth:`from_config`. The name goes through :func:`pal_lightning.hub.resolve_encoder` (offline copies first). The
         weights are loaded with a strict check: the only keys the checkpoint may lack are the new
         ``adapters.*`` ones; keys it has that the encoder does not use (pooler, pre-training heads) are
         reported in ``model.loading_info`` and logged at INFO level.
@@ -388,28 +310,17 @@ class MultiTaskBert(nn.Module):
             PalUserError: for an unknown encoder, a non-BERT config, a checkpoint lacking encoder weights
                 or with mismatching shapes.
         """
-        base = pal if pal is not None else PALConfig()
-        config = base.replace(**pal_overrides) if pal_overrides else base
-        directory = _local_dir(resolve_encoder(name_or_path))
-        try:
-            bert_config = BertConfig.from_pretrained(directory, local_files_only=True)
-        except (OSError, ValueError) as err:
-            raise PalUserError(f"Cannot read the encoder config in {directory}: {err}") from err
-        model_type = json.loads((Path(directory) / "config.json").read_text()).get("model_type")
-        if model_type not in (None, "bert"):
-            raise PalUserError(
-                f"Encoder {name_or_path!r} is a {model_type!r} model; MultiTaskBert needs a BERT encoder "
-                "(model_type 'bert'), e.g. sentence-transformers/all-MiniLM-L6-v2 or bert-base-uncased."
-            )
-        model = cls(
-            bert_config,
+        directory = local_encoder_dir(resolve_encoder(name_or_path))
+        model = cls.from_config(
+            read_bert_config(directory, name_or_path),
             tasks,
-            config,
+            pal=pal,
             attn_implementation=attn_implementation,
             layer_sharing=layer_sharing,
             task_groups=task_groups,
+            **pal_overrides,
         )
-        state, source = _read_checkpoint(Path(directory))
+        state, source = read_checkpoint(Path(directory))
         model.load_pretrained_state(state, source=source)
         return model
 
@@ -419,66 +330,25 @@ class MultiTaskBert(nn.Module):
         """Load pretrained BERT weights into :attr:`bert`, checking that only PAL keys are missing.
 
         Keys may carry a ``bert.`` prefix (``BertFor...`` checkpoints) and old ``LayerNorm.gamma/beta``
-        names; both are normalised.
+        names; both are normalised (:func:`~pal_lightning.modeling.encoder_state.plan_pretrained_load`).
 
         Raises:
             PalUserError: when a non-PAL key is missing or a shape differs.
         """
-        renamed: dict[str, torch.Tensor] = {}
-        for key, value in state.items():
-            name = key[len("bert.") :] if key.startswith("bert.") else key
-            if name.endswith("LayerNorm.gamma"):
-                name = name[: -len("gamma")] + "weight"
-            elif name.endswith("LayerNorm.beta"):
-                name = name[: -len("beta")] + "bias"
-            renamed[f"bert.{name}"] = value
-        # an individual layer has no place in bert.*: its pretrained weights go to every task's copy
-        copied: set[str] = set()
-        for i in self.individual_layers:
-            prefix = f"bert.encoder.layer.{i}."
-            for key in [k for k in renamed if k.startswith(prefix)]:
-                copied.add(key)
-                for group in self.individual:
-                    renamed[f"{INDIVIDUAL_PREFIX}.{group}.{i}.{key[len(prefix) :]}"] = renamed[key]
-
-        expected = self.state_dict()
-        # e.g. embeddings.position_ids: saved by old transformers versions, recomputed by new ones
-        non_persistent = {
-            f"bert.{mod}.{buf}" if mod else f"bert.{buf}"
-            for mod, module in self.bert.named_modules()
-            for buf in module._non_persistent_buffers_set
-        }
-        missing = sorted(set(expected) - set(renamed))
-        not_new = [k for k in missing if not k.startswith(f"{ADAPTERS_PREFIX}.")]
-        if not_new:
-            shown = ", ".join(not_new[:8]) + (f" and {len(not_new) - 8} more" if len(not_new) > 8 else "")
-            raise PalUserError(
-                f"The checkpoint {source} lacks {len(not_new)} encoder weight(s) that are not new PAL "
-                f"parameters: {shown}. Point the encoder at a complete BERT checkpoint (a folder saved with "
-                "save_pretrained(), or a hub id)."
-            )
-        unexpected = sorted(
-            k for k in renamed if k not in expected and k not in non_persistent and k not in copied
-        )
-        mismatched = [
-            f"{k} (checkpoint {tuple(renamed[k].shape)}, model {tuple(expected[k].shape)})"
-            for k in expected
-            if k in renamed and renamed[k].shape != expected[k].shape
-        ]
-        if mismatched:
-            raise PalUserError(
-                f"Shapes in {source} do not match the encoder config: {', '.join(mismatched[:5])}. "
-                "Check that config.json belongs to these weights."
-            )
-        own = {k: v for k, v in renamed.items() if k in expected}
-        result = self.load_state_dict(own, strict=False)
-        # checked above: only the new adapters are missing
-        assert all(k.startswith(f"{ADAPTERS_PREFIX}.") for k in result.missing_keys), result.missing_keys
-        info = LoadingInfo(
+        # buffers BERT does not save (e.g. embeddings.position_ids, which old transformers versions saved)
+        saved = set(self.bert.state_dict(prefix=f"{ENCODER_PREFIX}."))
+        buffers = {n for n, _ in self.bert.named_buffers(prefix=ENCODER_PREFIX, remove_duplicate=False)}
+        own, info = plan_pretrained_load(
+            state,
+            self.state_dict(),
+            individual_layers=self.individual_layers,
+            groups=list(self.individual),
+            not_saved=buffers - saved,
             source=source,
-            missing_new=[k for k in missing if k.startswith(f"{ADAPTERS_PREFIX}.")],
-            unexpected=[k[len("bert.") :] for k in unexpected],
         )
+        result = self.load_state_dict(own, strict=False)
+        # checked by the plan: only the new adapters are missing
+        assert all(k.startswith(f"{ADAPTERS_PREFIX}.") for k in result.missing_keys), result.missing_keys
         if info.unexpected:
             logger.info(
                 "Ignored %d checkpoint key(s) unused by the encoder: %s",
@@ -605,35 +475,3 @@ class MultiTaskBert(nn.Module):
             f"num_heads={p.num_heads}, layers={list(self.pal_layers)}, init={p.init!r}, "
             f"layer_sharing={self.layer_sharing!r}"
         )
-
-
-def _local_dir(resolved: str) -> str:
-    """A local directory for ``resolved`` (downloads a hub id, which resolve_encoder only returns online)."""
-    if Path(resolved).is_dir():
-        return resolved
-    from huggingface_hub import snapshot_download
-
-    return snapshot_download(resolved, allow_patterns=["*.json", "*.safetensors", "*.bin", "*.txt"])
-
-
-def _read_checkpoint(directory: Path) -> tuple[dict[str, torch.Tensor], str]:
-    """The state dict in ``directory``: safetensors (single or sharded) first, then pytorch_model.bin."""
-    from safetensors.torch import load_file
-
-    single = directory / "model.safetensors"
-    if single.is_file():
-        return load_file(str(single)), str(single)
-    index = directory / "model.safetensors.index.json"
-    if index.is_file():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        state: dict[str, torch.Tensor] = {}
-        for shard in shards:
-            state.update(load_file(str(directory / shard)))
-        return state, str(index)
-    legacy = directory / "pytorch_model.bin"
-    if legacy.is_file():
-        return torch.load(legacy, map_location="cpu", weights_only=True), str(legacy)
-    raise PalUserError(
-        f"No weights found in {directory}: expected model.safetensors, a sharded safetensors index, or "
-        "pytorch_model.bin. Save the encoder with save_pretrained()."
-    )

@@ -1,0 +1,73 @@
+"""Reading a pretrained BERT encoder from its folder: the config and the weights, as files hold them.
+
+What the weights then go into, and the checks on their keys, live in
+:mod:`pal_lightning.modeling.encoder_state`; this module only finds and reads files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+from transformers import BertConfig
+
+from pal_lightning.errors import PalUserError
+
+
+def local_encoder_dir(resolved: str) -> str:
+    """A local directory for ``resolved`` (downloads a hub id, which resolve_encoder only returns online)."""
+    if Path(resolved).is_dir():
+        return resolved
+    from huggingface_hub import snapshot_download
+
+    return snapshot_download(resolved, allow_patterns=["*.json", "*.safetensors", "*.bin", "*.txt"])
+
+
+def read_bert_config(directory: str | os.PathLike[str], name_or_path: object) -> BertConfig:
+    """The ``BertConfig`` in ``directory``, refused when the folder holds another kind of model.
+
+    Raises:
+        PalUserError: for an unreadable config or a ``model_type`` other than ``bert``.
+    """
+    try:
+        config = BertConfig.from_pretrained(directory, local_files_only=True)
+    except (OSError, ValueError) as err:
+        raise PalUserError(f"Cannot read the encoder config in {directory}: {err}") from err
+    # BertConfig.from_pretrained reads any config.json; the model_type says what the weights are
+    model_type = json.loads((Path(directory) / "config.json").read_text()).get("model_type")
+    if model_type not in (None, "bert"):
+        raise PalUserError(
+            f"Encoder {name_or_path!r} is a {model_type!r} model; MultiTaskBert needs a BERT encoder "
+            "(model_type 'bert'), e.g. sentence-transformers/all-MiniLM-L6-v2 or bert-base-uncased."
+        )
+    return config
+
+
+def read_checkpoint(directory: Path) -> tuple[dict[str, torch.Tensor], str]:
+    """The state dict in ``directory`` and the file(s) it came from: safetensors (single or sharded) first,
+    then pytorch_model.bin.
+
+    Raises:
+        PalUserError: when the folder holds none of these files.
+    """
+    from safetensors.torch import load_file
+
+    single = directory / "model.safetensors"
+    if single.is_file():
+        return load_file(str(single)), str(single)
+    index = directory / "model.safetensors.index.json"
+    if index.is_file():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        state: dict[str, torch.Tensor] = {}
+        for shard in shards:
+            state.update(load_file(str(directory / shard)))
+        return state, str(index)
+    legacy = directory / "pytorch_model.bin"
+    if legacy.is_file():
+        return torch.load(legacy, map_location="cpu", weights_only=True), str(legacy)
+    raise PalUserError(
+        f"No weights found in {directory}: expected model.safetensors, a sharded safetensors index, or "
+        "pytorch_model.bin. Save the encoder with save_pretrained()."
+    )
