@@ -70,6 +70,7 @@ from pal_lightning.cli_help import (
     short_help,
 )
 from pal_lightning.console import quiet_lightning
+from pal_lightning.distributed import close_process_group, is_launched_rank, is_main_process
 from pal_lightning.errors import PalUserError
 from pal_lightning.files import free_name
 from pal_lightning.run_folders import (
@@ -117,11 +118,6 @@ def default_trainer_settings() -> dict[str, Any]:
     }
 
 
-def _is_launched_rank() -> bool:
-    """Whether this process was started by rank 0's DDP launcher (it sets ``LOCAL_RANK`` >= 1)."""
-    return os.environ.get("LOCAL_RANK", "0") not in ("", "0")
-
-
 def find_last_checkpoint(root: str | os.PathLike[str]) -> Path | None:
     """The newest ``last*.ckpt`` in ``<root>/*/checkpoints/`` (or ``<root>/checkpoints/``), or ``None``.
 
@@ -154,7 +150,7 @@ def run_loggers(root_dir: str | os.PathLike[str]) -> list[Any]:
     root = os.path.abspath(root_dir)
     # an int version gives the folder "version_N" and shows N (not "on_N") in the progress bar
     inherited = os.environ.get(_ENV_VERSION, "")
-    if _is_launched_rank() and inherited.startswith(root + os.pathsep):
+    if is_launched_rank() and inherited.startswith(root + os.pathsep):
         # a DDP process launched by rank 0 logs where rank 0 does (rank 0 may have created it already)
         version = int(inherited.rsplit(os.pathsep, 1)[1])
     else:
@@ -202,7 +198,7 @@ class RunConfigSaver(SaveConfigCallback):
         if not self.already_saved and self.save_to_log_dir and not self.overwrite:
             log_dir = trainer.log_dir
             free = self.config_filename
-            if trainer.is_global_zero and log_dir is not None:
+            if is_main_process(trainer) and log_dir is not None:
                 stem, suffix = os.path.splitext(self.config_filename)
                 free = free_name(log_dir, stem, (suffix,)) + suffix
             self.config_filename = trainer.strategy.broadcast(free)
@@ -394,14 +390,14 @@ class PalLightningCLI(LightningCLI):
         if ckpt in NAMED_CHECKPOINTS:
             root = os.path.abspath(config.get("trainer.default_root_dir") or DEFAULT_ROOT_DIR)
             inherited = os.environ.get(_ENV_RESUME, "")
-            if _is_launched_rank() and inherited.startswith(root + os.pathsep):
+            if is_launched_rank() and inherited.startswith(root + os.pathsep):
                 found = Path(inherited.split(os.pathsep, 1)[1])
             else:
                 configs = [getattr(c, "absolute", None) or str(c) for c in config.get("config") or []]
                 run = run_folder_of(configs)
                 found = resolve_named_checkpoint(ckpt, root, run)
             os.environ[_ENV_RESUME] = f"{root}{os.pathsep}{found}"
-            if not _is_launched_rank():
+            if not is_launched_rank():
                 print(
                     f"pal-lightning: {'resuming' if self.subcommand == 'fit' else 'loading'} from {found}"
                     + ("; this run logs into a new version folder." if self.subcommand == "fit" else ""),
@@ -531,7 +527,7 @@ def main(args: list[str] | None = None) -> int:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
     except Exception as exc:
-        if not _is_launched_rank():
+        if not is_launched_rank():
             discard_new_folders()  # a failed command leaves no empty run folder behind
         found = _user_error(exc)
         if found is None:
@@ -592,21 +588,6 @@ def _accepted_options(group: str) -> list[str] | None:
         return None
     names = [n for n in inspect.signature(cls.__init__).parameters if n != "self"]
     return [n for n in names if n not in _LINKED] if group == "data" else names
-
-
-def close_process_group() -> None:
-    """Tear down the DDP process group a finished run left open, on every rank together.
-
-    Lightning keeps the group alive for a later ``fit``/``predict`` in the same process. Left to
-    the interpreter's exit, gloo's worker threads can be destroyed while still joinable and abort
-    a rank that had finished its work ("terminate called without an active exception", exit -6).
-    Only called after a successful run: every rank gets here, so the barrier cannot hang.
-    """
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
 
 
 if __name__ == "__main__":  # pragma: no cover

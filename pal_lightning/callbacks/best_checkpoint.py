@@ -28,6 +28,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info
 
+from pal_lightning.distributed import is_main_process
 from pal_lightning.files import atomic_link_or_copy
 from pal_lightning.metrics import PARTIAL_SUFFIX
 
@@ -80,7 +81,7 @@ class BestCheckpoint(ModelCheckpoint):
         super()._save_checkpoint(trainer, filepath)
         # ModelCheckpoint sets best_model_path before saving; the save ends with a barrier, so the
         # file exists when rank 0 links it
-        if self.monitor is not None and filepath == self.best_model_path and trainer.is_global_zero:
+        if self.monitor is not None and filepath == self.best_model_path and is_main_process(trainer):
             alias = os.path.join(os.path.dirname(filepath), BEST_ALIAS)
             if os.path.abspath(alias) != os.path.abspath(filepath):
                 atomic_link_or_copy(filepath, alias)
@@ -108,7 +109,7 @@ class LastCheckpoint(ModelCheckpoint):
         if source is None or os.path.abspath(source) == os.path.abspath(filepath):
             super()._save_checkpoint(trainer, filepath)
             return
-        if trainer.is_global_zero:
+        if is_main_process(trainer):
             atomic_link_or_copy(source, filepath)
         trainer.strategy.barrier("LastCheckpoint.link")
         self._last_global_step_saved = trainer.global_step

@@ -12,6 +12,8 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
+from pal_lightning.distributed import is_main_process
+
 
 def describe_fit(pl_module: pl.LightningModule, log_dir: str | None, max_steps: int | None) -> str:
     """``pal-lightning: fit MultiTaskModule on sst, qqp, sts (adapter pals, encoder X): N parameters, ...``."""
@@ -42,5 +44,5 @@ class FitSummary(Callback):
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         log_dir = trainer.log_dir  # every rank: a broadcast under DDP
-        if trainer.is_global_zero:
+        if is_main_process(trainer):
             print(describe_fit(pl_module, log_dir, trainer.max_steps), flush=True)

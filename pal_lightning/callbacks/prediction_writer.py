@@ -34,6 +34,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 
+from pal_lightning.distributed import gather_objects, is_main_process
 from pal_lightning.errors import PalUserError
 from pal_lightning.files import atomic_write
 
@@ -174,13 +175,13 @@ class PredictionWriter(BasePredictionWriter):
 
     def on_predict_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         gathered = self._gather(self._rows)
-        if trainer.is_global_zero:
+        if is_main_process(trainer):
             self.written = self._write_all(trainer, gathered)
         self._rows = {}
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         # say where the files went; at teardown, so that the stopped progress bar stays above it
-        if stage == "predict" and trainer.is_global_zero and self.written:
+        if stage == "predict" and is_main_process(trainer) and self.written:
             folders = sorted({str(p.parent) for p in self.written})
             print(
                 f"pal-lightning: wrote {len(self.written)} prediction file(s) to {', '.join(folders)}: "
@@ -194,13 +195,9 @@ class PredictionWriter(BasePredictionWriter):
     def _gather(
         rows: dict[tuple[str, str], list[tuple[str, Any]]],
     ) -> dict[tuple[str, str], list[tuple[str, Any]]]:
-        if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        parts = gather_objects(rows)
+        if len(parts) == 1:
             return rows
-        world = torch.distributed.get_world_size()
-        if world == 1:
-            return rows
-        parts: list[Any] = [None] * world
-        torch.distributed.all_gather_object(parts, rows)
         merged: dict[tuple[str, str], list[tuple[str, Any]]] = {}
         for part in parts:
             for key, values in part.items():

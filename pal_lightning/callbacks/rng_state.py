@@ -32,6 +32,9 @@ import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from pal_lightning import distributed
+from pal_lightning.distributed import gather_objects
+
 log = logging.getLogger(__name__)
 
 
@@ -69,16 +72,6 @@ def apply_rng_state(state: dict[str, Any]) -> None:
             )
 
 
-def _gather(obj: Any) -> list[Any]:
-    """``obj`` of every rank, in rank order (one element without torch.distributed)."""
-    dist = torch.distributed
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return [obj]
-    out: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(out, obj)
-    return out
-
-
 class RNGStateCallback(Callback):
     """Checkpoint the torch, numpy, python and CUDA generators of every rank; restore them on resume.
 
@@ -94,15 +87,12 @@ class RNGStateCallback(Callback):
         self.restored = False
 
     def state_dict(self) -> dict[str, Any]:
-        states = _gather(collect_rng_state())
+        states = gather_objects(collect_rng_state())
         return {"world_size": len(states), "states": states}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         states = state_dict.get("states") or []
-        dist = torch.distributed
-        distributed = dist.is_available() and dist.is_initialized()
-        rank = dist.get_rank() if distributed else 0
-        world = dist.get_world_size() if distributed else 1
+        rank, world = distributed.rank(), distributed.world_size()
         if len(states) != world and rank == 0:
             log.warning(
                 "The checkpoint holds the random states of %d rank(s) but this run has %d: the resumed "

@@ -20,6 +20,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
+from pal_lightning.distributed import is_main_process
 from pal_lightning.errors import PalUserError
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ class SavePretrainedModel(Callback):
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # every rank reads log_dir: under DDP it is a broadcast that rank 0 alone would wait on
         log_dir = trainer.log_dir or trainer.default_root_dir
-        if not self.enabled or not trainer.is_global_zero or not hasattr(pl_module, "save_pretrained"):
+        if not self.enabled or not is_main_process(trainer) or not hasattr(pl_module, "save_pretrained"):
             return
         ckpt = best_checkpoint_path(trainer)
         state: Any = None

@@ -30,6 +30,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
 
+from pal_lightning.distributed import is_main_process
 from pal_lightning.files import atomic_write_text
 from pal_lightning.metrics import PARTIAL_SUFFIX
 
@@ -171,7 +172,7 @@ class ScoreReport(Callback):
     def report_evaluation(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         """``validate``/``test``: print the score table as ``fit`` does and write ``scores.json`` to the log dir."""
         log_dir = trainer.log_dir  # every rank: a broadcast under DDP
-        if not trainer.is_global_zero:
+        if not is_main_process(trainer):
             return
         monitor = stage + self.monitor[self.monitor.index("/") :] if "/" in self.monitor else self.monitor
         scores = validation_scores(trainer, pl_module, stage)
@@ -218,7 +219,7 @@ class ScoreReport(Callback):
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # every rank: under DDP trainer.log_dir is a broadcast, which rank 0 alone would wait on forever
         log_dir = trainer.log_dir
-        if not trainer.is_global_zero:
+        if not is_main_process(trainer):
             return
         wall_s = time.perf_counter() - self._start
         best = self.best()

@@ -30,6 +30,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from pal_lightning.batch import LABELS
+from pal_lightning.distributed import is_main_process
 
 NO_DECAY = "_no_decay"
 
@@ -102,7 +103,7 @@ class TrainingLog(Callback):
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         probabilities = getattr(trainer.datamodule, "task_probabilities_for_epoch", None)
-        if not callable(probabilities) or not trainer.is_global_zero:
+        if not callable(probabilities) or not is_main_process(trainer):
             return
         try:
             p = probabilities(trainer.current_epoch)
@@ -111,7 +112,7 @@ class TrainingLog(Callback):
         self._write(trainer, {f"sampling/p_{task}": float(v) for task, v in p.items()})
 
     def _logging_step(self, trainer: pl.Trainer) -> bool:
-        return trainer.is_global_zero and trainer.global_step % max(1, trainer.log_every_n_steps) == 0
+        return is_main_process(trainer) and trainer.global_step % max(1, trainer.log_every_n_steps) == 0
 
     def on_before_optimizer_step(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
@@ -142,7 +143,7 @@ class TrainingLog(Callback):
         self._stepped = False
         # global_step already counts this batch's optimizer step: the row describes step - 1
         step = trainer.global_step - 1
-        if not trainer.is_global_zero or step % max(1, trainer.log_every_n_steps) != 0:
+        if not is_main_process(trainer) or step % max(1, trainer.log_every_n_steps) != 0:
             return
         now = time.perf_counter()
         elapsed = max(now - self._since, 1e-9)

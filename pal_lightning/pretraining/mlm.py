@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from pal_lightning.distributed import is_main_process, rank
 from pal_lightning.errors import PalUserError
 from pal_lightning.files import staged_folder
 from pal_lightning.hub import DEFAULT_ENCODER, resolve_encoder
@@ -139,8 +140,7 @@ class MLMPretrainModule(pl.LightningModule):
     # ------------------------------------------------------------------ masking
 
     def _generator(self, stream: int, index: int) -> torch.Generator:
-        rank = self.trainer.global_rank if self._trainer is not None else 0
-        words = [int(self.hparams.seed) % (1 << 63), stream, index, rank]
+        words = [int(self.hparams.seed) % (1 << 63), stream, index, rank()]
         return torch.Generator().manual_seed(int(np.random.SeedSequence(words).generate_state(1)[0]))
 
     def mask_batch(self, batch: dict[str, Tensor], generator: torch.Generator) -> dict[str, Tensor]:
@@ -242,7 +242,7 @@ class MLMPretrainModule(pl.LightningModule):
                 "No output_dir and no run folder to write the encoder into; set --model.output_dir."
             )
         self.output_path = Path(target)
-        if self.trainer.is_global_zero:
+        if is_main_process(self.trainer):
             self.save_encoder(self.output_path)
         self.trainer.strategy.barrier()
 
