@@ -1,0 +1,137 @@
+"""The package type-checks, and the built-in classes meet the callbacks' contracts (``pal_lightning.contracts``).
+
+``python -m mypy`` from the repository root reads ``[tool.mypy]`` in pyproject.toml: it checks the
+package and this file, whose ``_*_contracts`` functions are never called but make mypy prove that
+``MultiTaskModule``, ``MultiTaskBert`` and ``MultiTaskDataModule`` satisfy every protocol the callbacks
+rely on. A cold run (no ``.mypy_cache/``) takes about 25 s on two CPU cores.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pal_lightning.contracts import (
+    BatchLossModel,
+    EpochSteps,
+    ExampleOrder,
+    MaxLength,
+    ParameterReporter,
+    PhasedData,
+    PredictionLayout,
+    PretrainedSaver,
+    SamplingSchedule,
+    ScoredModel,
+    SharedParameterEncoder,
+    TaskPredictor,
+    TrainBatchSource,
+    missing_members,
+    require,
+    satisfies,
+)
+from pal_lightning.data.datamodule import MultiTaskDataModule
+from pal_lightning.errors import PalUserError
+from pal_lightning.modeling.encoder import MultiTaskBert
+from pal_lightning.module import MultiTaskModule
+from pal_lightning.testing import TINY_BERT, write_cs224n_data
+
+ROOT = Path(__file__).resolve().parents[1]
+
+MODULE_CONTRACTS = (BatchLossModel, TaskPredictor, ScoredModel, ParameterReporter, PretrainedSaver)
+DATA_CONTRACTS = (
+    TrainBatchSource,
+    EpochSteps,
+    PhasedData,
+    SamplingSchedule,
+    PredictionLayout,
+    ExampleOrder,
+    MaxLength,
+)
+
+
+# ------------------------------------------------------------------ static: checked by mypy, never run
+
+
+def _module_contracts(
+    module: MultiTaskModule,
+) -> tuple[BatchLossModel, TaskPredictor, ScoredModel, ParameterReporter, PretrainedSaver]:
+    return module, module, module, module, module
+
+
+def _encoder_contracts(encoder: MultiTaskBert) -> SharedParameterEncoder:
+    return encoder
+
+
+def _data_contracts(
+    data: MultiTaskDataModule,
+) -> tuple[
+    TrainBatchSource, EpochSteps, PhasedData, SamplingSchedule, PredictionLayout, ExampleOrder, MaxLength
+]:
+    return data, data, data, data, data, data, data
+
+
+# ------------------------------------------------------------------ the type checker
+
+
+def test_mypy_is_clean_on_the_package() -> None:
+    # from the repository root, so that mypy reads pyproject.toml's [tool.mypy] (files: the package
+    # and this file)
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    report = result.stdout + result.stderr
+    assert "No module named mypy" not in report, "mypy is missing: pip install -e '.[dev]'"
+    assert result.returncode == 0, f"mypy found type errors:\n{report}"
+    assert "Success: no issues found" in result.stdout, report
+    assert "test_typing.py" not in result.stdout  # no note about this file either
+
+
+# ------------------------------------------------------------------ the same contracts at run time
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> MultiTaskDataModule:
+    root = write_cs224n_data(tmp_path_factory.mktemp("data"), n_train=8, n_dev=4, n_test=2)
+    return MultiTaskDataModule(data_dir=str(root), cache_dir=False, batch_size=4, max_length=32)
+
+
+def test_the_built_in_classes_meet_every_contract_at_run_time(data: MultiTaskDataModule) -> None:
+    module = MultiTaskModule(bert_config=TINY_BERT, pal_size=8, pal_heads=2)
+    for contract in MODULE_CONTRACTS:
+        assert missing_members(module, contract) == [], contract.__name__
+    assert missing_members(module.encoder, SharedParameterEncoder) == []
+    # before setup("fit") the data module's steps_per_epoch raises: the check must not run properties
+    with pytest.raises(RuntimeError):
+        _ = data.steps_per_epoch
+    for data_contract in DATA_CONTRACTS:
+        assert satisfies(data, data_contract), data_contract.__name__
+
+
+class _Raising:
+    @property
+    def steps_per_epoch(self) -> int:
+        raise RuntimeError("not set up")
+
+
+class _Half:
+    def task_probabilities_for_epoch(self, epoch: int) -> dict[str, float]:
+        return {"sst": 1.0}
+
+
+def test_missing_members_are_named_and_properties_are_not_run() -> None:
+    assert satisfies(_Raising(), EpochSteps)  # present, although reading it raises
+    # PhasedData adds phases and eval_dataloader to EpochSteps' steps_per_epoch
+    assert missing_members(_Raising(), PhasedData) == ["phases", "eval_dataloader"]
+    assert missing_members(None, TrainBatchSource) == ["train_batch"]
+    assert not satisfies(_Half(), PhasedData)
+    half = _Half()
+    assert require(half, SamplingSchedule, "x", "y") is half
+    with pytest.raises(PalUserError) as err:
+        require(_Half(), PhasedData, "ContinualEvaluation", "use a MultiTaskDataModule.")
+    assert str(err.value) == (
+        "ContinualEvaluation needs PhasedData (phases, eval_dataloader, steps_per_epoch missing on _Half): "
+        "use a MultiTaskDataModule."
+    )
