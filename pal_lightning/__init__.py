@@ -44,8 +44,8 @@ _EXPORTS: dict[str, str] = {
     "ContinualEvaluation": "pal_lightning.callbacks",
     "RNGStateCallback": "pal_lightning.callbacks",
     "AtomicCheckpointIO": "pal_lightning.callbacks",
-    "project_gradient": "pal_lightning.callbacks.gem",
-    "agem_project": "pal_lightning.callbacks.gem",
+    "project_gradient": "pal_lightning.gem",
+    "agem_project": "pal_lightning.gem",
     "continual_metrics": "pal_lightning.continual",
     "cs224n_overall": "pal_lightning.metrics",
     "overall_score": "pal_lightning.metrics",
@@ -110,11 +110,11 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         PredictionWriter,
         RNGStateCallback,
     )
-    from pal_lightning.callbacks.gem import agem_project, project_gradient
     from pal_lightning.continual import continual_metrics
     from pal_lightning.data import MultiTaskDataModule
     from pal_lightning.data.sampling import annealed_alpha, task_probabilities
     from pal_lightning.errors import PalUserError
+    from pal_lightning.gem import agem_project, project_gradient
     from pal_lightning.hub import DEFAULT_ENCODER, resolve_encoder
     from pal_lightning.metrics import cs224n_overall, overall_score
     from pal_lightning.modeling import (

@@ -18,6 +18,7 @@ from pal_lightning.callbacks import gem as gem_module
 from pal_lightning.callbacks.gem import EpisodicMemory, gram_matrix, project_gradient
 from pal_lightning.data import MultiTaskDataModule
 from pal_lightning.errors import PalUserError
+from pal_lightning.gem import qp
 from pal_lightning.module import MultiTaskModule
 from pal_lightning.testing import TINY_BERT, quiet_trainer, write_cs224n_data
 
@@ -286,7 +287,7 @@ def test_gem_inside_fit_bf16_accumulation_clipping(data_dir: Path, monkeypatch: 
         solves.append(len(Gg))
         return real(GGt, Gg, margin, eps)
 
-    monkeypatch.setattr(gem_module, "solve_gem_dual", spy)
+    monkeypatch.setattr(qp, "solve_gem_dual", spy)
     cb = GEMCallback(memory_size=16, memory_batch_size=4, refresh_every=2)
     check = _CheckProjected(cb)
     trainer, model = _fit(data_dir, cb, max_steps=6, extra=(check,))

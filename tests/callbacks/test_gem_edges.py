@@ -22,6 +22,7 @@ from pal_lightning.callbacks.gem import (
     project_gradient,
     solve_gem_dual,
 )
+from pal_lightning.gem import qp
 
 
 def _fields(r: gem.ProjectionResult) -> tuple:
@@ -33,7 +34,7 @@ def _always_fail(monkeypatch: pytest.MonkeyPatch) -> None:
     def fail(P, q, margin, eps):  # noqa: ANN001, ANN202
         raise ValueError("constraints are inconsistent, no solution")
 
-    monkeypatch.setattr(gem, "solve_gem_dual", fail)
+    monkeypatch.setattr(qp, "solve_gem_dual", fail)
 
 
 def test_early_returns_report_every_field() -> None:

@@ -178,6 +178,7 @@ def test_exact_dual_by_hand() -> None:
 def test_a_failing_exact_solve_keeps_the_ridged_solution(monkeypatch: pytest.MonkeyPatch) -> None:
     """If the exact solver's SVD does not converge, the step still gets the ridged projection."""
     import pal_lightning.callbacks.gem as gem
+    from pal_lightning.gem import qp
 
     def broken(*args: object, **kwargs: object) -> np.ndarray:
         raise np.linalg.LinAlgError("SVD did not converge")
@@ -185,7 +186,7 @@ def test_a_failing_exact_solve_keeps_the_ridged_solution(monkeypatch: pytest.Mon
     rng = np.random.default_rng(5)
     g = rng.standard_normal(30)
     G = np.stack([-g + 0.5 * rng.standard_normal(30), rng.standard_normal(30)])
-    monkeypatch.setattr(gem, "solve_gem_dual_exact", broken)
+    monkeypatch.setattr(qp, "solve_gem_dual_exact", broken)
     result = gem.gem_coefficients(G @ G.T, G @ g, float(g @ g))
     assert result.violated and result.v is not None and np.all(np.isfinite(result.v))
     assert result.violation is not None and result.violation < 1e-2  # the ridge's residual, not exact

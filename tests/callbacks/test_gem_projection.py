@@ -10,6 +10,7 @@ import torch
 
 from pal_lightning.callbacks import gem
 from pal_lightning.callbacks.gem import agem_project, gem_coefficients, project_gradient, solve_gem_dual
+from pal_lightning.gem import qp
 
 
 def exact_dual(GGt: np.ndarray, Gg: np.ndarray, margin: float) -> np.ndarray:
@@ -167,7 +168,7 @@ def test_fallbacks_larger_eps_then_agem(monkeypatch: pytest.MonkeyPatch) -> None
             raise ValueError("matrix G is not positive definite")
         return solve_gem_dual(P, q, margin, eps)
 
-    monkeypatch.setattr(gem, "solve_gem_dual", fail_twice)
+    monkeypatch.setattr(qp, "solve_gem_dual", fail_twice)
     r = gem_coefficients(GGt, Gg, gg, margin=0.0, eps=1e-3)
     assert r.fallbacks == 2 and r.v is not None
     np.testing.assert_allclose(calls, [1e-3, 1e-2, 1e-1])
@@ -175,7 +176,7 @@ def test_fallbacks_larger_eps_then_agem(monkeypatch: pytest.MonkeyPatch) -> None
     def always_fail(P, q, margin, eps):  # noqa: ANN001, ANN202
         raise ValueError("constraints are inconsistent, no solution")
 
-    monkeypatch.setattr(gem, "solve_gem_dual", always_fail)
+    monkeypatch.setattr(qp, "solve_gem_dual", always_fail)
     r = gem_coefficients(GGt, Gg, gg, margin=0.0)
     assert r.fallbacks == gem.EPS_RETRIES + 1 and r.v is not None
     # the A-GEM fallback against the violated rows: g~ orthogonal to their mean, finite

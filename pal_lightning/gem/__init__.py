@@ -1,0 +1,94 @@
+"""Gradient Episodic Memory (GEM) and A-GEM.
+
+GEM (Lopez-Paz & Ranzato, 2017) keeps a small episodic memory ``M_k`` of every task ``k``. At each
+optimizer step with gradient ``g`` it computes one memory gradient ``g_k`` per constraining task (rows
+of ``G``) and requires ``<g~, g_k> >= 0``: the update must not increase any remembered task's loss (to
+first order). When ``g`` already satisfies every constraint, ``g~ = g``; otherwise ``g~`` is the closest
+vector to ``g`` that does, found through the ``t x t`` dual QP::
+
+    minimise_v  1/2 v^T (G G^T + eps I) v + (G g)^T v      subject to  v >= margin
+    g~ = g + G^T v
+
+By the KKT conditions ``G g~ = lambda - eps v``, so the ridged solution violates the constraints by up
+to ``eps v``; the un-ridged dual is therefore also solved exactly (non-negative least squares) and the
+better of the two kept. A-GEM (Chaudhry et al., 2019) replaces the QP by one reference gradient
+``g_ref`` of a batch drawn across the memories. See docs/design.md for the traps.
+
+Modules, one idea each (the first three import no Lightning):
+
+* :mod:`~pal_lightning.gem.qp`: the dual QP's solvers (ridged quadprog, exact NNLS);
+* :mod:`~pal_lightning.gem.projection`: projection coefficients from the Gram matrix, and the
+  projections of flat tensors (:func:`project_gradient`, :func:`agem_project`);
+* :mod:`~pal_lightning.gem.gram`: gradients as lists of tensors, their Gram matrix, the write-back;
+* :mod:`~pal_lightning.gem.memory`: :class:`EpisodicMemory`, one reservoir of example indices per task;
+* :mod:`~pal_lightning.gem.memory_gradients`: the rows of ``G`` from remembered examples;
+* :mod:`~pal_lightning.gem.callback`: :class:`GEMCallback`, the Lightning callback.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from pal_lightning.gem.gram import Grads, add_rows, gram_matrix
+from pal_lightning.gem.memory import EpisodicMemory
+from pal_lightning.gem.projection import (
+    DEFAULT_EPS,
+    EPS_RETRIES,
+    EXACT_TOL,
+    ZERO_ROW_RTOL,
+    ProjectionResult,
+    agem_project,
+    gem_coefficients,
+    project_gradient,
+    step_coefficients,
+)
+from pal_lightning.gem.qp import solve_gem_dual, solve_gem_dual_exact
+
+if TYPE_CHECKING:
+    from pal_lightning.gem.callback import CONSTRAINTS, MODES, PARAMETERS, GEMCallback
+    from pal_lightning.gem.memory_gradients import MemorySource, constraint_gradients, memory_gradient
+
+# The maths above loads without Lightning; the callback and the memory gradients (which use
+# Lightning) load on first use, so `import pal_lightning.gem.qp` stays light.
+_LAZY = {
+    "CONSTRAINTS": "callback",
+    "MODES": "callback",
+    "PARAMETERS": "callback",
+    "GEMCallback": "callback",
+    "MemorySource": "memory_gradients",
+    "constraint_gradients": "memory_gradients",
+    "memory_gradient": "memory_gradients",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"pal_lightning.gem.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'pal_lightning.gem' has no attribute {name!r}")
+
+
+__all__ = [
+    "CONSTRAINTS",
+    "DEFAULT_EPS",
+    "EPS_RETRIES",
+    "EXACT_TOL",
+    "MODES",
+    "PARAMETERS",
+    "ZERO_ROW_RTOL",
+    "EpisodicMemory",
+    "GEMCallback",
+    "Grads",
+    "MemorySource",
+    "ProjectionResult",
+    "add_rows",
+    "agem_project",
+    "constraint_gradients",
+    "gem_coefficients",
+    "gram_matrix",
+    "memory_gradient",
+    "project_gradient",
+    "solve_gem_dual",
+    "solve_gem_dual_exact",
+    "step_coefficients",
+]

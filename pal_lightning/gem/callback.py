@@ -1,0 +1,330 @@
+"""GEM and A-GEM as a Lightning callback: memories filled from training batches, each update projected."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+from torch import nn
+
+from pal_lightning import distributed
+from pal_lightning.errors import PalUserError
+from pal_lightning.gem.gram import Grads, add_rows, gram_matrix
+from pal_lightning.gem.memory import EpisodicMemory
+from pal_lightning.gem.memory_gradients import MemorySource, constraint_gradients
+from pal_lightning.gem.projection import DEFAULT_EPS, step_coefficients
+
+__all__ = ["CONSTRAINTS", "MODES", "PARAMETERS", "GEMCallback"]
+
+MODES = ("gem", "agem")
+CONSTRAINTS = ("others", "past")
+PARAMETERS = ("shared", "all")
+COUNTERS = ("fallbacks", "skipped_nonfinite", "violations", "projections")
+
+
+def check_options(
+    memory_batch_size: int,
+    margin: float,
+    mode: str,
+    constraints: str,
+    parameters: str,
+    refresh_every: int,
+    eps: float,
+) -> None:
+    """Raise :class:`PalUserError` naming the first bad :class:`GEMCallback` option and its valid values."""
+    for name, value, choices in (
+        ("mode", mode, MODES),
+        ("constraints", constraints, CONSTRAINTS),
+        ("parameters", parameters, PARAMETERS),
+    ):
+        if value not in choices:
+            raise PalUserError(f"GEMCallback {name}={value!r} is not supported: choose one of {choices}.")
+    if memory_batch_size < 1:
+        raise PalUserError(f"GEMCallback memory_batch_size must be >= 1, got {memory_batch_size}.")
+    if refresh_every < 1:
+        raise PalUserError(f"GEMCallback refresh_every must be >= 1, got {refresh_every}.")
+    if not (margin >= 0 and np.isfinite(margin)):
+        raise PalUserError(f"GEMCallback margin must be a finite number >= 0, got {margin}.")
+    if not (eps > 0 and np.isfinite(eps)):
+        raise PalUserError(f"GEMCallback eps must be a finite number > 0, got {eps}.")
+
+
+class GEMCallback(pl.Callback):
+    """Gradient Episodic Memory (or A-GEM) for multi-task and continual training.
+
+    Memories: one :class:`EpisodicMemory` reservoir per task, filled in ``on_train_batch_start``
+    from every training batch's ``batch["indices"]`` (under DDP the indices of all ranks are
+    gathered first, in rank order, so every rank stores the same global examples). The window's
+    current tasks (those of the micro-batches since the last optimizer step) are recorded there
+    too: ``on_before_optimizer_step`` runs inside the last micro-batch, before any batch-end hook.
+
+    Projection: in ``on_before_optimizer_step`` (gradients complete, DDP-averaged and unscaled,
+    before clipping), once per accumulation window:
+
+    1. constraining tasks ``K``: ``"others"`` = every task with a memory that is not current;
+       ``"past"`` = tasks first trained before the (latest-seen) current one, not current;
+    2. memory gradients ``g_k`` (``k`` in ``K``) with ``torch.autograd.grad`` of
+       ``pl_module.batch_loss`` on the unwrapped module under the precision plugin's
+       ``forward_context()``: ``memory_batch_size * world_size`` remembered examples are drawn
+       with a generator seeded by ``(seed, global_step, k)`` (fewer when the memory holds fewer),
+       each rank takes its disjoint share, the gradients are summed across ranks weighted by
+       each share's size (the gradient of the mean loss of the whole draw);
+    3. ``M = [g, G][g, G]^T`` from per-tensor dot products on the gradients' device
+       (:func:`~pal_lightning.gem.gram.gram_matrix`), broadcast from rank 0 so every rank takes the
+       same decision;
+    4. if some ``<g, g_k> < 0``: ``v`` from the dual QP (:func:`~pal_lightning.gem.gem_coefficients`)
+       and ``g~ = g + sum_k v_k g_k`` written in place into the participating ``p.grad``.
+
+    A-GEM (``mode="agem"``): one reference gradient of a batch split over the constraining
+    memories (example-weighted mean loss), ``g~ = g - (g.g_ref / g_ref.g_ref) g_ref`` when
+    ``g.g_ref < 0``.
+
+    Never writes non-finite values: a non-finite ``g`` or memory gradient leaves ``g`` alone
+    (the module's guard, if any, deals with the step) and is counted in ``gem/skipped_nonfinite``.
+
+    Logged each optimizer step (``on_step``): ``gem/constraints`` (rows of ``G``; 0 = nothing to do),
+    ``gem/violated`` (0/1), ``gem/min_cosine`` (smallest ``cos(g, g_k)``; A-GEM: ``cos(g, g_ref)``;
+    only when there are non-zero rows), ``gem/projection_ms`` (all of GEM's work this step: memory
+    gradients, QP, write-back), ``gem/fallbacks`` and ``gem/skipped_nonfinite`` (cumulative), and for
+    GEM ``gem/violation`` (the residual ``max_k -<g~, g_k> / (|g_k| |g~|)`` after the projection, 0
+    when exact).
+
+    Duck-typed contract: the data module (``trainer.datamodule``, or the ``data`` argument of
+    :meth:`project_step`) has ``train_batch(task, indices) -> batch`` that rebuilds a training
+    batch of ``task``'s train-split positions ``indices`` (CPU tensors are fine, the callback moves
+    them), and the module has ``batch_loss(batch) -> Tensor``; with ``parameters="shared"`` the
+    module also has ``encoder.pretrained_parameters()`` (:class:`~pal_lightning.modeling.MultiTaskBert`).
+    Training batches carry ``batch["task"]`` and ``batch["indices"]``.
+
+    Args:
+        memory_size: examples remembered per task.
+        memory_batch_size: remembered examples per constraining task and rank for each memory gradient
+            (A-GEM: in all, split over the constraining tasks).
+        margin: GEM's ``memory_strength`` gamma (the dual's lower bound on ``v``).
+        mode: ``"gem"`` (QP) or ``"agem"`` (one reference gradient).
+        constraints: ``"others"`` (interleaved multi-task training) or ``"past"`` (continual training).
+        parameters: ``"shared"`` (the pretrained encoder: task-specific adapters and heads cannot
+            conflict) or ``"all"`` trainable parameters.
+        refresh_every: recompute memory gradients every ``k`` optimizer steps (in between, and while
+            the constraining set is unchanged, the last ones are reused; they are kept on the device).
+        eps: relative ridge: ``eps * trace(GG^T) / t`` is added to the diagonal of ``GG^T``.
+        seed: seed of the memories' reservoir draws and of the memory batches.
+    """
+
+    def __init__(
+        self,
+        memory_size: int = 256,
+        memory_batch_size: int = 16,
+        margin: float = 0.5,
+        mode: str = "gem",
+        constraints: str = "others",
+        parameters: str = "shared",
+        refresh_every: int = 1,
+        eps: float = DEFAULT_EPS,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        check_options(memory_batch_size, margin, mode, constraints, parameters, refresh_every, eps)
+        self.memory_size = int(memory_size)
+        self.memory_batch_size = int(memory_batch_size)
+        self.margin = float(margin)
+        self.mode = mode
+        self.constraints = constraints
+        self.parameters = parameters
+        self.refresh_every = int(refresh_every)
+        self.eps = float(eps)
+        self.seed = int(seed)
+        self.memory = EpisodicMemory(memory_size, seed)
+        self.task_order: list[str] = []
+        """Tasks in the order they were first trained on (what ``constraints="past"`` looks at)."""
+        self.fallbacks = 0
+        self.skipped_nonfinite = 0
+        self.violations = 0
+        self.projections = 0
+        self.last_stats: dict[str, float] = {}
+        """What the last optimizer step logged (for inspection and tests)."""
+        self._window_step: int | None = None
+        self._window_tasks: list[str] = []
+        self._cache: tuple[tuple[tuple[str, ...], bool], int, list[Grads]] | None = None
+
+    # ------------------------------------------------------------------ state
+
+    def state_dict(self) -> dict[str, Any]:
+        counters = {key: getattr(self, key) for key in COUNTERS}
+        return {"memory": self.memory.state_dict(), "task_order": list(self.task_order), **counters}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.memory.load_state_dict(state_dict["memory"])
+        self.task_order = [str(t) for t in state_dict.get("task_order", [])]
+        for key in COUNTERS:
+            setattr(self, key, int(state_dict.get(key, 0)))
+        self._cache = None
+
+    # ------------------------------------------------------------------ hooks
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage != "fit":
+            return
+        datamodule = getattr(trainer, "datamodule", None)
+        if datamodule is None or not callable(getattr(datamodule, "train_batch", None)):
+            raise PalUserError(
+                "GEMCallback needs a data module with train_batch(task, indices) to rebuild remembered "
+                "examples (e.g. pal_lightning.MultiTaskDataModule): pass datamodule= to Trainer.fit."
+            )
+        if not callable(getattr(pl_module, "batch_loss", None)):
+            raise PalUserError(
+                "GEMCallback needs a LightningModule with batch_loss(batch) (e.g. pal_lightning.MultiTaskModule)."
+            )
+        if not self.participating_parameters(pl_module):
+            raise PalUserError(
+                f"GEMCallback(parameters={self.parameters!r}) found no trainable parameters to project "
+                "(frozen encoder?): use parameters='all' or unfreeze the encoder."
+            )
+
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        try:
+            task, indices = str(batch["task"]), [int(i) for i in batch["indices"]]
+        except (KeyError, TypeError):
+            raise PalUserError(
+                "GEMCallback needs training batches with 'task' and 'indices' (positions in the train "
+                "split), as pal_lightning.MultiTaskDataModule makes them."
+            ) from None
+        if trainer.global_step != self._window_step:  # a new accumulation window
+            self._window_step = trainer.global_step
+            self._window_tasks = []
+        if task not in self._window_tasks:
+            self._window_tasks.append(task)
+        if task not in self.task_order:
+            self.task_order.append(task)
+        # every rank stores the global batch, in rank order, so the memories are the same on all ranks
+        self.memory.add(task, [i for part in distributed.gather_objects(indices) for i in part])
+
+    def on_before_optimizer_step(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
+        stats = self.project_step(
+            pl_module,
+            trainer.datamodule,
+            step=trainer.global_step,
+            current=self._window_tasks,
+            forward_context=trainer.precision_plugin.forward_context,
+            rank=trainer.global_rank,
+            world_size=trainer.world_size,
+        )
+        for key, value in stats.items():
+            pl_module.log(key, value, on_step=True, on_epoch=False, batch_size=1)
+
+    # ------------------------------------------------------------------ pieces
+
+    def participating_parameters(self, module: nn.Module) -> list[nn.Parameter]:
+        """Trainable parameters GEM projects: the shared encoder's (``"shared"``) or all (``"all"``).
+
+        "Shared" means what every task updates: with a layer-sharing regime the embeddings and the S
+        layers (``encoder.shared_parameters()``; F layers do not require gradients, and a task's own
+        copies of I layers cannot conflict with another task's, like adapters and heads).
+        """
+        if self.parameters == "all":
+            return [p for p in module.parameters() if p.requires_grad]
+        encoder = getattr(module, "encoder", None)
+        shared = getattr(encoder, "shared_parameters", None) or getattr(
+            encoder, "pretrained_parameters", None
+        )
+        if encoder is None or not callable(shared):
+            raise PalUserError(
+                "GEMCallback(parameters='shared') needs module.encoder.pretrained_parameters() "
+                "(pal_lightning.modeling.MultiTaskBert): use parameters='all' for another model."
+            )
+        return [p for _, p in shared() if p.requires_grad]
+
+    def constraining_tasks(self, current: Sequence[str]) -> list[str]:
+        """Tasks whose memories constrain a step on ``current`` (in first-seen order)."""
+        with_memory = set(self.memory.tasks())
+        if self.constraints == "others":
+            return [t for t in self.task_order if t in with_memory and t not in current]
+        positions = [self.task_order.index(t) for t in current if t in self.task_order]
+        last = max(positions, default=-1)
+        return [t for t in self.task_order[:last] if t in with_memory and t not in current]
+
+    def _constraint_gradients(
+        self, source: MemorySource, tasks: list[str], step: int, params: list[nn.Parameter]
+    ) -> list[Grads]:
+        """Rows of ``G``: one per task (GEM), or the single A-GEM reference gradient."""
+        return constraint_gradients(
+            source, self.memory, self.mode, tasks, step, self.memory_batch_size, params
+        )
+
+    def _rows(
+        self, source: MemorySource, tasks: list[str], step: int, params: list[nn.Parameter]
+    ) -> list[Grads]:
+        """The memory gradients of ``tasks``: the cached ones while fresh (``refresh_every``), else new."""
+        key = (tuple(tasks), self.mode == "gem")
+        cached = self._cache
+        if cached is not None and cached[0] == key and step - cached[1] < self.refresh_every:
+            return cached[2]
+        rows = self._constraint_gradients(source, tasks, step, params)
+        self._cache = (key, step, rows) if self.refresh_every > 1 else None
+        return rows
+
+    # ------------------------------------------------------------------ the step
+
+    def project_step(
+        self,
+        module: nn.Module,
+        data: Any,
+        step: int,
+        current: Sequence[str],
+        forward_context: Callable[[], Any] = contextlib.nullcontext,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> dict[str, float]:
+        """Project ``module``'s gradients in place for an optimizer step on the tasks ``current``.
+
+        What ``on_before_optimizer_step`` runs; callable without a Trainer (benchmarks, custom
+        loops): ``data`` is anything with ``train_batch(task, indices)``. Under DDP every rank
+        must call it with the same arguments except ``rank``.
+
+        Returns:
+            The step's statistics (the logged ``gem/...`` values).
+        """
+        start = time.perf_counter()
+        stats: dict[str, float] = {"gem/constraints": 0.0, "gem/violated": 0.0}
+        tasks = self.constraining_tasks(current)
+        if tasks:
+            params = self.participating_parameters(module)
+            source = MemorySource(module, data, forward_context, rank, world_size)
+            rows = self._rows(source, tasks, step, params)
+            self._project(params, rows, stats)
+        stats["gem/projection_ms"] = (time.perf_counter() - start) * 1000.0
+        stats["gem/fallbacks"] = float(self.fallbacks)
+        stats["gem/skipped_nonfinite"] = float(self.skipped_nonfinite)
+        self.last_stats = stats
+        return stats
+
+    def _project(self, params: list[nn.Parameter], rows: list[Grads], stats: dict[str, float]) -> None:
+        """Decide from ``M = [g, G][g, G]^T`` and write ``g~`` into ``p.grad``; update ``stats``."""
+        # rank 0's M for every rank: one decision for all, even if their float sums differ
+        M = distributed.broadcast(gram_matrix([[p.grad for p in params], *rows])).cpu().numpy()
+        stats["gem/constraints"] = float(len(rows))
+        if not np.all(np.isfinite(M)):
+            self.skipped_nonfinite += 1
+            self._cache = None
+            return
+        result = step_coefficients(M, self.mode, margin=self.margin, eps=self.eps)
+        self.fallbacks += result.fallbacks
+        if self.mode == "gem":
+            stats["gem/violation"] = float(result.violation or 0.0)
+        stats["gem/violated"] = float(result.violated)
+        if result.min_cosine is not None:
+            stats["gem/min_cosine"] = float(result.min_cosine)
+        self.violations += int(result.violated)
+        if result.v is None:
+            return
+        self.projections += 1
+        add_rows(params, rows, result.v.tolist())

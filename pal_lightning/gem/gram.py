@@ -1,0 +1,64 @@
+"""Gradients stored as lists of parameter tensors: their Gram matrix and GEM's write-back.
+
+A model's gradient lives in many tensors (one per parameter); a row of GEM's ``G`` is one such
+list, ``None`` where a parameter got no gradient (zero). Everything here works tensor by tensor
+on the gradients' device: nothing of the model's size is copied, flattened or moved to the host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["Grads", "add_rows", "gram_matrix"]
+
+Grads = list[Tensor | None]
+
+
+def _dot(a: Tensor, b: Tensor) -> Tensor:
+    """``<a, b>`` of two same-shape tensors on their device (half precision upcast to float32)."""
+    if a.dtype in (torch.float16, torch.bfloat16):
+        a, b = a.float(), b.float()
+    return torch.dot(a.reshape(-1), b.reshape(-1))
+
+
+def gram_matrix(rows: Sequence[Grads]) -> Tensor:
+    """``M[i, j] = sum over tensors of <rows[i][k], rows[j][k]>`` (``None`` = zero), float64 on the device.
+
+    Each row is a gradient stored across many parameter tensors; the dot products are taken per
+    tensor on the gradients' device, so nothing of the size of the model is copied or flattened.
+    """
+    n = len(rows)
+    device = next((x.device for row in rows for x in row if x is not None), torch.device("cpu"))
+    parts: list[list[Tensor]] = [[] for _ in range(n * n)]
+    for k in range(len(rows[0]) if rows else 0):
+        present = [(i, row[k]) for i, row in enumerate(rows) if row[k] is not None]
+        for a, (i, x) in enumerate(present):
+            for j, y in present[a:]:
+                parts[i * n + j].append(_dot(x, y))
+    M = torch.zeros(n, n, dtype=torch.float64, device=device)
+    for i in range(n):
+        for j in range(i, n):
+            if parts[i * n + j]:
+                M[i, j] = M[j, i] = torch.stack(parts[i * n + j]).double().sum()
+    return M
+
+
+def add_rows(params: Sequence[nn.Parameter], rows: Sequence[Grads], v: Sequence[float]) -> None:
+    """``p.grad += sum_k v_k rows[k][p]`` in place for every parameter (``g~ = g + G^T v``).
+
+    A parameter without a gradient (e.g. with ``parameters="all"``, a head the current task did not
+    use) gets one; zero coefficients and ``None`` entries are skipped.
+    """
+    for coeff, row in zip(v, rows, strict=True):
+        if coeff == 0.0:
+            continue
+        for p, r in zip(params, row, strict=True):
+            if r is None:
+                continue
+            if p.grad is None:
+                p.grad = (r * coeff).to(p.dtype)
+            else:
+                p.grad.add_(r.to(p.grad.dtype), alpha=coeff)
