@@ -16,6 +16,12 @@ Subclassing: override any of
 
 e.g. to try another head or loss without touching the library.
 
+The training concerns live in :mod:`pal_lightning.training`, one unit each, mixed in here: the optimizer
+and its schedule (:mod:`~pal_lightning.training.optim`), the numerical guard
+(:mod:`~pal_lightning.training.guard`), the checkpoint check
+(:mod:`~pal_lightning.training.checkpoint_compat`), evaluation (:mod:`~pal_lightning.training.evaluation`)
+and SimCSE (:mod:`~pal_lightning.training.simcse_step`).
+
 Two safety nets:
 
 * a numerical guard: an optimizer step whose gradients are not all finite is skipped (no weight
@@ -27,10 +33,8 @@ Two safety nets:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
-from functools import partial
 from typing import Any
 
 import lightning.pytorch as pl
@@ -39,75 +43,88 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from pal_lightning.auxiliary import check_auxiliary
-from pal_lightning.batch import LABELS, TASK, side_keys
+from pal_lightning.batch import (
+    ATTENTION_MASK,
+    IDS,
+    INPUT_IDS,
+    LABELS,
+    PREDICTIONS,
+    SPLIT,
+    TASK,
+    TOKEN_TYPE_IDS,
+    side_inputs,
+)
 from pal_lightning.errors import PalUserError
 from pal_lightning.hub import DEFAULT_ENCODER, resolve_encoder
 from pal_lightning.inference import InferenceMixin
 from pal_lightning.init_weights import load_initial_weights
-from pal_lightning.metrics import build_task_metrics, overall_over, scored_task_names
 from pal_lightning.modeling.heads import POOLING_MODES, build_head, check_loss, pool, predict, task_loss
-from pal_lightning.modeling.param_groups import GroupRates, build_parameter_groups
-from pal_lightning.modeling.simcse import SimCSEConfig, as_simcse_config, simcse_batch_loss
+from pal_lightning.modeling.simcse import SimCSEConfig, as_simcse_config
 from pal_lightning.pretrained import PretrainedMixin
 from pal_lightning.tasks import TaskSpec, resolve_tasks, task_to_hparam
-
-STAGES = ("val", "test")
-
-#: Hyper-parameters that fix the shape or meaning of the weights: a checkpoint must agree on them.
-ARCHITECTURE_HPARAMS = (
-    "encoder",
-    "bert_config",
-    "adapter",
-    "pal_size",
-    "pal_heads",
-    "pal_placement",
-    "pal_num_layers",
-    "pal_activation",
-    "layer_sharing",
-    "task_groups",
-    "pooling",
-    "pair_encoding",
+from pal_lightning.training.checkpoint_compat import CheckpointCompatMixin
+from pal_lightning.training.evaluation import STAGES, EvaluationMixin
+from pal_lightning.training.guard import (
+    NonFiniteGuardMixin,
+    NonFiniteTrainingError,
+    check_max_nonfinite_steps,
 )
-#: Hyper-parameters that also fix the optimizer's parameter groups: a resumed ``fit`` needs them equal.
-OPTIMIZER_HPARAMS = ("freeze_encoder", "freeze_embeddings", "adapter_lr", "layer_lr_decay")
+from pal_lightning.training.hparams import ARCHITECTURE_HPARAMS, OPTIMIZER_HPARAMS, pal_config_kwargs
+from pal_lightning.training.optim import OptimizerMixin, check_schedule_options, linear_warmup_decay
+from pal_lightning.training.simcse_step import SimCSEStepMixin
 
-
-class NonFiniteTrainingError(PalUserError):
-    """Training stopped after too many consecutive optimizer steps with non-finite gradients."""
-
-
-def linear_warmup_decay(step: int, warmup: int, total: int) -> float:
-    """Learning-rate factor at optimizer step ``step`` (0-based): linear warmup, then linear decay to 0.
-
-    ::
-
-        f(s) = (s + 1) / (warmup + 1)                 for s < warmup
-        f(s) = (total - s) / (total - warmup)         for warmup <= s < total
-        f(s) = 0                                      for s >= total
-
-    Unlike the common ``s / warmup`` this never gives the first step a zero
-    learning rate, and the last of the ``total`` steps still moves the weights
-    (``f(total - 1) = 1 / (total - warmup) > 0``); the peak ``f(warmup) = 1``.
-
-    Raises:
-        ValueError: for ``total < 1`` or a negative ``warmup``.
-    """
-    if total < 1 or warmup < 0:
-        raise ValueError(
-            f"linear_warmup_decay needs total >= 1 and warmup >= 0, got total={total}, warmup={warmup}"
-        )
-    if step < warmup:
-        return (step + 1) / (warmup + 1)
-    if step >= total:
-        return 0.0
-    return (total - step) / (total - warmup)
+# Defined in pal_lightning.training and importable from here as before.
+__all__ = [
+    "ARCHITECTURE_HPARAMS",
+    "OPTIMIZER_HPARAMS",
+    "STAGES",
+    "MultiTaskModule",
+    "NonFiniteTrainingError",
+    "linear_warmup_decay",
+]
 
 
 def _pad_right(x: Tensor, length: int) -> Tensor:
     return F.pad(x, (0, length - x.shape[1]), value=0)
 
 
-class MultiTaskModule(PretrainedMixin, InferenceMixin, pl.LightningModule):
+def check_model_options(
+    specs: Mapping[str, TaskSpec],
+    simcse: SimCSEConfig | None,
+    pooling: str,
+    freeze_encoder: bool,
+    layer_sharing: str | None,
+    max_nonfinite_steps: int,
+) -> None:
+    """Refuse model options that cannot work together, at construction rather than at the first batch.
+
+    Raises:
+        PalUserError: naming the option and the fix.
+    """
+    if pooling not in POOLING_MODES:
+        raise PalUserError(f"Unknown pooling {pooling!r}: choose one of {POOLING_MODES}.")
+    if simcse is not None:
+        simcse.check(specs)
+    if freeze_encoder and isinstance(layer_sharing, str) and "I" in layer_sharing.upper():
+        raise PalUserError(
+            f"layer_sharing {layer_sharing!r} has individual (I) layers, which freeze_encoder would freeze: "
+            "set freeze_encoder: false (mark the layers to keep fixed with F), or use F/S letters only."
+        )
+    check_max_nonfinite_steps(max_nonfinite_steps)
+    for spec in specs.values():
+        check_loss(spec)
+
+
+class MultiTaskModule(
+    PretrainedMixin,
+    InferenceMixin,
+    SimCSEStepMixin,
+    NonFiniteGuardMixin,
+    CheckpointCompatMixin,
+    EvaluationMixin,
+    OptimizerMixin,
+    pl.LightningModule,
+):
     """Multi-task fine-tuning of a BERT encoder with task-specific adapters (PALs) and heads.
 
     Args:
@@ -207,69 +224,30 @@ class MultiTaskModule(PretrainedMixin, InferenceMixin, pl.LightningModule):
     ) -> None:
         super().__init__()
         self.task_specs: dict[str, TaskSpec] = {s.name: s for s in resolve_tasks(tasks)}
-        # tasks are saved as names / plain dicts, not TaskSpec objects, so that checkpoints stay
-        # loadable with torch.load(weights_only=True)
         self.save_hyperparameters(ignore=["tasks"])
-        self.save_hyperparameters({"tasks": [task_to_hparam(s) for s in self.task_specs.values()]})
         self.simcse = as_simcse_config(simcse)
-        # saved as a plain dict for the same reason (weights_only loading)
-        self.save_hyperparameters({"simcse": None if self.simcse is None else asdict(self.simcse)})
-        self.save_hyperparameters({"auxiliary": check_auxiliary(auxiliary, list(self.task_specs))})
-        if pooling not in POOLING_MODES:
-            raise PalUserError(f"Unknown pooling {pooling!r}: choose one of {POOLING_MODES}.")
-        if not 0.0 <= warmup_ratio <= 1.0:
-            raise PalUserError(f"warmup_ratio must lie in [0, 1], got {warmup_ratio}.")
-        if warmup_steps is not None and warmup_steps < 0:
-            raise PalUserError(
-                f"warmup_steps must be >= 0 (or None to use warmup_ratio), got {warmup_steps}."
-            )
-        if not 0.0 < layer_lr_decay <= 1.0:
-            raise PalUserError(f"layer_lr_decay must lie in (0, 1] (1 = no decay), got {layer_lr_decay}.")
-        if self.simcse is not None:
-            self.simcse.check(self.task_specs)
-        if freeze_encoder and isinstance(layer_sharing, str) and "I" in layer_sharing.upper():
-            raise PalUserError(
-                f"layer_sharing {layer_sharing!r} has individual (I) layers, which freeze_encoder would freeze: "
-                "set freeze_encoder: false (mark the layers to keep fixed with F), or use F/S letters only."
-            )
-        if max_nonfinite_steps < 1:
-            raise PalUserError(f"max_nonfinite_steps must be >= 1, got {max_nonfinite_steps}.")
-        for spec in self.task_specs.values():
-            check_loss(spec)  # fail at construction, not at the first batch
+        # tasks and SimCSE are saved as names / plain dicts, not TaskSpec or SimCSEConfig objects, so
+        # that checkpoints stay loadable with torch.load(weights_only=True)
+        self.save_hyperparameters(
+            {
+                "tasks": [task_to_hparam(s) for s in self.task_specs.values()],
+                "simcse": None if self.simcse is None else asdict(self.simcse),
+                "auxiliary": check_auxiliary(auxiliary, list(self.task_specs)),
+            }
+        )
+        check_schedule_options(warmup_ratio, warmup_steps, layer_lr_decay)
+        check_model_options(
+            self.task_specs, self.simcse, pooling, freeze_encoder, layer_sharing, max_nonfinite_steps
+        )
 
         self.encoder = self.build_encoder()
         self.heads = self.build_heads()
         missing = sorted(set(self.task_specs) - set(self.heads.keys()))
         if missing:
             raise PalUserError(f"build_heads() returned no head for task(s) {missing}.")
-        if self.simcse is not None:
-            self._check_simcse_pairs()
-        self.metrics = nn.ModuleDict(
-            {
-                stage: nn.ModuleDict(
-                    {
-                        name: build_task_metrics(spec, prefix=f"{stage}/{name}/")
-                        for name, spec in self.task_specs.items()
-                    }
-                )
-                for stage in STAGES
-            }
-        )
-        # per-stage count of labelled batches seen this epoch, and running loss sums
-        self._eval_counts: dict[str, dict[str, int]] = {s: {} for s in STAGES}
-        self._eval_loss: dict[str, dict[str, list[Tensor]]] = {s: {} for s in STAGES}
-        self.last_scores: dict[str, dict[str, float]] = {}
-        """The last computed ``{stage/task/metric: value}`` per stage (``val``, ``test``), for inspection."""
-        # numerical guard: tasks of the current accumulation window, whether one of its losses was
-        # non-finite (a tensor, so that no step waits for the device), skipped steps in a row and in all
-        self._window_tasks: list[str] = []
-        self._window_bad_loss: Tensor | None = None
-        self.nonfinite_in_a_row = 0
-        self.nonfinite_steps = 0
-        # SimCSE reuses the training step's own sentence vectors as its first view (see training_step)
-        self._simcse_capturing = False
-        self._simcse_view: Tensor | None = None
-
+        self._init_simcse()
+        self._init_evaluation()
+        self._init_guard()
         self._apply_freezing()
 
     # ------------------------------------------------------------------ building
@@ -280,15 +258,7 @@ class MultiTaskModule(PretrainedMixin, InferenceMixin, pl.LightningModule):
 
         hp = self.hparams
         specs = list(self.task_specs.values())
-        pal_kwargs = dict(
-            adapter=hp.adapter,
-            pal_size=hp.pal_size,
-            num_heads=hp.pal_heads,
-            placement=hp.pal_placement,
-            num_layers=hp.pal_num_layers,
-            init=hp.pal_init,
-            activation=hp.get("pal_activation", "none"),
-        )
+        pal_kwargs = pal_config_kwargs(hp)
         if hp.bert_config is not None:
             return MultiTaskBert.from_config(
                 dict(hp.bert_config),
@@ -325,17 +295,6 @@ class MultiTaskModule(PretrainedMixin, InferenceMixin, pl.LightningModule):
             for p in self.encoder.bert.embeddings.parameters():
                 p.requires_grad_(False)
 
-    @property
-    def scored_tasks(self) -> list[str]:
-        """The tasks the overall score covers: all tasks except auxiliary ones (an ``auxiliary``
-        attribute or hyper-parameter listing task names, or ``TaskSpec.auxiliary``)."""
-        auxiliary = getattr(self, "auxiliary", None)
-        if auxiliary is None:
-            auxiliary = self.hparams.get("auxiliary")
-        if isinstance(auxiliary, str):
-            auxiliary = [auxiliary]
-        return scored_task_names(self.task_specs.values(), tuple(auxiliary or ()))
-
     def parameter_report(self) -> Any:
         """Shared, per-task and total parameter counts (:func:`pal_lightning.modeling.parameter_report`)."""
         from pal_lightning.modeling import parameter_report
@@ -369,35 +328,36 @@ class MultiTaskModule(PretrainedMixin, InferenceMixin, pl.LightningModule):
         one pass of ``2B`` sequences (padding does not change mean or CLS pooling).
         """
         task = batch[TASK]
-        mode = self.hparams.pooling
-        siamese = self._is_siamese(task)
-        if not siamese:
-            if "input_ids" not in batch:
-                raise PalUserError(
-                    f"Task {task!r}: the model encodes pairs 'cross' but the batch is 'siamese'. "
-                    "Set the same pair_encoding for the model and the data."
-                )
-            mask = batch["attention_mask"]
-            hidden = self.encoder(batch["input_ids"], mask, batch.get("token_type_ids"), task=task)
-            pooled = pool(hidden, mask, mode)
-            if not self.task_specs[task].is_pair:  # a cross pair's vector is not a sentence's
-                self._capture_simcse_view(pooled)
-            return pooled, None
-        keys_a, keys_b = side_keys("a"), side_keys("b")
-        if keys_a[0] not in batch:
+        if self._is_siamese(task):
+            return self._encode_siamese(batch, task)
+        if INPUT_IDS not in batch:
+            raise PalUserError(
+                f"Task {task!r}: the model encodes pairs 'cross' but the batch is 'siamese'. "
+                "Set the same pair_encoding for the model and the data."
+            )
+        mask = batch[ATTENTION_MASK]
+        hidden = self.encoder(batch[INPUT_IDS], mask, batch.get(TOKEN_TYPE_IDS), task=task)
+        pooled = pool(hidden, mask, self.hparams.pooling)
+        if not self.task_specs[task].is_pair:  # a cross pair's vector is not a sentence's
+            self._capture_simcse_view(pooled)
+        return pooled, None
+
+    def _encode_siamese(self, batch: Mapping[str, Any], task: str) -> tuple[Tensor, Tensor]:
+        """Both sentences of a siamese pair, padded to one length, in one encoder pass of ``2B`` sequences."""
+        side_a, side_b = side_inputs(batch, "a"), side_inputs(batch, "b")
+        if INPUT_IDS not in side_a:
             raise PalUserError(
                 f"Task {task!r}: the model encodes pairs 'siamese' but the batch is 'cross'. "
                 "Set the same pair_encoding for the model and the data."
             )
-        length = max(batch[keys_a[0]].shape[1], batch[keys_b[0]].shape[1])
-        stacked = []
-        for ka, kb in zip(keys_a, keys_b, strict=True):
-            if ka not in batch:  # token_type_ids are optional
-                stacked.append(None)
-                continue
-            stacked.append(torch.cat([_pad_right(batch[ka], length), _pad_right(batch[kb], length)]))
-        ids, mask, types = stacked
-        pooled = pool(self.encoder(ids, mask, types, task=task), mask, mode)
+        length = max(side_a[INPUT_IDS].shape[1], side_b[INPUT_IDS].shape[1])
+        # token_type_ids are optional: only the keys side a has are stacked
+        stacked = {
+            k: torch.cat([_pad_right(side_a[k], length), _pad_right(side_b[k], length)]) for k in side_a
+        }
+        mask = stacked[ATTENTION_MASK]
+        hidden = self.encoder(stacked[INPUT_IDS], mask, stacked.get(TOKEN_TYPE_IDS), task=task)
+        pooled = pool(hidden, mask, self.hparams.pooling)
         self._capture_simcse_view(pooled)  # [a; b]: the sentence order SimCSE uses
         u, v = pooled.chunk(2)
         return u, v
@@ -429,384 +389,28 @@ class MultiTaskModule(PretrainedMixin, InferenceMixin, pl.LightningModule):
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
         task = self._spec(batch).name
         use_simcse = self.simcse_active(task)
-        # the task forward's pooled sentences (with their dropout) serve as SimCSE's first view, so
-        # SimCSE adds one forward/backward of the sentences (none in 'sup' mode), not two
-        self._simcse_capturing, self._simcse_view = use_simcse, None
-        try:
+        with self._simcse_view_capture(use_simcse):
             loss = self.batch_loss(batch)
-        finally:
-            self._simcse_capturing = False
-        size = len(batch["ids"])
+        size = len(batch[IDS])
         # logger=False: Lightning would repeat every task's last loss on every metrics.csv row;
         # TrainingLog writes the trained task's loss alone
         self.log(f"train/{task}/loss", loss, batch_size=size, logger=False)
         if use_simcse:
-            view, self._simcse_view = self._simcse_view, None
-            auxiliary = self.simcse_loss(batch, first_view=view)
-            self.log("train/simcse_loss", auxiliary, batch_size=size)
             # part of this step's gradient only: GEM's memories call batch_loss, without it
-            loss = loss + self.simcse.weight * auxiliary
+            loss = loss + self._simcse_term(batch, size)
         self.log("train/loss", loss, prog_bar=True, batch_size=size)
         # Always return the loss, even a NaN one: returning None would skip backward on this rank
         # only and hang DDP's gradient all-reduce. The guard in on_before_optimizer_step decides.
-        if task not in self._window_tasks:
-            self._window_tasks.append(task)
-        bad = ~torch.isfinite(loss.detach())
-        self._window_bad_loss = bad if self._window_bad_loss is None else self._window_bad_loss | bad
+        self._note_training_loss(task, loss)
         return loss
-
-    # ------------------------------------------------------------------ SimCSE
-
-    def _check_simcse_pairs(self) -> None:
-        """Supervised SimCSE needs each sentence of a pair alone: refuse ``cross`` pairs for it."""
-        assert self.simcse is not None
-        if self.simcse.mode != "sup":
-            return
-        cross = [t for t in self.simcse.active_tasks(self.task_specs) if not self._is_siamese(t)]
-        if cross:
-            raise PalUserError(
-                f"simcse mode 'sup' needs pair_encoding 'siamese' for {cross} (anchor and positive "
-                "encoded alone); set --model.pair_encoding siamese (and the data's)."
-            )
-
-    def simcse_active(self, task: str) -> bool:
-        """Whether this training step adds the SimCSE loss (configured, weight > 0, task and step chosen)."""
-        cfg = self.simcse
-        if cfg is None or cfg.weight == 0 or task not in cfg.active_tasks(self.task_specs):
-            return False
-        step = self.trainer.global_step if self._trainer is not None else 0
-        return step % cfg.every_k_steps == 0
-
-    def _capture_simcse_view(self, pooled: Tensor) -> None:
-        """Keep the training step's pooled sentence vectors for SimCSE (only while training_step asks)."""
-        if self._simcse_capturing:
-            self._simcse_view = pooled
-
-    def simcse_loss(self, batch: Mapping[str, Any], first_view: Tensor | None = None) -> Tensor:
-        """The SimCSE loss of a batch's sentences, with the batch's task active and the module's pooling.
-
-        Dropout must be on (training mode) for unsupervised SimCSE: the two views differ only by it.
-        ``first_view``: the batch's sentences already pooled by this step's task forward (see
-        :func:`~pal_lightning.modeling.simcse.simcse_batch_loss`); ``None`` encodes both views here.
-        """
-        assert self.simcse is not None, "simcse_loss needs a SimCSEConfig (--model.simcse)"
-        spec = self._spec(batch)
-        mode = self.hparams.pooling
-
-        def encode(inputs: Mapping[str, Tensor]) -> Tensor:
-            mask = inputs["attention_mask"]
-            hidden = self.encoder(inputs["input_ids"], mask, inputs.get("token_type_ids"), task=spec.name)
-            return pool(hidden, mask, mode)
-
-        return simcse_batch_loss(encode, batch, spec, self.simcse, first_view=first_view)
-
-    # ------------------------------------------------------------------ numerical guard
-
-    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """Skip an optimizer step whose gradients are not all finite; stop after too many in a row.
-
-        Runs once per accumulation window, after the callbacks' hooks (e.g. a GEM projection), with
-        complete, unscaled and (under DDP) all-reduced gradients: every rank sees the same
-        non-finiteness and takes the same decision, without a collective of its own. A skipped step
-        sets every gradient to ``None``, so AdamW moves no weight and keeps its moments, and gradient
-        clipping has nothing to clip. The check costs one device synchronisation per optimizer step.
-
-        Raises:
-            NonFiniteTrainingError: after ``max_nonfinite_steps`` consecutive skipped steps; the
-                exception ends ``fit`` before any later checkpoint is saved, so the last good
-                checkpoint stays the newest.
-        """
-        tasks, bad_loss = self._window_tasks, self._window_bad_loss
-        self._window_tasks, self._window_bad_loss = [], None
-        grads = [p.grad for p in self.parameters() if p.grad is not None]
-        if not grads:
-            return
-        # per-tensor all(isfinite): a norm could overflow to inf on large but finite gradients
-        finite = bool(torch.stack([torch.isfinite(g).all().to(grads[0].device) for g in grads]).all())
-        if finite:
-            self.nonfinite_in_a_row = 0
-            self.log("train/nonfinite_steps", float(self.nonfinite_steps), on_step=True, on_epoch=False)
-            return
-        for p in self.parameters():
-            p.grad = None
-        self.nonfinite_steps += 1
-        if not self._scaler_handles_overflow():
-            self.nonfinite_in_a_row += 1
-        self.log("train/nonfinite_steps", float(self.nonfinite_steps), on_step=True, on_epoch=False)
-        loss_bad = bad_loss is not None and bool(bad_loss)
-        self.log("train/nonfinite_loss", float(loss_bad), on_step=True, on_epoch=False)
-        if self.nonfinite_in_a_row >= self.hparams.max_nonfinite_steps:
-            step = self.trainer.global_step if self._trainer is not None else -1
-            what = "loss" if loss_bad else "gradients"
-            raise NonFiniteTrainingError(
-                f"Training stopped: {self.nonfinite_in_a_row} consecutive steps with non-finite "
-                f"loss/gradients (last: non-finite {what}; task {', '.join(tasks) or '?'}, step {step}); "
-                "those steps were skipped and the last checkpoint written before them is intact. Lower "
-                "the learning rate (--model.lr, --model.head_lr), check the data of that task for extreme "
-                "labels, or enable gradient clipping (--trainer.gradient_clip_val 1.0); resume with "
-                "--ckpt_path last. max_nonfinite_steps sets how many such steps are tolerated."
-            )
-
-    def _scaler_handles_overflow(self) -> bool:
-        """Whether an fp16 ``GradScaler`` at a loss scale >= 1 skips this step anyway (and lowers the scale).
-
-        A genuinely non-finite loss keeps overflowing until the halved scale falls below 1; from
-        then on the steps count towards ``max_nonfinite_steps``.
-        """
-        if self._trainer is None:
-            return False
-        scaler = getattr(self.trainer.precision_plugin, "scaler", None)
-        if scaler is None or not scaler.is_enabled():
-            return False
-        return float(scaler.get_scale()) >= 1.0
-
-    # ------------------------------------------------------------------ checkpoint check
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Refuse a checkpoint whose tasks, encoder or adapter shape differ from this model's.
-
-        Called by the Trainer before the weights are loaded (``fit``/``validate``/``test``/``predict``
-        with ``ckpt_path``) and by ``load_from_checkpoint``. A resumed ``fit`` (the checkpoint carries
-        optimizer states) also needs the same task order and freezing options.
-
-        Raises:
-            PalUserError: naming each difference and how to fix it.
-        """
-        saved = checkpoint.get("hyper_parameters")
-        if not isinstance(saved, Mapping):
-            return  # not written by this module (a user's own checkpoint): the weights decide
-        differences = self.checkpoint_differences(saved, resuming=bool(checkpoint.get("optimizer_states")))
-        if differences:
-            raise PalUserError(
-                "The checkpoint does not fit this model: "
-                + "; ".join(differences)
-                + ". Use the configuration the checkpoint was trained with (the config.yaml in its run "
-                "folder, e.g. --config runs/<name>/version_N/config.yaml), or pick a checkpoint trained "
-                "with this configuration."
-            )
-
-    def checkpoint_differences(self, saved: Mapping[str, Any], resuming: bool = False) -> list[str]:
-        """What a checkpoint's ``hyper_parameters`` ``saved`` say differently from this model, as phrases."""
-        out: list[str] = []
-        ours = {"tasks": [task_to_hparam(s) for s in self.task_specs.values()]}
-        theirs_tasks = saved.get("tasks")
-        if theirs_tasks is not None:
-            theirs = {_task_name(t): t for t in theirs_tasks}
-            mine = {_task_name(t): t for t in ours["tasks"]}
-            if set(theirs) != set(mine):
-                out.append(
-                    f"it was trained for tasks [{', '.join(theirs)}] but the model is configured for "
-                    f"[{', '.join(mine)}]"
-                )
-            else:
-                changed = [n for n in mine if _plain(theirs[n]) != _plain(mine[n])]
-                if changed:
-                    out.append(f"the task definition of {changed} differs (labels, files or columns)")
-                elif resuming and list(theirs) != list(mine):
-                    out.append(
-                        f"it was trained with the task order [{', '.join(theirs)}], the model now has "
-                        f"[{', '.join(mine)}] (resuming a fit needs the same order)"
-                    )
-        keys = ARCHITECTURE_HPARAMS + (OPTIMIZER_HPARAMS if resuming else ())
-        for key in keys:
-            if key not in saved:
-                continue
-            if key == "encoder" and (
-                saved.get("bert_config") is not None or self.hparams.bert_config is not None
-            ):
-                continue  # a random encoder of bert_config's shape: the name is not used
-            a, b = _plain(saved[key]), _plain(self.hparams.get(key))
-            if a != b and not (key == "encoder" and _same_encoder(str(a), str(b))):
-                out.append(f"{key} is {a!r} in the checkpoint but {b!r} here")
-        return out
-
-    def _eval_step(self, batch: dict[str, Any], stage: str) -> None:
-        spec = self._spec(batch)
-        if LABELS not in batch:  # unlabelled split (e.g. CS224N test): nothing to score
-            return
-        labels = batch[LABELS]
-        output = self(batch)
-        loss = self.compute_loss(spec.name, output, labels)
-        self.metrics[stage][spec.name].update(self.predict_from_output(spec.name, output), labels)
-        counts = self._eval_counts[stage]
-        counts[spec.name] = counts.get(spec.name, 0) + len(labels)
-        self._eval_loss[stage].setdefault(spec.name, []).append(loss.detach().float() * len(labels))
-
-    def validation_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
-        self._eval_step(batch, "val")
-
-    def test_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
-        self._eval_step(batch, "test")
-
-    def _end_eval_epoch(self, stage: str) -> None:
-        """Compute, log and reset the metrics of every task that was scored on any rank.
-
-        The example counts are summed over ranks first, so that every rank makes the
-        same ``compute()`` (collective) calls in the same order.
-        """
-        names = list(self.task_specs)
-        counts = torch.tensor([float(self._eval_counts[stage].get(n, 0)) for n in names], device=self.device)
-        losses = torch.stack(
-            [
-                torch.stack(self._eval_loss[stage][n]).sum()
-                if n in self._eval_loss[stage]
-                else counts.new_zeros(())
-                for n in names
-            ]
-        )
-        totals = torch.stack([counts, losses])
-        if self.trainer.world_size > 1:
-            totals = self.trainer.strategy.reduce(totals, reduce_op="sum")
-        values: dict[str, float] = {}
-        scores: dict[str, dict[str, float]] = {}
-        for i, name in enumerate(names):
-            if totals[0, i] <= 0:
-                continue
-            collection = self.metrics[stage][name]
-            computed = {k: float(v) for k, v in collection.compute().items()}
-            collection.reset()
-            values.update(computed)
-            values[f"{stage}/{name}/loss"] = float(totals[1, i] / totals[0, i])
-            prefix = f"{stage}/{name}/"
-            scores[name] = {k[len(prefix) :]: v for k, v in computed.items()}
-        overall = overall_over(scores, list(self.task_specs.values()), self.scored_tasks)
-        self._eval_counts[stage] = {}
-        self._eval_loss[stage] = {}
-        # The values are already identical on every rank (torchmetrics merged the states, the
-        # counts were reduced); sync_dist=True only averages equal numbers and keeps Lightning's
-        # epoch-level logging consistent under DDP. Every rank logs the same keys.
-        if values:
-            self.log_dict(values, sync_dist=True)
-        if overall.value is not None:
-            # a partial mean gets its own name: a checkpoint monitoring <stage>/overall never
-            # compares it with (or prefers it over) the score of a complete evaluation
-            self.log(overall.key(stage), overall.value, prog_bar=True, sync_dist=True)
-            values[overall.key(stage)] = overall.value
-        self.last_scores[stage] = values
-
-    def on_validation_epoch_start(self) -> None:
-        self._reset_stage("val")
-
-    def on_test_epoch_start(self) -> None:
-        self._reset_stage("test")
-
-    def _reset_stage(self, stage: str) -> None:
-        self._eval_counts[stage] = {}
-        self._eval_loss[stage] = {}
-        for collection in self.metrics[stage].values():
-            collection.reset()
-
-    def on_validation_epoch_end(self) -> None:
-        self._end_eval_epoch("val")
-
-    def on_test_epoch_end(self) -> None:
-        self._end_eval_epoch("test")
 
     def predict_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> dict[str, Any]:
         """``{"task", "split", "ids", "predictions"}``: class ints, or float scores on the task's scale."""
         spec = self._spec(batch)
         predictions = self.predict_from_output(spec.name, self(batch)).detach().cpu().tolist()
         return {
-            "task": spec.name,
-            "split": batch.get("split"),
-            "ids": list(batch["ids"]),
-            "predictions": predictions,
+            TASK: spec.name,
+            SPLIT: batch.get(SPLIT),
+            IDS: list(batch[IDS]),
+            PREDICTIONS: predictions,
         }
-
-    # ------------------------------------------------------------------ optimisation
-
-    def parameter_groups(self) -> list[dict[str, Any]]:
-        """AdamW parameter groups of the trainable parameters, each with its peak learning rate.
-
-        By default {pretrained, new} x {decay, no decay}: pretrained encoder weights use ``lr``, new
-        parameters (adapters, heads) ``head_lr``. ``adapter_lr`` gives the adapters their own groups and
-        ``layer_lr_decay < 1`` one group per encoder layer
-        (:func:`pal_lightning.modeling.param_groups.build_parameter_groups`). Biases and LayerNorm
-        weights get no weight decay (decaying a LayerNorm gain towards 0 shrinks the activations, and
-        biases do not scale with the input).
-        """
-        hp = self.hparams
-        adapter_lr = hp.get("adapter_lr")
-        rates = GroupRates(
-            lr=hp.lr,
-            adapter_lr=hp.head_lr if adapter_lr is None else adapter_lr,
-            head_lr=hp.head_lr,
-            weight_decay=hp.weight_decay,
-            layer_lr_decay=hp.get("layer_lr_decay", 1.0),
-            num_layers=self.encoder.num_layers,
-        )
-        return build_parameter_groups(
-            self.named_parameters(),
-            pretrained={id(p) for _, p in self.encoder.pretrained_parameters()},
-            adapters={id(p) for _, p in self.encoder.new_parameters()},
-            no_decay={id(p) for m in self.modules() if isinstance(m, nn.LayerNorm) for p in m.parameters(False)},
-            rates=rates,
-            split_adapters=adapter_lr is not None,
-        )
-
-    def total_training_steps(self) -> int:
-        """Optimizer steps of the whole run: ``max_steps`` if set, else from the DataModule.
-
-        ``ceil(steps_per_epoch / accumulate_grad_batches) * max_epochs`` (Lightning steps the
-        optimizer on the last batch of an epoch even when the accumulation window is not full).
-        ``trainer.estimated_stepping_batches`` is deliberately not used: it loads the train
-        dataloader inside ``configure_optimizers`` and breaks mid-epoch resume (Lightning #20550).
-
-        Raises:
-            PalUserError: when neither ``max_steps`` nor a DataModule with ``steps_per_epoch`` and
-                ``max_epochs`` is available.
-        """
-        trainer = self.trainer
-        if trainer.max_steps is not None and trainer.max_steps > 0:
-            return int(trainer.max_steps)
-        datamodule = getattr(trainer, "datamodule", None)
-        steps = getattr(datamodule, "steps_per_epoch", None) if datamodule is not None else None
-        max_epochs = trainer.max_epochs
-        if steps is None or max_epochs is None or max_epochs < 1:
-            raise PalUserError(
-                "Cannot size the learning-rate schedule: set trainer.max_steps, or train with a DataModule "
-                "that has `steps_per_epoch` and set trainer.max_epochs."
-            )
-        accumulate = max(1, int(trainer.accumulate_grad_batches))
-        return max(1, math.ceil(int(steps) / accumulate) * int(max_epochs))
-
-    def configure_optimizers(self) -> dict[str, Any]:
-        """AdamW over :meth:`parameter_groups` with a per-step :func:`linear_warmup_decay` schedule."""
-        groups = self.parameter_groups()
-        if not groups:
-            raise PalUserError(
-                "No trainable parameters: freeze_encoder with adapter='none' and frozen heads?"
-            )
-        optimizer = torch.optim.AdamW(groups, lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
-        total = self.total_training_steps()
-        warmup = self.hparams.warmup_steps
-        if warmup is None:
-            warmup = int(round(self.hparams.warmup_ratio * total))
-        scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, partial(linear_warmup_decay, warmup=warmup, total=total)
-        )
-        return {
-            "optimizer": optimizer,
-            "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1},
-        }
-
-
-def _task_name(task: Any) -> str:
-    return str(task.get("name")) if isinstance(task, Mapping) else str(task)
-
-
-def _plain(value: Any) -> Any:
-    """Tuples as lists and mappings as dicts, so saved and configured values compare equal."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
-def _same_encoder(a: str, b: str) -> bool:
-    """Whether two encoder names resolve to the same local folder (e.g. a hub id and its cached copy)."""
-    try:
-        return resolve_encoder(a) == resolve_encoder(b)
-    except PalUserError:
-        return False

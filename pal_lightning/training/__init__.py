@@ -1,0 +1,15 @@
+"""The training concerns of :class:`~pal_lightning.module.MultiTaskModule`, one unit each.
+
+* :mod:`~pal_lightning.training.hparams`: which module arguments configure the adapters, fix the weights'
+  shape or fix the optimizer's parameter groups (each listed once);
+* :mod:`~pal_lightning.training.optim`: AdamW parameter groups and the warmup/decay schedule;
+* :mod:`~pal_lightning.training.guard`: the non-finite gradient guard;
+* :mod:`~pal_lightning.training.checkpoint_compat`: refusing a checkpoint made for another model;
+* :mod:`~pal_lightning.training.evaluation`: the one evaluation loop (validation, test and
+  :class:`~pal_lightning.callbacks.ContinualEvaluation`);
+* :mod:`~pal_lightning.training.simcse_step`: SimCSE as an auxiliary loss of the training step.
+
+Each unit pairs a pure function (testable without a Trainer) with a small mixin that wires it into the
+LightningModule's hooks. Layering: these units sit beside the module (they import modeling, data-free
+helpers and :mod:`pal_lightning.distributed`, never the module or the callbacks).
+"""

@@ -1,0 +1,162 @@
+"""The optimizer and its learning-rate schedule: AdamW over per-kind parameter groups, warmup then decay.
+
+:func:`linear_warmup_decay` and :func:`total_training_steps` are the pure parts; :class:`OptimizerMixin`
+gives the module ``parameter_groups``, ``total_training_steps`` and ``configure_optimizers``.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from pal_lightning.errors import PalUserError
+from pal_lightning.modeling.param_groups import GroupRates, build_parameter_groups
+
+if TYPE_CHECKING:
+    import lightning.pytorch as pl
+
+    _ModuleBase = pl.LightningModule
+else:
+    _ModuleBase = object
+
+
+def linear_warmup_decay(step: int, warmup: int, total: int) -> float:
+    """Learning-rate factor at optimizer step ``step`` (0-based): linear warmup, then linear decay to 0.
+
+    ::
+
+        f(s) = (s + 1) / (warmup + 1)                 for s < warmup
+        f(s) = (total - s) / (total - warmup)         for warmup <= s < total
+        f(s) = 0                                      for s >= total
+
+    Unlike the common ``s / warmup`` this never gives the first step a zero
+    learning rate, and the last of the ``total`` steps still moves the weights
+    (``f(total - 1) = 1 / (total - warmup) > 0``); the peak ``f(warmup) = 1``.
+
+    Raises:
+        ValueError: for ``total < 1`` or a negative ``warmup``.
+    """
+    if total < 1 or warmup < 0:
+        raise ValueError(
+            f"linear_warmup_decay needs total >= 1 and warmup >= 0, got total={total}, warmup={warmup}"
+        )
+    if step < warmup:
+        return (step + 1) / (warmup + 1)
+    if step >= total:
+        return 0.0
+    return (total - step) / (total - warmup)
+
+
+def check_schedule_options(warmup_ratio: float, warmup_steps: int | None, layer_lr_decay: float) -> None:
+    """Refuse schedule options outside their range, at construction rather than when ``fit`` starts.
+
+    Raises:
+        PalUserError: naming the option, its range and the value given.
+    """
+    if not 0.0 <= warmup_ratio <= 1.0:
+        raise PalUserError(f"warmup_ratio must lie in [0, 1], got {warmup_ratio}.")
+    if warmup_steps is not None and warmup_steps < 0:
+        raise PalUserError(f"warmup_steps must be >= 0 (or None to use warmup_ratio), got {warmup_steps}.")
+    if not 0.0 < layer_lr_decay <= 1.0:
+        raise PalUserError(f"layer_lr_decay must lie in (0, 1] (1 = no decay), got {layer_lr_decay}.")
+
+
+def total_training_steps(trainer: pl.Trainer) -> int:
+    """Optimizer steps of the whole run: ``max_steps`` if set, else from the DataModule.
+
+    ``ceil(steps_per_epoch / accumulate_grad_batches) * max_epochs`` (Lightning steps the
+    optimizer on the last batch of an epoch even when the accumulation window is not full).
+    ``trainer.estimated_stepping_batches`` is deliberately not used: it loads the train
+    dataloader inside ``configure_optimizers`` and breaks mid-epoch resume (Lightning #20550).
+
+    Raises:
+        PalUserError: when neither ``max_steps`` nor a DataModule with ``steps_per_epoch`` and
+            ``max_epochs`` is available.
+    """
+    if trainer.max_steps is not None and trainer.max_steps > 0:
+        return int(trainer.max_steps)
+    datamodule = getattr(trainer, "datamodule", None)
+    steps = getattr(datamodule, "steps_per_epoch", None) if datamodule is not None else None
+    max_epochs = trainer.max_epochs
+    if steps is None or max_epochs is None or max_epochs < 1:
+        raise PalUserError(
+            "Cannot size the learning-rate schedule: set trainer.max_steps, or train with a DataModule "
+            "that has `steps_per_epoch` and set trainer.max_epochs."
+        )
+    accumulate = max(1, int(trainer.accumulate_grad_batches))
+    return max(1, math.ceil(int(steps) / accumulate) * int(max_epochs))
+
+
+def warmup_steps_of(total: int, warmup_steps: int | None, warmup_ratio: float) -> int:
+    """Warmup length in optimizer steps: ``warmup_steps`` when set, else ``round(warmup_ratio * total)``."""
+    if warmup_steps is not None:
+        return warmup_steps
+    return int(round(warmup_ratio * total))
+
+
+class OptimizerMixin(_ModuleBase):
+    """AdamW with per-kind parameter groups and a per-step warmup/decay schedule, for the module.
+
+    Reads the hyper-parameters ``lr``, ``head_lr``, ``adapter_lr``, ``layer_lr_decay``, ``weight_decay``,
+    ``warmup_steps`` and ``warmup_ratio``, and the module's ``encoder`` (a
+    :class:`~pal_lightning.modeling.MultiTaskBert`).
+    """
+
+    def parameter_groups(self) -> list[dict[str, Any]]:
+        """AdamW parameter groups of the trainable parameters, each with its peak learning rate.
+
+        By default {pretrained, new} x {decay, no decay}: pretrained encoder weights use ``lr``, new
+        parameters (adapters, heads) ``head_lr``. ``adapter_lr`` gives the adapters their own groups and
+        ``layer_lr_decay < 1`` one group per encoder layer
+        (:func:`pal_lightning.modeling.param_groups.build_parameter_groups`). Biases and LayerNorm
+        weights get no weight decay (decaying a LayerNorm gain towards 0 shrinks the activations, and
+        biases do not scale with the input).
+        """
+        hp = self.hparams
+        encoder: Any = self.encoder
+        adapter_lr = hp.get("adapter_lr")
+        rates = GroupRates(
+            lr=hp.lr,
+            adapter_lr=hp.head_lr if adapter_lr is None else adapter_lr,
+            head_lr=hp.head_lr,
+            weight_decay=hp.weight_decay,
+            layer_lr_decay=hp.get("layer_lr_decay", 1.0),
+            num_layers=encoder.num_layers,
+        )
+        return build_parameter_groups(
+            self.named_parameters(),
+            pretrained={id(p) for _, p in encoder.pretrained_parameters()},
+            adapters={id(p) for _, p in encoder.new_parameters()},
+            no_decay={
+                id(p) for m in self.modules() if isinstance(m, nn.LayerNorm) for p in m.parameters(False)
+            },
+            rates=rates,
+            split_adapters=adapter_lr is not None,
+        )
+
+    def total_training_steps(self) -> int:
+        """Optimizer steps of the whole run (:func:`total_training_steps` of this module's trainer)."""
+        return total_training_steps(self.trainer)
+
+    def configure_optimizers(self) -> Any:
+        """AdamW over :meth:`parameter_groups` with a per-step :func:`linear_warmup_decay` schedule."""
+        groups = self.parameter_groups()
+        if not groups:
+            raise PalUserError(
+                "No trainable parameters: freeze_encoder with adapter='none' and frozen heads?"
+            )
+        hp = self.hparams
+        optimizer = torch.optim.AdamW(groups, lr=hp.lr, weight_decay=hp.weight_decay)
+        total = self.total_training_steps()
+        warmup = warmup_steps_of(total, hp.warmup_steps, hp.warmup_ratio)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, partial(linear_warmup_decay, warmup=warmup, total=total)
+        )
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1},
+        }
