@@ -47,19 +47,32 @@ DEFAULT_STEPS_PER_TASK = 60
 DEFAULT_LIMIT_EVAL = 500
 
 
+def shipped_callbacks(path: Path) -> list[dict[str, Any]]:
+    """``trainer.callbacks`` of a config file, from the file it starts from (its ``config:`` key, relative
+    to it) when it sets none itself; a dotted key or a nested block (configs/README.md)."""
+    config = yaml.safe_load(path.read_text()) or {}
+    callbacks = config.get("trainer.callbacks", (config.get("trainer") or {}).get("callbacks"))
+    if callbacks is None and "config" in config:
+        return shipped_callbacks(path.parent / config["config"])
+    return callbacks or []
+
+
 def derived_config(name: str, limit_eval: int, target: Path) -> Path:
     """The shipped config with the ContinualEvaluation limit set (callbacks are awkward to override
     from the command line); everything else is overridden by options of :func:`run_command`."""
-    config = yaml.safe_load((CONFIGS / f"{name}.yaml").read_text())
+    shipped = CONFIGS / f"{name}.yaml"
+    callbacks = shipped_callbacks(shipped)
     found = False
-    for cb in config["trainer"].get("callbacks", []):
+    for cb in callbacks:
         if cb["class_path"].endswith("ContinualEvaluation"):
             cb.setdefault("init_args", {})["limit_eval_examples"] = limit_eval
             found = True
     if not found:
         raise SystemExit(f"{name}.yaml has no ContinualEvaluation callback")
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(yaml.safe_dump(config, sort_keys=False))
+    # starts from the shipped file and replaces its callback list only
+    derived = {"config": str(shipped.resolve()), "trainer.callbacks": callbacks}
+    target.write_text(yaml.safe_dump(derived, sort_keys=False))
     return target
 
 

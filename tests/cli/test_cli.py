@@ -3,7 +3,9 @@ validates, tests and predicts on fixture data, reruns never overwrite, user mist
 
 from __future__ import annotations
 
+import copy
 import csv
+import functools
 import hashlib
 import json
 from pathlib import Path
@@ -20,11 +22,13 @@ ALL_CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 
 
 def _is_overlay(path: Path) -> bool:
-    """An overlay names no model class: it is put after a complete config (``--config a --config b``)."""
+    """An overlay names no model class and no base (``config:``): it is put after a complete config
+    (``--config a --config b``)."""
     import yaml
 
-    model = (yaml.safe_load(path.read_text()) or {}).get("model") or {}
-    return "class_path" not in model and path.name != "ddp.yaml"
+    config = yaml.safe_load(path.read_text()) or {}
+    names_model = "class_path" in (config.get("model") or {})
+    return not names_model and "config" not in config and path.name != "ddp.yaml"
 
 
 def _is_pretrain(path: Path) -> bool:
@@ -50,13 +54,27 @@ def _single_error_line(err: str) -> str:
     return lines[0]
 
 
+@functools.cache
+def _resolved(path: Path) -> dict:
+    """``fit --config PATH --print_config`` as a dict, once per file (read without capsys, so that two
+    tests share it; callers must not change it)."""
+    import contextlib
+    import io
+
+    import yaml
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["fit", "--config", str(path), "--print_config"]) == 0, path.name
+    return yaml.safe_load(out.getvalue())
+
+
 def test_every_shipped_config_prints(capsys: pytest.CaptureFixture[str]) -> None:
     import yaml
 
     assert len(CONFIGS) >= 14
     for config in CONFIGS:
-        assert main(["fit", "--config", str(config), "--print_config"]) == 0, config.name
-        printed = yaml.safe_load(capsys.readouterr().out)
+        printed = _resolved(config)
         assert printed["model"]["class_path"].endswith("MultiTaskModule"), config.name
         assert printed["trainer"]["use_distributed_sampler"] is False, config.name
         if config.name != "ddp.yaml":  # ddp.yaml is a trainer block to combine with an experiment
@@ -97,6 +115,40 @@ def test_every_overlay_applies_over_the_quickstart(capsys: pytest.CaptureFixture
                 assert [str(x) for x in node] == value, (overlay.name, path)
             elif not isinstance(value, (list, dict)):
                 assert node == value, (overlay.name, path, node, value)
+
+
+def test_every_experiment_sets_only_what_differs_from_its_base() -> None:
+    """An experiment (configs/README.md) names an existing base first, then sets dotted keys only (a
+    nested block would replace the base's whole section), and every value it sets reaches the resolved
+    config and differs from the base's; everything else resolves as in the base."""
+    import yaml
+
+    experiments = [c for c in CONFIGS if "config" in (yaml.safe_load(c.read_text()) or {})]
+    names = {c.name for c in experiments}
+    assert {"pals_sqrt.yaml", "shared.yaml", "continual_gem.yaml", "demo.yaml"} <= names
+    resolved: dict[Path, dict] = {}
+    for path in experiments:
+        raw = yaml.safe_load(path.read_text())
+        assert next(iter(raw)) == "config", path.name
+        base = (path.parent / raw.pop("config")).resolve()
+        assert base.is_file(), (path.name, base)
+        new = copy.deepcopy(resolved.setdefault(path, _resolved(path)))
+        old = copy.deepcopy(resolved.setdefault(base, _resolved(base)))
+        for key, value in raw.items():
+            assert "." in key and key.split(".")[0] in {"trainer", "model", "data"}, (path.name, key)
+            section, _, name = key.rpartition(".")
+            new_node, old_node = new, old
+            for part in section.split("."):
+                new_node, old_node = new_node[part], old_node[part]
+            assert new_node[name] != old_node.get(name), (path.name, key, "same as the base")
+            if isinstance(value, list) and value and isinstance(value[0], dict):  # callbacks
+                assert [c["class_path"] for c in new_node[name]] == [c["class_path"] for c in value], key
+                for given, got in zip(value, new_node[name], strict=True):
+                    assert given.get("init_args", {}).items() <= got["init_args"].items(), (path.name, given)
+            else:
+                assert new_node[name] == value or [str(v) for v in new_node[name]] == value, (path.name, key)
+            new_node[name] = old_node.get(name)  # what remains must be the base's
+        assert new == old, path.name
 
 
 def test_links_give_encoder_tasks_and_pair_encoding_once(
