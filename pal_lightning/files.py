@@ -122,6 +122,7 @@ def atomic_write(
         raise ValueError(f"atomic_write writes whole files: mode must be 'w' or 'wb', not {mode!r}")
     path = Path(path)
     fd, tmp = _temp_beside(path)
+    f: IO[Any]
     try:
         if mode == "wb":
             f = os.fdopen(fd, "wb")

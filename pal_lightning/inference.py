@@ -27,7 +27,7 @@ import torch
 
 from pal_lightning.batch import TASK, resolve_pair_encoding
 from pal_lightning.errors import PalUserError
-from pal_lightning.tasks import TaskSpec
+from pal_lightning.tasks import TaskKind, TaskSpec
 
 #: Label names of the built-in classification tasks (class index -> name).
 BUILTIN_LABEL_NAMES: dict[str, list[str]] = {
@@ -151,7 +151,7 @@ class InferenceMixin:
             spec = self._predict_spec(task)
             if spec.is_regression or len(labels) != spec.num_labels:
                 raise PalUserError(
-                    f"Task {task!r} has {spec.num_labels} label(s) ({spec.kind.value}); got names "
+                    f"Task {task!r} has {spec.num_labels} label(s) ({TaskKind(spec.kind).value}); got names "
                     f"{list(labels)}. Give one name per class of a classification task."
                 )
             current[task] = [str(n) for n in labels]

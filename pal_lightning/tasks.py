@@ -29,6 +29,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 from pal_lightning.errors import PalUserError
 from pal_lightning.plain import to_plain
@@ -154,12 +155,12 @@ class TaskSpec:
     @property
     def is_pair(self) -> bool:
         """Whether an example holds two sentences."""
-        return self.kind.is_pair
+        return TaskKind(self.kind).is_pair  # a TaskKind after __post_init__; the field's type admits str
 
     @property
     def is_regression(self) -> bool:
         """Whether the label is a real score rather than a class."""
-        return self.kind.is_regression
+        return TaskKind(self.kind).is_regression
 
     @property
     def resolved_loss(self) -> str:
@@ -173,7 +174,7 @@ class TaskSpec:
         """The metric that summarises the task (the first of :attr:`metrics`)."""
         return self.metrics[0]
 
-    def replace(self, **changes: object) -> TaskSpec:
+    def replace(self, **changes: Any) -> TaskSpec:
         """A copy with some fields changed (``dataclasses.replace``)."""
         return dataclasses.replace(self, **changes)
 
