@@ -48,9 +48,9 @@ from __future__ import annotations
 import copy
 import logging
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -67,7 +67,7 @@ from pal_lightning.modeling.encoder_state import (
     LoadingInfo,
     plan_pretrained_load,
 )
-from pal_lightning.modeling.layers import IndividualLayerSlot, PALBertLayer, TaskCall
+from pal_lightning.modeling.layers import IndividualLayerSlot, PALBertLayer, TaskCall, task_call
 from pal_lightning.modeling.pal import TaskAdapter, additive_mask
 from pal_lightning.modeling.sharing import (
     FROZEN,
@@ -148,6 +148,32 @@ def _layer_copy(config: BertConfig, layer: nn.Module, index: int) -> PALBertLaye
     return new
 
 
+def individual_copies(bert: BertModel, layers: Sequence[int], groups: Iterable[str]) -> nn.ModuleDict:
+    """Per group of tasks, its copies of ``bert``'s individual ``layers`` (keyed by layer index, each with the
+    layer's current weights); their places in ``bert.encoder.layer`` become parameter-free slots."""
+    shared = bert.encoder.layer
+    copies = nn.ModuleDict()
+    if layers:
+        for group in dict.fromkeys(groups):
+            copies[group] = nn.ModuleDict({str(i): _layer_copy(bert.config, shared[i], i) for i in layers})
+        for i in layers:
+            shared[i] = IndividualLayerSlot(i)  # the copies replace the shared layer
+    return copies
+
+
+def task_adapters(pal: PALConfig, bert_config: BertConfig, names: Sequence[str], size: int) -> nn.ModuleDict:
+    """Per task, its TS_t of width ``size``: PALs beside the layers or a block on top (nothing with
+    ``adapter="none"``)."""
+    width, layers = int(bert_config.hidden_size), pal.layer_indices(int(bert_config.num_hidden_layers))
+    adapters = nn.ModuleDict()
+    for name in names:
+        if pal.in_layers:
+            adapters[name] = TaskAdapter(pal, width, size, layers)
+        elif pal.on_top:
+            adapters[name] = build_top_adapter(pal, bert_config, size)
+    return adapters
+
+
 class MultiTaskBert(nn.Module):
     """A BERT encoder shared by all tasks with a task-specific function TS_t per selected layer.
 
@@ -186,46 +212,14 @@ class MultiTaskBert(nn.Module):
         self.individual_layers: tuple[int, ...] = layers_with(self.layer_sharing, INDIVIDUAL)
         for i in layers_with(self.layer_sharing, FROZEN):
             self.bert.encoder.layer[i].requires_grad_(False)
-        if task_groups and not self.individual_layers:
-            raise PalUserError(
-                f"task_groups {list(task_groups)} share individual (I) layers, but layer_sharing "
-                f"{self.layer_sharing!r} has none: mark the layers to share within groups with I, or drop "
-                "task_groups."
-            )
-        self.task_group: dict[str, str] = resolve_task_groups(task_groups, names)
+        self.task_group: dict[str, str] = resolve_task_groups(task_groups, names, self.layer_sharing)
         """Task -> the name of the group whose copies of the individual layers it uses."""
-        self.individual = self._individual_copies()
+        self.individual = individual_copies(self.bert, self.individual_layers, self.task_group.values())
         self.pal_layers: tuple[int, ...] = self.pal_config.layer_indices(num_layers)
         self.pal_size: int = self.pal_config.resolved_size(self.hidden_size)
-        self.adapters = self._task_adapters(names)
+        self.adapters = task_adapters(self.pal_config, self.bert.config, names, self.pal_size)
         self._start_task_layers()
         self.loading_info: LoadingInfo | None = None
-
-    def _individual_copies(self) -> nn.ModuleDict:
-        """Per group of tasks, its copies of the individual layers (keyed by layer index); their places in
-        ``bert.encoder.layer`` become parameter-free slots."""
-        layers = self.bert.encoder.layer
-        copies = nn.ModuleDict()
-        if self.individual_layers:
-            for group in dict.fromkeys(self.task_group.values()):
-                copies[group] = nn.ModuleDict(
-                    {str(i): _layer_copy(self.bert.config, layers[i], i) for i in self.individual_layers}
-                )
-            for i in self.individual_layers:
-                layers[i] = IndividualLayerSlot(i)  # the copies replace the shared layer
-        return copies
-
-    def _task_adapters(self, names: Sequence[str]) -> nn.ModuleDict:
-        """Per task, its TS_t: PALs beside the layers or a block on top (nothing with ``adapter="none"``)."""
-        adapters = nn.ModuleDict()
-        for name in names:
-            if self.pal_config.in_layers:
-                adapters[name] = TaskAdapter(
-                    self.pal_config, self.hidden_size, self.pal_size, self.pal_layers
-                )
-            elif self.pal_config.on_top:
-                adapters[name] = build_top_adapter(self.pal_config, self.bert.config, self.pal_size)
-        return adapters
 
     @torch.no_grad()
     def _start_task_layers(self) -> None:
@@ -238,9 +232,12 @@ class MultiTaskBert(nn.Module):
         for task, adapter in self.adapters.items():
             start = getattr(adapter, "start_from", None)
             if callable(start):
-                individual = top in self.individual_layers
-                group = self.task_group[task]
-                start(self.individual[group][str(top)] if individual else self.bert.encoder.layer[top])
+                copies = self._copies_of(task)
+                start(
+                    copies[str(top)]
+                    if copies is not None and top in self.individual_layers
+                    else self.bert.encoder.layer[top]
+                )
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -310,7 +307,7 @@ class MultiTaskBert(nn.Module):
             PalUserError: for an unknown encoder, a non-BERT config, a checkpoint lacking encoder weights
                 or with mismatching shapes.
         """
-        directory = local_encoder_dir(resolve_encoder(name_or_path))
+        directory = local_encoder_dir(resolve_encoder(os.fspath(name_or_path)))
         model = cls.from_config(
             read_bert_config(directory, name_or_path),
             tasks,
@@ -374,6 +371,11 @@ class MultiTaskBert(nn.Module):
     def num_layers(self) -> int:
         """L, the number of BERT layers."""
         return int(self.bert.config.num_hidden_layers)
+
+    def _copies_of(self, task: str) -> nn.ModuleDict | None:
+        """The copies of the individual layers ``task`` uses (its group's), ``None`` without I layers."""
+        group = self.task_group[task]
+        return cast(nn.ModuleDict, self.individual[group]) if group in self.individual else None
 
     @property
     def task_names(self) -> tuple[str, ...]:
@@ -445,26 +447,17 @@ class MultiTaskBert(nn.Module):
             PalUserError: for a task the encoder was not built with.
         """
         self.check_task(task)
+        adapter = self.adapters[task] if task in self.adapters else None
+        individual = self._copies_of(task)
         extra: dict[str, Any] = {}
-        group = self.task_group[task]
-        if task in self.adapters or group in self.individual:
-            adapter = self.adapters[task] if task in self.adapters else None
+        if adapter is not None or individual is not None:
             dtype = self.bert.embeddings.word_embeddings.weight.dtype
             mask = additive_mask(attention_mask, dtype) if adapter is not None else None  # once per forward
-            on_top = self.pal_config.on_top
-            extra["pal"] = _TaskCall(
-                None if on_top else adapter,
-                frozenset(self.pal_layers),
-                mask,
-                top=adapter if on_top else None,
-                last=self.num_layers - 1,
-                individual=self.individual[group] if group in self.individual else None,
+            extra["pal"] = task_call(
+                adapter, self.pal_config.on_top, self.pal_layers, self.num_layers, mask, individual
             )
         out = self.bert(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            **extra,
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, **extra
         )
         return out.last_hidden_state
 

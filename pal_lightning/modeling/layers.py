@@ -8,8 +8,9 @@ why it is passed per call instead of stored on the layers).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -32,6 +33,26 @@ class TaskCall:
     last: int = -1
     individual: nn.ModuleDict | None = None
     """The task's copies of the individual layers, keyed by layer index (``None``: no I layer)."""
+
+
+def task_call(
+    adapter: nn.Module | None,
+    on_top: bool,
+    layers: Iterable[int],
+    num_layers: int,
+    mask: torch.Tensor | None,
+    individual: nn.ModuleDict | None,
+) -> TaskCall:
+    """The call of a task whose ``adapter`` works beside ``layers`` or, with ``on_top``, after the last of
+    the encoder's ``num_layers`` layers; ``individual``: its copies of the individual layers."""
+    return TaskCall(
+        None if on_top else cast(TaskAdapter | None, adapter),  # in-layer adapters are TaskAdapters
+        frozenset(layers),
+        mask,
+        top=adapter if on_top else None,
+        last=num_layers - 1,
+        individual=individual,
+    )
 
 
 class IndividualLayerSlot(nn.Module):
@@ -68,7 +89,7 @@ class PALBertLayer(BertLayer):
         super().__init__(config, layer_idx=layer_idx)
         self.layer_index = layer_idx
 
-    def forward(  # type: ignore[override]
+    def forward(
         self,
         hidden_states: torch.Tensor,
         attention_mask: torch.Tensor | None = None,

@@ -90,17 +90,27 @@ def group_name(tasks: Sequence[str]) -> str:
     return "+".join(tasks)
 
 
-def resolve_task_groups(groups: Sequence[Sequence[str]] | None, tasks: Sequence[str]) -> dict[str, str]:
+def resolve_task_groups(
+    groups: Sequence[Sequence[str]] | None, tasks: Sequence[str], regime: str | None = None
+) -> dict[str, str]:
     """Map each task to the name of the group whose copies of the individual layers it uses.
 
     Args:
         groups: lists of tasks that share their individual (I) layers, e.g. ``[["sst", "qqp"]]``; a task
             in no group is a group of its own. ``None``: every task alone.
         tasks: the model's tasks.
+        regime: the parsed layer-sharing regime, to refuse groups when it has no I layer (``None``: not
+            checked).
 
     Raises:
-        PalUserError: for a task that is not the model's, a task in two groups, or an empty group.
+        PalUserError: for groups without I layers, a task that is not the model's, a task in two groups,
+            or an empty group.
     """
+    if groups and regime is not None and INDIVIDUAL not in regime:
+        raise PalUserError(
+            f"task_groups {list(groups)} share individual (I) layers, but layer_sharing {regime!r} has "
+            "none: mark the layers to share within groups with I, or drop task_groups."
+        )
     out: dict[str, str] = {}
     for group in groups or ():
         members = [group] if isinstance(group, str) else list(group)
