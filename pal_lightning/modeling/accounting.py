@@ -114,7 +114,7 @@ class ParameterReport:
 
     def __str__(self) -> str:
         name_w = max([len("task"), *(len(t) for t in self.tasks)])
-        cols = ("adapter W", "adapter b", "head", "stored/task")
+        cols: tuple[str, ...] = ("adapter W", "adapter b", "head", "stored/task")
         has_individual = any(self.individual.values())
         if has_individual:
             cols = ("adapter W", "adapter b", "individual", "head", "stored/task")
@@ -147,7 +147,7 @@ class ParameterReport:
         return "\n".join(lines)
 
 
-def _encoder_and_heads(obj: nn.Module) -> tuple[MultiTaskBert, nn.Module | None]:
+def _encoder_and_heads(obj: nn.Module) -> tuple[MultiTaskBert, nn.ModuleDict | None]:
     if isinstance(obj, MultiTaskBert):
         return obj, None
     encoder = getattr(obj, "encoder", None)

@@ -166,9 +166,10 @@ class TaskAdapter(nn.Module):
         """Weights N(0, 0.02), biases 0; with ``init="zero"`` V^D (weight and bias) is 0 so TS_t = 0."""
         init_like_bert(self)
         if init == "zero":
-            for module in [self.up] if self.shared else list(self.up.values()):  # type: ignore[union-attr]
-                nn.init.zeros_(module.weight)
-                nn.init.zeros_(module.bias)
+            for module in self.up.modules():  # the shared Linear, or each layer's
+                if isinstance(module, nn.Linear):
+                    nn.init.zeros_(module.weight)
+                    nn.init.zeros_(module.bias)
 
     def _proj(self, which: nn.Module, layer: int) -> nn.Module:
         return which if self.shared else which[str(layer)]  # type: ignore[index]
