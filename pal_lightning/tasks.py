@@ -184,73 +184,59 @@ _STARTER = (
     "CS224N minBERT default final project, the starter code's data/ folder "
     "(github.com/gpoesia/minbert-default-final-project):"
 )
+_PAIR_COLUMNS = ("sentence1", "sentence2")
 
 
-def _cs224n(name: str, prefix: str, **kw: object) -> TaskSpec:
+def _cs224n(name: str, prefix: str, source: str, **kw: object) -> TaskSpec:
+    """A task read from the CS224N files ``<prefix>-{train,dev,test-student}.csv``; ``kw``: the fields that
+    differ from :class:`TaskSpec`'s defaults (one sentence, two classes 0..1, accuracy, ``sentiment``)."""
     files = {"train": f"{prefix}-train.csv", "dev": f"{prefix}-dev.csv", "test": f"{prefix}-test-student.csv"}
-    return TaskSpec(name=name, files=files, format="cs224n", **kw)  # type: ignore[arg-type]
+    return TaskSpec(name=name, files=files, format="cs224n", source=_STARTER + source, **kw)  # type: ignore[arg-type]
 
 
 BUILTIN_TASKS: dict[str, TaskSpec] = {
     "sst": _cs224n(
         "sst",
         "ids-sst",
-        kind=TaskKind.SINGLE_CLASSIFICATION,
+        " ids-sst-{train,dev,test-student}.csv: the Stanford Sentiment Treebank, 5 classes (Socher et al., "
+        "2013). Public copy: the Hugging Face dataset SetFit/sst5.",
         num_labels=5,
         label_range=(0, 4),
-        metrics=("accuracy",),
-        text_columns=("sentence",),
-        label_column="sentiment",
         ptb_detokenize=True,
-        source=_STARTER + " ids-sst-{train,dev,test-student}.csv: the Stanford Sentiment Treebank, 5 classes "
-        "(Socher et al., 2013). Public copy: the Hugging Face dataset SetFit/sst5.",
     ),
     "qqp": _cs224n(
         "qqp",
         "quora",
+        " quora-{train,dev,test-student}.csv: Quora Question Pairs (2017), the course's own split. Public "
+        "copy: the Hugging Face dataset nyu-mll/glue, config qqp (GLUE's split).",
         kind=TaskKind.PAIR_CLASSIFICATION,
-        num_labels=2,
-        label_range=(0, 1),
         metrics=("accuracy", "f1"),
-        text_columns=("sentence1", "sentence2"),
+        text_columns=_PAIR_COLUMNS,
         label_column="is_duplicate",
         unquote=True,
-        source=_STARTER + " quora-{train,dev,test-student}.csv: Quora Question Pairs (2017), the course's own "
-        "split. Public copy: the Hugging Face dataset nyu-mll/glue, config qqp (GLUE's split).",
     ),
     "sts": _cs224n(
         "sts",
         "sts",
+        " sts-{train,dev,test-student}.csv: the STS benchmark (Cer et al., 2017), reshuffled by the course. "
+        "Public copy: the Hugging Face dataset nyu-mll/glue, config stsb (GLUE's split).",
         kind=TaskKind.PAIR_REGRESSION,
         num_labels=1,
         label_range=(0, 5),
         metrics=("pearson", "spearman"),
-        text_columns=("sentence1", "sentence2"),
+        text_columns=_PAIR_COLUMNS,
         label_column="similarity",
-        source=_STARTER + " sts-{train,dev,test-student}.csv: the STS benchmark (Cer et al., 2017), reshuffled "
-        "by the course. Public copy: the Hugging Face dataset nyu-mll/glue, config stsb (GLUE's split).",
     ),
     "cfimdb": _cs224n(
         "cfimdb",
         "ids-cfimdb",
-        kind=TaskKind.SINGLE_CLASSIFICATION,
-        num_labels=2,
-        label_range=(0, 1),
-        metrics=("accuracy",),
-        text_columns=("sentence",),
-        label_column="sentiment",
-        source=_STARTER + " ids-cfimdb-{train,dev,test-student}.csv: IMDB movie reviews, positive or negative. "
-        "No public Hugging Face copy of this selection: the folder is needed.",
+        " ids-cfimdb-{train,dev,test-student}.csv: IMDB movie reviews, positive or negative. No public "
+        "Hugging Face copy of this selection: the folder is needed.",
     ),
     "sst2": TaskSpec(
         name="sst2",
-        kind=TaskKind.SINGLE_CLASSIFICATION,
-        num_labels=2,
-        label_range=(0, 1),
-        metrics=("accuracy",),
         format="glue_tsv",
         files={"train": "train_full.tsv", "dev": "dev.tsv", "test": "test.tsv"},
-        text_columns=("sentence",),
         label_column="label",
         id_column=None,
         source="GLUE SST-2 (Wang et al., 2019) as GLUE distributes it: train_full.tsv (GLUE's train.tsv, "
