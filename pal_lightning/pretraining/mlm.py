@@ -27,6 +27,7 @@ from typing import Any
 import lightning.pytorch as pl
 import numpy as np
 import torch
+from lightning.pytorch.utilities.types import OptimizerLRScheduler
 from torch import Tensor
 
 from pal_lightning.distributed import is_main_process, rank
@@ -140,7 +141,7 @@ class MLMPretrainModule(pl.LightningModule):
     # ------------------------------------------------------------------ masking
 
     def _generator(self, stream: int, index: int) -> torch.Generator:
-        words = [int(self.hparams.seed) % (1 << 63), stream, index, rank()]
+        words = [int(self.hparams["seed"]) % (1 << 63), stream, index, rank()]
         return torch.Generator().manual_seed(int(np.random.SeedSequence(words).generate_state(1)[0]))
 
     def mask_batch(self, batch: dict[str, Tensor], generator: torch.Generator) -> dict[str, Tensor]:
@@ -152,9 +153,9 @@ class MLMPretrainModule(pl.LightningModule):
             maskable,
             mask_token_id=int(self.tokenizer.mask_token_id),
             random_ids=self.random_ids,
-            probability=self.hparams.mlm_probability,
+            probability=self.hparams["mlm_probability"],
             generator=generator,
-            word_ids=batch["word_ids"] if self.hparams.whole_word else None,
+            word_ids=batch["word_ids"] if self.hparams["whole_word"] else None,
         )
         return {"input_ids": corrupted, "attention_mask": batch["attention_mask"], "labels": labels}
 
@@ -207,25 +208,26 @@ class MLMPretrainModule(pl.LightningModule):
         if value is not None and math.isfinite(float(value)):
             self.log("val/perplexity", math.exp(min(float(value), 50.0)), sync_dist=True)
 
-    def configure_optimizers(self) -> dict[str, Any]:
+    def configure_optimizers(self) -> OptimizerLRScheduler:
         """AdamW (no decay on biases and LayerNorm weights), linear warmup then decay to 0 at ``max_steps``."""
         max_steps = self.trainer.max_steps
         if max_steps is None or max_steps < 1:
             raise PalUserError(
                 "Masked-language pre-training needs trainer.max_steps (--trainer.max_steps N)."
             )
-        decay, no_decay = [], []
+        decay: list[torch.nn.Parameter] = []
+        no_decay: list[torch.nn.Parameter] = []
         for name, p in self.model.named_parameters():
             if p.requires_grad:
                 (no_decay if name.endswith("bias") or "LayerNorm" in name else decay).append(p)
         optimizer = torch.optim.AdamW(
             [
-                {"params": decay, "weight_decay": self.hparams.weight_decay},
+                {"params": decay, "weight_decay": self.hparams["weight_decay"]},
                 {"params": no_decay, "weight_decay": 0.0},
             ],
-            lr=self.hparams.lr,
+            lr=self.hparams["lr"],
         )
-        warmup = int(round(self.hparams.warmup_ratio * max_steps))
+        warmup = int(round(self.hparams["warmup_ratio"] * max_steps))
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, partial(linear_warmup_decay, warmup=warmup, total=int(max_steps))
         )
@@ -236,7 +238,7 @@ class MLMPretrainModule(pl.LightningModule):
     def on_fit_end(self) -> None:
         """Write the encoder (with its head) and the tokenizer into ``output_dir`` (rank 0)."""
         log_dir = self.trainer.log_dir  # every rank: a broadcast under DDP
-        target = self.hparams.output_dir or (str(Path(log_dir) / ENCODER_FOLDER) if log_dir else None)
+        target = self.hparams["output_dir"] or (str(Path(log_dir) / ENCODER_FOLDER) if log_dir else None)
         if target is None:
             raise PalUserError(
                 "No output_dir and no run folder to write the encoder into; set --model.output_dir."
