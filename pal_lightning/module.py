@@ -58,6 +58,8 @@ from pal_lightning.errors import PalUserError
 from pal_lightning.hub import DEFAULT_ENCODER, resolve_encoder
 from pal_lightning.inference import InferenceMixin
 from pal_lightning.init_weights import load_initial_weights
+from pal_lightning.modeling.config import PALConfig
+from pal_lightning.modeling.encoder import MultiTaskBert
 from pal_lightning.modeling.heads import POOLING_MODES, build_head, check_loss, pool, predict, task_loss
 from pal_lightning.modeling.simcse import SimCSEConfig, as_simcse_config
 from pal_lightning.pretrained import PretrainedMixin
@@ -252,27 +254,26 @@ class MultiTaskModule(
 
     # ------------------------------------------------------------------ building
 
-    def build_encoder(self) -> nn.Module:
+    def build_encoder(self) -> MultiTaskBert:
         """The shared encoder: ``MultiTaskBert`` loaded from ``encoder``, or random from ``bert_config``."""
-        from pal_lightning.modeling import MultiTaskBert, PALConfig
 
         hp = self.hparams
         specs = list(self.task_specs.values())
         pal_kwargs = pal_config_kwargs(hp)
-        if hp.bert_config is not None:
+        if hp["bert_config"] is not None:
             return MultiTaskBert.from_config(
-                dict(hp.bert_config),
+                dict(hp["bert_config"]),
                 specs,
-                attn_implementation=hp.attn_implementation,
+                attn_implementation=hp["attn_implementation"],
                 layer_sharing=hp.get("layer_sharing"),
                 task_groups=hp.get("task_groups"),
                 **pal_kwargs,
             )
         return MultiTaskBert.from_pretrained(
-            resolve_encoder(hp.encoder, hp.get("encoder_revision")),
+            resolve_encoder(hp["encoder"], hp.get("encoder_revision")),
             specs,
             pal=PALConfig(**pal_kwargs),
-            attn_implementation=hp.attn_implementation,
+            attn_implementation=hp["attn_implementation"],
             layer_sharing=hp.get("layer_sharing"),
             task_groups=hp.get("task_groups"),
         )
@@ -282,16 +283,16 @@ class MultiTaskModule(
         hidden = self.encoder.hidden_size
         return nn.ModuleDict(
             {
-                name: build_head(spec, hidden, self.hparams.pair_encoding, self.hparams.dropout)
+                name: build_head(spec, hidden, self.hparams["pair_encoding"], self.hparams["dropout"])
                 for name, spec in self.task_specs.items()
             }
         )
 
     def _apply_freezing(self) -> None:
-        if self.hparams.freeze_encoder:
+        if self.hparams["freeze_encoder"]:
             for _, p in self.encoder.pretrained_parameters():
                 p.requires_grad_(False)
-        elif self.hparams.freeze_embeddings:
+        elif self.hparams["freeze_embeddings"]:
             for p in self.encoder.bert.embeddings.parameters():
                 p.requires_grad_(False)
 
@@ -304,7 +305,7 @@ class MultiTaskModule(
     def setup(self, stage: str) -> None:
         """Copy ``init_from``'s weights in before ``fit`` (a resumed fit then restores its own over them)."""
         if stage == "fit" and self.hparams.get("init_from"):
-            load_initial_weights(self, self.hparams.init_from)
+            load_initial_weights(self, self.hparams["init_from"])
 
     # ------------------------------------------------------------------ model
 
@@ -337,7 +338,7 @@ class MultiTaskModule(
             )
         mask = batch[ATTENTION_MASK]
         hidden = self.encoder(batch[INPUT_IDS], mask, batch.get(TOKEN_TYPE_IDS), task=task)
-        pooled = pool(hidden, mask, self.hparams.pooling)
+        pooled = pool(hidden, mask, self.hparams["pooling"])
         if not self.task_specs[task].is_pair:  # a cross pair's vector is not a sentence's
             self._capture_simcse_view(pooled)
         return pooled, None
@@ -357,7 +358,7 @@ class MultiTaskModule(
         }
         mask = stacked[ATTENTION_MASK]
         hidden = self.encoder(stacked[INPUT_IDS], mask, stacked.get(TOKEN_TYPE_IDS), task=task)
-        pooled = pool(hidden, mask, self.hparams.pooling)
+        pooled = pool(hidden, mask, self.hparams["pooling"])
         self._capture_simcse_view(pooled)  # [a; b]: the sentence order SimCSE uses
         u, v = pooled.chunk(2)
         return u, v

@@ -25,23 +25,26 @@ import os
 from typing import Any
 
 import lightning.pytorch as pl
-import torch
-from lightning.fabric.utilities.apply_func import move_data_to_device
 
-from pal_lightning.batch import LABELS, TASK
 from pal_lightning.continual import continual_metrics
+from pal_lightning.contracts import PhasedData, TaskPredictor, datamodule_of, require
+from pal_lightning.distributed import is_main_process
 from pal_lightning.errors import PalUserError
 from pal_lightning.files import atomic_write, free_name
-from pal_lightning.metrics import build_task_metrics
+from pal_lightning.training.evaluation import evaluate_loader
 
 log = logging.getLogger(__name__)
 
 BASELINE = "baseline"
 
 
-def _plain(value: float) -> float | None:
+def _finite_or_none(value: float) -> float | None:
     """JSON has no NaN: a non-finite score is written as null."""
     return value if math.isfinite(value) else None
+
+
+def _task_predictor(pl_module: pl.LightningModule) -> TaskPredictor:
+    return require(pl_module, TaskPredictor, "ContinualEvaluation", "use a MultiTaskModule (or a subclass).")
 
 
 class ContinualEvaluation(pl.Callback):
@@ -103,20 +106,21 @@ class ContinualEvaluation(pl.Callback):
     # ------------------------------------------------------------------ hooks
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        phases = [[p.task, int(p.start), int(p.end)] for p in self._datamodule_phases(trainer)]
+        data_phases = self._phased_data(trainer).phases
+        phases: list[list[Any]] = [[p.task, int(p.start), int(p.end)] for p in data_phases]
         if self.phases and self.phases != phases:
             raise PalUserError(
                 f"ContinualEvaluation: the checkpoint's phases {self.phases} differ from the data module's "
                 f"{phases}; resume with the same schedule, task_order and steps_per_task."
             )
         self.phases = phases
-        self.tasks = [p[0] for p in phases]
+        self.tasks = [p.task for p in data_phases]
         self._paths = self._free_paths(trainer)
         if self.baseline is None:
             scores = self.evaluate(trainer, pl_module)
             self.baseline = self._row(pl_module, scores)
             self._record(trainer, BASELINE, scores, self.baseline)
-        elif trainer.is_global_zero:
+        elif is_main_process(trainer):
             self._write()  # a resumed run: the new run directory gets the rows so far
 
     def on_train_batch_end(
@@ -125,7 +129,7 @@ class ContinualEvaluation(pl.Callback):
         if not self.phases or len(self.R) >= len(self.phases):
             return
         # Global training batches finished: the same count the data module's phases use.
-        done = trainer.current_epoch * int(trainer.datamodule.steps_per_epoch) + batch_idx + 1
+        done = trainer.current_epoch * int(self._phased_data(trainer).steps_per_epoch) + batch_idx + 1
         phase = self.phases[len(self.R)]
         if done == phase[2]:
             scores = self.evaluate(trainer, pl_module)
@@ -135,47 +139,30 @@ class ContinualEvaluation(pl.Callback):
 
     # ------------------------------------------------------------------ evaluation
 
-    def _datamodule_phases(self, trainer: pl.Trainer) -> list[Any]:
-        dm = getattr(trainer, "datamodule", None)
-        phases = list(getattr(dm, "phases", None) or [])
-        if not phases or not hasattr(dm, "eval_dataloader"):
-            raise PalUserError(
-                "ContinualEvaluation needs a MultiTaskDataModule with schedule='sequential' "
-                "(--data.init_args.schedule sequential)."
-            )
-        return phases
+    def _phased_data(self, trainer: pl.Trainer) -> PhasedData:
+        """The trainer's data module, checked to have the phases of a sequential schedule."""
+        fix = "use a MultiTaskDataModule with schedule='sequential' (--data.init_args.schedule sequential)."
+        data = require(datamodule_of(trainer), PhasedData, "ContinualEvaluation", fix)
+        if not data.phases:
+            raise PalUserError(f"ContinualEvaluation needs the phases of a sequential schedule: {fix}")
+        return data
 
-    @torch.no_grad()
     def evaluate(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, dict[str, float]]:
         """Every metric of every phase task on the evaluation split: ``{task: {metric: value}}``.
 
-        Collective under DDP (torchmetrics merges the ranks' states in ``compute()``): call it on
-        every rank at the same point.
+        The module's own evaluation loop (:func:`~pal_lightning.training.evaluation.evaluate_loader`)
+        with fresh metrics. Collective under DDP (the ranks' counts are summed and torchmetrics merges
+        their states): call it on every rank at the same point.
         """
-        dm = trainer.datamodule
-        loader = dm.eval_dataloader(self.split, self.tasks, self.limit_eval_examples)
-        specs = pl_module.task_specs
-        metrics = {t: build_task_metrics(specs[t]).to(pl_module.device) for t in self.tasks}
-        # Restore every submodule's own mode afterwards (a user may keep parts in eval mode).
-        modes = {m: m.training for m in pl_module.modules()}
-        pl_module.eval()
-        try:
-            with trainer.precision_plugin.forward_context():
-                for batch in loader:
-                    if LABELS not in batch:
-                        continue
-                    batch = move_data_to_device(batch, pl_module.device)
-                    task = batch[TASK]
-                    output = pl_module(batch)
-                    metrics[task].update(pl_module.predict_from_output(task, output), batch[LABELS])
-            # Same order on every rank: compute() is a collective under DDP.
-            return {t: {k: float(v) for k, v in metrics[t].compute().items()} for t in self.tasks}
-        finally:
-            for module, training in modes.items():
-                module.training = training
+        loader = self._phased_data(trainer).eval_dataloader(self.split, self.tasks, self.limit_eval_examples)
+        specs = [_task_predictor(pl_module).task_specs[t] for t in self.tasks]
+        forward_context = trainer.precision_plugin.forward_context()
+        return evaluate_loader(pl_module, loader, specs, forward_context).metrics
 
     def _row(self, pl_module: pl.LightningModule, scores: dict[str, dict[str, float]]) -> list[float]:
-        return [scores[t][pl_module.task_specs[t].main_metric] for t in self.tasks]
+        # a task without a labelled example in the split has no score: NaN (null in the JSON)
+        specs = _task_predictor(pl_module).task_specs
+        return [scores.get(t, {}).get(specs[t].main_metric, math.nan) for t in self.tasks]
 
     # ------------------------------------------------------------------ output
 
@@ -196,7 +183,7 @@ class ContinualEvaluation(pl.Callback):
             values.update({f"continual/{k}": v for k, v in summary.items()})
         for logger in trainer.loggers:  # rank-zero only inside the loggers
             logger.log_metrics(values, step=trainer.global_step)
-        if trainer.is_global_zero:
+        if is_main_process(trainer):
             log.info(
                 "continual: after %s: %s",
                 after,
@@ -213,7 +200,7 @@ class ContinualEvaluation(pl.Callback):
         """
         log_dir = trainer.log_dir or trainer.default_root_dir
         stem = self.filename
-        if trainer.is_global_zero:
+        if is_main_process(trainer):
             stem = free_name(log_dir, self.filename, (".csv", ".json"))
         stem = trainer.strategy.broadcast(stem)
         return os.path.join(log_dir, f"{stem}.csv"), os.path.join(log_dir, f"{stem}.json")
@@ -235,14 +222,16 @@ class ContinualEvaluation(pl.Callback):
             "split": self.split,
             "limit_eval_examples": self.limit_eval_examples,
             "phases": self.phases,
-            "baseline": None if self.baseline is None else [_plain(v) for v in self.baseline],
-            "R": [[_plain(v) for v in r] for r in self.R],
+            "baseline": None if self.baseline is None else [_finite_or_none(v) for v in self.baseline],
+            "R": [[_finite_or_none(v) for v in r] for r in self.R],
             "complete": summary is not None,
-            "metrics": None if summary is None else {k: _plain(v) for k, v in summary.items()},
+            "metrics": None if summary is None else {k: _finite_or_none(v) for k, v in summary.items()},
             "history": [
                 {
                     "after": h["after"],
-                    "scores": {t: {m: _plain(v) for m, v in s.items()} for t, s in h["scores"].items()},
+                    "scores": {
+                        t: {m: _finite_or_none(v) for m, v in s.items()} for t, s in h["scores"].items()
+                    },
                 }
                 for h in self.history
             ],

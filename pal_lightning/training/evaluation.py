@@ -11,13 +11,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 from lightning.fabric.utilities.apply_func import move_data_to_device
 from torch import Tensor, nn
+from torchmetrics import MetricCollection
 
 from pal_lightning.batch import LABELS, TASK
+from pal_lightning.contracts import TaskPredictor, require
 from pal_lightning.distributed import all_reduce_sum
 from pal_lightning.metrics import build_task_metrics, overall_over, scored_task_names
 from pal_lightning.tasks import TaskSpec
@@ -33,12 +35,10 @@ else:
 STAGES = ("val", "test")
 
 
-class ScoredModel(Protocol):
+class EvaluatedModel(TaskPredictor, Protocol):
     """What the evaluation loop needs of a model: a forward, predictions from its output and a loss."""
 
     def __call__(self, batch: Mapping[str, Any]) -> Tensor: ...
-
-    def predict_from_output(self, task: str, output: Tensor) -> Tensor: ...
 
     def compute_loss(self, task: str, output: Tensor, labels: Tensor) -> Tensor: ...
 
@@ -69,15 +69,18 @@ class TaskScorer(nn.Module):
         self._counts: dict[str, int] = {}
         self._loss_sums: dict[str, list[Tensor]] = {}
 
+    def _collection(self, task: str) -> MetricCollection:
+        return cast(MetricCollection, self.collections[task])
+
     def reset(self) -> None:
         """Forget every update (metrics, counts and losses)."""
         self._counts, self._loss_sums = {}, {}
-        for collection in self.collections.values():
-            collection.reset()
+        for name in self.collections:
+            self._collection(name).reset()
 
     def update(self, task: str, predictions: Tensor, labels: Tensor, loss: Tensor | None = None) -> None:
         """Add one batch of ``task``: its predictions, labels and (with ``with_loss``) its mean loss."""
-        self.collections[task].update(predictions, labels)
+        self._collection(task).update(predictions, labels)
         self._counts[task] = self._counts.get(task, 0) + len(labels)
         if self.with_loss and loss is not None:
             # a tensor, so that no batch waits for the device; summed once at the end
@@ -102,15 +105,14 @@ class TaskScorer(nn.Module):
         for i, name in enumerate(names):
             if totals[0, i] <= 0:
                 continue
-            collection = self.collections[name]
-            scores.metrics[name] = {k: float(v) for k, v in collection.compute().items()}
+            scores.metrics[name] = {k: float(v) for k, v in self._collection(name).compute().items()}
             if self.with_loss:
                 scores.losses[name] = float(totals[1, i] / totals[0, i])
         self.reset()
         return scores
 
 
-def score_batch(model: ScoredModel, scorer: TaskScorer, batch: Mapping[str, Any]) -> None:
+def score_batch(model: EvaluatedModel, scorer: TaskScorer, batch: Mapping[str, Any]) -> None:
     """Forward one batch and add it to ``scorer``; a batch without labels (a test split) is skipped."""
     if LABELS not in batch:
         return
@@ -145,8 +147,8 @@ def evaluate_loader(
     In eval mode, without gradients, inside ``forward_context`` (the trainer's precision context).
     Collective under DDP (see :meth:`TaskScorer.compute`): call it on every rank at the same point.
     """
+    model = require(module, EvaluatedModel, "evaluation", "evaluate a MultiTaskModule (or a subclass).")
     scorer = TaskScorer(specs, with_loss=False).to(module.device)
-    model: Any = module
     with eval_mode(module), forward_context:
         for batch in loader:
             score_batch(model, scorer, move_data_to_device(batch, module.device))
@@ -167,6 +169,10 @@ class EvaluationMixin(_ModuleBase):
 
         def _spec(self, batch: Mapping[str, Any]) -> TaskSpec: ...
 
+        def predict_from_output(self, task: str, output: Tensor) -> Tensor: ...
+
+        def compute_loss(self, task: str, output: Tensor, labels: Tensor) -> Tensor: ...
+
     def _init_evaluation(self) -> None:
         self.scorers = nn.ModuleDict({stage: TaskScorer(self.task_specs.values()) for stage in STAGES})
         self.last_scores: dict[str, dict[str, float]] = {}
@@ -185,8 +191,7 @@ class EvaluationMixin(_ModuleBase):
 
     def _eval_step(self, batch: dict[str, Any], stage: str) -> None:
         self._spec(batch)  # a task the model was not built for stops here, with a clear message
-        model: Any = self
-        score_batch(model, self._scorer(stage), batch)
+        score_batch(self, self._scorer(stage), batch)
 
     def _scorer(self, stage: str) -> TaskScorer:
         scorer = self.scorers[stage]

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from pal_lightning.compat import attached_trainer
 from pal_lightning.errors import PalUserError
 
 if TYPE_CHECKING:
@@ -116,8 +117,8 @@ class NonFiniteGuardMixin(_ModuleBase):
         self.log("train/nonfinite_steps", float(self.nonfinite_steps), on_step=True, on_epoch=False)
         loss_bad = bad_loss is not None and bool(bad_loss)
         self.log("train/nonfinite_loss", float(loss_bad), on_step=True, on_epoch=False)
-        if self.nonfinite_in_a_row >= self.hparams.max_nonfinite_steps:
-            step = self.trainer.global_step if self._trainer is not None else -1
+        if self.nonfinite_in_a_row >= self.hparams["max_nonfinite_steps"]:
+            step = self.trainer.global_step if attached_trainer(self) is not None else -1
             raise NonFiniteTrainingError(nonfinite_message(self.nonfinite_in_a_row, loss_bad, tasks, step))
 
     def _scaler_handles_overflow(self) -> bool:
@@ -126,7 +127,7 @@ class NonFiniteGuardMixin(_ModuleBase):
         A genuinely non-finite loss keeps overflowing until the halved scale falls below 1; from
         then on the steps count towards ``max_nonfinite_steps``.
         """
-        if self._trainer is None:
+        if attached_trainer(self) is None:
             return False
         scaler = getattr(self.trainer.precision_plugin, "scaler", None)
         if scaler is None or not scaler.is_enabled():

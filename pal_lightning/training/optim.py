@@ -19,6 +19,8 @@ from pal_lightning.modeling.param_groups import GroupRates, build_parameter_grou
 if TYPE_CHECKING:
     import lightning.pytorch as pl
 
+    from pal_lightning.modeling.encoder import MultiTaskBert
+
     _ModuleBase = pl.LightningModule
 else:
     _ModuleBase = object
@@ -106,6 +108,8 @@ class OptimizerMixin(_ModuleBase):
     :class:`~pal_lightning.modeling.MultiTaskBert`).
     """
 
+    encoder: MultiTaskBert
+
     def parameter_groups(self) -> list[dict[str, Any]]:
         """AdamW parameter groups of the trainable parameters, each with its peak learning rate.
 
@@ -117,13 +121,13 @@ class OptimizerMixin(_ModuleBase):
         biases do not scale with the input).
         """
         hp = self.hparams
-        encoder: Any = self.encoder
+        encoder = self.encoder
         adapter_lr = hp.get("adapter_lr")
         rates = GroupRates(
-            lr=hp.lr,
-            adapter_lr=hp.head_lr if adapter_lr is None else adapter_lr,
-            head_lr=hp.head_lr,
-            weight_decay=hp.weight_decay,
+            lr=hp["lr"],
+            adapter_lr=hp["head_lr"] if adapter_lr is None else adapter_lr,
+            head_lr=hp["head_lr"],
+            weight_decay=hp["weight_decay"],
             layer_lr_decay=hp.get("layer_lr_decay", 1.0),
             num_layers=encoder.num_layers,
         )
@@ -150,9 +154,9 @@ class OptimizerMixin(_ModuleBase):
                 "No trainable parameters: freeze_encoder with adapter='none' and frozen heads?"
             )
         hp = self.hparams
-        optimizer = torch.optim.AdamW(groups, lr=hp.lr, weight_decay=hp.weight_decay)
+        optimizer = torch.optim.AdamW(groups, lr=hp["lr"], weight_decay=hp["weight_decay"])
         total = self.total_training_steps()
-        warmup = warmup_steps_of(total, hp.warmup_steps, hp.warmup_ratio)
+        warmup = warmup_steps_of(total, hp["warmup_steps"], hp["warmup_ratio"])
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, partial(linear_warmup_decay, warmup=warmup, total=total)
         )

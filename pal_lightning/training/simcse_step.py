@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from torch import Tensor
 
 from pal_lightning.batch import ATTENTION_MASK, INPUT_IDS, TOKEN_TYPE_IDS
+from pal_lightning.compat import attached_trainer
 from pal_lightning.errors import PalUserError
 from pal_lightning.modeling.heads import pool
 from pal_lightning.modeling.simcse import SimCSEConfig, simcse_batch_loss
@@ -22,6 +23,8 @@ from pal_lightning.tasks import TaskSpec
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
+
+    from pal_lightning.modeling.encoder import MultiTaskBert
 
     _ModuleBase = pl.LightningModule
 else:
@@ -33,6 +36,7 @@ class SimCSEStepMixin(_ModuleBase):
 
     simcse: SimCSEConfig | None
     task_specs: dict[str, TaskSpec]
+    encoder: MultiTaskBert
 
     if TYPE_CHECKING:  # provided by the module
 
@@ -65,7 +69,7 @@ class SimCSEStepMixin(_ModuleBase):
         cfg = self.simcse
         if cfg is None or cfg.weight == 0 or task not in cfg.active_tasks(self.task_specs):
             return False
-        step = self.trainer.global_step if self._trainer is not None else 0
+        step = self.trainer.global_step if attached_trainer(self) is not None else 0
         return step % cfg.every_k_steps == 0
 
     @contextmanager
@@ -99,8 +103,8 @@ class SimCSEStepMixin(_ModuleBase):
         """
         assert self.simcse is not None, "simcse_loss needs a SimCSEConfig (--model.simcse)"
         spec = self._spec(batch)
-        mode = self.hparams.pooling
-        encoder: Any = self.encoder
+        mode = self.hparams["pooling"]
+        encoder = self.encoder
 
         def encode(inputs: Mapping[str, Tensor]) -> Tensor:
             mask = inputs[ATTENTION_MASK]
