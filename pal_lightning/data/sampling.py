@@ -35,8 +35,9 @@ from dataclasses import dataclass, field
 
 from pal_lightning.errors import PalUserError
 
-#: Sampling schedules understood by :class:`SamplingSchedule`.
-SCHEDULES = ("proportional", "sqrt", "uniform", "round_robin", "annealed", "weights")
+#: Sampling schedules understood by :class:`SamplingSchedule` (the values of ``--data.sampling``; not
+#: to be confused with the task schedule ``--data.schedule``, interleaved or sequential).
+SAMPLING_SCHEDULES = ("proportional", "sqrt", "uniform", "round_robin", "annealed", "weights")
 #: Fixed alpha of the non-annealed random schedules.
 FIXED_ALPHA = {"proportional": 1.0, "sqrt": 0.5, "uniform": 0.0}
 
@@ -140,7 +141,7 @@ class SamplingSchedule:
     """
 
     name: str = "annealed"
-    """One of :data:`SCHEDULES`."""
+    """One of :data:`SAMPLING_SCHEDULES`."""
     num_epochs: int = 1
     """Annealing horizon ``E`` (only used by ``annealed``)."""
     weights: dict[str, float] | None = field(default=None)
@@ -150,9 +151,9 @@ class SamplingSchedule:
     e.g. ``{sst2: 0.1}`` draws a large auxiliary task a tenth as often (:func:`apply_multipliers`)."""
 
     def __post_init__(self) -> None:
-        if self.name not in SCHEDULES:
+        if self.name not in SAMPLING_SCHEDULES:
             raise PalUserError(
-                f"Unknown sampling schedule {self.name!r}. Choose one of {', '.join(SCHEDULES)} "
+                f"Unknown sampling schedule {self.name!r}. Choose one of {', '.join(SAMPLING_SCHEDULES)} "
                 "(--data.sampling ...)."
             )
         if self.num_epochs < 1:
@@ -212,3 +213,18 @@ class SamplingSchedule:
         alpha = self.alpha(epoch)
         assert alpha is not None
         return apply_multipliers(task_probabilities(dict(sizes), alpha), self.multipliers)  # type: ignore[arg-type]
+
+
+def __getattr__(name: str) -> object:
+    """``SCHEDULES``, the old name of :data:`SAMPLING_SCHEDULES`, still works with a warning."""
+    if name == "SCHEDULES":
+        import warnings
+
+        warnings.warn(
+            "pal_lightning.data.sampling.SCHEDULES is now SAMPLING_SCHEDULES (the task schedule, interleaved "
+            "or sequential, is pal_lightning.data.phase_plan.TASK_SCHEDULES).",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return SAMPLING_SCHEDULES
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

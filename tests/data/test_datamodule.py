@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-import pal_lightning.data.datamodule as dm_mod
+import pal_lightning.data.split_cache as split_cache_mod
 from pal_lightning.data import MultiTaskDataModule
 from pal_lightning.errors import PalUserError
 from pal_lightning.testing import quiet_trainer
@@ -82,8 +82,8 @@ def test_cache_hit_skips_reading_and_tokenising(data_dir, tmp_path, monkeypatch)
     def boom(*a, **k):
         raise AssertionError("cache miss: the file was read/tokenised again")
 
-    monkeypatch.setattr(dm_mod, "read_split", boom)
-    monkeypatch.setattr(dm_mod, "encode_split", boom)
+    monkeypatch.setattr(split_cache_mod, "read_split", boom)
+    monkeypatch.setattr(split_cache_mod, "encode_split", boom)
     second = make_dm(data_dir, tmp_path)
     second.setup("fit")
     for t in ("sst", "qqp", "sts"):
@@ -217,7 +217,7 @@ def test_trainer_epochs_reach_sampler_and_resume_mid_epoch(data_dir, tmp_path):
     # the epoch reached the sampler: epoch 1 is a different order; and the Trainer was fixed up
     assert [s[1:] for s in full.seen[:steps]] != [s[1:] for s in full.seen[steps:]]
     assert trainer._accelerator_connector.use_distributed_sampler is False
-    assert trainer.datamodule.schedule.num_epochs == 2  # anneal_epochs=None -> trainer.max_epochs
+    assert trainer.datamodule.sampling_schedule.num_epochs == 2  # anneal_epochs=None -> trainer.max_epochs
     # rebuilding the loader every epoch gives the same sequence
     reloaded, _ = fit(make_dm(data_dir, tmp_path, **kw), tmp_path / "r", reload_dataloaders_every_n_epochs=1)
     assert reloaded.seen == full.seen
@@ -282,7 +282,7 @@ def test_annealing_horizon_from_max_steps_reaches_the_sampler(tmp_path):
     dm = make_dm(data, tmp_path, sampling="annealed", steps_per_epoch=50, cache_dir=False)
     model, trainer = fit(dm, tmp_path / "run", max_epochs=None, max_steps=200)
     assert trainer.global_step == 200 and trainer.current_epoch == 4
-    assert dm.schedule.num_epochs == 4  # ceil(200 / 50), not 1 (which would be proportional sampling)
+    assert dm.sampling_schedule.num_epochs == 4  # ceil(200 / 50), not 1 (which would be proportional sampling)
     sizes = {"sst": 8, "qqp": 401, "sts": 8}  # the fixture adds one quoted qqp row
     assert dm.train_sizes == sizes
     for epoch in range(4):

@@ -1,0 +1,115 @@
+"""A dataclass of options as a class's keyword arguments, documented once.
+
+An options dataclass documents each field with a string right under it (an attribute docstring, as
+``PALConfig`` and ``TaskSpec`` do). Python drops those strings at run time, so the tools that build
+a command line or a help page from a constructor (``inspect.signature``, jsonargparse behind
+LightningCLI, ``help()``) would see neither the fields nor their documentation of a class that takes
+``**options``. :func:`takes_fields` gives such a class the dataclass's fields as its ``__init__``
+signature and appends their docstrings as the ``Args:`` section of the class docstring: every field
+is then one documented argument (``--data.batch_size``), and a new option is added in one place.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import textwrap
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+__all__ = ["args_section", "bind_fields", "field_docs", "fields_signature", "takes_fields"]
+
+C = TypeVar("C", bound=type)
+
+
+def field_docs(config_class: type) -> dict[str, str]:
+    """The docstring under each field of ``config_class``, read from its source (``{}`` without one).
+
+    Only the class's own body is read (fields of base classes are not looked up): the options
+    classes here are flat.
+    """
+    try:
+        source = textwrap.dedent(inspect.getsource(config_class))
+    except (OSError, TypeError):  # no source (a frozen or generated class): no docs, still usable
+        return {}
+    body = ast.parse(source).body[0].body  # type: ignore[attr-defined]
+    docs: dict[str, str] = {}
+    for node, following in zip(body, body[1:], strict=False):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(following, ast.Expr)
+            and isinstance(following.value, ast.Constant)
+            and isinstance(following.value.value, str)
+        ):
+            docs[node.target.id] = inspect.cleandoc(following.value.value)
+    return docs
+
+
+def fields_signature(config_class: type) -> inspect.Signature:
+    """``(self, <every field with its annotation and default>)``: the signature of a constructor
+    that takes the fields of the dataclass ``config_class`` as arguments.
+
+    The annotations are resolved to types (the module may use ``from __future__ import annotations``)
+    so that jsonargparse parses and checks each value as it would for a hand-written signature.
+    """
+    import typing
+
+    hints = typing.get_type_hints(config_class)
+    params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    for f in dataclasses.fields(config_class):
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = inspect.Parameter.empty
+        params.append(
+            inspect.Parameter(
+                f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default, annotation=hints[f.name]
+            )
+        )
+    return inspect.Signature(params, return_annotation=None)
+
+
+def args_section(config_class: type, indent: str = "    ") -> str:
+    """A Google-style ``Args:`` section with one entry per documented field of ``config_class``."""
+    lines = ["Args:"]
+    for name, doc in field_docs(config_class).items():
+        body = doc.splitlines() or [""]
+        lines.append(f"{indent}{name}: {body[0]}")
+        lines.extend(f"{indent * 2}{line}".rstrip() for line in body[1:])
+    return "\n".join(lines)
+
+
+def takes_fields(config_class: type) -> Callable[[C], C]:
+    """Class decorator: the decorated class's ``__init__(self, *args, **options)`` takes the fields of
+    ``config_class``, as far as signatures and docstrings tell.
+
+    It sets ``__init__.__signature__`` to :func:`fields_signature` and appends :func:`args_section`
+    to the class docstring (which must not hold an ``Args:`` section of its own). The ``__init__``
+    binds its arguments with :func:`bind_fields`.
+    """
+
+    def decorate(cls: C) -> C:
+        init: Any = cls.__init__
+        init.__signature__ = fields_signature(config_class)
+        doc = inspect.cleandoc(cls.__doc__ or "")
+        cls.__doc__ = f"{doc}\n\n{args_section(config_class)}\n" if doc else args_section(config_class)
+        return cls
+
+    return decorate
+
+
+def bind_fields(config_class: type[Any], args: tuple[Any, ...], options: dict[str, Any]) -> Any:
+    """``config_class(...)`` from the positional and keyword arguments of a :func:`takes_fields` class.
+
+    Raises:
+        TypeError: for an unknown argument or one given twice, worded as Python words it for a
+            hand-written signature.
+    """
+    bound = fields_signature(config_class).bind(None, *args, **options)
+    values = dict(bound.arguments)
+    values.pop("self")
+    return config_class(**values)

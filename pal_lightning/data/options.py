@@ -1,0 +1,188 @@
+"""The options of :class:`~pal_lightning.data.MultiTaskDataModule`, documented once.
+
+:class:`DataConfig` is the one place an option is declared and documented: the data module takes its
+fields as keyword arguments (:func:`pal_lightning.config_fields.takes_fields`), so LightningCLI shows
+each as ``--data.<field>`` with the docstring below it, and ``DataConfig.hparams`` is what the data
+module saves as hyper-parameters. Checks that need only the options themselves run when a
+``DataConfig`` is built; the ones that need the task list run in the data module.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from pal_lightning.data.phase_plan import SEQUENTIAL, check_task_schedule
+from pal_lightning.data.readers import BAD_ROW_POLICIES, SPLITS
+from pal_lightning.data.sampling import SAMPLING_SCHEDULES
+from pal_lightning.data.tokenize import default_cache_dir
+from pal_lightning.errors import PalUserError
+from pal_lightning.hub import DEFAULT_ENCODER
+from pal_lightning.tasks import TaskSpec, resolve_tasks, task_to_hparam
+
+__all__ = ["DataConfig", "resolve_cache_dir"]
+
+
+@dataclass
+class DataConfig:
+    """The data module's options, as given (the data module resolves them against the tasks).
+
+    Raises:
+        PalUserError: for an unknown ``sampling``, ``on_bad_row``, ``schedule`` or predict split, a
+            size below its minimum, or options of one task schedule given to the other.
+    """
+
+    tasks: Sequence[str | TaskSpec | dict[str, Any]] = ("sst", "qqp", "sts")
+    """Task names, :class:`~pal_lightning.tasks.TaskSpec` objects or dicts of TaskSpec fields."""
+
+    tokenizer: str = DEFAULT_ENCODER
+    """Encoder name or path whose (fast) tokenizer is used."""
+
+    data_dir: str | os.PathLike[str] | None = None
+    """Folder of the data files; default ``$PAL_DATA_DIR``, else ``./data``. When none of the three is
+    there, the built-in tasks with a public Hugging Face copy read it through ``datasets``
+    (``pal_lightning.data.hf_sources``; ``demo`` is the small set shipped with the package)."""
+
+    batch_size: int | dict[str, int] = 32
+    """Training batch size per rank, one int or a ``task -> int`` mapping."""
+
+    eval_batch_size: int | dict[str, int] = 128
+    """Validation/test/predict batch size per rank (int or mapping)."""
+
+    max_length: int = 128
+    """Longest tokenised sequence (special tokens included); longer ones are truncated."""
+
+    pair_encoding: str | dict[str, str] = "cross"
+    """``cross`` or ``siamese``, or a per-task mapping (see ``batch.resolve_pair_encoding``)."""
+
+    sampling: str = "annealed"
+    """``proportional`` | ``sqrt`` | ``uniform`` | ``round_robin`` | ``annealed`` | ``weights``."""
+
+    task_weights: dict[str, float] | None = None
+    """Per-task weights for ``sampling="weights"``."""
+
+    task_multipliers: dict[str, float] | None = None
+    """Per-task factors on the sampling probabilities of any random schedule, renormalised
+    (``p'_i = m_i p_i / sum_j m_j p_j``; tasks not named keep 1), e.g. to draw a large auxiliary task
+    less often: ``{sst2: 0.1}``. The same pure function of the epoch on every rank, so DDP ranks still
+    draw the same task."""
+
+    steps_per_epoch: int | None = None
+    """Training steps per epoch per rank; ``None`` = one pass over the data
+    (``sum_t ceil(N_t / (B_t * world_size))``)."""
+
+    anneal_epochs: int | None = None
+    """Annealing horizon ``E``; ``None`` = ``trainer.max_epochs`` (from ``max_steps`` when training is
+    step-based; 1 without a trainer)."""
+
+    on_bad_row: str = "skip"
+    """``skip`` (drop and warn once per file) or ``error``."""
+
+    detokenize: bool = True
+    """Undo PTB tokens for tasks that ask for it (SST)."""
+
+    group_by_length: bool = False
+    """Batch training examples of similar length together (less padding)."""
+
+    cache_dir: bool | str | os.PathLike[str] | None = None
+    """Tokenisation cache folder; ``None`` = ``$PAL_CACHE_DIR`` or ``~/.cache/pal_lightning``; ``False``
+    disables the cache."""
+
+    num_workers: int = 0
+    """DataLoader worker processes."""
+
+    seed: int = 42
+    """Seed of the task and example order (with the epoch)."""
+
+    predict_splits: Sequence[str] = ("dev", "test")
+    """Splits served by ``predict_dataloader`` (``dev`` and/or ``test``)."""
+
+    limit_examples: int | None = None
+    """Keep only the first N examples of every split of every task (quick runs)."""
+
+    schedule: str = "interleaved"
+    """The task schedule: ``interleaved`` (every step draws a task by ``sampling``) or ``sequential``
+    (continual learning: the tasks of ``task_order`` one after another; ``sampling`` is not used)."""
+
+    task_order: Sequence[str] | None = None
+    """Order of the sequential phases; default the task list. Any subset of the tasks, each at most
+    once (tasks left out are never trained)."""
+
+    steps_per_task: int | dict[str, int] | None = None
+    """Training batches per phase (int, or ``task -> int`` with an optional ``default``)."""
+
+    epochs_per_task: int | float | None = None
+    """Passes over each task's training data per phase (``ceil(e * ceil(N_t / (B_t W)))`` batches); the
+    default (1) when neither this nor ``steps_per_task`` is given."""
+
+    tokenizer_revision: str | None = None
+    """Hub branch, tag or commit of ``tokenizer`` (linked to the model's ``encoder_revision`` by the
+    CLI)."""
+
+    def __post_init__(self) -> None:
+        if self.sampling not in SAMPLING_SCHEDULES:
+            raise PalUserError(
+                f"Unknown sampling {self.sampling!r}; choose one of {', '.join(SAMPLING_SCHEDULES)}."
+            )
+        if self.on_bad_row not in BAD_ROW_POLICIES:
+            raise PalUserError(f"on_bad_row must be one of {BAD_ROW_POLICIES}, got {self.on_bad_row!r}.")
+        if any(s not in SPLITS for s in self.predict_splits):
+            raise PalUserError(f"predict_splits must be among {SPLITS}, got {list(self.predict_splits)}.")
+        _check_at_least("steps_per_epoch", self.steps_per_epoch, 1, " or None")
+        check_task_schedule(self.schedule, self.task_order, self.steps_per_task, self.epochs_per_task)
+        _check_at_least("limit_examples", self.limit_examples, 1, " or None")
+        _check_at_least("max_length", self.max_length, 8)
+        if self.task_multipliers and self.schedule == SEQUENTIAL:
+            raise PalUserError(
+                "task_multipliers scale the draws of the interleaved schedule; the sequential schedule trains "
+                "its phases in order. Drop task_multipliers, or use --data.schedule interleaved."
+            )
+
+    def hparams(self) -> dict[str, Any]:
+        """The options as plain values (lists, dicts, strings), so checkpoints load with
+        ``weights_only=True``; the tasks as given (names stay names), not as read."""
+        plain = {f.name: getattr(self, f.name) for f in fields(self)}
+        plain.update(
+            tasks=[task_to_hparam(s) for s in resolve_tasks(self.tasks)],
+            tokenizer=str(self.tokenizer),
+            data_dir=None if self.data_dir is None else str(self.data_dir),
+            task_weights=None if self.task_weights is None else dict(self.task_weights),
+            task_multipliers=dict(self.task_multipliers) if self.task_multipliers else None,
+            cache_dir=self.cache_dir
+            if self.cache_dir is None or isinstance(self.cache_dir, bool)
+            else str(self.cache_dir),
+            predict_splits=list(self.predict_splits),
+            task_order=None if self.task_order is None else [str(t) for t in self.task_order],
+            steps_per_task=dict(self.steps_per_task)
+            if isinstance(self.steps_per_task, Mapping)
+            else self.steps_per_task,
+        )
+        return plain
+
+
+def _check_at_least(name: str, value: int | None, low: int, or_none: str = "") -> None:
+    if value is not None and value < low:
+        raise PalUserError(f"{name} must be >= {low}{or_none}, got {value}.")
+
+
+def resolve_cache_dir(value: bool | str | os.PathLike[str] | None) -> Path | None:
+    """The cache folder, or ``None`` when caching is off.
+
+    ``None``/``True`` pick :func:`~pal_lightning.data.tokenize.default_cache_dir`; ``False`` turns the
+    cache off. Strings spelling these values (``"false"``, ``"null"``, as config parsers may hand
+    them over) mean the same, so no folder named ``False`` is ever created.
+    """
+    if isinstance(value, str):
+        word = value.strip().lower()
+        if word in ("false", "off", "no", "0"):
+            return None
+        if word in ("", "none", "null", "true", "on", "yes", "1"):
+            return default_cache_dir()
+    if value is False:
+        return None
+    if value is None or value is True:
+        return default_cache_dir()
+    return Path(value).expanduser()

@@ -1,0 +1,71 @@
+"""The data module shards its loaders by rank itself; what that needs from the Trainer.
+
+* :func:`shard_of`: the world size and rank to shard for (the trainer's, else the process group's);
+* :func:`turn_off_distributed_sampler`: Lightning must not wrap the loaders in a
+  ``DistributedSampler`` (duplicated evaluation examples, a broken task schedule);
+* :func:`fit_batches_consumed`: how far the Trainer really got in the current epoch, for resuming
+  (it prefetches, so the sampler's own count runs ahead).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from pal_lightning import distributed
+from pal_lightning.errors import PalUserError
+
+if TYPE_CHECKING:
+    import lightning.pytorch as pl
+
+__all__ = ["fit_batches_consumed", "shard_of", "turn_off_distributed_sampler"]
+
+log = logging.getLogger(__name__)
+
+
+def shard_of(trainer: pl.Trainer | None) -> tuple[int, int]:
+    """``(world size, global rank)``: the trainer's, else the process group's, else ``(1, 0)``."""
+    if trainer is not None:
+        return int(trainer.world_size), int(trainer.global_rank)
+    if distributed.is_distributed():
+        return distributed.world_size(), distributed.rank()
+    return 1, 0
+
+
+def turn_off_distributed_sampler(trainer: pl.Trainer | None) -> None:
+    """Switch the trainer's ``use_distributed_sampler`` off (our samplers shard by rank themselves).
+
+    Raises:
+        PalUserError: under DDP, when this Lightning version has no such switch to turn off.
+    """
+    if trainer is None:
+        return
+    # Lightning reads the flag from its private accelerator connector when it builds the loaders,
+    # after the data module's setup; setting it there is the only way to fix a Trainer built without
+    # use_distributed_sampler=False (there is no public setter).
+    connector = getattr(trainer, "_accelerator_connector", None)
+    if connector is not None and hasattr(connector, "use_distributed_sampler"):
+        if connector.use_distributed_sampler:
+            connector.use_distributed_sampler = False
+            if distributed.is_main_process():
+                log.info(
+                    "MultiTaskDataModule shards data itself: set Trainer(use_distributed_sampler=False)."
+                )
+    elif trainer.world_size > 1:
+        raise PalUserError(
+            "MultiTaskDataModule needs Trainer(use_distributed_sampler=False) under DDP; pass it to the "
+            "Trainer (--trainer.use_distributed_sampler false)."
+        )
+
+
+def fit_batches_consumed(trainer: pl.Trainer | None) -> int | None:
+    """Training batches of the current epoch the Trainer has processed, or ``None`` outside ``fit``
+    (the sampler then falls back to its own count)."""
+    if trainer is None:
+        return None
+    try:
+        if trainer.state.fn != "fit":
+            return None
+        return int(trainer.fit_loop.epoch_loop.batch_progress.current.processed)
+    except AttributeError:  # another Lightning layout: fall back to the sampler's own count
+        return None

@@ -1,0 +1,193 @@
+"""Every split read, validated and tokenised once: in memory for the run, on disk across runs.
+
+:class:`SplitCache` is what the data module asks for a split. The disk cache
+(:mod:`pal_lightning.data.tokenize`) is keyed by the source's fingerprint (file size and time, or
+the hub dataset's), the tokenizer's, and every setting that changes the tokens
+(:meth:`SplitCache.settings`), so a changed file or option is read again, never served stale.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from pal_lightning.data import hf_sources
+from pal_lightning.data.readers import rank_zero, read_split, resolve_source, source_exists, warn_bad_rows
+from pal_lightning.data.tokenize import (
+    TokenizedSplit,
+    cache_key,
+    cache_path,
+    encode_split,
+    file_fingerprint,
+    load_cached,
+    save_cached,
+    tokenizer_fingerprint,
+)
+from pal_lightning.errors import PalUserError
+from pal_lightning.tasks import TaskSpec
+
+__all__ = ["SplitCache", "load_fast_tokenizer"]
+
+log = logging.getLogger(__name__)
+
+#: The TaskSpec fields that decide how a split is read, hence part of the cache key.
+_SPEC_FIELDS = (
+    "format",
+    "kind",
+    "num_labels",
+    "label_range",
+    "text_columns",
+    "label_column",
+    "id_column",
+    "hf_path",
+    "hf_name",
+    "ptb_detokenize",
+    "unquote",
+)
+
+
+def load_fast_tokenizer(name: str, revision: str | None) -> Any:
+    """The fast (Rust) tokenizer of encoder ``name`` (offline-safe via ``resolve_encoder``).
+
+    Raises:
+        PalUserError: when the encoder has no fast tokenizer.
+    """
+    from transformers import AutoTokenizer
+
+    from pal_lightning.hub import resolve_encoder
+
+    tok = AutoTokenizer.from_pretrained(resolve_encoder(name, revision))
+    if not getattr(tok, "is_fast", False):
+        raise PalUserError(
+            f"The tokenizer of {name!r} has no fast (Rust) version; pal-lightning needs "
+            "one. Save the encoder with a tokenizer.json, or pick another encoder."
+        )
+    return tok
+
+
+class SplitCache:
+    """Reads, validates and tokenises the splits of some tasks, each once (see the module docstring).
+
+    Args:
+        specs: the tasks, as read (built-in tasks may read their hub copy).
+        data_dir: the data folder.
+        cache_dir: the disk cache folder; ``None`` keeps splits in memory only.
+        tokenizer_name, tokenizer_revision: the encoder whose tokenizer is used (loaded on first use).
+        max_length: longest tokenised sequence.
+        pair_encodings: ``cross`` or ``siamese`` per task.
+        on_bad_row: ``skip`` or ``error``.
+        detokenize: undo PTB tokens for the tasks that ask for it.
+        limit_examples: keep the first N examples of every split (``None``: all).
+    """
+
+    def __init__(
+        self,
+        specs: list[TaskSpec],
+        data_dir: Path,
+        cache_dir: Path | None,
+        tokenizer_name: str,
+        tokenizer_revision: str | None,
+        max_length: int,
+        pair_encodings: dict[str, str],
+        on_bad_row: str,
+        detokenize: bool,
+        limit_examples: int | None,
+    ) -> None:
+        self.specs = {s.name: s for s in specs}
+        self.data_dir, self.cache_dir = data_dir, cache_dir
+        self.tokenizer_name, self.tokenizer_revision = tokenizer_name, tokenizer_revision
+        self.max_length, self.pair_encodings = max_length, pair_encodings
+        self.on_bad_row, self.detokenize, self.limit_examples = on_bad_row, detokenize, limit_examples
+        self._tokenizer: Any = None
+        self._tokenizer_fp: str | None = None
+        self._loaded: dict[tuple[str, str], TokenizedSplit] = {}
+        # splits whose bad rows were already reported (prepare_data reads, setup reloads from the cache)
+        self._bad_rows_reported: set[tuple[str, str]] = set()
+
+    @property
+    def tokenizer(self) -> Any:
+        """The encoder's fast tokenizer (loaded on first use)."""
+        if self._tokenizer is None:
+            self._tokenizer = load_fast_tokenizer(self.tokenizer_name, self.tokenizer_revision)
+        return self._tokenizer
+
+    def exists(self, spec: TaskSpec, split: str) -> bool:
+        """Whether ``split`` of ``spec`` is there (its file exists, or its dataset has the split)."""
+        return source_exists(spec, resolve_source(spec, split, self.data_dir), self.data_dir)
+
+    def forget(self) -> None:
+        """Drop the splits held in memory (the disk cache keeps them)."""
+        self._loaded.clear()
+
+    def settings(self, spec: TaskSpec, split: str) -> dict[str, Any]:
+        """Everything besides the source and the tokenizer that changes a split's tokens."""
+        out: dict[str, Any] = {f: getattr(spec, f, None) for f in _SPEC_FIELDS}
+        out["kind"] = spec.kind.value
+        out.update(
+            split=split,
+            max_length=self.max_length,
+            pair_encoding=self.pair_encodings[spec.name] if spec.is_pair else None,
+            detokenize=self.detokenize,
+            on_bad_row=self.on_bad_row,
+        )
+        return out
+
+    def _source_fingerprint(self, spec: TaskSpec, split: str) -> str:
+        src = resolve_source(spec, split, self.data_dir)
+        assert src is not None
+        if src.is_file:
+            return "file:" + file_fingerprint(src.location)
+        assert src.hf_split is not None
+        return "hf:" + hf_sources.fingerprint(spec, src.hf_split, self.data_dir, split)
+
+    def _cache_file(self, spec: TaskSpec, split: str) -> Path | None:
+        if self.cache_dir is None:
+            return None
+        if self._tokenizer_fp is None:
+            self._tokenizer_fp = tokenizer_fingerprint(self.tokenizer)
+        key = cache_key(self._source_fingerprint(spec, split), self._tokenizer_fp, self.settings(spec, split))
+        return cache_path(self.cache_dir, spec.name, split, key)
+
+    def load(self, task: str, split: str, report: bool = True) -> TokenizedSplit:
+        """Read, validate and tokenise one split (from the cache when possible); logs row counts.
+
+        ``limit_examples`` is applied to the result. ``report=False`` (``prepare_data`` filling the
+        cache) does not repeat the bad-row warning of a split read from the cache: it is given once,
+        when the split is read, or when a command first uses it.
+        """
+        if (task, split) in self._loaded:
+            return self._loaded[(task, split)]
+        path = self._cache_file(self.specs[task], split)
+        data = load_cached(path) if path is not None else None
+        cached = data is not None
+        if data is None:
+            data = self._read_and_encode(task, split, path)
+        elif report and (task, split) not in self._bad_rows_reported:
+            self._bad_rows_reported.add((task, split))
+            warn_bad_rows(Path(data.source).name, data.bad_rows, data.rows, task, split)
+        if rank_zero():
+            log.info(
+                "%s %s: %d rows loaded, %d skipped, of %d in %s%s",
+                task,
+                split,
+                len(data),
+                data.skipped,
+                data.rows,
+                data.source,
+                " (tokenised, from cache)" if cached else "",
+            )
+        data = data.head(self.limit_examples)
+        self._loaded[(task, split)] = data
+        return data
+
+    def _read_and_encode(self, task: str, split: str, path: Path | None) -> TokenizedSplit:
+        raw = read_split(self.specs[task], split, self.data_dir, self.on_bad_row, self.detokenize)
+        self._bad_rows_reported.add((task, split))  # read_split warned about its bad rows
+        data = encode_split(raw, self.tokenizer, self.max_length, self.pair_encodings[task])
+        if path is not None:
+            try:
+                save_cached(path, data)
+            except OSError as err:  # a read-only cache folder slows runs down but is not fatal
+                log.warning("Could not write the tokenisation cache %s (%s).", path, err)
+        return data
