@@ -13,6 +13,11 @@ import torch
 from torch import nn
 
 from pal_lightning import distributed
+from pal_lightning.contracts import (
+    BatchLossModel,
+    datamodule_of,
+    missing_members,
+)
 from pal_lightning.errors import PalUserError
 from pal_lightning.gem.gram import Grads, add_rows, gram_matrix
 from pal_lightning.gem.memory import EpisodicMemory
@@ -170,13 +175,13 @@ class GEMCallback(pl.Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "fit":
             return
-        datamodule = getattr(trainer, "datamodule", None)
-        if datamodule is None or not callable(getattr(datamodule, "train_batch", None)):
+        # callable, not just present: a subclass may switch the member off with `train_batch = None`
+        if not callable(getattr(datamodule_of(trainer), "train_batch", None)):
             raise PalUserError(
                 "GEMCallback needs a data module with train_batch(task, indices) to rebuild remembered "
                 "examples (e.g. pal_lightning.MultiTaskDataModule): pass datamodule= to Trainer.fit."
             )
-        if not callable(getattr(pl_module, "batch_loss", None)):
+        if missing_members(pl_module, BatchLossModel):
             raise PalUserError(
                 "GEMCallback needs a LightningModule with batch_loss(batch) (e.g. pal_lightning.MultiTaskModule)."
             )
@@ -211,7 +216,7 @@ class GEMCallback(pl.Callback):
     ) -> None:
         stats = self.project_step(
             pl_module,
-            trainer.datamodule,
+            datamodule_of(trainer),
             step=trainer.global_step,
             current=self._window_tasks,
             forward_context=trainer.precision_plugin.forward_context,

@@ -34,7 +34,7 @@ def gram_matrix(rows: Sequence[Grads]) -> Tensor:
     device = next((x.device for row in rows for x in row if x is not None), torch.device("cpu"))
     parts: list[list[Tensor]] = [[] for _ in range(n * n)]
     for k in range(len(rows[0]) if rows else 0):
-        present = [(i, row[k]) for i, row in enumerate(rows) if row[k] is not None]
+        present = [(i, x) for i, row in enumerate(rows) if (x := row[k]) is not None]
         for a, (i, x) in enumerate(present):
             for j, y in present[a:]:
                 parts[i * n + j].append(_dot(x, y))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from lightning.fabric.utilities.apply_func import move_data_to_device
@@ -21,6 +21,9 @@ from torch import Tensor, nn
 from pal_lightning import distributed
 from pal_lightning.gem.gram import Grads
 from pal_lightning.gem.memory import EpisodicMemory
+
+if TYPE_CHECKING:
+    from pal_lightning.contracts import BatchLossModel
 
 __all__ = ["MemorySource", "constraint_gradients", "memory_gradient", "sum_across_ranks"]
 
@@ -32,9 +35,9 @@ class MemorySource:
     """Where the memory gradients of one step come from, and how this rank takes its share."""
 
     module: nn.Module
-    """The (unwrapped) module: ``batch_loss(batch)`` and ``device``."""
+    """The (unwrapped) module, with ``batch_loss(batch)`` (:class:`~pal_lightning.contracts.BatchLossModel`)."""
     data: Any
-    """Anything with ``train_batch(task, indices)``."""
+    """Anything with ``train_batch(task, indices)`` (:class:`~pal_lightning.contracts.TrainBatchSource`)."""
     forward_context: ForwardContext = contextlib.nullcontext
     """The precision plugin's ``forward_context`` (autocast under mixed precision)."""
     rank: int = 0
@@ -44,9 +47,10 @@ class MemorySource:
 
     def loss(self, task: str, indices: list[int]) -> Tensor:
         """``module.batch_loss`` of ``task``'s remembered examples ``indices``, under the forward context."""
-        batch = move_data_to_device(self.data.train_batch(task, indices), self.module.device)
+        device = next(self.module.parameters()).device
+        batch = move_data_to_device(self.data.train_batch(task, indices), device)
         with self.forward_context():
-            return self.module.batch_loss(batch)
+            return cast("BatchLossModel", self.module).batch_loss(batch)
 
 
 def memory_gradient(
