@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
-from pal_lightning.errors import PalUserError
 from pal_lightning.modeling.config import PALConfig
-from pal_lightning.modeling.encoder import MultiTaskBert
 from pal_lightning.modeling.pal import pff_inner_size
+from pal_lightning.modeling.sharing import FROZEN, layers_with
+from pal_lightning.modeling.task_state import encoder_and_heads, model_tasks
 from pal_lightning.modeling.top import TOP_ATTENTION_BLOCKS
 
 
@@ -147,18 +147,6 @@ class ParameterReport:
         return "\n".join(lines)
 
 
-def _encoder_and_heads(obj: nn.Module) -> tuple[MultiTaskBert, nn.ModuleDict | None]:
-    if isinstance(obj, MultiTaskBert):
-        return obj, None
-    encoder = getattr(obj, "encoder", None)
-    if not isinstance(encoder, MultiTaskBert):
-        raise PalUserError(
-            f"Expected a MultiTaskBert or a module with an `.encoder` MultiTaskBert, got {type(obj).__name__}."
-        )
-    heads = getattr(obj, "heads", None)
-    return encoder, heads if isinstance(heads, nn.ModuleDict) else None
-
-
 def parameter_report(obj: nn.Module) -> ParameterReport:
     """Count shared, per-task and total parameters of ``obj``.
 
@@ -169,15 +157,12 @@ def parameter_report(obj: nn.Module) -> ParameterReport:
     Returns:
         A :class:`ParameterReport`; ``print()`` it for a table.
     """
-    encoder, heads = _encoder_and_heads(obj)
+    encoder, heads = encoder_and_heads(obj)
     weights: dict[str, int] = {}
     biases: dict[str, int] = {}
     head_counts: dict[str, int] = {}
     individual: dict[str, int] = {}
-    tasks = list(encoder.task_names)
-    if heads is not None:
-        tasks += [t for t in heads if t not in tasks]
-    for task in tasks:
+    for task in model_tasks(encoder, heads):
         known_task = task in encoder.task_names
         params = list(encoder.adapter_parameters(task)) if known_task else []
         biases[task] = _count((n, p) for n, p in params if p.dim() < 2)
@@ -189,18 +174,12 @@ def parameter_report(obj: nn.Module) -> ParameterReport:
             _count(heads[task].named_parameters()) if heads is not None and task in heads else 0
         )
     shared = _count(encoder.shared_parameters())
-    frozen_layers = [i for i, c in enumerate(encoder.layer_sharing) if c == "F"]
+    frozen_layers = layers_with(encoder.layer_sharing, FROZEN)
     frozen = sum(_count(encoder.bert.encoder.layer[i].named_parameters()) for i in frozen_layers)
     # count each tensor once even if a module is reachable twice
     all_params = {id(p): p for p in obj.parameters()}
     total = sum(p.numel() for p in all_params.values())
-    known = (
-        shared
-        + sum(weights.values())
-        + sum(biases.values())
-        + sum(head_counts.values())
-        + sum(individual.values())
-    )
+    counted = (weights, biases, head_counts, individual)
     return ParameterReport(
         adapter=encoder.pal_config.adapter,
         pal_size=encoder.pal_size,
@@ -212,7 +191,7 @@ def parameter_report(obj: nn.Module) -> ParameterReport:
         individual_copy=next(iter(individual.values()), 0),
         layer_sharing=encoder.layer_sharing,
         frozen=frozen,
-        other=total - known,
+        other=total - shared - sum(sum(c.values()) for c in counted),
         trainable=sum(p.numel() for p in all_params.values() if p.requires_grad),
     )
 

@@ -21,15 +21,16 @@ from torch import nn
 
 from pal_lightning.errors import PalUserError
 from pal_lightning.files import atomic_write_text
-from pal_lightning.modeling.accounting import _encoder_and_heads
-from pal_lightning.modeling.task_weights import (
-    _adapter_signature,
-    _choose,
-    _model_tasks,
-    load_task_weights,
-    save_task_weights,
+from pal_lightning.modeling.encoder import MultiTaskBert
+from pal_lightning.modeling.task_state import (
+    adapter_signature,
+    choose_tasks,
+    encoder_and_heads,
+    encoder_source,
+    model_tasks,
 )
-from pal_lightning.tasks import task_to_dict
+from pal_lightning.modeling.task_weights import TaskChoice, load_task_weights, save_task_weights
+from pal_lightning.tasks import TaskSpec, task_to_dict
 
 FORMAT = "pal-lightning-task-folder/1"
 WEIGHTS_NAME = "task_weights.safetensors"
@@ -39,7 +40,7 @@ CONFIG_NAME = "config.json"
 def save_task_folders(
     obj: nn.Module,
     folder: str | os.PathLike[str],
-    tasks: str | list[str] | None = None,
+    tasks: TaskChoice = None,
     *,
     overwrite: bool = False,
 ) -> list[Path]:
@@ -59,8 +60,8 @@ def save_task_folders(
     Raises:
         PalUserError: for an unknown task, or existing task folders without ``overwrite=True``.
     """
-    encoder, heads = _encoder_and_heads(obj)
-    chosen = _choose(tasks, _model_tasks(encoder, heads), "this model")
+    encoder, heads = encoder_and_heads(obj)
+    chosen = choose_tasks(tasks, model_tasks(encoder, heads), "this model")
     root = Path(folder)
     taken = [t for t in chosen if (root / t / WEIGHTS_NAME).exists() or (root / t / CONFIG_NAME).exists()]
     if taken and not overwrite:
@@ -68,33 +69,39 @@ def save_task_folders(
             f"{root} already holds saved weights of {taken}. Nothing was written. Choose another folder or "
             "pass overwrite=True to replace them."
         )
-    from pal_lightning import __version__
-
-    specs = getattr(obj, "task_specs", {}) or {}
-    label_names = getattr(obj, "label_names", {}) or {}
     written = []
     for task in chosen:
         target = root / task
         save_task_weights(obj, target / WEIGHTS_NAME, tasks=[task], overwrite=True)
-        config = {
-            "format": FORMAT,
-            "library_version": __version__,
-            "task": task_to_dict(specs[task]) if task in specs else {"name": task},
-            "label_names": label_names.get(task),
-            "adapter": _adapter_signature(encoder),
-            "hidden_size": encoder.hidden_size,
-            "num_hidden_layers": encoder.num_layers,
-            "encoder": str(getattr(encoder.config, "_name_or_path", "") or ""),
-        }
+        config = task_folder_config(obj, encoder, task)
         atomic_write_text(target / CONFIG_NAME, json.dumps(config, indent=2) + "\n")
         written.append(target)
     return written
 
 
+def task_folder_config(obj: nn.Module, encoder: MultiTaskBert, task: str) -> dict[str, object]:
+    """The ``config.json`` of ``task``'s folder: its full specification and label names when ``obj`` has
+    them, the adapter's shape and the encoder it was trained on."""
+    from pal_lightning import __version__
+
+    specs = getattr(obj, "task_specs", {}) or {}
+    label_names = getattr(obj, "label_names", {}) or {}
+    return {
+        "format": FORMAT,
+        "library_version": __version__,
+        "task": task_to_dict(specs[task]) if task in specs else {"name": task},
+        "label_names": label_names.get(task),
+        "adapter": adapter_signature(encoder),
+        "hidden_size": encoder.hidden_size,
+        "num_hidden_layers": encoder.num_layers,
+        "encoder": encoder_source(encoder),
+    }
+
+
 def load_task_folders(
     obj: nn.Module,
     folder: str | os.PathLike[str],
-    tasks: str | list[str] | None = None,
+    tasks: TaskChoice = None,
     strict: bool = True,
 ) -> list[str]:
     """Load the weights of ``<folder>/<task>/`` for each of ``tasks`` (default: every task folder) in place.
@@ -110,22 +117,28 @@ def load_task_folders(
             f"{root} holds no task folders (<task>/{CONFIG_NAME} and <task>/{WEIGHTS_NAME}). "
             "Save them with save_task_folders()."
         )
-    chosen = _choose(tasks, available, str(root))
+    chosen = choose_tasks(tasks, available, str(root))
     specs = getattr(obj, "task_specs", {}) or {}
-    for task in chosen:
-        config = json.loads((root / task / CONFIG_NAME).read_text(encoding="utf-8"))
-        if config.get("format") != FORMAT:
-            raise PalUserError(
-                f"{root / task / CONFIG_NAME} is not a pal-lightning task folder (format "
-                f"{config.get('format')!r}). Save it with save_task_folders()."
-            )
-        saved = config.get("task") or {}
-        if task in specs and len(saved) > 1 and task_to_dict(specs[task]) != saved:
-            raise PalUserError(
-                f"Task {task!r} in {root / task} was saved with another definition (kind, labels, files or "
-                "columns) than this model's. Build the model with the saved task specification "
-                f"({CONFIG_NAME} there)."
-            )
+    for task in chosen:  # every folder checked before any weight is loaded
+        _check_task_folder(root / task, specs.get(task))
     for task in chosen:
         load_task_weights(obj, root / task / WEIGHTS_NAME, tasks=[task], strict=strict)
     return chosen
+
+
+def _check_task_folder(folder: Path, spec: TaskSpec | None) -> None:
+    """Refuse a folder that is not a task folder, or whose task was saved with another definition than
+    ``spec`` (the model's; ``None``: not checked)."""
+    config = json.loads((folder / CONFIG_NAME).read_text(encoding="utf-8"))
+    if config.get("format") != FORMAT:
+        raise PalUserError(
+            f"{folder / CONFIG_NAME} is not a pal-lightning task folder (format "
+            f"{config.get('format')!r}). Save it with save_task_folders()."
+        )
+    saved = config.get("task") or {}
+    if spec is not None and len(saved) > 1 and task_to_dict(spec) != saved:
+        raise PalUserError(
+            f"Task {folder.name!r} in {folder} was saved with another definition (kind, labels, files or "
+            "columns) than this model's. Build the model with the saved task specification "
+            f"({CONFIG_NAME} there)."
+        )

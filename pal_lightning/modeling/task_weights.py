@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -26,68 +27,30 @@ from torch import nn
 
 from pal_lightning.errors import PalUserError
 from pal_lightning.files import atomic_write_bytes
-from pal_lightning.modeling.accounting import _encoder_and_heads
-from pal_lightning.modeling.encoder import ADAPTERS_PREFIX, INDIVIDUAL_PREFIX, MultiTaskBert
+from pal_lightning.modeling.encoder import MultiTaskBert
+from pal_lightning.modeling.task_state import (
+    HEADS_PREFIX,
+    adapter_signature,
+    choose_tasks,
+    encoder_and_heads,
+    encoder_source,
+    model_tasks,
+    task_prefixes,
+    task_state,
+)
+
+__all__ = ["FORMAT", "HEADS_PREFIX", "load_task_weights", "read_task_weights_metadata", "save_task_weights"]
 
 FORMAT = "pal-lightning-task-weights/1"
-HEADS_PREFIX = "heads"
 
-
-def _adapter_signature(encoder: MultiTaskBert) -> dict[str, object]:
-    cfg = encoder.pal_config
-    signature: dict[str, object] = {
-        "adapter": cfg.adapter,
-        "pal_size": encoder.pal_size,
-        "num_heads": cfg.num_heads if cfg.has_attention or cfg.adapter == "pa_on_top" else None,
-        "layers": list(encoder.pal_layers),
-    }
-    if cfg.activation != "none":  # only when set, so files saved before the option still match
-        signature["activation"] = cfg.activation
-    if encoder.individual_layers:  # likewise: only with individual layers
-        signature["individual_layers"] = list(encoder.individual_layers)
-        groups = sorted({g for t, g in encoder.task_group.items() if g != t})
-        if groups:
-            signature["task_groups"] = groups
-    return signature
-
-
-def _model_tasks(encoder: MultiTaskBert, heads: nn.ModuleDict | None) -> list[str]:
-    tasks = list(encoder.task_names)
-    if heads is not None:
-        tasks += [t for t in heads if t not in tasks]
-    return tasks
-
-
-def _task_state(encoder: MultiTaskBert, heads: nn.ModuleDict | None, task: str) -> dict[str, torch.Tensor]:
-    """The live tensors (sharing storage with the parameters) of ``task``'s adapter, individual layers and
-    head."""
-    state: dict[str, torch.Tensor] = {}
-    if task in encoder.adapters:
-        state.update(encoder.adapters[task].state_dict(prefix=f"{ADAPTERS_PREFIX}.{task}."))
-    group = encoder.task_group.get(task, task)
-    if group in encoder.individual:  # its group's copies (the task's own without task_groups)
-        state.update(encoder.individual[group].state_dict(prefix=f"{INDIVIDUAL_PREFIX}.{group}."))
-    if heads is not None and task in heads:
-        state.update(heads[task].state_dict(prefix=f"{HEADS_PREFIX}.{task}."))
-    return state
-
-
-def _choose(tasks: object, available: list[str], where: str) -> list[str]:
-    if tasks is None:
-        return list(available)
-    chosen = [tasks] if isinstance(tasks, str) else list(tasks)  # type: ignore[call-overload]
-    unknown = [t for t in chosen if t not in available]
-    if unknown:
-        raise PalUserError(
-            f"Task(s) {unknown} are not in {where}. Available: {', '.join(available) or 'none'}."
-        )
-    return chosen
+TaskChoice = str | Sequence[str] | None
+"""Which tasks: one name, several, or ``None`` for all."""
 
 
 def save_task_weights(
     obj: nn.Module,
     path: str | os.PathLike[str],
-    tasks: str | list[str] | None = None,
+    tasks: TaskChoice = None,
     *,
     overwrite: bool = False,
 ) -> Path:
@@ -105,16 +68,16 @@ def save_task_weights(
     Raises:
         PalUserError: for an existing file without ``overwrite=True``, an unknown task, or nothing to save.
     """
-    encoder, heads = _encoder_and_heads(obj)
+    encoder, heads = encoder_and_heads(obj)
     path = Path(path)
     if path.exists() and not overwrite:
         raise PalUserError(
             f"{path} already exists. Choose another path or pass overwrite=True to replace it."
         )
-    chosen = _choose(tasks, _model_tasks(encoder, heads), "this model")
+    chosen = choose_tasks(tasks, model_tasks(encoder, heads), "this model")
     tensors: dict[str, torch.Tensor] = {}
     for task in chosen:
-        for key, value in _task_state(encoder, heads, task).items():
+        for key, value in task_state(encoder, heads, task).items():
             tensors[key] = value.detach().to("cpu").contiguous().clone()
     if not tensors:
         raise PalUserError(
@@ -124,10 +87,10 @@ def save_task_weights(
         "format": FORMAT,
         "tasks": json.dumps(chosen),
         "heads": json.dumps([t for t in chosen if heads is not None and t in heads]),
-        "adapter": json.dumps(_adapter_signature(encoder)),
+        "adapter": json.dumps(adapter_signature(encoder)),
         "hidden_size": str(encoder.hidden_size),
         "num_hidden_layers": str(encoder.num_layers),
-        "encoder": str(getattr(encoder.config, "_name_or_path", "") or ""),
+        "encoder": encoder_source(encoder),
     }
     atomic_write_bytes(path, safetensors_bytes(tensors, metadata=metadata))
     return path
@@ -165,7 +128,7 @@ def read_task_weights_metadata(path: str | os.PathLike[str]) -> dict[str, object
 def load_task_weights(
     obj: nn.Module,
     path: str | os.PathLike[str],
-    tasks: str | list[str] | None = None,
+    tasks: TaskChoice = None,
     strict: bool = True,
 ) -> list[str]:
     """Load the adapters and heads of ``tasks`` (default: every task in the file) into ``obj`` in place.
@@ -184,58 +147,83 @@ def load_task_weights(
         PalUserError: for a missing or foreign file, an adapter configuration or width that differs from
             the model's, unknown tasks, missing/unexpected tensors (strict) or differing shapes.
     """
-    encoder, heads = _encoder_and_heads(obj)
+    encoder, heads = encoder_and_heads(obj)
     meta = read_task_weights_metadata(path)
-    mine = _adapter_signature(encoder)
+    _check_same_adapters(meta, encoder, path)
+    chosen = choose_tasks(tasks, meta["tasks"], str(path))  # type: ignore[arg-type]
+    choose_tasks(chosen, model_tasks(encoder, heads), "this model (build it with the tasks to load)")
+    with safe_open(str(path), framework="pt") as f:
+        shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+        targets: dict[str, torch.Tensor] = {}
+        problems: list[str] = []
+        for task in chosen:
+            found, task_problems = match_task_tensors(
+                task, task_state(encoder, heads, task), shapes, task_prefixes(encoder, task), strict
+            )
+            targets.update(found)
+            problems += task_problems
+        if problems:
+            raise _mismatch_error(obj, path, problems)
+        with torch.no_grad():
+            for key, tensor in targets.items():
+                tensor.copy_(f.get_tensor(key))
+    return chosen
+
+
+def _check_same_adapters(
+    meta: dict[str, object], encoder: MultiTaskBert, path: str | os.PathLike[str]
+) -> None:
+    mine = adapter_signature(encoder)
     if meta["hidden_size"] != encoder.hidden_size or meta["adapter"] != mine:
         raise PalUserError(
             f"{path} was saved for width {meta['hidden_size']} with adapter {meta['adapter']}, but this model "
             f"has width {encoder.hidden_size} with adapter {mine}. Build the model with the same encoder and "
             "PAL options as the one that saved the file."
         )
-    chosen = _choose(tasks, meta["tasks"], str(path))  # type: ignore[arg-type]
-    model_tasks = _model_tasks(encoder, heads)
-    absent = [t for t in chosen if t not in model_tasks]
-    if absent:
-        raise PalUserError(
-            f"Task(s) {absent} from {path} are not in this model (tasks: {', '.join(model_tasks)}). "
-            "Build the model with those tasks first."
+
+
+def match_task_tensors(
+    task: str,
+    target: dict[str, torch.Tensor],
+    file_shapes: dict[str, tuple[int, ...]],
+    prefixes: tuple[str, ...],
+    strict: bool,
+) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """Pair ``task``'s tensors ``target`` with the file's (``file_shapes``: key -> shape), among the file
+    keys under the task's ``prefixes``.
+
+    Returns:
+        The model tensors to fill, by file key (those on both sides), and the problems: keys on one side
+        only (with ``strict``), then differing shapes.
+    """
+    in_file = {k for k in file_shapes if k.startswith(prefixes)}
+    missing, unexpected = sorted(set(target) - in_file), sorted(in_file - set(target))
+    problems = []
+    if strict and (missing or unexpected):
+        problems.append(f"task {task!r}: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    both = sorted(set(target) & in_file)
+    problems += [
+        f"{k}: file {file_shapes[k]}, model {tuple(target[k].shape)}"
+        for k in both
+        if file_shapes[k] != tuple(target[k].shape)
+    ]
+    return {k: target[k] for k in both}, problems
+
+
+def _mismatch_error(obj: nn.Module, path: str | os.PathLike[str], problems: list[str]) -> PalUserError:
+    """The error for tensors that do not fit, with the usual cause when a head differs."""
+    hint = ""
+    if any(f"{HEADS_PREFIX}." in p for p in problems):
+        # the usual cause: a pair task's head is built for pair_encoding (siamese heads read
+        # [u, v, |u-v|, u*v], siamese STS has none), which the file does not record
+        ours = getattr(getattr(obj, "hparams", None), "get", lambda _k: None)("pair_encoding")
+        hint = (
+            " The heads differ: heads of pair tasks depend on pair_encoding; build the model with the "
+            "pair_encoding it was trained with (configs/quickstart.yaml: pair_encoding='siamese')"
+            + (f", this model has {ours!r}" if ours is not None else "")
+            + "."
         )
-    with safe_open(str(path), framework="pt") as f:
-        file_keys = set(f.keys())
-        plan: list[tuple[torch.Tensor, str]] = []
-        problems: list[str] = []
-        for task in chosen:
-            target = _task_state(encoder, heads, task)
-            group = encoder.task_group.get(task, task)
-            prefixes = (f"{ADAPTERS_PREFIX}.{task}.", f"{INDIVIDUAL_PREFIX}.{group}.", f"{HEADS_PREFIX}.{task}.")
-            in_file = {k for k in file_keys if k.startswith(prefixes)}
-            missing = sorted(set(target) - in_file)
-            unexpected = sorted(in_file - set(target))
-            if strict and (missing or unexpected):
-                problems.append(f"task {task!r}: missing {missing[:5]}, unexpected {unexpected[:5]}")
-            for key in sorted(set(target) & in_file):
-                shape = tuple(f.get_slice(key).get_shape())
-                if shape != tuple(target[key].shape):
-                    problems.append(f"{key}: file {shape}, model {tuple(target[key].shape)}")
-                plan.append((target[key], key))
-        if problems:
-            hint = ""
-            if any(f"{HEADS_PREFIX}." in p for p in problems):
-                # the usual cause: a pair task's head is built for pair_encoding (siamese heads read
-                # [u, v, |u-v|, u*v], siamese STS has none), which the file does not record
-                ours = getattr(getattr(obj, "hparams", None), "get", lambda _k: None)("pair_encoding")
-                hint = (
-                    " The heads differ: heads of pair tasks depend on pair_encoding; build the model with the "
-                    "pair_encoding it was trained with (configs/quickstart.yaml: pair_encoding='siamese')"
-                    + (f", this model has {ours!r}" if ours is not None else "")
-                    + "."
-                )
-            raise PalUserError(
-                f"{path} does not match this model: {'; '.join(problems)}. Use the same heads and PAL options "
-                "as when saving, or strict=False to skip tensors present on one side only." + hint
-            )
-        with torch.no_grad():
-            for tensor, key in plan:
-                tensor.copy_(f.get_tensor(key))
-    return chosen
+    return PalUserError(
+        f"{path} does not match this model: {'; '.join(problems)}. Use the same heads and PAL options "
+        "as when saving, or strict=False to skip tensors present on one side only." + hint
+    )
