@@ -39,16 +39,15 @@ import sys
 from argparse import ArgumentError as _StdArgumentError
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 from jsonargparse import ArgumentError as _JsonArgumentError
+from jsonargparse import Namespace
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import (
-    Callback,
     ModelCheckpoint,
     ProgressBar,
 )
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch.cli import LightningArgumentParser, SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 from lightning.pytorch.plugins.io import CheckpointIO
 from lightning.pytorch.utilities.exceptions import MisconfigurationException
@@ -69,6 +68,7 @@ from pal_lightning.cli_help import (
     set_subcommand_help,
     short_help,
 )
+from pal_lightning.compat import CLIHooks, decided_by_rank_zero
 from pal_lightning.console import quiet_lightning
 from pal_lightning.distributed import close_process_group, is_launched_rank, is_main_process
 from pal_lightning.errors import PalUserError
@@ -92,9 +92,10 @@ DEFAULT_ROOT_DIR = "runs"
 MONITOR = "val/overall"
 #: ``--ckpt_path`` value that picks the newest ``last.ckpt`` under the run root.
 LAST = "last"
-#: Passes the run version and the resumed checkpoint from rank 0 to the DDP processes it launches.
-_ENV_VERSION = "PAL_RUN_VERSION"
-_ENV_RESUME = "PAL_RESUME_CKPT"
+#: Names under which rank 0 passes the run version and the resumed checkpoint to the DDP processes it
+#: launches (environment variables ``PAL_RUN_VERSION``, ``PAL_RESUME_CKPT``: compat.decided_by_rank_zero).
+_SHARED_VERSION = "RUN_VERSION"
+_SHARED_RESUME = "RESUME_CKPT"
 
 
 def default_trainer_settings() -> dict[str, Any]:
@@ -149,14 +150,8 @@ def run_loggers(root_dir: str | os.PathLike[str]) -> list[Any]:
     # validate/test/predict later derive from --ckpt_path (ModelCheckpoint makes given paths absolute)
     root = os.path.abspath(root_dir)
     # an int version gives the folder "version_N" and shows N (not "on_N") in the progress bar
-    inherited = os.environ.get(_ENV_VERSION, "")
-    if is_launched_rank() and inherited.startswith(root + os.pathsep):
-        # a DDP process launched by rank 0 logs where rank 0 does (rank 0 may have created it already)
-        version = int(inherited.rsplit(os.pathsep, 1)[1])
-    else:
-        version = int(next_version_dir(root).split("_")[-1])
-        os.environ[_ENV_VERSION] = f"{root}{os.pathsep}{version}"
-        _remember_new_folder(Path(root) / f"version_{version}")
+    # a DDP process launched by rank 0 logs where rank 0 does (rank 0 may have created it already)
+    version = int(decided_by_rank_zero(_SHARED_VERSION, root, lambda: _new_version(root)))
     return [
         CSVLogger(save_dir=root, name="", version=version),
         # no hp_metric: it would stay at its placeholder -1 (the scores are the val/* metrics)
@@ -164,6 +159,13 @@ def run_loggers(root_dir: str | os.PathLike[str]) -> list[Any]:
             save_dir=root, name="", version=version, sub_dir="tensorboard", default_hp_metric=False
         ),
     ]
+
+
+def _new_version(root: str) -> str:
+    """The number of the next ``version_N`` folder under ``root``, remembered for removal on failure."""
+    version = next_version_dir(root).split("_")[-1]
+    _remember_new_folder(Path(root) / f"version_{version}")
+    return version
 
 
 #: Log folders this process created, with the topmost folder it created for each (removed on failure).
@@ -205,7 +207,7 @@ class RunConfigSaver(SaveConfigCallback):
         super().setup(trainer, pl_module, stage)
 
 
-class PalLightningCLI(LightningCLI):
+class PalLightningCLI(CLIHooks):
     """LightningCLI for :class:`~pal_lightning.module.MultiTaskModule` and
     :class:`~pal_lightning.data.MultiTaskDataModule` (both in subclass mode).
 
@@ -263,9 +265,9 @@ class PalLightningCLI(LightningCLI):
         """The CLI's model and data classes as the defaults of ``--model`` and ``--data``."""
         parser.set_defaults(
             {
-                "model": {"class_path": f"{self._model_class.__module__}.{self._model_class.__qualname__}"},
+                "model": {"class_path": f"{self.model_class.__module__}.{self.model_class.__qualname__}"},
                 "data": {
-                    "class_path": f"{self._datamodule_class.__module__}.{self._datamodule_class.__qualname__}"
+                    "class_path": f"{self.datamodule_class.__module__}.{self.datamodule_class.__qualname__}"
                 },
             }
         )
@@ -307,21 +309,36 @@ class PalLightningCLI(LightningCLI):
         # <run>/model: a save_pretrained folder of the best checkpoint when fit ends
         parser.add_lightning_class_args(SavePretrainedModel, "save_model")
 
-    def _add_subcommands(self, parser: LightningArgumentParser, **kwargs: Any) -> None:
-        super()._add_subcommands(parser, **kwargs)
-        set_subcommand_help(parser)  # whole sentences instead of Trainer docstrings cut in half
+    def setup_parser(
+        self, add_subcommands: bool, main_kwargs: dict[str, Any], subparser_kwargs: dict[str, Any]
+    ) -> None:
+        super().setup_parser(add_subcommands, main_kwargs, subparser_kwargs)
+        if add_subcommands:
+            set_subcommand_help(self.parser)  # whole sentences instead of Trainer docstrings cut in half
 
-    def _prepare_subcommand_parser(
-        self, klass: type, subcommand: str, **kwargs: Any
-    ) -> LightningArgumentParser:
-        parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
-        if "weights_only" in self._subcommand_method_arguments.get(subcommand, {}):
+    def configure_subcommand_parser(
+        self, parser: LightningArgumentParser, subcommand: str, method_arguments: list[str]
+    ) -> None:
+        if "weights_only" in method_arguments:
             # checkpoints can run code when unpickled: load only tensors and plain values by default
             parser.set_defaults(weights_only=True)
         if subcommand in ("validate", "test"):
             # ScoreReport prints the score table (Lightning's would repeat it)
             parser.set_defaults(verbose=False)
-        return parser
+
+    def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        """Parse ``args`` when given, else ``sys.argv``.
+
+        Unlike LightningCLI's, it does not warn that ``sys.argv`` holds arguments too: :func:`main`
+        passes ``args`` on purpose (in-process calls, ``pretrain``), where ``sys.argv`` belongs to
+        the host program (pytest, a notebook) or is ``pal-lightning pretrain ...`` itself.
+        """
+        if args is None:
+            super().parse_arguments(parser, args)
+        elif isinstance(args, (dict, Namespace)):
+            self.config = parser.parse_object(args)
+        else:
+            self.config = parser.parse_args(args)
 
     def before_instantiate_classes(self) -> None:
         """Point validate/test/predict from a checkpoint back at that checkpoint's run.
@@ -359,16 +376,13 @@ class PalLightningCLI(LightningCLI):
             if os.access(run_dir, os.W_OK):  # else: <new run folder>/predictions (a read-only run)
                 config["predictions.output_dir"] = str(run_dir / "predictions")
 
-    def _parse_ckpt_path(self) -> None:
-        """Do not let a checkpoint's hyper-parameters replace the model configuration.
-
-        LightningCLI (2.6) loads a ``--ckpt_path`` file while parsing and puts its
-        ``hyper_parameters`` over the config, command line included: a configured task list,
-        dropout or ``max_nonfinite_steps`` would be silently replaced, and the file would be read
-        before any check. Here the config says what the model is, and
-        :meth:`MultiTaskModule.on_load_checkpoint` stops with a message naming every difference
-        that matters (tasks, encoder, adapter shape) and the run's ``config.yaml`` to use.
-        """
+    #: A checkpoint's hyper-parameters never replace the model configuration. LightningCLI (2.6)
+    #: loads a ``--ckpt_path`` file while parsing and puts its ``hyper_parameters`` over the config,
+    #: command line included: a configured task list, dropout or ``max_nonfinite_steps`` would be
+    #: silently replaced, and the file would be read before any check. Here the config says what the
+    #: model is, and :meth:`MultiTaskModule.on_load_checkpoint` stops with a message naming every
+    #: difference that matters (tasks, encoder, adapter shape) and the run's ``config.yaml`` to use.
+    merge_checkpoint_hparams = False
 
     def _resolve_ckpt_path(self, config: Any) -> str | None:
         """Resolve ``--ckpt_path last`` / ``best`` and check that a given checkpoint file exists.
@@ -389,14 +403,10 @@ class PalLightningCLI(LightningCLI):
         ckpt = str(ckpt)
         if ckpt in NAMED_CHECKPOINTS:
             root = os.path.abspath(config.get("trainer.default_root_dir") or DEFAULT_ROOT_DIR)
-            inherited = os.environ.get(_ENV_RESUME, "")
-            if is_launched_rank() and inherited.startswith(root + os.pathsep):
-                found = Path(inherited.split(os.pathsep, 1)[1])
-            else:
-                configs = [getattr(c, "absolute", None) or str(c) for c in config.get("config") or []]
-                run = run_folder_of(configs)
-                found = resolve_named_checkpoint(ckpt, root, run)
-            os.environ[_ENV_RESUME] = f"{root}{os.pathsep}{found}"
+            configs = [getattr(c, "absolute", None) or str(c) for c in config.get("config") or []]
+            run = run_folder_of(configs)
+            decide = lambda: str(resolve_named_checkpoint(ckpt, root, run))  # noqa: E731
+            found = Path(decided_by_rank_zero(_SHARED_RESUME, root, decide))
             if not is_launched_rank():
                 print(
                     f"pal-lightning: {'resuming' if self.subcommand == 'fit' else 'loading'} from {found}"
@@ -435,7 +445,16 @@ class PalLightningCLI(LightningCLI):
                 raise
             raise PalUserError(f"Invalid configuration:\n{exc}") from exc
 
-    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Callback]) -> Trainer:
+    def instantiate_trainer(self, **kwargs: Any) -> Trainer:
+        """The Trainer, logging into a fresh run folder and writing checkpoints atomically.
+
+        Unless the configuration names its own: loggers (``logger: null``/``true`` gets the CSV and
+        TensorBoard loggers of :func:`run_loggers`), a checkpoint I/O plugin
+        (:class:`~pal_lightning.callbacks.checkpoint_io.AtomicCheckpointIO` is added), and without
+        a progress bar (``enable_progress_bar: false``) the default one is left out.
+        """
+        trainer_key = f"{self.subcommand}.trainer" if self.subcommand else "trainer"
+        config = {**(self.config_init.get(trainer_key) or {}), **kwargs}
         defaults = self.trainer_defaults
         if config.get("enable_progress_bar") is False:
             # a progress bar callback with enable_progress_bar=False is an error in Lightning
@@ -443,16 +462,16 @@ class PalLightningCLI(LightningCLI):
             self.trainer_defaults = {**defaults, "callbacks": callbacks_default}
         if config.get("logger") in (None, True):
             root = getattr(self, "_log_root", None) or config.get("default_root_dir") or DEFAULT_ROOT_DIR
-            config["logger"] = run_loggers(root)
+            kwargs["logger"] = run_loggers(root)
         plugins = config.get("plugins")
         plugins = (
             [] if plugins is None else list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
         )
         if not any(isinstance(p, CheckpointIO) for p in plugins):
             plugins.append(AtomicCheckpointIO())  # crash-safe writes, one-line errors for bad files
-        config["plugins"] = plugins
+        kwargs["plugins"] = plugins
         try:
-            return super()._instantiate_trainer(config, callbacks)
+            return super().instantiate_trainer(**kwargs)
         finally:
             self.trainer_defaults = defaults
 
@@ -517,12 +536,8 @@ def main(args: list[str] | None = None) -> int:
             from pal_lightning.pretraining.cli import run_pretrain
 
             run_pretrain(argv[1:])
-        elif args is None:
-            PalLightningCLI()
         else:
-            # args given in-process: hide the host program's own argv from LightningCLI's check
-            with mock.patch.object(sys, "argv", sys.argv[:1]):
-                PalLightningCLI(args=args)
+            PalLightningCLI(args=args)  # args None: sys.argv
     except SystemExit as exc:  # --help / --print_config exit early on purpose
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)

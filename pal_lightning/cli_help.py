@@ -9,8 +9,8 @@
 * An unknown option gets the closest accepted names (:func:`suggest`): ``--model.learning_rate``
   -> ``--model.lr`` (the initials of its words), ``--trainer.max_stesp`` -> ``--trainer.max_steps``.
 
-Private-API use: :func:`set_subcommand_help` writes the help strings of jsonargparse's
-subcommand action (``parser._subcommands_action._choices_actions``); it is the only such access.
+:func:`set_subcommand_help` writes the help strings of jsonargparse's subcommand actions, which
+only a private name reaches (:func:`pal_lightning.compat.subcommand_help_actions`).
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ import inspect
 import re
 from collections.abc import Sequence
 from typing import Any
+
+from pal_lightning.compat import subcommand_help_actions
 
 #: One whole sentence per subcommand, for ``pal-lightning --help``.
 SUBCOMMAND_HELP = {
@@ -55,9 +57,8 @@ _OTHER_GROUPS = (
 
 
 def set_subcommand_help(parser: Any) -> None:
-    """Replace LightningCLI's cut-off subcommand descriptions by :data:`SUBCOMMAND_HELP` (jsonargparse internals)."""
-    action = getattr(parser, "_subcommands_action", None)
-    for choice in getattr(action, "_choices_actions", []):
+    """Replace LightningCLI's cut-off subcommand descriptions by :data:`SUBCOMMAND_HELP`."""
+    for choice in subcommand_help_actions(parser):
         if choice.dest in SUBCOMMAND_HELP:
             choice.help = SUBCOMMAND_HELP[choice.dest]
 

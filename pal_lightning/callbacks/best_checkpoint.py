@@ -28,6 +28,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info
 
+from pal_lightning.compat import CheckpointHooks, last_saved
 from pal_lightning.distributed import is_main_process
 from pal_lightning.files import atomic_link_or_copy
 from pal_lightning.metrics import PARTIAL_SUFFIX
@@ -52,7 +53,7 @@ def is_partial_evaluation(pl_module: Any, monitor: str | None) -> bool:
     return monitor not in stage_scores and monitor + PARTIAL_SUFFIX in stage_scores
 
 
-class BestCheckpoint(ModelCheckpoint):
+class BestCheckpoint(CheckpointHooks):
     """:class:`~lightning.pytorch.callbacks.ModelCheckpoint` that does not rank partial evaluations.
 
     Takes the same arguments as ``ModelCheckpoint``; with a ``monitor`` it also maintains
@@ -63,10 +64,10 @@ class BestCheckpoint(ModelCheckpoint):
         super().__init__(*args, **kwargs)
         self._told_partial = False
 
-    # ModelCheckpoint._save_topk_checkpoint (Lightning 2.x, private) is the one place where the
-    # monitored value is looked up and ranked; every rank reaches it with the same last_scores
-    # (computed identically on all ranks), so skipping it keeps DDP's collectives in step.
-    def _save_topk_checkpoint(self, trainer: pl.Trainer, monitor_candidates: dict[str, Any]) -> None:
+    # the one place where the monitored value is looked up and ranked; every rank reaches it with
+    # the same last_scores (computed identically on all ranks), so skipping it keeps DDP's
+    # collectives in step
+    def rank_checkpoint(self, trainer: pl.Trainer, monitor_candidates: dict[str, Any]) -> None:
         if is_partial_evaluation(trainer.lightning_module, self.monitor):
             if not self._told_partial:
                 rank_zero_info(
@@ -75,10 +76,10 @@ class BestCheckpoint(ModelCheckpoint):
                 )
                 self._told_partial = True
             return
-        super()._save_topk_checkpoint(trainer, monitor_candidates)
+        super().rank_checkpoint(trainer, monitor_candidates)
 
-    def _save_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
-        super()._save_checkpoint(trainer, filepath)
+    def write_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
+        super().write_checkpoint(trainer, filepath)
         # ModelCheckpoint sets best_model_path before saving; the save ends with a barrier, so the
         # file exists when rank 0 links it
         if self.monitor is not None and filepath == self.best_model_path and is_main_process(trainer):
@@ -87,7 +88,7 @@ class BestCheckpoint(ModelCheckpoint):
                 atomic_link_or_copy(filepath, alias)
 
 
-class LastCheckpoint(ModelCheckpoint):
+class LastCheckpoint(CheckpointHooks):
     """:class:`~lightning.pytorch.callbacks.ModelCheckpoint` for ``last.ckpt`` that links instead of
     writing a second copy of a checkpoint another callback saved at the same step."""
 
@@ -97,20 +98,17 @@ class LastCheckpoint(ModelCheckpoint):
         for callback in trainer.checkpoint_callbacks:
             if callback is self or not isinstance(callback, ModelCheckpoint):
                 continue
-            path = getattr(callback, "_last_checkpoint_saved", "")
-            same_step = getattr(callback, "_last_global_step_saved", -1) == trainer.global_step
-            if path and same_step and callback.save_weights_only == self.save_weights_only:
+            path, step = last_saved(callback)
+            if path and step == trainer.global_step and callback.save_weights_only == self.save_weights_only:
                 return str(path)
         return None
 
-    # ModelCheckpoint._save_checkpoint (private, Lightning 2.x) is the single place a file is written
-    def _save_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
+    def write_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
         source = self._same_state_saved(trainer)
         if source is None or os.path.abspath(source) == os.path.abspath(filepath):
-            super()._save_checkpoint(trainer, filepath)
+            super().write_checkpoint(trainer, filepath)
             return
         if is_main_process(trainer):
             atomic_link_or_copy(source, filepath)
         trainer.strategy.barrier("LastCheckpoint.link")
-        self._last_global_step_saved = trainer.global_step
-        self._last_checkpoint_saved = filepath
+        self.record_saved(trainer, filepath)

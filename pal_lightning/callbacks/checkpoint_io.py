@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from pal_lightning.errors import PalUserError
@@ -49,7 +48,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     """
 
     def save_checkpoint(
-        self, checkpoint: dict[str, Any], path: _PATH, storage_options: Any | None = None
+        self, checkpoint: dict[str, Any], path: str | os.PathLike[str], storage_options: Any | None = None
     ) -> None:
         if storage_options is not None or "://" in str(path):
             super().save_checkpoint(checkpoint, path, storage_options)
@@ -57,7 +56,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         atomic_torch_save(checkpoint, path)
 
     def load_checkpoint(
-        self, path: _PATH, map_location: Any | None = None, weights_only: bool | None = None
+        self, path: str | os.PathLike[str], map_location: Any | None = None, weights_only: bool | None = None
     ) -> dict[str, Any]:
         if "://" not in str(path) and not Path(path).is_file():
             raise PalUserError(
@@ -80,7 +79,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             raise _unreadable(path, err) from err
 
 
-def _unreadable(path: _PATH, err: BaseException) -> PalUserError:
+def _unreadable(path: str | os.PathLike[str], err: BaseException) -> PalUserError:
     # torch's messages run on for several sentences: the first says what failed
     reason = str(err).splitlines()[0].split(". ")[0] if str(err) else type(err).__name__
     return PalUserError(

@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-from lightning.pytorch.callbacks import RichProgressBar
+from pal_lightning.compat import ProgressBarHooks
 
 
-class RunProgressBar(RichProgressBar):
+class RunProgressBar(ProgressBarHooks):
     """:class:`~lightning.pytorch.callbacks.RichProgressBar` whose epoch label suits ``max_steps`` runs.
 
     A run limited by ``max_steps`` has ``max_epochs=-1``, which Lightning shows as "Epoch 0/-2";
     here it reads "Epoch 0 (max 1200 steps)".
     """
 
-    # RichProgressBar._get_train_description is private (Lightning 2.x); only the label changes
-    def _get_train_description(self, current_epoch: int) -> str:
+    def train_description(self, current_epoch: int) -> str:
         max_epochs = self.trainer.max_epochs
         if max_epochs is not None and max_epochs >= 0:
-            return super()._get_train_description(current_epoch)
+            return super().train_description(current_epoch)
         max_steps = self.trainer.max_steps
         label = f"Epoch {current_epoch}" + (
             f" (max {max_steps} steps)" if max_steps and max_steps > 0 else ""

@@ -18,9 +18,7 @@ the sentences restarts its epoch (plain shuffled loaders), so it is not bit-exac
 
 from __future__ import annotations
 
-import sys
 from typing import Any
-from unittest import mock
 
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint, RichProgressBar
 from lightning.pytorch.cli import LightningArgumentParser
@@ -90,7 +88,5 @@ class PretrainCLI(PalLightningCLI):
 
 def run_pretrain(args: list[str]) -> None:
     """Parse ``args`` (what follows ``pal-lightning pretrain``), fit, and write the encoder folder."""
-    # args are given explicitly: hide the host program's own argv from LightningCLI's check
-    with mock.patch.object(sys, "argv", sys.argv[:1]):
-        cli = PretrainCLI(args=args)
+    cli = PretrainCLI(args=args)  # parse_arguments takes args as given (no warning about sys.argv)
     cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.ckpt_path)

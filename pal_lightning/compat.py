@@ -1,0 +1,199 @@
+"""Every use of a private Lightning, jsonargparse or torch name, in one place.
+
+A Lightning (or jsonargparse) upgrade that renames one of these breaks here and nowhere else. Each
+entry says why the public API does not do the job and what public API would replace it. The rest of
+the package uses the public names defined here: the hooks of :class:`CheckpointHooks`,
+:class:`ProgressBarHooks` and :class:`CLIHooks`, and the functions below.
+
+Written against Lightning 2.4-2.6 and jsonargparse 4.32+; ``tests/test_compat.py`` checks that each
+private name still exists, so that a breaking upgrade fails one clear test.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+
+from pal_lightning.distributed import is_launched_rank
+
+if TYPE_CHECKING:
+    import lightning.pytorch as pl
+
+__all__ = [
+    "CLIHooks",
+    "CheckpointHooks",
+    "ProgressBarHooks",
+    "attached_trainer",
+    "decided_by_rank_zero",
+    "last_saved",
+    "subcommand_help_actions",
+    "turn_off_distributed_sampler",
+]
+
+
+# ---------------------------------------------------------------------- ModelCheckpoint
+
+
+class CheckpointHooks(ModelCheckpoint):
+    """``ModelCheckpoint`` with two public hooks in place of the private methods PAL changes.
+
+    * :meth:`rank_checkpoint` wraps ``_save_topk_checkpoint``, the one place where the monitored
+      value is looked up and ranked (``BestCheckpoint`` skips partial evaluations there);
+    * :meth:`write_checkpoint` wraps ``_save_checkpoint``, the one place a file is written
+      (``BestCheckpoint`` keeps ``best.ckpt`` beside it, ``LastCheckpoint`` links instead of writing).
+
+    Public replacement: none in Lightning 2.6 (``on_save_checkpoint`` runs while the checkpoint dict
+    is built, before the file exists, and knows neither the path nor the ranking).
+    """
+
+    def rank_checkpoint(self, trainer: pl.Trainer, monitor_candidates: dict[str, Any]) -> None:
+        """Rank the monitored value and save a top-k checkpoint if it qualifies (Lightning's default)."""
+        super()._save_topk_checkpoint(trainer, monitor_candidates)
+
+    def write_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
+        """Write the checkpoint file ``filepath`` (a collective under DDP: it ends with a barrier)."""
+        super()._save_checkpoint(trainer, filepath)
+
+    def record_saved(self, trainer: pl.Trainer, filepath: str) -> None:
+        """Note ``filepath`` as this callback's latest save at the current step (as a real write does)."""
+        self._last_global_step_saved = trainer.global_step
+        self._last_checkpoint_saved = filepath
+
+    # the private names Lightning calls
+    def _save_topk_checkpoint(self, trainer: pl.Trainer, monitor_candidates: dict[str, Any]) -> None:
+        self.rank_checkpoint(trainer, monitor_candidates)
+
+    def _save_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
+        self.write_checkpoint(trainer, filepath)
+
+
+def last_saved(callback: ModelCheckpoint) -> tuple[str, int]:
+    """The file a ``ModelCheckpoint`` last wrote (``""``: none yet) and the global step it wrote it at.
+
+    Read from ``_last_checkpoint_saved`` / ``_last_global_step_saved``. Public replacement: none
+    (``last_model_path`` is only the ``last.ckpt`` of ``save_last``, and no public step is kept).
+    """
+    path = getattr(callback, "_last_checkpoint_saved", "") or ""
+    step = getattr(callback, "_last_global_step_saved", -1)
+    return str(path), int(step if step is not None else -1)
+
+
+# ---------------------------------------------------------------------- progress bar
+
+
+class ProgressBarHooks(RichProgressBar):
+    """``RichProgressBar`` with a public hook for the training label (``_get_train_description``).
+
+    Public replacement: none; the label is built inside the bar (Lightning shows "Epoch 0/-2" for a
+    ``max_steps`` run, which ``RunProgressBar`` rewrites).
+    """
+
+    def train_description(self, current_epoch: int) -> str:
+        """The label left of the training bar (Lightning's default)."""
+        return super()._get_train_description(current_epoch)
+
+    def _get_train_description(self, current_epoch: int) -> str:
+        return self.train_description(current_epoch)
+
+
+# ---------------------------------------------------------------------- LightningCLI / jsonargparse
+
+
+class CLIHooks(LightningCLI):
+    """``LightningCLI`` with public hooks for the two private steps PAL changes.
+
+    * :meth:`configure_subcommand_parser` runs on each subcommand's parser once Lightning built it
+      (``_prepare_subcommand_parser``); PAL sets ``weights_only=True`` and ``verbose=False`` defaults
+      there. Public replacement: none (``add_arguments_to_parser`` sees only the shared arguments,
+      not the ``Trainer.fit``/``validate``/... method arguments).
+    * ``merge_checkpoint_hparams = False`` turns off ``_parse_ckpt_path``, which loads a
+      ``--ckpt_path`` file while parsing and puts its ``hyper_parameters`` over the configuration
+      (command line included). Public replacement: none in 2.6.
+    """
+
+    #: Whether ``--ckpt_path``'s saved hyper-parameters replace the configured model (Lightning's default).
+    merge_checkpoint_hparams: bool = True
+
+    def configure_subcommand_parser(
+        self, parser: LightningArgumentParser, subcommand: str, method_arguments: list[str]
+    ) -> None:
+        """Change the parser of ``subcommand`` (``method_arguments``: the ``Trainer`` method's arguments it took)."""
+
+    def _prepare_subcommand_parser(
+        self, klass: type, subcommand: str, **kwargs: Any
+    ) -> LightningArgumentParser:
+        parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
+        arguments = list(getattr(self, "_subcommand_method_arguments", {}).get(subcommand, []))
+        self.configure_subcommand_parser(parser, subcommand, arguments)
+        return parser
+
+    def _parse_ckpt_path(self) -> None:
+        if self.merge_checkpoint_hparams:
+            super()._parse_ckpt_path()
+
+
+def subcommand_help_actions(parser: Any) -> list[Any]:
+    """The argparse actions whose ``help`` ``pal-lightning --help`` shows for each subcommand (``dest``: its name).
+
+    jsonargparse keeps them in ``parser._subcommands_action._choices_actions``. Public replacement:
+    ``add_subcommand(name, parser, help=...)``, which Lightning calls with the first line of the
+    ``Trainer`` method's docstring, cut mid-sentence.
+    """
+    action = getattr(parser, "_subcommands_action", None)
+    return list(getattr(action, "_choices_actions", []))
+
+
+# ---------------------------------------------------------------------- Trainer / LightningModule
+
+
+def attached_trainer(module: object) -> pl.Trainer | None:
+    """The Trainer ``module`` is attached to, or ``None`` (a module used on its own, e.g. in a test).
+
+    Reads ``LightningModule._trainer``: the public ``module.trainer`` raises when there is none.
+    Public replacement: none in Lightning 2.6.
+    """
+    return getattr(module, "_trainer", None)
+
+
+def turn_off_distributed_sampler(trainer: pl.Trainer) -> bool | None:
+    """Turn off the trainer's ``use_distributed_sampler``; whether it was on (``None``: not reachable).
+
+    The data module shards by rank itself; Lightning would wrap its loaders in a
+    ``DistributedSampler`` (duplicated evaluation examples, a broken task schedule). The setting
+    lives on the private ``trainer._accelerator_connector``. Public replacement:
+    ``Trainer(use_distributed_sampler=False)``, which the CLI passes; this covers users' own Trainers.
+    """
+    connector = getattr(trainer, "_accelerator_connector", None)
+    if connector is None or not hasattr(connector, "use_distributed_sampler"):
+        return None
+    was_on = bool(connector.use_distributed_sampler)
+    connector.use_distributed_sampler = False
+    return was_on
+
+
+# ---------------------------------------------------------------------- the DDP launcher
+
+
+def decided_by_rank_zero(name: str, scope: str, decide: Callable[[], str]) -> str:
+    """A value rank 0 decides before ``fit`` (a run folder, a checkpoint) that every rank must share.
+
+    Lightning's DDP launcher starts ranks > 0 as new processes that run the same command with a copy
+    of rank 0's environment, and no process group exists yet when the CLI picks its run folder and
+    checkpoint. So rank 0 (or a single process) calls ``decide()`` and leaves the value in the
+    environment variable ``PAL_<name>``; a launched rank takes it from there when it was decided for
+    the same ``scope`` (e.g. the same run root). Public replacement: a broadcast
+    (``trainer.strategy.broadcast``), once a CLI hook runs after the process group exists and
+    before the loggers are built (none in Lightning 2.6).
+    """
+    key = f"PAL_{name}"
+    prefix = scope + os.pathsep
+    inherited = os.environ.get(key, "")
+    if is_launched_rank() and inherited.startswith(prefix):
+        return inherited[len(prefix) :]
+    value = decide()
+    os.environ[key] = prefix + value
+    return value

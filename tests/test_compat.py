@@ -1,0 +1,105 @@
+"""pal_lightning.compat: the private names it relies on still exist, and its public hooks dispatch."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from jsonargparse import ArgumentParser
+from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
+from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.demos.boring_classes import BoringModel
+
+from pal_lightning import compat
+from pal_lightning.testing import quiet_trainer
+
+
+def test_the_private_names_still_exist() -> None:
+    # an upgrade that renames one of these fails here, with the name, before anything else breaks
+    for owner, name in [
+        (ModelCheckpoint, "_save_topk_checkpoint"),
+        (ModelCheckpoint, "_save_checkpoint"),
+        (RichProgressBar, "_get_train_description"),
+        (LightningCLI, "_prepare_subcommand_parser"),
+        (LightningCLI, "_parse_ckpt_path"),
+    ]:
+        assert callable(getattr(owner, name, None)), f"{owner.__name__}.{name}"
+    saved = ModelCheckpoint()
+    assert hasattr(saved, "_last_global_step_saved") and hasattr(saved, "_last_checkpoint_saved")
+    trainer = quiet_trainer()
+    assert hasattr(trainer, "_accelerator_connector")
+    assert hasattr(trainer._accelerator_connector, "use_distributed_sampler")
+    assert hasattr(BoringModel(), "_trainer")
+
+
+def test_checkpoint_hooks_receive_lightnings_private_calls(tmp_path: os.PathLike[str]) -> None:
+    calls: list[tuple[str, object]] = []
+
+    class Recording(compat.CheckpointHooks):
+        def rank_checkpoint(self, trainer, monitor_candidates):  # type: ignore[no-untyped-def]
+            calls.append(("rank", dict(monitor_candidates)))
+
+        def write_checkpoint(self, trainer, filepath):  # type: ignore[no-untyped-def]
+            calls.append(("write", os.path.basename(filepath)))
+            super().write_checkpoint(trainer, filepath)
+
+    cb = Recording(dirpath=tmp_path, monitor=None, save_last=True, save_top_k=0)
+    trainer = quiet_trainer(max_steps=2, callbacks=[cb], enable_checkpointing=True)
+    trainer.fit(BoringModel())
+    assert [c[0] for c in calls].count("rank") >= 1
+    assert ("write", "last.ckpt") in calls
+    assert (tmp_path / "last.ckpt").is_file()  # type: ignore[operator]
+    path, step = compat.last_saved(cb)
+    assert (os.path.basename(path), step) == ("last.ckpt", 2)
+
+
+def test_last_saved_and_record_saved() -> None:
+    cb = compat.CheckpointHooks()
+    assert compat.last_saved(cb)[0] == ""  # nothing written yet
+
+    class _Trainer:
+        global_step = 7
+
+    cb.record_saved(_Trainer(), "/x/best.ckpt")  # type: ignore[arg-type]
+    assert compat.last_saved(cb) == ("/x/best.ckpt", 7)
+
+
+def test_progress_bar_hook_replaces_the_label() -> None:
+    class Bar(compat.ProgressBarHooks):
+        def train_description(self, current_epoch: int) -> str:
+            return f"E{current_epoch}"
+
+    assert Bar()._get_train_description(3) == "E3"
+
+
+def test_attached_trainer_and_distributed_sampler() -> None:
+    model = BoringModel()
+    assert compat.attached_trainer(model) is None
+    trainer = quiet_trainer(use_distributed_sampler=True)
+    model.trainer = trainer
+    assert compat.attached_trainer(model) is trainer
+    assert compat.turn_off_distributed_sampler(trainer) is True
+    assert compat.turn_off_distributed_sampler(trainer) is False  # already off
+    assert compat.turn_off_distributed_sampler(object()) is None  # type: ignore[arg-type]
+
+
+def test_subcommand_help_actions() -> None:
+    parser = ArgumentParser()
+    sub = parser.add_subcommands()
+    sub.add_subcommand("fit", ArgumentParser(), help="cut off")
+    actions = compat.subcommand_help_actions(parser)
+    assert [(a.dest, a.help) for a in actions] == [("fit", "cut off")]
+    assert compat.subcommand_help_actions(ArgumentParser()) == []
+
+
+def test_rank_zero_decides_and_launched_ranks_inherit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    monkeypatch.delenv("PAL_TEST_VALUE", raising=False)
+    assert compat.decided_by_rank_zero("TEST_VALUE", "/root", lambda: "3") == "3"
+    assert os.environ["PAL_TEST_VALUE"] == "/root" + os.pathsep + "3"
+    monkeypatch.setenv("LOCAL_RANK", "1")  # a rank the launcher started: takes rank 0's value
+    assert compat.decided_by_rank_zero("TEST_VALUE", "/root", lambda: "9") == "3"
+    # decided for another scope (another run root): this rank decides for itself
+    assert compat.decided_by_rank_zero("TEST_VALUE", "/other", lambda: "5") == "5"
+    monkeypatch.setenv("LOCAL_RANK", "0")  # rank 0 always decides anew
+    assert compat.decided_by_rank_zero("TEST_VALUE", "/other", lambda: "6") == "6"
