@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from torch import nn
 
@@ -82,36 +83,36 @@ def build_parameter_groups(
         Groups with ``name``, ``params``, ``lr``, ``weight_decay``; empty groups are left out.
         Order: encoder from the top layer down to the embeddings, then adapters, then heads.
     """
-    layered = rates.layer_lr_decay != 1.0
-    buckets: dict[tuple[int, int, bool], list[nn.Parameter]] = {}
-    names: dict[tuple[int, int, bool], str] = {}
-    lrs: dict[tuple[int, int, bool], float] = {}
+    groups: dict[tuple[int, int, bool], dict[str, Any]] = {}
     for name, p in named_parameters:
         if not p.requires_grad:
             continue
         decay = not (name.endswith("bias") or id(p) in no_decay or "LayerNorm" in name)
-        if id(p) in pretrained:
-            depth = encoder_depth(name, rates.num_layers) if layered else 0
-            kind, label, lr = 0, "pretrained", layerwise_lr(rates.lr, rates.layer_lr_decay, depth)
-            if layered:
-                label = f"encoder_depth{depth}"
-        elif split_adapters and id(p) in adapters:
-            kind, depth, label, lr = 1, 0, "adapters", rates.adapter_lr
-        else:
-            kind, depth, label, lr = 2, 0, "heads" if split_adapters else "new", rates.head_lr
-        key = (kind, depth, decay)
-        buckets.setdefault(key, []).append(p)
-        names[key] = label + ("" if decay else "_no_decay")
-        lrs[key] = lr
+        kind, depth, label, lr = _kind_of(name, id(p) in pretrained, id(p) in adapters, rates, split_adapters)
+        group = groups.setdefault(
+            (kind, depth, decay),
+            {
+                "name": label + ("" if decay else "_no_decay"),
+                "params": [],
+                "lr": lr,
+                "weight_decay": rates.weight_decay if decay else 0.0,
+            },
+        )
+        group["params"].append(p)
     # decay before no-decay within a kind and depth (the original order: pretrained, pretrained_no_decay,
     # new, new_no_decay)
-    order = sorted(buckets, key=lambda k: (k[0], k[1], not k[2]))
-    return [
-        {
-            "name": names[k],
-            "params": buckets[k],
-            "lr": lrs[k],
-            "weight_decay": rates.weight_decay if k[2] else 0.0,
-        }
-        for k in order
-    ]
+    return [groups[k] for k in sorted(groups, key=lambda k: (k[0], k[1], not k[2]))]
+
+
+def _kind_of(
+    name: str, pretrained: bool, adapter: bool, rates: GroupRates, split_adapters: bool
+) -> tuple[int, int, str, float]:
+    """(kind: 0 encoder, 1 adapters, 2 heads; depth below the top; group name; peak rate) of a parameter."""
+    if pretrained:
+        if rates.layer_lr_decay == 1.0:
+            return 0, 0, "pretrained", rates.lr
+        depth = encoder_depth(name, rates.num_layers)
+        return 0, depth, f"encoder_depth{depth}", layerwise_lr(rates.lr, rates.layer_lr_decay, depth)
+    if split_adapters and adapter:
+        return 1, 0, "adapters", rates.adapter_lr
+    return 2, 0, "heads" if split_adapters else "new", rates.head_lr
