@@ -190,6 +190,9 @@ Everything needed to rebuild the model is in `config.json` (encoder config, revi
 class PretrainedMixin:
     """``save_pretrained`` / ``from_pretrained`` / ``push_to_hub`` for :class:`MultiTaskModule`."""
 
+    predict_max_length: int
+    """Longest prediction input (the inference mixin's default; ``from_pretrained`` sets the saved one)."""
+
     # ------------------------------------------------------------------ tokenizer
 
     @property
@@ -250,7 +253,7 @@ class PretrainedMixin:
                 for name, spec in specs.items()
                 if spec.is_pair
             },
-            "max_length": int(max_length or getattr(self, "predict_max_length", DEFAULT_MAX_LENGTH)),
+            "max_length": int(max_length or self.predict_max_length),
             "tasks": [task_to_dict(s) for s in specs.values()],
             "label_names": self.label_names,  # type: ignore[attr-defined]
             "hparams": _plain_json(hp),
@@ -358,7 +361,7 @@ class PretrainedMixin:
         hparams["bert_config"] = config["encoder"]["config"]
         hparams["tasks"] = config["tasks"]
         try:
-            module = cls(**hparams)  # type: ignore[call-arg]
+            module = cls(**hparams)
         except TypeError as err:
             raise PalUserError(
                 f"{folder} was saved from {config.get('model_class')}; {cls.__qualname__} cannot be built from "
