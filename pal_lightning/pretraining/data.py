@@ -177,6 +177,7 @@ class MLMDataModule(pl.LightningDataModule):
         if data is None:
             self.setup("fit")
             data = self.train_set if shuffle else self.val_set
+            assert data is not None  # setup("fit") builds both sets
         pad = self.tokenizer.pad_token_id
         return DataLoader(
             data,
