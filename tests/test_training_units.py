@@ -1,0 +1,169 @@
+"""The units of ``pal_lightning.training`` on their own: scorer, evaluation loop, checkpoint check,
+adapter options, guard and schedule helpers (no Trainer; expected values worked out by hand)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+from pal_lightning.modeling.config import PALConfig
+from pal_lightning.tasks import TaskSpec, get_task
+from pal_lightning.training.checkpoint_compat import checkpoint_differences
+from pal_lightning.training.evaluation import TaskScorer, eval_mode, score_batch
+from pal_lightning.training.guard import all_finite, nonfinite_message
+from pal_lightning.training.hparams import ARCHITECTURE_HPARAMS, PAL_ARGUMENTS, pal_config_kwargs
+from pal_lightning.training.optim import warmup_steps_of
+
+SST, QQP, STS = get_task("sst"), get_task("qqp"), get_task("sts")
+
+
+# ---------------------------------------------------------------- scorer and loop
+
+
+def test_scorer_scores_updated_tasks_with_their_mean_loss_per_example() -> None:
+    scorer = TaskScorer([SST, QQP])
+    # batch 1: 3 of 4 right, mean loss 0.5; batch 2: 1 of 2 right, mean loss 2.0
+    scorer.update("sst", torch.tensor([0, 1, 2, 2]), torch.tensor([0, 1, 1, 2]), torch.tensor(0.5))
+    scorer.update("sst", torch.tensor([3, 3]), torch.tensor([3, 0]), torch.tensor(2.0))
+    scores = scorer.compute(torch.device("cpu"))
+    assert list(scores.metrics) == ["sst"]  # qqp saw no example: no score, no empty compute
+    assert scores.metrics["sst"]["accuracy"] == pytest.approx(4 / 6)
+    assert scores.losses["sst"] == pytest.approx((0.5 * 4 + 2.0 * 2) / 6)
+    # compute resets: the next evaluation starts empty
+    assert scorer.compute(torch.device("cpu")).metrics == {}
+
+
+def test_scorer_without_loss_keeps_no_loss() -> None:
+    scorer = TaskScorer([STS], with_loss=False)
+    scorer.update("sts", torch.tensor([1.0, 2.0, 3.0]), torch.tensor([2.0, 4.0, 6.0]), torch.tensor(9.0))
+    scores = scorer.compute(torch.device("cpu"))
+    assert scores.losses == {}
+    assert scores.metrics["sts"]["pearson"] == pytest.approx(1.0)
+
+
+class _FixedModel:
+    """A model whose output is the batch's own ``logits``; predictions are their argmax."""
+
+    task_specs: Mapping[str, TaskSpec] = {"sst": SST}
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, batch: Mapping[str, Any]) -> Tensor:
+        self.calls += 1
+        return batch["logits"]
+
+    def predict_from_output(self, task: str, output: Tensor) -> Tensor:
+        return output.argmax(-1)
+
+    def compute_loss(self, task: str, output: Tensor, labels: Tensor) -> Tensor:
+        return torch.tensor(float(len(labels)))  # 2.0 for a batch of two
+
+
+def test_score_batch_skips_unlabelled_batches() -> None:
+    model, scorer = _FixedModel(), TaskScorer([SST])
+    logits = torch.tensor([[0.0, 1.0, 0, 0, 0], [2.0, 0, 0, 0, 0]])  # predicts 1, 0
+    score_batch(model, scorer, {"task": "sst", "logits": logits})  # a test split: no labels
+    assert model.calls == 0
+    score_batch(model, scorer, {"task": "sst", "logits": logits, "labels": torch.tensor([1, 4])})
+    scores = scorer.compute(torch.device("cpu"))
+    assert scores.metrics["sst"]["accuracy"] == pytest.approx(0.5)
+    assert scores.losses["sst"] == pytest.approx(2.0)
+
+
+def test_eval_mode_restores_each_submodules_own_mode() -> None:
+    net = nn.Sequential(nn.Linear(2, 2), nn.Dropout(0.5))
+    net.train()
+    net[1].eval()  # a user keeps dropout off while training
+    with eval_mode(net):
+        assert not any(m.training for m in net.modules())
+    assert net.training and net[0].training and not net[1].training
+
+
+# ---------------------------------------------------------------- checkpoint check and adapter options
+
+
+def _hparams(**kw: Any) -> dict[str, Any]:
+    hp: dict[str, Any] = dict(
+        encoder="some/encoder", bert_config=None, adapter="pals", pal_size=8, pal_heads=2
+    )
+    hp.update(pal_init="zero", freeze_encoder=False, tasks=["sst", "qqp"])
+    hp.update(kw)
+    return hp
+
+
+def test_checkpoint_differences_name_shape_options_not_starting_values() -> None:
+    ours = _hparams()
+    saved = _hparams(pal_heads=4, pal_init="random")
+    assert checkpoint_differences(saved, ours, [SST, QQP]) == ["pal_heads is 4 in the checkpoint but 2 here"]
+
+
+def test_checkpoint_differences_tasks_order_matters_only_when_resuming() -> None:
+    ours = _hparams()
+    saved = _hparams(tasks=["qqp", "sst"], freeze_encoder=True)
+    assert checkpoint_differences(saved, ours, [SST, QQP]) == []
+    assert checkpoint_differences(saved, ours, [SST, QQP], resuming=True) == [
+        "it was trained with the task order [qqp, sst], the model now has [sst, qqp] (resuming a fit "
+        "needs the same order)",
+        "freeze_encoder is True in the checkpoint but False here",
+    ]
+    other = _hparams(tasks=["sst", "sts"])
+    assert checkpoint_differences(other, ours, [SST, QQP]) == [
+        "it was trained for tasks [sst, sts] but the model is configured for [sst, qqp]"
+    ]
+
+
+def test_checkpoint_differences_ignore_the_encoder_name_of_a_random_encoder_and_tuple_vs_list() -> None:
+    ours = _hparams(bert_config={"hidden_size": 32}, task_groups=(("sst", "qqp"),))
+    saved = _hparams(encoder="another/encoder", bert_config={"hidden_size": 32}, task_groups=[["sst", "qqp"]])
+    assert checkpoint_differences(saved, ours, [SST, QQP]) == []
+    saved["bert_config"] = {"hidden_size": 64}
+    assert checkpoint_differences(saved, ours, [SST, QQP]) == [
+        "bert_config is {'hidden_size': 64} in the checkpoint but {'hidden_size': 32} here"
+    ]
+
+
+def test_pal_config_kwargs_map_every_option_and_default_the_missing_ones() -> None:
+    hp = {"adapter": "low_rank", "pal_size": 16, "pal_heads": 4, "pal_placement": "top"}
+    hp.update({"pal_num_layers": 1, "pal_init": "random"})  # no pal_activation: an older checkpoint
+    config = PALConfig(**pal_config_kwargs(hp))
+    assert (config.adapter, config.pal_size, config.num_heads) == ("low_rank", 16, 4)
+    assert (config.placement, config.num_layers, config.init, config.activation) == (
+        "top",
+        1,
+        "random",
+        "none",
+    )
+    # every adapter option is a shape option except pal_init (the starting values only)
+    assert [n for n in PAL_ARGUMENTS if n not in ARCHITECTURE_HPARAMS] == ["pal_init"]
+
+
+# ---------------------------------------------------------------- guard and schedule helpers
+
+
+def test_all_finite_checks_every_element_of_every_tensor() -> None:
+    big = torch.full((3,), 3e38)  # finite, but its norm overflows float32
+    assert all_finite([big, torch.zeros(2)])
+    assert not all_finite([torch.zeros(2), torch.tensor([0.0, math.nan])])
+    assert not all_finite([torch.tensor([-math.inf])])
+    assert all_finite([])
+
+
+def test_nonfinite_message_names_the_cause_tasks_and_step() -> None:
+    message = nonfinite_message(3, True, ["sst", "qqp"], 17)
+    assert "3 consecutive steps" in message and "non-finite loss" in message
+    assert "task sst, qqp, step 17" in message
+    assert "non-finite gradients" in nonfinite_message(1, False, [], 0) and "task ?" in nonfinite_message(
+        1, False, [], 0
+    )
+
+
+def test_warmup_steps_of_prefers_the_absolute_count() -> None:
+    assert warmup_steps_of(total=40, warmup_steps=None, warmup_ratio=0.1) == 4
+    assert warmup_steps_of(total=45, warmup_steps=None, warmup_ratio=0.1) == 4  # round(4.5) is 4 in Python
+    assert warmup_steps_of(total=40, warmup_steps=7, warmup_ratio=0.1) == 7
