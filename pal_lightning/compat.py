@@ -31,7 +31,7 @@ __all__ = [
     "decided_by_rank_zero",
     "last_saved",
     "subcommand_help_actions",
-    "turn_off_distributed_sampler",
+    "disable_distributed_sampler",
 ]
 
 
@@ -159,7 +159,7 @@ def attached_trainer(module: object) -> pl.Trainer | None:
     return getattr(module, "_trainer", None)
 
 
-def turn_off_distributed_sampler(trainer: pl.Trainer) -> bool | None:
+def disable_distributed_sampler(trainer: pl.Trainer) -> bool | None:
     """Turn off the trainer's ``use_distributed_sampler``; whether it was on (``None``: not reachable).
 
     The data module shards by rank itself; Lightning would wrap its loaders in a

@@ -78,9 +78,9 @@ def test_attached_trainer_and_distributed_sampler() -> None:
     trainer = quiet_trainer(use_distributed_sampler=True)
     model.trainer = trainer
     assert compat.attached_trainer(model) is trainer
-    assert compat.turn_off_distributed_sampler(trainer) is True
-    assert compat.turn_off_distributed_sampler(trainer) is False  # already off
-    assert compat.turn_off_distributed_sampler(object()) is None  # type: ignore[arg-type]
+    assert compat.disable_distributed_sampler(trainer) is True
+    assert compat.disable_distributed_sampler(trainer) is False  # already off
+    assert compat.disable_distributed_sampler(object()) is None  # type: ignore[arg-type]
 
 
 def test_subcommand_help_actions() -> None:

@@ -13,6 +13,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from pal_lightning import distributed
+from pal_lightning.compat import disable_distributed_sampler
 from pal_lightning.errors import PalUserError
 
 if TYPE_CHECKING:
@@ -40,18 +41,11 @@ def turn_off_distributed_sampler(trainer: pl.Trainer | None) -> None:
     """
     if trainer is None:
         return
-    # Lightning reads the flag from its private accelerator connector when it builds the loaders,
-    # after the data module's setup; setting it there is the only way to fix a Trainer built without
-    # use_distributed_sampler=False (there is no public setter).
-    connector = getattr(trainer, "_accelerator_connector", None)
-    if connector is not None and hasattr(connector, "use_distributed_sampler"):
-        if connector.use_distributed_sampler:
-            connector.use_distributed_sampler = False
-            if distributed.is_main_process():
-                log.info(
-                    "MultiTaskDataModule shards data itself: set Trainer(use_distributed_sampler=False)."
-                )
-    elif trainer.world_size > 1:
+    was_on = disable_distributed_sampler(trainer)  # a private Lightning setting (compat.py says why)
+    if was_on:
+        if distributed.is_main_process():
+            log.info("MultiTaskDataModule shards data itself: set Trainer(use_distributed_sampler=False).")
+    elif was_on is None and trainer.world_size > 1:
         raise PalUserError(
             "MultiTaskDataModule needs Trainer(use_distributed_sampler=False) under DDP; pass it to the "
             "Trainer (--trainer.use_distributed_sampler false)."
