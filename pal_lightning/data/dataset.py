@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from pal_lightning.batch import IDS, INDICES, LABELS, SPLIT, TASK
 from pal_lightning.data.samplers import MultiTaskBatchSampler, TaskBatch
 from pal_lightning.data.tokenize import TokenizedSplit, pad_batch
 
@@ -46,14 +47,14 @@ class MultiTaskDataset(Dataset):
         data = self.splits[(key.task, key.split)]
         idx = np.asarray(key.indices, dtype=np.int64)
         batch: dict[str, Any] = {
-            "task": key.task,
-            "split": key.split,
-            "ids": data.ids[idx].tolist(),
-            "indices": idx.tolist(),
+            TASK: key.task,
+            SPLIT: key.split,
+            IDS: data.ids[idx].tolist(),
+            INDICES: idx.tolist(),
         }
         if data.labels is not None:
             labels = data.labels[idx]
-            batch["labels"] = (
+            batch[LABELS] = (
                 torch.from_numpy(labels.astype(np.float32))
                 if labels.dtype.kind == "f"
                 else torch.from_numpy(labels.astype(np.int64))

@@ -39,6 +39,7 @@ import numpy as np
 
 from pal_lightning.data import hf_sources
 from pal_lightning.data.text import ptb_detokenize, undo_double_quoting
+from pal_lightning.distributed import is_main_process
 from pal_lightning.errors import PalUserError
 from pal_lightning.tasks import BUILTIN_TASKS, TaskSpec
 
@@ -56,13 +57,6 @@ HF_DEFAULT_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
 MAX_REPORTED_BAD_ROWS = 5
 #: What undecodable bytes become when a file is read with ``errors="surrogateescape"``.
 _UNDECODABLE = re.compile("[\udc80-\udcff]")
-
-
-def rank_zero() -> bool:
-    """Whether this process is global rank 0 (logging only happens there)."""
-    from lightning.pytorch.utilities.rank_zero import rank_zero_only
-
-    return getattr(rank_zero_only, "rank", 0) == 0
 
 
 @dataclass
@@ -345,7 +339,7 @@ def warn_bad_rows(name: str, bad_rows: Sequence[tuple[int, str]], rows: int, tas
         bad_rows: ``(line, reason)`` of every skipped row; the first :data:`MAX_REPORTED_BAD_ROWS` are named.
         rows: data rows in the source, loaded and skipped.
     """
-    if not bad_rows or not rank_zero():
+    if not bad_rows or not is_main_process():
         return
     shown = ", ".join(f"{ln} ({why})" for ln, why in bad_rows[:MAX_REPORTED_BAD_ROWS])
     extra = len(bad_rows) - MAX_REPORTED_BAD_ROWS
@@ -440,7 +434,7 @@ class _SplitRows:
             return None
         if self.split == "test" and any(v is None for v in self.labels):
             given = sum(v is not None for v in self.labels)
-            if given and rank_zero():
+            if given and is_main_process():
                 log.warning(
                     "%s: only %d of %d test rows carry a label; the test split is treated as unlabelled.",
                     name,

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from pal_lightning.data import hf_sources
-from pal_lightning.data.readers import rank_zero, read_split, resolve_source, source_exists, warn_bad_rows
+from pal_lightning.data.readers import read_split, resolve_source, source_exists, warn_bad_rows
 from pal_lightning.data.tokenize import (
     TokenizedSplit,
     cache_key,
@@ -24,6 +24,7 @@ from pal_lightning.data.tokenize import (
     save_cached,
     tokenizer_fingerprint,
 )
+from pal_lightning.distributed import is_main_process
 from pal_lightning.errors import PalUserError
 from pal_lightning.tasks import TaskSpec
 
@@ -166,7 +167,7 @@ class SplitCache:
         elif report and (task, split) not in self._bad_rows_reported:
             self._bad_rows_reported.add((task, split))
             warn_bad_rows(Path(data.source).name, data.bad_rows, data.rows, task, split)
-        if rank_zero():
+        if is_main_process():
             log.info(
                 "%s %s: %d rows loaded, %d skipped, of %d in %s%s",
                 task,

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from pal_lightning.batch import ATTENTION_MASK, INPUT_IDS, TOKEN_TYPE_IDS
 from pal_lightning.data.readers import RawSplit
 from pal_lightning.files import atomic_write
 
@@ -186,9 +187,9 @@ def pad_batch(enc: Encoded, index: np.ndarray, pad_id: int, suffix: str = "") ->
         ids[row, :length] = enc.input_ids[start : start + length]
         types[row, :length] = enc.token_type_ids[start : start + length]
     return {
-        f"input_ids{suffix}": torch.from_numpy(ids),
-        f"attention_mask{suffix}": torch.from_numpy(mask),
-        f"token_type_ids{suffix}": torch.from_numpy(types),
+        f"{INPUT_IDS}{suffix}": torch.from_numpy(ids),
+        f"{ATTENTION_MASK}{suffix}": torch.from_numpy(mask),
+        f"{TOKEN_TYPE_IDS}{suffix}": torch.from_numpy(types),
     }
 
 
