@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from pal_lightning.contracts import EpochSteps, datamodule_of, satisfies
 from pal_lightning.errors import PalUserError
 from pal_lightning.modeling.param_groups import GroupRates, build_parameter_groups
 
@@ -81,8 +82,8 @@ def total_training_steps(trainer: pl.Trainer) -> int:
     """
     if trainer.max_steps is not None and trainer.max_steps > 0:
         return int(trainer.max_steps)
-    datamodule = getattr(trainer, "datamodule", None)
-    steps = getattr(datamodule, "steps_per_epoch", None) if datamodule is not None else None
+    datamodule = datamodule_of(trainer)
+    steps = datamodule.steps_per_epoch if satisfies(datamodule, EpochSteps) else None
     max_epochs = trainer.max_epochs
     if steps is None or max_epochs is None or max_epochs < 1:
         raise PalUserError(
