@@ -27,12 +27,13 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from pal_lightning.batch import ATTENTION_MASK, ENCODING_KEYS, side_keys
 from pal_lightning.errors import PalUserError
 from pal_lightning.modeling.heads import pool
 
 #: ONNX input names: one sequence, or two for a siamese pair.
-SINGLE_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-SIAMESE_INPUTS = (*SINGLE_INPUTS, "input_ids_b", "attention_mask_b", "token_type_ids_b")
+SINGLE_INPUTS = ENCODING_KEYS
+SIAMESE_INPUTS = (*SINGLE_INPUTS, *side_keys("b"))
 
 
 class SingleTaskModel(nn.Module):
@@ -134,7 +135,7 @@ def export_onnx(
     # the eager attention traces into plain ONNX ops on every runtime (sdpa's fused kernel may not)
     exported.encoder.bert.set_attn_implementation("eager")
     names = list(model.input_names)
-    masks = [t for name, t in zip(names, example_inputs, strict=True) if name.startswith("attention_mask")]
+    masks = [t for name, t in zip(names, example_inputs, strict=True) if name.startswith(ATTENTION_MASK)]
     if not all(bool((m == 0).any()) for m in masks):
         # the trace records the branch taken: a batch without padding would drop the padding mask
         raise ValueError("export_onnx needs example inputs with padding (sentences of different lengths).")

@@ -34,6 +34,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 
+from pal_lightning.batch import IDS, PREDICTIONS, SPLIT, TASK
 from pal_lightning.distributed import gather_objects, is_main_process
 from pal_lightning.errors import PalUserError
 from pal_lightning.files import atomic_write
@@ -159,19 +160,19 @@ class PredictionWriter(BasePredictionWriter):
         batch_idx: int,
         dataloader_idx: int,
     ) -> None:
-        if not isinstance(prediction, Mapping) or not {"task", "ids", "predictions"} <= set(prediction):
+        if not isinstance(prediction, Mapping) or not {TASK, IDS, PREDICTIONS} <= set(prediction):
             raise PalUserError(
                 "PredictionWriter needs predict_step to return {'task', 'split', 'ids', 'predictions'}; "
                 f"got {type(prediction).__name__}."
             )
-        preds = prediction["predictions"]
+        preds = prediction[PREDICTIONS]
         if isinstance(preds, torch.Tensor):
             preds = preds.detach().cpu().tolist()
         split = (
-            prediction.get("split") or (batch.get("split") if isinstance(batch, Mapping) else None) or "test"
+            prediction.get(SPLIT) or (batch.get(SPLIT) if isinstance(batch, Mapping) else None) or "test"
         )
-        rows = self._rows.setdefault((str(prediction["task"]), str(split)), [])
-        rows.extend(zip((str(i) for i in prediction["ids"]), preds, strict=True))
+        rows = self._rows.setdefault((str(prediction[TASK]), str(split)), [])
+        rows.extend(zip((str(i) for i in prediction[IDS]), preds, strict=True))
 
     def on_predict_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         gathered = self._gather(self._rows)

@@ -29,7 +29,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from pal_lightning.batch import LABELS
+from pal_lightning.batch import ATTENTION_MASK, IDS, LABELS, TASK
 from pal_lightning.distributed import is_main_process
 
 NO_DECAY = "_no_decay"
@@ -66,7 +66,7 @@ def batch_accuracy(pl_module: Any, task: str, output: torch.Tensor | None, label
 
 
 def _tokens(batch: Mapping[str, Any]) -> int:
-    masks = [v for k, v in batch.items() if k.startswith("attention_mask") and isinstance(v, torch.Tensor)]
+    masks = [v for k, v in batch.items() if k.startswith(ATTENTION_MASK) and isinstance(v, torch.Tensor)]
     return int(sum(int(m.sum()) for m in masks))
 
 
@@ -128,13 +128,13 @@ class TrainingLog(Callback):
     ) -> None:
         self._batch, self._output = batch, None
         if isinstance(batch, Mapping):
-            self._examples += len(batch.get("ids", ()))
+            self._examples += len(batch.get(IDS, ()))
             self._tokens += _tokens(batch)
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        task = batch.get("task") if isinstance(batch, Mapping) else None
+        task = batch.get(TASK) if isinstance(batch, Mapping) else None
         if task is None:
             return
         self.steps_per_task[task] = self.steps_per_task.get(task, 0) + 1

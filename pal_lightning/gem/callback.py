@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from pal_lightning import distributed
+from pal_lightning.batch import INDICES, TASK
 from pal_lightning.contracts import (
     BatchLossModel,
     datamodule_of,
@@ -195,7 +196,7 @@ class GEMCallback(pl.Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         try:
-            task, indices = str(batch["task"]), [int(i) for i in batch["indices"]]
+            task, indices = str(batch[TASK]), [int(i) for i in batch[INDICES]]
         except (KeyError, TypeError):
             raise PalUserError(
                 "GEMCallback needs training batches with 'task' and 'indices' (positions in the train "
