@@ -148,7 +148,7 @@ class InferenceMixin:
         """
         current = dict(getattr(self, "_label_names", {}))
         for task, labels in names.items():
-            spec = self._predict_spec(task)
+            spec = self.predict_spec(task)
             if spec.is_regression or len(labels) != spec.num_labels:
                 raise PalUserError(
                     f"Task {task!r} has {spec.num_labels} label(s) ({TaskKind(spec.kind).value}); got names "
@@ -157,7 +157,8 @@ class InferenceMixin:
             current[task] = [str(n) for n in labels]
         self._label_names = current
 
-    def _predict_spec(self, task: str) -> TaskSpec:
+    def predict_spec(self, task: str) -> TaskSpec:
+        """The :class:`~pal_lightning.tasks.TaskSpec` of ``task``; an unknown task is one user error naming the model's tasks."""
         specs: dict[str, TaskSpec] = self.task_specs  # type: ignore[attr-defined]
         if task not in specs:
             raise PalUserError(
@@ -180,7 +181,7 @@ class InferenceMixin:
         from pal_lightning.data.readers import RawSplit
         from pal_lightning.data.tokenize import encode_split, pad_batch
 
-        spec = self._predict_spec(task)
+        spec = self.predict_spec(task)
         columns = check_inputs(spec, texts)
         if batch_size < 1:
             raise PalUserError(f"batch_size must be >= 1, got {batch_size}.")

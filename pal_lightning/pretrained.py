@@ -120,24 +120,12 @@ def task_scores(scores: Mapping[str, float]) -> dict[str, dict[str, float]]:
     return out
 
 
-def model_card(config: Mapping[str, Any], repo_id: str | None = None) -> Any:
-    """The ``huggingface_hub.ModelCard`` of a saved model: metadata header plus a readable summary."""
-    from huggingface_hub import ModelCard, ModelCardData
-
-    encoder = config["encoder"]
-    tasks = config["tasks"]
-    scores = config.get("scores") or {}
-    per_task = task_scores(scores)
-    data = ModelCardData(
-        library_name="pal-lightning",
-        base_model=encoder["name"] if not encoder.get("random") else None,
-        pipeline_tag="text-classification",
-        tags=["pal-lightning", "multi-task", "projected-attention-layers", *[t["name"] for t in tasks]],
-        metrics=sorted({m for t in tasks for m in t["metrics"]}),
-    )
+def card_task_rows(config: Mapping[str, Any]) -> list[str]:
+    """One Markdown table row per task of a saved model's config: name, kind, labels, dev scores."""
     labels = config.get("label_names") or {}
+    per_task = task_scores(config.get("scores") or {})
     rows = []
-    for t in tasks:
+    for t in config["tasks"]:
         names = ", ".join(labels.get(t["name"], [])) or (
             f"score {t['label_range'][0]:g}..{t['label_range'][1]:g}"
             if t["kind"] == "pair_regression"
@@ -146,6 +134,24 @@ def model_card(config: Mapping[str, Any], repo_id: str | None = None) -> Any:
         got = per_task.get(t["name"], {})
         shown = ", ".join(f"{m} {got[m]:.4f}" for m in t["metrics"] if m in got) or "not measured"
         rows.append(f"| {t['name']} | {t['kind']} | {names} | {shown} |")
+    return rows
+
+
+def model_card(config: Mapping[str, Any], repo_id: str | None = None) -> Any:
+    """The ``huggingface_hub.ModelCard`` of a saved model: metadata header plus a readable summary."""
+    from huggingface_hub import ModelCard, ModelCardData
+
+    encoder = config["encoder"]
+    tasks = config["tasks"]
+    scores = config.get("scores") or {}
+    data = ModelCardData(
+        library_name="pal-lightning",
+        base_model=encoder["name"] if not encoder.get("random") else None,
+        pipeline_tag="text-classification",
+        tags=["pal-lightning", "multi-task", "projected-attention-layers", *[t["name"] for t in tasks]],
+        metrics=sorted({m for t in tasks for m in t["metrics"]}),
+    )
+    rows = card_task_rows(config)
     hp = config["hparams"]
     adapter = config["adapter"]
     name = repo_id or "path/to/this/folder"
@@ -185,6 +191,39 @@ Everything needed to rebuild the model is in `config.json` (encoder config, revi
 `{encoder.get("revision")}`, adapters, tasks, label names); the weights are in `model.safetensors`.
 """
     return ModelCard(f"---\n{data.to_yaml()}\n---\n{body}")
+
+
+def check_save_target(target: Path, overwrite: bool) -> None:
+    """Refuse a file, or a folder that already holds a saved model unless ``overwrite``.
+
+    Raises:
+        PalUserError: naming the path and what to do instead.
+    """
+    if target.exists() and not target.is_dir():
+        raise PalUserError(f"{target} is a file, not a folder. Pass a folder to save the model into.")
+    if target.is_dir() and holds_model(target) and not overwrite:
+        raise PalUserError(
+            f"{target} already holds a saved model. Nothing was written. Choose another folder or pass "
+            "overwrite=True to replace it."
+        )
+
+
+def weights_to_save(
+    own: Mapping[str, torch.Tensor], given: Mapping[str, torch.Tensor] | None
+) -> dict[str, torch.Tensor]:
+    """``given`` when it has exactly the module's keys (``own``), else ``own``; CPU copies either way.
+
+    Raises:
+        PalUserError: when ``given`` misses keys of the module or has others.
+    """
+    if given is not None:
+        missing, extra = sorted(set(own) - set(given)), sorted(set(given) - set(own))
+        if missing or extra:
+            raise PalUserError(
+                f"The weights to save do not fit this module: missing {missing[:5]}, unexpected {extra[:5]}."
+            )
+        own = given
+    return {k: v.detach().to("cpu").contiguous().clone() for k, v in own.items()}
 
 
 class PretrainedMixin:
@@ -294,32 +333,18 @@ class PretrainedMixin:
         from safetensors.torch import save_file
 
         target = Path(save_directory).expanduser()
-        if target.exists() and not target.is_dir():
-            raise PalUserError(f"{target} is a file, not a folder. Pass a folder to save the model into.")
-        if target.is_dir() and holds_model(target) and not overwrite:
-            raise PalUserError(
-                f"{target} already holds a saved model. Nothing was written. Choose another folder or pass "
-                "overwrite=True to replace it."
-            )
-        own = self.state_dict()  # type: ignore[attr-defined]
-        if state_dict is not None:
-            missing, extra = sorted(set(own) - set(state_dict)), sorted(set(state_dict) - set(own))
-            if missing or extra:
-                raise PalUserError(
-                    f"The weights to save do not fit this module: missing {missing[:5]}, unexpected {extra[:5]}."
-                )
-            own = dict(state_dict)
+        check_save_target(target, overwrite)
+        own = weights_to_save(self.state_dict(), state_dict)  # type: ignore[attr-defined]
         if scores is None:
             last = getattr(self, "last_scores", {}).get("val")
             scores = dict(last) if last else None
         config = self.pretrained_config(scores=scores, max_length=max_length)
         if scores_note:
             config["scores_note"] = scores_note
-        tensors = {k: v.detach().to("cpu").contiguous().clone() for k, v in own.items()}
         # whole files replace whole files (synced, with the modes open() gives): a reader never sees a
         # half-written one, and a failure leaves the folder as it was
         with staged_folder(target) as tmp:
-            save_file(tensors, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
+            save_file(own, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
             self.tokenizer.save_pretrained(str(tmp))
             (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=False) + "\n")
             model_card(config).save(str(tmp / CARD_NAME))

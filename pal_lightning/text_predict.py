@@ -217,7 +217,7 @@ def run(argv: Sequence[str]) -> int:
     if output.resolve() == source.resolve():
         raise PalUserError("--predict.output is the input file. Choose another output path.")
     module = load_model(ns.model, ns.ckpt)
-    spec = module._predict_spec(ns.task)  # unknown task: one line naming the model's tasks
+    spec = module.predict_spec(ns.task)  # unknown task: one line naming the model's tasks
     rows = read_input(source, spec)
     texts: list[Any] = [t if spec.is_pair else t[0] for t in rows.texts]
     predictions = module.predict(ns.task, texts, batch_size=ns.batch_size)
