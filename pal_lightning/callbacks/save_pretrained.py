@@ -20,6 +20,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
+from pal_lightning.contracts import MaxLength, PretrainedSaver, datamodule_of, satisfies
 from pal_lightning.distributed import is_main_process
 from pal_lightning.errors import PalUserError
 
@@ -63,7 +64,7 @@ class SavePretrainedModel(Callback):
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # every rank reads log_dir: under DDP it is a broadcast that rank 0 alone would wait on
         log_dir = trainer.log_dir or trainer.default_root_dir
-        if not self.enabled or not is_main_process(trainer) or not hasattr(pl_module, "save_pretrained"):
+        if not self.enabled or not is_main_process(trainer) or not satisfies(pl_module, PretrainedSaver):
             return
         ckpt = best_checkpoint_path(trainer)
         state: Any = None
@@ -73,11 +74,11 @@ class SavePretrainedModel(Callback):
         else:
             note = "Final weights of the run (no best checkpoint was written: no complete validation ran)."
         scores = (best_scores(trainer) or {}) if ckpt is not None else {}
-        datamodule = getattr(trainer, "datamodule", None)
-        max_length = getattr(datamodule, "max_length", None)
+        datamodule = datamodule_of(trainer)
+        max_length = datamodule.max_length if satisfies(datamodule, MaxLength) else None
         target = Path(log_dir) / self.dirname
         try:
-            self.saved = pl_module.save_pretrained(  # type: ignore[operator]
+            self.saved = pl_module.save_pretrained(
                 target, scores=scores, max_length=max_length, state_dict=state, scores_note=note
             )
         except PalUserError as err:  # e.g. a user logger reusing a folder: keep the run's result
