@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pal_lightning.errors import PalUserError
+from pal_lightning.tasks import repeated_names
 
 
 def check_auxiliary(auxiliary: Sequence[str] | str | None, tasks: Sequence[str]) -> list[str]:
@@ -30,7 +31,7 @@ def check_auxiliary(auxiliary: Sequence[str] | str | None, tasks: Sequence[str])
             f"auxiliary names {unknown}, which are not among the tasks {list(tasks)}: add them to "
             "--model.tasks or remove them from --model.auxiliary."
         )
-    repeated = sorted({a for a in names if names.count(a) > 1})
+    repeated = repeated_names(names)
     if repeated:
         raise PalUserError(f"auxiliary lists {repeated} more than once; name each auxiliary task once.")
     if names and set(names) >= set(tasks):

@@ -327,11 +327,19 @@ def resolve_tasks(tasks: Iterable[str | TaskSpec | Mapping[str, object]]) -> lis
         out.append(spec)
     if not out:
         raise ValueError("At least one task is needed.")
-    names = [s.name for s in out]
-    dupes = sorted({n for n in names if names.count(n) > 1})
+    dupes = repeated_names(s.name for s in out)
     if dupes:
         raise ValueError(f"Tasks listed twice: {dupes}.")
     return out
+
+
+def repeated_names(names: Iterable[str]) -> list[str]:
+    """The names that occur more than once in ``names``, sorted (for "listed twice" messages)."""
+    seen: set[str] = set()
+    repeated: set[str] = set()
+    for name in names:
+        (repeated if name in seen else seen).add(name)
+    return sorted(repeated)
 
 
 def task_names(tasks: Sequence[TaskSpec]) -> list[str]:

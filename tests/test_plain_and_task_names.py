@@ -10,7 +10,7 @@ import pytest
 
 from pal_lightning.errors import PalUserError
 from pal_lightning.plain import to_plain
-from pal_lightning.tasks import TaskKind, TaskSpec, get_task, task_name_of, task_to_dict
+from pal_lightning.tasks import TaskKind, TaskSpec, get_task, repeated_names, task_name_of, task_to_dict
 
 
 class _Colour(Enum):
@@ -47,3 +47,8 @@ def test_task_name_of_reads_names_specs_and_their_dicts():
         task_name_of({"kind": "single_classification"})
     with pytest.raises(PalUserError, match="got 3"):
         task_name_of(3)  # type: ignore[arg-type]
+
+
+def test_repeated_names_lists_each_name_seen_twice_once_sorted():
+    assert repeated_names(["b", "a", "b", "c", "a", "b"]) == ["a", "b"]
+    assert repeated_names(iter(["x", "y"])) == []

@@ -77,7 +77,7 @@ from pal_lightning.modeling.sharing import (
     resolve_task_groups,
 )
 from pal_lightning.modeling.top import build_top_adapter
-from pal_lightning.tasks import task_name_of
+from pal_lightning.tasks import repeated_names, task_name_of
 
 __all__ = [
     "ADAPTERS_PREFIX",
@@ -109,7 +109,7 @@ def _parameter_safe_names(tasks: Sequence[Any] | str) -> list[str]:
                 f"Task name {name!r} cannot be used as a parameter name: use a non-empty name without '.' "
                 "that is not a torch.nn.ModuleDict attribute (such as 'keys' or 'train')."
             )
-    dupes = sorted({n for n in names if names.count(n) > 1})
+    dupes = repeated_names(names)
     if dupes:
         raise PalUserError(f"Tasks listed twice: {dupes}. List each task once.")
     return names
