@@ -34,9 +34,9 @@ from pal_lightning.distributed import is_main_process, rank
 from pal_lightning.errors import PalUserError
 from pal_lightning.files import staged_folder
 from pal_lightning.hub import DEFAULT_ENCODER, resolve_encoder
-from pal_lightning.module import linear_warmup_decay
 from pal_lightning.pretraining.data import load_tokenizer
 from pal_lightning.pretraining.masking import IGNORE_INDEX, mask_tokens, maskable_positions
+from pal_lightning.training.optim import linear_warmup_decay
 
 log = logging.getLogger(__name__)
 
