@@ -28,13 +28,11 @@ for hub ids (its cache, ``HF_HUB_OFFLINE`` and revision handling), ``HfApi`` for
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
 import tempfile
 from collections.abc import Mapping
-from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -43,6 +41,7 @@ import torch
 from pal_lightning.errors import PalUserError
 from pal_lightning.files import staged_folder
 from pal_lightning.inference import DEFAULT_MAX_LENGTH
+from pal_lightning.plain import to_plain
 from pal_lightning.tasks import task_to_dict
 
 log = logging.getLogger(__name__)
@@ -295,7 +294,7 @@ class PretrainedMixin:
             "max_length": int(max_length or self.predict_max_length),
             "tasks": [task_to_dict(s) for s in specs.values()],
             "label_names": self.label_names,  # type: ignore[attr-defined]
-            "hparams": _plain_json(hp),
+            "hparams": to_plain(hp),
             "scores": dict(scores) if scores else None,
         }
 
@@ -518,16 +517,3 @@ def read_pretrained_config(folder: Path) -> dict[str, Any]:
         if key not in config:
             raise PalUserError(f"{folder / CONFIG_NAME} lacks {key!r}. Save the model again.")
     return config
-
-
-def _plain_json(value: Any) -> Any:
-    """Hyper-parameters as JSON values (tuples as lists, mappings as dicts)."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain_json(v) for v in value]
-    if isinstance(value, Enum):
-        return value.value
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return _plain_json(dataclasses.asdict(value))
-    return value
