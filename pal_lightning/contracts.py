@@ -21,7 +21,7 @@ Module (``pl_module``):
 * :class:`BatchLossModel` - GEM's memory gradients;
 * :class:`SharedParameterEncoder` - GEM's ``parameters="shared"`` (``pl_module.encoder``);
 * :class:`TaskPredictor` - continual evaluation and the training log's accuracy;
-* :class:`ScoredModel` - score reports and the best-checkpoint choice;
+* :class:`LastScores` / :class:`ScoredTasks` - score reports and the best-checkpoint choice;
 * :class:`ParameterReporter` - the parameter counts in the score report;
 * :class:`PretrainedSaver` - the save-pretrained callback.
 """
@@ -48,17 +48,19 @@ __all__ = [
     "BatchLossModel",
     "EpochSteps",
     "ExampleOrder",
+    "LastScores",
     "MaxLength",
     "ParameterReporter",
     "PhasedData",
     "PredictionLayout",
     "PretrainedSaver",
     "SamplingSchedule",
-    "ScoredModel",
+    "ScoredTasks",
     "SharedParameterEncoder",
     "TaskPredictor",
     "TrainBatchSource",
     "datamodule_of",
+    "last_stage_scores",
     "missing_members",
     "require",
     "satisfies",
@@ -158,11 +160,17 @@ class TaskPredictor(Protocol):
 
 
 @runtime_checkable
-class ScoredModel(Protocol):
-    """The last evaluation's scores by stage, and the tasks whose scores make the overall score."""
+class LastScores(Protocol):
+    """The scores of the latest evaluation of each stage, ``{stage: {key: value}}`` (replaced at every
+    evaluation, unlike ``trainer.callback_metrics``, so they say what *this* evaluation measured)."""
 
     @property
     def last_scores(self) -> Mapping[str, Mapping[str, float]]: ...
+
+
+@runtime_checkable
+class ScoredTasks(Protocol):
+    """The tasks whose scores make the overall score (the auxiliary ones are left out)."""
 
     @property
     def scored_tasks(self) -> list[str]: ...
@@ -233,6 +241,15 @@ def require(obj: object, contract: type[C], user: str, fix: str) -> C:
     what = "nothing" if obj is None else type(obj).__name__
     missing = ", ".join(missing_members(obj, contract))
     raise PalUserError(f"{user} needs {contract.__name__} ({missing} missing on {what}): {fix}")
+
+
+def last_stage_scores(module: object, stage: str) -> Mapping[str, float] | None:
+    """``module.last_scores[stage]`` when the module keeps its latest scores (:class:`LastScores`), else ``None``."""
+    if not satisfies(module, LastScores):
+        return None
+    last = module.last_scores
+    scores = last.get(stage) if isinstance(last, Mapping) else None
+    return scores if isinstance(scores, Mapping) else None
 
 
 def datamodule_of(trainer: pl.Trainer) -> object | None:

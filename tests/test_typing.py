@@ -18,13 +18,14 @@ from pal_lightning.contracts import (
     BatchLossModel,
     EpochSteps,
     ExampleOrder,
+    LastScores,
     MaxLength,
     ParameterReporter,
     PhasedData,
     PredictionLayout,
     PretrainedSaver,
     SamplingSchedule,
-    ScoredModel,
+    ScoredTasks,
     SharedParameterEncoder,
     TaskPredictor,
     TrainBatchSource,
@@ -40,7 +41,14 @@ from pal_lightning.testing import TINY_BERT, write_cs224n_data
 
 ROOT = Path(__file__).resolve().parents[1]
 
-MODULE_CONTRACTS = (BatchLossModel, TaskPredictor, ScoredModel, ParameterReporter, PretrainedSaver)
+MODULE_CONTRACTS = (
+    BatchLossModel,
+    TaskPredictor,
+    LastScores,
+    ScoredTasks,
+    ParameterReporter,
+    PretrainedSaver,
+)
 DATA_CONTRACTS = (
     TrainBatchSource,
     EpochSteps,
@@ -57,8 +65,8 @@ DATA_CONTRACTS = (
 
 def _module_contracts(
     module: MultiTaskModule,
-) -> tuple[BatchLossModel, TaskPredictor, ScoredModel, ParameterReporter, PretrainedSaver]:
-    return module, module, module, module, module
+) -> tuple[BatchLossModel, TaskPredictor, LastScores, ScoredTasks, ParameterReporter, PretrainedSaver]:
+    return module, module, module, module, module, module
 
 
 def _encoder_contracts(encoder: MultiTaskBert) -> SharedParameterEncoder:

@@ -21,7 +21,6 @@ to that file instead of a second identical copy (266 MB for the quickstart model
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from typing import Any
 
 import lightning.pytorch as pl
@@ -29,6 +28,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info
 
 from pal_lightning.compat import CheckpointHooks, last_saved
+from pal_lightning.contracts import last_stage_scores
 from pal_lightning.distributed import is_main_process
 from pal_lightning.files import atomic_link_or_copy
 from pal_lightning.metrics import PARTIAL_SUFFIX
@@ -46,9 +46,8 @@ def is_partial_evaluation(pl_module: Any, monitor: str | None) -> bool:
     """
     if not monitor or "/" not in monitor:
         return False
-    last = getattr(pl_module, "last_scores", None)
-    stage_scores = last.get(monitor.split("/", 1)[0]) if isinstance(last, Mapping) else None
-    if not isinstance(stage_scores, Mapping):
+    stage_scores = last_stage_scores(pl_module, monitor.split("/", 1)[0])
+    if stage_scores is None:
         return False
     return monitor not in stage_scores and monitor + PARTIAL_SUFFIX in stage_scores
 

@@ -30,6 +30,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
 
+from pal_lightning.contracts import ParameterReporter, ScoredTasks, last_stage_scores, satisfies
 from pal_lightning.distributed import is_main_process
 from pal_lightning.files import atomic_write_text
 from pal_lightning.metrics import PARTIAL_SUFFIX
@@ -98,13 +99,17 @@ def auxiliary_tasks(pl_module: pl.LightningModule) -> list[str]:
     return [value] if isinstance(value, str) else list(value or [])
 
 
+def scored_tasks_of(pl_module: pl.LightningModule) -> list[str] | None:
+    """The tasks that make the module's overall score (:class:`~pal_lightning.contracts.ScoredTasks`), else ``None``."""
+    return pl_module.scored_tasks if satisfies(pl_module, ScoredTasks) else None
+
+
 def parameter_counts(pl_module: pl.LightningModule) -> dict[str, Any] | None:
     """Shared, per-task and total parameter counts of a module with ``parameter_report()``, else ``None``."""
-    report_fn = getattr(pl_module, "parameter_report", None)
-    if not callable(report_fn):
+    if not satisfies(pl_module, ParameterReporter):
         return None
     try:
-        report = report_fn()
+        report = pl_module.parameter_report()
     except Exception:  # noqa: BLE001 - a user model without the expected structure: no counts
         return None
     return {
@@ -154,7 +159,7 @@ class ScoreReport(Callback):
             return
         scores = validation_scores(trainer, pl_module)
         if scores:
-            covered, missing = task_coverage(scores, getattr(pl_module, "scored_tasks", None))
+            covered, missing = task_coverage(scores, scored_tasks_of(pl_module))
             self.history.append(
                 {
                     "step": trainer.global_step,
@@ -176,7 +181,7 @@ class ScoreReport(Callback):
             return
         monitor = stage + self.monitor[self.monitor.index("/") :] if "/" in self.monitor else self.monitor
         scores = validation_scores(trainer, pl_module, stage)
-        covered, missing = task_coverage(scores, getattr(pl_module, "scored_tasks", None))
+        covered, missing = task_coverage(scores, scored_tasks_of(pl_module))
         entry = {
             "scores": scores,
             "complete": not missing,
@@ -270,9 +275,8 @@ def validation_scores(
     Read from ``pl_module.last_scores[stage]`` when the module keeps it: ``trainer.callback_metrics``
     also holds the keys of earlier validations (a task or an overall that this one did not reach).
     """
-    last = getattr(pl_module, "last_scores", None)
-    fresh = last.get(stage) if isinstance(last, Mapping) else None
-    source = fresh if isinstance(fresh, Mapping) else trainer.callback_metrics
+    fresh = last_stage_scores(pl_module, stage)
+    source = fresh if fresh is not None else trainer.callback_metrics
     scores = {}
     for key, value in source.items():
         if key.startswith(f"{stage}/"):
