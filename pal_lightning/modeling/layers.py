@@ -63,19 +63,13 @@ class IndividualLayerSlot(nn.Module):
         super().__init__()
         self.layer_index = layer_index
 
-    def forward(
-        self,
-        hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        encoder_hidden_states: torch.Tensor | None = None,
-        pal: TaskCall | None = None,
-        **kwargs: Any,
-    ) -> torch.Tensor:
-        """The active task's copy of layer ``layer_index`` applied to ``hidden_states``."""
+    def forward(self, *args: Any, pal: TaskCall | None = None, **kwargs: Any) -> torch.Tensor:
+        """The active task's copy of layer ``layer_index`` applied to the arguments the encoder passes a
+        layer (hidden states, masks, ...), handed on unchanged."""
         if pal is None or pal.individual is None:
             raise RuntimeError(f"layer {self.layer_index} is individual: call MultiTaskBert with task=...")
         layer = pal.individual[str(self.layer_index)]
-        return layer(hidden_states, attention_mask, encoder_hidden_states, pal=pal, **kwargs)
+        return layer(*args, pal=pal, **kwargs)
 
 
 class PALBertLayer(BertLayer):
