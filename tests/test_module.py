@@ -16,17 +16,10 @@ from pal_lightning.errors import PalUserError
 from pal_lightning.modeling.heads import CosineSimilarityHead, LinearHead, SiameseClassificationHead
 from pal_lightning.module import MultiTaskModule, linear_warmup_decay
 from pal_lightning.tasks import TaskSpec
-from pal_lightning.testing import quiet_trainer
+from pal_lightning.testing import quiet_trainer, tiny_bert_config
 
 VOCAB = 60
-TINY_BERT = dict(
-    vocab_size=VOCAB,
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    intermediate_size=37,
-    max_position_embeddings=64,
-)
+TINY_BERT = tiny_bert_config(heads=4, vocab_size=VOCAB, max_positions=64)
 PAIR_ENCODING = {"sts": "siamese", "default": "cross"}
 CLS, SEP = 1, 2
 

@@ -65,14 +65,10 @@ def _fit(data_dir: Path, root: Path, callback: ContinualEvaluation, ckpt_path=No
         schedule="sequential",
         steps_per_task=2,
     )
-    trainer = pl.Trainer(
-        accelerator="cpu",
+    trainer = quiet_trainer(
         max_epochs=1,
         logger=pl.loggers.CSVLogger(root, name="", version=0),
-        enable_progress_bar=False,
-        enable_model_summary=False,
         enable_checkpointing=bool(callbacks),
-        num_sanity_val_steps=0,
         limit_val_batches=0,
         callbacks=[callback, *callbacks],
     )

@@ -347,8 +347,6 @@ def test_fit_without_train_batch_fails_clearly(data_dir: Path) -> None:
     cb = GEMCallback()
     model = MultiTaskModule(bert_config=TINY_BERT, pal_size=8, pal_heads=2)
     dm = NoMemoryData(data_dir=str(data_dir), cache_dir=False, batch_size=4, max_length=32)
-    trainer = pl.Trainer(
-        accelerator="cpu", max_steps=1, logger=False, enable_checkpointing=False, callbacks=[cb]
-    )
+    trainer = quiet_trainer(max_steps=1, callbacks=[cb])
     with pytest.raises(PalUserError, match=r"train_batch\(task, indices\)"):
         trainer.fit(model, datamodule=dm)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -16,11 +15,9 @@ from pal_lightning.callbacks.prediction_writer import format_value
 from pal_lightning.errors import PalUserError
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
-from data_helpers import make_cs224n_dir  # noqa: E402
 
 from pal_lightning.data import MultiTaskDataModule  # noqa: E402
-from pal_lightning.testing import quiet_trainer
+from pal_lightning.testing import quiet_trainer, write_cs224n_quirks  # noqa: E402
 
 
 class FakePredictor(pl.LightningModule):
@@ -40,7 +37,7 @@ class FakePredictor(pl.LightningModule):
 
 
 def run_predict(tmp_path: Path, writer: PredictionWriter) -> FakePredictor:
-    data = make_cs224n_dir(tmp_path / "data")
+    data = write_cs224n_quirks(tmp_path / "data")
     dm = MultiTaskDataModule(data_dir=str(data), cache_dir=tmp_path / "cache", eval_batch_size=4)
     model = FakePredictor()
     trainer = quiet_trainer(callbacks=[writer])
@@ -81,7 +78,7 @@ def test_refusal_happens_before_any_batch(tmp_path):
     out = tmp_path / "preds"
     out.mkdir()
     (out / "para-test-output.csv").write_text("x\n")
-    data = make_cs224n_dir(tmp_path / "data")
+    data = write_cs224n_quirks(tmp_path / "data")
     dm = MultiTaskDataModule(data_dir=str(data), cache_dir=tmp_path / "cache")
     model = FakePredictor()
     trainer = quiet_trainer(callbacks=[PredictionWriter(out)])
@@ -91,14 +88,14 @@ def test_refusal_happens_before_any_batch(tmp_path):
 
 
 def test_default_dir_and_value_format(tmp_path):
-    trainer = pl.Trainer(logger=False, default_root_dir=tmp_path)
+    trainer = quiet_trainer(default_root_dir=tmp_path)
     assert PredictionWriter().resolve_output_dir(trainer) == tmp_path / "predictions"
     assert format_value(3) == "3" and format_value(True) == "1" and format_value(0.25) == "0.25"
 
 
 def test_duplicates_dropped_and_rows_sorted_without_datamodule(tmp_path):
     writer = PredictionWriter(output_dir=tmp_path)
-    trainer = pl.Trainer(logger=False, default_root_dir=tmp_path)
+    trainer = quiet_trainer(default_root_dir=tmp_path)
     rows = {("mytask", "test"): [("b", 1), ("a", 0), ("b", 1)]}
     assert writer._write_all(trainer, rows) == [tmp_path / "mytask-test-output.csv"]
     assert (tmp_path / "mytask-test-output.csv").read_text() == "id \t Predicted_Label \na , 0 \nb , 1 \n"

@@ -6,7 +6,8 @@ import os
 from pathlib import Path
 
 import pytest
-from data_helpers import make_cs224n_dir
+
+from pal_lightning.testing import write_cs224n_quirks
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -14,7 +15,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Path:
     """A CS224N-format data folder with every kind of bad row in the train files."""
-    return make_cs224n_dir(tmp_path / "data")
+    return write_cs224n_quirks(tmp_path / "data")
 
 
 @pytest.fixture(scope="session")

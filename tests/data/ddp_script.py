@@ -16,12 +16,9 @@ import lightning.pytorch as pl
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from data_helpers import make_cs224n_dir  # noqa: E402
-
-from pal_lightning.callbacks import PredictionWriter  # noqa: E402
-from pal_lightning.data import MultiTaskDataModule  # noqa: E402
-from pal_lightning.testing import quiet_trainer
+from pal_lightning.callbacks import PredictionWriter
+from pal_lightning.data import MultiTaskDataModule
+from pal_lightning.testing import quiet_trainer, write_cs224n_quirks
 
 
 class Recorder(pl.LightningModule):
@@ -67,7 +64,7 @@ def main(out: str) -> None:
     root = Path(out)
     data = root / "data"
     if int(os.environ.get("LOCAL_RANK", "0")) == 0 and not data.exists():
-        make_cs224n_dir(data)
+        write_cs224n_quirks(data)
     dm = MultiTaskDataModule(
         data_dir=str(data), cache_dir=str(root / "cache"), batch_size=3, eval_batch_size=4, sampling="sqrt"
     )

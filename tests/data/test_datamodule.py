@@ -192,14 +192,9 @@ class Recorder(pl.LightningModule):
 
 def fit(dm, tmp_path, ckpt_path=None, callbacks=(), max_epochs=2, **trainer_kw):
     model = Recorder()
-    trainer = pl.Trainer(
+    trainer = quiet_trainer(
         **trainer_kw,
         max_epochs=max_epochs,
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
         limit_val_batches=0,
         default_root_dir=tmp_path,
         callbacks=list(callbacks),
@@ -276,9 +271,9 @@ def test_annealing_horizon_from_max_steps_reaches_the_sampler(tmp_path):
     of qqp falls from 401 / 417 at alpha 1 to about a half at alpha 0.2. Expected values from the
     formulas alpha_e = 1 - 0.8 (e - 1) / (E - 1) and p = N^alpha / sum N^alpha, written out here.
     """
-    from data_helpers import make_cs224n_dir
+    from pal_lightning.testing import write_cs224n_quirks
 
-    data = make_cs224n_dir(tmp_path / "data", n_sst=8, n_qqp=400, n_sts=8, bad_rows=False)
+    data = write_cs224n_quirks(tmp_path / "data", n_sst=8, n_qqp=400, n_sts=8, bad_rows=False)
     dm = make_dm(data, tmp_path, sampling="annealed", steps_per_epoch=50, cache_dir=False)
     model, trainer = fit(dm, tmp_path / "run", max_epochs=None, max_steps=200)
     assert trainer.global_step == 200 and trainer.current_epoch == 4

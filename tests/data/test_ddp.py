@@ -17,10 +17,9 @@ SCRIPT = Path(__file__).with_name("ddp_script.py")
 
 def test_two_process_ddp(tmp_path):
     # Write the fixture data before the ranks start, so both see complete files.
-    sys.path.insert(0, str(SCRIPT.parent))
-    from data_helpers import make_cs224n_dir
+    from pal_lightning.testing import write_cs224n_quirks
 
-    make_cs224n_dir(tmp_path / "data")
+    write_cs224n_quirks(tmp_path / "data")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PL_DISABLE_FORK": "1"}
     env.pop("LOCAL_RANK", None)
     proc = subprocess.run(

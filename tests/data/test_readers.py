@@ -7,12 +7,12 @@ import logging
 
 import numpy as np
 import pytest
-from data_helpers import write_lines
 
 from pal_lightning.data.readers import read_split
 from pal_lightning.data.text import ptb_detokenize, undo_double_quoting
 from pal_lightning.errors import PalUserError
 from pal_lightning.tasks import TaskSpec, get_task
+from pal_lightning.testing import write_lines
 
 
 def test_undo_double_quoting():

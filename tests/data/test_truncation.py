@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from data_helpers import make_cs224n_dir, write_lines
 
 from pal_lightning.data import MultiTaskDataModule
+from pal_lightning.testing import write_cs224n_quirks, write_lines
 
 MAX = 16
 LONG = "the film was long and the plot was dull but the music and the actor were great fun to watch"
@@ -28,7 +28,7 @@ def _rows(enc) -> list[list[int]]:  # noqa: ANN001
 
 
 def _dm(tmp_path: Path, **kw) -> MultiTaskDataModule:
-    data = make_cs224n_dir(tmp_path / "data", bad_rows=False)
+    data = write_cs224n_quirks(tmp_path / "data", bad_rows=False)
     write_lines(
         data / "quora-train.csv",
         [

@@ -6,7 +6,8 @@ import os
 
 import pytest
 import torch
-from modeling_helpers import TINY
+
+from pal_lightning.testing import TINY_BERT_3_LAYERS as TINY
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import torch
-from modeling_helpers import TINY
 from torch import nn
 
 from pal_lightning.modeling import MultiTaskBert, ParameterReport, parameter_report
+from pal_lightning.testing import TINY_BERT_3_LAYERS as TINY
 
 BERT_BASE = {
     "hidden_size": 768,

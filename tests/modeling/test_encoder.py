@@ -6,13 +6,16 @@ import json
 
 import pytest
 import torch
-from modeling_helpers import TINY, TINY_NO_DROPOUT
 from safetensors.torch import save_file
 from transformers import BertConfig, BertForSequenceClassification, BertModel
 
 from pal_lightning.errors import PalUserError
 from pal_lightning.modeling import MultiTaskBert
 from pal_lightning.modeling.encoder import PALBertLayer, _TaskCall
+from pal_lightning.testing import TINY_BERT_3_LAYERS as TINY
+from pal_lightning.testing import without_dropout
+
+TINY_NO_DROPOUT = without_dropout(TINY)
 
 VARIANTS = ["pals", "pals_no_sharing", "low_rank", "none"]
 IMPLS = ["sdpa", "eager"]

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from modeling_helpers import TINY, TINY_NO_DROPOUT
 from safetensors import safe_open
 
 from pal_lightning.errors import PalUserError
 from pal_lightning.modeling import MultiTaskBert, load_task_weights, parameter_report, save_task_weights
 from pal_lightning.modeling.sharing import parse_layer_sharing, stored_parameters
+from pal_lightning.testing import TINY_BERT_3_LAYERS as TINY
+from pal_lightning.testing import without_dropout
+
+TINY_NO_DROPOUT = without_dropout(TINY)
 
 D, L, D_FF = TINY["hidden_size"], TINY["num_hidden_layers"], TINY["intermediate_size"]
 # one BERT layer by hand: Q, K, V, attention output (weights and biases), FFN in and out, two LayerNorms

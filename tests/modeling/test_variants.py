@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from modeling_helpers import TINY, TINY_NO_DROPOUT
 from safetensors.torch import load_file, save_file
 from transformers import BertConfig, BertModel
 
@@ -19,6 +18,10 @@ from pal_lightning.modeling import (
     save_task_weights,
 )
 from pal_lightning.modeling.accounting import task_weight_formula
+from pal_lightning.testing import TINY_BERT_3_LAYERS as TINY
+from pal_lightning.testing import without_dropout
+
+TINY_NO_DROPOUT = without_dropout(TINY)
 
 NEW = ("pff", "pa_on_top", "bert_layer_on_top")
 D, L, D_FF = TINY["hidden_size"], TINY["num_hidden_layers"], TINY["intermediate_size"]

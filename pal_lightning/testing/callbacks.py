@@ -1,0 +1,88 @@
+"""Callbacks for tests that run the CLI in a subprocess, named in a config's ``trainer.callbacks`` as
+``pal_lightning.testing.callbacks.KillAtStep`` / ``pal_lightning.testing.callbacks.RankRecorder``.
+
+* :class:`KillAtStep`: the process dies at a given optimizer step (or in the middle of that step's
+  checkpoint write), as a crash or a power cut would, for resume tests;
+* :class:`RankRecorder`: what each rank trained on and ended with, for DDP and resume comparisons.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Callback
+
+from ..batch import IDS, TASK
+
+if TYPE_CHECKING:
+    from _typeshed import FileDescriptorLike
+
+
+class KillAtStep(Callback):
+    """SIGKILL this process at the end of the training batch that completes optimizer step ``step``.
+
+    With ``during_save=True`` it dies instead in the middle of the checkpoint written at that batch
+    end: the first ``os.fsync`` (on the temporary file of the atomic writer) cuts the file to half
+    its length and kills the process, as a power cut during the write would.
+    """
+
+    def __init__(self, step: int, during_save: bool = False) -> None:
+        self.step = step
+        self.during_save = during_save
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+        if trainer.global_step < self.step:
+            return
+        if not self.during_save:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        def cut_and_die(fd: FileDescriptorLike) -> None:
+            fileno = fd if isinstance(fd, int) else fd.fileno()
+            os.ftruncate(fileno, os.fstat(fileno).st_size // 2)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        os.fsync = cut_and_die  # checkpoint callbacks run after this one, in this batch end
+
+
+class RankRecorder(Callback):
+    """Write ``<out>/fit_rank<r>.json`` (``validate_rank<r>.json``): the task and example ids of every
+    training step, a digest of the final weights, the last validation metrics and GEM's state."""
+
+    def __init__(self, out: str) -> None:
+        self.out = out
+        self.tasks: list[list[Any]] = []
+
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        self.tasks.append([trainer.global_step, batch[TASK], [str(i) for i in batch[IDS]]])
+
+    def _write(self, trainer: pl.Trainer, pl_module: pl.LightningModule, name: str) -> None:
+        params = torch.cat([p.detach().double().flatten() for p in pl_module.parameters()])
+        callbacks = trainer.callbacks  # type: ignore[attr-defined]  # set by Trainer.__init__, not declared
+        gem = [cb.state_dict() for cb in callbacks if type(cb).__name__ == "GEMCallback"]
+        record = {
+            "rank": trainer.global_rank,
+            "world": trainer.world_size,
+            "tasks": self.tasks,
+            "params_digest": hashlib.sha256(params.numpy().tobytes()).hexdigest(),
+            "params_sum": float(params.sum()),
+            "val": {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")},
+            "gem": gem[0] if gem else None,
+        }
+        Path(self.out).mkdir(parents=True, exist_ok=True)
+        (Path(self.out) / f"{name}{trainer.global_rank}.json").write_text(json.dumps(record))
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._write(trainer, pl_module, "fit_rank")
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.state.fn == "validate":
+            self._write(trainer, pl_module, "validate_rank")
