@@ -67,7 +67,7 @@ from pal_lightning.modeling.encoder_state import (
     LoadingInfo,
     plan_pretrained_load,
 )
-from pal_lightning.modeling.layers import IndividualLayerSlot, PALBertLayer, TaskCall, task_call
+from pal_lightning.modeling.layers import IndividualLayerSlot, PALBertLayer, task_call
 from pal_lightning.modeling.pal import TaskAdapter, additive_mask
 from pal_lightning.modeling.sharing import (
     FROZEN,
@@ -89,8 +89,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-_TaskCall = TaskCall  # the name tests and older code import from here
 
 
 def _parameter_safe_names(tasks: Sequence[Any] | str) -> list[str]:

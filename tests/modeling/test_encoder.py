@@ -11,7 +11,7 @@ from transformers import BertConfig, BertForSequenceClassification, BertModel
 
 from pal_lightning.errors import PalUserError
 from pal_lightning.modeling import MultiTaskBert
-from pal_lightning.modeling.encoder import PALBertLayer, _TaskCall
+from pal_lightning.modeling.layers import PALBertLayer, TaskCall
 from pal_lightning.testing import TINY_BERT_3_LAYERS as TINY
 from pal_lightning.testing import without_dropout
 
@@ -114,7 +114,7 @@ def test_pal_term_enters_before_the_output_layernorm(batch):
         out = layer.output.dense(layer.intermediate(h_att))
         expected = layer.output.LayerNorm(h_att + out + ts)
 
-        got = layer(h, None, pal=_TaskCall(model.adapters["a"], frozenset({0}), None))
+        got = layer(h, None, pal=TaskCall(model.adapters["a"], frozenset({0}), None))
     torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
     assert (ts.abs() > 0).any()
 
