@@ -93,7 +93,8 @@ def takes_fields(config_class: type) -> Callable[[C], C]:
     """
 
     def decorate(cls: C) -> C:
-        init: Any = cls.__init__
+        target: Any = cls  # mypy refuses `.__init__` on a value typed as a class (unsound in general)
+        init = target.__init__
         init.__signature__ = fields_signature(config_class)
         doc = inspect.cleandoc(cls.__doc__ or "")
         cls.__doc__ = f"{doc}\n\n{args_section(config_class)}\n" if doc else args_section(config_class)
