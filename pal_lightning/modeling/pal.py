@@ -37,17 +37,27 @@ INIT_STD = 0.02
 
 
 @torch.no_grad()
-def init_like_bert(root: nn.Module) -> None:
-    """BERT's initialisation of new weights: every ``nn.Linear`` below ``root`` N(0, 0.02) with a zero
+def init_like_bert(root: nn.Module, std: float = INIT_STD) -> None:
+    """BERT's initialisation of new weights: every ``nn.Linear`` below ``root`` N(0, ``std``) with a zero
     bias, every ``nn.LayerNorm`` weight 1 and bias 0."""
     for module in root.modules():
         if isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, mean=0.0, std=INIT_STD)
+            nn.init.normal_(module.weight, mean=0.0, std=std)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.LayerNorm):
             nn.init.ones_(module.weight)
             nn.init.zeros_(module.bias)
+
+
+@torch.no_grad()
+def zero_linears(root: nn.Module) -> None:
+    """Zero the weight and bias of every ``nn.Linear`` below ``root`` (a V^D that starts TS_t at 0)."""
+    for module in root.modules():
+        if isinstance(module, nn.Linear):
+            nn.init.zeros_(module.weight)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
 
 
 class ProjectedAttention(nn.Module):
@@ -166,10 +176,7 @@ class TaskAdapter(nn.Module):
         """Weights N(0, 0.02), biases 0; with ``init="zero"`` V^D (weight and bias) is 0 so TS_t = 0."""
         init_like_bert(self)
         if init == "zero":
-            for module in self.up.modules():  # the shared Linear, or each layer's
-                if isinstance(module, nn.Linear):
-                    nn.init.zeros_(module.weight)
-                    nn.init.zeros_(module.bias)
+            zero_linears(self.up)  # the shared Linear, or each layer's
 
     def _proj(self, which: nn.Module, layer: int) -> nn.Module:
         return which if self.shared else which[str(layer)]  # type: ignore[index]

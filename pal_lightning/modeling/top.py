@@ -34,7 +34,7 @@ from transformers import BertConfig
 from transformers.models.bert.modeling_bert import BertLayer
 
 from pal_lightning.modeling.config import PALConfig
-from pal_lightning.modeling.pal import INIT_STD, ProjectedAttention, init_like_bert
+from pal_lightning.modeling.pal import INIT_STD, ProjectedAttention, init_like_bert, zero_linears
 
 TOP_ATTENTION_BLOCKS = 6
 """K, the projected attention blocks stacked by ``pa_on_top`` (the reference code uses 6)."""
@@ -88,8 +88,7 @@ class ProjectedAttentionOnTop(nn.Module):
         """Weights N(0, 0.02), biases 0, LayerNorms 1/0; with ``init="zero"`` V^D is 0 (h_out = h)."""
         init_like_bert(self)
         if init == "zero":
-            nn.init.zeros_(self.up.weight)
-            nn.init.zeros_(self.up.bias)
+            zero_linears(self.up)
 
     def forward(
         self, hidden: torch.Tensor, bert_mask: torch.Tensor | None, pal_mask: torch.Tensor | None
@@ -130,13 +129,7 @@ class BertLayerOnTop(nn.Module):
     @torch.no_grad()
     def reset_parameters(self) -> None:
         """A fresh BERT layer: weights N(0, initializer_range), biases 0, LayerNorms 1/0 (BERT's init)."""
-        for module in self.modules():
-            if isinstance(module, nn.Linear):
-                nn.init.normal_(module.weight, mean=0.0, std=self.initializer_range)
-                nn.init.zeros_(module.bias)
-            elif isinstance(module, nn.LayerNorm):
-                nn.init.ones_(module.weight)
-                nn.init.zeros_(module.bias)
+        init_like_bert(self, std=self.initializer_range)
 
     @torch.no_grad()
     def start_from(self, last_layer: nn.Module) -> None:
