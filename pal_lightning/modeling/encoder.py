@@ -58,8 +58,8 @@ from transformers import BertConfig, BertModel
 
 from pal_lightning.errors import PalUserError
 from pal_lightning.hub import resolve_encoder
-from pal_lightning.modeling.checkpoint import local_encoder_dir, read_bert_config, read_checkpoint
 from pal_lightning.modeling.config import PALConfig
+from pal_lightning.modeling.encoder_files import local_encoder_dir, read_bert_config, read_encoder_weights
 from pal_lightning.modeling.encoder_state import (
     ADAPTERS_PREFIX,
     ENCODER_PREFIX,
@@ -315,7 +315,7 @@ class MultiTaskBert(nn.Module):
             task_groups=task_groups,
             **pal_overrides,
         )
-        state, source = read_checkpoint(Path(directory))
+        state, source = read_encoder_weights(Path(directory))
         model.load_pretrained_state(state, source=source)
         return model
 

@@ -1,7 +1,7 @@
-"""Reading a pretrained BERT encoder from its folder: the config and the weights, as files hold them.
+"""Reading a pretrained BERT encoder from its folder: the config and the weights, as the files hold them.
 
 What the weights then go into, and the checks on their keys, live in
-:mod:`pal_lightning.modeling.encoder_state`; this module only finds and reads files.
+:mod:`pal_lightning.modeling.encoder_state`; this module only finds and reads the files.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def read_bert_config(directory: str | os.PathLike[str], name_or_path: object) ->
     return config
 
 
-def read_checkpoint(directory: Path) -> tuple[dict[str, torch.Tensor], str]:
+def read_encoder_weights(directory: Path) -> tuple[dict[str, torch.Tensor], str]:
     """The state dict in ``directory`` and the file(s) it came from: safetensors (single or sharded) first,
     then pytorch_model.bin.
 
