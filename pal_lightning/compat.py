@@ -92,12 +92,13 @@ class ProgressBarHooks(RichProgressBar):
     ``max_steps`` run, which ``RunProgressBar`` rewrites).
     """
 
-    def train_description(self, current_epoch: int) -> str:
-        """The label left of the training bar (Lightning's default)."""
+    def epoch_description(self, current_epoch: int) -> str:
+        """The label left of the training bar (Lightning's default). Not named ``train_description``:
+        that is a property of Lightning's ``ProgressBar`` (the tqdm bar reads it)."""
         return super()._get_train_description(current_epoch)
 
     def _get_train_description(self, current_epoch: int) -> str:
-        return self.train_description(current_epoch)
+        return self.epoch_description(current_epoch)
 
 
 # ---------------------------------------------------------------------- LightningCLI / jsonargparse

@@ -66,7 +66,7 @@ def test_last_saved_and_record_saved() -> None:
 
 def test_progress_bar_hook_replaces_the_label() -> None:
     class Bar(compat.ProgressBarHooks):
-        def train_description(self, current_epoch: int) -> str:
+        def epoch_description(self, current_epoch: int) -> str:
             return f"E{current_epoch}"
 
     assert Bar()._get_train_description(3) == "E3"

@@ -12,10 +12,10 @@ class RunProgressBar(ProgressBarHooks):
     here it reads "Epoch 0 (max 1200 steps)".
     """
 
-    def train_description(self, current_epoch: int) -> str:
+    def epoch_description(self, current_epoch: int) -> str:
         max_epochs = self.trainer.max_epochs
         if max_epochs is not None and max_epochs >= 0:
-            return super().train_description(current_epoch)
+            return super().epoch_description(current_epoch)
         max_steps = self.trainer.max_steps
         label = f"Epoch {current_epoch}" + (
             f" (max {max_steps} steps)" if max_steps and max_steps > 0 else ""
