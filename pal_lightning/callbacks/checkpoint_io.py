@@ -51,7 +51,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         self, checkpoint: dict[str, Any], path: str | os.PathLike[str], storage_options: Any | None = None
     ) -> None:
         if storage_options is not None or "://" in str(path):
-            super().save_checkpoint(checkpoint, path, storage_options)
+            super().save_checkpoint(checkpoint, os.fspath(path), storage_options)
             return
         atomic_torch_save(checkpoint, path)
 
@@ -64,7 +64,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 "(or --ckpt_path last for the newest last.ckpt of this run folder)."
             )
         try:
-            return super().load_checkpoint(path, map_location=map_location, weights_only=weights_only)
+            return super().load_checkpoint(
+                os.fspath(path), map_location=map_location, weights_only=weights_only
+            )
         except pickle.UnpicklingError as err:
             if "weights_only" in str(err).lower() or "weights only" in str(err).lower():
                 lines = [line.strip() for line in str(err).splitlines() if "Unsupported global" in line]

@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 def collect_rng_state() -> dict[str, Any]:
     """The generator states of this process, as weights_only-safe values."""
-    name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)  # type: ignore[misc]
+    name, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
     version, py_state, gauss = random.getstate()
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),
