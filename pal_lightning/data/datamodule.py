@@ -31,7 +31,6 @@ cannot.
 from __future__ import annotations
 
 import logging
-import math
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -41,8 +40,9 @@ import torch
 
 from pal_lightning.batch import resolve_pair_encoding
 from pal_lightning.config_fields import bind_fields, takes_fields
-from pal_lightning.data.dataset import BatchListDataset, MultiTaskDataset, ResumableDataLoader, passthrough
+from pal_lightning.data.dataset import MultiTaskDataset, ResumableDataLoader
 from pal_lightning.data.hf_sources import with_hub_copies
+from pal_lightning.data.loaders import eval_loader, loader_options
 from pal_lightning.data.options import DataConfig, resolve_cache_dir
 from pal_lightning.data.per_task import per_task
 from pal_lightning.data.phase_plan import TASK_SCHEDULES, plan_phases
@@ -52,10 +52,9 @@ from pal_lightning.data.samplers import (
     Phase,
     TaskBatch,
     default_steps_per_epoch,
-    eval_batches,
     make_phases,
 )
-from pal_lightning.data.sampling import SamplingSchedule
+from pal_lightning.data.sampling import SamplingSchedule, annealing_horizon
 from pal_lightning.data.sharding import fit_batches_consumed, shard_of, turn_off_distributed_sampler
 from pal_lightning.data.split_cache import SplitCache
 from pal_lightning.data.tokenize import TokenizedSplit
@@ -97,17 +96,20 @@ class MultiTaskDataModule(pl.LightningDataModule):
         self.eval_batch_sizes = per_task(config.eval_batch_size, self.task_names, "eval_batch_size")
         self.pair_encodings = {t: resolve_pair_encoding(config.pair_encoding, t) for t in self.task_names}
         self.cache_dir = resolve_cache_dir(config.cache_dir)
+        self.tokenizer_name, self.tokenizer_revision = str(config.tokenizer), config.tokenizer_revision
+        self.max_length = int(config.max_length)
+        self.predict_splits = tuple(config.predict_splits)
+        #: ``interleaved`` or ``sequential`` (the ``schedule`` option), and the sequential phases' tasks.
+        self.task_schedule, self.task_order = config.schedule, list(self.phase_plan.order)
+        #: Every split read, validated and tokenised once (``load_split``).
         self.splits = SplitCache(
             self.task_specs,
             self.data_dir,
             self.cache_dir,
-            str(config.tokenizer),
-            config.tokenizer_revision,
-            int(config.max_length),
+            (self.tokenizer_name, self.tokenizer_revision),
+            self.max_length,
             self.pair_encodings,
-            config.on_bad_row,
-            config.detokenize,
-            config.limit_examples,
+            config,
         )
         self._sampling(anneal_epochs=config.anneal_epochs or 1).probabilities(  # checks the options now
             dict.fromkeys(self.task_names, 1), 0
@@ -125,34 +127,6 @@ class MultiTaskDataModule(pl.LightningDataModule):
     def from_config(cls, config: DataConfig) -> MultiTaskDataModule:
         """The data module of the options ``config``."""
         return cls(**{name: getattr(config, name) for name in config.__dataclass_fields__})
-
-    # ------------------------------------------------------------------ options, resolved
-
-    @property
-    def tokenizer_name(self) -> str:
-        return str(self.config.tokenizer)
-
-    @property
-    def tokenizer_revision(self) -> str | None:
-        return self.config.tokenizer_revision
-
-    @property
-    def max_length(self) -> int:
-        return int(self.config.max_length)
-
-    @property
-    def predict_splits(self) -> tuple[str, ...]:
-        return tuple(self.config.predict_splits)
-
-    @property
-    def task_schedule(self) -> str:
-        """``interleaved`` or ``sequential`` (the ``schedule`` option)."""
-        return self.config.schedule
-
-    @property
-    def task_order(self) -> list[str]:
-        """The sequential phases' tasks in order (empty for the interleaved schedule)."""
-        return list(self.phase_plan.order)
 
     @property
     def schedule(self) -> SamplingSchedule | None:
@@ -237,12 +211,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
         trainer = self.trainer
         if trainer is None:
             return 1
-        max_epochs = trainer.max_epochs
-        if max_epochs is not None and max_epochs > 0:
-            return int(max_epochs)
-        if trainer.max_steps and trainer.max_steps > 0:
-            return max(1, math.ceil(trainer.max_steps / self._compute_steps_per_epoch()))
-        return 1
+        return annealing_horizon(trainer.max_epochs, trainer.max_steps, self._compute_steps_per_epoch)
 
     def _compute_steps_per_epoch(self) -> int:
         if self.config.steps_per_epoch is not None:
@@ -285,17 +254,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
     # ------------------------------------------------------------------ loaders
 
     def _loader_kwargs(self) -> dict[str, Any]:
-        num_workers = int(self.config.num_workers)
-        return {
-            "num_workers": num_workers,
-            "collate_fn": passthrough,
-            "pin_memory": torch.cuda.is_available(),
-            "persistent_workers": num_workers > 0,
-            # Each new DataLoader iterator draws its workers' base seed from this generator; without
-            # one it draws from the global torch RNG, so every validation or epoch start would shift
-            # the dropout stream and a resumed run could not repeat the uninterrupted one exactly.
-            "generator": torch.Generator().manual_seed(int(self.config.seed)),
-        }
+        return loader_options(int(self.config.num_workers), int(self.config.seed))
 
     def train_dataloader(self) -> ResumableDataLoader:
         """One task per step, same task on all ranks; resumable (see ``samplers``)."""
@@ -333,15 +292,9 @@ class MultiTaskDataModule(pl.LightningDataModule):
     ) -> torch.utils.data.DataLoader:
         world, rank = shard_of(self.trainer)
         splits = {p: self.load_split(*p).head(limit_examples) for p in pairs}
-        batches = eval_batches(
-            {p: len(d) for p, d in splits.items()},
-            self.eval_batch_sizes,
-            num_replicas=world,
-            rank=rank,
-            lengths={p: d.lengths for p, d in splits.items()},
+        return eval_loader(
+            splits, self.eval_batch_sizes, world, rank, self.pad_token_id, self._loader_kwargs()
         )
-        dataset = BatchListDataset(MultiTaskDataset(splits, self.pad_token_id), batches)
-        return torch.utils.data.DataLoader(dataset, batch_size=None, shuffle=False, **self._loader_kwargs())
 
     def val_dataloader(self) -> torch.utils.data.DataLoader:
         """Every dev example exactly once across ranks, one task per batch."""

@@ -30,7 +30,7 @@ Everything here is pure: no state, no randomness. The batch sampler
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pal_lightning.errors import PalUserError
@@ -213,6 +213,21 @@ class SamplingSchedule:
         alpha = self.alpha(epoch)
         assert alpha is not None
         return apply_multipliers(task_probabilities(dict(sizes), alpha), self.multipliers)  # type: ignore[arg-type]
+
+
+def annealing_horizon(
+    max_epochs: int | None, max_steps: int | None, steps_per_epoch: Callable[[], int]
+) -> int:
+    """The annealing horizon ``E`` a Trainer implies: ``max_epochs`` when set, else the epochs that
+    ``max_steps`` spans (``ceil(max_steps / steps_per_epoch)``, at least 1), else 1.
+
+    ``steps_per_epoch`` is only called for step-based training (it needs the training data).
+    """
+    if max_epochs is not None and max_epochs > 0:
+        return int(max_epochs)
+    if max_steps and max_steps > 0:
+        return max(1, math.ceil(max_steps / steps_per_epoch()))
+    return 1
 
 
 def __getattr__(name: str) -> object:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pal_lightning.data import hf_sources
 from pal_lightning.data.readers import read_split, resolve_source, source_exists, warn_bad_rows
@@ -27,6 +27,9 @@ from pal_lightning.data.tokenize import (
 from pal_lightning.distributed import is_main_process
 from pal_lightning.errors import PalUserError
 from pal_lightning.tasks import TaskSpec
+
+if TYPE_CHECKING:
+    from pal_lightning.data.options import DataConfig
 
 __all__ = ["SplitCache", "load_fast_tokenizer"]
 
@@ -74,12 +77,11 @@ class SplitCache:
         specs: the tasks, as read (built-in tasks may read their hub copy).
         data_dir: the data folder.
         cache_dir: the disk cache folder; ``None`` keeps splits in memory only.
-        tokenizer_name, tokenizer_revision: the encoder whose tokenizer is used (loaded on first use).
+        tokenizer: name (or path) and revision of the encoder whose tokenizer is used (loaded on
+            first use).
         max_length: longest tokenised sequence.
         pair_encodings: ``cross`` or ``siamese`` per task.
-        on_bad_row: ``skip`` or ``error``.
-        detokenize: undo PTB tokens for the tasks that ask for it.
-        limit_examples: keep the first N examples of every split (``None``: all).
+        options: the data options; ``on_bad_row``, ``detokenize`` and ``limit_examples`` are used.
     """
 
     def __init__(
@@ -87,19 +89,17 @@ class SplitCache:
         specs: list[TaskSpec],
         data_dir: Path,
         cache_dir: Path | None,
-        tokenizer_name: str,
-        tokenizer_revision: str | None,
+        tokenizer: tuple[str, str | None],
         max_length: int,
         pair_encodings: dict[str, str],
-        on_bad_row: str,
-        detokenize: bool,
-        limit_examples: int | None,
+        options: DataConfig,
     ) -> None:
         self.specs = {s.name: s for s in specs}
         self.data_dir, self.cache_dir = data_dir, cache_dir
-        self.tokenizer_name, self.tokenizer_revision = tokenizer_name, tokenizer_revision
+        self.tokenizer_name, self.tokenizer_revision = tokenizer
         self.max_length, self.pair_encodings = max_length, pair_encodings
-        self.on_bad_row, self.detokenize, self.limit_examples = on_bad_row, detokenize, limit_examples
+        self.on_bad_row, self.detokenize = options.on_bad_row, options.detokenize
+        self.limit_examples = options.limit_examples
         self._tokenizer: Any = None
         self._tokenizer_fp: str | None = None
         self._loaded: dict[tuple[str, str], TokenizedSplit] = {}
