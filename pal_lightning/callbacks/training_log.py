@@ -30,6 +30,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from pal_lightning.batch import ATTENTION_MASK, IDS, LABELS, TASK
+from pal_lightning.contracts import SamplingSchedule, TaskPredictor, datamodule_of, satisfies
 from pal_lightning.distributed import is_main_process
 
 NO_DECAY = "_no_decay"
@@ -53,15 +54,22 @@ def gradient_norm(parameters: Sequence[torch.nn.Parameter]) -> float | None:
     return float(torch.stack(grads).norm())
 
 
+def _log_every_n_steps(trainer: pl.Trainer) -> int:
+    # Lightning sets trainer.log_every_n_steps at run time (Trainer(log_every_n_steps=...)): the
+    # Trainer type does not declare it
+    return max(1, int(getattr(trainer, "log_every_n_steps", 1)))
+
+
 def batch_accuracy(pl_module: Any, task: str, output: torch.Tensor | None, labels: Any) -> float | None:
     """Accuracy of a classification batch from the head ``output`` (``None`` for regression or unknown)."""
-    spec = (getattr(pl_module, "task_specs", {}) or {}).get(task)
-    predict = getattr(pl_module, "predict_from_output", None)
-    if output is None or spec is None or spec.is_regression or not callable(predict):
+    if output is None or not satisfies(pl_module, TaskPredictor):
+        return None
+    spec = pl_module.task_specs.get(task)
+    if spec is None or spec.is_regression:
         return None
     if not isinstance(labels, torch.Tensor) or labels.numel() == 0:
         return None
-    predicted = predict(task, output)
+    predicted = pl_module.predict_from_output(task, output)
     return float((predicted.reshape(-1) == labels.reshape(-1).to(predicted.device)).float().mean())
 
 
@@ -102,17 +110,17 @@ class TrainingLog(Callback):
             self._output = output.detach()
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        probabilities = getattr(trainer.datamodule, "task_probabilities_for_epoch", None)
-        if not callable(probabilities) or not is_main_process(trainer):
+        data = datamodule_of(trainer)
+        if not satisfies(data, SamplingSchedule) or not is_main_process(trainer):
             return
         try:
-            p = probabilities(trainer.current_epoch)
+            p = data.task_probabilities_for_epoch(trainer.current_epoch)
         except Exception:  # noqa: BLE001 - a schedule without probabilities (sequential phases)
             return
         self._write(trainer, {f"sampling/p_{task}": float(v) for task, v in p.items()})
 
     def _logging_step(self, trainer: pl.Trainer) -> bool:
-        return is_main_process(trainer) and trainer.global_step % max(1, trainer.log_every_n_steps) == 0
+        return is_main_process(trainer) and trainer.global_step % _log_every_n_steps(trainer) == 0
 
     def on_before_optimizer_step(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
@@ -143,7 +151,7 @@ class TrainingLog(Callback):
         self._stepped = False
         # global_step already counts this batch's optimizer step: the row describes step - 1
         step = trainer.global_step - 1
-        if not is_main_process(trainer) or step % max(1, trainer.log_every_n_steps) != 0:
+        if not is_main_process(trainer) or step % _log_every_n_steps(trainer) != 0:
             return
         now = time.perf_counter()
         elapsed = max(now - self._since, 1e-9)
