@@ -285,7 +285,8 @@ class MultiTaskDataModule(pl.LightningDataModule):
             sampler.set_epoch(self.trainer.current_epoch)
         self.train_batch_sampler = sampler
         dataset = MultiTaskDataset(splits, self.pad_token_id)
-        return ResumableDataLoader(dataset, batch_sampler=sampler, **self._loader_kwargs())
+        # the sampler yields TaskBatch keys, not index lists: the dataset's __getitems__ takes each whole
+        return ResumableDataLoader(dataset, batch_sampler=sampler, **self._loader_kwargs())  # type: ignore[arg-type]
 
     def _eval_loader(
         self, pairs: Sequence[tuple[str, str]], limit_examples: int | None = None

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from pal_lightning.data.per_task import per_task
 from pal_lightning.errors import PalUserError
+from pal_lightning.tasks import repeated_names
 
 __all__ = ["INTERLEAVED", "SEQUENTIAL", "TASK_SCHEDULES", "PhasePlan", "check_task_schedule", "plan_phases"]
 
@@ -127,7 +128,7 @@ def plan_phases(
         task_order = [task_order]
     order = list(task_order) if task_order is not None else list(task_names)
     unknown = [t for t in order if t not in task_names]
-    repeated = sorted({t for t in order if order.count(t) > 1})
+    repeated = repeated_names(order)
     if not order or unknown or repeated:
         raise PalUserError(
             f"task_order must list some of the tasks {list(task_names)}, each at most once; got {order} "

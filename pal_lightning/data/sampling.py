@@ -59,8 +59,9 @@ def task_probabilities(
         ValueError: for no tasks, a negative size, all sizes zero, or a non-finite alpha.
     """
     if isinstance(sizes, Mapping):
-        keys: list[str] | None = list(sizes)
-        values = [float(sizes[k]) for k in keys]
+        names = list(sizes)
+        keys: list[str] | None = names
+        values = [float(sizes[k]) for k in names]
     else:
         keys = None
         values = [float(v) for v in sizes]

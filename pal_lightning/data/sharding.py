@@ -60,6 +60,7 @@ def fit_batches_consumed(trainer: pl.Trainer | None) -> int | None:
     try:
         if trainer.state.fn != "fit":
             return None
-        return int(trainer.fit_loop.epoch_loop.batch_progress.current.processed)
+        # batch_progress.current is a _BatchProgress tracker with `processed` (typed as its base class)
+        return int(trainer.fit_loop.epoch_loop.batch_progress.current.processed)  # type: ignore[attr-defined]
     except AttributeError:  # another Lightning layout: fall back to the sampler's own count
         return None

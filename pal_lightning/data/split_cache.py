@@ -26,7 +26,7 @@ from pal_lightning.data.tokenize import (
 )
 from pal_lightning.distributed import is_main_process
 from pal_lightning.errors import PalUserError
-from pal_lightning.tasks import TaskSpec
+from pal_lightning.tasks import TaskKind, TaskSpec
 
 if TYPE_CHECKING:
     from pal_lightning.data.options import DataConfig
@@ -124,7 +124,7 @@ class SplitCache:
     def settings(self, spec: TaskSpec, split: str) -> dict[str, Any]:
         """Everything besides the source and the tokenizer that changes a split's tokens."""
         out: dict[str, Any] = {f: getattr(spec, f, None) for f in _SPEC_FIELDS}
-        out["kind"] = spec.kind.value
+        out["kind"] = TaskKind(spec.kind).value
         out.update(
             split=split,
             max_length=self.max_length,
