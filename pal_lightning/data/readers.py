@@ -173,15 +173,16 @@ def source_exists(spec: TaskSpec, src: Source | None, data_dir: Path) -> bool:
 # --------------------------------------------------------------------------- row sources
 
 
-def _iter_delimited(path: str, quoting: int) -> Iterator[tuple[int, dict[str | None, Any], list[str]]]:
-    """Yield ``(line number, row, header)`` of a tab-separated file with a header row.
+def _iter_delimited(path: str, quoted: bool) -> Iterator[tuple[int, dict[str | None, Any], list[str]]]:
+    """Yield ``(line number, row, header)`` of a tab-separated file with a header row; ``quoted``: standard
+    CSV quoting (the CS224N starter files), else none (plain TSV).
 
     Bytes that are not UTF-8 are kept as surrogate escapes (``errors="surrogateescape"``), so that
     the row holding them is reported as a bad row with its line number instead of the whole read
     failing with a ``UnicodeDecodeError``.
     """
     with open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:
-        reader = csv.DictReader(f, delimiter="\t", quoting=quoting)
+        reader = csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_MINIMAL if quoted else csv.QUOTE_NONE)
         header = list(reader.fieldnames or [])
         for row in reader:
             # line_num is the last physical line of the record (1-based, header is line 1).
@@ -362,8 +363,7 @@ def _iter_rows(
     """The rows of a split's source, by its task's format."""
     if spec.format == "hf":
         return _iter_hf(spec, src, data_dir, split)
-    quoting = csv.QUOTE_MINIMAL if spec.format == "cs224n" else csv.QUOTE_NONE
-    return _iter_delimited(src.location, quoting)
+    return _iter_delimited(src.location, quoted=spec.format == "cs224n")
 
 
 def _check_not_empty(spec: TaskSpec, split: str, src: Source, where: str) -> None:
@@ -477,7 +477,7 @@ def _row_label(
     row: dict[str | None, Any], spec: TaskSpec, split: str
 ) -> tuple[float | int | None, str | None]:
     """The row's label; a hidden test label (empty, or GLUE's -1) is ``None`` and not a bad row."""
-    raw_label = row.get(spec.label_column)  # type: ignore[arg-type]
+    raw_label = row.get(spec.label_column)
     if split == "test" and _is_unlabelled_marker(raw_label, spec):
         return None, None
     return _parse_label(raw_label, spec)
