@@ -45,8 +45,8 @@ the per-system summary at its chosen rates and the paired differences of ``pal_p
 peer, ``benchmarks/paired_stats.py``). Needs the ``peers`` extra (``pip install -e ".[peers]"``).
 """
 
-from __future__ import annotations
-
+# no "from __future__ import annotations": the tests load this script by path, without a sys.modules
+# entry, and dataclasses need one to read string annotations
 import argparse
 import csv
 import json
@@ -824,7 +824,11 @@ def _run(args: argparse.Namespace, work: Path, command: str) -> int:
         source = write_cs224n_data(work / "fixture")
         encoder = str(quick_encoder(work / "tiny_encoder"))
         overrides = {"pal_size": 8, "pal_heads": 2}
-        # seconds, not minutes: two batches of four short examples per task
+        # seconds, not minutes: two batches of four short examples per task, one torch thread (a
+        # tiny model gains nothing from more, and on a busy machine extra threads only wait for cores)
+        import torch
+
+        torch.set_num_threads(1)
         args.batch_size, args.max_length = 4, 32
         args.examples_per_task = min(args.examples_per_task, 2 * args.batch_size)
     else:
