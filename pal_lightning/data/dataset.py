@@ -39,7 +39,7 @@ class MultiTaskDataset(Dataset):
     def __len__(self) -> int:
         return sum(len(s) for s in self.splits.values())
 
-    def __getitem__(self, key: TaskBatch) -> dict[str, Any]:  # type: ignore[override]
+    def __getitem__(self, key: TaskBatch) -> dict[str, Any]:
         return self.__getitems__(key)
 
     def __getitems__(self, key: TaskBatch) -> dict[str, Any]:

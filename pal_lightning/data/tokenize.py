@@ -258,7 +258,8 @@ def save_cached(path: Path, data: TokenizedSplit) -> None:
     meta.update({"source": data.source, "sides": list(data.encodings)})
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     with atomic_write(path, "wb") as f:
-        np.savez(f, **arrays)
+        # numeric arrays only, never pickled (naming allow_pickle also keeps mypy from matching **arrays to it)
+        np.savez(f, allow_pickle=False, **arrays)
 
 
 def load_cached(path: Path) -> TokenizedSplit | None:
@@ -280,7 +281,7 @@ def load_cached(path: Path) -> TokenizedSplit | None:
                 labels,
                 encodings,
                 int(meta["rows"]),
-                [tuple(b) for b in meta["bad_rows"]],  # type: ignore[misc]
+                [tuple(b) for b in meta["bad_rows"]],
                 meta.get("source", ""),
             )
     except Exception as err:  # noqa: BLE001 - a damaged cache file is rebuilt, never fatal
