@@ -34,6 +34,7 @@ _EXPORTS: dict[str, str] = {
     "save_task_weights": "pal_lightning.modeling",
     "load_task_weights": "pal_lightning.modeling",
     "MultiTaskDataModule": "pal_lightning.data",
+    "DataConfig": "pal_lightning.data",
     "MLMPretrainModule": "pal_lightning.pretraining",
     "MLMDataModule": "pal_lightning.pretraining",
     "task_probabilities": "pal_lightning.data.sampling",
@@ -56,6 +57,7 @@ __all__ = [
     "BUILTIN_TASKS",
     "ContinualEvaluation",
     "DEFAULT_ENCODER",
+    "DataConfig",
     "EpisodicMemory",
     "GEMCallback",
     "MLMDataModule",
@@ -111,7 +113,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         RNGStateCallback,
     )
     from pal_lightning.continual import continual_metrics
-    from pal_lightning.data import MultiTaskDataModule
+    from pal_lightning.data import DataConfig, MultiTaskDataModule
     from pal_lightning.data.sampling import annealed_alpha, task_probabilities
     from pal_lightning.errors import PalUserError
     from pal_lightning.gem import agem_project, project_gradient
