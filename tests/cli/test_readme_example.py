@@ -40,5 +40,5 @@ def test_readme_commands_name_shipped_configs() -> None:
     assert not missing
     # CI (.ci/run) mirrors the README's install and test commands
     ci = (ROOT / ".ci" / "run").read_text()
-    for line in ('pip install -e ".[dev,offline,export]"', "python -m pytest -q"):
+    for line in ('pip install -e ".[dev,offline,export,peers]"', "python -m pytest -q"):
         assert line in README and line in ci
