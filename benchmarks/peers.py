@@ -168,9 +168,12 @@ def budget_rows(n_rows: int, examples: int, seed: int) -> list[int]:
     return sorted(int(i) for i in keep)
 
 
-def write_budget_data(source: Path, target: Path, examples: int, seed: int, qqp_dev_limit: int) -> Path:
+def write_budget_data(
+    source: Path, target: Path, examples: int, seed: int, qqp_dev_limit: int, dev_limit: int = 0
+) -> Path:
     """A data folder for one seed: dev and test files linked from ``source`` (Quora dev cut to its first
-    ``qqp_dev_limit`` pairs when > 0), each task's training file cut to :func:`budget_rows`."""
+    ``qqp_dev_limit`` pairs when > 0, every dev file to its first ``dev_limit`` rows when > 0), each
+    task's training file cut to :func:`budget_rows`."""
     from pal_lightning.tasks import get_task
 
     # prepare_data_dir links every file and keeps the first N Quora dev pairs (N huge: all of them)
@@ -182,6 +185,11 @@ def write_budget_data(source: Path, target: Path, examples: int, seed: int, qqp_
         path = target / name
         path.unlink(missing_ok=True)
         path.write_text(lines[0] + "".join(lines[1 + i] for i in rows), encoding="utf-8")
+        dev = target / get_task(task).files["dev"]
+        if dev_limit > 0:  # a CPU-only smoke budget: scoring whole dev sets costs more than training
+            kept = dev.read_text(encoding="utf-8").splitlines(keepends=True)[: 1 + dev_limit]
+            dev.unlink()
+            dev.write_text("".join(kept), encoding="utf-8")
     return target
 
 
@@ -752,6 +760,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--qqp-dev-limit", type=int, default=0, help="score the first N Quora dev pairs; 0 = all"
     )
+    parser.add_argument(
+        "--dev-limit",
+        type=int,
+        default=0,
+        help="score the first N dev examples of every task; 0 = all (default)",
+    )
     parser.add_argument("--encoder", default="sentence-transformers/all-MiniLM-L6-v2")
     parser.add_argument(
         "--data-dir", type=Path, default=None, help="CS224N data folder (default $PAL_DATA_DIR)"
@@ -844,7 +858,9 @@ def _run(args: argparse.Namespace, work: Path, command: str) -> int:
         pal_overrides=overrides,
     )
     for seed in seeds:
-        write_budget_data(source, budget.data_dir(seed), budget.examples_per_task, seed, args.qqp_dev_limit)
+        write_budget_data(
+            source, budget.data_dir(seed), budget.examples_per_task, seed, args.qqp_dev_limit, args.dev_limit
+        )
     pal_size = pal_adapter_size(budget)
     from dataclasses import replace
 
@@ -860,6 +876,7 @@ def _run(args: argparse.Namespace, work: Path, command: str) -> int:
         "pal_adapter_per_task": pal_size,
         "quick": args.quick,
         "qqp_dev_limit": args.qqp_dev_limit,
+        "dev_limit": args.dev_limit,
         "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores",
         "load_avg_at_start": os.getloadavg()[0],
     }
@@ -883,6 +900,7 @@ def _run(args: argparse.Namespace, work: Path, command: str) -> int:
             f"python benchmarks/peers.py --systems {system} --seeds {args.seeds} --seed {args.seed} "
             f"--lrs {','.join(f'{x:g}' for x in args.lrs)} --examples-per-task {budget.examples_per_task} "
             f"--max-length {args.max_length} --qqp-dev-limit {args.qqp_dev_limit}"
+            + (f" --dev-limit {args.dev_limit}" if args.dev_limit else "")
             + (" --quick" if args.quick else "")
         )
         rows.append(row)

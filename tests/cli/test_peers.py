@@ -25,6 +25,12 @@ def test_budget_subset_is_seeded_and_the_same_file_for_every_system(tmp_path: Pa
     assert kept == [source[0], *(source[1 + i] for i in rows)]
     assert len((target / "quora-dev.csv").read_text().splitlines()) == 1 + 3
     assert (target / "ids-sst-dev.csv").is_symlink() and not (target / "sts-train.csv").is_symlink()
+    cut = peers.write_budget_data(
+        data_dir, tmp_path / "cut", examples=10, seed=42, qqp_dev_limit=0, dev_limit=4
+    )
+    source_dev = (data_dir / "ids-sst-dev.csv").read_text().splitlines()
+    assert (cut / "ids-sst-dev.csv").read_text().splitlines() == source_dev[:5]
+    assert (data_dir / "ids-sst-dev.csv").read_text().splitlines() == source_dev  # the source is untouched
 
 
 def test_one_scorer_agrees_with_numpy() -> None:
