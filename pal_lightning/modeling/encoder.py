@@ -296,10 +296,11 @@ class MultiTaskBert(nn.Module):
     ) -> MultiTaskBert:
         """The pretrained encoder ``name_or_path`` with new, task-specific PAL parameters.
 
-        The arguments after ``name_or_path`` are those of :meth:`from_config`. The name goes through :func:`pal_lightning.hub.resolve_encoder` (offline copies first). The
-        weights are loaded with a strict check: the only keys the checkpoint may lack are the new
-        ``adapters.*`` ones; keys it has that the encoder does not use (pooler, pre-training heads) are
-        reported in ``model.loading_info`` and logged at INFO level.
+        The arguments after ``name_or_path`` are those of :meth:`from_config`. The name goes through
+        :func:`pal_lightning.hub.resolve_encoder` (offline copies first). The weights are loaded with a
+        strict check: the only keys the checkpoint may lack are the new ``adapters.*`` ones; keys it has
+        that the encoder does not use (pooler, pre-training heads) are reported in ``model.loading_info``
+        and logged at INFO level.
 
         Raises:
             PalUserError: for an unknown encoder, a non-BERT config, a checkpoint lacking encoder weights
