@@ -120,6 +120,9 @@ class GEMCallback(pl.Callback):
             the constraining set is unchanged, the last ones are reused; they are kept on the device).
         eps: relative ridge: ``eps * trace(GG^T) / t`` is added to the diagonal of ``GG^T``.
         seed: seed of the memories' reservoir draws and of the memory batches.
+        batch_tasks: GEM's memory gradients of all constraining tasks from one backward (exact;
+            :mod:`pal_lightning.gem.batched_gradients`) instead of one backward per task, which holds
+            fewer activations at once.
     """
 
     def __init__(
@@ -133,6 +136,7 @@ class GEMCallback(pl.Callback):
         refresh_every: int = 1,
         eps: float = DEFAULT_EPS,
         seed: int = 0,
+        batch_tasks: bool = True,
     ) -> None:
         super().__init__()
         check_options(memory_batch_size, margin, mode, constraints, parameters, refresh_every, eps)
@@ -145,6 +149,7 @@ class GEMCallback(pl.Callback):
         self.refresh_every = int(refresh_every)
         self.eps = float(eps)
         self.seed = int(seed)
+        self.batch_tasks = bool(batch_tasks)
         self.memory = EpisodicMemory(memory_size, seed)
         self.task_order: list[str] = []
         """Tasks in the order they were first trained on (what ``constraints="past"`` looks at)."""
@@ -263,7 +268,7 @@ class GEMCallback(pl.Callback):
     ) -> list[Grads]:
         """Rows of ``G``: one per task (GEM), or the single A-GEM reference gradient."""
         return constraint_gradients(
-            source, self.memory, self.mode, tasks, step, self.memory_batch_size, params
+            source, self.memory, self.mode, tasks, step, self.memory_batch_size, params, self.batch_tasks
         )
 
     def _rows(

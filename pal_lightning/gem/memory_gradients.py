@@ -19,13 +19,20 @@ from lightning.fabric.utilities.apply_func import move_data_to_device
 from torch import Tensor, nn
 
 from pal_lightning import distributed
+from pal_lightning.gem.batched_gradients import can_alias, task_gradients
 from pal_lightning.gem.gram import Grads
 from pal_lightning.gem.memory import EpisodicMemory
 
 if TYPE_CHECKING:
     from pal_lightning.contracts import BatchLossModel
 
-__all__ = ["MemorySource", "constraint_gradients", "memory_gradient", "sum_across_ranks"]
+__all__ = [
+    "MemorySource",
+    "constraint_gradients",
+    "memory_gradient",
+    "sum_across_ranks",
+    "sum_rows_across_ranks",
+]
 
 ForwardContext = Callable[[], Any]
 
@@ -45,12 +52,19 @@ class MemorySource:
     world_size: int = 1
     """The number of ranks (their gradients are summed)."""
 
-    def loss(self, task: str, indices: list[int]) -> Tensor:
-        """``module.batch_loss`` of ``task``'s remembered examples ``indices``, under the forward context."""
+    def batch(self, task: str, indices: list[int]) -> Any:
+        """``task``'s remembered examples ``indices`` as a training batch on the module's device."""
         device = next(self.module.parameters()).device
-        batch = move_data_to_device(self.data.train_batch(task, indices), device)
+        return move_data_to_device(self.data.train_batch(task, indices), device)
+
+    def loss_of(self, batch: Any) -> Tensor:
+        """``module.batch_loss(batch)`` under the forward context."""
         with self.forward_context():
             return cast("BatchLossModel", self.module).batch_loss(batch)
+
+    def loss(self, task: str, indices: list[int]) -> Tensor:
+        """``module.batch_loss`` of ``task``'s remembered examples ``indices``, under the forward context."""
+        return self.loss_of(self.batch(task, indices))
 
 
 def memory_gradient(
@@ -85,34 +99,50 @@ def constraint_gradients(
     step: int,
     memory_batch_size: int,
     params: list[nn.Parameter],
+    batch_tasks: bool = True,
 ) -> list[Grads]:
     """Rows of ``G``: one per task (``mode="gem"``), or the single A-GEM reference gradient.
 
     ``memory_batch_size * world_size`` remembered examples are drawn per task (GEM) or in all, split
-    over the tasks with the first ones taking the remainder (A-GEM), by ``memory.sample``.
+    over the tasks with the first ones taking the remainder (A-GEM), by ``memory.sample``. GEM's rows
+    come from one backward (:func:`~pal_lightning.gem.batched_gradients.task_gradients`) when
+    ``batch_tasks`` and the parameters allow it, else from one backward per task; A-GEM's single row
+    is one backward either way.
     """
     want = memory_batch_size * source.world_size
     if mode == "gem":
-        return [memory_gradient(source, {task: memory.sample(task, want, step)}, params) for task in tasks]
+        draws = {task: memory.sample(task, want, step) for task in tasks}
+        if batch_tasks and len(tasks) > 1 and can_alias(source.module, params):
+            rows = task_gradients(source, draws, params)
+            return sum_rows_across_ranks(rows, params) if source.world_size > 1 else rows
+        return [memory_gradient(source, {task: draw}, params) for task, draw in draws.items()]
     counts = [want // len(tasks) + (i < want % len(tasks)) for i in range(len(tasks))]
     draws = {task: memory.sample(task, n, step) for task, n in zip(tasks, counts, strict=True)}
     return [memory_gradient(source, draws, params)]
 
 
 def sum_across_ranks(grads: Grads, params: list[nn.Parameter]) -> Grads:
+    """Sum one gradient across ranks (:func:`sum_rows_across_ranks` of a single row)."""
+    return sum_rows_across_ranks([grads], params)[0]
+
+
+def sum_rows_across_ranks(rows: list[Grads], params: list[nn.Parameter]) -> list[Grads]:
     """Sum gradients across ranks; a tensor stays ``None`` only if it is ``None`` on every rank.
 
     Every rank makes the same calls in the same order: one small reduction of the "present"
     mask (a rank with no memory examples cannot know which tensors its model would have
-    touched), then one reduction per tensor that some rank has.
+    touched), then one reduction per parameter that some rank has in some row, all rows stacked
+    (elementwise sums: the same numbers as one reduction per row).
     """
     device = params[0].device
-    present = torch.tensor([x is not None for x in grads], dtype=torch.float32, device=device)
-    distributed.all_reduce_sum(present)
-    out: Grads = []
-    for p, x, used in zip(params, grads, present.tolist(), strict=True):
-        if used == 0:  # None on every rank: no call on any rank
-            out.append(None)
+    present = torch.tensor([[x is not None for x in row] for row in rows], dtype=torch.float32, device=device)
+    used = distributed.all_reduce_sum(present.reshape(len(rows), len(params))).tolist()
+    out: list[Grads] = [[None] * len(params) for _ in rows]
+    for j, p in enumerate(params):
+        live = [i for i in range(len(rows)) if used[i][j] > 0]
+        if not live:  # None on every rank: no call on any rank
             continue
-        out.append(distributed.all_reduce_sum(torch.zeros_like(p) if x is None else x.contiguous()))
+        stacked = torch.stack([torch.zeros_like(p) if (x := rows[i][j]) is None else x for i in live])
+        for i, x in zip(live, distributed.all_reduce_sum(stacked).unbind(0), strict=True):
+            out[i][j] = x
     return out

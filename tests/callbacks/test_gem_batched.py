@@ -1,0 +1,112 @@
+"""GEM's memory gradients from one backward (``batch_tasks=True``) equal today's per-task computation.
+
+The reference is computed here by hand, one ``autograd.grad`` per task on the module's own
+``batch_loss``, not through the library's per-task path; dropout stays on (training mode), with the
+same seed before both, because the batched path runs the tasks' forwards in the same order.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from pal_lightning.data import MultiTaskDataModule
+from pal_lightning.gem import GEMCallback
+from pal_lightning.gem.batched_gradients import can_alias, task_gradients
+from pal_lightning.gem.memory import EpisodicMemory
+from pal_lightning.gem.memory_gradients import MemorySource, constraint_gradients, sum_rows_across_ranks
+from pal_lightning.module import MultiTaskModule
+from pal_lightning.testing import TINY_BERT, write_cs224n_data
+
+TASKS = ("sst", "qqp", "sts")  # three heads, single sentences and pairs, classification and regression
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[MultiTaskModule, MultiTaskDataModule]:
+    data_dir = write_cs224n_data(tmp_path_factory.mktemp("gem_batched") / "data")
+    torch.manual_seed(0)
+    model = MultiTaskModule(bert_config=TINY_BERT, pal_size=8, pal_heads=2).train()
+    dm = MultiTaskDataModule(data_dir=str(data_dir), cache_dir=False, batch_size=4, max_length=32)
+    dm.setup("fit")
+    return model, dm
+
+
+def _memory() -> EpisodicMemory:
+    memory = EpisodicMemory(12, seed=5)
+    for task in TASKS:
+        memory.add(task, range(12))
+    return memory
+
+
+def _by_hand(model: nn.Module, dm: MultiTaskDataModule, draws: dict[str, list[int]], params: list) -> list:
+    """One backward per task of its memory batch's mean loss (today's computation, written out)."""
+    rows = []
+    for task, idx in draws.items():
+        loss = model.batch_loss(dm.train_batch(task, idx))
+        rows.append(torch.autograd.grad(loss.float(), params, allow_unused=True))
+    return rows
+
+
+def _assert_rows_equal(got: list, expected: list) -> None:
+    assert len(got) == len(expected)
+    for row_got, row_expected in zip(got, expected, strict=True):
+        for x, y in zip(row_got, row_expected, strict=True):
+            assert (x is None) == (y is None)
+            if x is not None:
+                torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("parameters", ["shared", "all"])
+def test_batched_rows_equal_per_task_rows(setup: tuple, parameters: str) -> None:
+    model, dm = setup
+    cb = GEMCallback(parameters=parameters)
+    params = cb.participating_parameters(model)
+    assert can_alias(model, params)
+    memory = _memory()
+    draws = {task: memory.sample(task, 5, step=3) for task in ("sst", "qqp", "sts")}
+    torch.manual_seed(11)
+    expected = _by_hand(model, dm, draws, params)
+    torch.manual_seed(11)
+    got = constraint_gradients(MemorySource(model, dm), memory, "gem", list(TASKS), 3, 5, params)
+    _assert_rows_equal(got, expected)
+    # with parameters="all" a task's head is used by its own row only: None (not zero) in the others
+    if parameters == "all":
+        head = next(i for i, p in enumerate(params) if p is model.heads["sst"].linear.weight)
+        assert got[0][head] is not None and got[1][head] is None and got[2][head] is None
+    # dropout is on: another seed gives other rows, so the equality above is not trivial
+    torch.manual_seed(12)
+    other = task_gradients(MemorySource(model, dm), draws, params)
+    assert any(not torch.equal(x, y) for x, y in zip(other[0], got[0], strict=True) if x is not None)
+
+
+def test_project_step_same_with_and_without_batching(setup: tuple) -> None:
+    model, dm = setup
+    batch = dm.train_batch("sst", list(range(8)))
+    results = []
+    for batch_tasks in (False, True):
+        cb = GEMCallback(memory_size=12, memory_batch_size=4, margin=0.1, batch_tasks=batch_tasks)
+        cb.memory = _memory()
+        cb.task_order = list(TASKS)
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(21)
+        model.batch_loss(batch).backward()
+        stats = cb.project_step(model, dm, step=7, current=["sst"])
+        results.append(([p.grad.clone() for p in cb.participating_parameters(model)], stats))
+    (before, stats_a), (after, stats_b) = results
+    assert stats_a["gem/constraints"] == stats_b["gem/constraints"] == 2
+    assert stats_a["gem/violated"] == stats_b["gem/violated"]
+    for x, y in zip(before, after, strict=True):
+        torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-7)
+    model.zero_grad(set_to_none=True)
+
+
+def test_fallback_and_single_process_reduction() -> None:
+    module = nn.Linear(3, 2)
+    stranger = nn.Parameter(torch.ones(2))
+    assert can_alias(module, list(module.parameters()))
+    assert not can_alias(module, [module.weight, stranger])  # not the module's: the per-task path runs
+    assert not can_alias(module, [])
+    rows = [[torch.ones(2, 3), None], [None, None]]
+    summed = sum_rows_across_ranks(rows, list(module.parameters()))  # one process: unchanged
+    assert torch.equal(summed[0][0], torch.ones(2, 3)) and summed[0][1] is None and summed[1] == [None, None]
