@@ -34,7 +34,6 @@ What this CLI adds to a plain ``LightningCLI``:
 from __future__ import annotations
 
 import os
-import re
 import sys
 from argparse import ArgumentError as _StdArgumentError
 from pathlib import Path
@@ -72,12 +71,14 @@ from pal_lightning.compat import CLIHooks, decided_by_rank_zero
 from pal_lightning.console import quiet_lightning
 from pal_lightning.distributed import close_process_group, is_launched_rank, is_main_process
 from pal_lightning.errors import PalUserError
-from pal_lightning.files import free_name
+from pal_lightning.files import atomic_write_via, free_name
 from pal_lightning.run_folders import (
     NAMED_CHECKPOINTS,
+    claim_version_dir,
     discard_unused,
     evaluation_log_root,
     find_newest,
+    next_version_dir,  # noqa: F401 - re-exported (pal_lightning.cli.next_version_dir)
     resolve_named_checkpoint,
     run_folder_of,
 )
@@ -128,18 +129,6 @@ def find_last_checkpoint(root: str | os.PathLike[str]) -> Path | None:
     return find_newest(root, "last*.ckpt")
 
 
-def next_version_dir(root: str | os.PathLike[str]) -> str:
-    """The first ``version_N`` name not yet used under ``root`` (``version_0`` for a new root)."""
-    root = Path(root)
-    used = []
-    if root.is_dir():
-        for child in root.iterdir():
-            match = re.fullmatch(r"version_(\d+)", child.name)
-            if match:
-                used.append(int(match.group(1)))
-    return f"version_{max(used) + 1 if used else 0}"
-
-
 def run_loggers(root_dir: str | os.PathLike[str]) -> list[Any]:
     """CSV and TensorBoard loggers that write into the same fresh ``<root_dir>/version_N`` directory.
 
@@ -162,22 +151,18 @@ def run_loggers(root_dir: str | os.PathLike[str]) -> list[Any]:
 
 
 def _new_version(root: str) -> str:
-    """The number of the next ``version_N`` folder under ``root``, remembered for removal on failure."""
-    version = next_version_dir(root).split("_")[-1]
-    _remember_new_folder(Path(root) / f"version_{version}")
-    return version
+    """Claim the next ``version_N`` folder under ``root`` (remembered for removal if the command fails)."""
+    top = Path(root)
+    while not top.parent.exists() and top.parent != top:
+        top = top.parent  # the topmost folder this run creates, when root does not exist yet
+    created_root = not Path(root).exists()
+    folder = claim_version_dir(root)
+    _NEW_FOLDERS.append((folder, top if created_root else folder))
+    return folder.name.split("_")[-1]
 
 
 #: Log folders this process created, with the topmost folder it created for each (removed on failure).
 _NEW_FOLDERS: list[tuple[Path, Path]] = []
-
-
-def _remember_new_folder(folder: Path) -> None:
-    top = folder
-    while not top.parent.exists() and top.parent != top:
-        top = top.parent
-    if not folder.exists():
-        _NEW_FOLDERS.append((folder, top))
 
 
 def discard_new_folders() -> None:
@@ -193,18 +178,31 @@ class RunConfigSaver(SaveConfigCallback):
     With the CLI's default loggers every run has its own ``version_N`` directory, so the config
     lands in ``config.yaml``. When a user logger (or ``logger: false``) makes two runs share a
     directory, the second config is saved as ``config_1.yaml`` (``config_2.yaml``, ...) instead of
-    crashing the run or replacing the first run's config.
+    crashing the run or replacing the first run's config. The file is written atomically
+    (:func:`~pal_lightning.files.atomic_write_via`): a full disk leaves no half-written config.
     """
 
     def setup(self, trainer: Trainer, pl_module: Any, stage: str) -> None:
-        if not self.already_saved and self.save_to_log_dir and not self.overwrite:
-            log_dir = trainer.log_dir
-            free = self.config_filename
-            if is_main_process(trainer) and log_dir is not None:
-                stem, suffix = os.path.splitext(self.config_filename)
-                free = free_name(log_dir, stem, (suffix,)) + suffix
-            self.config_filename = trainer.strategy.broadcast(free)
-        super().setup(trainer, pl_module, stage)
+        log_dir = None if self.already_saved or not self.save_to_log_dir else trainer.log_dir
+        if log_dir is None or self.multifile or "://" in log_dir:
+            super().setup(trainer, pl_module, stage)  # Lightning's own writer (several or remote files)
+            return
+        if is_main_process(trainer):
+            name = self.config_filename
+            if not self.overwrite:
+                stem, suffix = os.path.splitext(name)
+                name = free_name(log_dir, stem, (suffix,)) + suffix
+            self.config_filename = name
+
+            def write(tmp: str) -> None:  # what Lightning's setup writes, into a temporary file
+                self.parser.save(self.config, tmp, skip_none=False, overwrite=True, multifile=False)
+
+            atomic_write_via(os.path.join(log_dir, name), write)
+            self.save_config(trainer, pl_module, stage)
+            self.already_saved = True
+        # every rank, as Lightning's setup does: the same name and state on all ranks
+        self.config_filename = trainer.strategy.broadcast(self.config_filename)
+        self.already_saved = trainer.strategy.broadcast(self.already_saved)
 
 
 class PalLightningCLI(CLIHooks):

@@ -37,6 +37,30 @@ def _version(path: Path) -> int:
     return int(match.group(1)) if match else -1
 
 
+def next_version_dir(root: str | os.PathLike[str]) -> str:
+    """The ``version_N`` name after the highest one used under ``root`` (``version_0`` for a new root)."""
+    root = Path(root)
+    used = [_version(child) for child in root.iterdir()] if root.is_dir() else []
+    return f"version_{max(used, default=-1) + 1}"
+
+
+def claim_version_dir(root: str | os.PathLike[str]) -> Path:
+    """Create the next free ``<root>/version_N`` folder and return it.
+
+    Creating a folder fails when the name exists, so two runs started at the same moment into the
+    same root get different folders: the one that loses the race takes the next number.
+    """
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    while True:
+        folder = root / next_version_dir(root)
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue  # another run took this number between the scan and the mkdir
+        return folder
+
+
 def find_newest(root: str | os.PathLike[str], pattern: str) -> Path | None:
     """The newest file matching ``pattern`` in ``<root>/*/checkpoints/`` or ``<root>/checkpoints/``.
 

@@ -14,8 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from pal_lightning.cli import USER_ERROR_EXIT, PalLightningCLI, RunConfigSaver, main, next_version_dir
-
-from .conftest import tiny_config
+from pal_lightning.testing import write_tiny_fit_config
 
 ROOT = Path(__file__).resolve().parents[2]
 ALL_CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
@@ -284,8 +283,25 @@ def test_config_saver_picks_a_free_name_when_runs_share_a_folder(tmp_path: Path)
     (tmp_path / "config.yaml").write_text("first run")
     for _ in range(2):
         RunConfigSaver(parser, config={}).setup(trainer, None, "fit")  # type: ignore[arg-type]
-    assert [Path(p).name for p in saved] == ["config_1.yaml", "config_2.yaml"]
+    # written into a temporary file beside the target, then moved into place
+    assert all(Path(p).parent == tmp_path and Path(p).name.startswith(".config_") for p in saved)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml", "config_1.yaml", "config_2.yaml"]
     assert (tmp_path / "config.yaml").read_text() == "first run"
+    assert (tmp_path / "config_2.yaml").read_text() == "x"
+
+
+def test_config_saver_leaves_nothing_when_the_write_fails(tmp_path: Path) -> None:
+    def full_disk(config: object, path: str, **kw: object) -> None:
+        Path(path).write_text("half")
+        raise OSError(28, "No space left on device")
+
+    trainer = SimpleNamespace(
+        log_dir=str(tmp_path), is_global_zero=True, strategy=SimpleNamespace(broadcast=lambda obj: obj)
+    )
+    saver = RunConfigSaver(SimpleNamespace(save=full_disk), config={})  # type: ignore[arg-type]
+    with pytest.raises(OSError, match="No space"):
+        saver.setup(trainer, None, "fit")  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []  # no config.yaml, no temporary file
 
 
 def test_next_version_dir(tmp_path: Path) -> None:
@@ -310,7 +326,7 @@ def test_custom_task_given_as_a_dict_in_the_config(
         "text_columns": ["sentence1", "sentence2"],
         "label_column": "similarity",
     }
-    config = tiny_config(tmp_path, data_dir, tasks=["sst", custom])
+    config = write_tiny_fit_config(tmp_path, data_dir, tasks=["sst", custom])
     assert main(["fit", "--config", str(config), "--trainer.max_steps", "2"]) == 0
     capsys.readouterr()
     run = tmp_path / "runs" / "version_0"

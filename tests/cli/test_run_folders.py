@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from pal_lightning.cli import USER_ERROR_EXIT, main
-from pal_lightning.run_folders import discard_unused
+from pal_lightning.run_folders import claim_version_dir, discard_unused, next_version_dir
 
 
 def _files(folder: Path) -> dict[str, int]:
@@ -121,3 +121,31 @@ def test_a_run_this_user_cannot_write_is_left_alone(tmp_path: Path, monkeypatch:
     # (tests run as root here, for whom every folder is writable: simulate a colleague's run)
     monkeypatch.setattr(run_folders.os, "access", lambda path, mode: False)
     assert run_folders.evaluation_log_root(ckpt, "validate") is None  # a new run folder instead
+
+
+def test_next_version_dir_follows_the_highest(tmp_path: Path) -> None:
+    assert next_version_dir(tmp_path / "absent") == "version_0"
+    for name in ("version_0", "version_2", "version_x", "other"):
+        (tmp_path / name).mkdir()
+    assert next_version_dir(tmp_path) == "version_3"
+
+
+def test_claim_skips_a_number_taken_after_the_scan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pal_lightning.run_folders as rf
+
+    (tmp_path / "version_0").mkdir()  # another run created it after this one scanned the root
+    stale = iter(["version_0"])
+    real = rf.next_version_dir
+    monkeypatch.setattr(rf, "next_version_dir", lambda root: next(stale, None) or real(root))
+    assert claim_version_dir(tmp_path) == tmp_path / "version_1"
+    assert (tmp_path / "version_1").is_dir()
+
+
+def test_concurrent_claims_get_different_folders(tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    root = tmp_path / "new" / "runs"  # created by the first claim
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        folders = list(pool.map(lambda _: claim_version_dir(root), range(40)))
+    assert len(set(folders)) == 40
+    assert sorted(f.name for f in folders) == sorted(f"version_{i}" for i in range(40))
