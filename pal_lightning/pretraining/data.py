@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+from pal_lightning.batch import ATTENTION_MASK, INPUT_IDS
 from pal_lightning.data.readers import check_files_exist, read_split, resolve_data_dir
 from pal_lightning.errors import PalUserError
 from pal_lightning.hub import DEFAULT_ENCODER, resolve_encoder
@@ -29,6 +30,10 @@ from pal_lightning.tasks import TaskSpec, resolve_tasks, task_to_hparam
 
 #: Files of which at least one must be in an encoder folder for its tokenizer to load.
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "spiece.model", "merges.txt")
+
+
+WORD_IDS = "word_ids"
+"""Key of an MLM batch: the word of each token (-1 for special tokens and padding), for whole-word masking."""
 
 
 def load_tokenizer(encoder: str) -> Any:
@@ -100,7 +105,7 @@ def collate_sentences(items: Sequence[tuple[np.ndarray, np.ndarray]], pad_id: in
         ids[row, : len(tokens)] = torch.from_numpy(tokens)
         words[row, : len(word)] = torch.from_numpy(word)
         mask[row, : len(tokens)] = 1
-    return {"input_ids": ids, "attention_mask": mask, "word_ids": words}
+    return {INPUT_IDS: ids, ATTENTION_MASK: mask, WORD_IDS: words}
 
 
 class MLMDataModule(pl.LightningDataModule):

@@ -30,11 +30,12 @@ import torch
 from lightning.pytorch.utilities.types import OptimizerLRScheduler
 from torch import Tensor
 
+from pal_lightning.batch import ATTENTION_MASK, INPUT_IDS, LABELS
 from pal_lightning.distributed import is_main_process, rank
 from pal_lightning.errors import PalUserError
 from pal_lightning.files import staged_folder
 from pal_lightning.hub import DEFAULT_ENCODER, resolve_encoder
-from pal_lightning.pretraining.data import load_tokenizer
+from pal_lightning.pretraining.data import WORD_IDS, load_tokenizer
 from pal_lightning.pretraining.masking import IGNORE_INDEX, mask_tokens, maskable_positions
 from pal_lightning.training.optim import linear_warmup_decay
 
@@ -146,8 +147,8 @@ class MLMPretrainModule(pl.LightningModule):
 
     def mask_batch(self, batch: dict[str, Tensor], generator: torch.Generator) -> dict[str, Tensor]:
         """``input_ids`` corrupted and ``labels`` added (:func:`~pal_lightning.pretraining.masking.mask_tokens`)."""
-        ids = batch["input_ids"]
-        maskable = maskable_positions(ids, batch["attention_mask"], self.special_ids)
+        ids = batch[INPUT_IDS]
+        maskable = maskable_positions(ids, batch[ATTENTION_MASK], self.special_ids)
         corrupted, labels = mask_tokens(
             ids,
             maskable,
@@ -155,9 +156,9 @@ class MLMPretrainModule(pl.LightningModule):
             random_ids=self.random_ids,
             probability=self.hparams["mlm_probability"],
             generator=generator,
-            word_ids=batch["word_ids"] if self.hparams["whole_word"] else None,
+            word_ids=batch[WORD_IDS] if self.hparams["whole_word"] else None,
         )
-        return {"input_ids": corrupted, "attention_mask": batch["attention_mask"], "labels": labels}
+        return {INPUT_IDS: corrupted, ATTENTION_MASK: batch[ATTENTION_MASK], LABELS: labels}
 
     def _masked(self, batch: dict[str, Tensor], training: bool) -> dict[str, Tensor]:
         """The batch masked on the CPU (the masks do not depend on the device), then moved back."""
@@ -182,9 +183,9 @@ class MLMPretrainModule(pl.LightningModule):
     # ------------------------------------------------------------------ steps
 
     def _loss(self, batch: dict[str, Tensor]) -> tuple[Tensor, int]:
-        labels = batch["labels"]
+        labels = batch[LABELS]
         predicted = int((labels != IGNORE_INDEX).sum())
-        logits = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        logits = self.model(input_ids=batch[INPUT_IDS], attention_mask=batch[ATTENTION_MASK]).logits
         if predicted == 0:  # nothing chosen in this batch (tiny batches): a zero loss that keeps the graph
             return logits.sum() * 0.0, 0
         loss = torch.nn.functional.cross_entropy(
