@@ -26,6 +26,12 @@ Lightning batch size. Lightning must not wrap the loaders in a
 ``DistributedSampler`` (this module shards by itself): :meth:`setup` switches the
 Trainer's ``use_distributed_sampler`` off, or fails with a clear message when it
 cannot.
+
+The class wires together units that each hold one concern: the options
+(:mod:`~pal_lightning.data.options`), the task schedule and its phases
+(:mod:`~pal_lightning.data.phase_plan`), the read-validate-tokenise cache
+(:mod:`~pal_lightning.data.split_cache`), what sharding needs from the Trainer
+(:mod:`~pal_lightning.data.sharding`) and the loaders (:mod:`~pal_lightning.data.loaders`).
 """
 
 from __future__ import annotations
