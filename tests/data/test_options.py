@@ -144,7 +144,7 @@ def test_annealing_horizon() -> None:
 
 def test_old_names_still_answer_with_a_warning(tmp_path: Path) -> None:
     with pytest.warns(DeprecationWarning, match="SAMPLING_SCHEDULES"):
-        assert sampling_mod.SCHEDULES == SAMPLING_SCHEDULES  # type: ignore[attr-defined]
+        assert sampling_mod.SCHEDULES == SAMPLING_SCHEDULES
     dm = MultiTaskDataModule(tasks=["sst"], cache_dir=False, data_dir=tmp_path)
     with pytest.warns(DeprecationWarning, match="sampling_schedule"):
         assert dm.schedule is dm.sampling_schedule is None  # set by setup("fit")
