@@ -38,11 +38,7 @@ CONFIG_NAME = "config.json"
 
 
 def save_task_folders(
-    obj: nn.Module,
-    folder: str | os.PathLike[str],
-    tasks: TaskChoice = None,
-    *,
-    overwrite: bool = False,
+    obj: nn.Module, folder: str | os.PathLike[str], tasks: TaskChoice = None, *, overwrite: bool = False
 ) -> list[Path]:
     """Write ``<folder>/<task>/`` (weights and config) for each of ``tasks`` (default: all).
 
@@ -99,10 +95,7 @@ def task_folder_config(obj: nn.Module, encoder: MultiTaskBert, task: str) -> dic
 
 
 def load_task_folders(
-    obj: nn.Module,
-    folder: str | os.PathLike[str],
-    tasks: TaskChoice = None,
-    strict: bool = True,
+    obj: nn.Module, folder: str | os.PathLike[str], tasks: TaskChoice = None, strict: bool = True
 ) -> list[str]:
     """Load the weights of ``<folder>/<task>/`` for each of ``tasks`` (default: every task folder) in place.
 

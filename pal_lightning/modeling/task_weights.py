@@ -48,11 +48,7 @@ TaskChoice = str | Sequence[str] | None
 
 
 def save_task_weights(
-    obj: nn.Module,
-    path: str | os.PathLike[str],
-    tasks: TaskChoice = None,
-    *,
-    overwrite: bool = False,
+    obj: nn.Module, path: str | os.PathLike[str], tasks: TaskChoice = None, *, overwrite: bool = False
 ) -> Path:
     """Write the adapters and heads of ``tasks`` (default: all) to a safetensors file.
 
@@ -126,10 +122,7 @@ def read_task_weights_metadata(path: str | os.PathLike[str]) -> dict[str, object
 
 
 def load_task_weights(
-    obj: nn.Module,
-    path: str | os.PathLike[str],
-    tasks: TaskChoice = None,
-    strict: bool = True,
+    obj: nn.Module, path: str | os.PathLike[str], tasks: TaskChoice = None, strict: bool = True
 ) -> list[str]:
     """Load the adapters and heads of ``tasks`` (default: every task in the file) into ``obj`` in place.
 
