@@ -4,7 +4,7 @@ Every function is safe without ``torch.distributed`` (not compiled in, or no pro
 initialised): it then behaves as the only process of a world of one (rank 0, the object itself,
 the tensor unchanged, no wait). The collective ones (:func:`gather_objects`, :func:`all_reduce_sum`,
 :func:`broadcast`, :func:`barrier`, :func:`close_process_group`) must be called by every rank at
-the same point, as any collective.
+the same point, as any collective (:func:`gather_tensors` too).
 
 Inside a Lightning hook, ``is_main_process(trainer)`` asks the trainer (its strategy knows the
 rank even for launchers that have not created a process group yet); elsewhere the initialised
@@ -31,6 +31,7 @@ __all__ = [
     "broadcast",
     "close_process_group",
     "gather_objects",
+    "gather_tensors",
     "is_distributed",
     "is_launched_rank",
     "is_main_process",
@@ -94,6 +95,27 @@ def gather_objects(obj: T) -> list[T]:
     out: list[Any] = [None] * world_size()
     dist.all_gather_object(out, obj)
     return out
+
+
+def gather_tensors(tensor: torch.Tensor) -> list[torch.Tensor]:
+    """``tensor`` of every rank, in rank order; the ranks' first dimensions may differ (``[tensor]`` alone).
+
+    The sizes are exchanged first and the rows padded to the longest, so every rank sends the same
+    shape (what ``all_gather`` needs). The result holds copies, without gradient; the other
+    dimensions and the dtype must agree across ranks.
+    """
+    world = world_size()
+    if world == 1:
+        return [tensor]
+    size = torch.tensor([tensor.shape[0]], device=tensor.device, dtype=torch.long)
+    sizes = [torch.zeros_like(size) for _ in range(world)]
+    dist.all_gather(sizes, size)
+    counts = [int(s.item()) for s in sizes]
+    padded = tensor.new_zeros((max(counts), *tensor.shape[1:]))
+    padded[: tensor.shape[0]] = tensor.detach()
+    parts = [torch.empty_like(padded) for _ in range(world)]
+    dist.all_gather(parts, padded)
+    return [part[:n] for part, n in zip(parts, counts, strict=True)]
 
 
 def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:

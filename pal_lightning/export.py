@@ -29,6 +29,7 @@ from torch import Tensor, nn
 
 from pal_lightning.batch import ATTENTION_MASK, ENCODING_KEYS, side_keys
 from pal_lightning.errors import PalUserError
+from pal_lightning.files import atomic_write_via
 from pal_lightning.modeling.heads import pool
 
 #: ONNX input names: one sequence, or two for a siamese pair.
@@ -142,15 +143,20 @@ def export_onnx(
     # each sentence of a siamese pair has its own length
     axes = {name: {0: "batch", 1: "sequence_b" if name.endswith("_b") else "sequence"} for name in names}
     axes["output"] = {0: "batch"}
-    with torch.no_grad():
-        torch.onnx.export(
-            exported,
-            example_inputs,
-            str(path),
-            input_names=names,
-            output_names=["output"],
-            dynamic_axes=axes,
-            opset_version=opset_version,
-            dynamo=False,
-        )
+
+    def write(tmp: str) -> None:
+        with torch.no_grad():
+            torch.onnx.export(
+                exported,
+                example_inputs,
+                tmp,
+                input_names=names,
+                output_names=["output"],
+                dynamic_axes=axes,
+                opset_version=opset_version,
+                dynamo=False,
+            )
+
+    # one file below protobuf's 2 GB limit (no external data files): written whole or not at all
+    atomic_write_via(path, write)
     return path

@@ -25,6 +25,7 @@ def test_single_process_is_a_world_of_one(monkeypatch: pytest.MonkeyPatch) -> No
     assert D.all_reduce_sum(t) is t
     assert t.tolist() == [1.0, -2.5]
     assert D.broadcast(t, src=0).tolist() == [1.0, -2.5]
+    assert [x.tolist() for x in D.gather_tensors(t)] == [[1.0, -2.5]]
     D.barrier()  # returns at once
     D.close_process_group()  # nothing to close
     assert not dist.is_initialized()
@@ -65,10 +66,10 @@ def _worker(rank: int, world: int, port: int, queue: Any) -> None:
         gathered = D.gather_objects([10 * rank] * (rank + 1))
         summed = D.all_reduce_sum(torch.tensor([float(rank + 1), 2.0]))
         sent = D.broadcast(torch.tensor([float(rank)]), src=1)
+        rows = [x.tolist() for x in D.gather_tensors(torch.full((rank + 1, 2), float(rank)))]
         D.barrier()
-        queue.put(
-            (rank, D.rank(), D.world_size(), D.is_main_process(), gathered, summed.tolist(), sent.tolist())
-        )
+        info = (D.rank(), D.world_size(), D.is_main_process())
+        queue.put((rank, *info, gathered, summed.tolist(), sent.tolist(), rows))
     finally:
         D.close_process_group()
     assert not dist.is_initialized()
@@ -87,8 +88,9 @@ def test_two_gloo_processes() -> None:
         p.join(timeout=60)
         assert p.exitcode == 0
     for r in (0, 1):
-        got_rank, world, main, gathered, summed, sent = results[r]
+        got_rank, world, main, gathered, summed, sent, rows = results[r]
         assert (got_rank, world, main) == (r, 2, r == 0)
         assert gathered == [[0], [10, 10]]
         assert summed == [3.0, 4.0]  # (1 + 2), (2 + 2)
         assert sent == [1.0]
+        assert rows == [[[0.0, 0.0]], [[1.0, 1.0], [1.0, 1.0]]]  # uneven lengths, padding dropped

@@ -96,3 +96,22 @@ def test_export_refuses_inputs_without_padding(module: MultiTaskModule, tmp_path
     enc = module.tokenizer(["same length", "same length"], return_tensors="pt", padding=True)
     with pytest.raises(ValueError, match="padding"):
         export_onnx(single, tmp_path / "x.onnx", tuple(enc[k] for k in single.input_names))
+
+
+def test_a_failed_export_leaves_the_previous_file(
+    module: MultiTaskModule, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("onnx", reason="the export extra is not installed")
+    target = tmp_path / "sst.onnx"
+    target.write_bytes(b"previous export")
+
+    def full_disk(model: object, args: object, f: str, **kwargs: object) -> None:
+        Path(f).write_bytes(b"half a graph")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(torch.onnx, "export", full_disk)
+    single = SingleTaskModel(module, "sst")
+    with pytest.raises(OSError, match="No space"):
+        export_onnx(single, target, single.example_inputs(module.tokenizer))
+    assert target.read_bytes() == b"previous export"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sst.onnx"]  # no temporary file left

@@ -13,9 +13,10 @@ negatives for every anchor.
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
+
+from pal_lightning import distributed
 
 
 def simcse_loss(
@@ -73,17 +74,9 @@ def gather_rows(z: Tensor) -> tuple[Tensor, int]:
     positive pairs): sizes are exchanged first and rows padded to the largest. Without an initialised
     process group, or with one process, returns ``(z, 0)``. Every rank must call it at the same step.
     """
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+    if distributed.world_size() == 1:
         return z, 0
-    world, rank = dist.get_world_size(), dist.get_rank()
-    size = torch.tensor([z.shape[0]], device=z.device, dtype=torch.long)
-    sizes = [torch.zeros_like(size) for _ in range(world)]
-    dist.all_gather(sizes, size)
-    counts = [int(s.item()) for s in sizes]
-    longest = max(counts)
-    padded = torch.zeros((longest, *z.shape[1:]), dtype=z.dtype, device=z.device)
-    padded[: z.shape[0]] = z.detach()
-    parts = [torch.empty_like(padded) for _ in range(world)]
-    dist.all_gather(parts, padded)
-    rows = [z if r == rank else parts[r][: counts[r]] for r in range(world)]
-    return torch.cat(rows), sum(counts[:rank])
+    rank = distributed.rank()
+    parts = distributed.gather_tensors(z)
+    rows = [z if r == rank else part for r, part in enumerate(parts)]
+    return torch.cat(rows), sum(len(part) for part in parts[:rank])
