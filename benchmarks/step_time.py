@@ -12,6 +12,8 @@ interleaved (the order alternates every step) after a warm-up, so machine noise 
   constrain, 16 remembered examples each, memories pre-filled); the step includes the two memory
   gradients, the Gram matrix and, when a constraint is violated, the QP and the write-back;
 * agem: the same with ``mode="agem"`` (one reference gradient of 16 remembered examples, 8 per task);
+* gem_per_task: the gem row with ``batch_tasks=False``: one backward per constraining task, as GEM
+  computed its memory gradients before they came from one backward (``gem`` row);
 * simcse: the PAL model plus unsupervised SimCSE (weight 1) on the batch's sentences through the
   library's :func:`~pal_lightning.modeling.simcse.simcse_batch_loss`, as ``MultiTaskModule`` runs it:
   the task forward's pooled vectors are the first dropout view, one more forward/backward of the
@@ -25,6 +27,7 @@ Usage::
     python benchmarks/step_time.py                       # batch 32, sequence 64, default encoder
     python benchmarks/step_time.py --json results/step_time.json --steps 30 --device cuda
     python benchmarks/step_time.py --threads 1     # steadier on a CPU shared with other jobs
+    python benchmarks/step_time.py --rows pals,gem,gem_per_task,agem   # only these rows (pals always)
 
 Prints the medians and their ratios; ``--json PATH`` writes
 ``{"shared_ms": ..., "pals_ms": ..., "pal_over_shared": ..., "gem_over_pal": ..., "agem_over_pal": ..., ...}``
@@ -60,6 +63,7 @@ GEM_TASKS = ("t0", "t1", "t2")
 MEMORY_EXAMPLES = 64
 SIMCSE = SimCSEConfig(weight=1.0)
 SIMCSE_SPEC = TaskSpec(name=TASK)  # a single-sentence task: SimCSE views of the batch's sentences
+ROWS = ("shared", "pals", "gem", "agem", "gem_per_task", "simcse")
 
 
 class _Classifier(nn.Module):
@@ -195,7 +199,13 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         "--memory-batch-size", type=int, default=16, help="GEM: remembered examples per constraining task"
     )
     parser.add_argument("--json", type=Path, default=None, help="write the results to this JSON file")
+    parser.add_argument(
+        "--rows", default=",".join(ROWS), help=f"comma-separated rows to time (pals always): {','.join(ROWS)}"
+    )
     args = parser.parse_args(argv)
+    rows = {"pals", *args.rows.split(",")}
+    if not rows <= set(ROWS):
+        parser.error(f"--rows: unknown {sorted(rows - set(ROWS))}; choose from {','.join(ROWS)}")
 
     if args.device == "auto":
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -207,18 +217,25 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     models: dict[str, nn.Module] = {}
     optimizers: dict[str, torch.optim.Optimizer] = {}
     for name, adapter in (("shared", "none"), ("pals", "pals"), ("simcse", "pals")):
+        if name not in rows:
+            continue
         encoder = MultiTaskBert.from_pretrained(
             args.encoder, [TASK], adapter=adapter, attn_implementation=args.attn_implementation
         )
         models[name] = _Classifier(encoder).to(device).train()
     callbacks: dict[str, GEMCallback] = {}
-    for name in ("gem", "agem"):
+    for name in ("gem", "agem", "gem_per_task"):
+        if name not in rows:
+            continue
         encoder = MultiTaskBert.from_pretrained(
             args.encoder, list(GEM_TASKS), adapter="pals", attn_implementation=args.attn_implementation
         )
         models[name] = _MultiTaskClassifier(encoder).to(device).train()
         callback = GEMCallback(
-            memory_size=MEMORY_EXAMPLES, memory_batch_size=args.memory_batch_size, mode=name
+            memory_size=MEMORY_EXAMPLES,
+            memory_batch_size=args.memory_batch_size,
+            mode="agem" if name == "agem" else "gem",
+            batch_tasks=name != "gem_per_task",
         )
         for task in GEM_TASKS:  # pre-filled memories: every task already trained
             callback.task_order.append(task)
@@ -226,7 +243,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         callbacks[name] = callback
     for name, model in models.items():
         optimizers[name] = torch.optim.AdamW(model.parameters(), lr=2e-5)
-    vocab = models["shared"].encoder.config.vocab_size
+    vocab = models["pals"].encoder.config.vocab_size
     batches = _batches(args.warmup + args.steps, args.batch_size, args.seq_len, vocab, device, args.seed)
     pool_batches = _batches(
         len(GEM_TASKS), MEMORY_EXAMPLES, args.seq_len, vocab, device, args.seed + 1
@@ -246,66 +263,62 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                 if name in callbacks:
                     violated[name] += int(callbacks[name].last_stats["gem/violated"])
 
-    shared_ms = statistics.median(times["shared"])
-    pals_ms = statistics.median(times["pals"])
-    gem_ms = statistics.median(times["gem"])
-    agem_ms = statistics.median(times["agem"])
-    simcse_ms = statistics.median(times["simcse"])
+    medians = {name: statistics.median(times[name]) for name in names}
 
     def paired(a: str, b: str) -> float:
+        # median of per-batch ratios: both models ran that batch back to back, so slow drift cancels
         return round(statistics.median([x / y for x, y in zip(times[a], times[b], strict=True)]), 4)
 
-    result = {
-        "shared_ms": round(shared_ms, 3),
-        "pals_ms": round(pals_ms, 3),
-        "pal_over_shared": round(pals_ms / shared_ms, 4),
-        # median of per-batch ratios: both models ran that batch back to back, so slow drift cancels
-        "pal_over_shared_paired": round(
-            statistics.median([p / s for p, s in zip(times["pals"], times["shared"], strict=True)]), 4
-        ),
-        "gem_ms": round(gem_ms, 3),
-        "agem_ms": round(agem_ms, 3),
-        "gem_over_pal": round(gem_ms / pals_ms, 4),
-        "agem_over_pal": round(agem_ms / pals_ms, 4),
-        "gem_over_pal_paired": paired("gem", "pals"),
-        "agem_over_pal_paired": paired("agem", "pals"),
-        "simcse_ms": round(simcse_ms, 3),
-        "simcse_over_pal": round(simcse_ms / pals_ms, 4),
-        "simcse_over_pal_paired": paired("simcse", "pals"),
-        "gem_violated_steps": violated["gem"],
-        "agem_violated_steps": violated["agem"],
-        "gem_memory_batch_size": args.memory_batch_size,
-        "shared_steps_ms": [round(t, 2) for t in times["shared"]],
-        "pals_steps_ms": [round(t, 2) for t in times["pals"]],
-        "gem_steps_ms": [round(t, 2) for t in times["gem"]],
-        "agem_steps_ms": [round(t, 2) for t in times["agem"]],
-        "simcse_steps_ms": [round(t, 2) for t in times["simcse"]],
-        "encoder": args.encoder,
-        "pal_size": models["pals"].encoder.pal_size,
-        "batch_size": args.batch_size,
-        "seq_len": args.seq_len,
-        "steps": args.steps,
-        "warmup": args.warmup,
-        "device": torch.cuda.get_device_name(device)
-        if device.type == "cuda"
-        else f"cpu ({torch.get_num_threads()} threads)",
-        "torch": torch.__version__,
-    }
-    print(
-        f"device {result['device']}, batch {args.batch_size} x {args.seq_len}, {args.steps} timed steps each\n"
-        f"shared (adapter none): {shared_ms:9.2f} ms/step (median)\n"
-        f"pals (d_s {result['pal_size']}):       {pals_ms:9.2f} ms/step (median)\n"
-        f"pal/shared: {result['pal_over_shared']:.3f} (ratio of medians; median of per-batch ratios "
-        f"{result['pal_over_shared_paired']:.3f}; target <= 1.10)\n"
-        f"gem (3 tasks, 2 x {args.memory_batch_size} remembered): {gem_ms:9.2f} ms/step (median), "
-        f"gem/pal {result['gem_over_pal']:.3f} (paired {result['gem_over_pal_paired']:.3f}; target <= 2.0), "
-        f"violated in {violated['gem']}/{args.steps} steps\n"
-        f"agem ({args.memory_batch_size} remembered):        {agem_ms:9.2f} ms/step (median), "
-        f"agem/pal {result['agem_over_pal']:.3f} (paired {result['agem_over_pal_paired']:.3f}; target <= 1.5), "
-        f"violated in {violated['agem']}/{args.steps} steps\n"
-        f"pals + simcse (unsup, weight 1):     {simcse_ms:9.2f} ms/step (median), "
-        f"simcse/pal {result['simcse_over_pal']:.3f} (paired {result['simcse_over_pal_paired']:.3f}; target <= 2.0)"
+    result: dict = {f"{name}_ms": round(ms, 3) for name, ms in medians.items()}
+    if "shared" in medians:
+        result["pal_over_shared"] = round(medians["pals"] / medians["shared"], 4)
+        result["pal_over_shared_paired"] = paired("pals", "shared")
+    for name in names:
+        if name not in ("shared", "pals"):
+            result[f"{name}_over_pal"] = round(medians[name] / medians["pals"], 4)
+            result[f"{name}_over_pal_paired"] = paired(name, "pals")
+    if {"gem", "gem_per_task"} <= set(names):  # one backward for all tasks against one per task
+        result["gem_over_gem_per_task"] = round(medians["gem"] / medians["gem_per_task"], 4)
+        result["gem_over_gem_per_task_paired"] = paired("gem", "gem_per_task")
+    result.update({f"{name}_violated_steps": n for name, n in violated.items()})
+    result["gem_memory_batch_size"] = args.memory_batch_size
+    result.update({f"{name}_steps_ms": [round(t, 2) for t in times[name]] for name in names})
+    result.update(
+        {
+            "encoder": args.encoder,
+            "pal_size": models["pals"].encoder.pal_size,
+            "batch_size": args.batch_size,
+            "seq_len": args.seq_len,
+            "steps": args.steps,
+            "warmup": args.warmup,
+            "device": torch.cuda.get_device_name(device)
+            if device.type == "cuda"
+            else f"cpu ({torch.get_num_threads()} threads)",
+            "torch": torch.__version__,
+        }
     )
+    targets = {"gem": 2.0, "agem": 1.5, "gem_per_task": 2.0, "simcse": 2.0}
+    lines = [
+        f"device {result['device']}, batch {args.batch_size} x {args.seq_len}, {args.steps} timed steps each"
+    ]
+    for name in names:
+        line = f"{name:>13}: {medians[name]:9.2f} ms/step (median)"
+        if name == "pals" and "shared" in medians:
+            line += f", pal/shared {result['pal_over_shared']:.3f} (paired {result['pal_over_shared_paired']:.3f}; target <= 1.10)"
+        elif name in targets:
+            line += (
+                f", {name}/pal {result[f'{name}_over_pal']:.3f} (paired {result[f'{name}_over_pal_paired']:.3f}; "
+                f"target <= {targets[name]})"
+            )
+        if name in violated:
+            line += f", violated in {violated[name]}/{args.steps} steps"
+        lines.append(line)
+    if "gem_over_gem_per_task" in result:
+        lines.append(
+            f"gem (one backward) / gem_per_task: {result['gem_over_gem_per_task']:.3f} "
+            f"(paired {result['gem_over_gem_per_task_paired']:.3f})"
+        )
+    print("\n".join(lines))
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2) + "\n")
