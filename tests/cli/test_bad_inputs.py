@@ -31,8 +31,7 @@ import torch
 
 from pal_lightning.cli import main
 from pal_lightning.hub import packaged_minilm_dir
-
-from .conftest import tiny_config, write_cs224n_data
+from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
 
 ERROR_PREFIX = "pal-lightning: error:"
 DRIVER = Path(__file__).with_name("cli_driver.py")
@@ -340,7 +339,7 @@ def _prepare(name: str, run: Run, root: Path, data: Path, base: Path) -> dict[st
     """The run's folder (data copy, config, earlier run, the bad input); returns its driver job."""
     folder = root / name
     shutil.copytree(data, folder / "data")
-    config = tiny_config(folder, folder / "data", tasks=list(run.tasks))
+    config = write_tiny_fit_config(folder, folder / "data", tasks=list(run.tasks))
     if run.needs_base:
         shutil.copytree(base, folder / "runs" / "version_0", copy_function=os.link)
     else:
@@ -354,7 +353,7 @@ def _base_run(root: Path, data: Path) -> Path:
     """A real 2-step fit on [sst, sts] (in this process): checkpoints for the cases that load one."""
     folder = root / "base"
     folder.mkdir()
-    config = tiny_config(folder, data, tasks=["sst", "sts"])
+    config = write_tiny_fit_config(folder, data, tasks=["sst", "sts"])
     assert main(["fit", "--config", str(config), "--trainer.max_steps", "2"]) == 0
     run_dir = folder / "runs" / "version_0"
     assert (run_dir / "checkpoints" / "last.ckpt").is_file()

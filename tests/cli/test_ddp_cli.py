@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 import yaml
 
-from .conftest import TINY_GEM as GEM
-from .conftest import subprocess_env, tiny_config, write_cs224n_data
+from pal_lightning.testing import TINY_GEM as GEM
+from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
+
+from .conftest import subprocess_env
 
 pytestmark = pytest.mark.ddp
 
@@ -36,11 +38,14 @@ def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def _setup(folder: Path, data: Path, gem: bool) -> Path:
     folder.mkdir()
-    path = tiny_config(folder, data)
+    path = write_tiny_fit_config(folder, data)
     config: dict[str, Any] = yaml.safe_load(path.read_text())
     config["trainer"]["max_steps"] = 4  # 2 epochs of 2 steps: validation and last.ckpt after steps 2 and 4
     callbacks: list[dict[str, Any]] = [
-        {"class_path": "cli_helpers.RankRecorder", "init_args": {"out": str(folder / "record")}}
+        {
+            "class_path": "pal_lightning.testing.callbacks.RankRecorder",
+            "init_args": {"out": str(folder / "record")},
+        }
     ]
     config["trainer"]["callbacks"] = callbacks + ([GEM] if gem else [])
     path.write_text(yaml.safe_dump(config, sort_keys=False))

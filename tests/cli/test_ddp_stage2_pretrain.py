@@ -14,8 +14,15 @@ import pytest
 import torch
 import yaml
 
-from .conftest import subprocess_env, tiny_config, write_cs224n_data
-from .training_builders import pretrain_config, stage1_checkpoint, tiny_encoder
+from pal_lightning.testing import (
+    save_stage1_checkpoint,
+    save_tiny_encoder,
+    write_cs224n_data,
+    write_tiny_fit_config,
+    write_tiny_pretrain_config,
+)
+
+from .conftest import subprocess_env
 
 pytestmark = pytest.mark.ddp
 
@@ -28,14 +35,17 @@ def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _stage2_config(folder: Path, data: Path) -> Path:
-    path = tiny_config(folder, data)
+    path = write_tiny_fit_config(folder, data)
     config: dict[str, Any] = yaml.safe_load(path.read_text())
     model = config["model"]["init_args"]
-    model["init_from"] = str(stage1_checkpoint(folder / "stage1.ckpt", model))
+    model["init_from"] = str(save_stage1_checkpoint(folder / "stage1.ckpt", model))
     model.update(freeze_encoder=True, auxiliary=["sts"])
     config["data"]["init_args"]["task_multipliers"] = {"sts": 0.5}
     config["trainer"]["callbacks"] = [
-        {"class_path": "cli_helpers.RankRecorder", "init_args": {"out": str(folder / "record")}}
+        {
+            "class_path": "pal_lightning.testing.callbacks.RankRecorder",
+            "init_args": {"out": str(folder / "record")},
+        }
     ]
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
@@ -52,7 +62,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "stage2": (stage2, ["fit", "--config", str(_stage2_config(stage2, data)), *DDP, "ddp_find_unused_parameters_true"]),
         "pretrain": (
             pretrain,
-            ["pretrain", "--config", str(pretrain_config(pretrain, tiny_encoder(pretrain / "bert", False), data)), *DDP, "ddp"],
+            ["pretrain", "--config", str(write_tiny_pretrain_config(pretrain, save_tiny_encoder(pretrain / "bert", False), data)), *DDP, "ddp"],
         ),
     }  # fmt: skip
     with ThreadPoolExecutor(2) as pool:

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import TINY_BERT, load_benchmark
+from pal_lightning.testing import TINY_BERT
+
+from .conftest import load_benchmark
 
 bench = load_benchmark("predict_speed")
 

@@ -12,9 +12,7 @@ from safetensors.torch import load_file
 
 from pal_lightning.cli import main
 from pal_lightning.module import MultiTaskModule
-
-from .conftest import write_cs224n_data
-from .training_builders import pretrain_config, tiny_encoder
+from pal_lightning.testing import save_tiny_encoder, write_cs224n_data, write_tiny_pretrain_config
 
 
 @pytest.mark.parametrize("with_head", [False, True])
@@ -24,9 +22,9 @@ def test_pretrain_writes_an_encoder_that_fine_tuning_loads(
     from pal_lightning.pretraining.mlm import load_mlm_model
 
     data = write_cs224n_data(tmp_path / "data")
-    encoder = tiny_encoder(tmp_path / "tiny_bert", with_head)
+    encoder = save_tiny_encoder(tmp_path / "tiny_bert", with_head)
     assert load_mlm_model(str(encoder))[1] is with_head  # the checkpoint's own head, or a new one
-    config = pretrain_config(tmp_path, encoder, data, whole_word=with_head)
+    config = write_tiny_pretrain_config(tmp_path, encoder, data, whole_word=with_head)
     assert main(["pretrain", "--config", str(config)]) == 0
     out = tmp_path / "runs" / "version_0" / "encoder"
     assert f"wrote the pre-trained encoder to {out}" in capsys.readouterr().out
@@ -51,10 +49,10 @@ def test_pretrain_on_a_folder_without_tokenizer_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     data = write_cs224n_data(tmp_path / "data")
-    encoder = tiny_encoder(tmp_path / "tiny_bert", with_head=False)
+    encoder = save_tiny_encoder(tmp_path / "tiny_bert", with_head=False)
     for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
         (encoder / name).unlink(missing_ok=True)
-    config = pretrain_config(tmp_path, encoder, data)
+    config = write_tiny_pretrain_config(tmp_path, encoder, data)
     capsys.readouterr()  # the fixture's own output (save_pretrained's progress bar)
     assert main(["pretrain", "--config", str(config)]) == 2
     err = capsys.readouterr().err.strip()
@@ -65,10 +63,10 @@ def test_pretrain_on_a_folder_without_tokenizer_is_one_line(
 
 def test_pretrain_never_overwrites_output_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = write_cs224n_data(tmp_path / "data")
-    encoder = tiny_encoder(tmp_path / "tiny_bert", with_head=False)
+    encoder = save_tiny_encoder(tmp_path / "tiny_bert", with_head=False)
     taken = tmp_path / "taken"
     shutil.copytree(encoder, taken)
-    config = pretrain_config(tmp_path, encoder, data, output_dir=str(taken))
+    config = write_tiny_pretrain_config(tmp_path, encoder, data, output_dir=str(taken))
     before = (taken / "model.safetensors").read_bytes()
     capsys.readouterr()
     assert main(["pretrain", "--config", str(config)]) == 2
@@ -78,8 +76,8 @@ def test_pretrain_never_overwrites_output_dir(tmp_path: Path, capsys: pytest.Cap
 
 def test_pretrain_resumes_from_last(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = write_cs224n_data(tmp_path / "data")
-    encoder = tiny_encoder(tmp_path / "tiny_bert", with_head=False)
-    config = str(pretrain_config(tmp_path, encoder, data))
+    encoder = save_tiny_encoder(tmp_path / "tiny_bert", with_head=False)
+    config = str(write_tiny_pretrain_config(tmp_path, encoder, data))
     assert main(["pretrain", "--config", config]) == 0
     first = torch.load(tmp_path / "runs" / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)
     assert first["global_step"] == 3

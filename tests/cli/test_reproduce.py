@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import TINY_BERT, load_benchmark
+from pal_lightning.testing import TINY_BERT
+
+from .conftest import load_benchmark
 
 reproduce = load_benchmark("reproduce")
 

@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
-from .conftest import TINY_BERT, load_benchmark
+from pal_lightning.testing import TINY_BERT
+
+from .conftest import load_benchmark
 
 reproduce = load_benchmark("reproduce")
 stats = sys.modules["paired_stats"]  # imported by reproduce.py from benchmarks/ (a dataclass needs sys.modules)

@@ -21,10 +21,10 @@ import yaml
 
 from pal_lightning.callbacks.checkpoint_io import AtomicCheckpointIO
 from pal_lightning.cli import find_last_checkpoint
+from pal_lightning.testing import TINY_GEM as GEM
+from pal_lightning.testing import save_stage1_checkpoint, write_cs224n_data, write_tiny_fit_config
 
-from .conftest import TINY_GEM as GEM
-from .conftest import subprocess_env, tiny_config, write_cs224n_data
-from .training_builders import stage1_checkpoint
+from .conftest import subprocess_env
 
 STEPS_PER_EPOCH, EVERY, KILL_AT, MAX_STEPS = 4, 3, 9, 12
 VARIANTS = ("plain", "gem", "stage2")
@@ -37,11 +37,11 @@ def _fit(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def _config(folder: Path, data: Path, kill: bool, gem: bool, stage2: bool = False) -> None:
     folder.mkdir(parents=True)
-    path = tiny_config(folder, data)
+    path = write_tiny_fit_config(folder, data)
     config: dict[str, Any] = yaml.safe_load(path.read_text())
     if stage2:
         model = config["model"]["init_args"]
-        model["init_from"] = str(stage1_checkpoint(folder / "stage1.ckpt", model))
+        model["init_from"] = str(save_stage1_checkpoint(folder / "stage1.ckpt", model))
         model.update(freeze_encoder=True, auxiliary=["sts"])
         config["data"]["init_args"]["task_multipliers"] = {"sts": 0.5}
     config["trainer"]["max_steps"] = MAX_STEPS
@@ -51,7 +51,7 @@ def _config(folder: Path, data: Path, kill: bool, gem: bool, stage2: bool = Fals
     callbacks: list[dict[str, Any]] = [GEM] if gem else []
     if kill:
         kill_cb = {
-            "class_path": "cli_helpers.KillAtStep",
+            "class_path": "pal_lightning.testing.callbacks.KillAtStep",
             "init_args": {"step": KILL_AT, "during_save": True},
         }
         callbacks.append(kill_cb)

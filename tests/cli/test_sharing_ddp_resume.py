@@ -15,8 +15,10 @@ import pytest
 import torch
 import yaml
 
-from .conftest import TINY_GEM as GEM
-from .conftest import subprocess_env, tiny_config, write_cs224n_data
+from pal_lightning.testing import TINY_GEM as GEM
+from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
+
+from .conftest import subprocess_env
 
 REGIME = "FI"  # TINY_BERT has two layers: the bottom one frozen, the top one a copy per task
 DDP = ["--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy"]
@@ -30,7 +32,7 @@ def _fit(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def _config(folder: Path, data: Path, callbacks: list[dict[str, Any]]) -> None:
     folder.mkdir(parents=True)
-    path = tiny_config(folder, data)
+    path = write_tiny_fit_config(folder, data)
     config: dict[str, Any] = yaml.safe_load(path.read_text())
     config["model"]["init_args"].update(layer_sharing=REGIME, dropout=0.2)
     config["trainer"]["max_steps"] = MAX_STEPS
@@ -44,8 +46,11 @@ def _config(folder: Path, data: Path, callbacks: list[dict[str, Any]]) -> None:
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("sharing")
     data = write_cs224n_data(root / "data")
-    recorder = {"class_path": "cli_helpers.RankRecorder", "init_args": {"out": str(root / "ddp" / "record")}}
-    kill = {"class_path": "cli_helpers.KillAtStep", "init_args": {"step": KILL_AT}}
+    recorder = {
+        "class_path": "pal_lightning.testing.callbacks.RankRecorder",
+        "init_args": {"out": str(root / "ddp" / "record")},
+    }
+    kill = {"class_path": "pal_lightning.testing.callbacks.KillAtStep", "init_args": {"step": KILL_AT}}
     _config(root / "ddp", data, [recorder, GEM])
     _config(root / "full", data, [])
     _config(root / "killed", data, [kill])

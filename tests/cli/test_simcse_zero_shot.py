@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .conftest import TINY_BERT, load_benchmark
+from pal_lightning.testing import TINY_BERT
+
+from .conftest import load_benchmark
 
 zero_shot = load_benchmark("simcse_zero_shot")
 

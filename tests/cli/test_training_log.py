@@ -11,9 +11,7 @@ import torch
 
 from pal_lightning.callbacks.training_log import distinct_learning_rates, gradient_norm
 from pal_lightning.cli import main
-from pal_lightning.testing import write_cs224n_data
-
-from .conftest import tiny_config
+from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
 
 
 def test_distinct_learning_rates_and_gradient_norm() -> None:
@@ -32,7 +30,7 @@ def test_distinct_learning_rates_and_gradient_norm() -> None:
 
 def test_metrics_csv_rows(tmp_path: Path) -> None:
     data = write_cs224n_data(tmp_path / "data")
-    config = tiny_config(tmp_path, data)
+    config = write_tiny_fit_config(tmp_path, data)
     steps, head_lr, warmup = 6, 5e-3, 2
     args = ["fit", "--config", str(config), "--trainer.max_steps", str(steps)]
     assert main([*args, "--model.head_lr", str(head_lr), "--model.warmup_steps", str(warmup)]) == 0

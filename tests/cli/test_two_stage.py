@@ -10,7 +10,9 @@ import pytest
 import torch
 import yaml
 
-from .conftest import load_benchmark, tiny_config, write_cs224n_data
+from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
+
+from .conftest import load_benchmark
 
 
 def _state(path: str | Path) -> dict[str, torch.Tensor]:
@@ -19,7 +21,7 @@ def _state(path: str | Path) -> dict[str, torch.Tensor]:
 
 def test_two_stage_command_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data = write_cs224n_data(tmp_path / "data")
-    base = tiny_config(tmp_path, data)
+    base = write_tiny_fit_config(tmp_path, data)
     two_stage = load_benchmark("two_stage")
     out = tmp_path / "two_stage"
     code = two_stage.main(

@@ -11,8 +11,9 @@ import pytest
 import yaml
 
 from pal_lightning.cli import main
+from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
 
-from .conftest import ROOT, tiny_config, write_cs224n_data
+from .conftest import ROOT
 
 
 def _trained_steps(metrics: Path) -> list[int]:
@@ -25,7 +26,7 @@ def _trained_steps(metrics: Path) -> list[int]:
 
 
 def test_fit_logs_to_a_user_given_logger(tmp_path: Path) -> None:
-    config = tiny_config(tmp_path, write_cs224n_data(tmp_path / "data"))
+    config = write_tiny_fit_config(tmp_path, write_cs224n_data(tmp_path / "data"))
     logs = tmp_path / "my_logs"
     logger = (
         "{class_path: lightning.pytorch.loggers.CSVLogger, "
@@ -52,7 +53,7 @@ def test_the_readme_logger_list_as_written(tmp_path: Path, monkeypatch: pytest.M
         "init_args": {"save_dir": loggers[1]["init_args"]["save_dir"], "name": "tb"},
     }
     (tmp_path / "loggers.yaml").write_text(yaml.safe_dump(values))
-    config = tiny_config(tmp_path, write_cs224n_data(tmp_path / "data"))
+    config = write_tiny_fit_config(tmp_path, write_cs224n_data(tmp_path / "data"))
     monkeypatch.chdir(tmp_path)  # the README's save_dir is relative
     assert main(["fit", "--config", str(config), "--config", "loggers.yaml"]) == 0
     run = tmp_path / "runs" / "quickstart_wandb" / "version_0"
