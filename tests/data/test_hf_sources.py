@@ -84,18 +84,6 @@ def write_hub_copies(root: Path) -> None:
             ds.to_parquet(str(folder / f"{split}-00000-of-00001.parquet"))
 
 
-def tiny_config(tmp_path: Path, data_dir: Path, tasks: list | None = None) -> Path:
-    """The CLI tests' tiny fit config (``tests/cli/conftest.py``, loaded by path: tests are no package)."""
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[1] / "cli" / "conftest.py"
-    spec = importlib.util.spec_from_file_location("pal_cli_test_config", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.tiny_config(tmp_path, data_dir, tasks)
-
-
 @pytest.fixture
 def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """``datasets.load_dataset`` with the hub replaced by local copies; other hub ids fail as offline."""
@@ -229,9 +217,9 @@ def test_offline_without_a_folder_is_one_line_naming_both_ways(
     import yaml
 
     from pal_lightning.cli import USER_ERROR_EXIT, main
-    from pal_lightning.testing import write_cs224n_data
+    from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
 
-    config = tiny_config(tmp_path, write_cs224n_data(tmp_path / "files"))
+    config = write_tiny_fit_config(tmp_path, write_cs224n_data(tmp_path / "files"))
     values = yaml.safe_load(config.read_text())
     del values["data"]["init_args"]["data_dir"]  # no folder at all
     config.write_text(yaml.safe_dump(values))
@@ -262,7 +250,7 @@ def test_a_hub_dataset_without_the_asked_split_is_one_line(
     import yaml
 
     from pal_lightning.cli import USER_ERROR_EXIT, main
-    from pal_lightning.testing import write_cs224n_data
+    from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
 
     # SetFit/sst5's dev split is "validation"; a task asking for "dev" names a split it does not have
     mine = {
@@ -276,7 +264,7 @@ def test_a_hub_dataset_without_the_asked_split_is_one_line(
         "label_column": "label",
         "id_column": None,
     }
-    config = tiny_config(tmp_path, write_cs224n_data(tmp_path / "files"), tasks=["sst", mine])
+    config = write_tiny_fit_config(tmp_path, write_cs224n_data(tmp_path / "files"), tasks=["sst", mine])
     assert main(["fit", "--config", str(config)]) == USER_ERROR_EXIT
     err = capsys.readouterr().err
     (line,) = [x for x in err.splitlines() if x.startswith("pal-lightning: error:")]
@@ -371,9 +359,9 @@ def test_pal_lightning_fit_trains_on_the_hub_copies(hub: Path, no_folder: Path, 
     import yaml
 
     from pal_lightning.cli import main
-    from pal_lightning.testing import write_cs224n_data
+    from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
 
-    config = tiny_config(tmp_path, write_cs224n_data(tmp_path / "files"))
+    config = write_tiny_fit_config(tmp_path, write_cs224n_data(tmp_path / "files"))
     values = yaml.safe_load(config.read_text())
     del values["data"]["init_args"]["data_dir"]
     config.write_text(yaml.safe_dump(values))
