@@ -75,7 +75,7 @@ from pal_lightning.training.hparams import ARCHITECTURE_HPARAMS, OPTIMIZER_HPARA
 from pal_lightning.training.optim import OptimizerMixin, check_schedule_options, linear_warmup_decay
 from pal_lightning.training.simcse_step import SimCSEStepMixin
 
-# Defined in pal_lightning.training and importable from here as before.
+# The module, and the names now defined in pal_lightning.training that user code imports from here.
 __all__ = [
     "ARCHITECTURE_HPARAMS",
     "OPTIMIZER_HPARAMS",

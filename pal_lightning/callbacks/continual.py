@@ -83,6 +83,7 @@ class ContinualEvaluation(pl.Callback):
         #: Every metric of every evaluation: ``{"after": ..., "scores": {task: {metric: value}}}``.
         self.history: list[dict[str, Any]] = []
         self._paths: tuple[str, str] | None = None
+        self._data: PhasedData | None = None  # the fit's data module, checked once in on_train_start
 
     # ------------------------------------------------------------------ state
 
@@ -106,7 +107,8 @@ class ContinualEvaluation(pl.Callback):
     # ------------------------------------------------------------------ hooks
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        data_phases = self._phased_data(trainer).phases
+        self._data = self._phased_data(trainer)
+        data_phases = self._data.phases
         phases: list[list[Any]] = [[p.task, int(p.start), int(p.end)] for p in data_phases]
         if self.phases and self.phases != phases:
             raise PalUserError(
@@ -129,7 +131,8 @@ class ContinualEvaluation(pl.Callback):
         if not self.phases or len(self.R) >= len(self.phases):
             return
         # Global training batches finished: the same count the data module's phases use.
-        done = trainer.current_epoch * int(self._phased_data(trainer).steps_per_epoch) + batch_idx + 1
+        assert self._data is not None  # set in on_train_start, with the phases
+        done = trainer.current_epoch * int(self._data.steps_per_epoch) + batch_idx + 1
         phase = self.phases[len(self.R)]
         if done == phase[2]:
             scores = self.evaluate(trainer, pl_module)
@@ -154,7 +157,8 @@ class ContinualEvaluation(pl.Callback):
         with fresh metrics. Collective under DDP (the ranks' counts are summed and torchmetrics merges
         their states): call it on every rank at the same point.
         """
-        loader = self._phased_data(trainer).eval_dataloader(self.split, self.tasks, self.limit_eval_examples)
+        data = self._data if self._data is not None else self._phased_data(trainer)
+        loader = data.eval_dataloader(self.split, self.tasks, self.limit_eval_examples)
         specs = [_task_predictor(pl_module).task_specs[t] for t in self.tasks]
         forward_context = trainer.precision_plugin.forward_context()
         return evaluate_loader(pl_module, loader, specs, forward_context).metrics
