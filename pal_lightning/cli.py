@@ -33,6 +33,7 @@ What this CLI adds to a plain ``LightningCLI``:
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from argparse import ArgumentError as _StdArgumentError
@@ -499,14 +500,33 @@ def _one_line(message: str) -> str:
     )
 
 
+#: ``errno`` values of a file-system fault the user fixes, with what to do about it.
+_FS_FAULTS = {
+    errno.ENOSPC: "free some disk space",
+    getattr(errno, "EDQUOT", errno.ENOSPC): "free some of your disk quota",
+    errno.EROFS: "pick a writable folder (e.g. --trainer.default_root_dir)",
+    errno.EACCES: "check the folder's permissions or pick another one",
+    errno.EPERM: "check the folder's permissions or pick another one",
+}
+
+
+def _fs_fault_message(err: OSError) -> str:
+    """``<file>: <cause>`` and what to do, for a disk that is full, read-only or not ours."""
+    where = f"{err.filename}: " if err.filename else ""
+    return (
+        f"{where}{err.strerror or err}. pal-lightning replaces files atomically, so earlier versions are "
+        f"unchanged; {_FS_FAULTS[err.errno]}, then run the command again (a fit resumes with --ckpt_path last)."
+    )
+
+
 def _user_error(exc: BaseException) -> BaseException | None:
-    """The :class:`PalUserError` or argument error behind ``exc``, following ``__cause__``/``__context__``."""
+    """The :class:`PalUserError`, argument error or file-system fault behind ``exc`` (its causes followed)."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         if isinstance(
             current, (PalUserError, _JsonArgumentError, _StdArgumentError, MisconfigurationException)
-        ):
+        ) or (isinstance(current, OSError) and current.errno in _FS_FAULTS):
             return current
         seen.add(id(current))
         current = current.__cause__ or current.__context__
@@ -545,7 +565,7 @@ def main(args: list[str] | None = None) -> int:
         found = _user_error(exc)
         if found is None:
             raise
-        message = _one_line(str(found))
+        message = _fs_fault_message(found) if isinstance(found, OSError) else _one_line(str(found))
         syntax = config_syntax_error(argv) if "Problems parsing config" in message else None
         if syntax is not None:  # jsonargparse names "<unicode string>", not the file
             print(f"pal-lightning: error: {syntax}", file=sys.stderr, flush=True)

@@ -17,6 +17,9 @@ scores, continual-learning tables) goes through :func:`atomic_write`:
   ``0o666 & ~umask`` (usually 0644 or 0664), so a colleague or a cluster job under another
   account can read checkpoints and predictions.
 
+An ``OSError`` of a write (no space, a read-only file system, no permission) names the file the
+caller asked for, not the temporary one (``err.filename``), so the message can say which file failed.
+
 :func:`free_name` finds a file name not used yet (``config_1.yaml`` next to ``config.yaml``).
 This module is pure standard library and imports nothing of pal-lightning.
 """
@@ -42,6 +45,7 @@ __all__ = [
     "free_name",
     "fsync_dir",
     "move_into_place",
+    "naming_the_target",
     "new_file_mode",
     "staged_folder",
 ]
@@ -86,6 +90,21 @@ def fsync_dir(folder: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
+@contextmanager
+def naming_the_target(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Re-raise an ``OSError`` of writing ``path`` (or its temporary file) with ``path`` as its file name.
+
+    The same exception type and ``errno`` (``ENOSPC``, ``EROFS``, ``EACCES`` ...), so callers can still
+    tell the causes apart; an error without an ``errno`` passes unchanged.
+    """
+    try:
+        yield
+    except OSError as err:
+        if err.errno is None or err.filename == os.fspath(path):
+            raise
+        raise type(err)(err.errno, err.strerror or str(err), os.fspath(path)) from err
+
+
 def _temp_beside(path: Path) -> tuple[int, str]:
     path.parent.mkdir(parents=True, exist_ok=True)
     return tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -121,21 +140,22 @@ def atomic_write(
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_write writes whole files: mode must be 'w' or 'wb', not {mode!r}")
     path = Path(path)
-    fd, tmp = _temp_beside(path)
-    f: IO[Any]
-    try:
-        if mode == "wb":
-            f = os.fdopen(fd, "wb")
-        else:
-            f = os.fdopen(fd, "w", encoding=encoding or "utf-8", newline=newline)
-        with f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        _publish(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with naming_the_target(path):
+        fd, tmp = _temp_beside(path)
+        f: IO[Any]
+        try:
+            if mode == "wb":
+                f = os.fdopen(fd, "wb")
+            else:
+                f = os.fdopen(fd, "w", encoding=encoding or "utf-8", newline=newline)
+            with f:
+                yield f
+                f.flush()
+                os.fsync(f.fileno())
+            _publish(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes | bytearray | memoryview) -> None:
@@ -158,14 +178,15 @@ def atomic_write_via(path: str | os.PathLike[str], write: Callable[[str], Any]) 
     The library may close and reopen the name; the file is fsynced before the rename.
     """
     path = Path(path)
-    fd, tmp = _temp_beside(path)
-    os.close(fd)
-    try:
-        write(tmp)
-        move_into_place(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with naming_the_target(path):
+        fd, tmp = _temp_beside(path)
+        os.close(fd)
+        try:
+            write(tmp)
+            move_into_place(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
 
 def move_into_place(written: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
@@ -173,9 +194,10 @@ def move_into_place(written: str | os.PathLike[str], path: str | os.PathLike[str
 
     For writers that fill several files in a temporary folder first (``save_pretrained``).
     """
-    with open(written, "rb+") as f:
-        os.fsync(f.fileno())
-    _publish(os.fspath(written), Path(path))
+    with naming_the_target(path):
+        with open(written, "rb+") as f:
+            os.fsync(f.fileno())
+        _publish(os.fspath(written), Path(path))
 
 
 @contextmanager
@@ -187,8 +209,9 @@ def staged_folder(target: str | os.PathLike[str]) -> Iterator[Path]:
     For writers that produce several files at once (``save_pretrained`` of a model and tokenizer).
     """
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.tmp-"))
+    with naming_the_target(target):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.tmp-"))
     try:
         yield tmp
         target.mkdir(exist_ok=True)
@@ -208,16 +231,18 @@ def atomic_link_or_copy(source: str | os.PathLike[str], alias: str | os.PathLike
     the file system has none, a copy through :func:`atomic_write_via`.
     """
     alias = Path(alias)
-    fd, tmp = _temp_beside(alias)
-    os.close(fd)
-    os.unlink(tmp)  # os.link needs a free name; mkstemp only reserved a unique one
+    with naming_the_target(alias):
+        fd, tmp = _temp_beside(alias)
+        os.close(fd)
+        os.unlink(tmp)  # os.link needs a free name; mkstemp only reserved a unique one
     try:
         os.link(source, tmp)
     except OSError:
         atomic_write_via(alias, lambda name: shutil.copyfile(source, name))
         return
     try:
-        os.replace(tmp, alias)
+        with naming_the_target(alias):
+            os.replace(tmp, alias)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -3,6 +3,7 @@ library's writers (checkpoints, predictions, task weights) going through it."""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from pal_lightning.files import (
     current_umask,
     free_name,
     new_file_mode,
+    staged_folder,
 )
 
 
@@ -151,3 +153,54 @@ def test_staged_folder_publishes_every_file_or_nothing(tmp_path: Path) -> None:
         raise RuntimeError("disk full")
     assert not failed.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def _enospc_on_publish(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The disk fills up when a finished temporary file is moved into place."""
+    import pal_lightning.files as files
+
+    def full(tmp: str, path: Path) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", tmp)  # names the temporary file
+
+    monkeypatch.setattr(files, "_publish", full)
+
+
+def test_a_disk_fault_names_the_target_and_keeps_the_old_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "scores.json"
+    path.write_text("earlier")
+    _enospc_on_publish(monkeypatch)
+    writers = [
+        lambda: atomic_write_text(path, "new"),
+        lambda: atomic_write_via(path, lambda tmp: Path(tmp).write_text("new")),
+    ]
+    for write in writers:
+        with pytest.raises(OSError) as caught:
+            write()
+        assert (caught.value.errno, caught.value.filename) == (errno.ENOSPC, str(path))
+        assert "No space left on device" in str(caught.value) and str(path) in str(caught.value)
+        assert path.read_text() == "earlier"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["scores.json"]  # no temporary file
+
+    folder = tmp_path / "model"
+    with pytest.raises(OSError) as caught:
+        with staged_folder(folder) as tmp:
+            (tmp / "config.json").write_text("{}")
+    assert (caught.value.errno, caught.value.filename) == (errno.ENOSPC, str(folder / "config.json"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "scores.json"]
+    assert list(folder.iterdir()) == []
+
+
+def test_a_read_only_folder_names_the_target(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    def read_only(dir: str, prefix: str, suffix: str) -> tuple[int, str]:
+        raise OSError(errno.EROFS, "Read-only file system", os.path.join(dir, prefix + "x" + suffix))
+
+    monkeypatch.setattr(tempfile, "mkstemp", read_only)
+    path = tmp_path / "last.ckpt"
+    with pytest.raises(OSError) as caught:
+        atomic_write_bytes(path, b"weights")
+    assert (caught.value.errno, caught.value.filename) == (errno.EROFS, str(path))
+    assert not path.exists()

@@ -149,3 +149,27 @@ def test_concurrent_claims_get_different_folders(tmp_path: Path) -> None:
         folders = list(pool.map(lambda _: claim_version_dir(root), range(40)))
     assert len(set(folders)) == 40
     assert sorted(f.name for f in folders) == sorted(f"version_{i}" for i in range(40))
+
+
+def test_a_full_disk_while_saving_a_checkpoint_is_one_line(
+    tiny_yaml: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import errno
+
+    import pal_lightning.files as files
+
+    publish = files._publish
+
+    def full_for_checkpoints(tmp: str, path: Path) -> None:
+        if path.suffix == ".ckpt":
+            raise OSError(errno.ENOSPC, "No space left on device", tmp)
+        publish(tmp, path)
+
+    monkeypatch.setattr(files, "_publish", full_for_checkpoints)
+    assert main(["fit", "--config", str(tiny_yaml)]) == USER_ERROR_EXIT
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("pal-lightning: error:")]
+    assert len(lines) == 1 and "Traceback" not in err
+    assert ".ckpt: No space left on device" in lines[0] and "free some disk space" in lines[0]
+    checkpoints = tmp_path / "runs" / "version_0" / "checkpoints"
+    assert not any(checkpoints.glob("*.ckpt")) and not any(checkpoints.glob(".*.tmp"))
