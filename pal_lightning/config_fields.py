@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 __all__ = ["args_section", "bind_fields", "field_docs", "fields_signature", "takes_fields"]
 
 C = TypeVar("C", bound=type)
+T = TypeVar("T")
 
 
 def field_docs(config_class: type) -> dict[str, str]:
@@ -103,7 +104,7 @@ def takes_fields(config_class: type) -> Callable[[C], C]:
     return decorate
 
 
-def bind_fields(config_class: type[Any], args: tuple[Any, ...], options: dict[str, Any]) -> Any:
+def bind_fields(config_class: type[T], args: tuple[Any, ...], options: dict[str, Any]) -> T:
     """``config_class(...)`` from the positional and keyword arguments of a :func:`takes_fields` class.
 
     Raises:

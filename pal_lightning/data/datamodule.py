@@ -87,8 +87,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
         # which are not local variables here).
         pl.LightningDataModule.__init__(self)
         #: The options as given.
-        self.config: DataConfig = bind_fields(DataConfig, args, options)
-        config = self.config
+        self.config = config = bind_fields(DataConfig, args, options)
         given_specs = resolve_tasks(config.tasks)
         self.task_names: list[str] = [t.name for t in given_specs]
         #: The tasks as read: without a data folder, the built-in tasks that have a public Hugging
@@ -117,7 +116,8 @@ class MultiTaskDataModule(pl.LightningDataModule):
             self.pair_encodings,
             config,
         )
-        self._sampling(anneal_epochs=config.anneal_epochs or 1).probabilities(  # checks the options now
+        # the sampling options are checked against the tasks now, not at fit time
+        config.sampling_schedule(config.anneal_epochs or 1).probabilities(
             dict.fromkeys(self.task_names, 1), 0
         )
         # Plain values only, so checkpoints load with weights_only=True.
@@ -144,15 +144,6 @@ class MultiTaskDataModule(pl.LightningDataModule):
             stacklevel=2,
         )
         return self.sampling_schedule
-
-    def _sampling(self, anneal_epochs: int) -> SamplingSchedule:
-        c = self.config
-        return SamplingSchedule(
-            c.sampling,
-            num_epochs=anneal_epochs,
-            weights=c.task_weights,
-            multipliers=c.task_multipliers or None,
-        )
 
     # ------------------------------------------------------------------ tokenizer and loading
 
@@ -201,7 +192,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
             empty = [t for t, n in self.train_sizes.items() if n == 0]
             if empty:
                 raise PalUserError(f"Tasks {empty} have no valid training rows; check their train files.")
-            self.sampling_schedule = self._sampling(self._resolve_anneal_epochs())
+            self.sampling_schedule = self.config.sampling_schedule(self._resolve_anneal_epochs())
         elif stage == "validate":
             check_files_exist([(s, "dev") for s in self.task_specs], self.data_dir)
             for t in self.task_names:

@@ -17,7 +17,7 @@ from typing import Any
 
 from pal_lightning.data.phase_plan import SEQUENTIAL, check_task_schedule
 from pal_lightning.data.readers import BAD_ROW_POLICIES, SPLITS
-from pal_lightning.data.sampling import SAMPLING_SCHEDULES
+from pal_lightning.data.sampling import SAMPLING_SCHEDULES, SamplingSchedule
 from pal_lightning.data.tokenize import default_cache_dir
 from pal_lightning.errors import PalUserError
 from pal_lightning.hub import DEFAULT_ENCODER
@@ -140,6 +140,15 @@ class DataConfig:
                 "task_multipliers scale the draws of the interleaved schedule; the sequential schedule trains "
                 "its phases in order. Drop task_multipliers, or use --data.schedule interleaved."
             )
+
+    def sampling_schedule(self, num_epochs: int) -> SamplingSchedule:
+        """How the interleaved schedule draws tasks, annealed over ``num_epochs`` epochs."""
+        return SamplingSchedule(
+            self.sampling,
+            num_epochs=num_epochs,
+            weights=self.task_weights,
+            multipliers=self.task_multipliers or None,
+        )
 
     def hparams(self) -> dict[str, Any]:
         """The options as plain values (lists, dicts, strings), so checkpoints load with
