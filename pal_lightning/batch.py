@@ -25,8 +25,11 @@ Padding is per batch (``T`` is the longest sequence of the batch).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+import torch
+import torch.nn.functional as F
 
 # The keys of a batch: code reads and writes batches through these names only, never the literal strings.
 TASK = "task"
@@ -58,6 +61,20 @@ def side_inputs(batch: Mapping[str, Any], side: str) -> dict[str, Any]:
     ``"a"`` or ``"b"`` of a siamese pair, ``""`` for the single sentence (or cross pair). Keys the batch
     lacks (``token_type_ids`` is optional) are left out."""
     return {k: batch[s] for k, s in zip(ENCODING_KEYS, side_keys(side), strict=True) if s in batch}
+
+
+def concat_inputs(parts: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Sets of sentences' encoder inputs stacked into one batch (rows of ``parts[0]`` first), every key
+    right-padded with 0 to the longest; a key some part lacks (``token_type_ids``) is left out.
+
+    Padding with 0 on the right changes neither mean nor CLS pooling (the mask is 0 there).
+    """
+    length = max(p[INPUT_IDS].shape[1] for p in parts)
+    return {
+        key: torch.cat([F.pad(p[key], (0, length - p[key].shape[1]), value=0) for p in parts])
+        for key in ENCODING_KEYS
+        if all(key in p for p in parts)
+    }
 
 
 def resolve_pair_encoding(pair_encoding: str | dict[str, str], task: str) -> str:

@@ -38,8 +38,6 @@ from dataclasses import asdict
 from typing import Any
 
 import lightning.pytorch as pl
-import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from pal_lightning.auxiliary import check_auxiliary
@@ -52,6 +50,7 @@ from pal_lightning.batch import (
     SPLIT,
     TASK,
     TOKEN_TYPE_IDS,
+    concat_inputs,
     side_inputs,
 )
 from pal_lightning.errors import PalUserError
@@ -84,10 +83,6 @@ __all__ = [
     "NonFiniteTrainingError",
     "linear_warmup_decay",
 ]
-
-
-def _pad_right(x: Tensor, length: int) -> Tensor:
-    return F.pad(x, (0, length - x.shape[1]), value=0)
 
 
 def check_model_options(
@@ -351,11 +346,7 @@ class MultiTaskModule(
                 f"Task {task!r}: the model encodes pairs 'siamese' but the batch is 'cross'. "
                 "Set the same pair_encoding for the model and the data."
             )
-        length = max(side_a[INPUT_IDS].shape[1], side_b[INPUT_IDS].shape[1])
-        # token_type_ids are optional: only the keys side a has are stacked
-        stacked = {
-            k: torch.cat([_pad_right(side_a[k], length), _pad_right(side_b[k], length)]) for k in side_a
-        }
+        stacked = concat_inputs([side_a, side_b])  # token_type_ids are optional
         mask = stacked[ATTENTION_MASK]
         hidden = self.encoder(stacked[INPUT_IDS], mask, stacked.get(TOKEN_TYPE_IDS), task=task)
         pooled = pool(hidden, mask, self.hparams["pooling"])

@@ -19,20 +19,19 @@ The maths is :func:`pal_lightning.losses.simcse_loss`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from pal_lightning.batch import (
     ATTENTION_MASK,
-    ENCODING_KEYS,
     INPUT_IDS,
     LABELS,
     TOKEN_TYPE_IDS,
+    concat_inputs,
     side_inputs,
     side_keys,
 )
@@ -186,16 +185,6 @@ def split_cross_pairs(inputs: Mapping[str, Tensor]) -> tuple[Inputs, Inputs]:
     side_a = {INPUT_IDS: ids_a, ATTENTION_MASK: mask_a.long(), TOKEN_TYPE_IDS: torch.zeros_like(ids_a)}
     side_b = {INPUT_IDS: ids_b, ATTENTION_MASK: mask_b.long(), TOKEN_TYPE_IDS: torch.zeros_like(ids_b)}
     return side_a, side_b
-
-
-def concat_inputs(parts: Sequence[Mapping[str, Tensor]]) -> Inputs:
-    """Stack sets of sentences into one batch, right-padding every key with 0 to the longest."""
-    length = max(p[INPUT_IDS].shape[1] for p in parts)
-    out: Inputs = {}
-    for key in ENCODING_KEYS:
-        if all(key in p for p in parts):
-            out[key] = torch.cat([F.pad(p[key], (0, length - p[key].shape[1]), value=0) for p in parts])
-    return out
 
 
 def batch_sentences(batch: Mapping[str, Any], spec: TaskSpec) -> tuple[Inputs, Inputs | None]:
