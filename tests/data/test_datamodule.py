@@ -277,7 +277,8 @@ def test_annealing_horizon_from_max_steps_reaches_the_sampler(tmp_path):
     dm = make_dm(data, tmp_path, sampling="annealed", steps_per_epoch=50, cache_dir=False)
     model, trainer = fit(dm, tmp_path / "run", max_epochs=None, max_steps=200)
     assert trainer.global_step == 200 and trainer.current_epoch == 4
-    assert dm.sampling_schedule.num_epochs == 4  # ceil(200 / 50), not 1 (which would be proportional sampling)
+    # ceil(200 / 50), not 1 (which would be proportional sampling)
+    assert dm.sampling_schedule.num_epochs == 4
     sizes = {"sst": 8, "qqp": 401, "sts": 8}  # the fixture adds one quoted qqp row
     assert dm.train_sizes == sizes
     for epoch in range(4):
@@ -317,3 +318,28 @@ def test_resume_mid_epoch_is_exact_with_group_by_length(data_dir, tmp_path):
             make_dm(data_dir, tmp_path, **kw), tmp_path / "c", ckpt_path=tmp_path / "ck" / f"step={k}.ckpt"
         )
         assert resumed.seen == full.seen[k:], f"resume from step {k}"
+
+
+def test_bad_row_warning_is_the_same_from_the_file_and_from_the_cache(data_dir, tmp_path, caplog):
+    # the fixture's sst train file: 42 data rows, line 42 has label 7 (classes 0..4), line 43 no text
+    expected = (
+        "ids-sst-train.csv: skipped 2 bad row(s) of 42 (task sst, train); lines 42 (label '7' outside the "
+        "range [0, 4]), 43 (empty text in 'sentence'). Pass on_bad_row='error' to stop instead."
+    )
+
+    def sst_warnings() -> list[str]:
+        found = [r.getMessage() for r in caplog.records if r.getMessage().startswith("ids-sst-train.csv")]
+        caplog.clear()
+        return found
+
+    with caplog.at_level("WARNING"):
+        read = make_dm(data_dir, tmp_path)
+        read.setup("fit")  # reads the file
+        assert sst_warnings() == [expected]
+        read.load_split("sst", "train")
+        assert sst_warnings() == []  # once per split
+        cached = make_dm(data_dir, tmp_path)
+        cached.prepare_data()  # from the cache, quietly: the command has not used the split yet
+        assert sst_warnings() == []
+        cached.setup("fit")  # first use by this command: the same words as when read
+        assert sst_warnings() == [expected]
