@@ -49,7 +49,7 @@ from pal_lightning.config_fields import bind_fields, takes_fields
 from pal_lightning.data.dataset import MultiTaskDataset, ResumableDataLoader
 from pal_lightning.data.hf_sources import with_hub_copies
 from pal_lightning.data.loaders import eval_loader, loader_options
-from pal_lightning.data.options import DataConfig, resolve_cache_dir
+from pal_lightning.data.options import DataConfig, check_at_least, resolve_cache_dir
 from pal_lightning.data.per_task import per_task
 from pal_lightning.data.phase_plan import TASK_SCHEDULES, plan_phases
 from pal_lightning.data.readers import SPLITS, check_files_exist, resolve_data_dir
@@ -309,8 +309,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
         unknown = [t for t in names if t not in self.task_names]
         if unknown:
             raise PalUserError(f"Unknown tasks {unknown}; this data module serves {self.task_names}.")
-        if limit_examples is not None and limit_examples < 1:
-            raise PalUserError(f"limit_examples must be >= 1 or None, got {limit_examples}.")
+        check_at_least("limit_examples", limit_examples, 1)
         return self._eval_loader([(t, split) for t in names], limit_examples)
 
     def test_dataloader(self) -> torch.utils.data.DataLoader:

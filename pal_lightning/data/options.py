@@ -23,7 +23,7 @@ from pal_lightning.errors import PalUserError
 from pal_lightning.hub import DEFAULT_ENCODER
 from pal_lightning.tasks import TaskSpec, resolve_tasks, task_to_hparam
 
-__all__ = ["DataConfig", "resolve_cache_dir"]
+__all__ = ["DataConfig", "check_at_least", "resolve_cache_dir"]
 
 
 @dataclass
@@ -131,10 +131,10 @@ class DataConfig:
             raise PalUserError(f"on_bad_row must be one of {BAD_ROW_POLICIES}, got {self.on_bad_row!r}.")
         if any(s not in SPLITS for s in self.predict_splits):
             raise PalUserError(f"predict_splits must be among {SPLITS}, got {list(self.predict_splits)}.")
-        _check_at_least("steps_per_epoch", self.steps_per_epoch, 1, " or None")
+        check_at_least("steps_per_epoch", self.steps_per_epoch, 1)
         check_task_schedule(self.schedule, self.task_order, self.steps_per_task, self.epochs_per_task)
-        _check_at_least("limit_examples", self.limit_examples, 1, " or None")
-        _check_at_least("max_length", self.max_length, 8)
+        check_at_least("limit_examples", self.limit_examples, 1)
+        check_at_least("max_length", self.max_length, 8, optional=False)
         if self.task_multipliers and self.schedule == SEQUENTIAL:
             raise PalUserError(
                 "task_multipliers scale the draws of the interleaved schedule; the sequential schedule trains "
@@ -172,9 +172,11 @@ class DataConfig:
         return plain
 
 
-def _check_at_least(name: str, value: int | None, low: int, or_none: str = "") -> None:
+def check_at_least(name: str, value: int | None, low: int, optional: bool = True) -> None:
+    """Raise a :class:`PalUserError` naming option ``name`` when ``value`` is below ``low``
+    (``None`` passes: an option left unset)."""
     if value is not None and value < low:
-        raise PalUserError(f"{name} must be >= {low}{or_none}, got {value}.")
+        raise PalUserError(f"{name} must be >= {low}{' or None' if optional else ''}, got {value}.")
 
 
 def resolve_cache_dir(value: bool | str | os.PathLike[str] | None) -> Path | None:
