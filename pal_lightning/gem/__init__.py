@@ -30,7 +30,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from pal_lightning.gem.gram import Grads, add_rows, gram_matrix
+from pal_lightning.gem.gram import Grads, add_rows, bordered_gram, gram_matrix
 from pal_lightning.gem.memory import EpisodicMemory
 from pal_lightning.gem.projection import (
     DEFAULT_EPS,
@@ -82,6 +82,7 @@ __all__ = [
     "MemorySource",
     "ProjectionResult",
     "add_rows",
+    "bordered_gram",
     "agem_project",
     "constraint_gradients",
     "gem_coefficients",

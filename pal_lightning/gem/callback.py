@@ -10,7 +10,7 @@ from typing import Any
 import lightning.pytorch as pl
 import numpy as np
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from pal_lightning import distributed
 from pal_lightning.batch import INDICES, TASK
@@ -20,7 +20,7 @@ from pal_lightning.contracts import (
     missing_members,
 )
 from pal_lightning.errors import PalUserError
-from pal_lightning.gem.gram import Grads, add_rows, gram_matrix
+from pal_lightning.gem.gram import Grads, add_rows, bordered_gram, gram_matrix
 from pal_lightning.gem.memory import EpisodicMemory
 from pal_lightning.gem.memory_gradients import MemorySource, constraint_gradients
 from pal_lightning.gem.projection import DEFAULT_EPS, step_coefficients
@@ -161,7 +161,7 @@ class GEMCallback(pl.Callback):
         """What the last optimizer step logged (for inspection and tests)."""
         self._window_step: int | None = None
         self._window_tasks: list[str] = []
-        self._cache: tuple[tuple[tuple[str, ...], bool], int, list[Grads]] | None = None
+        self._cache: tuple[tuple[tuple[str, ...], bool], int, list[Grads], Tensor] | None = None
 
     # ------------------------------------------------------------------ state
 
@@ -273,15 +273,17 @@ class GEMCallback(pl.Callback):
 
     def _rows(
         self, source: MemorySource, tasks: list[str], step: int, params: list[nn.Parameter]
-    ) -> list[Grads]:
-        """The memory gradients of ``tasks``: the cached ones while fresh (``refresh_every``), else new."""
+    ) -> tuple[list[Grads], Tensor]:
+        """The memory gradients of ``tasks`` and their Gram matrix (on the device): the cached ones
+        while fresh (``refresh_every``), else new."""
         key = (tuple(tasks), self.mode == "gem")
         cached = self._cache
         if cached is not None and cached[0] == key and step - cached[1] < self.refresh_every:
-            return cached[2]
+            return cached[2], cached[3]
         rows = self._constraint_gradients(source, tasks, step, params)
-        self._cache = (key, step, rows) if self.refresh_every > 1 else None
-        return rows
+        GGt = gram_matrix(rows)
+        self._cache = (key, step, rows, GGt) if self.refresh_every > 1 else None
+        return rows, GGt
 
     # ------------------------------------------------------------------ the step
 
@@ -310,18 +312,21 @@ class GEMCallback(pl.Callback):
         if tasks:
             params = self.participating_parameters(module)
             source = MemorySource(module, data, forward_context, rank, world_size)
-            rows = self._rows(source, tasks, step, params)
-            self._project(params, rows, stats)
+            rows, GGt = self._rows(source, tasks, step, params)
+            self._project(params, rows, GGt, stats)
         stats["gem/projection_ms"] = (time.perf_counter() - start) * 1000.0
         stats["gem/fallbacks"] = float(self.fallbacks)
         stats["gem/skipped_nonfinite"] = float(self.skipped_nonfinite)
         self.last_stats = stats
         return stats
 
-    def _project(self, params: list[nn.Parameter], rows: list[Grads], stats: dict[str, float]) -> None:
+    def _project(
+        self, params: list[nn.Parameter], rows: list[Grads], GGt: Tensor, stats: dict[str, float]
+    ) -> None:
         """Decide from ``M = [g, G][g, G]^T`` and write ``g~`` into ``p.grad``; update ``stats``."""
+        M_device = bordered_gram([p.grad for p in params], rows, GGt)
         # rank 0's M for every rank: one decision for all, even if their float sums differ
-        M = distributed.broadcast(gram_matrix([[p.grad for p in params], *rows])).cpu().numpy()
+        M = distributed.broadcast(M_device).cpu().numpy()
         stats["gem/constraints"] = float(len(rows))
         if not np.all(np.isfinite(M)):
             self.skipped_nonfinite += 1

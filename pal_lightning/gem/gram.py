@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-__all__ = ["Grads", "add_rows", "gram_matrix"]
+__all__ = ["Grads", "add_rows", "bordered_gram", "gram_matrix"]
 
 Grads = list[Tensor | None]
 
@@ -43,6 +43,30 @@ def gram_matrix(rows: Sequence[Grads]) -> Tensor:
         for j in range(i, n):
             if parts[i * n + j]:
                 M[i, j] = M[j, i] = torch.stack(parts[i * n + j]).double().sum()
+    return M
+
+
+def bordered_gram(g: Grads, rows: Sequence[Grads], GGt: Tensor) -> Tensor:
+    """``gram_matrix([g, *rows])`` from ``GGt = gram_matrix(rows)``: only the products with ``g`` are new.
+
+    With ``refresh_every > 1`` the memory gradients, and so ``GGt``, are reused for several steps;
+    each step then costs ``t + 1`` dot products per tensor instead of ``(t + 1)(t + 2) / 2``. The
+    products are taken in the same order as :func:`gram_matrix` takes them: the same numbers.
+    """
+    n = len(rows)
+    M = torch.zeros(n + 1, n + 1, dtype=torch.float64, device=GGt.device)
+    M[1:, 1:] = GGt
+    parts: list[list[Tensor]] = [[] for _ in range(n + 1)]
+    for k, x in enumerate(g):
+        if x is None:
+            continue
+        parts[0].append(_dot(x, x))
+        for i, row in enumerate(rows):
+            if (y := row[k]) is not None:
+                parts[i + 1].append(_dot(x, y))
+    for i, part in enumerate(parts):
+        if part:
+            M[0, i] = M[i, 0] = torch.stack(part).double().sum()
     return M
 
 

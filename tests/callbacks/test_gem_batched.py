@@ -14,6 +14,7 @@ from torch import nn
 from pal_lightning.data import MultiTaskDataModule
 from pal_lightning.gem import GEMCallback
 from pal_lightning.gem.batched_gradients import can_alias, task_gradients
+from pal_lightning.gem.gram import bordered_gram, gram_matrix
 from pal_lightning.gem.memory import EpisodicMemory
 from pal_lightning.gem.memory_gradients import MemorySource, constraint_gradients, sum_rows_across_ranks
 from pal_lightning.module import MultiTaskModule
@@ -110,3 +111,23 @@ def test_fallback_and_single_process_reduction() -> None:
     rows = [[torch.ones(2, 3), None], [None, None]]
     summed = sum_rows_across_ranks(rows, list(module.parameters()))  # one process: unchanged
     assert torch.equal(summed[0][0], torch.ones(2, 3)) and summed[0][1] is None and summed[1] == [None, None]
+
+
+def test_bordered_gram_is_the_gram_matrix() -> None:
+    """The cached rows' Gram matrix bordered with the step's gradient: the same numbers (hand values too)."""
+    gen = torch.Generator().manual_seed(3)
+    shapes = [(4, 3), (5,), (2, 2)]
+    g = [torch.randn(s, generator=gen) for s in shapes[:2]] + [None]
+    rows = [
+        [torch.randn(s, generator=gen) if i != j else None for i, s in enumerate(shapes)] for j in range(3)
+    ]
+    M = bordered_gram(g, rows, gram_matrix(rows))
+    assert torch.equal(M, gram_matrix([g, *rows]))
+    flat = [
+        torch.cat(
+            [(x if x is not None else torch.zeros(s)).reshape(-1) for x, s in zip(r, shapes, strict=True)]
+        )
+        for r in [g, *rows]
+    ]
+    X = torch.stack(flat).double()
+    torch.testing.assert_close(M, X @ X.T, rtol=1e-6, atol=1e-6)
