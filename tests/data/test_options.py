@@ -164,3 +164,11 @@ def test_field_docs_and_args_section_of_a_dataclass() -> None:
 
     assert field_docs(Options) == {"width": "How wide.\n\nTwo lines.", "name": "The name."}
     assert args_section(Options) == "Args:\n    width: How wide.\n\n        Two lines.\n    name: The name."
+
+
+def test_eval_dataloader_checks_its_arguments_before_reading(tmp_path: Path) -> None:
+    dm = MultiTaskDataModule(tasks=["sst"], cache_dir=False, data_dir=tmp_path)  # an empty folder
+    with pytest.raises(PalUserError, match=r"limit_examples must be >= 1 or None, got 0"):
+        dm.eval_dataloader(limit_examples=0)
+    with pytest.raises(PalUserError, match=r"Unknown tasks \['qqp'\]"):
+        dm.eval_dataloader(tasks=["qqp"])
