@@ -206,6 +206,11 @@ class RunConfigSaver(SaveConfigCallback):
         self.already_saved = trainer.strategy.broadcast(self.already_saved)
 
 
+def _class_path(cls: Any) -> str:
+    """``module.QualifiedName`` of a class, as a config's ``class_path`` names it."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 class PalLightningCLI(CLIHooks):
     """LightningCLI for :class:`~pal_lightning.module.MultiTaskModule` and
     :class:`~pal_lightning.data.MultiTaskDataModule` (both in subclass mode).
@@ -264,10 +269,8 @@ class PalLightningCLI(CLIHooks):
         """The CLI's model and data classes as the defaults of ``--model`` and ``--data``."""
         parser.set_defaults(
             {
-                "model": {"class_path": f"{self.model_class.__module__}.{self.model_class.__qualname__}"},
-                "data": {
-                    "class_path": f"{self.datamodule_class.__module__}.{self.datamodule_class.__qualname__}"
-                },
+                "model": {"class_path": _class_path(self.model_class)},
+                "data": {"class_path": _class_path(self.datamodule_class)},
             }
         )
 
@@ -608,7 +611,7 @@ def _accepted_options(group: str) -> list[str] | None:
     from pal_lightning.data import MultiTaskDataModule
     from pal_lightning.module import MultiTaskModule
 
-    classes = {
+    classes: dict[str, type[Any]] = {
         "model": MultiTaskModule,
         "data": MultiTaskDataModule,
         "trainer": Trainer,
