@@ -9,7 +9,9 @@ the same point, as any collective (:func:`gather_tensors` too).
 Inside a Lightning hook, ``is_main_process(trainer)`` asks the trainer (its strategy knows the
 rank even for launchers that have not created a process group yet); elsewhere the initialised
 process group decides, and before one exists, the rank Lightning read from the launcher's
-environment variables (``RANK``, ``LOCAL_RANK``, ``SLURM_PROCID``, ...).
+environment variables (``RANK``, ``LOCAL_RANK``, ``SLURM_PROCID``, ...). A hook that holds a trainer
+may also call its strategy's collectives (``trainer.strategy.barrier()``, ``.broadcast(obj)``), the
+public Lightning API, which works for strategies beyond ``torch.distributed`` as well.
 """
 
 from __future__ import annotations
