@@ -3,6 +3,7 @@ adapter options, guard and schedule helpers (no Trainer; expected values worked 
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -167,3 +168,35 @@ def test_warmup_steps_of_prefers_the_absolute_count() -> None:
     assert warmup_steps_of(total=40, warmup_steps=None, warmup_ratio=0.1) == 4
     assert warmup_steps_of(total=45, warmup_steps=None, warmup_ratio=0.1) == 4  # round(4.5) is 4 in Python
     assert warmup_steps_of(total=40, warmup_steps=7, warmup_ratio=0.1) == 7
+
+
+# ---------------------------------------------------------------- one loop for validation and continual evaluation
+
+
+def test_evaluate_loader_gives_validation_scores_and_a_hand_count() -> None:
+    from test_module import FIXED, TinyData, tiny_module
+
+    from pal_lightning.testing import quiet_trainer
+    from pal_lightning.training.evaluation import evaluate_loader
+
+    torch.manual_seed(0)
+    module = tiny_module(dropout=0.1)  # dropout on: both paths must switch it off
+    module.train()
+    batches = [b for b in FIXED if b["task"] in ("sst", "qqp")]  # the loader holds the asked tasks only
+    specs = [module.task_specs[t] for t in ("sst", "qqp")]
+    scores = evaluate_loader(module, batches, specs, contextlib.nullcontext())
+    assert module.training  # the mode is restored
+    assert list(scores.metrics) == ["sst", "qqp"] and scores.losses == {}  # no loss kept
+    # by hand: eval-mode forward, argmax, share of right answers over both sst batches
+    module.eval()
+    with torch.no_grad():
+        right = [
+            (module.predict_from_output("sst", module(b)) == b["labels"]).float()
+            for b in FIXED
+            if b["task"] == "sst"
+        ]
+    assert scores.metrics["sst"]["accuracy"] == pytest.approx(float(torch.cat(right).mean()))
+    quiet_trainer().validate(module, datamodule=TinyData(), verbose=False)
+    val = module.last_scores["val"]
+    assert val["val/sst/accuracy"] == pytest.approx(scores.metrics["sst"]["accuracy"])
+    assert val["val/qqp/f1"] == pytest.approx(scores.metrics["qqp"]["f1"])
