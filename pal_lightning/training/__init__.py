@@ -9,7 +9,7 @@
   :class:`~pal_lightning.callbacks.ContinualEvaluation`);
 * :mod:`~pal_lightning.training.simcse_step`: SimCSE as an auxiliary loss of the training step.
 
-Each unit pairs a pure function (testable without a Trainer) with a small mixin that wires it into the
-LightningModule's hooks. Layering: these units sit beside the module (they import modeling, data-free
+Each unit with hooks pairs pure functions (testable without a Trainer) with a small mixin that wires them
+into the LightningModule; :mod:`~pal_lightning.training.hparams` holds names only. Layering: these units sit beside the module (they import modeling, data-free
 helpers and :mod:`pal_lightning.distributed`, never the module or the callbacks).
 """
