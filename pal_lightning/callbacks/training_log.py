@@ -7,7 +7,8 @@ row straight to the run's loggers, at the step it describes:
   for the task that step trained, and no other task's loss (Lightning's own logging repeats the
   last value of every task on every row); for a classification task also ``train/<task>/accuracy``
   on that batch (read from the module's forward output through a forward hook: no extra forward);
-* ``train/steps/<task>``: training batches of each task so far, this run;
+* ``train/steps/<task>``: training batches of each task so far, those before a resume included (the
+  counts are saved in checkpoints);
 * ``train/examples_per_s`` and ``train/tokens_per_s`` (non-padding tokens) since the last row, of
   all processes (rank 0's count times the world size: under DDP every rank takes the same batch size);
 * ``train/grad_norm``: the L2 norm of all gradients of that step, after any projection by
@@ -83,6 +84,7 @@ class TrainingLog(Callback):
 
     def __init__(self) -> None:
         self.steps_per_task: dict[str, int] = {}
+        self._restored: dict[str, int] = {}  # counts read from the checkpoint a resumed fit starts from
         self._grad_norm: float | None = None
         self._rates: dict[str, float] = {}
         self._stepped = False
@@ -94,10 +96,19 @@ class TrainingLog(Callback):
         self._since = time.perf_counter()
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.steps_per_task = dict.fromkeys(getattr(pl_module, "task_specs", {}) or {}, 0)
+        tasks = getattr(pl_module, "task_specs", {}) or {}
+        self.steps_per_task = {t: self._restored.get(t, 0) for t in tasks}
+        self._restored = {}  # a later fit without a checkpoint starts from zero again
         self._since = time.perf_counter()
         if self._hook is None:
             self._hook = pl_module.register_forward_hook(self._capture)
+
+    def state_dict(self) -> dict[str, Any]:
+        # Lightning restores callback states before on_train_start: a resumed fit continues the counts
+        return {"steps_per_task": dict(self.steps_per_task)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._restored = {str(t): int(n) for t, n in state_dict.get("steps_per_task", {}).items()}
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._hook is not None:

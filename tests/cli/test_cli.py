@@ -191,11 +191,9 @@ def test_fit_validate_test_predict_and_reruns(
     assert scores["steps"] == 4
     (ckpt,) = (run0 / "checkpoints").glob("best-*.ckpt")
     # "best" is the validation with the highest val/overall, by the logger's own record (metrics.csv
-    # logs a validation at global step - 1); here the first of two, so neither min nor last passes
+    # logs a validation at the steps done); here the first of two, so neither min nor last passes
     with (run0 / "metrics.csv").open() as f:
-        logged = {
-            int(r["step"]) + 1: float(r["val/overall"]) for r in csv.DictReader(f) if r.get("val/overall")
-        }
+        logged = {int(r["step"]): float(r["val/overall"]) for r in csv.DictReader(f) if r.get("val/overall")}
     assert sorted(logged) == [2, 4] and logged[2] != logged[4]
     best_step = max(logged, key=lambda step: logged[step])
     best = scores["best"]["scores"]
