@@ -79,7 +79,7 @@ from pal_lightning.run_folders import (
     discard_unused,
     evaluation_log_root,
     find_newest,
-    next_version_dir,  # noqa: F401 - re-exported (pal_lightning.cli.next_version_dir)
+    next_version_dir,  # also re-exported (pal_lightning.cli.next_version_dir)
     resolve_named_checkpoint,
     run_folder_of,
 )
@@ -141,7 +141,9 @@ def run_loggers(root_dir: str | os.PathLike[str]) -> list[Any]:
     root = os.path.abspath(root_dir)
     # an int version gives the folder "version_N" and shows N (not "on_N") in the progress bar
     # a DDP process launched by rank 0 logs where rank 0 does (rank 0 may have created it already)
-    version = int(decided_by_rank_zero(_SHARED_VERSION, root, lambda: _new_version(root)))
+    # (a rank > 0 that torchrun/srun started only peeks: claiming would leave an empty folder behind)
+    peek = lambda: next_version_dir(root).split("_")[-1]  # noqa: E731
+    version = int(decided_by_rank_zero(_SHARED_VERSION, root, lambda: _new_version(root), peek))
     return [
         CSVLogger(save_dir=root, name="", version=version),
         # no hp_metric: it would stay at its placeholder -1 (the scores are the val/* metrics)

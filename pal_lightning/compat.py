@@ -179,7 +179,9 @@ def disable_distributed_sampler(trainer: pl.Trainer) -> bool | None:
 # ---------------------------------------------------------------------- the DDP launcher
 
 
-def decided_by_rank_zero(name: str, scope: str, decide: Callable[[], str]) -> str:
+def decided_by_rank_zero(
+    name: str, scope: str, decide: Callable[[], str], peek: Callable[[], str] | None = None
+) -> str:
     """A value rank 0 decides before ``fit`` (a run folder, a checkpoint) that every rank must share.
 
     Lightning's DDP launcher starts ranks > 0 as new processes that run the same command with a copy
@@ -189,12 +191,19 @@ def decided_by_rank_zero(name: str, scope: str, decide: Callable[[], str]) -> st
     the same ``scope`` (e.g. the same run root). Public replacement: a broadcast
     (``trainer.strategy.broadcast``), once a CLI hook runs after the process group exists and
     before the loggers are built (none in Lightning 2.6).
+
+    Ranks that ``torchrun`` or ``srun`` started have no parent to inherit from: they call ``peek()``
+    (a value without side effects, e.g. a run folder's number that nothing on a rank > 0 uses,
+    since ``Trainer.log_dir`` and ``ModelCheckpoint`` broadcast rank 0's folder), else ``decide()``.
     """
     key = f"PAL_{name}"
     prefix = scope + os.pathsep
     inherited = os.environ.get(key, "")
-    if is_launched_rank() and inherited.startswith(prefix):
-        return inherited[len(prefix) :]
+    if is_launched_rank():
+        if inherited.startswith(prefix):
+            return inherited[len(prefix) :]
+        if peek is not None:  # an external launcher's rank > 0
+            return peek()
     value = decide()
     os.environ[key] = prefix + value
     return value

@@ -77,13 +77,20 @@ def is_main_process(trainer: pl.Trainer | None = None) -> bool:
     return rank() == 0
 
 
+#: Where launchers put a process's global rank, in the order Lightning reads them before a process
+#: group exists: torchrun (``RANK``), Lightning's own DDP launcher (``LOCAL_RANK``), SLURM's srun.
+_RANK_VARIABLES = ("RANK", "LOCAL_RANK", "SLURM_PROCID")
+
+
 def is_launched_rank() -> bool:
-    """Whether Lightning's DDP launcher started this process as a rank > 0 (``LOCAL_RANK`` >= 1).
+    """Whether a launcher started this process as a rank > 0: Lightning's DDP launcher (``LOCAL_RANK``),
+    ``torchrun`` (``RANK``; on a second node ``LOCAL_RANK`` is 0 again) or ``srun`` (``SLURM_PROCID``).
 
     Read from the environment at call time: the CLI needs it before any process group exists, to
     let rank 0 alone pick the run folder and print the messages that come before ``fit``.
     """
-    return os.environ.get("LOCAL_RANK", "0") not in ("", "0")
+    value = next((os.environ[k] for k in _RANK_VARIABLES if os.environ.get(k, "") != ""), "0")
+    return value != "0"
 
 
 def gather_objects(obj: T) -> list[T]:

@@ -103,3 +103,14 @@ def test_rank_zero_decides_and_launched_ranks_inherit(monkeypatch: pytest.Monkey
     assert compat.decided_by_rank_zero("TEST_VALUE", "/other", lambda: "5") == "5"
     monkeypatch.setenv("LOCAL_RANK", "0")  # rank 0 always decides anew
     assert compat.decided_by_rank_zero("TEST_VALUE", "/other", lambda: "6") == "6"
+
+
+def test_external_launchers_ranks_peek_instead_of_deciding(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    monkeypatch.delenv("PAL_TEST_PEEK", raising=False)
+    monkeypatch.setenv("RANK", "1")  # torchrun's rank 1: nothing inherited from rank 0
+    decided: list[str] = []
+    value = compat.decided_by_rank_zero("TEST_PEEK", "/root", lambda: decided.append("x") or "4", lambda: "7")
+    assert (value, decided) == ("7", [])  # peeked, decide() (which would claim a folder) not called
+    monkeypatch.setenv("RANK", "0")  # rank 0 decides (and never peeks)
+    assert compat.decided_by_rank_zero("TEST_PEEK", "/root", lambda: "4", lambda: "7") == "4"

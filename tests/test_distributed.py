@@ -52,6 +52,26 @@ def test_launched_rank_reads_local_rank(
     assert D.is_launched_rank() is expected
 
 
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"RANK": "2", "LOCAL_RANK": "0"}, True),  # torchrun, first process of the second node
+        ({"RANK": "0", "LOCAL_RANK": "0"}, False),
+        ({"SLURM_PROCID": "3"}, True),  # srun
+        ({"SLURM_PROCID": "0"}, False),
+        ({"LOCAL_RANK": "1", "SLURM_PROCID": "0"}, True),  # Lightning's launcher inside a SLURM allocation
+    ],
+)
+def test_launched_rank_reads_external_launchers(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], expected: bool
+) -> None:
+    for key in ("RANK", "LOCAL_RANK", "SLURM_PROCID"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert D.is_launched_rank() is expected
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
