@@ -35,6 +35,7 @@ import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 
 from pal_lightning.batch import IDS, PREDICTIONS, SPLIT, TASK
+from pal_lightning.contracts import ExampleOrder, PredictionLayout, datamodule_of, satisfies
 from pal_lightning.distributed import gather_objects, is_main_process
 from pal_lightning.errors import PalUserError
 from pal_lightning.files import atomic_write
@@ -114,9 +115,10 @@ class PredictionWriter(BasePredictionWriter):
 
     def expected_files(self, trainer: pl.Trainer) -> list[Path] | None:
         """Files the run will write, when the data module tells which tasks and splits it serves."""
-        dm = getattr(trainer, "datamodule", None)
-        tasks = getattr(dm, "task_names", None)
-        splits = getattr(dm, "predict_splits", None)
+        dm = datamodule_of(trainer)
+        if not satisfies(dm, PredictionLayout):
+            return None
+        tasks, splits = dm.task_names, dm.predict_splits
         if not tasks or not splits:
             return None
         out_dir = self.resolve_output_dir(trainer)
@@ -212,11 +214,10 @@ class PredictionWriter(BasePredictionWriter):
         unique: dict[str, Any] = {}
         for ex_id, value in rows:
             unique.setdefault(ex_id, value)
-        dm = getattr(trainer, "datamodule", None)
-        order_fn = getattr(dm, "example_ids", None)
-        if callable(order_fn):
+        dm = datamodule_of(trainer)
+        if satisfies(dm, ExampleOrder):
             try:
-                file_order = list(order_fn(task, split))
+                file_order = list(dm.example_ids(task, split))
             except Exception:  # noqa: BLE001 - ordering is cosmetic; fall back to sorted ids
                 file_order = []
             if file_order and set(file_order) == set(unique):
