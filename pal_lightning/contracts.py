@@ -214,19 +214,26 @@ def _protocol_members(contract: type) -> list[str]:
     return list(names)
 
 
-def _has(obj: object, name: str) -> bool:
+_ABSENT = object()
+
+
+def _has(obj: object, name: str, contract: type) -> bool:
     # inspect.getattr_static does not run properties: `isinstance(obj, Protocol)` does on Python
     # < 3.12, and a data module's properties raise before `setup` (steps_per_epoch). What it does not
     # see (an nn.Module's submodules, found by `__getattr__`) is asked for the usual way.
-    sentinel = object()
-    return inspect.getattr_static(obj, name, sentinel) is not sentinel or hasattr(obj, name)
+    value = inspect.getattr_static(obj, name, _ABSENT)
+    if value is _ABSENT:
+        return hasattr(obj, name)
+    # a method set to None is switched off, as `isinstance` with a runtime-checkable protocol reads it
+    return value is not None or not inspect.isfunction(inspect.getattr_static(contract, name, None))
 
 
 def missing_members(obj: object, contract: type) -> list[str]:
-    """The members of the protocol ``contract`` that ``obj`` lacks (empty when it satisfies it)."""
+    """The members of the protocol ``contract`` that ``obj`` lacks (empty when it satisfies it); a
+    method of the protocol that ``obj`` sets to ``None`` counts as missing."""
     if obj is None:
         return _protocol_members(contract)
-    return [name for name in _protocol_members(contract) if not _has(obj, name)]
+    return [name for name in _protocol_members(contract) if not _has(obj, name, contract)]
 
 
 def satisfies(obj: object, contract: type[C]) -> TypeGuard[C]:

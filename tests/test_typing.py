@@ -130,6 +130,14 @@ class _Half:
         return {"sst": 1.0}
 
 
+class _SwitchedOff:
+    task_probabilities_for_epoch = None  # how a subclass turns a method off
+
+
+class _NoLength:
+    max_length = None  # a property of the protocol, so None is a value, not a missing member
+
+
 def test_missing_members_are_named_and_properties_are_not_run() -> None:
     assert satisfies(_Raising(), EpochSteps)  # present, although reading it raises
     # PhasedData adds phases and eval_dataloader to EpochSteps' steps_per_epoch
@@ -138,6 +146,8 @@ def test_missing_members_are_named_and_properties_are_not_run() -> None:
     assert not satisfies(_Half(), PhasedData)
     half = _Half()
     assert require(half, SamplingSchedule, "x", "y") is half
+    assert missing_members(_SwitchedOff(), SamplingSchedule) == ["task_probabilities_for_epoch"]
+    assert satisfies(_NoLength(), MaxLength)
     with pytest.raises(PalUserError) as err:
         require(_Half(), PhasedData, "ContinualEvaluation", "use a MultiTaskDataModule.")
     assert str(err.value) == (
