@@ -16,8 +16,10 @@ from pal_lightning import distributed
 from pal_lightning.batch import INDICES, TASK
 from pal_lightning.contracts import (
     BatchLossModel,
+    TrainBatchSource,
     datamodule_of,
     missing_members,
+    satisfies,
 )
 from pal_lightning.errors import PalUserError
 from pal_lightning.gem.gram import Grads, add_rows, bordered_gram, gram_matrix
@@ -181,8 +183,8 @@ class GEMCallback(pl.Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "fit":
             return
-        # callable, not just present: a subclass may switch the member off with `train_batch = None`
-        if not callable(getattr(datamodule_of(trainer), "train_batch", None)):
+        # a subclass may switch the member off with `train_batch = None`: missing, for the contract
+        if not satisfies(datamodule_of(trainer), TrainBatchSource):
             raise PalUserError(
                 "GEMCallback needs a data module with train_batch(task, indices) to rebuild remembered "
                 "examples (e.g. pal_lightning.MultiTaskDataModule): pass datamodule= to Trainer.fit."
