@@ -53,7 +53,7 @@ def side_keys(side: str) -> tuple[str, str, str]:
     """Keys of one sentence of a siamese pair: ``side`` is ``"a"`` or ``"b"`` (``""``: :data:`ENCODING_KEYS`)."""
     if not side:
         return ENCODING_KEYS
-    return tuple(f"{k}_{side}" for k in ENCODING_KEYS)  # type: ignore[return-value]
+    return (f"{INPUT_IDS}_{side}", f"{ATTENTION_MASK}_{side}", f"{TOKEN_TYPE_IDS}_{side}")
 
 
 def side_inputs(batch: Mapping[str, Any], side: str) -> dict[str, Any]:

@@ -34,7 +34,8 @@ def field_docs(config_class: type) -> dict[str, str]:
         source = textwrap.dedent(inspect.getsource(config_class))
     except (OSError, TypeError):  # no source (a frozen or generated class): no docs, still usable
         return {}
-    body = ast.parse(source).body[0].body  # type: ignore[attr-defined]
+    node = ast.parse(source).body[0]
+    body = node.body if isinstance(node, ast.ClassDef) else []
     docs: dict[str, str] = {}
     for node, following in zip(body, body[1:], strict=False):
         if (

@@ -11,6 +11,7 @@ which is 1,811,520 for BERT-base (d = 768, L = 12, d_s = 204); biases are counte
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from torch import nn
@@ -22,8 +23,8 @@ from pal_lightning.modeling.task_state import encoder_and_heads, model_tasks
 from pal_lightning.modeling.top import TOP_ATTENTION_BLOCKS
 
 
-def _count(params: object) -> int:
-    return sum(p.numel() for _, p in params)  # type: ignore[attr-defined]
+def _count(params: Iterable[tuple[str, nn.Parameter]]) -> int:
+    return sum(p.numel() for _, p in params)
 
 
 @dataclass(frozen=True)

@@ -179,7 +179,7 @@ class TaskAdapter(nn.Module):
             zero_linears(self.up)  # the shared Linear, or each layer's
 
     def _proj(self, which: nn.Module, layer: int) -> nn.Module:
-        return which if self.shared else which[str(layer)]  # type: ignore[index]
+        return which[str(layer)] if isinstance(which, nn.ModuleDict) else which  # per layer unless shared
 
     def forward(self, layer: int, hidden: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """TS_{l,t}(h) = V^D g_l(V^E h) for layer ``layer``.
