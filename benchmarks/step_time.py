@@ -22,16 +22,31 @@ interleaved (the order alternates every step) after a warm-up, so machine noise 
 The GEM rows get their memory batches from a small stand-in for the data module (random examples with
 the same length distribution), through the callback's duck-typed ``train_batch(task, indices)``.
 
+Throughput (``benchmarks/throughput.py``): every row also reports tokens per second (the ``B x s`` token
+positions the step computes, padding included), its FLOPs per step counted by
+``torch.utils.flop_counter`` on the row's first warm-up step (forward and backward of everything the
+step runs, GEM's memory passes and SimCSE's second view included; not the optimizer's element-wise
+update), FLOPs per second, and MFU against the device's own roof: a large matmul in the step's dtype
+(fp32, bf16 or fp16), measured in this process before and after the steps (the higher one counts).
+
+Shapes (``--shape``): ``default``, the default encoder at batch 32 x 64; ``bert-base``, a randomly
+initialised BERT-base (12 layers, width 768, 12 heads, feed-forward 3072) at batch 32 x 128, the setting
+of the literature; ``tiny``, a random width-32 encoder at 4 x 16 for tests. ``--precision`` takes
+Lightning's names: ``32-true``, ``bf16-mixed`` (autocast to bf16), ``16-mixed`` (fp16 with loss scaling).
+
 Usage::
 
     python benchmarks/step_time.py                       # batch 32, sequence 64, default encoder
     python benchmarks/step_time.py --json results/step_time.json --steps 30 --device cuda
     python benchmarks/step_time.py --threads 1     # steadier on a CPU shared with other jobs
     python benchmarks/step_time.py --rows pals,gem,gem_per_task,agem   # only these rows (pals always)
+    python benchmarks/step_time.py --shape bert-base --precision bf16-mixed --device cuda
+    bash benchmarks/gpu_check.sh results/gpu   # every GPU measurement, both shapes, bf16-mixed and 32-true
 
 Prints the medians and their ratios; ``--json PATH`` writes
 ``{"shared_ms": ..., "pals_ms": ..., "pal_over_shared": ..., "gem_over_pal": ..., "agem_over_pal": ..., ...}``
-(plus the per-step times and the medians of per-batch ratios, a check on noise).
+(plus the per-step times and the medians of per-batch ratios, a check on noise), and per row
+``<row>_tokens_per_s``, ``<row>_flop_per_step``, ``<row>_flop_per_s``, ``<row>_mfu`` with ``roof_flop_per_s``.
 Targets: pal_over_shared <= 1.10, gem_over_pal <= 2.0, agem_over_pal <= 1.5, simcse_over_pal <= 2.0 (the
 auxiliary loss adds at most its own forward/backward of the batch's sentences).
 """
@@ -39,6 +54,7 @@ auxiliary loss adds at most its own forward/backward of the batch's sentences).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -58,12 +74,46 @@ from pal_lightning.modeling.heads import pool  # noqa: E402
 from pal_lightning.modeling.simcse import SimCSEConfig, simcse_batch_loss  # noqa: E402
 from pal_lightning.tasks import TaskSpec  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/throughput.py, also when loaded by path
+from throughput import PRECISIONS, Precision, count_flops, matmul_roof, mfu  # noqa: E402
+from throughput import sync as _sync  # noqa: E402
+
 TASK = "bench"
 GEM_TASKS = ("t0", "t1", "t2")
 MEMORY_EXAMPLES = 64
 SIMCSE = SimCSEConfig(weight=1.0)
 SIMCSE_SPEC = TaskSpec(name=TASK)  # a single-sentence task: SimCSE views of the batch's sentences
 ROWS = ("shared", "pals", "gem", "agem", "gem_per_task", "simcse")
+#: --shape: (BERT config for a random encoder, or None for the pretrained --encoder; batch size, sequence length)
+SHAPES: dict[str, tuple[dict | None, int, int]] = {
+    "default": (None, 32, 64),
+    "bert-base": (
+        {
+            "hidden_size": 768,
+            "num_hidden_layers": 12,
+            "num_attention_heads": 12,
+            "intermediate_size": 3072,
+            "vocab_size": 30522,
+            "max_position_embeddings": 512,
+        },
+        32,
+        128,
+    ),
+    "tiny": (
+        {
+            "hidden_size": 32,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "intermediate_size": 37,
+            "vocab_size": 30522,
+            "max_position_embeddings": 64,
+        },
+        4,
+        16,
+    ),
+}
+#: --roof-size default: a matmul large enough to reach the device's rate, small enough to time quickly.
+ROOF_SIZE = {"cuda": 8192, "cpu": 2048}
 
 
 class _Classifier(nn.Module):
@@ -141,11 +191,6 @@ def _batches(n: int, batch_size: int, seq_len: int, vocab: int, device: torch.de
     return out
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def _step(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -153,10 +198,28 @@ def _step(
     device: torch.device,
     gem: tuple[GEMCallback, _MemoryData, int] | None = None,
     simcse: bool = False,
+    precision: Precision | None = None,
 ) -> float:
-    ids, mask, labels = batch
+    amp = precision if precision is not None else Precision("32-true", device)
     _sync(device)
     start = time.perf_counter()
+    with amp.autocast():  # the forward passes, as Lightning's precision plugin wraps training_step
+        loss = _loss(model, batch, gem, simcse)
+    amp.backward(loss, optimizer)  # scaled and unscaled again under 16-mixed: GEM sees true gradients
+    if gem is not None:
+        callback, data, step = gem
+        callback.project_step(model, data, step=step, current=[GEM_TASKS[0]], forward_context=amp.autocast)
+    amp.step(optimizer)
+    optimizer.zero_grad(set_to_none=True)
+    _sync(device)
+    return (time.perf_counter() - start) * 1000.0
+
+
+def _loss(
+    model: nn.Module, batch: tuple, gem: tuple[GEMCallback, _MemoryData, int] | None, simcse: bool
+) -> torch.Tensor:
+    """The row's training loss on ``batch`` (the forward passes of the step)."""
+    ids, mask, labels = batch
     if simcse:
 
         def encode(inputs: dict) -> torch.Tensor:
@@ -166,29 +229,24 @@ def _step(
         inputs = {"input_ids": ids, "attention_mask": mask}
         pooled = encode(inputs)  # the task forward, whose vectors are SimCSE's first view
         auxiliary = simcse_batch_loss(encode, inputs, SIMCSE_SPEC, SIMCSE, first_view=pooled)
-        loss = nn.functional.cross_entropy(model.head(pooled), labels) + SIMCSE.weight * auxiliary
-        loss.backward()
-    elif gem is None:
-        loss = nn.functional.cross_entropy(model(ids, mask), labels)
-        loss.backward()
-    else:
-        callback, data, step = gem
-        loss = nn.functional.cross_entropy(model(ids, mask, GEM_TASKS[0]), labels)
-        loss.backward()
-        callback.project_step(model, data, step=step, current=[GEM_TASKS[0]])
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    _sync(device)
-    return (time.perf_counter() - start) * 1000.0
+        return nn.functional.cross_entropy(model.head(pooled), labels) + SIMCSE.weight * auxiliary
+    if gem is None:
+        return nn.functional.cross_entropy(model(ids, mask), labels)
+    return nn.functional.cross_entropy(model(ids, mask, GEM_TASKS[0]), labels)
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--encoder", default=DEFAULT_ENCODER, help="encoder name or local directory")
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--seq-len", type=int, default=64)
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="default", help="model and batch shape")
+    parser.add_argument("--batch-size", type=int, default=None, help="default: the shape's (32)")
+    parser.add_argument("--seq-len", type=int, default=None, help="default: the shape's (64; bert-base 128)")
+    parser.add_argument("--precision", choices=PRECISIONS, default="32-true", help="as Lightning's Trainer")
+    parser.add_argument("--roof-size", type=int, default=None, help="roof matmul size (cuda 8192, cpu 2048)")
     parser.add_argument("--steps", type=int, default=20, help="timed steps per model")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed steps per model first")
+    parser.add_argument(
+        "--warmup", type=int, default=3, help="untimed steps per model first (>= 1: the first counts FLOPs)"
+    )
     parser.add_argument("--device", default="auto", help="auto (cuda if available), cpu or cuda")
     parser.add_argument("--attn-implementation", default=None, help="BERT attention: sdpa (default) or eager")
     parser.add_argument(
@@ -206,6 +264,20 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     rows = {"pals", *args.rows.split(",")}
     if not rows <= set(ROWS):
         parser.error(f"--rows: unknown {sorted(rows - set(ROWS))}; choose from {','.join(ROWS)}")
+    if args.warmup < 1:
+        parser.error("--warmup: at least 1 (the first warm-up step of each row counts its FLOPs)")
+    bert_config, default_batch, default_seq = SHAPES[args.shape]
+    args.batch_size = args.batch_size or default_batch
+    args.seq_len = args.seq_len or default_seq
+
+    def build_encoder(tasks: list[str], adapter: str) -> MultiTaskBert:
+        if bert_config is None:
+            return MultiTaskBert.from_pretrained(
+                args.encoder, tasks, adapter=adapter, attn_implementation=args.attn_implementation
+            )
+        return MultiTaskBert.from_config(
+            bert_config, tasks, adapter=adapter, attn_implementation=args.attn_implementation
+        )
 
     if args.device == "auto":
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -219,18 +291,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     for name, adapter in (("shared", "none"), ("pals", "pals"), ("simcse", "pals")):
         if name not in rows:
             continue
-        encoder = MultiTaskBert.from_pretrained(
-            args.encoder, [TASK], adapter=adapter, attn_implementation=args.attn_implementation
-        )
-        models[name] = _Classifier(encoder).to(device).train()
+        models[name] = _Classifier(build_encoder([TASK], adapter)).to(device).train()
     callbacks: dict[str, GEMCallback] = {}
     for name in ("gem", "agem", "gem_per_task"):
         if name not in rows:
             continue
-        encoder = MultiTaskBert.from_pretrained(
-            args.encoder, list(GEM_TASKS), adapter="pals", attn_implementation=args.attn_implementation
-        )
-        models[name] = _MultiTaskClassifier(encoder).to(device).train()
+        models[name] = _MultiTaskClassifier(build_encoder(list(GEM_TASKS), "pals")).to(device).train()
         callback = GEMCallback(
             memory_size=MEMORY_EXAMPLES,
             memory_batch_size=args.memory_batch_size,
@@ -251,18 +317,28 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     data = _MemoryData(dict(zip(GEM_TASKS, pool_batches, strict=True)))
 
     names = list(models)
+    precisions = {name: Precision(args.precision, device) for name in names}  # a loss scaler per row
+    roof_size = args.roof_size or ROOF_SIZE.get(device.type, ROOF_SIZE["cpu"])
+    roofs = [matmul_roof(device, precisions["pals"].dtype, roof_size)]  # before the steps, again after
     times: dict[str, list[float]] = {name: [] for name in names}
+    flops: dict[str, int] = {}
     violated = {name: 0 for name in callbacks}
     for i, batch in enumerate(batches):
         order = names[i % len(names) :] + names[: i % len(names)]  # rotate, so drift hits all alike
         for name in order:
             gem = (callbacks[name], data, i) if name in callbacks else None
-            elapsed = _step(models[name], optimizers[name], batch, device, gem, simcse=name == "simcse")
+            model, optimizer, amp = models[name], optimizers[name], precisions[name]
+            step = functools.partial(_step, model, optimizer, batch, device, gem, name == "simcse", amp)
+            if i == 0:  # a warm-up step: the counter's overhead is not timed
+                elapsed, flops[name] = count_flops(step)
+            else:
+                elapsed = step()
             if i >= args.warmup:
                 times[name].append(elapsed)
                 if name in callbacks:
                     violated[name] += int(callbacks[name].last_stats["gem/violated"])
 
+    roofs.append(matmul_roof(device, precisions["pals"].dtype, roof_size))
     medians = {name: statistics.median(times[name]) for name in names}
 
     def paired(a: str, b: str) -> float:
@@ -281,11 +357,30 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         result["gem_over_gem_per_task"] = round(medians["gem"] / medians["gem_per_task"], 4)
         result["gem_over_gem_per_task_paired"] = paired("gem", "gem_per_task")
     result.update({f"{name}_violated_steps": n for name, n in violated.items()})
+    roof = max(roofs)  # the higher of the two: contention or clocks can only lower a measurement
+    tokens = args.batch_size * args.seq_len  # positions computed per step, padding included
+    for name in names:
+        seconds = medians[name] / 1000.0
+        result[f"{name}_tokens_per_s"] = round(tokens / seconds, 1)
+        result[f"{name}_flop_per_step"] = flops[name]
+        result[f"{name}_flop_per_s"] = round(flops[name] / seconds, 1)
+        result[f"{name}_mfu"] = round(mfu(flops[name], seconds, roof), 5)
+    result.update(
+        {
+            "roof_flop_per_s": round(roof, 1),
+            "roof_flop_per_s_before_after": [round(r, 1) for r in roofs],
+            "roof_matmul_size": roof_size,
+            "roof_dtype": str(precisions["pals"].dtype).removeprefix("torch."),
+            "flop_count": "torch.utils.flop_counter.FlopCounterMode, one warm-up step per row",
+            "precision": args.precision,
+            "shape": args.shape,
+        }
+    )
     result["gem_memory_batch_size"] = args.memory_batch_size
     result.update({f"{name}_steps_ms": [round(t, 2) for t in times[name]] for name in names})
     result.update(
         {
-            "encoder": args.encoder,
+            "encoder": args.encoder if bert_config is None else f"random init ({args.shape} shape)",
             "pal_size": models["pals"].encoder.pal_size,
             "batch_size": args.batch_size,
             "seq_len": args.seq_len,
@@ -299,10 +394,15 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     )
     targets = {"gem": 2.0, "agem": 1.5, "gem_per_task": 2.0, "simcse": 2.0}
     lines = [
-        f"device {result['device']}, batch {args.batch_size} x {args.seq_len}, {args.steps} timed steps each"
+        f"device {result['device']}, shape {args.shape}, batch {args.batch_size} x {args.seq_len}, "
+        f"{args.precision}, {args.steps} timed steps each; roof {roof / 1e12:.4g} TFLOP/s "
+        f"({result['roof_dtype']} matmul {roof_size})"
     ]
     for name in names:
-        line = f"{name:>13}: {medians[name]:9.2f} ms/step (median)"
+        line = (
+            f"{name:>13}: {medians[name]:9.2f} ms/step (median), {result[f'{name}_tokens_per_s']:,.0f} tokens/s, "
+            f"{result[f'{name}_flop_per_s'] / 1e12:.4g} TFLOP/s, MFU {result[f'{name}_mfu']:.1%}"
+        )
         if name == "pals" and "shared" in medians:
             line += f", pal/shared {result['pal_over_shared']:.3f} (paired {result['pal_over_shared_paired']:.3f}; target <= 1.10)"
         elif name in targets:

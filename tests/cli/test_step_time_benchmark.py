@@ -1,0 +1,65 @@
+"""``benchmarks/step_time.py`` in its smallest mode (random width-32 encoder, batch 4 x 16, one timed step):
+it runs, writes every throughput figure, and its counted FLOPs match the formula for a BERT training step;
+``benchmarks/gpu_check.sh --dry-run`` lists every GPU measurement it would run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from .conftest import ROOT, load_benchmark
+
+
+def _shared_step_flops(batch: int, seq: int, layers: int, width: int, ff: int, labels: int) -> int:
+    """Forward + backward FLOPs of the shared row, by hand: 6 x (linear weights) x tokens for the encoder's
+    projections, 12 x layers x seq x width x tokens for the two attention products, 3 x 2 x batch x
+    width x labels for the head on the pooled vectors (backward = twice the forward)."""
+    tokens = batch * seq
+    linear = layers * (4 * width * width + 2 * width * ff)
+    return 6 * linear * tokens + 12 * layers * seq * width * tokens + 6 * batch * width * labels
+
+
+def test_smallest_mode_writes_throughput_and_counts_flops_as_the_formula(tmp_path: Path) -> None:
+    step_time = load_benchmark("step_time")
+    out = tmp_path / "step_time.json"
+    args = ["--shape", "tiny", "--steps", "1", "--warmup", "1", "--rows", "shared", "--roof-size", "64"]
+    result = step_time.main([*args, "--precision", "16-mixed", "--device", "cpu", "--json", str(out)])
+    written = json.loads(out.read_text())
+    assert written == json.loads(json.dumps(result))
+    assert (written["shape"], written["precision"], written["roof_dtype"]) == ("tiny", "16-mixed", "float16")
+    assert (written["batch_size"], written["seq_len"]) == (4, 16)
+    assert written["shared_flop_per_step"] == _shared_step_flops(4, 16, layers=2, width=32, ff=37, labels=2)
+    assert written["pals_flop_per_step"] > written["shared_flop_per_step"]  # the PALs' own matmuls
+    assert written["roof_flop_per_s"] == max(written["roof_flop_per_s_before_after"]) > 0
+    for row in ("shared", "pals"):
+        seconds = written[f"{row}_ms"] / 1000
+        assert written[f"{row}_tokens_per_s"] == pytest.approx(4 * 16 / seconds, rel=1e-3)
+        assert written[f"{row}_flop_per_s"] == pytest.approx(
+            written[f"{row}_flop_per_step"] / seconds, rel=1e-3
+        )
+        mfu = written[f"{row}_flop_per_s"] / written["roof_flop_per_s"]
+        assert written[f"{row}_mfu"] == pytest.approx(mfu, rel=1e-3, abs=1e-5)
+
+
+def test_gpu_check_dry_run_lists_both_shapes_in_both_precisions(tmp_path: Path) -> None:
+    script = ROOT / "benchmarks" / "gpu_check.sh"
+    proc = subprocess.run(
+        ["bash", str(script), "--dry-run", str(tmp_path / "gpu")], capture_output=True, text=True, timeout=30
+    )
+    assert proc.returncode == 0, proc.stderr
+    commands = [line for line in proc.stdout.splitlines() if "benchmarks/step_time.py" in line]
+    expected = {(s, p) for s in ("default", "bert-base") for p in ("bf16-mixed", "32-true")}
+    found = set()
+    for line in commands:
+        words = line.split()
+        shape, precision = words[words.index("--shape") + 1], words[words.index("--precision") + 1]
+        assert words[words.index("--device") + 1] == "cuda"
+        assert words[words.index("--json") + 1] == str(
+            tmp_path / "gpu" / f"step_time_{shape}_{precision}.json"
+        )
+        found.add((shape, precision))
+    assert len(commands) == len(found) == 4 and found == expected
+    assert not (tmp_path / "gpu").exists()  # a dry run writes nothing
