@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -28,6 +28,13 @@ import torch
 from pal_lightning.batch import TASK, resolve_pair_encoding
 from pal_lightning.errors import PalUserError
 from pal_lightning.tasks import TaskKind, TaskSpec
+
+if TYPE_CHECKING:
+    import lightning.pytorch as pl
+
+    _ModuleBase = pl.LightningModule  # the host, for the type checker; a plain mixin at run time
+else:
+    _ModuleBase = object
 
 #: Label names of the built-in classification tasks (class index -> name).
 BUILTIN_LABEL_NAMES: dict[str, list[str]] = {
@@ -122,8 +129,11 @@ def probabilities_from_output(spec: TaskSpec, output: torch.Tensor) -> torch.Ten
     return torch.softmax(output.float(), dim=-1)
 
 
-class InferenceMixin:
+class InferenceMixin(_ModuleBase):
     """``predict(task, texts)`` for a module with ``task_specs``, ``tokenizer``, ``forward`` and heads."""
+
+    task_specs: dict[str, TaskSpec]
+    tokenizer: Any
 
     #: Longest tokenised sequence at prediction time (the training data module's ``max_length`` when
     #: known: set by ``from_pretrained`` and at the end of ``fit``).
@@ -134,7 +144,7 @@ class InferenceMixin:
         """Class names per classification task: given ones (``set_label_names``), else the built-in ones."""
         given: dict[str, list[str]] = getattr(self, "_label_names", {})
         out = {}
-        for name, spec in self.task_specs.items():  # type: ignore[attr-defined]
+        for name, spec in self.task_specs.items():
             names = given.get(name) or default_label_names(spec)
             if names is not None:
                 out[name] = list(names)
@@ -159,7 +169,7 @@ class InferenceMixin:
 
     def predict_spec(self, task: str) -> TaskSpec:
         """The :class:`~pal_lightning.tasks.TaskSpec` of ``task``; an unknown task is one user error naming the model's tasks."""
-        specs: dict[str, TaskSpec] = self.task_specs  # type: ignore[attr-defined]
+        specs: dict[str, TaskSpec] = self.task_specs
         if task not in specs:
             raise PalUserError(
                 f"Unknown task {task!r}: this model predicts {', '.join(specs)}. Pick one of those."
@@ -185,17 +195,17 @@ class InferenceMixin:
         columns = check_inputs(spec, texts)
         if batch_size < 1:
             raise PalUserError(f"batch_size must be >= 1, got {batch_size}.")
-        tokenizer = self.tokenizer  # type: ignore[attr-defined]
-        pair_encoding = resolve_pair_encoding(self.hparams.pair_encoding, task)  # type: ignore[attr-defined]
+        tokenizer = self.tokenizer
+        pair_encoding = resolve_pair_encoding(self.hparams["pair_encoding"], task)
         n = len(columns[0])
         raw = RawSplit(task, "predict", "<predict>", [str(i) for i in range(n)], columns, None, rows=n)
         encoded = encode_split(raw, tokenizer, int(self.predict_max_length), pair_encoding)
         order = np.argsort(encoded.lengths, kind="stable")
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        device = self.device  # type: ignore[attr-defined]
+        device = self.device
         outputs: list[torch.Tensor] = []
-        was_training = self.training  # type: ignore[attr-defined]
-        self.eval()  # type: ignore[attr-defined]
+        was_training = self.training
+        self.eval()
         try:
             for start in range(0, n, batch_size):
                 index = order[start : start + batch_size]
@@ -203,9 +213,9 @@ class InferenceMixin:
                 for side, enc in encoded.encodings.items():
                     batch.update(pad_batch(enc, index, pad_id, f"_{side}" if side else ""))
                 batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-                outputs.append(self(batch).float().cpu())  # type: ignore[operator]
+                outputs.append(self(batch).float().cpu())
         finally:
-            self.train(was_training)  # type: ignore[attr-defined]
+            self.train(was_training)
         output = torch.cat(outputs)
         output[torch.from_numpy(order)] = output.clone()  # back to input order
         return self._to_predictions(spec, output)

@@ -34,7 +34,7 @@ import os
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
@@ -43,6 +43,18 @@ from pal_lightning.files import staged_folder
 from pal_lightning.inference import DEFAULT_MAX_LENGTH
 from pal_lightning.plain import to_plain
 from pal_lightning.tasks import task_to_dict
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import lightning.pytorch as pl
+
+    from pal_lightning.modeling.encoder import MultiTaskBert
+    from pal_lightning.tasks import TaskSpec
+
+    _ModuleBase = pl.LightningModule  # the host, for the type checker; a plain mixin at run time
+else:
+    _ModuleBase = object
 
 log = logging.getLogger(__name__)
 
@@ -225,11 +237,21 @@ def weights_to_save(
     return {k: v.detach().to("cpu").contiguous().clone() for k, v in own.items()}
 
 
-class PretrainedMixin:
+class PretrainedMixin(_ModuleBase):
     """``save_pretrained`` / ``from_pretrained`` / ``push_to_hub`` for :class:`MultiTaskModule`."""
 
     predict_max_length: int
     """Longest prediction input (the inference mixin's default; ``from_pretrained`` sets the saved one)."""
+
+    if TYPE_CHECKING:  # provided by the module and its other mixins
+        encoder: MultiTaskBert
+        task_specs: dict[str, TaskSpec]
+        last_scores: dict[str, dict[str, float]]
+
+        @property
+        def label_names(self) -> dict[str, list[str]]: ...
+
+        def set_label_names(self, names: Mapping[str, Sequence[str]]) -> None: ...
 
     # ------------------------------------------------------------------ tokenizer
 
@@ -242,8 +264,8 @@ class PretrainedMixin:
 
             from pal_lightning.hub import resolve_encoder
 
-            hp = self.hparams  # type: ignore[attr-defined]
-            tok = AutoTokenizer.from_pretrained(resolve_encoder(hp.encoder, hp.get("encoder_revision")))
+            hp = self.hparams
+            tok = AutoTokenizer.from_pretrained(resolve_encoder(hp["encoder"], hp.get("encoder_revision")))
             self.__dict__["_pal_tokenizer"] = tok
         return tok
 
@@ -258,16 +280,16 @@ class PretrainedMixin:
     ) -> dict[str, Any]:
         """The ``config.json`` content of this module (see the module docstring)."""
         # keys with "_" are LightningCLI's bookkeeping (_class_path, _instantiator), not __init__ arguments
-        hp = {k: v for k, v in self.hparams.items() if not k.startswith("_")}  # type: ignore[attr-defined]
+        hp = {k: v for k, v in self.hparams.items() if not k.startswith("_")}
         hp.pop("tasks", None)
         if hp.get("init_from"):
             hp["init_from"] = None  # the saved weights already hold what it copied in at fit start
-        encoder = self.encoder  # type: ignore[attr-defined]
+        encoder = self.encoder
         random_encoder = hp.get("bert_config") is not None
         pal = encoder.pal_config
         from pal_lightning.batch import resolve_pair_encoding
 
-        specs = self.task_specs  # type: ignore[attr-defined]
+        specs = self.task_specs
         return {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
@@ -293,7 +315,7 @@ class PretrainedMixin:
             },
             "max_length": int(max_length or self.predict_max_length),
             "tasks": [task_to_dict(s) for s in specs.values()],
-            "label_names": self.label_names,  # type: ignore[attr-defined]
+            "label_names": self.label_names,
             "hparams": to_plain(hp),
             "scores": dict(scores) if scores else None,
         }
@@ -333,7 +355,7 @@ class PretrainedMixin:
 
         target = Path(save_directory).expanduser()
         check_save_target(target, overwrite)
-        own = weights_to_save(self.state_dict(), state_dict)  # type: ignore[attr-defined]
+        own = weights_to_save(self.state_dict(), state_dict)
         if scores is None:
             last = getattr(self, "last_scores", {}).get("val")
             scores = dict(last) if last else None
@@ -391,9 +413,9 @@ class PretrainedMixin:
                 f"{folder} was saved from {config.get('model_class')}; {cls.__qualname__} cannot be built from "
                 f"its settings ({err}). Load it with that class's from_pretrained."
             ) from err
-        module.hparams["bert_config"] = original_bert_config  # type: ignore[attr-defined]
+        module.hparams["bert_config"] = original_bert_config
         state = load_file(str(folder / WEIGHTS_NAME))
-        result = module.load_state_dict(state, strict=False)  # type: ignore[attr-defined]
+        result = module.load_state_dict(state, strict=False)
         if result.missing_keys or result.unexpected_keys:
             raise PalUserError(
                 f"{folder / WEIGHTS_NAME} does not match the model described by its config.json: missing "
@@ -402,12 +424,12 @@ class PretrainedMixin:
         module.tokenizer = AutoTokenizer.from_pretrained(str(folder))
         module.predict_max_length = int(config.get("max_length") or DEFAULT_MAX_LENGTH)
         if config.get("label_names"):
-            module.set_label_names(config["label_names"])  # type: ignore[attr-defined]
+            module.set_label_names(config["label_names"])
         scores = config.get("scores")
         if scores:
-            module.last_scores = {"val": dict(scores)}  # type: ignore[attr-defined]
-        module.to(map_location)  # type: ignore[attr-defined]
-        module.eval()  # type: ignore[attr-defined]
+            module.last_scores = {"val": dict(scores)}
+        module.to(map_location)
+        module.eval()
         return module
 
     # ------------------------------------------------------------------ hub
