@@ -59,7 +59,8 @@ from pal_lightning.inference import InferenceMixin
 from pal_lightning.init_weights import load_initial_weights
 from pal_lightning.modeling.config import PALConfig
 from pal_lightning.modeling.encoder import MultiTaskBert
-from pal_lightning.modeling.heads import POOLING_MODES, build_head, check_loss, pool, predict, task_loss
+from pal_lightning.modeling.heads import POOLING_MODES, check_loss, pool, predict, task_loss
+from pal_lightning.modeling.pair_heads import build_task_heads
 from pal_lightning.modeling.simcse import SimCSEConfig, as_simcse_config
 from pal_lightning.pretrained import PretrainedMixin
 from pal_lightning.tasks import TaskSpec, resolve_tasks, task_to_hparam
@@ -147,6 +148,9 @@ class MultiTaskModule(
             with) or ``cls``.
         pair_encoding: ``cross`` (both sentences in one sequence) or ``siamese`` (each alone), or a
             per-task mapping with an optional ``default``; must match the data module's setting.
+        heads: per-task head other than the default of the task's kind and pair encoding, e.g.
+            ``{sts: cosine_rescaled, qqp: concat}``: ``cosine_rescaled``, ``concat`` (``[u, v]``) or ``sum``
+            (``u + v``), all on siamese pairs (:mod:`pal_lightning.modeling.pair_heads`); ``None``: defaults.
         dropout: dropout before each head's linear layer.
         lr: peak learning rate of the pretrained encoder weights.
         head_lr: peak learning rate of the new parameters (heads, and adapters unless ``adapter_lr`` is
@@ -201,6 +205,7 @@ class MultiTaskModule(
         task_groups: list[list[str]] | None = None,
         pooling: str = "mean",
         pair_encoding: str | dict[str, str] = "cross",
+        heads: dict[str, str] | None = None,
         dropout: float = 0.1,
         lr: float = 3e-5,
         head_lr: float = 5e-4,
@@ -274,13 +279,12 @@ class MultiTaskModule(
         )
 
     def build_heads(self) -> nn.ModuleDict:
-        """One head per task (:func:`pal_lightning.modeling.heads.build_head`), keyed by task name."""
-        hidden = self.encoder.hidden_size
+        """One head per task, keyed by task name: the default of its kind, or the one ``heads`` names
+        (:func:`pal_lightning.modeling.pair_heads.build_task_heads`)."""
+        hp = self.hparams
+        specs = list(self.task_specs.values())
         return nn.ModuleDict(
-            {
-                name: build_head(spec, hidden, self.hparams["pair_encoding"], self.hparams["dropout"])
-                for name, spec in self.task_specs.items()
-            }
+            build_task_heads(specs, self.encoder.hidden_size, hp["pair_encoding"], hp["dropout"], hp.get("heads"))
         )
 
     def _apply_freezing(self) -> None:

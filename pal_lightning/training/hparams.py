@@ -38,6 +38,7 @@ ARCHITECTURE_HPARAMS: tuple[str, ...] = (
     "task_groups",
     "pooling",
     "pair_encoding",
+    "heads",
 )
 
 #: Hyper-parameters that also fix the optimizer's parameter groups: a resumed ``fit`` needs them equal.
