@@ -54,8 +54,9 @@ def bordered_gram(g: Grads, rows: Sequence[Grads], GGt: Tensor) -> Tensor:
     products are taken in the same order as :func:`gram_matrix` takes them: the same numbers.
     """
     n = len(rows)
-    M = torch.zeros(n + 1, n + 1, dtype=torch.float64, device=GGt.device)
-    M[1:, 1:] = GGt
+    device = next((x.device for x in g if x is not None), GGt.device)  # GGt of all-None rows is on the CPU
+    M = torch.zeros(n + 1, n + 1, dtype=torch.float64, device=device)
+    M[1:, 1:] = GGt.to(device)
     parts: list[list[Tensor]] = [[] for _ in range(n + 1)]
     for k, x in enumerate(g):
         if x is None:
