@@ -187,11 +187,11 @@ _STARTER = (
 _PAIR_COLUMNS = ("sentence1", "sentence2")
 
 
-def _cs224n(name: str, prefix: str, source: str, **kw: object) -> TaskSpec:
+def _cs224n(name: str, prefix: str, source: str, **kw: Any) -> TaskSpec:
     """A task read from the CS224N files ``<prefix>-{train,dev,test-student}.csv``; ``kw``: the fields that
     differ from :class:`TaskSpec`'s defaults (one sentence, two classes 0..1, accuracy, ``sentiment``)."""
     files = {"train": f"{prefix}-train.csv", "dev": f"{prefix}-dev.csv", "test": f"{prefix}-test-student.csv"}
-    return TaskSpec(name=name, files=files, format="cs224n", source=_STARTER + source, **kw)  # type: ignore[arg-type]
+    return TaskSpec(name=name, files=files, format="cs224n", source=_STARTER + source, **kw)
 
 
 BUILTIN_TASKS: dict[str, TaskSpec] = {
@@ -308,7 +308,7 @@ def get_task(name: str) -> TaskSpec:
         ) from None
 
 
-def resolve_tasks(tasks: Iterable[str | TaskSpec | Mapping[str, object]]) -> list[TaskSpec]:
+def resolve_tasks(tasks: Iterable[str | TaskSpec | Mapping[str, Any]]) -> list[TaskSpec]:
     """Turn names, specs or plain dicts (from YAML) into a list of unique :class:`TaskSpec`.
 
     Raises:
@@ -321,7 +321,7 @@ def resolve_tasks(tasks: Iterable[str | TaskSpec | Mapping[str, object]]) -> lis
         elif isinstance(t, str):
             spec = get_task(t)
         elif isinstance(t, Mapping):
-            spec = TaskSpec(**t)  # type: ignore[arg-type]
+            spec = TaskSpec(**t)
         else:
             raise TypeError(f"A task must be a name, a TaskSpec or a mapping, got {type(t).__name__}.")
         out.append(spec)
