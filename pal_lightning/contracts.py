@@ -12,7 +12,7 @@ Data module (``trainer.datamodule``):
 * :class:`TrainBatchSource` - GEM rebuilds remembered examples;
 * :class:`EpochSteps` - the learning-rate schedule's length (``MultiTaskModule.configure_optimizers``);
 * :class:`PhasedData` - continual evaluation after each phase of a sequential schedule;
-* :class:`SamplingSchedule` - the training log's per-epoch task probabilities;
+* :class:`EpochTaskProbabilities` - the training log's per-epoch task probabilities;
 * :class:`PredictionLayout` / :class:`ExampleOrder` - which prediction files a run writes, in which row order;
 * :class:`MaxLength` - the tokenisation length saved with a pretrained folder.
 
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BatchLossModel",
     "EpochSteps",
+    "EpochTaskProbabilities",
     "ExampleOrder",
     "LastScores",
     "MaxLength",
@@ -54,7 +55,6 @@ __all__ = [
     "PhasedData",
     "PredictionLayout",
     "PretrainedSaver",
-    "SamplingSchedule",
     "ScoredTasks",
     "SharedParameterEncoder",
     "TaskPredictor",
@@ -100,8 +100,9 @@ class PhasedData(EpochSteps, Protocol):
 
 
 @runtime_checkable
-class SamplingSchedule(Protocol):
-    """The task sampling probabilities of a (0-based) epoch (the training log)."""
+class EpochTaskProbabilities(Protocol):
+    """The task sampling probabilities of a (0-based) epoch (the training log; what a data module reads
+    from its :class:`~pal_lightning.data.sampling.SamplingSchedule`)."""
 
     def task_probabilities_for_epoch(self, epoch: int) -> dict[str, float]: ...
 

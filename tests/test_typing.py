@@ -18,6 +18,7 @@ import pytest
 from pal_lightning.contracts import (
     BatchLossModel,
     EpochSteps,
+    EpochTaskProbabilities,
     ExampleOrder,
     LastScores,
     MaxLength,
@@ -25,7 +26,6 @@ from pal_lightning.contracts import (
     PhasedData,
     PredictionLayout,
     PretrainedSaver,
-    SamplingSchedule,
     ScoredTasks,
     SharedParameterEncoder,
     TaskPredictor,
@@ -54,7 +54,7 @@ DATA_CONTRACTS = (
     TrainBatchSource,
     EpochSteps,
     PhasedData,
-    SamplingSchedule,
+    EpochTaskProbabilities,
     PredictionLayout,
     ExampleOrder,
     MaxLength,
@@ -77,7 +77,13 @@ def _encoder_contracts(encoder: MultiTaskBert) -> SharedParameterEncoder:
 def _data_contracts(
     data: MultiTaskDataModule,
 ) -> tuple[
-    TrainBatchSource, EpochSteps, PhasedData, SamplingSchedule, PredictionLayout, ExampleOrder, MaxLength
+    TrainBatchSource,
+    EpochSteps,
+    PhasedData,
+    EpochTaskProbabilities,
+    PredictionLayout,
+    ExampleOrder,
+    MaxLength,
 ]:
     return data, data, data, data, data, data, data
 
@@ -145,8 +151,8 @@ def test_missing_members_are_named_and_properties_are_not_run() -> None:
     assert missing_members(None, TrainBatchSource) == ["train_batch"]
     assert not satisfies(_Half(), PhasedData)
     half = _Half()
-    assert require(half, SamplingSchedule, "x", "y") is half
-    assert missing_members(_SwitchedOff(), SamplingSchedule) == ["task_probabilities_for_epoch"]
+    assert require(half, EpochTaskProbabilities, "x", "y") is half
+    assert missing_members(_SwitchedOff(), EpochTaskProbabilities) == ["task_probabilities_for_epoch"]
     assert satisfies(_NoLength(), MaxLength)
     with pytest.raises(PalUserError) as err:
         require(_Half(), PhasedData, "ContinualEvaluation", "use a MultiTaskDataModule.")

@@ -31,7 +31,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from pal_lightning.batch import ATTENTION_MASK, IDS, LABELS, TASK
-from pal_lightning.contracts import SamplingSchedule, TaskPredictor, datamodule_of, satisfies
+from pal_lightning.contracts import EpochTaskProbabilities, TaskPredictor, datamodule_of, satisfies
 from pal_lightning.distributed import is_main_process
 
 NO_DECAY = "_no_decay"
@@ -122,7 +122,7 @@ class TrainingLog(Callback):
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         data = datamodule_of(trainer)
-        if not satisfies(data, SamplingSchedule) or not is_main_process(trainer):
+        if not satisfies(data, EpochTaskProbabilities) or not is_main_process(trainer):
             return
         try:
             p = data.task_probabilities_for_epoch(trainer.current_epoch)
