@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import overload
 
 from pal_lightning.errors import PalUserError
 
@@ -42,6 +43,10 @@ SAMPLING_SCHEDULES = ("proportional", "sqrt", "uniform", "round_robin", "anneale
 FIXED_ALPHA = {"proportional": 1.0, "sqrt": 0.5, "uniform": 0.0}
 
 
+@overload
+def task_probabilities(sizes: Mapping[str, float], alpha: float) -> dict[str, float]: ...
+@overload
+def task_probabilities(sizes: Sequence[float], alpha: float) -> list[float]: ...
 def task_probabilities(
     sizes: Mapping[str, float] | Sequence[float], alpha: float
 ) -> dict[str, float] | list[float]:
@@ -213,7 +218,7 @@ class SamplingSchedule:
             return {t: 1.0 / len(sizes) for t in sizes}
         alpha = self.alpha(epoch)
         assert alpha is not None
-        return apply_multipliers(task_probabilities(dict(sizes), alpha), self.multipliers)  # type: ignore[arg-type]
+        return apply_multipliers(task_probabilities(dict(sizes), alpha), self.multipliers)
 
 
 def annealing_horizon(
