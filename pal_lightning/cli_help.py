@@ -67,6 +67,7 @@ def doc_args(cls: type) -> dict[str, str]:
     """``{argument: description}`` from the Google-style ``Args:`` section of a class (or its ``__init__``)."""
     doc = inspect.getdoc(cls) or ""
     if "Args:" not in doc:
+        # mypy refuses `__init__` on a class-typed value (calling it is unsound); here it is only read
         doc = inspect.getdoc(cls.__init__) or ""  # type: ignore[misc]
     out: dict[str, str] = {}
     section = doc.split("Args:", 1)[1] if "Args:" in doc else ""
@@ -96,6 +97,7 @@ def class_options(cls: type) -> list[tuple[str, Any, str]]:
     """``(name, default, first sentence)`` of every ``__init__`` argument of ``cls``."""
     docs = doc_args(cls)
     out = []
+    # only __init__'s signature is read (mypy refuses `__init__` on a class-typed value)
     for name, param in inspect.signature(cls.__init__).parameters.items():  # type: ignore[misc]
         if name == "self" or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue

@@ -38,6 +38,7 @@ def best_checkpoint_path(trainer: pl.Trainer) -> str | None:
 
 def best_scores(trainer: pl.Trainer) -> dict[str, float] | None:
     """The dev scores of the best validation as recorded by a ``ScoreReport`` callback, if any."""
+    # Trainer.__init__ sets `callbacks`; Lightning's Trainer type does not declare it
     for cb in trainer.callbacks:  # type: ignore[attr-defined]
         best = getattr(cb, "best", None)
         if callable(best) and hasattr(cb, "history"):

@@ -30,6 +30,7 @@ def per_task(value: int | Mapping[str, int], tasks: Sequence[str], what: str) ->
                 f"{what} (--data.{what}) per task must name the tasks {list(tasks)} (or give a 'default'); "
                 f"unknown {unknown}, missing {missing}."
             )
+        # `default` is None only when every task is named (checked above)
         out = {t: int(value.get(t, default)) for t in tasks}  # type: ignore[arg-type]
     else:
         out = dict.fromkeys(tasks, int(value))

@@ -143,6 +143,7 @@ def load_task_weights(
     encoder, heads = encoder_and_heads(obj)
     meta = read_task_weights_metadata(path)
     _check_same_adapters(meta, encoder, path)
+    # the metadata is decoded JSON (typed object): its "tasks" is the saved list of names
     chosen = choose_tasks(tasks, meta["tasks"], str(path))  # type: ignore[arg-type]
     choose_tasks(chosen, model_tasks(encoder, heads), "this model (build it with the tasks to load)")
     with safe_open(str(path), framework="pt") as f:
