@@ -186,13 +186,12 @@ class ParameterReporter(Protocol):
 
 @runtime_checkable
 class PretrainedSaver(Protocol):
-    """Saves a folder that ``from_pretrained`` loads back."""
+    """Saves a folder that ``from_pretrained`` loads back (the arguments the callback passes)."""
 
     def save_pretrained(
         self,
         save_directory: str | os.PathLike[str],
         *,
-        overwrite: bool = False,
         scores: Mapping[str, float] | None = None,
         max_length: int | None = None,
         state_dict: Mapping[str, Tensor] | None = None,
