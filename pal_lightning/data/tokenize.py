@@ -262,8 +262,28 @@ def save_cached(path: Path, data: TokenizedSplit) -> None:
         np.savez(f, allow_pickle=False, **arrays)
 
 
+def check_consistent(data: TokenizedSplit) -> None:
+    """Raise ``ValueError`` unless the arrays of ``data`` fit together (lengths, offsets from 0 to the end).
+
+    A cache file damaged on disk fails zip's CRC check when read; this catches a file that reads but
+    does not fit together (written by another version, or edited), which would otherwise pair
+    examples with the wrong tokens or labels, or fail later in the middle of training.
+    """
+    n = len(data.ids)
+    if data.labels is not None and len(data.labels) != n:
+        raise ValueError(f"{len(data.labels)} labels for {n} examples")
+    for side, enc in data.encodings.items():
+        offsets = enc.offsets
+        if offsets.ndim != 1 or len(offsets) != n + 1 or offsets[0] != 0:
+            raise ValueError(f"offsets{side} do not start at 0 with one entry per example")
+        if np.any(np.diff(offsets) < 0) or offsets[-1] != len(enc.input_ids):
+            raise ValueError(f"offsets{side} decrease or do not end at the {len(enc.input_ids)} tokens")
+        if len(enc.token_type_ids) != len(enc.input_ids):
+            raise ValueError(f"token_type_ids{side} and input_ids{side} differ in length")
+
+
 def load_cached(path: Path) -> TokenizedSplit | None:
-    """Read a cached split, or ``None`` if absent or unreadable (then it is rebuilt)."""
+    """Read a cached split, or ``None`` if absent, unreadable or inconsistent (then it is rebuilt)."""
     if not path.is_file():
         return None
     try:
@@ -274,7 +294,7 @@ def load_cached(path: Path) -> TokenizedSplit | None:
                 for side in meta["sides"]
             }
             labels = z["labels"] if "labels" in z.files else None
-            return TokenizedSplit(
+            data = TokenizedSplit(
                 meta["task"],
                 meta["split"],
                 z["ids"],
@@ -284,6 +304,8 @@ def load_cached(path: Path) -> TokenizedSplit | None:
                 [tuple(b) for b in meta["bad_rows"]],
                 meta.get("source", ""),
             )
+        check_consistent(data)
+        return data
     except Exception as err:  # noqa: BLE001 - a damaged cache file is rebuilt, never fatal
         log.warning("Ignoring unreadable cache file %s (%s); it will be rebuilt.", path, err)
         return None
