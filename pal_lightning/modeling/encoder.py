@@ -68,7 +68,7 @@ from pal_lightning.modeling.encoder_state import (
     plan_pretrained_load,
 )
 from pal_lightning.modeling.layers import IndividualLayerSlot, PALBertLayer, task_call
-from pal_lightning.modeling.pal import TaskAdapter, additive_mask
+from pal_lightning.modeling.pal import TaskAdapter, additive_mask, scores_dtype
 from pal_lightning.modeling.sharing import (
     FROZEN,
     INDIVIDUAL,
@@ -450,7 +450,8 @@ class MultiTaskBert(nn.Module):
         individual = self._copies_of(task)
         extra: dict[str, Any] = {}
         if adapter is not None or individual is not None:
-            dtype = self.bert.embeddings.word_embeddings.weight.dtype
+            weight = self.bert.embeddings.word_embeddings.weight
+            dtype = scores_dtype(weight.dtype, weight.device)
             mask = additive_mask(attention_mask, dtype) if adapter is not None else None  # once per forward
             extra["pal"] = task_call(
                 adapter, self.pal_config.on_top, self.pal_layers, self.num_layers, mask, individual

@@ -214,20 +214,27 @@ def additive_mask(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> to
 
     Args:
         attention_mask: ``[B, T]`` with 1 for real tokens and 0 for padding, or ``None``.
-        dtype: dtype of the attention scores.
+        dtype: dtype of the attention scores (under autocast the autocast dtype, so that no layer casts
+            the mask again: :func:`scores_dtype`).
 
     Returns:
         ``[B, 1, 1, T]`` with 0 where a key may be attended and :data:`MASK_VALUE` where not, or ``None``
-        when there is no padding (lets SDPA pick its fastest kernel). An additive mask (not a boolean one)
-        keeps rows that are entirely padding finite instead of NaN.
+        when no padding mask is given. A mask without padding is still returned as zeros: asking the
+        device whether every token is real would wait for it (one host synchronisation per forward) and
+        break a ``torch.compile`` graph, for a faster SDPA kernel in the rare batch without padding. An
+        additive mask (not a boolean one) keeps rows that are entirely padding finite instead of NaN.
     """
     if attention_mask is None:
         return None
     if attention_mask.dim() != 2:
         raise ValueError(f"expected a 2-D attention mask [B, T], got shape {tuple(attention_mask.shape)}")
-    keep = attention_mask.to(torch.bool)
-    if bool(keep.all()):
-        return None
-    mask = torch.zeros(keep.shape, dtype=dtype, device=attention_mask.device)
-    mask.masked_fill_(~keep, MASK_VALUE)
-    return mask[:, None, None, :]
+    drop = attention_mask[:, None, None, :] == 0
+    return torch.zeros(drop.shape, dtype=dtype, device=attention_mask.device).masked_fill_(drop, MASK_VALUE)
+
+
+def scores_dtype(weight_dtype: torch.dtype, device: torch.device) -> torch.dtype:
+    """The dtype of the PAL attention scores: the autocast dtype of ``device`` where autocast is on (the
+    projections then run in it), else ``weight_dtype``."""
+    if torch.is_autocast_enabled(device.type):
+        return torch.get_autocast_dtype(device.type)
+    return weight_dtype

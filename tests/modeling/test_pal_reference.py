@@ -1,0 +1,177 @@
+"""The PAL encoder against an independent implementation of the paper's formula, and the PAL's cost.
+
+The reference below is written from the equations (Stickland & Murray 2019, docs/design.md §2) with plain
+tensor algebra on the raw weights, one head and one layer at a time: it shares no code with
+``pal_lightning.modeling`` beyond reading the weights. The fused implementation (one Q/K/V matmul, one
+``scaled_dot_product_attention`` call, the mask built once per forward) must give the same hidden states
+and keep the saved parameter names.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+
+import pytest
+import torch
+from torch.nn import functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from pal_lightning.modeling import MultiTaskBert
+from pal_lightning.modeling.pal import scores_dtype
+from pal_lightning.testing import TINY_BERT_3_LAYERS as TINY
+from pal_lightning.testing import without_dropout
+
+TINY_NO_DROPOUT = without_dropout(TINY)
+PAL_SIZE, PAL_HEADS = 8, 2
+
+
+def _attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep: torch.Tensor, heads: int
+) -> torch.Tensor:
+    """concat_i softmax(Q_i K_i^T / sqrt(d_h), padded keys excluded) V_i, head by head."""
+    hd = q.shape[-1] // heads
+    out = []
+    for i in range(heads):
+        sl = slice(i * hd, (i + 1) * hd)
+        scores = q[..., sl] @ k[..., sl].transpose(1, 2) / math.sqrt(hd)
+        scores = scores.masked_fill(~keep[:, None, :], float("-inf"))
+        out.append(scores.softmax(-1) @ v[..., sl])
+    return torch.cat(out, dim=-1)
+
+
+def _linear(x: torch.Tensor, state: dict, name: str) -> torch.Tensor:
+    return x @ state[f"{name}.weight"].T + state[f"{name}.bias"]
+
+
+def _reference(model: MultiTaskBert, batch: dict, task: str, adapter: str) -> torch.Tensor:
+    """h^{l+1} = LN2(h_att + FFN(h_att) + V^D g_l(V^E h)) with h_att = LN1(h + SA(h)), every layer."""
+    state = {k: v.detach() for k, v in model.state_dict().items()}
+    keep = batch["attention_mask"].bool()
+    eps = model.config.layer_norm_eps
+    h = model.bert.embeddings(input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"])
+    for layer in range(model.num_layers):
+        p = f"bert.encoder.layer.{layer}"
+        heads = model.config.num_attention_heads
+        q, k, v = (_linear(h, state, f"{p}.attention.self.{n}") for n in ("query", "key", "value"))
+        sa = _linear(_attention(q, k, v, keep, heads), state, f"{p}.attention.output.dense")
+        h_att = F.layer_norm(
+            h + sa,
+            h.shape[-1:],
+            state[f"{p}.attention.output.LayerNorm.weight"],
+            state[f"{p}.attention.output.LayerNorm.bias"],
+            eps,
+        )
+        ffn = _linear(F.gelu(_linear(h_att, state, f"{p}.intermediate.dense")), state, f"{p}.output.dense")
+        a = f"adapters.{task}"
+        shared = adapter == "pals"
+        down = f"{a}.down" if shared else f"{a}.down.{layer}"
+        up = f"{a}.up" if shared else f"{a}.up.{layer}"
+        x = _linear(h, state, down)
+        if adapter != "low_rank":
+            qkv = _linear(x, state, f"{a}.attention.{layer}.qkv")
+            x = _attention(*qkv.split(PAL_SIZE, dim=-1), keep, PAL_HEADS)
+        ts = _linear(x, state, up)
+        h = F.layer_norm(
+            h_att + ffn + ts,
+            h.shape[-1:],
+            state[f"{p}.output.LayerNorm.weight"],
+            state[f"{p}.output.LayerNorm.bias"],
+            eps,
+        )
+    return h
+
+
+EXPECTED_KEYS = {
+    "pals": ["down.bias", "down.weight", "up.bias", "up.weight"]
+    + [f"attention.{i}.qkv.{w}" for i in range(3) for w in ("bias", "weight")],
+    "pals_no_sharing": [f"{n}.{i}.{w}" for n in ("down", "up") for i in range(3) for w in ("bias", "weight")]
+    + [f"attention.{i}.qkv.{w}" for i in range(3) for w in ("bias", "weight")],
+    "low_rank": [f"{n}.{i}.{w}" for n in ("down", "up") for i in range(3) for w in ("bias", "weight")],
+}
+
+
+@pytest.mark.parametrize("adapter", ["pals", "pals_no_sharing", "low_rank"])
+def test_encoder_equals_the_papers_formula_and_keeps_its_saved_names(adapter, batch):
+    torch.manual_seed(0)
+    model = MultiTaskBert.from_config(
+        TINY_NO_DROPOUT, ["a", "b"], adapter=adapter, pal_size=PAL_SIZE, num_heads=PAL_HEADS, init="random"
+    ).eval()
+    with torch.no_grad():
+        got = model(**batch, task="b")
+        expected = _reference(model, batch, "b", adapter)
+    keep = batch["attention_mask"].bool()
+    torch.testing.assert_close(got[keep], expected[keep], atol=1e-6, rtol=1e-6)
+    # the saved layout: Q, K, V of a layer in one [3 d_s, d_s] matrix, rows in the order Q, K, V
+    names = sorted(k.removeprefix("adapters.a.") for k in model.state_dict() if k.startswith("adapters.a."))
+    assert names == sorted(EXPECTED_KEYS[adapter])
+    if adapter != "low_rank":
+        assert model.adapters["a"].attention["0"].qkv.weight.shape == (3 * PAL_SIZE, PAL_SIZE)
+
+
+class _OpCount(TorchDispatchMode):
+    """Counts the aten operators that run (what a device would launch, views included)."""
+
+    VIEWS = ("view", "t.default", "transpose", "permute", "unbind", "expand", "unsqueeze", "slice", "alias")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: collections.Counter[str] = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        self.ops[str(func)] += 1
+        return func(*args, **(kwargs or {}))
+
+    def computing(self) -> list[str]:
+        """The operators that compute (not views), one entry per call."""
+        return sorted(
+            op for op, n in self.ops.items() for _ in range(n) if not any(v in op for v in self.VIEWS)
+        )
+
+
+def test_one_pal_is_at_most_five_kernels_and_a_forward_waits_for_the_device_no_more_than_bert(batch):
+    torch.manual_seed(0)
+    model = MultiTaskBert.from_config(TINY, ["a"], pal_size=PAL_SIZE, num_heads=PAL_HEADS, init="random")
+    h = torch.randn(3, 7, TINY["hidden_size"])
+    mask = torch.zeros(3, 1, 1, 7)
+    with torch.no_grad(), _OpCount() as count:
+        model.adapters["a"](1, h, mask)
+    # V^E, fused Q/K/V, one attention, V^D, and at most one copy to concatenate the heads (none where the
+    # attention kernel writes them side by side already, as on this CPU): no per-layer mask work
+    assert len(count.computing()) <= 5, count.computing()
+    assert sum("addmm" in op for op in count.computing()) == 3
+    assert sum("scaled_dot_product" in op for op in count.computing()) == 1
+
+    plain = MultiTaskBert.from_config(TINY, ["a"], adapter="none")
+    syncs = {}
+    for name, encoder in (("pals", model), ("none", plain)):
+        with _OpCount() as count:
+            encoder(**batch, task="a").sum().backward()
+        syncs[name] = count.ops["aten._local_scalar_dense.default"]  # a tensor read on the host
+    assert syncs["pals"] == syncs["none"]
+
+
+class _CastShapes(TorchDispatchMode):
+    """The shapes of the tensors cast to another dtype."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shapes: list[tuple[int, ...]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        if func is torch.ops.aten._to_copy.default:
+            self.shapes.append(tuple(args[0].shape))
+        return func(*args, **(kwargs or {}))
+
+
+def test_the_mask_is_built_in_the_autocast_dtype_once(batch):
+    cpu = torch.device("cpu")
+    assert scores_dtype(torch.float32, cpu) == torch.float32
+    model = MultiTaskBert.from_config(TINY, ["a"], pal_size=PAL_SIZE, num_heads=PAL_HEADS, init="random")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert scores_dtype(torch.float32, cpu) == torch.bfloat16
+        with _CastShapes() as casts:
+            out = model(**batch, task="a")
+    assert torch.isfinite(out).all()
+    mask_shape = (batch["input_ids"].shape[0], 1, 1, batch["input_ids"].shape[1])
+    assert casts.shapes and mask_shape not in casts.shapes  # no layer casts the PAL mask
