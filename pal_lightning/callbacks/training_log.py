@@ -74,9 +74,14 @@ def batch_accuracy(pl_module: Any, task: str, output: torch.Tensor | None, label
     return float((predicted.reshape(-1) == labels.reshape(-1).to(predicted.device)).float().mean())
 
 
-def _tokens(batch: Mapping[str, Any]) -> int:
-    masks = [v for k, v in batch.items() if k.startswith(ATTENTION_MASK) and isinstance(v, torch.Tensor)]
-    return int(sum(int(m.sum()) for m in masks))
+def _tokens(batch: Mapping[str, Any]) -> torch.Tensor | int:
+    """The batch's non-padding tokens, left on the device: reading them every step would wait for it, so
+    the sum is read only when a row is written."""
+    total: torch.Tensor | int = 0
+    for key, value in batch.items():
+        if key.startswith(ATTENTION_MASK) and isinstance(value, torch.Tensor):
+            total = total + value.sum()
+    return total
 
 
 class TrainingLog(Callback):
@@ -92,7 +97,7 @@ class TrainingLog(Callback):
         self._output: torch.Tensor | None = None
         self._hook: Any = None
         self._examples = 0
-        self._tokens = 0
+        self._tokens: torch.Tensor | int = 0  # on the device until a row is written
         self._since = time.perf_counter()
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -170,7 +175,7 @@ class TrainingLog(Callback):
         row: dict[str, float] = {
             "train/task_index": float(tasks.index(task)),
             "train/examples_per_s": self._examples * trainer.world_size / elapsed,
-            "train/tokens_per_s": self._tokens * trainer.world_size / elapsed,
+            "train/tokens_per_s": float(self._tokens) * trainer.world_size / elapsed,
         }
         loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
         if isinstance(loss, torch.Tensor):
