@@ -1,5 +1,7 @@
-"""An external launcher: ``torchrun --nproc_per_node 2`` starts both ranks of ``pal-lightning fit`` (CPU, gloo)
-and Lightning's TorchElasticEnvironment takes the ranks from its variables; rank 1 is not a child of rank 0.
+"""External launchers: ``torchrun --nproc_per_node 2`` starts both ranks of ``pal-lightning fit`` (CPU, gloo), and
+so do two processes with the variables ``srun`` sets (``SLURM_PROCID``, ``SLURM_NTASKS_PER_NODE``, ...);
+Lightning's TorchElasticEnvironment / SLURMEnvironment take the ranks from them. Rank 1 is not a child
+of rank 0, so it inherits nothing from it.
 
 The invariants are those of tests/cli/test_ddp_cli.py (Lightning's own launcher): the same task on
 every rank at every step with disjoint examples, bit-identical weights, one run folder, and validation
@@ -9,8 +11,10 @@ that scores each dev example once (the fit's scores equal a single-process ``val
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -24,35 +28,89 @@ from .conftest import subprocess_env
 
 pytestmark = pytest.mark.ddp
 
-#: What the trainer needs under torchrun: devices x num_nodes must equal torchrun's world size.
-TRAINER = ["--trainer.accelerator", "cpu", "--trainer.devices", "2"]
+#: What the trainer needs under either launcher: devices x num_nodes must equal the world size.
+TRAINER = ["--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.num_nodes", "1"]
 TRAINER += ["--trainer.strategy", "ddp_find_unused_parameters_true"]
+LAUNCHERS = ("torchrun", "srun")
 
 
 def _record(folder: Path, name: str) -> dict[str, Any]:
     return json.loads((folder / "record" / f"{name}.json").read_text())
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("torchrun")
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _launch(launcher: str, folder: Path, config: Path) -> list[subprocess.CompletedProcess[str]]:
+    """``pal-lightning fit`` on 2 ranks started by ``launcher``; the finished processes."""
+    fit = ["-m", "pal_lightning", "fit", "--config", str(config), *TRAINER]
+    env = subprocess_env()
+    for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
+    for key in [k for k in env if k.startswith("SLURM_")]:
+        env.pop(key)
+    if launcher == "torchrun":
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *fit]
+        return [subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=300)]
+    slurm = {  # what srun sets for 2 tasks on one node (--ntasks-per-node=2)
+        "SLURM_JOB_ID": "4242",
+        "SLURM_JOB_NAME": "pal",  # not "bash"/"interactive", which Lightning leaves to other environments
+        "SLURM_NTASKS": "2",
+        "SLURM_NTASKS_PER_NODE": "2",
+        "SLURM_NNODES": "1",
+        "SLURM_NODELIST": "localhost",
+        "SLURM_NODEID": "0",
+        "MASTER_PORT": str(_free_port()),
+    }
+    procs = [
+        subprocess.Popen(
+            [sys.executable, *fit],
+            cwd=folder,
+            env={**env, **slurm, "SLURM_PROCID": str(r), "SLURM_LOCALID": str(r)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in (0, 1)
+    ]
+    finished = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        finished.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    return finished
+
+
+def _setup(folder: Path) -> Path:
     config_path = write_tiny_fit_config(folder, write_cs224n_data(folder / "data"))
     config = yaml.safe_load(config_path.read_text())
     recorder = {"class_path": "pal_lightning.testing.callbacks.RankRecorder", "init_args": {"out": "record"}}
     config["trainer"]["callbacks"] = [recorder]
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    cmd = [*launcher, "-m", "pal_lightning", "fit", "--config", str(config_path), *TRAINER]
-    env = subprocess_env()
-    for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS"):
-        env.pop(key, None)
-    proc = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return folder
+    return config_path
 
 
-def test_torchrun_ranks_train_the_same_task_on_disjoint_examples_to_identical_weights(run: Path) -> None:
-    r0, r1 = _record(run, "fit_rank0"), _record(run, "fit_rank1")
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folders = {name: tmp_path_factory.mktemp(name) for name in LAUNCHERS}
+    configs = {name: _setup(folder) for name, folder in folders.items()}
+    with ThreadPoolExecutor(len(LAUNCHERS)) as pool:
+        done = dict(
+            zip(LAUNCHERS, pool.map(lambda n: _launch(n, folders[n], configs[n]), LAUNCHERS), strict=True)
+        )
+    for name, procs in done.items():
+        for proc in procs:
+            assert proc.returncode == 0, f"{name}: {proc.stderr[-4000:]}"
+    return folders
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_ranks_train_the_same_task_on_disjoint_examples_to_identical_weights(
+    runs: dict[str, Path], launcher: str
+) -> None:
+    r0, r1 = _record(runs[launcher], "fit_rank0"), _record(runs[launcher], "fit_rank1")
     assert (r0["rank"], r1["rank"], r0["world"], r1["world"]) == (0, 1, 2, 2)
     assert len(r0["tasks"]) == len(r1["tasks"]) == 4  # max_steps of the tiny config
     for (step0, task0, ids0), (step1, task1, ids1) in zip(r0["tasks"], r1["tasks"], strict=True):
@@ -62,16 +120,19 @@ def test_torchrun_ranks_train_the_same_task_on_disjoint_examples_to_identical_we
     assert r0["val"] == r1["val"] and "val/overall" in r0["val"]  # reduced over ranks: one value
 
 
-def test_torchrun_leaves_one_run_folder(run: Path) -> None:
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_one_run_folder(runs: dict[str, Path], launcher: str) -> None:
     # rank 1 has no parent process to learn rank 0's folder from: it must not claim a folder of its own
+    run = runs[launcher]
     assert [p.name for p in (run / "runs").iterdir()] == ["version_0"]
     checkpoints = run / "runs" / "version_0" / "checkpoints"
     assert (checkpoints / "last.ckpt").is_file() and (run / "runs" / "version_0" / "config.yaml").is_file()
 
 
 def test_single_process_validation_matches_the_torchrun_fit(
-    run: Path, monkeypatch: pytest.MonkeyPatch
+    runs: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    run = runs["torchrun"]
     # in this process: the CLI leaves the run folder it picked in the environment; monkeypatch restores it
     for key in ("PAL_RUN_VERSION", "PAL_RESUME_CKPT"):
         monkeypatch.setenv(key, "")
