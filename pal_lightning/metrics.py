@@ -14,6 +14,8 @@ accuracy     ``mean(ŷ == y)`` over all examples (micro)                  class 
 f1           binary F1 of class 1 (``2PR/(P+R)``); macro F1 for C > 2    class indices
 pearson      ``cov(ŷ, y) / (σ_ŷ σ_y)``                                   scores, task scale
 spearman     Pearson correlation of the ranks (ties get average ranks)   scores, task scale
+matthews     ``(TP TN - FP FN) / sqrt((TP+FP)(TP+FN)(TN+FP)(TN+FN))``    class indices
+             (CoLA's GLUE metric; the multiclass R_K for C > 2)
 ============ =========================================================== ==================
 
 The overall score: see :func:`overall_score`. An evaluation that reached only some of the scored
@@ -30,13 +32,22 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from torchmetrics import Metric, MetricCollection
-from torchmetrics.classification import BinaryF1Score, MulticlassAccuracy, MulticlassF1Score
+from torchmetrics.classification import (
+    BinaryF1Score,
+    BinaryMatthewsCorrCoef,
+    MulticlassAccuracy,
+    MulticlassF1Score,
+    MulticlassMatthewsCorrCoef,
+)
 from torchmetrics.regression import PearsonCorrCoef, SpearmanCorrCoef
 
 from pal_lightning.errors import PalUserError
+from pal_lightning.glue import glue_average, is_glue_task
 from pal_lightning.tasks import TaskSpec
 
-_CLASSIFICATION_ONLY = ("accuracy", "f1")
+_CLASSIFICATION_ONLY = ("accuracy", "f1", "matthews")
+#: Metrics in -1..1 (correlations), mapped to 0..1 by :func:`normalised_main_score`.
+_CORRELATIONS = ("pearson", "spearman", "matthews")
 
 
 def build_metric(name: str, spec: TaskSpec) -> Metric:
@@ -63,8 +74,12 @@ def build_metric(name: str, spec: TaskSpec) -> Metric:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*will save all targets and predictions.*")
             return SpearmanCorrCoef()
+    if name == "matthews":
+        if spec.num_labels == 2:
+            return BinaryMatthewsCorrCoef()
+        return MulticlassMatthewsCorrCoef(num_classes=spec.num_labels)
     raise PalUserError(
-        f"Task {spec.name!r}: unknown metric {name!r}; choose from accuracy, f1, pearson, spearman."
+        f"Task {spec.name!r}: unknown metric {name!r}; choose from accuracy, f1, pearson, spearman, matthews."
     )
 
 
@@ -88,7 +103,7 @@ def cs224n_overall(sst_acc: float, qqp_acc: float, sts_pearson: float) -> float:
 
 def normalised_main_score(spec: TaskSpec, value: float) -> float:
     """A task's main metric on a 0..1 scale: correlations ``r -> (r + 1) / 2``, others unchanged."""
-    if spec.main_metric in ("pearson", "spearman"):
+    if spec.main_metric in _CORRELATIONS:
         return (value + 1.0) / 2.0
     return value
 
@@ -101,6 +116,8 @@ def overall_score(
     * When ``sst`` (accuracy), ``qqp`` (accuracy) and ``sts`` (pearson) were all
       evaluated, it is :func:`cs224n_overall`, whatever other tasks are present,
       so numbers compare with the CS224N leaderboard.
+    * Otherwise, when every evaluated task is a built-in GLUE task, it is the GLUE score
+      (:func:`pal_lightning.glue.glue_average`: the mean of each task's metrics, then over tasks).
     * Otherwise it is the mean over evaluated tasks of each task's main metric
       (the first of ``TaskSpec.metrics``) mapped to 0..1 by
       :func:`normalised_main_score` (``pearson -> (r + 1) / 2``).
@@ -124,6 +141,9 @@ def overall_score(
         )
     except KeyError:
         pass
+    evaluated = [by_name[t] for t in scores_by_task if t in by_name]
+    if evaluated and all(is_glue_task(s) for s in evaluated):
+        return glue_average(scores_by_task, specs)
     values = [
         normalised_main_score(by_name[task], float(scores[by_name[task].main_metric]))
         for task, scores in scores_by_task.items()

@@ -19,6 +19,9 @@ cfimdb   single classification   2      0..1         accuracy
 sst2     single classification   2      0..1         accuracy
 ======== ======================= ====== ============ ====================
 
+The GLUE tasks (:data:`GLUE_TASKS`: ``glue_cola``, ``glue_sst2``, ``glue_mrpc``, ``glue_qqp``, ``glue_stsb``,
+``glue_mnli``, ``glue_mnli_mm``, ``glue_qnli``, ``glue_rte``) read ``nyu-mll/glue`` through ``datasets``.
+
 Each built-in task's ``source`` says where its data comes from; :data:`HUB_COPIES` holds the public
 Hugging Face copy of those that have one (read when no data folder is given).
 """
@@ -55,7 +58,7 @@ class TaskKind(str, Enum):
 
 
 #: Metric names understood by the module (see ``pal_lightning.metrics``).
-KNOWN_METRICS = ("accuracy", "f1", "pearson", "spearman")
+KNOWN_METRICS = ("accuracy", "f1", "pearson", "spearman", "matthews")
 #: Loss names understood by the module.
 KNOWN_LOSSES = ("cross_entropy", "bce", "mse")
 #: File formats understood by the data readers.
@@ -273,7 +276,80 @@ HUB_COPIES: dict[str, TaskSpec] = {
     "sst2": _hub_copy("sst2", "nyu-mll/glue", "sst2", ("sentence",), id_column="idx"),
 }
 
-_REGISTRY: dict[str, TaskSpec] = dict(BUILTIN_TASKS)
+_GLUE_SOURCE = "GLUE (Wang et al., 2019), the Hugging Face dataset nyu-mll/glue, config "
+
+
+def _glue(name: str, config: str, text_columns: tuple[str, ...], labels: int = 2, **kw: object) -> TaskSpec:
+    """GLUE task ``config`` read from ``nyu-mll/glue`` (splits train/validation/test, label and idx columns;
+    the test labels are hidden as -1); ``kw``: the fields that differ (kind, metrics, splits)."""
+    kind = TaskKind.PAIR_CLASSIFICATION if len(text_columns) == 2 else TaskKind.SINGLE_CLASSIFICATION
+    fields: dict[str, Any] = {
+        "kind": kind,
+        "num_labels": labels,
+        "label_range": (0, labels - 1),
+        "format": "hf",
+        "hf_path": "nyu-mll/glue",
+        "hf_name": config,
+        "files": {"train": "train", "dev": "validation", "test": "test"},
+        "text_columns": text_columns,
+        "label_column": "label",
+        "id_column": "idx",
+        "source": _GLUE_SOURCE + config + ".",
+        **kw,
+    }
+    return TaskSpec(name=name, **fields)
+
+
+#: The eight GLUE tasks of Stickland & Murray (2019), read through ``datasets`` from ``nyu-mll/glue`` (hub
+#: columns checked against the dataset card), each with GLUE's metric(s): CoLA Matthews correlation, MRPC
+#: and QQP accuracy and F1, STS-B Pearson and Spearman, the others accuracy. ``glue_mnli`` is scored on the
+#: matched dev set; ``glue_mnli_mm`` is the same training data scored on the mismatched one (use one of the
+#: two in a run). Labels as the hub has them: MNLI 0 entailment, 1 neutral, 2 contradiction; QNLI and RTE 0
+#: entailment, 1 not_entailment; CoLA 1 acceptable; MRPC and QQP 1 paraphrase.
+GLUE_TASKS: dict[str, TaskSpec] = {
+    "glue_cola": _glue("glue_cola", "cola", ("sentence",), metrics=("matthews",)),
+    "glue_sst2": _glue("glue_sst2", "sst2", ("sentence",)),
+    "glue_mrpc": _glue("glue_mrpc", "mrpc", _PAIR_COLUMNS, metrics=("accuracy", "f1")),
+    "glue_qqp": _glue("glue_qqp", "qqp", ("question1", "question2"), metrics=("accuracy", "f1")),
+    "glue_stsb": _glue(
+        "glue_stsb",
+        "stsb",
+        _PAIR_COLUMNS,
+        labels=1,
+        kind=TaskKind.PAIR_REGRESSION,
+        label_range=(0, 5),
+        metrics=("pearson", "spearman"),
+    ),
+    "glue_mnli": _glue(
+        "glue_mnli",
+        "mnli",
+        ("premise", "hypothesis"),
+        labels=3,
+        files={"train": "train", "dev": "validation_matched", "test": "test_matched"},
+    ),
+    "glue_mnli_mm": _glue(
+        "glue_mnli_mm",
+        "mnli",
+        ("premise", "hypothesis"),
+        labels=3,
+        files={"train": "train", "dev": "validation_mismatched", "test": "test_mismatched"},
+    ),
+    "glue_qnli": _glue("glue_qnli", "qnli", ("question", "sentence")),
+    "glue_rte": _glue("glue_rte", "rte", _PAIR_COLUMNS),
+}
+#: The eight tasks of the paper's GLUE setting, in GLUE's order (MNLI scored on the matched dev set).
+GLUE_EIGHT: tuple[str, ...] = (
+    "glue_cola",
+    "glue_sst2",
+    "glue_mrpc",
+    "glue_stsb",
+    "glue_qqp",
+    "glue_mnli",
+    "glue_qnli",
+    "glue_rte",
+)
+
+_REGISTRY: dict[str, TaskSpec] = {**BUILTIN_TASKS, **GLUE_TASKS}
 
 
 def register_task(spec: TaskSpec, *, overwrite: bool = False) -> TaskSpec:

@@ -1,0 +1,75 @@
+"""GLUE test-server submission files from ``predict`` (:mod:`pal_lightning.glue` for the format).
+
+Put it in the trainer's callbacks; ``pal-lightning predict`` then writes, beside the usual prediction files,
+one server file per GLUE task of the test split (``CoLA.tsv``, ``MNLI-m.tsv`` ...) into
+``<run>/glue_submission`` (or ``output_dir``)::
+
+    trainer.callbacks:
+      - class_path: pal_lightning.callbacks.glue_submission.GlueSubmissionWriter
+
+It collects, gathers under DDP and orders the rows as :class:`PredictionWriter` does, and refuses to
+overwrite existing files the same way (checked before any batch is predicted). Rows of other tasks or
+splits are left to the ordinary prediction files.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+
+from pal_lightning.callbacks.prediction_writer import PredictionWriter
+from pal_lightning.contracts import PredictionLayout, datamodule_of, satisfies
+from pal_lightning.glue import SUBMISSION_FILES, write_submission_file
+
+log = logging.getLogger(__name__)
+
+#: The split the GLUE server scores.
+SUBMITTED_SPLIT = "test"
+
+
+class GlueSubmissionWriter(PredictionWriter):
+    """Write the GLUE server's ``<Task>.tsv`` files of the test predictions of GLUE tasks.
+
+    Args:
+        output_dir: folder of the files; default ``<trainer.log_dir>/glue_submission``.
+        overwrite: replace existing files instead of refusing to run.
+    """
+
+    def __init__(self, output_dir: str | None = None, overwrite: bool = False) -> None:
+        super().__init__(output_dir=output_dir, overwrite=overwrite)
+
+    def resolve_output_dir(self, trainer: pl.Trainer) -> Path:
+        """``output_dir``; else ``glue_submission`` beside the ordinary prediction files when another
+        :class:`PredictionWriter` names their folder (``pal-lightning predict`` puts them in the checkpoint's
+        run), else in the trainer's log folder."""
+        if self.output_dir is not None:
+            return self.output_dir
+        for callback in trainer.callbacks:  # type: ignore[attr-defined]
+            if type(callback) is PredictionWriter and callback.output_dir is not None:
+                return callback.output_dir.parent / "glue_submission"
+        return Path(trainer.log_dir or trainer.default_root_dir) / "glue_submission"
+
+    def expected_files(self, trainer: pl.Trainer) -> list[Path] | None:
+        dm = datamodule_of(trainer)
+        if not satisfies(dm, PredictionLayout):
+            return None
+        if SUBMITTED_SPLIT not in dm.predict_splits:
+            return []
+        out_dir = self.resolve_output_dir(trainer)
+        return [out_dir / SUBMISSION_FILES[t][0] for t in dm.task_names if t in SUBMISSION_FILES]
+
+    def _write_all(
+        self, trainer: pl.Trainer, gathered: dict[tuple[str, str], list[tuple[str, Any]]]
+    ) -> list[Path]:
+        out_dir = self._out_dir or self.resolve_output_dir(trainer)
+        keys = sorted(k for k in gathered if k[0] in SUBMISSION_FILES and k[1] == SUBMITTED_SPLIT)
+        self._check_no_overwrite([out_dir / SUBMISSION_FILES[task][0] for task, _ in keys], out_dir)
+        written = []
+        for task, split in keys:
+            rows = self._order(trainer, task, split, gathered[(task, split)])
+            written.append(write_submission_file(out_dir, task, rows, overwrite=True))
+            log.info("Wrote %d GLUE test predictions to %s", len(rows), written[-1])
+        return written

@@ -1,0 +1,272 @@
+"""GLUE as built-in tasks (issue 14 item 3): the nine task specs against the hub's columns, every task read
+from a small local copy of nyu-mll/glue in the hub's own layout (a README.md ``configs:`` block naming each
+configuration's parquet files per split, as the hub repository has it), the Matthews correlation and the GLUE
+average by hand, the server's submission files, a tiny fit + predict, a missing split as one line, and the
+parameter accounting of the paper's setting (configs/glue_bert_base_pals.yaml): 1.13x one BERT-base."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+datasets = pytest.importorskip("datasets")
+
+from pal_lightning.data import hf_sources  # noqa: E402
+from pal_lightning.data.readers import read_split  # noqa: E402
+from pal_lightning.errors import PalUserError  # noqa: E402
+from pal_lightning.glue import glue_average, write_submission_file  # noqa: E402
+from pal_lightning.metrics import build_metric, overall_score  # noqa: E402
+from pal_lightning.tasks import GLUE_EIGHT, GLUE_TASKS, get_task  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: config -> (text columns, label names or None for STS-B's float, splits): from the nyu-mll/glue card
+HUB = {
+    "cola": (("sentence",), ["unacceptable", "acceptable"], ("train", "validation", "test")),
+    "sst2": (("sentence",), ["negative", "positive"], ("train", "validation", "test")),
+    "mrpc": (("sentence1", "sentence2"), ["not_equivalent", "equivalent"], ("train", "validation", "test")),
+    "qqp": (("question1", "question2"), ["not_duplicate", "duplicate"], ("train", "validation", "test")),
+    "stsb": (("sentence1", "sentence2"), None, ("train", "validation", "test")),
+    "mnli": (
+        ("premise", "hypothesis"),
+        ["entailment", "neutral", "contradiction"],
+        ("train", "validation_matched", "validation_mismatched", "test_matched", "test_mismatched"),
+    ),
+    "qnli": (("question", "sentence"), ["entailment", "not_entailment"], ("train", "validation", "test")),
+    "rte": (("sentence1", "sentence2"), ["entailment", "not_entailment"], ("train", "validation", "test")),
+}
+WORDS = "the a cat dog runs sleeps big small red old new house car tree sees".split()
+
+
+def _label(config: str, i: int, split: str) -> float | int:
+    if split.startswith("test"):
+        return -1.0 if config == "stsb" else -1  # GLUE hides its test labels
+    names = HUB[config][1]
+    return round((i % 11) / 2, 1) if names is None else i % len(names)
+
+
+def write_glue_copy(root: Path, n: int = 8, skip: tuple[str, str] | None = None) -> Path:
+    """``root`` as the nyu-mll/glue repository: ``<config>/<split>-00000-of-00001.parquet`` and a README whose
+    ``configs:`` block maps each split to its files; ``skip`` = (config, split) leaves one split out."""
+    lines = ["---", "configs:"]
+    for config, (columns, names, splits) in HUB.items():
+        lines += [f"- config_name: {config}", "  data_files:"]
+        for split in splits:
+            if (config, split) == skip:
+                continue
+            rows = n if split == "train" else n // 2
+            label = datasets.Value("float32") if names is None else datasets.ClassLabel(names=names)
+            features = {c: datasets.Value("string") for c in columns} | {
+                "label": label,
+                "idx": datasets.Value("int32"),
+            }
+            table = {
+                c: [
+                    " ".join(WORDS[(i * 3 + k + j) % len(WORDS)] for j in range(3 + i % 4))
+                    for i in range(rows)
+                ]
+                for k, c in enumerate(columns)
+            }
+            table |= {"label": [_label(config, i, split) for i in range(rows)], "idx": list(range(rows))}
+            (root / config).mkdir(parents=True, exist_ok=True)
+            ds = datasets.Dataset.from_dict(table, features=datasets.Features(features))
+            ds.to_parquet(str(root / config / f"{split}-00000-of-00001.parquet"))
+            lines += [f"  - split: {split}", f"    path: {config}/{split}-*"]
+    (root / "README.md").write_text("\n".join([*lines, "---", ""]))
+    return root
+
+
+def _serve(monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
+    """``datasets.load_dataset('nyu-mll/glue', config)`` reads ``root``; other hub ids fail as offline."""
+    real = datasets.load_dataset
+
+    def load_dataset(path: str, name: str | None = None, **kwargs: Any) -> Any:
+        if path == "nyu-mll/glue":
+            return real(str(root), name, **kwargs)
+        if Path(path).is_dir() or path in ("csv", "json", "parquet"):
+            return real(path, name, **kwargs)
+        raise ConnectionError(f"Couldn't reach '{path}' on the Hub (LocalEntryNotFoundError)")
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    hf_sources.clear_loaded()
+
+
+@pytest.fixture(scope="module")
+def glue_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_glue_copy(tmp_path_factory.mktemp("hub") / "glue")
+
+
+@pytest.fixture
+def glue(glue_root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    _serve(monkeypatch, glue_root)
+    yield glue_root
+    hf_sources.clear_loaded()
+
+
+def test_glue_task_specs_by_hand() -> None:
+    expected = {  # name: (config, kind, labels, metrics, dev split, test split)
+        "glue_cola": ("cola", "single_classification", 2, ("matthews",), "validation", "test"),
+        "glue_sst2": ("sst2", "single_classification", 2, ("accuracy",), "validation", "test"),
+        "glue_mrpc": ("mrpc", "pair_classification", 2, ("accuracy", "f1"), "validation", "test"),
+        "glue_qqp": ("qqp", "pair_classification", 2, ("accuracy", "f1"), "validation", "test"),
+        "glue_stsb": ("stsb", "pair_regression", 1, ("pearson", "spearman"), "validation", "test"),
+        "glue_mnli": ("mnli", "pair_classification", 3, ("accuracy",), "validation_matched", "test_matched"),
+        "glue_mnli_mm": (
+            "mnli",
+            "pair_classification",
+            3,
+            ("accuracy",),
+            "validation_mismatched",
+            "test_mismatched",
+        ),
+        "glue_qnli": ("qnli", "pair_classification", 2, ("accuracy",), "validation", "test"),
+        "glue_rte": ("rte", "pair_classification", 2, ("accuracy",), "validation", "test"),
+    }
+    assert set(GLUE_TASKS) == set(expected) and set(GLUE_EIGHT) == set(expected) - {"glue_mnli_mm"}
+    for name, (config, kind, labels, metrics, dev, test) in expected.items():
+        spec = get_task(name)
+        assert (spec.hf_path, spec.hf_name, spec.format) == ("nyu-mll/glue", config, "hf"), name
+        assert (spec.kind.value, spec.num_labels, spec.metrics) == (kind, labels, metrics), name
+        assert spec.files == {"train": "train", "dev": dev, "test": test}, name
+        assert spec.text_columns == HUB[config][0] and (spec.label_column, spec.id_column) == ("label", "idx")
+    assert get_task("glue_stsb").label_range == (0.0, 5.0) and get_task("glue_mnli").label_range == (0.0, 2.0)
+
+
+def test_every_glue_task_reads_its_local_hub_copy(glue: Path) -> None:
+    for name, spec in GLUE_TASKS.items():
+        config = spec.hf_name
+        assert config is not None
+        train = read_split(spec, "train", glue)
+        assert len(train.ids) == 8 and len(train.texts) == len(HUB[config][0]), name
+        assert train.labels is not None
+        assert train.labels.tolist() == pytest.approx([_label(config, i, "train") for i in range(8)]), name
+        assert train.texts[0][0] == " ".join(WORDS[j % len(WORDS)] for j in range(3)), name
+        assert read_split(spec, "dev", glue).ids == ["0", "1", "2", "3"], name
+        assert read_split(spec, "test", glue).labels is None, name  # -1: hidden labels
+
+
+def test_matthews_by_hand() -> None:
+    preds, target = torch.tensor([1, 1, 0, 0, 1, 0, 1]), torch.tensor([1, 0, 0, 1, 1, 0, 1])
+    tp, tn, fp, fn = 3, 2, 1, 1
+    expected = (tp * tn - fp * fn) / math.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
+    metric = build_metric("matthews", get_task("glue_cola"))
+    metric.update(preds, target)
+    assert float(metric.compute()) == pytest.approx(expected)
+    with pytest.raises(PalUserError, match="regression task"):
+        build_metric("matthews", get_task("glue_stsb"))
+
+
+def test_glue_average_by_hand() -> None:
+    scores = {
+        "glue_cola": {"matthews": 0.5},
+        "glue_mrpc": {"accuracy": 0.8, "f1": 0.9},
+        "glue_stsb": {"pearson": 0.7, "spearman": 0.6},
+        "glue_mnli": {"accuracy": 0.8},
+        "glue_mnli_mm": {"accuracy": 0.7},
+    }
+    specs = list(GLUE_TASKS.values())
+    # CoLA 0.5, MRPC 0.85, STS-B 0.65, MNLI (0.8 + 0.7) / 2 = 0.75: four tasks
+    assert glue_average(scores, specs) == pytest.approx((0.5 + 0.85 + 0.65 + 0.75) / 4)
+    assert overall_score(scores, specs) == pytest.approx((0.5 + 0.85 + 0.65 + 0.75) / 4)
+    # with a non-GLUE task the overall is the mean of main metrics mapped to 0..1 instead
+    mixed = {"glue_cola": {"matthews": 0.5}, "sst2": {"accuracy": 0.9}}
+    assert overall_score(mixed, [*specs, get_task("sst2")]) == pytest.approx(((0.5 + 1) / 2 + 0.9) / 2)
+    assert glue_average({}, specs) is None
+
+
+def test_submission_files_by_hand(tmp_path: Path) -> None:
+    assert write_submission_file(tmp_path, "glue_mnli", [("0", 2), ("1", 0)]).name == "MNLI-m.tsv"
+    assert (tmp_path / "MNLI-m.tsv").read_text() == "index\tprediction\n0\tcontradiction\n1\tentailment\n"
+    write_submission_file(tmp_path, "glue_rte", [("5", 1)])
+    assert (tmp_path / "RTE.tsv").read_text() == "index\tprediction\n5\tnot_entailment\n"
+    write_submission_file(tmp_path, "glue_stsb", [("0", 3.25)])
+    assert (tmp_path / "STS-B.tsv").read_text() == "index\tprediction\n0\t3.25\n"
+    write_submission_file(tmp_path, "glue_cola", [("0", 1)])
+    assert (tmp_path / "CoLA.tsv").read_text() == "index\tprediction\n0\t1\n"
+    with pytest.raises(PalUserError, match="already exists"):
+        write_submission_file(tmp_path, "glue_cola", [("0", 0)])
+    assert (tmp_path / "CoLA.tsv").read_text().endswith("0\t1\n")  # nothing overwritten
+    with pytest.raises(PalUserError, match="no GLUE submission file"):
+        write_submission_file(tmp_path, "sst", [("0", 0)])
+
+
+def _tiny_glue_config(tmp_path: Path, tasks: list[str]) -> Path:
+    import yaml
+
+    from pal_lightning.testing import write_tiny_fit_config
+
+    config = write_tiny_fit_config(tmp_path, tmp_path / "no_files", tasks=tasks)
+    values = yaml.safe_load(config.read_text())
+    values["model"]["init_args"]["pair_encoding"] = "cross"
+    values["trainer"]["max_steps"] = 2  # one validation
+    values["trainer"]["callbacks"] = [
+        {"class_path": "pal_lightning.callbacks.glue_submission.GlueSubmissionWriter"}
+    ]
+    config.write_text(yaml.safe_dump(values))
+    return config
+
+
+def test_glue_tasks_fit_and_predict_submission_files(glue: Path, tmp_path: Path) -> None:
+    from pal_lightning.cli import main
+
+    config = _tiny_glue_config(tmp_path, ["glue_cola", "glue_mnli", "glue_stsb"])
+    assert main(["fit", "--config", str(config)]) == 0
+    run = tmp_path / "runs" / "version_0"
+    (ckpt,) = (run / "checkpoints").glob("last*.ckpt")
+    assert main(["predict", "--config", str(config), "--ckpt_path", str(ckpt)]) == 0
+    out = run / "glue_submission"  # beside run / "predictions"
+    assert sorted(p.name for p in out.iterdir()) == ["CoLA.tsv", "MNLI-m.tsv", "STS-B.tsv"]
+    mnli = (out / "MNLI-m.tsv").read_text().splitlines()
+    assert mnli[0] == "index\tprediction" and [r.split("\t")[0] for r in mnli[1:]] == ["0", "1", "2", "3"]
+    assert {r.split("\t")[1] for r in mnli[1:]} <= {"entailment", "neutral", "contradiction"}
+    sts = [float(r.split("\t")[1]) for r in (out / "STS-B.tsv").read_text().splitlines()[1:]]
+    assert len(sts) == 4 and all(0.0 <= s <= 5.0 for s in sts)
+    metrics = (run / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert {"val/glue_cola/matthews", "val/glue_stsb/spearman", "val/overall"} <= set(metrics)
+
+
+def test_a_glue_task_whose_split_is_missing_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pal_lightning.cli import USER_ERROR_EXIT, main
+
+    _serve(monkeypatch, write_glue_copy(tmp_path / "glue", n=4, skip=("rte", "validation")))
+    config = _tiny_glue_config(tmp_path, ["glue_rte"])
+    assert main(["fit", "--config", str(config)]) == USER_ERROR_EXIT
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    (line,) = [x for x in err.splitlines() if x.startswith("pal-lightning: error:")]
+    assert "nyu-mll/glue (config rte)" in line and "no split 'validation'" in line and "test, train" in line
+    hf_sources.clear_loaded()
+
+
+def test_the_papers_glue_setting_stores_1_13x_one_bert_base(capsys: pytest.CaptureFixture[str]) -> None:
+    """configs/glue_bert_base_pals.yaml's model with a random-init BERT-base (no download, on the meta device:
+    shapes only): 8 tasks with PALs of d_s 204 store 1.13x one BERT-base (Stickland & Murray 2019, Table 1)."""
+    import yaml
+
+    from pal_lightning.cli import main
+    from pal_lightning.module import MultiTaskModule
+
+    assert (
+        main(["fit", "--config", str(ROOT / "configs" / "glue_bert_base_pals.yaml"), "--print_config"]) == 0
+    )
+    args = yaml.safe_load(capsys.readouterr().out)["model"]["init_args"]
+    assert args["tasks"] == list(GLUE_EIGHT) and args["adapter"] == "pals" and args["pal_size"] == 204
+    bert_base = {
+        "hidden_size": 768,
+        "num_hidden_layers": 12,
+        "num_attention_heads": 12,
+        "intermediate_size": 3072,
+    }
+    args = {k: v for k, v in args.items() if k not in ("encoder", "encoder_revision", "init_from")}
+    with torch.device("meta"):
+        module = MultiTaskModule(**{**args, "bert_config": bert_base})
+    report = module.parameter_report()
+    assert report.shared > 108_000_000  # BERT-base with its 30,522-token vocabulary
+    assert all(w == 2 * 768 * 204 + 12 * 3 * 204**2 for w in report.adapter_weights.values())
+    assert round(report.total / report.shared, 2) == 1.13
