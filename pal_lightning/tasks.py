@@ -300,6 +300,12 @@ def _glue(name: str, config: str, text_columns: tuple[str, ...], labels: int = 2
     return TaskSpec(name=name, **fields)
 
 
+def _mnli(name: str, genres: str) -> TaskSpec:
+    """MNLI trained on its train split and scored on its ``genres`` (``matched``/``mismatched``) dev and test."""
+    files = {"train": "train", "dev": f"validation_{genres}", "test": f"test_{genres}"}
+    return _glue(name, "mnli", ("premise", "hypothesis"), labels=3, files=files)
+
+
 #: The eight GLUE tasks of Stickland & Murray (2019), read through ``datasets`` from ``nyu-mll/glue`` (hub
 #: columns checked against the dataset card), each with GLUE's metric(s): CoLA Matthews correlation, MRPC
 #: and QQP accuracy and F1, STS-B Pearson and Spearman, the others accuracy. ``glue_mnli`` is scored on the
@@ -320,20 +326,8 @@ GLUE_TASKS: dict[str, TaskSpec] = {
         label_range=(0, 5),
         metrics=("pearson", "spearman"),
     ),
-    "glue_mnli": _glue(
-        "glue_mnli",
-        "mnli",
-        ("premise", "hypothesis"),
-        labels=3,
-        files={"train": "train", "dev": "validation_matched", "test": "test_matched"},
-    ),
-    "glue_mnli_mm": _glue(
-        "glue_mnli_mm",
-        "mnli",
-        ("premise", "hypothesis"),
-        labels=3,
-        files={"train": "train", "dev": "validation_mismatched", "test": "test_mismatched"},
-    ),
+    "glue_mnli": _mnli("glue_mnli", "matched"),
+    "glue_mnli_mm": _mnli("glue_mnli_mm", "mismatched"),
     "glue_qnli": _glue("glue_qnli", "qnli", ("question", "sentence")),
     "glue_rte": _glue("glue_rte", "rte", _PAIR_COLUMNS),
 }

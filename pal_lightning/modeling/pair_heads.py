@@ -32,11 +32,11 @@ from collections.abc import Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from pal_lightning.batch import resolve_pair_encoding
 from pal_lightning.errors import PalUserError
-from pal_lightning.modeling.heads import TaskHead, build_head, output_size
+from pal_lightning.modeling.heads import LinearHead, TaskHead, build_head, output_size
 from pal_lightning.tasks import TaskSpec
 
 #: Head names a task may be given through the module's ``heads`` option.
@@ -64,7 +64,7 @@ class RescaledCosineHead(TaskHead):
         return rescaled_cosine(u, _pair(u, v, type(self).__name__))
 
 
-class ConcatPairHead(TaskHead):
+class ConcatPairHead(LinearHead):
     """``output = W · dropout([u, v]) + b`` on two separately encoded sentences (``W``: ``[C, 2H]``).
 
     Not symmetric: swapping the sentences changes the output (unlike the default ``[u, v, |u-v|, u*v]``
@@ -74,17 +74,13 @@ class ConcatPairHead(TaskHead):
     siamese = True
 
     def __init__(self, hidden_size: int, out_features: int, dropout: float = 0.1, squeeze: bool = False):
-        super().__init__()
-        self.dropout = nn.Dropout(dropout)
-        self.linear = nn.Linear(2 * hidden_size, out_features)
-        self.squeeze = squeeze
+        super().__init__(2 * hidden_size, out_features, dropout, squeeze)
 
     def forward(self, u: Tensor, v: Tensor | None = None) -> Tensor:
-        out = self.linear(self.dropout(torch.cat([u, _pair(u, v, type(self).__name__)], dim=-1)))
-        return out.squeeze(-1) if self.squeeze else out
+        return super().forward(torch.cat([u, _pair(u, v, type(self).__name__)], dim=-1))
 
 
-class SumPairHead(TaskHead):
+class SumPairHead(LinearHead):
     """``output = W · dropout(u + v) + b`` on two separately encoded sentences (``W``: ``[C, H]``).
 
     Symmetric in the two sentences, and as small as a single-sentence head.
@@ -92,15 +88,8 @@ class SumPairHead(TaskHead):
 
     siamese = True
 
-    def __init__(self, hidden_size: int, out_features: int, dropout: float = 0.1, squeeze: bool = False):
-        super().__init__()
-        self.dropout = nn.Dropout(dropout)
-        self.linear = nn.Linear(hidden_size, out_features)
-        self.squeeze = squeeze
-
     def forward(self, u: Tensor, v: Tensor | None = None) -> Tensor:
-        out = self.linear(self.dropout(u + _pair(u, v, type(self).__name__)))
-        return out.squeeze(-1) if self.squeeze else out
+        return super().forward(u + _pair(u, v, type(self).__name__))
 
 
 def check_head_choice(spec: TaskSpec, head: str, encoding: str) -> None:
