@@ -55,6 +55,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from pal_lightning.callbacks.best_checkpoint import BestCheckpoint, LastCheckpoint
 from pal_lightning.callbacks.checkpoint_io import AtomicCheckpointIO
 from pal_lightning.callbacks.fit_summary import FitSummary
+from pal_lightning.callbacks.graceful_stop import StopOnSignal
 from pal_lightning.callbacks.progress import RunProgressBar
 from pal_lightning.callbacks.rng_state import RNGStateCallback
 from pal_lightning.callbacks.score_report import ScoreReport
@@ -117,6 +118,7 @@ def default_trainer_settings() -> dict[str, Any]:
             TrainingLog(),  # task, steps per task, throughput, grad norm, distinct learning rates
             ScoreReport(monitor=MONITOR),
             RNGStateCallback(),
+            StopOnSignal(),  # last: it writes last.ckpt after the others' batch-end work (SIGTERM, Ctrl-C)
         ],
     }
 

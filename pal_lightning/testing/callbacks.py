@@ -3,6 +3,7 @@
 
 * :class:`KillAtStep`: the process dies at a given optimizer step (or in the middle of that step's
   checkpoint write), as a crash or a power cut would, for resume tests;
+* :class:`SignalAtStep`: the process receives SIGTERM or SIGINT at a given step (a clean stop to test);
 * :class:`RankRecorder`: what each rank trained on and ended with, for DDP and resume comparisons.
 """
 
@@ -49,6 +50,19 @@ class KillAtStep(Callback):
             os.kill(os.getpid(), signal.SIGKILL)
 
         os.fsync = cut_and_die  # checkpoint callbacks run after this one, in this batch end
+
+
+class SignalAtStep(Callback):
+    """Send this process ``signal_name`` (``SIGTERM``, ``SIGINT``) at the end of optimizer step ``step``, as
+    a cluster scheduler or a Ctrl-C would; the process handles it (unlike :class:`KillAtStep`'s SIGKILL)."""
+
+    def __init__(self, step: int, signal_name: str = "SIGTERM") -> None:
+        self.step = step
+        self.signum = signal.Signals[signal_name]
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), self.signum)
 
 
 class RankRecorder(Callback):

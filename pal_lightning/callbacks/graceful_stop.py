@@ -1,0 +1,133 @@
+"""A clean stop on SIGTERM (a cluster scheduler's notice) or Ctrl-C (SIGINT) during ``fit``.
+
+Without it, Lightning turns SIGTERM into a ``SystemExit`` without a status (the command exits 0, as
+if training had finished) and Ctrl-C into exit status 1 in the middle of a step; neither writes a
+checkpoint, so the steps since the last periodic ``last.ckpt`` are lost.
+
+:class:`StopOnSignal` only *notes* the signal (a signal handler must not do real work: it interrupts
+the program at an arbitrary bytecode). At the end of the current training step it writes
+``last.ckpt`` through the ``save_last`` checkpoint callback, exactly where a periodic ``last.ckpt``
+is written (so ``--ckpt_path last`` resumes exactly, as after a crash), prints one line saying how to
+resume and raises :class:`TrainingStopped`, a ``SystemExit`` whose status is the shell's convention
+for a signal: ``128 + signal number`` (143 for SIGTERM, 130 for SIGINT).
+
+A second Ctrl-C stops at once (Lightning's own ``KeyboardInterrupt`` handling; no checkpoint). A signal
+that arrives during a validation takes effect at the next training step; one that arrives after the
+last training step lets the run finish normally.
+
+The CLI adds the callback last among its default callbacks, so every other callback has finished its
+batch-end work when the checkpoint is written (as for Lightning's checkpoint callbacks, which run
+after it). Not yet handled: a signal to one rank of a multi-process (DDP) run.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from types import FrameType
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+
+from pal_lightning.compat import CheckpointHooks, last_saved
+
+__all__ = ["StopOnSignal", "TrainingStopped", "stop_message", "stop_status"]
+
+#: The signals that request a clean stop.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class TrainingStopped(SystemExit):
+    """``fit`` stopped on a signal; ``code`` is the exit status (``128 + signum``)."""
+
+
+def stop_status(signum: int) -> int:
+    """The exit status of a command stopped by signal ``signum`` (the shell's ``128 + n``)."""
+    return 128 + int(signum)
+
+
+def stop_message(signame: str, step: int, checkpoint: str | None) -> str:
+    """The one line printed when ``fit`` stops on ``signame`` after optimizer step ``step``."""
+    if checkpoint is None:
+        return (
+            f"pal-lightning: stopped by {signame} after step {step}; no checkpoint was written (no "
+            "last_checkpoint callback with save_last), so a new run starts from the beginning."
+        )
+    return (
+        f"pal-lightning: stopped by {signame} after step {step}; {checkpoint} written. Resume with the "
+        "same command plus --ckpt_path last."
+    )
+
+
+def last_checkpoint_callback(trainer: pl.Trainer) -> ModelCheckpoint | None:
+    """The checkpoint callback that writes ``last.ckpt`` (``save_last``), if any."""
+    for callback in trainer.checkpoint_callbacks:
+        if isinstance(callback, ModelCheckpoint) and callback.save_last:
+            return callback
+    return None
+
+
+def save_last_now(trainer: pl.Trainer) -> str | None:
+    """Write ``last.ckpt`` for the current step through its callback (unless it already holds this step).
+
+    Returns the file, or ``None`` without a ``save_last`` callback.
+    """
+    callback = last_checkpoint_callback(trainer)
+    if callback is None:
+        return None
+    path = callback.format_checkpoint_name({}, callback.CHECKPOINT_NAME_LAST)
+    if last_saved(callback) == (path, trainer.global_step):
+        return path
+    if isinstance(callback, CheckpointHooks):  # LastCheckpoint links to a checkpoint of the same step
+        callback.write_checkpoint(trainer, path)
+    else:
+        trainer.save_checkpoint(path, weights_only=callback.save_weights_only)
+    return path
+
+
+class StopOnSignal(Callback):
+    """Stop ``fit`` cleanly at the end of a step on SIGTERM or SIGINT, with a resumable ``last.ckpt``.
+
+    See the module docstring. Add it after every other callback that changes state at a batch end.
+    """
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _note(self, signum: int, frame: FrameType | None) -> None:
+        if signum == signal.SIGINT and self.received is not None:
+            raise KeyboardInterrupt  # a second Ctrl-C: stop at once
+        self.received = signum
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # after Lightning's signal connector (registered just before training starts): ours replaces its
+        # SIGTERM handler, whose SystemExit carries no status; Lightning restores the original at teardown
+        self.received = None
+        for signum in STOP_SIGNALS:
+            try:
+                self._previous[signum] = signal.signal(signum, self._note)
+            except ValueError:  # not the main thread: signals cannot be handled here
+                return
+
+    def _restore(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        self._previous.clear()
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._restore()
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._restore()
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+        if self.received is None or trainer.global_step >= (trainer.max_steps or -1) > 0:
+            return  # no signal, or the last step: the run finishes normally
+        signum = self.received
+        path = save_last_now(trainer)
+        if trainer.is_global_zero:
+            print(stop_message(signal.Signals(signum).name, trainer.global_step, path), file=sys.stderr)
+            sys.stderr.flush()
+        raise TrainingStopped(stop_status(signum))
