@@ -65,6 +65,7 @@ from pal_lightning.modeling.simcse import SimCSEConfig, as_simcse_config
 from pal_lightning.pretrained import PretrainedMixin
 from pal_lightning.tasks import TaskSpec, resolve_tasks, task_to_hparam
 from pal_lightning.training.checkpoint_compat import CheckpointCompatMixin
+from pal_lightning.training.compile import EncoderCall, compile_backend
 from pal_lightning.training.evaluation import STAGES, EvaluationMixin
 from pal_lightning.training.guard import (
     NonFiniteGuardMixin,
@@ -188,6 +189,10 @@ class MultiTaskModule(
         encoder_revision: hub branch, tag or commit of ``encoder`` to use (pins the weights; the data
             module's tokenizer follows through the CLI link); ``None``: the packaged or cached copy, else
             the hub's default branch.
+        compile: call the encoder through ``torch.compile`` (:mod:`pal_lightning.training.compile`):
+            ``true`` with torch's default backend (inductor: fastest on GPUs, needs a C compiler), a
+            backend name such as ``aot_eager`` or ``cudagraphs``, ``false`` (default) eagerly. Where
+            compiling fails, one warning and the eager encoder. Checkpoints are the same either way.
     """
 
     def __init__(
@@ -223,6 +228,7 @@ class MultiTaskModule(
         auxiliary: Sequence[str] | None = None,
         init_from: str | None = None,
         encoder_revision: str | None = None,
+        compile: bool | str = False,
     ) -> None:
         super().__init__()
         self.task_specs: dict[str, TaskSpec] = {s.name: s for s in resolve_tasks(tasks)}
@@ -244,6 +250,7 @@ class MultiTaskModule(
 
         self.encoder = self.build_encoder()
         self.heads = self.build_heads()
+        self._encoder_call = EncoderCall(self.encoder, compile_backend(compile))
         missing = sorted(set(self.task_specs) - set(self.heads.keys()))
         if missing:
             raise PalUserError(f"build_heads() returned no head for task(s) {missing}.")
@@ -336,7 +343,7 @@ class MultiTaskModule(
                 "Set the same pair_encoding for the model and the data."
             )
         mask = batch[ATTENTION_MASK]
-        hidden = self.encoder(batch[INPUT_IDS], mask, batch.get(TOKEN_TYPE_IDS), task=task)
+        hidden = self._encoder_call(batch[INPUT_IDS], mask, batch.get(TOKEN_TYPE_IDS), task=task)
         pooled = pool(hidden, mask, self.hparams["pooling"])
         if not self.task_specs[task].is_pair:  # a cross pair's vector is not a sentence's
             self._capture_simcse_view(pooled)
@@ -352,7 +359,7 @@ class MultiTaskModule(
             )
         stacked = concat_inputs([side_a, side_b])  # token_type_ids are optional
         mask = stacked[ATTENTION_MASK]
-        hidden = self.encoder(stacked[INPUT_IDS], mask, stacked.get(TOKEN_TYPE_IDS), task=task)
+        hidden = self._encoder_call(stacked[INPUT_IDS], mask, stacked.get(TOKEN_TYPE_IDS), task=task)
         pooled = pool(hidden, mask, self.hparams["pooling"])
         self._capture_simcse_view(pooled)  # [a; b]: the sentence order SimCSE uses
         u, v = pooled.chunk(2)

@@ -1,0 +1,82 @@
+"""``MultiTaskModule(compile=...)``: the compiled encoder trains like the eager one, and falls back to it.
+
+The tests compile with the ``aot_eager`` backend: it runs the whole ``torch.compile`` stack (dynamo's
+graph capture with its guards on the task, AOT autograd's joint forward/backward graph) without
+generating C++ code, which would cost minutes of a CI machine's CPU; inductor is the same graphs lowered
+to kernels.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from test_module import FIXED, TinyData, tiny_module
+
+from pal_lightning.errors import PalUserError
+from pal_lightning.testing import TINY_BERT, quiet_trainer, without_dropout
+from pal_lightning.training.compile import EncoderCall, compile_backend, is_compile_failure
+
+
+def _pair(**kw: Any) -> tuple[pl.LightningModule, pl.LightningModule]:
+    """An eager and a compiled module with the same weights and no dropout."""
+    torch.manual_seed(0)
+    eager = tiny_module(bert_config=without_dropout(TINY_BERT), pal_init="random", **kw)
+    compiled = tiny_module(
+        bert_config=without_dropout(TINY_BERT), pal_init="random", compile="aot_eager", **kw
+    )
+    compiled.load_state_dict(eager.state_dict())
+    return eager, compiled
+
+
+def test_backend_option() -> None:
+    assert compile_backend(False) is None
+    assert compile_backend(True) == "inductor"
+    assert compile_backend("aot_eager") == "aot_eager"
+
+
+def test_fit_steps_with_a_compiled_encoder_end_at_the_eager_weights(tmp_path: Any) -> None:
+    """Two optimizer steps (an sst batch, then a qqp pair: two tasks' PALs and heads, two graphs)."""
+    eager, compiled = _pair(lr=1e-3, head_lr=1e-2)
+    start = [p.detach().clone() for p in eager.parameters()]
+    for module in (eager, compiled):
+        pl.seed_everything(0, verbose=False)
+        quiet_trainer(max_steps=2, default_root_dir=tmp_path).fit(module, datamodule=TinyData())
+    assert compiled._encoder_call.compiling  # compiled, not fallen back
+    assert compiled.state_dict().keys() == eager.state_dict().keys()  # nothing compiled is saved
+    for (name, p), q in zip(eager.named_parameters(), compiled.parameters(), strict=True):
+        torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-6, msg=name)
+    moved = {n for (n, p), p0 in zip(eager.named_parameters(), start, strict=True) if not torch.equal(p, p0)}
+    assert any(n.startswith("encoder.adapters.sst.") for n in moved)
+    assert any(n.startswith("encoder.adapters.qqp.") for n in moved)
+    assert any(n.startswith("heads.qqp.") for n in moved)
+
+
+def _failing_backend(graph: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
+    raise RuntimeError("no C compiler here")
+
+
+def test_a_failing_compiler_warns_once_and_runs_the_eager_encoder() -> None:
+    eager, compiled = _pair()
+    call = EncoderCall(compiled.encoder, _failing_backend)
+    batch = FIXED[0]
+    args = (batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
+    with pytest.warns(RuntimeWarning, match="torch.compile of the encoder failed.*eager encoder"):
+        out = call(*args, task="sst")
+    assert call.fell_back and not call.compiling
+    torch.testing.assert_close(out, eager.encoder(*args, task="sst"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no second warning
+        call(*args, task="sst")
+
+
+def test_errors_of_the_model_are_not_taken_for_compile_failures() -> None:
+    _, compiled = _pair()
+    batch = FIXED[0]
+    with pytest.raises(PalUserError, match="Unknown task"):
+        compiled._encoder_call(batch["input_ids"], batch["attention_mask"], task="nope")
+    assert not compiled._encoder_call.fell_back
+    assert not is_compile_failure(PalUserError("x")) and not is_compile_failure(RuntimeError("x"))
