@@ -183,10 +183,16 @@ def _iter_delimited(path: str, quoted: bool) -> Iterator[tuple[int, dict[str | N
     """
     with open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:
         reader = csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_MINIMAL if quoted else csv.QUOTE_NONE)
-        header = list(reader.fieldnames or [])
-        for row in reader:
-            # line_num is the last physical line of the record (1-based, header is line 1).
-            yield reader.line_num, row, header
+        try:  # csv.Error (e.g. a field over csv.field_size_limit()) stops the reader: no later row is safe
+            header = list(reader.fieldnames or [])
+            for row in reader:
+                # line_num is the last physical line of the record (1-based, header is line 1).
+                yield reader.line_num, row, header
+        except csv.Error as err:
+            raise PalUserError(
+                f"{path}, line {reader.line_num}: cannot be read as tab-separated text ({err}). Fix the file "
+                "(a field this long usually means a quote that is never closed)."
+            ) from err
 
 
 def _iter_hf(
