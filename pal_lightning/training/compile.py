@@ -75,6 +75,7 @@ class EncoderCall:
         if not self.compiling:
             return self.module(*args, **kwargs)
         if self._compiled is None:
+            assert self.backend is not None  # compiling
             try:
                 self._compiled = torch.compile(self.module, backend=self.backend)
             except RuntimeError as err:  # compile is not supported on this Python / platform
