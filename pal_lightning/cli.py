@@ -71,7 +71,12 @@ from pal_lightning.cli_help import (
 )
 from pal_lightning.compat import CLIHooks, decided_by_rank_zero
 from pal_lightning.console import quiet_lightning
-from pal_lightning.distributed import close_process_group, is_launched_rank, is_main_process
+from pal_lightning.distributed import (
+    close_process_group,
+    is_launched_rank,
+    is_main_process,
+    launcher_world_size,
+)
 from pal_lightning.errors import PalUserError
 from pal_lightning.files import atomic_write_via, free_name
 from pal_lightning.run_folders import (
@@ -477,9 +482,18 @@ class PalLightningCLI(CLIHooks):
             plugins.append(AtomicCheckpointIO())  # crash-safe writes, one-line errors for bad files
         kwargs["plugins"] = plugins
         try:
-            return super().instantiate_trainer(**kwargs)
+            trainer = super().instantiate_trainer(**kwargs)
         finally:
             self.trainer_defaults = defaults
+        started = launcher_world_size()  # torchrun/srun: every process would otherwise train alone
+        if started is not None and started != trainer.world_size:
+            raise PalUserError(
+                f"The launcher started {started} processes, but the Trainer runs {trainer.world_size} "
+                "(devices x num_nodes under a DDP strategy): set --trainer.strategy "
+                "ddp_find_unused_parameters_true, --trainer.devices to the processes per node (torchrun "
+                "--nproc_per_node, SLURM --ntasks-per-node) and --trainer.num_nodes to the number of nodes."
+            )
+        return trainer
 
 
 _UNION_ERROR = "Does not validate against any of the Union subtypes"

@@ -37,6 +37,7 @@ __all__ = [
     "is_distributed",
     "is_launched_rank",
     "is_main_process",
+    "launcher_world_size",
     "rank",
     "world_size",
 ]
@@ -91,6 +92,18 @@ def is_launched_rank() -> bool:
     """
     value = next((os.environ[k] for k in _RANK_VARIABLES if os.environ.get(k, "") != ""), "0")
     return value != "0"
+
+
+def launcher_world_size() -> int | None:
+    """How many processes an external launcher started: ``torchrun``'s ``WORLD_SIZE`` or ``srun``'s
+    ``SLURM_NTASKS``, as Lightning's cluster environments detect them; ``None`` without one."""
+    from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
+
+    if TorchElasticEnvironment.detect():
+        return int(os.environ.get("WORLD_SIZE", "1"))
+    if SLURMEnvironment.detect():
+        return int(os.environ.get("SLURM_NTASKS", "1"))
+    return None
 
 
 def gather_objects(obj: T) -> list[T]:

@@ -26,8 +26,6 @@ from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
 
 from .conftest import subprocess_env
 
-pytestmark = pytest.mark.ddp
-
 #: What the trainer needs under either launcher: devices x num_nodes must equal the world size.
 TRAINER = ["--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.num_nodes", "1"]
 TRAINER += ["--trainer.strategy", "ddp_find_unused_parameters_true"]
@@ -106,6 +104,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return folders
 
 
+@pytest.mark.ddp
 @pytest.mark.parametrize("launcher", LAUNCHERS)
 def test_ranks_train_the_same_task_on_disjoint_examples_to_identical_weights(
     runs: dict[str, Path], launcher: str
@@ -120,6 +119,7 @@ def test_ranks_train_the_same_task_on_disjoint_examples_to_identical_weights(
     assert r0["val"] == r1["val"] and "val/overall" in r0["val"]  # reduced over ranks: one value
 
 
+@pytest.mark.ddp
 @pytest.mark.parametrize("launcher", LAUNCHERS)
 def test_one_run_folder(runs: dict[str, Path], launcher: str) -> None:
     # rank 1 has no parent process to learn rank 0's folder from: it must not claim a folder of its own
@@ -129,6 +129,7 @@ def test_one_run_folder(runs: dict[str, Path], launcher: str) -> None:
     assert (checkpoints / "last.ckpt").is_file() and (run / "runs" / "version_0" / "config.yaml").is_file()
 
 
+@pytest.mark.ddp
 def test_single_process_validation_matches_the_torchrun_fit(
     runs: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -145,3 +146,23 @@ def test_single_process_validation_matches_the_torchrun_fit(
     assert set(validated) == set(fit)
     for key, value in fit.items():
         assert validated[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+
+
+def test_devices_that_do_not_match_torchruns_world_size_name_the_options(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # rank 0 of a 2-process torchrun job (its variables), with the config's devices: 1 and no DDP strategy:
+    # without the check, each process would train a model of its own into the same run folder
+    torchrun = {"TORCHELASTIC_RUN_ID": "test", "WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"}
+    torchrun |= {"GROUP_RANK": "0", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
+    for key, value in {**torchrun, "PAL_RUN_VERSION": "", "PAL_RESUME_CKPT": ""}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(tmp_path)
+    config = _setup(tmp_path)
+    assert main(["fit", "--config", str(config), "--trainer.accelerator", "cpu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("pal-lightning: error: The launcher started 2 processes"), err
+    assert (
+        "the Trainer runs 1" in err[0] and "--trainer.devices" in err[0] and "--trainer.num_nodes" in err[0]
+    )
+    assert not (tmp_path / "runs").exists()  # the folder claimed before fit is removed again
