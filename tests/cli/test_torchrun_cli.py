@@ -1,5 +1,6 @@
 """External launchers: ``torchrun --nproc_per_node 2`` starts both ranks of ``pal-lightning fit`` (CPU, gloo), and
-so do two processes with the variables ``srun`` sets (``SLURM_PROCID``, ``SLURM_NTASKS_PER_NODE``, ...);
+so do two processes with the variables ``srun`` sets for 2 nodes of 1 task each (``SLURM_PROCID``,
+``SLURM_NODEID``, ...: the second "node"'s process has local rank 0 and global rank 1);
 Lightning's TorchElasticEnvironment / SLURMEnvironment take the ranks from them. Rank 1 is not a child
 of rank 0, so it inherits nothing from it.
 
@@ -27,8 +28,12 @@ from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
 from .conftest import subprocess_env
 
 #: What the trainer needs under either launcher: devices x num_nodes must equal the world size.
-TRAINER = ["--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.num_nodes", "1"]
-TRAINER += ["--trainer.strategy", "ddp_find_unused_parameters_true"]
+TRAINER = ["--trainer.accelerator", "cpu", "--trainer.strategy", "ddp_find_unused_parameters_true"]
+#: devices x num_nodes = the launcher's world size: 1 node x 2 for torchrun, 2 nodes x 1 for srun
+NODES = {
+    "torchrun": ["--trainer.devices", "2"],
+    "srun": ["--trainer.devices", "1", "--trainer.num_nodes", "2"],
+}
 LAUNCHERS = ("torchrun", "srun")
 
 
@@ -44,7 +49,7 @@ def _free_port() -> int:
 
 def _launch(launcher: str, folder: Path, config: Path) -> list[subprocess.CompletedProcess[str]]:
     """``pal-lightning fit`` on 2 ranks started by ``launcher``; the finished processes."""
-    fit = ["-m", "pal_lightning", "fit", "--config", str(config), *TRAINER]
+    fit = ["-m", "pal_lightning", "fit", "--config", str(config), *TRAINER, *NODES[launcher]]
     env = subprocess_env()
     for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(key, None)
@@ -53,21 +58,20 @@ def _launch(launcher: str, folder: Path, config: Path) -> list[subprocess.Comple
     if launcher == "torchrun":
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *fit]
         return [subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=300)]
-    slurm = {  # what srun sets for 2 tasks on one node (--ntasks-per-node=2)
+    slurm = {  # what srun sets for --nodes=2 --ntasks-per-node=1 (both "nodes" on this machine)
         "SLURM_JOB_ID": "4242",
         "SLURM_JOB_NAME": "pal",  # not "bash"/"interactive", which Lightning leaves to other environments
         "SLURM_NTASKS": "2",
-        "SLURM_NTASKS_PER_NODE": "2",
-        "SLURM_NNODES": "1",
+        "SLURM_NTASKS_PER_NODE": "1",
+        "SLURM_NNODES": "2",
         "SLURM_NODELIST": "localhost",
-        "SLURM_NODEID": "0",
         "MASTER_PORT": str(_free_port()),
     }
     procs = [
         subprocess.Popen(
             [sys.executable, *fit],
             cwd=folder,
-            env={**env, **slurm, "SLURM_PROCID": str(r), "SLURM_LOCALID": str(r)},
+            env={**env, **slurm, "SLURM_PROCID": str(r), "SLURM_NODEID": str(r), "SLURM_LOCALID": "0"},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
