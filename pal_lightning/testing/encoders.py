@@ -43,9 +43,12 @@ TINY_BERT = tiny_bert_config()
 TINY_BERT_3_LAYERS = tiny_bert_config(layers=3, heads=4, vocab_size=100, max_positions=64)
 
 
-def save_tiny_encoder(folder: str | Path, with_head: bool = False, seed: int = 0) -> Path:
-    """A random :data:`TINY_BERT` saved as an encoder folder (``save_pretrained``) with the packaged
-    MiniLM tokenizer, with or without a masked-language-model head; returns the folder.
+def save_tiny_encoder(
+    folder: str | Path, with_head: bool = False, seed: int = 0, bert_config: dict[str, Any] | None = None
+) -> Path:
+    """A random :data:`TINY_BERT` (or ``bert_config``, e.g. ``tiny_bert_config(layers=6)``) saved as an
+    encoder folder (``save_pretrained``) with the packaged MiniLM tokenizer, with or without a
+    masked-language-model head; returns the folder.
 
     Skips the calling test when the offline MiniLM package (the tokenizer's source) is not installed.
     """
@@ -60,7 +63,7 @@ def save_tiny_encoder(folder: str | Path, with_head: bool = False, seed: int = 0
 
         pytest.skip("the offline MiniLM package (its tokenizer) is not installed")
     torch.manual_seed(seed)
-    config = BertConfig(**TINY_BERT)
+    config = BertConfig(**(TINY_BERT if bert_config is None else bert_config))
     model = BertForMaskedLM(config) if with_head else BertModel(config)
     model.save_pretrained(folder)
     AutoTokenizer.from_pretrained(source).save_pretrained(folder)

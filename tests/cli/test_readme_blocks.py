@@ -1,0 +1,414 @@
+"""Every command and code block of README.md runs as written, in README order, on fixture data (issue 18,
+item 2).
+
+One working folder plays the fresh clone: the CS224N fixture files (``write_cs224n_data``) stand in for
+``PAL_DATA_DIR``, a random 6-layer encoder of width 32 (``save_tiny_encoder``) for all-MiniLM-L6-v2, and
+every ``pal-lightning`` command gets extra options that shrink its budget (:data:`SHRINK`: 2 steps,
+batches of 4, 32 tokens) after its own, except those it sets itself. Python blocks are executed there,
+in order, so that a block sees what the commands before it wrote (``runs/demo/version_0/model``,
+``my_models.py``). What cannot run in CI is listed with the reason in :data:`NOT_RUN_COMMANDS` and
+:data:`BLOCKS` and checked another way (``--print_config``, the script's own argument parser); a block
+or a command line that is neither run nor listed fails :func:`test_every_readme_block_is_run_or_listed`.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from pal_lightning.cli import main
+from pal_lightning.testing import save_tiny_encoder, tiny_bert_config, write_cs224n_data
+
+from .conftest import load_benchmark
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
+
+
+@dataclass(frozen=True)
+class Block:
+    """A fenced block of the README: its section, language and text."""
+
+    section: str
+    language: str
+    body: str
+
+    @property
+    def key(self) -> str:
+        """``<section> | <first line>``: how :data:`BLOCKS` names a block (an edited block must be re-checked)."""
+        return f"{self.section} | {self.body.splitlines()[0].strip()}"
+
+
+def readme_blocks(text: str = README) -> list[Block]:
+    """The fenced blocks of ``text`` in order, each with the ``##`` section it is in."""
+    blocks, section = [], ""
+    pattern = re.compile(r"^## (?P<section>.*?)$|^```(?P<language>\w*)\n(?P<body>.*?)^```", re.S | re.M)
+    for match in pattern.finditer(text):
+        if match.group("section") is not None:
+            section = match.group("section").strip()
+        else:
+            blocks.append(Block(section, match.group("language"), match.group("body")))
+    return blocks
+
+
+def command_lines(body: str) -> list[str]:
+    """The commands of a bash block: continuation lines joined, comments and blank lines dropped."""
+    lines = []
+    for line in body.replace("\\\n", " ").splitlines():
+        words = shlex.split(line, comments=True)
+        if words:  # a line with a comment re-joined without it; others verbatim (redirections stay)
+            lines.append(shlex.join(words) if "#" in line else line.strip())
+    return lines
+
+
+# --- what is not run, and how it is checked instead -------------------------------------------------
+
+
+def _print_config(args: list[str], ws: Workspace) -> None:
+    """The configuration resolves: the command after ``pal-lightning`` (``srun pal-lightning``,
+    ``torchrun ... -m pal_lightning``) with ``--print_config``."""
+    start = next(i for i, a in enumerate(args) if a in ("pal-lightning", "pal_lightning")) + 1
+    assert main([*ws.repo_paths(args[start:]), "--print_config"]) == 0
+    assert "model:" in ws.output()
+
+
+def _benchmark_arguments(args: list[str], ws: Workspace) -> None:
+    """Every option is one the script defines; with a ``parse_args``, the whole line parses."""
+    script = ROOT / args[1]  # python benchmarks/<name>.py ...
+    source = script.read_text()
+    for option in (a.split("=", 1)[0] for a in args[2:] if a.startswith("--")):
+        assert f'"{option}"' in source, f"{script.name} has no option {option}"
+    module = load_benchmark(script.stem)
+    if hasattr(module, "parse_args"):
+        module.parse_args(ws.repo_paths(args[2:]))
+
+
+#: Commands not run here, by how they start: why, and the check made instead (``None``: none possible).
+NOT_RUN_COMMANDS: dict[str, tuple[str, Callable[[list[str], Workspace], None] | None]] = {
+    "pip install": ("installs packages from an index; CI (.ci/run) runs the same line", None),
+    "python -m pytest": ("the test suite itself; CI runs the same line", None),
+    "bash tools/mutation/run.sh": ("mutation testing, hours of CPU; tools/mutation/MUTATION.md", None),
+    "python benchmarks/reproduce.py": (
+        "a benchmark grid of full runs (minutes to hours); end to end on a tiny model in test_reproduce.py",
+        _benchmark_arguments,
+    ),
+    "python benchmarks/peers.py": (
+        "peer systems on the real encoder; --quick end to end in tests/cli/test_peers.py",
+        _benchmark_arguments,
+    ),
+    "python benchmarks/two_stage.py": (
+        "two full runs in subprocesses; end to end on a tiny model in tests/cli/test_two_stage.py",
+        _benchmark_arguments,
+    ),
+    "python benchmarks/continual.py": (
+        "three continual runs in subprocesses; end to end in tests/cli/test_continual_benchmark.py",
+        _benchmark_arguments,
+    ),
+    "torchrun ": ("GPUs and nodes; tests/cli/test_torchrun_cli.py launches 2 CPU processes", _print_config),
+    "source .venv/bin/activate": ("the SLURM job's environment", None),
+    "srun pal-lightning": ("a SLURM job on GPU nodes", _print_config),
+    "pal-lightning fit --config configs/bert_base_pals_annealed.yaml --config configs/ddp.yaml": (
+        "four GPUs",
+        _print_config,
+    ),
+    "pal-lightning fit --config configs/quickstart.yaml --config configs/aux_cfimdb_sst2.yaml": (
+        "needs the CFIMDB and GLUE SST-2 files; trained on fixtures in tests/auxiliary/test_aux_configs.py",
+        _print_config,
+    ),
+    "pal-lightning fit --config configs/quickstart.yaml --config configs/aux_snli.yaml": (
+        "SNLI from the hub; a local copy in the hub layout in tests/auxiliary/test_aux_configs.py",
+        _print_config,
+    ),
+}
+
+
+# --- the working folder -----------------------------------------------------------------------------
+
+
+#: Options added after a ``fit`` command's own, unless it sets them: a run of seconds on the fixtures.
+SHRINK = {
+    "trainer.accelerator": "cpu",
+    "trainer.max_steps": "2",
+    "trainer.check_val_every_n_epoch": "1",
+    "trainer.enable_progress_bar": "false",
+    "trainer.log_every_n_steps": "1",
+    "model.init_args.encoder": "{encoder}",
+    "data.init_args.batch_size": "4",
+    "data.init_args.eval_batch_size": "16",
+    "data.init_args.max_length": "32",
+    "data.init_args.steps_per_epoch": "2",
+    "data.init_args.cache_dir": "false",
+}
+#: Continual configs size their epoch by phases: one batch per task instead of steps.
+SHRINK_CONTINUAL = {
+    **{k: v for k, v in SHRINK.items() if k not in ("trainer.max_steps", "data.init_args.steps_per_epoch")},
+    "data.init_args.steps_per_task": "1",
+}
+SHRINK_PRETRAIN = {
+    "trainer.accelerator": "cpu",
+    "trainer.max_steps": "2",
+    "trainer.val_check_interval": "2",
+    "trainer.enable_progress_bar": "false",
+    "model.init_args.encoder": "{encoder}",
+    "data.init_args.batch_size": "8",
+    "data.init_args.max_length": "32",
+    "data.init_args.max_val_sentences": "16",
+}
+
+
+def _option(word: str) -> str:
+    """``--model.encoder`` -> ``model.init_args.encoder`` (the name :data:`SHRINK` uses)."""
+    name = word[2:].split("=", 1)[0]
+    group, _, rest = name.partition(".")
+    if group in ("model", "data") and rest and not rest.startswith(("init_args.", "class_path")):
+        return f"{group}.init_args.{rest}"
+    return name
+
+
+@dataclass
+class Workspace:
+    """The fresh clone's working folder, and what the blocks so far left behind."""
+
+    folder: Path
+    encoder: Path
+    capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch
+    namespace: dict[str, Any] = field(default_factory=dict)  # the Python blocks' variables, shared
+    last_fit_output: str = ""
+    ran: list[str] = field(default_factory=list)
+
+    def output(self) -> str:
+        return self.capsys.readouterr().out
+
+    @staticmethod
+    def repo_paths(args: list[str]) -> list[str]:
+        """The repository's own files (``configs/...``) by absolute path: the clone is the repository."""
+        return [str(ROOT / a) if a.startswith(("configs/", "benchmarks/")) else a for a in args]
+
+    def shrunk(self, args: list[str]) -> list[str]:
+        line = " ".join(args)
+        table = (
+            SHRINK_PRETRAIN if args[0] == "pretrain" else SHRINK_CONTINUAL if "continual" in line else SHRINK
+        )
+        if "--ckpt_path" in args:  # a resume: two steps further than the run it continues
+            table = {**table, "trainer.max_steps": "4"}
+        given = {_option(a) for a in args if a.startswith("--")}
+        extra = []
+        for name, value in table.items():
+            if name not in given:
+                extra += [f"--{name}", value.format(encoder=self.encoder)]
+        return [*self.repo_paths(args), *extra]
+
+    def run_command(self, line: str) -> None:
+        start = time.perf_counter()
+        self._run_command(line)
+        self.ran.append(f"{time.perf_counter() - start:5.1f} s  {line}")
+
+    def _run_command(self, line: str) -> None:
+        words = shlex.split(line)
+        if words[0] == "export":  # export PAL_DATA_DIR=/path/to/...: the fixture folder instead
+            name, _ = words[1].split("=", 1)
+            assert name == "PAL_DATA_DIR", line
+            return
+        if words[0].startswith("PYTHONPATH="):  # PYTHONPATH=. pal-lightning ...: the working folder
+            self.monkeypatch.syspath_prepend(str(self.folder))
+            words = words[1:]
+        if words[0] == "pal-lightning":
+            # evaluation and predict use the run's own settings; --print_config runs nothing
+            shrink = words[1] in ("fit", "pretrain") and "--print_config" not in words
+            assert main(self.shrunk(words[1:]) if shrink else self.repo_paths(words[1:])) == 0, line
+            out = self.output()
+            if "--print_config" in words:
+                assert "model:" in out, line
+            elif words[1] == "fit":
+                assert "CS224N overall (dev):" in out, line
+                self.last_fit_output = out
+        else:  # only the shell lines the coverage test accepts: printf ... > mine.csv
+            assert words[0] == "printf", f"README command neither run nor listed: {line}"
+            subprocess.run(["bash", "-c", line], cwd=self.folder, check=True)
+
+
+def not_run(line: str) -> tuple[str, Callable[[list[str], Workspace], None] | None] | None:
+    """The :data:`NOT_RUN_COMMANDS` entry of a command line, if it is listed."""
+    return next((v for k, v in NOT_RUN_COMMANDS.items() if line.startswith(k)), None)
+
+
+# --- the blocks that are not bash -------------------------------------------------------------------
+
+
+def _run_bash(block: Block, ws: Workspace) -> None:
+    for line in command_lines(block.body):
+        listed = not_run(line)
+        if listed is None:
+            ws.run_command(line)
+        elif listed[1] is not None:
+            listed[1](shlex.split(line), ws)
+
+
+def _exec(block: Block, ws: Workspace, code: str | None = None) -> None:
+    exec(compile(code or block.body, f"README.md ({block.section})", "exec"), ws.namespace)  # noqa: S102
+
+
+def _score_table(block: Block, ws: Workspace) -> None:
+    """The example output: every line of it, numbers and the home folder generalised, in the last fit's."""
+    for line in block.body.splitlines():
+        pattern = re.sub(r"(?:\\ )+", " +", re.escape(line.rstrip()))  # right-aligned columns: any spacing
+        pattern = re.sub(r"\d+(?:\\\.\d+)?", r"-?\\d+(?:\\.\\d+)?", pattern).replace(r"/home/me", ".*")
+        assert re.search(f"^{pattern}$", ws.last_fit_output, re.M), f"{line!r} not in\n{ws.last_fit_output}"
+
+
+def _config_file_named_in_comment(block: Block, ws: Workspace, run: bool) -> None:
+    """A YAML block whose first line names its file and the command using it: written, then run (or,
+    when it cannot run here, resolved with ``--print_config``)."""
+    first = block.body.splitlines()[0]
+    name = re.match(r"# ([\w.]+\.yaml)", first)
+    assert name, first
+    (ws.folder / name.group(1)).write_text(block.body)
+    command = re.search(r"(pal-lightning .*)$", first)
+    if command is None:
+        command = re.search(r"\(`(pal-lightning [^`]*--config " + re.escape(name.group(1)) + ")`", README)
+    assert command, f"no command using {name.group(1)}"
+    if run:
+        ws.run_command(command.group(1))
+    else:
+        _print_config(shlex.split(command.group(1)), ws)
+
+
+def _gem_callbacks(block: Block, ws: Workspace) -> None:
+    """The GEM ``trainer.callbacks`` snippet as an overlay of the quickstart."""
+    (ws.folder / "gem_callbacks.yaml").write_text(block.body)
+    assert "GEMCallback" in yaml.safe_load(block.body)["trainer"]["callbacks"][0]["class_path"]
+    ws.run_command(
+        "pal-lightning fit --config configs/quickstart.yaml --config gem_callbacks.yaml"
+        " --trainer.default_root_dir runs/gem"
+    )
+
+
+def _save_load_share(block: Block, ws: Workspace) -> None:
+    """``model`` is the one the blocks before made; ``push_to_hub`` needs a hub account: recorded only."""
+    from pal_lightning import MultiTaskModule
+
+    pushed: list[str] = []
+    ws.monkeypatch.setattr(MultiTaskModule, "push_to_hub", lambda self, repo, *a, **k: pushed.append(repo))
+    ws.namespace.setdefault("model", MultiTaskModule.from_pretrained(ws.folder / "runs/demo/version_0/model"))
+    _exec(block, ws)
+    assert (ws.folder / "my-model" / "config.json").is_file() and pushed == ["user/my-model"]
+
+
+def _predict(block: Block, ws: Workspace) -> None:
+    _exec(block, ws)
+    out = ws.namespace["out"]
+    assert len(out.labels) == 2 and out.probabilities.shape == (2, len(out.label_names))
+
+
+def _onnx(block: Block, ws: Workspace) -> None:
+    pytest.importorskip("onnx")
+    _exec(block, ws)
+    assert (ws.folder / "sst.onnx").stat().st_size > 0
+    assert ws.namespace["logits"].shape[0] == 2
+
+
+def _subclass(block: Block, ws: Workspace) -> None:
+    (ws.folder / "my_models.py").write_text(block.body)  # "in my_models.py", as the README says
+
+
+def _describe_batch(block: Block, ws: Workspace) -> None:
+    from pal_lightning import MultiTaskDataModule
+
+    _exec(block, ws)
+    data = MultiTaskDataModule(
+        data_dir=str(ws.folder / "data"),
+        batch_size=4,
+        max_length=32,
+        tokenizer=str(ws.encoder),
+        cache_dir=False,
+    )
+    data.setup("fit")
+    batch = next(iter(data.train_dataloader()))
+    task, shape, labelled = ws.namespace["describe"](batch)
+    assert task in ("sst", "qqp", "sts") and shape[0] == 4 and labelled
+
+
+def _elsewhere(where: str) -> Callable[[Block, Workspace], None]:
+    def check(block: Block, ws: Workspace) -> None:
+        path, name = where.split("::")
+        module = __import__(f"tests.cli.{Path(path).stem}", fromlist=[name])
+        assert callable(getattr(module, name)), where
+
+    return check
+
+
+#: Non-bash blocks by :attr:`Block.key`: how each is run (or why not, and what checks it).
+BLOCKS: dict[str, Callable[[Block, Workspace], None]] = {
+    "The main job | CS224N overall (dev): 0.7526  [best validation at step 1200, 1200 steps, 977 s]": _score_table,
+    "Data | # my_tasks.yaml": lambda b, ws: _config_file_named_in_comment(
+        b, ws, run=False
+    ),  # GLUE MRPC from the hub
+    "Other loggers | # loggers.yaml: pal-lightning fit --config configs/quickstart.yaml --config loggers.yaml": (
+        lambda b, ws: _config_file_named_in_comment(b, ws, run=False)  # W&B needs wandb and an account
+    ),
+    "Gradient Episodic Memory (GEM) and continual training | trainer:": _gem_callbacks,
+    "Save, load and share a model | from pal_lightning import MultiTaskModule": _save_load_share,
+    "Predict new sentences | from pal_lightning import MultiTaskModule": _predict,
+    "One task without Lightning, and ONNX | from pal_lightning.export import SingleTaskModel, export_onnx": _onnx,
+    "Your own module | import torch.nn.functional as F": _subclass,
+    "Your own module | from pal_lightning.batch import INPUT_IDS, LABELS, TASK, side_inputs, side_keys": (
+        _describe_batch
+    ),
+    "Your own module | from my_models import FocalLossModule": _exec,
+    # the quickstart's own encoder (MiniLM) is needed: a fresh model is built with the default encoder
+    "Task-only weights | from pal_lightning import MultiTaskModule, load_task_weights, save_task_weights": (
+        _elsewhere("test_readme_commands.py::test_quickstart_predict_and_task_weights_as_written")
+    ),
+}
+
+
+def test_every_readme_block_is_run_or_listed() -> None:
+    blocks = readme_blocks()
+    assert len(blocks) >= 25
+    for block in blocks:
+        if block.language == "bash":
+            for line in command_lines(block.body):
+                runnable = line.startswith(
+                    ("pal-lightning ", "PYTHONPATH=. pal-lightning ", "export ", "printf ")
+                )
+                assert runnable or not_run(line) is not None, f"README command neither run nor listed: {line}"
+        else:
+            assert block.key in BLOCKS, f"README block neither run nor listed: {block.key!r}"
+    stale = set(BLOCKS) - {b.key for b in blocks}
+    assert not stale, f"listed blocks no longer in README.md: {stale}"
+    for line in NOT_RUN_COMMANDS:
+        assert any(c.startswith(line) for b in blocks for c in command_lines(b.body)), line
+
+
+def test_readme_runs_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PAL_DATA_DIR", str(write_cs224n_data(tmp_path / "data")))
+    monkeypatch.setenv("PAL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(sys, "argv", ["pal-lightning"])
+    encoder = save_tiny_encoder(tmp_path / "encoder", bert_config=tiny_bert_config(layers=6))
+    ws = Workspace(tmp_path, encoder, capsys, monkeypatch)
+    for block in readme_blocks():
+        if block.language == "bash":
+            _run_bash(block, ws)
+        else:
+            BLOCKS[block.key](block, ws)
+    # what the commands wrote, as the README says
+    runs = tmp_path / "runs"
+    assert (runs / "quickstart" / "version_0" / "predictions" / "sst-test-output.csv").is_file()
+    assert (runs / "pretrain_mlm" / "version_0" / "encoder" / "config.json").is_file()
+    assert (tmp_path / "mine-sst-predictions.csv").is_file()
+    assert len(ws.ran) >= 15
+    print("\n".join(["README commands run (wall time):", *ws.ran]))  # shown with -s or on failure
