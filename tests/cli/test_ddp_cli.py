@@ -3,6 +3,7 @@ without GEM, then a single-process ``validate`` and a 2-process ``predict`` of t
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
@@ -103,6 +104,25 @@ def test_single_process_validation_of_the_checkpoint_matches_the_fit(runs: dict[
     assert set(validated) == set(fit)
     for key, value in fit.items():
         assert validated[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+
+
+def test_ddp_metrics_csv_steps_and_steps_per_task(runs: dict[str, Path]) -> None:
+    """Under DDP too: validations logged at the steps done, each row's steps per task counted by hand from
+    the tasks rank 0 recorded, and the counts saved in last.ckpt for a resume (issue 18, item 8)."""
+    import torch
+
+    run = runs["plain"] / "runs" / "version_0"
+    with open(run / "metrics.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert sorted(int(r["step"]) for r in rows if r.get("val/overall")) == [2, 4]
+    tasks = ["sst", "qqp", "sts"]
+    trained = {int(r["step"]): r for r in rows if r["train/task_index"]}
+    counts = dict.fromkeys(tasks, 0)
+    for step, task, _ in _load(runs["plain"], "fit_rank0")["tasks"]:
+        counts[task] += 1
+        assert {t: int(float(trained[step][f"train/steps/{t}"])) for t in tasks} == counts, step
+    saved = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["callbacks"]["TrainingLog"]
+    assert saved["steps_per_task"] == counts
 
 
 def test_ddp_predict_writes_every_file_once_with_every_id_once(runs: dict[str, Path]) -> None:
