@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import sys
 from argparse import ArgumentError as _StdArgumentError
 from pathlib import Path
@@ -554,6 +555,19 @@ def _user_error(exc: BaseException) -> BaseException | None:
     return None
 
 
+def _interrupted() -> int:
+    """Ctrl-C outside a training step (a step's first Ctrl-C is StopOnSignal's): one line, status 130."""
+    if not is_launched_rank():
+        discard_new_folders()  # as for a failed command: no empty run folder
+    print(
+        "pal-lightning: interrupted (Ctrl-C); no checkpoint was written at this point "
+        "(a fit resumes from its last last.ckpt with --ckpt_path last).",
+        file=sys.stderr,
+        flush=True,
+    )
+    return 128 + signal.SIGINT
+
+
 def main(args: list[str] | None = None) -> int:
     """Run the ``pal-lightning`` command line and return its exit status.
 
@@ -577,7 +591,11 @@ def main(args: list[str] | None = None) -> int:
             run_pretrain(argv[1:])
         else:
             PalLightningCLI(args=args)  # args None: sys.argv
+    except KeyboardInterrupt:  # Ctrl-C outside Lightning's Trainer (parsing, building the model)
+        return _interrupted()
     except SystemExit as exc:  # --help / --print_config exit early on purpose
+        if isinstance(exc.__context__, KeyboardInterrupt):  # Lightning's sys.exit(1) after a Ctrl-C
+            return _interrupted()
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
     except Exception as exc:

@@ -128,3 +128,31 @@ def _last_validation(run: Path) -> tuple[int, float]:
     with (run / "metrics.csv").open() as f:
         rows = [r for r in csv.DictReader(f) if r.get("val/overall")]
     return int(rows[-1]["step"]), round(float(rows[-1]["val/overall"]), 6)
+
+
+@pytest.mark.parametrize("where", ["reading the data", "building the model"])
+def test_ctrl_c_before_training_is_one_line(
+    where: str, tiny_yaml: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import pal_lightning.data.split_cache as split_cache
+    from pal_lightning.cli import main
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt  # Ctrl-C while the data is read (before Lightning's own handling starts)
+
+    if (
+        where == "reading the data"
+    ):  # inside Lightning's Trainer.fit (prepare_data): Lightning's handler first
+        monkeypatch.setattr(split_cache, "read_split", interrupted)
+    else:  # before the Trainer runs
+        import pal_lightning.module as module
+
+        monkeypatch.setattr(module.MultiTaskModule, "__init__", interrupted)
+    assert main(["fit", "--config", str(tiny_yaml)]) == 130
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert [line for line in err.splitlines() if line.startswith("pal-lightning:")] == [
+        "pal-lightning: interrupted (Ctrl-C); no checkpoint was written at this point "
+        "(a fit resumes from its last last.ckpt with --ckpt_path last)."
+    ]
+    assert not (tiny_yaml.parent / "runs").exists() or not any((tiny_yaml.parent / "runs").iterdir())
