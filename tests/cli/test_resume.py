@@ -136,6 +136,9 @@ def test_sigkill_mid_epoch_during_a_checkpoint_write_then_resume_last_is_exact(
         assert torch.allclose(final["state_dict"][name], value, atol=1e-6, rtol=0), name
     # the data module continued at the same position of its task schedule
     assert final["MultiTaskDataModule"] == reference["MultiTaskDataModule"]
+    # metrics.csv's steps per task continued from the checkpoint's counts (of step 6), not from zero
+    counts = final["callbacks"]["TrainingLog"]["steps_per_task"]
+    assert counts == reference["callbacks"]["TrainingLog"]["steps_per_task"] and sum(counts.values()) == MAX_STEPS
     if variant == "gem":
         gem_final, gem_reference = final["callbacks"]["GEMCallback"], reference["callbacks"]["GEMCallback"]
         assert gem_final == gem_reference and gem_reference["memory"]  # the same memories
