@@ -93,11 +93,24 @@ def _benchmark_arguments(args: list[str], ws: Workspace) -> None:
         module.parse_args(ws.repo_paths(args[2:]))
 
 
+def _script_exists(args: list[str], ws: Workspace) -> None:
+    (script,) = [a for a in args if a.endswith(".sh")]
+    assert (ROOT / script).is_file(), script
+
+
 #: Commands not run here, by how they start: why, and the check made instead (``None``: none possible).
 NOT_RUN_COMMANDS: dict[str, tuple[str, Callable[[list[str], Workspace], None] | None]] = {
     "pip install": ("installs packages from an index; CI (.ci/run) runs the same line", None),
     "python -m pytest": ("the test suite itself; CI runs the same line", None),
-    "bash tools/mutation/run.sh": ("mutation testing, hours of CPU; tools/mutation/MUTATION.md", None),
+    "bash tools/mutation/run.sh": (
+        "mutation testing, hours of CPU; tools/mutation/MUTATION.md",
+        _script_exists,
+    ),
+    "bash tools/version_floors.sh": (
+        "builds an environment from the package index (minutes)",
+        _script_exists,
+    ),
+    "FLOORS=all ": ("builds an environment from the package index (minutes)", _script_exists),
     "python benchmarks/reproduce.py": (
         "a benchmark grid of full runs (minutes to hours); end to end on a tiny model in test_reproduce.py",
         _benchmark_arguments,
@@ -400,11 +413,14 @@ def test_readme_runs_in_order(
     monkeypatch.setattr(sys, "argv", ["pal-lightning"])
     encoder = save_tiny_encoder(tmp_path / "encoder", bert_config=tiny_bert_config(layers=6))
     ws = Workspace(tmp_path, encoder, capsys, monkeypatch)
-    for block in readme_blocks():
-        if block.language == "bash":
-            _run_bash(block, ws)
-        else:
-            BLOCKS[block.key](block, ws)
+    try:
+        for block in readme_blocks():
+            if block.language == "bash":
+                _run_bash(block, ws)
+            else:
+                BLOCKS[block.key](block, ws)
+    finally:  # the README's my_models.py is this folder's: other tests import their own
+        sys.modules.pop("my_models", None)
     # what the commands wrote, as the README says
     runs = tmp_path / "runs"
     assert (runs / "quickstart" / "version_0" / "predictions" / "sst-test-output.csv").is_file()
