@@ -67,7 +67,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/*.py, also when loaded by path
 from paired_stats import mean_std, paired_difference  # noqa: E402
-from reproduce import prepare_data_dir  # noqa: E402
+from reproduce import _fmt, prepare_data_dir  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = REPO / "configs" / "quickstart.yaml"
@@ -702,8 +702,7 @@ def summary_table(summary: dict[str, Any]) -> str:
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for system, e in summary["systems"].items():
-        stored = f"{e['params_stored'] / 1e6:.2f}M" if e.get("params_stored") else ""
-        per_task = f"{e['params_per_task'] / 1e3:.1f}k" if e.get("params_per_task") else ""
+        stored, per_task = _fmt(e.get("params_stored"), "params"), _fmt(e.get("params_per_task"), "params")
         ms = f"{e['ms_per_example']:.1f}" if e.get("ms_per_example") else ""
         rss = f"{e['peak_rss_mb']:.0f} MiB" if e.get("peak_rss_mb") else ""
         lines.append(
