@@ -5,8 +5,9 @@ entry says why the public API does not do the job and what public API would repl
 the package uses the public names defined here: the hooks of :class:`CheckpointHooks`,
 :class:`ProgressBarHooks` and :class:`CLIHooks`, and the functions below.
 
-Written against Lightning 2.4-2.6 and jsonargparse 4.32+; ``tests/test_compat.py`` checks that each
-private name still exists, so that a breaking upgrade fails one clear test.
+Written against Lightning 2.6 and jsonargparse 4.46+ (the floors that tools/version_floors.sh checks);
+``tests/test_compat.py`` checks that each private name still exists, so that a breaking upgrade fails
+one clear test.
 """
 
 from __future__ import annotations
