@@ -17,7 +17,8 @@ last training step lets the run finish normally.
 
 The CLI adds the callback last among its default callbacks, so every other callback has finished its
 batch-end work when the checkpoint is written (as for Lightning's checkpoint callbacks, which run
-after it). Not yet handled: a signal to one rank of a multi-process (DDP) run.
+after it). Under DDP the ranks agree on the signal at every step (one all-reduce of two numbers), so a
+signal to any one rank stops every rank at the same step, with one ``last.ckpt``.
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ from types import FrameType
 from typing import Any
 
 import lightning.pytorch as pl
+import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 from pal_lightning.compat import CheckpointHooks, last_saved
+from pal_lightning.distributed import all_reduce_sum
 
 __all__ = ["StopOnSignal", "TrainingStopped", "stop_message", "stop_status"]
 
@@ -122,10 +125,19 @@ class StopOnSignal(Callback):
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._restore()
 
+    def agreed_signal(self, trainer: pl.Trainer) -> int | None:
+        """The signal any rank received (SIGTERM first), the same on every rank: one small all-reduce per
+        step under DDP, so that every rank saves and stops at the same step whichever rank was signalled."""
+        votes = torch.tensor(
+            [float(self.received == s) for s in STOP_SIGNALS], device=trainer.strategy.root_device
+        )
+        votes = all_reduce_sum(votes)
+        return next((int(s) for s, v in zip(STOP_SIGNALS, votes.tolist(), strict=True) if v > 0), None)
+
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
-        if self.received is None or trainer.global_step >= (trainer.max_steps or -1) > 0:
+        signum = self.agreed_signal(trainer)  # a collective: every rank, every step
+        if signum is None or trainer.global_step >= (trainer.max_steps or -1) > 0:
             return  # no signal, or the last step: the run finishes normally
-        signum = self.received
         path = save_last_now(trainer)
         if trainer.is_global_zero:
             print(stop_message(signal.Signals(signum).name, trainer.global_step, path), file=sys.stderr)

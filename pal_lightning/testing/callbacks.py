@@ -56,12 +56,13 @@ class SignalAtStep(Callback):
     """Send this process ``signal_name`` (``SIGTERM``, ``SIGINT``) at the end of optimizer step ``step``, as
     a cluster scheduler or a Ctrl-C would; the process handles it (unlike :class:`KillAtStep`'s SIGKILL)."""
 
-    def __init__(self, step: int, signal_name: str = "SIGTERM") -> None:
+    def __init__(self, step: int, signal_name: str = "SIGTERM", rank: int | None = None) -> None:
         self.step = step
         self.signum = signal.Signals[signal_name]
+        self.rank = rank  # only this rank's process (None: every process)
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
-        if trainer.global_step == self.step:
+        if trainer.global_step == self.step and self.rank in (None, trainer.global_rank):
             os.kill(os.getpid(), self.signum)
 
 

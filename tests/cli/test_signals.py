@@ -156,3 +156,22 @@ def test_ctrl_c_before_training_is_one_line(
         "(a fit resumes from its last last.ckpt with --ckpt_path last)."
     ]
     assert not (tiny_yaml.parent / "runs").exists() or not any((tiny_yaml.parent / "runs").iterdir())
+
+
+@pytest.mark.ddp
+def test_a_signal_to_one_ddp_rank_stops_every_rank_at_the_same_step(tmp_path: Path) -> None:
+    """SIGTERM to rank 1 alone (2 CPU processes, gloo): the ranks agree at the step's end, write one
+    last.ckpt of that step together and all exit 143, with one line from rank 0 and no hang."""
+    _config(tmp_path / "run", write_cs224n_data(tmp_path / "data"), "SIGTERM")
+    path = tmp_path / "run" / "tiny.yaml"
+    config: dict[str, Any] = yaml.safe_load(path.read_text())
+    config["trainer"]["callbacks"][0]["init_args"]["rank"] = 1
+    config["trainer"].update(devices=2, strategy="ddp_find_unused_parameters_true")
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    proc = _fit(tmp_path / "run")
+    ckpt = tmp_path / "run" / "runs" / "version_0" / "checkpoints" / "last.ckpt"
+    assert proc.returncode == 143, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("pal-lightning: stopped")]
+    assert lines == [stop_message("SIGTERM", SIGNAL_AT, str(ckpt))]
+    assert torch.load(ckpt, weights_only=True)["global_step"] == SIGNAL_AT
