@@ -128,6 +128,8 @@ class StopOnSignal(Callback):
     def agreed_signal(self, trainer: pl.Trainer) -> int | None:
         """The signal any rank received (SIGTERM first), the same on every rank: one small all-reduce per
         step under DDP, so that every rank saves and stops at the same step whichever rank was signalled."""
+        if trainer.world_size == 1:
+            return self.received  # no tensor: a GPU run would wait for the device at every step
         votes = torch.tensor(
             [float(self.received == s) for s in STOP_SIGNALS], device=trainer.strategy.root_device
         )
