@@ -73,7 +73,12 @@ from pal_lightning.training.guard import (
     check_max_nonfinite_steps,
 )
 from pal_lightning.training.hparams import ARCHITECTURE_HPARAMS, OPTIMIZER_HPARAMS, pal_config_kwargs
-from pal_lightning.training.optim import OptimizerMixin, check_schedule_options, linear_warmup_decay
+from pal_lightning.training.optim import (
+    OptimizerMixin,
+    check_rates,
+    check_schedule_options,
+    linear_warmup_decay,
+)
 from pal_lightning.training.simcse_step import SimCSEStepMixin
 
 # The module, and the names now defined in pal_lightning.training that user code imports from here.
@@ -244,6 +249,7 @@ class MultiTaskModule(
             }
         )
         check_schedule_options(warmup_ratio, warmup_steps, layer_lr_decay)
+        check_rates(lr=lr, head_lr=head_lr, adapter_lr=adapter_lr, weight_decay=weight_decay, dropout=dropout)
         check_model_options(
             self.task_specs, self.simcse, pooling, freeze_encoder, layer_sharing, max_nonfinite_steps
         )

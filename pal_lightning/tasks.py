@@ -396,10 +396,12 @@ def resolve_tasks(tasks: Iterable[str | TaskSpec | Mapping[str, Any]]) -> list[T
             raise TypeError(f"A task must be a name, a TaskSpec or a mapping, got {type(t).__name__}.")
         out.append(spec)
     if not out:
-        raise ValueError("At least one task is needed.")
+        raise PalUserError(
+            "No task given: name at least one task (--model.tasks / --data.tasks, e.g. [sst, qqp, sts])."
+        )
     dupes = repeated_names(s.name for s in out)
     if dupes:
-        raise ValueError(f"Tasks listed twice: {dupes}.")
+        raise PalUserError(f"Tasks listed twice: {dupes}. Name each task once.")
     return out
 
 

@@ -135,6 +135,7 @@ class DataConfig:
         check_task_schedule(self.schedule, self.task_order, self.steps_per_task, self.epochs_per_task)
         check_at_least("limit_examples", self.limit_examples, 1)
         check_at_least("max_length", self.max_length, 8, optional=False)
+        check_at_least("num_workers", self.num_workers, 0, optional=False)
         if self.task_multipliers and self.schedule == SEQUENTIAL:
             raise PalUserError(
                 "task_multipliers scale the draws of the interleaved schedule; the sequential schedule trains "

@@ -68,6 +68,28 @@ def check_schedule_options(warmup_ratio: float, warmup_steps: int | None, layer_
         raise PalUserError(f"layer_lr_decay must lie in (0, 1] (1 = no decay), got {layer_lr_decay}.")
 
 
+def check_rates(**rates: float | None) -> None:
+    """Refuse a learning rate that is not a finite number > 0 (``None`` allowed: it means a default).
+
+    ``weight_decay`` may be 0 and ``dropout`` must lie in [0, 1). A NaN passes every ``<``/``>``
+    comparison as false, so each check is written as what a good value satisfies.
+
+    Raises:
+        PalUserError: naming the option, its range and the value given.
+    """
+    for name, value in rates.items():
+        if value is None:
+            continue
+        if name == "dropout":
+            good, what = 0.0 <= value < 1.0, "a probability in [0, 1)"
+        elif name == "weight_decay":
+            good, what = math.isfinite(value) and value >= 0.0, "a finite number >= 0"
+        else:
+            good, what = math.isfinite(value) and value > 0.0, "a finite number > 0"
+        if not good:
+            raise PalUserError(f"{name} must be {what}, got {value} (--model.{name}).")
+
+
 def total_training_steps(trainer: pl.Trainer) -> int:
     """Optimizer steps of the whole run: ``max_steps`` if set, else from the DataModule.
 
