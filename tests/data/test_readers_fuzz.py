@@ -19,8 +19,9 @@ from pal_lightning.tasks import BUILTIN_TASKS, GLUE_TASKS, TaskSpec
 #: One task per file layout: cs224n single sentence, cs224n pair with quote undoing, regression; GLUE TSV.
 SPECS = {name: {**BUILTIN_TASKS, **GLUE_TASKS}[name] for name in ("sst", "qqp", "sts", "sst2")}
 
+#: 500 files of random bytes plus 500 random tables: 1,000 cases per reader layout (the issue's floor).
 FUZZ = settings(
-    max_examples=100,
+    max_examples=500,
     deadline=None,  # file writes on a shared CI machine vary too much for a per-example deadline
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     derandomize=True,  # the same cases on every run (CI stays reproducible)
