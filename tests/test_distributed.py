@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import os
-import socket
 from typing import Any
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from pal_lightning import distributed as D
+from pal_lightning.testing import run_spawned
 
 
 def test_single_process_is_a_world_of_one(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -72,12 +71,6 @@ def test_launched_rank_reads_external_launchers(
     assert D.is_launched_rank() is expected
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _worker(rank: int, world: int, port: int, queue: Any) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -97,16 +90,7 @@ def _worker(rank: int, world: int, port: int, queue: Any) -> None:
 
 @pytest.mark.ddp
 def test_two_gloo_processes() -> None:
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=_worker, args=(r, 2, port, queue)) for r in range(2)]
-    for p in procs:
-        p.start()
-    results = {r[0]: r[1:] for r in (queue.get(timeout=120) for _ in procs)}
-    for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
+    results = {r[0]: r[1:] for r in run_spawned(_worker, 2, timeout=120)}
     for r in (0, 1):
         got_rank, world, main, gathered, summed, sent, rows = results[r]
         assert (got_rank, world, main) == (r, 2, r == 0)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 
 import numpy as np
 import pytest
@@ -14,6 +13,7 @@ import torch.multiprocessing as mp
 from pal_lightning.errors import PalUserError
 from pal_lightning.metrics import build_task_metrics, cs224n_overall, overall_score
 from pal_lightning.tasks import TaskSpec, get_task
+from pal_lightning.testing import run_spawned
 
 
 def _ranks(x: np.ndarray) -> np.ndarray:
@@ -123,12 +123,6 @@ def test_overall_score_cases() -> None:
 # ---------------------------------------------------------------- DDP sync
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _worker(rank: int, world: int, port: int, queue: mp.Queue) -> None:  # type: ignore[type-arg]
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -145,16 +139,7 @@ def _worker(rank: int, world: int, port: int, queue: mp.Queue) -> None:  # type:
 
 @pytest.mark.ddp
 def test_metrics_sync_across_two_gloo_processes() -> None:
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=_worker, args=(r, 2, port, queue)) for r in range(2)]
-    for p in procs:
-        p.start()
-    results = dict(queue.get(timeout=60) for _ in procs)
-    for p in procs:
-        p.join(timeout=30)
-        assert p.exitcode == 0
+    results = dict(run_spawned(_worker, 2, timeout=60))
     ref = _reference(_data())
     for rank in (0, 1):
         for task in ref:

@@ -27,9 +27,12 @@ from .encoders import (
     tiny_bert_config,
     without_dropout,
 )
+from .processes import free_port, run_spawned
 from .trainer import QUIET_TRAINER, quiet_trainer
 
 __all__ = [
+    "free_port",
+    "run_spawned",
     "BERT_VOCAB_SIZE",
     "QUIET_TRAINER",
     "TINY_BERT",

@@ -12,7 +12,6 @@ that scores each dev example once (the fit's scores equal a single-process ``val
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -23,7 +22,7 @@ import pytest
 import yaml
 
 from pal_lightning.cli import main
-from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
+from pal_lightning.testing import free_port, write_cs224n_data, write_tiny_fit_config
 
 from .conftest import subprocess_env
 
@@ -39,12 +38,6 @@ LAUNCHERS = ("torchrun", "srun")
 
 def _record(folder: Path, name: str) -> dict[str, Any]:
     return json.loads((folder / "record" / f"{name}.json").read_text())
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _launch(launcher: str, folder: Path, config: Path) -> list[subprocess.CompletedProcess[str]]:
@@ -65,7 +58,7 @@ def _launch(launcher: str, folder: Path, config: Path) -> list[subprocess.Comple
         "SLURM_NTASKS_PER_NODE": "1",
         "SLURM_NNODES": "2",
         "SLURM_NODELIST": "localhost",
-        "MASTER_PORT": str(_free_port()),
+        "MASTER_PORT": str(free_port()),
     }
     procs = [
         subprocess.Popen(

@@ -4,28 +4,23 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from pal_lightning.testing import free_port
+
 pytestmark = pytest.mark.ddp
 
 SCRIPT = Path(__file__).with_name("simcse_ddp_script.py")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_gathered_negatives_match_a_single_process(tmp_path: Path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), str(tmp_path), str(_free_port())],
+        [sys.executable, str(SCRIPT), str(tmp_path), str(free_port())],
         env=env,
         capture_output=True,
         text=True,
