@@ -67,7 +67,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/*.py, also when loaded by path
 from paired_stats import mean_std, paired_difference  # noqa: E402
-from reproduce import _fmt, prepare_data_dir  # noqa: E402
+from reproduce import _fmt, cs224n_data_dir, prepare_data_dir  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = REPO / "configs" / "quickstart.yaml"
@@ -800,13 +800,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.examples_per_task < args.batch_size:
         parser.error("--examples-per-task must be at least --batch-size")
     if not args.quick:
-        if args.data_dir is None:
-            env = os.environ.get("PAL_DATA_DIR")
-            if not env:
-                parser.error("no data: pass --data-dir or set PAL_DATA_DIR to the CS224N data folder")
-            args.data_dir = Path(env)
-        if not (args.data_dir / "quora-dev.csv").is_file():
-            parser.error(f"{args.data_dir} does not hold the CS224N files (quora-dev.csv missing)")
+        args.data_dir = cs224n_data_dir(parser, args.data_dir)
     return args
 
 

@@ -574,14 +574,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
             parser.error(f"--compare {text!r}: write A:B with two different methods of the grid ({choices})")
         comparisons.append((a, b))
     args.compare = comparisons
-    if args.data_dir is None:
+    args.data_dir = cs224n_data_dir(parser, args.data_dir)
+    return args
+
+
+def cs224n_data_dir(parser: argparse.ArgumentParser, data_dir: Path | None) -> Path:
+    """``--data-dir``, else ``$PAL_DATA_DIR``; a parser error (exit 2) when neither holds the CS224N files."""
+    if data_dir is None:
         env = os.environ.get("PAL_DATA_DIR")
         if not env:
             parser.error("no data: pass --data-dir or set PAL_DATA_DIR to the CS224N data folder")
-        args.data_dir = Path(env)
-    if not (args.data_dir / "quora-dev.csv").is_file():
-        parser.error(f"{args.data_dir} does not hold the CS224N files (quora-dev.csv missing)")
-    return args
+        data_dir = Path(env)
+    if not (data_dir / "quora-dev.csv").is_file():
+        parser.error(f"{data_dir} does not hold the CS224N files (quora-dev.csv missing)")
+    return data_dir
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     import lightning.pytorch as pl
 
 __all__ = [
+    "COMPILER_MODULES",
     "CLIHooks",
     "CheckpointHooks",
     "ProgressBarHooks",
@@ -208,3 +209,9 @@ def decided_by_rank_zero(
     value = decide()
     os.environ[key] = prefix + value
     return value
+
+
+#: torch's private compiler packages, named only to tell "compiling failed" from "the model raised" when
+#: ``torch.compile`` falls back (training/compile.py). torch has no public base class for compiler
+#: errors; if it gains one (a ``torch.compiler`` exception type), test against that instead.
+COMPILER_MODULES = ("torch._dynamo", "torch._inductor", "torch._functorch", "torch._subclasses")

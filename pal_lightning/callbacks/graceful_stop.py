@@ -33,7 +33,7 @@ import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 from pal_lightning.compat import CheckpointHooks, last_saved
-from pal_lightning.distributed import all_reduce_sum
+from pal_lightning.distributed import all_reduce_sum, is_main_process
 
 __all__ = ["StopOnSignal", "TrainingStopped", "stop_message", "stop_status"]
 
@@ -141,7 +141,7 @@ class StopOnSignal(Callback):
         if signum is None or trainer.global_step >= (trainer.max_steps or -1) > 0:
             return  # no signal, or the last step: the run finishes normally
         path = save_last_now(trainer)
-        if trainer.is_global_zero:
+        if is_main_process(trainer):
             print(stop_message(signal.Signals(signum).name, trainer.global_step, path), file=sys.stderr)
             sys.stderr.flush()
         raise TrainingStopped(stop_status(signum))

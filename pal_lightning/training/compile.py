@@ -23,8 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-#: Modules whose exceptions mean "compiling failed", not "the model raised".
-COMPILER_MODULES = ("torch._dynamo", "torch._inductor", "torch._functorch", "torch._subclasses")
+from pal_lightning.compat import COMPILER_MODULES
 
 
 def compile_backend(option: bool | str) -> str | None:
