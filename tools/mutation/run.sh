@@ -30,7 +30,7 @@ TESTS[metrics]="tests/test_metrics.py tests/test_metrics_properties.py tests/cli
 # GEM in two parts: the pure maths against its fast tests, the callback (memory, write-back) against
 # the callback tests, which train tiny models (slower: several minutes on two cores)
 MODULES[gem_maths]="pal_lightning/gem/qp.py pal_lightning/gem/projection.py"
-MUTANTS[gem_maths]="*x_solve_gem_dual__* *x_gem_coefficients__* *x__solve_normalised__* *x_step_coefficients__* *x_project_gradient__* *x_agem_project__*"
+MUTANTS[gem_maths]="*x_solve_gem_dual__* *x_relative_violation__* *x_solve_gem_dual_exact__* *x__keep_free_positive__* *x_gem_coefficients__* *x__solve_normalised__* *x_step_coefficients__* *x_project_gradient__* *x_agem_project__*"
 TESTS[gem_maths]="tests/callbacks/test_gem_projection.py tests/callbacks/test_gem_properties.py tests/callbacks/test_gem_edges.py tests/callbacks/test_gem_exact.py"
 MODULES[gem_callback]="pal_lightning/gem/memory.py pal_lightning/gem/gram.py pal_lightning/gem/memory_gradients.py pal_lightning/gem/callback.py"
 MUTANTS[gem_callback]="*EpisodicMemory* *GEMCallback* *x_gram_matrix__* *x__dot__* *x_add_rows__* *x_sum_across_ranks__*"
