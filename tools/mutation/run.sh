@@ -38,10 +38,13 @@ TESTS[gem_callback]="tests/callbacks/test_gem_callback.py"
 MODULES[rng_state]="pal_lightning/callbacks/rng_state.py"
 TESTS[rng_state]="tests/callbacks/test_rng_state.py"
 MODULES[pal]="pal_lightning/modeling/pal.py pal_lightning/modeling/encoder.py pal_lightning/modeling/layers.py pal_lightning/modeling/encoder_state.py"
-TESTS[pal]="tests/modeling/test_pal.py tests/modeling/test_encoder.py tests/modeling/test_encoder_state.py tests/modeling/test_variants.py tests/modeling/test_sharing.py tests/modeling/test_pal_config.py"
+TESTS[pal]="tests/modeling/test_pal.py tests/modeling/test_pal_reference.py tests/modeling/test_encoder.py tests/modeling/test_encoder_state.py tests/modeling/test_variants.py tests/modeling/test_sharing.py tests/modeling/test_pal_config.py"
+# the variants on top and the layer-sharing regimes (parsing, groups), against their own tests
+MODULES[pal_variants]="pal_lightning/modeling/top.py pal_lightning/modeling/sharing.py"
+TESTS[pal_variants]="tests/modeling/test_variants.py tests/modeling/test_sharing.py tests/modeling/test_encoder.py"
 MODULES[score_report]="pal_lightning/callbacks/score_report.py"
 TESTS[score_report]="tests/cli/test_honest_scores.py tests/cli/test_cli.py"
-ORDER=(sampling metrics gem_maths samplers rng_state gem_callback pal score_report)
+ORDER=(sampling metrics gem_maths samplers rng_state gem_callback pal pal_variants score_report)
 
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=("${ORDER[@]}")
