@@ -92,6 +92,23 @@ def format_scores(
     return "\n".join(lines)
 
 
+def best_validation(history: Sequence[dict[str, Any]], monitor: str) -> dict[str, Any] | None:
+    """The entry of ``history`` with the highest ``monitor`` score (the first of equal ones), else the last.
+
+    An entry without ``monitor`` (a partial validation logs ``<monitor>_partial``) is the answer only
+    when no entry has it; an empty history gives ``None``.
+    """
+    with_monitor = [h for h in history if monitor in h["scores"]]
+    if with_monitor:
+        return max(with_monitor, key=lambda h: h["scores"][monitor])
+    return history[-1] if history else None
+
+
+def stage_monitor(monitor: str, stage: str) -> str:
+    """``monitor`` for another stage: ``val/overall`` -> ``test/overall``; a name without a stage as is."""
+    return stage + monitor[monitor.index("/") :] if "/" in monitor else monitor
+
+
 def auxiliary_tasks(pl_module: pl.LightningModule) -> list[str]:
     """The module's auxiliary tasks (its ``auxiliary`` hyper-parameter), or none."""
     hparams = getattr(pl_module, "hparams", {})
@@ -179,7 +196,7 @@ class ScoreReport(Callback):
         log_dir = trainer.log_dir  # every rank: a broadcast under DDP
         if not is_main_process(trainer):
             return
-        monitor = stage + self.monitor[self.monitor.index("/") :] if "/" in self.monitor else self.monitor
+        monitor = stage_monitor(self.monitor, stage)
         scores = validation_scores(trainer, pl_module, stage)
         covered, missing = task_coverage(scores, scored_tasks_of(pl_module))
         entry = {
@@ -214,12 +231,9 @@ class ScoreReport(Callback):
         """The recorded validation with the highest monitored score (the last one when it is missing).
 
         A partial validation has no monitored score (the module logs ``<monitor>_partial``), so it
-        is the answer only when no validation was complete.
+        is the answer only when no validation was complete (:func:`best_validation`).
         """
-        with_monitor = [h for h in self.history if self.monitor in h["scores"]]
-        if with_monitor:
-            return max(with_monitor, key=lambda h: h["scores"][self.monitor])
-        return self.history[-1] if self.history else None
+        return best_validation(self.history, self.monitor)
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         # every rank: under DDP trainer.log_dir is a broadcast, which rank 0 alone would wait on forever

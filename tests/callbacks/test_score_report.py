@@ -1,0 +1,484 @@
+"""The score report's pure parts and its hooks, driven by stand-in trainers and modules (no training).
+
+Every expected table, headline and ``scores.json`` payload is written out by hand here; the end-to-end
+runs through ``pal-lightning fit/validate/test`` are in tests/cli (test_honest_scores, test_cli).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+from lightning.pytorch.trainer.states import TrainerFn
+
+from pal_lightning.callbacks.score_report import (
+    SCORES_FILE,
+    ScoreReport,
+    _to_float,
+    auxiliary_tasks,
+    best_validation,
+    format_scores,
+    parameter_counts,
+    partial_headline,
+    score_headline,
+    scored_tasks_of,
+    stage_monitor,
+    task_coverage,
+    validation_scores,
+)
+
+SCORES = {
+    "val/sst/accuracy": 0.5,
+    "val/qqp/accuracy": 0.75,
+    "val/qqp/loss": 1.25,  # a loss is not a score: left out of the table
+    "val/sts/pearson": -0.25,
+    "val/cfimdb/accuracy": 0.875,
+    "val/sts/extra/deep": 0.1,  # not <stage>/<task>/<metric>: left out
+    "val/overall": 0.6,
+}
+
+
+# ------------------------------------------------------------------------------------------ pure parts
+
+
+def test_to_float_keeps_finite_numbers_only() -> None:
+    assert _to_float(torch.tensor(0.25)) == 0.25
+    assert _to_float("1.5") == 1.5 and _to_float(2) == 2.0
+    for bad in (None, "abc", [1.0], float("nan"), float("inf"), -math.inf, torch.tensor(float("nan"))):
+        assert _to_float(bad) is None, bad
+
+
+def test_task_coverage_keeps_the_order_of_the_scored_tasks() -> None:
+    covered, missing = task_coverage(SCORES, ["sts", "para", "sst"])
+    assert covered == ["sts", "sst"] and missing == ["para"]
+    # no declared tasks: every task with a three-part key counts, sorted ("extra" of the 4-part key does not)
+    assert task_coverage(SCORES, None) == (["cfimdb", "qqp", "sst", "sts"], [])
+    assert task_coverage({"val/overall": 1.0}, ["sst"]) == ([], ["sst"])
+
+
+def test_format_scores_by_hand() -> None:
+    table = format_scores(SCORES, auxiliary=["cfimdb", "absent"])
+    assert table.split("\n") == [
+        "  task       metric          dev",
+        "  cfimdb*    accuracy     0.8750",
+        "  qqp        accuracy     0.7500",
+        "  sst        accuracy     0.5000",
+        "  sts        pearson     -0.2500",
+        "  overall                 0.6000",
+        "  * auxiliary (trained, not in the overall): cfimdb",  # an auxiliary task with no score: not named
+    ]
+    # another column and monitor; no auxiliary line when none of them was scored
+    test_scores = {"test/sst/accuracy": 0.5, "test/overall": 0.25}
+    assert format_scores(test_scores, "test/overall", ["absent"], column="test").split("\n") == [
+        "  task       metric         test",
+        "  sst        accuracy     0.5000",
+        "  overall                 0.2500",
+    ]
+
+
+def test_format_scores_partial_overall_names_its_tasks() -> None:
+    scores = {k: v for k, v in SCORES.items() if k != "val/overall"}
+    scores["val/overall_partial"] = 0.625
+    lines = format_scores(scores, "val/overall", ["cfimdb"]).split("\n")
+    assert lines[-2] == "  overall (partial: qqp, sst, sts)   0.6250"  # sorted, the auxiliary task left out
+    # a short label (20 characters) is padded to the table's width (21)
+    assert format_scores({"val/a/m": 0.5, "val/overall_partial": 0.5}).split("\n")[-1] == (
+        "  overall (partial: a)    0.5000"
+    )
+    # neither the overall nor a partial one: no overall line
+    assert format_scores({"val/a/m": 0.5}).split("\n") == [
+        "  task       metric          dev",
+        "  a          m            0.5000",
+    ]
+
+
+def test_best_validation_takes_the_highest_complete_one() -> None:
+    history: list[dict[str, Any]] = [
+        {"step": 1, "scores": {"val/overall": 0.5}},
+        {"step": 2, "scores": {"val/overall_partial": 0.9}},  # higher, but partial: never the best
+        {"step": 3, "scores": {"val/overall": 0.7}},
+        {"step": 4, "scores": {"val/overall": 0.7}},  # a tie: the first one stays
+        {"step": 5, "scores": {"val/overall": 0.6}},
+    ]
+    assert best_validation(history, "val/overall") is history[2]
+    # no complete validation: the last one
+    assert best_validation(history[1:2] + [{"step": 6, "scores": {}}], "val/overall") == {
+        "step": 6,
+        "scores": {},
+    }
+    assert best_validation([], "val/overall") is None
+    report = ScoreReport()
+    assert report.best() is None  # nothing recorded yet
+    report.history = history
+    assert report.best() is history[2]
+
+
+def test_stage_monitor() -> None:
+    assert stage_monitor("val/overall", "test") == "test/overall"
+    assert stage_monitor("val/sst/accuracy", "val") == "val/sst/accuracy"
+    assert stage_monitor("overall", "test") == "overall"
+
+
+def test_auxiliary_and_scored_tasks_of_a_module() -> None:
+    assert auxiliary_tasks(SimpleNamespace(hparams={"auxiliary": "cfimdb"})) == ["cfimdb"]
+    assert auxiliary_tasks(SimpleNamespace(hparams={"auxiliary": ("a", "b")})) == ["a", "b"]
+    assert auxiliary_tasks(SimpleNamespace(hparams={"auxiliary": None})) == []
+    assert auxiliary_tasks(SimpleNamespace(hparams={})) == []
+    assert auxiliary_tasks(SimpleNamespace()) == []
+    assert auxiliary_tasks(SimpleNamespace(hparams=["auxiliary"])) == []  # no mapping: none
+    assert scored_tasks_of(SimpleNamespace(scored_tasks=["sst", "sts"])) == ["sst", "sts"]
+    assert scored_tasks_of(SimpleNamespace()) is None
+
+
+REPORT = SimpleNamespace(
+    adapter="pal",
+    pal_size=204,
+    base_encoder=1000,
+    stored_per_task={"sst": 7},
+    total=1300,
+    ratio=1.3,
+    trainable=300,
+)
+COUNTS = {
+    "adapter": "pal",
+    "pal_size": 204,
+    "base_encoder": 1000,
+    "stored_per_task": {"sst": 7},
+    "total": 1300,
+    "ratio": 1.3,
+    "trainable": 300,
+}
+
+
+def test_parameter_counts() -> None:
+    assert parameter_counts(SimpleNamespace(parameter_report=lambda: REPORT)) == COUNTS
+
+    def broken() -> None:
+        raise AttributeError("no encoder")
+
+    assert parameter_counts(SimpleNamespace(parameter_report=broken)) is None
+    assert parameter_counts(SimpleNamespace()) is None
+
+
+def test_validation_scores_prefers_the_module_s_latest_scores() -> None:
+    stale = {"val/qqp/accuracy": torch.tensor(0.75), "val/sst/accuracy": torch.tensor(0.0)}
+    trainer = SimpleNamespace(callback_metrics=stale)
+    module = SimpleNamespace(last_scores={"val": {"val/sst/accuracy": 0.5, "val/overall": float("nan")}})
+    assert validation_scores(trainer, module) == {"val/sst/accuracy": 0.5}  # stale qqp and the NaN left out
+    # a module that keeps no scores: the trainer's metrics of the stage asked for, finite ones only
+    metrics = {
+        "val/sst/accuracy": torch.tensor(0.5),
+        "val/bad": torch.tensor(float("inf")),
+        "train/loss": torch.tensor(2.0),
+        "valx/a/b": 1.0,
+        "test/sst/accuracy": torch.tensor(0.25),
+    }
+    trainer = SimpleNamespace(callback_metrics=metrics)
+    assert validation_scores(trainer, SimpleNamespace()) == {"val/sst/accuracy": 0.5}
+    assert validation_scores(trainer, SimpleNamespace(), "test") == {"test/sst/accuracy": 0.25}
+
+
+PARTIAL_ENTRY = {
+    "scores": {"val/overall_partial": 0.625},
+    "tasks_covered": ["sst", "qqp"],
+    "tasks_missing": ["sts"],
+}
+
+
+def test_headlines_by_hand() -> None:
+    assert (
+        score_headline({"scores": {"val/overall": 0.6}}, "val/overall", 1.0) == "CS224N overall (dev): 0.6000"
+    )
+    assert score_headline({"scores": {"x": 0.25}}, "x", 2, "test") == "CS224N overall (test): 0.2500"
+    assert score_headline({"scores": {}}, "val/overall", 1.0) == "dev scores"
+    assert score_headline({"scores": {}}, "val/overall", 1.0, "test") == "test scores"
+    assert score_headline(PARTIAL_ENTRY, "val/overall", 2) == (
+        "No overall score: validation did not reach sts (--trainer.limit_val_batches 2 stopped the evaluation "
+        "before them; leave it at 1.0 for the overall score). Partial mean over sst, qqp: 0.6250"
+    )
+    # 1.0 is every batch and None no limit: the tasks had no labelled batches; an int 1 is one batch
+    for limit in (1.0, None):
+        assert partial_headline(0.5, PARTIAL_ENTRY, limit) == (
+            "No overall score: validation did not reach sts (no labelled dev batches of them). "
+            "Partial mean over sst, qqp: 0.5000"
+        )
+    assert "--trainer.limit_val_batches 1 stopped" in partial_headline(0.5, PARTIAL_ENTRY, 1)
+    assert "--trainer.limit_val_batches 0.5 stopped" in partial_headline(0.5, PARTIAL_ENTRY, 0.5)
+    assert partial_headline(0.5, {}, 0.25, "test") == (
+        "No overall score: the test evaluation did not reach ? (--trainer.limit_test_batches 0.25 stopped the "
+        "evaluation before them; leave it at 1.0 for the overall score). Partial mean over ?: 0.5000"
+    )
+    assert partial_headline(0.5, {"tasks_covered": [], "tasks_missing": None}, 1.0, "test") == (
+        "No overall score: the test evaluation did not reach ? (no labelled test batches of them). "
+        "Partial mean over ?: 0.5000"
+    )
+
+
+# ------------------------------------------------------------------------------ the callback's hooks
+
+
+def _trainer(log_dir: Path | None, fn: TrainerFn = TrainerFn.FITTING, **kw: Any) -> SimpleNamespace:
+    values: dict[str, Any] = {
+        "log_dir": None if log_dir is None else str(log_dir),
+        "is_global_zero": True,
+        "sanity_checking": False,
+        "state": SimpleNamespace(fn=fn),
+        "global_step": 7,
+        "current_epoch": 1,
+        "callback_metrics": {},
+        "limit_val_batches": 2,
+        "limit_test_batches": 3,
+        "ckpt_path": "/ckpt/best.ckpt",
+        "checkpoint_callback": SimpleNamespace(best_model_path="/runs/best.ckpt"),
+    }
+    values.update(kw)
+    return SimpleNamespace(**values)
+
+
+def _module(scores: dict[str, float], stage: str = "val", **kw: Any) -> SimpleNamespace:
+    values: dict[str, Any] = {
+        "last_scores": {stage: scores},
+        "scored_tasks": ["sst", "qqp"],
+        "hparams": {"auxiliary": ["cfimdb"]},
+        "parameter_report": lambda: REPORT,
+    }
+    values.update(kw)
+    return SimpleNamespace(**values)
+
+
+def _printed(report: ScoreReport, trainer: Any, module: Any, capsys: pytest.CaptureFixture[str]) -> str:
+    assert capsys.readouterr().out == ""  # nothing before teardown (the progress bar would redraw below it)
+    report.teardown(trainer, module, "fit")
+    out = capsys.readouterr().out
+    report.teardown(trainer, module, "fit")  # printed once
+    assert capsys.readouterr().out == ""
+    return out
+
+
+def test_fit_records_validations_and_saves_the_best(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = ScoreReport()
+    trainer = _trainer(tmp_path)
+    report.on_fit_start(trainer, None)
+    plan = [
+        {"val/sst/accuracy": 0.5, "val/qqp/accuracy": 0.5, "val/overall": 0.5},
+        {"val/sst/accuracy": 0.75, "val/overall_partial": 0.75},  # qqp not reached
+        {
+            "val/sst/accuracy": 0.875,
+            "val/qqp/accuracy": 0.625,
+            "val/cfimdb/accuracy": 0.25,
+            "val/overall": 0.75,
+        },
+        {"val/sst/accuracy": 0.5, "val/qqp/accuracy": 0.75, "val/overall": 0.625},
+    ]
+    # the sanity check, and a validation with no scores at all, are not recorded
+    report.on_validation_end(_trainer(tmp_path, sanity_checking=True), _module(plan[0]))
+    report.on_validation_end(trainer, _module({"val/overall": float("nan")}))
+    for step, scores in enumerate(plan, start=1):
+        trainer.global_step, trainer.current_epoch = step * 10, step // 3
+        report.on_validation_end(trainer, _module(scores))
+    assert report.history == [
+        {"step": 10, "epoch": 0, "scores": plan[0], "complete": True, "tasks_covered": ["sst", "qqp"],
+         "tasks_missing": []},
+        {"step": 20, "epoch": 0, "scores": plan[1], "complete": False, "tasks_covered": ["sst"],
+         "tasks_missing": ["qqp"]},
+        {"step": 30, "epoch": 1, "scores": plan[2], "complete": True, "tasks_covered": ["sst", "qqp"],
+         "tasks_missing": []},
+        {"step": 40, "epoch": 1, "scores": plan[3], "complete": True, "tasks_covered": ["sst", "qqp"],
+         "tasks_missing": []},
+    ]  # fmt: skip
+    assert not (tmp_path / SCORES_FILE).exists()  # validations during fit write nothing
+    assert capsys.readouterr().out == ""
+
+    report._start = time.perf_counter() - 100.4  # a fit of 100.4 s, to check the wall time it reports
+    module = _module(plan[3])
+    report.on_fit_end(trainer, module)
+    payload = json.loads((tmp_path / "scores.json").read_text())
+    assert 100.4 <= payload.pop("wall_s") < 100.4 + 60
+    assert payload == {
+        "monitor": "val/overall",
+        "complete": True,
+        "overall": 0.75,
+        "overall_partial": None,
+        "tasks_covered": ["sst", "qqp"],
+        "tasks_missing": [],
+        "tasks_auxiliary": ["cfimdb"],
+        "parameters": COUNTS,
+        "best": report.history[2],
+        "last": report.history[3],
+        "history": report.history,
+        "steps": 40,
+        "best_model_path": "/runs/best.ckpt",
+    }
+    assert _printed(report, trainer, module, capsys) == (
+        "\nCS224N overall (dev): 0.7500  [best validation at step 30, 40 steps, 100 s]\n"
+        "  task       metric          dev\n"
+        "  cfimdb*    accuracy     0.2500\n"
+        "  qqp        accuracy     0.6250\n"
+        "  sst        accuracy     0.8750\n"
+        "  overall                 0.7500\n"
+        "  * auxiliary (trained, not in the overall): cfimdb\n"
+        "  best checkpoint: /runs/best.ckpt\n"
+        f"  run folder: {tmp_path}\n"
+    )
+
+    # a new fit starts a new history
+    report.on_fit_start(trainer, module)
+    assert report.history == [] and time.perf_counter() - report._start < 60
+
+
+def test_fit_with_partial_validations_only(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = ScoreReport()
+    trainer = _trainer(tmp_path, checkpoint_callback=None)
+    scores = {"val/sst/accuracy": 0.75, "val/overall_partial": 0.75}
+    module = _module(scores, hparams={}, parameter_report=None)
+    report.on_validation_end(trainer, module)
+    report._start = time.perf_counter() - 5.2
+    report.on_fit_end(trainer, module)
+    payload = json.loads((tmp_path / "scores.json").read_text())
+    assert payload["complete"] is False and payload["overall"] is None and payload["overall_partial"] == 0.75
+    assert payload["tasks_covered"] == ["sst"] and payload["tasks_missing"] == ["qqp"]
+    assert payload["tasks_auxiliary"] == [] and payload["parameters"] is None
+    assert payload["best_model_path"] is None and payload["best"] == payload["last"] == report.history[0]
+    assert _printed(report, trainer, module, capsys) == (
+        "\nNo overall score: validation did not reach qqp (--trainer.limit_val_batches 2 stopped the evaluation "
+        "before them; leave it at 1.0 for the overall score). Partial mean over sst: 0.7500"
+        "  [last validation at step 7, 7 steps, 5 s]\n"
+        "  task       metric          dev\n"
+        "  sst        accuracy     0.7500\n"
+        "  overall (partial: sst)   0.7500\n"
+        f"  run folder: {tmp_path}\n"
+    )
+
+
+def test_complete_needs_the_overall_as_well(tmp_path: Path) -> None:
+    # every scored task reached but no overall logged (another monitor): not complete
+    report = ScoreReport(monitor="val/other", filename="s.json")
+    trainer = _trainer(tmp_path)
+    module = _module({"val/sst/accuracy": 0.5, "val/qqp/accuracy": 0.5, "val/overall": 0.5})
+    report.on_validation_end(trainer, module)
+    report.on_fit_end(trainer, module)
+    payload = json.loads((tmp_path / "s.json").read_text())
+    assert payload["monitor"] == "val/other" and payload["complete"] is False and payload["overall"] is None
+    assert payload["best"]["complete"] is True  # the entry itself covered every task
+
+
+def test_fit_without_validation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = ScoreReport()
+    for steps, most in ((0, 1), (5, 5)):
+        trainer = _trainer(
+            tmp_path, global_step=steps, checkpoint_callback=SimpleNamespace(best_model_path="")
+        )
+        report.on_fit_start(trainer, None)
+        report._start = time.perf_counter() - 3.4
+        report.on_fit_end(trainer, SimpleNamespace())
+        assert _printed(report, trainer, None, capsys) == (
+            f"pal-lightning: fit finished after {steps} steps (3 s); no validation ran: validation runs every "
+            "--trainer.val_check_interval batches (default: once per epoch); set it to at most "
+            f"{most} to score a run this short.\n"
+        )
+        payload = json.loads((tmp_path / "scores.json").read_text())
+        assert 3.4 <= payload.pop("wall_s") < 60
+        assert payload == {
+            "monitor": "val/overall",
+            "complete": False,
+            "overall": None,
+            "overall_partial": None,
+            "tasks_covered": [],
+            "tasks_missing": [],
+            "tasks_auxiliary": [],
+            "parameters": None,
+            "best": None,
+            "last": None,
+            "history": [],
+            "steps": steps,
+            "best_model_path": None,
+        }
+
+
+def test_fit_without_a_log_dir_or_off_rank_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = ScoreReport()
+    trainer = _trainer(None)
+    module = _module({"val/sst/accuracy": 0.5, "val/qqp/accuracy": 0.5, "val/overall": 0.5})
+    report.on_validation_end(trainer, module)
+    report.on_fit_end(trainer, module)
+    out = _printed(report, trainer, module, capsys)
+    assert out.startswith("\nCS224N overall (dev): 0.5000  [best validation at step 7, 7 steps, 0 s]\n")
+    assert "run folder" not in out and "best checkpoint: /runs/best.ckpt" in out
+    assert list(tmp_path.iterdir()) == []
+
+    other = _trainer(tmp_path, is_global_zero=False)
+    report.on_fit_end(other, module)
+    report.on_test_end(other, _module({"test/sst/accuracy": 0.5}, "test"))
+    assert _printed(report, other, module, capsys) == "" and list(tmp_path.iterdir()) == []
+
+
+def test_validate_and_test_write_their_scores(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = ScoreReport()
+    scores = {"val/sst/accuracy": 0.5, "val/qqp/accuracy": 0.75, "val/overall": 0.625}
+    trainer = _trainer(tmp_path, TrainerFn.VALIDATING)
+    module = _module(scores)
+    report.on_validation_end(trainer, module)
+    assert report.history == []  # not a fit: nothing recorded
+    assert json.loads((tmp_path / "scores.json").read_text()) == {
+        "stage": "val",
+        "monitor": "val/overall",
+        "complete": True,
+        "overall": 0.625,
+        "overall_partial": None,
+        "tasks_covered": ["sst", "qqp"],
+        "tasks_missing": [],
+        "ckpt_path": "/ckpt/best.ckpt",
+        "scores": scores,
+    }
+    assert _printed(report, trainer, module, capsys) == (
+        "\nCS224N overall (dev): 0.6250  [dev set, checkpoint /ckpt/best.ckpt]\n"
+        "  task       metric          dev\n"
+        "  qqp        accuracy     0.7500\n"
+        "  sst        accuracy     0.5000\n"
+        "  overall                 0.6250\n"
+        f"  scores saved to {tmp_path / 'scores.json'}\n"
+    )
+    # the sanity check of a fit does not report
+    report.on_validation_end(
+        _trainer(tmp_path / "sanity", TrainerFn.VALIDATING, sanity_checking=True), module
+    )
+    assert not (tmp_path / "sanity").exists()
+
+    # test: a partial evaluation, the test limit named; the auxiliary task marked
+    test_scores = {"test/sst/accuracy": 0.5, "test/cfimdb/accuracy": 0.25, "test/overall_partial": 0.5}
+    trainer = _trainer(tmp_path / "t", TrainerFn.TESTING, ckpt_path=None)
+    (tmp_path / "t").mkdir()
+    report.on_test_end(trainer, _module(test_scores, "test"))
+    assert json.loads((tmp_path / "t" / "scores.json").read_text()) == {
+        "stage": "test",
+        "monitor": "test/overall",
+        "complete": False,
+        "overall": None,
+        "overall_partial": 0.5,
+        "tasks_covered": ["sst"],
+        "tasks_missing": ["qqp"],
+        "ckpt_path": None,
+        "scores": test_scores,
+    }
+    assert _printed(report, trainer, module, capsys) == (
+        "\nNo overall score: the test evaluation did not reach qqp (--trainer.limit_test_batches 3 stopped the "
+        "evaluation before them; leave it at 1.0 for the overall score). Partial mean over sst: 0.5000"
+        "  [test set, checkpoint None]\n"
+        "  task       metric         test\n"
+        "  cfimdb*    accuracy     0.2500\n"
+        "  sst        accuracy     0.5000\n"
+        "  overall (partial: sst)   0.5000\n"
+        "  * auxiliary (trained, not in the overall): cfimdb\n"
+        f"  scores saved to {tmp_path / 't' / 'scores.json'}\n"
+    )
+    # no log dir: printed, nothing written
+    report.on_test_end(_trainer(None, TrainerFn.TESTING), _module(test_scores, "test"))
+    assert "scores saved" not in _printed(report, trainer, module, capsys)
