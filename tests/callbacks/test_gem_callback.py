@@ -18,7 +18,8 @@ from pal_lightning.callbacks import gem as gem_module
 from pal_lightning.callbacks.gem import EpisodicMemory, gram_matrix, project_gradient
 from pal_lightning.data import MultiTaskDataModule
 from pal_lightning.errors import PalUserError
-from pal_lightning.gem import qp
+from pal_lightning.gem import memory_gradients, qp
+from pal_lightning.gem.memory_gradients import MemorySource
 from pal_lightning.module import MultiTaskModule
 from pal_lightning.testing import TINY_BERT, quiet_trainer, write_cs224n_data
 
@@ -186,6 +187,73 @@ def test_project_step_matches_flat_projection(mode: str) -> None:
     cos = (G @ got) / (G.norm(dim=1) * got.norm())
     assert torch.all(cos >= -1e-3)
     assert min(stats["gem/min_cosine"], 1.0) < 0
+
+
+def _flat_row(row: list, params: list) -> torch.Tensor:
+    return _flat([x if x is not None else torch.zeros_like(p) for x, p in zip(row, params, strict=True)])
+
+
+def _hand_gradient(model: _Toy, data: _Data, draws: dict[str, list[int]], params: list) -> torch.Tensor:
+    """The gradient of the mean loss over every example of ``draws`` (one loss per example), flattened."""
+    losses = [model.batch_loss(data.train_batch(t, [i])) for t, idx in draws.items() for i in idx]
+    return _flat_row(list(torch.autograd.grad(torch.stack(losses).mean(), params, allow_unused=True)), params)
+
+
+@pytest.mark.parametrize("batch_tasks", [True, False])
+def test_rank_shares_sum_to_the_whole_draw(batch_tasks: bool) -> None:
+    """Under DDP each rank takes every world_size-th example and the gradients are summed across
+    ranks. In one process (the sum across ranks is the identity) the two ranks' rows, added by hand,
+    must be the single-process rows, and both the gradient of each draw's mean loss computed one
+    example at a time. GEM: one row per task; A-GEM: one row of 2 x 7 examples split 5/5/4."""
+    data = _Data()
+    torch.manual_seed(0)
+    model = _Toy()
+    params = list(model.parameters())
+    memory = EpisodicMemory(50, seed=2)
+    tasks = ["t0", "t1", "t2"]
+    for t in tasks:
+        memory.add(t, range(50))
+    sampled: list[tuple[str, int]] = []
+    draw_of = memory.sample
+
+    def spy(task: str, n: int, step: int) -> list[int]:
+        sampled.append((task, n))
+        return draw_of(task, n, step)
+
+    memory.sample = spy  # type: ignore[method-assign]
+    for mode, mbs in (("gem", 3), ("agem", 7)):
+        sampled.clear()
+        whole = memory_gradients.constraint_gradients(
+            MemorySource(model, data), memory, mode, tasks, 4, 2 * mbs, params, batch_tasks
+        )
+        ranks = [
+            memory_gradients.constraint_gradients(
+                MemorySource(model, data, rank=r, world_size=2),
+                memory,
+                mode,
+                tasks,
+                4,
+                mbs,
+                params,
+                batch_tasks,
+            )
+            for r in (0, 1)
+        ]
+        if mode == "gem":  # 2 ranks x 3 examples per task
+            counts = [6, 6, 6]
+            draws = [{t: draw_of(t, 6, 4)} for t in tasks]
+        else:  # 14 examples in all over three tasks: 5, 5, 4 (the first ones take the remainder)
+            counts = [5, 5, 4]
+            draws = [{t: draw_of(t, n, 4) for t, n in zip(tasks, counts, strict=True)}]
+        assert sampled == list(zip(tasks, counts, strict=True)) * 3
+        assert len(whole) == len(draws) and all(len(r) == len(draws) for r in ranks)
+        for k, draw in enumerate(draws):
+            expected = _hand_gradient(model, data, draw, params)
+            torch.testing.assert_close(_flat_row(whole[k], params), expected, rtol=1e-5, atol=1e-7)
+            summed = _flat_row(ranks[0][k], params) + _flat_row(ranks[1][k], params)
+            torch.testing.assert_close(summed, expected, rtol=1e-5, atol=1e-7)
+            # one rank's share alone is not the whole: the draw really is split
+            assert not torch.allclose(_flat_row(ranks[0][k], params), expected, rtol=1e-3)
 
 
 def test_gram_matrix_skips_missing_tensors() -> None:

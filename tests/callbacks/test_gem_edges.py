@@ -23,6 +23,7 @@ from pal_lightning.callbacks.gem import (
     solve_gem_dual,
 )
 from pal_lightning.gem import qp
+from pal_lightning.gem.projection import step_coefficients
 
 
 def _fields(r: gem.ProjectionResult) -> tuple:
@@ -127,6 +128,10 @@ def test_agem_fallback_over_several_violated_rows(monkeypatch: pytest.MonkeyPatc
     np.testing.assert_allclose(r.v, [coeff, coeff, 0.0, 0.0], rtol=1e-12)
     out = g + G.T @ torch.from_numpy(r.v)
     assert abs(float(out @ g_ref)) <= 1e-12 * float(out.norm() * g_ref.norm())
+    # the violation it reports, by hand: v = 25 on g_1 and g_2, g~ = (0.5, -0.5, 7, 0); g_2 is still
+    # violated, <g~, g_2> = -0.05, |g_2| = 0.1, |g~| = sqrt(49.5): 0.05 / (0.1 sqrt(49.5))
+    np.testing.assert_allclose(out.numpy(), [0.5, -0.5, 7.0, 0.0], rtol=1e-12, atol=1e-12)
+    assert r.violation == pytest.approx(0.5 / np.sqrt(49.5), rel=1e-12)
     cos = Gg / np.sqrt(np.diag(GGt) * float(g @ g))
     assert r.min_cosine == pytest.approx(float(cos.min()))
 
@@ -162,3 +167,39 @@ def test_partly_non_finite_products_leave_g_alone() -> None:
     # A-GEM: an infinite |g_ref|^2 with a finite <g, g_ref>
     g_ref = torch.tensor([1e200, 0.0], dtype=torch.float64)
     assert torch.equal(agem_project(torch.tensor([-1e-200, 1.0], dtype=torch.float64), g_ref), g)
+
+
+def _bordered(g: list[float], rows: list[list[float]]) -> np.ndarray:
+    X = np.array([g, *rows], dtype=np.float64)
+    return X @ X.T
+
+
+def test_step_coefficients_agem_by_hand() -> None:
+    """A-GEM from M = [g, g_ref][g, g_ref]^T: v = -<g, g_ref> / |g_ref|^2 only when <g, g_ref> < 0."""
+    # g = (-1, 2), g_ref = (2, 0): <g, g_ref> = -2, |g_ref|^2 = 4, |g|^2 = 5
+    r = step_coefficients(_bordered([-1.0, 2.0], [[2.0, 0.0]]), "agem")
+    assert (r.v.tolist(), r.violated, r.fallbacks, r.rows, r.violation) == ([0.5], True, 0, 1, None)
+    assert r.min_cosine == pytest.approx(-2 / np.sqrt(20), rel=1e-12)
+    # satisfied (<g, g_ref> = 2 > 0): left alone, its cosine reported
+    r = step_coefficients(_bordered([1.0, 2.0], [[2.0, 0.0]]), "agem")
+    assert (r.v, r.violated, r.rows) == (None, False, 1) and r.min_cosine == pytest.approx(2 / np.sqrt(20))
+    # orthogonal (<g, g_ref> = 0): allowed, not projected
+    r = step_coefficients(_bordered([0.0, 3.0], [[2.0, 0.0]]), "agem")
+    assert (r.v, r.violated, r.rows, r.min_cosine) == (None, False, 1, 0.0)
+    # a zero reference: no row, no cosine; a zero g: nothing to do, no cosine
+    r = step_coefficients(_bordered([-1.0, 2.0], [[0.0, 0.0]]), "agem")
+    assert (r.v, r.violated, r.rows, r.min_cosine) == (None, False, 0, None)
+    r = step_coefficients(_bordered([0.0, 0.0], [[2.0, 0.0]]), "agem")
+    assert (r.v, r.violated, r.rows, r.min_cosine) == (None, False, 1, None)
+
+
+def test_step_coefficients_gem_by_hand() -> None:
+    """GEM from M: G = I, g = (-1, 2), margin 0.3: v_k = max(margin, -<g, g_k>) = (1, 0.3)."""
+    r = step_coefficients(_bordered([-1.0, 2.0], [[1.0, 0.0], [0.0, 1.0]]), "gem", margin=0.3, eps=1e-9)
+    assert (r.violated, r.fallbacks, r.rows) == (True, 0, 2)
+    np.testing.assert_allclose(r.v, [1.0, 0.3], rtol=1e-9, atol=1e-12)
+    assert r.min_cosine == pytest.approx(-1 / np.sqrt(5), rel=1e-12)
+    assert r.violation == pytest.approx(0.0, abs=1e-12)
+    # the default margin is 0: v = (1, 0)
+    r = step_coefficients(_bordered([-1.0, 2.0], [[1.0, 0.0], [0.0, 1.0]]), "gem")
+    np.testing.assert_allclose(r.v, [1.0, 0.0], rtol=1e-6, atol=1e-12)
