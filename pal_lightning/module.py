@@ -63,6 +63,7 @@ from pal_lightning.modeling.heads import POOLING_MODES, check_loss, pool, predic
 from pal_lightning.modeling.pair_heads import build_task_heads
 from pal_lightning.modeling.simcse import SimCSEConfig, as_simcse_config
 from pal_lightning.pretrained import PretrainedMixin
+from pal_lightning.task_views import eval_views
 from pal_lightning.tasks import TaskSpec, resolve_tasks, task_to_hparam
 from pal_lightning.training.checkpoint_compat import CheckpointCompatMixin
 from pal_lightning.training.compile import EncoderCall, compile_backend
@@ -237,6 +238,8 @@ class MultiTaskModule(
     ) -> None:
         super().__init__()
         self.task_specs: dict[str, TaskSpec] = {s.name: s for s in resolve_tasks(tasks)}
+        #: Evaluation views by name: more dev/test sets scored by a task's head (pal_lightning.task_views)
+        self.eval_views = eval_views(self.task_specs.values())
         self.save_hyperparameters(ignore=["tasks"])
         self.simcse = as_simcse_config(simcse)
         # tasks and SimCSE are saved as names / plain dicts, not TaskSpec or SimCSEConfig objects, so
@@ -322,7 +325,12 @@ class MultiTaskModule(
     # ------------------------------------------------------------------ model
 
     def _spec(self, batch: Mapping[str, Any]) -> TaskSpec:
-        task = batch[TASK]
+        return self.spec_of(batch[TASK])
+
+    def spec_of(self, task: str) -> TaskSpec:
+        """The spec of a task, or of an evaluation view (scored by its task's head), by name."""
+        if task in self.eval_views:
+            return self.eval_views[task].spec
         try:
             return self.task_specs[task]
         except KeyError:
@@ -374,17 +382,19 @@ class MultiTaskModule(
     def forward(self, batch: Mapping[str, Any]) -> Tensor:
         """The head output of one batch: logits ``[B, C]`` (``[B, 1]`` for bce), or scores ``[B]`` in 0..1."""
         spec = self._spec(batch)
+        if spec.name in self.eval_views:  # a view's batch goes through its task's adapters and head
+            batch = {**batch, TASK: self.eval_views[spec.name].parent}
         u, v = self.encode(batch)
-        head = self.heads[spec.name]
-        return head(u, v) if self._is_siamese(spec.name) else head(u)
+        task = batch[TASK]
+        return self.heads[task](u, v) if self._is_siamese(task) else self.heads[task](u)
 
     def compute_loss(self, task: str, output: Tensor, labels: Tensor) -> Tensor:
         """The loss of one batch of ``task`` (:func:`pal_lightning.modeling.heads.task_loss`)."""
-        return task_loss(self.task_specs[task], output, labels)
+        return task_loss(self.spec_of(task), output, labels)
 
     def predict_from_output(self, task: str, output: Tensor) -> Tensor:
         """Class indices, or scores on the task's scale (:func:`pal_lightning.modeling.heads.predict`)."""
-        return predict(self.task_specs[task], output)
+        return predict(self.spec_of(task), output)
 
     def batch_loss(self, batch: Mapping[str, Any]) -> Tensor:
         """Forward and loss of a labelled batch (also what GEM-style callbacks call on memory batches)."""

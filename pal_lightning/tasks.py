@@ -20,7 +20,8 @@ sst2     single classification   2      0..1         accuracy
 ======== ======================= ====== ============ ====================
 
 The GLUE tasks (:data:`GLUE_TASKS`: ``glue_cola``, ``glue_sst2``, ``glue_mrpc``, ``glue_qqp``, ``glue_stsb``,
-``glue_mnli``, ``glue_mnli_mm``, ``glue_qnli``, ``glue_rte``) read ``nyu-mll/glue`` through ``datasets``.
+``glue_mnli`` (scored on both MNLI dev sets), ``glue_qnli``, ``glue_rte``, ``glue_wnli``; ``glue_mnli_mm`` is
+deprecated) read ``nyu-mll/glue`` through ``datasets``.
 
 Each built-in task's ``source`` says where its data comes from; :data:`HUB_COPIES` holds the public
 Hugging Face copy of those that have one (read when no data folder is given).
@@ -29,6 +30,7 @@ Hugging Face copy of those that have one (read when no data folder is given).
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -120,6 +122,13 @@ class TaskSpec:
     source: str = ""
     """Where the data comes from, for people (the corpus, the files and their public copy); the code never
     reads it. Every built-in task fills it in."""
+    eval_views: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """More evaluation sets scored by this task's head (and its adapters), each under a name of its own:
+    ``{name: {field: value}}``, the fields of this spec that differ for that set (``files`` naming its
+    ``dev`` and/or ``test`` split, ``hf_name`` ...). A view is validated (``val/<name>/<metric>``) and
+    predicted (``<name>-<split>-output.csv``) like a task, but has no head and is never trained: MNLI's
+    mismatched dev and test sets (``glue_mnli_mm``) and GLUE's diagnostic set (``glue_ax``) are views of
+    ``glue_mnli`` (:mod:`pal_lightning.task_views`)."""
 
     def __post_init__(self) -> None:
         self.kind = TaskKind(self.kind)
@@ -127,6 +136,7 @@ class TaskSpec:
         self.metrics = tuple(self.metrics)
         self.text_columns = tuple(self.text_columns)
         self.files = dict(self.files)
+        self.eval_views = {str(name): dict(fields) for name, fields in dict(self.eval_views).items()}
         if not self.name or not self.name.replace("_", "").replace("-", "").isalnum():
             raise ValueError(
                 f"TaskSpec name {self.name!r} must be non-empty and use letters, digits, '_' or '-'."
@@ -154,6 +164,7 @@ class TaskSpec:
             raise ValueError(
                 f"Task {self.name!r} ({self.kind.value}) needs {expected} text column(s), got {self.text_columns}."
             )
+        self.views()  # a view with an unknown field or a bad value fails here, with the task
 
     @property
     def is_pair(self) -> bool:
@@ -180,6 +191,24 @@ class TaskSpec:
     def replace(self, **changes: Any) -> TaskSpec:
         """A copy with some fields changed (``dataclasses.replace``)."""
         return dataclasses.replace(self, **changes)
+
+    def views(self) -> list[TaskSpec]:
+        """The :attr:`eval_views` as task specs: this spec renamed, with the view's fields, without views.
+
+        Raises:
+            ValueError: for a view naming a field :class:`TaskSpec` does not have, or an invalid value.
+        """
+        out = []
+        for name, fields in self.eval_views.items():
+            settable = {f.name for f in dataclasses.fields(self)} - {"name", "eval_views"}
+            unknown = sorted(set(fields) - settable)
+            if unknown:
+                raise ValueError(
+                    f"Task {self.name!r}: eval_views[{name!r}] sets {unknown}; a view sets TaskSpec fields "
+                    "other than name and eval_views (files, hf_name, ...)."
+                )
+            out.append(self.replace(name=name, eval_views={}, **fields))
+        return out
 
 
 #: Where the CS224N files come from (the starter code's ``data/`` folder).
@@ -300,18 +329,36 @@ def _glue(name: str, config: str, text_columns: tuple[str, ...], labels: int = 2
     return TaskSpec(name=name, **fields)
 
 
-def _mnli(name: str, genres: str) -> TaskSpec:
+def _mnli(name: str, genres: str, **kw: Any) -> TaskSpec:
     """MNLI trained on its train split and scored on its ``genres`` (``matched``/``mismatched``) dev and test."""
     files = {"train": "train", "dev": f"validation_{genres}", "test": f"test_{genres}"}
-    return _glue(name, "mnli", ("premise", "hypothesis"), labels=3, files=files)
+    return _glue(name, "mnli", ("premise", "hypothesis"), labels=3, files=files, **kw)
 
 
-#: The eight GLUE tasks of Stickland & Murray (2019), read through ``datasets`` from ``nyu-mll/glue`` (hub
-#: columns checked against the dataset card), each with GLUE's metric(s): CoLA Matthews correlation, MRPC
-#: and QQP accuracy and F1, STS-B Pearson and Spearman, the others accuracy. ``glue_mnli`` is scored on the
-#: matched dev set; ``glue_mnli_mm`` is the same training data scored on the mismatched one (use one of the
-#: two in a run). Labels as the hub has them: MNLI 0 entailment, 1 neutral, 2 contradiction; QNLI and RTE 0
-#: entailment, 1 not_entailment; CoLA 1 acceptable; MRPC and QQP 1 paraphrase.
+#: What the one MNLI head is also scored on (GLUE's setting: one model trained on MNLI's train split, scored
+#: on both dev sets and submitted for both test sets and the diagnostic set). Checked against the
+#: nyu-mll/glue dataset card (huggingface.co/datasets/nyu-mll/glue, README ``dataset_info``): config ``mnli``
+#: has the splits validation_mismatched and test_mismatched; config ``ax`` has one split, ``test`` (1,104
+#: rows, labels hidden as -1), with the columns premise, hypothesis, label (0 entailment, 1 neutral,
+#: 2 contradiction, MNLI's order) and idx; the card says to predict it with a model trained on MultiNLI.
+_MNLI_VIEWS: dict[str, dict[str, Any]] = {
+    "glue_mnli_mm": {"files": {"dev": "validation_mismatched", "test": "test_mismatched"}},
+    "glue_ax": {
+        "hf_name": "ax",
+        "files": {"test": "test"},
+        "source": _GLUE_SOURCE + "ax: GLUE's diagnostic set, predicted by the MNLI head.",
+    },
+}
+
+#: The GLUE tasks, read through ``datasets`` from ``nyu-mll/glue`` (hub columns and label orders checked
+#: against the dataset card), each with GLUE's metric(s): CoLA Matthews correlation, MRPC and QQP accuracy
+#: and F1, STS-B Pearson and Spearman, the others accuracy. ``glue_mnli`` is one MNLI head scored on the
+#: matched dev set (``val/glue_mnli/accuracy``) and, through its :attr:`TaskSpec.eval_views`, on the
+#: mismatched one (``val/glue_mnli_mm/accuracy``); ``predict`` also runs it on both test sets and on the
+#: diagnostic set ``glue_ax``. ``glue_mnli_mm`` as a task of its own (a second MNLI head, trained on the
+#: same data) is deprecated and kept only so that older configs and checkpoints load. Labels as the hub has
+#: them: MNLI 0 entailment, 1 neutral, 2 contradiction; QNLI and RTE 0 entailment, 1 not_entailment; WNLI
+#: 0 not_entailment, 1 entailment (the other way round); CoLA 1 acceptable; MRPC and QQP 1 paraphrase.
 GLUE_TASKS: dict[str, TaskSpec] = {
     "glue_cola": _glue("glue_cola", "cola", ("sentence",), metrics=("matthews",)),
     "glue_sst2": _glue("glue_sst2", "sst2", ("sentence",)),
@@ -326,12 +373,24 @@ GLUE_TASKS: dict[str, TaskSpec] = {
         label_range=(0, 5),
         metrics=("pearson", "spearman"),
     ),
-    "glue_mnli": _mnli("glue_mnli", "matched"),
+    "glue_mnli": _mnli("glue_mnli", "matched", eval_views=_MNLI_VIEWS),
     "glue_mnli_mm": _mnli("glue_mnli_mm", "mismatched"),
     "glue_qnli": _glue("glue_qnli", "qnli", ("question", "sentence")),
     "glue_rte": _glue("glue_rte", "rte", _PAIR_COLUMNS),
+    # config wnli: sentence1, sentence2, label (0 not_entailment, 1 entailment), idx; train 635, validation
+    # 71, test 146 (labels hidden), from the card
+    "glue_wnli": _glue("glue_wnli", "wnli", _PAIR_COLUMNS),
 }
-#: The eight tasks of the paper's GLUE setting, in GLUE's order (MNLI scored on the matched dev set).
+#: Deprecated task names and what replaces them (a warning when a task list names one).
+DEPRECATED_TASKS: dict[str, str] = {
+    "glue_mnli_mm": (
+        "the task glue_mnli_mm (a second MNLI head) is deprecated: glue_mnli alone now trains one MNLI head and "
+        "scores it on both dev sets (val/glue_mnli/accuracy and val/glue_mnli_mm/accuracy) and predicts "
+        "MNLI-m.tsv, MNLI-mm.tsv and AX.tsv. Remove glue_mnli_mm from the tasks (and keep glue_mnli)."
+    )
+}
+#: The eight tasks of the paper's GLUE setting, in GLUE's order (MNLI scored on both dev sets; no WNLI,
+#: which the paper left out).
 GLUE_EIGHT: tuple[str, ...] = (
     "glue_cola",
     "glue_sst2",
@@ -394,6 +453,9 @@ def resolve_tasks(tasks: Iterable[str | TaskSpec | Mapping[str, Any]]) -> list[T
             spec = TaskSpec(**t)
         else:
             raise TypeError(f"A task must be a name, a TaskSpec or a mapping, got {type(t).__name__}.")
+        if isinstance(t, str) and t in DEPRECATED_TASKS:
+            # FutureWarning, not DeprecationWarning: Python shows it to people running a config
+            warnings.warn(DEPRECATED_TASKS[t], FutureWarning, stacklevel=2)
         out.append(spec)
     if not out:
         raise PalUserError(

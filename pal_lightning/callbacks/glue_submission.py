@@ -2,7 +2,9 @@
 
 Put it in the trainer's callbacks; ``pal-lightning predict`` then writes, beside the usual prediction files,
 one server file per GLUE task of the test split (``CoLA.tsv``, ``MNLI-m.tsv`` ...) into
-``<run>/glue_submission`` (or ``output_dir``)::
+``<run>/glue_submission`` (or ``output_dir``); ``glue_mnli``'s head also writes ``MNLI-mm.tsv`` and the
+diagnostic ``AX.tsv`` (its evaluation views ``glue_mnli_mm`` and ``glue_ax``). A warning names the files
+a complete submission still lacks (``WNLI.tsv`` unless ``glue_wnli`` is a task)::
 
     trainer.callbacks:
       - class_path: pal_lightning.callbacks.glue_submission.GlueSubmissionWriter
@@ -22,7 +24,7 @@ import lightning.pytorch as pl
 
 from pal_lightning.callbacks.prediction_writer import PredictionWriter
 from pal_lightning.contracts import PredictionLayout, datamodule_of, satisfies
-from pal_lightning.glue import SUBMISSION_FILES, write_submission_file
+from pal_lightning.glue import SUBMISSION_FILES, missing_submission_files, write_submission_file
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +61,9 @@ class GlueSubmissionWriter(PredictionWriter):
         if SUBMITTED_SPLIT not in dm.predict_splits:
             return []
         out_dir = self.resolve_output_dir(trainer)
-        return [out_dir / SUBMISSION_FILES[t][0] for t in dm.task_names if t in SUBMISSION_FILES]
+        views = getattr(dm, "eval_views", {})  # glue_mnli's views: MNLI-mm.tsv and AX.tsv
+        names = [*dm.task_names, *(v for v in views if views[v].has(SUBMITTED_SPLIT))]
+        return [out_dir / SUBMISSION_FILES[t][0] for t in names if t in SUBMISSION_FILES]
 
     def _write_all(
         self, trainer: pl.Trainer, gathered: dict[tuple[str, str], list[tuple[str, Any]]]
@@ -72,4 +76,12 @@ class GlueSubmissionWriter(PredictionWriter):
             rows = self._order(trainer, task, split, gathered[(task, split)])
             written.append(write_submission_file(out_dir, task, rows, overwrite=True))
             log.info("Wrote %d GLUE test predictions to %s", len(rows), written[-1])
+        missing = missing_submission_files(p.name for p in written)
+        if written and missing:
+            log.warning(
+                "The GLUE server needs all eleven files in the zip; %s lack(s) %s (WNLI.tsv: add glue_wnli to "
+                "the tasks; AX.tsv, MNLI-m.tsv, MNLI-mm.tsv: glue_mnli).",
+                out_dir,
+                ", ".join(missing),
+            )
         return written

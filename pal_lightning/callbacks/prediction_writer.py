@@ -122,7 +122,9 @@ class PredictionWriter(BasePredictionWriter):
         if not tasks or not splits:
             return None
         out_dir = self.resolve_output_dir(trainer)
-        return [out_dir / output_file_name(t, s) for t in tasks for s in splits]
+        # what the data module serves, evaluation views included, when it says (MultiTaskDataModule does)
+        pairs = dm.predicted_pairs() if hasattr(dm, "predicted_pairs") else [(t, s) for t in tasks for s in splits]
+        return [out_dir / output_file_name(t, s) for t, s in pairs]
 
     def _check_no_overwrite(self, paths: Sequence[Path], out_dir: Path) -> None:
         existing = [p for p in paths if p.exists()]

@@ -65,6 +65,7 @@ from pal_lightning.data.sharding import fit_batches_consumed, shard_of, turn_off
 from pal_lightning.data.split_cache import SplitCache
 from pal_lightning.data.tokenize import TokenizedSplit
 from pal_lightning.errors import PalUserError
+from pal_lightning.task_views import eval_views, with_views
 from pal_lightning.tasks import TaskSpec, resolve_tasks
 
 __all__ = ["TASK_SCHEDULES", "DataConfig", "MultiTaskDataModule"]
@@ -93,6 +94,9 @@ class MultiTaskDataModule(pl.LightningDataModule):
         #: The tasks as read: without a data folder, the built-in tasks that have a public Hugging
         #: Face copy read it (pal_lightning.data.hf_sources); the hyper-parameters keep them as given.
         self.task_specs: list[TaskSpec] = with_hub_copies(given_specs, config.data_dir)
+        #: More dev/test sets scored by a task's head, by name (pal_lightning.task_views: glue_mnli's
+        #: mismatched sets and GLUE's diagnostic set); served under their own names, never trained.
+        self.eval_views = eval_views(self.task_specs)
         self.phase_plan = plan_phases(
             config.schedule, config.task_order, config.steps_per_task, config.epochs_per_task, self.task_names
         )
@@ -100,6 +104,9 @@ class MultiTaskDataModule(pl.LightningDataModule):
         self.batch_sizes = per_task(config.batch_size, self.task_names, "batch_size")
         self.eval_batch_sizes = per_task(config.eval_batch_size, self.task_names, "eval_batch_size")
         self.pair_encodings = {t: resolve_pair_encoding(config.pair_encoding, t) for t in self.task_names}
+        for view in self.eval_views.values():  # a view is batched and encoded as its task is
+            self.eval_batch_sizes[view.name] = self.eval_batch_sizes[view.parent]
+            self.pair_encodings[view.name] = self.pair_encodings[view.parent]
         self.cache_dir = resolve_cache_dir(config.cache_dir)
         self.tokenizer_name, self.tokenizer_revision = str(config.tokenizer), config.tokenizer_revision
         self.max_length = int(config.max_length)
@@ -108,7 +115,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
         self.task_schedule, self.task_order = config.schedule, list(self.phase_plan.order)
         #: Every split read, validated and tokenised once (``load_split``).
         self.splits = SplitCache(
-            self.task_specs,
+            [*self.task_specs, *(v.spec for v in self.eval_views.values())],
             self.data_dir,
             self.cache_dir,
             (self.tokenizer_name, self.tokenizer_revision),
@@ -167,6 +174,10 @@ class MultiTaskDataModule(pl.LightningDataModule):
     def _existing(self, spec: TaskSpec, split: str) -> bool:
         return self.splits.exists(spec, split)
 
+    def evaluated(self, split: str) -> list[TaskSpec]:
+        """The tasks, each followed by its evaluation views that have ``split``: what ``split`` serves."""
+        return with_views(self.task_specs, self.eval_views, split)
+
     # ------------------------------------------------------------------ Lightning hooks
 
     def prepare_data(self) -> None:
@@ -178,6 +189,9 @@ class MultiTaskDataModule(pl.LightningDataModule):
             for split in SPLITS:
                 if self._existing(spec, split):
                     self.load_split(spec.name, split, report=False)
+        for view in self.eval_views.values():  # their dev sets; their test sets only when predicting
+            if view.has("dev"):
+                self.load_split(view.name, "dev", report=False)
         # Other processes read the cache files; keep nothing tokenised in memory twice.
         self.splits.forget()
 
@@ -186,21 +200,22 @@ class MultiTaskDataModule(pl.LightningDataModule):
         turn_off_distributed_sampler(self.trainer)
         if stage in ("fit", None):
             check_files_exist([(s, sp) for s in self.task_specs for sp in ("train", "dev")], self.data_dir)
+            check_files_exist([(v.spec, "dev") for v in self.eval_views.values() if v.has("dev")], self.data_dir)
             self.train_sizes = {t: len(self.load_split(t, "train")) for t in self.task_names}
-            for t in self.task_names:
-                self.load_split(t, "dev")
+            for spec in self.evaluated("dev"):
+                self.load_split(spec.name, "dev")
             empty = [t for t, n in self.train_sizes.items() if n == 0]
             if empty:
                 raise PalUserError(f"Tasks {empty} have no valid training rows; check their train files.")
             self.sampling_schedule = self.config.sampling_schedule(self._resolve_anneal_epochs())
         elif stage == "validate":
-            check_files_exist([(s, "dev") for s in self.task_specs], self.data_dir)
-            for t in self.task_names:
-                self.load_split(t, "dev")
+            check_files_exist([(s, "dev") for s in self.evaluated("dev")], self.data_dir)
+            for spec in self.evaluated("dev"):
+                self.load_split(spec.name, "dev")
         elif stage == "test":
-            check_files_exist([(s, "test") for s in self.task_specs if "test" in s.files], self.data_dir)
+            check_files_exist([(s, "test") for s in self.evaluated("test") if "test" in s.files], self.data_dir)
         elif stage == "predict":
-            check_files_exist([(s, sp) for s in self.task_specs for sp in self.predict_splits], self.data_dir)
+            check_files_exist([(s, sp) for sp in self.predict_splits for s in self.evaluated(sp)], self.data_dir)
 
     def _resolve_anneal_epochs(self) -> int:
         if self.config.anneal_epochs is not None:
@@ -295,8 +310,8 @@ class MultiTaskDataModule(pl.LightningDataModule):
         )
 
     def val_dataloader(self) -> torch.utils.data.DataLoader:
-        """Every dev example exactly once across ranks, one task per batch."""
-        return self._eval_loader([(t, "dev") for t in self.task_names])
+        """Every dev example exactly once across ranks, one task (or evaluation view) per batch."""
+        return self._eval_loader([(s.name, "dev") for s in self.evaluated("dev")])
 
     def eval_dataloader(
         self, split: str = "dev", tasks: Sequence[str] | None = None, limit_examples: int | None = None
@@ -319,7 +334,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
             PalUserError: when no task has a labelled test split.
         """
         pairs = []
-        for spec in self.task_specs:
+        for spec in self.evaluated("test"):
             if "test" in spec.files or spec.format == "hf":
                 if self._existing(spec, "test") and self.load_split(spec.name, "test").labels is not None:
                     pairs.append((spec.name, "test"))
@@ -331,8 +346,20 @@ class MultiTaskDataModule(pl.LightningDataModule):
         return self._eval_loader(pairs)
 
     def predict_dataloader(self) -> torch.utils.data.DataLoader:
-        """The ``predict_splits`` (default dev and test) of every task, each example once across ranks."""
-        return self._eval_loader([(t, s) for t in self.task_names for s in self.predict_splits])
+        """The ``predict_splits`` (default dev and test) of every task and evaluation view that has them,
+        each example once across ranks."""
+        return self._eval_loader(self.predicted_pairs())
+
+    def predicted_pairs(self) -> list[tuple[str, str]]:
+        """``(task or view, split)`` of everything ``predict`` serves: each task's ``predict_splits``, then
+        those of its evaluation views that the view has."""
+        pairs = []
+        for spec in self.task_specs:
+            pairs += [(spec.name, split) for split in self.predict_splits]
+            for view in self.eval_views.values():
+                if view.parent == spec.name:
+                    pairs += [(view.name, split) for split in self.predict_splits if view.has(split)]
+        return pairs
 
     def train_batch(self, task: str, indices: Sequence[int]) -> dict[str, Any]:
         """The padded training batch of ``task``'s examples at ``indices`` (positions in its train split).

@@ -22,6 +22,7 @@ from pal_lightning.batch import LABELS, TASK
 from pal_lightning.contracts import TaskPredictor, require
 from pal_lightning.distributed import all_reduce_sum
 from pal_lightning.metrics import build_task_metrics, overall_over, scored_task_names
+from pal_lightning.task_views import with_views
 from pal_lightning.tasks import TaskSpec
 
 if TYPE_CHECKING:
@@ -173,21 +174,30 @@ class EvaluationMixin(_ModuleBase):
 
         def compute_loss(self, task: str, output: Tensor, labels: Tensor) -> Tensor: ...
 
+    def evaluated_specs(self) -> list[TaskSpec]:
+        """The tasks and their evaluation views (``eval_views``, when the module has them): what is scored."""
+        views = getattr(self, "eval_views", {})
+        return [*self.task_specs.values(), *(v.spec for v in views.values())]
+
     def _init_evaluation(self) -> None:
-        self.scorers = nn.ModuleDict({stage: TaskScorer(self.task_specs.values()) for stage in STAGES})
+        self.scorers = nn.ModuleDict({stage: TaskScorer(self.evaluated_specs()) for stage in STAGES})
         self.last_scores: dict[str, dict[str, float]] = {}
         """The last computed ``{stage/task/metric: value}`` per stage (``val``, ``test``), for inspection."""
 
     @property
     def scored_tasks(self) -> list[str]:
         """The tasks the overall score covers: all tasks except auxiliary ones (an ``auxiliary``
-        attribute or hyper-parameter listing task names, or ``TaskSpec.auxiliary``)."""
+        attribute or hyper-parameter listing task names, or ``TaskSpec.auxiliary``), each followed by
+        its evaluation views that have a dev set (those of an auxiliary task are left out with it)."""
         auxiliary = getattr(self, "auxiliary", None)
         if auxiliary is None:
             auxiliary = self.hparams.get("auxiliary")
         if isinstance(auxiliary, str):
             auxiliary = [auxiliary]
-        return scored_task_names(self.task_specs.values(), tuple(auxiliary or ()))
+        views = getattr(self, "eval_views", {})
+        left_out = {*(auxiliary or ())}
+        left_out |= {v.name for v in views.values() if v.parent in left_out}
+        return scored_task_names(with_views(self.task_specs.values(), views, "dev"), tuple(left_out))
 
     def _eval_step(self, batch: dict[str, Any], stage: str) -> None:
         self._spec(batch)  # a task the model was not built for stops here, with a clear message
@@ -223,7 +233,7 @@ class EvaluationMixin(_ModuleBase):
         for name, metrics in scores.metrics.items():
             values.update({f"{stage}/{name}/{k}": v for k, v in metrics.items()})
             values[f"{stage}/{name}/loss"] = scores.losses[name]
-        overall = overall_over(scores.metrics, list(self.task_specs.values()), self.scored_tasks)
+        overall = overall_over(scores.metrics, self.evaluated_specs(), self.scored_tasks)
         # The values are already identical on every rank (torchmetrics merged the states, the
         # counts were reduced); sync_dist=True only averages equal numbers and keeps Lightning's
         # epoch-level logging consistent under DDP. Every rank logs the same keys.

@@ -1,8 +1,10 @@
-"""GLUE as built-in tasks (issue 14 item 3): the nine task specs against the hub's columns, every task read
-from a small local copy of nyu-mll/glue in the hub's own layout (a README.md ``configs:`` block naming each
-configuration's parquet files per split, as the hub repository has it), the Matthews correlation and the GLUE
-average by hand, the server's submission files, a tiny fit + predict, a missing split as one line, and the
-parameter accounting of the paper's setting (configs/glue_bert_base_pals.yaml): 1.13x one BERT-base."""
+"""GLUE as built-in tasks (issue 14 item 3): the task specs and MNLI's evaluation views against the hub's
+columns, every task read from a small local copy of nyu-mll/glue in the hub's own layout (a README.md
+``configs:`` block naming each configuration's parquet files per split, as the hub repository has it), the
+Matthews correlation and the GLUE average by hand, one MNLI head scored on both dev sets and writing
+MNLI-m.tsv, MNLI-mm.tsv and AX.tsv (values by hand), the server's submission files, a tiny fit + predict, a
+missing split as one line, the deprecated glue_mnli_mm task, and the parameter accounting of the paper's
+setting (configs/glue_bert_base_pals.yaml): 1.13x one BERT-base."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ datasets = pytest.importorskip("datasets")
 from pal_lightning.data import hf_sources  # noqa: E402
 from pal_lightning.data.readers import read_split  # noqa: E402
 from pal_lightning.errors import PalUserError  # noqa: E402
-from pal_lightning.glue import glue_average, write_submission_file  # noqa: E402
+from pal_lightning.glue import glue_average, missing_submission_files, write_submission_file  # noqa: E402
 from pal_lightning.metrics import build_metric, overall_score  # noqa: E402
 from pal_lightning.tasks import GLUE_EIGHT, GLUE_TASKS, get_task  # noqa: E402
 
@@ -38,6 +40,8 @@ HUB = {
     ),
     "qnli": (("question", "sentence"), ["entailment", "not_entailment"], ("train", "validation", "test")),
     "rte": (("sentence1", "sentence2"), ["entailment", "not_entailment"], ("train", "validation", "test")),
+    "wnli": (("sentence1", "sentence2"), ["not_entailment", "entailment"], ("train", "validation", "test")),
+    "ax": (("premise", "hypothesis"), ["entailment", "neutral", "contradiction"], ("test",)),
 }
 WORDS = "the a cat dog runs sleeps big small red old new house car tree sees".split()
 
@@ -46,7 +50,10 @@ def _label(config: str, i: int, split: str) -> float | int:
     if split.startswith("test"):
         return -1.0 if config == "stsb" else -1  # GLUE hides its test labels
     names = HUB[config][1]
-    return round((i % 11) / 2, 1) if names is None else i % len(names)
+    if names is None:
+        return round((i % 11) / 2, 1)
+    # the mismatched dev set is labelled differently from the matched one, so that the two scores differ
+    return (i + 1) % len(names) if split == "validation_mismatched" else i % len(names)
 
 
 def write_glue_copy(root: Path, n: int = 8, skip: tuple[str, str] | None = None) -> Path:
@@ -58,7 +65,7 @@ def write_glue_copy(root: Path, n: int = 8, skip: tuple[str, str] | None = None)
         for split in splits:
             if (config, split) == skip:
                 continue
-            rows = n if split == "train" else n // 2
+            rows = n if split == "train" else n // 2 + (config == "ax")  # AX: one row more than the rest
             label = datasets.Value("float32") if names is None else datasets.ClassLabel(names=names)
             features = {c: datasets.Value("string") for c in columns} | {
                 "label": label,
@@ -125,8 +132,10 @@ def test_glue_task_specs_by_hand() -> None:
         ),
         "glue_qnli": ("qnli", "pair_classification", 2, ("accuracy",), "validation", "test"),
         "glue_rte": ("rte", "pair_classification", 2, ("accuracy",), "validation", "test"),
+        "glue_wnli": ("wnli", "pair_classification", 2, ("accuracy",), "validation", "test"),
     }
-    assert set(GLUE_TASKS) == set(expected) and set(GLUE_EIGHT) == set(expected) - {"glue_mnli_mm"}
+    assert set(GLUE_TASKS) == set(expected)
+    assert set(GLUE_EIGHT) == set(expected) - {"glue_mnli_mm", "glue_wnli"}
     for name, (config, kind, labels, metrics, dev, test) in expected.items():
         spec = get_task(name)
         assert (spec.hf_path, spec.hf_name, spec.format) == ("nyu-mll/glue", config, "hf"), name
@@ -134,9 +143,27 @@ def test_glue_task_specs_by_hand() -> None:
         assert spec.files == {"train": "train", "dev": dev, "test": test}, name
         assert spec.text_columns == HUB[config][0] and (spec.label_column, spec.id_column) == ("label", "idx")
     assert get_task("glue_stsb").label_range == (0.0, 5.0) and get_task("glue_mnli").label_range == (0.0, 2.0)
+    # glue_mnli's head is also scored on MNLI's mismatched sets and predicts the diagnostic set (config ax)
+    mm, ax = get_task("glue_mnli").views()
+    assert (mm.name, mm.hf_name, mm.files) == (
+        "glue_mnli_mm",
+        "mnli",
+        {"dev": "validation_mismatched", "test": "test_mismatched"},
+    )
+    assert (ax.name, ax.hf_name, ax.files, ax.text_columns) == (
+        "glue_ax",
+        "ax",
+        {"test": "test"},
+        HUB["ax"][0],
+    )
+    assert (ax.num_labels, mm.num_labels, ax.eval_views, mm.eval_views) == (3, 3, {}, {})
 
 
 def test_every_glue_task_reads_its_local_hub_copy(glue: Path) -> None:
+    mm, ax = get_task("glue_mnli").views()
+    assert read_split(mm, "dev", glue).labels.tolist() == [1, 2, 0, 1]  # type: ignore[union-attr]
+    assert read_split(ax, "test", glue).ids == ["0", "1", "2", "3", "4"]
+    assert read_split(ax, "test", glue).labels is None  # hidden
     for name, spec in GLUE_TASKS.items():
         config = spec.hf_name
         assert config is not None
@@ -172,6 +199,12 @@ def test_glue_average_by_hand() -> None:
     # CoLA 0.5, MRPC 0.85, STS-B 0.65, MNLI (0.8 + 0.7) / 2 = 0.75: four tasks
     assert glue_average(scores, specs) == pytest.approx((0.5 + 0.85 + 0.65 + 0.75) / 4)
     assert overall_score(scores, specs) == pytest.approx((0.5 + 0.85 + 0.65 + 0.75) / 4)
+    # the same with glue_mnli_mm as glue_mnli's evaluation view (no task of its own); the diagnostic set
+    # AX is not part of the GLUE score even when scored
+    views = [GLUE_TASKS[t] for t in ("glue_cola", "glue_mrpc", "glue_stsb", "glue_mnli")]
+    views += get_task("glue_mnli").views()
+    with_ax = {**scores, "glue_ax": {"accuracy": 0.1}}
+    assert overall_score(with_ax, views) == pytest.approx((0.5 + 0.85 + 0.65 + 0.75) / 4)
     # with a non-GLUE task the overall is the mean of main metrics mapped to 0..1 instead
     mixed = {"glue_cola": {"matthews": 0.5}, "sst2": {"accuracy": 0.9}}
     assert overall_score(mixed, [*specs, get_task("sst2")]) == pytest.approx(((0.5 + 1) / 2 + 0.9) / 2)
@@ -187,11 +220,76 @@ def test_submission_files_by_hand(tmp_path: Path) -> None:
     assert (tmp_path / "STS-B.tsv").read_text() == "index\tprediction\n0\t3.25\n"
     write_submission_file(tmp_path, "glue_cola", [("0", 1)])
     assert (tmp_path / "CoLA.tsv").read_text() == "index\tprediction\n0\t1\n"
+    # WNLI: GLUE's own 0/1 labels, 1 = entailment (the hub's class 1); AX: MNLI's label names
+    write_submission_file(tmp_path, "glue_wnli", [("3", 1), ("4", 0)])
+    assert (tmp_path / "WNLI.tsv").read_text() == "index\tprediction\n3\t1\n4\t0\n"
+    write_submission_file(tmp_path, "glue_ax", [("0", 1)])
+    assert (tmp_path / "AX.tsv").read_text() == "index\tprediction\n0\tneutral\n"
+    assert missing_submission_files(p.name for p in tmp_path.iterdir()) == [
+        "SST-2.tsv",
+        "MRPC.tsv",
+        "QQP.tsv",
+        "MNLI-mm.tsv",
+        "QNLI.tsv",
+    ]
     with pytest.raises(PalUserError, match="already exists"):
         write_submission_file(tmp_path, "glue_cola", [("0", 0)])
     assert (tmp_path / "CoLA.tsv").read_text().endswith("0\t1\n")  # nothing overwritten
     with pytest.raises(PalUserError, match="no GLUE submission file"):
         write_submission_file(tmp_path, "sst", [("0", 0)])
+
+
+def test_one_mnli_head_scores_both_dev_sets_and_writes_three_files(
+    glue: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """GLUE's MNLI setting: one head, trained on MNLI's train split, scored on the matched and the mismatched
+    dev sets and predicting both test sets and the diagnostic set AX. The head is made to answer ``neutral``
+    (class 1) whatever the input, so every value follows from the local copy's labels by hand."""
+    from pal_lightning import MultiTaskDataModule, MultiTaskModule
+    from pal_lightning.callbacks.glue_submission import GlueSubmissionWriter
+    from pal_lightning.testing import TINY_BERT, quiet_trainer
+
+    module = MultiTaskModule(tasks=["glue_mnli"], bert_config=TINY_BERT, pal_size=8, pal_heads=2)
+    assert list(module.heads) == ["glue_mnli"]  # one MNLI head: no second head for the mismatched sets
+    with torch.no_grad():
+        module.heads["glue_mnli"].linear.weight.zero_()
+        module.heads["glue_mnli"].linear.bias.copy_(torch.tensor([0.0, 5.0, 0.0]))
+    dm = MultiTaskDataModule(tasks=["glue_mnli"], data_dir=str(tmp_path), eval_batch_size=3, cache_dir=False)
+    quiet_trainer().validate(module, datamodule=dm, verbose=False)
+    # matched dev labels i % 3 = [0, 1, 2, 0]: one neutral of 4; mismatched (i + 1) % 3 = [1, 2, 0, 1]: two
+    matched, mismatched = 1 / 4, 2 / 4
+    scores = module.last_scores["val"]
+    assert scores["val/glue_mnli/accuracy"] == pytest.approx(matched)
+    assert scores["val/glue_mnli_mm/accuracy"] == pytest.approx(mismatched)
+    # GLUE counts MNLI once, as the mean of the two; the only task here, so that is the GLUE score
+    assert scores["val/overall"] == pytest.approx((matched + mismatched) / 2)
+    assert not any("glue_ax" in k for k in scores)  # AX has no dev set (and is not in the GLUE score)
+
+    out = tmp_path / "submission"
+    trainer = quiet_trainer(callbacks=[GlueSubmissionWriter(output_dir=str(out))])
+    with caplog.at_level("WARNING", logger="pal_lightning.callbacks.glue_submission"):
+        trainer.predict(module, datamodule=dm, return_predictions=False)
+    assert sorted(p.name for p in out.iterdir()) == ["AX.tsv", "MNLI-m.tsv", "MNLI-mm.tsv"]
+    header, neutral = "index\tprediction\n", "\tneutral\n"
+    assert (out / "MNLI-m.tsv").read_text() == header + "".join(f"{i}{neutral}" for i in range(4))
+    assert (out / "MNLI-mm.tsv").read_text() == header + "".join(f"{i}{neutral}" for i in range(4))
+    assert (out / "AX.tsv").read_text() == header + "".join(f"{i}{neutral}" for i in range(5))  # AX's 5 ids
+    assert "WNLI.tsv" in caplog.text and "CoLA.tsv" in caplog.text  # a complete zip needs them too
+
+
+def test_the_deprecated_glue_mnli_mm_task_keeps_its_own_head() -> None:
+    """Configs and checkpoints naming glue_mnli_mm as a task still build (a second MNLI head, as before), with
+    a warning that says what to write instead; glue_mnli's view of that name then stands aside."""
+    from pal_lightning import MultiTaskModule
+    from pal_lightning.testing import TINY_BERT
+
+    with pytest.warns(FutureWarning, match="Remove glue_mnli_mm from the tasks"):
+        module = MultiTaskModule(
+            tasks=["glue_mnli", "glue_mnli_mm"], bert_config=TINY_BERT, pal_size=8, pal_heads=2
+        )
+    assert sorted(module.heads) == ["glue_mnli", "glue_mnli_mm"]
+    assert list(module.eval_views) == ["glue_ax"]
+    assert module.scored_tasks == ["glue_mnli", "glue_mnli_mm"]
 
 
 def _tiny_glue_config(tmp_path: Path, tasks: list[str]) -> Path:
@@ -219,28 +317,57 @@ def test_glue_tasks_fit_and_predict_submission_files(glue: Path, tmp_path: Path)
     (ckpt,) = (run / "checkpoints").glob("last*.ckpt")
     assert main(["predict", "--config", str(config), "--ckpt_path", str(ckpt)]) == 0
     out = run / "glue_submission"  # beside run / "predictions"
-    assert sorted(p.name for p in out.iterdir()) == ["CoLA.tsv", "MNLI-m.tsv", "STS-B.tsv"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "AX.tsv",
+        "CoLA.tsv",
+        "MNLI-m.tsv",
+        "MNLI-mm.tsv",
+        "STS-B.tsv",
+    ]
     mnli = (out / "MNLI-m.tsv").read_text().splitlines()
     assert mnli[0] == "index\tprediction" and [r.split("\t")[0] for r in mnli[1:]] == ["0", "1", "2", "3"]
     assert {r.split("\t")[1] for r in mnli[1:]} <= {"entailment", "neutral", "contradiction"}
     sts = [float(r.split("\t")[1]) for r in (out / "STS-B.tsv").read_text().splitlines()[1:]]
     assert len(sts) == 4 and all(0.0 <= s <= 5.0 for s in sts)
     metrics = (run / "metrics.csv").read_text().splitlines()[0].split(",")
-    assert {"val/glue_cola/matthews", "val/glue_stsb/spearman", "val/overall"} <= set(metrics)
+    assert {
+        "val/glue_cola/matthews",
+        "val/glue_stsb/spearman",
+        "val/glue_mnli_mm/accuracy",
+        "val/overall",
+    } <= set(metrics)
 
 
+@pytest.mark.parametrize(
+    ("task", "skip", "expected"),
+    [
+        ("glue_rte", ("rte", "validation"), ("(config rte)", "no split 'validation'", "test, train")),
+        # the split of glue_mnli's evaluation view (the mismatched dev set) is checked before training too
+        (
+            "glue_mnli",
+            ("mnli", "validation_mismatched"),
+            ("(config mnli)", "'validation_mismatched'", "glue_mnli_mm"),
+        ),
+    ],
+)
 def test_a_glue_task_whose_split_is_missing_is_one_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    task: str,
+    skip: tuple[str, str],
+    expected: tuple[str, ...],
 ) -> None:
     from pal_lightning.cli import USER_ERROR_EXIT, main
 
-    _serve(monkeypatch, write_glue_copy(tmp_path / "glue", n=4, skip=("rte", "validation")))
-    config = _tiny_glue_config(tmp_path, ["glue_rte"])
+    _serve(monkeypatch, write_glue_copy(tmp_path / "glue", n=4, skip=skip))
+    config = _tiny_glue_config(tmp_path, [task])
     assert main(["fit", "--config", str(config)]) == USER_ERROR_EXIT
     err = capsys.readouterr().err
     assert "Traceback" not in err
     (line,) = [x for x in err.splitlines() if x.startswith("pal-lightning: error:")]
-    assert "nyu-mll/glue (config rte)" in line and "no split 'validation'" in line and "test, train" in line
+    assert "nyu-mll/glue" in line and all(part in line for part in expected), line
+    assert not (tmp_path / "runs").exists()  # stopped before anything was written
     hf_sources.clear_loaded()
 
 
