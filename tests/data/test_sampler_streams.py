@@ -88,3 +88,70 @@ def test_state_names_the_schedule() -> None:
     state = phased.state_dict()
     assert state["schedule"] == "sequential" and state["phases"] == [["a", 0, 1], ["b", 1, 2]]
     assert np.array_equal(phased.task_sequence(0), [0, 1])
+
+
+def _stream(sampler: MultiTaskBatchSampler) -> list[tuple[int, ...]]:
+    return [tuple(b.indices) for b in sampler.batches(0)]
+
+
+def test_a_clash_at_a_cycle_boundary_is_swapped_out_by_hand() -> None:
+    """One task of 7 examples, global batch 3 (seed 1): both cycle boundaries in 21 positions clash.
+
+    Raw permutations (seeded): cycle 0 = 1 5 3 4 0 6 2, cycle 1 = 2 0 5 4 1 6 3, cycle 2 = 6 3 1 5 4 2 0.
+    Batch 3 straddles cycles 0 and 1: the last example of cycle 0 (2) and the first two of cycle 1
+    (2, 0): 2 twice. Cycle 1's clashing first example swaps with its first example from position 2 on
+    that is not in cycle 0's tail: 5 -> cycle 1 = 5 0 2 4 1 6 3. Batch 5 straddles cycles 1 and 2: the
+    tail 6 3 of cycle 1 (untouched by the swap) and the first example of cycle 2 (6): 6 twice. From
+    position 1 on, 3 is in the tail, 1 is not -> cycle 2 = 1 3 6 5 4 2 0.
+    """
+    raw = [samplers._raw_cycle(1, "a", c, 7).tolist() for c in range(3)]
+    assert raw == [
+        [1, 5, 3, 4, 0, 6, 2],
+        [2, 0, 5, 4, 1, 6, 3],
+        [6, 3, 1, 5, 4, 2, 0],
+    ]  # the example's premise
+    sampler = MultiTaskBatchSampler(
+        {"a": 7}, {"a": 3}, SamplingSchedule("uniform"), steps_per_epoch=7, seed=1
+    )
+    assert _stream(sampler) == [(1, 5, 3), (4, 0, 6), (2, 5, 0), (2, 4, 1), (6, 3, 1), (3, 6, 5), (4, 2, 0)]
+    # the same global batches split over 3 ranks of batch 1: rank r keeps position r of each
+    ranks = [
+        MultiTaskBatchSampler(
+            {"a": 7}, {"a": 1}, SamplingSchedule("uniform"), steps_per_epoch=7, num_replicas=3, rank=r, seed=1
+        )
+        for r in range(3)
+    ]
+    per_rank = [_stream(s) for s in ranks]
+    assert [tuple(i for r in range(3) for i in per_rank[r][step]) for step in range(7)] == _stream(sampler)
+
+
+def test_a_task_of_fewer_than_two_global_batches_keeps_its_raw_permutations() -> None:
+    """5 examples, global batch 3 (seed 0): too few to swap a clash away, so every cycle stays raw.
+
+    Raw permutations: cycle 0 = 2 4 0 1 3, cycle 1 = 2 1 4 0 3, cycle 2 = 3 0 1 2 4. Batch 4 straddles
+    cycles 1 and 2: the last example of cycle 1 (3) and the first two of cycle 2 (3, 0): 3 twice, kept.
+    """
+    raw = [samplers._raw_cycle(0, "a", c, 5).tolist() for c in range(3)]
+    assert raw == [[2, 4, 0, 1, 3], [2, 1, 4, 0, 3], [3, 0, 1, 2, 4]]  # the example's premise
+    sampler = MultiTaskBatchSampler(
+        {"a": 5}, {"a": 3}, SamplingSchedule("uniform"), steps_per_epoch=5, seed=0
+    )
+    assert _stream(sampler) == [(2, 4, 0), (1, 3, 2), (1, 4, 0), (3, 3, 0), (1, 2, 4)]
+
+
+@pytest.mark.parametrize("schedule", ["weights", "proportional"])
+def test_weights_and_multipliers_reach_the_drawn_tasks(schedule: str) -> None:
+    """``weights`` and ``task_multipliers`` decide the task of each step (p = 1/4, 3/4 by hand)."""
+    sizes, batch = {"a": 30, "b": 10}, {"a": 2, "b": 2}
+    if schedule == "weights":
+        plan = SamplingSchedule("weights", weights={"a": 1.0, "b": 3.0})
+        off = SamplingSchedule("weights", weights={"a": 1.0, "b": 1.0}, multipliers={"b": 0.0})
+    else:
+        # proportional 3/4, 1/4; multiplier 9 on b: 3/4 : 9/4 -> 1/4, 3/4
+        plan = SamplingSchedule("proportional", multipliers={"b": 9.0})
+        off = SamplingSchedule("proportional", multipliers={"b": 0.0})
+    steps = 4000
+    drawn = MultiTaskBatchSampler(sizes, batch, plan, steps_per_epoch=steps, seed=5).task_sequence(0)
+    assert abs(np.mean(drawn == 1) - 0.75) < 0.03  # 4000 draws: the standard error is 0.007
+    # a multiplier of 0 never draws the task
+    assert not MultiTaskBatchSampler(sizes, batch, off, steps_per_epoch=200, seed=5).task_sequence(0).any()

@@ -6,7 +6,14 @@ import math
 
 import pytest
 
-from pal_lightning.data.sampling import SamplingSchedule, annealed_alpha, task_probabilities
+from pal_lightning.data import sampling
+from pal_lightning.data.sampling import (
+    SAMPLING_SCHEDULES,
+    SamplingSchedule,
+    annealed_alpha,
+    apply_multipliers,
+    task_probabilities,
+)
 from pal_lightning.errors import PalUserError
 
 SIZES = {"sst": 8544, "qqp": 14137, "sts": 6040}
@@ -83,3 +90,46 @@ def test_schedule_errors():
         SamplingSchedule("weights")
     with pytest.raises(PalUserError, match="missing"):
         SamplingSchedule("weights", weights={"sst": 1}).probabilities(SIZES, 0)
+
+
+def _message(error: pytest.ExceptionInfo[BaseException]) -> str:
+    return str(error.value)
+
+
+def test_error_messages_in_full():
+    # the whole text the user reads, the fix included (a message is matched to its last character)
+    with pytest.raises(ValueError) as error:
+        task_probabilities([], 1.0)
+    assert _message(error) == "task_probabilities needs at least one task size."
+    with pytest.raises(PalUserError) as error:
+        SamplingSchedule("temperature")
+    assert _message(error) == (
+        "Unknown sampling schedule 'temperature'. Choose one of proportional, sqrt, uniform, round_robin, "
+        "annealed, weights (--data.sampling ...)."
+    )
+    with pytest.raises(PalUserError) as error:
+        SamplingSchedule("weights")
+    assert _message(error) == (
+        "sampling='weights' needs task_weights, a mapping task -> weight (--data.task_weights "
+        "'{sst: 1, qqp: 2, sts: 1}')."
+    )
+    with pytest.raises(PalUserError) as error:
+        apply_multipliers({"a": 0.5, "b": 0.5}, {"d": 1.0})
+    assert _message(error) == (
+        "task_multipliers name unknown tasks ['d']; the training tasks are ['a', 'b'] "
+        "(--data.task_multipliers '{cfimdb: 0.5}')."
+    )
+
+
+def test_old_name_schedules_warns_and_unknown_names_raise():
+    with pytest.warns(DeprecationWarning) as warned:
+        assert sampling.SCHEDULES is SAMPLING_SCHEDULES
+    (warning,) = warned
+    assert str(warning.message) == (
+        "pal_lightning.data.sampling.SCHEDULES is now SAMPLING_SCHEDULES (the task schedule, interleaved or "
+        "sequential, is pal_lightning.data.phase_plan.TASK_SCHEDULES)."
+    )
+    assert warning.filename == __file__  # it points at the line that used the old name
+    with pytest.raises(AttributeError) as error:
+        sampling.NOT_A_NAME  # noqa: B018 - the attribute access is the test
+    assert _message(error) == "module 'pal_lightning.data.sampling' has no attribute 'NOT_A_NAME'"
