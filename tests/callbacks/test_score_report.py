@@ -73,6 +73,8 @@ def test_format_scores_by_hand() -> None:
         "  overall                 0.6000",
         "  * auxiliary (trained, not in the overall): cfimdb",  # an auxiliary task with no score: not named
     ]
+    two = format_scores({"val/b/m": 0.5, "val/a/m": 0.25}, auxiliary=["b", "a"]).split("\n")
+    assert two[-1] == "  * auxiliary (trained, not in the overall): b, a"  # in the order given
     # another column and monitor; no auxiliary line when none of them was scored
     test_scores = {"test/sst/accuracy": 0.5, "test/overall": 0.25}
     assert format_scores(test_scores, "test/overall", ["absent"], column="test").split("\n") == [
@@ -209,6 +211,11 @@ def test_headlines_by_hand() -> None:
             "Partial mean over sst, qqp: 0.5000"
         )
     assert "--trainer.limit_val_batches 1 stopped" in partial_headline(0.5, PARTIAL_ENTRY, 1)
+    two_missing = {"tasks_covered": ["sst"], "tasks_missing": ["qqp", "sts"]}
+    assert partial_headline(0.5, two_missing, None) == (
+        "No overall score: validation did not reach qqp, sts (no labelled dev batches of them). "
+        "Partial mean over sst: 0.5000"
+    )
     assert "--trainer.limit_val_batches 0.5 stopped" in partial_headline(0.5, PARTIAL_ENTRY, 0.5)
     assert partial_headline(0.5, {}, 0.25, "test") == (
         "No overall score: the test evaluation did not reach ? (--trainer.limit_test_batches 0.25 stopped the "
@@ -409,9 +416,14 @@ def test_fit_without_a_log_dir_or_off_rank_zero(tmp_path: Path, capsys: pytest.C
     module = _module({"val/sst/accuracy": 0.5, "val/qqp/accuracy": 0.5, "val/overall": 0.5})
     report.on_validation_end(trainer, module)
     report.on_fit_end(trainer, module)
-    out = _printed(report, trainer, module, capsys)
-    assert out.startswith("\nCS224N overall (dev): 0.5000  [best validation at step 7, 7 steps, 0 s]\n")
-    assert "run folder" not in out and "best checkpoint: /runs/best.ckpt" in out
+    assert _printed(report, trainer, module, capsys) == (
+        "\nCS224N overall (dev): 0.5000  [best validation at step 7, 7 steps, 0 s]\n"
+        "  task       metric          dev\n"
+        "  qqp        accuracy     0.5000\n"
+        "  sst        accuracy     0.5000\n"
+        "  overall                 0.5000\n"  # no auxiliary line: cfimdb has no score here
+        "  best checkpoint: /runs/best.ckpt\n"  # and no run folder
+    )
     assert list(tmp_path.iterdir()) == []
 
     other = _trainer(tmp_path, is_global_zero=False)
@@ -427,7 +439,9 @@ def test_validate_and_test_write_their_scores(tmp_path: Path, capsys: pytest.Cap
     module = _module(scores)
     report.on_validation_end(trainer, module)
     assert report.history == []  # not a fit: nothing recorded
-    assert json.loads((tmp_path / "scores.json").read_text()) == {
+    text = (tmp_path / "scores.json").read_text()
+    assert text.startswith('{\n  "stage": "val",\n  "monitor": "val/overall",\n')  # indented by two, to read
+    assert json.loads(text) == {
         "stage": "val",
         "monitor": "val/overall",
         "complete": True,
@@ -480,5 +494,54 @@ def test_validate_and_test_write_their_scores(tmp_path: Path, capsys: pytest.Cap
         f"  scores saved to {tmp_path / 't' / 'scores.json'}\n"
     )
     # no log dir: printed, nothing written
-    report.on_test_end(_trainer(None, TrainerFn.TESTING), _module(test_scores, "test"))
-    assert "scores saved" not in _printed(report, trainer, module, capsys)
+    report.on_test_end(
+        _trainer(None, TrainerFn.TESTING, ckpt_path=None), _module({"test/sst/accuracy": 0.5}, "test")
+    )
+    assert _printed(report, trainer, module, capsys) == (
+        "\ntest scores  [test set, checkpoint None]\n"
+        "  task       metric         test\n"
+        "  sst        accuracy     0.5000\n"
+    )
+
+
+def test_validate_partial_or_without_overall(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The dev limit is named for a partial validation; ``complete`` needs every task and the overall."""
+    report = ScoreReport()
+    # a module that keeps no scores of its own: the trainer's metrics are read
+    metrics = {"val/sst/accuracy": torch.tensor(0.5), "val/overall_partial": torch.tensor(0.5)}
+    trainer = _trainer(tmp_path, TrainerFn.VALIDATING, callback_metrics=metrics)
+    module = SimpleNamespace(scored_tasks=["sst", "qqp"])
+    report.on_validation_end(trainer, module)
+    payload = json.loads((tmp_path / "scores.json").read_text())
+    assert payload["complete"] is False and payload["scores"] == {
+        "val/sst/accuracy": 0.5,
+        "val/overall_partial": 0.5,
+    }
+    assert _printed(report, trainer, module, capsys).startswith(
+        "\nNo overall score: validation did not reach qqp (--trainer.limit_val_batches 2 stopped the evaluation "
+        "before them; leave it at 1.0 for the overall score). Partial mean over sst: 0.5000  [dev set, "
+    )
+    # an overall logged although a scored task is missing: still not complete
+    report.on_validation_end(trainer, _module({"val/sst/accuracy": 0.5, "val/overall": 0.5}))
+    payload = json.loads((tmp_path / "scores.json").read_text())
+    assert payload["complete"] is False and payload["overall"] == 0.5 and payload["tasks_missing"] == ["qqp"]
+
+
+def test_fit_reads_the_trainer_metrics_of_a_module_without_scores(tmp_path: Path) -> None:
+    report = ScoreReport()
+    metrics = {"val/sst/accuracy": torch.tensor(0.5), "val/overall": torch.tensor(0.5), "train/loss": 1.0}
+    trainer = _trainer(tmp_path, callback_metrics=metrics)
+    report.on_validation_end(trainer, SimpleNamespace())
+    assert report.history == [
+        {
+            "step": 7,
+            "epoch": 1,
+            "scores": {"val/sst/accuracy": 0.5, "val/overall": 0.5},
+            "complete": True,
+            "tasks_covered": ["sst"],
+            "tasks_missing": [],
+        }
+    ]
+    report.on_fit_end(trainer, SimpleNamespace())
+    text = (tmp_path / "scores.json").read_text()
+    assert text.startswith('{\n  "monitor": "val/overall",\n  "complete": true,\n')  # indented by two
