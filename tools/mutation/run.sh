@@ -22,7 +22,7 @@ export HF_HUB_OFFLINE=1 HYPOTHESIS_PROFILE=mutation OMP_NUM_THREADS=1 MKL_NUM_TH
 # target -> "module(s) to mutate | tests that must kill the mutants"
 declare -A MODULES TESTS MUTANTS
 MODULES[sampling]="pal_lightning/data/sampling.py"
-TESTS[sampling]="tests/data/test_sampling.py tests/data/test_sampling_properties.py tests/auxiliary/test_auxiliary.py"
+TESTS[sampling]="tests/data/test_sampling.py tests/data/test_sampling_properties.py tests/auxiliary/test_auxiliary.py tests/data/test_options.py::test_annealing_horizon"
 MODULES[samplers]="pal_lightning/data/samplers.py"
 TESTS[samplers]="tests/data/test_samplers.py tests/data/test_sequential.py tests/data/test_sampler_checks.py tests/data/test_sampler_streams.py"
 MODULES[metrics]="pal_lightning/metrics.py"
