@@ -136,6 +136,8 @@ def test_annealing_horizon() -> None:
         raise AssertionError("steps_per_epoch is only needed for step-based training")
 
     assert annealing_horizon(3, 1000, never) == 3
+    assert annealing_horizon(1, 1000, never) == 1
+    assert annealing_horizon(0, 200, lambda: 50) == 4  # max_epochs=0 sets nothing: never a horizon of 0
     assert annealing_horizon(None, 200, lambda: 50) == math.ceil(200 / 50) == 4
     assert annealing_horizon(-1, 201, lambda: 50) == 5  # max_epochs=-1 means unlimited
     assert annealing_horizon(None, 10, lambda: 50) == 1
