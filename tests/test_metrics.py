@@ -11,7 +11,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from pal_lightning.errors import PalUserError
-from pal_lightning.metrics import build_task_metrics, cs224n_overall, overall_score
+from pal_lightning.metrics import build_metric, build_task_metrics, cs224n_overall, overall_score
 from pal_lightning.tasks import TaskSpec, get_task
 from pal_lightning.testing import run_spawned
 
@@ -90,6 +90,22 @@ def test_prefix_names_keys() -> None:
 def test_accuracy_on_regression_is_a_user_error() -> None:
     with pytest.raises(PalUserError, match="regression"):
         build_task_metrics(get_task("sts").replace(metrics=("accuracy",)))
+
+
+def test_multiclass_matthews_by_hand() -> None:
+    """MNLI's three classes: Gorodkin's R_K from the confusion counts, ``(c s - sum_k p_k t_k) /
+    sqrt((s^2 - sum_k p_k^2)(s^2 - sum_k t_k^2))`` (c correct, s examples, p_k/t_k predicted/true counts)."""
+    preds = torch.tensor([0, 1, 2, 0, 1, 2, 0, 0])
+    target = torch.tensor([0, 1, 2, 1, 1, 0, 2, 0])
+    c, s, p, t = 5, 8, (4, 2, 2), (3, 3, 2)
+    expected = (c * s - sum(a * b for a, b in zip(p, t, strict=True))) / np.sqrt(
+        (s**2 - sum(a * a for a in p)) * (s**2 - sum(b * b for b in t))
+    )
+    assert expected == pytest.approx(18 / np.sqrt(40 * 42))
+    metric = build_metric("matthews", get_task("glue_mnli"))
+    metric.update(preds[:5], target[:5])  # two updates: the full-set value
+    metric.update(preds[5:], target[5:])
+    assert float(metric.compute()) == pytest.approx(expected, abs=1e-6)
 
 
 def test_cs224n_overall_formula() -> None:
