@@ -454,8 +454,9 @@ def resolve_tasks(tasks: Iterable[str | TaskSpec | Mapping[str, Any]]) -> list[T
         else:
             raise TypeError(f"A task must be a name, a TaskSpec or a mapping, got {type(t).__name__}.")
         if isinstance(t, str) and t in DEPRECATED_TASKS:
-            # FutureWarning, not DeprecationWarning: Python shows it to people running a config
-            warnings.warn(DEPRECATED_TASKS[t], FutureWarning, stacklevel=2)
+            # FutureWarning, not DeprecationWarning: Python shows it to people running a config; warned
+            # from here (stacklevel 1), so that Python shows it once, not once per caller (model, data)
+            warnings.warn(DEPRECATED_TASKS[t], FutureWarning, stacklevel=1)
         out.append(spec)
     if not out:
         raise PalUserError(

@@ -275,6 +275,10 @@ def test_one_mnli_head_scores_both_dev_sets_and_writes_three_files(
     assert (out / "MNLI-mm.tsv").read_text() == header + "".join(f"{i}{neutral}" for i in range(4))
     assert (out / "AX.tsv").read_text() == header + "".join(f"{i}{neutral}" for i in range(5))  # AX's 5 ids
     assert "WNLI.tsv" in caplog.text and "CoLA.tsv" in caplog.text  # a complete zip needs them too
+    # a second run refuses before predicting, naming the views' files too, and overwrites nothing
+    with pytest.raises(PalUserError, match="MNLI-m.tsv, MNLI-mm.tsv, AX.tsv. Nothing was predicted"):
+        quiet_trainer(callbacks=[GlueSubmissionWriter(output_dir=str(out))]).predict(module, datamodule=dm)
+    assert (out / "AX.tsv").read_text() == header + "".join(f"{i}{neutral}" for i in range(5))
 
 
 def test_the_deprecated_glue_mnli_mm_task_keeps_its_own_head() -> None:
