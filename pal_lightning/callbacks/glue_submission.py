@@ -61,9 +61,17 @@ class GlueSubmissionWriter(PredictionWriter):
         if SUBMITTED_SPLIT not in dm.predict_splits:
             return []
         out_dir = self.resolve_output_dir(trainer)
-        views = getattr(dm, "eval_views", {})  # glue_mnli's views: MNLI-mm.tsv and AX.tsv
-        names = [*dm.task_names, *(v for v in views if views[v].has(SUBMITTED_SPLIT))]
-        return [out_dir / SUBMISSION_FILES[t][0] for t in names if t in SUBMISSION_FILES]
+        # with the evaluation views that predict serves (glue_mnli's: MNLI-mm.tsv and AX.tsv), when it says
+        pairs = (
+            dm.predicted_pairs()
+            if hasattr(dm, "predicted_pairs")
+            else [(t, SUBMITTED_SPLIT) for t in dm.task_names]
+        )
+        return [
+            out_dir / SUBMISSION_FILES[t][0]
+            for t, split in pairs
+            if split == SUBMITTED_SPLIT and t in SUBMISSION_FILES
+        ]
 
     def _write_all(
         self, trainer: pl.Trainer, gathered: dict[tuple[str, str], list[tuple[str, Any]]]

@@ -243,42 +243,51 @@ def test_one_mnli_head_scores_both_dev_sets_and_writes_three_files(
     glue: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """GLUE's MNLI setting: one head, trained on MNLI's train split, scored on the matched and the mismatched
-    dev sets and predicting both test sets and the diagnostic set AX. The head is made to answer ``neutral``
-    (class 1) whatever the input, so every value follows from the local copy's labels by hand."""
+    dev sets and predicting both test sets and the diagnostic set AX. The heads are made to answer one
+    class whatever the input (MNLI ``neutral``, RTE ``entailment``), so every value follows from the local
+    copy's labels by hand."""
     from pal_lightning import MultiTaskDataModule, MultiTaskModule
     from pal_lightning.callbacks.glue_submission import GlueSubmissionWriter
     from pal_lightning.testing import TINY_BERT, quiet_trainer
 
-    module = MultiTaskModule(tasks=["glue_mnli"], bert_config=TINY_BERT, pal_size=8, pal_heads=2)
-    assert list(module.heads) == ["glue_mnli"]  # one MNLI head: no second head for the mismatched sets
+    tasks = ["glue_mnli", "glue_rte"]
+    module = MultiTaskModule(tasks=tasks, bert_config=TINY_BERT, pal_size=8, pal_heads=2)
+    assert list(module.heads) == tasks  # one MNLI head: no second head for the mismatched sets
     with torch.no_grad():
-        module.heads["glue_mnli"].linear.weight.zero_()
-        module.heads["glue_mnli"].linear.bias.copy_(torch.tensor([0.0, 5.0, 0.0]))
-    dm = MultiTaskDataModule(tasks=["glue_mnli"], data_dir=str(tmp_path), eval_batch_size=3, cache_dir=False)
+        for task, answer in (("glue_mnli", 1), ("glue_rte", 0)):
+            module.heads[task].linear.weight.zero_()
+            module.heads[task].linear.bias.copy_(
+                5.0 * torch.nn.functional.one_hot(torch.tensor(answer), 3 - (task == "glue_rte"))
+            )
+    dm = MultiTaskDataModule(tasks=tasks, data_dir=str(tmp_path), eval_batch_size=3, cache_dir=False)
     quiet_trainer().validate(module, datamodule=dm, verbose=False)
-    # matched dev labels i % 3 = [0, 1, 2, 0]: one neutral of 4; mismatched (i + 1) % 3 = [1, 2, 0, 1]: two
-    matched, mismatched = 1 / 4, 2 / 4
+    # dev labels: MNLI matched i % 3 = [0, 1, 2, 0] (one neutral of 4), mismatched (i + 1) % 3 = [1, 2, 0, 1]
+    # (two); RTE i % 2 = [0, 1, 0, 1] (two entailment)
+    matched, mismatched, rte = 1 / 4, 2 / 4, 2 / 4
     scores = module.last_scores["val"]
     assert scores["val/glue_mnli/accuracy"] == pytest.approx(matched)
     assert scores["val/glue_mnli_mm/accuracy"] == pytest.approx(mismatched)
-    # GLUE counts MNLI once, as the mean of the two; the only task here, so that is the GLUE score
-    assert scores["val/overall"] == pytest.approx((matched + mismatched) / 2)
+    assert scores["val/glue_rte/accuracy"] == pytest.approx(rte)
+    # the GLUE score counts MNLI once, as the mean of the two (not (m + mm + rte) / 3 = 0.4167)
+    assert scores["val/overall"] == pytest.approx(((matched + mismatched) / 2 + rte) / 2)
     assert not any("glue_ax" in k for k in scores)  # AX has no dev set (and is not in the GLUE score)
 
     out = tmp_path / "submission"
     trainer = quiet_trainer(callbacks=[GlueSubmissionWriter(output_dir=str(out))])
     with caplog.at_level("WARNING", logger="pal_lightning.callbacks.glue_submission"):
         trainer.predict(module, datamodule=dm, return_predictions=False)
-    assert sorted(p.name for p in out.iterdir()) == ["AX.tsv", "MNLI-m.tsv", "MNLI-mm.tsv"]
-    header, neutral = "index\tprediction\n", "\tneutral\n"
-    assert (out / "MNLI-m.tsv").read_text() == header + "".join(f"{i}{neutral}" for i in range(4))
-    assert (out / "MNLI-mm.tsv").read_text() == header + "".join(f"{i}{neutral}" for i in range(4))
-    assert (out / "AX.tsv").read_text() == header + "".join(f"{i}{neutral}" for i in range(5))  # AX's 5 ids
+    assert sorted(p.name for p in out.iterdir()) == ["AX.tsv", "MNLI-m.tsv", "MNLI-mm.tsv", "RTE.tsv"]
+    header = "index\tprediction\n"
+    neutral = header + "".join(f"{i}\tneutral\n" for i in range(4))
+    assert (out / "MNLI-m.tsv").read_text() == neutral and (out / "MNLI-mm.tsv").read_text() == neutral
+    ax = header + "".join(f"{i}\tneutral\n" for i in range(5))  # AX's own 5 ids, from its config
+    assert (out / "AX.tsv").read_text() == ax
+    assert (out / "RTE.tsv").read_text() == header + "".join(f"{i}\tentailment\n" for i in range(4))
     assert "WNLI.tsv" in caplog.text and "CoLA.tsv" in caplog.text  # a complete zip needs them too
     # a second run refuses before predicting, naming the views' files too, and overwrites nothing
-    with pytest.raises(PalUserError, match="MNLI-m.tsv, MNLI-mm.tsv, AX.tsv. Nothing was predicted"):
+    with pytest.raises(PalUserError, match="MNLI-m.tsv, MNLI-mm.tsv, AX.tsv, RTE.tsv. Nothing was predicted"):
         quiet_trainer(callbacks=[GlueSubmissionWriter(output_dir=str(out))]).predict(module, datamodule=dm)
-    assert (out / "AX.tsv").read_text() == header + "".join(f"{i}{neutral}" for i in range(5))
+    assert (out / "AX.tsv").read_text() == ax
 
 
 def test_the_deprecated_glue_mnli_mm_task_keeps_its_own_head() -> None:
