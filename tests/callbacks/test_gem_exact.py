@@ -190,3 +190,48 @@ def test_a_failing_exact_solve_keeps_the_ridged_solution(monkeypatch: pytest.Mon
     result = gem.gem_coefficients(G @ G.T, G @ g, float(g @ g))
     assert result.violated and result.v is not None and np.all(np.isfinite(result.v))
     assert result.violation is not None and result.violation < 1e-2  # the ridge's residual, not exact
+
+
+@pytest.mark.parametrize("scale", [1e-9, 1.0, 1e9])
+def test_exact_dual_at_any_scale(scale: float) -> None:
+    """Two orthogonal rows, the second violated a hundred thousand times less than the first:
+    v = -q_k / P_kk = (1, 1e-5) whatever the scale of the problem. The solver's threshold for a
+    coefficient to enter is relative to the problem's scale (1e-13 of it): an absolute or inverted
+    one would leave the small violation in place at one end of the range."""
+    P, q = scale * np.eye(2), scale * np.array([-1.0, -1e-5])
+    np.testing.assert_allclose(solve_gem_dual_exact(P, q, 0.0), [1.0, 1e-5], rtol=1e-9, atol=0)
+
+
+def test_exact_dual_of_no_rows_and_of_float32_inputs() -> None:
+    assert solve_gem_dual_exact(np.zeros((0, 0)), np.zeros(0), 0.5).shape == (0,)
+    # float32 inputs are solved in float64: the same answer as the same values given in float64
+    rng = np.random.default_rng(7)
+    G = rng.standard_normal((3, 5)).astype(np.float32)
+    g = (rng.standard_normal(5) - 3 * G[0] - 2 * G[1]).astype(np.float32)
+    P32, q32 = G @ G.T, G @ g
+    expected = solve_gem_dual_exact(P32.astype(np.float64), q32.astype(np.float64), 0.05)
+    assert np.all(expected[:2] > 1.0) and expected[2] == 0.05  # two coefficients above the margin
+    np.testing.assert_allclose(solve_gem_dual_exact(P32, q32, 0.05), expected, rtol=1e-13, atol=0)
+
+
+def test_exact_dual_frees_one_coefficient_per_outer_iteration(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lawson-Hanson frees the most violated coefficient, solves, and stops at the KKT point: as
+    many inner solves as coefficients that end up above the margin (no stepping back here)."""
+    from pal_lightning.gem import qp
+
+    calls: list[int] = []
+    inner = qp._keep_free_positive
+
+    def counting(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        calls.append(1)
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(qp, "_keep_free_positive", counting)
+    for P, q, expected in (
+        (np.eye(2), np.array([-1.0, 1.0]), [1.0, 0.0]),
+        (np.diag([1.0, 4.0]), np.array([-3.0, -2.0]), [3.0, 0.5]),
+        (np.array([[1.0, 1.0], [1.0, 2.0]]), np.array([-1.0, 0.5]), [1.0, 0.0]),
+    ):
+        calls.clear()
+        np.testing.assert_allclose(qp.solve_gem_dual_exact(P, q, 0.0), expected, rtol=1e-12, atol=1e-15)
+        assert len(calls) == sum(v > 0 for v in expected)
