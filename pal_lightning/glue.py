@@ -21,13 +21,16 @@ GLUE task.
 **Submission files**: the server (gluebenchmark.com/submit) takes a zip of eleven tab-separated files, no
 sub-folders, named as in :data:`SUBMISSION_FILES` (``CoLA.tsv``, ``SST-2.tsv``, ``MRPC.tsv``, ``STS-B.tsv``,
 ``QQP.tsv``, ``MNLI-m.tsv``, ``MNLI-mm.tsv``, ``QNLI.tsv``, ``RTE.tsv``, ``WNLI.tsv``, ``AX.tsv``), each a
-header ``index\tprediction`` and one row per test example: the example's ``idx`` (the index column of
-GLUE's test files) and its prediction, an integer class for CoLA, SST-2, MRPC, QQP and WNLI (1 =
-acceptable / positive / paraphrase / entailment, GLUE's own 0/1 labels, which the hub's class order
-keeps), a float for STS-B, and the label *name* for MNLI and AX (``entailment``, ``neutral``,
-``contradiction``), QNLI and RTE (``entailment``, ``not_entailment``). The file names, the header and the
-id-tab-label rows are those of the GLUE site's submission instructions; the label strings are those of
-GLUE's test files' label set (the hub's class names).
+header ``index\tprediction`` and one row per test example: the example's ``idx`` (the hub's copy of the
+index column of GLUE's test files) and its prediction, an integer class for CoLA, SST-2, MRPC, QQP and
+WNLI (1 = acceptable / positive / paraphrase / entailment: the hub's class order, WNLI's being
+not_entailment, entailment), a float for STS-B, and the label *name* for MNLI and AX (``entailment``,
+``neutral``, ``contradiction``), QNLI and RTE (``entailment``, ``not_entailment``). Where each fact comes
+from: the eleven names, the header line, one ``id<TAB>label`` row per test example and the flat zip are the
+GLUE site's submission instructions (as quoted in a public copy of that page); the label names and
+orders are the nyu-mll/glue card's and ``datasets``' GLUE builder's ``label_classes``; label names for the
+NLI files and 0/1 for WNLI are what public submission scripts write. Not checked here: a submission to
+the server itself.
 """
 
 from __future__ import annotations
