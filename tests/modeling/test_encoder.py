@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -168,18 +169,59 @@ def test_gradient_checkpointing_matches(batch):
 
 def test_unknown_task_names_the_known_tasks(batch):
     model = MultiTaskBert.from_config(TINY, ["sst", "qqp"], adapter="none")
-    with pytest.raises(PalUserError, match="Known tasks: sst, qqp"):
+    with pytest.raises(PalUserError) as err:
         model(**batch, task="sts")
+    assert str(err.value) == (
+        "Unknown task 'sts' for this encoder. Known tasks: sst, qqp. "
+        "Build the model with that task in its task list."
+    )
     with pytest.raises(PalUserError, match="Known tasks"):
         list(model.task_parameters("sts"))
 
 
+NAME_FIX = "use a non-empty name without '.' that is not a torch.nn.ModuleDict attribute (such as 'keys' or 'train')."
+
+
 @pytest.mark.parametrize(
-    ("tasks", "fragment"), [([], "at least one"), (["a", "a"], "twice"), (["a.b"], "'.'")]
+    ("tasks", "message"),
+    [
+        ([], "MultiTaskBert needs at least one task; pass tasks=['sst', ...]."),
+        (["a", "a"], "Tasks listed twice: ['a']. List each task once."),
+        (["a.b"], f"Task name 'a.b' cannot be used as a parameter name: {NAME_FIX}"),
+        (["sst", "keys"], f"Task name 'keys' cannot be used as a parameter name: {NAME_FIX}"),
+        ([""], f"Task name '' cannot be used as a parameter name: {NAME_FIX}"),
+    ],
 )
-def test_bad_task_lists(tasks, fragment):
-    with pytest.raises(PalUserError, match=fragment):
+def test_bad_task_lists(tasks, message):
+    with pytest.raises(PalUserError) as err:
         MultiTaskBert.from_config(TINY, tasks)
+    assert str(err.value) == message
+
+
+def test_decoder_configs_and_unknown_attention_implementations_are_refused():
+    fix = "MultiTaskBert needs an encoder config: set is_decoder=False and no cross-attention."
+    for flag in ("is_decoder", "add_cross_attention"):
+        with pytest.raises(PalUserError) as err:
+            MultiTaskBert.from_config({**TINY, flag: True}, ["a"], adapter="none")
+        assert str(err.value) == fix, flag
+    with pytest.raises(
+        PalUserError,
+        match=r"^Attention implementation 'nonesuch' is not available: .+ Use 'sdpa' or 'eager'\.$",
+    ):
+        MultiTaskBert.from_config(TINY, ["a"], adapter="none", attn_implementation="nonesuch")
+
+
+def test_defaults_one_task_as_a_string_and_the_repr():
+    model = MultiTaskBert(BertConfig(**TINY), "sst")  # no PALConfig: its defaults; one name, not its letters
+    from pal_lightning.modeling import PALConfig
+
+    assert model.task_names == ("sst",) and model.pal_config == PALConfig()
+    assert model.loading_info is None  # nothing loaded yet
+    small = MultiTaskBert.from_config(TINY, ["a", "b"], pal_size=8, num_heads=2, layer_sharing="SSI")
+    assert small.extra_repr() == (
+        "tasks=['a', 'b'], adapter='pals', pal_size=8, num_heads=2, layers=[0, 1, 2], init='zero', "
+        "layer_sharing='SSI'"
+    )
 
 
 def test_task_specs_are_accepted():
@@ -215,14 +257,31 @@ def _save_plain(tmp_path, impl="sdpa", drop: str | None = None, wrapper=BertMode
 
 
 @pytest.mark.parametrize("impl", IMPLS)
-def test_from_pretrained_loads_everything_and_starts_as_the_encoder(tmp_path, impl, batch):
+def test_from_pretrained_loads_everything_and_starts_as_the_encoder(tmp_path, impl, batch, caplog):
+    from pal_lightning.modeling import PALConfig
+
     _save_plain(tmp_path, impl)
-    model = MultiTaskBert.from_pretrained(
-        tmp_path, ["a", "b"], attn_implementation=impl, pal_size=8, num_heads=2
-    )
+    with caplog.at_level("INFO", logger="pal_lightning.modeling.encoder"):
+        model = MultiTaskBert.from_pretrained(
+            tmp_path,
+            ["a", "b", "c"],
+            pal=PALConfig(num_heads=2),
+            attn_implementation=impl,
+            layer_sharing="SSI",
+            task_groups=[["a", "b"]],
+            pal_size=8,
+        )
+    # every argument reaches the model
+    assert model.config._attn_implementation == impl
+    assert (model.pal_size, model.pal_config.num_heads, model.layer_sharing) == (8, 2, "SSI")
+    assert list(model.individual) == ["a+b", "c"]
     info = model.loading_info
+    assert info.source == str(tmp_path / "model.safetensors")
     assert info.unexpected == ["pooler.dense.bias", "pooler.dense.weight"]
     assert info.missing_new == sorted(n for n, _ in model.new_parameters())
+    assert [r.getMessage() for r in caplog.records] == [
+        "Ignored 2 checkpoint key(s) unused by the encoder: ['pooler.dense.bias', 'pooler.dense.weight']"
+    ]
     reference = BertModel.from_pretrained(tmp_path, add_pooling_layer=False, attn_implementation=impl).eval()
     model.eval()
     with torch.no_grad():
@@ -260,8 +319,8 @@ def test_non_bert_config_is_refused(tmp_path):
     config = json.loads((tmp_path / "config.json").read_text())
     config["model_type"] = "roberta"
     (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(PalUserError, match="BERT encoder"):
-        MultiTaskBert.from_pretrained(tmp_path, ["a"])
+    with pytest.raises(PalUserError, match=f"^Encoder {re.escape(repr(str(tmp_path)))} is a 'roberta' model"):
+        MultiTaskBert.from_pretrained(str(tmp_path), ["a"])
 
 
 @pytest.mark.integration

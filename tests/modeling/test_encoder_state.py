@@ -63,11 +63,30 @@ def test_plan_copies_individual_layers_to_every_group_and_reports_only_unused_ke
     assert info.unexpected == ["pooler.dense.weight"]
 
 
+FIX = "Point the encoder at a complete BERT checkpoint (a folder saved with save_pretrained(), or a hub id)."
+
+
 def test_plan_refuses_a_missing_encoder_weight_naming_it():
     state = _checkpoint()
     del state["encoder.layer.0.w"]
-    with pytest.raises(PalUserError, match=r"lacks 1 encoder weight\(s\).*bert\.encoder\.layer\.0\.w"):
-        plan_pretrained_load(state, EXPECTED, individual_layers=[1], groups=["a", "b+c"])
+    with pytest.raises(PalUserError) as err:
+        plan_pretrained_load(state, EXPECTED, individual_layers=[1], groups=["a", "b+c"], source="ckpt")
+    assert str(err.value) == (
+        "The checkpoint ckpt lacks 1 encoder weight(s) that are not new PAL parameters: "
+        f"bert.encoder.layer.0.w. {FIX}"
+    )
+
+
+@pytest.mark.parametrize("n", [8, 9])
+def test_a_long_list_of_missing_weights_shows_the_first_eight(n):
+    expected = {f"bert.w{i}": _t(1) for i in range(n)} | {"adapters.a.v": _t(1)}
+    with pytest.raises(PalUserError) as err:
+        plan_pretrained_load({}, expected, individual_layers=[], groups=[])
+    shown = ", ".join(f"bert.w{i}" for i in range(8)) + (" and 1 more" if n == 9 else "")
+    assert str(err.value) == (
+        f"The checkpoint <state dict> lacks {n} encoder weight(s) that are not new PAL parameters: "
+        f"{shown}. {FIX}"
+    )
 
 
 def test_plan_refuses_a_shape_mismatch_naming_both_shapes():
@@ -76,3 +95,12 @@ def test_plan_refuses_a_shape_mismatch_naming_both_shapes():
         PalUserError, match=r"bert\.encoder\.layer\.0\.w \(checkpoint \(4, 5\), model \(4, 4\)\)"
     ):
         plan_pretrained_load(state, EXPECTED, individual_layers=[1], groups=["a", "b+c"])
+    # six wrong shapes: the first five are named, with the source and the fix
+    expected = {f"bert.w{i}": _t(2) for i in range(6)}
+    with pytest.raises(PalUserError) as err:
+        plan_pretrained_load({f"w{i}": _t(3) for i in range(6)}, expected, individual_layers=[], groups=[])
+    named = ", ".join(f"bert.w{i} (checkpoint (3,), model (2,))" for i in range(5))
+    assert str(err.value) == (
+        f"Shapes in <state dict> do not match the encoder config: {named}. "
+        "Check that config.json belongs to these weights."
+    )

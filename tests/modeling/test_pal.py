@@ -8,7 +8,13 @@ import pytest
 import torch
 
 from pal_lightning.modeling import PALConfig
-from pal_lightning.modeling.pal import MASK_VALUE, ProjectedAttention, TaskAdapter, additive_mask
+from pal_lightning.modeling.pal import (
+    MASK_VALUE,
+    ProjectedAttention,
+    TaskAdapter,
+    additive_mask,
+    pff_inner_size,
+)
 
 
 def _manual_attention(module: ProjectedAttention, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
@@ -32,6 +38,28 @@ def test_projected_attention_is_multi_head_attention_without_output_projection()
     keep = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], dtype=torch.bool)
     got = module(x, additive_mask(keep.long(), x.dtype))
     torch.testing.assert_close(got, _manual_attention(module, x, keep), atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match=r"^size 10 is not divisible by num_heads 4$"):
+        ProjectedAttention(10, 4)
+
+
+def test_a_mask_of_another_dtype_reaches_the_attention_in_the_scores_dtype(monkeypatch):
+    """Fused GPU kernels need the additive mask in the dtype of the scores: a float32 mask given to a
+    float64 attention is cast before SDPA sees it (the CPU kernel would accept it uncast)."""
+    torch.manual_seed(0)
+    module = ProjectedAttention(12, 3).double()
+    x = torch.randn(2, 5, 12, dtype=torch.float64)
+    keep = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]], dtype=torch.bool)
+    seen = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(q, k, v, attn_mask=None, **kwargs):
+        seen.append((q.dtype, None if attn_mask is None else attn_mask.dtype))
+        return sdpa(q, k, v, attn_mask=attn_mask, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    got = module(x, additive_mask(keep.long(), torch.float32))
+    assert seen == [(torch.float64, torch.float64)]
+    torch.testing.assert_close(got, _manual_attention(module, x, keep))
 
 
 def test_additive_mask():
@@ -47,6 +75,15 @@ def test_additive_mask():
     assert torch.isfinite(out).all()
     with pytest.raises(ValueError, match="2-D"):
         additive_mask(torch.ones(1, 1, 3), torch.float32)
+    # built on the padding mask's device (meta: no memory, but a device of its own)
+    assert (
+        additive_mask(torch.ones(2, 3, dtype=torch.long, device="meta"), torch.float16).device.type == "meta"
+    )
+
+
+def test_pff_inner_size_holds_the_weights_of_a_fused_qkv():
+    # two d_s x 3 d_s / 2 matrices = 3 d_s^2 (the fused Q, K, V), rounded down, at least 1
+    assert [pff_inner_size(s) for s in (1, 2, 3, 9, 204)] == [1, 3, 4, 13, 306]
 
 
 def test_low_rank_is_up_of_down():
@@ -54,6 +91,8 @@ def test_low_rank_is_up_of_down():
     h = torch.randn(2, 3, 16)
     torch.testing.assert_close(adapter(1, h, None), adapter.up["1"](adapter.down["1"](h)))
     assert adapter.attention is None
+    with pytest.raises(ValueError, match=r"^adapter 'pa_on_top' has no TaskAdapter inside the layers$"):
+        TaskAdapter(PALConfig(adapter="pa_on_top"), 16, 4, [])
 
 
 def test_pals_share_projections_across_layers():
