@@ -155,3 +155,34 @@ def test_weights_and_multipliers_reach_the_drawn_tasks(schedule: str) -> None:
     assert abs(np.mean(drawn == 1) - 0.75) < 0.03  # 4000 draws: the standard error is 0.007
     # a multiplier of 0 never draws the task
     assert not MultiTaskBatchSampler(sizes, batch, off, steps_per_epoch=200, seed=5).task_sequence(0).any()
+
+
+@pytest.mark.parametrize("n", [10, 11, 23])
+def test_grouped_cycles_sort_whole_global_batches_between_the_plain_head_and_tail(n: int) -> None:
+    """Length grouping reorders only the global batches that lie wholly inside a cycle.
+
+    The first ``head = (-c n) mod B`` examples of cycle ``c`` (the end of the batch that straddles the
+    boundary) and its last ``(n - head) mod B`` are those of the plain cycle, so the no-repeat swap still
+    holds; every global batch between them is a run of neighbours in the length order of its pool, and
+    the same seed gives the same cycle (a resumed run replays it).
+    """
+    gb, pool_batches = 3, 2
+    lengths = np.arange(n) * 7 % n  # distinct lengths, not in index order
+    for seed in (0, 1, 2):
+        for cycle in range(1, 5):
+            grouped = samplers._grouped_cycle(seed, "t", cycle, n, gb, pool_batches, lengths)
+            plain = samplers._plain_cycle(seed, "t", cycle, n, gb)
+            head = (-cycle * n) % gb
+            tail = (n - head) % gb
+            assert grouped[:head].tolist() == plain[:head].tolist()
+            assert grouped[n - tail :].tolist() == plain[n - tail :].tolist()
+            assert sorted(grouped.tolist()) == list(range(n))
+            body = grouped[head : n - tail]
+            for start in range(0, len(body), pool_batches * gb):
+                pool = body[start : start + pool_batches * gb]
+                ranks = np.argsort(np.argsort(-lengths[pool]))  # each example's place in the pool's order
+                for b in range(0, len(pool), gb):
+                    batch = np.sort(ranks[b : b + gb])
+                    assert batch[-1] - batch[0] == gb - 1 and batch[0] % gb == 0, (seed, cycle, pool)
+            again = samplers._grouped_cycle(seed, "t", cycle, n, gb, pool_batches, lengths)
+            assert np.array_equal(grouped, again)
