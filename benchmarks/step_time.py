@@ -14,6 +14,8 @@ interleaved (the order alternates every step) after a warm-up, so machine noise 
 * agem: the same with ``mode="agem"`` (one reference gradient of 16 remembered examples, 8 per task);
 * gem_per_task: the gem row with ``batch_tasks=False``: one backward per constraining task, as GEM
   computed its memory gradients before they came from one backward (``gem`` row);
+* pals_loop: the pals row with torch's for-loop AdamW (the library's optimizer before it took the fused
+  kernel; ``--adamw`` sets every other row's), so the optimizer's share is timed side by side;
 * simcse: the PAL model plus unsupervised SimCSE (weight 1) on the batch's sentences through the
   library's :func:`~pal_lightning.modeling.simcse.simcse_batch_loss`, as ``MultiTaskModule`` runs it:
   the task forward's pooled vectors are the first dropout view, one more forward/backward of the
@@ -60,12 +62,15 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import NamedTuple
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
+from torch.profiler import record_function  # noqa: E402
 
 from pal_lightning.callbacks import GEMCallback  # noqa: E402
 from pal_lightning.hub import DEFAULT_ENCODER  # noqa: E402
@@ -73,6 +78,7 @@ from pal_lightning.modeling import MultiTaskBert  # noqa: E402
 from pal_lightning.modeling.heads import pool  # noqa: E402
 from pal_lightning.modeling.simcse import SimCSEConfig, simcse_batch_loss  # noqa: E402
 from pal_lightning.tasks import TaskSpec  # noqa: E402
+from pal_lightning.training.optim import adamw  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/throughput.py, also when loaded by path
 from throughput import PRECISIONS, Precision, count_flops, matmul_roof, mfu  # noqa: E402
@@ -83,7 +89,9 @@ GEM_TASKS = ("t0", "t1", "t2")
 MEMORY_EXAMPLES = 64
 SIMCSE = SimCSEConfig(weight=1.0)
 SIMCSE_SPEC = TaskSpec(name=TASK)  # a single-sentence task: SimCSE views of the batch's sentences
-ROWS = ("shared", "pals", "gem", "agem", "gem_per_task", "simcse")
+ROWS = ("shared", "pals", "gem", "agem", "gem_per_task", "simcse", "pals_loop")
+#: --adamw: the library's AdamW, or torch's for-loop, foreach or fused implementation
+ADAMW = ("library", "loop", "foreach", "fused")
 #: --shape: (BERT config for a random encoder, or None for the pretrained --encoder; batch size, sequence length)
 SHAPES: dict[str, tuple[dict | None, int, int]] = {
     "default": (None, 32, 64),
@@ -203,14 +211,20 @@ def _step(
     amp = precision if precision is not None else Precision("32-true", device)
     _sync(device)
     start = time.perf_counter()
-    with amp.autocast():  # the forward passes, as Lightning's precision plugin wraps training_step
+    # the labels name the phases for benchmarks/profile_step.py (a few microseconds when not profiling)
+    with record_function("step/forward"), amp.autocast():  # as Lightning's precision plugin wraps it
         loss = _loss(model, batch, gem, simcse)
-    amp.backward(loss, optimizer)  # scaled and unscaled again under 16-mixed: GEM sees true gradients
+    with record_function("step/backward"):
+        amp.backward(loss, optimizer)  # scaled and unscaled again under 16-mixed: GEM sees true gradients
     if gem is not None:
         callback, data, step = gem
-        callback.project_step(model, data, step=step, current=[GEM_TASKS[0]], forward_context=amp.autocast)
-    amp.step(optimizer)
-    optimizer.zero_grad(set_to_none=True)
+        with record_function("step/gem"):
+            callback.project_step(
+                model, data, step=step, current=[GEM_TASKS[0]], forward_context=amp.autocast
+            )
+    with record_function("step/optimizer"):
+        amp.step(optimizer)
+        optimizer.zero_grad(set_to_none=True)
     _sync(device)
     return (time.perf_counter() - start) * 1000.0
 
@@ -235,7 +249,8 @@ def _loss(
     return nn.functional.cross_entropy(model(ids, mask, GEM_TASKS[0]), labels)
 
 
-def main(argv: list[str] | None = None) -> dict[str, float]:
+def parser() -> argparse.ArgumentParser:
+    """The command line of this script (``benchmarks/profile_step.py`` extends it)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--encoder", default=DEFAULT_ENCODER, help="encoder name or local directory")
     parser.add_argument("--shape", choices=sorted(SHAPES), default="default", help="model and batch shape")
@@ -256,16 +271,74 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument(
         "--memory-batch-size", type=int, default=16, help="GEM: remembered examples per constraining task"
     )
+    parser.add_argument(
+        "--adamw",
+        choices=ADAMW,
+        default="library",
+        help="the optimizer's implementation: the library's choice (training.optim.adamw: fused where "
+        "the device has it), or torch's for-loop, foreach or fused one",
+    )
     parser.add_argument("--json", type=Path, default=None, help="write the results to this JSON file")
     parser.add_argument(
         "--rows", default=",".join(ROWS), help=f"comma-separated rows to time (pals always): {','.join(ROWS)}"
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+class Bench(NamedTuple):
+    """Every row's model, optimizer and precision, and the batches they are fed, built once per process."""
+
+    device: torch.device
+    """Where every row runs."""
+    models: dict[str, nn.Module]
+    """Row name -> model, in :data:`ROWS` order."""
+    optimizers: dict[str, torch.optim.Optimizer]
+    """Row name -> AdamW over every parameter of its model."""
+    precisions: dict[str, Precision]
+    """Row name -> precision (a loss scaler per row under ``16-mixed``)."""
+    callbacks: dict[str, GEMCallback]
+    """GEM rows -> their callback, memories pre-filled."""
+    data: _MemoryData
+    """The remembered examples of the GEM rows."""
+    batches: list[tuple]
+    """Warm-up batches, then timed ones: ``(input_ids, attention_mask, labels)``."""
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.models)
+
+    def step_fn(self, name: str, i: int) -> Callable[[], float]:
+        """Row ``name``'s training step on batch ``i`` (returns its milliseconds)."""
+        gem = (self.callbacks[name], self.data, i) if name in self.callbacks else None
+        return functools.partial(
+            _step,
+            self.models[name],
+            self.optimizers[name],
+            self.batches[i],
+            self.device,
+            gem,
+            name == "simcse",
+            self.precisions[name],
+        )
+
+
+def make_optimizer(params: Iterable[nn.Parameter], kind: str, precision: Precision) -> torch.optim.Optimizer:
+    """AdamW as the library builds it (``library``) or a given torch implementation (lr 2e-5)."""
+    if kind == "library":  # as MultiTaskModule.configure_optimizers: not fused under mixed precision
+        return adamw(params, fused=precision.name == "32-true", lr=2e-5)
+    flags = {"loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}[kind]
+    return torch.optim.AdamW(params, lr=2e-5, **flags)
+
+
+def optimizer_kind(optimizer: torch.optim.Optimizer) -> str:
+    """Which AdamW implementation ``optimizer`` runs: ``fused``, ``foreach`` or ``loop``."""
+    flags = optimizer.defaults
+    return "fused" if flags.get("fused") else "foreach" if flags.get("foreach") else "loop"
+
+
+def build(args: argparse.Namespace) -> Bench:
+    """The rows ``args.rows`` (pals always), on ``args``' device, shape and precision."""
     rows = {"pals", *args.rows.split(",")}
-    if not rows <= set(ROWS):
-        parser.error(f"--rows: unknown {sorted(rows - set(ROWS))}; choose from {','.join(ROWS)}")
-    if args.warmup < 1:
-        parser.error("--warmup: at least 1 (the first warm-up step of each row counts its FLOPs)")
     bert_config, default_batch, default_seq = SHAPES[args.shape]
     args.batch_size = args.batch_size or default_batch
     args.seq_len = args.seq_len or default_seq
@@ -287,8 +360,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     models: dict[str, nn.Module] = {}
-    optimizers: dict[str, torch.optim.Optimizer] = {}
-    for name, adapter in (("shared", "none"), ("pals", "pals"), ("simcse", "pals")):
+    for name, adapter in (("shared", "none"), ("pals", "pals"), ("simcse", "pals"), ("pals_loop", "pals")):
         if name not in rows:
             continue
         models[name] = _Classifier(build_encoder([TASK], adapter)).to(device).train()
@@ -307,28 +379,48 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             callback.task_order.append(task)
             callback.memory.add(task, range(MEMORY_EXAMPLES))
         callbacks[name] = callback
-    for name, model in models.items():
-        optimizers[name] = torch.optim.AdamW(model.parameters(), lr=2e-5)
+    precisions = {name: Precision(args.precision, device) for name in models}  # a loss scaler per row
+    optimizers = {
+        name: make_optimizer(
+            model.parameters(), "loop" if name == "pals_loop" else args.adamw, precisions[name]
+        )
+        for name, model in models.items()
+    }
     vocab = models["pals"].encoder.config.vocab_size
     batches = _batches(args.warmup + args.steps, args.batch_size, args.seq_len, vocab, device, args.seed)
     pool_batches = _batches(
         len(GEM_TASKS), MEMORY_EXAMPLES, args.seq_len, vocab, device, args.seed + 1
     )  # one pool of remembered examples per task
     data = _MemoryData(dict(zip(GEM_TASKS, pool_batches, strict=True)))
+    return Bench(device, models, optimizers, precisions, callbacks, data, batches)
 
-    names = list(models)
-    precisions = {name: Precision(args.precision, device) for name in names}  # a loss scaler per row
+
+def parse(argv: list[str] | None, parser_: argparse.ArgumentParser | None = None) -> argparse.Namespace:
+    """Parse and check the command line."""
+    parser_ = parser_ or parser()
+    args = parser_.parse_args(argv)
+    rows = {"pals", *args.rows.split(",")}
+    if not rows <= set(ROWS):
+        parser_.error(f"--rows: unknown {sorted(rows - set(ROWS))}; choose from {','.join(ROWS)}")
+    if args.warmup < 1:
+        parser_.error("--warmup: at least 1 (the first warm-up step of each row counts its FLOPs)")
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    args = parse(argv)
+    bench = build(args)
+    device, models, precisions, callbacks = bench.device, bench.models, bench.precisions, bench.callbacks
+    names = bench.names
     roof_size = args.roof_size or ROOF_SIZE.get(device.type, ROOF_SIZE["cpu"])
     roofs = [matmul_roof(device, precisions["pals"].dtype, roof_size)]  # before the steps, again after
     times: dict[str, list[float]] = {name: [] for name in names}
     flops: dict[str, int] = {}
     violated = {name: 0 for name in callbacks}
-    for i, batch in enumerate(batches):
+    for i in range(len(bench.batches)):
         order = names[i % len(names) :] + names[: i % len(names)]  # rotate, so drift hits all alike
         for name in order:
-            gem = (callbacks[name], data, i) if name in callbacks else None
-            model, optimizer, amp = models[name], optimizers[name], precisions[name]
-            step = functools.partial(_step, model, optimizer, batch, device, gem, name == "simcse", amp)
+            step = bench.step_fn(name, i)
             if i == 0:  # a warm-up step: the counter's overhead is not timed
                 elapsed, flops[name] = count_flops(step)
             else:
@@ -377,10 +469,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         }
     )
     result["gem_memory_batch_size"] = args.memory_batch_size
+    result["adamw"] = optimizer_kind(bench.optimizers["pals"])
     result.update({f"{name}_steps_ms": [round(t, 2) for t in times[name]] for name in names})
     result.update(
         {
-            "encoder": args.encoder if bert_config is None else f"random init ({args.shape} shape)",
+            "encoder": args.encoder if SHAPES[args.shape][0] is None else f"random init ({args.shape} shape)",
             "pal_size": models["pals"].encoder.pal_size,
             "batch_size": args.batch_size,
             "seq_len": args.seq_len,

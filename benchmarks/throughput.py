@@ -2,7 +2,7 @@
 
 * :func:`matmul_roof`: the arithmetic rate one large square matmul reaches in a given dtype, measured in
   the calling process (so the same threads, clocks and contention as the steps it is compared with);
-* :func:`count_flops`: the FLOPs of one call, counted by ``torch.utils.flop_counter.FlopCounterMode``
+* :func:`count_flops` (:func:`count_flops_by_op` per operator): the FLOPs of one call, counted by ``torch.utils.flop_counter.FlopCounterMode``
   (matmuls, ``bmm`` and the fused attention kernels, forward and backward, on the real shapes);
 * :func:`mfu`: achieved FLOP/s over the roof;
 * :class:`Precision`: Lightning's precision names (``32-true``, ``bf16-mixed``, ``16-mixed``) as an
@@ -63,9 +63,16 @@ def count_flops(fn: Callable[[], Any]) -> tuple[Any, int]:
     Only the operations the counter knows are counted (matmuls, convolutions, attention kernels):
     element-wise work (layer norms, activations, the optimizer's update) is not model arithmetic.
     """
+    out, by_op = count_flops_by_op(fn)
+    return out, sum(by_op.values())
+
+
+def count_flops_by_op(fn: Callable[[], Any]) -> tuple[Any, dict[str, int]]:
+    """Run ``fn()`` once under ``FlopCounterMode``; its result and the FLOPs counted per operator
+    (``aten.mm``, ``aten.addmm``, ``aten.bmm``, the attention kernels and their backward ones)."""
     with FlopCounterMode(display=False) as counter:
         out = fn()
-    return out, int(counter.get_total_flops())
+    return out, {str(op): int(n) for op, n in counter.get_flop_counts()["Global"].items()}
 
 
 def mfu(flop_per_step: float, step_seconds: float, roof_flop_per_s: float) -> float:

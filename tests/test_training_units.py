@@ -18,7 +18,7 @@ from pal_lightning.training.checkpoint_compat import checkpoint_differences
 from pal_lightning.training.evaluation import TaskScorer, eval_mode, score_batch
 from pal_lightning.training.guard import all_finite, nonfinite_message
 from pal_lightning.training.hparams import ARCHITECTURE_HPARAMS, PAL_ARGUMENTS, pal_config_kwargs
-from pal_lightning.training.optim import warmup_steps_of
+from pal_lightning.training.optim import adamw, fused_allowed, warmup_steps_of
 
 SST, QQP, STS = get_task("sst"), get_task("qqp"), get_task("sts")
 
@@ -168,6 +168,45 @@ def test_warmup_steps_of_prefers_the_absolute_count() -> None:
     assert warmup_steps_of(total=40, warmup_steps=None, warmup_ratio=0.1) == 4
     assert warmup_steps_of(total=45, warmup_steps=None, warmup_ratio=0.1) == 4  # round(4.5) is 4 in Python
     assert warmup_steps_of(total=40, warmup_steps=7, warmup_ratio=0.1) == 7
+
+
+def test_adamw_is_fused_on_the_cpu_and_takes_adams_step_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
+    w = nn.Parameter(torch.tensor([1.0, -2.0, 0.5]))
+    w.grad = torch.tensor([0.1, 0.2, -0.3])
+    opt = adamw([{"params": [w]}], lr=0.1, weight_decay=0.5)
+    cpu_has_fused = tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 4)
+    assert opt.defaults["fused"] is (True if cpu_has_fused else None)
+    opt.step()
+    # first step by hand: m = (1 - b1) g, v = (1 - b2) g^2, bias-corrected m^ = g, v^ = g^2, so the
+    # update is lr * g / (|g| + eps) after the decoupled decay w (1 - lr wd)
+    g = torch.tensor([0.1, 0.2, -0.3])
+    expected = torch.tensor([1.0, -2.0, 0.5]) * (1 - 0.1 * 0.5) - 0.1 * g / (g.abs() + 1e-8)
+    torch.testing.assert_close(w.detach(), expected, rtol=1e-6, atol=1e-6)
+    real = torch.optim.AdamW
+
+    def without_fused(params: Any, **options: Any) -> torch.optim.AdamW:  # a device with no fused kernel
+        if options.get("fused"):
+            raise RuntimeError(
+                "`fused=True` requires all the params to be floating point Tensors of supported devices"
+            )
+        return real(params, **options)
+
+    monkeypatch.setattr(torch.optim, "AdamW", without_fused)
+    fallback = adamw(iter([w]), lr=0.1)  # an iterator is read once, for both tries
+    assert not fallback.defaults["fused"] and fallback.param_groups[0]["params"] == [w]
+
+
+def test_fused_only_where_lightning_unscales_and_clips_with_it() -> None:
+    from types import SimpleNamespace
+
+    from lightning.pytorch.plugins.precision import HalfPrecision, MixedPrecision, Precision
+
+    assert fused_allowed(None)  # a module on its own
+    assert fused_allowed(SimpleNamespace(precision_plugin=Precision()))  # 32-true
+    assert fused_allowed(SimpleNamespace(precision_plugin=HalfPrecision("bf16-true")))
+    # mixed precision: clipping refuses a fused optimizer; 16-mixed would hand GEM scaled gradients
+    assert not fused_allowed(SimpleNamespace(precision_plugin=MixedPrecision("bf16-mixed", "cpu")))
+    assert not adamw([nn.Parameter(torch.ones(2))], fused=False, lr=0.1).defaults["fused"]
 
 
 # ---------------------------------------------------------------- one loop for validation and continual evaluation

@@ -11,6 +11,7 @@ import lightning.pytorch as pl
 import numpy as np
 import torch
 from torch import Tensor, nn
+from torch.profiler import record_function
 
 from pal_lightning import distributed
 from pal_lightning.batch import INDICES, TASK
@@ -282,8 +283,10 @@ class GEMCallback(pl.Callback):
         cached = self._cache
         if cached is not None and cached[0] == key and step - cached[1] < self.refresh_every:
             return cached[2], cached[3]
-        rows = self._constraint_gradients(source, tasks, step, params)
-        GGt = gram_matrix(rows)
+        with record_function("gem/memory_gradients"):  # profiler labels (benchmarks/profile_step.py)
+            rows = self._constraint_gradients(source, tasks, step, params)
+        with record_function("gem/gram"):
+            GGt = gram_matrix(rows)
         self._cache = (key, step, rows, GGt) if self.refresh_every > 1 else None
         return rows, GGt
 
@@ -326,7 +329,8 @@ class GEMCallback(pl.Callback):
         self, params: list[nn.Parameter], rows: list[Grads], GGt: Tensor, stats: dict[str, float]
     ) -> None:
         """Decide from ``M = [g, G][g, G]^T`` and write ``g~`` into ``p.grad``; update ``stats``."""
-        M_device = bordered_gram([p.grad for p in params], rows, GGt)
+        with record_function("gem/gram"):
+            M_device = bordered_gram([p.grad for p in params], rows, GGt)
         # rank 0's M for every rank: one decision for all, even if their float sums differ
         M = distributed.broadcast(M_device).cpu().numpy()
         stats["gem/constraints"] = float(len(rows))
@@ -345,4 +349,5 @@ class GEMCallback(pl.Callback):
         if result.v is None:
             return
         self.projections += 1
-        add_rows(params, rows, result.v.tolist())
+        with record_function("gem/write_back"):
+            add_rows(params, rows, result.v.tolist())

@@ -31,13 +31,14 @@ from lightning.pytorch.utilities.types import OptimizerLRScheduler
 from torch import Tensor
 
 from pal_lightning.batch import ATTENTION_MASK, INPUT_IDS, LABELS
+from pal_lightning.compat import attached_trainer
 from pal_lightning.distributed import is_main_process, rank
 from pal_lightning.errors import PalUserError
 from pal_lightning.files import staged_folder
 from pal_lightning.hub import DEFAULT_ENCODER, resolve_encoder
 from pal_lightning.pretraining.data import WORD_IDS, load_tokenizer
 from pal_lightning.pretraining.masking import IGNORE_INDEX, mask_tokens, maskable_positions
-from pal_lightning.training.optim import linear_warmup_decay
+from pal_lightning.training.optim import adamw, fused_allowed, linear_warmup_decay
 
 log = logging.getLogger(__name__)
 
@@ -221,11 +222,12 @@ class MLMPretrainModule(pl.LightningModule):
         for name, p in self.model.named_parameters():
             if p.requires_grad:
                 (no_decay if name.endswith("bias") or "LayerNorm" in name else decay).append(p)
-        optimizer = torch.optim.AdamW(
+        optimizer = adamw(
             [
                 {"params": decay, "weight_decay": self.hparams["weight_decay"]},
                 {"params": no_decay, "weight_decay": 0.0},
             ],
+            fused=fused_allowed(attached_trainer(self)),  # as MultiTaskModule.configure_optimizers
             lr=self.hparams["lr"],
         )
         warmup = int(round(self.hparams["warmup_ratio"] * max_steps))
