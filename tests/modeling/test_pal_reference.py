@@ -175,3 +175,8 @@ def test_the_mask_is_built_in_the_autocast_dtype_once(batch):
     assert torch.isfinite(out).all()
     mask_shape = (batch["input_ids"].shape[0], 1, 1, batch["input_ids"].shape[1])
     assert casts.shapes and mask_shape not in casts.shapes  # no layer casts the PAL mask
+    # without autocast: in the weights' dtype (float64 here), again never cast by a layer
+    model.double()
+    with _CastShapes() as casts:
+        assert model(**batch, task="a").dtype == torch.float64
+    assert mask_shape not in casts.shapes

@@ -68,6 +68,7 @@ def test_individual_layers_start_as_the_pretrained_layer_and_step_0_is_the_share
     donor = _donor()
     model = _model("FSI")
     assert model.loading_info is not None and model.loading_info.unexpected == []
+    assert model.loading_info.source == "<state dict>"  # load_pretrained_state's default name
     pretrained = donor.bert.encoder.layer[2].state_dict()
     for task in TASKS:
         copy = model.individual[task]["2"].state_dict()
@@ -76,6 +77,9 @@ def test_individual_layers_start_as_the_pretrained_layer_and_step_0_is_the_share
     shared = _model(None)
     for task in TASKS:
         assert torch.equal(_out(model, batch, task), _out(shared, batch, task))
+    # the slot has no weights of its own: without a task it cannot run
+    with pytest.raises(RuntimeError, match=r"^layer 2 is individual: call MultiTaskBert with task=\.\.\.$"):
+        model.bert(**batch)
 
 
 def test_frozen_layers_do_not_train_and_individual_layers_train_for_their_task_only(batch):

@@ -54,6 +54,12 @@ def test_changing_one_tasks_adapter_changes_only_that_tasks_output(adapter, batc
             p.add_(0.05 * torch.randn_like(p))
     assert torch.equal(_run(model, batch, "b"), before["b"])
     assert not torch.allclose(_run(model, batch, "a"), before["a"], atol=1e-4)
+    # the block on top masks padding too: other padded ids change nothing at the real positions
+    altered = {k: v.clone() for k, v in batch.items()}
+    altered["input_ids"][1, 4:] = torch.tensor([5, 6, 7])
+    torch.testing.assert_close(
+        _run(model, altered, "a")[1, :4], _run(model, batch, "a")[1, :4], atol=1e-5, rtol=0
+    )
     # and a loss on task a sends no gradient into task b's parameters
     model.train()
     model(**batch, task="a").pow(2).mean().backward()
@@ -74,20 +80,29 @@ def test_zero_init_starts_as_the_pretrained_encoder(adapter, activation, batch):
     assert not torch.allclose(_run(_model(adapter, init="random"), batch, "a"), expected, atol=1e-4)
 
 
+def _deeper(model: MultiTaskBert, top: dict[str, torch.Tensor]) -> BertModel:
+    """A plain (L+1)-layer BertModel: the encoder's L layers, then a layer with the weights ``top``."""
+    deeper = BertModel(BertConfig(**{**TINY_NO_DROPOUT, "num_hidden_layers": L + 1}), add_pooling_layer=False)
+    state = {k[len("bert.") :]: v for k, v in model.state_dict().items() if k.startswith("bert.")}
+    state.update({f"encoder.layer.{L}.{k}": v for k, v in top.items()})
+    deeper.load_state_dict(state)
+    return deeper.eval()
+
+
 def test_bert_layer_on_top_starts_as_the_last_pretrained_layer_applied_twice(batch):
     """Independent reference: a plain (L+1)-layer BertModel whose top layer is a copy of layer L-1."""
     model = _model("bert_layer_on_top", init="zero")
-    deeper = BertModel(BertConfig(**{**TINY_NO_DROPOUT, "num_hidden_layers": L + 1}), add_pooling_layer=False)
-    state = {k[len("bert.") :]: v for k, v in model.state_dict().items() if k.startswith("bert.")}
-    last = {k: v for k, v in state.items() if k.startswith(f"encoder.layer.{L - 1}.")}
-    state.update({k.replace(f"layer.{L - 1}.", f"layer.{L}.", 1): v for k, v in last.items()})
-    deeper.load_state_dict(state)
     with torch.no_grad():
-        expected = deeper.eval()(**batch).last_hidden_state
+        expected = _deeper(model, model.bert.encoder.layer[L - 1].state_dict())(**batch).last_hidden_state
     for task in ("a", "b"):
         torch.testing.assert_close(_run(model, batch, task), expected, rtol=0, atol=1e-5)
-    # init random: a fresh BERT layer (unit LayerNorms, biases 0), not the copy
-    fresh = _model("bert_layer_on_top", init="random").adapters["a"].layer
+    # init random: a fresh BERT layer (unit LayerNorms, biases 0), not the copy, applied after the last
+    randomised = _model("bert_layer_on_top", init="random")
+    with torch.no_grad():
+        top = randomised.adapters["b"].layer.state_dict()
+        expected = _deeper(randomised, top)(**batch).last_hidden_state
+    torch.testing.assert_close(_run(randomised, batch, "b"), expected, rtol=0, atol=1e-5)
+    fresh = randomised.adapters["a"].layer
     assert torch.equal(fresh.output.LayerNorm.weight, torch.ones(D))
     assert torch.equal(fresh.attention.self.query.bias, torch.zeros(D))
     assert not torch.equal(
