@@ -425,7 +425,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--warmup", type=int, default=5, help="steps left out of the median step time")
     parser.add_argument(
-        "--dev-limit", type=int, default=400, help="score the first N dev rows of every task (default 400)"
+        "--dev-limit", type=int, default=300, help="score the first N dev rows of every task (default 300)"
     )
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
