@@ -17,8 +17,9 @@ import torch
 from torch.nn import functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from pal_lightning.modeling import MultiTaskBert
+from pal_lightning.modeling import MultiTaskBert, PALConfig
 from pal_lightning.modeling.pal import scores_dtype
+from pal_lightning.modeling.top import ProjectedAttentionBlock, ProjectedAttentionOnTop
 from pal_lightning.testing import TINY_BERT_3_LAYERS as TINY
 from pal_lightning.testing import without_dropout
 
@@ -107,6 +108,48 @@ def test_encoder_equals_the_papers_formula_and_keeps_its_saved_names(adapter, ba
     assert names == sorted(EXPECTED_KEYS[adapter])
     if adapter != "low_rank":
         assert model.adapters["a"].attention["0"].qkv.weight.shape == (3 * PAL_SIZE, PAL_SIZE)
+
+
+def _on_top_reference(model: MultiTaskBert, batch: dict, task: str, gelu: bool) -> torch.Tensor:
+    """pa_on_top: h + act(V^D B(V^E h)), B = 6 blocks x -> LN(x + W_O Attn(x)) in d_s, on the plain encoder's
+    output h (module docstring of :mod:`pal_lightning.modeling.top`)."""
+    state = {k: v.detach() for k, v in model.state_dict().items()}
+    keep = batch["attention_mask"].bool()
+    h = model.bert(**batch).last_hidden_state  # no task: the plain encoder
+    a = f"adapters.{task}"
+    x = _linear(h, state, f"{a}.down")
+    for k in range(6):
+        qkv = _linear(x, state, f"{a}.blocks.{k}.attention.qkv")
+        attended = _linear(
+            _attention(*qkv.split(PAL_SIZE, dim=-1), keep, PAL_HEADS), state, f"{a}.blocks.{k}.out"
+        )
+        norm = (state[f"{a}.blocks.{k}.norm.weight"], state[f"{a}.blocks.{k}.norm.bias"])
+        x = F.layer_norm(x + attended, x.shape[-1:], *norm, model.config.layer_norm_eps)
+    ts = _linear(x, state, f"{a}.up")
+    return h + (F.gelu(ts) if gelu else ts)
+
+
+@pytest.mark.parametrize("activation", ["none", "gelu"])
+def test_projected_attention_on_top_equals_its_formula(activation, batch):
+    # a large LayerNorm epsilon, so that a block using another one shows
+    config = {**TINY_NO_DROPOUT, "layer_norm_eps": 0.1}
+    torch.manual_seed(0)
+    model = MultiTaskBert.from_config(
+        config,
+        ["a", "b"],
+        adapter="pa_on_top",
+        pal_size=PAL_SIZE,
+        num_heads=PAL_HEADS,
+        init="random",
+        activation=activation,
+    ).eval()
+    with torch.no_grad():
+        got = model(**batch, task="b")
+        expected = _on_top_reference(model, batch, "b", gelu=activation == "gelu")
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    # built directly, the blocks take BERT's LayerNorm epsilon
+    top = ProjectedAttentionOnTop(PALConfig(adapter="pa_on_top", num_heads=2), 16, 8)
+    assert top.blocks[0].norm.eps == ProjectedAttentionBlock(8, 2).norm.eps == 1e-12
 
 
 class _OpCount(TorchDispatchMode):

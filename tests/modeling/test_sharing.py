@@ -8,7 +8,7 @@ from safetensors import safe_open
 
 from pal_lightning.errors import PalUserError
 from pal_lightning.modeling import MultiTaskBert, load_task_weights, parameter_report, save_task_weights
-from pal_lightning.modeling.sharing import parse_layer_sharing, stored_parameters
+from pal_lightning.modeling.sharing import parse_layer_sharing, resolve_task_groups, stored_parameters
 from pal_lightning.testing import TINY_BERT_3_LAYERS as TINY
 from pal_lightning.testing import without_dropout
 
@@ -43,25 +43,51 @@ def _out(model: MultiTaskBert, batch, task: str) -> torch.Tensor:
         return model(**batch, task=task)
 
 
+LETTERS_FIX = "use F (frozen), S (shared) or I (individual: a copy per task), one per layer."
+
+
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("SS", "has 2 letters but the encoder has 3 layers"),
-        ("SSSS", "has 4 letters"),
-        ("SXS", r"unknown letter\(s\) \['X'\]"),
-        (3, "must be a string"),
+        ("SS", "layer_sharing 'SS' has 2 letters but the encoder has 3 layers: give one letter per layer, "),
+        (
+            "SSSS",
+            "layer_sharing 'SSSS' has 4 letters but the encoder has 3 layers: give one letter per layer, ",
+        ),
+        ("SXS", f"layer_sharing 'SXS' has unknown letter(s) ['X']: {LETTERS_FIX}"),
+        (3, "layer_sharing must be a string of F/S/I letters, one per layer, got 3; e.g. FSI."),
     ],
 )
 def test_bad_specs_name_the_problem(spec, message):
-    with pytest.raises(PalUserError, match=message):
+    if isinstance(spec, str) and "X" not in spec:
+        message += "bottom first (e.g. SSI)."
+    with pytest.raises(PalUserError) as err:
         parse_layer_sharing(spec, 3)
-    with pytest.raises(PalUserError, match=message):
+    assert str(err.value) == message
+    with pytest.raises(PalUserError) as err:
         MultiTaskBert.from_config(TINY, ["a"], layer_sharing=spec)
+    assert str(err.value) == message
 
 
 def test_spec_parsing():
     assert parse_layer_sharing(None, 4) == "SSSS"
     assert parse_layer_sharing("ff-s_i", 4) == "FFSI"
+    # the examples in the messages follow the depth: a third of each letter, the rest individual
+    with pytest.raises(PalUserError, match=r"e\.g\. FFFFFSSSSSIIIIII\.$"):
+        parse_layer_sharing(16, 16)
+    with pytest.raises(PalUserError, match=r"\(e\.g\. SSSSSSSSSSSSSSSI\)\.$"):
+        parse_layer_sharing("S", 16)
+    # stored once per layer, T times per individual layer, by hand: 5 + 1 + 10 + 3 * 100
+    assert stored_parameters("FSI", [1, 10, 100], 5, 3) == 316
+    assert stored_parameters("FSI", 7, 5, 3) == 5 + 7 + 7 + 21
+    with pytest.raises(ValueError, match=r"^2 layer sizes for a regime of 3 layers$"):
+        stored_parameters("FSI", [1, 10], 5, 3)
+    # a group may be given as one task name (not as its letters)
+    assert resolve_task_groups(["sst"], ["sst", "qqp"], "SSI") == {"sst": "sst", "qqp": "qqp"}
+    assert resolve_task_groups([["qqp", "sst"]], ["sst", "qqp"], "SSI") == {
+        "sst": "qqp+sst",
+        "qqp": "qqp+sst",
+    }
 
 
 def test_individual_layers_start_as_the_pretrained_layer_and_step_0_is_the_shared_model(batch):
@@ -250,15 +276,26 @@ def test_task_groups_share_individual_layers_within_a_group_only(batch, tmp_path
 @pytest.mark.parametrize(
     ("spec", "groups", "message"),
     [
-        ("SSI", [["a", "z"]], r"does not have"),
-        ("SSI", [["a", "b"], ["b"]], "twice"),
-        ("SSI", [[]], "empty group"),
-        ("SSS", [["a", "b"]], "has none"),
+        (
+            "SSI",
+            [["a", "z"]],
+            "task_groups names task(s) ['z'] that the model does not have (tasks: a, b, c).",
+        ),
+        ("SSI", [["a", "b"], ["b"]], "task_groups lists task(s) ['b'] twice: put each task in one group."),
+        ("SSI", [["a", "a"]], "task_groups lists task(s) ['a'] twice: put each task in one group."),
+        ("SSI", [[]], "task_groups has an empty group: list the tasks of each group, e.g. [[sst, qqp]]."),
+        (
+            "SSS",
+            [["a", "b"]],
+            "task_groups [['a', 'b']] share individual (I) layers, but layer_sharing 'SSS' has none: "
+            "mark the layers to share within groups with I, or drop task_groups.",
+        ),
     ],
 )
 def test_bad_task_groups_name_the_problem(spec, groups, message):
-    with pytest.raises(PalUserError, match=message):
+    with pytest.raises(PalUserError) as err:
         MultiTaskBert.from_config(TINY, TASKS, layer_sharing=spec, task_groups=groups)
+    assert str(err.value) == message
 
 
 def test_individual_layers_follow_the_encoders_attention_implementation(batch):

@@ -18,6 +18,7 @@ from pal_lightning.modeling import (
     save_task_weights,
 )
 from pal_lightning.modeling.accounting import task_weight_formula
+from pal_lightning.modeling.top import build_top_adapter
 from pal_lightning.testing import TINY_BERT_3_LAYERS as TINY
 from pal_lightning.testing import without_dropout
 
@@ -108,6 +109,13 @@ def test_bert_layer_on_top_starts_as_the_last_pretrained_layer_applied_twice(bat
     assert not torch.equal(
         fresh.attention.self.query.weight, model.bert.encoder.layer[L - 1].attention.self.query.weight
     )
+    # drawn with the encoder's initializer_range (BERT's init), not a fixed 0.02
+    wide = MultiTaskBert.from_config(
+        {**TINY, "initializer_range": 0.5}, ["a"], adapter="bert_layer_on_top", init="random"
+    )
+    assert wide.adapters["a"].layer.intermediate.dense.weight.std().item() == pytest.approx(0.5, rel=0.1)
+    with pytest.raises(ValueError, match=r"^adapter 'pals' is not applied on top$"):
+        build_top_adapter(PALConfig(adapter="pals", num_heads=2), BertConfig(**TINY), 8)
 
 
 def test_bert_layer_on_top_copies_the_pretrained_layer_after_loading():

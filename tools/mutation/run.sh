@@ -45,7 +45,7 @@ MODULES[pal]="pal_lightning/modeling/pal.py pal_lightning/modeling/encoder.py pa
 TESTS[pal]="tests/modeling/test_pal.py tests/modeling/test_pal_reference.py tests/modeling/test_encoder.py tests/modeling/test_encoder_state.py tests/modeling/test_variants.py tests/modeling/test_sharing.py tests/modeling/test_pal_config.py"
 # the variants on top and the layer-sharing regimes (parsing, groups), against their own tests
 MODULES[pal_variants]="pal_lightning/modeling/top.py pal_lightning/modeling/sharing.py"
-TESTS[pal_variants]="tests/modeling/test_variants.py tests/modeling/test_sharing.py tests/modeling/test_encoder.py"
+TESTS[pal_variants]="tests/modeling/test_variants.py tests/modeling/test_sharing.py tests/modeling/test_encoder.py tests/modeling/test_pal_reference.py"
 MODULES[score_report]="pal_lightning/callbacks/score_report.py"
 # the hooks with stand-in trainers (no training); test_honest_scores adds one real partial fit through the CLI
 TESTS[score_report]="tests/callbacks/test_score_report.py tests/cli/test_honest_scores.py"
