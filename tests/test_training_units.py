@@ -153,6 +153,13 @@ def test_all_finite_checks_every_element_of_every_tensor() -> None:
     assert not all_finite([torch.zeros(2), torch.tensor([0.0, math.nan])])
     assert not all_finite([torch.tensor([-math.inf])])
     assert all_finite([])
+    # a NaN or an infinity anywhere in a larger tensor, beside finite extremes; empty, bf16 and sparse tensors
+    for bad in (math.nan, math.inf, -math.inf):
+        x = torch.arange(-6.0, 6.0).reshape(3, 4)
+        x[1, 2] = bad
+        assert not all_finite([torch.ones(2), x]) and all_finite([torch.ones(2), x.nan_to_num(0.0, 0.0, 0.0)])
+        assert not all_finite([x.bfloat16()]) and not all_finite([x.to_sparse()])
+    assert all_finite([torch.zeros(0), torch.ones(3).bfloat16(), torch.eye(3).to_sparse()])
 
 
 def test_nonfinite_message_names_the_cause_tasks_and_step() -> None:

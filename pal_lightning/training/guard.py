@@ -41,11 +41,24 @@ def check_max_nonfinite_steps(max_nonfinite_steps: int) -> None:
 def all_finite(grads: Sequence[Tensor]) -> bool:
     """Whether every element of every tensor in ``grads`` is finite (``True`` for none).
 
-    Checked tensor by tensor: a norm of all gradients could overflow to inf on large but finite values.
+    Checked tensor by tensor (a norm of all gradients could overflow to inf on large but finite values),
+    each through its smallest and largest element: ``aminmax`` propagates NaN and an infinity is its
+    own extreme, so both are finite exactly when every element is. One read of each tensor and no
+    temporary of its size, where ``isfinite(g).all()`` wrote two (on 2 CPU cores this check of the
+    22.8 M gradients of MiniLM with PALs took several times longer than a read of them).
     """
     if not grads:
         return True
-    return bool(torch.stack([torch.isfinite(g).all().to(grads[0].device) for g in grads]).all())
+    return bool(torch.stack([_finite(g).to(grads[0].device) for g in grads]).all())
+
+
+def _finite(g: Tensor) -> Tensor:
+    """A 0-dim bool tensor: whether every element of ``g`` is finite (on ``g``'s device, no sync)."""
+    if g.is_sparse:
+        g = g.coalesce().values()
+    if g.numel() == 0:
+        return torch.ones((), dtype=torch.bool, device=g.device)
+    return torch.isfinite(torch.stack(g.aminmax())).all()
 
 
 def nonfinite_message(in_a_row: int, loss_bad: bool, tasks: Sequence[str], step: int) -> str:
