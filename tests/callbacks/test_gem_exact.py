@@ -190,6 +190,19 @@ def test_a_failing_exact_solve_keeps_the_ridged_solution(monkeypatch: pytest.Mon
     result = gem.gem_coefficients(G @ G.T, G @ g, float(g @ g))
     assert result.violated and result.v is not None and np.all(np.isfinite(result.v))
     assert result.violation is not None and result.violation < 1e-2  # the ridge's residual, not exact
+    v = result.v
+    assert result.violation == pytest.approx(relative_violation(g + G.T @ v, G, g, v), rel=1e-9)
+    # without the exact solve the caller's ridge shows: one row g_1 = (2, 0) against g = (-1, 1),
+    # normalised (|g_1| = 2, |g| = sqrt 2) v = (|g| / |g_1|) (1 / sqrt 2) / (1 + eps) = 0.5 / (1 + eps)
+    P, q = np.array([[4.0]]), np.array([-2.0])
+    for eps in (None, 0.3):
+        expected = 0.5 / (1 + (gem.DEFAULT_EPS if eps is None else eps))
+        r = gem.gem_coefficients(P, q, 2.0, eps=eps)
+        assert r.fallbacks == 0 and r.v == pytest.approx([expected], rel=1e-12)
+        x = gem.project_gradient(
+            torch.tensor([-1.0, 1.0], dtype=torch.float64), torch.tensor([[2.0, 0.0]]), eps=eps
+        )
+        np.testing.assert_allclose(x.numpy(), [-1.0 + 2 * expected, 1.0], rtol=1e-12)
 
 
 @pytest.mark.parametrize("scale", [1e-9, 1.0, 1e9])
@@ -204,6 +217,9 @@ def test_exact_dual_at_any_scale(scale: float) -> None:
 
 def test_exact_dual_of_no_rows_and_of_float32_inputs() -> None:
     assert solve_gem_dual_exact(np.zeros((0, 0)), np.zeros(0), 0.5).shape == (0,)
+    # a zero row with a non-zero product (no Gram matrix has one; gem_coefficients drops zero rows):
+    # no coefficient can fix it, and the solver gives up on it (v = margin), not NaN or a crash
+    np.testing.assert_array_equal(solve_gem_dual_exact(np.zeros((1, 1)), np.array([-1.0]), 0.2), [0.2])
     # float32 inputs are solved in float64: the same answer as the same values given in float64
     rng = np.random.default_rng(7)
     G = rng.standard_normal((3, 5)).astype(np.float32)
@@ -235,3 +251,66 @@ def test_exact_dual_frees_one_coefficient_per_outer_iteration(monkeypatch: pytes
         calls.clear()
         np.testing.assert_allclose(qp.solve_gem_dual_exact(P, q, 0.0), expected, rtol=1e-12, atol=1e-15)
         assert len(calls) == sum(v > 0 for v in expected)
+
+
+def test_exact_dual_alone_meets_kkt_and_equals_brute_force() -> None:
+    """The exact solver by itself (inside gem_coefficients a wrong exact answer would be hidden:
+    the ridged one is kept whenever it violates less). 2,000 seeded O(1) problems, a third with two
+    nearly collinear rows, where Lawson-Hanson's inner loop has to step back (a wrong step back
+    ends at a non-KKT point in about one problem in a few thousand): the KKT conditions of the dual
+    (a certificate of the optimum of a convex QP) for each, brute force for the first 100."""
+    rng = np.random.default_rng(1)
+    for i in range(2000):
+        t = int(rng.integers(2, 7))
+        G = rng.standard_normal((t, int(rng.integers(t, 2 * t + 2))))
+        if i % 3 == 0:
+            G[1] = G[0] + 0.1 * rng.standard_normal(G.shape[1])
+        g = rng.standard_normal(G.shape[1]) - rng.uniform(0, 2) * G[:2].sum(0)
+        margin = float(rng.choice([0.0, 0.1, 1.0]))
+        P, q = G @ G.T, G @ g
+        v = solve_gem_dual_exact(P, q, margin)
+        c = q + P @ v  # <g~, g_k>
+        tol = 1e-9 * (np.abs(P).max() * np.abs(v).max() + np.abs(q).max())
+        assert np.all(v >= margin) and np.all(c >= -tol), i
+        assert np.all(np.abs(c[v > margin]) <= tol), i  # complementary slackness
+        if i < 100 and np.any(q < 0):  # brute force leaves a feasible g alone; GEM never asks then
+            x, ref = g + G.T @ v, reference_projection(g, G, margin)
+            np.testing.assert_allclose(
+                x, ref, rtol=0, atol=1e-8 * max(np.linalg.norm(ref), np.linalg.norm(g))
+            )
+
+
+def test_relative_violation_from_the_small_matrices_by_hand() -> None:
+    """qp.relative_violation works from P = GG^T, q = Gg and |g|^2 alone; here against hand values
+    and the formula on the vectors themselves (this file's relative_violation), small magnitudes
+    (every norm below one) so that no floor or threshold at one can pass unnoticed."""
+    import warnings
+
+    from pal_lightning.gem import qp
+
+    def both(g: np.ndarray, G: np.ndarray, v: np.ndarray) -> tuple[float, float]:
+        got = qp.relative_violation(G @ G.T, G @ g, v, float(g @ g))
+        return got, relative_violation(g + G.T @ v, G, g, v)
+
+    # g~ = (-0.3, 0.1) + (0.1, 0) = (-0.2, 0.1): <g~, g_1> = -0.02, |g_1| = 0.1, |g~| = sqrt(0.05);
+    # the second row is zero (0 / 0: not violated, and no warning)
+    g, v = np.array([-0.3, 0.1]), np.array([1.0, 0.0, 0.0])
+    G = np.array([[0.1, 0.0], [0.0, 0.2], [0.0, 0.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got, formula = both(g, G, v)
+    assert got == pytest.approx(2 / np.sqrt(5), rel=1e-12) and formula == pytest.approx(got, rel=1e-12)
+    # g~ nearly the origin: |g~| = 1e-5 is below 1e-3 of the terms summed into it (|g| = 0.1),
+    # so the floor measures it: <g~, g_1> = -1e-6 over |g_1| 1e-3 |g| = 1e-2: 0.1
+    g, G, v = np.array([-0.1, 0.0]), np.array([[0.1, 0.0]]), np.array([0.9999])
+    got, formula = both(g, G, v)
+    assert got == pytest.approx(0.1, rel=1e-9) and formula == pytest.approx(got, rel=1e-9)
+    # nothing violated: 0; no rows: 0
+    assert qp.relative_violation(np.eye(1), np.array([0.5]), np.zeros(1), 1.0) == 0.0
+    assert qp.relative_violation(np.zeros((0, 0)), np.zeros(0), np.zeros(0), 1.0) == 0.0
+    rng = np.random.default_rng(4)
+    for _ in range(20):
+        G = rng.standard_normal((3, 6)) * 10.0 ** rng.uniform(-3, 3)
+        g = rng.standard_normal(6) * 10.0 ** rng.uniform(-3, 3)
+        got, formula = both(g, G, rng.uniform(0, 1, 3) * np.linalg.norm(g) / np.linalg.norm(G, axis=1))
+        assert got == pytest.approx(formula, rel=1e-9, abs=1e-12)
