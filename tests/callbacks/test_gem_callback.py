@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -63,10 +65,44 @@ def test_memory_sample_and_state_round_trip() -> None:
     assert m.sample("sst", 2, step=3) == m.sample("sst", 2, step=3)
     assert m.sample("qqp", 4, step=0) == []
     state = m.state_dict()
+    assert state == {"size": 5, "seed": 1, "buffers": {"sst": [10, 11, 12]}, "seen": {"sst": 3}}
     assert torch.load(_save(state), weights_only=True) == state
     n = EpisodicMemory(5, seed=1)
-    n.load_state_dict(state)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the same size and seed: no warning
+        n.load_state_dict(state)
+        n.load_state_dict({"buffers": state["buffers"], "seen": state["seen"]})  # no size/seed saved
     assert n == m
+    assert repr(n) == "EpisodicMemory(size=5, seed=1, stored={'sst': 3}, seen={'sst': 3})"
+
+
+def test_memory_loaded_into_another_size_or_seed_warns_and_keeps_the_first_slots() -> None:
+    m = EpisodicMemory(2, seed=7)
+    state = {"size": 4, "seed": 1, "buffers": {"sst": [np.int64(4), 5, 6, 7]}, "seen": {"sst": np.int64(9)}}
+    message = (
+        "Episodic memory saved with size=4, seed=1 is loaded into one with size=2, seed=7: "
+        "the memories will not match an uninterrupted run."
+    )
+    with pytest.warns(UserWarning, match=re.escape(message)):
+        m.load_state_dict(state)
+    assert m.buffers == {"sst": [4, 5]} and m.seen == {"sst": 9}
+    assert type(m.buffers["sst"][0]) is int and type(m.seen["sst"]) is int  # plain ints for weights_only
+    for other in ({**state, "size": 2}, {**state, "seed": 7}):  # one of the two differing is enough
+        with pytest.warns(UserWarning, match="is loaded into one with size=2, seed=7"):
+            EpisodicMemory(2, seed=7).load_state_dict(other)
+
+
+def test_callback_state_without_order_or_counters_loads_with_defaults() -> None:
+    """A state saved before the task order and the counters were kept: empty order, zero counters."""
+    cb = GEMCallback(memory_size=3)
+    cb.projections = cb.violations = 5
+    cb.task_order = ["old"]
+    cb.load_state_dict({"memory": {"size": 3, "seed": 0, "buffers": {"sst": [1]}, "seen": {"sst": 1}}})
+    assert cb.task_order == [] and cb.memory.buffers == {"sst": [1]}
+    assert [cb.fallbacks, cb.skipped_nonfinite, cb.violations, cb.projections] == [0, 0, 0, 0]
+    full = {**cb.state_dict(), "task_order": ["sst", "qqp"], "projections": 4, "fallbacks": 1}
+    cb.load_state_dict(full)
+    assert cb.state_dict() == full
 
 
 def _save(obj: object) -> Path:
