@@ -191,6 +191,7 @@ NAME_FIX = "use a non-empty name without '.' that is not a torch.nn.ModuleDict a
         (["sst", "keys"], f"Task name 'keys' cannot be used as a parameter name: {NAME_FIX}"),
         ([""], f"Task name '' cannot be used as a parameter name: {NAME_FIX}"),
     ],
+    ids=["none", "twice", "dot", "moduledict-attribute", "empty"],
 )
 def test_bad_task_lists(tasks, message):
     with pytest.raises(PalUserError) as err:

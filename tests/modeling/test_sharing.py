@@ -57,6 +57,7 @@ LETTERS_FIX = "use F (frozen), S (shared) or I (individual: a copy per task), on
         ("SXS", f"layer_sharing 'SXS' has unknown letter(s) ['X']: {LETTERS_FIX}"),
         (3, "layer_sharing must be a string of F/S/I letters, one per layer, got 3; e.g. FSI."),
     ],
+    ids=["short", "long", "letter", "not-a-string"],
 )
 def test_bad_specs_name_the_problem(spec, message):
     if isinstance(spec, str) and "X" not in spec:
@@ -291,6 +292,7 @@ def test_task_groups_share_individual_layers_within_a_group_only(batch, tmp_path
             "mark the layers to share within groups with I, or drop task_groups.",
         ),
     ],
+    ids=["unknown", "in-two-groups", "twice-in-a-group", "empty", "no-individual-layer"],
 )
 def test_bad_task_groups_name_the_problem(spec, groups, message):
     with pytest.raises(PalUserError) as err:
