@@ -81,7 +81,9 @@ def task_gradients(
         batch = source.batch(task, share)  # built outside functional_call, which swaps the parameters
         alias = [p.view_as(p) for p in params]
         substitute: dict[str, Any] = {f"module.{n}": a for n, a in zip(names, alias, strict=True)}
-        loss = functional_call(wrapper, substitute, (source, batch), strict=False, tie_weights=False)
+        # tie_weights: a parameter the module holds under several names (tied weights) is named once
+        # here; its alias must stand in under every name, or the uses through the others are lost
+        loss = functional_call(wrapper, substitute, (source, batch), strict=False, tie_weights=True)
         losses.append((loss * (len(share) / len(idx))).float())  # as memory_gradient weighs and casts
         aliases[k] = alias
     rows: list[Grads] = [[None] * len(params) for _ in draws]
