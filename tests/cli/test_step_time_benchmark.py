@@ -63,3 +63,44 @@ def test_gpu_check_dry_run_lists_both_shapes_in_both_precisions(tmp_path: Path) 
         found.add((shape, precision))
     assert len(commands) == len(found) == 4 and found == expected
     assert not (tmp_path / "gpu").exists()  # a dry run writes nothing
+
+
+def test_profile_groups_every_operator_of_the_step_once(tmp_path: Path) -> None:
+    """benchmarks/profile_step.py on the smallest shape: the groups of self time add up to the whole
+    profiled self time, the step's phases are found, and operator names go to the groups by hand."""
+    profile_step = load_benchmark("profile_step")
+    assert [
+        profile_step.kind_of(n) for n in ("aten::addmm", "autograd::engine::evaluate_function: MmBackward0")
+    ] == [
+        "matmul",
+        "matmul",
+    ]
+    assert profile_step.kind_of("aten::_scaled_dot_product_flash_attention_for_cpu") == "attention"
+    assert (
+        profile_step.kind_of("autograd::engine::evaluate_function: NativeLayerNormBackward0") == "layer norm"
+    )
+    assert profile_step.kind_of("aten::dropout") == "dropout" and profile_step.kind_of("aten::gelu") == "gelu"
+    assert profile_step.kind_of("aten::add") == "other element-wise"
+    args = [
+        "--shape",
+        "tiny",
+        "--rows",
+        "pals",
+        "--warmup",
+        "1",
+        "--profile-steps",
+        "1",
+        "--roof-size",
+        "64",
+    ]
+    result = profile_step.main([*args, "--device", "cpu", "--out", str(tmp_path)])
+    row = result["rows"]["pals"]
+    assert sum(row["kinds_ms"].values()) == pytest.approx(
+        row["self_ms_total"], abs=0.1 * len(row["kinds_ms"])
+    )
+    assert row["kinds_ms"]["matmul"] > 0 and row["kinds_ms"]["optimizer (AdamW, zero_grad)"] > 0
+    assert {"step/forward", "step/backward", "step/optimizer"} <= set(row["phases_ms"])
+    assert list(result["rows"]) == ["pals"] and row["flop_per_step"] > 0
+    assert (tmp_path / "profile_pals.txt").read_text().count("aten::") >= 5
+    assert json.loads((tmp_path / "profile.json").read_text()) == json.loads(json.dumps(result))
+    assert "| matmul |" in (tmp_path / "profile.md").read_text()
