@@ -7,6 +7,8 @@ same seed before both, because the batched path runs the tasks' forwards in the 
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from torch import nn
@@ -100,6 +102,23 @@ def test_project_step_same_with_and_without_batching(setup: tuple) -> None:
     for x, y in zip(before, after, strict=True):
         torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-7)
     model.zero_grad(set_to_none=True)
+
+
+def test_a_task_without_examples_gets_no_row_and_strangers_are_refused(setup: tuple) -> None:
+    """A task whose share is empty (a draw smaller than the world size, on the last ranks) has no
+    row (None everywhere) and the next tasks still get theirs."""
+    model, dm = setup
+    params = GEMCallback(parameters="all").participating_parameters(model)
+    torch.manual_seed(5)
+    expected = _by_hand(model, dm, {"qqp": [0, 1]}, params)
+    torch.manual_seed(5)
+    got = task_gradients(MemorySource(model, dm), {"sst": [], "qqp": [0, 1]}, params)
+    assert got[0] == [None] * len(params)
+    _assert_rows_equal(got[1:], expected)
+    with pytest.raises(
+        ValueError, match=re.escape("task_gradients needs parameters of source.module (see can_alias)")
+    ):
+        task_gradients(MemorySource(model, dm), {"sst": [0]}, [nn.Parameter(torch.ones(1))])
 
 
 def test_fallback_and_single_process_reduction() -> None:

@@ -48,6 +48,7 @@ def test_reservoir_is_deterministic_bounded_and_uniform() -> None:
     d = EpisodicMemory(8, seed=4)
     d.add("sst", range(200))
     assert d.buffers["sst"] != a.buffers["sst"]
+    assert d != a and a != "sst"  # equality compares the whole state, and only with another memory
     # uniform: over many seeds, early and late examples are kept equally often (8/200 each)
     hits = np.zeros(200)
     for seed in range(400):
@@ -134,6 +135,8 @@ def test_bad_arguments() -> None:
     cb = GEMCallback()
     with pytest.raises(PalUserError, match="train_batch"):
         cb.setup(SimpleNamespace(datamodule=None), nn.Linear(2, 2), "fit")
+    with pytest.raises(PalUserError, match="GEMCallback needs training batches with 'task' and 'indices'"):
+        cb.on_train_batch_start(SimpleNamespace(global_step=0), nn.Linear(2, 2), {"x": torch.ones(1)}, 0)
 
 
 # ------------------------------------------------------------------------- multi-tensor projection
