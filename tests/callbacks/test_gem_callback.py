@@ -133,10 +133,52 @@ def test_bad_arguments() -> None:
         with pytest.raises(PalUserError):
             GEMCallback(**kwargs)
     cb = GEMCallback()
-    with pytest.raises(PalUserError, match="train_batch"):
+
+    def exactly(message: str) -> str:
+        return f"^{re.escape(message)}$"
+
+    no_data = (
+        "GEMCallback needs a data module with train_batch(task, indices) to rebuild remembered "
+        "examples (e.g. pal_lightning.MultiTaskDataModule): pass datamodule= to Trainer.fit."
+    )
+    with pytest.raises(PalUserError, match=exactly(no_data)):
         cb.setup(SimpleNamespace(datamodule=None), nn.Linear(2, 2), "fit")
-    with pytest.raises(PalUserError, match="GEMCallback needs training batches with 'task' and 'indices'"):
+    trainer = SimpleNamespace(datamodule=_Data())
+    no_loss = (
+        "GEMCallback needs a LightningModule with batch_loss(batch) (e.g. pal_lightning.MultiTaskModule)."
+    )
+    with pytest.raises(PalUserError, match=exactly(no_loss)):
+        cb.setup(trainer, nn.Linear(2, 2), "fit")
+    frozen = _Toy().requires_grad_(False)
+    no_params = (
+        "GEMCallback(parameters='all') found no trainable parameters to project "
+        "(frozen encoder?): use parameters='all' or unfreeze the encoder."
+    )
+    with pytest.raises(PalUserError, match=exactly(no_params)):
+        GEMCallback(parameters="all").setup(trainer, frozen, "fit")
+    GEMCallback(parameters="all").setup(trainer, _Toy(), "fit")  # all there: no error
+    GEMCallback(parameters="all").setup(SimpleNamespace(datamodule=None), frozen, "validate")  # fit only
+    no_batch = (
+        "GEMCallback needs training batches with 'task' and 'indices' (positions in the train "
+        "split), as pal_lightning.MultiTaskDataModule makes them."
+    )
+    with pytest.raises(PalUserError, match=exactly(no_batch)):
         cb.on_train_batch_start(SimpleNamespace(global_step=0), nn.Linear(2, 2), {"x": torch.ones(1)}, 0)
+
+
+def test_window_tasks_gather_the_micro_batches_of_one_optimizer_step() -> None:
+    """With gradient accumulation the micro-batches of one optimizer step (the same global_step) are
+    one window: all their tasks are current (none constrains the step), and the next step starts over."""
+    cb = GEMCallback(memory_size=4)
+    for step, task, indices in ((0, "sst", [0, 1]), (0, "qqp", [5]), (0, "sst", [2]), (1, "sts", [7])):
+        if step == 1:
+            assert cb._window_tasks == ["sst", "qqp"] and cb.constraining_tasks(cb._window_tasks) == []
+        cb.on_train_batch_start(
+            SimpleNamespace(global_step=step), nn.Linear(2, 2), {"task": task, "indices": indices}, 0
+        )
+    assert cb._window_tasks == ["sts"] and cb.constraining_tasks(cb._window_tasks) == ["sst", "qqp"]
+    assert cb.task_order == ["sst", "qqp", "sts"]
+    assert cb.memory.buffers == {"sst": [0, 1, 2], "qqp": [5], "sts": [7]}
 
 
 # ------------------------------------------------------------------------- multi-tensor projection
@@ -395,9 +437,18 @@ def test_gem_inside_fit_bf16_accumulation_clipping(data_dir: Path, monkeypatch: 
         return real(GGt, Gg, margin, eps)
 
     monkeypatch.setattr(qp, "solve_gem_dual", spy)
+    autocast: list[bool] = []  # every loss, the memories' included, under the precision's autocast
+    real_loss = MultiTaskModule.batch_loss
+
+    def loss_spy(self, batch):  # noqa: ANN001, ANN202
+        autocast.append(torch.is_autocast_enabled("cpu"))
+        return real_loss(self, batch)
+
+    monkeypatch.setattr(MultiTaskModule, "batch_loss", loss_spy)
     cb = GEMCallback(memory_size=16, memory_batch_size=4, refresh_every=2)
     check = _CheckProjected(cb)
     trainer, model = _fit(data_dir, cb, max_steps=6, extra=(check,))
+    assert len(autocast) > 12 and all(autocast)  # 12 training micro-batches, then the memories'
     assert trainer.global_step == 6 and len(check.seen) == 6
     assert solves and max(solves) >= 1  # the QP really ran
     assert check.checked >= 1  # ... and its result was checked against the constraints
