@@ -176,10 +176,18 @@ def _bordered(g: list[float], rows: list[list[float]]) -> np.ndarray:
 
 def test_step_coefficients_agem_by_hand() -> None:
     """A-GEM from M = [g, g_ref][g, g_ref]^T: v = -<g, g_ref> / |g_ref|^2 only when <g, g_ref> < 0."""
-    # g = (-1, 2), g_ref = (2, 0): <g, g_ref> = -2, |g_ref|^2 = 4, |g|^2 = 5
-    r = step_coefficients(_bordered([-1.0, 2.0], [[2.0, 0.0]]), "agem")
-    assert (r.v.tolist(), r.violated, r.fallbacks, r.rows, r.violation) == ([0.5], True, 0, 1, None)
-    assert r.min_cosine == pytest.approx(-2 / np.sqrt(20), rel=1e-12)
+    # g = (-1, 2), g_ref = (2, 0): <g, g_ref> = -2, |g_ref|^2 = 4, |g|^2 = 5; v and the cosine do not
+    # depend on the scale (0.1: every norm below one, so that no threshold at one passes unnoticed)
+    for s in (1.0, 0.1):
+        r = step_coefficients(_bordered([-s, 2 * s], [[2 * s, 0.0]]), "agem")
+        assert (r.v.tolist(), r.violated, r.fallbacks, r.rows, r.violation) == (
+            pytest.approx([0.5]),
+            True,
+            0,
+            1,
+            None,
+        )
+        assert r.min_cosine == pytest.approx(-2 / np.sqrt(20), rel=1e-12)
     # satisfied (<g, g_ref> = 2 > 0): left alone, its cosine reported
     r = step_coefficients(_bordered([1.0, 2.0], [[2.0, 0.0]]), "agem")
     assert (r.v, r.violated, r.rows) == (None, False, 1) and r.min_cosine == pytest.approx(2 / np.sqrt(20))
@@ -203,3 +211,16 @@ def test_step_coefficients_gem_by_hand() -> None:
     # the default margin is 0: v = (1, 0)
     r = step_coefficients(_bordered([-1.0, 2.0], [[1.0, 0.0], [0.0, 1.0]]), "gem")
     np.testing.assert_allclose(r.v, [1.0, 0.0], rtol=1e-6, atol=1e-12)
+
+
+def test_step_coefficients_passes_the_ridge_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the exact solve the ridge shows: one row (1, 0) against g = (-1, 2), normalised
+    (|g_1| = 1, |g| = sqrt 5): v = sqrt 5 (1 / sqrt 5) / (1 + eps) = 1 / (1 + eps)."""
+
+    def broken(*args: object, **kwargs: object) -> np.ndarray:
+        raise np.linalg.LinAlgError("SVD did not converge")
+
+    monkeypatch.setattr(qp, "solve_gem_dual_exact", broken)
+    for eps in (0.3, None):
+        r = step_coefficients(_bordered([-1.0, 2.0], [[1.0, 0.0]]), "gem", eps=eps)
+        assert r.v == pytest.approx([1 / (1 + (DEFAULT_EPS if eps is None else eps))], rel=1e-12)
