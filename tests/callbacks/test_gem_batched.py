@@ -136,7 +136,7 @@ def test_bordered_gram_is_the_gram_matrix() -> None:
     """The cached rows' Gram matrix bordered with the step's gradient: the same numbers (hand values too)."""
     gen = torch.Generator().manual_seed(3)
     shapes = [(4, 3), (5,), (2, 2)]
-    g = [torch.randn(s, generator=gen) for s in shapes[:2]] + [None]
+    g = [torch.randn(shapes[0], generator=gen), None, torch.randn(shapes[2], generator=gen)]  # a gap inside
     rows = [
         [torch.randn(s, generator=gen) if i != j else None for i, s in enumerate(shapes)] for j in range(3)
     ]

@@ -20,7 +20,9 @@ from pal_lightning.callbacks import gem as gem_module
 from pal_lightning.callbacks.gem import EpisodicMemory, gram_matrix, project_gradient
 from pal_lightning.data import MultiTaskDataModule
 from pal_lightning.errors import PalUserError
+from pal_lightning.gem import memory as memory_module
 from pal_lightning.gem import memory_gradients, qp
+from pal_lightning.gem.gram import add_rows
 from pal_lightning.gem.memory_gradients import MemorySource
 from pal_lightning.module import MultiTaskModule
 from pal_lightning.testing import TINY_BERT, quiet_trainer, write_cs224n_data
@@ -63,6 +65,11 @@ def test_memory_sample_and_state_round_trip() -> None:
     m = EpisodicMemory(5, seed=1)
     m.add("sst", [10, 11, 12])
     assert sorted(m.sample("sst", 16, step=3)) == [10, 11, 12]  # fewer than asked: all it has
+    assert len(m.sample("sst", 1, step=3)) == 1 and m.sample("sst", 0, step=3) == []
+    other_seed = EpisodicMemory(5, seed=2)
+    other_seed.add("sst", [10, 11, 12])
+    draws = [tuple(mem.sample("sst", 2, step=s)) for mem in (m, other_seed) for s in range(8)]
+    assert draws[:8] != draws[8:]  # the seed enters the draws
     assert m.sample("sst", 2, step=3) == m.sample("sst", 2, step=3)
     assert m.sample("qqp", 4, step=0) == []
     state = m.state_dict()
@@ -342,6 +349,44 @@ def test_gram_matrix_skips_missing_tensors() -> None:
     y = [torch.full((3,), -1.0), torch.ones(4), None]
     M = gram_matrix([x, y]).numpy()
     np.testing.assert_allclose(M, [[3 + 16, -3], [-3, 3 + 4]])
+    assert gram_matrix([]).shape == (0, 0)
+
+
+def test_half_precision_products_are_taken_in_float32() -> None:
+    """bf16 gradients: 3 (1 + 2^-7)^2 = 3.0469 (bf16 itself would round it to 3.047 or worse)."""
+    x = torch.full((3,), 1.0 + 2**-7, dtype=torch.bfloat16)
+    M = gram_matrix([[x], [x.half()]])
+    assert M.dtype == torch.float64
+    np.testing.assert_allclose(M.numpy(), np.full((2, 2), 3 * (1 + 2**-7) ** 2), rtol=1e-7)
+
+
+def test_add_rows_by_hand() -> None:
+    """p.grad += sum_k v_k rows[k]: a coefficient of exactly 1 is added, a zero one skipped without
+    stopping at it; a parameter without a gradient gets one in its own dtype (rows may be float64)."""
+    a, b = nn.Parameter(torch.zeros(2)), nn.Parameter(torch.zeros(3))
+    a.grad = torch.tensor([1.0, 2.0])
+    rows = [
+        [torch.tensor([1.0, 1.0]), None],
+        [torch.tensor([5.0, 5.0]), torch.ones(3, dtype=torch.float64)],
+        [None, torch.full((3,), 2.0, dtype=torch.float64)],
+    ]
+    add_rows([a, b], rows, [1.0, 0.0, 0.5])
+    assert torch.equal(a.grad, torch.tensor([2.0, 3.0]))
+    assert b.grad is not None and b.grad.dtype == torch.float32 and torch.equal(b.grad, torch.ones(3))
+    c = nn.Parameter(torch.zeros(3))
+    add_rows([c], [[torch.ones(3)]], [0.0])
+    assert c.grad is None  # a zero coefficient does not even create a gradient
+
+
+def test_mix64_is_splitmix64() -> None:
+    """The reservoir's hash is SplitMix64's: its first three outputs from state 0 (published values).
+    A different hash would still sample uniformly, but checkpoints' memories would not resume exactly."""
+    gamma = 0x9E3779B97F4A7C15
+    assert [memory_module._mix64(k * gamma % 2**64) for k in range(3)] == [
+        0xE220A8397B1DCDAF,
+        0x6E789E6AA1B965F4,
+        0x06C45D188009454F,
+    ]
 
 
 def test_non_finite_gradient_is_left_alone() -> None:
