@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
@@ -403,6 +404,200 @@ def test_non_finite_gradient_is_left_alone() -> None:
     after = [p.grad for p in model.parameters() if p.grad is not None]
     assert stats["gem/skipped_nonfinite"] == 1 and stats["gem/violated"] == 0
     assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True) if torch.isfinite(a).all())
+
+
+def _toy_callback(**kwargs: object) -> tuple[GEMCallback, _Toy, _Data]:
+    torch.manual_seed(0)
+    cb = GEMCallback(memory_size=50, memory_batch_size=4, parameters="all", **kwargs)  # type: ignore[arg-type]
+    for t in ("t0", "t1", "t2"):
+        cb.task_order.append(t)
+        cb.memory.add(t, range(50))
+    return cb, _Toy(), _Data()
+
+
+def _backward(model: _Toy, data: _Data, task: str = "t0") -> None:
+    model.zero_grad(set_to_none=True)
+    model.batch_loss(data.train_batch(task, list(range(10)))).backward()
+
+
+def test_non_finite_steps_are_counted_and_drop_the_cached_rows() -> None:
+    cb, model, data = _toy_callback(refresh_every=4)
+    computed: list[int] = []
+    compute = cb._constraint_gradients
+
+    def counting(source, tasks, step, params):  # noqa: ANN001, ANN202
+        computed.append(step)
+        return compute(source, tasks, step, params)
+
+    cb._constraint_gradients = counting  # type: ignore[method-assign]
+    for step in (0, 1, 2):
+        _backward(model, data)
+        if step < 2:
+            model.a.weight.grad[0, 0] = float("inf")
+        stats = cb.project_step(model, data, step=step, current=["t0"])
+    assert cb.skipped_nonfinite == 2 and stats["gem/skipped_nonfinite"] == 2.0
+    assert computed == [0, 1, 2]  # a skipped step's rows are not reused (refresh_every=4 would)
+
+
+def test_refresh_every_reuses_the_rows_while_the_tasks_are_the_same() -> None:
+    cb, model, data = _toy_callback(refresh_every=2)
+    computed: list[tuple[int, tuple[str, ...]]] = []
+    compute = cb._constraint_gradients
+
+    def counting(source, tasks, step, params):  # noqa: ANN001, ANN202
+        computed.append((step, tuple(tasks)))
+        return compute(source, tasks, step, params)
+
+    cb._constraint_gradients = counting  # type: ignore[method-assign]
+    for step, current in ((0, "t0"), (1, "t0"), (2, "t0"), (3, "t0"), (4, "t1"), (5, "t0")):
+        _backward(model, data, current)
+        cb.project_step(model, data, step=step, current=[current])
+    # steps 0-1 and 2-3 share rows; the constraining set changes at 4 and back at 5
+    assert computed == [(0, ("t1", "t2")), (2, ("t1", "t2")), (4, ("t0", "t2")), (5, ("t1", "t2"))]
+    fresh, _, _ = _toy_callback()  # refresh_every=1: nothing is kept between steps
+    _backward(model, data)
+    fresh.project_step(model, data, step=0, current=["t0"])
+    assert fresh._cache is None
+
+
+def test_project_step_statistics_and_counters(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a step reports: nothing to constrain; GEM's violation (0 when none is left); the time
+    (within the wall time around the call, and at least that of the memory gradients inside it);
+    fallbacks accumulated over steps; the callback's ridge used (visible with the exact solve off)."""
+    cb, model, data = _toy_callback(margin=0.0)
+    _backward(model, data)
+    assert cb.project_step(model, data, step=0, current=["t0", "t1", "t2"]) == {
+        "gem/constraints": 0.0,
+        "gem/violated": 0.0,
+        "gem/projection_ms": pytest.approx(0.0, abs=50.0),
+        "gem/fallbacks": 0.0,
+        "gem/skipped_nonfinite": 0.0,
+    }
+    inner: list[float] = []
+    compute = cb._constraint_gradients
+
+    def timed(*args):  # noqa: ANN002, ANN202
+        start = time.perf_counter()
+        out = compute(*args)
+        inner.append(time.perf_counter() - start)
+        return out
+
+    cb._constraint_gradients = timed  # type: ignore[method-assign]
+    for seed in range(20):  # a step with a violated constraint
+        torch.manual_seed(seed)
+        model = _Toy()
+        _backward(model, data)
+        start = time.perf_counter()
+        stats = cb.project_step(model, data, step=seed, current=["t0"])
+        wall = time.perf_counter() - start
+        if stats["gem/violated"]:
+            break
+    assert 1000 * inner[-1] <= stats["gem/projection_ms"] <= 1000 * wall
+    assert stats["gem/violation"] == pytest.approx(0.0, abs=1e-9)  # exact: none left, and 0 is reported as 0
+    agem, model, data = _toy_callback(mode="agem")
+    _backward(model, data)
+    assert "gem/violation" not in agem.project_step(model, data, step=0, current=["t0"])
+    # one row g_1 = (1, 0, ...) against g = (-1, 2, 0, ...): without the exact solve v = 1 / (1 + eps)
+    p = nn.Parameter(torch.zeros(3))
+    p.grad = torch.tensor([-1.0, 2.0, 0.0])
+    rows = [[torch.tensor([1.0, 0.0, 0.0])]]
+
+    def broken(*args: object, **kwargs: object) -> np.ndarray:
+        raise np.linalg.LinAlgError("SVD did not converge")
+
+    monkeypatch.setattr(qp, "solve_gem_dual_exact", broken)
+    ridged = GEMCallback(eps=0.3, margin=0.0, parameters="all")
+    step_stats: dict[str, float] = {}
+    ridged._project([p], rows, gram_matrix(rows), step_stats)
+    torch.testing.assert_close(p.grad, torch.tensor([-1.0 + 1 / 1.3, 2.0, 0.0]), rtol=1e-6, atol=1e-7)
+    assert step_stats["gem/violation"] > 0.1  # the ridge's residual, reported
+
+    def fail(*args: object) -> np.ndarray:
+        raise ValueError("constraints are inconsistent, no solution")
+
+    monkeypatch.setattr(qp, "solve_gem_dual", fail)
+    for _ in range(2):
+        p.grad = torch.tensor([-1.0, 2.0, 0.0])
+        ridged._project([p], rows, gram_matrix(rows), {})
+    assert ridged.fallbacks == 2 * (gem_module.EPS_RETRIES + 1)
+
+
+def test_defaults_as_documented() -> None:
+    cb = GEMCallback()
+    assert (cb.memory_size, cb.memory_batch_size, cb.margin, cb.mode, cb.constraints, cb.parameters) == (
+        256,
+        16,
+        0.5,
+        "gem",
+        "others",
+        "shared",
+    )
+    assert (cb.refresh_every, cb.eps, cb.seed, cb.batch_tasks, cb.last_stats) == (
+        1,
+        gem_module.DEFAULT_EPS,
+        0,
+        True,
+        {},
+    )
+    assert (cb.memory.size, cb.memory.seed) == (256, 0) and EpisodicMemory(4).seed == 0
+    cb = GEMCallback(memory_size=np.int64(7), eps=np.float32(0.5), seed=np.int64(3), batch_tasks=0)
+    assert (cb.memory.size, cb.memory.seed) == (7, 3)
+    assert [type(x) for x in (cb.memory_size, cb.eps, cb.seed, cb.batch_tasks)] == [int, float, int, bool]
+    assert cb.batch_tasks is False
+
+
+def test_shared_parameters_come_from_the_encoder() -> None:
+    """parameters="shared": encoder.shared_parameters() if it has one, else pretrained_parameters();
+    a model without either gets the PalUserError naming the fix."""
+    frozen, trainable = nn.Parameter(torch.ones(1), requires_grad=False), nn.Parameter(torch.ones(2))
+    pretrained_only = nn.Module()
+    pretrained_only.encoder = SimpleNamespace(pretrained_parameters=lambda: [("w", trainable), ("f", frozen)])
+    assert GEMCallback().participating_parameters(pretrained_only) == [trainable]
+    both = nn.Module()
+    both.encoder = SimpleNamespace(
+        shared_parameters=lambda: [("f", frozen)], pretrained_parameters=lambda: [("w", trainable)]
+    )
+    assert GEMCallback().participating_parameters(both) == []
+    message = (
+        "GEMCallback(parameters='shared') needs module.encoder.pretrained_parameters() "
+        "(pal_lightning.modeling.MultiTaskBert): use parameters='all' for another model."
+    )
+    for module in (_Toy(), SimpleNamespace(encoder=SimpleNamespace())):
+        with pytest.raises(PalUserError, match=f"^{re.escape(message)}$"):
+            GEMCallback().participating_parameters(module)  # type: ignore[arg-type]
+
+
+def test_the_batched_path_is_taken_when_asked_and_possible(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    real = memory_gradients.task_gradients
+
+    def spy(source, draws, params):  # noqa: ANN001, ANN202
+        calls.append(len(draws))
+        return real(source, draws, params)
+
+    monkeypatch.setattr(memory_gradients, "task_gradients", spy)
+    cb, model, data = _toy_callback()
+    params = list(model.parameters())
+    source = MemorySource(model, data)
+
+    def rows(tasks: list[str], *batch_tasks: bool, use: list | None = None) -> int:
+        calls.clear()
+        memory_gradients.constraint_gradients(
+            source, cb.memory, "gem", tasks, 0, 2, use or params, *batch_tasks
+        )
+        return len(calls)
+
+    assert rows(["t1", "t2"]) == 1 and rows(["t1", "t2"], True) == 1  # the default: batched
+    assert rows(["t1", "t2"], False) == 0 and rows(["t1"], True) == 0  # asked not to; one task
+    assert rows(["t0", "t1", "t2"], True) == 1
+    stranger = [*params, nn.Parameter(torch.ones(1))]
+    assert rows(["t1", "t2"], True, use=stranger) == 0  # not the module's parameters: per task
+    for batch_tasks, expected in ((True, 1), (False, 0)):  # the callback passes its option on
+        calls.clear()
+        cb.batch_tasks = batch_tasks
+        _backward(model, data)
+        cb.project_step(model, data, step=0, current=["t0"])
+        assert len(calls) == expected
 
 
 # ---------------------------------------------------------------------------------------- Trainer.fit
