@@ -137,9 +137,28 @@ def test_constraining_sets() -> None:
 
 
 def test_bad_arguments() -> None:
-    for kwargs in ({"mode": "qp"}, {"constraints": "all"}, {"parameters": "heads"}, {"memory_size": 0}):
-        with pytest.raises(PalUserError):
+    for kwargs, message in (
+        ({"mode": "qp"}, "GEMCallback mode='qp' is not supported: choose one of ('gem', 'agem')."),
+        (
+            {"constraints": "all"},
+            "GEMCallback constraints='all' is not supported: choose one of ('others', 'past').",
+        ),
+        (
+            {"parameters": "heads"},
+            "GEMCallback parameters='heads' is not supported: choose one of ('shared', 'all').",
+        ),
+        ({"memory_size": 0}, "memory_size must be >= 1, got 0."),
+        ({"memory_batch_size": 0}, "GEMCallback memory_batch_size must be >= 1, got 0."),
+        ({"refresh_every": 0}, "GEMCallback refresh_every must be >= 1, got 0."),
+        ({"margin": -0.1}, "GEMCallback margin must be a finite number >= 0, got -0.1."),
+        ({"margin": float("inf")}, "GEMCallback margin must be a finite number >= 0, got inf."),
+        ({"eps": 0.0}, "GEMCallback eps must be a finite number > 0, got 0.0."),
+        ({"eps": float("inf")}, "GEMCallback eps must be a finite number > 0, got inf."),
+    ):
+        with pytest.raises(PalUserError, match=f"^{re.escape(message)}$"):
             GEMCallback(**kwargs)
+    # the smallest valid values
+    GEMCallback(memory_size=1, memory_batch_size=1, refresh_every=1, margin=0.0, eps=1e-300)
     cb = GEMCallback()
 
     def exactly(message: str) -> str:
@@ -335,6 +354,20 @@ def test_rank_shares_sum_to_the_whole_draw(batch_tasks: bool) -> None:
             counts = [5, 5, 4]
             draws = [{t: draw_of(t, n, 4) for t, n in zip(tasks, counts, strict=True)}]
         assert sampled == list(zip(tasks, counts, strict=True)) * 3
+        if mode == "agem":  # a task with fewer examples than ranks: rank 1 has none of t0's, but t1's
+            draw = {"t0": [3], "t1": [1, 2, 4]}
+            shares = [
+                memory_gradients.memory_gradient(
+                    MemorySource(model, data, rank=r, world_size=2), draw, params
+                )
+                for r in (0, 1)
+            ]
+            summed = _flat_row(shares[0], params) + _flat_row(shares[1], params)
+            torch.testing.assert_close(
+                summed, _hand_gradient(model, data, draw, params), rtol=1e-5, atol=1e-7
+            )
+            alone = MemorySource(model, data, rank=1, world_size=2)
+            assert memory_gradients.memory_gradient(alone, {"t0": [3]}, params) == [None] * len(params)
         assert len(whole) == len(draws) and all(len(r) == len(draws) for r in ranks)
         for k, draw in enumerate(draws):
             expected = _hand_gradient(model, data, draw, params)
