@@ -22,6 +22,7 @@ Modules, one idea each (the first three import no Lightning):
 * :mod:`~pal_lightning.gem.gram`: gradients as lists of tensors, their Gram matrix, the write-back;
 * :mod:`~pal_lightning.gem.memory`: :class:`EpisodicMemory`, one reservoir of example indices per task;
 * :mod:`~pal_lightning.gem.memory_gradients`: the rows of ``G`` from remembered examples;
+* :mod:`~pal_lightning.gem.sparse_embeddings`: embedding tables' memory gradients as sparse rows (A-GEM);
 * :mod:`~pal_lightning.gem.callback`: :class:`GEMCallback`, the Lightning callback.
 """
 

@@ -18,7 +18,19 @@ Grads = list[Tensor | None]
 
 
 def _dot(a: Tensor, b: Tensor) -> Tensor:
-    """``<a, b>`` of two same-shape tensors on their device (half precision upcast to float32)."""
+    """``<a, b>`` of two same-shape tensors on their device (half precision upcast to float32).
+
+    Either may be a sparse COO tensor (an embedding table's memory gradient,
+    :mod:`pal_lightning.gem.sparse_embeddings`): then only its stored rows are read.
+    """
+    if a.is_sparse and not b.is_sparse:
+        a, b = b, a
+    if b.is_sparse:
+        same = a is b
+        b = b.coalesce()
+        # a dense tensor (or another sparse one, densified: a rare case) read at b's stored rows
+        a = b.values() if same else (a.to_dense() if a.is_sparse else a)[tuple(b.indices())]
+        b = b.values()
     if a.dtype in (torch.float16, torch.bfloat16):
         a, b = a.float(), b.float()
     return torch.dot(a.reshape(-1), b.reshape(-1))
@@ -84,6 +96,9 @@ def add_rows(params: Sequence[nn.Parameter], rows: Sequence[Grads], v: Sequence[
             if r is None:
                 continue
             if p.grad is None:
-                p.grad = (r * coeff).to(p.dtype)
+                p.grad = (r * coeff).to_dense().to(p.dtype)
+            elif r.is_sparse:  # only the stored rows change (coalesced: each once)
+                r = r.coalesce()
+                p.grad.index_put_(tuple(r.indices()), (r.values() * coeff).to(p.grad.dtype), accumulate=True)
             else:
                 p.grad.add_(r.to(p.grad.dtype), alpha=coeff)

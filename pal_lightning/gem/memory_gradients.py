@@ -22,6 +22,7 @@ from pal_lightning import distributed
 from pal_lightning.gem.batched_gradients import can_alias, task_gradients
 from pal_lightning.gem.gram import Grads
 from pal_lightning.gem.memory import EpisodicMemory
+from pal_lightning.gem.sparse_embeddings import sparse_embedding_gradients
 
 if TYPE_CHECKING:
     from pal_lightning.contracts import BatchLossModel
@@ -68,24 +69,33 @@ class MemorySource:
 
 
 def memory_gradient(
-    source: MemorySource, draws: Mapping[str, list[int]], params: list[nn.Parameter]
+    source: MemorySource,
+    draws: Mapping[str, list[int]],
+    params: list[nn.Parameter],
+    sparse_embeddings: bool = False,
 ) -> Grads:
     """Gradient of the example-weighted mean loss over ``draws`` (task -> indices of all ranks).
 
     Each rank takes every ``world_size``-th index from ``rank`` on; the local losses are
     weighted by their share of the whole draw and the gradients summed across ranks.
+    ``sparse_embeddings`` (one process only): embedding tables' gradients as sparse rows
+    (:mod:`pal_lightning.gem.sparse_embeddings`).
     """
     total = sum(len(idx) for idx in draws.values())
     loss: Tensor | None = None
-    for task, idx in draws.items():
-        share = idx[source.rank :: source.world_size]
-        if not share:
-            continue
-        part = source.loss(task, share) * (len(share) / total)
-        loss = part if loss is None else loss + part
     grads: Grads = [None] * len(params)
-    if loss is not None:
-        grads = list(torch.autograd.grad(loss.float(), params, allow_unused=True))
+    sparse = sparse_embeddings and source.world_size == 1
+    with sparse_embedding_gradients(source.module, params) if sparse else contextlib.nullcontext():
+        for task, idx in draws.items():
+            share = idx[source.rank :: source.world_size]
+            if not share:
+                continue
+            part = source.loss(task, share) * (len(share) / total)
+            loss = part if loss is None else loss + part
+        if loss is not None:
+            grads = list(torch.autograd.grad(loss.float(), params, allow_unused=True))
+    if sparse:  # each table's rows summed once here, not in every dot product
+        grads = [g.coalesce() if g is not None and g.is_sparse else g for g in grads]
     if source.world_size > 1:
         grads = sum_across_ranks(grads, params)
     return grads
@@ -107,7 +117,7 @@ def constraint_gradients(
     over the tasks with the first ones taking the remainder (A-GEM), by ``memory.sample``. GEM's rows
     come from one backward (:func:`~pal_lightning.gem.batched_gradients.task_gradients`) when
     ``batch_tasks`` and the parameters allow it, else from one backward per task; A-GEM's single row
-    is one backward either way.
+    is one backward either way, its embedding tables' gradients sparse rows in one process.
     """
     want = memory_batch_size * source.world_size
     if mode == "gem":
@@ -118,7 +128,7 @@ def constraint_gradients(
         return [memory_gradient(source, {task: draw}, params) for task, draw in draws.items()]
     counts = [want // len(tasks) + (i < want % len(tasks)) for i in range(len(tasks))]
     draws = {task: memory.sample(task, n, step) for task, n in zip(tasks, counts, strict=True)}
-    return [memory_gradient(source, draws, params)]
+    return [memory_gradient(source, draws, params, sparse_embeddings=True)]
 
 
 def sum_across_ranks(grads: Grads, params: list[nn.Parameter]) -> Grads:
