@@ -395,9 +395,12 @@ def plot_survey(csv_path: Path, out_dir: Path | None = None) -> list[Any]:
     axes[1].set_title("per task")
     fig1.tight_layout()
     fig2, ax = plt.subplots(figsize=(7, 4.5))
-    for name, group in table.groupby("config", sort=False):
+    colors = plt.get_cmap("tab20").colors  # more configurations than the default cycle's 10 colours
+    for k, (name, group) in enumerate(table.groupby("config", sort=False)):
         group = group.sort_values("snapshot")
-        ax.plot(group["train_s"], group["overall"], marker="o", label=str(name))
+        ax.plot(
+            group["train_s"], group["overall"], marker="o", label=str(name), color=colors[k % len(colors)]
+        )
     ax.set_xlabel("training seconds (sum of step times; evaluations excluded)")
     ax.set_ylabel("overall dev score")
     ax.set_title("overall against training time, one point per snapshot")
