@@ -6,7 +6,7 @@ table-sized tensor per task forward, summed, then read by the dot products and t
 ``nn.Embedding.sparse`` set during the memory pass, autograd returns the used rows only (a sparse COO
 tensor) and :mod:`pal_lightning.gem.gram` works on those rows: the same gradient, the same dot products
 and write-back up to float summation order. A-GEM on MiniLM, one CPU thread: its memory gradient, dot
-products and write-back took 6 % less (paired, interleaved; ``benchmarks/RESULTS.md``).
+products and write-back took 4 % less, about 50 ms (paired, interleaved; ``benchmarks/RESULTS.md``).
 
 When it is not used (:func:`sparse_embedding_gradients` leaves the model alone): under DDP (rows are
 summed across ranks by a dense all-reduce), and when the module calls its encoder through
