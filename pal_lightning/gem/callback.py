@@ -263,7 +263,8 @@ class GEMCallback(pl.Callback):
         if self.constraints == "others":
             return [t for t in self.task_order if t in with_memory and t not in current]
         positions = [self.task_order.index(t) for t in current if t in self.task_order]
-        last = max(positions, default=-1)
+        # a current task not seen yet (project_step called directly) comes after every known one
+        last = max(positions, default=len(self.task_order))
         return [t for t in self.task_order[:last] if t in with_memory and t not in current]
 
     def _constraint_gradients(

@@ -92,8 +92,9 @@ def test_memory_loaded_into_another_size_or_seed_warns_and_keeps_the_first_slots
         "Episodic memory saved with size=4, seed=1 is loaded into one with size=2, seed=7: "
         "the memories will not match an uninterrupted run."
     )
-    with pytest.warns(UserWarning, match=re.escape(message)):
+    with pytest.warns(UserWarning, match=re.escape(message)) as caught:
         m.load_state_dict(state)
+    assert caught[0].filename == __file__  # reported at the caller's line (stacklevel=2)
     assert m.buffers == {"sst": [4, 5]} and m.seen == {"sst": 9}
     assert type(m.buffers["sst"][0]) is int and type(m.seen["sst"]) is int  # plain ints for weights_only
     for other in ({**state, "size": 2}, {**state, "seed": 7}):  # one of the two differing is enough
@@ -134,6 +135,8 @@ def test_constraining_sets() -> None:
     assert past.constraining_tasks(["sst"]) == []
     assert past.constraining_tasks(["sts"]) == ["sst", "qqp"]
     assert past.constraining_tasks(["qqp", "sts"]) == ["sst"]  # a window spanning a phase change
+    # a task never trained on (project_step called directly) comes after all of them (was all but the last)
+    assert past.constraining_tasks(["new"]) == ["sst", "qqp", "sts"]
 
 
 def test_bad_arguments() -> None:
@@ -410,6 +413,36 @@ def test_add_rows_by_hand() -> None:
     c = nn.Parameter(torch.zeros(3))
     add_rows([c], [[torch.ones(3)]], [0.0])
     assert c.grad is None  # a zero coefficient does not even create a gradient
+
+
+def test_reservoir_follows_algorithm_r_with_the_documented_hash() -> None:
+    """Written out here: slot j = mix(base ^ n) mod (n + 1) replaced when j < size, base =
+    mix(seed ^ crc32(task) << 32), mix = SplitMix64's finaliser (its own implementation below).
+    The exact draws are what makes a resumed run's memories those of the uninterrupted run."""
+    import zlib
+
+    mask = 2**64 - 1
+
+    def mix(x: int) -> int:
+        z = (x + 0x9E3779B97F4A7C15) & mask
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+        return z ^ (z >> 31)
+
+    for seed, task in ((0, "sst"), (5, "qqp")):
+        base = mix(seed ^ (zlib.crc32(task.encode()) << 32))
+        expected = list(range(4))
+        for n in range(4, 60):
+            j = mix(base ^ n) % (n + 1)
+            if j < 4:
+                expected[j] = n
+        m = EpisodicMemory(4, seed=seed)
+        m.add(task, range(60))
+        assert m.buffers[task] == expected
+    a, b = EpisodicMemory(4), EpisodicMemory(4)
+    a.add("sst", range(60))
+    b.add("qqp", range(60))
+    assert a.buffers["sst"] != b.buffers["qqp"]  # the task enters the draws
 
 
 def test_mix64_is_splitmix64() -> None:
