@@ -94,7 +94,9 @@ def test_memory_loaded_into_another_size_or_seed_warns_and_keeps_the_first_slots
     )
     with pytest.warns(UserWarning, match=re.escape(message)) as caught:
         m.load_state_dict(state)
-    assert caught[0].filename == __file__  # reported at the caller's line (stacklevel=2)
+    # reported at the caller's line (stacklevel=2), not inside the memory (not checked against this
+    # file: under mutation testing a trampoline stands between the two)
+    assert not caught[0].filename.endswith("memory.py")
     assert m.buffers == {"sst": [4, 5]} and m.seen == {"sst": 9}
     assert type(m.buffers["sst"][0]) is int and type(m.seen["sst"]) is int  # plain ints for weights_only
     for other in ({**state, "size": 2}, {**state, "seed": 7}):  # one of the two differing is enough
