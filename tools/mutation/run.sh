@@ -37,8 +37,8 @@ TESTS[gem_maths]="tests/callbacks/test_gem_projection.py tests/callbacks/test_ge
 # that call its function, fastest first, so the few Trainer.fit tests (1-2 s each) run only for the
 # mutants the unit tests let through. The DDP tests (spawned processes) are not in the list: the
 # rank/world-size arithmetic is checked in one process (test_gem_callback.py, ranks summed by hand).
-MODULES[gem_callback]="pal_lightning/gem/memory.py pal_lightning/gem/gram.py pal_lightning/gem/memory_gradients.py pal_lightning/gem/batched_gradients.py pal_lightning/gem/callback.py"
-TESTS[gem_callback]="tests/callbacks/test_gem_callback.py tests/callbacks/test_gem_batched.py tests/test_fp16_cpu.py::test_fp16_training_with_gem_projects_and_stays_finite tests/test_simcse_module.py::test_gem_memories_use_the_task_loss_without_simcse tests/test_sharing_module.py::test_gem_shared_parameters_are_the_embeddings_and_the_s_layers"
+MODULES[gem_callback]="pal_lightning/gem/memory.py pal_lightning/gem/gram.py pal_lightning/gem/memory_gradients.py pal_lightning/gem/batched_gradients.py pal_lightning/gem/sparse_embeddings.py pal_lightning/gem/callback.py"
+TESTS[gem_callback]="tests/callbacks/test_gem_callback.py tests/callbacks/test_gem_batched.py tests/callbacks/test_gem_sparse_embeddings.py tests/test_fp16_cpu.py::test_fp16_training_with_gem_projects_and_stays_finite tests/test_simcse_module.py::test_gem_memories_use_the_task_loss_without_simcse tests/test_sharing_module.py::test_gem_shared_parameters_are_the_embeddings_and_the_s_layers"
 MODULES[rng_state]="pal_lightning/callbacks/rng_state.py"
 TESTS[rng_state]="tests/callbacks/test_rng_state.py"
 MODULES[pal]="pal_lightning/modeling/pal.py pal_lightning/modeling/encoder.py pal_lightning/modeling/layers.py pal_lightning/modeling/encoder_state.py"
