@@ -20,8 +20,9 @@ import torch
 
 from pal_lightning.callbacks import ContinualEvaluation, GEMCallback
 from pal_lightning.data import MultiTaskDataModule
+from pal_lightning.gem.memory_gradients import MemorySource, constraint_gradients
 from pal_lightning.module import MultiTaskModule
-from pal_lightning.testing import TINY_BERT, quiet_trainer
+from pal_lightning.testing import TINY_BERT, quiet_trainer, without_dropout
 
 
 class Record(pl.Callback):
@@ -30,11 +31,48 @@ class Record(pl.Callback):
         self.out = out
         self.continual = continual
         self.stats: list[dict[str, float]] = []
+        self.row_errors: list[float] = []
+        self.rows: list | None = None
+        compute = gem._constraint_gradients
+
+        def recording(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            self.rows = compute(*args, **kwargs)
+            return self.rows
+
+        gem._constraint_gradients = recording  # type: ignore[method-assign]
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:  # noqa: ANN001
         stats = dict(self.gem.last_stats)
         stats.pop("gem/projection_ms", None)  # wall time differs between ranks
         self.stats.append(stats)
+        if self.rows is not None and self.continual is None:  # (no dropout in this mode: exact rows)
+            self.row_errors.append(self._row_error(trainer, pl_module))
+        self.rows = None
+
+    def _row_error(self, trainer, pl_module) -> float:  # noqa: ANN001
+        """The rows GEM used (each rank's share, summed across ranks) against the whole draw
+        computed by this rank alone, as one process would: the largest relative difference."""
+        gem = self.gem
+        params = gem.participating_parameters(pl_module)
+        source = MemorySource(pl_module, trainer.datamodule, trainer.precision_plugin.forward_context)
+        tasks = gem.constraining_tasks(gem._window_tasks)
+        want = gem.memory_batch_size * trainer.world_size
+        step = trainer.global_step
+        ref = constraint_gradients(source, gem.memory, gem.mode, tasks, step, want, params, gem.batch_tasks)
+
+        def flat(row: list) -> torch.Tensor:
+            return torch.cat(
+                [
+                    (torch.zeros_like(p) if x is None else x).reshape(-1)
+                    for x, p in zip(row, params, strict=True)
+                ]
+            )
+
+        assert self.rows is not None and len(self.rows) == len(ref)
+        return max(
+            float((flat(a) - flat(b)).abs().max() / flat(b).abs().max())
+            for a, b in zip(self.rows, ref, strict=True)
+        )
 
     def on_fit_end(self, trainer, pl_module) -> None:  # noqa: ANN001
         digest = hashlib.sha256()
@@ -48,6 +86,7 @@ class Record(pl.Callback):
             "finite": all(bool(torch.isfinite(p).all()) for p in pl_module.parameters()),
             "memory": self.gem.state_dict(),
             "stats": self.stats,
+            "row_errors": self.row_errors,
         }
         if self.continual is not None:
             record["baseline"] = self.continual.baseline
@@ -60,7 +99,9 @@ class Record(pl.Callback):
 def main(data_dir: str, out: str, mode: str = "interleaved") -> None:
     torch.set_num_threads(1)
     pl.seed_everything(0)
-    model = MultiTaskModule(bert_config=TINY_BERT, pal_size=8, pal_heads=2)
+    exact = mode != "continual"  # no dropout: the memory rows can be recomputed exactly
+    config = without_dropout(TINY_BERT) if exact else TINY_BERT
+    model = MultiTaskModule(bert_config=config, pal_size=8, pal_heads=2, dropout=0.0 if exact else 0.1)
     continual = None
     if mode == "continual":
         dm = MultiTaskDataModule(

@@ -46,6 +46,8 @@ def test_gem_two_process_ddp(tmp_path: Path) -> None:
     assert r0["memory"]["projections"] >= 1
     # and identical parameters after training
     assert r0["params"] == r1["params"]
+    # the memory rows, each rank's share summed across ranks, are those of the whole draw in one process
+    assert len(r0["row_errors"]) >= 1 and max(r0["row_errors"] + r1["row_errors"]) <= 1e-5
 
 
 def test_continual_gem_two_process_ddp_matches_a_single_process_evaluation(tmp_path: Path) -> None:
