@@ -157,3 +157,21 @@ def test_survey_notebook_draws_score_against_stored_parameters_and_time(
     curves = [(line.get_xdata().tolist(), line.get_ydata().tolist()) for line in by_time.axes[0].get_lines()]
     assert curves == [([5.0, 9.0], [0.5, 0.6]), ([7.0, 15.0], [0.55, 0.7])]
     assert sorted(p.name for p in figures_dir.iterdir()) == ["survey_params.png", "survey_time.png"]
+
+
+def test_committed_survey_has_eight_configurations_and_exact_layer_accounting() -> None:
+    path = ROOT / "benchmarks" / "results_survey" / "survey.csv"
+    with path.open() as f:
+        reader = csv.DictReader(f)
+        header, rows = reader.fieldnames, list(reader)
+    assert tuple(header or ()) == survey.COLUMNS
+    ok = {r["config"] for r in rows if r["status"] == "ok" and r["overall"]}
+    assert len(ok) >= 8  # issue 14's target: at least 8 configurations
+    stored = {r["config"]: int(r["stored_params"]) for r in rows}
+    # all-MiniLM-L6-v2: width 384, feed-forward 1536; one BERT layer = Q, K, V, output (weights and
+    # biases), the feed-forward pair, two LayerNorms
+    d, ff = 384, 1536
+    layer = 4 * (d * d + d) + (d * ff + ff) + (ff * d + d) + 2 * 2 * d
+    assert stored["separate"] - stored["shared"] == 2 * 6 * layer  # 3 tasks: two more copies of 6 layers
+    assert stored["FFSSII"] - stored["shared"] == 2 * 2 * layer
+    assert stored["FFFFSS"] == stored["shared"]  # freezing stores nothing more
