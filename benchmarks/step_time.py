@@ -43,7 +43,10 @@ Usage::
     python benchmarks/step_time.py --threads 1     # steadier on a CPU shared with other jobs
     python benchmarks/step_time.py --rows pals,gem,gem_per_task,agem   # only these rows (pals always)
     python benchmarks/step_time.py --shape bert-base --precision bf16-mixed --device cuda
+    python benchmarks/step_time.py --adamw loop --rows shared,pals,gem,agem   # torch's for-loop AdamW, as before
     bash benchmarks/gpu_check.sh results/gpu   # every GPU measurement, both shapes, bf16-mixed and 32-true
+
+``benchmarks/profile_step.py`` takes the same options and profiles the same rows (where the time goes).
 
 Prints the medians and their ratios; ``--json PATH`` writes
 ``{"shared_ms": ..., "pals_ms": ..., "pal_over_shared": ..., "gem_over_pal": ..., "agem_over_pal": ..., ...}``
