@@ -118,7 +118,7 @@ def main(data_dir: str, out: str, mode: str = "interleaved") -> None:
     else:
         dm = MultiTaskDataModule(data_dir=data_dir, cache_dir=False, batch_size=3, max_length=32)
         gem = GEMCallback(memory_size=5, memory_batch_size=3)  # 3 x 2 ranks wanted, 5 stored: shares 3 + 2
-        max_steps = 4
+        max_steps = 6  # the last step has two constraining tasks (the batched rows)
     callbacks = [gem, Record(gem, Path(out), continual)] + ([continual] if continual is not None else [])
     trainer = quiet_trainer(
         devices=2,
