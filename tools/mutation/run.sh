@@ -39,6 +39,10 @@ TESTS[gem_maths]="tests/callbacks/test_gem_projection.py tests/callbacks/test_ge
 # rank/world-size arithmetic is checked in one process (test_gem_callback.py, ranks summed by hand).
 MODULES[gem_callback]="pal_lightning/gem/memory.py pal_lightning/gem/gram.py pal_lightning/gem/memory_gradients.py pal_lightning/gem/batched_gradients.py pal_lightning/gem/sparse_embeddings.py pal_lightning/gem/callback.py"
 TESTS[gem_callback]="tests/callbacks/test_gem_callback.py tests/callbacks/test_gem_batched.py tests/callbacks/test_gem_sparse_embeddings.py tests/test_fp16_cpu.py::test_fp16_training_with_gem_projects_and_stays_finite tests/test_simcse_module.py::test_gem_memories_use_the_task_loss_without_simcse tests/test_sharing_module.py::test_gem_shared_parameters_are_the_embeddings_and_the_s_layers"
+# A-GEM's sparse embedding-table gradients (c5cf636): the functions that commit added or changed only
+MODULES[gem_sparse]="pal_lightning/gem/sparse_embeddings.py pal_lightning/gem/gram.py pal_lightning/gem/memory_gradients.py"
+MUTANTS[gem_sparse]="*x__compiling__* *x_sparse_embedding_gradients__* *x__dot__* *x_add_rows__* *x_memory_gradient__* *x_constraint_gradients__*"
+TESTS[gem_sparse]="tests/callbacks/test_gem_sparse_embeddings.py tests/callbacks/test_gem_callback.py tests/callbacks/test_gem_batched.py"
 MODULES[rng_state]="pal_lightning/callbacks/rng_state.py"
 TESTS[rng_state]="tests/callbacks/test_rng_state.py"
 MODULES[pal]="pal_lightning/modeling/pal.py pal_lightning/modeling/encoder.py pal_lightning/modeling/layers.py pal_lightning/modeling/encoder_state.py"
@@ -49,7 +53,7 @@ TESTS[pal_variants]="tests/modeling/test_variants.py tests/modeling/test_sharing
 MODULES[score_report]="pal_lightning/callbacks/score_report.py"
 # the hooks with stand-in trainers (no training); test_honest_scores adds one real partial fit through the CLI
 TESTS[score_report]="tests/callbacks/test_score_report.py tests/cli/test_honest_scores.py"
-ORDER=(sampling metrics gem_maths samplers rng_state gem_callback pal pal_variants score_report)
+ORDER=(sampling metrics gem_maths samplers rng_state gem_callback gem_sparse pal pal_variants score_report)
 
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=("${ORDER[@]}")
