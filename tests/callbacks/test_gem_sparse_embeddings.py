@@ -9,9 +9,9 @@ from torch import nn
 
 from pal_lightning.data import MultiTaskDataModule
 from pal_lightning.gem import GEMCallback
-from pal_lightning.gem.gram import add_rows, bordered_gram, gram_matrix
+from pal_lightning.gem.gram import _dot, add_rows, bordered_gram, gram_matrix
 from pal_lightning.gem.memory import EpisodicMemory
-from pal_lightning.gem.memory_gradients import MemorySource, constraint_gradients
+from pal_lightning.gem.memory_gradients import MemorySource, constraint_gradients, memory_gradient
 from pal_lightning.gem.sparse_embeddings import sparse_embedding_gradients
 from pal_lightning.module import MultiTaskModule
 from pal_lightning.testing import TINY_BERT, write_cs224n_data
@@ -111,3 +111,68 @@ def test_tables_stay_dense_when_the_encoder_is_compiled_or_not_among_the_paramet
     finally:
         model._encoder_call.backend = compiling
     assert not any(m.sparse for m in model.modules() if isinstance(m, nn.Embedding))
+
+
+def test_gem_rows_stay_dense_and_equal_the_gradient_by_hand(setup: tuple) -> None:
+    """GEM's rows (one backward per task here) are left dense: only A-GEM's single row is made sparse."""
+    model, dm = setup
+    params = GEMCallback(mode="gem").participating_parameters(model)
+    memory = _memory()
+    rows = constraint_gradients(MemorySource(model, dm), memory, "gem", ["sst", "sts"], 3, 2, params, False)
+    assert len(rows) == 2 and not any(x.is_sparse for row in rows for x in row if x is not None)
+    draw = {"sst": memory.sample("sst", 2, 3)}
+    torch.manual_seed(11)
+    expected = torch.autograd.grad(model.batch_loss(dm.train_batch("sst", draw["sst"])), params[:1])
+    torch.manual_seed(11)
+    row = memory_gradient(MemorySource(model, dm), draw, params)  # the default: dense tables
+    assert not any(x.is_sparse for x in row if x is not None)
+    torch.testing.assert_close(row[0], expected[0], rtol=1e-5, atol=1e-7)
+
+
+def test_dot_of_sparse_rows_in_either_order_equals_the_dense_dot() -> None:
+    gen = torch.Generator().manual_seed(4)
+    a = torch.zeros(10, 3)
+    a[[1, 4, 7]] = torch.randn(3, 3, generator=gen)
+    b = torch.zeros(10, 3)
+    b[[0, 4, 7, 9]] = torch.randn(4, 3, generator=gen)
+    dense = torch.randn(10, 3, generator=gen)
+    # by hand: only rows 4 and 7 are stored in both; every row of a against the dense tensor
+    both = float((a[4] * b[4]).sum() + (a[7] * b[7]).sum())
+    with_dense = float(sum((a[i] * dense[i]).sum() for i in (1, 4, 7)))
+    sa = a.to_sparse(sparse_dim=1)
+    sb = torch.sparse_coo_tensor(  # uncoalesced: row 4 stored twice, summing to b[4]
+        torch.tensor([[0, 4, 7, 9, 4]]),
+        torch.cat([b[[0]], b[[4]] / 2, b[[7, 9]], b[[4]] / 2]),
+        (10, 3),
+        check_invariants=True,
+    )
+    assert not sb.is_coalesced()
+    assert float(_dot(sa, sb)) == pytest.approx(both, rel=1e-6)
+    assert float(_dot(sb, sa)) == pytest.approx(both, rel=1e-6)
+    assert float(_dot(sa, dense)) == pytest.approx(with_dense, rel=1e-6)
+    assert float(_dot(dense, sa)) == pytest.approx(with_dense, rel=1e-6)
+    assert float(_dot(sb, sb)) == pytest.approx(float((b * b).sum()), rel=1e-6)
+
+
+def test_sparse_row_written_into_a_missing_gradient_is_dense_and_scaled() -> None:
+    weight = nn.Parameter(torch.zeros(6, 2))
+    r = torch.zeros(6, 2)
+    r[[2, 5]] = torch.tensor([[1.0, -2.0], [3.0, 0.5]])
+    add_rows([weight], [[r.to_sparse(sparse_dim=1)]], [-0.5])
+    assert weight.grad is not None and not weight.grad.is_sparse
+    torch.testing.assert_close(weight.grad, -0.5 * r, rtol=0.0, atol=0.0)
+    # into an existing gradient of another precision: only the two stored rows change, cast to its dtype
+    wide = nn.Parameter(torch.zeros(6, 2, dtype=torch.float64))
+    wide.grad = torch.ones(6, 2, dtype=torch.float64)
+    add_rows([wide], [[r.to_sparse(sparse_dim=1)]], [2.0])
+    torch.testing.assert_close(wide.grad, 1.0 + 2.0 * r.double(), rtol=0.0, atol=0.0)
+
+
+def test_tables_of_any_module_are_switched_and_switched_back_after_an_error() -> None:
+    """A module without a compiled encoder call (no ``_encoder_call``) still gets sparse tables."""
+    model = nn.Sequential(nn.Embedding(5, 2), nn.Linear(2, 1))
+    with pytest.raises(RuntimeError, match="inside"):
+        with sparse_embedding_gradients(model, list(model.parameters())) as switched:
+            assert switched == 1 and model[0].sparse
+            raise RuntimeError("inside")
+    assert model[0].sparse is False
