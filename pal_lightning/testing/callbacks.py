@@ -4,7 +4,8 @@
 * :class:`KillAtStep`: the process dies at a given optimizer step (or in the middle of that step's
   checkpoint write), as a crash or a power cut would, for resume tests;
 * :class:`SignalAtStep`: the process receives SIGTERM or SIGINT at a given step (a clean stop to test);
-* :class:`RankRecorder`: what each rank trained on and ended with, for DDP and resume comparisons.
+* :class:`RankRecorder`: what each rank trained on and ended with, for DDP and resume comparisons;
+* :class:`ConstraintRows`: the rows of ``G`` a :class:`~pal_lightning.gem.GEMCallback` computed last.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from ..batch import IDS, TASK
 
 if TYPE_CHECKING:
     from _typeshed import FileDescriptorLike
+
+    from ..gem import GEMCallback
 
 
 class KillAtStep(Callback):
@@ -101,3 +104,22 @@ class RankRecorder(Callback):
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.state.fn == "validate":
             self._write(trainer, pl_module, "validate_rank")
+
+
+class ConstraintRows:
+    """The memory gradients (rows of ``G``) a GEM callback computed last, for checks after its step.
+
+    Wraps the callback's ``_constraint_gradients`` so that every computation is seen, whatever
+    ``refresh_every`` caches; a test checking a step reads :attr:`rows` and then sets it to ``None``.
+    """
+
+    def __init__(self, gem: GEMCallback) -> None:
+        self.rows: list | None = None
+        """The rows of the last computation (``None`` until one happens, or after a reset)."""
+        compute = gem._constraint_gradients
+
+        def recording(*args: Any, **kwargs: Any) -> Any:
+            self.rows = compute(*args, **kwargs)
+            return self.rows
+
+        gem._constraint_gradients = recording  # type: ignore[method-assign]

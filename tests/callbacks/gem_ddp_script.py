@@ -23,6 +23,7 @@ from pal_lightning.data import MultiTaskDataModule
 from pal_lightning.gem.memory_gradients import MemorySource, constraint_gradients
 from pal_lightning.module import MultiTaskModule
 from pal_lightning.testing import TINY_BERT, quiet_trainer, without_dropout
+from pal_lightning.testing.callbacks import ConstraintRows
 
 
 class Record(pl.Callback):
@@ -32,22 +33,15 @@ class Record(pl.Callback):
         self.continual = continual
         self.stats: list[dict[str, float]] = []
         self.row_errors: list[float] = []
-        self.rows: list | None = None
-        compute = gem._constraint_gradients
-
-        def recording(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-            self.rows = compute(*args, **kwargs)
-            return self.rows
-
-        gem._constraint_gradients = recording  # type: ignore[method-assign]
+        self.recorded = ConstraintRows(gem)
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:  # noqa: ANN001
         stats = dict(self.gem.last_stats)
         stats.pop("gem/projection_ms", None)  # wall time differs between ranks
         self.stats.append(stats)
-        if self.rows is not None and self.continual is None:  # (no dropout in this mode: exact rows)
+        if self.recorded.rows is not None and self.continual is None:  # (no dropout in this mode: exact rows)
             self.row_errors.append(self._row_error(trainer, pl_module))
-        self.rows = None
+        self.recorded.rows = None
 
     def _row_error(self, trainer, pl_module) -> float:  # noqa: ANN001
         """The rows GEM used (each rank's share, summed across ranks) against the whole draw
@@ -68,10 +62,10 @@ class Record(pl.Callback):
                 ]
             )
 
-        assert self.rows is not None and len(self.rows) == len(ref)
+        assert self.recorded.rows is not None and len(self.recorded.rows) == len(ref)
         return max(
             float((flat(a) - flat(b)).abs().max() / flat(b).abs().max())
-            for a, b in zip(self.rows, ref, strict=True)
+            for a, b in zip(self.recorded.rows, ref, strict=True)
         )
 
     def on_fit_end(self, trainer, pl_module) -> None:  # noqa: ANN001

@@ -8,6 +8,7 @@ same seed before both, because the batched path runs the tasks' forwards in the 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -19,27 +20,8 @@ from pal_lightning.gem.batched_gradients import can_alias, task_gradients
 from pal_lightning.gem.gram import bordered_gram, gram_matrix
 from pal_lightning.gem.memory import EpisodicMemory
 from pal_lightning.gem.memory_gradients import MemorySource, constraint_gradients, sum_rows_across_ranks
-from pal_lightning.module import MultiTaskModule
-from pal_lightning.testing import TINY_BERT, write_cs224n_data
 
-TASKS = ("sst", "qqp", "sts")  # three heads, single sentences and pairs, classification and regression
-
-
-@pytest.fixture(scope="module")
-def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[MultiTaskModule, MultiTaskDataModule]:
-    data_dir = write_cs224n_data(tmp_path_factory.mktemp("gem_batched") / "data")
-    torch.manual_seed(0)
-    model = MultiTaskModule(bert_config=TINY_BERT, pal_size=8, pal_heads=2).train()
-    dm = MultiTaskDataModule(data_dir=str(data_dir), cache_dir=False, batch_size=4, max_length=32)
-    dm.setup("fit")
-    return model, dm
-
-
-def _memory() -> EpisodicMemory:
-    memory = EpisodicMemory(12, seed=5)
-    for task in TASKS:
-        memory.add(task, range(12))
-    return memory
+TASKS = ("sst", "qqp", "sts")  # the heads of the shared `setup` fixture (conftest.py)
 
 
 def _by_hand(model: nn.Module, dm: MultiTaskDataModule, draws: dict[str, list[int]], params: list) -> list:
@@ -61,12 +43,16 @@ def _assert_rows_equal(got: list, expected: list) -> None:
 
 
 @pytest.mark.parametrize("parameters", ["shared", "all"])
-def test_batched_rows_equal_per_task_rows(setup: tuple, parameters: str) -> None:
+def test_batched_rows_equal_per_task_rows(
+    setup: tuple,
+    make_memory: Callable[[], EpisodicMemory],
+    parameters: str,
+) -> None:
     model, dm = setup
     cb = GEMCallback(parameters=parameters)
     params = cb.participating_parameters(model)
     assert can_alias(model, params)
-    memory = _memory()
+    memory = make_memory()
     draws = {task: memory.sample(task, 5, step=3) for task in ("sst", "qqp", "sts")}
     torch.manual_seed(11)
     expected = _by_hand(model, dm, draws, params)
@@ -83,13 +69,16 @@ def test_batched_rows_equal_per_task_rows(setup: tuple, parameters: str) -> None
     assert any(not torch.equal(x, y) for x, y in zip(other[0], got[0], strict=True) if x is not None)
 
 
-def test_project_step_same_with_and_without_batching(setup: tuple) -> None:
+def test_project_step_same_with_and_without_batching(
+    setup: tuple,
+    make_memory: Callable[[], EpisodicMemory],
+) -> None:
     model, dm = setup
     batch = dm.train_batch("sst", list(range(8)))
     results = []
     for batch_tasks in (False, True):
         cb = GEMCallback(memory_size=12, memory_batch_size=4, margin=0.1, batch_tasks=batch_tasks)
-        cb.memory = _memory()
+        cb.memory = make_memory()
         cb.task_order = list(TASKS)
         model.zero_grad(set_to_none=True)
         torch.manual_seed(21)

@@ -27,6 +27,7 @@ from pal_lightning.gem.gram import add_rows
 from pal_lightning.gem.memory_gradients import MemorySource
 from pal_lightning.module import MultiTaskModule
 from pal_lightning.testing import TINY_BERT, quiet_trainer, write_cs224n_data
+from pal_lightning.testing.callbacks import ConstraintRows
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -712,23 +713,16 @@ class _CheckProjected(pl.Callback):
         self.gem = gem
         self.checked = 0
         self.seen: list[dict[str, float]] = []
-        self.rows: list | None = None
-        compute = gem._constraint_gradients
-
-        def recording(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-            self.rows = compute(*args, **kwargs)
-            return self.rows
-
-        gem._constraint_gradients = recording  # type: ignore[method-assign]
+        self.recorded = ConstraintRows(gem)
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:  # noqa: ANN001
         stats = dict(self.gem.last_stats)
         self.seen.append(stats)
         if not stats.get("gem/violated"):
             return
-        assert self.rows is not None and len(self.rows) == stats["gem/constraints"]
+        assert self.recorded.rows is not None and len(self.recorded.rows) == stats["gem/constraints"]
         params = self.gem.participating_parameters(pl_module)
-        M = gram_matrix([[p.grad for p in params], *self.rows]).numpy()
+        M = gram_matrix([[p.grad for p in params], *self.recorded.rows]).numpy()
         cos = M[0, 1:] / np.sqrt(M[0, 0] * np.diag(M)[1:])
         assert np.all(cos >= -1e-3), cos
         if self.gem.mode == "agem":  # g~ = g - (g.g_ref / |g_ref|^2) g_ref is orthogonal to g_ref

@@ -3,47 +3,33 @@ and the projected step is the same: rows, dot products and write-back (tiny BERT
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 from torch import nn
 
-from pal_lightning.data import MultiTaskDataModule
 from pal_lightning.gem import GEMCallback
 from pal_lightning.gem.gram import _dot, add_rows, bordered_gram, gram_matrix
 from pal_lightning.gem.memory import EpisodicMemory
 from pal_lightning.gem.memory_gradients import MemorySource, constraint_gradients, memory_gradient
 from pal_lightning.gem.sparse_embeddings import sparse_embedding_gradients
-from pal_lightning.module import MultiTaskModule
-from pal_lightning.testing import TINY_BERT, write_cs224n_data
+from pal_lightning.testing import TINY_BERT
 
-TASKS = ("sst", "qqp", "sts")
-
-
-@pytest.fixture(scope="module")
-def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[MultiTaskModule, MultiTaskDataModule]:
-    data_dir = write_cs224n_data(tmp_path_factory.mktemp("gem_sparse") / "data")
-    torch.manual_seed(0)
-    model = MultiTaskModule(bert_config=TINY_BERT, pal_size=8, pal_heads=2).train()
-    dm = MultiTaskDataModule(data_dir=str(data_dir), cache_dir=False, batch_size=4, max_length=32)
-    dm.setup("fit")
-    return model, dm
-
-
-def _memory() -> EpisodicMemory:
-    memory = EpisodicMemory(12, seed=5)
-    for task in TASKS:
-        memory.add(task, range(12))
-    return memory
+TASKS = ("sst", "qqp", "sts")  # the heads of the shared `setup` fixture (conftest.py)
 
 
 def _dense(x: torch.Tensor | None) -> torch.Tensor | None:
     return None if x is None else x.to_dense()
 
 
-def test_agem_row_is_the_dense_gradient_with_sparse_embedding_tables(setup: tuple) -> None:
+def test_agem_row_is_the_dense_gradient_with_sparse_embedding_tables(
+    setup: tuple,
+    make_memory: Callable[[], EpisodicMemory],
+) -> None:
     model, dm = setup
     params = GEMCallback(mode="agem").participating_parameters(model)
-    memory = _memory()
+    memory = make_memory()
     tasks = ["qqp", "sts"]  # 7 examples: 4 of qqp, 3 of sts (the first task takes the remainder)
     draws = {"qqp": memory.sample("qqp", 4, 3), "sts": memory.sample("sts", 3, 3)}
     torch.manual_seed(7)
@@ -113,11 +99,14 @@ def test_tables_stay_dense_when_the_encoder_is_compiled_or_not_among_the_paramet
     assert not any(m.sparse for m in model.modules() if isinstance(m, nn.Embedding))
 
 
-def test_gem_rows_stay_dense_and_equal_the_gradient_by_hand(setup: tuple) -> None:
+def test_gem_rows_stay_dense_and_equal_the_gradient_by_hand(
+    setup: tuple,
+    make_memory: Callable[[], EpisodicMemory],
+) -> None:
     """GEM's rows (one backward per task here) are left dense: only A-GEM's single row is made sparse."""
     model, dm = setup
     params = GEMCallback(mode="gem").participating_parameters(model)
-    memory = _memory()
+    memory = make_memory()
     rows = constraint_gradients(MemorySource(model, dm), memory, "gem", ["sst", "sts"], 3, 2, params, False)
     assert len(rows) == 2 and not any(x.is_sparse for row in rows for x in row if x is not None)
     draw = {"sst": memory.sample("sst", 2, 3)}
