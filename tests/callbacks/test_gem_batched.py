@@ -14,6 +14,7 @@ import pytest
 import torch
 from torch import nn
 
+from pal_lightning import distributed
 from pal_lightning.data import MultiTaskDataModule
 from pal_lightning.gem import GEMCallback
 from pal_lightning.gem.batched_gradients import can_alias, task_gradients
@@ -119,6 +120,35 @@ def test_fallback_and_single_process_reduction() -> None:
     rows = [[torch.ones(2, 3), None], [None, None]]
     summed = sum_rows_across_ranks(rows, list(module.parameters()))  # one process: unchanged
     assert torch.equal(summed[0][0], torch.ones(2, 3)) and summed[0][1] is None and summed[1] == [None, None]
+
+
+def test_a_tensor_missing_here_but_present_on_another_rank_is_that_rank_s(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two ranks simulated in one process: the all-reduce adds the other rank's contribution, written
+    out by hand. This rank has no gradient for the bias in row 0 (its heads were unused here) but the
+    other rank has one: this rank must send zeros, and the sum is the other rank's tensor."""
+    module = nn.Linear(3, 2)
+    other_bias = torch.tensor([1.5, -2.0])
+    other_weight = torch.full((2, 3), 0.25)
+    calls: list[tuple[int, ...]] = []
+
+    def other_rank_added(t: torch.Tensor) -> torch.Tensor:  # what gloo's SUM over 2 ranks would give
+        calls.append(tuple(t.shape))
+        if t.shape == (2, 2):  # the presence mask [row, parameter]: the other rank has both in row 0
+            return t + torch.tensor([[1.0, 1.0], [0.0, 0.0]])
+        if t.shape == (1, 2, 3):  # the weight, row 0 only
+            return t + other_weight
+        assert t.shape == (1, 2), t.shape  # the bias, row 0 only
+        return t + other_bias
+
+    monkeypatch.setattr(distributed, "all_reduce_sum", other_rank_added)
+    mine = torch.ones(2, 3)
+    summed = sum_rows_across_ranks([[mine, None], [None, None]], list(module.parameters()))
+    assert calls == [(2, 2), (1, 2, 3), (1, 2)]  # the mask, then one reduction per parameter in use
+    assert torch.equal(summed[0][0], mine + other_weight)
+    assert torch.equal(summed[0][1], other_bias)  # zeros from this rank
+    assert summed[1] == [None, None]
 
 
 def test_bordered_gram_is_the_gram_matrix() -> None:
