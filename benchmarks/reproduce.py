@@ -306,12 +306,13 @@ def write_summary(path: Path, rows: Sequence[dict[str, Any]], args: argparse.Nam
     path.write_text(json.dumps(payload, indent=2) + "\n")
 
 
-def write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+def write_csv(path: Path, rows: Sequence[dict[str, Any]], columns: Sequence[str] = COLUMNS) -> None:
+    """``rows`` as a CSV with ``columns`` in that order (a missing or ``None`` value is an empty cell)."""
     with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         for row in rows:
-            writer.writerow({k: ("" if row.get(k) is None else row[k]) for k in COLUMNS})
+            writer.writerow({k: ("" if row.get(k) is None else row[k]) for k in columns})
 
 
 def _fmt(value: Any, kind: str = "score") -> str:

@@ -39,7 +39,6 @@ training time); ``notebooks/survey.ipynb`` draws the same from the CSV.
 # no "from __future__ import annotations": the tests load this script by path, without a sys.modules
 # entry, and dataclasses need one to read string annotations
 import argparse
-import csv
 import json
 import math
 import os
@@ -59,6 +58,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/reproduce.py, also when loaded by path
 from reproduce import cs224n_data_dir, cs224n_overall, prepare_data_dir  # noqa: E402
+from reproduce import write_csv as reproduce_write_csv  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = REPO / "configs" / "quickstart.yaml"
@@ -298,11 +298,8 @@ def rows_of(config: Configuration, result: dict[str, Any], wall_s: float, load: 
 
 
 def write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> None:
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: ("" if row.get(k) is None else row[k]) for k in COLUMNS})
+    """The survey's rows as a CSV in :data:`COLUMNS` order (reproduce.py's writer)."""
+    reproduce_write_csv(path, rows, COLUMNS)
 
 
 # ------------------------------------------------------------------------------------------ data
