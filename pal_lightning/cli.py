@@ -92,6 +92,7 @@ from pal_lightning.run_folders import (
 )
 from pal_lightning.text_predict import run as run_text_predict
 from pal_lightning.text_predict import wants_text_predict
+from pal_lightning.training.precision import PalTrainer
 
 #: The exit status for user mistakes (bad option, missing data, unknown encoder ...).
 USER_ERROR_EXIT = 2
@@ -261,6 +262,7 @@ class PalLightningCLI(CLIHooks):
         }
         parser_kwargs.update(kwargs.pop("parser_kwargs", {}))
         kwargs.setdefault("seed_everything_default", 42)
+        kwargs.setdefault("trainer_class", PalTrainer)  # Lightning's Trainer, with trainer.precision: auto
         kwargs.setdefault("save_config_callback", RunConfigSaver)
         kwargs.setdefault("save_config_kwargs", {"overwrite": False})
         super().__init__(

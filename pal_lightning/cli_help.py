@@ -38,7 +38,7 @@ COMMON_TRAINER_OPTIONS = (
     ("max_epochs", "epochs to train when max_steps is -1"),
     ("accelerator", "cpu, gpu, auto ..."),
     ("devices", "how many devices (several: DDP, see configs/ddp.yaml)"),
-    ("precision", "32-true, 16-mixed, bf16-mixed"),
+    ("precision", "auto (the fastest the device runs natively), 32-true, bf16-mixed, 16-mixed"),
     ("default_root_dir", "folder of the run folders (version_N)"),
     ("val_check_interval", "validate every N training batches (int) or fraction of an epoch"),
     ("check_val_every_n_epoch", "validate every N epochs"),

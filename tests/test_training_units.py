@@ -201,6 +201,7 @@ def test_adamw_is_fused_on_the_cpu_and_takes_adams_step_by_hand(monkeypatch: pyt
     monkeypatch.setattr(torch.optim, "AdamW", without_fused)
     fallback = adamw(iter([w]), lr=0.1)  # an iterator is read once, for both tries
     assert not fallback.defaults["fused"] and fallback.param_groups[0]["params"] == [w]
+    assert fallback.defaults["foreach"]  # multi-tensor, not the CPU's default for-loop
 
 
 def test_fused_only_where_lightning_unscales_and_clips_with_it() -> None:
@@ -213,7 +214,9 @@ def test_fused_only_where_lightning_unscales_and_clips_with_it() -> None:
     assert fused_allowed(SimpleNamespace(precision_plugin=HalfPrecision("bf16-true")))
     # mixed precision: clipping refuses a fused optimizer; 16-mixed would hand GEM scaled gradients
     assert not fused_allowed(SimpleNamespace(precision_plugin=MixedPrecision("bf16-mixed", "cpu")))
-    assert not adamw([nn.Parameter(torch.ones(2))], fused=False, lr=0.1).defaults["fused"]
+    unfused = adamw([nn.Parameter(torch.ones(2))], fused=False, lr=0.1)
+    assert not unfused.defaults["fused"] and unfused.defaults["foreach"]
+    assert adamw([nn.Parameter(torch.ones(2))], fused=False, foreach=False, lr=0.1).defaults["foreach"] is False
 
 
 # ---------------------------------------------------------------- one loop for validation and continual evaluation

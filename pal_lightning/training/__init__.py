@@ -7,7 +7,8 @@
 * :mod:`~pal_lightning.training.checkpoint_compat`: refusing a checkpoint made for another model;
 * :mod:`~pal_lightning.training.evaluation`: the one evaluation loop (validation, test and
   :class:`~pal_lightning.callbacks.ContinualEvaluation`);
-* :mod:`~pal_lightning.training.simcse_step`: SimCSE as an auxiliary loss of the training step.
+* :mod:`~pal_lightning.training.simcse_step`: SimCSE as an auxiliary loss of the training step;
+* :mod:`~pal_lightning.training.precision`: ``trainer.precision: auto`` (:class:`PalTrainer`, the CLI's Trainer).
 
 Each unit with hooks pairs pure functions (testable without a Trainer) with a small mixin that wires them
 into the LightningModule; :mod:`~pal_lightning.training.hparams` holds names only. Layering: these units sit beside the module (they import modeling, data-free

@@ -64,7 +64,8 @@ def adamw(params: Iterable[Any], fused: bool = True, **options: Any) -> torch.op
     cores the update took about a tenth of the for-loop's time (benchmarks/RESULTS.md, CPU profile).
     The update is the same AdamW; its float rounding differs from the for-loop's in the last bits.
     Where the kernel is missing (torch < 2.4 on the CPU, other devices), torch refuses ``fused=True``
-    at construction and the default implementation is used; ``fused=False`` asks for it directly.
+    at construction and the multi-tensor (``foreach``) implementation is used; ``fused=False`` asks for
+    it directly (Lightning's mixed-precision plugins refuse a fused optimizer, see :func:`fused_allowed`).
     """
     params = list(params)
     if fused:
@@ -72,6 +73,9 @@ def adamw(params: Iterable[Any], fused: bool = True, **options: Any) -> torch.op
             return torch.optim.AdamW(params, fused=True, **options)
         except RuntimeError:  # "`fused=True` requires all the params to be ... of supported devices"
             pass
+    # Not fused (a mixed-precision plugin, or no kernel): the multi-tensor implementation, a few
+    # passes over all tensors at once, rather than the CPU's default for-loop over each tensor.
+    options.setdefault("foreach", True)
     return torch.optim.AdamW(params, **options)
 
 
