@@ -44,6 +44,7 @@ Usage::
     python benchmarks/step_time.py --rows pals,gem,gem_per_task,agem   # only these rows (pals always)
     python benchmarks/step_time.py --shape bert-base --precision bf16-mixed --device cuda
     python benchmarks/step_time.py --adamw loop --rows shared,pals,gem,agem   # torch's for-loop AdamW, as before
+    python benchmarks/step_time.py --rows shared,pals,shared_bf16,pals_bf16   # bf16-mixed's speed-up, one process
     bash benchmarks/gpu_check.sh results/gpu   # every GPU measurement, both shapes, bf16-mixed and 32-true
 
 ``benchmarks/profile_step.py`` takes the same options and profiles the same rows (where the time goes).
@@ -52,6 +53,8 @@ Prints the medians and their ratios; ``--json PATH`` writes
 ``{"shared_ms": ..., "pals_ms": ..., "pal_over_shared": ..., "gem_over_pal": ..., "agem_over_pal": ..., ...}``
 (plus the per-step times and the medians of per-batch ratios, a check on noise), and per row
 ``<row>_tokens_per_s``, ``<row>_flop_per_step``, ``<row>_flop_per_s``, ``<row>_mfu`` with ``roof_flop_per_s``.
+The ``*_bf16`` rows run in bf16-mixed whatever ``--precision`` says (MFU against a bf16 matmul roof)
+and add ``shared_over_shared_bf16``/``pals_over_pals_bf16``: how many times faster bf16-mixed is.
 Targets: pal_over_shared <= 1.10, gem_over_pal <= 2.0, agem_over_pal <= 1.5, simcse_over_pal <= 2.0 (the
 auxiliary loss adds at most its own forward/backward of the batch's sentences).
 """
@@ -92,7 +95,9 @@ GEM_TASKS = ("t0", "t1", "t2")
 MEMORY_EXAMPLES = 64
 SIMCSE = SimCSEConfig(weight=1.0)
 SIMCSE_SPEC = TaskSpec(name=TASK)  # a single-sentence task: SimCSE views of the batch's sentences
-ROWS = ("shared", "pals", "gem", "agem", "gem_per_task", "simcse", "pals_loop")
+ROWS = ("shared", "pals", "gem", "agem", "gem_per_task", "simcse", "pals_loop", "shared_bf16", "pals_bf16")
+#: rows that always run in bf16-mixed, beside the others' --precision: the precision's speed-up in one process
+BF16_ROWS = ("shared_bf16", "pals_bf16")
 #: --adamw: the library's AdamW, or torch's for-loop, foreach or fused implementation
 ADAMW = ("library", "loop", "foreach", "fused")
 #: --shape: (BERT config for a random encoder, or None for the pretrained --encoder; batch size, sequence length)
@@ -363,9 +368,11 @@ def build(args: argparse.Namespace) -> Bench:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     models: dict[str, nn.Module] = {}
-    for name, adapter in (("shared", "none"), ("pals", "pals"), ("simcse", "pals"), ("pals_loop", "pals")):
+    plain_rows = (("shared", "none"), ("pals", "pals"), ("simcse", "pals"), ("pals_loop", "pals"))
+    for name, adapter in (*plain_rows, ("shared_bf16", "none"), ("pals_bf16", "pals")):
         if name not in rows:
             continue
+        torch.manual_seed(args.seed)  # every row starts from the same weights (a bf16 row = its fp32 row's)
         models[name] = _Classifier(build_encoder([TASK], adapter)).to(device).train()
     callbacks: dict[str, GEMCallback] = {}
     for name in ("gem", "agem", "gem_per_task"):
@@ -382,7 +389,9 @@ def build(args: argparse.Namespace) -> Bench:
             callback.task_order.append(task)
             callback.memory.add(task, range(MEMORY_EXAMPLES))
         callbacks[name] = callback
-    precisions = {name: Precision(args.precision, device) for name in models}  # a loss scaler per row
+    precisions = {  # a loss scaler per row under 16-mixed
+        name: Precision("bf16-mixed" if name in BF16_ROWS else args.precision, device) for name in models
+    }
     optimizers = {
         name: make_optimizer(
             model.parameters(), "loop" if name == "pals_loop" else args.adamw, precisions[name]
@@ -417,6 +426,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     names = bench.names
     roof_size = args.roof_size or ROOF_SIZE.get(device.type, ROOF_SIZE["cpu"])
     roofs = [matmul_roof(device, precisions["pals"].dtype, roof_size)]  # before the steps, again after
+    bf16_roofs = [matmul_roof(device, torch.bfloat16, roof_size)] if set(BF16_ROWS) & set(names) else []
     times: dict[str, list[float]] = {name: [] for name in names}
     flops: dict[str, int] = {}
     violated = {name: 0 for name in callbacks}
@@ -434,6 +444,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                     violated[name] += int(callbacks[name].last_stats["gem/violated"])
 
     roofs.append(matmul_roof(device, precisions["pals"].dtype, roof_size))
+    if bf16_roofs:
+        bf16_roofs.append(matmul_roof(device, torch.bfloat16, roof_size))
     medians = {name: statistics.median(times[name]) for name in names}
 
     def paired(a: str, b: str) -> float:
@@ -445,7 +457,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         result["pal_over_shared"] = round(medians["pals"] / medians["shared"], 4)
         result["pal_over_shared_paired"] = paired("pals", "shared")
     for name in names:
-        if name not in ("shared", "pals"):
+        if name in BF16_ROWS:  # the bf16 row against the same model in --precision
+            base = name.removesuffix("_bf16")
+            if base in medians:
+                result[f"{base}_over_{name}"] = round(medians[base] / medians[name], 4)
+                result[f"{base}_over_{name}_paired"] = paired(base, name)
+        elif name not in ("shared", "pals"):
             result[f"{name}_over_pal"] = round(medians[name] / medians["pals"], 4)
             result[f"{name}_over_pal_paired"] = paired(name, "pals")
     if {"gem", "gem_per_task"} <= set(names):  # one backward for all tasks against one per task
@@ -459,13 +476,15 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         result[f"{name}_tokens_per_s"] = round(tokens / seconds, 1)
         result[f"{name}_flop_per_step"] = flops[name]
         result[f"{name}_flop_per_s"] = round(flops[name] / seconds, 1)
-        result[f"{name}_mfu"] = round(mfu(flops[name], seconds, roof), 5)
+        row_roof = max(bf16_roofs) if name in BF16_ROWS else roof
+        result[f"{name}_mfu"] = round(mfu(flops[name], seconds, row_roof), 5)
     result.update(
         {
             "roof_flop_per_s": round(roof, 1),
             "roof_flop_per_s_before_after": [round(r, 1) for r in roofs],
             "roof_matmul_size": roof_size,
             "roof_dtype": str(precisions["pals"].dtype).removeprefix("torch."),
+            **({"bf16_roof_flop_per_s": round(max(bf16_roofs), 1)} if bf16_roofs else {}),
             "flop_count": "torch.utils.flop_counter.FlopCounterMode, one warm-up step per row",
             "precision": args.precision,
             "shape": args.shape,
@@ -506,6 +525,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                 f", {name}/pal {result[f'{name}_over_pal']:.3f} (paired {result[f'{name}_over_pal_paired']:.3f}; "
                 f"target <= {targets[name]})"
             )
+        if name in BF16_ROWS and f"{name.removesuffix('_bf16')}_over_{name}" in result:
+            key = f"{name.removesuffix('_bf16')}_over_{name}"
+            line += f", bf16-mixed against {args.precision}: {result[key]:.3f}x faster (paired {result[key + '_paired']:.3f})"
         if name in violated:
             line += f", violated in {violated[name]}/{args.steps} steps"
         lines.append(line)

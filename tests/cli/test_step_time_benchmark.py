@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 
 from .conftest import ROOT, load_benchmark
 
@@ -42,6 +43,23 @@ def test_smallest_mode_writes_throughput_and_counts_flops_as_the_formula(tmp_pat
         )
         mfu = written[f"{row}_flop_per_s"] / written["roof_flop_per_s"]
         assert written[f"{row}_mfu"] == pytest.approx(mfu, rel=1e-3, abs=1e-5)
+
+
+def test_bf16_rows_run_in_bf16_beside_the_others_and_give_the_speed_up() -> None:
+    step_time = load_benchmark("step_time")
+    args = ["--shape", "tiny", "--steps", "2", "--warmup", "1", "--roof-size", "64", "--device", "cpu"]
+    bench = step_time.build(step_time.parse([*args, "--rows", "shared,pals_bf16"]))
+    assert bench.precisions["pals_bf16"].name == "bf16-mixed" and bench.precisions["pals"].name == "32-true"
+    # the same weights as the fp32 row (same seed), so only the precision differs
+    for a, b in zip(bench.models["pals"].parameters(), bench.models["pals_bf16"].parameters(), strict=True):
+        assert torch.equal(a, b)
+    result = step_time.main([*args, "--rows", "pals_bf16"])
+    times = result["pals_steps_ms"], result["pals_bf16_steps_ms"]
+    ratios = sorted(a / b for a, b in zip(*times, strict=True))
+    assert result["pals_over_pals_bf16_paired"] == pytest.approx((ratios[0] + ratios[1]) / 2, rel=1e-3)
+    assert result["pals_over_pals_bf16"] == pytest.approx(result["pals_ms"] / result["pals_bf16_ms"], rel=1e-3)
+    mfu = result["pals_bf16_flop_per_s"] / result["bf16_roof_flop_per_s"]
+    assert result["pals_bf16_mfu"] == pytest.approx(mfu, rel=1e-3, abs=1e-5)
 
 
 def test_gpu_check_dry_run_lists_both_shapes_in_both_precisions(tmp_path: Path) -> None:
