@@ -57,7 +57,9 @@ def test_bf16_rows_run_in_bf16_beside_the_others_and_give_the_speed_up() -> None
     times = result["pals_steps_ms"], result["pals_bf16_steps_ms"]
     ratios = sorted(a / b for a, b in zip(*times, strict=True))
     assert result["pals_over_pals_bf16_paired"] == pytest.approx((ratios[0] + ratios[1]) / 2, rel=1e-3)
-    assert result["pals_over_pals_bf16"] == pytest.approx(result["pals_ms"] / result["pals_bf16_ms"], rel=1e-3)
+    assert result["pals_over_pals_bf16"] == pytest.approx(
+        result["pals_ms"] / result["pals_bf16_ms"], rel=1e-3
+    )
     mfu = result["pals_bf16_flop_per_s"] / result["bf16_roof_flop_per_s"]
     assert result["pals_bf16_mfu"] == pytest.approx(mfu, rel=1e-3, abs=1e-5)
 
