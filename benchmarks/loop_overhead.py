@@ -33,7 +33,8 @@ interval between consecutive step-end hooks (Lightning ``on_train_batch_end``, T
 model, reading and tokenising the data, building the optimizer. The whole ``fit()`` / ``train()`` call
 is reported too (pal-lightning's call includes its data module's ``setup``, which reads and tokenises
 SST; the Trainer's data were tokenised before). The first repeat of every side is a warmup, reported
-but not in the medians.
+but not in the medians. Before every run, of every side, the garbage collector runs (the Trainer does it
+anyway before its loop).
 
 Measure (idle machine; one process; ~5 minutes on 2 CPU cores)::
 
@@ -51,6 +52,7 @@ example per side over the measured repeats, and the ratios ``pal / trainer`` and
 
 # no "from __future__ import annotations": the tests load this script by path (see peers.py)
 import argparse
+import gc
 import hashlib
 import json
 import os
@@ -451,6 +453,9 @@ def measure(setup: Setup, sides: Sequence[str], repeats: int, keep: dict | None 
     for repeat in range(repeats):
         for side in sides:
             slot = keep.setdefault(side, {}) if keep is not None else None
+            # the Trainer collects garbage before its loop (accelerate's free_memory); every side starts
+            # from the same clean heap, so that no side pays for the garbage of the run before it
+            gc.collect()
             if side == "pal":
                 record = run_pal(setup, slot)
                 record["same_rows_as_planned"] = record.pop("indices") == expected_indices
