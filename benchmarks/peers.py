@@ -9,6 +9,15 @@ training files, tokenisation limit, examples seen per task, seeds and learning-r
 * ``lora``: ``peft`` LoRA, one adapter per task on the frozen encoder (peft's default target modules
   for BERT, query and value, plus the trained classifier), rank chosen so that one adapter holds about
   as many parameters as one task's PALs (both counts are reported);
+* ``lora_tuned``: the same LoRA adapters on a *fine-tuned* frozen encoder. LoRA per task with the
+  encoder trainable for that task would be full fine-tuning per task (``trainer``); the reading here
+  is the other one: one encoder fine-tuned on all three tasks, then one adapter per task on it. Stage 1
+  trains ``pal_shared`` (round robin, its rates) for ``TUNED_ENCODER_SHARE`` of the examples of each
+  task (siamese pairs, as pal-lightning trains them); stage 2 trains ``lora`` exactly as above (pairs
+  cross-encoded), from that encoder's weights and MiniLM's own pooler (pal-lightning has none), on the
+  rest. Each stage reads its own disjoint part of the seed's training rows, so the examples per task
+  in total equal every other system's; stage 1's heads are thrown away. It stores what ``lora``
+  stores (one encoder + 3 x (LoRA + head)), and its one rate multiplier is chosen on overall;
 * ``st_multitask``: ``sentence-transformers``' multi-task trainer (``SentenceTransformerTrainer`` with
   one dataset and loss per task, round-robin batches): ``SoftmaxLoss`` for Quora, cosine-similarity
   loss for STS, and for SST (one sentence, which ``SoftmaxLoss`` cannot take) the same softmax
@@ -43,6 +52,7 @@ Usage::
 Writes ``--out`` (CSV, one row per run) and the same path with ``.json`` (the settings, every run,
 the per-system summary at its chosen rates and the paired differences of ``pal_pals`` against each
 peer, ``benchmarks/paired_stats.py``). Needs the ``peers`` extra (``pip install -e ".[peers]"``).
+:func:`plot_peers` draws a results CSV as score against stored parameters (``notebooks/peers.ipynb``).
 """
 
 # no "from __future__ import annotations": the tests load this script by path, without a sys.modules
@@ -72,10 +82,12 @@ from reproduce import _fmt, cs224n_data_dir, prepare_data_dir  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 QUICKSTART = REPO / "configs" / "quickstart.yaml"
 TASKS = ("sst", "qqp", "sts")
-#: The systems in table order, and whether each trains one model per task.
+#: The systems in table order, and whether each chooses its learning rate per task (one model per task,
+#: nothing shared between the tasks' runs; ``lora_tuned``'s encoder is shared, so it chooses on overall).
 SYSTEMS = {
     "trainer": True,
     "lora": True,
+    "lora_tuned": False,
     "st_multitask": False,
     "pal_shared": False,
     "pal_pals": False,
@@ -87,11 +99,16 @@ SYSTEMS = {
 BASE_LR = {
     "trainer": 1e-4,
     "lora": 1e-3,
+    "lora_tuned": 1e-3,  # its LoRA stage; its encoder stage trains at pal_shared's rates, same multiplier
     "st_multitask": 1e-4,
     "pal_shared": 1e-4,
     "pal_pals": 1e-4,
     "pal_adapter_only": 1e-4,
 }
+#: ``lora_tuned``: the share of each task's training examples spent fine-tuning the shared encoder
+#: (stage 1); the rest train the task's LoRA adapter on it (stage 2). Half and half: neither stage is
+#: favoured, and the total stays the budget every other system gets.
+TUNED_ENCODER_SHARE = 0.5
 #: Main score of each task, and its results column.
 TASK_SCORE = {
     "sst": ("accuracy", "sst_acc"),
@@ -299,13 +316,30 @@ def _frozen_head(model: Any) -> int:
     )
 
 
-def train_one_task(system: str, task: str, budget: Budget, lr: float, seed: int) -> dict[str, Any]:
-    """Train and score one task with the Trainer (``system`` ``trainer``, or ``lora`` with peft)."""
+def load_tuned_encoder(model: Any, state: dict[str, Any]) -> None:
+    """Put a fine-tuned pal-lightning encoder's weights (``MultiTaskBert.bert.state_dict()``, no pooler)
+    into a ``BertForSequenceClassification``'s ``bert``, keeping its pretrained pooler; anything else
+    missing or left over is an error, so no layer silently stays pretrained."""
+    result = model.bert.load_state_dict(state, strict=False)
+    missing = [k for k in result.missing_keys if not k.startswith("pooler.")]
+    if missing or result.unexpected_keys:
+        raise RuntimeError(
+            f"fine-tuned encoder does not fit: missing {missing}, unexpected {result.unexpected_keys}"
+        )
+
+
+def train_one_task(
+    system: str, task: str, budget: Budget, lr: float, seed: int, encoder_state: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Train and score one task with the Trainer (``system`` ``trainer``, or ``lora`` with peft), from
+    the pretrained encoder or, when given, ``encoder_state`` (:func:`load_tuned_encoder`)."""
     from transformers import AutoTokenizer, DataCollatorWithPadding, Trainer, TrainingArguments, set_seed
 
     set_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(budget.encoder)
     model = _classifier(budget, task)
+    if encoder_state is not None:
+        load_tuned_encoder(model, encoder_state)
     counts: dict[str, int]
     if system == "lora":
         model = lora_model(model, budget.lora_rank)
@@ -347,20 +381,25 @@ def train_one_task(system: str, task: str, budget: Budget, lr: float, seed: int)
     return {"score": score_task(task, predictions, dev_labels), "train_s": train_s, **counts}
 
 
-def run_per_task(system: str, budget: Budget, scale: float, seed: int) -> dict[str, Any]:
-    """``trainer`` or ``lora``: one model (or adapter) per task, trained one after the other."""
-    row: dict[str, Any] = {"lr": f"{BASE_LR[system] * scale:g}"}
-    parts = {task: train_one_task(system, task, budget, BASE_LR[system] * scale, seed) for task in TASKS}
-    for task, part in parts.items():
-        row[TASK_SCORE[task][1]] = part["score"]
+def per_task_row(parts: dict[str, dict[str, Any]], lora_rank: int | None = None) -> dict[str, Any]:
+    """Scores, training seconds and stored parameters of one model or adapter per task
+    (:func:`train_one_task`'s results): one frozen encoder for all LoRA adapters, a whole model per task
+    for the Trainer; with ``lora_rank``, also the adapters' size and rank."""
+    row: dict[str, Any] = {TASK_SCORE[task][1]: part["score"] for task, part in parts.items()}
     row["train_s"] = sum(p["train_s"] for p in parts.values())
     row["params_per_task"] = round(sum(p["task"] for p in parts.values()) / len(parts))
-    # one frozen encoder for all LoRA adapters; a whole model per task for the Trainer
     row["params_stored"] = max(p["shared"] for p in parts.values()) + sum(p["task"] for p in parts.values())
-    if system == "lora":
+    if lora_rank is not None:
         row["adapter_per_task"] = round(sum(p["adapter"] for p in parts.values()) / len(parts))
-        row["lora_rank"] = budget.lora_rank
+        row["lora_rank"] = lora_rank
     return row
+
+
+def run_per_task(system: str, budget: Budget, scale: float, seed: int) -> dict[str, Any]:
+    """``trainer`` or ``lora``: one model (or adapter) per task, trained one after the other."""
+    parts = {task: train_one_task(system, task, budget, BASE_LR[system] * scale, seed) for task in TASKS}
+    lora_rank = budget.lora_rank if system == "lora" else None
+    return {"lr": f"{BASE_LR[system] * scale:g}", **per_task_row(parts, lora_rank)}
 
 
 # ------------------------------------------------------------------------- sentence-transformers
@@ -500,11 +539,12 @@ def pal_arguments(system: str, budget: Budget, scale: float, seed: int) -> tuple
     return model, data, trainer
 
 
-def run_pal(system: str, budget: Budget, scale: float, seed: int) -> dict[str, Any]:
-    """A pal-lightning system through its Python API and a Lightning Trainer."""
+def fit_pal(system: str, budget: Budget, scale: float, seed: int) -> tuple[Any, dict[str, Any], float]:
+    """Train a pal-lightning system through its Python API and a Lightning Trainer: the module, its
+    arguments and the training seconds."""
     import lightning.pytorch as pl
 
-    from pal_lightning import MultiTaskDataModule, MultiTaskModule, parameter_report
+    from pal_lightning import MultiTaskDataModule, MultiTaskModule
     from pal_lightning.testing import quiet_trainer
 
     model_args, data_args, trainer_args = pal_arguments(system, budget, scale, seed)
@@ -514,7 +554,14 @@ def run_pal(system: str, budget: Budget, scale: float, seed: int) -> dict[str, A
     trainer = quiet_trainer(**trainer_args)
     start = time.perf_counter()
     trainer.fit(module, datamodule)
-    train_s = time.perf_counter() - start
+    return module, model_args, time.perf_counter() - start
+
+
+def run_pal(system: str, budget: Budget, scale: float, seed: int) -> dict[str, Any]:
+    """A pal-lightning system, trained (:func:`fit_pal`) and scored by its own ``predict``."""
+    from pal_lightning import parameter_report
+
+    module, model_args, train_s = fit_pal(system, budget, scale, seed)
     module.predict_max_length = budget.max_length
     row: dict[str, Any] = {"lr": f"{model_args['lr']:g}/{model_args['head_lr']:g}", "train_s": train_s}
     for task in TASKS:
@@ -531,6 +578,66 @@ def run_pal(system: str, budget: Budget, scale: float, seed: int) -> dict[str, A
         row["adapter_per_task"] = round(
             sum(report.adapter_params(t) for t in report.tasks) / len(report.tasks)
         )
+    return row
+
+
+def tuned_stages(budget: Budget) -> tuple[Budget, Budget]:
+    """``lora_tuned``'s two budgets: :data:`TUNED_ENCODER_SHARE` of each task's whole batches for the
+    encoder (stage 1), the rest for the task's adapter (stage 2), at least one batch each; each reads
+    its own data folder (:func:`split_training_files`)."""
+    from dataclasses import replace
+
+    steps = budget.steps_per_task
+    if steps < 2:
+        raise ValueError(f"lora_tuned needs at least 2 batches per task, got {steps}")
+    first = min(steps - 1, max(1, round(TUNED_ENCODER_SHARE * steps)))
+    root = Path(budget.data_root)
+    return (
+        replace(budget, examples_per_task=first * budget.batch_size, data_root=str(root / "tuned_encoder")),
+        replace(
+            budget, examples_per_task=(steps - first) * budget.batch_size, data_root=str(root / "tuned_lora")
+        ),
+    )
+
+
+def split_training_files(budget: Budget, stages: tuple[Budget, Budget], seed: int) -> None:
+    """The stages' data folders for a seed: dev and test files linked from the budget's, each task's
+    training rows split in two disjoint parts (a seeded draw, in file order) in proportion to the
+    stages' examples, so that stage 2 does not see again what stage 1 saw (as far as the rows go)."""
+    from pal_lightning.tasks import get_task
+
+    source = budget.data_dir(seed)
+    names = {get_task(t).files["train"] for t in TASKS}
+    targets = [stage.data_dir(seed) for stage in stages]
+    for target in targets:
+        shutil.rmtree(target, ignore_errors=True)  # written afresh: the same content at every rate
+        target.mkdir(parents=True)
+        for path in source.iterdir():
+            if path.is_file() and path.name not in names:
+                (target / path.name).symlink_to(path.resolve())
+    share = stages[0].examples_per_task / (stages[0].examples_per_task + stages[1].examples_per_task)
+    for name in sorted(names):
+        lines = (source / name).read_text(encoding="utf-8").splitlines(keepends=True)
+        rows = np.random.default_rng([seed, 1]).permutation(len(lines) - 1)
+        cut = min(len(rows) - 1, max(1, round(share * len(rows))))
+        for target, keep in zip(targets, (rows[:cut], rows[cut:]), strict=True):
+            kept = "".join(lines[1 + i] for i in sorted(keep.tolist()))
+            (target / name).write_text(lines[0] + kept, encoding="utf-8")
+
+
+def run_lora_tuned(system: str, budget: Budget, scale: float, seed: int) -> dict[str, Any]:
+    """``lora_tuned``: ``pal_shared`` fine-tunes the encoder on all tasks (stage 1), then one LoRA
+    adapter per task trains on that frozen encoder (stage 2, :func:`train_one_task`)."""
+    encoder_budget, lora_budget = tuned_stages(budget)
+    split_training_files(budget, (encoder_budget, lora_budget), seed)
+    module, model_args, encoder_s = fit_pal("pal_shared", encoder_budget, scale, seed)
+    state = {k: v.detach().cpu().clone() for k, v in module.encoder.bert.state_dict().items()}
+    del module  # its heads are not kept: each task gets a new classifier with its adapter
+    lr = BASE_LR[system] * scale
+    parts = {task: train_one_task("lora", task, lora_budget, lr, seed, encoder_state=state) for task in TASKS}
+    row = per_task_row(parts, budget.lora_rank)
+    row["lr"] = f"{model_args['lr']:g}/{model_args['head_lr']:g} then {lr:g}"
+    row["train_s"] += encoder_s  # both stages: examples_per_task (run_unit) counts both too
     return row
 
 
@@ -555,6 +662,7 @@ def matched_lora_rank(budget: Budget, target: int) -> int:
 RUNNERS: dict[str, Callable[[str, Budget, float, int], dict[str, Any]]] = {
     "trainer": run_per_task,
     "lora": run_per_task,
+    "lora_tuned": run_lora_tuned,
     "st_multitask": lambda _s, b, scale, seed: run_sentence_transformers(b, scale, seed),
     "pal_shared": run_pal,
     "pal_pals": run_pal,
@@ -712,6 +820,143 @@ def summary_table(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# ---------------------------------------------------------------------------------------- figure
+
+#: Columns of the results CSV read back as integers, and as floats (the rest stay text; blanks None).
+INT_COLUMNS = (
+    "seed",
+    "params_stored",
+    "params_per_task",
+    "adapter_per_task",
+    "lora_rank",
+    "examples_per_task",
+)
+FLOAT_COLUMNS = (
+    "lr_scale", "sst_acc", "qqp_acc", "sts_pearson", "overall", "train_s", "ms_per_example", "peak_rss_mb"
+)  # fmt: skip
+
+
+def read_results(csv_path: Path) -> list[dict[str, Any]]:
+    """The rows of a results CSV written by :func:`write_outputs`, numbers as numbers, blanks as ``None``
+    (what :func:`summarize` and :func:`selected_scores` take)."""
+
+    def value(column: str, text: str) -> Any:
+        if text == "":
+            return None
+        if column in INT_COLUMNS:
+            return int(float(text))
+        return float(text) if column in FLOAT_COLUMNS else text
+
+    with Path(csv_path).open(newline="") as f:
+        return [{k: value(k, v) for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+@dataclass(frozen=True)
+class PlotPoint:
+    """One system in the score-against-stored-parameters figure."""
+
+    system: str
+    """The system's name (``SYSTEMS``)."""
+    params_stored: float
+    """Parameters stored to serve the three tasks (the mean over its runs; the same in every run)."""
+    mean: float
+    """Mean CS224N overall over the seeds, each seed at the system's chosen rates."""
+    low: float
+    """Lowest seed's overall (the bottom of the spread bar)."""
+    high: float
+    """Highest seed's overall (the top of the spread bar)."""
+    seeds: int
+    """Seeds with all three scores."""
+
+
+def plot_points(rows: Sequence[dict[str, Any]]) -> list[PlotPoint]:
+    """One point per system that has a complete seed, in the rows' order: its stored parameters and the
+    mean, lowest and highest overall over seeds at its chosen rates (:func:`selected_scores`, the
+    summary's choice, so the figure shows what the summary table shows)."""
+    points = []
+    for system in dict.fromkeys(r["system"] for r in rows):
+        per_seed = [s["overall"] for s in selected_scores(rows, system).values()]
+        stored = [
+            r["params_stored"] for r in rows if r["system"] == system and r["params_stored"] is not None
+        ]
+        if per_seed and stored:
+            mean, _ = mean_std(per_seed)
+            points.append(
+                PlotPoint(
+                    system, sum(stored) / len(stored), mean, min(per_seed), max(per_seed), len(per_seed)
+                )
+            )
+    return points
+
+
+def describe_run(settings: dict[str, Any]) -> str:
+    """One line saying what a results file measured, and whether it is the issue's comparison (at least
+    3 seeds, 3 learning rates, whole dev sets, the real encoder) or a smoke run."""
+    seeds, lrs = len(settings["seeds"]), len(settings["lr_multipliers"])
+    dev = f"first {settings['dev_limit']} dev rows" if settings.get("dev_limit") else "whole dev sets"
+    line = (
+        f"{seeds} seed{'s' * (seeds != 1)}, {settings['budget']['examples_per_task']} examples per task, "
+        f"{lrs} learning rate{'s' * (lrs != 1)}, {dev}"
+    )
+    comparison = seeds >= 3 and lrs >= 3 and not settings.get("dev_limit") and not settings.get("quick")
+    return line + ("" if comparison else ": a smoke run, not the comparison")
+
+
+def label_heights(x: Sequence[float], y: Sequence[float], gap: float = 0.045) -> list[float]:
+    """Heights of the points' labels: each label at its point unless a higher point's label near it (x
+    within a factor 1.3) is closer than ``gap`` of the y range; then just below that label. Systems
+    often store nearly the same parameters, and their labels would print over each other."""
+    span = (max(y) - min(y)) or 1.0
+    heights = list(y)
+    placed: list[int] = []
+    for i in sorted(range(len(y)), key=lambda k: -y[k]):
+        for j in placed:
+            if max(x[i], x[j]) / min(x[i], x[j]) < 1.3 and heights[j] - heights[i] < gap * span:
+                heights[i] = heights[j] - gap * span
+        placed.append(i)
+    return heights
+
+
+def plot_peers(csv_path: Path, out: Path | None = None) -> Any:
+    """Overall dev score against stored parameters (log scale), one labelled point per system: the mean
+    over seeds, with a bar from the lowest to the highest seed. The title says what was run (from the
+    JSON beside the CSV, when there is one). Saved to ``out`` (PNG) when given; returns the figure."""
+    import matplotlib.pyplot as plt
+
+    points = plot_points(read_results(csv_path))
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    x = [p.params_stored / 1e6 for p in points]
+    y = [p.mean for p in points]
+    ax.errorbar(
+        x, y, yerr=[[p.mean - p.low for p in points], [p.high - p.mean for p in points]],
+        fmt="none", ecolor="grey", capsize=3,
+    )  # fmt: skip
+    ax.scatter(x, y, zorder=3)
+    for p, xi, label_y in zip(points, x, label_heights(x, y), strict=True):
+        ax.annotate(
+            p.system, (xi, p.mean), xytext=(xi * 1.02, label_y), fontsize=8, va="center",
+            arrowprops={"arrowstyle": "-", "color": "grey", "lw": 0.5} if label_y != p.mean else None,
+        )  # fmt: skip
+    ax.set_xscale("log")
+    ax.margins(x=0.12)  # room for the rightmost label
+    # plain numbers on the log axis (22.6, not 2.26 x 10^1): the systems span one decade at most
+    ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(plt.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.tick_params(axis="x", which="minor", labelsize=7)
+    ax.set_xlabel("parameters stored to serve SST, Quora and STS (millions, log scale)")
+    ax.set_ylabel("CS224N overall dev score (mean over seeds)")
+    settings_path = Path(csv_path).with_suffix(".json")
+    title = "score against stored parameters, one point per system"
+    if settings_path.is_file():
+        title += "\n" + describe_run(json.loads(settings_path.read_text())["settings"])
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(out, dpi=110, bbox_inches="tight")
+    return fig
+
+
 # ---------------------------------------------------------------------------------- quick fixture
 
 
@@ -799,6 +1044,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--seeds must be at least 1")
     if args.examples_per_task < args.batch_size:
         parser.error("--examples-per-task must be at least --batch-size")
+    if "lora_tuned" in args.systems and args.examples_per_task < 2 * args.batch_size and not args.quick:
+        parser.error(
+            "--systems lora_tuned trains in two stages: --examples-per-task must be at least 2 batches"
+        )
     if not args.quick:
         args.data_dir = cs224n_data_dir(parser, args.data_dir)
     return args

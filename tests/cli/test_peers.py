@@ -33,6 +33,48 @@ def test_budget_subset_is_seeded_and_the_same_file_for_every_system(tmp_path: Pa
     assert (data_dir / "ids-sst-dev.csv").read_text().splitlines() == source_dev  # the source is untouched
 
 
+def test_lora_tuned_splits_each_task_rows_between_its_two_stages(tmp_path: Path, data_dir: Path) -> None:
+    budget = peers.Budget(
+        encoder="unused", data_root=str(tmp_path / "data"), examples_per_task=10, batch_size=2
+    )
+    peers.write_budget_data(data_dir, budget.data_dir(7), examples=10, seed=7, qqp_dev_limit=0)
+    encoder, lora = peers.tuned_stages(budget)
+    # 5 batches per task: round(0.5 * 5) = 2 for the encoder, 3 for the adapters; the total is the budget
+    assert (encoder.examples_per_task, lora.examples_per_task) == (4, 6)
+    assert encoder.data_dir(7) != lora.data_dir(7) != budget.data_dir(7)
+    peers.split_training_files(budget, (encoder, lora), seed=7)
+    for name in ("ids-sst-train.csv", "quora-train.csv", "sts-train.csv"):
+        header, *rows = (budget.data_dir(7) / name).read_text().splitlines()
+        first, second = ((stage.data_dir(7) / name).read_text().splitlines() for stage in (encoder, lora))
+        assert first[0] == second[0] == header
+        assert len(rows) == 10 and (len(first) - 1, len(second) - 1) == (4, 6)  # in proportion 4 : 6
+        assert sorted(first[1:] + second[1:]) == sorted(rows)  # disjoint, together every row once
+        assert [rows.index(r) for r in first[1:]] == sorted(rows.index(r) for r in first[1:])  # file order
+    assert (lora.data_dir(7) / "sts-dev.csv").read_text() == (data_dir / "sts-dev.csv").read_text()
+    with pytest.raises(ValueError, match="2 batches"):
+        peers.tuned_stages(peers.Budget(encoder="unused", data_root="x", examples_per_task=3, batch_size=2))
+
+
+def test_lora_tuned_starts_from_the_fine_tuned_encoder_and_keeps_the_pretrained_pooler() -> None:
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification
+
+    from pal_lightning.modeling.encoder import MultiTaskBert
+
+    torch.manual_seed(0)
+    classifier = BertForSequenceClassification(BertConfig(**TINY_BERT, num_labels=2))
+    tuned = MultiTaskBert.from_config(TINY_BERT, ["sst"], adapter="none")  # another random draw
+    pooler = classifier.bert.pooler.dense.weight.clone()
+    peers.load_tuned_encoder(classifier, tuned.bert.state_dict())
+    for name, value in tuned.bert.state_dict().items():
+        assert torch.equal(classifier.bert.state_dict()[name], value), name
+    assert torch.equal(classifier.bert.pooler.dense.weight, pooler)
+    state = dict(tuned.bert.state_dict())
+    state.pop("encoder.layer.0.output.dense.weight")
+    with pytest.raises(RuntimeError, match=r"missing \['encoder.layer.0.output.dense.weight'\]"):
+        peers.load_tuned_encoder(classifier, state)
+
+
 def test_one_scorer_agrees_with_numpy() -> None:
     rng = np.random.default_rng(0)
     labels, predictions = rng.integers(0, 5, 50), rng.integers(0, 5, 50)
@@ -66,11 +108,76 @@ def test_rates_chosen_per_task_for_separate_models_and_on_overall_for_multitask(
     assert scores["overall"] == pytest.approx((0.50 + 0.80 + 0.90) / 3)  # each task at its own best rate
 
 
+def _points(figure: object) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """A peers figure's scatter points, spread bars (segments) and point labels."""
+    from matplotlib.collections import LineCollection, PathCollection
+
+    (ax,) = figure.axes  # type: ignore[attr-defined]
+    (scatter,) = [c for c in ax.collections if isinstance(c, PathCollection)]
+    (bars,) = [c for c in ax.collections if isinstance(c, LineCollection)]
+    segments = np.asarray([np.asarray(s) for s in bars.get_segments()])
+    return np.asarray(scatter.get_offsets()), segments, [t.get_text() for t in ax.texts]
+
+
+def test_notebook_draws_the_mean_over_seeds_at_the_chosen_rates_against_stored_parameters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nbformat = pytest.importorskip("nbformat")
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    rows = [  # two seeds, two rates; the Trainer's rate is chosen per task, pal_pals' on overall
+        _row("trainer", 1.0, 1, 0.50, 0.70, 0.80),
+        _row("trainer", 2.0, 1, 0.40, 0.80, 0.70),
+        _row("trainer", 1.0, 2, 0.60, 0.70, 0.60),
+        _row("trainer", 2.0, 2, 0.50, 0.90, 0.50),
+        _row("pal_pals", 1.0, 1, 0.50, 0.70, 0.80),
+        _row("pal_pals", 1.0, 2, 0.40, 0.80, 0.60),
+        _row("pal_pals", 2.0, 1, 0.20, 0.50, 0.50),
+        _row("pal_pals", 2.0, 2, 0.20, 0.50, 0.50),
+    ]
+    for r in rows:
+        r["params_stored"] = 6_000_000 if r["system"] == "trainer" else 2_500_000
+    out = tmp_path / "peers.csv"
+    settings = {
+        "systems": ["trainer", "pal_pals"], "seeds": [1, 2], "lr_multipliers": [1.0, 2.0],
+        "budget": {"examples_per_task": 64}, "dev_limit": 0, "quick": False,
+    }  # fmt: skip
+    peers.write_outputs(out, rows, settings)
+    monkeypatch.setenv("PAL_PEERS_CSV", str(out))
+    monkeypatch.setenv("PAL_PEERS_FIGURE", str(tmp_path / "peers.png"))
+    namespace: dict[str, object] = {}
+    notebook = nbformat.read(Path(__file__).resolve().parents[2] / "notebooks" / "peers.ipynb", as_version=4)
+    for cell in notebook.cells:  # in this process: no kernel to start
+        if cell.cell_type == "code":
+            exec(compile(cell.source, "peers.ipynb", "exec"), namespace)  # noqa: S102 - our own notebook
+    points, bars, labels = _points(namespace["figure"])
+    # by hand: the Trainer takes rate 1 for SST (mean 0.55 > 0.45), 2 for Quora (0.85 > 0.70), 1 for STS
+    # (0.70 > 0.60): seed 1 (0.5 + 0.8 + 0.9) / 3, seed 2 (0.6 + 0.9 + 0.8) / 3
+    trainer = [(0.5 + 0.8 + 0.9) / 3, (0.6 + 0.9 + 0.8) / 3]
+    pals = [(0.5 + 0.7 + 0.9) / 3, (0.4 + 0.8 + 0.8) / 3]  # rate 1 on overall (rate 2 is worse)
+    assert labels == ["trainer", "pal_pals"]
+    assert points == pytest.approx(np.array([[6.0, sum(trainer) / 2], [2.5, sum(pals) / 2]]))
+    spread = [[[6.0, min(trainer)], [6.0, max(trainer)]], [[2.5, min(pals)], [2.5, max(pals)]]]
+    assert bars == pytest.approx(np.array(spread))
+    ax = namespace["figure"].axes[0]  # type: ignore[attr-defined]
+    assert ax.get_xscale() == "log"
+    assert "2 seeds, 64 examples per task, 2 learning rates, whole dev sets: a smoke run" in ax.get_title()
+    assert (tmp_path / "peers.png").stat().st_size > 0
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+
+
 def test_bad_systems_and_rates_are_refused(tmp_path: Path) -> None:
     for argv in (["--systems", "lora,keras"], ["--lrs", "0"], ["--lrs", "fast"]):
         with pytest.raises(SystemExit) as exc:
             peers.parse_args([*argv, "--quick", "--out", str(tmp_path / "x.csv")])
         assert exc.value.code == 2
+    with pytest.raises(SystemExit) as exc:  # two stages need two batches per task
+        peers.parse_args(
+            ["--systems", "lora_tuned", "--examples-per-task", "32", "--out", str(tmp_path / "x.csv")]
+        )
+    assert exc.value.code == 2
     assert not (tmp_path / "x.csv").exists()
 
 
@@ -103,6 +210,12 @@ def test_quick_runs_every_system(tmp_path: Path) -> None:
     assert int(rows["lora"]["adapter_per_task"]) == lora
     encoder = _bert_params(0)
     assert int(rows["lora"]["params_stored"]) == encoder + 3 * lora + sum(h * c + c for c in (5, 2, 1))
+    # LoRA on the fine-tuned encoder stores what LoRA on the pretrained one stores: one encoder (with
+    # the pooler) and three (LoRA + head); it trained on the same 8 examples per task in two stages
+    assert rows["lora_tuned"]["lora_rank"] == rows["lora"]["lora_rank"]
+    assert int(rows["lora_tuned"]["adapter_per_task"]) == lora
+    assert int(rows["lora_tuned"]["params_stored"]) == encoder + 3 * lora + sum(h * c + c for c in (5, 2, 1))
+    assert rows["lora_tuned"]["lr"] == "0.0001/0.001 then 0.001"
     # the rank is the one whose adapter is closest to a PAL's size
     pal = int(rows["pal_pals"]["adapter_per_task"])
     assert abs(lora - pal) <= layers * 2 * (h + h) / 2
@@ -114,3 +227,14 @@ def test_quick_runs_every_system(tmp_path: Path) -> None:
         payload["settings"]["lr_multipliers"] == [1.0] and payload["settings"]["pal_adapter_per_task"] == pal
     )
     assert set(payload["summary"]["pal_pals_minus"]) == set(peers.SYSTEMS) - {"pal_pals"}
+    # the notebook's figure from this CSV: one point per system at (stored parameters, overall), no spread
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    points, bars, labels = _points(peers.plot_peers(out))
+    assert labels == list(rows)
+    expected = np.array([[int(r["params_stored"]) / 1e6, float(r["overall"])] for r in rows.values()])
+    assert points == pytest.approx(expected)
+    assert bars == pytest.approx(np.stack([expected, expected], axis=1))  # one seed: lowest = highest
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
