@@ -332,8 +332,8 @@ class Bench(NamedTuple):
 
 def make_optimizer(params: Iterable[nn.Parameter], kind: str, precision: Precision) -> torch.optim.Optimizer:
     """AdamW as the library builds it (``library``) or a given torch implementation (lr 2e-5)."""
-    if kind == "library":  # as MultiTaskModule.configure_optimizers: not fused under mixed precision
-        return adamw(params, fused=precision.name == "32-true", lr=2e-5)
+    if kind == "library":  # as MultiTaskModule.configure_optimizers: not fused with a loss scaler
+        return adamw(params, fused=precision.name != "16-mixed", lr=2e-5)
     flags = {"loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}[kind]
     return torch.optim.AdamW(params, lr=2e-5, **flags)
 

@@ -212,11 +212,50 @@ def test_fused_only_where_lightning_unscales_and_clips_with_it() -> None:
     assert fused_allowed(None)  # a module on its own
     assert fused_allowed(SimpleNamespace(precision_plugin=Precision()))  # 32-true
     assert fused_allowed(SimpleNamespace(precision_plugin=HalfPrecision("bf16-true")))
-    # mixed precision: clipping refuses a fused optimizer; 16-mixed would hand GEM scaled gradients
-    assert not fused_allowed(SimpleNamespace(precision_plugin=MixedPrecision("bf16-mixed", "cpu")))
+    # bf16-mixed scales nothing: fused (the clipping check is lifted, next test); 16-mixed would hand
+    # GEM and the guard scaled gradients
+    assert fused_allowed(SimpleNamespace(precision_plugin=MixedPrecision("bf16-mixed", "cpu")))
+    assert not fused_allowed(SimpleNamespace(precision_plugin=MixedPrecision("16-mixed", "cpu")))
     unfused = adamw([nn.Parameter(torch.ones(2))], fused=False, lr=0.1)
     assert not unfused.defaults["fused"] and unfused.defaults["foreach"]
-    assert adamw([nn.Parameter(torch.ones(2))], fused=False, foreach=False, lr=0.1).defaults["foreach"] is False
+    assert (
+        adamw([nn.Parameter(torch.ones(2))], fused=False, foreach=False, lr=0.1).defaults["foreach"] is False
+    )
+
+
+def test_fused_adamw_is_clipped_under_bf16_mixed_and_still_refused_with_a_loss_scaler() -> None:
+    from types import SimpleNamespace
+
+    import lightning.pytorch as pl
+    from lightning.pytorch.plugins.precision import MixedPrecision
+
+    from pal_lightning.training.optim import FusedClippingMixin, clips_unscaled
+
+    class Module(FusedClippingMixin, pl.LightningModule):
+        pass
+
+    module = Module()
+    w, b = nn.Parameter(torch.zeros(3)), nn.Parameter(torch.zeros(4))
+    optimizer = adamw([w, b], lr=0.1)
+    assert optimizer.defaults["fused"]
+    bf16 = MixedPrecision("bf16-mixed", "cpu")
+    module._trainer = SimpleNamespace(precision_plugin=bf16)  # what configure_gradient_clipping reads
+    assert clips_unscaled(bf16, optimizer) and not clips_unscaled(bf16, torch.optim.SGD([w], lr=0.1))
+    w.grad, b.grad = torch.tensor([3.0, 0.0, 4.0]), torch.tensor([0.0, 0.0, 0.0, 0.0])  # norm 5
+    module.configure_gradient_clipping(optimizer, gradient_clip_val=1.0, gradient_clip_algorithm="norm")
+    # clipped to norm 1 (clip_grad_norm_ scales by 1 / (5 + 1e-6))
+    torch.testing.assert_close(w.grad, torch.tensor([0.6, 0.0, 0.8]), rtol=1e-5, atol=1e-6)
+    w.grad = torch.tensor([3.0, -0.5, 4.0])
+    module.configure_gradient_clipping(optimizer, gradient_clip_val=2.0, gradient_clip_algorithm="value")
+    torch.testing.assert_close(w.grad, torch.tensor([2.0, -0.5, 2.0]))
+    # under fp16 the gradients would still carry the loss scale: Lightning's refusal stands
+    fp16 = MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu"))
+    module._trainer = SimpleNamespace(
+        precision_plugin=fp16, gradient_clip_val=1.0, gradient_clip_algorithm="norm"
+    )
+    assert not clips_unscaled(fp16, optimizer)
+    with pytest.raises(RuntimeError, match="does not allow for gradient clipping"):
+        module.configure_gradient_clipping(optimizer, gradient_clip_val=1.0, gradient_clip_algorithm="norm")
 
 
 # ---------------------------------------------------------------- one loop for validation and continual evaluation

@@ -38,7 +38,7 @@ from pal_lightning.files import staged_folder
 from pal_lightning.hub import DEFAULT_ENCODER, resolve_encoder
 from pal_lightning.pretraining.data import WORD_IDS, load_tokenizer
 from pal_lightning.pretraining.masking import IGNORE_INDEX, mask_tokens, maskable_positions
-from pal_lightning.training.optim import adamw, fused_allowed, linear_warmup_decay
+from pal_lightning.training.optim import FusedClippingMixin, adamw, fused_allowed, linear_warmup_decay
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ def empty_or_missing(path: Path) -> bool:
     return not path.exists() or (path.is_dir() and not any(path.iterdir()))
 
 
-class MLMPretrainModule(pl.LightningModule):
+class MLMPretrainModule(FusedClippingMixin, pl.LightningModule):
     """Masked-language-model pre-training of an encoder; writes the result in ``save_pretrained`` layout.
 
     Args:

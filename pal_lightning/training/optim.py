@@ -82,12 +82,28 @@ def adamw(params: Iterable[Any], fused: bool = True, **options: Any) -> torch.op
 def fused_allowed(trainer: Any) -> bool:
     """Whether ``trainer``'s precision plugin works with a fused optimizer (``True`` without a trainer).
 
-    Lightning's mixed-precision plugins (they have a ``scaler`` attribute, ``None`` under bf16) refuse
-    gradient clipping with an optimizer that unscales inside ``step()``, as a fused one does, and under
-    ``16-mixed`` would not unscale before ``on_before_optimizer_step``: GEM and the non-finite guard
-    would see scaled gradients. ``32-true`` and the ``*-true`` half precisions have no scaler.
+    A fused optimizer unscales fp16 gradients inside ``step()``; under ``16-mixed`` Lightning's plugin
+    would then not unscale before ``on_before_optimizer_step``, and GEM and the non-finite guard would
+    see scaled gradients. So: not with a loss scaler. ``32-true``, the ``*-true`` half precisions and
+    ``bf16-mixed`` (a ``scaler`` attribute that is ``None``) scale nothing, and the fused kernel is
+    used; Lightning's refusal to clip gradients with it under ``bf16-mixed`` is lifted by
+    :meth:`OptimizerMixin.configure_gradient_clipping`.
     """
-    return not hasattr(getattr(trainer, "precision_plugin", None), "scaler")
+    return getattr(getattr(trainer, "precision_plugin", None), "scaler", None) is None
+
+
+def clips_unscaled(plugin: Any, optimizer: Any) -> bool:
+    """Whether Lightning's mixed-precision check would refuse to clip ``optimizer``'s gradients needlessly.
+
+    ``MixedPrecision.clip_gradients`` refuses any optimizer that "unscales inside ``step()``" (fused
+    ones), because under fp16 the gradients it would clip are still multiplied by the loss scale.
+    With no scaler (``bf16-mixed``) nothing is scaled: the gradients are the true ones, and clipping
+    them is exactly what ``32-true`` does.
+    """
+    from lightning.pytorch.plugins.precision import MixedPrecision
+
+    handles = getattr(optimizer, "_step_supports_amp_scaling", False)
+    return isinstance(plugin, MixedPrecision) and plugin.scaler is None and bool(handles)
 
 
 def check_schedule_options(warmup_ratio: float, warmup_steps: int | None, layer_lr_decay: float) -> None:
@@ -159,7 +175,28 @@ def warmup_steps_of(total: int, warmup_steps: int | None, warmup_ratio: float) -
     return int(round(warmup_ratio * total))
 
 
-class OptimizerMixin(_ModuleBase):
+class FusedClippingMixin(_ModuleBase):
+    """A LightningModule mixin: gradient clipping that also works with the fused AdamW under ``bf16-mixed``."""
+
+    def configure_gradient_clipping(
+        self,
+        optimizer: Any,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        """Lightning's clipping, also for the fused AdamW under ``bf16-mixed`` (see :func:`clips_unscaled`)."""
+        plugin = self.trainer.precision_plugin
+        if gradient_clip_val and clips_unscaled(plugin, optimizer):
+            from lightning.pytorch.plugins.precision import Precision
+            from lightning.pytorch.utilities import GradClipAlgorithmType
+
+            algorithm = GradClipAlgorithmType(gradient_clip_algorithm or GradClipAlgorithmType.NORM)
+            Precision.clip_gradients(plugin, optimizer, gradient_clip_val, algorithm)  # the check skipped
+            return
+        super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+
+class OptimizerMixin(FusedClippingMixin):
     """AdamW with per-kind parameter groups and a per-step warmup/decay schedule, for the module.
 
     Reads the hyper-parameters ``lr``, ``head_lr``, ``adapter_lr``, ``layer_lr_decay``, ``weight_decay``,

@@ -71,7 +71,7 @@ def test_cli_takes_auto_and_builds_the_chosen_plugin(
     cli = PalLightningCLI(args=["--config", str(tiny_yaml), "--trainer.precision", "auto"], run=False)
     assert isinstance(cli.trainer, P.PalTrainer)
     assert cli.trainer.precision == expected
-    # the decision for a bf16 CPU, forced: Lightning's mixed plugin, and the optimizer not fused
+    # the decision for a bf16 CPU, forced: Lightning's mixed plugin, still the fused optimizer (no scaler)
     monkeypatch.setattr(P, "cpu_bf16_instructions", lambda: "avx512_bf16")
     cli = PalLightningCLI(args=["--config", str(tiny_yaml), "--trainer.precision", "auto"], run=False)
     assert cli.trainer.precision == "bf16-mixed"
@@ -79,7 +79,7 @@ def test_cli_takes_auto_and_builds_the_chosen_plugin(
     cli.model.trainer = cli.trainer
     cli.datamodule.setup("fit")
     optimizer = cli.model.configure_optimizers()["optimizer"]
-    assert not optimizer.defaults["fused"] and optimizer.defaults["foreach"]
+    assert optimizer.defaults["fused"]
 
 
 def test_a_precision_lightning_does_not_know_is_one_line(
@@ -88,3 +88,19 @@ def test_a_precision_lightning_does_not_know_is_one_line(
     assert main(["fit", "--config", str(tiny_yaml), "--trainer.precision", "fastest"]) == 2
     err = capsys.readouterr().err
     assert "precision" in err and "Traceback" not in err
+
+
+def test_bf16_mixed_fit_clips_with_the_fused_optimizer(tiny_yaml: Path, tmp_path: Path) -> None:
+    # Lightning's bf16 plugin would refuse to clip with a fused AdamW; the module clips the true gradients
+    args = [
+        "--trainer.precision",
+        "bf16-mixed",
+        "--trainer.gradient_clip_val",
+        "0.01",
+        "--trainer.max_steps",
+        "2",
+    ]
+    assert (
+        main(["fit", "--config", str(tiny_yaml), *args, "--trainer.default_root_dir", str(tmp_path / "r")])
+        == 0
+    )
