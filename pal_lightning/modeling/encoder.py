@@ -58,6 +58,7 @@ from transformers import BertConfig, BertModel
 
 from pal_lightning.errors import PalUserError
 from pal_lightning.hub import resolve_encoder
+from pal_lightning.modeling.attention import register as register_attention
 from pal_lightning.modeling.config import PALConfig
 from pal_lightning.modeling.encoder_files import local_encoder_dir, read_bert_config, read_encoder_weights
 from pal_lightning.modeling.encoder_state import (
@@ -125,6 +126,9 @@ def pal_bert(bert_config: BertConfig, attn_implementation: str | None = None) ->
             "MultiTaskBert needs an encoder config: set is_decoder=False and no cross-attention."
         )
     bert = BertModel(config, add_pooling_layer=False)
+    if attn_implementation in (None, "sdpa") and bert.config._attn_implementation == "sdpa":
+        # torch's SDPA, in fp32 on a CPU under autocast (faster there: modeling/attention.py)
+        attn_implementation = register_attention()
     if attn_implementation is not None:
         try:
             bert.set_attn_implementation(attn_implementation)

@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pal_lightning.modeling.attention import attention
 from pal_lightning.modeling.config import PALConfig
 
 INIT_STD = 0.02
@@ -65,7 +66,8 @@ class ProjectedAttention(nn.Module):
 
     ``g(x) = concat_i softmax(Q_i K_i^T / sqrt(d_s / heads) + mask) V_i`` with ``[Q, K, V] = x W_qkv + b``.
     Q, K and V are one fused ``Linear(d_s, 3 d_s)`` so the projection is a single matmul; the attention
-    itself is :func:`torch.nn.functional.scaled_dot_product_attention`.
+    itself is :func:`torch.nn.functional.scaled_dot_product_attention` (through
+    :func:`~pal_lightning.modeling.attention.attention`: in fp32 on a CPU under autocast, where it is faster).
 
     Args:
         size: d_s.
@@ -92,12 +94,11 @@ class ProjectedAttention(nn.Module):
             ``[B, T, d_s]``.
         """
         b, t, _ = x.shape
-        if mask is not None and mask.dtype != x.dtype:
-            mask = mask.to(x.dtype)  # autocast: the scores are in the lower precision
         head_dim = self.size // self.num_heads
         # [B, T, 3, H, hd] -> 3 x [B, H, T, hd]
         q, k, v = self.qkv(x).view(b, t, 3, self.num_heads, head_dim).permute(2, 0, 3, 1, 4).unbind(0)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        # the mask is in the scores' dtype; on a CPU under autocast the product runs in fp32
+        out = attention(q, k, v, attn_mask=mask)
         return out.transpose(1, 2).reshape(b, t, self.size)
 
 
@@ -234,7 +235,9 @@ def additive_mask(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> to
 
 def scores_dtype(weight_dtype: torch.dtype, device: torch.device) -> torch.dtype:
     """The dtype of the PAL attention scores: the autocast dtype of ``device`` where autocast is on (the
-    projections then run in it), else ``weight_dtype``."""
+    projections then run in it), else ``weight_dtype``; but fp32 under a half autocast dtype on the CPU,
+    where the attention product runs in fp32 (:func:`~pal_lightning.modeling.attention.upcast_on_cpu`)."""
     if torch.is_autocast_enabled(device.type):
-        return torch.get_autocast_dtype(device.type)
+        dtype = torch.get_autocast_dtype(device.type)
+        return torch.float32 if device.type == "cpu" and dtype in (torch.bfloat16, torch.float16) else dtype
     return weight_dtype

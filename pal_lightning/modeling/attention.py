@@ -1,0 +1,83 @@
+"""Scaled dot-product attention that stays fast under CPU autocast: fp32 where torch's half kernel is slower.
+
+Why: under ``bf16-mixed`` on a CPU, torch's ``scaled_dot_product_attention`` takes its bf16 flash kernel,
+which at a MiniLM layer's size (batch 32, 12 heads of 32, 64 positions) runs forward and backward about
+3x slower than the fp32 kernel (93 ms against 37 ms on one core of the development VM; the PALs' 6 heads
+of 17: 49 against 13 ms), while the projections around it gain 4x from bf16. So on the CPU the attention
+product itself runs in fp32, with autocast switched off around it, and its output goes back to the
+autocast dtype; everything else keeps bf16. On a GPU, and for fp32 inputs, nothing changes.
+
+:func:`attention` is the function (the PALs call it); :func:`sdpa_forward` is the same for BERT's own
+attention, registered with transformers' attention interface as ``"pal_sdpa"``
+(:func:`register`), which :func:`~pal_lightning.modeling.encoder.pal_bert` selects in place of ``"sdpa"``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+#: The transformers attention-interface name of :func:`sdpa_forward`.
+NAME = "pal_sdpa"
+_HALF = (torch.bfloat16, torch.float16)
+
+
+def upcast_on_cpu(q: torch.Tensor) -> bool:
+    """Whether attention over ``q`` runs in fp32: half-precision inputs on the CPU."""
+    return q.device.type == "cpu" and q.dtype in _HALF
+
+
+def _float(mask: torch.Tensor | None) -> torch.Tensor | None:
+    """An additive mask in fp32 (a boolean mask stays boolean)."""
+    return mask.float() if mask is not None and mask.is_floating_point() else mask
+
+
+def attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None, **options: Any
+) -> torch.Tensor:
+    """:func:`torch.nn.functional.scaled_dot_product_attention`, in fp32 for half inputs on the CPU."""
+    if not upcast_on_cpu(q):
+        if attn_mask is not None and attn_mask.is_floating_point() and attn_mask.dtype != q.dtype:
+            attn_mask = attn_mask.to(q.dtype)  # autocast: the scores are in the lower precision
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, **options)
+    with torch.autocast("cpu", enabled=False):
+        out = F.scaled_dot_product_attention(
+            q.float(), k.float(), v.float(), attn_mask=_float(attn_mask), **options
+        )
+    return out.to(q.dtype)
+
+
+def sdpa_forward(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, Any]:
+    """transformers' ``sdpa`` attention function, in fp32 for half inputs on the CPU (same signature)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if not upcast_on_cpu(query):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    with torch.autocast("cpu", enabled=False):
+        out, weights = sdpa_attention_forward(
+            module, query.float(), key.float(), value.float(), _float(attention_mask), **kwargs
+        )
+    return out.to(query.dtype), weights
+
+
+def register() -> str:
+    """Register :func:`sdpa_forward` (and sdpa's mask format) as ``"pal_sdpa"``; returns the name.
+
+    transformers' documented extension point (``AttentionInterface``/``AttentionMaskInterface``);
+    registering again replaces the entry with the same function.
+    """
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+
+    AttentionInterface.register(NAME, sdpa_forward)
+    AttentionMaskInterface.register(NAME, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
+    return NAME
