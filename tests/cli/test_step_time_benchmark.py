@@ -124,3 +124,15 @@ def test_profile_groups_every_operator_of_the_step_once(tmp_path: Path) -> None:
     assert (tmp_path / "profile_pals.txt").read_text().count("aten::") >= 5
     assert json.loads((tmp_path / "profile.json").read_text()) == json.loads(json.dumps(result))
     assert "| matmul |" in (tmp_path / "profile.md").read_text()
+
+
+def test_cpu_bf16_kernels_quick_mode_writes_every_figure(tmp_path: Path) -> None:
+    cpu_bf16 = load_benchmark("cpu_bf16")
+    out = tmp_path / "kernels.json"
+    result = cpu_bf16.main(["--quick", "--reps", "2", "--json", str(out)])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(result))
+    (mm,) = result["matmul"]
+    assert mm["shape"] == [64, 32, 32]
+    assert mm["bf16_speedup"] == pytest.approx(mm["bf16_gflop_per_s"] / mm["fp32_gflop_per_s"], rel=0.01)
+    (att,) = result["attention"]
+    assert att["speedup"] == pytest.approx(att["torch_bf16_ms"] / att["library_fp32_inside_ms"], rel=0.01)
