@@ -533,7 +533,9 @@ def pal_arguments(system: str, budget: Budget, scale: float, seed: int) -> tuple
         "accelerator": "auto",
         "max_steps": steps,
         "limit_val_batches": 0,
-        "precision": recipe["trainer"]["precision"],
+        # fp32 as every peer trains here (the quickstart's "auto" would give pal-lightning bf16 on a CPU
+        # with bf16 instructions: the same arithmetic for every system instead)
+        "precision": "32-true",
         "gradient_clip_val": budget.max_grad_norm,
     }
     return model, data, trainer

@@ -363,7 +363,7 @@ def _elsewhere(where: str) -> Callable[[Block, Workspace], None]:
 
 #: Non-bash blocks by :attr:`Block.key`: how each is run (or why not, and what checks it).
 BLOCKS: dict[str, Callable[[Block, Workspace], None]] = {
-    "The main job | CS224N overall (dev): 0.7526  [best validation at step 1200, 1200 steps, 977 s]": _score_table,
+    "The main job | CS224N overall (dev): 0.7511  [best validation at step 1200, 1200 steps, 389 s]": _score_table,
     "Data | # my_tasks.yaml": lambda b, ws: _config_file_named_in_comment(
         b, ws, run=False
     ),  # GLUE MRPC from the hub
