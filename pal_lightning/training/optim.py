@@ -65,7 +65,7 @@ def adamw(params: Iterable[Any], fused: bool = True, **options: Any) -> torch.op
     The update is the same AdamW; its float rounding differs from the for-loop's in the last bits.
     Where the kernel is missing (torch < 2.4 on the CPU, other devices), torch refuses ``fused=True``
     at construction and the multi-tensor (``foreach``) implementation is used; ``fused=False`` asks for
-    it directly (Lightning's mixed-precision plugins refuse a fused optimizer, see :func:`fused_allowed`).
+    it directly (with a loss scaler, under ``16-mixed``: see :func:`fused_allowed`).
     """
     params = list(params)
     if fused:
@@ -87,7 +87,7 @@ def fused_allowed(trainer: Any) -> bool:
     see scaled gradients. So: not with a loss scaler. ``32-true``, the ``*-true`` half precisions and
     ``bf16-mixed`` (a ``scaler`` attribute that is ``None``) scale nothing, and the fused kernel is
     used; Lightning's refusal to clip gradients with it under ``bf16-mixed`` is lifted by
-    :meth:`OptimizerMixin.configure_gradient_clipping`.
+    :meth:`FusedClippingMixin.configure_gradient_clipping`.
     """
     return getattr(getattr(trainer, "precision_plugin", None), "scaler", None) is None
 
