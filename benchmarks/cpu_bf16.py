@@ -30,8 +30,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from pal_lightning.compat import cpu_bf16_instructions
 from pal_lightning.modeling.attention import attention
-from pal_lightning.training.precision import cpu_bf16_instructions
 
 #: (rows, inner, cols) of the step's matmuls, then the roof
 MATMULS = ((2048, 384, 384), (2048, 384, 1536), (2048, 1536, 384), (2048, 2048, 2048))

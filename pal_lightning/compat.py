@@ -16,6 +16,8 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import torch
+from lightning.fabric.connector import _PRECISION_INPUT
 from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
@@ -27,9 +29,13 @@ if TYPE_CHECKING:
 __all__ = [
     "COMPILER_MODULES",
     "CLIHooks",
+    "LightningPrecision",
     "CheckpointHooks",
     "ProgressBarHooks",
     "attached_trainer",
+    "clip_gradients_unchecked",
+    "cpu_bf16_instructions",
+    "optimizer_unscales_itself",
     "decided_by_rank_zero",
     "last_saved",
     "subcommand_help_actions",
@@ -176,6 +182,54 @@ def disable_distributed_sampler(trainer: pl.Trainer) -> bool | None:
     was_on = bool(connector.use_distributed_sampler)
     connector.use_distributed_sampler = False
     return was_on
+
+
+# ---------------------------------------------------------------------- precision
+
+#: The type of ``Trainer(precision=...)``, for a Trainer subclass that accepts one more value
+#: (:class:`~pal_lightning.training.precision.PalTrainer`). Public replacement: none in Lightning 2.6.
+LightningPrecision = _PRECISION_INPUT
+
+
+def optimizer_unscales_itself(optimizer: object) -> bool:
+    """Whether ``optimizer.step()`` unscales fp16 gradients itself (torch's fused optimizers).
+
+    torch marks such optimizers with the private ``_step_supports_amp_scaling``, and Lightning's
+    mixed-precision plugin reads the same flag to refuse clipping them. Public replacement: none.
+    """
+    return bool(getattr(optimizer, "_step_supports_amp_scaling", False))
+
+
+def clip_gradients_unchecked(plugin: Any, optimizer: Any, clip_val: float, algorithm: str | None) -> None:
+    """Clip as the base ``Precision`` plugin does, skipping ``MixedPrecision``'s refusal of fused optimizers.
+
+    ``MixedPrecision.clip_gradients`` is the base method plus one check: it refuses an optimizer that
+    unscales inside ``step()``, because under fp16 the gradients would still carry the loss scale. Under
+    bf16-mixed there is no scale and the check is needless; calling the base class's method on the
+    plugin relies on the subclass adding nothing else. Public replacement: none in Lightning 2.6.
+    """
+    from lightning.pytorch.plugins.precision import Precision
+    from lightning.pytorch.utilities import GradClipAlgorithmType
+
+    Precision.clip_gradients(plugin, optimizer, clip_val, GradClipAlgorithmType(algorithm or "norm"))
+
+
+def cpu_bf16_instructions() -> str:
+    """The CPU's bf16 matrix instructions torch uses (``"amx"``, ``"avx512_bf16"``, both joined by ``+``),
+    or ``""`` for none.
+
+    ``torch.cpu._is_amx_tile_supported``/``_is_avx512_bf16_supported`` ask the CPU-feature table oneDNN
+    uses; a torch without them counts as "none" (fp32, never slower). Public replacement: none in torch 2.13.
+    """
+    found = []
+    for name, probe in (("amx", "_is_amx_tile_supported"), ("avx512_bf16", "_is_avx512_bf16_supported")):
+        check = getattr(torch.cpu, probe, None)
+        try:
+            if check is not None and check():
+                found.append(name)
+        except RuntimeError:  # pragma: no cover - a probe this build cannot answer
+            continue
+    return "+".join(found)
 
 
 # ---------------------------------------------------------------------- the DDP launcher

@@ -30,6 +30,16 @@ def test_the_private_names_still_exist() -> None:
     assert hasattr(trainer, "_accelerator_connector")
     assert hasattr(trainer._accelerator_connector, "use_distributed_sampler")
     assert hasattr(BoringModel(), "_trainer")
+    # precision: the Trainer's precision type, the fused-optimizer flag, the CPU's bf16 probes
+    import torch
+    from lightning.fabric import connector
+
+    assert hasattr(connector, "_PRECISION_INPUT")
+    fused = torch.optim.AdamW([torch.nn.Parameter(torch.ones(1))], fused=True)
+    assert fused._step_supports_amp_scaling and compat.optimizer_unscales_itself(fused)
+    assert not compat.optimizer_unscales_itself(torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.1))
+    for probe in ("_is_amx_tile_supported", "_is_avx512_bf16_supported"):
+        assert callable(getattr(torch.cpu, probe, None)), f"torch.cpu.{probe}"
 
 
 def test_checkpoint_hooks_receive_lightnings_private_calls(tmp_path: os.PathLike[str]) -> None:

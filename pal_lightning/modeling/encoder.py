@@ -126,7 +126,7 @@ def pal_bert(bert_config: BertConfig, attn_implementation: str | None = None) ->
             "MultiTaskBert needs an encoder config: set is_decoder=False and no cross-attention."
         )
     bert = BertModel(config, add_pooling_layer=False)
-    if attn_implementation in (None, "sdpa") and bert.config._attn_implementation == "sdpa":
+    if attn_implementation in (None, "sdpa"):  # transformers' default for BERT is sdpa
         # torch's SDPA, in fp32 on a CPU under autocast (faster there: modeling/attention.py)
         attn_implementation = register_attention()
     if attn_implementation is not None:

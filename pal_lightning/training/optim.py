@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from pal_lightning.compat import attached_trainer
+from pal_lightning.compat import attached_trainer, clip_gradients_unchecked, optimizer_unscales_itself
 from pal_lightning.contracts import EpochSteps, datamodule_of, satisfies
 from pal_lightning.errors import PalUserError
 from pal_lightning.modeling.param_groups import GroupRates, build_parameter_groups
@@ -102,8 +102,9 @@ def clips_unscaled(plugin: Any, optimizer: Any) -> bool:
     """
     from lightning.pytorch.plugins.precision import MixedPrecision
 
-    handles = getattr(optimizer, "_step_supports_amp_scaling", False)
-    return isinstance(plugin, MixedPrecision) and plugin.scaler is None and bool(handles)
+    return (
+        isinstance(plugin, MixedPrecision) and plugin.scaler is None and optimizer_unscales_itself(optimizer)
+    )
 
 
 def check_schedule_options(warmup_ratio: float, warmup_steps: int | None, layer_lr_decay: float) -> None:
@@ -187,11 +188,7 @@ class FusedClippingMixin(_ModuleBase):
         """Lightning's clipping, also for the fused AdamW under ``bf16-mixed`` (see :func:`clips_unscaled`)."""
         plugin = self.trainer.precision_plugin
         if gradient_clip_val and clips_unscaled(plugin, optimizer):
-            from lightning.pytorch.plugins.precision import Precision
-            from lightning.pytorch.utilities import GradClipAlgorithmType
-
-            algorithm = GradClipAlgorithmType(gradient_clip_algorithm or GradClipAlgorithmType.NORM)
-            Precision.clip_gradients(plugin, optimizer, gradient_clip_val, algorithm)  # the check skipped
+            clip_gradients_unchecked(plugin, optimizer, gradient_clip_val, gradient_clip_algorithm)
             return
         super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
 

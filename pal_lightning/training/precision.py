@@ -2,13 +2,15 @@
 
 Why: mixed precision is most of the speed a user can get without touching the model, and the right
 choice depends on the machine, not the recipe. On a CPU with bf16 dot-product instructions
-(``avx512_bf16``, AMX) a MiniLM-sized matmul runs about 4x faster in bf16 than in fp32 and a whole
-training step about 2x (benchmarks/RESULTS.md, "bf16 on the CPU"); on a CPU without them torch emulates
-bf16 and the step gets *slower*. On a GPU, bf16 needs Ampere or newer; older tensor-core cards (V100,
-T4) need fp16 with loss scaling. One config (``trainer.precision: auto``) therefore runs fast on every
-machine instead of one config per machine.
+(``avx512_bf16``, AMX) a MiniLM-sized matmul runs 4.3-4.7x faster in bf16 than in fp32 and a whole
+training step 2.2x (``benchmarks/cpu_bf16.py`` and ``benchmarks/step_time.py`` on the idle 2-core
+development VM; benchmarks/RESULTS.md, "bf16 on the CPU"); on a CPU without them torch emulates bf16,
+which is not expected to beat fp32 (not measured here). On a GPU, bf16 needs Ampere or newer; older
+tensor-core cards (V100, T4) need fp16 with loss scaling. One config (``trainer.precision: auto``)
+therefore runs fast on every machine instead of one config per machine.
 
-:func:`choose_precision` is the pure decision, :func:`device_capabilities` reads the machine, and
+:func:`choose_precision` is the pure decision, :func:`device_capabilities` reads the machine (the CPU's
+bf16 probe is :func:`pal_lightning.compat.cpu_bf16_instructions`, a private torch name), and
 :class:`PalTrainer` is Lightning's ``Trainer`` with ``"auto"`` accepted (the CLI's trainer class).
 
 ::
@@ -29,9 +31,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
-from lightning.fabric.connector import _PRECISION_INPUT as LightningPrecision  # the Trainer's own type
 from lightning.pytorch import Trainer
 from lightning.pytorch.utilities import rank_zero_info
+
+from pal_lightning.compat import LightningPrecision, cpu_bf16_instructions
 
 AUTO = "auto"
 
@@ -59,23 +62,6 @@ def choose_precision(caps: DeviceCapabilities) -> str:
     if caps.device == "cpu":
         return "bf16-mixed" if caps.bf16 else "32-true"
     return "32-true"
-
-
-def cpu_bf16_instructions() -> str:
-    """The CPU's bf16 matrix instructions torch uses (``"avx512_bf16"``, ``"amx"``), or ``""`` for none.
-
-    ``torch.cpu._is_avx512_bf16_supported``/``_is_amx_tile_supported`` ask the same CPU-feature table
-    oneDNN uses; they are private, so a torch without them counts as "none" (fp32: never slower).
-    """
-    found = []
-    for name, probe in (("amx", "_is_amx_tile_supported"), ("avx512_bf16", "_is_avx512_bf16_supported")):
-        check = getattr(torch.cpu, probe, None)
-        try:
-            if check is not None and check():
-                found.append(name)
-        except RuntimeError:  # pragma: no cover - a probe torch cannot answer on this build
-            continue
-    return "+".join(found)
 
 
 def target_device(accelerator: Any) -> str:

@@ -19,7 +19,7 @@ from pal_lightning.training.precision import DeviceCapabilities, choose_precisio
         (DeviceCapabilities("cuda", bf16=False, fp16_tensor_cores=True), "16-mixed"),  # T4, V100
         (DeviceCapabilities("cuda"), "32-true"),  # P100 and older: no tensor cores
         (DeviceCapabilities("cpu", bf16=True), "bf16-mixed"),  # avx512_bf16 / AMX
-        (DeviceCapabilities("cpu"), "32-true"),  # bf16 would be emulated: slower than fp32
+        (DeviceCapabilities("cpu"), "32-true"),  # bf16 would be emulated: fp32 is the safe choice
         (DeviceCapabilities("mps", bf16=True, fp16_tensor_cores=True), "32-true"),  # not measured
     ],
 )

@@ -214,7 +214,6 @@ def test_the_mask_is_built_in_the_autocast_dtype_once(batch):
     with torch.autocast("cpu", dtype=torch.bfloat16):
         # the CPU computes the attention product in fp32 under autocast (modeling/attention.py)
         assert scores_dtype(torch.float32, cpu) == torch.float32
-        assert scores_dtype(torch.float32, torch.device("cuda")) == torch.float32  # cuda autocast is off here
         with _CastShapes() as casts:
             out = model(**batch, task="a")
     assert torch.isfinite(out).all()
