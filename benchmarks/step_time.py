@@ -33,7 +33,9 @@ update), FLOPs per second, and MFU against the device's own roof: a large matmul
 
 Shapes (``--shape``): ``default``, the default encoder at batch 32 x 64; ``bert-base``, a randomly
 initialised BERT-base (12 layers, width 768, 12 heads, feed-forward 3072) at batch 32 x 128, the setting
-of the literature; ``tiny``, a random width-32 encoder at 4 x 16 for tests. ``--precision`` takes
+of the literature; ``minilm``, the default encoder's architecture with random weights at 32 x 64 (the
+same arithmetic as ``default`` without its weights: ``gpu_check.sh`` takes it on a machine without the
+encoder's package); ``tiny``, a random width-32 encoder at 4 x 16 for tests. ``--precision`` takes
 Lightning's names: ``32-true``, ``bf16-mixed`` (autocast to bf16), ``16-mixed`` (fp16 with loss scaling).
 
 Usage::
@@ -114,6 +116,20 @@ SHAPES: dict[str, tuple[dict | None, int, int]] = {
         },
         32,
         128,
+    ),
+    # all-MiniLM-L6-v2's architecture with random weights: the `default` row's arithmetic (a step's time
+    # does not depend on the weights' values) on a machine without the encoder's package, e.g. a bare GPU
+    "minilm": (
+        {
+            "hidden_size": 384,
+            "num_hidden_layers": 6,
+            "num_attention_heads": 12,
+            "intermediate_size": 1536,
+            "vocab_size": 30522,
+            "max_position_embeddings": 512,
+        },
+        32,
+        64,
     ),
     "tiny": (
         {

