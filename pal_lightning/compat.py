@@ -30,6 +30,7 @@ __all__ = [
     "COMPILER_MODULES",
     "CLIHooks",
     "LightningPrecision",
+    "TorchDispatchMode",
     "CheckpointHooks",
     "ProgressBarHooks",
     "attached_trainer",
@@ -231,6 +232,11 @@ def cpu_bf16_instructions() -> str:
             continue
     return "+".join(found)
 
+
+#: The base class of a mode that sees every ATen operator as it is dispatched (benchmarks/op_count.py counts
+#: a step's operators with it: the host's work in a launch-bound GPU step). Public replacement: none in
+#: torch 2.13 (torch's dispatcher documentation uses it from this private module).
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 # ---------------------------------------------------------------------- the DDP launcher
 

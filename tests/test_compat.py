@@ -40,6 +40,10 @@ def test_the_private_names_still_exist() -> None:
     assert not compat.optimizer_unscales_itself(torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.1))
     for probe in ("_is_amx_tile_supported", "_is_avx512_bf16_supported"):
         assert callable(getattr(torch.cpu, probe, None)), f"torch.cpu.{probe}"
+    # the operator-counting mode of benchmarks/op_count.py
+    assert isinstance(compat.TorchDispatchMode, type) and hasattr(
+        compat.TorchDispatchMode, "__torch_dispatch__"
+    )
 
 
 def test_checkpoint_hooks_receive_lightnings_private_calls(tmp_path: os.PathLike[str]) -> None:

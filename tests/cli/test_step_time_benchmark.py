@@ -161,3 +161,19 @@ def test_cpu_bf16_kernels_quick_mode_writes_every_figure(tmp_path: Path) -> None
     assert mm["bf16_speedup"] == pytest.approx(mm["bf16_gflop_per_s"] / mm["fp32_gflop_per_s"], rel=0.01)
     (att,) = result["attention"]
     assert att["speedup"] == pytest.approx(att["torch_bf16_ms"] / att["library_fp32_inside_ms"], rel=0.01)
+
+
+def test_op_count_counts_each_phase_and_sees_the_pals_and_autocasts_operators(tmp_path: Path) -> None:
+    """``benchmarks/op_count.py``: PALs add operators to every phase, autocast adds casts to the forward,
+    and the JSON holds what was printed."""
+    op_count = load_benchmark("op_count")
+    out = tmp_path / "ops.json"
+    results = op_count.main(["--shape", "tiny", "--json", str(out)])
+    assert set(results) == {f"{r}_{p}" for r in ("shared", "pals") for p in ("32-true", "bf16-mixed")}
+    for counts in results.values():
+        assert counts["total"] == counts["forward"] + counts["backward"] + counts["optimizer"]
+    for precision in ("32-true", "bf16-mixed"):
+        shared, pals = results[f"shared_{precision}"], results[f"pals_{precision}"]
+        assert pals["forward"] > shared["forward"] and pals["backward"] > shared["backward"]
+    assert results["shared_bf16-mixed"]["forward"] > results["shared_32-true"]["forward"]
+    assert json.loads(out.read_text()) == {"shape": "tiny", **results}
