@@ -783,6 +783,38 @@ def summarize(rows: Sequence[dict[str, Any]], systems: Sequence[str]) -> dict[st
     return summary
 
 
+#: settings that must be equal for runs of two calls to be compared (the budget without its local paths)
+RESUME_KEYS = ("encoder", "budget", "pal_adapter_per_task", "quick", "qqp_dev_limit", "dev_limit")
+
+
+def resumed_rows(out: Path, settings: dict[str, Any]) -> list[dict[str, Any]]:
+    """``--resume``: the finished runs (status ``ok``) recorded in ``out``'s JSON by an earlier call, which
+    must have measured what this one measures (:data:`RESUME_KEYS`); ``settings`` gets the union of both
+    calls' systems, seeds and rates. Raises :class:`ValueError` naming the settings that differ."""
+    record = out.with_suffix(".json")
+    if not record.is_file():
+        return []
+    earlier = json.loads(record.read_text())
+    before = earlier["settings"]
+    comparable = {k: v for k, v in settings["budget"].items() if k != "encoder"}
+    differ = [
+        k
+        for k in RESUME_KEYS
+        if (before.get(k) if k != "budget" else {x: y for x, y in before[k].items() if x != "encoder"})
+        != (settings.get(k) if k != "budget" else comparable)
+    ]
+    if differ:
+        raise ValueError(
+            f"--resume: {record} was measured with other {', '.join(differ)}; run with that file's options "
+            "(its 'settings') or write to another --out"
+        )
+    settings["systems"] = list(dict.fromkeys([*before["systems"], *settings["systems"]]))
+    settings["seeds"] = sorted({*before["seeds"], *settings["seeds"]})
+    settings["lr_multipliers"] = sorted({*before["lr_multipliers"], *settings["lr_multipliers"]})
+    settings["base_lr"] = {**before["base_lr"], **settings["base_lr"]}
+    return [row for row in earlier["runs"] if row["status"] == "ok"]
+
+
 def write_outputs(out: Path, rows: Sequence[dict[str, Any]], settings: dict[str, Any]) -> dict[str, Any]:
     """``out`` (CSV, every run) and ``out.with_suffix('.json')`` (settings, runs, summary)."""
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -1025,6 +1057,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--in-process", action="store_true", help="run every system in this process")
     parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the finished runs of the --out file (same budget and dev sets, else refused) and run only\n"
+        "the others: the comparison can be run in parts, one session at a time",
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="tiny random encoder and fixture data, in-process (tests)"
     )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -1113,6 +1151,7 @@ def _run(args: argparse.Namespace, work: Path, command: str) -> int:
     in_process = args.in_process or args.quick
     settings = {
         "command": command,
+        "encoder": args.encoder,
         "systems": args.systems,
         "seeds": seeds,
         "lr_multipliers": args.lrs,
@@ -1132,7 +1171,23 @@ def _run(args: argparse.Namespace, work: Path, command: str) -> int:
         flush=True,
     )
     rows: list[dict[str, Any]] = []
-    runs = [(seed, system, scale) for seed in seeds for system in args.systems for scale in args.lrs]
+    if args.resume:
+        try:
+            rows = resumed_rows(args.out, settings)
+        except ValueError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+    done = {(row["seed"], row["system"], row["lr_scale"]) for row in rows}
+    runs = [
+        (seed, system, scale)
+        for seed in seeds
+        for system in args.systems
+        for scale in args.lrs
+        if (seed, system, scale) not in done
+    ]
+    if rows:
+        print(f"--resume: {len(rows)} finished runs kept from {args.out}, {len(runs)} to run", flush=True)
+    summary = summarize(rows, settings["systems"])  # written after each run below
     for k, (seed, system, scale) in enumerate(runs, 1):
         if in_process:
             row = run_unit(system, budget, scale, seed)

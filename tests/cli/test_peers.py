@@ -238,3 +238,38 @@ def test_quick_runs_every_system(tmp_path: Path) -> None:
     import matplotlib.pyplot as plt
 
     plt.close("all")
+
+
+def test_resume_keeps_finished_runs_and_refuses_another_budget(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--resume: a second call keeps the first's finished run (the same row, not a rerun), runs only what
+    is missing and summarises both; a call that measures otherwise (other dev sets) is refused with exit 2, the file untouched."""
+    out = tmp_path / "peers.csv"
+    assert (
+        peers.main(["--quick", "--seeds", "1", "--lrs", "1", "--systems", "pal_shared", "--out", str(out)])
+        == 0
+    )
+    first = json.loads(out.with_suffix(".json").read_text())["runs"]
+    capsys.readouterr()
+    argv = [
+        "--quick",
+        "--seeds",
+        "1",
+        "--lrs",
+        "1",
+        "--systems",
+        "pal_shared,st_multitask",
+        "--out",
+        str(out),
+    ]
+    assert peers.main([*argv, "--resume"]) == 0
+    printed = capsys.readouterr().out
+    assert "--resume: 1 finished runs kept" in printed and "[1/1] st_multitask" in printed
+    record = json.loads(out.with_suffix(".json").read_text())
+    runs = {r["system"]: r for r in record["runs"]}
+    assert set(runs) == {"pal_shared", "st_multitask"} and runs["pal_shared"] == first[0]
+    assert set(record["summary"]["systems"]) == {"pal_shared", "st_multitask"}
+    before = out.read_bytes()
+    assert peers.main([*argv, "--resume", "--dev-limit", "4"]) == 2
+    assert "other dev_limit" in capsys.readouterr().err and out.read_bytes() == before
