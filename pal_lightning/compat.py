@@ -31,6 +31,7 @@ __all__ = [
     "CLIHooks",
     "LightningPrecision",
     "TorchDispatchMode",
+    "foreach_add_",
     "CheckpointHooks",
     "ProgressBarHooks",
     "attached_trainer",
@@ -237,6 +238,11 @@ def cpu_bf16_instructions() -> str:
 #: a step's operators with it: the host's work in a launch-bound GPU step). Public replacement: none in
 #: torch 2.13 (torch's dispatcher documentation uses it from this private module).
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+#: ``torch._foreach_add_(xs, ys)``: every ``x += y`` of two lists in one operator (one multi-tensor kernel on
+#: a GPU), what torch's own foreach optimizers use. GEM's flat write-back adds into every gradient at once
+#: with it (pal_lightning.gem.flat_rows). Public replacement: none in torch 2.13.
+foreach_add_ = torch._foreach_add_
 
 # ---------------------------------------------------------------------- the DDP launcher
 

@@ -40,6 +40,10 @@ def test_the_private_names_still_exist() -> None:
     assert not compat.optimizer_unscales_itself(torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.1))
     for probe in ("_is_amx_tile_supported", "_is_avx512_bf16_supported"):
         assert callable(getattr(torch.cpu, probe, None)), f"torch.cpu.{probe}"
+    # GEM's flat write-back: every x += y in one operator
+    xs, ys = [torch.ones(2), torch.ones(3)], [torch.full((2,), 2.0), torch.full((3,), 3.0)]
+    compat.foreach_add_(xs, ys)
+    assert xs[0].tolist() == [3.0, 3.0] and xs[1].tolist() == [4.0, 4.0, 4.0]
     # the operator-counting mode of benchmarks/op_count.py
     assert isinstance(compat.TorchDispatchMode, type) and hasattr(
         compat.TorchDispatchMode, "__torch_dispatch__"

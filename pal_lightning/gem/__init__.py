@@ -20,6 +20,7 @@ Modules, one idea each (the first three import no Lightning):
 * :mod:`~pal_lightning.gem.projection`: projection coefficients from the Gram matrix, and the
   projections of flat tensors (:func:`project_gradient`, :func:`agem_project`);
 * :mod:`~pal_lightning.gem.gram`: gradients as lists of tensors, their Gram matrix, the write-back;
+* :mod:`~pal_lightning.gem.flat_rows`: the same over one ``(t, n)`` float64 matrix (few kernels: GPUs);
 * :mod:`~pal_lightning.gem.memory`: :class:`EpisodicMemory`, one reservoir of example indices per task;
 * :mod:`~pal_lightning.gem.memory_gradients`: the rows of ``G`` from remembered examples;
 * :mod:`~pal_lightning.gem.sparse_embeddings`: embedding tables' memory gradients as sparse rows (A-GEM);

@@ -23,12 +23,24 @@ from pal_lightning.contracts import (
     satisfies,
 )
 from pal_lightning.errors import PalUserError
+from pal_lightning.gem.flat_rows import (
+    add_flat_rows,
+    can_flatten,
+    flat_bordered_gram,
+    flatten,
+    flatten_rows,
+    has_dense_gradients,
+    unflatten_rows,
+)
 from pal_lightning.gem.gram import Grads, add_rows, bordered_gram, gram_matrix
 from pal_lightning.gem.memory import EpisodicMemory
 from pal_lightning.gem.memory_gradients import MemorySource, constraint_gradients
 from pal_lightning.gem.projection import DEFAULT_EPS, step_coefficients
 
 __all__ = ["CONSTRAINTS", "MODES", "PARAMETERS", "GEMCallback"]
+
+#: the rows of ``G``: a gradient per row (tensor by tensor), or one ``(t, n)`` float64 matrix (flat_rows)
+Rows = list[Grads] | Tensor
 
 MODES = ("gem", "agem")
 CONSTRAINTS = ("others", "past")
@@ -126,6 +138,11 @@ class GEMCallback(pl.Callback):
         batch_tasks: GEM's memory gradients of all constraining tasks from one backward (exact;
             :mod:`pal_lightning.gem.batched_gradients`) instead of one backward per task, which holds
             fewer activations at once.
+        flat_rows: the Gram matrix and the write-back over one float64 copy of the rows
+            (:mod:`pal_lightning.gem.flat_rows`: a few kernels instead of one per parameter tensor and
+            product; ``t + 1`` copies of the participating parameters in memory) instead of tensor by
+            tensor. ``None`` (default): flat on CUDA devices, where a step is bound by the host issuing
+            operators, per tensor elsewhere. Sparse rows (A-GEM's embedding tables) stay per tensor.
     """
 
     def __init__(
@@ -140,6 +157,7 @@ class GEMCallback(pl.Callback):
         eps: float = DEFAULT_EPS,
         seed: int = 0,
         batch_tasks: bool = True,
+        flat_rows: bool | None = None,
     ) -> None:
         super().__init__()
         check_options(memory_batch_size, margin, mode, constraints, parameters, refresh_every, eps)
@@ -153,6 +171,7 @@ class GEMCallback(pl.Callback):
         self.eps = float(eps)
         self.seed = int(seed)
         self.batch_tasks = bool(batch_tasks)
+        self.flat_rows = None if flat_rows is None else bool(flat_rows)
         self.memory = EpisodicMemory(memory_size, seed)
         self.task_order: list[str] = []
         """Tasks in the order they were first trained on (what ``constraints="past"`` looks at)."""
@@ -164,7 +183,7 @@ class GEMCallback(pl.Callback):
         """What the last optimizer step logged (for inspection and tests)."""
         self._window_step: int | None = None
         self._window_tasks: list[str] = []
-        self._cache: tuple[tuple[tuple[str, ...], bool], int, list[Grads], Tensor] | None = None
+        self._cache: tuple[tuple[tuple[str, ...], bool], int, Rows, Tensor] | None = None
 
     # ------------------------------------------------------------------ state
 
@@ -275,19 +294,31 @@ class GEMCallback(pl.Callback):
             source, self.memory, self.mode, tasks, step, self.memory_batch_size, params, self.batch_tasks
         )
 
+    def wants_flat_rows(self, params: list[nn.Parameter]) -> bool:
+        """Whether this callback takes the flat path (:mod:`pal_lightning.gem.flat_rows`) for ``params``:
+        as ``flat_rows`` says, or by default on a CUDA device."""
+        if self.flat_rows is not None:
+            return self.flat_rows
+        return bool(params) and params[0].device.type == "cuda"
+
     def _rows(
         self, source: MemorySource, tasks: list[str], step: int, params: list[nn.Parameter]
-    ) -> tuple[list[Grads], Tensor]:
-        """The memory gradients of ``tasks`` and their Gram matrix (on the device): the cached ones
-        while fresh (``refresh_every``), else new."""
+    ) -> tuple[Rows, Tensor]:
+        """The memory gradients of ``tasks`` (per tensor, or flat) and their Gram matrix (on the device):
+        the cached ones while fresh (``refresh_every``), else new."""
         key = (tuple(tasks), self.mode == "gem")
         cached = self._cache
         if cached is not None and cached[0] == key and step - cached[1] < self.refresh_every:
             return cached[2], cached[3]
         with record_function("gem/memory_gradients"):  # profiler labels (benchmarks/profile_step.py)
-            rows = self._constraint_gradients(source, tasks, step, params)
+            grads = self._constraint_gradients(source, tasks, step, params)
+        rows: Rows = grads
         with record_function("gem/gram"):
-            GGt = gram_matrix(rows)
+            if self.wants_flat_rows(params) and can_flatten(grads, params):
+                rows = flatten_rows(grads, params)
+                GGt = rows @ rows.T
+            else:
+                GGt = gram_matrix(grads)
         self._cache = (key, step, rows, GGt) if self.refresh_every > 1 else None
         return rows, GGt
 
@@ -326,12 +357,16 @@ class GEMCallback(pl.Callback):
         self.last_stats = stats
         return stats
 
-    def _project(
-        self, params: list[nn.Parameter], rows: list[Grads], GGt: Tensor, stats: dict[str, float]
-    ) -> None:
+    def _project(self, params: list[nn.Parameter], rows: Rows, GGt: Tensor, stats: dict[str, float]) -> None:
         """Decide from ``M = [g, G][g, G]^T`` and write ``g~`` into ``p.grad``; update ``stats``."""
+        if isinstance(rows, Tensor) and not has_dense_gradients(params):
+            # cached flat rows, and a parameter without a gradient this step: per tensor (it creates one)
+            rows = unflatten_rows(rows, params)
         with record_function("gem/gram"):
-            M_device = bordered_gram([p.grad for p in params], rows, GGt)
+            if isinstance(rows, Tensor):
+                M_device = flat_bordered_gram(flatten([p.grad for p in params], params), rows, GGt)
+            else:
+                M_device = bordered_gram([p.grad for p in params], rows, GGt)
         # rank 0's M for every rank: one decision for all, even if their float sums differ
         M = distributed.broadcast(M_device).cpu().numpy()
         stats["gem/constraints"] = float(len(rows))
@@ -351,4 +386,7 @@ class GEMCallback(pl.Callback):
             return
         self.projections += 1
         with record_function("gem/write_back"):
-            add_rows(params, rows, result.v.tolist())
+            if isinstance(rows, Tensor):
+                add_flat_rows(params, rows, result.v.tolist())
+            else:
+                add_rows(params, rows, result.v.tolist())

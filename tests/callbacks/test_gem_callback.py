@@ -601,18 +601,21 @@ def test_defaults_as_documented() -> None:
         "others",
         "shared",
     )
-    assert (cb.refresh_every, cb.eps, cb.seed, cb.batch_tasks, cb.last_stats) == (
+    assert (cb.refresh_every, cb.eps, cb.seed, cb.batch_tasks, cb.flat_rows, cb.last_stats) == (
         1,
         gem_module.DEFAULT_EPS,
         0,
         True,
+        None,
         {},
     )
     assert (cb.memory.size, cb.memory.seed) == (256, 0) and EpisodicMemory(4).seed == 0
-    cb = GEMCallback(memory_size=np.int64(7), eps=np.float32(0.5), seed=np.int64(3), batch_tasks=0)
+    cb = GEMCallback(
+        memory_size=np.int64(7), eps=np.float32(0.5), seed=np.int64(3), batch_tasks=0, flat_rows=1
+    )
     assert (cb.memory.size, cb.memory.seed) == (7, 3)
     assert [type(x) for x in (cb.memory_size, cb.eps, cb.seed, cb.batch_tasks)] == [int, float, int, bool]
-    assert cb.batch_tasks is False
+    assert cb.batch_tasks is False and cb.flat_rows is True
 
 
 def test_shared_parameters_come_from_the_encoder() -> None:
