@@ -200,7 +200,9 @@ class MultiTaskDataModule(pl.LightningDataModule):
         turn_off_distributed_sampler(self.trainer)
         if stage in ("fit", None):
             check_files_exist([(s, sp) for s in self.task_specs for sp in ("train", "dev")], self.data_dir)
-            check_files_exist([(v.spec, "dev") for v in self.eval_views.values() if v.has("dev")], self.data_dir)
+            check_files_exist(
+                [(v.spec, "dev") for v in self.eval_views.values() if v.has("dev")], self.data_dir
+            )
             self.train_sizes = {t: len(self.load_split(t, "train")) for t in self.task_names}
             for spec in self.evaluated("dev"):
                 self.load_split(spec.name, "dev")
@@ -213,9 +215,13 @@ class MultiTaskDataModule(pl.LightningDataModule):
             for spec in self.evaluated("dev"):
                 self.load_split(spec.name, "dev")
         elif stage == "test":
-            check_files_exist([(s, "test") for s in self.evaluated("test") if "test" in s.files], self.data_dir)
+            check_files_exist(
+                [(s, "test") for s in self.evaluated("test") if "test" in s.files], self.data_dir
+            )
         elif stage == "predict":
-            check_files_exist([(s, sp) for sp in self.predict_splits for s in self.evaluated(sp)], self.data_dir)
+            check_files_exist(
+                [(s, sp) for sp in self.predict_splits for s in self.evaluated(sp)], self.data_dir
+            )
 
     def _resolve_anneal_epochs(self) -> int:
         if self.config.anneal_epochs is not None:
@@ -296,7 +302,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
             # before Lightning calls set_epoch: start it at the right epoch.
             sampler.set_epoch(self.trainer.current_epoch)
         self.train_batch_sampler = sampler
-        dataset = MultiTaskDataset(splits, self.pad_token_id)
+        dataset = MultiTaskDataset(splits, self.pad_token_id, self.config.pad_to_multiple_of)
         # the sampler yields TaskBatch keys, not index lists: the dataset's __getitems__ takes each whole
         return ResumableDataLoader(dataset, batch_sampler=sampler, **self._loader_kwargs())  # type: ignore[arg-type]
 
@@ -306,7 +312,13 @@ class MultiTaskDataModule(pl.LightningDataModule):
         world, rank = shard_of(self.trainer)
         splits = {p: self.load_split(*p).head(limit_examples) for p in pairs}
         return eval_loader(
-            splits, self.eval_batch_sizes, world, rank, self.pad_token_id, self._loader_kwargs()
+            splits,
+            self.eval_batch_sizes,
+            world,
+            rank,
+            self.pad_token_id,
+            self._loader_kwargs(),
+            self.config.pad_to_multiple_of,
         )
 
     def val_dataloader(self) -> torch.utils.data.DataLoader:
@@ -370,7 +382,9 @@ class MultiTaskDataModule(pl.LightningDataModule):
         if task not in self.task_names:
             raise PalUserError(f"Unknown task {task!r}; this data module serves {self.task_names}.")
         split = self.load_split(task, "train")
-        dataset = MultiTaskDataset({(task, "train"): split}, self.pad_token_id)
+        dataset = MultiTaskDataset(
+            {(task, "train"): split}, self.pad_token_id, self.config.pad_to_multiple_of
+        )
         return dataset.__getitems__(TaskBatch(task, "train", tuple(int(i) for i in indices)))
 
     def example_ids(self, task: str, split: str) -> list[str]:

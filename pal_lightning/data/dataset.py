@@ -30,11 +30,15 @@ class MultiTaskDataset(Dataset):
     Args:
         splits: ``(task, split) -> TokenizedSplit``.
         pad_token_id: id used to pad ``input_ids``.
+        pad_to_multiple_of: sequence lengths are rounded up to a multiple of this (1: the longest example).
     """
 
-    def __init__(self, splits: Mapping[tuple[str, str], TokenizedSplit], pad_token_id: int) -> None:
+    def __init__(
+        self, splits: Mapping[tuple[str, str], TokenizedSplit], pad_token_id: int, pad_to_multiple_of: int = 1
+    ) -> None:
         self.splits = dict(splits)
         self.pad_token_id = int(pad_token_id)
+        self.pad_to_multiple_of = int(pad_to_multiple_of)
 
     def __len__(self) -> int:
         return sum(len(s) for s in self.splits.values())
@@ -60,7 +64,8 @@ class MultiTaskDataset(Dataset):
                 else torch.from_numpy(labels.astype(np.int64))
             )
         for side, enc in data.encodings.items():
-            batch.update(pad_batch(enc, idx, self.pad_token_id, suffix=f"_{side}" if side else ""))
+            suffix = f"_{side}" if side else ""
+            batch.update(pad_batch(enc, idx, self.pad_token_id, suffix, self.pad_to_multiple_of))
         return batch
 
 

@@ -41,6 +41,7 @@ def eval_loader(
     rank: int,
     pad_token_id: int,
     options: dict[str, Any],
+    pad_to_multiple_of: int = 1,
 ) -> DataLoader:
     """This rank's share of every example of ``splits``, one task per batch, longest batches first."""
     batches = eval_batches(
@@ -50,5 +51,5 @@ def eval_loader(
         rank=rank,
         lengths={p: d.lengths for p, d in splits.items()},
     )
-    dataset = BatchListDataset(MultiTaskDataset(splits, pad_token_id), batches)
+    dataset = BatchListDataset(MultiTaskDataset(splits, pad_token_id, pad_to_multiple_of), batches)
     return DataLoader(dataset, batch_size=None, shuffle=False, **options)

@@ -87,6 +87,11 @@ class DataConfig:
     group_by_length: bool = False
     """Batch training examples of similar length together (less padding)."""
 
+    pad_to_multiple_of: int = 1
+    """Pad every batch's sequence length up to a multiple of this: 8 keeps a GPU's half-precision matmuls
+    on tensor-core shapes (the GPU configs set it); 1 pads to the batch's longest example only, best on a
+    CPU, where every padded position is computed. Padded positions are masked: the results do not change."""
+
     cache_dir: bool | str | os.PathLike[str] | None = None
     """Tokenisation cache folder; ``None`` = ``$PAL_CACHE_DIR`` or ``~/.cache/pal_lightning``; ``False``
     disables the cache."""
@@ -136,6 +141,7 @@ class DataConfig:
         check_at_least("limit_examples", self.limit_examples, 1)
         check_at_least("max_length", self.max_length, 8, optional=False)
         check_at_least("num_workers", self.num_workers, 0, optional=False)
+        check_at_least("pad_to_multiple_of", self.pad_to_multiple_of, 1, optional=False)
         if self.task_multipliers and self.schedule == SEQUENTIAL:
             raise PalUserError(
                 "task_multipliers scale the draws of the interleaved schedule; the sequential schedule trains "

@@ -155,8 +155,7 @@ def check_files_exist(requests: Sequence[tuple[TaskSpec, str]], data_dir: Path) 
             f"Data files not found in {data_dir.resolve()}: "
             + "; ".join(missing)
             + ". Point at the folder holding them with --data.data_dir PATH (data_dir=... in Python) "
-            "or the environment variable PAL_DATA_DIR; without either, ./data is searched."
-            + origin
+            "or the environment variable PAL_DATA_DIR; without either, ./data is searched." + origin
         )
 
 

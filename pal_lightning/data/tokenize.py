@@ -168,8 +168,10 @@ def encode_split(
     )
 
 
-def pad_batch(enc: Encoded, index: np.ndarray, pad_id: int, suffix: str = "") -> dict[str, Any]:
-    """Pad the examples ``index`` of ``enc`` to the longest of them.
+def pad_batch(
+    enc: Encoded, index: np.ndarray, pad_id: int, suffix: str = "", multiple_of: int = 1
+) -> dict[str, Any]:
+    """Pad the examples ``index`` of ``enc`` to the longest of them, rounded up to a multiple of ``multiple_of``.
 
     Returns ``input_ids``/``attention_mask``/``token_type_ids`` (LongTensor ``[B, T]``),
     with ``suffix`` (``_a``/``_b``) appended to the keys for siamese sides.
@@ -179,6 +181,7 @@ def pad_batch(enc: Encoded, index: np.ndarray, pad_id: int, suffix: str = "") ->
     starts = enc.offsets[index]
     lengths = enc.offsets[index + 1] - starts
     width = int(lengths.max()) if len(lengths) else 0
+    width = -(-width // multiple_of) * multiple_of  # ceil to the multiple (masked positions: no effect)
     ids = np.full((len(index), width), pad_id, dtype=np.int64)
     types = np.zeros((len(index), width), dtype=np.int64)
     # The mask is 1 on real tokens: position j < length.
