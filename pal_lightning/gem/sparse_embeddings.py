@@ -8,6 +8,10 @@ tensor) and :mod:`pal_lightning.gem.gram` works on those rows: the same gradient
 and write-back up to float summation order. A-GEM on MiniLM, one CPU thread: its memory gradient, dot
 products and write-back took 4 % less, about 50 ms (paired, interleaved; ``benchmarks/RESULTS.md``).
 
+A-GEM asks for it on a CPU only: on a GPU the dense table's gradient is cheap and the sparse rows' extra
+operators (coalescing, indexing) are what a host-bound step pays for; dense rows also go flat there
+(:mod:`pal_lightning.gem.flat_rows`).
+
 When it is not used (:func:`sparse_embedding_gradients` leaves the model alone): under DDP (rows are
 summed across ranks by a dense all-reduce), and when the module calls its encoder through
 ``torch.compile`` (a changed module attribute recompiles, and the compiled backward may not produce
