@@ -114,6 +114,28 @@ def load_tuned_encoder(model: Any, state: dict[str, Any]) -> None:
         )
 
 
+def trainer_schedule(budget: Budget, output_dir: str, steps: int, lr: float, seed: int) -> dict[str, Any]:
+    """The ``TrainingArguments`` every Trainer-based peer shares (transformers' and sentence-transformers'):
+    the budget's steps, rate, warmup then linear decay, weight decay and clipping, the seeds; no logging,
+    saving or progress bars."""
+    return {
+        "output_dir": output_dir,
+        "max_steps": steps,
+        "per_device_train_batch_size": budget.batch_size,
+        "learning_rate": lr,
+        "weight_decay": budget.weight_decay,
+        "warmup_steps": int(round(budget.warmup_ratio * steps)),
+        "lr_scheduler_type": "linear",
+        "max_grad_norm": budget.max_grad_norm,
+        "seed": seed,
+        "data_seed": seed,
+        "report_to": "none",
+        "save_strategy": "no",
+        "logging_strategy": "no",
+        "disable_tqdm": True,
+    }
+
+
 def train_one_task(
     system: str, task: str, budget: Budget, lr: float, seed: int, encoder_state: dict[str, Any] | None = None
 ) -> dict[str, Any]:
@@ -140,21 +162,8 @@ def train_one_task(
     steps = budget.steps_per_task
     with tempfile.TemporaryDirectory() as tmp:
         args = TrainingArguments(
-            output_dir=tmp,
-            max_steps=steps,
-            per_device_train_batch_size=budget.batch_size,
+            **trainer_schedule(budget, tmp, steps, lr, seed),
             per_device_eval_batch_size=budget.eval_batch_size,
-            learning_rate=lr,
-            weight_decay=budget.weight_decay,
-            warmup_steps=int(round(budget.warmup_ratio * steps)),
-            lr_scheduler_type="linear",
-            max_grad_norm=budget.max_grad_norm,
-            seed=seed,
-            data_seed=seed,
-            report_to="none",
-            save_strategy="no",
-            logging_strategy="no",
-            disable_tqdm=True,
         )
         trainer = Trainer(
             model=model, args=args, train_dataset=train, data_collator=DataCollatorWithPadding(tokenizer)
@@ -240,21 +249,8 @@ def run_sentence_transformers(budget: Budget, scale: float, seed: int) -> dict[s
     steps = len(TASKS) * budget.steps_per_task
     with tempfile.TemporaryDirectory() as tmp:
         args = Args(
-            output_dir=tmp,
-            max_steps=steps,
-            per_device_train_batch_size=budget.batch_size,
-            learning_rate=BASE_LR["st_multitask"] * scale,
-            weight_decay=budget.weight_decay,
-            warmup_steps=int(round(budget.warmup_ratio * steps)),
-            lr_scheduler_type="linear",
-            max_grad_norm=budget.max_grad_norm,
-            seed=seed,
-            data_seed=seed,
+            **trainer_schedule(budget, tmp, steps, BASE_LR["st_multitask"] * scale, seed),
             multi_dataset_batch_sampler=MultiDatasetBatchSamplers.ROUND_ROBIN,
-            report_to="none",
-            save_strategy="no",
-            logging_strategy="no",
-            disable_tqdm=True,
         )
         trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=train, loss=losses)
         start = time.perf_counter()
