@@ -106,6 +106,9 @@ class Budget:
     """``MultiTaskModule`` arguments replacing the quickstart's (``--quick``: PAL sizes of a tiny model)."""
     lora_rank: int = 8
     """LoRA rank (set by :func:`matched_lora_rank`)."""
+    precision: str = "32-true"
+    """Every system's arithmetic: ``32-true``, or ``bf16-mixed`` (autocast to bf16: Lightning's
+    ``precision`` for pal-lightning, ``bf16=True`` in the Trainer-based peers), the same for all."""
 
     @property
     def steps_per_task(self) -> int:

@@ -133,6 +133,8 @@ def trainer_schedule(budget: Budget, output_dir: str, steps: int, lr: float, see
         "save_strategy": "no",
         "logging_strategy": "no",
         "disable_tqdm": True,
+        "bf16": budget.precision == "bf16-mixed",  # autocast, as Lightning's bf16-mixed
+        "use_cpu": _device() == "cpu",  # the Trainer refuses bf16 on a CPU unless told it is one
     }
 
 
@@ -315,9 +317,9 @@ def pal_arguments(system: str, budget: Budget, scale: float, seed: int) -> tuple
         "accelerator": "auto",
         "max_steps": steps,
         "limit_val_batches": 0,
-        # fp32 as every peer trains here (the quickstart's "auto" would give pal-lightning bf16 on a CPU
-        # with bf16 instructions: the same arithmetic for every system instead)
-        "precision": "32-true",
+        # the budget's precision, as every peer trains (the quickstart's "auto" would give pal-lightning
+        # bf16 on a CPU with bf16 instructions and fp32 elsewhere: the same arithmetic for every system)
+        "precision": budget.precision,
         "gradient_clip_val": budget.max_grad_norm,
     }
     return model, data, trainer

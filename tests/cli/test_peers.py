@@ -273,3 +273,37 @@ def test_resume_keeps_finished_runs_and_refuses_another_budget(
     before = out.read_bytes()
     assert peers.main([*argv, "--resume", "--dev-limit", "4"]) == 2
     assert "other dev_limit" in capsys.readouterr().err and out.read_bytes() == before
+
+
+def test_bf16_mixed_reaches_every_kind_of_system(tmp_path: Path) -> None:
+    """--precision bf16-mixed: the Trainer-based peers get bf16 autocast (and are told they are on a CPU,
+    which the Trainer requires for it), pal-lightning gets Lightning's bf16-mixed; a quick run of one of
+    each finishes and records the precision in its settings and commands."""
+    import peers_systems  # on sys.path: benchmarks/ (peers.py put it there)
+
+    bf16 = peers.Budget(encoder="e", data_root=str(tmp_path), examples_per_task=64, precision="bf16-mixed")
+    args = peers_systems.trainer_schedule(bf16, str(tmp_path), 2, 1e-4, 42)
+    assert args["bf16"] is True and args["use_cpu"] is True  # no GPU here
+    assert (
+        peers_systems.trainer_schedule(peers.Budget("e", str(tmp_path), 64), str(tmp_path), 2, 1e-4, 42)[
+            "bf16"
+        ]
+        is False
+    )
+    assert peers_systems.pal_arguments("pal_pals", bf16, 1.0, 42)[2]["precision"] == "bf16-mixed"
+    out = tmp_path / "peers.csv"
+    argv = [
+        "--quick",
+        "--seeds",
+        "1",
+        "--lrs",
+        "1",
+        "--systems",
+        "trainer,pal_shared",
+        "--precision",
+        "bf16-mixed",
+    ]
+    assert peers.main([*argv, "--out", str(out)]) == 0
+    record = json.loads(out.with_suffix(".json").read_text())
+    assert record["settings"]["budget"]["precision"] == "bf16-mixed"
+    assert all(r["status"] == "ok" and "--precision bf16-mixed" in r["command"] for r in record["runs"])
