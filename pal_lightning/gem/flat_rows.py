@@ -2,22 +2,24 @@
 
 :mod:`pal_lightning.gem.gram` takes every product tensor by tensor: for a model of ``N`` parameter tensors
 and ``t`` rows that is ``N (t + 1)(t + 2) / 2`` dot products, plus ``t N`` in-place additions for the
-write-back, each one operator the host must dispatch. On a CPU that costs nothing beside the arithmetic;
-on a GPU, where a BERT-base step is bound by the host issuing its operators (``benchmarks/RESULTS.md``,
-"GPU figures": about 14 µs each on an H100 machine), GEM's ~4,000 per-tensor products and additions at
-``t = 2`` add about as much time as its remaining overhead. Here each gradient is copied once into one
-float64 vector over the participating parameters, in their order::
+write-back, each one operator the host must dispatch. On a CPU the products' arithmetic dominates; on a
+GPU a BERT-base step is bound by the host issuing its operators (``benchmarks/RESULTS.md``, "GPU
+figures": about 14 µs each on an H100 machine), and GEM's ~4,000 per-tensor products and additions at
+``t = 2`` come, at that rate, to about 56 ms: an estimate of about all the time GEM's fp32 step took
+there beyond its arithmetic. Here each gradient is copied once into one float64 vector over the
+participating parameters, in their order::
 
     F = [flat(g_1); ...; flat(g_t)]       (t, n)       GG^T = F F^T        (one matmul)
     M = [[g.g, (F g)^T], [F g, GG^T]]                                        (one matrix-vector product)
     g~ = g + F^T v, split back into the parameters' gradients                (one product, one foreach add)
 
-The products are exact in float64 (the per-tensor path takes each tensor's dot in float32 and sums the
-tensors in float64), so both give the same numbers to about 1e-7 relative; ``tests/callbacks/
-test_gem_flat_rows.py`` compares them. The price is memory: ``t + 1`` float64 copies of the participating
-parameters (for BERT-base's 110 M, 0.9 GB each), which is why :class:`~pal_lightning.gem.GEMCallback`
-takes this path on CUDA devices only unless told otherwise (``flat_rows=True``/``False``). Sparse rows
-(A-GEM's embedding tables in one process, :mod:`pal_lightning.gem.sparse_embeddings`) stay per tensor.
+The products and sums are taken in float64 (the per-tensor path takes each tensor's dot in float32 and
+sums the tensors in float64); both agree to 1e-6 relative in ``tests/callbacks/test_gem_flat_rows.py``.
+The price is memory and copies: ``t + 1`` float64 copies of the participating parameters (for
+BERT-base's 110 M, 0.9 GB each). On a CPU, where a dispatch is cheap beside the arithmetic, the copies
+would only add time, so :class:`~pal_lightning.gem.GEMCallback` takes this path on CUDA devices unless
+told otherwise (``flat_rows=True``/``False``). Sparse rows (A-GEM's embedding tables, in one process on
+a CPU: :mod:`pal_lightning.gem.sparse_embeddings`) stay per tensor.
 """
 
 from __future__ import annotations
