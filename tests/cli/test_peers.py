@@ -240,30 +240,22 @@ def test_quick_runs_every_system(tmp_path: Path) -> None:
     plt.close("all")
 
 
+def _quick(systems: str, out: Path, *extra: str) -> list[str]:
+    """``peers.py --quick`` arguments for ``systems``, one seed and one rate, writing ``out``."""
+    return ["--quick", "--seeds", "1", "--lrs", "1", "--systems", systems, "--out", str(out), *extra]
+
+
 def test_resume_keeps_finished_runs_and_refuses_another_budget(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """--resume: a second call keeps the first's finished run (the same row, not a rerun), runs only what
-    is missing and summarises both; a call that measures otherwise (other dev sets) is refused with exit 2, the file untouched."""
+    is missing and summarises both; a call that measures otherwise (other dev sets) is refused with
+    exit 2, the file untouched."""
     out = tmp_path / "peers.csv"
-    assert (
-        peers.main(["--quick", "--seeds", "1", "--lrs", "1", "--systems", "pal_shared", "--out", str(out)])
-        == 0
-    )
+    assert peers.main(_quick("pal_shared", out)) == 0
     first = json.loads(out.with_suffix(".json").read_text())["runs"]
     capsys.readouterr()
-    argv = [
-        "--quick",
-        "--seeds",
-        "1",
-        "--lrs",
-        "1",
-        "--systems",
-        "pal_shared,st_multitask",
-        "--out",
-        str(out),
-    ]
-    assert peers.main([*argv, "--resume"]) == 0
+    assert peers.main(_quick("pal_shared,st_multitask", out, "--resume")) == 0
     printed = capsys.readouterr().out
     assert "--resume: 1 finished runs kept" in printed and "[1/1] st_multitask" in printed
     record = json.loads(out.with_suffix(".json").read_text())
@@ -271,7 +263,7 @@ def test_resume_keeps_finished_runs_and_refuses_another_budget(
     assert set(runs) == {"pal_shared", "st_multitask"} and runs["pal_shared"] == first[0]
     assert set(record["summary"]["systems"]) == {"pal_shared", "st_multitask"}
     before = out.read_bytes()
-    assert peers.main([*argv, "--resume", "--dev-limit", "4"]) == 2
+    assert peers.main(_quick("pal_shared,st_multitask", out, "--resume", "--dev-limit", "4")) == 2
     assert "other dev_limit" in capsys.readouterr().err and out.read_bytes() == before
 
 
@@ -284,26 +276,11 @@ def test_bf16_mixed_reaches_every_kind_of_system(tmp_path: Path) -> None:
     bf16 = peers.Budget(encoder="e", data_root=str(tmp_path), examples_per_task=64, precision="bf16-mixed")
     args = peers_systems.trainer_schedule(bf16, str(tmp_path), 2, 1e-4, 42)
     assert args["bf16"] is True and args["use_cpu"] is True  # no GPU here
-    assert (
-        peers_systems.trainer_schedule(peers.Budget("e", str(tmp_path), 64), str(tmp_path), 2, 1e-4, 42)[
-            "bf16"
-        ]
-        is False
-    )
+    fp32 = peers.Budget(encoder="e", data_root=str(tmp_path), examples_per_task=64)
+    assert peers_systems.trainer_schedule(fp32, str(tmp_path), 2, 1e-4, 42)["bf16"] is False
     assert peers_systems.pal_arguments("pal_pals", bf16, 1.0, 42)[2]["precision"] == "bf16-mixed"
     out = tmp_path / "peers.csv"
-    argv = [
-        "--quick",
-        "--seeds",
-        "1",
-        "--lrs",
-        "1",
-        "--systems",
-        "trainer,pal_shared",
-        "--precision",
-        "bf16-mixed",
-    ]
-    assert peers.main([*argv, "--out", str(out)]) == 0
+    assert peers.main(_quick("trainer,pal_shared", out, "--precision", "bf16-mixed")) == 0
     record = json.loads(out.with_suffix(".json").read_text())
     assert record["settings"]["budget"]["precision"] == "bf16-mixed"
     assert all(r["status"] == "ok" and "--precision bf16-mixed" in r["command"] for r in record["runs"])
