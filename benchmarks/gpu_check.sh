@@ -10,7 +10,8 @@
 # run, and OUT_DIR/summary.json (one entry per run: card, MFU of the shared step, the ratios to targets).
 # --dry-run prints the commands and writes nothing. Each run is cut at STEP_TIMEOUT seconds (default 70,
 # so four runs stay under 5 minutes); a run that fails or times out is reported and the others still run.
-# PYTHON (default: python) is the interpreter of the environment with pal_lightning installed.
+# PYTHON (default: python, else python3) is the interpreter of the environment with pal_lightning's needs;
+# it is split into words, so it may carry options (the tests use "python -S").
 #
 # On a bare GPU machine (torch, lightning and transformers there, not this package's other needs):
 # wheels in .whl/ at the repository root (quadprog, jsonargparse and its docstring-parser and
@@ -30,7 +31,7 @@ case "$out" in
     /*) ;;
     *) out="$PWD/$out" ;;  # the runs start in the repository root
 esac
-python_bin="${PYTHON:-python}"
+python_bin="${PYTHON:-$(command -v python >/dev/null 2>&1 && echo python || echo python3)}"
 timeout_s="${STEP_TIMEOUT:-70}"
 cd "$(dirname "$0")/.." || exit 2
 export HF_HUB_OFFLINE=1  # the default encoder comes from the installed offline package
