@@ -66,8 +66,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from collections.abc import Sequence
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -139,6 +141,18 @@ def run_unit(system: str, budget: Budget, scale: float, seed: int) -> dict[str, 
     return row
 
 
+def _run_command(args: argparse.Namespace, budget: Budget, system: str) -> str:
+    """The command that reruns ``system``'s part of this comparison alone (recorded with every run)."""
+    return (
+        f"python benchmarks/peers.py --systems {system} --seeds {args.seeds} --seed {args.seed} "
+        f"--lrs {','.join(f'{x:g}' for x in args.lrs)} --examples-per-task {budget.examples_per_task} "
+        f"--max-length {args.max_length} --qqp-dev-limit {args.qqp_dev_limit} --precision {args.precision}"
+        + (f" --search-seeds {args.search_seeds}" if args.search_seeds else "")
+        + (f" --dev-limit {args.dev_limit}" if args.dev_limit else "")
+        + (" --quick" if args.quick else "")
+    )
+
+
 def run_in_subprocess(system: str, budget: Budget, scale: float, seed: int, log: Path) -> dict[str, Any]:
     """:func:`run_unit` in a fresh Python process (its own peak memory; nothing shared between runs)."""
     spec = json.dumps({"system": system, "budget": asdict(budget), "scale": scale, "seed": seed})
@@ -207,6 +221,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--in-process", action="store_true", help="run every system in this process")
     parser.add_argument(
+        "--search-seeds",
+        type=int,
+        default=0,
+        help="run the rate search (every --lrs value) on the first K seeds only; each later seed runs a\n"
+        "system at the rates chosen on those (per task for one-model-per-task systems). 0 (default): all",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="runs at once, each in its own subprocess (default 1). Several share one GPU well, since a\n"
+        "step of this size is bound by the host; on a CPU they share the cores and slow each other,\n"
+        "so ms_per_example is comparable only between runs made with the same --jobs on one machine",
+    )
+    parser.add_argument(
         "--resume",
         action="store_true",
         help="keep the finished runs of the --out file (same budget and dev sets, else refused) and run only\n"
@@ -232,6 +261,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--lrs needs at least one positive multiplier")
     if args.seeds < 1:
         parser.error("--seeds must be at least 1")
+    if not 0 <= args.search_seeds <= args.seeds:
+        parser.error(f"--search-seeds must be between 0 (every seed) and --seeds ({args.seeds})")
+    if args.jobs < 1:
+        parser.error("--jobs must be at least 1")
     if args.examples_per_task < args.batch_size:
         parser.error("--examples-per-task must be at least --batch-size")
     if "lora_tuned" in args.systems and args.examples_per_task < 2 * args.batch_size and not args.quick:
@@ -299,7 +332,7 @@ def _run(args: argparse.Namespace, work: Path, command: str) -> int:
     from dataclasses import replace
 
     budget = replace(budget, lora_rank=matched_lora_rank(budget, pal_size))
-    in_process = args.in_process or args.quick
+    in_process = args.in_process or (args.quick and args.jobs == 1)
     settings = {
         "command": command,
         "encoder": args.encoder,
@@ -328,18 +361,37 @@ def _run(args: argparse.Namespace, work: Path, command: str) -> int:
         except ValueError as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
+    search_seeds = seeds[: args.search_seeds] if args.search_seeds else seeds
+    settings["search_seeds"] = search_seeds
+    settings["jobs"] = args.jobs
+    command_of = partial(_run_command, args, budget)
     done = {(row["seed"], row["system"], row["lr_scale"]) for row in rows}
-    runs = [
+    search = [
         (seed, system, scale)
-        for seed in seeds
+        for seed in search_seeds
         for system in args.systems
         for scale in args.lrs
         if (seed, system, scale) not in done
     ]
     if rows:
-        print(f"--resume: {len(rows)} finished runs kept from {args.out}, {len(runs)} to run", flush=True)
+        print(f"--resume: {len(rows)} finished runs kept from {args.out}, {len(search)} to search", flush=True)
     summary = summarize(rows, settings["systems"])  # written after each run below
-    for k, (seed, system, scale) in enumerate(runs, 1):
+
+    def later_runs(system: str) -> list[tuple[int, str, float]]:
+        """The runs of ``system`` at the seeds after the search ones, at its chosen rates (once its search
+        is over: every search run finished, well or not)."""
+        if any(run[1] == system for run in search):
+            return []
+        scales = sorted(set(choose_rates(rows, system).values()))
+        return [
+            (seed, system, scale)
+            for seed in seeds
+            if seed not in search_seeds
+            for scale in scales
+            if (seed, system, scale) not in done
+        ]
+
+    def one(seed: int, system: str, scale: float) -> dict[str, Any]:
         if in_process:
             row = run_unit(system, budget, scale, seed)
             row["rss_scope"] = "process"
@@ -347,21 +399,37 @@ def _run(args: argparse.Namespace, work: Path, command: str) -> int:
             log = work / "logs" / f"{system}-lr{scale:g}-seed{seed}.log"
             log.parent.mkdir(parents=True, exist_ok=True)
             row = run_in_subprocess(system, budget, scale, seed, log)
-        row["command"] = (
-            f"python benchmarks/peers.py --systems {system} --seeds {args.seeds} --seed {args.seed} "
-            f"--lrs {','.join(f'{x:g}' for x in args.lrs)} --examples-per-task {budget.examples_per_task} "
-            f"--max-length {args.max_length} --qqp-dev-limit {args.qqp_dev_limit} --precision {args.precision}"
-            + (f" --dev-limit {args.dev_limit}" if args.dev_limit else "")
-            + (" --quick" if args.quick else "")
-        )
-        rows.append(row)
-        scores = "  ".join(
-            f"{c} {row[c]:.3f}"
-            for c in ("sst_acc", "qqp_acc", "sts_pearson", "overall")
-            if row[c] is not None
-        )
-        print(f"[{k}/{len(runs)}] {system} lr x{scale:g} seed {seed}: {scores}  {row['status']}", flush=True)
-        summary = write_outputs(args.out, rows, settings)
+        row["command"] = command_of(system)
+        return row
+
+    queue = list(search)
+    for system in args.systems:
+        queue += later_runs(system)
+    workers = 1 if in_process else args.jobs
+    k = 0
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        running: dict[Future[dict[str, Any]], tuple[int, str, float]] = {}
+        while queue or running:
+            while queue and len(running) < workers:
+                run = queue.pop(0)
+                running[pool.submit(one, *run)] = run
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                seed, system, scale = running.pop(future)
+                row = future.result()
+                rows.append(row)
+                done.add((seed, system, scale))
+                k += 1
+                scores = "  ".join(
+                    f"{c} {row[c]:.3f}"
+                    for c in ("sst_acc", "qqp_acc", "sts_pearson", "overall")
+                    if row[c] is not None
+                )
+                print(f"[{k}] {system} lr x{scale:g} seed {seed}: {scores}  {row['status']}", flush=True)
+                summary = write_outputs(args.out, rows, settings)
+                if (seed, system, scale) in search:
+                    search.remove((seed, system, scale))
+                    queue[:0] = later_runs(system)  # a system's seeds before other systems' searches
     if args.work is None:
         shutil.rmtree(work / "data", ignore_errors=True)
     print(summary_table(summary))

@@ -25,11 +25,17 @@ from reproduce import _fmt  # noqa: E402
 
 def choose_rates(rows: Sequence[dict[str, Any]], system: str) -> dict[str, float]:
     """The best ``--lrs`` value of a system per score column, by the mean over seeds on dev: one value
-    for every task of a multi-task system (by overall), one per task for a one-model-per-task system."""
-    mine = [r for r in rows if r["system"] == system and r["status"] == "ok"]
-    scales = sorted({r["lr_scale"] for r in mine})
+    for every task of a multi-task system (by overall), one per task for a one-model-per-task system.
+
+    Only the *search seeds* vote: those at which the system ran every rate it ran at all. With
+    ``--search-seeds K`` the later seeds run only the chosen rates, and letting them vote would favour
+    the chosen rates by their extra seeds (a mean over 3 seeds against one over 1)."""
+    ok = [r for r in rows if r["system"] == system and r["status"] == "ok"]
+    scales = sorted({r["lr_scale"] for r in ok})
     if not scales:
         return {}
+    search = {s for s in {r["seed"] for r in ok} if {r["lr_scale"] for r in ok if r["seed"] == s} == set(scales)}
+    mine = [r for r in ok if r["seed"] in search] or ok
 
     def mean(column: str, scale: float) -> float:
         values = [r[column] for r in mine if r["lr_scale"] == scale and r[column] is not None]
