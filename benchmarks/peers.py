@@ -373,8 +373,6 @@ def _run(args: argparse.Namespace, work: Path, command: str) -> int:
         for scale in args.lrs
         if (seed, system, scale) not in done
     ]
-    if rows:
-        print(f"--resume: {len(rows)} finished runs kept from {args.out}, {len(search)} to search", flush=True)
     summary = summarize(rows, settings["systems"])  # written after each run below
 
     def later_runs(system: str) -> list[tuple[int, str, float]]:
@@ -405,6 +403,8 @@ def _run(args: argparse.Namespace, work: Path, command: str) -> int:
     queue = list(search)
     for system in args.systems:
         queue += later_runs(system)
+    if rows:
+        print(f"--resume: {len(rows)} finished runs kept from {args.out}, {len(queue)} to run", flush=True)
     workers = 1 if in_process else args.jobs
     k = 0
     with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -425,7 +425,7 @@ def _run(args: argparse.Namespace, work: Path, command: str) -> int:
                     for c in ("sst_acc", "qqp_acc", "sts_pearson", "overall")
                     if row[c] is not None
                 )
-                print(f"[{k}] {system} lr x{scale:g} seed {seed}: {scores}  {row['status']}", flush=True)
+                print(f"[{k}/{k + len(queue) + len(running)}] {system} lr x{scale:g} seed {seed}: {scores}  {row['status']}", flush=True)
                 summary = write_outputs(args.out, rows, settings)
                 if (seed, system, scale) in search:
                     search.remove((seed, system, scale))

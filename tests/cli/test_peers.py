@@ -284,3 +284,33 @@ def test_bf16_mixed_reaches_every_kind_of_system(tmp_path: Path) -> None:
     record = json.loads(out.with_suffix(".json").read_text())
     assert record["settings"]["budget"]["precision"] == "bf16-mixed"
     assert all(r["status"] == "ok" and "--precision bf16-mixed" in r["command"] for r in record["runs"])
+
+
+def test_only_the_search_seeds_choose_the_rates() -> None:
+    """With --search-seeds, later seeds run only the chosen rates; they must not vote, or the chosen rate
+    would win again by its extra seeds. Here seed 43 ran only rate 2 and scored high: still rate 1."""
+    rows = [
+        _row("pal_pals", 1.0, 42, 0.50, 0.70, 0.80),
+        _row("pal_pals", 2.0, 42, 0.40, 0.70, 0.80),
+        _row("pal_pals", 2.0, 43, 0.90, 0.90, 0.90),
+    ]
+    assert peers.choose_rates(rows, "pal_pals") == dict.fromkeys(("sst_acc", "qqp_acc", "sts_pearson"), 1.0)
+    # every seed ran every rate: all of them vote, as before
+    both = [*rows, _row("pal_pals", 1.0, 43, 0.10, 0.10, 0.10)]
+    assert peers.choose_rates(both, "pal_pals") == dict.fromkeys(("sst_acc", "qqp_acc", "sts_pearson"), 2.0)
+
+
+def test_search_seeds_and_parallel_jobs(tmp_path: Path) -> None:
+    """--search-seeds 1 --jobs 2: both rates run at the first seed (two subprocesses at once), the second
+    seed runs only the rate chosen on the first; the settings record both options."""
+    out = tmp_path / "peers.csv"
+    argv = ["--quick", "--seeds", "2", "--search-seeds", "1", "--lrs", "0.5,1", "--jobs", "2"]
+    assert peers.main([*argv, "--systems", "pal_shared", "--out", str(out)]) == 0
+    record = json.loads(out.with_suffix(".json").read_text())
+    runs = sorted((r["seed"], r["lr_scale"]) for r in record["runs"])
+    (chosen,) = set(peers.choose_rates(record["runs"], "pal_shared").values())
+    assert runs == sorted([(42, 0.5), (42, 1.0), (43, chosen)])
+    assert all(r["status"] == "ok" and r["rss_scope"] == "run" for r in record["runs"])
+    assert record["settings"]["search_seeds"] == [42] and record["settings"]["jobs"] == 2
+    assert record["summary"]["systems"]["pal_shared"]["seeds"] == [42, 43]
+    assert all("--search-seeds 1" in r["command"] for r in record["runs"])
