@@ -66,8 +66,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from collections.abc import Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict
 from functools import partial
 from pathlib import Path
@@ -425,7 +425,10 @@ def _run(args: argparse.Namespace, work: Path, command: str) -> int:
                     for c in ("sst_acc", "qqp_acc", "sts_pearson", "overall")
                     if row[c] is not None
                 )
-                print(f"[{k}/{k + len(queue) + len(running)}] {system} lr x{scale:g} seed {seed}: {scores}  {row['status']}", flush=True)
+                print(
+                    f"[{k}/{k + len(queue) + len(running)}] {system} lr x{scale:g} seed {seed}: {scores}  {row['status']}",
+                    flush=True,
+                )
                 summary = write_outputs(args.out, rows, settings)
                 if (seed, system, scale) in search:
                     search.remove((seed, system, scale))

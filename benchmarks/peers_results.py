@@ -34,7 +34,9 @@ def choose_rates(rows: Sequence[dict[str, Any]], system: str) -> dict[str, float
     scales = sorted({r["lr_scale"] for r in ok})
     if not scales:
         return {}
-    search = {s for s in {r["seed"] for r in ok} if {r["lr_scale"] for r in ok if r["seed"] == s} == set(scales)}
+    search = {
+        s for s in {r["seed"] for r in ok} if {r["lr_scale"] for r in ok if r["seed"] == s} == set(scales)
+    }
     mine = [r for r in ok if r["seed"] in search] or ok
 
     def mean(column: str, scale: float) -> float:
