@@ -300,17 +300,35 @@ def test_only_the_search_seeds_choose_the_rates() -> None:
     assert peers.choose_rates(both, "pal_pals") == dict.fromkeys(("sst_acc", "qqp_acc", "sts_pearson"), 2.0)
 
 
-def test_search_seeds_and_parallel_jobs(tmp_path: Path) -> None:
-    """--search-seeds 1 --jobs 2: both rates run at the first seed (two subprocesses at once), the second
-    seed runs only the rate chosen on the first; the settings record both options."""
+def test_search_seeds_and_parallel_jobs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--search-seeds 1 --jobs 2: every rate runs at the first seed, two runs at a time, and the second
+    seed runs only the rate chosen on the first, queued as soon as that system's search is over; the
+    settings and commands record both options. The runner is replaced by one that scores rate 0.5
+    best at seed 42 (it trains nothing: this checks the scheduling, the runs are checked above)."""
+    import threading
+    import time
+
+    lock, active, peak = threading.Lock(), [0], [0]
+
+    def fake_run(system: str, budget: object, scale: float, seed: int, log: Path) -> dict:
+        with lock:
+            active[0] += 1
+            peak[0] = max(peak[0], active[0])
+        time.sleep(0.2)
+        with lock:
+            active[0] -= 1
+        best = 0.9 if scale == 0.5 else 0.5
+        return {**_row(system, scale, seed, best, best, best), "rss_scope": "run"}
+
+    monkeypatch.setattr(peers, "run_in_subprocess", fake_run)
     out = tmp_path / "peers.csv"
-    argv = ["--quick", "--seeds", "2", "--search-seeds", "1", "--lrs", "0.5,1", "--jobs", "2"]
-    assert peers.main([*argv, "--systems", "pal_shared", "--out", str(out)]) == 0
+    argv = ["--quick", "--seeds", "3", "--search-seeds", "1", "--lrs", "0.5,1,2", "--jobs", "2"]
+    assert peers.main([*argv, "--systems", "pal_shared,trainer", "--out", str(out)]) == 0
     record = json.loads(out.with_suffix(".json").read_text())
-    runs = sorted((r["seed"], r["lr_scale"]) for r in record["runs"])
-    (chosen,) = set(peers.choose_rates(record["runs"], "pal_shared").values())
-    assert runs == sorted([(42, 0.5), (42, 1.0), (43, chosen)])
-    assert all(r["status"] == "ok" and r["rss_scope"] == "run" for r in record["runs"])
+    for system in ("pal_shared", "trainer"):
+        runs = sorted((r["seed"], r["lr_scale"]) for r in record["runs"] if r["system"] == system)
+        assert runs == [(42, 0.5), (42, 1.0), (42, 2.0), (43, 0.5), (44, 0.5)]
+        assert record["summary"]["systems"][system]["seeds"] == [42, 43, 44]
+    assert peak[0] == 2  # two at once, never more
     assert record["settings"]["search_seeds"] == [42] and record["settings"]["jobs"] == 2
-    assert record["summary"]["systems"]["pal_shared"]["seeds"] == [42, 43]
     assert all("--search-seeds 1" in r["command"] for r in record["runs"])
