@@ -287,9 +287,12 @@ def plot_peers(csv_path: Path, out: Path | None = None) -> Any:
         fmt="none", ecolor="grey", capsize=3,
     )  # fmt: skip
     ax.scatter(x, y, zorder=3)
+    most = max((p.seeds for p in points), default=0)
     for p, xi, label_y in zip(points, x, label_heights(x, y), strict=True):
+        # a system with fewer seeds than the others says so: its point is one run, not a mean
+        label = p.system if p.seeds == most else f"{p.system} ({p.seeds} seed{'s' * (p.seeds != 1)})"
         ax.annotate(
-            p.system, (xi, p.mean), xytext=(xi * 1.02, label_y), fontsize=8, va="center",
+            label, (xi, p.mean), xytext=(xi * 1.02, label_y), fontsize=8, va="center",
             arrowprops={"arrowstyle": "-", "color": "grey", "lw": 0.5} if label_y != p.mean else None,
         )  # fmt: skip
     ax.set_xscale("log")

@@ -332,3 +332,27 @@ def test_search_seeds_and_parallel_jobs(tmp_path: Path, monkeypatch: pytest.Monk
     assert peak[0] == 2  # two at once, never more
     assert record["settings"]["search_seeds"] == [42] and record["settings"]["jobs"] == 2
     assert all("--search-seeds 1" in r["command"] for r in record["runs"])
+
+
+def test_figure_labels_a_system_with_fewer_seeds(tmp_path: Path) -> None:
+    """A system measured at fewer seeds than the others is labelled with its count: its point is not a
+    mean over the seeds the title names."""
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    rows = [
+        _row("trainer", 1.0, 1, 0.5, 0.7, 0.8),
+        _row("trainer", 1.0, 2, 0.6, 0.7, 0.8),
+        _row("pal_pals", 1.0, 1, 0.5, 0.7, 0.9),
+    ]
+    for r in rows:
+        r["params_stored"] = 1_000_000
+    out = tmp_path / "peers.csv"
+    settings = {
+        "systems": ["trainer", "pal_pals"], "seeds": [1, 2], "lr_multipliers": [1.0],
+        "budget": {"examples_per_task": 64}, "dev_limit": 0, "quick": False,
+    }  # fmt: skip
+    peers.write_outputs(out, rows, settings)
+    assert _points(peers.plot_peers(out))[2] == ["trainer", "pal_pals (1 seed)"]
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
