@@ -47,7 +47,13 @@ Usage::
     export PAL_DATA_DIR=/path/to/cs224n-minbert HF_HUB_OFFLINE=1
     python benchmarks/peers.py                                   # every system, 3 seeds, 3 rates
     python benchmarks/peers.py --systems lora,pal_pals --seeds 1 --lrs 1 --examples-per-task 3200
+    python benchmarks/peers.py --seeds 3 --search-seeds 1 --jobs 16   # rates searched on seed 42, 16 runs at once
     python benchmarks/peers.py --quick --out /tmp/peers.csv      # tiny random encoder, fixture data
+
+``--search-seeds K`` runs every ``--lrs`` value on the first K seeds only and the later seeds at the rates
+chosen there (:func:`choose_rates` lets only the search seeds vote). ``--jobs N`` runs N runs at once,
+each in its own subprocess: a GPU shares them well (a step of this size is bound by the host), while on
+a CPU they share the cores, so ``ms_per_example`` then compares nothing.
 
 Writes ``--out`` (CSV, one row per run) and the same path with ``.json`` (the settings, every run,
 the per-system summary at its chosen rates and the paired differences of ``pal_pals`` against each
