@@ -271,6 +271,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error(f"--search-seeds must be between 0 (every seed) and --seeds ({args.seeds})")
     if args.jobs < 1:
         parser.error("--jobs must be at least 1")
+    if args.jobs > 1 and args.in_process:
+        parser.error("--jobs runs each run in its own subprocess: drop --in-process, or use --jobs 1")
     if args.examples_per_task < args.batch_size:
         parser.error("--examples-per-task must be at least --batch-size")
     if "lora_tuned" in args.systems and args.examples_per_task < 2 * args.batch_size and not args.quick:

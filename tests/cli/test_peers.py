@@ -169,7 +169,11 @@ def test_notebook_draws_the_mean_over_seeds_at_the_chosen_rates_against_stored_p
 
 
 def test_bad_systems_and_rates_are_refused(tmp_path: Path) -> None:
-    for argv in (["--systems", "lora,keras"], ["--lrs", "0"], ["--lrs", "fast"]):
+    bad = (
+        ["--systems", "lora,keras"], ["--lrs", "0"], ["--lrs", "fast"], ["--jobs", "0"],
+        ["--jobs", "2", "--in-process"], ["--seeds", "2", "--search-seeds", "3"],
+    )  # fmt: skip
+    for argv in bad:
         with pytest.raises(SystemExit) as exc:
             peers.parse_args([*argv, "--quick", "--out", str(tmp_path / "x.csv")])
         assert exc.value.code == 2
