@@ -49,11 +49,17 @@ Usage::
     python benchmarks/peers.py --systems lora,pal_pals --seeds 1 --lrs 1 --examples-per-task 3200
     python benchmarks/peers.py --seeds 3 --search-seeds 1 --jobs 16   # rates searched on seed 42, 16 runs at once
     python benchmarks/peers.py --quick --out /tmp/peers.csv      # tiny random encoder, fixture data
+    python benchmarks/peers.py --merge a.csv b.csv --out all.csv  # join parts run on two machines
 
 ``--search-seeds K`` runs every ``--lrs`` value on the first K seeds only and the later seeds at the rates
 chosen there (:func:`choose_rates` lets only the search seeds vote). ``--jobs N`` runs N runs at once,
 each in its own subprocess: a GPU shares them well (a step of this size is bound by the host), while on
 a CPU they share the cores, so ``ms_per_example`` then compares nothing.
+
+A comparison too long for one machine runs in parts: each part copies the common results file and
+adds its runs with ``--resume --systems ...``; ``--merge PART1.csv PART2.csv --out ALL.csv`` then joins
+them (same budget and dev sets, else refused; a run two parts both hold must be the same run), trains
+nothing, and records every part's command and machine in the JSON's ``merged_from``.
 
 Writes ``--out`` (CSV, one row per run) and the same path with ``.json`` (the settings, every run,
 the per-system summary at its chosen rates and the paired differences of ``pal_pals`` against each
@@ -98,6 +104,8 @@ from peers_budget import (  # noqa: E402, F401
 )
 from peers_results import (  # noqa: E402, F401
     choose_rates,
+    label_positions,
+    merge_results,
     plot_peers,
     plot_points,
     read_results,
@@ -248,12 +256,29 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "the others: the comparison can be run in parts, one session at a time",
     )
     parser.add_argument(
+        "--merge",
+        type=Path,
+        nargs="+",
+        metavar="FILE",
+        help="train nothing: write to --out the union of these results files' finished runs (parts of one\n"
+        "comparison run on several machines, each by --resume from a common file). --out must be one of\n"
+        "them or new; a run that two files hold with other scores is refused",
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="tiny random encoder and fixture data, in-process (tests)"
     )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--worker-out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
+        return args
+    if args.merge:
+        inputs = {path.with_suffix(".json").resolve() for path in args.merge}
+        record = args.out.with_suffix(".json").resolve()
+        if (args.out.exists() or record.exists()) and record not in inputs:
+            parser.error(
+                f"--merge would overwrite {args.out}: name it among the files to merge, or another --out"
+            )
         return args
     args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     unknown = [s for s in args.systems if s not in SYSTEMS]
@@ -295,10 +320,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     words = list(argv if argv is not None else sys.argv[1:])
     command = " ".join(["python benchmarks/peers.py", *words])
+    if args.merge:
+        return merge(args.merge, args.out, command)
     with tempfile.TemporaryDirectory() as tmp:
         work = (args.work or Path(tmp)).resolve()
         work.mkdir(parents=True, exist_ok=True)
         return _run(args, work, command)
+
+
+def merge(paths: Sequence[Path], out: Path, command: str) -> int:
+    """``--merge``: the union of the files' finished runs, summarised again, written to ``out``."""
+    try:
+        rows, settings = merge_results(paths)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    settings["merged_by"] = command
+    summary = write_outputs(out, rows, settings)
+    print(summary_table(summary))
+    print(f"merged {len(rows)} runs from {len(paths)} files; wrote {out} and {out.with_suffix('.json')}")
+    return 0
 
 
 def _run(args: argparse.Namespace, work: Path, command: str) -> int:

@@ -108,6 +108,24 @@ def summarize(rows: Sequence[dict[str, Any]], systems: Sequence[str]) -> dict[st
 RESUME_KEYS = ("encoder", "budget", "pal_adapter_per_task", "quick", "qqp_dev_limit", "dev_limit")
 
 
+def differing_settings(before: dict[str, Any], settings: dict[str, Any]) -> list[str]:
+    """The :data:`RESUME_KEYS` on which two results files' settings differ (the budget compared without
+    its encoder path, which names the same weights differently on each machine)."""
+
+    def key(s: dict[str, Any], k: str) -> Any:
+        return {x: y for x, y in s[k].items() if x != "encoder"} if k == "budget" else s.get(k)
+
+    return [k for k in RESUME_KEYS if key(before, k) != key(settings, k)]
+
+
+def join_settings(settings: dict[str, Any], before: dict[str, Any]) -> None:
+    """``settings`` takes the union of both files' systems, seeds and rates (and their base rates)."""
+    settings["systems"] = list(dict.fromkeys([*before["systems"], *settings["systems"]]))
+    settings["seeds"] = sorted({*before["seeds"], *settings["seeds"]})
+    settings["lr_multipliers"] = sorted({*before["lr_multipliers"], *settings["lr_multipliers"]})
+    settings["base_lr"] = {**before["base_lr"], **settings["base_lr"]}
+
+
 def resumed_rows(out: Path, settings: dict[str, Any]) -> list[dict[str, Any]]:
     """``--resume``: the finished runs (status ``ok``) recorded in ``out``'s JSON by an earlier call, which
     must have measured what this one measures (:data:`RESUME_KEYS`); ``settings`` gets the union of both
@@ -116,24 +134,61 @@ def resumed_rows(out: Path, settings: dict[str, Any]) -> list[dict[str, Any]]:
     if not record.is_file():
         return []
     earlier = json.loads(record.read_text())
-    before = earlier["settings"]
-    comparable = {k: v for k, v in settings["budget"].items() if k != "encoder"}
-    differ = [
-        k
-        for k in RESUME_KEYS
-        if (before.get(k) if k != "budget" else {x: y for x, y in before[k].items() if x != "encoder"})
-        != (settings.get(k) if k != "budget" else comparable)
-    ]
+    differ = differing_settings(earlier["settings"], settings)
     if differ:
         raise ValueError(
             f"--resume: {record} was measured with other {', '.join(differ)}; run with that file's options "
             "(its 'settings') or write to another --out"
         )
-    settings["systems"] = list(dict.fromkeys([*before["systems"], *settings["systems"]]))
-    settings["seeds"] = sorted({*before["seeds"], *settings["seeds"]})
-    settings["lr_multipliers"] = sorted({*before["lr_multipliers"], *settings["lr_multipliers"]})
-    settings["base_lr"] = {**before["base_lr"], **settings["base_lr"]}
+    join_settings(settings, earlier["settings"])
     return [row for row in earlier["runs"] if row["status"] == "ok"]
+
+
+#: what must agree when two files hold the same (seed, system, rate): the scores and where they ran
+SAME_RUN = ("sst_acc", "qqp_acc", "sts_pearson", "params_stored", "device")
+
+
+def merge_results(paths: Sequence[Path]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """``--merge``: the union of the finished runs of several results files (parts of one comparison run
+    on different machines or sessions, each by ``--resume`` from a common file), with the first file's
+    settings joined to the others'. A run present in several files must be the same run there
+    (:data:`SAME_RUN`): a comparison is never silently mixed from two measurements of one triple.
+    Raises :class:`ValueError` naming the file and what differs."""
+    records = []
+    for path in paths:
+        record = path.with_suffix(".json")
+        if not record.is_file():
+            raise ValueError(f"--merge: {record} not found; name results files written by peers.py")
+        records.append((record, json.loads(record.read_text())))
+    first, settings = records[0][0], dict(records[0][1]["settings"])
+    runs: dict[tuple[int, str, float], tuple[Path, dict[str, Any]]] = {}
+    for record, payload in records:
+        differ = differing_settings(payload["settings"], settings)
+        if differ:
+            raise ValueError(
+                f"--merge: {record} was measured with other {', '.join(differ)} than {first}; "
+                "merge only files of one comparison"
+            )
+        join_settings(settings, payload["settings"])
+        for row in payload["runs"]:
+            if row["status"] != "ok":
+                continue
+            key = (row["seed"], row["system"], row["lr_scale"])
+            if key in runs and any(runs[key][1].get(c) != row.get(c) for c in SAME_RUN):
+                raise ValueError(
+                    f"--merge: {row['system']} lr x{row['lr_scale']:g} seed {row['seed']} differs between "
+                    f"{runs[key][0]} and {record}; keep one of the two measurements (drop it from a file)"
+                )
+            runs.setdefault(key, (record, row))
+    settings["merged_from"] = [
+        {
+            "file": str(record),
+            "command": payload["settings"]["command"],
+            "machine": payload["settings"]["machine"],
+        }
+        for record, payload in records
+    ]
+    return [row for _, row in runs.values()], settings
 
 
 def write_outputs(out: Path, rows: Sequence[dict[str, Any]], settings: dict[str, Any]) -> dict[str, Any]:
@@ -257,19 +312,31 @@ def describe_run(settings: dict[str, Any]) -> str:
     return line + ("" if comparison else ": a smoke run, not the comparison")
 
 
-def label_heights(x: Sequence[float], y: Sequence[float], gap: float = 0.045) -> list[float]:
-    """Heights of the points' labels: each label at its point unless a higher point's label near it (x
-    within a factor 1.3) is closer than ``gap`` of the y range; then just below that label. Systems
-    often store nearly the same parameters, and their labels would print over each other."""
+def label_positions(
+    x: Sequence[float], y: Sequence[float], gap: float = 0.045, near: float = 1.3
+) -> list[tuple[float, float]]:
+    """Where the points' labels go. Systems often store nearly the same parameters, and labels beside
+    their points would print over each other and over the neighbours' points. So points whose x lie
+    within a factor ``near`` of each other (chained) form a group, whose labels stand in one column just
+    right of the group's rightmost point, from the highest point down, each at its point's height unless
+    the label above is closer than ``gap`` of the y range (then just below that label)."""
     span = (max(y) - min(y)) or 1.0
-    heights = list(y)
-    placed: list[int] = []
-    for i in sorted(range(len(y)), key=lambda k: -y[k]):
-        for j in placed:
-            if max(x[i], x[j]) / min(x[i], x[j]) < 1.3 and heights[j] - heights[i] < gap * span:
-                heights[i] = heights[j] - gap * span
-        placed.append(i)
-    return heights
+    order = sorted(range(len(x)), key=lambda k: x[k])
+    groups: list[list[int]] = []
+    for k in order:
+        if groups and x[k] / x[groups[-1][-1]] < near:
+            groups[-1].append(k)
+        else:
+            groups.append([k])
+    out: list[tuple[float, float]] = [(0.0, 0.0)] * len(x)
+    for group in groups:
+        column = max(x[k] for k in group) * 1.03
+        last = float("inf")
+        for k in sorted(group, key=lambda k: -y[k]):
+            height = min(y[k], last - gap * span)
+            out[k] = (column, height)
+            last = height
+    return out
 
 
 def plot_peers(csv_path: Path, out: Path | None = None) -> Any:
@@ -288,12 +355,13 @@ def plot_peers(csv_path: Path, out: Path | None = None) -> Any:
     )  # fmt: skip
     ax.scatter(x, y, zorder=3)
     most = max((p.seeds for p in points), default=0)
-    for p, xi, label_y in zip(points, x, label_heights(x, y), strict=True):
+    for p, xi, (label_x, label_y) in zip(points, x, label_positions(x, y), strict=True):
         # a system with fewer seeds than the others says so: its point is one run, not a mean
         label = p.system if p.seeds == most else f"{p.system} ({p.seeds} seed{'s' * (p.seeds != 1)})"
+        moved = label_y != p.mean or label_x > xi * 1.03
         ax.annotate(
-            label, (xi, p.mean), xytext=(xi * 1.02, label_y), fontsize=8, va="center",
-            arrowprops={"arrowstyle": "-", "color": "grey", "lw": 0.5} if label_y != p.mean else None,
+            label, (xi, p.mean), xytext=(label_x, label_y), fontsize=8, va="center",
+            arrowprops={"arrowstyle": "-", "color": "grey", "lw": 0.5} if moved else None,
         )  # fmt: skip
     ax.set_xscale("log")
     ax.margins(x=0.12)  # room for the rightmost label

@@ -360,3 +360,68 @@ def test_figure_labels_a_system_with_fewer_seeds(tmp_path: Path) -> None:
     import matplotlib.pyplot as plt
 
     plt.close("all")
+
+
+def test_merge_joins_parts_run_apart_and_refuses_what_does_not_join(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--merge: two parts resumed from one common file (as on two machines) join into one file holding
+    every run once, summarised again, with both parts' commands; a part that scored a shared run
+    otherwise, a part measured on other dev sets, and an --out that is not among the parts but exists
+    are each refused with exit 2, nothing written."""
+    common = tmp_path / "common.csv"
+    assert peers.main(_quick("pal_shared", common)) == 0
+    parts = []
+    for name, system in (("a", "st_multitask"), ("b", "trainer")):
+        part = tmp_path / f"{name}.csv"
+        for suffix in (".csv", ".json"):
+            part.with_suffix(suffix).write_bytes(common.with_suffix(suffix).read_bytes())
+        assert peers.main(_quick(f"pal_shared,{system}", part, "--resume")) == 0
+        parts.append(part)
+    capsys.readouterr()
+    out = tmp_path / "all.csv"
+    assert peers.main(["--merge", *map(str, parts), "--out", str(out)]) == 0
+    assert "merged 3 runs from 2 files" in capsys.readouterr().out
+    record = json.loads(out.with_suffix(".json").read_text())
+    assert sorted(r["system"] for r in record["runs"]) == ["pal_shared", "st_multitask", "trainer"]
+    assert set(record["summary"]["systems"]) == {"pal_shared", "st_multitask", "trainer"}
+    assert [m["file"] for m in record["settings"]["merged_from"]] == [
+        str(p.with_suffix(".json")) for p in parts
+    ]
+    with out.open() as f:
+        assert len(list(csv.DictReader(f))) == 3
+
+    # the same run with another score in one part: refused, naming the run
+    tampered = json.loads(parts[1].with_suffix(".json").read_text())
+    next(r for r in tampered["runs"] if r["system"] == "pal_shared")["sst_acc"] += 0.1
+    parts[1].with_suffix(".json").write_text(json.dumps(tampered))
+    again = tmp_path / "again.csv"
+    assert peers.main(["--merge", *map(str, parts), "--out", str(again)]) == 2
+    assert "pal_shared lr x1 seed 42 differs" in capsys.readouterr().err and not again.exists()
+    # a part measured on other dev sets
+    other = tmp_path / "other.csv"
+    assert peers.main(_quick("lora", other, "--dev-limit", "4")) == 0
+    capsys.readouterr()
+    assert peers.main(["--merge", str(parts[0]), str(other), "--out", str(tmp_path / "x.csv")]) == 2
+    assert "other dev_limit" in capsys.readouterr().err and not (tmp_path / "x.csv").exists()
+    # an existing --out that is not one of the parts would be overwritten: refused by the parser
+    with pytest.raises(SystemExit) as stop:
+        peers.main(["--merge", str(parts[0]), "--out", str(other)])
+    assert stop.value.code == 2 and "would overwrite" in capsys.readouterr().err
+
+
+def test_labels_of_near_points_stand_in_one_column_without_overlap() -> None:
+    """Points that store nearly the same parameters get their labels in one column right of the group's
+    rightmost point, in score order, each at least the gap below the one above; a point far away on x
+    keeps its label at its own height."""
+    x = [22.6, 22.7, 23.4, 23.5, 68.1]
+    y = [0.745, 0.740, 0.746, 0.735, 0.738]
+    positions = peers.label_positions(x, y, gap=0.05)
+    gap = 0.05 * (max(y) - min(y))
+    cluster = [positions[k] for k in (2, 0, 1, 3)]  # by score, highest first
+    assert [px for px, _ in cluster] == pytest.approx([23.5 * 1.03] * 4)
+    heights = [py for _, py in cluster]
+    assert heights[0] == y[2]
+    assert all(a - b >= gap - 1e-12 for a, b in zip(heights, heights[1:], strict=False))
+    assert all(py <= y[k] for k, (_, py) in enumerate(positions))  # a label never rises above its point
+    assert positions[4] == (pytest.approx(68.1 * 1.03), y[4])
