@@ -9,10 +9,6 @@ a load of 13); with the cache, a few seconds.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from pal_lightning.contracts import (
@@ -39,8 +35,6 @@ from pal_lightning.errors import PalUserError
 from pal_lightning.modeling.encoder import MultiTaskBert
 from pal_lightning.module import MultiTaskModule
 from pal_lightning.testing import TINY_BERT, write_cs224n_data
-
-ROOT = Path(__file__).resolve().parents[1]
 
 MODULE_CONTRACTS = (
     BatchLossModel,
@@ -91,17 +85,14 @@ def _data_contracts(
 # ------------------------------------------------------------------ the type checker
 
 
-def test_mypy_is_clean_on_the_package() -> None:
-    # from the repository root, so that mypy reads pyproject.toml's [tool.mypy] (files: the package
-    # and this file)
-    result = subprocess.run(
-        [sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True, text=True, timeout=600
-    )
-    report = result.stdout + result.stderr
+def test_mypy_is_clean_on_the_package(mypy_result: tuple[int, str]) -> None:
+    # run from the repository root (pyproject.toml's [tool.mypy]: the package and this file), started
+    # in the background when collection ended (tests/conftest.py)
+    returncode, report = mypy_result
     assert "No module named mypy" not in report, "mypy is missing: pip install -e '.[dev]'"
-    assert result.returncode == 0, f"mypy found type errors:\n{report}"
-    assert "Success: no issues found" in result.stdout, report
-    assert "test_typing.py" not in result.stdout  # no note about this file either
+    assert returncode == 0, f"mypy found type errors:\n{report}"
+    assert "Success: no issues found" in report, report
+    assert "test_typing.py" not in report  # no note about this file either
 
 
 # ------------------------------------------------------------------ the same contracts at run time
