@@ -126,6 +126,15 @@ def join_settings(settings: dict[str, Any], before: dict[str, Any]) -> None:
     settings["base_lr"] = {**before["base_lr"], **settings["base_lr"]}
 
 
+def join_comparable(settings: dict[str, Any], before: dict[str, Any], source: str, fix: str) -> None:
+    """:func:`join_settings` when ``before`` measured what ``settings`` measures, else a
+    :class:`ValueError` naming ``source``, the settings that differ and ``fix``."""
+    differ = differing_settings(before, settings)
+    if differ:
+        raise ValueError(f"{source} was measured with other {', '.join(differ)}; {fix}")
+    join_settings(settings, before)
+
+
 def resumed_rows(out: Path, settings: dict[str, Any]) -> list[dict[str, Any]]:
     """``--resume``: the finished runs (status ``ok``) recorded in ``out``'s JSON by an earlier call, which
     must have measured what this one measures (:data:`RESUME_KEYS`); ``settings`` gets the union of both
@@ -134,13 +143,8 @@ def resumed_rows(out: Path, settings: dict[str, Any]) -> list[dict[str, Any]]:
     if not record.is_file():
         return []
     earlier = json.loads(record.read_text())
-    differ = differing_settings(earlier["settings"], settings)
-    if differ:
-        raise ValueError(
-            f"--resume: {record} was measured with other {', '.join(differ)}; run with that file's options "
-            "(its 'settings') or write to another --out"
-        )
-    join_settings(settings, earlier["settings"])
+    fix = "run with that file's options (its 'settings') or write to another --out"
+    join_comparable(settings, earlier["settings"], f"--resume: {record}", fix)
     return [row for row in earlier["runs"] if row["status"] == "ok"]
 
 
@@ -163,13 +167,8 @@ def merge_results(paths: Sequence[Path]) -> tuple[list[dict[str, Any]], dict[str
     first, settings = records[0][0], dict(records[0][1]["settings"])
     runs: dict[tuple[int, str, float], tuple[Path, dict[str, Any]]] = {}
     for record, payload in records:
-        differ = differing_settings(payload["settings"], settings)
-        if differ:
-            raise ValueError(
-                f"--merge: {record} was measured with other {', '.join(differ)} than {first}; "
-                "merge only files of one comparison"
-            )
-        join_settings(settings, payload["settings"])
+        fix = f"merge only parts of one comparison (as {first})"
+        join_comparable(settings, payload["settings"], f"--merge: {record}", fix)
         for row in payload["runs"]:
             if row["status"] != "ok":
                 continue
