@@ -135,6 +135,26 @@ def join_comparable(settings: dict[str, Any], before: dict[str, Any], source: st
     join_settings(settings, before)
 
 
+def read_record(record: Path, option: str) -> dict[str, Any]:
+    """A results JSON written by ``peers.py`` (its ``settings`` and ``runs``), else a :class:`ValueError`
+    that names ``record`` and ``option``: another JSON, or a truncated one, is not read as a comparison."""
+    try:
+        payload = json.loads(record.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(
+            f"{option}: {record} is not readable JSON ({err}); name results files written by peers.py"
+        ) from None
+    if (
+        not isinstance(payload, dict)
+        or not isinstance(payload.get("settings"), dict)
+        or not isinstance(payload.get("runs"), list)
+    ):
+        raise ValueError(
+            f"{option}: {record} holds no 'settings' and 'runs'; name results files written by peers.py"
+        )
+    return payload
+
+
 def resumed_rows(out: Path, settings: dict[str, Any]) -> list[dict[str, Any]]:
     """``--resume``: the finished runs (status ``ok``) recorded in ``out``'s JSON by an earlier call, which
     must have measured what this one measures (:data:`RESUME_KEYS`); ``settings`` gets the union of both
@@ -142,7 +162,7 @@ def resumed_rows(out: Path, settings: dict[str, Any]) -> list[dict[str, Any]]:
     record = out.with_suffix(".json")
     if not record.is_file():
         return []
-    earlier = json.loads(record.read_text())
+    earlier = read_record(record, "--resume")
     fix = "run with that file's options (its 'settings') or write to another --out"
     join_comparable(settings, earlier["settings"], f"--resume: {record}", fix)
     return [row for row in earlier["runs"] if row["status"] == "ok"]
@@ -163,7 +183,7 @@ def merge_results(paths: Sequence[Path]) -> tuple[list[dict[str, Any]], dict[str
         record = path.with_suffix(".json")
         if not record.is_file():
             raise ValueError(f"--merge: {record} not found; name results files written by peers.py")
-        records.append((record, json.loads(record.read_text())))
+        records.append((record, read_record(record, "--merge")))
     first, settings = records[0][0], dict(records[0][1]["settings"])
     runs: dict[tuple[int, str, float], tuple[Path, dict[str, Any]]] = {}
     for record, payload in records:

@@ -6,10 +6,14 @@ import csv
 import json
 from pathlib import Path
 
+import matplotlib
+import nbformat
 import numpy as np
 import pytest
 
 from .conftest import TINY_BERT, load_benchmark
+
+matplotlib.use("Agg")  # no display; the figures are read back, not shown
 
 peers = load_benchmark("peers")
 
@@ -122,9 +126,6 @@ def _points(figure: object) -> tuple[np.ndarray, np.ndarray, list[str]]:
 def test_notebook_draws_the_mean_over_seeds_at_the_chosen_rates_against_stored_parameters(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    nbformat = pytest.importorskip("nbformat")
-    matplotlib = pytest.importorskip("matplotlib")
-    matplotlib.use("Agg")
     rows = [  # two seeds, two rates; the Trainer's rate is chosen per task, pal_pals' on overall
         _row("trainer", 1.0, 1, 0.50, 0.70, 0.80),
         _row("trainer", 2.0, 1, 0.40, 0.80, 0.70),
@@ -232,8 +233,6 @@ def test_quick_runs_every_system(tmp_path: Path) -> None:
     )
     assert set(payload["summary"]["pal_pals_minus"]) == set(peers.SYSTEMS) - {"pal_pals"}
     # the notebook's figure from this CSV: one point per system at (stored parameters, overall), no spread
-    matplotlib = pytest.importorskip("matplotlib")
-    matplotlib.use("Agg")
     points, bars, labels = _points(peers.plot_peers(out))
     assert labels == list(rows)
     expected = np.array([[int(r["params_stored"]) / 1e6, float(r["overall"])] for r in rows.values()])
@@ -341,8 +340,6 @@ def test_search_seeds_and_parallel_jobs(tmp_path: Path, monkeypatch: pytest.Monk
 def test_figure_labels_a_system_with_fewer_seeds(tmp_path: Path) -> None:
     """A system measured at fewer seeds than the others is labelled with its count: its point is not a
     mean over the seeds the title names."""
-    matplotlib = pytest.importorskip("matplotlib")
-    matplotlib.use("Agg")
     rows = [
         _row("trainer", 1.0, 1, 0.5, 0.7, 0.8),
         _row("trainer", 1.0, 2, 0.6, 0.7, 0.8),
@@ -404,6 +401,13 @@ def test_merge_joins_parts_run_apart_and_refuses_what_does_not_join(
     capsys.readouterr()
     assert peers.main(["--merge", str(parts[0]), str(other), "--out", str(tmp_path / "x.csv")]) == 2
     assert "other dev_limit" in capsys.readouterr().err and not (tmp_path / "x.csv").exists()
+    # a file that is not a results file (truncated JSON, or another JSON): one line, no traceback
+    for text in ('{"settings": {', '{"rows": []}'):
+        stray = tmp_path / "stray.json"
+        stray.write_text(text)
+        assert peers.main(["--merge", str(parts[0]), str(stray), "--out", str(tmp_path / "y.csv")]) == 2
+        assert "name results files written by peers.py" in capsys.readouterr().err
+        assert not (tmp_path / "y.csv").exists()
     # an existing --out that is not one of the parts would be overwritten: refused by the parser
     with pytest.raises(SystemExit) as stop:
         peers.main(["--merge", str(parts[0]), "--out", str(other)])
