@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from pal_lightning.compat import cpu_bf16_instructions
+from pal_lightning.core.private_api import cpu_bf16_instructions
 from pal_lightning.modeling.attention import attention
 
 #: (rows, inner, cols) of the step's matmuls, then the roof

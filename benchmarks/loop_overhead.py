@@ -20,7 +20,7 @@ most 64 tokens, fp32, AdamW (lr 1e-4 for every parameter, betas 0.9/0.999, eps 1
 0.01 off for biases and LayerNorm weights), warmup 6 % then linear decay, gradient clipping at norm
 1.0, ``N`` optimizer steps (read back from each optimizer's state), the torch threads.
 AdamW implementation: pal-lightning uses ``torch.optim.AdamW(fused=True)`` on the CPU
-(``pal_lightning.training.optim.adamw``); the Trainer's ``optim`` is ``--hf-optim``, default
+(``pal_lightning.module.optim.adamw``); the Trainer's ``optim`` is ``--hf-optim``, default
 ``adamw_torch_fused`` (its own default in transformers 5.x, the same kernel); ``adamw_torch`` is the
 for-loop one. Off on every side: evaluation, checkpoint writing, loggers, progress bars, the model
 summary. Still on, as a user has them: pal-lightning's ``self.log`` calls in ``training_step`` (kept in
@@ -534,7 +534,7 @@ def main(argv: Sequence[str] | None = None, keep: dict | None = None) -> int:
     args = parse_args(argv)
     import torch
 
-    from pal_lightning.hub import resolve_encoder
+    from pal_lightning.core.hub import resolve_encoder
 
     command = " ".join(["python benchmarks/loop_overhead.py", *(argv if argv is not None else sys.argv[1:])])
     with tempfile.TemporaryDirectory() as tmp:

@@ -4,7 +4,7 @@ On a GPU a step whose matmuls are fast (bf16 on an H100) waits for the host to i
 by one, so its time follows the number of operators, not the FLOPs (``benchmarks/RESULTS.md``, "GPU
 figures"). This counts, on any device, every ATen operator that reaches the dispatcher in the forward,
 the backward and the optimizer step of ``step_time.py``'s shared and PAL rows (torch's
-``TorchDispatchMode``, from :mod:`pal_lightning.compat`; views and other metadata-only operators
+``TorchDispatchMode``, from :mod:`pal_lightning.core.private_api`; views and other metadata-only operators
 count too, so it is an upper bound on kernel launches). The count does not depend on the batch, so a
 tiny batch on the CPU gives a GPU step's count at the same shape (autocast casts differ slightly
 between devices).
@@ -34,9 +34,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 from step_time import SHAPES, TASK, _Classifier  # noqa: E402
 
-from pal_lightning.compat import TorchDispatchMode  # noqa: E402
+from pal_lightning.core.private_api import TorchDispatchMode  # noqa: E402
 from pal_lightning.modeling import MultiTaskBert  # noqa: E402
-from pal_lightning.training.optim import adamw  # noqa: E402
+from pal_lightning.module.optim import adamw  # noqa: E402
 
 ROWS = {"shared": "none", "pals": "pals"}
 PRECISIONS = {"32-true": None, "bf16-mixed": torch.bfloat16}

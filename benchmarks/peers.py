@@ -32,7 +32,7 @@ that every system reads; single-task systems train ``N / batch`` steps per task,
 ``3 N / batch`` steps in round robin (pal-lightning's ``sampling: round_robin``: the quickstart's
 annealed schedule would not give each task the same number of examples).
 
-Scores: every system's dev predictions go through one scorer, ``pal_lightning.metrics``
+Scores: every system's dev predictions go through one scorer, ``pal_lightning.tasks.metrics``
 (``build_task_metrics`` and ``cs224n_overall``). Learning rates: ``--lrs`` multiplies each system's
 base rates (all its parameter groups), the same number of values for every system; the best value is
 chosen on the dev sets (per task for the one-model-per-task systems, on the overall score for the
@@ -343,7 +343,7 @@ def merge(paths: Sequence[Path], out: Path, command: str) -> int:
 
 
 def _run(args: argparse.Namespace, work: Path, command: str) -> int:
-    from pal_lightning.hub import resolve_encoder
+    from pal_lightning.core.hub import resolve_encoder
 
     seeds = [args.seed + i for i in range(args.seeds)]
     overrides: dict[str, Any] = {}

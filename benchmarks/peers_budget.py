@@ -2,7 +2,7 @@
 
 The systems compared and their base learning rates, the tasks and the results columns, the
 :class:`Budget` (encoder, data, limits, optimizer settings), each seed's training subsets (written once,
-read by every system), the dev-set reader and scorer (``pal_lightning.metrics``), and ``--quick``'s tiny
+read by every system), the dev-set reader and scorer (``pal_lightning.tasks.metrics``), and ``--quick``'s tiny
 random encoder. Kept apart so that the runners (``peers_systems.py``) and the summaries
 (``peers_results.py``) share these definitions without importing each other.
 """
@@ -85,7 +85,7 @@ class Budget:
     """What every system gets: the same encoder, data, limits and optimizer settings."""
 
     encoder: str
-    """Local directory of the encoder (resolved by ``pal_lightning.hub.resolve_encoder``)."""
+    """Local directory of the encoder (resolved by ``pal_lightning.core.hub.resolve_encoder``)."""
     data_root: str
     """Folder holding one budget data folder per seed (``seed<N>/``)."""
     examples_per_task: int
@@ -134,7 +134,7 @@ def write_budget_data(
     """A data folder for one seed: dev and test files linked from ``source`` (Quora dev cut to its first
     ``qqp_dev_limit`` pairs when > 0, every dev file to its first ``dev_limit`` rows when > 0), each
     task's training file cut to :func:`budget_rows`."""
-    from pal_lightning.tasks import get_task
+    from pal_lightning.tasks.specs import get_task
 
     # prepare_data_dir links every file and keeps the first N Quora dev pairs (N huge: all of them)
     prepare_data_dir(source, target, qqp_dev_limit if qqp_dev_limit > 0 else 10**9)
@@ -155,8 +155,8 @@ def write_budget_data(
 
 def read_task(task: str, split: str, data_dir: Path) -> tuple[list[list[str]], np.ndarray]:
     """Text columns and labels of one split, read by pal-lightning's own reader (same rows for all)."""
-    from pal_lightning.data.readers import read_split
-    from pal_lightning.tasks import get_task
+    from pal_lightning.data.sources.readers import read_split
+    from pal_lightning.tasks.specs import get_task
 
     raw = read_split(get_task(task), split, data_dir)
     assert raw.labels is not None, f"{task} {split} has no labels"
@@ -167,11 +167,11 @@ def read_task(task: str, split: str, data_dir: Path) -> tuple[list[list[str]], n
 
 
 def score_task(task: str, predictions: Sequence[float], labels: Sequence[float]) -> float:
-    """The task's main dev score by ``pal_lightning.metrics`` (class indices, or scores for STS)."""
+    """The task's main dev score by ``pal_lightning.tasks.metrics`` (class indices, or scores for STS)."""
     import torch
 
-    from pal_lightning.metrics import build_task_metrics
-    from pal_lightning.tasks import get_task
+    from pal_lightning.tasks.metrics import build_task_metrics
+    from pal_lightning.tasks.specs import get_task
 
     spec = get_task(task)
     dtype = torch.float32 if spec.is_regression else torch.long
@@ -185,7 +185,7 @@ def score_task(task: str, predictions: Sequence[float], labels: Sequence[float])
 
 def overall(row: dict[str, Any]) -> float | None:
     """CS224N overall of a row's three scores (``None`` unless all three are there)."""
-    from pal_lightning.metrics import cs224n_overall
+    from pal_lightning.tasks.metrics import cs224n_overall
 
     values = [row.get(TASK_SCORE[t][1]) for t in TASKS]
     return None if any(v is None for v in values) else cs224n_overall(*values)
@@ -200,7 +200,7 @@ def quick_encoder(folder: Path) -> Path:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    from pal_lightning.hub import resolve_encoder
+    from pal_lightning.core.hub import resolve_encoder
     from pal_lightning.testing import TINY_BERT
 
     if not (folder / "config.json").is_file():

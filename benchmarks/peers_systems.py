@@ -64,7 +64,7 @@ class _Encoded:
 def _classifier(budget: Budget, task: str) -> Any:
     from transformers import AutoModelForSequenceClassification
 
-    from pal_lightning.tasks import get_task
+    from pal_lightning.tasks.specs import get_task
 
     spec = get_task(task)
     return AutoModelForSequenceClassification.from_pretrained(
@@ -390,7 +390,7 @@ def split_training_files(budget: Budget, stages: tuple[Budget, Budget], seed: in
     """The stages' data folders for a seed: dev and test files linked from the budget's, each task's
     training rows split in two disjoint parts (a seeded draw, in file order) in proportion to the
     stages' examples, so that stage 2 does not see again what stage 1 saw (as far as the rows go)."""
-    from pal_lightning.tasks import get_task
+    from pal_lightning.tasks.specs import get_task
 
     source = budget.data_dir(seed)
     names = {get_task(t).files["train"] for t in TASKS}

@@ -29,8 +29,8 @@ TARGET_RATIO = 5.0
 
 def sst_sentences(data_dir: str, n: int) -> list[str]:
     """The first ``n`` SST sentences of the dev and test files (cleaned as for training)."""
-    from pal_lightning.data.readers import read_split
-    from pal_lightning.tasks import get_task
+    from pal_lightning.data.sources.readers import read_split
+    from pal_lightning.tasks.specs import get_task
 
     spec = get_task("sst")
     texts: list[str] = []

@@ -24,8 +24,8 @@ from typing import Any
 
 def dev_inputs(data_dir: str, tasks: list[dict[str, Any]], n: int) -> dict[str, list[Any]]:
     """The first ``n`` dev texts of each task (pairs as lists of two)."""
-    from pal_lightning.data.readers import read_split, resolve_data_dir
-    from pal_lightning.tasks import TaskSpec
+    from pal_lightning.data.sources.readers import read_split, resolve_data_dir
+    from pal_lightning.tasks.specs import TaskSpec
 
     out = {}
     for task in tasks:

@@ -30,7 +30,7 @@ import lightning.pytorch as pl  # noqa: E402
 import torch  # noqa: E402
 
 from pal_lightning import MultiTaskDataModule, MultiTaskModule  # noqa: E402
-from pal_lightning.hub import DEFAULT_ENCODER  # noqa: E402
+from pal_lightning.core.hub import DEFAULT_ENCODER  # noqa: E402
 from pal_lightning.modeling.simcse import SimCSEConfig  # noqa: E402
 
 #: Zero-shot Pearson may fall by at most this much (the issue's target).

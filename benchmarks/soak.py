@@ -38,7 +38,7 @@ import lightning.pytorch as pl  # noqa: E402
 import psutil  # noqa: E402
 import yaml  # noqa: E402
 
-from pal_lightning.cli import PalLightningCLI, default_trainer_settings  # noqa: E402
+from pal_lightning.cli.fit import PalLightningCLI, default_trainer_settings  # noqa: E402
 from pal_lightning.testing import TINY_BERT, write_cs224n_data  # noqa: E402
 
 

@@ -81,12 +81,12 @@ from torch import nn  # noqa: E402
 from torch.profiler import record_function  # noqa: E402
 
 from pal_lightning.callbacks import GEMCallback  # noqa: E402
-from pal_lightning.hub import DEFAULT_ENCODER  # noqa: E402
+from pal_lightning.core.hub import DEFAULT_ENCODER  # noqa: E402
 from pal_lightning.modeling import MultiTaskBert  # noqa: E402
 from pal_lightning.modeling.heads import pool  # noqa: E402
 from pal_lightning.modeling.simcse import SimCSEConfig, simcse_batch_loss  # noqa: E402
-from pal_lightning.tasks import TaskSpec  # noqa: E402
-from pal_lightning.training.optim import adamw  # noqa: E402
+from pal_lightning.module.optim import adamw  # noqa: E402
+from pal_lightning.tasks.specs import TaskSpec  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/throughput.py, also when loaded by path
 from throughput import PRECISIONS, Precision, count_flops, matmul_roof, mfu  # noqa: E402

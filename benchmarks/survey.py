@@ -3,7 +3,7 @@
 Every configuration is a list of dotted overrides of ``configs/quickstart.yaml``, the same thing a user
 writes in a YAML overlay or on the command line (``model.init_args.layer_sharing=FFSSII`` is
 ``--model.init_args.layer_sharing=FFSSII``). Each one is trained through the ``pal-lightning fit``
-command line (:class:`pal_lightning.cli.PalLightningCLI`) for the same budget and seed, in a fresh
+command line (:class:`pal_lightning.cli.fit.PalLightningCLI`) for the same budget and seed, in a fresh
 Python process of its own (so its peak memory is its own), and the survey records per configuration:
 
 * stored parameters for serving all tasks (:func:`pal_lightning.parameter_report`: encoder, every
@@ -229,7 +229,7 @@ def measure(config: Configuration, settings: dict[str, Any]) -> dict[str, Any]:
     """Train ``config`` in this process through the CLI; its measurements (not yet CSV rows)."""
     import torch
 
-    from pal_lightning.cli import PalLightningCLI, default_trainer_settings
+    from pal_lightning.cli.fit import PalLightningCLI, default_trainer_settings
 
     if settings.get("threads"):
         torch.set_num_threads(settings["threads"])
@@ -307,7 +307,7 @@ def write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> None:
 
 def dev_subset_dir(source: Path, target: Path, dev_limit: int) -> Path:
     """A data folder of links to ``source`` whose dev files keep only their first ``dev_limit`` rows."""
-    from pal_lightning.tasks import get_task
+    from pal_lightning.tasks.specs import get_task
 
     prepare_data_dir(source, target, dev_limit)  # links every file and cuts the Quora dev file
     for task in TASKS:

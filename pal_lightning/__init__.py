@@ -13,32 +13,32 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from pal_lightning.core.version import __version__
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
-    "TaskSpec": "pal_lightning.tasks",
-    "TaskKind": "pal_lightning.tasks",
-    "register_task": "pal_lightning.tasks",
-    "get_task": "pal_lightning.tasks",
-    "available_tasks": "pal_lightning.tasks",
-    "BUILTIN_TASKS": "pal_lightning.tasks",
-    "PalUserError": "pal_lightning.errors",
-    "resolve_encoder": "pal_lightning.hub",
-    "DEFAULT_ENCODER": "pal_lightning.hub",
+    "TaskSpec": "pal_lightning.tasks.specs",
+    "TaskKind": "pal_lightning.tasks.specs",
+    "register_task": "pal_lightning.tasks.specs",
+    "get_task": "pal_lightning.tasks.specs",
+    "available_tasks": "pal_lightning.tasks.specs",
+    "BUILTIN_TASKS": "pal_lightning.tasks.specs",
+    "PalUserError": "pal_lightning.core.errors",
+    "resolve_encoder": "pal_lightning.core.hub",
+    "DEFAULT_ENCODER": "pal_lightning.core.hub",
     "MultiTaskBert": "pal_lightning.modeling",
     "PALConfig": "pal_lightning.modeling",
     "parameter_report": "pal_lightning.modeling",
     "ParameterReport": "pal_lightning.modeling",
-    "MultiTaskModule": "pal_lightning.module",
+    "MultiTaskModule": "pal_lightning.module.multitask",
     "save_task_weights": "pal_lightning.modeling",
     "load_task_weights": "pal_lightning.modeling",
     "MultiTaskDataModule": "pal_lightning.data",
     "DataConfig": "pal_lightning.data",
     "MLMPretrainModule": "pal_lightning.pretraining",
     "MLMDataModule": "pal_lightning.pretraining",
-    "task_probabilities": "pal_lightning.data.sampling",
-    "annealed_alpha": "pal_lightning.data.sampling",
+    "task_probabilities": "pal_lightning.data.schedules",
+    "annealed_alpha": "pal_lightning.data.schedules",
     "PredictionWriter": "pal_lightning.callbacks",
     "GEMCallback": "pal_lightning.callbacks",
     "EpisodicMemory": "pal_lightning.callbacks",
@@ -47,9 +47,9 @@ _EXPORTS: dict[str, str] = {
     "AtomicCheckpointIO": "pal_lightning.callbacks",
     "project_gradient": "pal_lightning.gem",
     "agem_project": "pal_lightning.gem",
-    "continual_metrics": "pal_lightning.continual",
-    "cs224n_overall": "pal_lightning.metrics",
-    "overall_score": "pal_lightning.metrics",
+    "continual_metrics": "pal_lightning.tasks.continual_metrics",
+    "cs224n_overall": "pal_lightning.tasks.metrics",
+    "overall_score": "pal_lightning.tasks.metrics",
 }
 
 __all__ = [
@@ -112,13 +112,11 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         PredictionWriter,
         RNGStateCallback,
     )
-    from pal_lightning.continual import continual_metrics
+    from pal_lightning.core.errors import PalUserError
+    from pal_lightning.core.hub import DEFAULT_ENCODER, resolve_encoder
     from pal_lightning.data import DataConfig, MultiTaskDataModule
-    from pal_lightning.data.sampling import annealed_alpha, task_probabilities
-    from pal_lightning.errors import PalUserError
+    from pal_lightning.data.schedules import annealed_alpha, task_probabilities
     from pal_lightning.gem import agem_project, project_gradient
-    from pal_lightning.hub import DEFAULT_ENCODER, resolve_encoder
-    from pal_lightning.metrics import cs224n_overall, overall_score
     from pal_lightning.modeling import (
         MultiTaskBert,
         PALConfig,
@@ -127,9 +125,11 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         parameter_report,
         save_task_weights,
     )
-    from pal_lightning.module import MultiTaskModule
+    from pal_lightning.module.multitask import MultiTaskModule
     from pal_lightning.pretraining import MLMDataModule, MLMPretrainModule
-    from pal_lightning.tasks import (
+    from pal_lightning.tasks.continual_metrics import continual_metrics
+    from pal_lightning.tasks.metrics import cs224n_overall, overall_score
+    from pal_lightning.tasks.specs import (
         BUILTIN_TASKS,
         TaskKind,
         TaskSpec,

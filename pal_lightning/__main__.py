@@ -2,7 +2,7 @@
 
 import sys
 
-from pal_lightning.cli import main
+from pal_lightning.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from pal_lightning.batch import (
+from pal_lightning.core.batch import (
     ATTENTION_MASK,
     ENCODING_KEYS,
     IDS,
@@ -18,8 +18,8 @@ from pal_lightning.batch import (
     side_inputs,
     side_keys,
 )
+from pal_lightning.data.batch_samplers import TaskBatch
 from pal_lightning.data.dataset import MultiTaskDataset
-from pal_lightning.data.samplers import TaskBatch
 from pal_lightning.data.tokenize import Encoded, TokenizedSplit
 
 

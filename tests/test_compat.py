@@ -1,4 +1,4 @@
-"""pal_lightning.compat: the private names it relies on still exist, and its public hooks dispatch."""
+"""pal_lightning.core.private_api: the private names it relies on still exist, and its public hooks dispatch."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.demos.boring_classes import BoringModel
 
-from pal_lightning import compat
+from pal_lightning.core import private_api as compat
 from pal_lightning.testing import quiet_trainer
 
 

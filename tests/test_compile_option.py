@@ -16,9 +16,9 @@ import pytest
 import torch
 from test_module import FIXED, TinyData, tiny_module
 
-from pal_lightning.errors import PalUserError
+from pal_lightning.core.errors import PalUserError
+from pal_lightning.module.compile import EncoderCall, compile_backend, is_compile_failure
 from pal_lightning.testing import TINY_BERT, quiet_trainer, without_dropout
-from pal_lightning.training.compile import EncoderCall, compile_backend, is_compile_failure
 
 
 def _pair(**kw: Any) -> tuple[pl.LightningModule, pl.LightningModule]:

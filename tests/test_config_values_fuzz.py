@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pal_lightning import MultiTaskDataModule, MultiTaskModule
-from pal_lightning.errors import PalUserError
+from pal_lightning.core.errors import PalUserError
 from pal_lightning.gem import GEMCallback
 from pal_lightning.testing import TINY_BERT
 

@@ -10,9 +10,9 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from pal_lightning.data.readers import read_split, resolve_data_dir  # noqa: E402
-from pal_lightning.demo_data import demo_data_dir  # noqa: E402
-from pal_lightning.tasks import get_task  # noqa: E402
+from pal_lightning.data.sources.demo import demo_data_dir  # noqa: E402
+from pal_lightning.data.sources.readers import read_split, resolve_data_dir  # noqa: E402
+from pal_lightning.tasks.specs import get_task  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPECTED_ROWS = {"train": 400, "dev": 200}
@@ -54,7 +54,7 @@ def test_demo_rows_are_lines_of_the_cs224n_files() -> None:
 def test_demo_config_fits_on_a_tiny_budget(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from pal_lightning.cli import main
+    from pal_lightning.cli.main import main
 
     monkeypatch.chdir(tmp_path)  # the config works from any working directory
     args = [

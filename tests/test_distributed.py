@@ -1,4 +1,4 @@
-"""pal_lightning.distributed: a world of one without a process group, and two gloo processes."""
+"""pal_lightning.core.distributed: a world of one without a process group, and two gloo processes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from pal_lightning import distributed as D
+from pal_lightning.core import distributed as D
 from pal_lightning.testing import run_spawned
 
 

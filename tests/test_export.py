@@ -12,7 +12,7 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from pal_lightning import MultiTaskModule, PalUserError  # noqa: E402
-from pal_lightning.export import SingleTaskModel, export_onnx  # noqa: E402
+from pal_lightning.module.export import SingleTaskModel, export_onnx  # noqa: E402
 from pal_lightning.testing import TINY_BERT  # noqa: E402
 
 A = ["one", "a much longer sentence with many more words than the others", "three words here"]

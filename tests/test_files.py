@@ -1,4 +1,4 @@
-"""pal_lightning.files: atomic writes with the modes a plain open gives (issue 18, item 3), and the
+"""pal_lightning.core.files: atomic writes with the modes a plain open gives (issue 18, item 3), and the
 library's writers (checkpoints, predictions, task weights) going through it."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pal_lightning.files import (
+from pal_lightning.core.files import (
     atomic_write,
     atomic_write_bytes,
     atomic_write_text,
@@ -137,7 +137,7 @@ def test_checkpoints_predictions_and_task_weights_are_readable_by_others(tmp_pat
 
 
 def test_staged_folder_publishes_every_file_or_nothing(tmp_path: Path) -> None:
-    from pal_lightning.files import staged_folder
+    from pal_lightning.core.files import staged_folder
 
     target = tmp_path / "model"
     with staged_folder(target) as tmp:
@@ -157,7 +157,7 @@ def test_staged_folder_publishes_every_file_or_nothing(tmp_path: Path) -> None:
 
 def _enospc_on_publish(monkeypatch: pytest.MonkeyPatch) -> None:
     """The disk fills up when a finished temporary file is moved into place."""
-    import pal_lightning.files as files
+    import pal_lightning.core.files as files
 
     def full(tmp: str, path: Path) -> None:
         raise OSError(errno.ENOSPC, "No space left on device", tmp)  # names the temporary file

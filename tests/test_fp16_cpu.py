@@ -14,8 +14,8 @@ from lightning.pytorch.plugins.precision import MixedPrecision
 from test_module import TinyData
 from test_module_guard import NaNAtSteps
 
-from pal_lightning.callbacks.gem import GEMCallback
-from pal_lightning.module import MultiTaskModule, NonFiniteTrainingError
+from pal_lightning.gem import GEMCallback
+from pal_lightning.module.multitask import MultiTaskModule, NonFiniteTrainingError
 from pal_lightning.testing import TINY_BERT, quiet_trainer, write_cs224n_data
 
 KW = dict(

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from pal_lightning import MultiTaskModule, PalUserError
-from pal_lightning.hub import DEFAULT_ENCODER, packaged_minilm_dir, resolve_encoder
+from pal_lightning.core.hub import DEFAULT_ENCODER, packaged_minilm_dir, resolve_encoder
 from pal_lightning.testing import TINY_BERT
 
 REPO = "acme/tiny-bert"
@@ -77,7 +77,7 @@ def test_the_module_loads_the_pinned_weights_and_records_the_commit(hub_cache: P
 
 
 def test_cli_links_the_revision_to_the_tokenizer(hub_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pal_lightning.cli import PalLightningCLI
+    from pal_lightning.cli.fit import PalLightningCLI
 
     monkeypatch.setattr("sys.argv", ["pal-lightning"])
     args = ["--model.encoder", REPO, "--model.encoder_revision", "v1", "--model.tasks", "[sst]"]

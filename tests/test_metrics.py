@@ -10,9 +10,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from pal_lightning.errors import PalUserError
-from pal_lightning.metrics import build_metric, build_task_metrics, cs224n_overall, overall_score
-from pal_lightning.tasks import TaskSpec, get_task
+from pal_lightning.core.errors import PalUserError
+from pal_lightning.tasks.metrics import build_metric, build_task_metrics, cs224n_overall, overall_score
+from pal_lightning.tasks.specs import TaskSpec, get_task
 from pal_lightning.testing import run_spawned
 
 

@@ -14,9 +14,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pal_lightning.errors import PalUserError
-from pal_lightning.metrics import build_metric, build_task_metrics, normalised_main_score, overall_score
-from pal_lightning.tasks import TaskSpec, get_task
+from pal_lightning.core.errors import PalUserError
+from pal_lightning.tasks.metrics import build_metric, build_task_metrics, normalised_main_score, overall_score
+from pal_lightning.tasks.specs import TaskSpec, get_task
 
 FAST = settings(max_examples=60, deadline=None)
 unit = st.floats(min_value=0.0, max_value=1.0, allow_nan=False)
@@ -94,7 +94,7 @@ def test_unknown_metric_names_the_choices() -> None:
 def test_scored_tasks_leave_out_auxiliary_ones() -> None:
     from types import SimpleNamespace
 
-    from pal_lightning.metrics import scored_task_names
+    from pal_lightning.tasks.metrics import scored_task_names
 
     specs = [get_task("sst"), get_task("qqp"), get_task("sts")]
     assert scored_task_names(specs) == ["sst", "qqp", "sts"]

@@ -12,10 +12,10 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
-from pal_lightning.errors import PalUserError
+from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling.heads import CosineSimilarityHead, LinearHead, SiameseClassificationHead
-from pal_lightning.module import MultiTaskModule, linear_warmup_decay
-from pal_lightning.tasks import TaskSpec
+from pal_lightning.module.multitask import MultiTaskModule, linear_warmup_decay
+from pal_lightning.tasks.specs import TaskSpec
 from pal_lightning.testing import quiet_trainer, tiny_bert_config
 
 VOCAB = 60

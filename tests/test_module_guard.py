@@ -13,8 +13,8 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from test_module import TinyData, tiny_module
 from torch import Tensor
 
-from pal_lightning.errors import PalUserError
-from pal_lightning.module import MultiTaskModule, NonFiniteTrainingError
+from pal_lightning.core.errors import PalUserError
+from pal_lightning.module.multitask import MultiTaskModule, NonFiniteTrainingError
 from pal_lightning.testing import quiet_trainer
 
 

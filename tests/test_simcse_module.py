@@ -10,10 +10,10 @@ import pytest
 import torch
 from test_module import TinyData, make_batch, tiny_module
 
-from pal_lightning.errors import PalUserError
+from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling.heads import pool
 from pal_lightning.modeling.simcse import SimCSEConfig
-from pal_lightning.module import MultiTaskModule
+from pal_lightning.module.multitask import MultiTaskModule
 from pal_lightning.testing import quiet_trainer
 
 

@@ -1,4 +1,4 @@
-"""The units of ``pal_lightning.training`` on their own: scorer, evaluation loop, checkpoint check,
+"""The units of ``pal_lightning.module`` on their own: scorer, evaluation loop, checkpoint check,
 adapter options, guard and schedule helpers (no Trainer; expected values worked out by hand)."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from pal_lightning.modeling.config import PALConfig
-from pal_lightning.tasks import TaskSpec, get_task
-from pal_lightning.training.checkpoint_compat import checkpoint_differences
-from pal_lightning.training.evaluation import TaskScorer, eval_mode, score_batch
-from pal_lightning.training.guard import all_finite, nonfinite_message
-from pal_lightning.training.hparams import ARCHITECTURE_HPARAMS, PAL_ARGUMENTS, pal_config_kwargs
-from pal_lightning.training.optim import adamw, fused_allowed, warmup_steps_of
+from pal_lightning.modeling.methods.config import PALConfig
+from pal_lightning.module.checkpoint_check import checkpoint_differences
+from pal_lightning.module.evaluation import TaskScorer, eval_mode, score_batch
+from pal_lightning.module.guard import all_finite, nonfinite_message
+from pal_lightning.module.hparams import ARCHITECTURE_HPARAMS, PAL_ARGUMENTS, pal_config_kwargs
+from pal_lightning.module.optim import adamw, fused_allowed, warmup_steps_of
+from pal_lightning.tasks.specs import TaskSpec, get_task
 
 SST, QQP, STS = get_task("sst"), get_task("qqp"), get_task("sts")
 
@@ -229,7 +229,7 @@ def test_fused_adamw_is_clipped_under_bf16_mixed_and_still_refused_with_a_loss_s
     import lightning.pytorch as pl
     from lightning.pytorch.plugins.precision import MixedPrecision
 
-    from pal_lightning.training.optim import FusedClippingMixin, clips_unscaled
+    from pal_lightning.module.optim import FusedClippingMixin, clips_unscaled
 
     class Module(FusedClippingMixin, pl.LightningModule):
         pass
@@ -264,8 +264,8 @@ def test_fused_adamw_is_clipped_under_bf16_mixed_and_still_refused_with_a_loss_s
 def test_evaluate_loader_gives_validation_scores_and_a_hand_count() -> None:
     from test_module import FIXED, TinyData, tiny_module
 
+    from pal_lightning.module.evaluation import evaluate_loader
     from pal_lightning.testing import quiet_trainer
-    from pal_lightning.training.evaluation import evaluate_loader
 
     torch.manual_seed(0)
     module = tiny_module(dropout=0.1)  # dropout on: both paths must switch it off

@@ -1,4 +1,4 @@
-"""The package type-checks, and the built-in classes meet the callbacks' contracts (``pal_lightning.contracts``).
+"""The package type-checks, and the built-in classes meet the callbacks' contracts (``pal_lightning.core.contracts``).
 
 ``python -m mypy`` from the repository root reads ``[tool.mypy]`` in pyproject.toml: it checks the
 package and this file, whose ``_*_contracts`` functions are never called but make mypy prove that
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from pal_lightning.contracts import (
+from pal_lightning.core.contracts import (
     BatchLossModel,
     EpochSteps,
     EpochTaskProbabilities,
@@ -30,10 +30,10 @@ from pal_lightning.contracts import (
     require,
     satisfies,
 )
+from pal_lightning.core.errors import PalUserError
 from pal_lightning.data.datamodule import MultiTaskDataModule
-from pal_lightning.errors import PalUserError
 from pal_lightning.modeling.encoder import MultiTaskBert
-from pal_lightning.module import MultiTaskModule
+from pal_lightning.module.multitask import MultiTaskModule
 from pal_lightning.testing import TINY_BERT, write_cs224n_data
 
 MODULE_CONTRACTS = (

@@ -12,8 +12,8 @@ import pytest
 import torch
 from test_module import FIXED, TinyData, tiny_module
 
-from pal_lightning.errors import PalUserError
-from pal_lightning.module import MultiTaskModule
+from pal_lightning.core.errors import PalUserError
+from pal_lightning.module.multitask import MultiTaskModule
 from pal_lightning.testing import quiet_trainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,7 +82,7 @@ def test_checkpoint_of_another_variant_is_refused(
 def test_shipped_variant_overlays_print_on_the_quickstart(capsys: pytest.CaptureFixture[str]) -> None:
     import yaml
 
-    from pal_lightning.cli import main
+    from pal_lightning.cli.main import main
 
     names = {p.stem for p in VARIANTS}
     # layer_sharing.yaml: tests/test_sharing_module.py
@@ -111,7 +111,7 @@ def test_shipped_variant_overlays_print_on_the_quickstart(capsys: pytest.Capture
 def test_a_variant_overlay_fits_a_tiny_model_through_the_cli(tmp_path: Path) -> None:
     import yaml
 
-    from pal_lightning.cli import main
+    from pal_lightning.cli.main import main
     from pal_lightning.testing import TINY_BERT, write_cs224n_data
 
     data = write_cs224n_data(tmp_path / "data")

@@ -1,4 +1,4 @@
-"""Build pal_lightning/demo_data/: a few hundred real rows per task from the CS224N minBERT files.
+"""Build pal_lightning/data/sources/demo/: a few hundred real rows per task from the CS224N minBERT files.
 
 Each demo file keeps the source file's header and a fixed random sample of its lines (seed 0), in
 the source order, byte for byte. A line is kept only if it parses on its own (tab-separated,

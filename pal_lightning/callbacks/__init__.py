@@ -9,11 +9,11 @@
 
 from __future__ import annotations
 
-from pal_lightning.callbacks.checkpoint_io import AtomicCheckpointIO
-from pal_lightning.callbacks.continual import ContinualEvaluation
-from pal_lightning.callbacks.gem import EpisodicMemory, GEMCallback, agem_project, project_gradient
+from pal_lightning.callbacks.continual_evaluation import ContinualEvaluation
 from pal_lightning.callbacks.prediction_writer import PredictionWriter
 from pal_lightning.callbacks.rng_state import RNGStateCallback
+from pal_lightning.core.checkpoint_io import AtomicCheckpointIO
+from pal_lightning.gem import EpisodicMemory, GEMCallback, agem_project, project_gradient
 
 __all__ = [
     "AtomicCheckpointIO",

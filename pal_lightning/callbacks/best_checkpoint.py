@@ -1,7 +1,7 @@
 """A best-score checkpoint that ignores partial evaluations.
 
 An evaluation that reached only some of the scored tasks (``--trainer.limit_val_batches 2``) logs
-``val/overall_partial`` instead of ``val/overall`` (:func:`pal_lightning.metrics.overall_over`).
+``val/overall_partial`` instead of ``val/overall`` (:func:`pal_lightning.tasks.metrics.overall_over`).
 Lightning's :class:`~lightning.pytorch.callbacks.ModelCheckpoint` would then either stop the run
 ("could not find the monitored key") or, because ``trainer.callback_metrics`` keeps the keys of
 earlier validations, rank the partial validation with a stale complete score. :class:`BestCheckpoint`
@@ -27,11 +27,11 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_info
 
-from pal_lightning.compat import CheckpointHooks, last_saved
-from pal_lightning.contracts import last_stage_scores
-from pal_lightning.distributed import is_main_process
-from pal_lightning.files import atomic_link_or_copy
-from pal_lightning.metrics import PARTIAL_SUFFIX
+from pal_lightning.core.contracts import last_stage_scores
+from pal_lightning.core.distributed import is_main_process
+from pal_lightning.core.files import atomic_link_or_copy
+from pal_lightning.core.private_api import CheckpointHooks, last_saved
+from pal_lightning.tasks.metrics import PARTIAL_SUFFIX
 
 #: File name of the alias of the best checkpoint, beside it.
 BEST_ALIAS = "best.ckpt"

@@ -12,7 +12,7 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
-from pal_lightning.distributed import is_main_process
+from pal_lightning.core.distributed import is_main_process
 
 
 def describe_fit(pl_module: pl.LightningModule, log_dir: str | None, max_steps: int | None) -> str:

@@ -1,4 +1,4 @@
-"""GLUE test-server submission files from ``predict`` (:mod:`pal_lightning.glue` for the format).
+"""GLUE test-server submission files from ``predict`` (:mod:`pal_lightning.tasks.glue` for the format).
 
 Put it in the trainer's callbacks; ``pal-lightning predict`` then writes, beside the usual prediction files,
 one server file per GLUE task of the test split (``CoLA.tsv``, ``MNLI-m.tsv`` ...) into
@@ -23,8 +23,8 @@ from typing import Any
 import lightning.pytorch as pl
 
 from pal_lightning.callbacks.prediction_writer import PredictionWriter
-from pal_lightning.contracts import PredictionLayout, datamodule_of, satisfies
-from pal_lightning.glue import SUBMISSION_FILES, missing_submission_files, write_submission_file
+from pal_lightning.core.contracts import PredictionLayout, datamodule_of, satisfies
+from pal_lightning.tasks.glue import SUBMISSION_FILES, missing_submission_files, write_submission_file
 
 log = logging.getLogger(__name__)
 

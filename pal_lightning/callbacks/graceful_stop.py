@@ -32,8 +32,8 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
-from pal_lightning.compat import CheckpointHooks, last_saved
-from pal_lightning.distributed import all_reduce_sum, is_main_process
+from pal_lightning.core.distributed import all_reduce_sum, is_main_process
+from pal_lightning.core.private_api import CheckpointHooks, last_saved
 
 __all__ = ["StopOnSignal", "TrainingStopped", "stop_message", "stop_status"]
 

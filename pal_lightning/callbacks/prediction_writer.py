@@ -34,11 +34,11 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 
-from pal_lightning.batch import IDS, PREDICTIONS, SPLIT, TASK
-from pal_lightning.contracts import ExampleOrder, PredictionLayout, datamodule_of, satisfies
-from pal_lightning.distributed import gather_objects, is_main_process
-from pal_lightning.errors import PalUserError
-from pal_lightning.files import atomic_write
+from pal_lightning.core.batch import IDS, PREDICTIONS, SPLIT, TASK
+from pal_lightning.core.contracts import ExampleOrder, PredictionLayout, datamodule_of, satisfies
+from pal_lightning.core.distributed import gather_objects, is_main_process
+from pal_lightning.core.errors import PalUserError
+from pal_lightning.core.files import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ def format_value(value: Any) -> str:
 
 
 def write_prediction_file(path: Path, header: str, rows: Sequence[tuple[str, Any]]) -> None:
-    """Write one file in the starter's format, atomically (:func:`pal_lightning.files.atomic_write`)."""
+    """Write one file in the starter's format, atomically (:func:`pal_lightning.core.files.atomic_write`)."""
     with atomic_write(path, "w", encoding="utf-8", newline="\n") as f:
         f.write(f"id \t {header} \n")
         for ex_id, value in rows:

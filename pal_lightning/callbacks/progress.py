@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pal_lightning.compat import ProgressBarHooks
+from pal_lightning.core.private_api import ProgressBarHooks
 
 
 class RunProgressBar(ProgressBarHooks):

@@ -32,8 +32,8 @@ import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from pal_lightning import distributed
-from pal_lightning.distributed import gather_objects
+from pal_lightning.core import distributed
+from pal_lightning.core.distributed import gather_objects
 
 log = logging.getLogger(__name__)
 

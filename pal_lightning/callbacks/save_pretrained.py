@@ -20,9 +20,9 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
-from pal_lightning.contracts import MaxLength, PretrainedSaver, datamodule_of, satisfies
-from pal_lightning.distributed import is_main_process
-from pal_lightning.errors import PalUserError
+from pal_lightning.core.contracts import MaxLength, PretrainedSaver, datamodule_of, satisfies
+from pal_lightning.core.distributed import is_main_process
+from pal_lightning.core.errors import PalUserError
 
 log = logging.getLogger(__name__)
 

@@ -30,10 +30,10 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
 
-from pal_lightning.contracts import ParameterReporter, ScoredTasks, last_stage_scores, satisfies
-from pal_lightning.distributed import is_main_process
-from pal_lightning.files import atomic_write_text
-from pal_lightning.metrics import PARTIAL_SUFFIX
+from pal_lightning.core.contracts import ParameterReporter, ScoredTasks, last_stage_scores, satisfies
+from pal_lightning.core.distributed import is_main_process
+from pal_lightning.core.files import atomic_write_text
+from pal_lightning.tasks.metrics import PARTIAL_SUFFIX
 
 SCORES_FILE = "scores.json"
 
@@ -117,7 +117,7 @@ def auxiliary_tasks(pl_module: pl.LightningModule) -> list[str]:
 
 
 def scored_tasks_of(pl_module: pl.LightningModule) -> list[str] | None:
-    """The tasks that make the module's overall score (:class:`~pal_lightning.contracts.ScoredTasks`), else ``None``."""
+    """The tasks that make the module's overall score (:class:`~pal_lightning.core.contracts.ScoredTasks`), else ``None``."""
     return pl_module.scored_tasks if satisfies(pl_module, ScoredTasks) else None
 
 

@@ -30,9 +30,9 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from pal_lightning.batch import ATTENTION_MASK, IDS, LABELS, TASK
-from pal_lightning.contracts import EpochTaskProbabilities, TaskPredictor, datamodule_of, satisfies
-from pal_lightning.distributed import is_main_process
+from pal_lightning.core.batch import ATTENTION_MASK, IDS, LABELS, TASK
+from pal_lightning.core.contracts import EpochTaskProbabilities, TaskPredictor, datamodule_of, satisfies
+from pal_lightning.core.distributed import is_main_process
 
 NO_DECAY = "_no_decay"
 

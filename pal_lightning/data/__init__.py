@@ -3,21 +3,21 @@
 Public entry points:
 
 * :class:`MultiTaskDataModule` - the LightningDataModule; :class:`DataConfig` - its options.
-* :func:`~pal_lightning.data.hf_sources.dataset_task` - a task reading a ``datasets.DatasetDict``.
-* :func:`~pal_lightning.data.sampling.task_probabilities`,
-  :func:`~pal_lightning.data.sampling.annealed_alpha` - the sampling maths.
-* :class:`~pal_lightning.data.samplers.MultiTaskBatchSampler` - one task per step, DDP-consistent, resumable.
+* :func:`~pal_lightning.data.sources.hf.dataset_task` - a task reading a ``datasets.DatasetDict``.
+* :func:`~pal_lightning.data.schedules.task_probabilities`,
+  :func:`~pal_lightning.data.schedules.annealed_alpha` - the sampling maths.
+* :class:`~pal_lightning.data.batch_samplers.MultiTaskBatchSampler` - one task per step, DDP-consistent, resumable.
 """
 
 from __future__ import annotations
 
+from pal_lightning.data.batch_samplers import MultiTaskBatchSampler, Phase, TaskBatch, eval_batches
 from pal_lightning.data.datamodule import MultiTaskDataModule
-from pal_lightning.data.hf_sources import dataset_task
 from pal_lightning.data.options import DataConfig
-from pal_lightning.data.readers import RawSplit, read_split
-from pal_lightning.data.samplers import MultiTaskBatchSampler, Phase, TaskBatch, eval_batches
-from pal_lightning.data.sampling import SamplingSchedule, annealed_alpha, task_probabilities
-from pal_lightning.data.text import ptb_detokenize, undo_double_quoting
+from pal_lightning.data.schedules import SamplingSchedule, annealed_alpha, task_probabilities
+from pal_lightning.data.sources.hf import dataset_task
+from pal_lightning.data.sources.readers import RawSplit, read_split
+from pal_lightning.data.sources.text import ptb_detokenize, undo_double_quoting
 
 __all__ = [
     "DataConfig",

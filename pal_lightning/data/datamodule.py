@@ -4,8 +4,8 @@ Reads every task's files (validated row by row), tokenises them once with the
 encoder's fast tokenizer (cached on disk), and serves
 
 * training batches of one task per step, drawn by a sampling schedule
-  (:mod:`pal_lightning.data.sampling`), the same task on every rank, resumable
-  mid-epoch (:mod:`pal_lightning.data.samplers`);
+  (:mod:`pal_lightning.data.schedules`), the same task on every rank, resumable
+  mid-epoch (:mod:`pal_lightning.data.batch_samplers`);
 * validation (dev), test (labelled test splits) and prediction (dev and
   test-student) batches covering every example exactly once across ranks.
 
@@ -44,29 +44,29 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
-from pal_lightning.batch import resolve_pair_encoding
-from pal_lightning.config_fields import bind_fields, takes_fields
-from pal_lightning.data.dataset import MultiTaskDataset, ResumableDataLoader
-from pal_lightning.data.hf_sources import with_hub_copies
-from pal_lightning.data.loaders import eval_loader, loader_options
-from pal_lightning.data.options import DataConfig, check_at_least, resolve_cache_dir
-from pal_lightning.data.per_task import per_task
-from pal_lightning.data.phase_plan import TASK_SCHEDULES, plan_phases
-from pal_lightning.data.readers import SPLITS, check_files_exist, resolve_data_dir
-from pal_lightning.data.samplers import (
+from pal_lightning.core.batch import resolve_pair_encoding
+from pal_lightning.core.config_fields import bind_fields, takes_fields
+from pal_lightning.core.errors import PalUserError
+from pal_lightning.data.batch_samplers import (
     MultiTaskBatchSampler,
     Phase,
     TaskBatch,
     default_steps_per_epoch,
     make_phases,
 )
-from pal_lightning.data.sampling import SamplingSchedule, annealing_horizon
+from pal_lightning.data.dataset import MultiTaskDataset, ResumableDataLoader
+from pal_lightning.data.loaders import eval_loader, loader_options
+from pal_lightning.data.options import DataConfig, check_at_least, resolve_cache_dir
+from pal_lightning.data.per_task import per_task
+from pal_lightning.data.phase_plan import TASK_SCHEDULES, plan_phases
+from pal_lightning.data.schedules import SamplingSchedule, annealing_horizon
 from pal_lightning.data.sharding import fit_batches_consumed, shard_of, turn_off_distributed_sampler
+from pal_lightning.data.sources.hf import with_hub_copies
+from pal_lightning.data.sources.readers import SPLITS, check_files_exist, resolve_data_dir
 from pal_lightning.data.split_cache import SplitCache
 from pal_lightning.data.tokenize import TokenizedSplit
-from pal_lightning.errors import PalUserError
-from pal_lightning.task_views import eval_views, with_views
-from pal_lightning.tasks import TaskSpec, resolve_tasks
+from pal_lightning.tasks.specs import TaskSpec, resolve_tasks
+from pal_lightning.tasks.views import eval_views, with_views
 
 __all__ = ["TASK_SCHEDULES", "DataConfig", "MultiTaskDataModule"]
 
@@ -92,9 +92,9 @@ class MultiTaskDataModule(pl.LightningDataModule):
         given_specs = resolve_tasks(config.tasks)
         self.task_names: list[str] = [t.name for t in given_specs]
         #: The tasks as read: without a data folder, the built-in tasks that have a public Hugging
-        #: Face copy read it (pal_lightning.data.hf_sources); the hyper-parameters keep them as given.
+        #: Face copy read it (pal_lightning.data.sources.hf); the hyper-parameters keep them as given.
         self.task_specs: list[TaskSpec] = with_hub_copies(given_specs, config.data_dir)
-        #: More dev/test sets scored by a task's head, by name (pal_lightning.task_views: glue_mnli's
+        #: More dev/test sets scored by a task's head, by name (pal_lightning.tasks.views: glue_mnli's
         #: mismatched sets and GLUE's diagnostic set); served under their own names, never trained.
         self.eval_views = eval_views(self.task_specs)
         self.phase_plan = plan_phases(
@@ -377,7 +377,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
         """The padded training batch of ``task``'s examples at ``indices`` (positions in its train split).
 
         What GEM's episodic memories use to rebuild remembered examples; the batch follows
-        :mod:`pal_lightning.batch` and lives on the CPU.
+        :mod:`pal_lightning.core.batch` and lives on the CPU.
         """
         if task not in self.task_names:
             raise PalUserError(f"Unknown task {task!r}; this data module serves {self.task_names}.")

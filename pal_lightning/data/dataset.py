@@ -1,8 +1,8 @@
-"""Map-style datasets that turn a :class:`~pal_lightning.data.samplers.TaskBatch` into a padded batch.
+"""Map-style datasets that turn a :class:`~pal_lightning.data.batch_samplers.TaskBatch` into a padded batch.
 
 The samplers decide which examples form a batch; the dataset builds the whole
 batch at once (``__getitems__``), padding to the longest example of the batch.
-The batch is a dict following :mod:`pal_lightning.batch`.
+The batch is a dict following :mod:`pal_lightning.core.batch`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from pal_lightning.batch import IDS, INDICES, LABELS, SPLIT, TASK
-from pal_lightning.data.samplers import MultiTaskBatchSampler, TaskBatch
+from pal_lightning.core.batch import IDS, INDICES, LABELS, SPLIT, TASK
+from pal_lightning.data.batch_samplers import MultiTaskBatchSampler, TaskBatch
 from pal_lightning.data.tokenize import TokenizedSplit, pad_batch
 
 

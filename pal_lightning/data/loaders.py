@@ -1,8 +1,8 @@
 """The DataLoaders the data module serves, from tokenised splits and planned batches.
 
-Training batches come from a :class:`~pal_lightning.data.samplers.MultiTaskBatchSampler` (one task
+Training batches come from a :class:`~pal_lightning.data.batch_samplers.MultiTaskBatchSampler` (one task
 per step, resumable); evaluation batches are planned once by
-:func:`~pal_lightning.data.samplers.eval_batches` (every example exactly once across ranks).
+:func:`~pal_lightning.data.batch_samplers.eval_batches` (every example exactly once across ranks).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from pal_lightning.data.batch_samplers import eval_batches
 from pal_lightning.data.dataset import BatchListDataset, MultiTaskDataset, passthrough
-from pal_lightning.data.samplers import eval_batches
 from pal_lightning.data.tokenize import TokenizedSplit
 
 __all__ = ["eval_loader", "loader_options"]

@@ -1,7 +1,7 @@
 """The options of :class:`~pal_lightning.data.MultiTaskDataModule`, documented once.
 
 :class:`DataConfig` is the one place an option is declared and documented: the data module takes its
-fields as keyword arguments (:func:`pal_lightning.config_fields.takes_fields`), so LightningCLI shows
+fields as keyword arguments (:func:`pal_lightning.core.config_fields.takes_fields`), so LightningCLI shows
 each as ``--data.<field>`` with the docstring below it, and ``DataConfig.hparams`` is what the data
 module saves as hyper-parameters. Checks that need only the options themselves run when a
 ``DataConfig`` is built; the ones that need the task list run in the data module.
@@ -15,13 +15,13 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from pal_lightning.core.errors import PalUserError
+from pal_lightning.core.hub import DEFAULT_ENCODER
 from pal_lightning.data.phase_plan import SEQUENTIAL, check_task_schedule
-from pal_lightning.data.readers import BAD_ROW_POLICIES, SPLITS
-from pal_lightning.data.sampling import SAMPLING_SCHEDULES, SamplingSchedule
+from pal_lightning.data.schedules import SAMPLING_SCHEDULES, SamplingSchedule
+from pal_lightning.data.sources.readers import BAD_ROW_POLICIES, SPLITS
 from pal_lightning.data.tokenize import default_cache_dir
-from pal_lightning.errors import PalUserError
-from pal_lightning.hub import DEFAULT_ENCODER
-from pal_lightning.tasks import TaskSpec, resolve_tasks, task_to_hparam
+from pal_lightning.tasks.specs import TaskSpec, resolve_tasks, task_to_hparam
 
 __all__ = ["DataConfig", "check_at_least", "resolve_cache_dir"]
 
@@ -36,7 +36,7 @@ class DataConfig:
     """
 
     tasks: Sequence[str | TaskSpec | dict[str, Any]] = ("sst", "qqp", "sts")
-    """Task names, :class:`~pal_lightning.tasks.TaskSpec` objects or dicts of TaskSpec fields."""
+    """Task names, :class:`~pal_lightning.tasks.specs.TaskSpec` objects or dicts of TaskSpec fields."""
 
     tokenizer: str = DEFAULT_ENCODER
     """Encoder name or path whose (fast) tokenizer is used."""
@@ -44,7 +44,7 @@ class DataConfig:
     data_dir: str | os.PathLike[str] | None = None
     """Folder of the data files; default ``$PAL_DATA_DIR``, else ``./data``. When none of the three is
     there, the built-in tasks with a public Hugging Face copy read it through ``datasets``
-    (``pal_lightning.data.hf_sources``; ``demo`` is the small set shipped with the package)."""
+    (``pal_lightning.data.sources.hf``; ``demo`` is the small set shipped with the package)."""
 
     batch_size: int | dict[str, int] = 32
     """Training batch size per rank, one int or a ``task -> int`` mapping."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from pal_lightning.errors import PalUserError
+from pal_lightning.core.errors import PalUserError
 
 __all__ = ["per_task"]
 

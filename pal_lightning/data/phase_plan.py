@@ -1,13 +1,13 @@
 """The task schedule: every task interleaved, or the tasks one after another (continual learning).
 
-``interleaved`` draws a task per step by the sampling schedule (:mod:`pal_lightning.data.sampling`).
+``interleaved`` draws a task per step by the sampling schedule (:mod:`pal_lightning.data.schedules`).
 ``sequential`` trains the tasks of ``task_order`` in phases: phase ``i`` trains ``task_order[i]`` for
 ``steps_per_task`` training batches, or for ``epochs_per_task`` passes over its training data, one
 pass being ``ceil(N_t / (B_t W))`` global batches (as for ``steps_per_epoch``).
 
 :func:`plan_phases` checks the options once, when the data module is built; :meth:`PhasePlan.lengths`
 turns them into the ``(task, batches)`` pairs the batch sampler trains
-(:func:`~pal_lightning.data.samplers.make_phases` gives their start and end).
+(:func:`~pal_lightning.data.batch_samplers.make_phases` gives their start and end).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from pal_lightning.core.errors import PalUserError
 from pal_lightning.data.per_task import per_task
-from pal_lightning.errors import PalUserError
-from pal_lightning.tasks import repeated_names
+from pal_lightning.tasks.specs import repeated_names
 
 __all__ = ["INTERLEAVED", "SEQUENTIAL", "TASK_SCHEDULES", "PhasePlan", "check_task_schedule", "plan_phases"]
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from pal_lightning import distributed
-from pal_lightning.compat import disable_distributed_sampler
-from pal_lightning.errors import PalUserError
+from pal_lightning.core import distributed
+from pal_lightning.core.errors import PalUserError
+from pal_lightning.core.private_api import disable_distributed_sampler
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl

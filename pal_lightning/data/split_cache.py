@@ -12,21 +12,21 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pal_lightning.data import hf_sources
-from pal_lightning.data.readers import read_split, resolve_source, source_exists, warn_bad_rows
+from pal_lightning.core.distributed import is_main_process
+from pal_lightning.core.errors import PalUserError
+from pal_lightning.core.files import file_fingerprint
+from pal_lightning.data.sources import hf as hf_sources
+from pal_lightning.data.sources.readers import read_split, resolve_source, source_exists, warn_bad_rows
 from pal_lightning.data.tokenize import (
     TokenizedSplit,
     cache_key,
     cache_path,
     encode_split,
-    file_fingerprint,
     load_cached,
     save_cached,
     tokenizer_fingerprint,
 )
-from pal_lightning.distributed import is_main_process
-from pal_lightning.errors import PalUserError
-from pal_lightning.tasks import TaskKind, TaskSpec
+from pal_lightning.tasks.specs import TaskKind, TaskSpec
 
 if TYPE_CHECKING:
     from pal_lightning.data.options import DataConfig
@@ -59,7 +59,7 @@ def load_fast_tokenizer(name: str, revision: str | None) -> Any:
     """
     from transformers import AutoTokenizer
 
-    from pal_lightning.hub import resolve_encoder
+    from pal_lightning.core.hub import resolve_encoder
 
     tok = AutoTokenizer.from_pretrained(resolve_encoder(name, revision))
     if not getattr(tok, "is_fast", False):

@@ -30,9 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from pal_lightning.batch import ATTENTION_MASK, INPUT_IDS, TOKEN_TYPE_IDS
-from pal_lightning.data.readers import RawSplit
-from pal_lightning.files import atomic_write
+from pal_lightning.core.batch import ATTENTION_MASK, INPUT_IDS, TOKEN_TYPE_IDS
+from pal_lightning.core.files import atomic_write
+from pal_lightning.data.sources.readers import RawSplit
 
 log = logging.getLogger(__name__)
 
@@ -197,15 +197,6 @@ def pad_batch(
 
 
 # --------------------------------------------------------------------------- cache
-
-
-def file_fingerprint(path: str | os.PathLike[str]) -> str:
-    """SHA-256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def tokenizer_fingerprint(tokenizer: Any) -> str:

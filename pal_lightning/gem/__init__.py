@@ -22,7 +22,7 @@ Modules, one idea each (the first three import no Lightning):
 * :mod:`~pal_lightning.gem.gram`: gradients as lists of tensors, their Gram matrix, the write-back;
 * :mod:`~pal_lightning.gem.flat_rows`: the same over one ``(t, n)`` float64 matrix (few kernels: GPUs);
 * :mod:`~pal_lightning.gem.memory`: :class:`EpisodicMemory`, one reservoir of example indices per task;
-* :mod:`~pal_lightning.gem.memory_gradients`: the rows of ``G`` from remembered examples;
+* :mod:`~pal_lightning.gem.gradients`: the rows of ``G`` from remembered examples;
 * :mod:`~pal_lightning.gem.sparse_embeddings`: embedding tables' memory gradients as sparse rows (A-GEM);
 * :mod:`~pal_lightning.gem.callback`: :class:`GEMCallback`, the Lightning callback.
 """
@@ -49,7 +49,7 @@ from pal_lightning.gem.qp import solve_gem_dual, solve_gem_dual_exact
 
 if TYPE_CHECKING:
     from pal_lightning.gem.callback import CONSTRAINTS, MODES, PARAMETERS, GEMCallback
-    from pal_lightning.gem.memory_gradients import MemorySource, constraint_gradients, memory_gradient
+    from pal_lightning.gem.gradients import MemorySource, constraint_gradients, memory_gradient
 
 # The maths above loads without Lightning; the callback and the memory gradients (which use
 # Lightning) load on first use, so `import pal_lightning.gem.qp` stays light.

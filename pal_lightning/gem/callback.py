@@ -13,16 +13,16 @@ import torch
 from torch import Tensor, nn
 from torch.profiler import record_function
 
-from pal_lightning import distributed
-from pal_lightning.batch import INDICES, TASK
-from pal_lightning.contracts import (
+from pal_lightning.core import distributed
+from pal_lightning.core.batch import INDICES, TASK
+from pal_lightning.core.contracts import (
     BatchLossModel,
     TrainBatchSource,
     datamodule_of,
     missing_members,
     satisfies,
 )
-from pal_lightning.errors import PalUserError
+from pal_lightning.core.errors import PalUserError
 from pal_lightning.gem.flat_rows import (
     add_flat_rows,
     can_flatten,
@@ -32,9 +32,9 @@ from pal_lightning.gem.flat_rows import (
     has_dense_gradients,
     unflatten_rows,
 )
+from pal_lightning.gem.gradients import MemorySource, constraint_gradients
 from pal_lightning.gem.gram import Grads, add_rows, bordered_gram, gram_matrix
 from pal_lightning.gem.memory import EpisodicMemory
-from pal_lightning.gem.memory_gradients import MemorySource, constraint_gradients
 from pal_lightning.gem.projection import DEFAULT_EPS, step_coefficients
 
 __all__ = ["CONSTRAINTS", "MODES", "PARAMETERS", "GEMCallback"]
@@ -136,7 +136,7 @@ class GEMCallback(pl.Callback):
         eps: relative ridge: ``eps * trace(GG^T) / t`` is added to the diagonal of ``GG^T``.
         seed: seed of the memories' reservoir draws and of the memory batches.
         batch_tasks: GEM's memory gradients of all constraining tasks from one backward (exact;
-            :mod:`pal_lightning.gem.batched_gradients`) instead of one backward per task, which holds
+            :mod:`pal_lightning.gem.gradients`) instead of one backward per task, which holds
             fewer activations at once.
         flat_rows: the Gram matrix and the write-back over one float64 copy of the rows
             (:mod:`pal_lightning.gem.flat_rows`: a few kernels instead of one per parameter tensor and

@@ -30,7 +30,7 @@ from typing import cast
 import torch
 from torch import Tensor, nn
 
-from pal_lightning.compat import foreach_add_
+from pal_lightning.core.private_api import foreach_add_
 from pal_lightning.gem.gram import Grads
 
 __all__ = [

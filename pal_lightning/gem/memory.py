@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from pal_lightning.errors import PalUserError
+from pal_lightning.core.errors import PalUserError
 
 __all__ = ["EpisodicMemory"]
 

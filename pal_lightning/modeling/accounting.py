@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
-from pal_lightning.modeling.config import PALConfig
-from pal_lightning.modeling.pal import pff_inner_size
+from pal_lightning.modeling.methods.config import PALConfig
+from pal_lightning.modeling.methods.on_top import TOP_ATTENTION_BLOCKS
+from pal_lightning.modeling.methods.pals import pff_inner_size
 from pal_lightning.modeling.sharing import FROZEN, layers_with
-from pal_lightning.modeling.task_state import encoder_and_heads, model_tasks
-from pal_lightning.modeling.top import TOP_ATTENTION_BLOCKS
+from pal_lightning.modeling.task_io.state import encoder_and_heads, model_tasks
 
 
 def _count(params: Iterable[tuple[str, nn.Parameter]]) -> int:

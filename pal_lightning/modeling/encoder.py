@@ -25,7 +25,7 @@ Wiring of one selected layer l for the active task t (Stickland & Murray 2019; d
 TS_t reads the layer *input* h and is added into the residual sum right before the FFN's output LayerNorm
 (LN2), as the reference code does. Layers outside the placement, and every layer with ``adapter="none"``,
 are the unchanged BERT layer. The variants on top (``pa_on_top``, ``bert_layer_on_top``;
-:mod:`pal_lightning.modeling.top`) change no layer: the last layer hands its output to the task's block,
+:mod:`pal_lightning.modeling.methods.on_top`) change no layer: the last layer hands its output to the task's block,
 with the attention mask BERT built for its own layers.
 
 Layer-sharing regimes (:mod:`pal_lightning.modeling.sharing`, ``layer_sharing="FFSSII"``): a frozen (F)
@@ -56,10 +56,9 @@ import torch
 from torch import nn
 from transformers import BertConfig, BertModel
 
-from pal_lightning.errors import PalUserError
-from pal_lightning.hub import resolve_encoder
+from pal_lightning.core.errors import PalUserError
+from pal_lightning.core.hub import resolve_encoder
 from pal_lightning.modeling.attention import register as register_attention
-from pal_lightning.modeling.config import PALConfig
 from pal_lightning.modeling.encoder_files import local_encoder_dir, read_bert_config, read_encoder_weights
 from pal_lightning.modeling.encoder_state import (
     ADAPTERS_PREFIX,
@@ -69,7 +68,9 @@ from pal_lightning.modeling.encoder_state import (
     plan_pretrained_load,
 )
 from pal_lightning.modeling.layers import IndividualLayerSlot, PALBertLayer, task_call
-from pal_lightning.modeling.pal import TaskAdapter, additive_mask, scores_dtype
+from pal_lightning.modeling.methods.config import PALConfig
+from pal_lightning.modeling.methods.on_top import build_top_adapter
+from pal_lightning.modeling.methods.pals import TaskAdapter, additive_mask, scores_dtype
 from pal_lightning.modeling.sharing import (
     FROZEN,
     INDIVIDUAL,
@@ -77,8 +78,7 @@ from pal_lightning.modeling.sharing import (
     parse_layer_sharing,
     resolve_task_groups,
 )
-from pal_lightning.modeling.top import build_top_adapter
-from pal_lightning.tasks import repeated_names, task_name_of
+from pal_lightning.tasks.specs import repeated_names, task_name_of
 
 __all__ = [
     "ADAPTERS_PREFIX",
@@ -93,7 +93,7 @@ logger = logging.getLogger(__name__)
 
 
 def _parameter_safe_names(tasks: Sequence[Any] | str) -> list[str]:
-    """The names of ``tasks`` (:func:`~pal_lightning.tasks.task_name_of`), each once and usable as a key of
+    """The names of ``tasks`` (:func:`~pal_lightning.tasks.specs.task_name_of`), each once and usable as a key of
     the encoder's ``nn.ModuleDict`` objects (it becomes part of parameter names).
 
     Raises:
@@ -181,7 +181,7 @@ class MultiTaskBert(nn.Module):
 
     Args:
         bert_config: the ``transformers.BertConfig`` of the encoder (copied, not modified).
-        tasks: task names or :class:`~pal_lightning.tasks.TaskSpec` objects (their ``name`` is used).
+        tasks: task names or :class:`~pal_lightning.tasks.specs.TaskSpec` objects (their ``name`` is used).
         pal: the TS_t configuration; ``None`` means :class:`PALConfig` defaults.
         attn_implementation: ``"sdpa"``, ``"eager"``, ... for BERT's own attention; ``None`` keeps the
             config's choice (transformers' default is sdpa). PALs build their own mask, so any works.
@@ -301,7 +301,7 @@ class MultiTaskBert(nn.Module):
         """The pretrained encoder ``name_or_path`` with new, task-specific PAL parameters.
 
         The arguments after ``name_or_path`` are those of :meth:`from_config`. The name goes through
-        :func:`pal_lightning.hub.resolve_encoder` (offline copies first). The weights are loaded with a
+        :func:`pal_lightning.core.hub.resolve_encoder` (offline copies first). The weights are loaded with a
         strict check: the only keys the checkpoint may lack are the new ``adapters.*`` ones; keys it has
         that the encoder does not use (pooler, pre-training heads) are reported in ``model.loading_info``
         and logged at INFO level.

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from transformers import BertConfig
 
-from pal_lightning.errors import PalUserError
+from pal_lightning.core.errors import PalUserError
 
 
 def local_encoder_dir(resolved: str) -> str:

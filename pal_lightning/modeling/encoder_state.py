@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from pal_lightning.errors import PalUserError
+from pal_lightning.core.errors import PalUserError
 
 ADAPTERS_PREFIX = "adapters"
 """State-dict prefix of every new (task-specific) parameter of :class:`MultiTaskBert`."""

@@ -1,7 +1,7 @@
 """Sentence pooling, per-task output heads, losses and predictions.
 
 Everything here is a small pure function or a tiny ``nn.Module`` so that the
-:class:`~pal_lightning.module.MultiTaskModule` (and its subclasses) can mix
+:class:`~pal_lightning.module.multitask.MultiTaskModule` (and its subclasses) can mix
 them freely.
 
 Pipeline for one batch of task ``t``::
@@ -26,9 +26,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from pal_lightning.batch import resolve_pair_encoding
-from pal_lightning.errors import PalUserError
-from pal_lightning.tasks import TaskSpec
+from pal_lightning.core.batch import resolve_pair_encoding
+from pal_lightning.core.errors import PalUserError
+from pal_lightning.tasks.specs import TaskSpec
 
 POOLING_MODES: tuple[str, ...] = ("cls", "mean")
 
@@ -178,7 +178,7 @@ def build_head(
         spec: the task.
         hidden_size: encoder width ``H``.
         pair_encoding: ``"cross"``, ``"siamese"`` or a per-task mapping (see
-            :func:`pal_lightning.batch.resolve_pair_encoding`); ignored for single sentences.
+            :func:`pal_lightning.core.batch.resolve_pair_encoding`); ignored for single sentences.
         dropout: dropout probability before the linear layer.
     """
     out = output_size(spec)

@@ -18,7 +18,7 @@ from transformers import BertConfig
 from transformers.models.bert.modeling_bert import BertLayer
 from transformers.pytorch_utils import apply_chunking_to_forward
 
-from pal_lightning.modeling.pal import TaskAdapter
+from pal_lightning.modeling.methods.pals import TaskAdapter
 
 
 @dataclass(frozen=True)

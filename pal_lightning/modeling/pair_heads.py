@@ -34,10 +34,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from pal_lightning.batch import resolve_pair_encoding
-from pal_lightning.errors import PalUserError
+from pal_lightning.core.batch import resolve_pair_encoding
+from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling.heads import LinearHead, TaskHead, build_head, output_size
-from pal_lightning.tasks import TaskSpec
+from pal_lightning.tasks.specs import TaskSpec
 
 #: Head names a task may be given through the module's ``heads`` option.
 HEAD_CHOICES: tuple[str, ...] = ("default", "cosine_rescaled", "concat", "sum")

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pal_lightning.errors import PalUserError
+from pal_lightning.core.errors import PalUserError
 
 FROZEN, SHARED, INDIVIDUAL = "F", "S", "I"
 LETTERS = (FROZEN, SHARED, INDIVIDUAL)

@@ -14,7 +14,7 @@ In training the step's own task forward (single sentences, ``siamese`` pairs) is
 ``unsup`` costs one more forward/backward of the sentences and ``sup`` none; ``cross`` pairs, whose
 task forward sees the pair as one sequence, need both views encoded (in one pass of ``2N``).
 
-The maths is :func:`pal_lightning.losses.simcse_loss`.
+The maths is :func:`pal_lightning.modeling.simcse_loss.simcse_loss`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from pal_lightning.batch import (
+from pal_lightning.core.batch import (
     ATTENTION_MASK,
     INPUT_IDS,
     LABELS,
@@ -35,9 +35,9 @@ from pal_lightning.batch import (
     side_inputs,
     side_keys,
 )
-from pal_lightning.errors import PalUserError
-from pal_lightning.losses.simcse import gather_rows, simcse_loss
-from pal_lightning.tasks import TaskKind, TaskSpec
+from pal_lightning.core.errors import PalUserError
+from pal_lightning.modeling.simcse_loss import gather_rows, simcse_loss
+from pal_lightning.tasks.specs import TaskKind, TaskSpec
 
 SimCSEMode = Literal["unsup", "sup"]
 SIMCSE_MODES: tuple[str, ...] = ("unsup", "sup")

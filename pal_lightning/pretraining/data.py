@@ -22,11 +22,11 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from pal_lightning.batch import ATTENTION_MASK, INPUT_IDS
-from pal_lightning.data.readers import check_files_exist, read_split, resolve_data_dir
-from pal_lightning.errors import PalUserError
-from pal_lightning.hub import DEFAULT_ENCODER, resolve_encoder
-from pal_lightning.tasks import TaskSpec, resolve_tasks, task_to_hparam
+from pal_lightning.core.batch import ATTENTION_MASK, INPUT_IDS
+from pal_lightning.core.errors import PalUserError
+from pal_lightning.core.hub import DEFAULT_ENCODER, resolve_encoder
+from pal_lightning.data.sources.readers import check_files_exist, read_split, resolve_data_dir
+from pal_lightning.tasks.specs import TaskSpec, resolve_tasks, task_to_hparam
 
 #: Files of which at least one must be in an encoder folder for its tokenizer to load.
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "spiece.model", "merges.txt")
@@ -112,7 +112,7 @@ class MLMDataModule(pl.LightningDataModule):
     """Sentences of the chosen tasks for masked-language-model pre-training.
 
     Args:
-        tasks: task names or :class:`~pal_lightning.tasks.TaskSpec` s whose text is used.
+        tasks: task names or :class:`~pal_lightning.tasks.specs.TaskSpec` s whose text is used.
         tokenizer: the encoder whose tokenizer is used (linked from ``model.encoder`` by the CLI).
         data_dir: folder of the data files; default ``$PAL_DATA_DIR``, else ``./data``.
         max_length: longest tokenised sentence (special tokens included); longer ones are truncated.

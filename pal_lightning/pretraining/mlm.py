@@ -30,15 +30,15 @@ import torch
 from lightning.pytorch.utilities.types import OptimizerLRScheduler
 from torch import Tensor
 
-from pal_lightning.batch import ATTENTION_MASK, INPUT_IDS, LABELS
-from pal_lightning.compat import attached_trainer
-from pal_lightning.distributed import is_main_process, rank
-from pal_lightning.errors import PalUserError
-from pal_lightning.files import staged_folder
-from pal_lightning.hub import DEFAULT_ENCODER, resolve_encoder
+from pal_lightning.core.batch import ATTENTION_MASK, INPUT_IDS, LABELS
+from pal_lightning.core.distributed import is_main_process, rank
+from pal_lightning.core.errors import PalUserError
+from pal_lightning.core.files import staged_folder
+from pal_lightning.core.hub import DEFAULT_ENCODER, resolve_encoder
+from pal_lightning.core.private_api import attached_trainer
+from pal_lightning.module.optim import FusedClippingMixin, adamw, fused_allowed, linear_warmup_decay
 from pal_lightning.pretraining.data import WORD_IDS, load_tokenizer
 from pal_lightning.pretraining.masking import IGNORE_INDEX, mask_tokens, maskable_positions
-from pal_lightning.training.optim import FusedClippingMixin, adamw, fused_allowed, linear_warmup_decay
 
 log = logging.getLogger(__name__)
 

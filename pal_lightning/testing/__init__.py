@@ -17,9 +17,14 @@ other part of the package (``from pal_lightning.testing import TINY_BERT, quiet_
 
 from __future__ import annotations
 
-from .configs import TINY_GEM, save_stage1_checkpoint, write_tiny_fit_config, write_tiny_pretrain_config
-from .data import sentence, write_cs224n_data, write_cs224n_quirks, write_lines
-from .encoders import (
+from pal_lightning.testing.configs import (
+    TINY_GEM,
+    save_stage1_checkpoint,
+    write_tiny_fit_config,
+    write_tiny_pretrain_config,
+)
+from pal_lightning.testing.data import sentence, write_cs224n_data, write_cs224n_quirks, write_lines
+from pal_lightning.testing.encoders import (
     BERT_VOCAB_SIZE,
     TINY_BERT,
     TINY_BERT_3_LAYERS,
@@ -27,8 +32,8 @@ from .encoders import (
     tiny_bert_config,
     without_dropout,
 )
-from .processes import free_port, run_spawned
-from .trainer import QUIET_TRAINER, quiet_trainer
+from pal_lightning.testing.processes import free_port, run_spawned
+from pal_lightning.testing.trainer import QUIET_TRAINER, quiet_trainer
 
 __all__ = [
     "free_port",

@@ -21,12 +21,12 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from ..batch import IDS, TASK
+from pal_lightning.core.batch import IDS, TASK
 
 if TYPE_CHECKING:
     from _typeshed import FileDescriptorLike
 
-    from ..gem import GEMCallback
+    from pal_lightning.gem import GEMCallback
 
 
 class KillAtStep(Callback):

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .encoders import TINY_BERT
+from pal_lightning.testing.encoders import TINY_BERT
 
 #: A GEM callback sized for the tiny model, as it appears under ``trainer.callbacks`` in a config.
 TINY_GEM: dict[str, Any] = {
@@ -103,7 +103,7 @@ def save_stage1_checkpoint(path: str | os.PathLike[str], model_args: dict[str, A
     ``MultiTaskModule(**model_args)``, as ``fit`` writes them; returns ``path``."""
     import torch
 
-    from ..module import MultiTaskModule
+    from pal_lightning.module.multitask import MultiTaskModule
 
     torch.manual_seed(seed)
     model = MultiTaskModule(**model_args)

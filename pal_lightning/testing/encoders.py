@@ -55,7 +55,7 @@ def save_tiny_encoder(
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, BertModel
 
-    from ..hub import packaged_minilm_dir
+    from pal_lightning.core.hub import packaged_minilm_dir
 
     source = packaged_minilm_dir()
     if source is None:

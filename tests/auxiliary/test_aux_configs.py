@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pal_lightning.data.readers import read_split
-from pal_lightning.tasks import TaskSpec, resolve_tasks
+from pal_lightning.data.sources.readers import read_split
+from pal_lightning.tasks.specs import TaskSpec, resolve_tasks
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -74,7 +74,7 @@ def test_snli_overlay_trains_as_an_auxiliary_task(tmp_path: Path) -> None:
     val/overall over SST alone, SNLI accuracy logged."""
 
     from pal_lightning.data import MultiTaskDataModule
-    from pal_lightning.module import MultiTaskModule
+    from pal_lightning.module.multitask import MultiTaskModule
     from pal_lightning.testing import TINY_BERT, quiet_trainer, write_cs224n_data
 
     data = write_cs224n_data(tmp_path / "data")

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
+from pal_lightning.core.errors import PalUserError
 from pal_lightning.data import MultiTaskDataModule
-from pal_lightning.data.samplers import MultiTaskBatchSampler
-from pal_lightning.data.sampling import SamplingSchedule, apply_multipliers
-from pal_lightning.errors import PalUserError
-from pal_lightning.module import MultiTaskModule
+from pal_lightning.data.batch_samplers import MultiTaskBatchSampler
+from pal_lightning.data.schedules import SamplingSchedule, apply_multipliers
+from pal_lightning.module.multitask import MultiTaskModule
 from pal_lightning.testing import TINY_BERT, quiet_trainer, write_cs224n_data
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

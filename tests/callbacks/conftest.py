@@ -9,7 +9,7 @@ import torch
 
 from pal_lightning.data import MultiTaskDataModule
 from pal_lightning.gem.memory import EpisodicMemory
-from pal_lightning.module import MultiTaskModule
+from pal_lightning.module.multitask import MultiTaskModule
 from pal_lightning.testing import TINY_BERT, write_cs224n_data
 
 GEM_TASKS = ("sst", "qqp", "sts")

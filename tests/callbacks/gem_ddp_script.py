@@ -20,8 +20,8 @@ import torch
 
 from pal_lightning.callbacks import ContinualEvaluation, GEMCallback
 from pal_lightning.data import MultiTaskDataModule
-from pal_lightning.gem.memory_gradients import MemorySource, constraint_gradients
-from pal_lightning.module import MultiTaskModule
+from pal_lightning.gem.gradients import MemorySource, constraint_gradients
+from pal_lightning.module.multitask import MultiTaskModule
 from pal_lightning.testing import TINY_BERT, quiet_trainer, without_dropout
 from pal_lightning.testing.callbacks import ConstraintRows
 

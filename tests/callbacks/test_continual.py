@@ -12,11 +12,11 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
-from pal_lightning.callbacks.continual import ContinualEvaluation
-from pal_lightning.continual import continual_metrics
+from pal_lightning.callbacks.continual_evaluation import ContinualEvaluation
+from pal_lightning.core.errors import PalUserError
 from pal_lightning.data import MultiTaskDataModule
-from pal_lightning.errors import PalUserError
-from pal_lightning.module import MultiTaskModule
+from pal_lightning.module.multitask import MultiTaskModule
+from pal_lightning.tasks.continual_metrics import continual_metrics
 from pal_lightning.testing import TINY_BERT, quiet_trainer, write_cs224n_data
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -14,13 +14,18 @@ import pytest
 import torch
 from torch import nn
 
-from pal_lightning import distributed
+from pal_lightning.core import distributed
 from pal_lightning.data import MultiTaskDataModule
 from pal_lightning.gem import GEMCallback
-from pal_lightning.gem.batched_gradients import can_alias, task_gradients
+from pal_lightning.gem.gradients import (
+    MemorySource,
+    can_alias,
+    constraint_gradients,
+    sum_rows_across_ranks,
+    task_gradients,
+)
 from pal_lightning.gem.gram import bordered_gram, gram_matrix
 from pal_lightning.gem.memory import EpisodicMemory
-from pal_lightning.gem.memory_gradients import MemorySource, constraint_gradients, sum_rows_across_ranks
 
 TASKS = ("sst", "qqp", "sts")  # the heads of the shared `setup` fixture (conftest.py)
 

@@ -18,14 +18,13 @@ from torch import nn
 
 from pal_lightning.callbacks import GEMCallback, RNGStateCallback
 from pal_lightning.callbacks import gem as gem_module
-from pal_lightning.callbacks.gem import EpisodicMemory, gram_matrix, project_gradient
+from pal_lightning.core.errors import PalUserError
 from pal_lightning.data import MultiTaskDataModule
-from pal_lightning.errors import PalUserError
+from pal_lightning.gem import EpisodicMemory, gram_matrix, memory_gradients, project_gradient, qp
 from pal_lightning.gem import memory as memory_module
-from pal_lightning.gem import memory_gradients, qp
+from pal_lightning.gem.gradients import MemorySource
 from pal_lightning.gem.gram import add_rows
-from pal_lightning.gem.memory_gradients import MemorySource
-from pal_lightning.module import MultiTaskModule
+from pal_lightning.module.multitask import MultiTaskModule
 from pal_lightning.testing import TINY_BERT, quiet_trainer, write_cs224n_data
 from pal_lightning.testing.callbacks import ConstraintRows
 

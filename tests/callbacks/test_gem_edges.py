@@ -14,15 +14,15 @@ import pytest
 import torch
 
 from pal_lightning.callbacks import gem
-from pal_lightning.callbacks.gem import (
+from pal_lightning.gem import (
     DEFAULT_EPS,
     EPS_RETRIES,
     agem_project,
     gem_coefficients,
     project_gradient,
+    qp,
     solve_gem_dual,
 )
-from pal_lightning.gem import qp
 from pal_lightning.gem.projection import step_coefficients
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from pal_lightning.compat import TorchDispatchMode
+from pal_lightning.core.private_api import TorchDispatchMode
 from pal_lightning.gem import GEMCallback
 from pal_lightning.gem.flat_rows import (
     add_flat_rows,

@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from pal_lightning.callbacks import gem
-from pal_lightning.callbacks.gem import agem_project, gem_coefficients, project_gradient, solve_gem_dual
-from pal_lightning.gem import qp
+from pal_lightning.gem import agem_project, gem_coefficients, project_gradient, qp, solve_gem_dual
 
 
 def exact_dual(GGt: np.ndarray, Gg: np.ndarray, margin: float) -> np.ndarray:

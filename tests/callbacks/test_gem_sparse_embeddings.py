@@ -10,9 +10,9 @@ import torch
 from torch import nn
 
 from pal_lightning.gem import GEMCallback
+from pal_lightning.gem.gradients import MemorySource, constraint_gradients, memory_gradient
 from pal_lightning.gem.gram import _dot, add_rows, bordered_gram, gram_matrix
 from pal_lightning.gem.memory import EpisodicMemory
-from pal_lightning.gem.memory_gradients import MemorySource, constraint_gradients, memory_gradient
 from pal_lightning.gem.sparse_embeddings import sparse_embedding_gradients
 from pal_lightning.testing import TINY_BERT
 

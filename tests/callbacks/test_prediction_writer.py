@@ -12,7 +12,7 @@ from torch import nn
 
 from pal_lightning.callbacks import PredictionWriter
 from pal_lightning.callbacks.prediction_writer import format_value
-from pal_lightning.errors import PalUserError
+from pal_lightning.core.errors import PalUserError
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 

@@ -17,7 +17,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.demos.boring_classes import BoringModel
 
-import pal_lightning.distributed
+import pal_lightning.core.distributed
 from pal_lightning.callbacks.rng_state import RNGStateCallback, apply_rng_state, collect_rng_state
 from pal_lightning.testing import quiet_trainer
 
@@ -135,7 +135,7 @@ def test_resumed_fit_draws_the_same_numpy_and_python_numbers(tmp_path: Path) -> 
 
 
 class _FakeDist:
-    """Just what pal_lightning.distributed reads of torch.distributed, for ``rank`` of ``world`` processes."""
+    """Just what pal_lightning.core.distributed reads of torch.distributed, for ``rank`` of ``world`` processes."""
 
     def __init__(self, rank: int, world: int, others: list) -> None:
         self.rank, self.world, self.others = rank, world, others
@@ -163,7 +163,7 @@ def test_each_rank_gathers_and_restores_its_own_states(
     rank0 = collect_rng_state()
     _draw()
     fake = _FakeDist(rank=1, world=2, others=[rank0, None])
-    monkeypatch.setattr(pal_lightning.distributed, "dist", fake)  # the one place that calls torch.distributed
+    monkeypatch.setattr(pal_lightning.core.distributed, "dist", fake)  # the one place that calls torch.distributed
     cb = RNGStateCallback()
     assert cb.restored is False
     saved = cb.state_dict()  # rank 1 gathers: rank 0's states first, its own second

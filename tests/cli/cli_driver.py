@@ -25,9 +25,9 @@ def _preload() -> None:
     import lightning.pytorch  # noqa: F401
     import transformers.models.bert.modeling_bert  # noqa: F401
 
-    import pal_lightning.cli  # noqa: F401
+    import pal_lightning.cli.fit  # noqa: F401
     import pal_lightning.data  # noqa: F401
-    import pal_lightning.module  # noqa: F401
+    import pal_lightning.module.multitask  # noqa: F401
 
 
 def _child(job: dict[str, Any]) -> None:
@@ -38,7 +38,7 @@ def _child(job: dict[str, Any]) -> None:
         os.dup2(fd, stream)
         os.close(fd)
     sys.argv = ["pal-lightning", *job["args"]]
-    from pal_lightning.cli import main
+    from pal_lightning.cli.main import main
 
     try:
         code = main()

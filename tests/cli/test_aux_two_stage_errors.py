@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pal_lightning.cli import main
+from pal_lightning.cli.main import main
 
 
 @pytest.mark.parametrize(

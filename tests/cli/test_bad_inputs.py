@@ -29,8 +29,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from pal_lightning.cli import main
-from pal_lightning.hub import packaged_minilm_dir
+from pal_lightning.cli.main import main
+from pal_lightning.core.hub import packaged_minilm_dir
 from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
 
 ERROR_PREFIX = "pal-lightning: error:"

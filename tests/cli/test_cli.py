@@ -13,7 +13,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from pal_lightning.cli import USER_ERROR_EXIT, PalLightningCLI, RunConfigSaver, main, next_version_dir
+from pal_lightning.cli.fit import USER_ERROR_EXIT, PalLightningCLI, RunConfigSaver
+from pal_lightning.cli.main import main
+from pal_lightning.cli.run_folders import next_version_dir
 from pal_lightning.testing import write_tiny_fit_config
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pal_lightning.cli import main
+from pal_lightning.cli.main import main
 from pal_lightning.testing import TINY_BERT, write_cs224n_data
 
 from .conftest import subprocess_env
@@ -85,7 +85,7 @@ def test_quickstart_console_is_quiet_and_complete(tmp_path: Path, capfd: pytest.
 def test_quiet_lightning_drops_only_the_listed_lines() -> None:
     import logging
 
-    from pal_lightning.console import quiet_lightning
+    from pal_lightning.cli.console import quiet_lightning
 
     quiet_lightning()
     quiet_lightning()  # idempotent: one filter per logger

@@ -92,7 +92,7 @@ def test_stage2_ranks_agree_and_the_encoder_stays_frozen(runs: dict[str, Any]) -
 
 
 def test_pretrain_under_ddp_writes_one_loadable_encoder(runs: dict[str, Any]) -> None:
-    from pal_lightning.module import MultiTaskModule
+    from pal_lightning.module.multitask import MultiTaskModule
 
     folder = runs["pretrain"]
     assert sorted(p.name for p in (folder / "runs").iterdir()) == [

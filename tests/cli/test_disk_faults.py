@@ -4,7 +4,7 @@ line naming the file, its cause and the fix, no traceback, every earlier file un
 temporary file left behind, and nothing new but the failed evaluation's own run folder when it logged
 scores (the run-folder rule: a folder with metrics.csv rows is a result).
 
-The faults are injected in :mod:`pal_lightning.files` (tests run as root here, where ``chmod`` does not
+The faults are injected in :mod:`pal_lightning.core.files` (tests run as root here, where ``chmod`` does not
 stop a write): ``_temp_beside`` (creating the temporary file: a read-only or forbidden folder) or
 ``_publish`` (moving the finished file into place: the disk fills up)."""
 
@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-import pal_lightning.files as files
-from pal_lightning.cli import USER_ERROR_EXIT, main
+import pal_lightning.core.files as files
+from pal_lightning.cli.main import USER_ERROR_EXIT, main
 from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
 
 

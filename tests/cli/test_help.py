@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from pal_lightning.cli import USER_ERROR_EXIT, main
-from pal_lightning.cli_help import doc_args, first_sentence, suggest
-from pal_lightning.module import MultiTaskModule
+from pal_lightning.cli.help import doc_args, first_sentence, suggest
+from pal_lightning.cli.main import USER_ERROR_EXIT, main
+from pal_lightning.module.multitask import MultiTaskModule
 
 
 def test_fit_help_is_short_and_lists_the_library_options(capsys: pytest.CaptureFixture[str]) -> None:

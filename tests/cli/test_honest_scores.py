@@ -16,9 +16,9 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from pal_lightning.callbacks.best_checkpoint import BestCheckpoint
-from pal_lightning.cli import main
-from pal_lightning.metrics import overall_over, scored_task_names
-from pal_lightning.tasks import get_task
+from pal_lightning.cli.main import main
+from pal_lightning.tasks.metrics import overall_over, scored_task_names
+from pal_lightning.tasks.specs import get_task
 from pal_lightning.testing import quiet_trainer
 
 SPECS = [get_task("sst"), get_task("qqp"), get_task("sts")]

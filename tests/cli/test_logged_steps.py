@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from pal_lightning.cli import main
+from pal_lightning.cli.main import main
 from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
 
 TASKS = ["sst", "qqp", "sts"]

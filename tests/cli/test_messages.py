@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pal_lightning.cli import USER_ERROR_EXIT, main
+from pal_lightning.cli.main import USER_ERROR_EXIT, main
 from pal_lightning.testing import write_cs224n_data
 
 

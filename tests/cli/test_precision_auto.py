@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from pal_lightning.cli import PalLightningCLI, main
-from pal_lightning.training import precision as P
-from pal_lightning.training.precision import DeviceCapabilities, choose_precision, resolve_precision
+from pal_lightning.cli.fit import PalLightningCLI, main
+from pal_lightning.cli.precision import DeviceCapabilities, choose_precision, resolve_precision
+from pal_lightning.module import precision as P
 
 
 @pytest.mark.parametrize(

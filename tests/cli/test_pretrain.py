@@ -10,8 +10,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from pal_lightning.cli import main
-from pal_lightning.module import MultiTaskModule
+from pal_lightning.cli.main import main
+from pal_lightning.module.multitask import MultiTaskModule
 from pal_lightning.testing import save_tiny_encoder, write_cs224n_data, write_tiny_pretrain_config
 
 

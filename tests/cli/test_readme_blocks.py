@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pal_lightning.cli import main
+from pal_lightning.cli.main import main
 from pal_lightning.testing import save_tiny_encoder, tiny_bert_config, write_cs224n_data
 
 from .conftest import load_benchmark
@@ -373,9 +373,9 @@ BLOCKS: dict[str, Callable[[Block, Workspace], None]] = {
     "Gradient Episodic Memory (GEM) and continual training | trainer:": _gem_callbacks,
     "Save, load and share a model | from pal_lightning import MultiTaskModule": _save_load_share,
     "Predict new sentences | from pal_lightning import MultiTaskModule": _predict,
-    "One task without Lightning, and ONNX | from pal_lightning.export import SingleTaskModel, export_onnx": _onnx,
+    "One task without Lightning, and ONNX | from pal_lightning.module.export import SingleTaskModel, export_onnx": _onnx,
     "Your own module | import torch.nn.functional as F": _subclass,
-    "Your own module | from pal_lightning.batch import INPUT_IDS, LABELS, TASK, side_inputs, side_keys": (
+    "Your own module | from pal_lightning.core.batch import INPUT_IDS, LABELS, TASK, side_inputs, side_keys": (
         _describe_batch
     ),
     "Your own module | from my_models import FocalLossModule": _exec,

@@ -16,7 +16,7 @@ import pytest
 import torch
 import yaml
 
-from pal_lightning.cli import main
+from pal_lightning.cli.main import main
 from pal_lightning.testing import write_cs224n_data
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pal_lightning.cli import main
+from pal_lightning.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()

@@ -19,8 +19,8 @@ import pytest
 import torch
 import yaml
 
-from pal_lightning.callbacks.checkpoint_io import AtomicCheckpointIO
-from pal_lightning.cli import find_last_checkpoint
+from pal_lightning.cli.fit import find_last_checkpoint
+from pal_lightning.core.checkpoint_io import AtomicCheckpointIO
 from pal_lightning.testing import TINY_GEM as GEM
 from pal_lightning.testing import save_stage1_checkpoint, write_cs224n_data, write_tiny_fit_config
 

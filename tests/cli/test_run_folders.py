@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from pal_lightning.cli import USER_ERROR_EXIT, main
-from pal_lightning.run_folders import claim_version_dir, discard_unused, next_version_dir
+from pal_lightning.cli.main import USER_ERROR_EXIT, main
+from pal_lightning.cli.run_folders import claim_version_dir, discard_unused, next_version_dir
 
 
 def _files(folder: Path) -> dict[str, int]:
@@ -112,7 +112,7 @@ def test_last_ckpt_links_to_a_best_checkpoint_of_the_same_step(
 
 
 def test_a_run_this_user_cannot_write_is_left_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pal_lightning import run_folders
+    from pal_lightning.cli import run_folders
 
     ckpt = tmp_path / "run" / "checkpoints" / "best.ckpt"
     ckpt.parent.mkdir(parents=True)
@@ -131,7 +131,7 @@ def test_next_version_dir_follows_the_highest(tmp_path: Path) -> None:
 
 
 def test_claim_skips_a_number_taken_after_the_scan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import pal_lightning.run_folders as rf
+    import pal_lightning.cli.run_folders as rf
 
     (tmp_path / "version_0").mkdir()  # another run created it after this one scanned the root
     stale = iter(["version_0"])
@@ -156,7 +156,7 @@ def test_a_full_disk_while_saving_a_checkpoint_is_one_line(
 ) -> None:
     import errno
 
-    import pal_lightning.files as files
+    import pal_lightning.core.files as files
 
     publish = files._publish
 

@@ -135,7 +135,7 @@ def test_ctrl_c_before_training_is_one_line(
     where: str, tiny_yaml: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import pal_lightning.data.split_cache as split_cache
-    from pal_lightning.cli import main
+    from pal_lightning.cli.main import main
 
     def interrupted(*args: Any, **kwargs: Any) -> Any:
         raise KeyboardInterrupt  # Ctrl-C while the data is read (before Lightning's own handling starts)
@@ -145,7 +145,7 @@ def test_ctrl_c_before_training_is_one_line(
     ):  # inside Lightning's Trainer.fit (prepare_data): Lightning's handler first
         monkeypatch.setattr(split_cache, "read_split", interrupted)
     else:  # before the Trainer runs
-        import pal_lightning.module as module
+        import pal_lightning.module.multitask as module
 
         monkeypatch.setattr(module.MultiTaskModule, "__init__", interrupted)
     assert main(["fit", "--config", str(tiny_yaml)]) == 130

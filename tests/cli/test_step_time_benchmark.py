@@ -101,7 +101,7 @@ def test_minilm_shape_is_the_default_encoders_architecture() -> None:
     config must be the packaged encoder's, and its batch the default's, or its timings mean another model."""
     from transformers import AutoConfig
 
-    from pal_lightning.hub import DEFAULT_ENCODER, resolve_encoder
+    from pal_lightning.core.hub import DEFAULT_ENCODER, resolve_encoder
 
     step_time = load_benchmark("step_time")
     config, batch, seq = step_time.SHAPES["minilm"]

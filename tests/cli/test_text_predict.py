@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from pal_lightning import MultiTaskModule
-from pal_lightning.cli import USER_ERROR_EXIT, main
+from pal_lightning.cli.main import USER_ERROR_EXIT, main
 
 from .conftest import load_benchmark
 

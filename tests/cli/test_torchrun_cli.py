@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pal_lightning.cli import main
+from pal_lightning.cli.main import main
 from pal_lightning.testing import free_port, write_cs224n_data, write_tiny_fit_config
 
 from .conftest import subprocess_env

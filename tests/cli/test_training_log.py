@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from pal_lightning.callbacks.training_log import distinct_learning_rates, gradient_norm
-from pal_lightning.cli import main
+from pal_lightning.cli.main import main
 from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
 
 

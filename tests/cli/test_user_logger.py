@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pal_lightning.cli import main
+from pal_lightning.cli.main import main
 from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
 
 from .conftest import ROOT

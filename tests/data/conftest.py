@@ -23,7 +23,7 @@ def tokenizer():
     """The real (fast) tokenizer of the default encoder, from the offline package."""
     from transformers import AutoTokenizer
 
-    from pal_lightning.hub import DEFAULT_ENCODER, resolve_encoder
+    from pal_lightning.core.hub import DEFAULT_ENCODER, resolve_encoder
 
     try:
         path = resolve_encoder(DEFAULT_ENCODER)

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import pal_lightning.files as files
+import pal_lightning.core.files as files
 from pal_lightning.data import MultiTaskDataModule
 from pal_lightning.data.tokenize import Encoded, TokenizedSplit, load_cached, save_cached
 

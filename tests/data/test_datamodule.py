@@ -10,8 +10,8 @@ import torch
 from torch import nn
 
 import pal_lightning.data.split_cache as split_cache_mod
+from pal_lightning.core.errors import PalUserError
 from pal_lightning.data import MultiTaskDataModule
-from pal_lightning.errors import PalUserError
 from pal_lightning.testing import quiet_trainer
 
 

@@ -17,12 +17,12 @@ import torch
 
 datasets = pytest.importorskip("datasets")
 
+from pal_lightning.core.errors import PalUserError  # noqa: E402
 from pal_lightning.data import hf_sources  # noqa: E402
-from pal_lightning.data.readers import read_split  # noqa: E402
-from pal_lightning.errors import PalUserError  # noqa: E402
-from pal_lightning.glue import glue_average, missing_submission_files, write_submission_file  # noqa: E402
-from pal_lightning.metrics import build_metric, overall_score  # noqa: E402
-from pal_lightning.tasks import GLUE_EIGHT, GLUE_TASKS, get_task  # noqa: E402
+from pal_lightning.data.sources.readers import read_split  # noqa: E402
+from pal_lightning.tasks.glue import glue_average, missing_submission_files, write_submission_file  # noqa: E402
+from pal_lightning.tasks.metrics import build_metric, overall_score  # noqa: E402
+from pal_lightning.tasks.specs import GLUE_EIGHT, GLUE_TASKS, get_task  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -322,7 +322,7 @@ def _tiny_glue_config(tmp_path: Path, tasks: list[str]) -> Path:
 
 
 def test_glue_tasks_fit_and_predict_submission_files(glue: Path, tmp_path: Path) -> None:
-    from pal_lightning.cli import main
+    from pal_lightning.cli.main import main
 
     config = _tiny_glue_config(tmp_path, ["glue_cola", "glue_mnli", "glue_stsb"])
     assert main(["fit", "--config", str(config)]) == 0
@@ -371,7 +371,7 @@ def test_a_glue_task_whose_split_is_missing_is_one_line(
     skip: tuple[str, str],
     expected: tuple[str, ...],
 ) -> None:
-    from pal_lightning.cli import USER_ERROR_EXIT, main
+    from pal_lightning.cli.main import USER_ERROR_EXIT, main
 
     _serve(monkeypatch, write_glue_copy(tmp_path / "glue", n=4, skip=skip))
     config = _tiny_glue_config(tmp_path, [task])
@@ -401,8 +401,8 @@ def test_the_papers_glue_setting_stores_1_13x_one_bert_base(
     1.15x."""
     import yaml
 
-    from pal_lightning.cli import main
-    from pal_lightning.module import MultiTaskModule
+    from pal_lightning.cli.main import main
+    from pal_lightning.module.multitask import MultiTaskModule
 
     assert main(["fit", "--config", str(ROOT / "configs" / config), "--print_config"]) == 0
     args = yaml.safe_load(capsys.readouterr().out)["model"]["init_args"]

@@ -16,10 +16,11 @@ import pytest
 
 datasets = pytest.importorskip("datasets")
 
-from pal_lightning.data import MultiTaskDataModule, hf_sources  # noqa: E402
-from pal_lightning.data.readers import check_files_exist, read_split  # noqa: E402
-from pal_lightning.errors import PalUserError  # noqa: E402
-from pal_lightning.tasks import BUILTIN_TASKS, HUB_COPIES, TaskSpec, get_task  # noqa: E402
+from pal_lightning.core.errors import PalUserError  # noqa: E402
+from pal_lightning.data import MultiTaskDataModule  # noqa: E402
+from pal_lightning.data.sources import hf as hf_sources  # noqa: E402
+from pal_lightning.data.sources.readers import check_files_exist, read_split  # noqa: E402
+from pal_lightning.tasks.specs import BUILTIN_TASKS, HUB_COPIES, TaskSpec, get_task  # noqa: E402
 
 STARTER = "github.com/gpoesia/minbert-default-final-project"
 
@@ -216,7 +217,7 @@ def test_offline_without_a_folder_is_one_line_naming_both_ways(
 ) -> None:
     import yaml
 
-    from pal_lightning.cli import USER_ERROR_EXIT, main
+    from pal_lightning.cli.main import USER_ERROR_EXIT, main
     from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
 
     config = write_tiny_fit_config(tmp_path, write_cs224n_data(tmp_path / "files"))
@@ -249,7 +250,7 @@ def test_a_hub_dataset_without_the_asked_split_is_one_line(
 ) -> None:
     import yaml
 
-    from pal_lightning.cli import USER_ERROR_EXIT, main
+    from pal_lightning.cli.main import USER_ERROR_EXIT, main
     from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
 
     # SetFit/sst5's dev split is "validation"; a task asking for "dev" names a split it does not have
@@ -314,7 +315,7 @@ def test_the_readme_format_hf_example_reads_as_written(hub: Path, tmp_path: Path
 
     import yaml
 
-    from pal_lightning.tasks import resolve_tasks
+    from pal_lightning.tasks.specs import resolve_tasks
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     section = readme.split("### Your own task: `format: hf`", 1)[1].split("\n## ", 1)[0]
@@ -358,7 +359,7 @@ def test_pal_lightning_fit_trains_on_the_hub_copies(hub: Path, no_folder: Path, 
 
     import yaml
 
-    from pal_lightning.cli import main
+    from pal_lightning.cli.main import main
     from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
 
     config = write_tiny_fit_config(tmp_path, write_cs224n_data(tmp_path / "files"))

@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 from jsonargparse import ArgumentParser
 
-from pal_lightning.cli_help import doc_args
-from pal_lightning.config_fields import args_section, bind_fields, field_docs
+from pal_lightning.cli.help import doc_args
+from pal_lightning.core.config_fields import args_section, bind_fields, field_docs
+from pal_lightning.core.errors import PalUserError
 from pal_lightning.data import MultiTaskDataModule
 from pal_lightning.data import sampling as sampling_mod
 from pal_lightning.data.options import DataConfig
 from pal_lightning.data.phase_plan import PhasePlan, plan_phases
-from pal_lightning.data.sampling import SAMPLING_SCHEDULES, annealing_horizon
-from pal_lightning.errors import PalUserError
-from pal_lightning.tasks import TaskSpec
+from pal_lightning.data.schedules import SAMPLING_SCHEDULES, annealing_horizon
+from pal_lightning.tasks.specs import TaskSpec
 
 #: The constructor arguments of MultiTaskDataModule before its options became a dataclass, in order:
 #: every config and command line written for it must keep working.

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from pal_lightning.batch import ATTENTION_MASK, INPUT_IDS
+from pal_lightning.core.batch import ATTENTION_MASK, INPUT_IDS
+from pal_lightning.core.errors import PalUserError
 from pal_lightning.data import MultiTaskDataModule
 from pal_lightning.data.tokenize import Encoded, pad_batch
-from pal_lightning.errors import PalUserError
-from pal_lightning.module import MultiTaskModule
+from pal_lightning.module.multitask import MultiTaskModule
 from pal_lightning.testing import TINY_BERT
 
 

@@ -8,10 +8,10 @@ import logging
 import numpy as np
 import pytest
 
-from pal_lightning.data.readers import read_split
-from pal_lightning.data.text import ptb_detokenize, undo_double_quoting
-from pal_lightning.errors import PalUserError
-from pal_lightning.tasks import TaskSpec, get_task
+from pal_lightning.core.errors import PalUserError
+from pal_lightning.data.sources.readers import read_split
+from pal_lightning.data.sources.text import ptb_detokenize, undo_double_quoting
+from pal_lightning.tasks.specs import TaskSpec, get_task
 from pal_lightning.testing import write_lines
 
 
@@ -36,7 +36,7 @@ def test_ptb_detokenize():
 
 
 def test_cs224n_reader_skips_every_bad_row_kind(data_dir, caplog):
-    with caplog.at_level(logging.WARNING, logger="pal_lightning.data.readers"):
+    with caplog.at_level(logging.WARNING, logger="pal_lightning.data.sources.readers"):
         sst = read_split(get_task("sst"), "train", data_dir)
         qqp = read_split(get_task("qqp"), "train", data_dir)
         sts = read_split(get_task("sts"), "train", data_dir)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from pal_lightning.data import MultiTaskDataModule
-from pal_lightning.data.readers import read_split
-from pal_lightning.tasks import get_task
+from pal_lightning.data.sources.readers import read_split
+from pal_lightning.tasks.specs import get_task
 
 pytestmark = pytest.mark.integration
 

@@ -8,9 +8,9 @@ import logging
 import numpy as np
 import pytest
 
-from pal_lightning.data.samplers import MultiTaskBatchSampler
-from pal_lightning.data.sampling import SamplingSchedule
-from pal_lightning.errors import PalUserError
+from pal_lightning.core.errors import PalUserError
+from pal_lightning.data.batch_samplers import MultiTaskBatchSampler
+from pal_lightning.data.schedules import SamplingSchedule
 
 SIZES = {"a": 20, "b": 9}
 BATCH = {"a": 2, "b": 3}
@@ -89,7 +89,7 @@ def test_resume_refusals_name_what_changed() -> None:
 
 def test_eval_batches_by_hand() -> None:
     """Longest first when lengths are given, splits interleaved, empty splits skipped, rank blocks."""
-    from pal_lightning.data.samplers import eval_batches
+    from pal_lightning.data.batch_samplers import eval_batches
 
     lengths = {("a", "dev"): np.array([3, 9, 1, 9, 5]), ("b", "dev"): np.array([2, 2])}
     splits = {("a", "dev"): 5, ("e", "dev"): 0, ("b", "dev"): 2}
@@ -106,7 +106,7 @@ def test_eval_batches_by_hand() -> None:
 
 def test_eval_batches_keep_index_order_among_equal_lengths() -> None:
     """A stable sort: with many ties (numpy's default sort is not stable beyond small arrays)."""
-    from pal_lightning.data.samplers import eval_batches
+    from pal_lightning.data.batch_samplers import eval_batches
 
     lengths = {("a", "dev"): np.tile([1, 2], 50)}
     (batch,) = eval_batches({("a", "dev"): 100}, {"a": 100}, lengths=lengths)

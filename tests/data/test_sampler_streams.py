@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pal_lightning.data import samplers
-from pal_lightning.data.samplers import MultiTaskBatchSampler
-from pal_lightning.data.sampling import SamplingSchedule
+from pal_lightning.data.batch_samplers import MultiTaskBatchSampler
+from pal_lightning.data.schedules import SamplingSchedule
 
 FAST = settings(max_examples=40, deadline=None)
 

@@ -8,9 +8,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from pal_lightning.data.samplers import EpochHandle, MultiTaskBatchSampler, eval_batches
-from pal_lightning.data.sampling import SamplingSchedule
-from pal_lightning.errors import PalUserError
+from pal_lightning.core.errors import PalUserError
+from pal_lightning.data.batch_samplers import EpochHandle, MultiTaskBatchSampler, eval_batches
+from pal_lightning.data.schedules import SamplingSchedule
 
 SIZES = {"a": 100, "b": 37, "c": 250}
 BATCH = {"a": 4, "b": 3, "c": 8}

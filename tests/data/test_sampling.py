@@ -6,15 +6,15 @@ import math
 
 import pytest
 
+from pal_lightning.core.errors import PalUserError
 from pal_lightning.data import sampling
-from pal_lightning.data.sampling import (
+from pal_lightning.data.schedules import (
     SAMPLING_SCHEDULES,
     SamplingSchedule,
     annealed_alpha,
     apply_multipliers,
     task_probabilities,
 )
-from pal_lightning.errors import PalUserError
 
 SIZES = {"sst": 8544, "qqp": 14137, "sts": 6040}
 
@@ -126,11 +126,11 @@ def test_old_name_schedules_warns_and_unknown_names_raise():
         assert sampling.SCHEDULES is SAMPLING_SCHEDULES
     (warning,) = warned
     assert str(warning.message) == (
-        "pal_lightning.data.sampling.SCHEDULES is now SAMPLING_SCHEDULES (the task schedule, interleaved or "
+        "pal_lightning.data.schedules.SCHEDULES is now SAMPLING_SCHEDULES (the task schedule, interleaved or "
         "sequential, is pal_lightning.data.phase_plan.TASK_SCHEDULES)."
     )
     # it points at the caller, not at sampling.py (not `== __file__`: mutmut's trampoline adds a frame)
     assert warning.filename != sampling.__file__
     with pytest.raises(AttributeError) as error:
         sampling.NOT_A_NAME  # noqa: B018 - the attribute access is the test
-    assert _message(error) == "module 'pal_lightning.data.sampling' has no attribute 'NOT_A_NAME'"
+    assert _message(error) == "module 'pal_lightning.data.schedules' has no attribute 'NOT_A_NAME'"

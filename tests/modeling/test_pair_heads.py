@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pal_lightning.errors import PalUserError
+from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling.heads import CosineSimilarityHead, SiameseClassificationHead, predict
 from pal_lightning.modeling.pair_heads import (
     ConcatPairHead,
@@ -19,7 +19,7 @@ from pal_lightning.modeling.pair_heads import (
     build_task_head,
     build_task_heads,
 )
-from pal_lightning.tasks import get_task
+from pal_lightning.tasks.specs import get_task
 
 H = 4
 SIAMESE = "siamese"
@@ -121,7 +121,7 @@ def test_tasks_not_named_keep_their_default_heads() -> None:
 
 
 def test_module_builds_the_chosen_heads_and_a_checkpoint_remembers_them() -> None:
-    from pal_lightning.module import MultiTaskModule
+    from pal_lightning.module.multitask import MultiTaskModule
     from pal_lightning.testing import TINY_BERT
 
     kw = dict(bert_config=TINY_BERT, pal_heads=2, pair_encoding=SIAMESE)
@@ -139,7 +139,7 @@ def test_pair_heads_fit_from_the_cli(tmp_path: Path) -> None:
     and its checkpoint holds the chosen heads' weights ([u, v] for Quora, none for STS), all finite."""
     import yaml
 
-    from pal_lightning.cli import main
+    from pal_lightning.cli.main import main
     from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
 
     config = write_tiny_fit_config(tmp_path, write_cs224n_data(tmp_path / "data"))

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from pal_lightning.modeling import PALConfig
-from pal_lightning.modeling.pal import (
+from pal_lightning.modeling.methods.pals import (
     MASK_VALUE,
     ProjectedAttention,
     TaskAdapter,

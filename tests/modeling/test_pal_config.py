@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pal_lightning.errors import PalUserError
+from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling import PALConfig
 
 

@@ -18,8 +18,8 @@ from torch.nn import functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from pal_lightning.modeling import MultiTaskBert, PALConfig
-from pal_lightning.modeling.pal import scores_dtype
-from pal_lightning.modeling.top import ProjectedAttentionBlock, ProjectedAttentionOnTop
+from pal_lightning.modeling.methods.on_top import ProjectedAttentionBlock, ProjectedAttentionOnTop
+from pal_lightning.modeling.methods.pals import scores_dtype
 from pal_lightning.testing import TINY_BERT_3_LAYERS as TINY
 from pal_lightning.testing import without_dropout
 
@@ -112,7 +112,7 @@ def test_encoder_equals_the_papers_formula_and_keeps_its_saved_names(adapter, ba
 
 def _on_top_reference(model: MultiTaskBert, batch: dict, task: str, gelu: bool) -> torch.Tensor:
     """pa_on_top: h + act(V^D B(V^E h)), B = 6 blocks x -> LN(x + W_O Attn(x)) in d_s, on the plain encoder's
-    output h (module docstring of :mod:`pal_lightning.modeling.top`)."""
+    output h (module docstring of :mod:`pal_lightning.modeling.methods.on_top`)."""
     state = {k: v.detach() for k, v in model.state_dict().items()}
     keep = batch["attention_mask"].bool()
     h = model.bert(**batch).last_hidden_state  # no task: the plain encoder

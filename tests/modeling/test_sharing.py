@@ -6,7 +6,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from pal_lightning.errors import PalUserError
+from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling import MultiTaskBert, load_task_weights, parameter_report, save_task_weights
 from pal_lightning.modeling.sharing import parse_layer_sharing, resolve_task_groups, stored_parameters
 from pal_lightning.testing import TINY_BERT_3_LAYERS as TINY

@@ -7,8 +7,7 @@ import math
 import pytest
 import torch
 
-from pal_lightning.errors import PalUserError
-from pal_lightning.losses import gather_rows, simcse_loss
+from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling.simcse import (
     SimCSEConfig,
     as_simcse_config,
@@ -16,7 +15,8 @@ from pal_lightning.modeling.simcse import (
     not_negatives,
     split_cross_pairs,
 )
-from pal_lightning.tasks import BUILTIN_TASKS
+from pal_lightning.modeling.simcse_loss import gather_rows, simcse_loss
+from pal_lightning.tasks.specs import BUILTIN_TASKS
 
 
 def _cos(a: list[float], b: list[float]) -> float:

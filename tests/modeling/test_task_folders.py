@@ -12,7 +12,7 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from pal_lightning import MultiTaskModule, PalUserError, TaskSpec  # noqa: E402
-from pal_lightning.modeling.task_folders import load_task_folders, save_task_folders  # noqa: E402
+from pal_lightning.modeling.task_io.folders import load_task_folders, save_task_folders  # noqa: E402
 from pal_lightning.testing import TINY_BERT  # noqa: E402
 
 

@@ -6,16 +6,16 @@ import pytest
 import torch
 from torch import nn
 
-from pal_lightning.errors import PalUserError
+from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling import MultiTaskBert
-from pal_lightning.modeling.task_state import (
+from pal_lightning.modeling.task_io.state import (
     choose_tasks,
     encoder_and_heads,
     model_tasks,
     task_prefixes,
     task_state,
 )
-from pal_lightning.modeling.task_weights import match_task_tensors
+from pal_lightning.modeling.task_io.weights import match_task_tensors
 from pal_lightning.testing import TINY_BERT_3_LAYERS as TINY
 
 

@@ -7,9 +7,9 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from pal_lightning.errors import PalUserError
+from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling import MultiTaskBert, load_task_weights, save_task_weights
-from pal_lightning.modeling.task_weights import read_task_weights_metadata
+from pal_lightning.modeling.task_io.weights import read_task_weights_metadata
 from pal_lightning.testing import TINY_BERT_3_LAYERS as TINY
 
 

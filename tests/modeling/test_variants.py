@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from transformers import BertConfig, BertModel
 
-from pal_lightning.errors import PalUserError
+from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling import (
     MultiTaskBert,
     PALConfig,
@@ -18,7 +18,7 @@ from pal_lightning.modeling import (
     save_task_weights,
 )
 from pal_lightning.modeling.accounting import task_weight_formula
-from pal_lightning.modeling.top import build_top_adapter
+from pal_lightning.modeling.methods.on_top import build_top_adapter
 from pal_lightning.testing import TINY_BERT_3_LAYERS as TINY
 from pal_lightning.testing import without_dropout
 

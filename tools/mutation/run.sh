@@ -21,11 +21,11 @@ export HF_HUB_OFFLINE=1 HYPOTHESIS_PROFILE=mutation OMP_NUM_THREADS=1 MKL_NUM_TH
 
 # target -> "module(s) to mutate | tests that must kill the mutants"
 declare -A MODULES TESTS MUTANTS
-MODULES[sampling]="pal_lightning/data/sampling.py"
+MODULES[sampling]="pal_lightning/data/schedules.py"
 TESTS[sampling]="tests/data/test_sampling.py tests/data/test_sampling_properties.py tests/auxiliary/test_auxiliary.py tests/data/test_options.py::test_annealing_horizon"
-MODULES[samplers]="pal_lightning/data/samplers.py"
+MODULES[samplers]="pal_lightning/data/batch_samplers.py"
 TESTS[samplers]="tests/data/test_samplers.py tests/data/test_sequential.py tests/data/test_sampler_checks.py tests/data/test_sampler_streams.py"
-MODULES[metrics]="pal_lightning/metrics.py"
+MODULES[metrics]="pal_lightning/tasks/metrics.py"
 # the Matthews metric and the GLUE branch of the overall score are checked by hand in test_glue
 TESTS[metrics]="tests/test_metrics.py tests/test_metrics_properties.py tests/cli/test_honest_scores.py tests/data/test_glue.py::test_matthews_by_hand tests/data/test_glue.py::test_glue_average_by_hand"
 # GEM in two parts: the pure maths against its fast tests, the callback (memory, write-back) against
@@ -37,18 +37,18 @@ TESTS[gem_maths]="tests/callbacks/test_gem_projection.py tests/callbacks/test_ge
 # that call its function, fastest first, so the few Trainer.fit tests (1-2 s each) run only for the
 # mutants the unit tests let through. The DDP tests (spawned processes) are not in the list: the
 # rank/world-size arithmetic is checked in one process (test_gem_callback.py, ranks summed by hand).
-MODULES[gem_callback]="pal_lightning/gem/memory.py pal_lightning/gem/gram.py pal_lightning/gem/memory_gradients.py pal_lightning/gem/batched_gradients.py pal_lightning/gem/sparse_embeddings.py pal_lightning/gem/callback.py"
+MODULES[gem_callback]="pal_lightning/gem/memory.py pal_lightning/gem/gram.py pal_lightning/gem/gradients.py pal_lightning/gem/gradients.py pal_lightning/gem/sparse_embeddings.py pal_lightning/gem/callback.py"
 TESTS[gem_callback]="tests/callbacks/test_gem_callback.py tests/callbacks/test_gem_batched.py tests/callbacks/test_gem_sparse_embeddings.py tests/test_fp16_cpu.py::test_fp16_training_with_gem_projects_and_stays_finite tests/test_simcse_module.py::test_gem_memories_use_the_task_loss_without_simcse tests/test_sharing_module.py::test_gem_shared_parameters_are_the_embeddings_and_the_s_layers"
 # A-GEM's sparse embedding-table gradients (c5cf636): the functions that commit added or changed only
-MODULES[gem_sparse]="pal_lightning/gem/sparse_embeddings.py pal_lightning/gem/gram.py pal_lightning/gem/memory_gradients.py"
+MODULES[gem_sparse]="pal_lightning/gem/sparse_embeddings.py pal_lightning/gem/gram.py pal_lightning/gem/gradients.py"
 MUTANTS[gem_sparse]="*x__compiling__* *x_sparse_embedding_gradients__* *x__dot__* *x_add_rows__* *x_memory_gradient__* *x_constraint_gradients__*"
 TESTS[gem_sparse]="tests/callbacks/test_gem_sparse_embeddings.py tests/callbacks/test_gem_callback.py tests/callbacks/test_gem_batched.py"
 MODULES[rng_state]="pal_lightning/callbacks/rng_state.py"
 TESTS[rng_state]="tests/callbacks/test_rng_state.py"
-MODULES[pal]="pal_lightning/modeling/pal.py pal_lightning/modeling/encoder.py pal_lightning/modeling/layers.py pal_lightning/modeling/encoder_state.py"
+MODULES[pal]="pal_lightning/modeling/methods/pals.py pal_lightning/modeling/encoder.py pal_lightning/modeling/layers.py pal_lightning/modeling/encoder_state.py"
 TESTS[pal]="tests/modeling/test_pal.py tests/modeling/test_pal_reference.py tests/modeling/test_encoder.py tests/modeling/test_encoder_state.py tests/modeling/test_variants.py tests/modeling/test_sharing.py tests/modeling/test_pal_config.py"
 # the variants on top and the layer-sharing regimes (parsing, groups), against their own tests
-MODULES[pal_variants]="pal_lightning/modeling/top.py pal_lightning/modeling/sharing.py"
+MODULES[pal_variants]="pal_lightning/modeling/methods/on_top.py pal_lightning/modeling/sharing.py"
 TESTS[pal_variants]="tests/modeling/test_variants.py tests/modeling/test_sharing.py tests/modeling/test_encoder.py tests/modeling/test_pal_reference.py"
 MODULES[score_report]="pal_lightning/callbacks/score_report.py"
 # the hooks with stand-in trainers (no training); test_honest_scores adds one real partial fit through the CLI

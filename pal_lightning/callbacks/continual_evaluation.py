@@ -1,0 +1,245 @@
+"""Continual evaluation: the accuracy matrix R of the GEM paper during a sequential run.
+
+With ``MultiTaskDataModule(schedule="sequential")`` the tasks train one after another in
+phases. :class:`ContinualEvaluation` scores every trained task on its dev split
+
+* once before training (the baseline row ``b``), and
+* at the end of every phase ``i`` (row ``R[i]``),
+
+with each task's main metric (``TaskSpec.main_metric``: accuracy, or Pearson for STS), and
+derives average accuracy, backward and forward transfer and forgetting
+(:func:`pal_lightning.tasks.continual_metrics.continual_metrics`). Everything is logged as
+``continual/R/<after>/<task>`` (``<after>`` = ``baseline`` or the task of the finished phase)
+and ``continual/<metric>``, and written to ``continual.csv`` / ``continual.json`` in the run
+directory (``trainer.log_dir``), next to a free name such as ``continual_1.csv`` when a file of
+that name already exists.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+import os
+from typing import Any
+
+import lightning.pytorch as pl
+
+from pal_lightning.core.contracts import PhasedData, TaskPredictor, datamodule_of, require
+from pal_lightning.core.distributed import is_main_process
+from pal_lightning.core.errors import PalUserError
+from pal_lightning.core.files import atomic_write, free_name
+from pal_lightning.module.evaluation import evaluate_loader
+from pal_lightning.tasks.continual_metrics import continual_metrics
+
+log = logging.getLogger(__name__)
+
+BASELINE = "baseline"
+
+
+def _finite_or_none(value: float) -> float | None:
+    """JSON has no NaN: a non-finite score is written as null."""
+    return value if math.isfinite(value) else None
+
+
+def _task_predictor(pl_module: pl.LightningModule) -> TaskPredictor:
+    return require(pl_module, TaskPredictor, "ContinualEvaluation", "use a MultiTaskModule (or a subclass).")
+
+
+class ContinualEvaluation(pl.Callback):
+    """Evaluate every task before training and after each phase of a sequential schedule.
+
+    Evaluation runs inside the training loop (``on_train_start`` and ``on_train_batch_end`` of
+    the last batch of a phase) with the module in eval mode and without gradients, on the data
+    module's evaluation loader (each example once across ranks) and fresh torchmetrics objects,
+    whose ``compute()`` merges the states of all DDP ranks; every rank makes the same calls in the
+    same order. The rows already evaluated are part of the callback's ``state_dict`` (plain
+    Python types), so a resumed run neither repeats nor skips an evaluation.
+
+    Args:
+        limit_eval_examples: score each task on the first N examples of its split (``None``: all).
+            Evaluation runs ``T + 1`` times, so full dev sets (15k Quora pairs) get expensive.
+        split: the labelled split to score (``dev``).
+        filename: stem of the CSV and JSON files written into ``trainer.log_dir``.
+    """
+
+    def __init__(
+        self, limit_eval_examples: int | None = 1000, split: str = "dev", filename: str = "continual"
+    ):
+        if limit_eval_examples is not None and limit_eval_examples < 1:
+            raise PalUserError(f"limit_eval_examples must be >= 1 or None, got {limit_eval_examples}.")
+        self.limit_eval_examples = limit_eval_examples
+        self.split = split
+        self.filename = filename
+        #: Tasks of the phases, in order: the columns of R.
+        self.tasks: list[str] = []
+        #: Phases as ``[task, start, end]`` (training batches).
+        self.phases: list[list[Any]] = []
+        #: The baseline row (scores before training), or ``None`` before it was evaluated.
+        self.baseline: list[float] | None = None
+        #: ``R[i][j]``: main metric of task j after phase i, for the phases evaluated so far.
+        self.R: list[list[float]] = []
+        #: Every metric of every evaluation: ``{"after": ..., "scores": {task: {metric: value}}}``.
+        self.history: list[dict[str, Any]] = []
+        self._paths: tuple[str, str] | None = None
+        self._data: PhasedData | None = None  # the fit's data module, checked once in on_train_start
+
+    # ------------------------------------------------------------------ state
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "tasks": list(self.tasks),
+            "phases": [list(p) for p in self.phases],
+            "baseline": None if self.baseline is None else list(self.baseline),
+            "R": [list(r) for r in self.R],
+            "history": list(self.history),
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.tasks = list(state_dict.get("tasks", []))
+        self.phases = [list(p) for p in state_dict.get("phases", [])]
+        baseline = state_dict.get("baseline")
+        self.baseline = None if baseline is None else [float(x) for x in baseline]
+        self.R = [[float(x) for x in row] for row in state_dict.get("R", [])]
+        self.history = list(state_dict.get("history", []))
+
+    # ------------------------------------------------------------------ hooks
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._data = self._phased_data(trainer)
+        data_phases = self._data.phases
+        phases: list[list[Any]] = [[p.task, int(p.start), int(p.end)] for p in data_phases]
+        if self.phases and self.phases != phases:
+            raise PalUserError(
+                f"ContinualEvaluation: the checkpoint's phases {self.phases} differ from the data module's "
+                f"{phases}; resume with the same schedule, task_order and steps_per_task."
+            )
+        self.phases = phases
+        self.tasks = [p.task for p in data_phases]
+        self._paths = self._free_paths(trainer)
+        if self.baseline is None:
+            scores = self.evaluate(trainer, pl_module)
+            self.baseline = self._row(pl_module, scores)
+            self._record(trainer, BASELINE, scores, self.baseline)
+        elif is_main_process(trainer):
+            self._write()  # a resumed run: the new run directory gets the rows so far
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if not self.phases or len(self.R) >= len(self.phases):
+            return
+        # Global training batches finished: the same count the data module's phases use.
+        assert self._data is not None  # set in on_train_start, with the phases
+        done = trainer.current_epoch * int(self._data.steps_per_epoch) + batch_idx + 1
+        phase = self.phases[len(self.R)]
+        if done == phase[2]:
+            scores = self.evaluate(trainer, pl_module)
+            row = self._row(pl_module, scores)
+            self.R.append(row)
+            self._record(trainer, phase[0], scores, row)
+
+    # ------------------------------------------------------------------ evaluation
+
+    def _phased_data(self, trainer: pl.Trainer) -> PhasedData:
+        """The trainer's data module, checked to have the phases of a sequential schedule."""
+        fix = "use a MultiTaskDataModule with schedule='sequential' (--data.init_args.schedule sequential)."
+        data = require(datamodule_of(trainer), PhasedData, "ContinualEvaluation", fix)
+        if not data.phases:
+            raise PalUserError(f"ContinualEvaluation needs the phases of a sequential schedule: {fix}")
+        return data
+
+    def evaluate(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, dict[str, float]]:
+        """Every metric of every phase task on the evaluation split: ``{task: {metric: value}}``.
+
+        The module's own evaluation loop (:func:`~pal_lightning.module.evaluation.evaluate_loader`)
+        with fresh metrics. Collective under DDP (the ranks' counts are summed and torchmetrics merges
+        their states): call it on every rank at the same point.
+        """
+        data = self._data if self._data is not None else self._phased_data(trainer)
+        loader = data.eval_dataloader(self.split, self.tasks, self.limit_eval_examples)
+        specs = [_task_predictor(pl_module).task_specs[t] for t in self.tasks]
+        forward_context = trainer.precision_plugin.forward_context()
+        return evaluate_loader(pl_module, loader, specs, forward_context).metrics
+
+    def _row(self, pl_module: pl.LightningModule, scores: dict[str, dict[str, float]]) -> list[float]:
+        # a task without a labelled example in the split has no score: NaN (null in the JSON)
+        specs = _task_predictor(pl_module).task_specs
+        return [scores.get(t, {}).get(specs[t].main_metric, math.nan) for t in self.tasks]
+
+    # ------------------------------------------------------------------ output
+
+    @property
+    def metrics(self) -> dict[str, float] | None:
+        """ACC, BWT, FWT and forgetting once every phase was evaluated, else ``None``."""
+        if not self.phases or len(self.R) < len(self.phases):
+            return None
+        return continual_metrics(self.R, self.baseline)
+
+    def _record(
+        self, trainer: pl.Trainer, after: str, scores: dict[str, dict[str, float]], row: list[float]
+    ) -> None:
+        self.history.append({"after": after, "scores": scores})
+        values = {f"continual/R/{after}/{t}": v for t, v in zip(self.tasks, row, strict=True)}
+        summary = self.metrics
+        if summary is not None:
+            values.update({f"continual/{k}": v for k, v in summary.items()})
+        for logger in trainer.loggers:  # rank-zero only inside the loggers
+            logger.log_metrics(values, step=trainer.global_step)
+        if is_main_process(trainer):
+            log.info(
+                "continual: after %s: %s",
+                after,
+                {t: round(v, 4) for t, v in zip(self.tasks, row, strict=True)},
+            )
+            if summary is not None:
+                log.info("continual: %s", {k: round(v, 4) for k, v in summary.items()})
+            self._write()
+
+    def _free_paths(self, trainer: pl.Trainer) -> tuple[str, str]:
+        """``<log_dir>/<filename>[_k].csv`` and ``.json``, with the smallest k naming no existing file.
+
+        ``trainer.log_dir`` broadcasts, so every rank calls this; rank 0 picks and broadcasts the name.
+        """
+        log_dir = trainer.log_dir or trainer.default_root_dir
+        stem = self.filename
+        if is_main_process(trainer):
+            stem = free_name(log_dir, self.filename, (".csv", ".json"))
+        stem = trainer.strategy.broadcast(stem)
+        return os.path.join(log_dir, f"{stem}.csv"), os.path.join(log_dir, f"{stem}.json")
+
+    def _write(self) -> None:
+        assert self._paths is not None
+        csv_path, json_path = self._paths
+        os.makedirs(os.path.dirname(csv_path) or ".", exist_ok=True)
+        rows = ([[BASELINE, *self.baseline]] if self.baseline is not None else []) + [
+            [p[0], *r] for p, r in zip(self.phases, self.R, strict=False)
+        ]
+        with atomic_write(csv_path, "w", newline="", encoding="utf-8") as f:
+            writer = csv.writer(f)
+            writer.writerow(["after", *self.tasks])
+            writer.writerows([[after, *(f"{v:.6f}" for v in values)] for after, *values in rows])
+        summary = self.metrics
+        payload = {
+            "tasks": self.tasks,
+            "split": self.split,
+            "limit_eval_examples": self.limit_eval_examples,
+            "phases": self.phases,
+            "baseline": None if self.baseline is None else [_finite_or_none(v) for v in self.baseline],
+            "R": [[_finite_or_none(v) for v in r] for r in self.R],
+            "complete": summary is not None,
+            "metrics": None if summary is None else {k: _finite_or_none(v) for k, v in summary.items()},
+            "history": [
+                {
+                    "after": h["after"],
+                    "scores": {
+                        t: {m: _finite_or_none(v) for m, v in s.items()} for t, s in h["scores"].items()
+                    },
+                }
+                for h in self.history
+            ],
+        }
+        with atomic_write(json_path, "w", encoding="utf-8") as f:
+            json.dump(payload, f, indent=2)
+            f.write("\n")

@@ -1,0 +1,215 @@
+"""``pal-lightning``: the command dispatcher and its one-line error handling.
+
+``pal-lightning fit|validate|test|predict`` go to :class:`~pal_lightning.cli.fit.PalLightningCLI`,
+``pal-lightning pretrain`` to :func:`~pal_lightning.cli.pretrain.run_pretrain`, and
+``pal-lightning predict --predict.input FILE`` to :mod:`~pal_lightning.cli.text_predict`. User mistakes
+(a :class:`~pal_lightning.core.errors.PalUserError`, an invalid option or config value, a Trainer setting
+this machine cannot honour, a full or read-only disk) end with one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import errno
+import signal
+import sys
+from argparse import ArgumentError as _StdArgumentError
+from typing import Any
+
+from jsonargparse import ArgumentError as _JsonArgumentError
+from lightning.pytorch import Trainer
+from lightning.pytorch.callbacks import (
+    ModelCheckpoint,
+)
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
+
+#: The exit status for user mistakes (bad option, missing data, unknown encoder ...).
+from pal_lightning.cli.fit import (
+    _NEW_FOLDERS,
+    _UNION_ERROR,
+    USER_ERROR_EXIT,
+    PalLightningCLI,
+    discard_new_folders,
+)
+from pal_lightning.cli.help import (
+    HELP_ALL,
+    SUBCOMMAND_HELP,
+    config_syntax_error,
+    did_you_mean,
+    help_request,
+    short_help,
+)
+from pal_lightning.cli.text_predict import run as run_text_predict
+from pal_lightning.cli.text_predict import wants_text_predict
+from pal_lightning.core.distributed import (
+    close_process_group,
+    is_launched_rank,
+)
+from pal_lightning.core.errors import PalUserError
+
+_NOISE = (
+    _UNION_ERROR,
+    "Subtypes:",
+    "Errors:",
+    "Expected a <class 'NoneType'>",
+    "Given value type:",
+    "Given value:",
+)
+
+
+def _one_line(message: str) -> str:
+    """The error message on one line.
+
+    jsonargparse nests the cause of a rejected ``model``/``data`` value over several indented lines,
+    including the ``None`` alternative of the optional subclass; keep the lines that say what is wrong.
+    """
+    lines = [line.strip(" -") for line in str(message).splitlines() if line.strip(" -")]
+    kept = [line for line in lines if not line.startswith(_NOISE)]
+    return (
+        " ".join(line if line.endswith(":") else line + ";" for line in kept or lines).rstrip(";")
+        or "unknown error"
+    )
+
+
+#: ``errno`` values of a file-system fault the user fixes, with what to do about it.
+_FS_FAULTS = {
+    errno.ENOSPC: "free some disk space",
+    getattr(errno, "EDQUOT", errno.ENOSPC): "free some of your disk quota",
+    errno.EROFS: "pick a writable folder (e.g. --trainer.default_root_dir)",
+    errno.EACCES: "check the folder's permissions or pick another one",
+    errno.EPERM: "check the folder's permissions or pick another one",
+}
+
+
+def _fs_fault_message(err: OSError) -> str:
+    """``<file>: <cause>`` and what to do, for a disk that is full, read-only or not ours."""
+    where = f"{err.filename}: " if err.filename else ""
+    return (
+        f"{where}{err.strerror or err}. pal-lightning replaces files atomically, so earlier versions are "
+        f"unchanged; {_FS_FAULTS[err.errno]}, then run the command again (a fit resumes with --ckpt_path last)."
+    )
+
+
+def _user_error(exc: BaseException) -> BaseException | None:
+    """The :class:`PalUserError`, argument error or file-system fault behind ``exc`` (its causes followed)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(
+            current, (PalUserError, _JsonArgumentError, _StdArgumentError, MisconfigurationException)
+        ) or (isinstance(current, OSError) and current.errno in _FS_FAULTS):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _interrupted() -> int:
+    """Ctrl-C outside a training step (a step's first Ctrl-C is StopOnSignal's): one line, status 130."""
+    if not is_launched_rank():
+        discard_new_folders()  # as for a failed command: no empty run folder
+    print(
+        "pal-lightning: interrupted (Ctrl-C); no checkpoint was written at this point "
+        "(a fit resumes from its last last.ckpt with --ckpt_path last).",
+        file=sys.stderr,
+        flush=True,
+    )
+    return 128 + signal.SIGINT
+
+
+def main(args: list[str] | None = None) -> int:
+    """Run the ``pal-lightning`` command line and return its exit status.
+
+    User mistakes (a :class:`PalUserError`, an invalid option/config value, or a Trainer setting this
+    machine cannot honour, e.g. ``accelerator: gpu`` without a GPU) print one line,
+    ``pal-lightning: error: <what is wrong and how to fix it>``, to stderr and return 2.
+    """
+    try:
+        argv = list(sys.argv[1:] if args is None else args)
+        if wants_text_predict(argv):  # predict --predict.input FILE: the user's own sentences
+            return run_text_predict(argv)
+        command = help_request(argv, tuple(SUBCOMMAND_HELP))
+        if command is not None:  # the short help; --help-all gives LightningCLI's full list
+            print(_short_help(command), flush=True)
+            return 0
+        if HELP_ALL in argv:
+            args = ["--help" if a == HELP_ALL else a for a in argv]
+        if argv[:1] == ["pretrain"]:  # masked-language pre-training of the encoder
+            from pal_lightning.cli.pretrain import run_pretrain
+
+            run_pretrain(argv[1:])
+        else:
+            PalLightningCLI(args=args)  # args None: sys.argv
+    except KeyboardInterrupt:  # Ctrl-C outside Lightning's Trainer (parsing, building the model)
+        return _interrupted()
+    except SystemExit as exc:  # --help / --print_config exit early on purpose
+        if isinstance(exc.__context__, KeyboardInterrupt):  # Lightning's sys.exit(1) after a Ctrl-C
+            return _interrupted()
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    except Exception as exc:
+        if not is_launched_rank():
+            discard_new_folders()  # a failed command leaves no empty run folder behind
+        found = _user_error(exc)
+        if found is None:
+            raise
+        message = _fs_fault_message(found) if isinstance(found, OSError) else _one_line(str(found))
+        syntax = config_syntax_error(argv) if "Problems parsing config" in message else None
+        if syntax is not None:  # jsonargparse names "<unicode string>", not the file
+            print(f"pal-lightning: error: {syntax}", file=sys.stderr, flush=True)
+            return USER_ERROR_EXIT
+        if isinstance(found, (_JsonArgumentError, _StdArgumentError)) and "--help" not in message:
+            command = next(
+                (a for a in (args if args is not None else sys.argv[1:]) if not a.startswith("-")), ""
+            )
+            message += (
+                "."
+                + did_you_mean(message, _accepted_options)  # " Did you mean --model.lr?"
+                + f" Run `pal-lightning {command or 'fit'} --help` for the accepted options"
+                " (--print_config shows the resolved configuration)"
+            )
+        if isinstance(found, MisconfigurationException):
+            message += " (a Trainer setting this machine cannot honour: check trainer.accelerator, devices, strategy, precision)"
+        print(f"pal-lightning: error: {message}", file=sys.stderr, flush=True)
+        return USER_ERROR_EXIT
+    _NEW_FOLDERS.clear()  # the run succeeded: its folders are results
+    close_process_group()
+    return 0
+
+
+def _short_help(command: str) -> str:
+    from pal_lightning.data import MultiTaskDataModule
+    from pal_lightning.module.multitask import MultiTaskModule
+
+    return short_help(command, MultiTaskModule, MultiTaskDataModule, linked=_LINKED)
+
+
+#: Data-module arguments set through the model (the links of ``add_arguments_to_parser``).
+_LINKED = ("tokenizer", "tasks", "pair_encoding")
+
+
+def _accepted_options(group: str) -> list[str] | None:
+    """The option names of a command-line group, for "did you mean" (``None`` for an unknown group)."""
+    import inspect
+
+    from pal_lightning.callbacks.prediction_writer import PredictionWriter
+    from pal_lightning.data import MultiTaskDataModule
+    from pal_lightning.module.multitask import MultiTaskModule
+
+    classes: dict[str, type[Any]] = {
+        "model": MultiTaskModule,
+        "data": MultiTaskDataModule,
+        "trainer": Trainer,
+        "checkpoint": ModelCheckpoint,
+        "last_checkpoint": ModelCheckpoint,
+        "predictions": PredictionWriter,
+    }
+    cls = classes.get(group)
+    if cls is None:
+        return None
+    names = [n for n in inspect.signature(cls.__init__).parameters if n != "self"]
+    return [n for n in names if n not in _LINKED] if group == "data" else names
+
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

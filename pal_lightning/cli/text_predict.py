@@ -1,0 +1,227 @@
+"""``pal-lightning predict --predict.input FILE``: predictions for a user's own sentences.
+
+The plain ``pal-lightning predict`` scores the configured data splits and writes CS224N files. With
+``--predict.input`` it instead reads a CSV (comma- or tab-separated, with a header) or JSON-lines file
+of new sentences, predicts one task with :meth:`MultiTaskModule.predict`, and writes one output row
+per input row::
+
+    pal-lightning predict --predict.model runs/demo/version_0/model --predict.task sst \\
+        --predict.input reviews.csv [--predict.output out.csv] [--predict.overwrite true]
+
+The model is a ``save_pretrained`` folder or hub id (``--predict.model``), or a Lightning checkpoint
+(``--ckpt_path``). Input columns: the task's own text column(s) (``sentence``; ``sentence1`` and
+``sentence2`` for pairs), or ``text`` (``text_a``/``text_b``, ``question1``/``question2``); an ``id``
+column is copied to the output, otherwise the 0-based row number is the id. Output columns: ``id``,
+``label`` and one ``p_<label>`` probability per class, or ``id`` and ``score`` for regression.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pal_lightning.core.errors import PalUserError
+from pal_lightning.core.files import atomic_write
+
+#: The option that switches ``pal-lightning predict`` to new sentences.
+INPUT_OPTION = "--predict.input"
+#: Other column names accepted for single sentences and for pairs, after the task's own.
+SINGLE_COLUMNS = (("sentence",), ("text",))
+PAIR_COLUMNS = (("sentence1", "sentence2"), ("text_a", "text_b"), ("question1", "question2"))
+
+
+def wants_text_predict(argv: Sequence[str]) -> bool:
+    """Whether a command line is ``predict`` with ``--predict.input``."""
+    args = list(argv)
+    return bool(args) and args[0] == "predict" and any(a.split("=", 1)[0] == INPUT_OPTION for a in args)
+
+
+@dataclass
+class InputRows:
+    """The rows of an input file: ids and text columns (one, or two for pairs)."""
+
+    ids: list[str]
+    texts: list[tuple[str, ...]]
+    columns: tuple[str, ...]
+
+
+def _read_records(path: Path) -> tuple[list[str], list[dict[str, Any]]]:
+    """(column names, rows) of a CSV/TSV with a header, or of a JSON-lines file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise PalUserError(f"Input file {path} does not exist. Pass an existing CSV or JSONL file.") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise PalUserError(f"Cannot read {path} as UTF-8 text ({err}).") from None
+    if path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
+        rows: list[dict[str, Any]] = []
+        for n, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError as err:
+                raise PalUserError(
+                    f"{path} line {n} is not JSON ({err}). Write one JSON object per line."
+                ) from None
+            if not isinstance(row, dict):
+                raise PalUserError(f"{path} line {n} is not a JSON object. Write one object per line.")
+            rows.append(row)
+        names = list(dict.fromkeys(k for r in rows for k in r))
+        return names, rows
+    first = text.split("\n", 1)[0]
+    delimiter = "\t" if "\t" in first else ","
+    reader = csv.DictReader(io.StringIO(text), delimiter=delimiter)
+    return [c for c in (reader.fieldnames or []) if c], list(reader)
+
+
+def read_input(path: str | os.PathLike[str], spec: Any) -> InputRows:
+    """Ids and texts of ``path`` for task ``spec``.
+
+    Raises:
+        PalUserError: for a missing or empty file, missing text columns (e.g. a pair task given single
+            sentences) or an empty text.
+    """
+    path = Path(path)
+    names, rows = _read_records(path)
+    if not rows:
+        raise PalUserError(
+            f"Input file {path} holds no rows to predict. Add a header line and one row per input."
+        )
+    candidates = [tuple(spec.text_columns), *(PAIR_COLUMNS if spec.is_pair else SINGLE_COLUMNS)]
+    columns = next((c for c in candidates if all(n in names for n in c)), None)
+    if columns is None:
+        wanted = " and ".join(spec.text_columns)
+        kind = "sentence pairs" if spec.is_pair else "single sentences"
+        raise PalUserError(
+            f"Task {spec.name!r} takes {kind}, but {path} has no column(s) {wanted} (its columns: "
+            f"{', '.join(names) or 'none'}). "
+            + (
+                "Give two text columns, e.g. sentence1,sentence2."
+                if spec.is_pair
+                else "Give a text column named sentence or text."
+            )
+        )
+    id_column = spec.id_column if spec.id_column in names else ("id" if "id" in names else None)
+    ids, texts = [], []
+    for i, row in enumerate(rows):
+        values = tuple("" if row.get(c) is None else str(row.get(c)) for c in columns)
+        if not all(v.strip() for v in values):
+            raise PalUserError(
+                f"Row {i} of {path} has an empty {'/'.join(columns)}. Fill it in or remove the row."
+            )
+        ids.append(str(row[id_column]) if id_column and row.get(id_column) is not None else str(i))
+        texts.append(values)
+    return InputRows(ids, texts, columns)
+
+
+def output_rows(ids: Sequence[str], predictions: Any) -> tuple[list[str], list[list[Any]]]:
+    """Header and rows of the output file: ``id,label,p_<name>...`` or ``id,score``."""
+    if predictions.scores is not None:
+        return ["id", "score"], [[i, repr(float(s))] for i, s in zip(ids, predictions.scores, strict=True)]
+    probs = predictions.probabilities
+    names = predictions.label_names or [str(c) for c in range(probs.shape[1])]
+    header = ["id", "label", *(f"p_{n}" for n in names)]
+    rows = [
+        [i, label, *(f"{float(p):.6f}" for p in row)]
+        for i, label, row in zip(ids, predictions.labels, probs, strict=True)
+    ]
+    return header, rows
+
+
+def write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """Write a comma-separated file atomically (:func:`pal_lightning.core.files.atomic_write`)."""
+    with atomic_write(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        writer.writerows(rows)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pal-lightning predict",
+        description="Predict one task for the sentences of a CSV or JSONL file.",
+        exit_on_error=False,
+    )
+    parser.add_argument(
+        "--predict.input", dest="input", required=True, help="CSV/TSV with a header, or JSONL"
+    )
+    parser.add_argument("--predict.task", dest="task", required=True, help="the task to predict, e.g. sst")
+    parser.add_argument("--predict.model", dest="model", help="a save_pretrained folder or hub id")
+    parser.add_argument("--ckpt_path", dest="ckpt", help="a Lightning checkpoint of MultiTaskModule instead")
+    parser.add_argument(
+        "--predict.output", dest="output", help="output CSV (default: <input>-<task>-predictions.csv)"
+    )
+    parser.add_argument("--predict.overwrite", dest="overwrite", default="false", choices=["true", "false"])
+    parser.add_argument("--predict.batch_size", dest="batch_size", type=int, default=64)
+    return parser
+
+
+def load_model(model: str | None, ckpt: str | None) -> Any:
+    """The module from a ``save_pretrained`` folder / hub id, or from a checkpoint.
+
+    Raises:
+        PalUserError: when neither or both are given, or the source cannot be loaded.
+    """
+    from pal_lightning.module.multitask import MultiTaskModule
+
+    if bool(model) == bool(ckpt):
+        raise PalUserError(
+            "Give the model with exactly one of --predict.model <folder written by fit, e.g. "
+            "runs/<name>/version_N/model, or a hub id> and --ckpt_path <file.ckpt>."
+        )
+    if model:
+        return MultiTaskModule.from_pretrained(model)
+    path = Path(str(ckpt))
+    if not path.is_file():
+        raise PalUserError(f"Checkpoint {path} does not exist. Pass the path of a .ckpt file to --ckpt_path.")
+    import torch
+
+    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    module = MultiTaskModule.load_from_checkpoint(path, map_location="cpu", weights_only=True)
+    max_length = (checkpoint.get("datamodule_hyper_parameters") or {}).get("max_length")
+    if max_length:
+        module.predict_max_length = int(max_length)
+    return module
+
+
+def run(argv: Sequence[str]) -> int:
+    """Run ``pal-lightning predict --predict.input ...`` (``argv`` starts with ``predict``).
+
+    Raises:
+        PalUserError: for every user mistake (the caller prints it on one line and exits with 2).
+    """
+    args = list(argv)[1:]
+    if "--config" in args or any(a.startswith("--config=") for a in args):
+        raise PalUserError(
+            "--config is not used with --predict.input: the model comes from --predict.model (a folder "
+            "written by fit, runs/<name>/version_N/model) or --ckpt_path."
+        )
+    ns = _parser().parse_args(args)
+    if ns.batch_size < 1:
+        raise PalUserError(f"--predict.batch_size must be >= 1, got {ns.batch_size}.")
+    source = Path(ns.input)
+    output = Path(ns.output) if ns.output else source.with_name(f"{source.stem}-{ns.task}-predictions.csv")
+    if output.exists() and ns.overwrite != "true":
+        raise PalUserError(
+            f"{output} already exists. Nothing was predicted. Choose another --predict.output or pass "
+            "--predict.overwrite true to replace it."
+        )
+    if output.resolve() == source.resolve():
+        raise PalUserError("--predict.output is the input file. Choose another output path.")
+    module = load_model(ns.model, ns.ckpt)
+    spec = module.predict_spec(ns.task)  # unknown task: one line naming the model's tasks
+    rows = read_input(source, spec)
+    texts: list[Any] = [t if spec.is_pair else t[0] for t in rows.texts]
+    predictions = module.predict(ns.task, texts, batch_size=ns.batch_size)
+    header, out_rows = output_rows(rows.ids, predictions)
+    write_csv(output, header, out_rows)
+    print(f"pal-lightning: wrote {len(out_rows)} predictions of {ns.task!r} to {output}", flush=True)
+    return 0

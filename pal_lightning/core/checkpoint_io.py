@@ -1,0 +1,90 @@
+"""Crash-safe checkpoint files, and one clear message for a checkpoint that cannot be read.
+
+Lightning's ``TorchCheckpointIO`` writes through an fsspec transaction whose temporary file lives
+in the system's temporary folder: on another file system the final move is a copy, so a kill
+during it can leave a truncated ``last.ckpt``, and nothing is flushed to disk before the rename.
+:class:`AtomicCheckpointIO` writes
+
+    <folder>/.<name>.<random>.tmp  ->  flush + fsync  ->  os.replace(tmp, <folder>/<name>)  ->  fsync(folder)
+
+(:func:`pal_lightning.core.files.atomic_write`): ``os.replace`` within one folder is atomic on POSIX and
+Windows, so a reader (or a resume) sees the old file or the new one, never half of one; a killed writer
+leaves at most a stray ``.tmp`` file; the checkpoint gets the mode a plain ``open`` would give it.
+
+Loading turns the errors of an unreadable file (truncated, not a checkpoint, or refused by
+``weights_only`` loading) into a :class:`~pal_lightning.core.errors.PalUserError` that names the file and
+what to do, instead of a traceback from deep inside ``torch.load``.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+from pal_lightning.core.errors import PalUserError
+from pal_lightning.core.files import atomic_write_bytes
+
+
+def atomic_torch_save(obj: Any, path: str | os.PathLike[str]) -> None:
+    """``torch.save(obj, path)`` that never leaves a partly written ``path`` behind."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)  # serialise first: a failure here touches no file
+    atomic_write_bytes(path, buffer.getbuffer())
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """``TorchCheckpointIO`` with atomic local writes and user-level errors for unreadable files.
+
+    Remote paths (``s3://`` ...) keep Lightning's own behaviour. The pal-lightning CLI installs this
+    plugin unless the config names another ``CheckpointIO``; in Python pass
+    ``Trainer(plugins=[AtomicCheckpointIO()])``.
+    """
+
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: str | os.PathLike[str], storage_options: Any | None = None
+    ) -> None:
+        if storage_options is not None or "://" in str(path):
+            super().save_checkpoint(checkpoint, os.fspath(path), storage_options)
+            return
+        atomic_torch_save(checkpoint, path)
+
+    def load_checkpoint(
+        self, path: str | os.PathLike[str], map_location: Any | None = None, weights_only: bool | None = None
+    ) -> dict[str, Any]:
+        if "://" not in str(path) and not Path(path).is_file():
+            raise PalUserError(
+                f"Checkpoint {path} does not exist. Pass the path of a .ckpt file to --ckpt_path "
+                "(or --ckpt_path last for the newest last.ckpt of this run folder)."
+            )
+        try:
+            return super().load_checkpoint(
+                os.fspath(path), map_location=map_location, weights_only=weights_only
+            )
+        except pickle.UnpicklingError as err:
+            if "weights_only" in str(err).lower() or "weights only" in str(err).lower():
+                lines = [line.strip() for line in str(err).splitlines() if "Unsupported global" in line]
+                what = lines[0].split(" was not an allowed global")[0] if lines else "objects beyond tensors"
+                raise PalUserError(
+                    f"Checkpoint {path} holds objects that safe (weights_only) loading refuses ({what}). "
+                    "Checkpoints can run code when unpickled: if you trust this file, load it with "
+                    "--weights_only false (weights_only=False in Python); otherwise do not use it."
+                ) from err
+            raise _unreadable(path, err) from err
+        except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as err:
+            raise _unreadable(path, err) from err
+
+
+def _unreadable(path: str | os.PathLike[str], err: BaseException) -> PalUserError:
+    # torch's messages run on for several sentences: the first says what failed
+    reason = str(err).splitlines()[0].split(". ")[0] if str(err) else type(err).__name__
+    return PalUserError(
+        f"Checkpoint {path} cannot be read (truncated or not a checkpoint: {reason}). Resume from an "
+        f"earlier checkpoint in {Path(str(path)).parent}, or start a new run without --ckpt_path."
+    )

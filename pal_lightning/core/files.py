@@ -1,0 +1,272 @@
+"""One home for the library's file writes: atomic, durable, with the modes a plain ``open`` gives.
+
+Every file pal-lightning writes (checkpoints, predictions, task weights, tokenization caches,
+scores, continual-learning tables) goes through :func:`atomic_write`:
+
+    <folder>/.<name>.<random>.tmp  ->  write, flush, fsync  ->  chmod  ->  os.replace(tmp, <folder>/<name>)
+    ->  fsync(<folder>)
+
+* ``os.replace`` within one folder is atomic on POSIX and Windows: a reader (or a resumed run)
+  sees the old file or the new one, never half of one;
+* the temporary name is unique (``tempfile.mkstemp``), so two writers of the same file never
+  write into each other's temporary file;
+* a failed write (an exception, including ``KeyboardInterrupt``) removes the temporary file and
+  leaves any existing file untouched; only a killed process can leave a stray ``.tmp`` file;
+* ``mkstemp`` creates files readable by their owner only (0600). The written file instead gets
+  the mode ``open(path, "w")`` would give it: an existing file's mode is kept, a new file gets
+  ``0o666 & ~umask`` (usually 0644 or 0664), so a colleague or a cluster job under another
+  account can read checkpoints and predictions.
+
+An ``OSError`` of a write (no space, a read-only file system, no permission) names the file the
+caller asked for, not the temporary one (``err.filename``), so the message can say which file failed.
+
+:func:`free_name` finds a file name not used yet (``config_1.yaml`` next to ``config.yaml``).
+This module is pure standard library and imports nothing of pal-lightning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+__all__ = [
+    "atomic_link_or_copy",
+    "atomic_write",
+    "atomic_write_bytes",
+    "atomic_write_text",
+    "atomic_write_via",
+    "current_umask",
+    "free_name",
+    "fsync_dir",
+    "move_into_place",
+    "naming_the_target",
+    "new_file_mode",
+    "staged_folder",
+]
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it where the OS allows (Linux ``/proc``).
+
+    Elsewhere it is read by setting and restoring it (``os.umask`` has no read-only form).
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def new_file_mode(path: str | os.PathLike[str]) -> int:
+    """The permission bits ``open(path, "w")`` leaves: an existing file's own, else ``0o666 & ~umask``."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        return 0o666 & ~current_umask()
+
+
+def fsync_dir(folder: str | os.PathLike[str]) -> None:
+    """Flush a folder's entries to disk (makes a rename durable); a no-op where folders cannot be opened."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # e.g. Windows cannot open folders; the rename is still atomic
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def naming_the_target(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Re-raise an ``OSError`` of writing ``path`` (or its temporary file) with ``path`` as its file name.
+
+    The same exception type and ``errno`` (``ENOSPC``, ``EROFS``, ``EACCES`` ...), so callers can still
+    tell the causes apart; an error without an ``errno`` passes unchanged.
+    """
+    try:
+        yield
+    except OSError as err:
+        if err.errno is None or err.filename == os.fspath(path):
+            raise
+        raise type(err)(err.errno, err.strerror or str(err), os.fspath(path)) from err
+
+
+def _temp_beside(path: Path) -> tuple[int, str]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+
+
+def _publish(tmp: str, path: Path) -> None:
+    """Give ``tmp`` the mode a plain write of ``path`` would have and move it over ``path``."""
+    os.chmod(tmp, new_file_mode(path))
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+@contextmanager
+def atomic_write(
+    path: str | os.PathLike[str],
+    mode: str = "w",
+    encoding: str | None = None,
+    newline: str | None = None,
+) -> Iterator[IO[Any]]:
+    """Open a temporary file beside ``path`` for writing; on success it replaces ``path`` atomically.
+
+    Args:
+        path: the file to (re)write; missing parent folders are created.
+        mode: ``"w"`` (text) or ``"wb"`` (bytes).
+        encoding: text encoding (``"utf-8"`` when ``None`` in text mode).
+        newline: as for :func:`open`.
+
+    Example::
+
+        with atomic_write("runs/x/scores.json") as f:
+            f.write(json.dumps(payload))
+    """
+    if mode not in ("w", "wb"):
+        raise ValueError(f"atomic_write writes whole files: mode must be 'w' or 'wb', not {mode!r}")
+    path = Path(path)
+    with naming_the_target(path):
+        fd, tmp = _temp_beside(path)
+        f: IO[Any]
+        try:
+            if mode == "wb":
+                f = os.fdopen(fd, "wb")
+            else:
+                f = os.fdopen(fd, "w", encoding=encoding or "utf-8", newline=newline)
+            with f:
+                yield f
+                f.flush()
+                os.fsync(f.fileno())
+            _publish(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes | bytearray | memoryview) -> None:
+    """Write ``data`` to ``path`` through :func:`atomic_write`."""
+    with atomic_write(path, "wb") as f:
+        f.write(data)
+
+
+def atomic_write_text(
+    path: str | os.PathLike[str], text: str, encoding: str = "utf-8", newline: str | None = None
+) -> None:
+    """Write ``text`` to ``path`` through :func:`atomic_write`."""
+    with atomic_write(path, "w", encoding=encoding, newline=newline) as f:
+        f.write(text)
+
+
+def atomic_write_via(path: str | os.PathLike[str], write: Callable[[str], Any]) -> None:
+    """Atomic write for libraries that write by file name: ``write(tmp_name)`` fills the temporary file.
+
+    The library may close and reopen the name; the file is fsynced before the rename.
+    """
+    path = Path(path)
+    with naming_the_target(path):
+        fd, tmp = _temp_beside(path)
+        os.close(fd)
+        try:
+            write(tmp)
+            move_into_place(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+def move_into_place(written: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
+    """Publish a finished file ``written`` (in ``path``'s folder) as ``path``: fsync, mode, atomic rename.
+
+    For writers that fill several files in a temporary folder first (``save_pretrained``).
+    """
+    with naming_the_target(path):
+        with open(written, "rb+") as f:
+            os.fsync(f.fileno())
+        _publish(os.fspath(written), Path(path))
+
+
+@contextmanager
+def staged_folder(target: str | os.PathLike[str]) -> Iterator[Path]:
+    """Fill a temporary folder beside ``target``; when the block ends without an error, publish each of
+    its files into ``target`` with :func:`move_into_place` (a reader never sees a half-written file).
+    On an error nothing reaches ``target``, and the temporary folder is removed either way.
+
+    For writers that produce several files at once (``save_pretrained`` of a model and tokenizer).
+    """
+    target = Path(target)
+    with naming_the_target(target):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.tmp-"))
+    try:
+        yield tmp
+        target.mkdir(exist_ok=True)
+        for item in sorted(tmp.rglob("*")):
+            if item.is_file():
+                dest = target / item.relative_to(tmp)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                move_into_place(item, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def atomic_link_or_copy(source: str | os.PathLike[str], alias: str | os.PathLike[str]) -> None:
+    """Make ``alias`` name the same content as ``source``, replacing any older ``alias`` atomically.
+
+    A hard link (no extra disk space, and the alias survives the deletion of ``source``); where
+    the file system has none, a copy through :func:`atomic_write_via`.
+    """
+    alias = Path(alias)
+    with naming_the_target(alias):
+        fd, tmp = _temp_beside(alias)
+        os.close(fd)
+        os.unlink(tmp)  # os.link needs a free name; mkstemp only reserved a unique one
+    try:
+        os.link(source, tmp)
+    except OSError:
+        atomic_write_via(alias, lambda name: shutil.copyfile(source, name))
+        return
+    try:
+        with naming_the_target(alias):
+            os.replace(tmp, alias)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(alias.parent)
+
+
+def free_name(folder: str | os.PathLike[str], stem: str, suffixes: Sequence[str]) -> str:
+    """``stem`` or the first ``stem_k`` (k = 1, 2, ...) for which no ``<folder>/<name><suffix>`` exists.
+
+    ``free_name(run, "config", [".yaml"])`` is ``"config"``, then ``"config_1"`` once
+    ``config.yaml`` exists; with several suffixes the name is free for all of them at once.
+    """
+    name, k = stem, 0
+    while any(os.path.exists(os.path.join(folder, name + suffix)) for suffix in suffixes):
+        k += 1
+        name = f"{stem}_{k}"
+    return name
+
+
+def file_fingerprint(path: str | os.PathLike[str]) -> str:
+    """SHA-256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -1,0 +1,477 @@
+"""Batch samplers: one task per training step, identical on every rank, exactly resumable.
+
+Training (:class:`MultiTaskBatchSampler`)
+    Epoch ``e`` has ``S`` steps. The task of each step is drawn from the schedule's
+    probabilities with a generator seeded by ``(seed, e)`` (round-robin: task
+    ``(e * S + s) mod T``), so every rank computes the same task sequence without
+    communicating. Each task has an endless *example stream*: the concatenation of
+    random permutations of its examples (cycle ``c`` is seeded by ``(seed, task, c)``),
+    i.e. sampling without replacement that reshuffles a task when it is used up. The
+    ``k``-th step of task ``t`` takes the next ``B_t * W`` stream positions (``B_t`` the
+    task's per-rank batch size, ``W`` the world size) and rank ``r`` keeps positions
+    ``r * B_t .. (r + 1) * B_t - 1`` of them: shares are disjoint and every rank yields
+    exactly ``S`` batches. A task's stream continues across epochs (the position at the
+    start of epoch ``e`` is recomputed by replaying the task sequences of epochs
+    ``0..e-1``), so the state of an epoch is just ``(epoch, steps consumed)``, which
+    :meth:`~MultiTaskBatchSampler.state_dict` saves and a resumed run restores exactly.
+
+    Sequential (continual) schedule: given ``phases`` (task ``t_i`` for ``n_i`` training
+    batches, one after another), global training batch ``g = e * S + s`` belongs to the
+    phase ``i`` with ``start_i <= g mod P < end_i`` (``P = sum_i n_i``, ``start_i =
+    sum_{k<i} n_k``, ``end_i = start_i + n_i``): the task sequence is still a pure
+    function of ``(epoch, step)``, so resume and DDP work unchanged. By default
+    ``S = P``: the whole continual run is one epoch. With a smaller ``S`` the phases
+    span several epochs; past ``P`` the curriculum starts again.
+
+    Optional length grouping sorts each pool of ``pool_batches * B_t * W`` stream
+    positions by length, cuts it into global batches and shuffles their order, so a
+    batch holds examples of similar length (less padding) while the order of batches
+    stays random.
+
+Evaluation (:func:`eval_batches`)
+    Every example exactly once: rank ``r`` takes the ``r``-th contiguous block of each
+    split (no padding, no duplicates), sorted by length, cut into the same number of
+    batches on every rank.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import logging
+import math
+import zlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+from torch.utils.data import Sampler
+
+from pal_lightning.core.errors import PalUserError
+from pal_lightning.data.schedules import SamplingSchedule
+
+log = logging.getLogger(__name__)
+
+_SCHEDULE_STREAM = 1
+_EXAMPLE_STREAM = 2
+
+
+class Phase(NamedTuple):
+    """One phase of a sequential schedule: ``task`` trains on global training batches ``start .. end - 1``.
+
+    Counted in training batches (per rank, ``epoch * steps_per_epoch + batch_idx``), not optimizer
+    steps: with ``accumulate_grad_batches = k`` a phase of ``n`` batches is ``n / k`` optimizer steps.
+    """
+
+    task: str
+    start: int
+    end: int
+
+
+def make_phases(plan: Sequence[tuple[str, int]]) -> list[Phase]:
+    """Consecutive :class:`Phase` s from ``(task, batches)`` pairs: ``start_i = sum_{k<i} n_k``.
+
+    Raises:
+        PalUserError: a phase with fewer than one batch.
+    """
+    phases, start = [], 0
+    for task, n in plan:
+        if int(n) < 1:
+            raise PalUserError(f"Every continual phase needs >= 1 training batch; {task!r} got {n}.")
+        phases.append(Phase(str(task), start, start + int(n)))
+        start += int(n)
+    return phases
+
+
+class TaskBatch(NamedTuple):
+    """What a batch sampler yields: the examples ``indices`` of one split of one task."""
+
+    task: str
+    split: str
+    indices: tuple[int, ...]
+
+
+def _seed_words(seed: int) -> list[int]:
+    # SeedSequence wants non-negative integers; keep negative seeds distinct from positive ones.
+    return [seed % (1 << 63), 1 if seed < 0 else 0]
+
+
+def default_steps_per_epoch(
+    sizes: Mapping[str, int], batch_sizes: Mapping[str, int], num_replicas: int
+) -> int:
+    """Steps of one pass over the data: ``sum_t ceil(N_t / (B_t * W))``."""
+    return sum(math.ceil(n / (batch_sizes[t] * num_replicas)) for t, n in sizes.items() if n > 0)
+
+
+class EpochHandle:
+    """The object Lightning finds at ``batch_sampler.sampler`` and calls ``set_epoch`` on.
+
+    Lightning only calls ``set_epoch`` on ``dataloader.sampler`` and
+    ``dataloader.batch_sampler.sampler``; this handle forwards the call to its batch sampler.
+    """
+
+    def __init__(self, owner: MultiTaskBatchSampler) -> None:
+        self._owner = owner
+
+    def set_epoch(self, epoch: int) -> None:
+        self._owner.set_epoch(epoch)
+
+
+class MultiTaskBatchSampler(Sampler[TaskBatch]):
+    """Yields :class:`TaskBatch` es of one task per step; see the module docstring for the maths.
+
+    Args:
+        sizes: training examples per task (``N_t``), in a fixed task order.
+        batch_sizes: per-rank batch size per task (``B_t``).
+        schedule: how tasks are drawn.
+        steps_per_epoch: steps per epoch per rank; ``None`` = one pass over the data.
+        num_replicas: world size ``W`` (number of ranks).
+        rank: this process's rank.
+        seed: base seed of every generator.
+        lengths: token counts per example per task; given, batches are grouped by length.
+        pool_batches: global batches per length-grouping pool.
+        split: split name put in each :class:`TaskBatch`.
+        phases: ``(task, batches)`` pairs of a sequential (continual) schedule; given, ``schedule``
+            is not used and ``steps_per_epoch`` defaults to the sum of the phase lengths.
+    """
+
+    def __init__(
+        self,
+        sizes: Mapping[str, int],
+        batch_sizes: Mapping[str, int],
+        schedule: SamplingSchedule,
+        steps_per_epoch: int | None = None,
+        num_replicas: int = 1,
+        rank: int = 0,
+        seed: int = 42,
+        lengths: Mapping[str, np.ndarray] | None = None,
+        pool_batches: int = 50,
+        split: str = "train",
+        phases: Sequence[tuple[str, int]] | None = None,
+    ) -> None:
+        if num_replicas < 1 or not 0 <= rank < num_replicas:
+            raise ValueError(f"Need 0 <= rank < num_replicas, got rank={rank}, num_replicas={num_replicas}.")
+        self.sizes = {t: int(n) for t, n in sizes.items()}
+        if not self.sizes or all(n == 0 for n in self.sizes.values()):
+            raise PalUserError(f"No training examples in any task (sizes {self.sizes}).")
+        self.tasks = list(self.sizes)
+        self.batch_sizes = {t: int(batch_sizes[t]) for t in self.tasks}
+        if any(b < 1 for b in self.batch_sizes.values()):
+            raise PalUserError(f"Batch sizes must be >= 1, got {self.batch_sizes}.")
+        self.schedule = schedule
+        self.num_replicas = num_replicas
+        self.rank = rank
+        self.seed = int(seed)
+        self.lengths = dict(lengths) if lengths is not None else None
+        self.pool_batches = pool_batches
+        self.split = split
+        #: The sequential schedule's phases (empty for interleaved sampling).
+        self.phases: list[Phase] = make_phases(phases) if phases else []
+        unknown = sorted({p.task for p in self.phases} - set(self.tasks))
+        if unknown:
+            raise PalUserError(f"Continual phases name unknown tasks {unknown}; the tasks are {self.tasks}.")
+        if steps_per_epoch is not None:
+            self.steps_per_epoch = int(steps_per_epoch)
+        elif self.phases:
+            self.steps_per_epoch = self.phases[-1].end
+        else:
+            self.steps_per_epoch = default_steps_per_epoch(self.sizes, self.batch_sizes, num_replicas)
+        if self.steps_per_epoch < 1:
+            raise PalUserError(f"steps_per_epoch must be >= 1, got {self.steps_per_epoch}.")
+        self.epoch = 0
+        self.sampler = EpochHandle(self)
+        #: Optional callable giving the number of batches of the current epoch the consumer has
+        #: really used (the Trainer prefetches, so what was yielded can run ahead of that).
+        self.position_fn: Callable[[], int | None] | None = None
+        self._resume_position = 0
+        self._position = 0
+        self._offset_cache: dict[int, dict[str, int]] = {}
+        self._cycles: dict[tuple[int, str, int], np.ndarray] = {}
+
+    # ----------------------------------------------------------------- epoch and state
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch the next iteration yields; a new epoch starts at its first step."""
+        if epoch != self.epoch:
+            self.epoch = int(epoch)
+            self._resume_position = 0
+            self._position = 0
+
+    def __len__(self) -> int:
+        return self.steps_per_epoch
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the current epoch stands: enough to continue exactly (everything else is seeded)."""
+        position = self.position_fn() if self.position_fn is not None else None
+        if position is None:
+            position = self._position
+        return {
+            "epoch": self.epoch,
+            "position": int(position),
+            "seed": self.seed,
+            "sizes": dict(self.sizes),
+            "batch_sizes": dict(self.batch_sizes),
+            "num_replicas": self.num_replicas,
+            "steps_per_epoch": self.steps_per_epoch,
+            "schedule": "sequential" if self.phases else self.schedule.name,
+            "phases": [[p.task, p.start, p.end] for p in self.phases],
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from ``state``: the next iteration starts at the saved step of the saved epoch.
+
+        Raises:
+            PalUserError: when the tasks, their sizes or batch sizes differ from the saved run.
+        """
+        if dict(state["sizes"]) != self.sizes or dict(state["batch_sizes"]) != self.batch_sizes:
+            raise PalUserError(
+                "Cannot resume the task sampler: the training data or batch sizes changed since the checkpoint "
+                f"(saved sizes {state['sizes']}, batch sizes {state['batch_sizes']}; now {self.sizes}, "
+                f"{self.batch_sizes}). Resume with the same tasks, files, limit_examples and batch_size."
+            )
+        saved_phases = [list(p) for p in state.get("phases") or []]
+        if saved_phases != [list(p) for p in self.phases]:
+            raise PalUserError(
+                "Cannot resume the task sampler: the continual schedule changed since the checkpoint "
+                f"(saved phases {saved_phases}, now {[list(p) for p in self.phases]}). Resume with the same "
+                "schedule, task_order, steps_per_task/epochs_per_task, batch_size and number of devices."
+            )
+        if state["num_replicas"] != self.num_replicas or state["steps_per_epoch"] != self.steps_per_epoch:
+            log.warning(
+                "Resuming with a different world size or steps_per_epoch (saved %s/%s, now %s/%s): the task "
+                "order is kept but the examples seen will differ from the uninterrupted run.",
+                state["num_replicas"],
+                state["steps_per_epoch"],
+                self.num_replicas,
+                self.steps_per_epoch,
+            )
+        self.seed = int(state["seed"])
+        self._offset_cache.clear()
+        epoch, position = int(state["epoch"]), int(state["position"])
+        if position >= self.steps_per_epoch:  # saved at the very end of an epoch
+            epoch, position = epoch + 1, 0
+        self.epoch = epoch
+        self._resume_position = position
+        self._position = position
+
+    # ----------------------------------------------------------------- the plan
+
+    def task_sequence(self, epoch: int) -> np.ndarray:
+        """Task index (into :attr:`tasks`) of every step of ``epoch``; the same on every rank."""
+        if self.phases:
+            return _phase_sequence(
+                epoch,
+                self.steps_per_epoch,
+                tuple(self.tasks.index(p.task) for p in self.phases),
+                tuple(p.end for p in self.phases),
+            )
+        return _task_sequence(
+            self.seed,
+            epoch,
+            self.steps_per_epoch,
+            tuple(self.tasks),
+            tuple(self.sizes.values()),
+            self.schedule.name,
+            self.schedule.num_epochs,
+            tuple(sorted((self.schedule.weights or {}).items())),
+            tuple(sorted((self.schedule.multipliers or {}).items())),
+        )
+
+    def _epoch_offsets(self, epoch: int) -> dict[str, int]:
+        """Stream position of every task at the start of ``epoch`` (replays earlier epochs)."""
+        if epoch in self._offset_cache:
+            return self._offset_cache[epoch]
+        known = [e for e in self._offset_cache if e < epoch]
+        start = max(known) if known else 0
+        offsets = dict(self._offset_cache.get(start, dict.fromkeys(self.tasks, 0)))
+        for e in range(start, epoch):
+            counts = np.bincount(self.task_sequence(e), minlength=len(self.tasks))
+            for i, t in enumerate(self.tasks):
+                offsets[t] += int(counts[i]) * self.batch_sizes[t] * self.num_replicas
+            self._offset_cache[e + 1] = dict(offsets)
+        self._offset_cache.setdefault(epoch, dict(offsets))
+        return offsets
+
+    def _cycle(self, task: str, cycle: int) -> np.ndarray:
+        """Example order of one full pass (``cycle``) over ``task``'s examples."""
+        key = (self.seed, task, cycle)
+        hit = self._cycles.get(key)
+        if hit is None:
+            if self.lengths is None:
+                hit = _plain_cycle(
+                    self.seed, task, cycle, self.sizes[task], self.batch_sizes[task] * self.num_replicas
+                )
+            else:
+                hit = _grouped_cycle(
+                    self.seed,
+                    task,
+                    cycle,
+                    self.sizes[task],
+                    self.batch_sizes[task] * self.num_replicas,
+                    self.pool_batches,
+                    self.lengths[task],
+                )
+            if len(self._cycles) >= 4 * len(self.tasks):  # keep memory bounded
+                self._cycles.clear()
+            self._cycles[key] = hit
+        return hit
+
+    def _take(self, task: str, start: int, count: int) -> np.ndarray:
+        """Stream positions ``start .. start + count - 1`` of ``task`` as example indices."""
+        n = self.sizes[task]
+        out = []
+        pos, end = start, start + count
+        while pos < end:
+            cycle, within = divmod(pos, n)
+            chunk = min(end - pos, n - within)
+            out.append(self._cycle(task, cycle)[within : within + chunk])
+            pos += chunk
+        return np.concatenate(out)
+
+    def batches(self, epoch: int, start: int = 0) -> Iterator[TaskBatch]:
+        """This rank's batches of ``epoch`` from step ``start`` on (pure: no state is changed)."""
+        seq = self.task_sequence(epoch)
+        offsets = dict(self._epoch_offsets(epoch))
+        # Stream positions consumed inside the epoch before ``start``.
+        counts = np.bincount(seq[:start], minlength=len(self.tasks))
+        for i, t in enumerate(self.tasks):
+            offsets[t] += int(counts[i]) * self.batch_sizes[t] * self.num_replicas
+        for step in range(start, self.steps_per_epoch):
+            t = self.tasks[int(seq[step])]
+            b = self.batch_sizes[t]
+            global_start = offsets[t]
+            offsets[t] += b * self.num_replicas
+            idx = self._take(t, global_start + self.rank * b, b)
+            yield TaskBatch(t, self.split, tuple(int(i) for i in idx))
+
+    def __iter__(self) -> Iterator[TaskBatch]:
+        epoch, start = self.epoch, self._resume_position
+        self._resume_position = 0
+        self._position = start
+        for batch in self.batches(epoch, start):
+            self._position += 1
+            yield batch
+
+
+@functools.lru_cache(maxsize=64)
+def _task_sequence(
+    seed: int,
+    epoch: int,
+    steps: int,
+    tasks: tuple[str, ...],
+    sizes: tuple[int, ...],
+    schedule: str,
+    num_epochs: int,
+    weights: tuple[tuple[str, float], ...],
+    multipliers: tuple[tuple[str, float], ...] = (),
+) -> np.ndarray:
+    if schedule == "round_robin":
+        # A global cycle that continues across epochs: step s of epoch e is global step e * S + s.
+        return (epoch * steps + np.arange(steps)) % len(tasks)
+    sched = SamplingSchedule(
+        schedule, num_epochs=num_epochs, weights=dict(weights) or None, multipliers=dict(multipliers) or None
+    )
+    probs = sched.probabilities(dict(zip(tasks, sizes, strict=True)), epoch)
+    p = np.asarray([probs[t] for t in tasks], dtype=np.float64)
+    rng = np.random.Generator(
+        np.random.PCG64(np.random.SeedSequence([*_seed_words(seed), _SCHEDULE_STREAM, epoch]))
+    )
+    seq = rng.choice(len(tasks), size=steps, p=p / p.sum())
+    seq.setflags(write=False)
+    return seq
+
+
+@functools.lru_cache(maxsize=64)
+def _phase_sequence(epoch: int, steps: int, task_ids: tuple[int, ...], ends: tuple[int, ...]) -> np.ndarray:
+    # Global batch g = e * S + s lies in phase i when ends[i-1] <= g mod P < ends[i].
+    g = (epoch * steps + np.arange(steps)) % ends[-1]
+    seq = np.asarray(task_ids)[np.searchsorted(np.asarray(ends), g, side="right")]
+    seq.setflags(write=False)
+    return seq
+
+
+def _raw_cycle(seed: int, task: str, cycle: int, n: int) -> np.ndarray:
+    """A random permutation of ``n`` examples, seeded by ``(seed, task, cycle)``."""
+    words = [*_seed_words(seed), _EXAMPLE_STREAM, zlib.crc32(task.encode()), cycle]
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(words)))
+    return rng.permutation(n)
+
+
+def _plain_cycle(seed: int, task: str, cycle: int, n: int, global_batch: int) -> np.ndarray:
+    """Cycle ``cycle`` of the example stream, with no example twice in a global batch.
+
+    The global batch that straddles the boundary between cycles ``c - 1`` and ``c`` takes
+    the last ``tail`` examples of cycle ``c - 1`` and the first ``head`` of cycle ``c``. Any
+    of those first ``head`` examples that also sit in that tail is swapped with an example
+    from the middle of cycle ``c``. Swaps never touch the tail of a cycle, so
+    every tail is the raw permutation's and each cycle depends on the previous raw one only.
+    (A task with fewer than two global batches of examples cannot avoid repeats.)
+    """
+    perm = _raw_cycle(seed, task, cycle, n)
+    head = (-cycle * n) % global_batch
+    if cycle == 0 or head == 0 or n < 2 * global_batch:
+        return perm
+    prev_tail = set(_raw_cycle(seed, task, cycle - 1, n)[n - (global_batch - head) :].tolist())
+    tail_len = (n - head) % global_batch
+    clashes = [i for i in range(head) if int(perm[i]) in prev_tail]
+    if clashes:
+        free = (j for j in range(head, n - tail_len) if int(perm[j]) not in prev_tail)
+        for i, j in zip(clashes, free, strict=False):
+            perm[i], perm[j] = perm[j], perm[i]
+    return perm
+
+
+def _grouped_cycle(
+    seed: int, task: str, cycle: int, n: int, global_batch: int, pool_batches: int, lengths: np.ndarray
+) -> np.ndarray:
+    """A permutation of ``n`` examples whose global batches hold examples of similar length."""
+    perm = _plain_cycle(seed, task, cycle, n, global_batch)
+    words = [*_seed_words(seed), _EXAMPLE_STREAM, zlib.crc32(task.encode()), cycle, 1]
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(words)))
+    # Global batches start at stream positions that are multiples of global_batch; this cycle
+    # starts at position cycle * n, so its first (partial) global batch has ``head`` examples.
+    head = min((-cycle * n) % global_batch, n)
+    parts = [perm[:head]]
+    body = perm[head:]
+    full = (len(body) // global_batch) * global_batch
+    pool = pool_batches * global_batch
+    for start in range(0, full, pool):
+        chunk = body[start : min(start + pool, full)]
+        # Longest first inside the pool, then shuffle whole global batches.
+        chunk = chunk[np.argsort(-lengths[chunk], kind="stable")]
+        order = rng.permutation(len(chunk) // global_batch)
+        parts.extend(chunk[i * global_batch : (i + 1) * global_batch] for i in order)
+    parts.append(body[full:])
+    return np.concatenate(parts)
+
+
+def eval_batches(
+    splits: Mapping[tuple[str, str], int],
+    batch_sizes: Mapping[str, int],
+    num_replicas: int = 1,
+    rank: int = 0,
+    lengths: Mapping[tuple[str, str], np.ndarray] | None = None,
+) -> list[TaskBatch]:
+    """This rank's evaluation batches: every example of every split exactly once across ranks.
+
+    Rank ``r`` takes the contiguous block ``[r N / W, (r + 1) N / W)`` of each split,
+    sorted by length (longest first) when ``lengths`` is given, cut into
+    ``ceil(ceil(N / W) / B)`` near-equal batches, a number that is the same on every rank
+    (as long as ``N >= W``), so ranks run the same number of evaluation steps and the same
+    task at each step. Splits are interleaved batch by batch, so a cap on the number of
+    evaluation batches (``limit_val_batches``) still sees every task.
+    """
+    per_split: list[list[TaskBatch]] = []
+    for (task, split), n in splits.items():
+        if n == 0:
+            continue
+        lo, hi = (rank * n) // num_replicas, ((rank + 1) * n) // num_replicas
+        idx = np.arange(lo, hi)
+        if lengths is not None:
+            idx = idx[np.argsort(-lengths[(task, split)][lo:hi], kind="stable")]
+        per_rank = math.ceil(n / num_replicas)
+        num_batches = math.ceil(per_rank / batch_sizes[task])
+        chunks = np.array_split(idx, min(num_batches, max(len(idx), 1)))
+        per_split.append([TaskBatch(task, split, tuple(int(i) for i in c)) for c in chunks if len(c)])
+    # Interleave the splits (a, b, c, a, b, c, ...) so that limit_val_batches keeps every task.
+    return [b for group in itertools.zip_longest(*per_split) for b in group if b is not None]

@@ -1,0 +1,251 @@
+"""Task sampling: which task each training step uses.
+
+Every step trains on one task. Task ``i`` is drawn with probability
+
+.. math::
+
+    p_i = \\frac{N_i^{\\alpha}}{\\sum_j N_j^{\\alpha}}
+
+where :math:`N_i` is the number of training examples of task ``i``. ``alpha = 1``
+is proportional sampling, ``alpha = 0.5`` square-root sampling and ``alpha = 0``
+uniform sampling. Annealed sampling (Stickland & Murray, 2019) changes alpha per
+epoch ``e = 1..E``:
+
+.. math::
+
+    \\alpha_e = 1 - 0.8 \\, \\frac{e - 1}{E - 1} \\qquad (\\alpha = 1 \\text{ when } E = 1)
+
+so training starts proportional and ends close to uniform. Round-robin is a
+deterministic cycle over the tasks (not a random draw) and ``weights`` uses fixed
+user-given weights, normalised to sum to one.
+
+Per-task multipliers ``m_i`` (e.g. to draw a large auxiliary task less often) scale any random
+schedule's probabilities and renormalise: ``p'_i = m_i p_i / sum_j m_j p_j`` (tasks not named keep
+``m_i = 1``); see :func:`apply_multipliers`.
+
+Everything here is pure: no state, no randomness. The batch sampler
+(:mod:`pal_lightning.data.batch_samplers`) draws from these probabilities.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import overload
+
+from pal_lightning.core.errors import PalUserError
+
+#: Sampling schedules understood by :class:`SamplingSchedule` (the values of ``--data.sampling``; not
+#: to be confused with the task schedule ``--data.schedule``, interleaved or sequential).
+SAMPLING_SCHEDULES = ("proportional", "sqrt", "uniform", "round_robin", "annealed", "weights")
+#: Fixed alpha of the non-annealed random schedules.
+FIXED_ALPHA = {"proportional": 1.0, "sqrt": 0.5, "uniform": 0.0}
+
+
+@overload
+def task_probabilities(sizes: Mapping[str, float], alpha: float) -> dict[str, float]: ...
+@overload
+def task_probabilities(sizes: Sequence[float], alpha: float) -> list[float]: ...
+def task_probabilities(
+    sizes: Mapping[str, float] | Sequence[float], alpha: float
+) -> dict[str, float] | list[float]:
+    """Sampling probabilities ``p_i = N_i^alpha / sum_j N_j^alpha``.
+
+    Args:
+        sizes: number of training examples per task, as a mapping ``task -> N`` or a sequence.
+        alpha: the temperature exponent; 1 proportional, 0.5 square root, 0 uniform.
+
+    Returns:
+        The same shape as ``sizes`` (a dict with the same keys in the same order, or a list),
+        with values summing to 1.
+
+    Raises:
+        ValueError: for no tasks, a negative size, all sizes zero, or a non-finite alpha.
+    """
+    if isinstance(sizes, Mapping):
+        names = list(sizes)
+        keys: list[str] | None = names
+        values = [float(sizes[k]) for k in names]
+    else:
+        keys = None
+        values = [float(v) for v in sizes]
+    if not values:
+        raise ValueError("task_probabilities needs at least one task size.")
+    if any(v < 0 or not math.isfinite(v) for v in values):
+        raise ValueError(f"Task sizes must be finite and >= 0, got {values}.")
+    if not math.isfinite(alpha):
+        raise ValueError(f"alpha must be finite, got {alpha}.")
+    # A task with no examples can never be drawn, whatever alpha is (0**0 would be 1).
+    weights = [v**alpha if v > 0 else 0.0 for v in values]
+    total = math.fsum(weights)
+    if total <= 0:
+        raise ValueError(f"At least one task needs examples, got sizes {values}.")
+    probs = [w / total for w in weights]
+    return dict(zip(keys, probs, strict=True)) if keys is not None else probs
+
+
+def apply_multipliers(
+    probs: Mapping[str, float], multipliers: Mapping[str, float] | None
+) -> dict[str, float]:
+    """Scale probabilities by per-task multipliers and renormalise: ``p'_i = m_i p_i / sum_j m_j p_j``.
+
+    Tasks missing from ``multipliers`` keep ``m_i = 1``; ``None`` or an empty mapping changes nothing.
+
+    Raises:
+        PalUserError: for a multiplier naming a task not in ``probs``, a negative or non-finite one,
+            or multipliers that leave no task with a positive probability.
+    """
+    if not multipliers:
+        return dict(probs)
+    unknown = [t for t in multipliers if t not in probs]
+    if unknown:
+        raise PalUserError(
+            f"task_multipliers name unknown tasks {unknown}; the training tasks are {list(probs)} "
+            "(--data.task_multipliers '{cfimdb: 0.5}')."
+        )
+    scaled = {t: p * _multiplier(multipliers, t) for t, p in probs.items()}
+    total = math.fsum(scaled.values())
+    if total <= 0:
+        raise PalUserError(f"task_multipliers {dict(multipliers)} leave no task with a chance to be drawn.")
+    return {t: v / total for t, v in scaled.items()}
+
+
+def _multiplier(multipliers: Mapping[str, float], task: str) -> float:
+    value = float(multipliers.get(task, 1.0))
+    if not (value >= 0 and math.isfinite(value)):
+        raise PalUserError(f"task_multipliers must be finite and >= 0, got {task}: {value}.")
+    return value
+
+
+def annealed_alpha(epoch: int, num_epochs: int) -> float:
+    """Alpha of annealed sampling at 1-based ``epoch`` of ``num_epochs``.
+
+    ``alpha_e = 1 - 0.8 (e - 1) / (E - 1)``, and 1 when ``E = 1``. Epochs past ``E`` keep
+    the final value 0.2 (training may run longer than the annealing horizon).
+
+    Raises:
+        ValueError: if ``epoch < 1`` or ``num_epochs < 1``.
+    """
+    if num_epochs < 1:
+        raise ValueError(f"num_epochs must be >= 1, got {num_epochs}.")
+    if epoch < 1:
+        raise ValueError(f"epoch is 1-based and must be >= 1, got {epoch}.")
+    if num_epochs == 1:
+        return 1.0
+    e = min(epoch, num_epochs)
+    return 1.0 - 0.8 * (e - 1) / (num_epochs - 1)
+
+
+@dataclass
+class SamplingSchedule:
+    """A named task-sampling schedule, turned into probabilities per epoch.
+
+    Example::
+
+        SamplingSchedule("annealed", num_epochs=10).probabilities({"sst": 8544, "qqp": 14137}, epoch=0)
+    """
+
+    name: str = "annealed"
+    """One of :data:`SAMPLING_SCHEDULES`."""
+    num_epochs: int = 1
+    """Annealing horizon ``E`` (only used by ``annealed``)."""
+    weights: dict[str, float] | None = field(default=None)
+    """Fixed per-task weights (only for ``weights``); normalised to sum to one."""
+    multipliers: dict[str, float] | None = field(default=None)
+    """Per-task factors on the probabilities of any random schedule (tasks not named: 1), renormalised;
+    e.g. ``{sst2: 0.1}`` draws a large auxiliary task a tenth as often (:func:`apply_multipliers`)."""
+
+    def __post_init__(self) -> None:
+        if self.name not in SAMPLING_SCHEDULES:
+            raise PalUserError(
+                f"Unknown sampling schedule {self.name!r}. Choose one of {', '.join(SAMPLING_SCHEDULES)} "
+                "(--data.sampling ...)."
+            )
+        if self.num_epochs < 1:
+            raise PalUserError(f"anneal_epochs must be >= 1, got {self.num_epochs} (--data.anneal_epochs).")
+        if self.name == "weights":
+            if not self.weights:
+                raise PalUserError(
+                    "sampling='weights' needs task_weights, a mapping task -> weight "
+                    "(--data.task_weights '{sst: 1, qqp: 2, sts: 1}')."
+                )
+            bad = {k: v for k, v in self.weights.items() if not (float(v) >= 0 and math.isfinite(float(v)))}
+            if bad or math.fsum(float(v) for v in self.weights.values()) <= 0:
+                raise PalUserError(f"task_weights must be finite, >= 0 and not all zero, got {self.weights}.")
+        if self.multipliers:
+            if self.name == "round_robin":
+                raise PalUserError(
+                    "task_multipliers scale the probabilities of a random schedule; round_robin is a fixed "
+                    "cycle. Use another --data.sampling, or drop task_multipliers."
+                )
+            for task in self.multipliers:
+                _multiplier(self.multipliers, task)
+
+    @property
+    def is_round_robin(self) -> bool:
+        """Whether tasks follow a fixed cycle instead of random draws."""
+        return self.name == "round_robin"
+
+    def alpha(self, epoch: int) -> float | None:
+        """The alpha used at 0-based ``epoch`` (``None`` for ``weights`` and ``round_robin``)."""
+        if self.name in FIXED_ALPHA:
+            return FIXED_ALPHA[self.name]
+        if self.name == "annealed":
+            return annealed_alpha(epoch + 1, self.num_epochs)
+        return None
+
+    def probabilities(self, sizes: Mapping[str, int], epoch: int) -> dict[str, float]:
+        """Per-task probabilities at 0-based ``epoch`` (Lightning's ``current_epoch``).
+
+        Round-robin reports the long-run frequency of each task, ``1 / T``.
+
+        Raises:
+            PalUserError: when ``weights`` names unknown tasks or misses some.
+        """
+        if self.name == "weights":
+            assert self.weights is not None
+            missing = [t for t in sizes if t not in self.weights]
+            extra = [t for t in self.weights if t not in sizes]
+            if missing or extra:
+                raise PalUserError(
+                    f"task_weights must name exactly the training tasks {list(sizes)}; "
+                    f"missing {missing}, unknown {extra}."
+                )
+            total = math.fsum(float(self.weights[t]) for t in sizes)
+            return apply_multipliers({t: float(self.weights[t]) / total for t in sizes}, self.multipliers)
+        if self.name == "round_robin":
+            return {t: 1.0 / len(sizes) for t in sizes}
+        alpha = self.alpha(epoch)
+        assert alpha is not None
+        return apply_multipliers(task_probabilities(dict(sizes), alpha), self.multipliers)
+
+
+def annealing_horizon(
+    max_epochs: int | None, max_steps: int | None, steps_per_epoch: Callable[[], int]
+) -> int:
+    """The annealing horizon ``E`` a Trainer implies: ``max_epochs`` when set, else the epochs that
+    ``max_steps`` spans (``ceil(max_steps / steps_per_epoch)``, at least 1), else 1.
+
+    ``steps_per_epoch`` is only called for step-based training (it needs the training data).
+    """
+    if max_epochs is not None and max_epochs > 0:
+        return int(max_epochs)
+    if max_steps and max_steps > 0:
+        return max(1, math.ceil(max_steps / steps_per_epoch()))
+    return 1
+
+
+def __getattr__(name: str) -> object:
+    """``SCHEDULES``, the old name of :data:`SAMPLING_SCHEDULES`, still works with a warning."""
+    if name == "SCHEDULES":
+        import warnings
+
+        warnings.warn(
+            "pal_lightning.data.schedules.SCHEDULES is now SAMPLING_SCHEDULES (the task schedule, interleaved "
+            "or sequential, is pal_lightning.data.phase_plan.TASK_SCHEDULES).",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return SAMPLING_SCHEDULES
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,123 @@
+"""The checkpoint check: refuse a checkpoint trained for other tasks, another encoder or adapter shape.
+
+:func:`checkpoint_differences` compares a checkpoint's saved hyper-parameters with the module's, as
+phrases for one error message; :class:`CheckpointCompatMixin` runs it in ``on_load_checkpoint`` (every
+``--ckpt_path`` load and ``load_from_checkpoint``) and offers it to ``init_from``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pal_lightning.core.errors import PalUserError
+from pal_lightning.core.hub import resolve_encoder
+from pal_lightning.core.plain import to_plain
+from pal_lightning.module.hparams import ARCHITECTURE_HPARAMS, OPTIMIZER_HPARAMS
+from pal_lightning.tasks.specs import TaskSpec, task_name_of, task_to_hparam
+
+if TYPE_CHECKING:
+    import lightning.pytorch as pl
+
+    _ModuleBase = pl.LightningModule
+else:
+    _ModuleBase = object
+
+
+def task_differences(saved_tasks: Sequence[Any], our_tasks: Sequence[Any], resuming: bool) -> list[str]:
+    """How a checkpoint's task list differs from ours (both in saved form, :func:`task_to_hparam`).
+
+    Different task names; else a changed task definition; else, when resuming a fit, another order
+    (the optimizer's state and the sampler's position follow the order).
+    """
+    theirs = {task_name_of(t): t for t in saved_tasks}
+    mine = {task_name_of(t): t for t in our_tasks}
+    if set(theirs) != set(mine):
+        return [
+            f"it was trained for tasks [{', '.join(theirs)}] but the model is configured for "
+            f"[{', '.join(mine)}]"
+        ]
+    changed = [n for n in mine if to_plain(theirs[n]) != to_plain(mine[n])]
+    if changed:
+        return [f"the task definition of {changed} differs (labels, files or columns)"]
+    if resuming and list(theirs) != list(mine):
+        return [
+            f"it was trained with the task order [{', '.join(theirs)}], the model now has "
+            f"[{', '.join(mine)}] (resuming a fit needs the same order)"
+        ]
+    return []
+
+
+def checkpoint_differences(
+    saved: Mapping[str, Any],
+    ours: Mapping[str, Any],
+    tasks: Sequence[TaskSpec],
+    resuming: bool = False,
+) -> list[str]:
+    """What a checkpoint's hyper-parameters ``saved`` say differently from ``ours``, as phrases.
+
+    Compares the tasks, every :data:`~pal_lightning.module.hparams.ARCHITECTURE_HPARAMS` and, when
+    ``resuming`` a fit, the :data:`~pal_lightning.module.hparams.OPTIMIZER_HPARAMS`. A name the
+    checkpoint does not hold is not compared (checkpoints older than the option).
+
+    Args:
+        saved: the checkpoint's ``hyper_parameters``.
+        ours: the module's ``hparams``.
+        tasks: the module's tasks.
+        resuming: whether the checkpoint carries optimizer states (a resumed ``fit``).
+    """
+    out: list[str] = []
+    saved_tasks = saved.get("tasks")
+    if saved_tasks is not None:
+        out += task_differences(saved_tasks, [task_to_hparam(s) for s in tasks], resuming)
+    keys = ARCHITECTURE_HPARAMS + (OPTIMIZER_HPARAMS if resuming else ())
+    for key in keys:
+        if key not in saved:
+            continue
+        if key == "encoder" and (saved.get("bert_config") is not None or ours.get("bert_config") is not None):
+            continue  # a random encoder of bert_config's shape: the name is not used
+        a, b = to_plain(saved[key]), to_plain(ours.get(key))
+        if a != b and not (key == "encoder" and _same_encoder(str(a), str(b))):
+            out.append(f"{key} is {a!r} in the checkpoint but {b!r} here")
+    return out
+
+
+def _same_encoder(a: str, b: str) -> bool:
+    """Whether two encoder names resolve to the same local folder (e.g. a hub id and its cached copy)."""
+    try:
+        return resolve_encoder(a) == resolve_encoder(b)
+    except PalUserError:
+        return False
+
+
+class CheckpointCompatMixin(_ModuleBase):
+    """Refuses, in ``on_load_checkpoint``, a checkpoint whose tasks, encoder or adapter shape differ."""
+
+    task_specs: dict[str, TaskSpec]
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Refuse a checkpoint whose tasks, encoder or adapter shape differ from this model's.
+
+        Called by the Trainer before the weights are loaded (``fit``/``validate``/``test``/``predict``
+        with ``ckpt_path``) and by ``load_from_checkpoint``. A resumed ``fit`` (the checkpoint carries
+        optimizer states) also needs the same task order and freezing options.
+
+        Raises:
+            PalUserError: naming each difference and how to fix it.
+        """
+        saved = checkpoint.get("hyper_parameters")
+        if not isinstance(saved, Mapping):
+            return  # not written by this module (a user's own checkpoint): the weights decide
+        differences = self.checkpoint_differences(saved, resuming=bool(checkpoint.get("optimizer_states")))
+        if differences:
+            raise PalUserError(
+                "The checkpoint does not fit this model: "
+                + "; ".join(differences)
+                + ". Use the configuration the checkpoint was trained with (the config.yaml in its run "
+                "folder, e.g. --config runs/<name>/version_N/config.yaml), or pick a checkpoint trained "
+                "with this configuration."
+            )
+
+    def checkpoint_differences(self, saved: Mapping[str, Any], resuming: bool = False) -> list[str]:
+        """What a checkpoint's ``hyper_parameters`` ``saved`` say differently from this model, as phrases."""
+        return checkpoint_differences(saved, self.hparams, list(self.task_specs.values()), resuming)

@@ -1,0 +1,252 @@
+"""The one evaluation loop: validation, test and :class:`~pal_lightning.callbacks.ContinualEvaluation`.
+
+:class:`TaskScorer` holds one evaluation's running state (torchmetrics per task, labelled-example
+counts, loss sums) and computes it over all ranks; :func:`score_batch` scores one batch into it.
+Validation and test drive the loop through Lightning's steps (:class:`EvaluationMixin`);
+:func:`evaluate_loader` runs the same loop over a loader inside the training loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+import torch
+from lightning.fabric.utilities.apply_func import move_data_to_device
+from torch import Tensor, nn
+from torchmetrics import MetricCollection
+
+from pal_lightning.core.batch import LABELS, TASK
+from pal_lightning.core.contracts import TaskPredictor, require
+from pal_lightning.core.distributed import all_reduce_sum
+from pal_lightning.tasks.metrics import build_task_metrics, overall_over, scored_task_names
+from pal_lightning.tasks.specs import TaskSpec
+from pal_lightning.tasks.views import with_views
+
+if TYPE_CHECKING:
+    import lightning.pytorch as pl
+
+    _ModuleBase = pl.LightningModule
+else:
+    _ModuleBase = object
+
+#: The evaluation stages Lightning drives through the module's steps.
+STAGES = ("val", "test")
+
+
+class EvaluatedModel(TaskPredictor, Protocol):
+    """What the evaluation loop needs of a model: a forward, predictions from its output and a loss."""
+
+    def __call__(self, batch: Mapping[str, Any]) -> Tensor: ...
+
+    def compute_loss(self, task: str, output: Tensor, labels: Tensor) -> Tensor: ...
+
+
+@dataclass
+class Scores:
+    """What one evaluation computed, for the tasks that had labelled examples on some rank."""
+
+    metrics: dict[str, dict[str, float]] = field(default_factory=dict)
+    """``{task: {metric: value}}``, tasks in the scorer's order."""
+    losses: dict[str, float] = field(default_factory=dict)
+    """``{task: mean loss per example}`` (empty when the scorer does not track losses)."""
+
+
+class TaskScorer(nn.Module):
+    """The running state of one evaluation over several tasks.
+
+    Args:
+        specs: the tasks to score, in the order of the results (and of the collective calls).
+        with_loss: also keep each task's summed loss (validation and test log it; continual
+            evaluation does not compute it).
+    """
+
+    def __init__(self, specs: Iterable[TaskSpec], with_loss: bool = True) -> None:
+        super().__init__()
+        self.collections = nn.ModuleDict({s.name: build_task_metrics(s) for s in specs})
+        self.with_loss = with_loss
+        self._counts: dict[str, int] = {}
+        self._loss_sums: dict[str, list[Tensor]] = {}
+
+    def _collection(self, task: str) -> MetricCollection:
+        return cast(MetricCollection, self.collections[task])
+
+    def reset(self) -> None:
+        """Forget every update (metrics, counts and losses)."""
+        self._counts, self._loss_sums = {}, {}
+        for name in self.collections:
+            self._collection(name).reset()
+
+    def update(self, task: str, predictions: Tensor, labels: Tensor, loss: Tensor | None = None) -> None:
+        """Add one batch of ``task``: its predictions, labels and (with ``with_loss``) its mean loss."""
+        self._collection(task).update(predictions, labels)
+        self._counts[task] = self._counts.get(task, 0) + len(labels)
+        if self.with_loss and loss is not None:
+            # a tensor, so that no batch waits for the device; summed once at the end
+            self._loss_sums.setdefault(task, []).append(loss.detach().float() * len(labels))
+
+    def compute(self, device: torch.device) -> Scores:
+        """The scores of every task that was updated on any rank, then :meth:`reset`.
+
+        Collective under DDP: the example counts (and loss sums) are summed over ranks first, so that
+        every rank makes the same ``compute()`` calls (which merge the metric states) in the same order.
+        """
+        names = list(self.collections.keys())
+        counts = torch.tensor([float(self._counts.get(n, 0)) for n in names], device=device)
+        losses = torch.stack(
+            [
+                torch.stack(self._loss_sums[n]).sum() if n in self._loss_sums else counts.new_zeros(())
+                for n in names
+            ]
+        )
+        totals = all_reduce_sum(torch.stack([counts, losses]))
+        scores = Scores()
+        for i, name in enumerate(names):
+            if totals[0, i] <= 0:
+                continue
+            scores.metrics[name] = {k: float(v) for k, v in self._collection(name).compute().items()}
+            if self.with_loss:
+                scores.losses[name] = float(totals[1, i] / totals[0, i])
+        self.reset()
+        return scores
+
+
+def score_batch(model: EvaluatedModel, scorer: TaskScorer, batch: Mapping[str, Any]) -> None:
+    """Forward one batch and add it to ``scorer``; a batch without labels (a test split) is skipped."""
+    if LABELS not in batch:
+        return
+    task, labels = batch[TASK], batch[LABELS]
+    output = model(batch)
+    loss = model.compute_loss(task, output, labels) if scorer.with_loss else None
+    scorer.update(task, model.predict_from_output(task, output), labels, loss)
+
+
+@contextmanager
+def eval_mode(module: nn.Module) -> Iterator[None]:
+    """``module`` in eval mode inside, every submodule's own mode restored after (a user may keep
+    parts in eval mode while training)."""
+    modes = {m: m.training for m in module.modules()}
+    module.eval()
+    try:
+        yield
+    finally:
+        for submodule, training in modes.items():
+            submodule.training = training
+
+
+@torch.no_grad()
+def evaluate_loader(
+    module: pl.LightningModule,
+    loader: Iterable[Mapping[str, Any]],
+    specs: Iterable[TaskSpec],
+    forward_context: AbstractContextManager[Any],
+) -> Scores:
+    """Score ``module`` on every batch of ``loader`` with fresh metrics, from inside the training loop.
+
+    In eval mode, without gradients, inside ``forward_context`` (the trainer's precision context).
+    Collective under DDP (see :meth:`TaskScorer.compute`): call it on every rank at the same point.
+    """
+    model = require(module, EvaluatedModel, "evaluation", "evaluate a MultiTaskModule (or a subclass).")
+    scorer = TaskScorer(specs, with_loss=False).to(module.device)
+    with eval_mode(module), forward_context:
+        for batch in loader:
+            score_batch(model, scorer, move_data_to_device(batch, module.device))
+        return scorer.compute(module.device)
+
+
+class EvaluationMixin(_ModuleBase):
+    """Validation and test for the module: one :class:`TaskScorer` per stage, logged at the epoch's end.
+
+    Logs ``<stage>/<task>/<metric>``, ``<stage>/<task>/loss`` and ``<stage>/overall`` (or
+    ``<stage>/overall_partial`` when only some of the ``scored_tasks`` were evaluated), and keeps the
+    last values in ``last_scores``.
+    """
+
+    task_specs: dict[str, TaskSpec]
+
+    if TYPE_CHECKING:  # provided by the module
+
+        def _spec(self, batch: Mapping[str, Any]) -> TaskSpec: ...
+
+        def predict_from_output(self, task: str, output: Tensor) -> Tensor: ...
+
+        def compute_loss(self, task: str, output: Tensor, labels: Tensor) -> Tensor: ...
+
+    def evaluated_specs(self) -> list[TaskSpec]:
+        """The tasks and their evaluation views (``eval_views``, when the module has them): what is scored."""
+        views = getattr(self, "eval_views", {})
+        return [*self.task_specs.values(), *(v.spec for v in views.values())]
+
+    def _init_evaluation(self) -> None:
+        self.scorers = nn.ModuleDict({stage: TaskScorer(self.evaluated_specs()) for stage in STAGES})
+        self.last_scores: dict[str, dict[str, float]] = {}
+        """The last computed ``{stage/task/metric: value}`` per stage (``val``, ``test``), for inspection."""
+
+    @property
+    def scored_tasks(self) -> list[str]:
+        """The tasks the overall score covers: all tasks except auxiliary ones (an ``auxiliary``
+        attribute or hyper-parameter listing task names, or ``TaskSpec.auxiliary``), each followed by
+        its evaluation views that have a dev set (those of an auxiliary task are left out with it)."""
+        auxiliary = getattr(self, "auxiliary", None)
+        if auxiliary is None:
+            auxiliary = self.hparams.get("auxiliary")
+        if isinstance(auxiliary, str):
+            auxiliary = [auxiliary]
+        views = getattr(self, "eval_views", {})
+        left_out = {*(auxiliary or ())}
+        left_out |= {v.name for v in views.values() if v.parent in left_out}
+        return scored_task_names(with_views(self.task_specs.values(), views, "dev"), tuple(left_out))
+
+    def _eval_step(self, batch: dict[str, Any], stage: str) -> None:
+        self._spec(batch)  # a task the model was not built for stops here, with a clear message
+        score_batch(self, self._scorer(stage), batch)
+
+    def _scorer(self, stage: str) -> TaskScorer:
+        scorer = self.scorers[stage]
+        assert isinstance(scorer, TaskScorer)
+        return scorer
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._eval_step(batch, "val")
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
+        self._eval_step(batch, "test")
+
+    def on_validation_epoch_start(self) -> None:
+        self._scorer("val").reset()
+
+    def on_test_epoch_start(self) -> None:
+        self._scorer("test").reset()
+
+    def on_validation_epoch_end(self) -> None:
+        self._end_eval_epoch("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._end_eval_epoch("test")
+
+    def _end_eval_epoch(self, stage: str) -> None:
+        """Compute, log and reset the metrics of every task that was scored on any rank."""
+        scores = self._scorer(stage).compute(self.device)
+        values: dict[str, float] = {}
+        for name, metrics in scores.metrics.items():
+            values.update({f"{stage}/{name}/{k}": v for k, v in metrics.items()})
+            values[f"{stage}/{name}/loss"] = scores.losses[name]
+        overall = overall_over(scores.metrics, self.evaluated_specs(), self.scored_tasks)
+        # The values are already identical on every rank (torchmetrics merged the states, the
+        # counts were reduced); sync_dist=True only averages equal numbers and keeps Lightning's
+        # epoch-level logging consistent under DDP. Every rank logs the same keys.
+        if values:
+            self.log_dict(values, sync_dist=True)
+            if stage == "val" and self.trainer.state.fn == "fit":
+                # Lightning logs a validation inside fit at the steps done minus one (its logging step
+                # moves on after validation); a logged "step" sets the row's step: the steps done, as in
+                # the checkpoint's name. "epoch" too, which Lightning then no longer adds.
+                self.log_dict({"step": float(self.global_step), "epoch": float(self.current_epoch)}, sync_dist=True)
+        if overall.value is not None:
+            # a partial mean gets its own name: a checkpoint monitoring <stage>/overall never
+            # compares it with (or prefers it over) the score of a complete evaluation
+            self.log(overall.key(stage), overall.value, prog_bar=True, sync_dist=True)
+            values[overall.key(stage)] = overall.value
+        self.last_scores[stage] = values

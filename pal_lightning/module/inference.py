@@ -1,0 +1,233 @@
+"""Predictions on new text: ``module.predict(task, texts)``.
+
+:class:`InferenceMixin` gives :class:`~pal_lightning.module.multitask.MultiTaskModule` a ``predict`` method that
+takes plain sentences (or ``(sentence1, sentence2)`` tuples for pair tasks), tokenises them with the
+model's tokenizer exactly as the data module tokenises training data (:func:`encode_split`, then
+per-batch padding with :func:`pad_batch`), runs batches on the module's device in eval mode without
+gradients, and returns a :class:`TaskPredictions`:
+
+* classification: ``classes`` (ints), ``labels`` (label names where known, else the class ints) and
+  ``probabilities`` ``[N, C]`` (softmax of the logits; ``[1 - p, p]`` with ``p = sigmoid(logit)`` for a
+  single ``bce`` logit);
+* regression: ``scores`` on the task's scale (e.g. 0..5 for STS).
+
+Batches are formed from examples of similar token length (sorted by length, results put back in
+input order), so a batch pads little; this is what makes one call for many sentences much faster
+than one call per sentence (``benchmarks/predict_speed.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from pal_lightning.core.batch import TASK, resolve_pair_encoding
+from pal_lightning.core.errors import PalUserError
+from pal_lightning.tasks.specs import TaskKind, TaskSpec
+
+if TYPE_CHECKING:
+    import lightning.pytorch as pl
+
+    _ModuleBase = pl.LightningModule  # the host, for the type checker; a plain mixin at run time
+else:
+    _ModuleBase = object
+
+#: Label names of the built-in classification tasks (class index -> name).
+BUILTIN_LABEL_NAMES: dict[str, list[str]] = {
+    "sst": ["negative", "somewhat negative", "neutral", "somewhat positive", "positive"],
+    "qqp": ["not_duplicate", "duplicate"],
+    "cfimdb": ["negative", "positive"],
+    "sst2": ["negative", "positive"],
+}
+#: Sequence length used when the model does not know the data module's ``max_length``.
+DEFAULT_MAX_LENGTH = 128
+
+
+def default_label_names(spec: TaskSpec) -> list[str] | None:
+    """The label names of a built-in classification task with its usual labels, else ``None``."""
+    names = BUILTIN_LABEL_NAMES.get(spec.name)
+    if names is None or spec.is_regression or len(names) != spec.num_labels:
+        return None
+    return list(names)
+
+
+@dataclass
+class TaskPredictions:
+    """What :meth:`InferenceMixin.predict` returns for ``N`` inputs of one task (in input order)."""
+
+    task: str
+    """The task predicted."""
+    classes: list[int] | None
+    """Predicted class indices (classification), else ``None``."""
+    labels: list[Any] | None
+    """Predicted label names where the task has them, else the class indices; ``None`` for regression."""
+    probabilities: np.ndarray | None
+    """``float32 [N, C]`` class probabilities (classification), else ``None``."""
+    scores: list[float] | None
+    """Scores on the task's scale (regression), else ``None``."""
+    label_names: list[str] | None = None
+    """The names of the ``C`` classes, in column order of :attr:`probabilities`, when known."""
+
+    def __len__(self) -> int:
+        return len(self.scores if self.scores is not None else self.classes or [])
+
+    def records(self) -> list[dict[str, Any]]:
+        """One dict per input: ``label`` and ``probabilities`` (name -> p), or ``score``."""
+        if self.scores is not None:
+            return [{"score": s} for s in self.scores]
+        assert self.labels is not None and self.probabilities is not None
+        names = self.label_names or [str(c) for c in range(self.probabilities.shape[1])]
+        return [
+            {"label": label, "probabilities": dict(zip(names, map(float, row), strict=True))}
+            for label, row in zip(self.labels, self.probabilities, strict=True)
+        ]
+
+
+def check_inputs(spec: TaskSpec, texts: Sequence[Any]) -> list[list[str]]:
+    """The inputs as text columns (one list for single sentences, two for pairs).
+
+    Raises:
+        PalUserError: for an empty input, a pair task given single sentences or the reverse, or a
+            non-string text.
+    """
+    if isinstance(texts, (str, tuple)):
+        texts = [texts]
+    texts = list(texts)
+    if not texts:
+        raise PalUserError(f"Nothing to predict for task {spec.name!r}: the input holds no sentences.")
+    width = 2 if spec.is_pair else 1
+    columns: list[list[str]] = [[] for _ in range(width)]
+    for i, item in enumerate(texts):
+        parts = (item,) if isinstance(item, str) else tuple(item) if isinstance(item, (tuple, list)) else None
+        if parts is None or len(parts) != width or not all(isinstance(p, str) for p in parts):
+            want = "(sentence1, sentence2) tuples" if spec.is_pair else "single sentences (strings)"
+            raise PalUserError(
+                f"Task {spec.name!r} takes {want}, but input {i} is {item!r}. "
+                + (
+                    "Pass a list of pairs, e.g. [('How do I cook rice?', 'How is rice cooked?')]."
+                    if spec.is_pair
+                    else "Pass a list of strings."
+                )
+            )
+        for column, part in zip(columns, parts, strict=True):
+            column.append(part)
+    return columns
+
+
+def probabilities_from_output(spec: TaskSpec, output: torch.Tensor) -> torch.Tensor:
+    """Class probabilities ``[B, C]`` from a classification head's output.
+
+    Softmax of ``C`` logits; for a single ``bce`` logit ``s``: ``[1 - sigmoid(s), sigmoid(s)]``.
+    """
+    if output.dim() == 1 or output.shape[-1] == 1:
+        p = torch.sigmoid(output.reshape(-1).float())
+        return torch.stack([1 - p, p], dim=-1)
+    return torch.softmax(output.float(), dim=-1)
+
+
+class InferenceMixin(_ModuleBase):
+    """``predict(task, texts)`` for a module with ``task_specs``, ``tokenizer``, ``forward`` and heads."""
+
+    task_specs: dict[str, TaskSpec]
+    tokenizer: Any
+
+    #: Longest tokenised sequence at prediction time (the training data module's ``max_length`` when
+    #: known: set by ``from_pretrained`` and at the end of ``fit``).
+    predict_max_length: int = DEFAULT_MAX_LENGTH
+
+    @property
+    def label_names(self) -> dict[str, list[str]]:
+        """Class names per classification task: given ones (``set_label_names``), else the built-in ones."""
+        given: dict[str, list[str]] = getattr(self, "_label_names", {})
+        out = {}
+        for name, spec in self.task_specs.items():
+            names = given.get(name) or default_label_names(spec)
+            if names is not None:
+                out[name] = list(names)
+        return out
+
+    def set_label_names(self, names: Mapping[str, Sequence[str]]) -> None:
+        """Name the classes of tasks (``{"my_task": ["no", "yes"]}``); saved by ``save_pretrained``.
+
+        Raises:
+            PalUserError: for an unknown task, a regression task or a wrong number of names.
+        """
+        current = dict(getattr(self, "_label_names", {}))
+        for task, labels in names.items():
+            spec = self.predict_spec(task)
+            if spec.is_regression or len(labels) != spec.num_labels:
+                raise PalUserError(
+                    f"Task {task!r} has {spec.num_labels} label(s) ({TaskKind(spec.kind).value}); got names "
+                    f"{list(labels)}. Give one name per class of a classification task."
+                )
+            current[task] = [str(n) for n in labels]
+        self._label_names = current
+
+    def predict_spec(self, task: str) -> TaskSpec:
+        """The :class:`~pal_lightning.tasks.specs.TaskSpec` of ``task``; an unknown task is one user error naming the model's tasks."""
+        specs: dict[str, TaskSpec] = self.task_specs
+        if task not in specs:
+            raise PalUserError(
+                f"Unknown task {task!r}: this model predicts {', '.join(specs)}. Pick one of those."
+            )
+        return specs[task]
+
+    @torch.no_grad()
+    def predict(
+        self, task: str, texts: Sequence[str] | Sequence[tuple[str, str]] | str, batch_size: int = 64
+    ) -> TaskPredictions:
+        """Predict ``task`` for new sentences (pairs as ``(sentence1, sentence2)`` tuples).
+
+        Runs on the module's device in eval mode without gradients, ``batch_size`` examples at a
+        time, and restores the previous train/eval mode.
+
+        Raises:
+            PalUserError: for an unknown task, no input, or inputs of the wrong shape for the task.
+        """
+        from pal_lightning.data.sources.readers import RawSplit
+        from pal_lightning.data.tokenize import encode_split, pad_batch
+
+        spec = self.predict_spec(task)
+        columns = check_inputs(spec, texts)
+        if batch_size < 1:
+            raise PalUserError(f"batch_size must be >= 1, got {batch_size}.")
+        tokenizer = self.tokenizer
+        pair_encoding = resolve_pair_encoding(self.hparams["pair_encoding"], task)
+        n = len(columns[0])
+        raw = RawSplit(task, "predict", "<predict>", [str(i) for i in range(n)], columns, None, rows=n)
+        encoded = encode_split(raw, tokenizer, int(self.predict_max_length), pair_encoding)
+        order = np.argsort(encoded.lengths, kind="stable")
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        device = self.device
+        outputs: list[torch.Tensor] = []
+        was_training = self.training
+        self.eval()
+        try:
+            for start in range(0, n, batch_size):
+                index = order[start : start + batch_size]
+                batch: dict[str, Any] = {TASK: task}
+                for side, enc in encoded.encodings.items():
+                    batch.update(pad_batch(enc, index, pad_id, f"_{side}" if side else ""))
+                batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+                outputs.append(self(batch).float().cpu())
+        finally:
+            self.train(was_training)
+        output = torch.cat(outputs)
+        output[torch.from_numpy(order)] = output.clone()  # back to input order
+        return self._to_predictions(spec, output)
+
+    def _to_predictions(self, spec: TaskSpec, output: torch.Tensor) -> TaskPredictions:
+        from pal_lightning.modeling.heads import predict as head_predict
+
+        values = head_predict(spec, output)
+        if spec.is_regression:
+            return TaskPredictions(spec.name, None, None, None, [float(v) for v in values.tolist()])
+        classes = [int(c) for c in values.tolist()]
+        names = self.label_names.get(spec.name)
+        labels: list[Any] = [names[c] for c in classes] if names else list(classes)
+        probs = probabilities_from_output(spec, output).numpy().astype(np.float32)
+        return TaskPredictions(spec.name, classes, labels, probs, None, names)

