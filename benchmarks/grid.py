@@ -21,7 +21,7 @@ with ``spec.json`` like::
     {"seeds": [42, 43, 44],
      "common_args": ["--data.init_args.cache_dir=false"],
      "methods": {
-        "shared": {"configs": ["configs/quickstart.yaml"], "args": ["--model.init_args.adapter=none"]},
+        "shared": {"configs": ["configs/quickstart.yaml"], "args": ["--model.init_args.adapter.method=none"]},
         "pals":   {"configs": ["configs/quickstart.yaml"]}}}
 """
 

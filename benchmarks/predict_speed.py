@@ -98,9 +98,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    kwargs: dict[str, Any] = {"encoder": args.encoder or DEFAULT_ENCODER, "pal_init": "random"}
+    kwargs: dict[str, Any] = {"encoder": args.encoder or DEFAULT_ENCODER, "adapter": {"init": "random"}}
     if args.bert_config:
-        kwargs.update(bert_config=json.loads(args.bert_config), pal_size=8, pal_heads=2)
+        kwargs.update(bert_config=json.loads(args.bert_config), adapter={"size": 8, "num_heads": 2})
     module = MultiTaskModule(tasks=["sst", "qqp", "sts"], **kwargs).to(args.device)
     sentences = sst_sentences(args.data_dir, args.n)
     result = {

@@ -100,8 +100,7 @@ def config(root: Path, data_dir: Path, args: argparse.Namespace) -> dict[str, An
             "class_path": "pal_lightning.MultiTaskModule",
             "init_args": {
                 "tasks": ["sst", "qqp", "sts"],
-                "pal_heads": 2,
-                "pal_size": 8,
+                "adapter": {"num_heads": 2, "size": 8},
                 "pair_encoding": {"sts": "siamese", "default": "cross"},
                 "bert_config": TINY_BERT,
                 "lr": 1e-4,

@@ -514,7 +514,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     result.update(
         {
             "encoder": args.encoder if SHAPES[args.shape][0] is None else f"random init ({args.shape} shape)",
-            "pal_size": models["pals"].encoder.pal_size,
+            "adapter": {"size": models["pals"].encoder.adapter_size},
             "batch_size": args.batch_size,
             "seq_len": args.seq_len,
             "steps": args.steps,

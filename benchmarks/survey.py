@@ -88,31 +88,31 @@ class Configuration:
 #: The default survey, in the order it runs. Regimes with ``adapter: none`` isolate what sharing layers
 #: does; the adapters run on the all-shared encoder of the quickstart.
 CONFIGURATIONS: tuple[Configuration, ...] = (
-    Configuration("shared", (f"{M}adapter=none",), "all layers shared (S), heads per task"),
+    Configuration("shared", (f"{M}adapter.method=none",), "all layers shared (S), heads per task"),
     Configuration(
         "separate",
-        (f"{M}adapter=none", f"{M}layer_sharing=IIIIII"),
+        (f"{M}adapter.method=none", f"{M}layer_sharing=IIIIII"),
         "all layers individual (I): separate models but for the shared embeddings",
     ),
-    Configuration("pals", (f"{M}adapter=pals",), "PALs in every layer, d_s = 102 (the quickstart)"),
+    Configuration("pals", (f"{M}adapter.method=pals",), "PALs in every layer, d_s = 102 (the quickstart)"),
     Configuration(
-        "FFSSII", (f"{M}adapter=none", f"{M}layer_sharing=FFSSII"), "2 frozen, 2 shared, 2 individual layers"
+        "FFSSII", (f"{M}adapter.method=none", f"{M}layer_sharing=FFSSII"), "2 frozen, 2 shared, 2 individual layers"
     ),
     Configuration(
-        "FFFFSS", (f"{M}adapter=none", f"{M}layer_sharing=FFFFSS"), "bottom 4 layers frozen, top 2 shared"
+        "FFFFSS", (f"{M}adapter.method=none", f"{M}layer_sharing=FFFFSS"), "bottom 4 layers frozen, top 2 shared"
     ),
-    Configuration("pff", (f"{M}adapter=pff",), "projected feed-forward in every layer, d_s = 102"),
-    Configuration("pa_on_top", (f"{M}adapter=pa_on_top",), "projected attention on top, d_s = 102"),
+    Configuration("pff", (f"{M}adapter.method=pff",), "projected feed-forward in every layer, d_s = 102"),
+    Configuration("pa_on_top", (f"{M}adapter.method=pa_on_top",), "projected attention on top, d_s = 102"),
     Configuration(
         "bert_layer_on_top",
-        (f"{M}adapter=bert_layer_on_top", f"{M}adapter_lr=1.0e-04"),
+        (f"{M}adapter.method=bert_layer_on_top", f"{M}adapter_lr=1.0e-04"),
         "a BERT layer per task on top (configs/variants/bert_layer_on_top.yaml)",
     ),
     Configuration(
-        "SSSSII", (f"{M}adapter=none", f"{M}layer_sharing=SSSSII"), "4 shared, top 2 layers individual"
+        "SSSSII", (f"{M}adapter.method=none", f"{M}layer_sharing=SSSSII"), "4 shared, top 2 layers individual"
     ),
-    Configuration("pals_ds48", (f"{M}adapter=pals", f"{M}pal_size=48"), "PALs, smaller d_s = 48"),
-    Configuration("pals_ds204", (f"{M}adapter=pals", f"{M}pal_size=204"), "PALs, larger d_s = 204"),
+    Configuration("pals_ds48", (f"{M}adapter.method=pals", f"{M}adapter.size=48"), "PALs, smaller d_s = 48"),
+    Configuration("pals_ds204", (f"{M}adapter.method=pals", f"{M}adapter.size=204"), "PALs, larger d_s = 204"),
 )
 
 #: Columns of survey.csv: one row per configuration and snapshot.
@@ -121,7 +121,7 @@ COLUMNS = (
     "overrides",  # its dotted overrides of configs/quickstart.yaml, ";"-separated
     "adapter",
     "layer_sharing",  # one letter per layer (F frozen, S shared, I individual)
-    "pal_size",  # d_s (0 without projected space)
+    "adapter_size",  # d_s (0 without projected space)
     "stored_params",  # parameters stored to serve all tasks (parameter_report(...).total)
     "stored_ratio",  # stored_params / one base encoder
     "trainable_params",
@@ -243,9 +243,9 @@ def measure(config: Configuration, settings: dict[str, Any]) -> dict[str, Any]:
     warm = probe.step_s[settings["warmup"] :] or probe.step_s
     warm_cpu = probe.step_cpu_s[settings["warmup"] :] or probe.step_cpu_s
     return {
-        "adapter": report.adapter,
+        "adapter": report.method,
+        "adapter_size": report.adapter_size,
         "layer_sharing": report.layer_sharing,
-        "pal_size": report.pal_size,
         "stored_params": report.stored_for_serving,
         "stored_ratio": round(report.ratio, 4),
         "trainable_params": report.trainable,
@@ -326,12 +326,12 @@ QUICK_WIDTH, FULL_WIDTH, QUICK_HEADS = 32, 384, 2
 
 
 def quick_overrides(overrides: Sequence[str]) -> tuple[str, ...]:
-    """``overrides`` for the tiny --quick encoder: an explicit ``pal_size`` scaled by its width
+    """``overrides`` for the tiny --quick encoder: an explicit ``adapter.size`` scaled by its width
     (32 / 384) and rounded to a multiple of its 2 PAL heads, at least 2."""
     out = []
     for o in overrides:
         key, _, value = o.partition("=")
-        if key == f"{M}pal_size" and value not in ("null", ""):
+        if key == f"{M}adapter.size" and value not in ("null", ""):
             size = int(value) * QUICK_WIDTH / FULL_WIDTH
             value = str(max(QUICK_HEADS, QUICK_HEADS * round(size / QUICK_HEADS)))
         out.append(f"{key}={value}")
@@ -345,7 +345,7 @@ def quick_extra() -> list[str]:
 
     return [
         f"{M}bert_config={json.dumps(tiny_bert_config(layers=6))}",
-        f"{M}pal_heads={QUICK_HEADS}",
+        f"{M}adapter.num_heads={QUICK_HEADS}",
         "data.init_args.batch_size=4",
         "data.init_args.eval_batch_size=16",
         "data.init_args.max_length=32",

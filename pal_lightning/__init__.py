@@ -27,7 +27,7 @@ _EXPORTS: dict[str, str] = {
     "resolve_encoder": "pal_lightning.core.hub",
     "DEFAULT_ENCODER": "pal_lightning.core.hub",
     "MultiTaskBert": "pal_lightning.modeling",
-    "PALConfig": "pal_lightning.modeling",
+    "AdapterConfig": "pal_lightning.modeling",
     "parameter_report": "pal_lightning.modeling",
     "ParameterReport": "pal_lightning.modeling",
     "MultiTaskModule": "pal_lightning.module.multitask",
@@ -65,7 +65,7 @@ __all__ = [
     "MultiTaskBert",
     "MultiTaskDataModule",
     "MultiTaskModule",
-    "PALConfig",
+    "AdapterConfig",
     "PalUserError",
     "ParameterReport",
     "PredictionWriter",
@@ -118,8 +118,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from pal_lightning.data.schedules import annealed_alpha, task_probabilities
     from pal_lightning.gem import agem_project, project_gradient
     from pal_lightning.modeling import (
+        AdapterConfig,
         MultiTaskBert,
-        PALConfig,
         ParameterReport,
         load_task_weights,
         parameter_report,

@@ -24,9 +24,9 @@ from pal_lightning.testing import TINY_BERT, quiet_trainer, without_dropout
 def _pair(**kw: Any) -> tuple[pl.LightningModule, pl.LightningModule]:
     """An eager and a compiled module with the same weights and no dropout."""
     torch.manual_seed(0)
-    eager = tiny_module(bert_config=without_dropout(TINY_BERT), pal_init="random", **kw)
+    eager = tiny_module(bert_config=without_dropout(TINY_BERT), adapter={"init": "random"}, **kw)
     compiled = tiny_module(
-        bert_config=without_dropout(TINY_BERT), pal_init="random", compile="aot_eager", **kw
+        bert_config=without_dropout(TINY_BERT), adapter={"init": "random"}, compile="aot_eager", **kw
     )
     compiled.load_state_dict(eager.state_dict())
     return eager, compiled

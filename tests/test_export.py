@@ -24,9 +24,7 @@ def module() -> MultiTaskModule:
     torch.manual_seed(0)
     return MultiTaskModule(
         bert_config=TINY_BERT,
-        pal_size=8,
-        pal_heads=2,
-        pal_init="random",
+        adapter={"size": 8, "num_heads": 2, "init": "random"},
         pair_encoding={"sts": "siamese", "default": "cross"},
     ).eval()
 

@@ -15,13 +15,14 @@ from test_module import TinyData
 from test_module_guard import NaNAtSteps
 
 from pal_lightning.gem import GEMCallback
-from pal_lightning.module.multitask import MultiTaskModule, NonFiniteTrainingError
+from pal_lightning.module.guard import NonFiniteTrainingError
+from pal_lightning.module.multitask import MultiTaskModule
 from pal_lightning.testing import TINY_BERT, quiet_trainer, write_cs224n_data
 
 KW = dict(
     tasks=("sst", "qqp", "sts"),
     bert_config=TINY_BERT,
-    pal_heads=2,
+    adapter={"num_heads": 2},
     pair_encoding={"sts": "siamese", "default": "cross"},
     lr=1e-3,
     head_lr=1e-2,

@@ -65,10 +65,10 @@ def test_the_module_loads_the_pinned_weights_and_records_the_commit(hub_cache: P
 
     snapshot_a = hub_cache / "models--acme--tiny-bert" / "snapshots" / SHA_A
     expected = load_file(str(snapshot_a / "model.safetensors"))
-    module = MultiTaskModule(tasks=["sst"], encoder=REPO, encoder_revision="v1", pal_size=8, pal_heads=2)
+    module = MultiTaskModule(tasks=["sst"], encoder=REPO, encoder_revision="v1", adapter={"size": 8, "num_heads": 2})
     bert = module.encoder.bert.state_dict()
     assert all(torch.equal(bert[k], v) for k, v in expected.items() if k in bert)
-    other = MultiTaskModule(tasks=["sst"], encoder=REPO, pal_size=8, pal_heads=2)  # main = SHA_B
+    other = MultiTaskModule(tasks=["sst"], encoder=REPO, adapter={"size": 8, "num_heads": 2})  # main = SHA_B
     key = "embeddings.word_embeddings.weight"
     assert not torch.equal(other.encoder.bert.state_dict()[key], bert[key])
     config = module.pretrained_config()
@@ -81,7 +81,7 @@ def test_cli_links_the_revision_to_the_tokenizer(hub_cache: Path, monkeypatch: p
 
     monkeypatch.setattr("sys.argv", ["pal-lightning"])
     args = ["--model.encoder", REPO, "--model.encoder_revision", "v1", "--model.tasks", "[sst]"]
-    args += ["--model.pal_size", "8", "--model.pal_heads", "2", "--trainer.logger", "false"]
+    args += ["--model.adapter.size", "8", "--model.adapter.num_heads", "2", "--trainer.logger", "false"]
     cli = PalLightningCLI(args=args, run=False)
     assert cli.datamodule.tokenizer_revision == "v1"
     assert cli.datamodule.tokenizer.name_or_path.endswith(SHA_A)

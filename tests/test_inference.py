@@ -30,9 +30,7 @@ def module() -> MultiTaskModule:
     module = MultiTaskModule(
         tasks=["sst", "qqp", "sts", bce],
         bert_config=TINY_BERT,
-        pal_size=8,
-        pal_heads=2,
-        pal_init="random",
+        adapter={"size": 8, "num_heads": 2, "init": "random"},
         pair_encoding={"sts": "siamese", "default": "cross"},
     )
     module.predict_max_length = 32  # shorter than SENTENCES[2]: predict truncates as training does

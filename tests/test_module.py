@@ -14,7 +14,8 @@ from torch.utils.data import DataLoader
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling.heads import CosineSimilarityHead, LinearHead, SiameseClassificationHead
-from pal_lightning.module.multitask import MultiTaskModule, linear_warmup_decay
+from pal_lightning.module.multitask import MultiTaskModule
+from pal_lightning.module.optim import linear_warmup_decay
 from pal_lightning.tasks.specs import TaskSpec
 from pal_lightning.testing import quiet_trainer, tiny_bert_config
 
@@ -24,11 +25,13 @@ PAIR_ENCODING = {"sts": "siamese", "default": "cross"}
 CLS, SEP = 1, 2
 
 
-def tiny_module(**kw: Any) -> MultiTaskModule:
+def tiny_module(adapter: str | dict[str, Any] = "pals", **kw: Any) -> MultiTaskModule:
+    """A tiny random module; ``adapter``: a method name or AdapterConfig fields (2 heads unless given)."""
+    options = {"method": adapter} if isinstance(adapter, str) else adapter
     args: dict[str, Any] = dict(
         tasks=("sst", "qqp", "sts"),
         bert_config=TINY_BERT,
-        pal_heads=2,
+        adapter={"num_heads": 2, **options},
         pair_encoding=PAIR_ENCODING,
         dropout=0.0,
     )
@@ -304,7 +307,7 @@ class CustomModule(MultiTaskModule):
 
 def test_subclass_replaces_head_and_loss() -> None:
     module = CustomModule(
-        tasks=("sst", "sts"), bert_config=TINY_BERT, pal_heads=2, pair_encoding=PAIR_ENCODING
+        tasks=("sst", "sts"), bert_config=TINY_BERT, adapter={"num_heads": 2}, pair_encoding=PAIR_ENCODING
     )
     assert isinstance(module.heads["sst"], MLPHead)
     assert any(n.startswith("heads.sst.net.") for n, _ in module.named_parameters())

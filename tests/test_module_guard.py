@@ -14,7 +14,10 @@ from test_module import TinyData, tiny_module
 from torch import Tensor
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.module.multitask import MultiTaskModule, NonFiniteTrainingError
+from pal_lightning.core.version import __version__
+from pal_lightning.module.checkpoint_check import VERSION_KEY
+from pal_lightning.module.guard import NonFiniteTrainingError
+from pal_lightning.module.multitask import MultiTaskModule
 from pal_lightning.testing import quiet_trainer
 
 
@@ -54,7 +57,7 @@ def test_nonfinite_steps_are_skipped_then_stop_with_the_last_checkpoint_intact(t
         max_nonfinite_steps=2,
         tasks=("sst", "qqp", "sts"),
         bert_config=tiny_module().hparams.bert_config,
-        pal_heads=2,
+        adapter={"num_heads": 2},
         pair_encoding={"sts": "siamese", "default": "cross"},
         lr=1e-3,
         head_lr=1e-2,
@@ -93,7 +96,7 @@ def test_max_nonfinite_steps_must_be_positive() -> None:
 
 
 def _checkpoint(module: MultiTaskModule, optimizer: bool = False) -> dict[str, Any]:
-    out: dict[str, Any] = {"hyper_parameters": dict(module.hparams), "state_dict": module.state_dict()}
+    out: dict[str, Any] = {VERSION_KEY: __version__, "hyper_parameters": dict(module.hparams), "state_dict": module.state_dict()}
     if optimizer:
         out["optimizer_states"] = [{"state": {}, "param_groups": []}]
     return out
@@ -107,9 +110,9 @@ def test_checkpoint_of_another_task_set_or_shape_is_refused_with_what_differs() 
     assert "trained for tasks [sst, qqp] but the model is configured for [sst, qqp, sts]" in message
     assert "config.yaml" in message
 
-    with pytest.raises(PalUserError, match=r"pal_size is 8 in the checkpoint but 16 here"):
-        tiny_module(pal_size=16).on_load_checkpoint(_checkpoint(tiny_module(pal_size=8)))
-    with pytest.raises(PalUserError, match=r"adapter is 'pals' in the checkpoint but 'low_rank' here"):
+    with pytest.raises(PalUserError, match=r"adapter.size is 8 in the checkpoint but 16 here"):
+        tiny_module(adapter={"size": 16}).on_load_checkpoint(_checkpoint(tiny_module(adapter={"size": 8})))
+    with pytest.raises(PalUserError, match=r"adapter.method is 'pals' in the checkpoint but 'low_rank' here"):
         tiny_module(adapter="low_rank").on_load_checkpoint(_checkpoint(tiny_module()))
 
 
@@ -138,9 +141,9 @@ def test_matching_checkpoints_load_and_resume_needs_the_same_order_and_freezing(
             "pair_encoding is {'default': 'cross'} in the checkpoint but {'default': 'siamese'} here",
         ),
         (
-            {"pal_placement": "all"},
-            {"pal_placement": "top"},
-            "pal_placement is 'all' in the checkpoint but 'top' here",
+            {"adapter": {"placement": "all"}},
+            {"adapter": {"placement": "top"}},
+            "adapter.placement is 'all' in the checkpoint but 'top' here",
         ),
     ],
 )
@@ -154,8 +157,20 @@ def test_checkpoint_with_other_pooling_pair_encoding_or_placement_is_refused(
 
 def test_checkpoint_of_another_pretrained_encoder_is_refused() -> None:
     """A real encoder (the offline all-MiniLM-L6-v2): a checkpoint naming another one does not fit."""
-    module = MultiTaskModule(tasks=("sst",), pal_size=8, pal_heads=2)
-    saved = {"hyper_parameters": {**dict(module.hparams), "encoder": "bert-base-uncased"}}
+    module = MultiTaskModule(tasks=("sst",), adapter={"size": 8, "num_heads": 2})
+    saved = {VERSION_KEY: __version__, "hyper_parameters": {**dict(module.hparams), "encoder": "bert-base-uncased"}}
     with pytest.raises(PalUserError, match=r"encoder is 'bert-base-uncased' in the checkpoint but '.*MiniLM"):
         module.on_load_checkpoint(saved)
-    module.on_load_checkpoint({"hyper_parameters": dict(module.hparams)})  # its own name fits
+    module.on_load_checkpoint({VERSION_KEY: __version__, "hyper_parameters": dict(module.hparams)})  # its own name fits
+
+
+def test_a_checkpoint_records_its_version_and_another_series_is_refused_by_name() -> None:
+    module = tiny_module()
+    checkpoint: dict[str, Any] = {"hyper_parameters": dict(module.hparams)}
+    module.on_save_checkpoint(checkpoint)
+    assert checkpoint[VERSION_KEY] == __version__
+    module.on_load_checkpoint(checkpoint)  # its own version reads
+    for saved, named in (("0.0.9", "pal-lightning 0.0.9"), (None, "a pal-lightning version that did not record itself")):
+        old = {**checkpoint, VERSION_KEY: saved}
+        with pytest.raises(PalUserError, match=f"written by {named}.*no compatibility promise before 1.0"):
+            module.on_load_checkpoint(old)

@@ -29,9 +29,8 @@ def tiny_module(**kwargs: object) -> MultiTaskModule:
     kwargs.setdefault("tasks", ["sst", "qqp", "sts"])
     return MultiTaskModule(
         bert_config=TINY_BERT,
-        pal_size=8,
-        pal_heads=2,
-        pal_init="random",  # non-zero adapters, so that a lost adapter weight changes the outputs
+        adapter={"size": 8, "num_heads": 2, "init": "random"},
+        # non-zero adapters, so that a lost adapter weight changes the outputs
         pair_encoding={"sts": "siamese", "default": "cross"},
         **kwargs,  # type: ignore[arg-type]
     )
@@ -59,7 +58,7 @@ def test_round_trip_gives_identical_outputs_and_a_complete_folder(tmp_path: Path
         assert (folder / name).is_file(), name
     config = json.loads((folder / CONFIG_NAME).read_text())
     assert config["encoder"]["config"]["hidden_size"] == TINY_BERT["hidden_size"]
-    assert config["adapter"]["pal_size"] == 8 and config["adapter"]["layers"] == [0, 1]
+    assert config["adapter"]["size"] == 8 and config["adapter"]["layers"] == [0, 1]
     assert config["pair_encoding"] == {"qqp": "cross", "sts": "siamese"}
     assert [t["name"] for t in config["tasks"]] == ["sst", "qqp", "sts"]
     assert config["label_names"]["qqp"] == ["not_duplicate", "duplicate"]

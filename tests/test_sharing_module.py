@@ -14,9 +14,16 @@ from test_module import FIXED, TinyData, tiny_module
 
 from pal_lightning.callbacks import GEMCallback
 from pal_lightning.core.errors import PalUserError
+from pal_lightning.core.version import __version__
+from pal_lightning.module.checkpoint_check import VERSION_KEY
 from pal_lightning.testing import quiet_trainer
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _fields(adapter: str | dict[str, Any]) -> dict[str, Any]:
+    """AdapterConfig fields of a method name or of a mapping of them."""
+    return {"method": adapter} if isinstance(adapter, str) else dict(adapter)
 
 
 def test_bad_regimes_are_refused_with_one_clear_message() -> None:
@@ -42,7 +49,7 @@ def test_the_cli_reports_a_bad_regime_in_one_line_with_exit_2(
         yaml.safe_dump(
             {
                 "trainer": {"accelerator": "cpu", "max_steps": 1, "default_root_dir": str(tmp_path / "runs")},
-                "model": {"init_args": {"bert_config": TINY_BERT, "pal_heads": 2}},
+                "model": {"init_args": {"bert_config": TINY_BERT, "adapter": {"num_heads": 2}}},
                 "data": {"init_args": {"data_dir": str(write_cs224n_data(tmp_path / "data"))}},
             }
         )
@@ -59,7 +66,7 @@ def test_the_cli_reports_a_bad_regime_in_one_line_with_exit_2(
 
 def test_checkpoint_of_another_regime_is_refused() -> None:
     saved = tiny_module(layer_sharing="SI")
-    checkpoint: dict[str, Any] = {"hyper_parameters": dict(saved.hparams), "state_dict": saved.state_dict()}
+    checkpoint: dict[str, Any] = {VERSION_KEY: __version__, "hyper_parameters": dict(saved.hparams), "state_dict": saved.state_dict()}
     with pytest.raises(
         PalUserError, match=re.escape("layer_sharing is 'SI' in the checkpoint but 'IS' here")
     ):
@@ -133,13 +140,14 @@ def test_shipped_regime_overlay_prints(capsys: pytest.CaptureFixture[str]) -> No
     overlay = str(ROOT / "configs" / "variants" / "layer_sharing.yaml")
     assert main(["fit", "--config", quickstart, "--config", overlay, "--print_config"]) == 0
     args = yaml.safe_load(capsys.readouterr().out)["model"]["init_args"]
-    assert args["layer_sharing"] == "FFSSII" and args["adapter"] == "pals"
+    assert args["layer_sharing"] == "FFSSII" and args["adapter"]["method"] == "pals"
 
 
 def test_task_groups_through_the_module_and_its_checkpoint_check() -> None:
     grouped = tiny_module(layer_sharing="SI", task_groups=[["sst", "qqp"]])
     assert sorted(grouped.encoder.individual) == ["sst+qqp", "sts"]
     checkpoint: dict[str, Any] = {
+        VERSION_KEY: __version__,
         "hyper_parameters": dict(grouped.hparams),
         "state_dict": grouped.state_dict(),
     }
@@ -157,7 +165,7 @@ def test_task_groups_through_the_module_and_its_checkpoint_check() -> None:
     [
         {"layer_sharing": "IS", "task_groups": [["sst", "qqp"]], "adapter": "pff"},
         {"adapter": "bert_layer_on_top", "layer_sharing": "FI"},
-        {"adapter": "pa_on_top", "pal_activation": "gelu", "pal_init": "random"},
+        {"adapter": {"method": "pa_on_top", "activation": "gelu", "init": "random"}},
     ],
 )
 def test_saved_model_folder_round_trip(tmp_path: Path, options: dict[str, Any]) -> None:
@@ -167,8 +175,9 @@ def test_saved_model_folder_round_trip(tmp_path: Path, options: dict[str, Any]) 
     from pal_lightning.testing import TINY_BERT
 
     torch.manual_seed(0)
+    options = {**options, "adapter": {"num_heads": 2, **_fields(options.get("adapter", "pals"))}}
     module = MultiTaskModule(
-        bert_config=TINY_BERT, pal_heads=2, pair_encoding={"sts": "siamese", "default": "cross"}, **options
+        bert_config=TINY_BERT, pair_encoding={"sts": "siamese", "default": "cross"}, **options
     ).eval()
     before = all_predictions(module)
     loaded = MultiTaskModule.from_pretrained(module.save_pretrained(tmp_path / "model"))
@@ -190,7 +199,8 @@ def test_onnx_export_of_a_regime_or_a_variant_on_top(tmp_path: Path, options: di
     from pal_lightning.testing import TINY_BERT
 
     torch.manual_seed(0)
-    module = MultiTaskModule(bert_config=TINY_BERT, pal_heads=2, pal_init="random", **options).eval()
+    options = {**options, "adapter": {"num_heads": 2, "init": "random", **_fields(options.get("adapter", "pals"))}}
+    module = MultiTaskModule(bert_config=TINY_BERT, **options).eval()
     single = SingleTaskModel(module, "qqp")
     path = export_onnx(single, tmp_path / "qqp.onnx", single.example_inputs(module.tokenizer))
     inputs = batch_inputs(module, "qqp")

@@ -215,7 +215,7 @@ def test_gem_memories_use_the_task_loss_without_simcse(tmp_path, monkeypatch) ->
     monkeypatch.setattr(MultiTaskModule, "simcse_loss", spy)
     monkeypatch.setattr(MultiTaskModule, "batch_loss", spy_batch_loss)
     pl.seed_everything(0, verbose=False)
-    model = MultiTaskModule(bert_config=TINY_BERT, pal_size=8, pal_heads=2, simcse=SimCSEConfig())
+    model = MultiTaskModule(bert_config=TINY_BERT, adapter={"size": 8, "num_heads": 2}, simcse=SimCSEConfig())
     data = MultiTaskDataModule(
         data_dir=str(write_cs224n_data(tmp_path / "data")), cache_dir=False, batch_size=4, max_length=32
     )

@@ -12,11 +12,12 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from pal_lightning.modeling.methods.config import PALConfig
+from pal_lightning.core.errors import PalUserError
+from pal_lightning.modeling.methods.config import AdapterConfig
 from pal_lightning.module.checkpoint_check import checkpoint_differences
 from pal_lightning.module.evaluation import TaskScorer, eval_mode, score_batch
 from pal_lightning.module.guard import all_finite, nonfinite_message
-from pal_lightning.module.hparams import ARCHITECTURE_HPARAMS, PAL_ARGUMENTS, pal_config_kwargs
+from pal_lightning.module.hparams import ARCHITECTURE_HPARAMS, STARTING_VALUES_ONLY
 from pal_lightning.module.optim import adamw, fused_allowed, warmup_steps_of
 from pal_lightning.tasks.specs import TaskSpec, get_task
 
@@ -90,18 +91,17 @@ def test_eval_mode_restores_each_submodules_own_mode() -> None:
 
 
 def _hparams(**kw: Any) -> dict[str, Any]:
-    hp: dict[str, Any] = dict(
-        encoder="some/encoder", bert_config=None, adapter="pals", pal_size=8, pal_heads=2
-    )
-    hp.update(pal_init="zero", freeze_encoder=False, tasks=["sst", "qqp"])
+    adapter = AdapterConfig(size=8, num_heads=2).replace(**kw.pop("adapter", {}))
+    hp: dict[str, Any] = dict(encoder="some/encoder", bert_config=None, adapter=adapter.to_dict())
+    hp.update(freeze_encoder=False, tasks=["sst", "qqp"])
     hp.update(kw)
     return hp
 
 
 def test_checkpoint_differences_name_shape_options_not_starting_values() -> None:
     ours = _hparams()
-    saved = _hparams(pal_heads=4, pal_init="random")
-    assert checkpoint_differences(saved, ours, [SST, QQP]) == ["pal_heads is 4 in the checkpoint but 2 here"]
+    saved = _hparams(adapter={"num_heads": 4, "init": "random"})
+    assert checkpoint_differences(saved, ours, [SST, QQP]) == ["adapter.num_heads is 4 in the checkpoint but 2 here"]
 
 
 def test_checkpoint_differences_tasks_order_matters_only_when_resuming() -> None:
@@ -129,19 +129,17 @@ def test_checkpoint_differences_ignore_the_encoder_name_of_a_random_encoder_and_
     ]
 
 
-def test_pal_config_kwargs_map_every_option_and_default_the_missing_ones() -> None:
-    hp = {"adapter": "low_rank", "pal_size": 16, "pal_heads": 4, "pal_placement": "top"}
-    hp.update({"pal_num_layers": 1, "pal_init": "random"})  # no pal_activation: an older checkpoint
-    config = PALConfig(**pal_config_kwargs(hp))
-    assert (config.adapter, config.pal_size, config.num_heads) == ("low_rank", 16, 4)
-    assert (config.placement, config.num_layers, config.init, config.activation) == (
-        "top",
-        1,
-        "random",
-        "none",
-    )
-    # every adapter option is a shape option except pal_init (the starting values only)
-    assert [n for n in PAL_ARGUMENTS if n not in ARCHITECTURE_HPARAMS] == ["pal_init"]
+def test_adapter_config_coerces_names_mappings_and_configs() -> None:
+    config = AdapterConfig.coerce({"method": "low_rank", "size": 16, "placement": "top", "num_layers": 1})
+    assert (config.method, config.size, config.placement, config.num_layers) == ("low_rank", 16, "top", 1)
+    assert AdapterConfig.coerce("pff") == AdapterConfig(method="pff")
+    assert AdapterConfig.coerce(config) is config and AdapterConfig.coerce(None) == AdapterConfig()
+    with pytest.raises(PalUserError, match=r"Unknown adapter option\(s\) \['pal_size'\]"):
+        AdapterConfig.coerce({"pal_size": 8})
+    with pytest.raises(PalUserError, match="adapter must be a method name"):
+        AdapterConfig.coerce(8)
+    # every adapter option fixes the weights' shape except init (the starting values only)
+    assert "adapter" in ARCHITECTURE_HPARAMS and STARTING_VALUES_ONLY == {"init"}
 
 
 # ---------------------------------------------------------------- guard and schedule helpers

@@ -105,7 +105,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> MultiTaskDataModule:
 
 
 def test_the_built_in_classes_meet_every_contract_at_run_time(data: MultiTaskDataModule) -> None:
-    module = MultiTaskModule(bert_config=TINY_BERT, pal_size=8, pal_heads=2)
+    module = MultiTaskModule(bert_config=TINY_BERT, adapter={"size": 8, "num_heads": 2})
     for contract in MODULE_CONTRACTS:
         assert missing_members(module, contract) == [], contract.__name__
     assert missing_members(module.encoder, SharedParameterEncoder) == []

@@ -13,6 +13,8 @@ import torch
 from test_module import FIXED, TinyData, tiny_module
 
 from pal_lightning.core.errors import PalUserError
+from pal_lightning.core.version import __version__
+from pal_lightning.module.checkpoint_check import VERSION_KEY
 from pal_lightning.module.multitask import MultiTaskModule
 from pal_lightning.testing import quiet_trainer
 
@@ -21,16 +23,16 @@ VARIANTS = sorted((ROOT / "configs" / "variants").glob("*.yaml"))
 
 
 def _checkpoint(module: MultiTaskModule) -> dict[str, Any]:
-    return {"hyper_parameters": dict(module.hparams), "state_dict": module.state_dict()}
+    return {VERSION_KEY: __version__, "hyper_parameters": dict(module.hparams), "state_dict": module.state_dict()}
 
 
 @pytest.mark.parametrize(
     ("adapter", "extra"),
-    [("pff", {}), ("pa_on_top", {}), ("bert_layer_on_top", {}), ("pals", {"pal_activation": "gelu"})],
+    [("pff", {}), ("pa_on_top", {}), ("bert_layer_on_top", {}), ("pals", {"activation": "gelu"})],
 )
 def test_each_variant_fits_and_trains_its_own_parameters(adapter: str, extra: dict[str, Any]) -> None:
     pl.seed_everything(0, verbose=False)
-    module = tiny_module(adapter=adapter, lr=3e-3, head_lr=3e-2, **extra)
+    module = tiny_module(adapter={"method": adapter, **extra}, lr=3e-3, head_lr=3e-2)
     before = {n: p.detach().clone() for n, p in module.encoder.adapters.named_parameters()}
     assert before, "the variant has task-specific parameters"
     data = TinyData()
@@ -52,21 +54,21 @@ def test_each_variant_fits_and_trains_its_own_parameters(adapter: str, extra: di
 @pytest.mark.parametrize(
     ("trained", "now", "message"),
     [
-        ({"adapter": "pals"}, {"adapter": "pff"}, "adapter is 'pals' in the checkpoint but 'pff' here"),
+        ({"adapter": "pals"}, {"adapter": "pff"}, "adapter.method is 'pals' in the checkpoint but 'pff' here"),
         (
             {"adapter": "pa_on_top"},
             {"adapter": "bert_layer_on_top"},
-            "adapter is 'pa_on_top' in the checkpoint but 'bert_layer_on_top' here",
+            "adapter.method is 'pa_on_top' in the checkpoint but 'bert_layer_on_top' here",
         ),
         (
             {"adapter": "bert_layer_on_top"},
             {"adapter": "pa_on_top"},
-            "adapter is 'bert_layer_on_top' in the checkpoint but 'pa_on_top' here",
+            "adapter.method is 'bert_layer_on_top' in the checkpoint but 'pa_on_top' here",
         ),
         (
             {"adapter": "pff"},
-            {"adapter": "pff", "pal_activation": "gelu"},
-            "pal_activation is 'none' in the checkpoint but 'gelu' here",
+            {"adapter": {"method": "pff", "activation": "gelu"}},
+            "adapter.activation is 'none' in the checkpoint but 'gelu' here",
         ),
     ],
 )
@@ -105,7 +107,7 @@ def test_shipped_variant_overlays_print_on_the_quickstart(capsys: pytest.Capture
     for path in [p for p in VARIANTS if p.stem in expected]:
         assert main(["fit", "--config", quickstart, "--config", str(path), "--print_config"]) == 0, path
         args = yaml.safe_load(capsys.readouterr().out)["model"]["init_args"]
-        assert (args["adapter"], args["pal_placement"]) == expected[path.stem]
+        assert (args["adapter"]["method"], args["adapter"]["placement"]) == expected[path.stem]
 
 
 def test_a_variant_overlay_fits_a_tiny_model_through_the_cli(tmp_path: Path) -> None:
@@ -124,7 +126,7 @@ def test_a_variant_overlay_fits_a_tiny_model_through_the_cli(tmp_path: Path) -> 
             "enable_progress_bar": False,
             "num_sanity_val_steps": 0,
         },
-        "model": {"init_args": {"tasks": ["sst", "sts"], "bert_config": TINY_BERT, "pal_heads": 2}},
+        "model": {"init_args": {"tasks": ["sst", "sts"], "bert_config": TINY_BERT, "adapter": {"num_heads": 2}}},
         "data": {
             "init_args": {"data_dir": str(data), "batch_size": 4, "steps_per_epoch": 2, "cache_dir": False}
         },
@@ -135,4 +137,4 @@ def test_a_variant_overlay_fits_a_tiny_model_through_the_cli(tmp_path: Path) -> 
     overlay = str(ROOT / "configs" / "variants" / "pa_on_top.yaml")
     assert main(["fit", "--config", quickstart, "--config", str(config), "--config", overlay]) == 0
     saved = yaml.safe_load((tmp_path / "runs" / "version_0" / "config.yaml").read_text())
-    assert saved["model"]["init_args"]["adapter"] == "pa_on_top"
+    assert saved["model"]["init_args"]["adapter"]["method"] == "pa_on_top"

@@ -130,8 +130,8 @@ def parameter_counts(pl_module: pl.LightningModule) -> dict[str, Any] | None:
     except Exception:  # noqa: BLE001 - a user model without the expected structure: no counts
         return None
     return {
-        "adapter": report.adapter,
-        "pal_size": report.pal_size,
+        "adapter": report.method,
+        "adapter_size": report.adapter_size,
         "base_encoder": report.base_encoder,
         "stored_per_task": dict(report.stored_per_task),
         "total": report.total,

@@ -1,7 +1,7 @@
 """A dataclass of options as a class's keyword arguments, documented once.
 
 An options dataclass documents each field with a string right under it (an attribute docstring, as
-``PALConfig`` and ``TaskSpec`` do). Python drops those strings at run time, so the tools that build
+``AdapterConfig`` and ``TaskSpec`` do). Python drops those strings at run time, so the tools that build
 a command line or a help page from a constructor (``inspect.signature``, jsonargparse behind
 LightningCLI, ``help()``) would see neither the fields nor their documentation of a class that takes
 ``**options``. :func:`takes_fields` gives such a class the dataclass's fields as its ``__init__``

@@ -5,13 +5,13 @@ Heads live in :mod:`pal_lightning.modeling.heads` (import it directly).
 
 from pal_lightning.modeling.accounting import ParameterReport, parameter_report
 from pal_lightning.modeling.encoder import MultiTaskBert
-from pal_lightning.modeling.methods.config import PALConfig
+from pal_lightning.modeling.methods.config import AdapterConfig
 from pal_lightning.modeling.task_io.folders import load_task_folders, save_task_folders
 from pal_lightning.modeling.task_io.weights import load_task_weights, save_task_weights
 
 __all__ = [
     "MultiTaskBert",
-    "PALConfig",
+    "AdapterConfig",
     "ParameterReport",
     "load_task_folders",
     "load_task_weights",

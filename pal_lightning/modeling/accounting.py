@@ -16,9 +16,7 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
-from pal_lightning.modeling.methods.config import PALConfig
-from pal_lightning.modeling.methods.on_top import TOP_ATTENTION_BLOCKS
-from pal_lightning.modeling.methods.pals import pff_inner_size
+from pal_lightning.modeling.methods import AdapterConfig
 from pal_lightning.modeling.sharing import FROZEN, layers_with
 from pal_lightning.modeling.task_io.state import encoder_and_heads, model_tasks
 
@@ -31,10 +29,10 @@ def _count(params: Iterable[tuple[str, nn.Parameter]]) -> int:
 class ParameterReport:
     """Parameter counts of a :class:`MultiTaskBert` (and its heads, when given a module holding both)."""
 
-    adapter: str
-    """The PAL variant (``PALConfig.adapter``)."""
+    method: str
+    """The per-task method (``AdapterConfig.method``)."""
 
-    pal_size: int
+    adapter_size: int
     """d_s (0 for ``adapter="none"``)."""
 
     shared: int
@@ -121,8 +119,8 @@ class ParameterReport:
             cols = ("adapter W", "adapter b", "individual", "head", "stored/task")
         regime = set(self.layer_sharing) != {"S"} and self.layer_sharing
         lines = [
-            f"Parameters: adapter={self.adapter}"
-            + (f", d_s={self.pal_size}" if self.pal_size else "")
+            f"Parameters: adapter={self.method}"
+            + (f", d_s={self.adapter_size}" if self.adapter_size else "")
             + (f", layer_sharing={self.layer_sharing}" if regime else ""),
             f"  shared pretrained encoder: {self.shared:,}"
             + (f" (frozen layers: {self.frozen:,})" if self.frozen else ""),
@@ -182,8 +180,8 @@ def parameter_report(obj: nn.Module) -> ParameterReport:
     total = sum(p.numel() for p in all_params.values())
     counted = (weights, biases, head_counts, individual)
     return ParameterReport(
-        adapter=encoder.pal_config.adapter,
-        pal_size=encoder.pal_size,
+        method=encoder.adapter_config.method,
+        adapter_size=encoder.adapter_size,
         shared=shared,
         adapter_weights=weights,
         adapter_biases=biases,
@@ -197,33 +195,14 @@ def parameter_report(obj: nn.Module) -> ParameterReport:
     )
 
 
-def task_weight_formula(pal: PALConfig, hidden_size: int, num_layers: int, intermediate_size: int) -> int:
-    """Weight-matrix parameters one task adds with ``pal`` (biases and LayerNorm vectors excluded).
+def task_weight_formula(config: AdapterConfig, hidden_size: int, num_layers: int, intermediate_size: int) -> int:
+    """Weight-matrix parameters one task adds with ``config`` (biases and LayerNorm vectors excluded).
 
-    From the shapes alone, for tables and surveys that should not build a model. With d the width, L the
-    depth, k the layers with TS_t, d_s the resolved size and d_ff BERT's FFN width::
-
-        pals               2 d d_s + k 3 d_s^2
-        pals_no_sharing    k (2 d d_s + 3 d_s^2)
-        low_rank           k 2 d d_s
-        pff                2 d d_s + k 2 d_s m          m = floor(3 d_s / 2), so 3 d_s^2 for even d_s
-        pa_on_top          2 d d_s + 6 * 4 d_s^2        (Q, K, V and the output projection per block)
-        bert_layer_on_top  4 d^2 + 2 d d_ff             (a BERT layer: Q, K, V, output; the FFN)
-        none               0
+    From the shapes alone, for tables and surveys that should not build a model: the method's own
+    formula (:meth:`~pal_lightning.modeling.methods.base.AdapterMethod.weight_formula`) at d =
+    ``hidden_size``, d_s resolved for that width, k the layers the module acts beside and d_ff =
+    ``intermediate_size``. For PALs at BERT-base: ``2 d d_s + k 3 d_s^2`` = 1,811,520.
     """
-    d, size = hidden_size, pal.resolved_size(hidden_size)
-    k = len(pal.layer_indices(num_layers))
-    kind = pal.adapter
-    if kind == "pals":
-        return 2 * d * size + k * 3 * size**2
-    if kind == "pals_no_sharing":
-        return k * (2 * d * size + 3 * size**2)
-    if kind == "low_rank":
-        return k * 2 * d * size
-    if kind == "pff":
-        return 2 * d * size + k * 2 * size * pff_inner_size(size)
-    if kind == "pa_on_top":
-        return 2 * d * size + TOP_ATTENTION_BLOCKS * 4 * size**2
-    if kind == "bert_layer_on_top":
-        return 4 * d * d + 2 * d * intermediate_size
-    return 0
+    size = config.resolved_size(hidden_size)
+    k = len(config.layer_indices(num_layers))
+    return config.adapter_method.weight_formula(config, hidden_size, size, k, intermediate_size)

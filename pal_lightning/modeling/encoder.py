@@ -68,9 +68,8 @@ from pal_lightning.modeling.encoder_state import (
     plan_pretrained_load,
 )
 from pal_lightning.modeling.layers import IndividualLayerSlot, PALBertLayer, task_call
-from pal_lightning.modeling.methods.config import PALConfig
-from pal_lightning.modeling.methods.on_top import build_top_adapter
-from pal_lightning.modeling.methods.pals import TaskAdapter, additive_mask, scores_dtype
+from pal_lightning.modeling.methods import AdapterConfig, Where
+from pal_lightning.modeling.methods.pals import additive_mask, scores_dtype
 from pal_lightning.modeling.sharing import (
     FROZEN,
     INDIVIDUAL,
@@ -163,16 +162,17 @@ def individual_copies(bert: BertModel, layers: Sequence[int], groups: Iterable[s
     return copies
 
 
-def task_adapters(pal: PALConfig, bert_config: BertConfig, names: Sequence[str], size: int) -> nn.ModuleDict:
-    """Per task, its TS_t of width ``size``: PALs beside the layers or a block on top (nothing with
-    ``adapter="none"``)."""
-    width, layers = int(bert_config.hidden_size), pal.layer_indices(int(bert_config.num_hidden_layers))
+def task_adapters(
+    config: AdapterConfig, encoder_config: BertConfig, names: Sequence[str], size: int
+) -> nn.ModuleDict:
+    """Per task, its module of width ``size`` as the config's method builds it (none for ``none``)."""
+    method = config.adapter_method
+    layers = config.layer_indices(int(encoder_config.num_hidden_layers))
     adapters = nn.ModuleDict()
     for name in names:
-        if pal.in_layers:
-            adapters[name] = TaskAdapter(pal, width, size, layers)
-        elif pal.on_top:
-            adapters[name] = build_top_adapter(pal, bert_config, size)
+        module = method.build(config, encoder_config, size, layers)
+        if module is not None:
+            adapters[name] = module
     return adapters
 
 
@@ -182,7 +182,8 @@ class MultiTaskBert(nn.Module):
     Args:
         bert_config: the ``transformers.BertConfig`` of the encoder (copied, not modified).
         tasks: task names or :class:`~pal_lightning.tasks.specs.TaskSpec` objects (their ``name`` is used).
-        pal: the TS_t configuration; ``None`` means :class:`PALConfig` defaults.
+        adapter: the per-task modules: an :class:`AdapterConfig`, a method name, or ``None`` for the
+            defaults (PALs).
         attn_implementation: ``"sdpa"``, ``"eager"``, ... for BERT's own attention; ``None`` keeps the
             config's choice (transformers' default is sdpa). PALs build their own mask, so any works.
         layer_sharing: the layer-sharing regime, one letter per layer (F frozen, S shared, I individual),
@@ -198,7 +199,7 @@ class MultiTaskBert(nn.Module):
         self,
         bert_config: BertConfig,
         tasks: Sequence[Any],
-        pal: PALConfig | None = None,
+        adapter: AdapterConfig | str | None = None,
         *,
         attn_implementation: str | None = None,
         layer_sharing: str | None = None,
@@ -206,7 +207,7 @@ class MultiTaskBert(nn.Module):
     ) -> None:
         super().__init__()
         names = _parameter_safe_names(tasks)
-        self.pal_config = pal if pal is not None else PALConfig()
+        self.adapter_config = AdapterConfig.coerce(adapter)
         self._task_names: tuple[str, ...] = tuple(names)
         self.bert = pal_bert(bert_config, attn_implementation)
         num_layers = self.num_layers
@@ -217,9 +218,9 @@ class MultiTaskBert(nn.Module):
         self.task_group: dict[str, str] = resolve_task_groups(task_groups, names, self.layer_sharing)
         """Task -> the name of the group whose copies of the individual layers it uses."""
         self.individual = individual_copies(self.bert, self.individual_layers, self.task_group.values())
-        self.pal_layers: tuple[int, ...] = self.pal_config.layer_indices(num_layers)
-        self.pal_size: int = self.pal_config.resolved_size(self.hidden_size)
-        self.adapters = task_adapters(self.pal_config, self.bert.config, names, self.pal_size)
+        self.adapter_layers: tuple[int, ...] = self.adapter_config.layer_indices(num_layers)
+        self.adapter_size: int = self.adapter_config.resolved_size(self.hidden_size)
+        self.adapters = task_adapters(self.adapter_config, self.bert.config, names, self.adapter_size)
         self._start_task_layers()
         self.loading_info: LoadingInfo | None = None
 
@@ -247,37 +248,33 @@ class MultiTaskBert(nn.Module):
         cls,
         bert_config: BertConfig | Mapping[str, Any],
         tasks: Sequence[Any],
-        adapter: str | None = None,
-        pal_size: int | None = None,
+        adapter: AdapterConfig | str | None = None,
         *,
-        pal: PALConfig | None = None,
         attn_implementation: str | None = None,
         layer_sharing: str | None = None,
         task_groups: Sequence[Sequence[str]] | None = None,
-        **pal_overrides: Any,
+        **adapter_options: Any,
     ) -> MultiTaskBert:
         """A randomly initialised encoder (tests, parameter counts).
 
         Args:
             bert_config: a ``BertConfig`` or the keyword arguments of one (e.g. ``{"hidden_size": 32, ...}``).
             tasks: task names or specs.
-            adapter: PAL variant, see :class:`PALConfig` (``None``: the base config's, ``"pals"`` by default).
-            pal_size: d_s (``None``: the base config's, i.e. the scaled default unless ``pal`` sets one).
-            pal: a base :class:`PALConfig`; ``adapter``, ``pal_size`` and ``pal_overrides`` replace its fields.
+            adapter: an :class:`AdapterConfig`, a method name or ``None`` (the defaults: PALs).
             attn_implementation: BERT attention implementation (``"sdpa"``, ``"eager"``).
             layer_sharing: the layer-sharing regime (``None``: all shared), see :class:`MultiTaskBert`.
             task_groups: tasks sharing their individual layers, see :class:`MultiTaskBert`.
-            **pal_overrides: other :class:`PALConfig` fields (``num_heads``, ``placement``, ``num_layers``,
-                ``init``).
+            **adapter_options: :class:`AdapterConfig` fields that replace ``adapter``'s (``size``,
+                ``num_heads``, ``placement``, ``num_layers``, ``init``, ``activation``).
         """
         if isinstance(bert_config, Mapping):
             bert_config = BertConfig(**bert_config)
-        base = pal if pal is not None else PALConfig()
-        if adapter is not None:
-            pal_overrides["adapter"] = adapter
-        if pal_size is not None:
-            pal_overrides["pal_size"] = pal_size
-        config = base.replace(**pal_overrides) if pal_overrides else base
+        if isinstance(adapter, Mapping):  # its fields and the options, validated together
+            adapter_options = {**adapter, **adapter_options}
+            adapter = None
+        config = AdapterConfig.coerce(adapter)
+        if adapter_options:
+            config = config.replace(**adapter_options)
         return cls(
             bert_config,
             tasks,
@@ -292,11 +289,11 @@ class MultiTaskBert(nn.Module):
         cls,
         name_or_path: str | os.PathLike[str],
         tasks: Sequence[Any],
-        pal: PALConfig | None = None,
+        adapter: AdapterConfig | str | None = None,
         attn_implementation: str | None = None,
         layer_sharing: str | None = None,
         task_groups: Sequence[Sequence[str]] | None = None,
-        **pal_overrides: Any,
+        **adapter_options: Any,
     ) -> MultiTaskBert:
         """The pretrained encoder ``name_or_path`` with new, task-specific PAL parameters.
 
@@ -314,11 +311,11 @@ class MultiTaskBert(nn.Module):
         model = cls.from_config(
             read_bert_config(directory, name_or_path),
             tasks,
-            pal=pal,
+            adapter,
             attn_implementation=attn_implementation,
             layer_sharing=layer_sharing,
             task_groups=task_groups,
-            **pal_overrides,
+            **adapter_options,
         )
         state, source = read_encoder_weights(Path(directory))
         model.load_pretrained_state(state, source=source)
@@ -457,18 +454,17 @@ class MultiTaskBert(nn.Module):
             weight = self.bert.embeddings.word_embeddings.weight
             dtype = scores_dtype(weight.dtype, weight.device)
             mask = additive_mask(attention_mask, dtype) if adapter is not None else None  # once per forward
-            extra["pal"] = task_call(
-                adapter, self.pal_config.on_top, self.pal_layers, self.num_layers, mask, individual
-            )
+            on_top = self.adapter_config.adapter_method.where is Where.TOP
+            extra["pal"] = task_call(adapter, on_top, self.adapter_layers, self.num_layers, mask, individual)
         out = self.bert(
             input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, **extra
         )
         return out.last_hidden_state
 
     def extra_repr(self) -> str:
-        p = self.pal_config
+        p = self.adapter_config
         return (
-            f"tasks={list(self._task_names)}, adapter={p.adapter!r}, pal_size={self.pal_size}, "
-            f"num_heads={p.num_heads}, layers={list(self.pal_layers)}, init={p.init!r}, "
+            f"tasks={list(self._task_names)}, adapter={p.method!r}, size={self.adapter_size}, "
+            f"num_heads={p.num_heads}, layers={list(self.adapter_layers)}, init={p.init!r}, "
             f"layer_sharing={self.layer_sharing!r}"
         )

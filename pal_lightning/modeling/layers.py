@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import torch
 from torch import nn
@@ -18,14 +18,13 @@ from transformers import BertConfig
 from transformers.models.bert.modeling_bert import BertLayer
 from transformers.pytorch_utils import apply_chunking_to_forward
 
-from pal_lightning.modeling.methods.pals import TaskAdapter
-
 
 @dataclass(frozen=True)
 class TaskCall:
     """What a layer needs for one forward of one task: the adapter and the PAL mask built once."""
 
-    adapter: TaskAdapter | None
+    adapter: nn.Module | None
+    """The task's module beside the layers (``forward(layer, hidden, mask)``), or ``None``."""
     layers: frozenset[int]
     mask: torch.Tensor | None
     top: nn.Module | None = None
@@ -46,7 +45,7 @@ def task_call(
     """The call of a task whose ``adapter`` works beside ``layers`` or, with ``on_top``, after the last of
     the encoder's ``num_layers`` layers; ``individual``: its copies of the individual layers."""
     return TaskCall(
-        None if on_top else cast(TaskAdapter | None, adapter),  # in-layer adapters are TaskAdapters
+        None if on_top else adapter,
         frozenset(layers),
         mask,
         top=adapter if on_top else None,

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.hub import resolve_encoder
 from pal_lightning.core.plain import to_plain
-from pal_lightning.module.hparams import ARCHITECTURE_HPARAMS, OPTIMIZER_HPARAMS
+from pal_lightning.core.version import __version__, reads_files_of, version_mismatch
+from pal_lightning.module.hparams import ARCHITECTURE_HPARAMS, OPTIMIZER_HPARAMS, STARTING_VALUES_ONLY
 from pal_lightning.tasks.specs import TaskSpec, task_name_of, task_to_hparam
 
 if TYPE_CHECKING:
@@ -22,6 +23,10 @@ if TYPE_CHECKING:
     _ModuleBase = pl.LightningModule
 else:
     _ModuleBase = object
+
+
+VERSION_KEY = "pal_lightning_version"
+"""The checkpoint key holding the version of pal-lightning that wrote it."""
 
 
 def task_differences(saved_tasks: Sequence[Any], our_tasks: Sequence[Any], resuming: bool) -> list[str]:
@@ -57,8 +62,7 @@ def checkpoint_differences(
     """What a checkpoint's hyper-parameters ``saved`` say differently from ``ours``, as phrases.
 
     Compares the tasks, every :data:`~pal_lightning.module.hparams.ARCHITECTURE_HPARAMS` and, when
-    ``resuming`` a fit, the :data:`~pal_lightning.module.hparams.OPTIMIZER_HPARAMS`. A name the
-    checkpoint does not hold is not compared (checkpoints older than the option).
+    ``resuming`` a fit, the :data:`~pal_lightning.module.hparams.OPTIMIZER_HPARAMS`.
 
     Args:
         saved: the checkpoint's ``hyper_parameters``.
@@ -72,14 +76,24 @@ def checkpoint_differences(
         out += task_differences(saved_tasks, [task_to_hparam(s) for s in tasks], resuming)
     keys = ARCHITECTURE_HPARAMS + (OPTIMIZER_HPARAMS if resuming else ())
     for key in keys:
-        if key not in saved:
-            continue
         if key == "encoder" and (saved.get("bert_config") is not None or ours.get("bert_config") is not None):
             continue  # a random encoder of bert_config's shape: the name is not used
-        a, b = to_plain(saved[key]), to_plain(ours.get(key))
-        if a != b and not (key == "encoder" and _same_encoder(str(a), str(b))):
+        a, b = to_plain(saved.get(key)), to_plain(ours.get(key))
+        if key == "adapter" and isinstance(a, dict) and isinstance(b, dict):
+            out += _field_differences("adapter", a, b, skip=STARTING_VALUES_ONLY)
+        elif a != b and not (key == "encoder" and _same_encoder(str(a), str(b))):
             out.append(f"{key} is {a!r} in the checkpoint but {b!r} here")
     return out
+
+
+def _field_differences(name: str, saved: Mapping[str, Any], ours: Mapping[str, Any], skip: frozenset[str]) -> list[str]:
+    """``<name>.<field> is X in the checkpoint but Y here`` for each field of two option mappings that differs."""
+    fields = [k for k in dict.fromkeys([*saved, *ours]) if k not in skip]
+    return [
+        f"{name}.{k} is {saved.get(k)!r} in the checkpoint but {ours.get(k)!r} here"
+        for k in fields
+        if saved.get(k) != ours.get(k)
+    ]
 
 
 def _same_encoder(a: str, b: str) -> bool:
@@ -108,6 +122,8 @@ class CheckpointCompatMixin(_ModuleBase):
         saved = checkpoint.get("hyper_parameters")
         if not isinstance(saved, Mapping):
             return  # not written by this module (a user's own checkpoint): the weights decide
+        if not reads_files_of(checkpoint.get(VERSION_KEY)):
+            raise PalUserError(version_mismatch("The checkpoint", checkpoint.get(VERSION_KEY)))
         differences = self.checkpoint_differences(saved, resuming=bool(checkpoint.get("optimizer_states")))
         if differences:
             raise PalUserError(
@@ -117,6 +133,10 @@ class CheckpointCompatMixin(_ModuleBase):
                 "folder, e.g. --config runs/<name>/version_N/config.yaml), or pick a checkpoint trained "
                 "with this configuration."
             )
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Record the library version that wrote the checkpoint (checked when it is loaded)."""
+        checkpoint[VERSION_KEY] = __version__
 
     def checkpoint_differences(self, saved: Mapping[str, Any], resuming: bool = False) -> list[str]:
         """What a checkpoint's ``hyper_parameters`` ``saved`` say differently from this model, as phrases."""

@@ -67,7 +67,7 @@ def load_initial_weights(module: MultiTaskModule, path: str) -> None:
         if differences:
             raise PalUserError(
                 f"init_from checkpoint {path} does not fit this model: " + "; ".join(differences) + ". Train "
-                "stage 2 with the stage-1 model settings (tasks, encoder, adapter, pal_size ...); only "
+                "stage 2 with the stage-1 model settings (tasks, encoder, adapter ...); only "
                 "freezing, learning rates and the schedule may change."
             )
     expected = module.state_dict()

@@ -56,25 +56,23 @@ from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.hub import DEFAULT_ENCODER, resolve_encoder
 from pal_lightning.modeling.encoder import MultiTaskBert
 from pal_lightning.modeling.heads import POOLING_MODES, check_loss, pool, predict, task_loss
-from pal_lightning.modeling.methods.config import PALConfig
+from pal_lightning.modeling.methods import AdapterConfig
+from pal_lightning.modeling.methods.config import DEFAULT_ADAPTER
 from pal_lightning.modeling.pair_heads import build_task_heads
 from pal_lightning.modeling.simcse import SimCSEConfig, as_simcse_config
 from pal_lightning.module.checkpoint_check import CheckpointCompatMixin
 from pal_lightning.module.compile import EncoderCall, compile_backend
-from pal_lightning.module.evaluation import STAGES, EvaluationMixin
+from pal_lightning.module.evaluation import EvaluationMixin
 from pal_lightning.module.guard import (
     NonFiniteGuardMixin,
-    NonFiniteTrainingError,
     check_max_nonfinite_steps,
 )
-from pal_lightning.module.hparams import ARCHITECTURE_HPARAMS, OPTIMIZER_HPARAMS, pal_config_kwargs
 from pal_lightning.module.inference import InferenceMixin
 from pal_lightning.module.init_weights import load_initial_weights
 from pal_lightning.module.optim import (
     OptimizerMixin,
     check_rates,
     check_schedule_options,
-    linear_warmup_decay,
 )
 from pal_lightning.module.pretrained import PretrainedMixin
 from pal_lightning.module.simcse_step import SimCSEStepMixin
@@ -82,15 +80,7 @@ from pal_lightning.tasks.auxiliary import check_auxiliary
 from pal_lightning.tasks.specs import TaskSpec, resolve_tasks, task_to_hparam
 from pal_lightning.tasks.views import eval_views
 
-# The module, and the names now defined in pal_lightning.module that user code imports from here.
-__all__ = [
-    "ARCHITECTURE_HPARAMS",
-    "OPTIMIZER_HPARAMS",
-    "STAGES",
-    "MultiTaskModule",
-    "NonFiniteTrainingError",
-    "linear_warmup_decay",
-]
+__all__ = ["MultiTaskModule", "check_model_options"]
 
 
 def check_model_options(
@@ -136,16 +126,14 @@ class MultiTaskModule(
         tasks: task names (``sst``, ``qqp``, ``sts``, ...) or :class:`~pal_lightning.tasks.specs.TaskSpec` objects.
         encoder: hub id or local directory of a BERT-family encoder (resolved offline by
             :func:`pal_lightning.core.hub.resolve_encoder`); ignored when ``bert_config`` is given.
-        adapter: task-specific function beside each layer: ``pals``, ``pals_no_sharing``, ``low_rank``,
-            ``pff`` (projected feed-forward), or after the last layer: ``pa_on_top``, ``bert_layer_on_top``;
-            or ``none`` (the shared baseline: only heads are task-specific). See
-            :class:`~pal_lightning.modeling.PALConfig`.
-        pal_size: d_s, width of the projected space; ``None`` scales the paper's 204 (at width 768).
-        pal_heads: heads of the PAL attention.
-        pal_placement: layers that get adapters: ``all``, ``top`` or ``bottom``.
-        pal_num_layers: k for ``top``/``bottom`` placement (``None``: half the layers).
-        pal_init: ``zero`` (step 0 is exactly the pretrained encoder) or ``random`` (the reference's N(0, 0.02)).
-        pal_activation: ``none`` (default) or ``gelu``: a GELU after V^D, as in the reference code.
+        adapter: the per-task modules (:class:`~pal_lightning.modeling.methods.config.AdapterConfig`):
+            ``method`` (``pals``, ``pals_no_sharing``, ``low_rank``, ``pff`` beside each layer; ``pa_on_top``,
+            ``bert_layer_on_top`` after the last; ``none``: only the heads are task-specific), ``size``
+            (d_s; ``null`` scales the paper's 204 at width 768), ``num_heads``, ``placement`` (``all``,
+            ``top``, ``bottom``), ``num_layers``, ``init`` (``zero``: step 0 is exactly the pretrained
+            encoder; ``random``) and ``activation`` (``none``, ``gelu``). A method name alone takes the
+            other fields' defaults. On the command line: ``--model.adapter.method low_rank
+            --model.adapter.size 50``.
         layer_sharing: layer-sharing regime, one letter per encoder layer, bottom first: ``F`` frozen,
             ``S`` shared, ``I`` individual (a copy per task starting from the pretrained layer), e.g.
             ``FFSSII``; ``None``: all shared (:mod:`pal_lightning.modeling.sharing`).
@@ -205,13 +193,7 @@ class MultiTaskModule(
         self,
         tasks: Sequence[str | TaskSpec] = ("sst", "qqp", "sts"),
         encoder: str = DEFAULT_ENCODER,
-        adapter: str = "pals",
-        pal_size: int | None = None,
-        pal_heads: int = 6,
-        pal_placement: str = "all",
-        pal_num_layers: int | None = None,
-        pal_init: str = "zero",
-        pal_activation: str = "none",
+        adapter: AdapterConfig | str = DEFAULT_ADAPTER,
         layer_sharing: str | None = None,
         task_groups: list[list[str]] | None = None,
         pooling: str = "mean",
@@ -240,13 +222,15 @@ class MultiTaskModule(
         self.task_specs: dict[str, TaskSpec] = {s.name: s for s in resolve_tasks(tasks)}
         #: Evaluation views by name: more dev/test sets scored by a task's head (pal_lightning.tasks.views)
         self.eval_views = eval_views(self.task_specs.values())
-        self.save_hyperparameters(ignore=["tasks"])
+        self.save_hyperparameters(ignore=["tasks", "adapter"])
+        self.adapter_config = AdapterConfig.coerce(adapter)
         self.simcse = as_simcse_config(simcse)
         # tasks and SimCSE are saved as names / plain dicts, not TaskSpec or SimCSEConfig objects, so
         # that checkpoints stay loadable with torch.load(weights_only=True)
         self.save_hyperparameters(
             {
                 "tasks": [task_to_hparam(s) for s in self.task_specs.values()],
+                "adapter": self.adapter_config.to_dict(),
                 "simcse": None if self.simcse is None else asdict(self.simcse),
                 "auxiliary": check_auxiliary(auxiliary, list(self.task_specs)),
             }
@@ -275,20 +259,19 @@ class MultiTaskModule(
 
         hp = self.hparams
         specs = list(self.task_specs.values())
-        pal_kwargs = pal_config_kwargs(hp)
         if hp["bert_config"] is not None:
             return MultiTaskBert.from_config(
                 dict(hp["bert_config"]),
                 specs,
+                self.adapter_config,
                 attn_implementation=hp["attn_implementation"],
                 layer_sharing=hp.get("layer_sharing"),
                 task_groups=hp.get("task_groups"),
-                **pal_kwargs,
             )
         return MultiTaskBert.from_pretrained(
             resolve_encoder(hp["encoder"], hp.get("encoder_revision")),
             specs,
-            pal=PALConfig(**pal_kwargs),
+            self.adapter_config,
             attn_implementation=hp["attn_implementation"],
             layer_sharing=hp.get("layer_sharing"),
             task_groups=hp.get("task_groups"),

@@ -41,6 +41,7 @@ import torch
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.files import staged_folder
 from pal_lightning.core.plain import to_plain
+from pal_lightning.core.version import reads_files_of, version_mismatch
 from pal_lightning.module.inference import DEFAULT_MAX_LENGTH
 from pal_lightning.tasks.specs import task_to_dict
 
@@ -76,10 +77,6 @@ def library_version() -> str:
     from pal_lightning.core.version import __version__
 
     return __version__
-
-
-def _major(version: str) -> str:
-    return str(version).split(".", 1)[0]
 
 
 def encoder_config_dict(config: Any) -> dict[str, Any]:
@@ -177,7 +174,7 @@ def model_card(config: Mapping[str, Any], repo_id: str | None = None) -> Any:
 # pal-lightning multi-task model
 
 A BERT encoder (`{encoder["name"]}`) shared by {len(tasks)} task(s), with task-specific
-adapters (`{adapter["adapter"]}`, d_s = {adapter["pal_size"]}, layers {adapter["layers"]}) and one head per task,
+adapters (`{adapter["method"]}`, d_s = {adapter["size"]}, layers {adapter["layers"]}) and one head per task,
 saved with pal-lightning {config["library_version"]}.
 Pooling: `{hp["pooling"]}`; pair encoding: {json.dumps(config["pair_encoding"])}.
 
@@ -286,7 +283,7 @@ class PretrainedMixin(_ModuleBase):
             hp["init_from"] = None  # the saved weights already hold what it copied in at fit start
         encoder = self.encoder
         random_encoder = hp.get("bert_config") is not None
-        pal = encoder.pal_config
+        adapter = encoder.adapter_config
         from pal_lightning.core.batch import resolve_pair_encoding
 
         specs = self.task_specs
@@ -306,7 +303,7 @@ class PretrainedMixin(_ModuleBase):
                 "random": random_encoder,
                 "config": encoder_config_dict(encoder.config),
             },
-            "adapter": {**pal.to_dict(), "pal_size": encoder.pal_size, "layers": list(encoder.pal_layers)},
+            "adapter": {**adapter.to_dict(), "size": encoder.adapter_size, "layers": list(encoder.adapter_layers)},
             "pooling": hp.get("pooling"),
             "pair_encoding": {
                 name: resolve_pair_encoding(hp.get("pair_encoding", "cross"), name)
@@ -527,14 +524,9 @@ def read_pretrained_config(folder: Path) -> dict[str, Any]:
             f"{config.get('format') if isinstance(config, dict) else None!r}, expected {FORMAT!r}). A plain "
             "encoder folder goes to --model.encoder instead."
         )
-    saved = str(config.get("library_version", "?"))
     ours = library_version()
-    if _major(saved) != _major(ours) or int(config.get("format_version", 0)) > FORMAT_VERSION:
-        raise PalUserError(
-            f"{folder} was saved by pal-lightning {saved} (format {config.get('format_version')}); this is "
-            f"pal-lightning {ours}, another major version. Load it with pal-lightning=={_major(saved)}.* "
-            "(pip install), or save it again with this version."
-        )
+    if not reads_files_of(config.get("library_version"), ours) or int(config.get("format_version", 0)) > FORMAT_VERSION:
+        raise PalUserError(version_mismatch(str(folder), config.get("library_version"), ours))
     for key in ("hparams", "encoder", "tasks"):
         if key not in config:
             raise PalUserError(f"{folder / CONFIG_NAME} lacks {key!r}. Save the model again.")

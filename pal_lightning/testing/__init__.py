@@ -3,7 +3,7 @@ other part of the package (``from pal_lightning.testing import TINY_BERT, quiet_
 
 * a tiny random encoder (:mod:`.encoders`): :data:`TINY_BERT`, a 2-layer, width-32 ``bert_config`` with
   the real BERT/MiniLM vocabulary, so the packaged offline tokenizer can feed it
-  (``MultiTaskModule(bert_config=TINY_BERT, pal_size=8, pal_heads=2)`` trains in milliseconds); other
+  (``MultiTaskModule(bert_config=TINY_BERT, adapter={"size": 8, "num_heads": 2})`` trains in milliseconds); other
   shapes from :func:`tiny_bert_config` (:func:`without_dropout` for exact comparisons);
   :func:`save_tiny_encoder` writes one as an encoder folder;
 * fixture data (:mod:`.data`): :func:`write_cs224n_data` (a clean set in the CS224N starter layout) and

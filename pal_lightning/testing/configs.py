@@ -51,8 +51,7 @@ def write_tiny_fit_config(
             "class_path": "pal_lightning.MultiTaskModule",
             "init_args": {
                 "tasks": tasks if tasks is not None else ["sst", "qqp", "sts"],
-                "pal_heads": 2,
-                "pal_size": 8,
+                "adapter": {"num_heads": 2, "size": 8},
                 "pair_encoding": {"sts": "siamese", "default": "cross"},
                 "bert_config": TINY_BERT,
             },

@@ -35,7 +35,7 @@ def without_dropout(bert_config: dict[str, Any]) -> dict[str, Any]:
 
 
 #: A random 2-layer encoder of width 32 with the real (MiniLM/BERT) vocabulary, so the real offline
-#: tokenizer can feed it: ``MultiTaskModule(bert_config=TINY_BERT, pal_size=8, pal_heads=2)``.
+#: tokenizer can feed it: ``MultiTaskModule(bert_config=TINY_BERT, adapter={"size": 8, "num_heads": 2})``.
 TINY_BERT = tiny_bert_config()
 
 #: Three layers, so that top-half / bottom-half placements differ from "all"; 100 token ids, for

@@ -35,8 +35,7 @@ def tiny(tasks: list[str], **kw: object) -> MultiTaskModule:
     return MultiTaskModule(
         tasks=tasks,
         bert_config=TINY_BERT,
-        pal_size=8,
-        pal_heads=2,
+        adapter={"size": 8, "num_heads": 2},
         dropout=0.0,
         pair_encoding="siamese",
         **kw,

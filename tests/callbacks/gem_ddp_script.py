@@ -95,7 +95,7 @@ def main(data_dir: str, out: str, mode: str = "interleaved") -> None:
     pl.seed_everything(0)
     exact = mode != "continual"  # no dropout: the memory rows can be recomputed exactly
     config = without_dropout(TINY_BERT) if exact else TINY_BERT
-    model = MultiTaskModule(bert_config=config, pal_size=8, pal_heads=2, dropout=0.0 if exact else 0.1)
+    model = MultiTaskModule(bert_config=config, adapter={"size": 8, "num_heads": 2}, dropout=0.0 if exact else 0.1)
     continual = None
     if mode == "continual":
         dm = MultiTaskDataModule(

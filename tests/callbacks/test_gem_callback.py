@@ -16,11 +16,12 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import nn
 
+import pal_lightning.gem as gem_module
 from pal_lightning.callbacks import GEMCallback, RNGStateCallback
-from pal_lightning.callbacks import gem as gem_module
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.data import MultiTaskDataModule
-from pal_lightning.gem import EpisodicMemory, gram_matrix, memory_gradients, project_gradient, qp
+from pal_lightning.gem import EpisodicMemory, gram_matrix, project_gradient, qp
+from pal_lightning.gem import gradients as memory_gradients
 from pal_lightning.gem import memory as memory_module
 from pal_lightning.gem.gradients import MemorySource
 from pal_lightning.gem.gram import add_rows
@@ -688,7 +689,7 @@ def _fit(
     extra: tuple = (),
 ) -> tuple[pl.Trainer, MultiTaskModule]:
     pl.seed_everything(0)
-    model = MultiTaskModule(bert_config=TINY_BERT, pal_size=8, pal_heads=2)
+    model = MultiTaskModule(bert_config=TINY_BERT, adapter={"size": 8, "num_heads": 2})
     dm = MultiTaskDataModule(data_dir=str(data_dir), cache_dir=False, batch_size=4, max_length=32)
     trainer = quiet_trainer(
         max_steps=max_steps,
@@ -807,7 +808,7 @@ def test_fit_without_train_batch_fails_clearly(data_dir: Path) -> None:
         train_batch = None  # type: ignore[assignment]
 
     cb = GEMCallback()
-    model = MultiTaskModule(bert_config=TINY_BERT, pal_size=8, pal_heads=2)
+    model = MultiTaskModule(bert_config=TINY_BERT, adapter={"size": 8, "num_heads": 2})
     dm = NoMemoryData(data_dir=str(data_dir), cache_dir=False, batch_size=4, max_length=32)
     trainer = quiet_trainer(max_steps=1, callbacks=[cb])
     with pytest.raises(PalUserError, match=r"train_batch\(task, indices\)"):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from pal_lightning.callbacks import gem
+import pal_lightning.gem as gem
 from pal_lightning.gem import (
     DEFAULT_EPS,
     EPS_RETRIES,

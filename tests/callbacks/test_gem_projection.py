@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from pal_lightning.callbacks import gem
+import pal_lightning.gem as gem
 from pal_lightning.gem import agem_project, gem_coefficients, project_gradient, qp, solve_gem_dual
 
 

@@ -139,8 +139,7 @@ def test_auxiliary_and_scored_tasks_of_a_module() -> None:
 
 
 REPORT = SimpleNamespace(
-    adapter="pal",
-    pal_size=204,
+    adapter={"method": "pal", "size": 204},
     base_encoder=1000,
     stored_per_task={"sst": 7},
     total=1300,
@@ -148,8 +147,7 @@ REPORT = SimpleNamespace(
     trainable=300,
 )
 COUNTS = {
-    "adapter": "pal",
-    "pal_size": 204,
+    "adapter": {"method": "pal", "size": 204},
     "base_encoder": 1000,
     "stored_per_task": {"sst": 7},
     "total": 1300,

@@ -101,5 +101,5 @@ def test_pretrain_under_ddp_writes_one_loadable_encoder(runs: dict[str, Any]) ->
     out = folder / "runs" / "version_0" / "encoder"
     assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()
     assert runs["procs"]["pretrain"].stdout.count("wrote the pre-trained encoder") == 1  # rank 0 only
-    model = MultiTaskModule(tasks=["sst"], encoder=str(out), pal_size=8, pal_heads=2)
+    model = MultiTaskModule(tasks=["sst"], encoder=str(out), adapter={"size": 8, "num_heads": 2})
     assert model.encoder.loading_info.missing_new

@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from pal_lightning.cli.fit import PalLightningCLI, main
+from pal_lightning.cli import precision as P
+from pal_lightning.cli.fit import PalLightningCLI
+from pal_lightning.cli.main import main
 from pal_lightning.cli.precision import DeviceCapabilities, choose_precision, resolve_precision
-from pal_lightning.module import precision as P
 
 
 @pytest.mark.parametrize(

@@ -39,7 +39,7 @@ def test_pretrain_writes_an_encoder_that_fine_tuning_loads(
     start = before.get(key, before.get(key.removeprefix("bert.")))
     assert not torch.equal(saved[key], start)  # pre-training moved the encoder
 
-    model = MultiTaskModule(tasks=["sst", "sts"], encoder=str(out), pal_size=8, pal_heads=2)
+    model = MultiTaskModule(tasks=["sst", "sts"], encoder=str(out), adapter={"size": 8, "num_heads": 2})
     loaded = dict(model.encoder.bert.named_parameters())
     assert torch.equal(loaded[key.removeprefix("bert.")], saved[key])
     assert model.encoder.loading_info.missing_new  # only the new PAL weights were missing

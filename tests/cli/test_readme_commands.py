@@ -94,7 +94,7 @@ def test_task_weights_of_another_pair_encoding_name_the_option(tmp_path: Path) -
     from pal_lightning import MultiTaskModule, PalUserError, load_task_weights, save_task_weights
     from pal_lightning.testing import TINY_BERT
 
-    tiny = {"bert_config": TINY_BERT, "pal_size": 8, "pal_heads": 2, "tasks": ["sst", "qqp", "sts"]}
+    tiny = {"bert_config": TINY_BERT, "adapter": {"size": 8, "num_heads": 2}, "tasks": ["sst", "qqp", "sts"]}
     saved = save_task_weights(MultiTaskModule(**tiny, pair_encoding="siamese"), tmp_path / "w.safetensors")
     with pytest.raises(PalUserError, match="pair_encoding it was trained with .*this model has 'cross'"):
         load_task_weights(MultiTaskModule(**tiny), saved)

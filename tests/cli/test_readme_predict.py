@@ -15,7 +15,7 @@ from .test_readme_example import _block_after
 
 def test_predict_example_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     code = _block_after("<!-- readme-example: predict -->")
-    MultiTaskModule(bert_config=TINY_BERT, pal_size=8, pal_heads=2, pair_encoding="siamese").save_pretrained(
+    MultiTaskModule(bert_config=TINY_BERT, adapter={"size": 8, "num_heads": 2}, pair_encoding="siamese").save_pretrained(
         tmp_path / "runs" / "demo" / "version_0" / "model"
     )
     monkeypatch.chdir(tmp_path)

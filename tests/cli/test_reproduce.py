@@ -60,8 +60,8 @@ def test_grid_end_to_end_on_a_tiny_model(tmp_path: Path, data_dir: Path) -> None
     argv = [
         "--steps", "2", "--epochs", "1", "--only", "shared,pals_annealed", "--out", str(out),
         "--data-dir", str(data_dir), "--qqp-dev-limit", "5", "--max-length", "32",
-        "--", f"--model.init_args.bert_config={tiny}", "--model.init_args.pal_heads=2",
-        "--model.init_args.pal_size=8", "--data.init_args.batch_size=4", "--data.init_args.cache_dir=false",
+        "--", f"--model.init_args.bert_config={tiny}", "--model.init_args.adapter.num_heads=2",
+        "--model.init_args.adapter.size=8", "--data.init_args.batch_size=4", "--data.init_args.cache_dir=false",
     ]  # fmt: skip
     assert reproduce.main(argv) == 0
     with (out / "results.csv").open() as f:

@@ -21,7 +21,7 @@ def quickstart_module(**overrides: object) -> object:
     from pal_lightning import MultiTaskModule
 
     args = dict(yaml.safe_load((ROOT / "configs" / "quickstart.yaml").read_text())["model"]["init_args"])
-    args.update(bert_config=tiny_bert_config(layers=6), pal_heads=2, **overrides)
+    args.update(bert_config=tiny_bert_config(layers=6), adapter={"num_heads": 2}, **overrides)
     return MultiTaskModule(**args)
 
 
@@ -83,10 +83,10 @@ def test_quick_survey_writes_one_consistent_row_per_configuration_and_snapshot(t
 
 def test_quick_overrides_scale_explicit_pal_sizes_to_the_tiny_width() -> None:
     # 48 * 32 / 384 = 4 and 204 * 32 / 384 = 17 -> 16 (a multiple of the 2 heads); other keys untouched
-    given = ("model.init_args.pal_size=48", "model.init_args.pal_size=204", "model.init_args.adapter=pff")
+    given = ("model.init_args.adapter.size=48", "model.init_args.adapter.size=204", "model.init_args.adapter=pff")
     assert survey.quick_overrides(given) == (
-        "model.init_args.pal_size=4",
-        "model.init_args.pal_size=16",
+        "model.init_args.adapter.size=4",
+        "model.init_args.adapter.size=16",
         "model.init_args.adapter=pff",
     )
 

@@ -90,7 +90,7 @@ def test_fit_saves_the_best_model_and_predict_reads_csv_and_jsonl(
 def saved_model(tmp_path: Path) -> Path:
     from pal_lightning.testing import TINY_BERT
 
-    module = MultiTaskModule(tasks=["sst", "qqp"], bert_config=TINY_BERT, pal_size=8, pal_heads=2)
+    module = MultiTaskModule(tasks=["sst", "qqp"], bert_config=TINY_BERT, adapter={"size": 8, "num_heads": 2})
     return module.save_pretrained(tmp_path / "model")
 
 

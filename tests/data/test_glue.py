@@ -18,7 +18,7 @@ import torch
 datasets = pytest.importorskip("datasets")
 
 from pal_lightning.core.errors import PalUserError  # noqa: E402
-from pal_lightning.data import hf_sources  # noqa: E402
+from pal_lightning.data.sources import hf as hf_sources  # noqa: E402
 from pal_lightning.data.sources.readers import read_split  # noqa: E402
 from pal_lightning.tasks.glue import glue_average, missing_submission_files, write_submission_file  # noqa: E402
 from pal_lightning.tasks.metrics import build_metric, overall_score  # noqa: E402
@@ -251,7 +251,7 @@ def test_one_mnli_head_scores_both_dev_sets_and_writes_three_files(
     from pal_lightning.testing import TINY_BERT, quiet_trainer
 
     tasks = ["glue_mnli", "glue_rte"]
-    module = MultiTaskModule(tasks=tasks, bert_config=TINY_BERT, pal_size=8, pal_heads=2)
+    module = MultiTaskModule(tasks=tasks, bert_config=TINY_BERT, adapter={"size": 8, "num_heads": 2})
     assert list(module.heads) == tasks  # one MNLI head: no second head for the mismatched sets
     with torch.no_grad():
         for task, answer in (("glue_mnli", 1), ("glue_rte", 0)):
@@ -298,7 +298,7 @@ def test_the_deprecated_glue_mnli_mm_task_keeps_its_own_head() -> None:
 
     with pytest.warns(FutureWarning, match="Remove glue_mnli_mm from the tasks"):
         module = MultiTaskModule(
-            tasks=["glue_mnli", "glue_mnli_mm"], bert_config=TINY_BERT, pal_size=8, pal_heads=2
+            tasks=["glue_mnli", "glue_mnli_mm"], bert_config=TINY_BERT, adapter={"size": 8, "num_heads": 2},
         )
     assert sorted(module.heads) == ["glue_mnli", "glue_mnli_mm"]
     assert list(module.eval_views) == ["glue_ax"]

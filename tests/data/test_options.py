@@ -15,7 +15,7 @@ from pal_lightning.cli.help import doc_args
 from pal_lightning.core.config_fields import args_section, bind_fields, field_docs
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.data import MultiTaskDataModule
-from pal_lightning.data import sampling as sampling_mod
+from pal_lightning.data import schedules as sampling_mod
 from pal_lightning.data.options import DataConfig
 from pal_lightning.data.phase_plan import PhasePlan, plan_phases
 from pal_lightning.data.schedules import SAMPLING_SCHEDULES, annealing_horizon

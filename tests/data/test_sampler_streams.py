@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pal_lightning.data import samplers
+from pal_lightning.data import batch_samplers as samplers
 from pal_lightning.data.batch_samplers import MultiTaskBatchSampler
 from pal_lightning.data.schedules import SamplingSchedule
 

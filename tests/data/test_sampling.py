@@ -7,7 +7,7 @@ import math
 import pytest
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.data import sampling
+from pal_lightning.data import schedules as sampling
 from pal_lightning.data.schedules import (
     SAMPLING_SCHEDULES,
     SamplingSchedule,

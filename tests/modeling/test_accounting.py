@@ -24,28 +24,28 @@ def _on_meta(**kwargs) -> MultiTaskBert:
 
 
 def test_bert_base_pal_weights_match_the_paper():
-    report = parameter_report(_on_meta(adapter="pals", pal_size=204))
+    report = parameter_report(_on_meta(adapter={"method": "pals", "size": 204}))
     assert report.adapter_weights == {"a": 1_811_520, "b": 1_811_520}
     assert 2 * 768 * 204 + 12 * 3 * 204**2 == 1_811_520
     # biases apart: V^E (204) + V^D (768) + Q, K, V per layer (12 * 3 * 204)
     assert report.adapter_biases["a"] == 204 + 768 + 12 * 3 * 204
-    assert report.pal_size == 204
+    assert report.adapter_size == 204
 
 
 def test_default_size_for_bert_base_is_204():
-    assert _on_meta().pal_size == 204
+    assert _on_meta().adapter_size == 204
 
 
 def test_variant_formulas():
     d, L, ds = 768, 12, 84
-    assert parameter_report(_on_meta(adapter="pals_no_sharing", pal_size=ds)).adapter_weights["a"] == L * (
+    assert parameter_report(_on_meta(adapter={"method": "pals_no_sharing", "size": ds})).adapter_weights["a"] == L * (
         2 * d * ds + 3 * ds**2
     )
     assert (
-        parameter_report(_on_meta(adapter="low_rank", pal_size=100)).adapter_weights["a"] == L * 2 * d * 100
+        parameter_report(_on_meta(adapter={"method": "low_rank", "size": 100})).adapter_weights["a"] == L * 2 * d * 100
     )
     report = parameter_report(_on_meta(adapter="pals", placement="top", num_layers=6))
-    assert report.pal_size == 276
+    assert report.adapter_size == 276
     assert report.adapter_weights["a"] == 2 * d * 276 + 6 * 3 * 276**2
     none = parameter_report(_on_meta(adapter="none"))
     assert none.adapter_weights == {"a": 0, "b": 0} and none.total == none.shared
@@ -54,7 +54,7 @@ def test_variant_formulas():
 class _WithHeads(nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.encoder = MultiTaskBert.from_config(TINY, ["a", "b"], pal_size=8, num_heads=2)
+        self.encoder = MultiTaskBert.from_config(TINY, ["a", "b"], size=8, num_heads=2)
         self.heads = nn.ModuleDict({"a": nn.Linear(32, 5), "b": nn.Linear(32, 1)})
         self.log_temperature = nn.Parameter(torch.zeros(()))
 
@@ -78,7 +78,7 @@ def test_module_with_heads():
 
 
 def test_plain_encoder_report_matches_the_model():
-    model = MultiTaskBert.from_config(TINY, ["a"], adapter="low_rank", pal_size=3)
+    model = MultiTaskBert.from_config(TINY, ["a"], adapter="low_rank", size=3)
     report = parameter_report(model)
     assert report.heads == {"a": 0} and report.other == 0
     assert report.total == sum(p.numel() for p in model.parameters())

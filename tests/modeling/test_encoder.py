@@ -36,7 +36,7 @@ def _plain_copy(model: MultiTaskBert, impl: str) -> BertModel:
 )
 def test_output_shape_and_layout_for_every_variant_and_placement(adapter, placement, k, layers, batch):
     model = MultiTaskBert.from_config(
-        TINY, ["a", "b"], adapter=adapter, pal_size=8, num_heads=2, placement=placement, num_layers=k
+        TINY, ["a", "b"], adapter=adapter, size=8, num_heads=2, placement=placement, num_layers=k
     )
     out = model(**batch, task="b")
     assert out.shape == (3, 7, TINY["hidden_size"])
@@ -44,9 +44,9 @@ def test_output_shape_and_layout_for_every_variant_and_placement(adapter, placem
     assert all(isinstance(layer, PALBertLayer) for layer in model.bert.encoder.layer)
     if adapter == "none":
         assert list(model.new_parameters()) == []
-        assert model.pal_layers == ()
+        assert model.adapter_layers == ()
         return
-    assert model.pal_layers == layers
+    assert model.adapter_layers == layers
     names = {n for n, _ in model.task_parameters("a")}
     has_attention = any(".attention." in n for n in names)
     assert has_attention == (adapter != "low_rank")
@@ -62,7 +62,7 @@ def test_output_shape_and_layout_for_every_variant_and_placement(adapter, placem
 @pytest.mark.parametrize("adapter", ["pals", "pals_no_sharing", "low_rank"])
 def test_zero_init_equals_the_plain_encoder_and_random_init_does_not(impl, adapter, batch):
     model = MultiTaskBert.from_config(
-        TINY, ["a"], adapter=adapter, pal_size=8, num_heads=2, attn_implementation=impl
+        TINY, ["a"], adapter=adapter, size=8, num_heads=2, attn_implementation=impl
     )
     model.eval()
     # torch's SDPA is registered as "pal_sdpa" (in fp32 on a CPU under autocast: tests/modeling/test_attention.py)
@@ -73,7 +73,7 @@ def test_zero_init_equals_the_plain_encoder_and_random_init_does_not(impl, adapt
     torch.testing.assert_close(out, reference, atol=1e-6, rtol=0)
 
     randomised = MultiTaskBert.from_config(
-        TINY, ["a"], adapter=adapter, pal_size=8, num_heads=2, init="random", attn_implementation=impl
+        TINY, ["a"], adapter=adapter, size=8, num_heads=2, init="random", attn_implementation=impl
     ).eval()
     randomised.bert.load_state_dict(model.bert.state_dict())
     with torch.no_grad():
@@ -82,9 +82,9 @@ def test_zero_init_equals_the_plain_encoder_and_random_init_does_not(impl, adapt
 
 
 def test_sdpa_and_eager_agree_with_random_pals(batch):
-    sdpa = MultiTaskBert.from_config(TINY, ["a"], pal_size=8, num_heads=2, init="random").eval()
+    sdpa = MultiTaskBert.from_config(TINY, ["a"], size=8, num_heads=2, init="random").eval()
     eager = MultiTaskBert.from_config(
-        TINY, ["a"], pal_size=8, num_heads=2, attn_implementation="eager"
+        TINY, ["a"], size=8, num_heads=2, attn_implementation="eager"
     ).eval()
     eager.load_state_dict(sdpa.state_dict())
     with torch.no_grad():
@@ -95,7 +95,7 @@ def test_sdpa_and_eager_agree_with_random_pals(batch):
 def test_padding_does_not_leak_into_real_tokens(impl, batch):
     """The PAL attention must mask padded keys: changing padded ids changes nothing at real positions."""
     model = MultiTaskBert.from_config(
-        TINY, ["a"], pal_size=8, num_heads=2, init="random", attn_implementation=impl
+        TINY, ["a"], size=8, num_heads=2, init="random", attn_implementation=impl
     ).eval()
     altered = {k: v.clone() for k, v in batch.items()}
     altered["input_ids"][1, 4:] = torch.tensor([5, 6, 7])
@@ -107,7 +107,7 @@ def test_padding_does_not_leak_into_real_tokens(impl, batch):
 
 def test_pal_term_enters_before_the_output_layernorm(batch):
     """Layer output == LN2(h_att + FFN(h_att) + TS(h)), computed by hand from the BERT sub-modules."""
-    model = MultiTaskBert.from_config(TINY_NO_DROPOUT, ["a"], pal_size=8, num_heads=2, init="random").eval()
+    model = MultiTaskBert.from_config(TINY_NO_DROPOUT, ["a"], size=8, num_heads=2, init="random").eval()
     layer = model.bert.encoder.layer[0]
     h = torch.randn(3, 7, TINY["hidden_size"])
     with torch.no_grad():
@@ -122,9 +122,9 @@ def test_pal_term_enters_before_the_output_layernorm(batch):
 
 
 def test_feed_forward_chunking_gives_the_same_result(batch):
-    plain = MultiTaskBert.from_config(TINY, ["a"], pal_size=8, num_heads=2, init="random").eval()
+    plain = MultiTaskBert.from_config(TINY, ["a"], size=8, num_heads=2, init="random").eval()
     chunked = MultiTaskBert.from_config(
-        {**TINY, "chunk_size_feed_forward": 1}, ["a"], pal_size=8, num_heads=2
+        {**TINY, "chunk_size_feed_forward": 1}, ["a"], size=8, num_heads=2
     ).eval()
     chunked.load_state_dict(plain.state_dict())
     with torch.no_grad():
@@ -134,7 +134,7 @@ def test_feed_forward_chunking_gives_the_same_result(batch):
 @pytest.mark.parametrize("adapter", ["pals", "low_rank"])
 def test_gradients_reach_only_the_active_task_adapter_and_the_encoder(adapter, batch):
     model = MultiTaskBert.from_config(
-        TINY, ["a", "b", "c"], adapter=adapter, pal_size=8, num_heads=2, init="random"
+        TINY, ["a", "b", "c"], adapter=adapter, size=8, num_heads=2, init="random"
     )
     model(**batch, task="b").pow(2).mean().backward()
     for name, param in model.task_parameters("b"):
@@ -148,13 +148,13 @@ def test_gradients_reach_only_the_active_task_adapter_and_the_encoder(adapter, b
 
 
 def test_zero_init_still_trains_the_up_projection(batch):
-    model = MultiTaskBert.from_config(TINY, ["a"], pal_size=8, num_heads=2)
+    model = MultiTaskBert.from_config(TINY, ["a"], size=8, num_heads=2)
     model(**batch, task="a").pow(2).mean().backward()
     assert model.adapters["a"].up.weight.grad.abs().sum() > 0
 
 
 def test_gradient_checkpointing_matches(batch):
-    model = MultiTaskBert.from_config(TINY_NO_DROPOUT, ["a"], pal_size=8, num_heads=2, init="random")
+    model = MultiTaskBert.from_config(TINY_NO_DROPOUT, ["a"], size=8, num_heads=2, init="random")
     model(**batch, task="a").sum().backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     model.zero_grad(set_to_none=True)
@@ -214,14 +214,14 @@ def test_decoder_configs_and_unknown_attention_implementations_are_refused():
 
 
 def test_defaults_one_task_as_a_string_and_the_repr():
-    model = MultiTaskBert(BertConfig(**TINY), "sst")  # no PALConfig: its defaults; one name, not its letters
-    from pal_lightning.modeling import PALConfig
+    model = MultiTaskBert(BertConfig(**TINY), "sst")  # no AdapterConfig: its defaults; one name, not its letters
+    from pal_lightning.modeling import AdapterConfig
 
-    assert model.task_names == ("sst",) and model.pal_config == PALConfig()
+    assert model.task_names == ("sst",) and model.adapter_config == AdapterConfig()
     assert model.loading_info is None  # nothing loaded yet
-    small = MultiTaskBert.from_config(TINY, ["a", "b"], pal_size=8, num_heads=2, layer_sharing="SSI")
+    small = MultiTaskBert.from_config(TINY, ["a", "b"], size=8, num_heads=2, layer_sharing="SSI")
     assert small.extra_repr() == (
-        "tasks=['a', 'b'], adapter='pals', pal_size=8, num_heads=2, layers=[0, 1, 2], init='zero', "
+        "tasks=['a', 'b'], adapter='pals', size=8, num_heads=2, layers=[0, 1, 2], init='zero', "
         "layer_sharing='SSI'"
     )
 
@@ -229,13 +229,13 @@ def test_defaults_one_task_as_a_string_and_the_repr():
 def test_task_specs_are_accepted():
     from pal_lightning.tasks.specs import get_task
 
-    model = MultiTaskBert.from_config(TINY, [get_task("sst"), "qqp"], pal_size=8, num_heads=2)
+    model = MultiTaskBert.from_config(TINY, [get_task("sst"), "qqp"], size=8, num_heads=2)
     assert model.task_names == ("sst", "qqp")
     assert model.hidden_size == TINY["hidden_size"]
 
 
 def test_parameter_groups_partition_the_model():
-    model = MultiTaskBert.from_config(TINY, ["a", "b"], pal_size=8, num_heads=2)
+    model = MultiTaskBert.from_config(TINY, ["a", "b"], size=8, num_heads=2)
     pretrained = dict(model.pretrained_parameters())
     new = dict(model.new_parameters())
     assert set(pretrained) | set(new) == {n for n, _ in model.named_parameters()}
@@ -260,22 +260,22 @@ def _save_plain(tmp_path, impl="sdpa", drop: str | None = None, wrapper=BertMode
 
 @pytest.mark.parametrize("impl", IMPLS)
 def test_from_pretrained_loads_everything_and_starts_as_the_encoder(tmp_path, impl, batch, caplog):
-    from pal_lightning.modeling import PALConfig
+    from pal_lightning.modeling import AdapterConfig
 
     _save_plain(tmp_path, impl)
     with caplog.at_level("INFO", logger="pal_lightning.modeling.encoder"):
         model = MultiTaskBert.from_pretrained(
             tmp_path,
             ["a", "b", "c"],
-            pal=PALConfig(num_heads=2),
+            adapter=AdapterConfig(num_heads=2),
             attn_implementation=impl,
             layer_sharing="SSI",
             task_groups=[["a", "b"]],
-            pal_size=4,  # not the default size at this width (8)
+            size=4,  # not the default size at this width (8)
         )
     # every argument reaches the model
     assert model.config._attn_implementation == {"sdpa": "pal_sdpa"}.get(impl, impl)
-    assert (model.pal_size, model.pal_config.num_heads, model.layer_sharing) == (4, 2, "SSI")
+    assert (model.adapter_size, model.adapter_config.num_heads, model.layer_sharing) == (4, 2, "SSI")
     assert list(model.individual) == ["a+b", "c"]
     info = model.loading_info
     assert info.source == str(tmp_path / "model.safetensors")
@@ -331,7 +331,7 @@ def test_real_minilm_with_pals_forward_and_backward():
     from pal_lightning.core.hub import DEFAULT_ENCODER, resolve_encoder
 
     model = MultiTaskBert.from_pretrained(DEFAULT_ENCODER, ["sst", "qqp"])
-    assert model.hidden_size == 384 and model.pal_size == 102
+    assert model.hidden_size == 384 and model.adapter_size == 102
     assert model.loading_info.unexpected == ["pooler.dense.bias", "pooler.dense.weight"]
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(1000, 30000, (2, 12), generator=gen)
@@ -356,13 +356,13 @@ def test_real_minilm_with_pals_forward_and_backward():
 
 
 def test_from_config_keeps_the_base_pal_config_and_the_callers_bert_config():
-    from pal_lightning.modeling import PALConfig
+    from pal_lightning.modeling import AdapterConfig
 
-    base = PALConfig(adapter="low_rank", pal_size=5)
-    model = MultiTaskBert.from_config(TINY, ["a"], pal=base, placement="top", num_layers=1)
-    assert model.pal_config == base.replace(placement="top", num_layers=1)
-    assert model.pal_layers == (2,) and model.pal_size == 5
+    base = AdapterConfig(method="low_rank", size=5)
+    model = MultiTaskBert.from_config(TINY, ["a"], base, placement="top", num_layers=1)
+    assert model.adapter_config == base.replace(placement="top", num_layers=1)
+    assert model.adapter_layers == (2,) and model.adapter_size == 5
     config = BertConfig(**TINY)
-    eager = MultiTaskBert.from_config(config, ["a"], pal_size=8, num_heads=2, attn_implementation="eager")
+    eager = MultiTaskBert.from_config(config, ["a"], size=8, num_heads=2, attn_implementation="eager")
     assert eager.config._attn_implementation == "eager"
     assert eager.config is not config and config.num_hidden_layers == TINY["num_hidden_layers"]

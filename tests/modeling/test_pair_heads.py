@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from pal_lightning.core.errors import PalUserError
+from pal_lightning.core.version import __version__
 from pal_lightning.modeling.heads import CosineSimilarityHead, SiameseClassificationHead, predict
 from pal_lightning.modeling.pair_heads import (
     ConcatPairHead,
@@ -19,6 +20,7 @@ from pal_lightning.modeling.pair_heads import (
     build_task_head,
     build_task_heads,
 )
+from pal_lightning.module.checkpoint_check import VERSION_KEY
 from pal_lightning.tasks.specs import get_task
 
 H = 4
@@ -124,12 +126,12 @@ def test_module_builds_the_chosen_heads_and_a_checkpoint_remembers_them() -> Non
     from pal_lightning.module.multitask import MultiTaskModule
     from pal_lightning.testing import TINY_BERT
 
-    kw = dict(bert_config=TINY_BERT, pal_heads=2, pair_encoding=SIAMESE)
+    kw = dict(bert_config=TINY_BERT, adapter={"num_heads": 2}, pair_encoding=SIAMESE)
     module = MultiTaskModule(heads={"sts": "cosine_rescaled", "qqp": "sum"}, **kw)
     assert isinstance(module.heads["sts"], RescaledCosineHead) and isinstance(
         module.heads["qqp"], SumPairHead
     )
-    saved = {"hyper_parameters": dict(module.hparams), "state_dict": module.state_dict()}
+    saved = {VERSION_KEY: __version__, "hyper_parameters": dict(module.hparams), "state_dict": module.state_dict()}
     with pytest.raises(PalUserError, match="heads is .* in the checkpoint but None here"):
         MultiTaskModule(**kw).on_load_checkpoint(saved)
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from pal_lightning.modeling import PALConfig
+from pal_lightning.modeling import AdapterConfig
 from pal_lightning.modeling.methods.pals import (
     MASK_VALUE,
     ProjectedAttention,
@@ -15,6 +16,11 @@ from pal_lightning.modeling.methods.pals import (
     additive_mask,
     pff_inner_size,
 )
+
+
+def _task_adapter(config: AdapterConfig, hidden_size: int, size: int, layers: list[int]) -> torch.nn.Module:
+    """The module ``config``'s method builds for an encoder of width ``hidden_size``."""
+    return config.adapter_method.build(config, SimpleNamespace(hidden_size=hidden_size), size, tuple(layers))
 
 
 def _manual_attention(module: ProjectedAttention, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
@@ -87,16 +93,15 @@ def test_pff_inner_size_holds_the_weights_of_a_fused_qkv():
 
 
 def test_low_rank_is_up_of_down():
-    adapter = TaskAdapter(PALConfig(adapter="low_rank", init="random"), 16, 4, [0, 1])
+    adapter = _task_adapter(AdapterConfig(method="low_rank", init="random"), 16, 4, [0, 1])
     h = torch.randn(2, 3, 16)
     torch.testing.assert_close(adapter(1, h, None), adapter.up["1"](adapter.down["1"](h)))
     assert adapter.attention is None
-    with pytest.raises(ValueError, match=r"^adapter 'pa_on_top' has no TaskAdapter inside the layers$"):
-        TaskAdapter(PALConfig(adapter="pa_on_top"), 16, 4, [])
+    assert not isinstance(_task_adapter(AdapterConfig(method="pa_on_top", num_heads=2), 16, 4, []), TaskAdapter)
 
 
 def test_pals_share_projections_across_layers():
-    adapter = TaskAdapter(PALConfig(init="random", pal_size=4, num_heads=2), 16, 4, [0, 1, 2])
+    adapter = _task_adapter(AdapterConfig(init="random", size=4, num_heads=2), 16, 4, [0, 1, 2])
     h = torch.randn(2, 3, 16)
     expected = adapter.up(adapter.attention["2"](adapter.down(h), None))
     torch.testing.assert_close(adapter(2, h, None), expected)
@@ -106,7 +111,7 @@ def test_pals_share_projections_across_layers():
 @pytest.mark.parametrize("init", ["zero", "random"])
 def test_initialisation(init):
     torch.manual_seed(0)
-    adapter = TaskAdapter(PALConfig(init=init, pal_size=60, num_heads=6), 96, 60, [0])
+    adapter = _task_adapter(AdapterConfig(init=init, size=60, num_heads=6), 96, 60, [0])
     assert adapter.down.weight.std().item() == pytest.approx(0.02, rel=0.1)
     assert adapter.attention["0"].qkv.weight.std().item() == pytest.approx(0.02, rel=0.1)
     assert adapter.down.bias.abs().sum() == 0

@@ -1,11 +1,11 @@
-"""PALConfig: default sizes per variant, validation, layer placement."""
+"""AdapterConfig: default sizes per variant, validation, layer placement."""
 
 from __future__ import annotations
 
 import pytest
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.modeling import PALConfig
+from pal_lightning.modeling import AdapterConfig
 
 
 @pytest.mark.parametrize(
@@ -23,31 +23,31 @@ from pal_lightning.modeling import PALConfig
     ],
 )
 def test_default_sizes_follow_the_paper_scaled_to_width(adapter, placement, hidden, expected):
-    assert PALConfig(adapter=adapter, placement=placement).resolved_size(hidden) == expected
+    assert AdapterConfig(method=adapter, placement=placement).resolved_size(hidden) == expected
 
 
 @pytest.mark.parametrize(("hidden", "heads"), [(32, 6), (64, 4), (100, 6), (512, 8)])
 def test_default_size_is_a_multiple_of_the_head_count(hidden, heads):
-    size = PALConfig(num_heads=heads).resolved_size(hidden)
+    size = AdapterConfig(num_heads=heads).resolved_size(hidden)
     assert size >= heads and size % heads == 0
     # nearest multiple of the head count to the scaled paper size
     assert abs(size - hidden * 204 / 768) <= heads / 2 + 1e-9 or size == heads
 
 
 def test_explicit_size_wins_and_low_rank_needs_no_divisibility():
-    assert PALConfig(pal_size=48).resolved_size(768) == 48
-    assert PALConfig(adapter="low_rank", pal_size=7, num_heads=6).resolved_size(32) == 7
+    assert AdapterConfig(size=48).resolved_size(768) == 48
+    assert AdapterConfig(method="low_rank", size=7, num_heads=6).resolved_size(32) == 7
 
 
 @pytest.mark.parametrize(
     ("kwargs", "fragment"),
     [
-        ({"adapter": "lora"}, "Unknown adapter"),
+        ({"method": "lora"}, "Unknown adapter method 'lora'. Choose one of pals, "),
         ({"placement": "middle"}, "placement"),
         ({"init": "ones"}, "init"),
-        ({"pal_size": 100, "num_heads": 6}, "not divisible"),
-        ({"pal_size": 0}, "positive"),
-        ({"pal_size": True}, "positive"),
+        ({"size": 100, "num_heads": 6}, "not divisible"),
+        ({"size": 0}, "positive"),
+        ({"size": True}, "positive"),
         ({"num_heads": 0}, "num_heads"),
         ({"num_layers": 2}, "only applies"),
         ({"placement": "top", "num_layers": 0}, "num_layers"),
@@ -55,23 +55,23 @@ def test_explicit_size_wins_and_low_rank_needs_no_divisibility():
 )
 def test_bad_values_raise_user_errors(kwargs, fragment):
     with pytest.raises(PalUserError, match=fragment):
-        PALConfig(**kwargs)
+        AdapterConfig(**kwargs)
 
 
 def test_layer_indices_for_each_placement():
-    assert PALConfig().layer_indices(4) == (0, 1, 2, 3)
-    assert PALConfig(placement="top", num_layers=2).layer_indices(6) == (4, 5)
-    assert PALConfig(placement="bottom", num_layers=2).layer_indices(6) == (0, 1)
-    assert PALConfig(placement="top").layer_indices(5) == (2, 3, 4)  # half, rounded up
-    assert PALConfig(adapter="none").layer_indices(12) == ()
+    assert AdapterConfig().layer_indices(4) == (0, 1, 2, 3)
+    assert AdapterConfig(placement="top", num_layers=2).layer_indices(6) == (4, 5)
+    assert AdapterConfig(placement="bottom", num_layers=2).layer_indices(6) == (0, 1)
+    assert AdapterConfig(placement="top").layer_indices(5) == (2, 3, 4)  # half, rounded up
+    assert AdapterConfig(method="none").layer_indices(12) == ()
     with pytest.raises(PalUserError, match="exceeds"):
-        PALConfig(placement="top", num_layers=7).layer_indices(6)
+        AdapterConfig(placement="top", num_layers=7).layer_indices(6)
 
 
 def test_replace_validates_and_rejects_unknown_fields():
-    cfg = PALConfig().replace(pal_size=12, num_heads=4)
-    assert (cfg.pal_size, cfg.num_heads) == (12, 4)
-    with pytest.raises(PalUserError, match="Unknown PAL option"):
-        PALConfig().replace(size=12)
+    cfg = AdapterConfig().replace(size=12, num_heads=4)
+    assert (cfg.size, cfg.num_heads) == (12, 4)
+    with pytest.raises(PalUserError, match=r"Unknown adapter option\(s\) \['pal_size'\]"):
+        AdapterConfig().replace(pal_size=12)
     with pytest.raises(PalUserError, match="not divisible"):
-        PALConfig().replace(pal_size=10)
+        AdapterConfig().replace(size=10)

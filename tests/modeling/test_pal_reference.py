@@ -17,7 +17,7 @@ import torch
 from torch.nn import functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from pal_lightning.modeling import MultiTaskBert, PALConfig
+from pal_lightning.modeling import AdapterConfig, MultiTaskBert
 from pal_lightning.modeling.methods.on_top import ProjectedAttentionBlock, ProjectedAttentionOnTop
 from pal_lightning.modeling.methods.pals import scores_dtype
 from pal_lightning.testing import TINY_BERT_3_LAYERS as TINY
@@ -96,7 +96,7 @@ EXPECTED_KEYS = {
 def test_encoder_equals_the_papers_formula_and_keeps_its_saved_names(adapter, batch):
     torch.manual_seed(0)
     model = MultiTaskBert.from_config(
-        TINY_NO_DROPOUT, ["a", "b"], adapter=adapter, pal_size=PAL_SIZE, num_heads=PAL_HEADS, init="random"
+        TINY_NO_DROPOUT, ["a", "b"], adapter=adapter, size=PAL_SIZE, num_heads=PAL_HEADS, init="random"
     ).eval()
     with torch.no_grad():
         got = model(**batch, task="b")
@@ -138,7 +138,7 @@ def test_projected_attention_on_top_equals_its_formula(activation, batch):
         config,
         ["a", "b"],
         adapter="pa_on_top",
-        pal_size=PAL_SIZE,
+        size=PAL_SIZE,
         num_heads=PAL_HEADS,
         init="random",
         activation=activation,
@@ -148,7 +148,7 @@ def test_projected_attention_on_top_equals_its_formula(activation, batch):
         expected = _on_top_reference(model, batch, "b", gelu=activation == "gelu")
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
     # built directly, the blocks take BERT's LayerNorm epsilon
-    top = ProjectedAttentionOnTop(PALConfig(adapter="pa_on_top", num_heads=2), 16, 8)
+    top = ProjectedAttentionOnTop(AdapterConfig(method="pa_on_top", num_heads=2), 16, 8)
     assert top.blocks[0].norm.eps == ProjectedAttentionBlock(8, 2).norm.eps == 1e-12
 
 
@@ -174,7 +174,7 @@ class _OpCount(TorchDispatchMode):
 
 def test_one_pal_is_at_most_five_kernels_and_a_forward_waits_for_the_device_no_more_than_bert(batch):
     torch.manual_seed(0)
-    model = MultiTaskBert.from_config(TINY, ["a"], pal_size=PAL_SIZE, num_heads=PAL_HEADS, init="random")
+    model = MultiTaskBert.from_config(TINY, ["a"], size=PAL_SIZE, num_heads=PAL_HEADS, init="random")
     h = torch.randn(3, 7, TINY["hidden_size"])
     mask = torch.zeros(3, 1, 1, 7)
     with torch.no_grad(), _OpCount() as count:
@@ -210,7 +210,7 @@ class _CastShapes(TorchDispatchMode):
 def test_the_mask_is_built_in_the_autocast_dtype_once(batch):
     cpu = torch.device("cpu")
     assert scores_dtype(torch.float32, cpu) == torch.float32
-    model = MultiTaskBert.from_config(TINY, ["a"], pal_size=PAL_SIZE, num_heads=PAL_HEADS, init="random")
+    model = MultiTaskBert.from_config(TINY, ["a"], size=PAL_SIZE, num_heads=PAL_HEADS, init="random")
     with torch.autocast("cpu", dtype=torch.bfloat16):
         # the CPU computes the attention product in fp32 under autocast (modeling/attention.py)
         assert scores_dtype(torch.float32, cpu) == torch.float32

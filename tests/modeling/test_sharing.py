@@ -166,8 +166,8 @@ def test_all_individual_equals_separate_single_task_models(batch):
 def test_pals_inside_individual_layers(batch):
     """With random PALs, 'SIS' at step 0 equals 'SSS' carrying the same PAL weights: the I copy applies its
     task's PAL exactly like the shared layer does."""
-    mixed = _model("SIS", adapter="pals", pal_size=8, num_heads=2, init="random")
-    shared = _model(None, adapter="pals", pal_size=8, num_heads=2, init="random")
+    mixed = _model("SIS", adapter={"method": "pals", "size": 8}, num_heads=2, init="random")
+    shared = _model(None, adapter={"method": "pals", "size": 8}, num_heads=2, init="random")
     shared.adapters.load_state_dict(mixed.adapters.state_dict())
     plain = _model("SIS")
     for task in TASKS:
@@ -184,7 +184,7 @@ def test_bert_layer_on_top_copies_an_individual_last_layer(batch):
 
 
 def test_accounting_of_a_regime_is_what_serving_all_tasks_stores():
-    model = _model("FSI", adapter="pals", pal_size=8, num_heads=2)
+    model = _model("FSI", adapter={"method": "pals", "size": 8}, num_heads=2)
     report = parameter_report(model)
     assert report.layer_sharing == "FSI"
     assert report.shared == EMBEDDINGS + 2 * LAYER  # embeddings, the F and the S layer
@@ -205,7 +205,7 @@ def test_accounting_of_a_regime_is_what_serving_all_tasks_stores():
 
 
 def test_task_weights_carry_a_tasks_individual_layers(batch, tmp_path):
-    model = _model("SSI", adapter="pals", pal_size=8, num_heads=2, init="random")
+    model = _model("SSI", adapter={"method": "pals", "size": 8}, num_heads=2, init="random")
     with torch.no_grad():
         for p in model.individual["a"].parameters():
             p.add_(0.1)
@@ -214,21 +214,21 @@ def test_task_weights_carry_a_tasks_individual_layers(batch, tmp_path):
         keys = set(f.keys())
     assert any(k.startswith("individual.a.2.") for k in keys)
     assert not any(k.startswith(("individual.b", "individual.c")) for k in keys)
-    fresh = _model("SSI", adapter="pals", pal_size=8, num_heads=2, init="random")
+    fresh = _model("SSI", adapter={"method": "pals", "size": 8}, num_heads=2, init="random")
     assert not torch.equal(_out(fresh, batch, "a"), _out(model, batch, "a"))
     load_task_weights(fresh, path)
     assert torch.equal(_out(fresh, batch, "a"), _out(model, batch, "a"))
     # a model with another regime refuses the file
     with pytest.raises(PalUserError, match="was saved for"):
-        load_task_weights(_model("SIS", adapter="pals", pal_size=8, num_heads=2), path)
+        load_task_weights(_model("SIS", adapter={"method": "pals", "size": 8}, num_heads=2), path)
 
 
 def test_state_dict_round_trip_and_parameter_names(tmp_path, batch):
     from safetensors.torch import load_file, save_file
 
-    model = _model("FIS", adapter="pals", pal_size=8, num_heads=2, init="random")
+    model = _model("FIS", adapter={"method": "pals", "size": 8}, num_heads=2, init="random")
     save_file(model.state_dict(), str(tmp_path / "m.safetensors"))  # no shared tensors
-    twin = MultiTaskBert.from_config(TINY_NO_DROPOUT, TASKS, layer_sharing="FIS", pal_size=8, num_heads=2)
+    twin = MultiTaskBert.from_config(TINY_NO_DROPOUT, TASKS, layer_sharing="FIS", size=8, num_heads=2)
     twin.load_state_dict(load_file(str(tmp_path / "m.safetensors")))
     for task in TASKS:
         assert torch.equal(_out(twin.eval(), batch, task), _out(model, batch, task))
@@ -238,8 +238,8 @@ def test_state_dict_round_trip_and_parameter_names(tmp_path, batch):
 
 
 def test_all_shared_is_todays_shared_model(batch):
-    spelled = _model("SSS", adapter="pals", pal_size=8, num_heads=2, init="random")
-    default = _model(None, adapter="pals", pal_size=8, num_heads=2, init="random")
+    spelled = _model("SSS", adapter={"method": "pals", "size": 8}, num_heads=2, init="random")
+    default = _model(None, adapter={"method": "pals", "size": 8}, num_heads=2, init="random")
     assert spelled.layer_sharing == default.layer_sharing == "SSS"
     assert spelled.state_dict().keys() == default.state_dict().keys()
     assert not any(k.startswith("individual.") for k in spelled.state_dict())

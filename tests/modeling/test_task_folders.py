@@ -21,10 +21,8 @@ def tiny(seed: int, tasks: list | None = None) -> MultiTaskModule:
     return MultiTaskModule(
         tasks=tasks or ["sst", "qqp", "sts"],
         bert_config=TINY_BERT,
-        pal_size=8,
-        pal_heads=2,
-        pal_init="random",
-    )
+        adapter={"size": 8, "num_heads": 2, "init": "random"},
+        )
 
 
 def task_state(module: MultiTaskModule, task: str) -> dict[str, torch.Tensor]:
@@ -42,7 +40,7 @@ def test_round_trip_of_chosen_tasks(tmp_path: Path) -> None:
     assert written == [tmp_path / "adapters" / "sst", tmp_path / "adapters" / "sts"]
     config = json.loads((tmp_path / "adapters" / "sst" / "config.json").read_text())
     assert config["task"]["num_labels"] == 5 and config["label_names"][-1] == "positive"
-    assert config["adapter"]["pal_size"] == 8
+    assert config["adapter"]["size"] == 8
 
     assert load_task_folders(target, tmp_path / "adapters") == ["sst", "sts"]
     for task in ("sst", "sts"):

@@ -20,7 +20,7 @@ from pal_lightning.testing import TINY_BERT_3_LAYERS as TINY
 
 
 def _encoder(**options) -> MultiTaskBert:
-    return MultiTaskBert.from_config(TINY, ["a", "b", "c"], pal_size=8, num_heads=2, **options)
+    return MultiTaskBert.from_config(TINY, ["a", "b", "c"], size=8, num_heads=2, **options)
 
 
 def test_choose_tasks_defaults_to_all_and_names_the_unknown_ones():

@@ -18,7 +18,7 @@ class _Model(nn.Module):
 
     def __init__(self, tasks=("a", "b"), heads=True, **pal) -> None:
         super().__init__()
-        pal = {"pal_size": 8, "num_heads": 2, "init": "random", **pal}
+        pal = {"size": 8, "num_heads": 2, "init": "random", **pal}
         self.encoder = MultiTaskBert.from_config(TINY, list(tasks), **pal)
         if heads:
             self.heads = nn.ModuleDict({t: nn.Linear(32, 3) for t in tasks})
@@ -75,7 +75,7 @@ def test_loading_a_subset_leaves_other_tasks_alone(tmp_path):
 
 
 def test_encoder_only_round_trip(tmp_path):
-    source = MultiTaskBert.from_config(TINY, ["a"], pal_size=8, num_heads=2, init="random")
+    source = MultiTaskBert.from_config(TINY, ["a"], size=8, num_heads=2, init="random")
     path = save_task_weights(source, tmp_path / "enc.safetensors")
     target = _Model(tasks=("a",), heads=False)
     load_task_weights(target, path)
@@ -95,7 +95,7 @@ def test_refuses_to_overwrite(tmp_path):
 @pytest.mark.parametrize(
     ("other", "fragment"),
     [
-        ({"pal_size": 12}, "adapter"),
+        ({"size": 12}, "adapter"),
         ({"adapter": "low_rank"}, "adapter"),
         ({"placement": "top", "num_layers": 1}, "adapter"),
     ],

@@ -11,14 +11,13 @@ from transformers import BertConfig, BertModel
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling import (
+    AdapterConfig,
     MultiTaskBert,
-    PALConfig,
     load_task_weights,
     parameter_report,
     save_task_weights,
 )
 from pal_lightning.modeling.accounting import task_weight_formula
-from pal_lightning.modeling.methods.on_top import build_top_adapter
 from pal_lightning.testing import TINY_BERT_3_LAYERS as TINY
 from pal_lightning.testing import without_dropout
 
@@ -114,8 +113,6 @@ def test_bert_layer_on_top_starts_as_the_last_pretrained_layer_applied_twice(bat
         {**TINY, "initializer_range": 0.5}, ["a"], adapter="bert_layer_on_top", init="random"
     )
     assert wide.adapters["a"].layer.intermediate.dense.weight.std().item() == pytest.approx(0.5, rel=0.1)
-    with pytest.raises(ValueError, match=r"^adapter 'pals' is not applied on top$"):
-        build_top_adapter(PALConfig(adapter="pals", num_heads=2), BertConfig(**TINY), 8)
 
 
 def test_bert_layer_on_top_copies_the_pretrained_layer_after_loading():
@@ -148,19 +145,19 @@ def test_parameter_counts_equal_hand_formulas():
     # tiny: d = 32, L = 3, d_ff = 37; default d_s at width 32: round(32 * 204 / 768) = 9 (pff),
     # pa_on_top to a multiple of 2 heads: 8
     pff = parameter_report(_model("pff"))
-    assert pff.pal_size == 9
+    assert pff.adapter_size == 9
     assert pff.adapter_weights["a"] == 2 * 32 * 9 + 3 * (9 * 13 + 13 * 9)  # inner 3 * 9 // 2 = 13
     assert pff.adapter_biases["a"] == 9 + 32 + 3 * (13 + 9)
     top = parameter_report(_model("pa_on_top"))
-    assert top.pal_size == 8
+    assert top.adapter_size == 8
     assert top.adapter_weights["a"] == 2 * 32 * 8 + 6 * 4 * 8 * 8
     assert top.adapter_biases["a"] == 8 + 32 + 6 * (3 * 8 + 8 + 2 * 8)  # qkv, out, LayerNorm gain+bias
     layer = parameter_report(_model("bert_layer_on_top"))
-    assert layer.pal_size == 0
+    assert layer.adapter_size == 0
     assert layer.adapter_weights["a"] == 4 * 32 * 32 + 2 * 32 * 37
     assert layer.adapter_biases["a"] == 4 * 32 + 37 + 32 + 2 * 2 * 32
     for report in (pff, top, layer):  # the pure formula agrees with the counted model
-        config = PALConfig(adapter=report.adapter, num_heads=2)
+        config = AdapterConfig(method=report.method, num_heads=2)
         assert task_weight_formula(config, D, L, D_FF) == report.adapter_weights["b"]
 
 
@@ -187,7 +184,7 @@ def test_paper_sizes_and_the_eight_task_ratios_at_bert_base():
     }
     for (adapter, d), expected in cases.items():
         shape = BERT_BASE if d == 768 else MINILM
-        pal = PALConfig(adapter=adapter)
+        pal = AdapterConfig(method=adapter)
         formula = task_weight_formula(pal, d, shape["num_hidden_layers"], shape["intermediate_size"])
         assert formula == expected, adapter
 
@@ -218,7 +215,7 @@ def test_save_and_load_round_trip(adapter, batch, tmp_path):
 
 def test_task_weights_refuse_another_variant_or_activation(tmp_path):
     path = save_task_weights(_model("pff"), tmp_path / "pff.safetensors")
-    for other in (_model("pals", pal_size=10), _model("pff", activation="gelu")):
+    for other in (_model("pals", size=10), _model("pff", activation="gelu")):
         with pytest.raises(PalUserError, match="was saved for"):
             load_task_weights(other, path)
 
@@ -226,24 +223,24 @@ def test_task_weights_refuse_another_variant_or_activation(tmp_path):
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"adapter": "pa_on_top", "placement": "top"}, "sits after the last layer"),
-        ({"adapter": "bert_layer_on_top", "pal_size": 64}, "does not apply"),
-        ({"adapter": "none", "activation": "gelu"}, "does not have"),
-        ({"adapter": "bert_layer_on_top", "activation": "gelu"}, "does not have"),
-        ({"adapter": "pals", "activation": "relu"}, "Unknown pal_activation"),
-        ({"adapter": "pa_on_top", "pal_size": 10, "num_heads": 4}, "not divisible"),
+        ({"method": "pa_on_top", "placement": "top"}, "sits after the last layer"),
+        ({"method": "bert_layer_on_top", "size": 64}, "does not apply"),
+        ({"method": "none", "activation": "gelu"}, "does not have"),
+        ({"method": "bert_layer_on_top", "activation": "gelu"}, "does not have"),
+        ({"method": "pals", "activation": "relu"}, "Unknown adapter.activation"),
+        ({"method": "pa_on_top", "size": 10, "num_heads": 4}, "not divisible"),
     ],
 )
 def test_bad_variant_options_name_the_problem(kwargs, message):
     with pytest.raises(PalUserError, match=message):
-        PALConfig(**kwargs)
+        AdapterConfig(**kwargs)
 
 
 def test_default_sizes_scale_with_the_width():
-    assert PALConfig(adapter="pff").resolved_size(768) == 204
-    assert PALConfig(adapter="pff").resolved_size(384) == 102
-    assert PALConfig(adapter="pa_on_top").resolved_size(384) == 102
-    assert PALConfig(adapter="pa_on_top", num_heads=12).resolved_size(768) == 204
-    assert PALConfig(adapter="pals", placement="top").resolved_size(384) == 138
+    assert AdapterConfig(method="pff").resolved_size(768) == 204
+    assert AdapterConfig(method="pff").resolved_size(384) == 102
+    assert AdapterConfig(method="pa_on_top").resolved_size(384) == 102
+    assert AdapterConfig(method="pa_on_top", num_heads=12).resolved_size(768) == 204
+    assert AdapterConfig(method="pals", placement="top").resolved_size(384) == 138
     for adapter in ("pa_on_top", "bert_layer_on_top"):
-        assert PALConfig(adapter=adapter).layer_indices(12) == ()
+        assert AdapterConfig(method=adapter).layer_indices(12) == ()

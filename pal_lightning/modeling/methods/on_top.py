@@ -18,7 +18,7 @@ task-specific block to the output h of the last layer:
   step 0 is exactly the pretrained encoder, as with PALs (``init="random"`` draws V^D too).
 * ``bert_layer_on_top`` (:class:`BertLayerOnTop`): a whole BERT layer per task, ``h_out = Layer_t(h)``
   (d^2-sized: about 7.1M weights per task at BERT-base). ``init="zero"`` starts it as a copy of the
-  encoder's last pretrained layer (see :class:`~pal_lightning.modeling.methods.config.PALConfig` ``init``);
+  encoder's last pretrained layer (see :class:`~pal_lightning.modeling.methods.config.AdapterConfig` ``init``);
   ``init="random"`` as a fresh BERT layer like the reference. No start makes it the identity.
 
 Both live in the encoder's ``adapters`` ModuleDict under the task's name, like PALs, so every tool that
@@ -27,13 +27,19 @@ handles "a task's own parameters" (accounting, task-only weights, export, parame
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import BertConfig
+from transformers import BertConfig, PretrainedConfig
 from transformers.models.bert.modeling_bert import BertLayer
 
-from pal_lightning.modeling.methods.config import PALConfig
+from pal_lightning.modeling.methods.base import AdapterMethod, Where
+
+if TYPE_CHECKING:
+    from pal_lightning.modeling.methods.config import AdapterConfig
+
 from pal_lightning.modeling.methods.pals import INIT_STD, ProjectedAttention, init_like_bert, zero_linears
 
 TOP_ATTENTION_BLOCKS = 6
@@ -73,7 +79,7 @@ class ProjectedAttentionOnTop(nn.Module):
         eps: LayerNorm epsilon of the blocks.
     """
 
-    def __init__(self, config: PALConfig, hidden_size: int, size: int, eps: float = 1e-12) -> None:
+    def __init__(self, config: AdapterConfig, hidden_size: int, size: int, eps: float = 1e-12) -> None:
         super().__init__()
         self.down = nn.Linear(hidden_size, size)
         self.up = nn.Linear(size, hidden_size)
@@ -119,7 +125,7 @@ class BertLayerOnTop(nn.Module):
         layer_index: index recorded on the layer (``num_hidden_layers``: one above the last).
     """
 
-    def __init__(self, config: PALConfig, bert_config: BertConfig, layer_index: int) -> None:
+    def __init__(self, config: AdapterConfig, bert_config: BertConfig, layer_index: int) -> None:
         super().__init__()
         self.layer = BertLayer(bert_config, layer_idx=layer_index)
         self.init = config.init
@@ -144,11 +150,43 @@ class BertLayerOnTop(nn.Module):
         return self.layer(hidden, bert_mask)
 
 
-def build_top_adapter(config: PALConfig, bert_config: BertConfig, size: int) -> nn.Module:
-    """The on-top module of one task for ``config.adapter`` (``pa_on_top`` or ``bert_layer_on_top``)."""
-    if config.adapter == "pa_on_top":
-        eps = float(getattr(bert_config, "layer_norm_eps", 1e-12))
-        return ProjectedAttentionOnTop(config, int(bert_config.hidden_size), size, eps)
-    if config.adapter == "bert_layer_on_top":
-        return BertLayerOnTop(config, bert_config, int(bert_config.num_hidden_layers))
-    raise ValueError(f"adapter {config.adapter!r} is not applied on top")
+class ProjectedAttentionOnTopMethod(AdapterMethod):
+    """``pa_on_top``: :class:`ProjectedAttentionOnTop` after the last layer.
+
+    Weights per task: ``2 d d_s + 6 * 4 d_s^2`` (Q, K, V and the output projection of each block)."""
+
+    name = "pa_on_top"
+    where = Where.TOP
+    size_at_768 = 204
+    headed = True
+    uses_heads = True
+    has_up_projection = True
+    placeable = False
+
+    def build(
+        self, config: AdapterConfig, encoder_config: PretrainedConfig, size: int, layers: tuple[int, ...]
+    ) -> nn.Module:
+        eps = float(getattr(encoder_config, "layer_norm_eps", 1e-12))
+        return ProjectedAttentionOnTop(config, int(encoder_config.hidden_size), size, eps)
+
+    def weight_formula(self, config: AdapterConfig, d: int, size: int, k: int, d_ff: int) -> int:
+        return 2 * d * size + TOP_ATTENTION_BLOCKS * 4 * size**2
+
+
+class BertLayerOnTopMethod(AdapterMethod):
+    """``bert_layer_on_top``: :class:`BertLayerOnTop`, a whole encoder layer per task after the last one.
+
+    Weights per task: ``4 d^2 + 2 d d_ff`` (Q, K, V and the attention output; the feed-forward network)."""
+
+    name = "bert_layer_on_top"
+    where = Where.TOP
+    size_at_768 = None
+    placeable = False
+
+    def build(
+        self, config: AdapterConfig, encoder_config: PretrainedConfig, size: int, layers: tuple[int, ...]
+    ) -> nn.Module:
+        return BertLayerOnTop(config, encoder_config, int(encoder_config.num_hidden_layers))
+
+    def weight_formula(self, config: AdapterConfig, d: int, size: int, k: int, d_ff: int) -> int:
+        return 4 * d * d + 2 * d * d_ff

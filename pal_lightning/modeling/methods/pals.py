@@ -13,9 +13,13 @@ For task t and layer l (Stickland & Murray, ICML 2019; docs/design.md §2)::
 
 Activation: the reference code applies a GELU after V^D. By default we implement the equation as stated
 (no activation after V^D, no dropout on TS): TS is an additive correction to the residual stream, and a
-GELU would bound it below by about -0.17 for no stated reason. ``PALConfig.activation="gelu"`` restores the
+GELU would bound it below by about -0.17 for no stated reason. ``AdapterConfig.activation="gelu"`` restores the
 reference's GELU so that its effect can be measured. With the default zero-initialised V^D both choices
 start at TS = 0 (GELU(0) = 0); the difference only matters during training.
+
+The four methods (:class:`Pals`, :class:`PalsNoSharing`, :class:`LowRank`, :class:`ProjectedFFN`) differ
+only in those two choices and in their default size; they are registered in
+:mod:`pal_lightning.modeling.methods`.
 
 All modules of a task live in one :class:`TaskAdapter`, stored once in the encoder's ``adapters``
 ModuleDict keyed by task; the BERT layers receive the adapter at forward time and never register it, so
@@ -25,13 +29,21 @@ no tensor is shared between modules (safetensors refuses to save shared tensors)
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from pal_lightning.modeling.attention import attention
-from pal_lightning.modeling.methods.config import PALConfig
+from pal_lightning.modeling.methods.base import AdapterMethod
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
+    from pal_lightning.modeling.methods.config import AdapterConfig
+
+InnerKind = Literal["attention", "ffn", "identity"]
 
 INIT_STD = 0.02
 """Standard deviation of the N(0, 0.02) initialisation (BERT's initializer_range, used by the reference)."""
@@ -141,19 +153,33 @@ class TaskAdapter(nn.Module):
         pff:              down (V^E), up (V^D), ffn.<layer>.fc1, ffn.<layer>.fc2
 
     Args:
-        config: the PAL configuration (``adapter`` must not be ``"none"``).
         hidden_size: d, the encoder width.
-        size: d_s, already resolved (:meth:`PALConfig.resolved_size`).
+        size: d_s, already resolved (:meth:`~pal_lightning.modeling.methods.config.AdapterConfig.resolved_size`).
         layers: indices of the layers that get TS_t.
+        shared: one V^E/V^D pair for all layers (``pals``, ``pff``) rather than one per layer.
+        inner: g: ``"attention"`` (:class:`ProjectedAttention`), ``"ffn"`` (:class:`ProjectedFeedForward`)
+            or ``"identity"``.
+        num_heads: heads of the attention g.
+        init: ``"zero"`` (V^D starts at 0) or ``"random"``.
+        gelu_after_up: a GELU after V^D (the reference code's choice).
     """
 
-    def __init__(self, config: PALConfig, hidden_size: int, size: int, layers: Iterable[int]) -> None:
+    def __init__(
+        self,
+        hidden_size: int,
+        size: int,
+        layers: Iterable[int],
+        *,
+        shared: bool,
+        inner: InnerKind,
+        num_heads: int = 6,
+        init: str = "zero",
+        gelu_after_up: bool = False,
+    ) -> None:
         super().__init__()
-        if not config.in_layers:
-            raise ValueError(f"adapter {config.adapter!r} has no TaskAdapter inside the layers")
         self.layers: tuple[int, ...] = tuple(layers)
-        self.gelu_after_up = config.activation == "gelu"
-        self.shared = config.shares_projections
+        self.gelu_after_up = gelu_after_up
+        self.shared = shared
         self.down: nn.Module
         self.up: nn.Module
         if self.shared:
@@ -163,14 +189,12 @@ class TaskAdapter(nn.Module):
             self.down = nn.ModuleDict({str(i): nn.Linear(hidden_size, size) for i in self.layers})
             self.up = nn.ModuleDict({str(i): nn.Linear(size, hidden_size) for i in self.layers})
         self.attention: nn.ModuleDict | None = None
-        if config.has_attention:
-            self.attention = nn.ModuleDict(
-                {str(i): ProjectedAttention(size, config.num_heads) for i in self.layers}
-            )
+        if inner == "attention":
+            self.attention = nn.ModuleDict({str(i): ProjectedAttention(size, num_heads) for i in self.layers})
         self.ffn: nn.ModuleDict | None = None
-        if config.adapter == "pff":
+        if inner == "ffn":
             self.ffn = nn.ModuleDict({str(i): ProjectedFeedForward(size) for i in self.layers})
-        self.reset_parameters(config.init)
+        self.reset_parameters(init)
 
     @torch.no_grad()
     def reset_parameters(self, init: str = "zero") -> None:
@@ -241,3 +265,82 @@ def scores_dtype(weight_dtype: torch.dtype, device: torch.device) -> torch.dtype
         dtype = torch.get_autocast_dtype(device.type)
         return torch.float32 if device.type == "cpu" and dtype in (torch.bfloat16, torch.float16) else dtype
     return weight_dtype
+
+
+# ---------------------------------------------------------------------------------------- the methods
+class _BesideLayers(AdapterMethod):
+    """The PAL family: a :class:`TaskAdapter` beside the selected layers, V^E/V^D around an inner g."""
+
+    has_up_projection = True
+    shared: bool = True
+    inner: InnerKind = "attention"
+
+    def build(
+        self, config: AdapterConfig, encoder_config: PretrainedConfig, size: int, layers: tuple[int, ...]
+    ) -> nn.Module:
+        return TaskAdapter(
+            int(encoder_config.hidden_size),
+            size,
+            layers,
+            shared=self.shared,
+            inner=self.inner,
+            num_heads=config.num_heads,
+            init=config.init,
+            gelu_after_up=config.activation == "gelu",
+        )
+
+
+class Pals(_BesideLayers):
+    """``pals``: V^E/V^D shared by a task's layers, a multi-head attention g per layer.
+
+    Weights per task: ``2 d d_s + k 3 d_s^2`` (1,811,520 at BERT-base with d_s = 204, k = 12)."""
+
+    name = "pals"
+    size_at_768 = 204
+    headed = True
+    uses_heads = True
+
+    def size_at_768_for(self, config: AdapterConfig) -> int:
+        # the paper widens d_s to 276 when only half of the layers get PALs (about the same budget)
+        return 204 if config.placement == "all" else 276
+
+    def weight_formula(self, config: AdapterConfig, d: int, size: int, k: int, d_ff: int) -> int:
+        return 2 * d * size + k * 3 * size**2
+
+
+class PalsNoSharing(Pals):
+    """``pals_no_sharing``: PALs with V^E/V^D per layer. Weights: ``k (2 d d_s + 3 d_s^2)``."""
+
+    name = "pals_no_sharing"
+    size_at_768 = 84
+    shared = False
+
+    def size_at_768_for(self, config: AdapterConfig) -> int:
+        return 84
+
+    def weight_formula(self, config: AdapterConfig, d: int, size: int, k: int, d_ff: int) -> int:
+        return k * (2 * d * size + 3 * size**2)
+
+
+class LowRank(_BesideLayers):
+    """``low_rank``: g the identity, V^E/V^D per layer. Weights: ``k 2 d d_s``."""
+
+    name = "low_rank"
+    size_at_768 = 100
+    shared = False
+    inner = "identity"
+
+    def weight_formula(self, config: AdapterConfig, d: int, size: int, k: int, d_ff: int) -> int:
+        return k * 2 * d * size
+
+
+class ProjectedFFN(_BesideLayers):
+    """``pff``: as ``pals`` with g a feed-forward network in d_s. Weights: ``2 d d_s + k 2 d_s m`` with
+    m = floor(3 d_s / 2) (:func:`pff_inner_size`), so ``3 d_s^2`` per layer for even d_s."""
+
+    name = "pff"
+    size_at_768 = 204
+    inner = "ffn"
+
+    def weight_formula(self, config: AdapterConfig, d: int, size: int, k: int, d_ff: int) -> int:
+        return 2 * d * size + k * 2 * size * pff_inner_size(size)

@@ -83,17 +83,12 @@ def task_state(encoder: MultiTaskBert, heads: nn.ModuleDict | None, task: str) -
 
 
 def adapter_signature(encoder: MultiTaskBert) -> dict[str, object]:
-    """The shape-relevant, resolved adapter options: equal signatures mean task weights fit."""
-    cfg = encoder.pal_config
-    signature: dict[str, object] = {
-        "adapter": cfg.adapter,
-        "pal_size": encoder.pal_size,
-        "num_heads": cfg.num_heads if cfg.has_attention or cfg.adapter == "pa_on_top" else None,
-        "layers": list(encoder.pal_layers),
-    }
-    if cfg.activation != "none":  # only when set, so files saved before the option still match
-        signature["activation"] = cfg.activation
-    if encoder.individual_layers:  # likewise: only with individual layers
+    """The shape-relevant, resolved adapter options (the method's
+    :meth:`~pal_lightning.modeling.methods.base.AdapterMethod.signature`, and the individual layers):
+    equal signatures mean task weights fit."""
+    cfg = encoder.adapter_config
+    signature: dict[str, object] = cfg.adapter_method.signature(cfg, encoder.adapter_size, encoder.adapter_layers)
+    if encoder.individual_layers:
         signature["individual_layers"] = list(encoder.individual_layers)
         groups = sorted({g for t, g in encoder.task_group.items() if g != t})
         if groups:

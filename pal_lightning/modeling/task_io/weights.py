@@ -8,7 +8,7 @@ loudly::
     format             "pal-lightning-task-weights/1"
     tasks              JSON list of the saved task names
     heads              JSON list of the tasks whose head was saved
-    adapter            JSON {"adapter", "pal_size", "num_heads", "layers"} (resolved, shape-relevant), plus
+    adapter            JSON {"method", "size", "num_heads", "layers"} (resolved, shape-relevant), plus
                        "activation", "individual_layers" and "task_groups" when they are not the defaults
     hidden_size, num_hidden_layers, encoder (name or path the encoder came from, informative only)
 """

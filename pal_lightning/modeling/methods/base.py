@@ -1,0 +1,181 @@
+"""What a per-task method is: the questions the encoder, accounting, save/load and the CLI ask of it.
+
+A *method* is one kind of task-specific module (an *adapter*): PALs, low-rank projections, a block on top
+of the encoder, ... Each method is one :class:`AdapterMethod` object in the registry
+(:mod:`pal_lightning.modeling.methods`); nothing else in the library branches on a method's name. Adding
+one is a new file with a subclass and one registry line (``docs/extending.md``).
+
+Where a method acts in the encoder (:class:`Where`)::
+
+    BESIDE   inside each selected layer l, a term added into the residual sum before the output
+             LayerNorm:  h^{l+1} = LN2(h_att + FFN(h_att) + A_t(l, h^l))       (PALs and variants)
+             module API: forward(layer, hidden, pal_mask) -> [B, T, d]; attribute ``layers``
+    TOP      once, after the last layer:  h_out = A_t(h^L)                       (pa_on_top, ...)
+             module API: forward(hidden, encoder_mask, pal_mask) -> [B, T, d]
+    NOWHERE  no module: only the heads are task-specific                         (none)
+
+``pal_mask`` is the additive padding mask ``[B, 1, 1, T]`` the encoder builds once per forward
+(:func:`~pal_lightning.modeling.methods.pals.additive_mask`); ``encoder_mask`` the one the encoder's own
+layers received. A method that needs the pretrained weights at its start (a copy of the last layer)
+gives its module a ``start_from(last_layer)`` method; the encoder calls it after loading them.
+"""
+
+from __future__ import annotations
+
+import math
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from torch import nn
+
+from pal_lightning.core.errors import PalUserError
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
+    from pal_lightning.modeling.methods.config import AdapterConfig
+
+
+class Where(str, Enum):
+    """Where a method's per-task module acts in the encoder (see the module docstring)."""
+
+    BESIDE = "beside"
+    TOP = "top"
+    NOWHERE = "nowhere"
+
+
+class AdapterMethod:
+    """One per-task method. Subclass it, set the class attributes, override what differs.
+
+    The defaults describe a method with a projected space of width d_s (``size``) scaled from the
+    paper's BERT-base size, acting beside the selected layers.
+    """
+
+    name: str = ""
+    """The name users write (``adapter.method: <name>``)."""
+
+    where: Where = Where.BESIDE
+    """Where the per-task module acts."""
+
+    size_at_768: int | None = None
+    """d_s the literature uses at width 768; the default size scales it to the encoder's width
+    (:meth:`default_size`). ``None``: the method has no projected space (``size`` must stay unset)."""
+
+    headed: bool = False
+    """Whether d_s is split into ``num_heads`` attention heads (so d_s is a multiple of ``num_heads``)."""
+
+    uses_heads: bool = False
+    """Whether ``num_heads`` shapes the weights (recorded in the method's signature)."""
+
+    has_up_projection: bool = False
+    """Whether the output is a projection V^D that ``activation: gelu`` may follow."""
+
+    placeable: bool = True
+    """Whether ``placement`` (all / top / bottom layers) applies."""
+
+    # ------------------------------------------------------------------ configuration
+    def check(self, config: AdapterConfig) -> None:
+        """Refuse options this method cannot honour (after the generic checks of the config).
+
+        Raises:
+            PalUserError: naming the option and the fix.
+        """
+        if config.activation != "none" and not self.has_up_projection:
+            raise PalUserError(
+                f"adapter.activation {config.activation!r} follows V^D, which method {self.name!r} does not "
+                "have. Set adapter.activation: none, or use a method with a V^D."
+            )
+        if not self.placeable and config.placement != "all":
+            raise PalUserError(
+                f"Method {self.name!r} sits after the last layer, so adapter.placement {config.placement!r} "
+                "does not apply. Set adapter.placement: all (and leave adapter.num_layers unset)."
+            )
+        if self.size_at_768 is None and config.size is not None and self.where is not Where.NOWHERE:
+            raise PalUserError(
+                f"adapter.size {config.size} does not apply to method {self.name!r} (it has no projected "
+                "space). Leave adapter.size unset (null)."
+            )
+        if self.headed and config.size is not None and config.size % config.num_heads:
+            raise PalUserError(
+                f"adapter.size {config.size} is not divisible by adapter.num_heads {config.num_heads}: the "
+                "attention splits d_s into equal heads. Pick a size that is a multiple of num_heads (or "
+                "leave adapter.size unset for the default)."
+            )
+
+    def default_size(self, config: AdapterConfig, hidden_size: int) -> int:
+        """d_s when ``config.size`` is unset: :attr:`size_at_768` scaled to ``hidden_size``, half up (never
+        Python's banker's rounding), and to the nearest multiple of ``num_heads`` for a headed method.
+        0 for a method without a projected space."""
+        if self.size_at_768 is None:
+            return 0
+        ideal = hidden_size * self.size_at_768_for(config) / 768
+        if not self.headed:
+            return max(1, math.floor(ideal + 0.5))
+        return config.num_heads * max(1, math.floor(ideal / config.num_heads + 0.5))
+
+    def size_at_768_for(self, config: AdapterConfig) -> int:
+        """The paper's d_s at width 768 for this configuration (some methods use another for half the
+        layers)."""
+        assert self.size_at_768 is not None
+        return self.size_at_768
+
+    def layer_indices(self, config: AdapterConfig, num_layers: int) -> tuple[int, ...]:
+        """The 0-based layers that get the module (empty unless the method acts beside the layers).
+
+        Raises:
+            PalUserError: when ``num_layers`` of the config exceeds the encoder's depth.
+        """
+        if self.where is not Where.BESIDE:
+            return ()
+        if config.placement == "all":
+            return tuple(range(num_layers))
+        k = config.num_layers if config.num_layers is not None else math.ceil(num_layers / 2)
+        if k > num_layers:
+            raise PalUserError(
+                f"adapter.num_layers={k} exceeds the encoder's {num_layers} layers. "
+                f"Use at most {num_layers}, or adapter.placement: all."
+            )
+        return tuple(range(k)) if config.placement == "bottom" else tuple(range(num_layers - k, num_layers))
+
+    # ------------------------------------------------------------------ building and counting
+    def build(
+        self, config: AdapterConfig, encoder_config: PretrainedConfig, size: int, layers: tuple[int, ...]
+    ) -> nn.Module | None:
+        """One task's module (``None`` for a method that adds none).
+
+        Args:
+            config: the adapter configuration.
+            encoder_config: the encoder's ``transformers`` config (width, depth, FFN width, eps, ...).
+            size: d_s, resolved (:meth:`AdapterConfig.resolved_size`).
+            layers: the layers it acts beside (:meth:`layer_indices`).
+        """
+        raise NotImplementedError(f"method {self.name!r} does not say how to build its module")
+
+    def weight_formula(self, config: AdapterConfig, d: int, size: int, k: int, d_ff: int) -> int:
+        """Weight-matrix parameters one task adds (biases and LayerNorm vectors excluded), from the shapes
+        alone: d the width, d_s = ``size``, k the layers it acts beside, d_ff the encoder's FFN width."""
+        raise NotImplementedError(f"method {self.name!r} has no parameter formula")
+
+    def signature(self, config: AdapterConfig, size: int, layers: tuple[int, ...]) -> dict[str, Any]:
+        """The resolved options that fix the weights' shapes: equal signatures mean task weights fit."""
+        signature: dict[str, Any] = {"method": self.name, "size": size, "layers": list(layers)}
+        signature["num_heads"] = config.num_heads if self.uses_heads else None
+        if config.activation != "none":
+            signature["activation"] = config.activation
+        return signature
+
+
+class NoAdapter(AdapterMethod):
+    """``none``: no task-specific module; only the heads differ between tasks (the paper's "shared")."""
+
+    name = "none"
+    where = Where.NOWHERE
+    placeable = True
+
+    def build(
+        self, config: AdapterConfig, encoder_config: PretrainedConfig, size: int, layers: tuple[int, ...]
+    ) -> nn.Module | None:
+        return None
+
+    def weight_formula(self, config: AdapterConfig, d: int, size: int, k: int, d_ff: int) -> int:
+        return 0
