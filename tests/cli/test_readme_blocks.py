@@ -1,14 +1,17 @@
-"""Every command and code block of README.md runs as written, in README order, on fixture data (issue 18,
-item 2).
+"""Every command and code block of the README, CONTRIBUTING.md and the pages in docs/ runs as written, in
+page order, on fixture data (issue 18, item 2).
 
 One working folder plays the fresh clone: the CS224N fixture files (``write_cs224n_data``) stand in for
 ``PAL_DATA_DIR``, a random 6-layer encoder of width 32 (``save_tiny_encoder``) for all-MiniLM-L6-v2, and
 every ``pal-lightning`` command gets extra options that shrink its budget (:data:`SHRINK`: 2 steps,
 batches of 4, 32 tokens) after its own, except those it sets itself. Python blocks are executed there,
 in order, so that a block sees what the commands before it wrote (``runs/demo/version_0/model``,
-``my_models.py``). What cannot run in CI is listed with the reason in :data:`NOT_RUN_COMMANDS` and
-:data:`BLOCKS` and checked another way (``--print_config``, the script's own argument parser); a block
-or a command line that is neither run nor listed fails :func:`test_every_readme_block_is_run_or_listed`.
+``my_models.py``). The pages run in the order of :data:`PAGES`; a block repeated word for word on a later
+page (the home page repeats the README's install and demo) runs once. What cannot run in CI is listed
+with the reason in :data:`NOT_RUN_COMMANDS` and :data:`BLOCKS` and checked another way (``--print_config``,
+the script's own argument parser, the test that runs it); a block or a command line that is neither run
+nor listed fails :func:`test_every_doc_block_is_run_or_listed`. The helpers here (:func:`doc_blocks`,
+:func:`section`, :func:`command_lines`) are shared by the other ``test_readme_*`` files.
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+import torch
 import yaml
 
 from pal_lightning.cli.main import main
@@ -32,33 +37,92 @@ from pal_lightning.testing import save_tiny_encoder, tiny_bert_config, write_cs2
 from .conftest import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text()
+
+#: The pages whose blocks run first, in this order: a block may use what an earlier page's blocks wrote.
+#: The scaling page runs before the models page so that its resume finds the main job's ``last.ckpt`` as
+#: the newest under ``runs/quickstart`` (the models page's subclass run adds a version there). Any other
+#: page under docs/ runs after them (:func:`pages`).
+PAGES = (
+    "README.md",
+    "docs/index.md",
+    "docs/running.md",
+    "docs/data.md",
+    "docs/experiments.md",
+    "docs/gem.md",
+    "docs/scaling.md",
+    "docs/models.md",
+    "docs/extending.md",
+    "CONTRIBUTING.md",
+)
+#: Markdown pages under docs/ whose blocks are not commands, and why.
+NOT_SCANNED = {
+    "docs/design.md": "diagrams and formulas of the methods (blocks without a language), no commands",
+}
+
+
+def pages() -> list[str]:
+    """:data:`PAGES`, then every other Markdown page under docs/ not in :data:`NOT_SCANNED` (the API pages
+    and the page that includes CONTRIBUTING.md hold no blocks of their own today)."""
+    others = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md"))
+    return [*PAGES, *(p for p in others if p not in PAGES and p not in NOT_SCANNED)]
 
 
 @dataclass(frozen=True)
 class Block:
-    """A fenced block of the README: its section, language and text."""
+    """A fenced block of a page: the page, its ``##`` section, language and text."""
 
+    page: str
     section: str
     language: str
     body: str
 
     @property
     def key(self) -> str:
-        """``<section> | <first line>``: how :data:`BLOCKS` names a block (an edited block must be re-checked)."""
-        return f"{self.section} | {self.body.splitlines()[0].strip()}"
+        """``<page> | <section> | <first line>``: how :data:`BLOCKS` names a block (an edited block must be
+        re-checked)."""
+        return f"{self.page} | {self.section} | {self.body.splitlines()[0].strip()}"
 
 
-def readme_blocks(text: str = README) -> list[Block]:
-    """The fenced blocks of ``text`` in order, each with the ``##`` section it is in."""
-    blocks, section = [], ""
+def page_text(page: str) -> str:
+    return (ROOT / page).read_text(encoding="utf-8")
+
+
+def page_blocks(page: str) -> list[Block]:
+    """The fenced blocks of ``page`` in order, each with the ``##`` section it is in."""
+    blocks, heading = [], ""
     pattern = re.compile(r"^## (?P<section>.*?)$|^```(?P<language>\w*)\n(?P<body>.*?)^```", re.S | re.M)
-    for match in pattern.finditer(text):
+    for match in pattern.finditer(page_text(page)):
         if match.group("section") is not None:
-            section = match.group("section").strip()
+            heading = match.group("section").strip()
         else:
-            blocks.append(Block(section, match.group("language"), match.group("body")))
+            blocks.append(Block(page, heading, match.group("language"), match.group("body")))
     return blocks
+
+
+def doc_blocks() -> list[Block]:
+    """Every block of :func:`pages` in order, a block repeated word for word on a later page only once."""
+    seen: set[tuple[str, str]] = set()
+    blocks = []
+    for page in pages():
+        for block in page_blocks(page):
+            if (block.language, block.body) not in seen:
+                seen.add((block.language, block.body))
+                blocks.append(block)
+    return blocks
+
+
+def section(title: str) -> str:
+    """The text of the first ``## title`` section of :data:`PAGES` (up to the next ``##``)."""
+    for page in PAGES:
+        match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", page_text(page), re.S | re.M)
+        if match:
+            return match.group(1)
+    raise AssertionError(f"no section {title!r} in {PAGES}")
+
+
+def fenced(text: str, language: str) -> list[str]:
+    """The bodies of the ``language`` blocks of ``text``."""
+    return re.findall(rf"^```{language}\n(.*?)^```", text, re.S | re.M)
 
 
 def command_lines(body: str) -> list[str]:
@@ -98,6 +162,16 @@ def _script_exists(args: list[str], ws: Workspace) -> None:
     assert (ROOT / script).is_file(), script
 
 
+def _test_defined(where: str) -> None:
+    """``tests/<file>.py::<test>`` exists: the test that runs what a page shows."""
+    path, name = where.split("::")
+    assert f"def {name}(" in (ROOT / path).read_text(encoding="utf-8"), where
+
+
+def _site_test(args: list[str], ws: Workspace) -> None:
+    _test_defined("tests/test_docs_site.py::test_the_site_builds_strictly")
+
+
 #: Commands not run here, by how they start: why, and the check made instead (``None``: none possible).
 NOT_RUN_COMMANDS: dict[str, tuple[str, Callable[[list[str], Workspace], None] | None]] = {
     "pip install": ("installs packages from an index; CI (.ci/run) runs the same line", None),
@@ -111,6 +185,10 @@ NOT_RUN_COMMANDS: dict[str, tuple[str, Callable[[list[str], Workspace], None] | 
         _script_exists,
     ),
     "FLOORS=all ": ("builds an environment from the package index (minutes)", _script_exists),
+    "mkdocs build --strict": (
+        "the docs site; tests/test_docs_site.py builds it into a temporary folder",
+        _site_test,
+    ),
     "python benchmarks/reproduce.py": (
         "a benchmark grid of full runs (minutes to hours); end to end on a tiny model in test_reproduce.py",
         _benchmark_arguments,
@@ -247,7 +325,7 @@ class Workspace:
                 assert "CS224N overall (dev):" in out, line
                 self.last_fit_output = out
         else:  # only the shell lines the coverage test accepts: printf ... > mine.csv
-            assert words[0] == "printf", f"README command neither run nor listed: {line}"
+            assert words[0] == "printf", f"page command neither run nor listed: {line}"
             subprocess.run(["bash", "-c", line], cwd=self.folder, check=True)
 
 
@@ -269,7 +347,7 @@ def _run_bash(block: Block, ws: Workspace) -> None:
 
 
 def _exec(block: Block, ws: Workspace, code: str | None = None) -> None:
-    exec(compile(code or block.body, f"README.md ({block.section})", "exec"), ws.namespace)  # noqa: S102
+    exec(compile(code or block.body, f"{block.page} ({block.section})", "exec"), ws.namespace)  # noqa: S102
 
 
 def _score_table(block: Block, ws: Workspace) -> None:
@@ -289,7 +367,8 @@ def _config_file_named_in_comment(block: Block, ws: Workspace, run: bool) -> Non
     (ws.folder / name.group(1)).write_text(block.body)
     command = re.search(r"(pal-lightning .*)$", first)
     if command is None:
-        command = re.search(r"\(`(pal-lightning [^`]*--config " + re.escape(name.group(1)) + ")`", README)
+        using = r"\(`(pal-lightning [^`]*--config " + re.escape(name.group(1)) + ")`"
+        command = re.search(using, page_text(block.page))
     assert command, f"no command using {name.group(1)}"
     if run:
         ws.run_command(command.group(1))
@@ -321,18 +400,19 @@ def _save_load_share(block: Block, ws: Workspace) -> None:
 def _predict(block: Block, ws: Workspace) -> None:
     _exec(block, ws)
     out = ws.namespace["out"]
-    assert len(out.labels) == 2 and out.probabilities.shape == (2, len(out.label_names))
+    assert len(out.labels) == 2 and set(out.labels) <= set(out.label_names)
+    assert out.probabilities.shape == (2, len(out.label_names)) == (2, 5)
+    np.testing.assert_allclose(out.probabilities.sum(1), 1.0, atol=1e-6)
 
 
-def _onnx(block: Block, ws: Workspace) -> None:
-    pytest.importorskip("onnx")
+def _onnx(block: Block, ws: Workspace) -> None:  # onnx comes with the export extra, which CI installs
     _exec(block, ws)
     assert (ws.folder / "sst.onnx").stat().st_size > 0
     assert ws.namespace["logits"].shape[0] == 2
 
 
 def _subclass(block: Block, ws: Workspace) -> None:
-    (ws.folder / "my_models.py").write_text(block.body)  # "in my_models.py", as the README says
+    (ws.folder / "my_models.py").write_text(block.body)  # "in my_models.py", as the page says
 
 
 def _describe_batch(block: Block, ws: Workspace) -> None:
@@ -353,41 +433,60 @@ def _describe_batch(block: Block, ws: Workspace) -> None:
 
 
 def _elsewhere(where: str) -> Callable[[Block, Workspace], None]:
+    """A block another test runs as written (``tests/<file>.py::<test>``): here only that test's presence."""
+
     def check(block: Block, ws: Workspace) -> None:
-        path, name = where.split("::")
-        module = __import__(f"tests.cli.{Path(path).stem}", fromlist=[name])
-        assert callable(getattr(module, name)), where
+        _test_defined(where)
 
     return check
 
 
+def _register_task(block: Block, ws: Workspace) -> None:
+    """The extending guide's task, registered into a copy of the registry (other tests see the original)."""
+    from pal_lightning.tasks import specs
+
+    ws.monkeypatch.setattr(specs, "_REGISTRY", dict(specs._REGISTRY))
+    _exec(block, ws)
+    assert specs.get_task("my_topics").num_labels == 4
+
+
 #: Non-bash blocks by :attr:`Block.key`: how each is run (or why not, and what checks it).
 BLOCKS: dict[str, Callable[[Block, Workspace], None]] = {
-    "The main job | CS224N overall (dev): 0.7511  [best validation at step 1200, 1200 steps, 389 s]": _score_table,
-    "Data | # my_tasks.yaml": lambda b, ws: _config_file_named_in_comment(
-        b, ws, run=False
+    "README.md | The main job | CS224N overall (dev): 0.7511  [best validation at step 1200, 1200 steps, 389 s]": (
+        _score_table
+    ),
+    "docs/data.md | Your own task: `format: hf` | # my_tasks.yaml": lambda b, ws: (
+        _config_file_named_in_comment(b, ws, run=False)
     ),  # GLUE MRPC from the hub
-    "Other loggers | # loggers.yaml: pal-lightning fit --config configs/quickstart.yaml --config loggers.yaml": (
+    "docs/gem.md | Gradient Episodic Memory | trainer:": _gem_callbacks,
+    "docs/scaling.md | Other loggers | # loggers.yaml: pal-lightning fit --config configs/quickstart.yaml --config loggers.yaml": (
         lambda b, ws: _config_file_named_in_comment(b, ws, run=False)  # W&B needs wandb and an account
     ),
-    "Gradient Episodic Memory (GEM) and continual training | trainer:": _gem_callbacks,
-    "Save, load and share a model | from pal_lightning import MultiTaskModule": _save_load_share,
-    "Predict new sentences | from pal_lightning import MultiTaskModule": _predict,
-    "One task without Lightning, and ONNX | from pal_lightning.module.export import SingleTaskModel, export_onnx": _onnx,
-    "Your own module | import torch.nn.functional as F": _subclass,
-    "Your own module | from pal_lightning.core.batch import INPUT_IDS, LABELS, TASK, side_inputs, side_keys": (
+    "docs/models.md | Save, load and share a model | from pal_lightning import MultiTaskModule": _save_load_share,
+    "docs/models.md | Predict new sentences | from pal_lightning import MultiTaskModule": _predict,
+    "docs/models.md | One task without Lightning, and ONNX | from pal_lightning.module.export import SingleTaskModel, export_onnx": (
+        _onnx
+    ),
+    # the quickstart's own encoder (MiniLM) is needed: a fresh model is built with the default encoder
+    "docs/models.md | Task-only weights | from pal_lightning import MultiTaskModule, load_task_weights, save_task_weights": (
+        _elsewhere("tests/cli/test_readme_commands.py::test_quickstart_then_task_weights_as_written")
+    ),
+    "docs/models.md | Your own module | import torch.nn.functional as F": _subclass,
+    "docs/models.md | Your own module | from pal_lightning.core.batch import INPUT_IDS, LABELS, TASK, side_inputs, side_keys": (
         _describe_batch
     ),
-    "Your own module | from my_models import FocalLossModule": _exec,
-    # the quickstart's own encoder (MiniLM) is needed: a fresh model is built with the default encoder
-    "Task-only weights | from pal_lightning import MultiTaskModule, load_task_weights, save_task_weights": (
-        _elsewhere("test_readme_commands.py::test_quickstart_predict_and_task_weights_as_written")
+    "docs/models.md | Your own module | from my_models import FocalLossModule": _exec,
+    # registered, trained, counted, saved and loaded by the guide's own test
+    "docs/extending.md | Adding a per-task method | import torch.nn.functional as F": _elsewhere(
+        "tests/test_extending.py::test_the_guides_method_starts_as_the_encoder_counts_trains_saves_and_loads"
     ),
+    "docs/extending.md | Adding a task | from pal_lightning.tasks import TaskSpec, register_task": _register_task,
 }
 
 
-def test_every_readme_block_is_run_or_listed() -> None:
-    blocks = readme_blocks()
+def test_every_doc_block_is_run_or_listed() -> None:
+    assert all((ROOT / page).is_file() for page in [*PAGES, *NOT_SCANNED])
+    blocks = doc_blocks()
     assert len(blocks) >= 25
     for block in blocks:
         if block.language == "bash":
@@ -395,16 +494,18 @@ def test_every_readme_block_is_run_or_listed() -> None:
                 runnable = line.startswith(
                     ("pal-lightning ", "PYTHONPATH=. pal-lightning ", "export ", "printf ")
                 )
-                assert runnable or not_run(line) is not None, f"README command neither run nor listed: {line}"
+                assert runnable or not_run(line) is not None, (
+                    f"{block.page}: command neither run nor listed: {line}"
+                )
         else:
-            assert block.key in BLOCKS, f"README block neither run nor listed: {block.key!r}"
+            assert block.key in BLOCKS, f"block neither run nor listed: {block.key!r}"
     stale = set(BLOCKS) - {b.key for b in blocks}
-    assert not stale, f"listed blocks no longer in README.md: {stale}"
+    assert not stale, f"listed blocks no longer in the pages: {stale}"
     for line in NOT_RUN_COMMANDS:
         assert any(c.startswith(line) for b in blocks for c in command_lines(b.body)), line
 
 
-def test_readme_runs_in_order(
+def test_the_pages_run_in_order(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.chdir(tmp_path)
@@ -414,17 +515,24 @@ def test_readme_runs_in_order(
     encoder = save_tiny_encoder(tmp_path / "encoder", bert_config=tiny_bert_config(layers=6))
     ws = Workspace(tmp_path, encoder, capsys, monkeypatch)
     try:
-        for block in readme_blocks():
+        for block in doc_blocks():
             if block.language == "bash":
                 _run_bash(block, ws)
             else:
                 BLOCKS[block.key](block, ws)
-    finally:  # the README's my_models.py is this folder's: other tests import their own
+    finally:  # the page's my_models.py is this folder's: other tests import their own
         sys.modules.pop("my_models", None)
-    # what the commands wrote, as the README says
+    # what the commands wrote, as the pages say
     runs = tmp_path / "runs"
     assert (runs / "quickstart" / "version_0" / "predictions" / "sst-test-output.csv").is_file()
     assert (runs / "pretrain_mlm" / "version_0" / "encoder" / "config.json").is_file()
     assert (tmp_path / "mine-sst-predictions.csv").is_file()
+    # the resume ("Checkpoints and resuming") continued the main job two steps further, into version_1
+    resumed = torch.load(runs / "quickstart" / "version_1" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert resumed["global_step"] == 4
+    # the focal-loss subclass ran through class_path with its own option
+    saved = [yaml.safe_load(p.read_text()) for p in sorted(runs.glob("quickstart/version_*/config.yaml"))]
+    focal = [c["model"] for c in saved if c["model"]["class_path"] == "my_models.FocalLossModule"]
+    assert len(focal) == 1 and focal[0]["init_args"]["gamma"] == 1.5
     assert len(ws.ran) >= 15
-    print("\n".join(["README commands run (wall time):", *ws.ran]))  # shown with -s or on failure
+    print("\n".join(["Page commands run (wall time):", *ws.ran]))  # shown with -s or on failure

@@ -1,44 +1,42 @@
-"""The README's subclassing example runs as written (on a tiny model), and its commands name real files."""
+"""What the pages name exists, and CI performs the README's install and test commands (issue 18, item 2).
+
+The pages' blocks themselves run in ``test_readme_blocks.py``; these checks read text only.
+"""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
+import shlex
 
-import pytest
-import yaml
-
-from pal_lightning.cli.main import main
-
-ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text()
+from .test_readme_blocks import PAGES, ROOT, command_lines, fenced, page_text, section
 
 
-def _block_after(marker: str) -> str:
-    match = re.search(re.escape(marker) + r"\s*```python\n(.*?)```", README, re.S)
-    assert match, f"no python block after {marker!r} in README.md"
-    return match.group(1)
-
-
-def test_subclass_example_trains_through_class_path(
-    tiny_yaml: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    (tmp_path / "my_models.py").write_text(_block_after("<!-- readme-example: subclass -->"))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    args = ["fit", "--config", str(tiny_yaml), "--model.class_path", "my_models.FocalLossModule"]
-    assert main([*args, "--model.init_args.gamma", "1.5"]) == 0
-    assert "CS224N overall (dev):" in capsys.readouterr().out
-    saved = yaml.safe_load((tmp_path / "runs" / "version_0" / "config.yaml").read_text())
-    assert saved["model"]["class_path"] == "my_models.FocalLossModule"
-    assert saved["model"]["init_args"]["gamma"] == 1.5
-
-
-def test_readme_commands_name_shipped_configs() -> None:
-    named = set(re.findall(r"configs/([a-z_]+\.yaml)", README))
-    assert "quickstart.yaml" in named and "ddp.yaml" in named
+def test_pages_name_shipped_configs() -> None:
+    named = {n for page in PAGES for n in re.findall(r"configs/([a-z][\w/]*\.yaml)", page_text(page))}
+    assert {"quickstart.yaml", "ddp.yaml", "demo.yaml"} <= named
     missing = sorted(n for n in named if not (ROOT / "configs" / n).is_file())
     assert not missing
-    # CI (.ci/run) mirrors the README's install and test commands
+
+
+def _words(lines: list[str]) -> list[tuple[str, ...]]:
+    return [tuple(shlex.split(line)) for line in lines]
+
+
+def _ci_block(name: str) -> list[tuple[str, ...]]:
+    """The commands after ``# --- <name>`` in ``.ci/run``, up to its next ``# ---`` marker, as words."""
     ci = (ROOT / ".ci" / "run").read_text()
-    for line in ('pip install -e ".[dev,offline,export,peers]"', "python -m pytest -q"):
-        assert line in README and line in ci
+    match = re.search(rf"^# --- {name}.*?\n(.*?)(?=^# ---|\Z)", ci, re.S | re.M)
+    assert match, f"no '# --- {name}' block in .ci/run"
+    return _words(command_lines(match.group(1)))
+
+
+def test_ci_performs_the_readmes_install_and_test_commands() -> None:
+    install = _words([c for b in fenced(section("Install"), "bash") for c in command_lines(b)])
+    contributor = ("pip", "install", "-e", ".[dev,offline,export,peers]")
+    assert contributor in install
+    ci_install = _ci_block("README install")
+    assert contributor in ci_install
+    assert set(ci_install) <= set(install), "an install line of .ci/run that the README does not show"
+    (test,) = [c for b in fenced(section("Test"), "bash") for c in command_lines(b)]
+    assert test == "python -m pytest -q"
+    assert tuple(shlex.split(test)) in _ci_block("README test command")
