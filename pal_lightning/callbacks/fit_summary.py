@@ -13,6 +13,10 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 
 from pal_lightning.core.distributed import is_main_process
+from pal_lightning.modeling.methods.config import DEFAULT_ADAPTER
+
+#: AdapterConfig's defaults (fields left out of the one-line summary when a run keeps them).
+_ADAPTER_DEFAULTS: dict[str, Any] = DEFAULT_ADAPTER.to_dict()
 
 
 def describe_fit(pl_module: pl.LightningModule, log_dir: str | None, max_steps: int | None) -> str:
@@ -22,8 +26,12 @@ def describe_fit(pl_module: pl.LightningModule, log_dir: str | None, max_steps: 
     hparams: Mapping[str, Any] = getattr(pl_module, "hparams", {}) or {}
     tasks = list(getattr(pl_module, "task_specs", {}) or [])
     details = []
-    if hparams.get("adapter") is not None:
-        details.append(f"adapter {hparams['adapter']}")
+    adapter = hparams.get("adapter")
+    if isinstance(adapter, Mapping):  # the method, and the options that differ from the defaults
+        options = [f"{k} {v}" for k, v in adapter.items() if k != "method" and v != _ADAPTER_DEFAULTS.get(k)]
+        details.append(f"adapter {adapter.get('method')}" + (f" ({', '.join(options)})" if options else ""))
+    elif adapter is not None:
+        details.append(f"adapter {adapter}")
     if hparams.get("bert_config") is not None:
         details.append("randomly initialised encoder")
     elif hparams.get("encoder") is not None:

@@ -2,9 +2,9 @@
 
 Why: mixed precision is most of the speed a user can get without touching the model, and the right
 choice depends on the machine, not the recipe. On a CPU with bf16 dot-product instructions
-(``avx512_bf16``, AMX) a MiniLM-sized matmul runs 4.3-4.7x faster in bf16 than in fp32 and a whole
-training step 2.2x (``benchmarks/cpu_bf16.py`` and ``benchmarks/step_time.py`` on the idle 2-core
-development VM; benchmarks/RESULTS.md, "bf16 on the CPU"); on a CPU without them torch emulates bf16,
+(``avx512_bf16``, AMX) a MiniLM-sized matmul and a whole training step run several times faster in bf16
+than in fp32 (``benchmarks/cpu_bf16.py`` and ``benchmarks/step_time.py``; the figures are in
+benchmarks/RESULTS.md, "bf16 on the CPU"); on a CPU without them torch emulates bf16,
 which is not expected to beat fp32 (not measured here). On a GPU, bf16 needs Ampere or newer; older
 tensor-core cards (V100, T4) need fp16 with loss scaling. One config (``trainer.precision: auto``)
 therefore runs fast on every machine instead of one config per machine.

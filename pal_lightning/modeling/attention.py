@@ -1,11 +1,9 @@
 """Scaled dot-product attention that stays fast under CPU autocast: fp32 where torch's half kernel is slower.
 
 Why: under ``bf16-mixed`` on a CPU, torch's ``scaled_dot_product_attention`` takes its bf16 flash kernel,
-which at a MiniLM layer's size (batch 32, 12 heads of 32, 64 positions) runs forward and backward 3.3x
-slower than computing the same product in fp32 (25.9 against 7.9 ms; the PALs' 6 heads of 17: 12.5
-against 3.1 ms), while the projections around it gain 4.3-4.7x from bf16: ``python benchmarks/cpu_bf16.py``
-on the idle 2-core development VM (AMD EPYC, ``avx512_bf16``, two threads; benchmarks/RESULTS.md, "bf16 on
-the CPU"). So on the CPU the attention product itself runs in fp32, with autocast switched off around it,
+which at a MiniLM layer's size runs forward and backward several times slower than the same product in
+fp32, while the projections around it gain severalfold from bf16 (``python benchmarks/cpu_bf16.py``
+measures both; the figures are in benchmarks/RESULTS.md, "bf16 on the CPU"). So on the CPU the attention product itself runs in fp32, with autocast switched off around it,
 and its output goes back to the autocast dtype; everything else keeps bf16. On a GPU, and for fp32 inputs, nothing changes.
 
 :func:`attention` is the function (the PALs call it); :func:`sdpa_forward` is the same for BERT's own

@@ -131,9 +131,10 @@ class MultiTaskModule(
             ``bert_layer_on_top`` after the last; ``none``: only the heads are task-specific), ``size``
             (d_s; ``null`` scales the paper's 204 at width 768), ``num_heads``, ``placement`` (``all``,
             ``top``, ``bottom``), ``num_layers``, ``init`` (``zero``: step 0 is exactly the pretrained
-            encoder; ``random``) and ``activation`` (``none``, ``gelu``). A method name alone takes the
-            other fields' defaults. On the command line: ``--model.adapter.method low_rank
-            --model.adapter.size 50``.
+            encoder; ``random``) and ``activation`` (``none``, ``gelu``). On the command line:
+            ``--model.adapter.method low_rank --model.adapter.size 50``. From Python a method name
+            (``adapter="low_rank"``) or a mapping of the fields is accepted too
+            (:meth:`~pal_lightning.modeling.methods.config.AdapterConfig.coerce`).
         layer_sharing: layer-sharing regime, one letter per encoder layer, bottom first: ``F`` frozen,
             ``S`` shared, ``I`` individual (a copy per task starting from the pretrained layer), e.g.
             ``FFSSII``; ``None``: all shared (:mod:`pal_lightning.modeling.sharing`).
@@ -193,7 +194,7 @@ class MultiTaskModule(
         self,
         tasks: Sequence[str | TaskSpec] = ("sst", "qqp", "sts"),
         encoder: str = DEFAULT_ENCODER,
-        adapter: AdapterConfig | str = DEFAULT_ADAPTER,
+        adapter: AdapterConfig = DEFAULT_ADAPTER,
         layer_sharing: str | None = None,
         task_groups: list[list[str]] | None = None,
         pooling: str = "mean",

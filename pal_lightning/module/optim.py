@@ -64,8 +64,7 @@ def adamw(params: Iterable[Any], fused: bool = True, **options: Any) -> torch.op
     """``torch.optim.AdamW(params, **options)``, with torch's fused kernel where the parameters' device has one.
 
     Why: on the CPU torch's default is the for-loop AdamW, a dozen element-wise passes over every
-    tensor; the fused kernel makes one. For all-MiniLM-L6-v2 with PALs (22.8 M parameters) on 2 CPU
-    cores the update took about a tenth of the for-loop's time (benchmarks/RESULTS.md, CPU profile).
+    tensor; the fused kernel makes one, which is far faster on a CPU (benchmarks/RESULTS.md, CPU profile).
     The update is the same AdamW; its float rounding differs from the for-loop's in the last bits.
     Where the kernel is missing (torch < 2.4 on the CPU, other devices), torch refuses ``fused=True``
     at construction and the multi-tensor (``foreach``) implementation is used; ``fused=False`` asks for
