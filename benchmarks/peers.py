@@ -352,7 +352,7 @@ def _run(args: argparse.Namespace, work: Path, command: str) -> int:
 
         source = write_cs224n_data(work / "fixture")
         encoder = str(quick_encoder(work / "tiny_encoder"))
-        overrides = {"adapter": {"size": 8, "num_heads": 2}, }
+        overrides = {"adapter": {"size": 8, "num_heads": 2}}
         # seconds, not minutes: two batches of four short examples per task, one torch thread (a
         # tiny model gains nothing from more, and on a busy machine extra threads only wait for cores)
         import torch

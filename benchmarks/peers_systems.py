@@ -293,9 +293,11 @@ def pal_arguments(system: str, budget: Budget, scale: float, seed: int) -> tuple
     recipe = yaml.safe_load(QUICKSTART.read_text())
     model = dict(recipe["model"]["init_args"])
     model.update(encoder=budget.encoder, lr=model["lr"] * scale, head_lr=model["head_lr"] * scale)
-    model.update(weight_decay=budget.weight_decay, warmup_ratio=budget.warmup_ratio, **budget.pal_overrides)
+    overrides = dict(budget.pal_overrides)
+    model["adapter"] = {**model["adapter"], **overrides.pop("adapter", {})}
+    model.update(weight_decay=budget.weight_decay, warmup_ratio=budget.warmup_ratio, **overrides)
     if system == "pal_shared":
-        model["adapter"] = "none"
+        model["adapter"] = {**model["adapter"], "method": "none"}
     elif system == "pal_adapter_only":
         model["freeze_encoder"] = True  # PALs and heads train, at head_lr
     steps = len(TASKS) * budget.steps_per_task
@@ -360,7 +362,7 @@ def run_pal(system: str, budget: Budget, scale: float, seed: int) -> dict[str, A
     report = parameter_report(module)
     row["params_stored"] = report.total
     row["params_per_task"] = round(sum(report.stored_per_task.values()) / len(report.tasks))
-    if model_args["adapter"] != "none":
+    if model_args["adapter"]["method"] != "none":
         row["adapter_per_task"] = round(
             sum(report.adapter_params(t) for t in report.tasks) / len(report.tasks)
         )

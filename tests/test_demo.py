@@ -21,7 +21,7 @@ EXPECTED_ROWS = {"train": 400, "dev": 200}
 def test_demo_resolves_from_any_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "demo").mkdir()  # a local folder of that name is "./demo", not the packaged set
-    folder = Path(__file__).resolve().parents[1] / "pal_lightning" / "demo_data"
+    folder = Path(__file__).resolve().parents[1] / "pal_lightning" / "data" / "sources" / "demo"
     assert resolve_data_dir("demo") == folder == demo_data_dir()
     assert resolve_data_dir("./demo") == Path("demo")
     monkeypatch.setenv("PAL_DATA_DIR", "demo")

@@ -122,7 +122,7 @@ def test_bad_folders_give_one_line(tmp_path: Path, broken: str) -> None:
     expected = {
         "missing-weights": "model.safetensors missing",
         "missing-tokenizer": "tokenizer.json missing",
-        "other-major": "saved by pal-lightning 99.0.0",
+        "other-major": "written by pal-lightning 99.0.0",
         "foreign-config": "not a pal-lightning model config",
     }[broken]
     if broken == "missing-weights":

@@ -33,6 +33,7 @@ from pal_lightning.core.contracts import (
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.data.datamodule import MultiTaskDataModule
 from pal_lightning.modeling.encoder import MultiTaskBert
+from pal_lightning.modeling.methods import AdapterConfig
 from pal_lightning.module.multitask import MultiTaskModule
 from pal_lightning.testing import TINY_BERT, write_cs224n_data
 
@@ -105,7 +106,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> MultiTaskDataModule:
 
 
 def test_the_built_in_classes_meet_every_contract_at_run_time(data: MultiTaskDataModule) -> None:
-    module = MultiTaskModule(bert_config=TINY_BERT, adapter={"size": 8, "num_heads": 2})
+    module = MultiTaskModule(bert_config=TINY_BERT, adapter=AdapterConfig(size=8, num_heads=2))
     for contract in MODULE_CONTRACTS:
         assert missing_members(module, contract) == [], contract.__name__
     assert missing_members(module.encoder, SharedParameterEncoder) == []

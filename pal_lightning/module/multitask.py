@@ -41,27 +41,23 @@ import lightning.pytorch as pl
 from torch import Tensor, nn
 
 from pal_lightning.core.batch import (
-    ATTENTION_MASK,
     IDS,
-    INPUT_IDS,
     LABELS,
     PREDICTIONS,
     SPLIT,
     TASK,
-    TOKEN_TYPE_IDS,
-    concat_inputs,
-    side_inputs,
 )
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.hub import DEFAULT_ENCODER, resolve_encoder
 from pal_lightning.modeling.encoder import MultiTaskBert
-from pal_lightning.modeling.heads import POOLING_MODES, check_loss, pool, predict, task_loss
+from pal_lightning.modeling.heads import POOLING_MODES, check_loss, predict, task_loss
 from pal_lightning.modeling.methods import AdapterConfig
 from pal_lightning.modeling.methods.config import DEFAULT_ADAPTER
 from pal_lightning.modeling.pair_heads import build_task_heads
 from pal_lightning.modeling.simcse import SimCSEConfig, as_simcse_config
 from pal_lightning.module.checkpoint_check import CheckpointCompatMixin
 from pal_lightning.module.compile import EncoderCall, compile_backend
+from pal_lightning.module.encoding import PairEncodingMixin
 from pal_lightning.module.evaluation import EvaluationMixin
 from pal_lightning.module.guard import (
     NonFiniteGuardMixin,
@@ -111,6 +107,7 @@ def check_model_options(
 
 
 class MultiTaskModule(
+    PairEncodingMixin,
     PretrainedMixin,
     InferenceMixin,
     SimCSEStepMixin,
@@ -322,46 +319,6 @@ class MultiTaskModule(
                 f"Batch of task {task!r}, but the model was built for {sorted(self.task_specs)}. "
                 "Use the same task list for the model and the data."
             ) from None
-
-    def _is_siamese(self, task: str) -> bool:
-        return bool(getattr(self.heads[task], "siamese", False))
-
-    def encode(self, batch: Mapping[str, Any]) -> tuple[Tensor, Tensor | None]:
-        """Pooled sentence vectors of a batch: ``(u, None)``, or ``(u, v)`` for a siamese pair.
-
-        Siamese sentences are padded to one length and run through the encoder in
-        one pass of ``2B`` sequences (padding does not change mean or CLS pooling).
-        """
-        task = batch[TASK]
-        if self._is_siamese(task):
-            return self._encode_siamese(batch, task)
-        if INPUT_IDS not in batch:
-            raise PalUserError(
-                f"Task {task!r}: the model encodes pairs 'cross' but the batch is 'siamese'. "
-                "Set the same pair_encoding for the model and the data."
-            )
-        mask = batch[ATTENTION_MASK]
-        hidden = self._encoder_call(batch[INPUT_IDS], mask, batch.get(TOKEN_TYPE_IDS), task=task)
-        pooled = pool(hidden, mask, self.hparams["pooling"])
-        if not self.task_specs[task].is_pair:  # a cross pair's vector is not a sentence's
-            self._capture_simcse_view(pooled)
-        return pooled, None
-
-    def _encode_siamese(self, batch: Mapping[str, Any], task: str) -> tuple[Tensor, Tensor]:
-        """Both sentences of a siamese pair, padded to one length, in one encoder pass of ``2B`` sequences."""
-        side_a, side_b = side_inputs(batch, "a"), side_inputs(batch, "b")
-        if INPUT_IDS not in side_a:
-            raise PalUserError(
-                f"Task {task!r}: the model encodes pairs 'siamese' but the batch is 'cross'. "
-                "Set the same pair_encoding for the model and the data."
-            )
-        stacked = concat_inputs([side_a, side_b])  # token_type_ids are optional
-        mask = stacked[ATTENTION_MASK]
-        hidden = self._encoder_call(stacked[INPUT_IDS], mask, stacked.get(TOKEN_TYPE_IDS), task=task)
-        pooled = pool(hidden, mask, self.hparams["pooling"])
-        self._capture_simcse_view(pooled)  # [a; b]: the sentence order SimCSE uses
-        u, v = pooled.chunk(2)
-        return u, v
 
     def forward(self, batch: Mapping[str, Any]) -> Tensor:
         """The head output of one batch: logits ``[B, C]`` (``[B, 1]`` for bce), or scores ``[B]`` in 0..1."""

@@ -139,7 +139,8 @@ def test_auxiliary_and_scored_tasks_of_a_module() -> None:
 
 
 REPORT = SimpleNamespace(
-    adapter={"method": "pal", "size": 204},
+    method="pals",
+    adapter_size=204,
     base_encoder=1000,
     stored_per_task={"sst": 7},
     total=1300,
@@ -147,7 +148,8 @@ REPORT = SimpleNamespace(
     trainable=300,
 )
 COUNTS = {
-    "adapter": {"method": "pal", "size": 204},
+    "adapter": "pals",
+    "adapter_size": 204,
     "base_encoder": 1000,
     "stored_per_task": {"sst": 7},
     "total": 1300,

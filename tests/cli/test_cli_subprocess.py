@@ -61,7 +61,7 @@ def test_fit_a_user_subclass_through_class_path(tiny_yaml: Path, tmp_path: Path)
     saved = yaml.safe_load((tmp_path / "runs" / "version_0" / "config.yaml").read_text())
     assert saved["model"]["class_path"] == "user_models.ScaledLossModule"
     assert saved["model"]["init_args"]["loss_scale"] == 0.5
-    assert saved["model"]["init_args"]["pal_heads"] == 2  # the config's other values carried over
+    assert saved["model"]["init_args"]["adapter"]["num_heads"] == 2  # the config's other values carried over
 
 
 def test_console_script_reports_an_unknown_key_in_one_line(tiny_yaml: Path, tmp_path: Path) -> None:

@@ -36,7 +36,7 @@ def test_quickstart_console_is_quiet_and_complete(tmp_path: Path, capfd: pytest.
     train.write_text(train.read_text() + "99\tbad\tno label here\tX\n")  # one bad row: one warning
     tiny = {
         "trainer": {"accelerator": "cpu", "max_steps": 4, "check_val_every_n_epoch": 1},
-        "model": {"init_args": {"bert_config": TINY_BERT, "adapter": {"size": 8, "num_heads": 2}, }},
+        "model": {"init_args": {"bert_config": TINY_BERT, "adapter": {"size": 8, "num_heads": 2}}},
         "data": {
             "init_args": {
                 "data_dir": str(data),
@@ -65,7 +65,7 @@ def test_quickstart_console_is_quiet_and_complete(tmp_path: Path, capfd: pytest.
     assert console.count("bad row") == 1, console
     run = tmp_path / "runs" / "version_0"
     summary = (
-        "pal-lightning: fit MultiTaskModule on sst, qqp, sts (adapter pals; randomly initialised encoder)"
+        "pal-lightning: fit MultiTaskModule on sst, qqp, sts (adapter pals (size 8, num_heads 2); randomly initialised encoder)"
     )
     assert summary in proc.stdout and f"run folder {run}" in proc.stdout
     assert "Epoch 0 (max 4 steps)" in proc.stdout  # progress

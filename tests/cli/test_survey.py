@@ -21,7 +21,9 @@ def quickstart_module(**overrides: object) -> object:
     from pal_lightning import MultiTaskModule
 
     args = dict(yaml.safe_load((ROOT / "configs" / "quickstart.yaml").read_text())["model"]["init_args"])
-    args.update(bert_config=tiny_bert_config(layers=6), adapter={"num_heads": 2}, **overrides)
+    method = overrides.pop("adapter", args["adapter"]["method"])
+    args.update(bert_config=tiny_bert_config(layers=6), **overrides)
+    args["adapter"] = {**args["adapter"], "method": method, "num_heads": 2}
     return MultiTaskModule(**args)
 
 

@@ -406,7 +406,7 @@ def test_the_papers_glue_setting_stores_1_13x_one_bert_base(
 
     assert main(["fit", "--config", str(ROOT / "configs" / config), "--print_config"]) == 0
     args = yaml.safe_load(capsys.readouterr().out)["model"]["init_args"]
-    assert args["tasks"] == tasks and args["adapter"] == "pals" and args["pal_size"] == 204
+    assert args["tasks"] == tasks and args["adapter"]["method"] == "pals" and args["adapter"]["size"] == 204
     bert_base = {
         "hidden_size": 768,
         "num_hidden_layers": 12,

@@ -42,8 +42,13 @@ def rank_pairs(rank: int) -> dict[str, torch.Tensor]:
 
 def worker(rank: int, out: str, port: int) -> None:
     # imported here, not at the top: the spawning parent process needs none of it
-    from pal_lightning.modeling.simcse import SimCSEConfig, not_negatives, simcse_batch_loss
-    from pal_lightning.modeling.simcse_loss import gather_rows, simcse_loss
+    from pal_lightning.modeling.simcse import (
+        SimCSEConfig,
+        gather_rows,
+        not_negatives,
+        simcse_batch_loss,
+        simcse_loss,
+    )
     from pal_lightning.tasks.specs import BUILTIN_TASKS
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))

@@ -27,7 +27,7 @@ handles "a task's own parameters" (accounting, task-only weights, export, parame
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import torch
 import torch.nn.functional as F
@@ -186,7 +186,8 @@ class BertLayerOnTopMethod(AdapterMethod):
     def build(
         self, config: AdapterConfig, encoder_config: PretrainedConfig, size: int, layers: tuple[int, ...]
     ) -> nn.Module:
-        return BertLayerOnTop(config, encoder_config, int(encoder_config.num_hidden_layers))
+        # the layer on top is a BertLayer: the encoder is BERT-shaped (modeling.encoder_files checks it)
+        return BertLayerOnTop(config, cast(BertConfig, encoder_config), int(encoder_config.num_hidden_layers))
 
     def weight_formula(self, config: AdapterConfig, d: int, size: int, k: int, d_ff: int) -> int:
         return 4 * d * d + 2 * d * d_ff

@@ -12,10 +12,11 @@ from pal_lightning.modeling.simcse import (
     SimCSEConfig,
     as_simcse_config,
     concat_inputs,
+    gather_rows,
     not_negatives,
+    simcse_loss,
     split_cross_pairs,
 )
-from pal_lightning.modeling.simcse_loss import gather_rows, simcse_loss
 from pal_lightning.tasks.specs import BUILTIN_TASKS
 
 
