@@ -193,7 +193,14 @@ def test_warmup_steps_overrides_warmup_ratio(warmup_steps: int, factors: list[fl
 def test_optimizer_groups_two_lrs_and_no_decay_on_bias_and_layernorm() -> None:
     module = tiny_module(lr=1e-4, head_lr=1e-3, weight_decay=0.05)
     groups = {g["name"]: g for g in module.parameter_groups()}
-    assert set(groups) == {"pretrained", "pretrained_no_decay", "new", "new_no_decay"}
+    assert set(groups) == {
+        "pretrained",
+        "pretrained_no_decay",
+        "adapters",
+        "adapters_no_decay",
+        "heads",
+        "heads_no_decay",
+    }
     names = {id(p): n for n, p in module.named_parameters()}
     for name, group in groups.items():
         assert group["lr"] == (1e-4 if name.startswith("pretrained") else 1e-3)
@@ -205,15 +212,26 @@ def test_optimizer_groups_two_lrs_and_no_decay_on_bias_and_layernorm() -> None:
             assert pname.startswith("encoder.bert.") == name.startswith("pretrained"), pname
     grouped = sum(len(g["params"]) for g in groups.values())
     assert grouped == len(list(module.parameters()))  # every parameter in exactly one group
-    assert any(names[id(p)].startswith("heads.") for p in groups["new"]["params"])
-    assert any(names[id(p)].startswith("encoder.adapters.") for p in groups["new"]["params"])
+    assert all(
+        names[id(p)].startswith("heads.") for g in ("heads", "heads_no_decay") for p in groups[g]["params"]
+    )
+    assert all(
+        names[id(p)].startswith("encoder.adapters.")
+        for g in ("adapters", "adapters_no_decay")
+        for p in groups[g]["params"]
+    )
 
 
 def test_freeze_encoder_trains_only_adapters_and_heads() -> None:
     module = tiny_module(freeze_encoder=True)
     for name, p in module.named_parameters():
         assert p.requires_grad == (not name.startswith("encoder.bert.")), name
-    assert {g["name"] for g in module.parameter_groups()} == {"new", "new_no_decay"}
+    assert {g["name"] for g in module.parameter_groups()} == {
+        "adapters",
+        "adapters_no_decay",
+        "heads",
+        "heads_no_decay",
+    }
     report = module.parameter_report()
     assert report.trainable == sum(p.numel() for p in module.parameters() if p.requires_grad)
 
@@ -322,7 +340,7 @@ def test_subclass_replaces_head_and_loss() -> None:
     # the custom head is a new parameter: it trains at head_lr
     groups = {g["name"]: g for g in module.parameter_groups()}
     head_params = {id(p) for p in module.heads["sst"].parameters()}
-    assert head_params <= {id(p) for g in ("new", "new_no_decay") for p in groups[g]["params"]}
+    assert head_params <= {id(p) for g in ("heads", "heads_no_decay") for p in groups[g]["params"]}
 
 
 # ---------------------------------------------------------------- Trainer.fit

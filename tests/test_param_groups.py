@@ -55,12 +55,19 @@ def test_groups_hold_each_parameter_once_with_its_rate(decay: float) -> None:
         ]
 
 
-def test_default_keeps_the_original_four_groups() -> None:
-    """adapter_lr None: adapters share head_lr in the 'new' groups (checkpoints from before resume)."""
+def test_default_gives_the_adapters_their_own_groups_at_head_lr() -> None:
+    """adapter_lr None: the adapters keep groups of their own, at head_lr."""
     module = tiny_module(lr=1e-4, head_lr=1e-3)
     groups = module.parameter_groups()
-    assert [g["name"] for g in groups] == ["pretrained", "pretrained_no_decay", "new", "new_no_decay"]
-    assert [g["lr"] for g in groups] == [1e-4, 1e-4, 1e-3, 1e-3]
+    assert [g["name"] for g in groups] == [
+        "pretrained",
+        "pretrained_no_decay",
+        "adapters",
+        "adapters_no_decay",
+        "heads",
+        "heads_no_decay",
+    ]
+    assert [g["lr"] for g in groups] == [1e-4, 1e-4, 1e-3, 1e-3, 1e-3, 1e-3]
 
 
 def test_decay_with_frozen_encoder_and_without_adapters() -> None:

@@ -65,7 +65,6 @@ def build_parameter_groups(
     adapters: set[int],
     no_decay: set[int],
     rates: GroupRates,
-    split_adapters: bool,
 ) -> list[dict[str, object]]:
     """AdamW groups of the trainable ``named_parameters``.
 
@@ -75,9 +74,6 @@ def build_parameter_groups(
         adapters: ``id``\\s of the adapters' parameters.
         no_decay: ``id``\\s of LayerNorm gains (biases are recognised by name).
         rates: the rates and decay.
-        split_adapters: give the adapters their own groups; ``False`` keeps the original four groups
-            ``pretrained``/``new`` x decay/no decay (adapters and heads share ``new`` at ``head_lr``),
-            so checkpoints written before per-group rates existed resume with the same groups.
 
     Returns:
         Groups with ``name``, ``params``, ``lr``, ``weight_decay``; empty groups are left out.
@@ -88,7 +84,7 @@ def build_parameter_groups(
         if not p.requires_grad:
             continue
         decay = not (name.endswith("bias") or id(p) in no_decay or "LayerNorm" in name)
-        kind, depth, label, lr = _kind_of(name, id(p) in pretrained, id(p) in adapters, rates, split_adapters)
+        kind, depth, label, lr = _kind_of(name, id(p) in pretrained, id(p) in adapters, rates)
         group = groups.setdefault(
             (kind, depth, decay),
             {
@@ -99,20 +95,17 @@ def build_parameter_groups(
             },
         )
         group["params"].append(p)
-    # decay before no-decay within a kind and depth (the original order: pretrained, pretrained_no_decay,
-    # new, new_no_decay)
+    # decay before no-decay within a kind and depth
     return [groups[k] for k in sorted(groups, key=lambda k: (k[0], k[1], not k[2]))]
 
 
-def _kind_of(
-    name: str, pretrained: bool, adapter: bool, rates: GroupRates, split_adapters: bool
-) -> tuple[int, int, str, float]:
+def _kind_of(name: str, pretrained: bool, adapter: bool, rates: GroupRates) -> tuple[int, int, str, float]:
     """(kind: 0 encoder, 1 adapters, 2 heads; depth below the top; group name; peak rate) of a parameter."""
     if pretrained:
         if rates.layer_lr_decay == 1.0:
             return 0, 0, "pretrained", rates.lr
         depth = encoder_depth(name, rates.num_layers)
         return 0, depth, f"encoder_depth{depth}", layerwise_lr(rates.lr, rates.layer_lr_decay, depth)
-    if split_adapters and adapter:
+    if adapter:
         return 1, 0, "adapters", rates.adapter_lr
-    return 2, 0, "heads" if split_adapters else "new", rates.head_lr
+    return 2, 0, "heads", rates.head_lr

@@ -235,7 +235,6 @@ class OptimizerMixin(FusedClippingMixin):
                 id(p) for m in self.modules() if isinstance(m, nn.LayerNorm) for p in m.parameters(False)
             },
             rates=rates,
-            split_adapters=adapter_lr is not None,
         )
 
     def total_training_steps(self) -> int:

@@ -61,8 +61,8 @@ def test_metrics_csv_rows(tmp_path: Path) -> None:
             assert not any(r.get(f"train/{t}/accuracy") for t in ("sst", "qqp") if t != task)
         # the schedule by hand: (s + 1) / (w + 1) while warming up, then (total - s) / (total - w)
         factor = (step + 1) / (warmup + 1) if step < warmup else (steps - step) / (steps - warmup)
-        assert float(r["lr/new"]) == pytest.approx(head_lr * factor, rel=1e-6)
-        assert "lr/new_no_decay" not in r or not r["lr/new_no_decay"]
+        assert float(r["lr/heads"]) == float(r["lr/adapters"]) == pytest.approx(head_lr * factor, rel=1e-6)
+        assert "lr/heads_no_decay" not in r or not r["lr/heads_no_decay"]
 
     sampling = [r for r in rows if r["sampling/p_sst"]]
     assert len(sampling) == 3  # one row per epoch (2 steps per epoch)
@@ -76,4 +76,4 @@ def test_metrics_csv_rows(tmp_path: Path) -> None:
     events = EventAccumulator(str(tmp_path / "runs" / "version_0" / "tensorboard"))
     events.Reload()
     scalars = set(events.Tags()["scalars"])
-    assert "hp_metric" not in scalars and {"train/grad_norm", "sampling/p_sst", "lr/new"} <= scalars
+    assert "hp_metric" not in scalars and {"train/grad_norm", "sampling/p_sst", "lr/heads"} <= scalars
