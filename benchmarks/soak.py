@@ -4,7 +4,7 @@ A memory leak that costs a few kB per step (a tensor kept in a list, a growing m
 ever-longer log buffer) is invisible in a unit test and fatal in a day-long run. This benchmark runs
 ``PalLightningCLI`` (in-process, with every default callback: checkpoints, the random-state saver,
 score report, loggers) on a tiny random BERT (2 layers, width 32, the real vocabulary) with
-:class:`~pal_lightning.callbacks.GEMCallback` (3 tasks, constraints ``others``), validating and
+:class:`~pal_lightning.gem.GEMCallback` (3 tasks, constraints ``others``), validating and
 writing ``last.ckpt`` every ``--val-every`` steps, and samples the process's resident set size (RSS)
 after every ``--sample-every`` optimizer steps.
 
@@ -91,7 +91,7 @@ def config(root: Path, data_dir: Path, args: argparse.Namespace) -> dict[str, An
             "gradient_clip_val": 1.0,
             "callbacks": [
                 {
-                    "class_path": "pal_lightning.callbacks.GEMCallback",
+                    "class_path": "pal_lightning.gem.GEMCallback",
                     "init_args": {"memory_size": 256, "memory_batch_size": 16, "constraints": "others"},
                 }
             ],

@@ -8,7 +8,7 @@ interleaved (the order alternates every step) after a warm-up, so machine noise 
 * shared: ``adapter="none"``, the encoder plus a linear head (only the head is task-specific);
 * pals: ``adapter="pals"`` with the default size (102 for all-MiniLM-L6-v2) on every layer;
 * gem: the PAL model with 3 tasks and a head each, trained on task 0 with
-  :class:`~pal_lightning.callbacks.GEMCallback` (``constraints="others"``: the memories of tasks 1 and 2
+  :class:`~pal_lightning.gem.GEMCallback` (``constraints="others"``: the memories of tasks 1 and 2
   constrain, 16 remembered examples each, memories pre-filled); the step includes the two memory
   gradients, the Gram matrix and, when a constraint is violated, the QP and the write-back;
 * agem: the same with ``mode="agem"`` (one reference gradient of 16 remembered examples, 8 per task);
@@ -80,8 +80,8 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.profiler import record_function  # noqa: E402
 
-from pal_lightning.callbacks import GEMCallback  # noqa: E402
 from pal_lightning.core.hub import DEFAULT_ENCODER  # noqa: E402
+from pal_lightning.gem import GEMCallback  # noqa: E402
 from pal_lightning.modeling import MultiTaskBert  # noqa: E402
 from pal_lightning.modeling.heads import pool  # noqa: E402
 from pal_lightning.modeling.simcse import SimCSEConfig, simcse_batch_loss  # noqa: E402

@@ -40,11 +40,11 @@ _EXPORTS: dict[str, str] = {
     "task_probabilities": "pal_lightning.data.schedules",
     "annealed_alpha": "pal_lightning.data.schedules",
     "PredictionWriter": "pal_lightning.callbacks",
-    "GEMCallback": "pal_lightning.callbacks",
-    "EpisodicMemory": "pal_lightning.callbacks",
+    "GEMCallback": "pal_lightning.gem",
+    "EpisodicMemory": "pal_lightning.gem",
     "ContinualEvaluation": "pal_lightning.callbacks",
     "RNGStateCallback": "pal_lightning.callbacks",
-    "AtomicCheckpointIO": "pal_lightning.callbacks",
+    "AtomicCheckpointIO": "pal_lightning.core.checkpoint_io",
     "project_gradient": "pal_lightning.gem",
     "agem_project": "pal_lightning.gem",
     "continual_metrics": "pal_lightning.tasks.continual_metrics",
@@ -104,19 +104,13 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from pal_lightning.callbacks import (
-        AtomicCheckpointIO,
-        ContinualEvaluation,
-        EpisodicMemory,
-        GEMCallback,
-        PredictionWriter,
-        RNGStateCallback,
-    )
+    from pal_lightning.callbacks import ContinualEvaluation, PredictionWriter, RNGStateCallback
+    from pal_lightning.core.checkpoint_io import AtomicCheckpointIO
     from pal_lightning.core.errors import PalUserError
     from pal_lightning.core.hub import DEFAULT_ENCODER, resolve_encoder
     from pal_lightning.data import DataConfig, MultiTaskDataModule
     from pal_lightning.data.schedules import annealed_alpha, task_probabilities
-    from pal_lightning.gem import agem_project, project_gradient
+    from pal_lightning.gem import EpisodicMemory, GEMCallback, agem_project, project_gradient
     from pal_lightning.modeling import (
         AdapterConfig,
         MultiTaskBert,

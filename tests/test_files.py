@@ -107,8 +107,8 @@ def test_free_name(tmp_path: Path) -> None:
 
 def test_checkpoints_predictions_and_task_weights_are_readable_by_others(tmp_path: Path) -> None:
     from pal_lightning import MultiTaskModule, save_task_weights
-    from pal_lightning.callbacks import AtomicCheckpointIO
     from pal_lightning.callbacks.prediction_writer import write_prediction_file
+    from pal_lightning.core.checkpoint_io import AtomicCheckpointIO
     from pal_lightning.testing import TINY_BERT
 
     old = os.umask(0o022)

@@ -12,9 +12,9 @@ import pytest
 import torch
 from test_module import FIXED, TinyData, tiny_module
 
-from pal_lightning.callbacks import GEMCallback
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.version import __version__
+from pal_lightning.gem import GEMCallback
 from pal_lightning.module.checkpoint_check import VERSION_KEY
 from pal_lightning.testing import quiet_trainer
 

@@ -196,8 +196,8 @@ def test_bad_simcse_settings_fail_at_construction() -> None:
 
 def test_gem_memories_use_the_task_loss_without_simcse(tmp_path, monkeypatch) -> None:
     """SimCSE is part of the step's gradient only: GEM's memory losses (batch_loss) never add it."""
-    from pal_lightning.callbacks import GEMCallback
     from pal_lightning.data import MultiTaskDataModule
+    from pal_lightning.gem import GEMCallback
     from pal_lightning.testing import TINY_BERT, quiet_trainer, write_cs224n_data
 
     calls: list[str] = []

@@ -1,10 +1,11 @@
-"""Lightning callbacks (and the checkpoint plugin) of pal-lightning.
+"""Lightning callbacks of pal-lightning (the command line adds most of them itself).
 
-* :class:`GEMCallback`: Gradient Episodic Memory / A-GEM projection of each update.
 * :class:`ContinualEvaluation`: the accuracy matrix ``R[i][j]`` of a sequential (continual) run.
 * :class:`PredictionWriter`: CS224N prediction files, gathered across ranks, never overwritten.
 * :class:`RNGStateCallback`: every rank's random generators in checkpoints (exact resume).
-* :class:`AtomicCheckpointIO`: checkpoint writes that never leave a half-written file behind.
+
+GEM's callback is :class:`pal_lightning.gem.GEMCallback`; the crash-safe checkpoint plugin is
+:class:`pal_lightning.core.checkpoint_io.AtomicCheckpointIO`.
 """
 
 from __future__ import annotations
@@ -12,16 +13,5 @@ from __future__ import annotations
 from pal_lightning.callbacks.continual_evaluation import ContinualEvaluation
 from pal_lightning.callbacks.prediction_writer import PredictionWriter
 from pal_lightning.callbacks.rng_state import RNGStateCallback
-from pal_lightning.core.checkpoint_io import AtomicCheckpointIO
-from pal_lightning.gem import EpisodicMemory, GEMCallback, agem_project, project_gradient
 
-__all__ = [
-    "AtomicCheckpointIO",
-    "ContinualEvaluation",
-    "EpisodicMemory",
-    "GEMCallback",
-    "PredictionWriter",
-    "RNGStateCallback",
-    "agem_project",
-    "project_gradient",
-]
+__all__ = ["ContinualEvaluation", "PredictionWriter", "RNGStateCallback"]

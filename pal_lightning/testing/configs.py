@@ -10,7 +10,7 @@ from pal_lightning.testing.encoders import TINY_BERT
 
 #: A GEM callback sized for the tiny model, as it appears under ``trainer.callbacks`` in a config.
 TINY_GEM: dict[str, Any] = {
-    "class_path": "pal_lightning.callbacks.GEMCallback",
+    "class_path": "pal_lightning.gem.GEMCallback",
     "init_args": {"memory_size": 8, "memory_batch_size": 2},
 }
 

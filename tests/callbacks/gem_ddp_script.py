@@ -18,8 +18,9 @@ from pathlib import Path
 import lightning.pytorch as pl
 import torch
 
-from pal_lightning.callbacks import ContinualEvaluation, GEMCallback
+from pal_lightning.callbacks import ContinualEvaluation
 from pal_lightning.data import MultiTaskDataModule
+from pal_lightning.gem import GEMCallback
 from pal_lightning.gem.gradients import MemorySource, constraint_gradients
 from pal_lightning.module.multitask import MultiTaskModule
 from pal_lightning.testing import TINY_BERT, quiet_trainer, without_dropout

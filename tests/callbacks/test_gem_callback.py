@@ -17,10 +17,10 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import nn
 
 import pal_lightning.gem as gem_module
-from pal_lightning.callbacks import GEMCallback, RNGStateCallback
+from pal_lightning.callbacks import RNGStateCallback
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.data import MultiTaskDataModule
-from pal_lightning.gem import EpisodicMemory, gram_matrix, project_gradient, qp
+from pal_lightning.gem import EpisodicMemory, GEMCallback, gram_matrix, project_gradient, qp
 from pal_lightning.gem import gradients as memory_gradients
 from pal_lightning.gem import memory as memory_module
 from pal_lightning.gem.gradients import MemorySource
