@@ -35,7 +35,7 @@ DATA_INTS = [
     "seed",
 ]
 MODEL_FLOATS = ["lr", "head_lr", "adapter_lr", "weight_decay", "dropout", "warmup_ratio", "layer_lr_decay"]
-# pal_size is left out: a size is an allocation, so a huge one is an out-of-memory, not a message.
+# adapter.size is left out: a size is an allocation, so a huge one is an out-of-memory, not a message.
 MODEL_INTS = ["warmup_steps", "max_nonfinite_steps"]
 GEM_FLOATS = ["margin", "eps"]
 GEM_INTS = ["memory_size", "memory_batch_size", "refresh_every"]

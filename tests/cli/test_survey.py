@@ -83,7 +83,7 @@ def test_quick_survey_writes_one_consistent_row_per_configuration_and_snapshot(t
         assert (out / png).stat().st_size > 1000
 
 
-def test_quick_overrides_scale_explicit_pal_sizes_to_the_tiny_width() -> None:
+def test_quick_overrides_scale_explicit_adapter_sizes_to_the_tiny_width() -> None:
     # 48 * 32 / 384 = 4 and 204 * 32 / 384 = 17 -> 16 (a multiple of the 2 heads); other keys untouched
     given = ("model.init_args.adapter.size=48", "model.init_args.adapter.size=204", "model.init_args.adapter=pff")
     assert survey.quick_overrides(given) == (
