@@ -15,6 +15,12 @@ A validation that reached only some of the module's scored tasks (``pl_module.sc
 under ``--trainer.limit_val_batches 2``) has no overall score: its mean is logged as
 ``val/overall_partial``, is never picked as the best validation while a complete one exists, and is
 printed and saved as *partial*, naming the tasks it covers and those it leaves out.
+
+A fit that would end without any validation (a short ``--trainer.max_steps`` under a config that
+validates every few epochs, or ``max_steps`` reached in the middle of an epoch) is validated once at the
+end of its last training epoch (:meth:`ScoreReport.on_train_epoch_end`): the score table, ``scores.json``
+and the best and last checkpoints then follow as after any validation. Every rank reaches that decision
+from the same trainer state, so under DDP every rank takes part.
 """
 
 from __future__ import annotations
@@ -146,12 +152,18 @@ class ScoreReport(Callback):
     Args:
         monitor: the metric that picks the best validation (higher is better).
         filename: name of the JSON file written into ``trainer.log_dir``.
+        validate_at_end: validate once at the end of a fit that has validation data but would otherwise
+            end without any validation.
     """
 
-    def __init__(self, monitor: str = "val/overall", filename: str = SCORES_FILE) -> None:
+    def __init__(
+        self, monitor: str = "val/overall", filename: str = SCORES_FILE, validate_at_end: bool = True
+    ) -> None:
         self.monitor = monitor
         self.filename = filename
+        self.validate_at_end = validate_at_end
         self.history: list[dict[str, Any]] = []
+        self._validated = False
         self._start = time.perf_counter()
         self._pending: list[str] = []
 
@@ -167,13 +179,29 @@ class ScoreReport(Callback):
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.history = []
+        self._validated = False
         self._start = time.perf_counter()
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Validate now when this is the fit's last epoch and no validation ran in it.
+
+        Runs before the checkpoint callbacks' own ``on_train_epoch_end`` (Lightning calls the callbacks
+        that monitor a metric last), so they see this validation's scores whichever hook they save in.
+        """
+        if (
+            self.validate_at_end
+            and not self._validated
+            and trainer.enable_validation
+            and fit_ends_now(trainer)
+        ):
+            validate_during_fit(trainer, pl_module)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.sanity_checking and trainer.state.fn == TrainerFn.VALIDATING:
             self.report_evaluation(trainer, pl_module, "val")
         if trainer.sanity_checking or trainer.state.fn != TrainerFn.FITTING:
             return
+        self._validated = True
         scores = validation_scores(trainer, pl_module)
         if scores:
             covered, missing = task_coverage(scores, scored_tasks_of(pl_module))
@@ -245,9 +273,8 @@ class ScoreReport(Callback):
         ckpt = getattr(trainer.checkpoint_callback, "best_model_path", "") or None
         if best is None:
             self._say(
-                f"pal-lightning: fit finished after {trainer.global_step} steps ({wall_s:.0f} s); no validation "
-                f"ran: validation runs every --trainer.val_check_interval batches (default: once per epoch); set "
-                f"it to at most {max(1, trainer.global_step)} to score a run this short."
+                f"pal-lightning: fit finished after {trainer.global_step} steps ({wall_s:.0f} s) without "
+                f"dev scores: {no_scores_reason(trainer, self._validated, self.validate_at_end)}."
             )
         else:
             overall = best["scores"].get(self.monitor)
@@ -279,6 +306,40 @@ class ScoreReport(Callback):
             "best_model_path": ckpt,
         }
         atomic_write_text(Path(log_dir) / self.filename, json.dumps(payload, indent=2))
+
+
+def fit_ends_now(trainer: pl.Trainer) -> bool:
+    """At ``on_train_epoch_end``: whether the fit ends after this epoch (``max_steps`` or ``max_epochs``
+    reached, or a stop requested)."""
+    max_steps, max_epochs = trainer.max_steps, trainer.max_epochs
+    steps_done = max_steps is not None and max_steps >= 0 and trainer.global_step >= max_steps
+    epochs_done = max_epochs is not None and max_epochs >= 0 and trainer.current_epoch + 1 >= max_epochs
+    return steps_done or epochs_done or trainer.should_stop
+
+
+def validate_during_fit(trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    """Run the fit's validation loop now, as Lightning runs it between training batches."""
+    trainer.validating = True  # picks the validation loop's logging and progress bar
+    pl_module.on_validation_model_zero_grad()
+    try:
+        trainer.fit_loop.epoch_loop.val_loop.run()
+    finally:
+        trainer.training = True
+
+
+def no_scores_reason(trainer: pl.Trainer, validated: bool, validate_at_end: bool = True) -> str:
+    """Why a fit ended without a dev score, and what to do about it."""
+    later = "or score a checkpoint later: pal-lightning validate --config <run>/config.yaml --ckpt_path last"
+    if not trainer.limit_val_batches:
+        return f"--trainer.limit_val_batches is 0, which turns validation off; set it to 1.0, {later}"
+    if validated:
+        return (
+            "the validation gave no finite score (empty dev files, or a model that diverged); check the "
+            f"dev files of --data.data_dir, {later}"
+        )
+    if not validate_at_end:
+        return f"no validation fell within the run and ScoreReport(validate_at_end=False) added none; {later}"
+    return f"there was no validation data (no dev batches); check the dev files of --data.data_dir, {later}"
 
 
 def validation_scores(

@@ -1,0 +1,90 @@
+"""A fit always ends with dev scores: a run too short to reach a configured validation is validated once
+at its end (issue "A user's own task, end to end", item 5), with the score table, scores.json and the
+best and last checkpoints as after any validation; under DDP every rank takes part."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pal_lightning.cli.main import main
+from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
+
+from .conftest import subprocess_env
+
+STALE_ADVICE = ("no validation ran", "set it to at most", "could not find the monitored key")
+
+
+def _scores(run: Path) -> dict:
+    return json.loads((run / "scores.json").read_text())
+
+
+@pytest.mark.parametrize(
+    "short",
+    [
+        # the shipped configs' way: validation every N epochs, never reached by a short --trainer.max_steps
+        ["--trainer.check_val_every_n_epoch", "4"],
+        # max_steps reached in the middle of an epoch (validation is due at its end)
+        ["--data.init_args.steps_per_epoch", "10"],
+    ],
+    ids=["every-4-epochs", "mid-epoch"],
+)
+def test_a_short_fit_is_validated_once_at_its_end(
+    tmp_path: Path, tiny_yaml: Path, short: list[str], capfd: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["fit", "--config", str(tiny_yaml), "--trainer.max_steps", "3", *short]) == 0
+    out, err = capfd.readouterr()
+    run = tmp_path / "runs" / "version_0"
+    scores = _scores(run)
+    assert scores["complete"] is True and scores["overall"] is not None
+    assert [h["step"] for h in scores["history"]] == [3]
+    assert "CS224N overall (dev):" in out and "[best validation at step 3, 3 steps" in out
+    checkpoints = run / "checkpoints"
+    assert (checkpoints / "best.ckpt").is_file() and (checkpoints / "last.ckpt").is_file()
+    assert scores["best_model_path"] == str(
+        checkpoints / "best-step3-overall{:.4f}.ckpt".format(scores["overall"])
+    )
+    assert (run / "model").is_dir()  # the saved model of the best checkpoint
+    for stale in STALE_ADVICE:
+        assert stale not in out + err, stale
+    # a fit whose own validations reach its end (2 epochs of 2 steps) is not validated a second time
+    assert main(["fit", "--config", str(tiny_yaml)]) == 0
+    assert [h["step"] for h in _scores(tmp_path / "runs" / "version_1")["history"]] == [2, 4]
+
+
+def test_validation_turned_off_says_so(
+    tmp_path: Path, tiny_yaml: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["fit", "--config", str(tiny_yaml), "--trainer.limit_val_batches", "0"]) == 0
+    out, err = capfd.readouterr()
+    assert "without dev scores: --trainer.limit_val_batches is 0, which turns validation off" in out
+    assert "pal-lightning validate --config <run>/config.yaml --ckpt_path last" in out
+    for stale in STALE_ADVICE:
+        assert stale not in out + err, stale
+    assert _scores(tmp_path / "runs" / "version_0")["overall"] is None
+
+
+@pytest.mark.ddp
+def test_every_rank_takes_part_in_the_final_validation(tmp_path: Path) -> None:
+    data = write_cs224n_data(tmp_path / "data")
+    config = write_tiny_fit_config(tmp_path, data)
+    ddp = ["--trainer.devices", "2", "--trainer.strategy", "ddp_find_unused_parameters_true"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "pal_lightning", "fit", "--config", str(config), "--trainer.max_steps", "3"]
+        + ["--trainer.check_val_every_n_epoch", "4", *ddp],
+        cwd=tmp_path,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = tmp_path / "runs" / "version_0"
+    scores = _scores(run)
+    assert scores["complete"] is True and [h["step"] for h in scores["history"]] == [3]
+    assert (run / "checkpoints" / "best.ckpt").is_file() and (run / "checkpoints" / "last.ckpt").is_file()
+    assert proc.stdout.count("CS224N overall (dev):") == 1  # printed by rank 0 alone
