@@ -70,7 +70,7 @@ from pal_lightning.cli.run_folders import (
     resolve_named_checkpoint,
     run_folder_of,
 )
-from pal_lightning.core.checkpoint_io import AtomicCheckpointIO
+from pal_lightning.core.checkpoint_io import AtomicCheckpointIO, check_is_checkpoint
 from pal_lightning.core.distributed import (
     is_launched_rank,
     is_main_process,
@@ -431,6 +431,7 @@ class PalLightningCLI(CLIHooks):
                 f"Checkpoint {ckpt} does not exist. Pass the path of a .ckpt file to --ckpt_path, or "
                 "--ckpt_path last for the newest last.ckpt under trainer.default_root_dir."
             )
+        check_is_checkpoint(ckpt)  # README.md, an empty file ...: said before the model is built
         return ckpt
 
     def instantiate_classes(self) -> None:

@@ -182,9 +182,10 @@ def load_model(model: str | None, ckpt: str | None) -> Any:
     path = Path(str(ckpt))
     if not path.is_file():
         raise PalUserError(f"Checkpoint {path} does not exist. Pass the path of a .ckpt file to --ckpt_path.")
-    import torch
+    from pal_lightning.core.checkpoint_io import AtomicCheckpointIO
 
-    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    # one-line errors for a file that is no checkpoint, truncated, or refused by weights_only loading
+    checkpoint = AtomicCheckpointIO().load_checkpoint(path, map_location="cpu", weights_only=True)
     module = MultiTaskModule.load_from_checkpoint(path, map_location="cpu", weights_only=True)
     max_length = (checkpoint.get("datamodule_hyper_parameters") or {}).get("max_length")
     if max_length:

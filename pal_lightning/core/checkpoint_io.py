@@ -13,7 +13,10 @@ leaves at most a stray ``.tmp`` file; the checkpoint gets the mode a plain ``ope
 
 Loading turns the errors of an unreadable file (truncated, not a checkpoint, or refused by
 ``weights_only`` loading) into a :class:`~pal_lightning.core.errors.PalUserError` that names the file and
-what to do, instead of a traceback from deep inside ``torch.load``.
+what to do, instead of a traceback from deep inside ``torch.load``. A file that is no checkpoint at all (a
+text file, random bytes, an empty file) is recognised by its first bytes (:func:`not_a_checkpoint`) and
+named as such before ``torch.load`` runs: ``weights_only``'s advice ("if you trust this file ...") is
+given only for a real checkpoint that holds objects beyond tensors.
 """
 
 from __future__ import annotations
@@ -30,6 +33,52 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.files import atomic_write_bytes
+
+#: The first bytes of a zip archive, the format ``torch.save`` writes since PyTorch 1.6.
+_ZIP_MAGIC = b"PK\x03\x04"
+#: The pickled magic number that opens ``torch.save``'s legacy format (after the pickle protocol header).
+_LEGACY_MAGIC = b"\x8a\x0a" + (0x1950A86A20F9469CFC6C).to_bytes(10, "little")
+
+
+def not_a_checkpoint(path: str | os.PathLike[str]) -> str | None:
+    """What ``path`` is when its first bytes show it is not a file ``torch.save`` wrote, else ``None``.
+
+    ``None`` does not promise a readable checkpoint (a cut-short one starts like a whole one): loading
+    reports those.
+    """
+    with open(path, "rb") as f:
+        head = f.read(512)
+    if not head:
+        return "an empty file"
+    if head.startswith(_ZIP_MAGIC):
+        try:
+            with zipfile.ZipFile(path) as archive:
+                names = archive.namelist()
+        except zipfile.BadZipFile:
+            return None  # a checkpoint cut short has no zip directory: reported as truncated when loaded
+        if any(name.rsplit("/", 1)[-1] == "data.pkl" for name in names):
+            return None
+        return "a zip archive without the data.pkl of a PyTorch checkpoint"
+    if head.startswith(b"\x80") and _LEGACY_MAGIC in head[:32]:
+        return None  # torch.save's legacy (pre-1.6) format
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        text = ""
+    if text and all(c.isprintable() or c.isspace() for c in text):
+        return "a text file"
+    return "a file that torch.save did not write"
+
+
+def check_is_checkpoint(path: str | os.PathLike[str]) -> None:
+    """Raise a :class:`PalUserError` naming ``path`` when it is not a checkpoint (:func:`not_a_checkpoint`)."""
+    what = not_a_checkpoint(path)
+    if what is not None:
+        raise PalUserError(
+            f"{path} is not a checkpoint: it is {what}. Give a .ckpt file written by pal-lightning fit "
+            "(runs/<name>/version_N/checkpoints/best.ckpt or last.ckpt; on the command line also "
+            "--ckpt_path best or last with the run's config.yaml)."
+        )
 
 
 def atomic_torch_save(obj: Any, path: str | os.PathLike[str]) -> None:
@@ -63,6 +112,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 f"Checkpoint {path} does not exist. Pass the path of a .ckpt file to --ckpt_path "
                 "(or --ckpt_path last for the newest last.ckpt of this run folder)."
             )
+        if "://" not in str(path):
+            check_is_checkpoint(path)  # before torch.load: its errors for such files mislead
         try:
             return super().load_checkpoint(
                 os.fspath(path), map_location=map_location, weights_only=weights_only
