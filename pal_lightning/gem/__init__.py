@@ -24,7 +24,11 @@ Modules, one idea each (the first three import no Lightning):
 * :mod:`~pal_lightning.gem.memory`: :class:`EpisodicMemory`, one reservoir of example indices per task;
 * :mod:`~pal_lightning.gem.gradients`: the rows of ``G`` from remembered examples;
 * :mod:`~pal_lightning.gem.sparse_embeddings`: embedding tables' memory gradients as sparse rows (A-GEM);
+* :mod:`~pal_lightning.gem.step_projector`: one optimizer step's projection, its cached rows and counters;
 * :mod:`~pal_lightning.gem.callback`: :class:`GEMCallback`, the Lightning callback.
+
+The package exports what a user needs: the callback, the memory and the projections of flat tensors;
+everything else is imported from the module that defines it (``pal_lightning.gem.projection.DEFAULT_EPS``).
 """
 
 from __future__ import annotations
@@ -32,66 +36,19 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from pal_lightning.gem.gram import Grads, add_rows, bordered_gram, gram_matrix
 from pal_lightning.gem.memory import EpisodicMemory
-from pal_lightning.gem.projection import (
-    DEFAULT_EPS,
-    EPS_RETRIES,
-    EXACT_TOL,
-    ZERO_ROW_RTOL,
-    ProjectionResult,
-    agem_project,
-    gem_coefficients,
-    project_gradient,
-    step_coefficients,
-)
-from pal_lightning.gem.qp import solve_gem_dual, solve_gem_dual_exact
+from pal_lightning.gem.projection import agem_project, project_gradient
 
 if TYPE_CHECKING:
-    from pal_lightning.gem.callback import CONSTRAINTS, MODES, PARAMETERS, GEMCallback
-    from pal_lightning.gem.gradients import MemorySource, constraint_gradients, memory_gradient
-
-# The maths above loads without Lightning; the callback and the memory gradients (which use
-# Lightning) load on first use, so `import pal_lightning.gem.qp` stays light.
-_LAZY = {
-    "CONSTRAINTS": "callback",
-    "MODES": "callback",
-    "PARAMETERS": "callback",
-    "GEMCallback": "callback",
-    "MemorySource": "memory_gradients",
-    "constraint_gradients": "memory_gradients",
-    "memory_gradient": "memory_gradients",
-}
+    from pal_lightning.gem.callback import GEMCallback
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(f"pal_lightning.gem.{_LAZY[name]}"), name)
+    # The maths above loads without Lightning; the callback (which uses it) loads on first use, so
+    # `import pal_lightning.gem.qp` stays light.
+    if name == "GEMCallback":
+        return importlib.import_module("pal_lightning.gem.callback").GEMCallback
     raise AttributeError(f"module 'pal_lightning.gem' has no attribute {name!r}")
 
 
-__all__ = [
-    "CONSTRAINTS",
-    "DEFAULT_EPS",
-    "EPS_RETRIES",
-    "EXACT_TOL",
-    "MODES",
-    "PARAMETERS",
-    "ZERO_ROW_RTOL",
-    "EpisodicMemory",
-    "GEMCallback",
-    "Grads",
-    "MemorySource",
-    "ProjectionResult",
-    "add_rows",
-    "bordered_gram",
-    "agem_project",
-    "constraint_gradients",
-    "gem_coefficients",
-    "gram_matrix",
-    "memory_gradient",
-    "project_gradient",
-    "solve_gem_dual",
-    "solve_gem_dual_exact",
-    "step_coefficients",
-]
+__all__ = ["EpisodicMemory", "GEMCallback", "agem_project", "project_gradient"]

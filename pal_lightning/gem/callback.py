@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import lightning.pytorch as pl
 import numpy as np
 import torch
-from torch import Tensor, nn
-from torch.profiler import record_function
+from torch import nn
 
 from pal_lightning.core import distributed
 from pal_lightning.core.batch import INDICES, TASK
@@ -23,29 +21,17 @@ from pal_lightning.core.contracts import (
     satisfies,
 )
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.gem.flat_rows import (
-    add_flat_rows,
-    can_flatten,
-    flat_bordered_gram,
-    flatten,
-    flatten_rows,
-    has_dense_gradients,
-    unflatten_rows,
-)
 from pal_lightning.gem.gradients import MemorySource, constraint_gradients
-from pal_lightning.gem.gram import Grads, add_rows, bordered_gram, gram_matrix
+from pal_lightning.gem.gram import Grads
 from pal_lightning.gem.memory import EpisodicMemory
-from pal_lightning.gem.projection import DEFAULT_EPS, step_coefficients
+from pal_lightning.gem.projection import DEFAULT_EPS
+from pal_lightning.gem.step_projector import StepProjector, wants_flat_rows
 
-__all__ = ["CONSTRAINTS", "MODES", "PARAMETERS", "GEMCallback"]
-
-#: the rows of ``G``: a gradient per row (tensor by tensor), or one ``(t, n)`` float64 matrix (flat_rows)
-Rows = list[Grads] | Tensor
+__all__ = ["CONSTRAINTS", "MODES", "PARAMETERS", "GEMCallback", "participating_parameters"]
 
 MODES = ("gem", "agem")
 CONSTRAINTS = ("others", "past")
 PARAMETERS = ("shared", "all")
-COUNTERS = ("fallbacks", "skipped_nonfinite", "violations", "projections")
 
 
 def check_options(
@@ -75,6 +61,37 @@ def check_options(
         raise PalUserError(f"GEMCallback eps must be a finite number > 0, got {eps}.")
 
 
+def participating_parameters(module: nn.Module, parameters: str) -> list[nn.Parameter]:
+    """Trainable parameters GEM projects: the shared encoder's (``"shared"``) or all (``"all"``).
+
+    "Shared" means what every task updates: with a layer-sharing regime the embeddings and the S
+    layers (``encoder.shared_parameters()``; F layers do not require gradients, and a task's own
+    copies of I layers cannot conflict with another task's, like adapters and heads).
+
+    Raises:
+        PalUserError: for ``"shared"`` when the module has no ``encoder.pretrained_parameters()``.
+    """
+    if parameters == "all":
+        return [p for p in module.parameters() if p.requires_grad]
+    encoder = getattr(module, "encoder", None)
+    shared = getattr(encoder, "shared_parameters", None) or getattr(encoder, "pretrained_parameters", None)
+    if encoder is None or not callable(shared):
+        raise PalUserError(
+            "GEMCallback(parameters='shared') needs module.encoder.pretrained_parameters() "
+            "(pal_lightning.modeling.MultiTaskBert): use parameters='all' for another model."
+        )
+    return [p for _, p in shared() if p.requires_grad]
+
+
+def _counter(name: str) -> Any:
+    """The :class:`StepProjector` counter ``name`` as an attribute of the callback (read and set)."""
+    return property(
+        lambda cb: getattr(cb.projector, name),
+        lambda cb, value: setattr(cb.projector, name, value),
+        doc=f"Cumulative ``{name}`` of the projection steps (:class:`StepProjector`; saved in checkpoints).",
+    )
+
+
 class GEMCallback(pl.Callback):
     """Gradient Episodic Memory (or A-GEM) for multi-task and continual training.
 
@@ -98,8 +115,13 @@ class GEMCallback(pl.Callback):
     3. ``M = [g, G][g, G]^T`` from per-tensor dot products on the gradients' device
        (:func:`~pal_lightning.gem.gram.gram_matrix`), broadcast from rank 0 so every rank takes the
        same decision;
-    4. if some ``<g, g_k> < 0``: ``v`` from the dual QP (:func:`~pal_lightning.gem.gem_coefficients`)
-       and ``g~ = g + sum_k v_k g_k`` written in place into the participating ``p.grad``.
+    4. if some ``<g, g_k> < 0``: ``v`` from the dual QP
+       (:func:`~pal_lightning.gem.projection.gem_coefficients`) and ``g~ = g + sum_k v_k g_k`` written in
+       place into the participating ``p.grad``.
+
+    The callback chooses the constraining tasks and the participating parameters (1); steps 2 to 4,
+    the rows' cache and the counters are its :attr:`projector`'s
+    (:class:`~pal_lightning.gem.step_projector.StepProjector`).
 
     A-GEM (``mode="agem"``): one reference gradient of a batch split over the constraining
     memories (example-weighted mean loss), ``g~ = g - (g.g_ref / g_ref.g_ref) g_ref`` when
@@ -175,28 +197,28 @@ class GEMCallback(pl.Callback):
         self.memory = EpisodicMemory(memory_size, seed)
         self.task_order: list[str] = []
         """Tasks in the order they were first trained on (what ``constraints="past"`` looks at)."""
-        self.fallbacks = 0
-        self.skipped_nonfinite = 0
-        self.violations = 0
-        self.projections = 0
+        #: The step itself (rows of ``G``, their cache, the projection) and its counters.
+        self.projector = StepProjector()
         self.last_stats: dict[str, float] = {}
         """What the last optimizer step logged (for inspection and tests)."""
         self._window_step: int | None = None
         self._window_tasks: list[str] = []
-        self._cache: tuple[tuple[tuple[str, ...], bool], int, Rows, Tensor] | None = None
+
+    fallbacks = _counter("fallbacks")
+    skipped_nonfinite = _counter("skipped_nonfinite")
+    violations = _counter("violations")
+    projections = _counter("projections")
 
     # ------------------------------------------------------------------ state
 
     def state_dict(self) -> dict[str, Any]:
-        counters = {key: getattr(self, key) for key in COUNTERS}
+        counters = self.projector.counters()
         return {"memory": self.memory.state_dict(), "task_order": list(self.task_order), **counters}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.memory.load_state_dict(state_dict["memory"])
         self.task_order = [str(t) for t in state_dict.get("task_order", [])]
-        for key in COUNTERS:
-            setattr(self, key, int(state_dict.get(key, 0)))
-        self._cache = None
+        self.projector.load_counters(state_dict)
 
     # ------------------------------------------------------------------ hooks
 
@@ -257,24 +279,8 @@ class GEMCallback(pl.Callback):
     # ------------------------------------------------------------------ pieces
 
     def participating_parameters(self, module: nn.Module) -> list[nn.Parameter]:
-        """Trainable parameters GEM projects: the shared encoder's (``"shared"``) or all (``"all"``).
-
-        "Shared" means what every task updates: with a layer-sharing regime the embeddings and the S
-        layers (``encoder.shared_parameters()``; F layers do not require gradients, and a task's own
-        copies of I layers cannot conflict with another task's, like adapters and heads).
-        """
-        if self.parameters == "all":
-            return [p for p in module.parameters() if p.requires_grad]
-        encoder = getattr(module, "encoder", None)
-        shared = getattr(encoder, "shared_parameters", None) or getattr(
-            encoder, "pretrained_parameters", None
-        )
-        if encoder is None or not callable(shared):
-            raise PalUserError(
-                "GEMCallback(parameters='shared') needs module.encoder.pretrained_parameters() "
-                "(pal_lightning.modeling.MultiTaskBert): use parameters='all' for another model."
-            )
-        return [p for _, p in shared() if p.requires_grad]
+        """Trainable parameters GEM projects (:func:`participating_parameters`, by ``parameters``)."""
+        return participating_parameters(module, self.parameters)
 
     def constraining_tasks(self, current: Sequence[str]) -> list[str]:
         """Tasks whose memories constrain a step on ``current`` (in first-seen order)."""
@@ -297,30 +303,7 @@ class GEMCallback(pl.Callback):
     def wants_flat_rows(self, params: list[nn.Parameter]) -> bool:
         """Whether this callback takes the flat path (:mod:`pal_lightning.gem.flat_rows`) for ``params``:
         as ``flat_rows`` says, or by default on a CUDA device."""
-        if self.flat_rows is not None:
-            return self.flat_rows
-        return bool(params) and params[0].device.type == "cuda"
-
-    def _rows(
-        self, source: MemorySource, tasks: list[str], step: int, params: list[nn.Parameter]
-    ) -> tuple[Rows, Tensor]:
-        """The memory gradients of ``tasks`` (per tensor, or flat) and their Gram matrix (on the device):
-        the cached ones while fresh (``refresh_every``), else new."""
-        key = (tuple(tasks), self.mode == "gem")
-        cached = self._cache
-        if cached is not None and cached[0] == key and step - cached[1] < self.refresh_every:
-            return cached[2], cached[3]
-        with record_function("gem/memory_gradients"):  # profiler labels (benchmarks/profile_step.py)
-            grads = self._constraint_gradients(source, tasks, step, params)
-        rows: Rows = grads
-        with record_function("gem/gram"):
-            if self.wants_flat_rows(params) and can_flatten(grads, params):
-                rows = flatten_rows(grads, params)
-                GGt = rows @ rows.T
-            else:
-                GGt = gram_matrix(grads)
-        self._cache = (key, step, rows, GGt) if self.refresh_every > 1 else None
-        return rows, GGt
+        return wants_flat_rows(self, params)
 
     # ------------------------------------------------------------------ the step
 
@@ -343,50 +326,15 @@ class GEMCallback(pl.Callback):
         Returns:
             The step's statistics (the logged ``gem/...`` values).
         """
-        start = time.perf_counter()
-        stats: dict[str, float] = {"gem/constraints": 0.0, "gem/violated": 0.0}
         tasks = self.constraining_tasks(current)
-        if tasks:
-            params = self.participating_parameters(module)
-            source = MemorySource(module, data, forward_context, rank, world_size)
-            rows, GGt = self._rows(source, tasks, step, params)
-            self._project(params, rows, GGt, stats)
-        stats["gem/projection_ms"] = (time.perf_counter() - start) * 1000.0
-        stats["gem/fallbacks"] = float(self.fallbacks)
-        stats["gem/skipped_nonfinite"] = float(self.skipped_nonfinite)
+        source = MemorySource(module, data, forward_context, rank, world_size)
+        stats = self.projector.step(
+            self,
+            tasks,
+            step,
+            params=lambda: self.participating_parameters(module),
+            # looked up at each call: tests and pal_lightning.testing wrap _constraint_gradients
+            memory_gradients=lambda params: self._constraint_gradients(source, tasks, step, params),
+        )
         self.last_stats = stats
         return stats
-
-    def _project(self, params: list[nn.Parameter], rows: Rows, GGt: Tensor, stats: dict[str, float]) -> None:
-        """Decide from ``M = [g, G][g, G]^T`` and write ``g~`` into ``p.grad``; update ``stats``."""
-        if isinstance(rows, Tensor) and not has_dense_gradients(params):
-            # cached flat rows, and a parameter without a gradient this step: per tensor (it creates one)
-            rows = unflatten_rows(rows, params)
-        with record_function("gem/gram"):
-            if isinstance(rows, Tensor):
-                M_device = flat_bordered_gram(flatten([p.grad for p in params], params), rows, GGt)
-            else:
-                M_device = bordered_gram([p.grad for p in params], rows, GGt)
-        # rank 0's M for every rank: one decision for all, even if their float sums differ
-        M = distributed.broadcast(M_device).cpu().numpy()
-        stats["gem/constraints"] = float(len(rows))
-        if not np.all(np.isfinite(M)):
-            self.skipped_nonfinite += 1
-            self._cache = None
-            return
-        result = step_coefficients(M, self.mode, margin=self.margin, eps=self.eps)
-        self.fallbacks += result.fallbacks
-        if self.mode == "gem":
-            stats["gem/violation"] = float(result.violation or 0.0)
-        stats["gem/violated"] = float(result.violated)
-        if result.min_cosine is not None:
-            stats["gem/min_cosine"] = float(result.min_cosine)
-        self.violations += int(result.violated)
-        if result.v is None:
-            return
-        self.projections += 1
-        with record_function("gem/write_back"):
-            if isinstance(rows, Tensor):
-                add_flat_rows(params, rows, result.v.tolist())
-            else:
-                add_rows(params, rows, result.v.tolist())

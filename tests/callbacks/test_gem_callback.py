@@ -16,15 +16,14 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch import nn
 
-import pal_lightning.gem as gem_module
 from pal_lightning.callbacks import RNGStateCallback
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.data import MultiTaskDataModule
-from pal_lightning.gem import EpisodicMemory, GEMCallback, gram_matrix, project_gradient, qp
+from pal_lightning.gem import EpisodicMemory, GEMCallback, project_gradient, projection, qp
 from pal_lightning.gem import gradients as memory_gradients
 from pal_lightning.gem import memory as memory_module
 from pal_lightning.gem.gradients import MemorySource
-from pal_lightning.gem.gram import add_rows
+from pal_lightning.gem.gram import add_rows, gram_matrix
 from pal_lightning.module.multitask import MultiTaskModule
 from pal_lightning.testing import TINY_BERT, quiet_trainer, write_cs224n_data
 from pal_lightning.testing.callbacks import ConstraintRows
@@ -295,7 +294,7 @@ def test_project_step_matches_flat_projection(mode: str) -> None:
     if mode == "gem":
         expected = project_gradient(_flat(g), G, margin=0.5, eps=cb.eps)
     else:
-        expected = gem_module.agem_project(_flat(g), G[0])
+        expected = projection.agem_project(_flat(g), G[0])
     np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-5, atol=1e-6)
     # the constraints hold after projection (up to the ridge)
     cos = (G @ got) / (G.norm(dim=1) * got.norm())
@@ -526,7 +525,7 @@ def test_refresh_every_reuses_the_rows_while_the_tasks_are_the_same() -> None:
     fresh, _, _ = _toy_callback()  # refresh_every=1: nothing is kept between steps
     _backward(model, data)
     fresh.project_step(model, data, step=0, current=["t0"])
-    assert fresh._cache is None
+    assert fresh.projector.cache is None
 
 
 def test_project_step_statistics_and_counters(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -577,7 +576,7 @@ def test_project_step_statistics_and_counters(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(qp, "solve_gem_dual_exact", broken)
     ridged = GEMCallback(eps=0.3, margin=0.0, parameters="all")
     step_stats: dict[str, float] = {}
-    ridged._project([p], rows, gram_matrix(rows), step_stats)
+    ridged.projector.project(ridged, [p], rows, gram_matrix(rows), step_stats)
     torch.testing.assert_close(p.grad, torch.tensor([-1.0 + 1 / 1.3, 2.0, 0.0]), rtol=1e-6, atol=1e-7)
     assert step_stats["gem/violation"] > 0.1  # the ridge's residual, reported
 
@@ -587,8 +586,8 @@ def test_project_step_statistics_and_counters(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(qp, "solve_gem_dual", fail)
     for _ in range(2):
         p.grad = torch.tensor([-1.0, 2.0, 0.0])
-        ridged._project([p], rows, gram_matrix(rows), {})
-    assert ridged.fallbacks == 2 * (gem_module.EPS_RETRIES + 1)
+        ridged.projector.project(ridged, [p], rows, gram_matrix(rows), {})
+    assert ridged.fallbacks == 2 * (projection.EPS_RETRIES + 1)
 
 
 def test_defaults_as_documented() -> None:
@@ -603,7 +602,7 @@ def test_defaults_as_documented() -> None:
     )
     assert (cb.refresh_every, cb.eps, cb.seed, cb.batch_tasks, cb.flat_rows, cb.last_stats) == (
         1,
-        gem_module.DEFAULT_EPS,
+        projection.DEFAULT_EPS,
         0,
         True,
         None,
@@ -735,7 +734,7 @@ class _CheckProjected(pl.Callback):
 
 def test_gem_inside_fit_bf16_accumulation_clipping(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     solves: list[int] = []
-    real = gem_module.solve_gem_dual
+    real = qp.solve_gem_dual
 
     def spy(GGt, Gg, margin, eps):  # noqa: ANN001, ANN202
         solves.append(len(Gg))

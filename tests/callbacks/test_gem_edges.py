@@ -13,20 +13,20 @@ import numpy as np
 import pytest
 import torch
 
-import pal_lightning.gem as gem
-from pal_lightning.gem import (
+from pal_lightning.gem import qp
+from pal_lightning.gem.projection import (
     DEFAULT_EPS,
     EPS_RETRIES,
+    ProjectionResult,
     agem_project,
     gem_coefficients,
     project_gradient,
-    qp,
-    solve_gem_dual,
+    step_coefficients,
 )
-from pal_lightning.gem.projection import step_coefficients
+from pal_lightning.gem.qp import solve_gem_dual
 
 
-def _fields(r: gem.ProjectionResult) -> tuple:
+def _fields(r: ProjectionResult) -> tuple:
     v = None if r.v is None else r.v.tolist()
     return (v, r.violated, r.fallbacks, r.min_cosine, r.rows)
 

@@ -10,12 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from pal_lightning.gem import (
-    gem_coefficients,
-    project_gradient,
-    solve_gem_dual,
-    solve_gem_dual_exact,
-)
+from pal_lightning.gem.projection import gem_coefficients, project_gradient
+from pal_lightning.gem.qp import solve_gem_dual, solve_gem_dual_exact
 
 TOL = 1e-9
 
@@ -177,7 +173,7 @@ def test_exact_dual_by_hand() -> None:
 
 def test_a_failing_exact_solve_keeps_the_ridged_solution(monkeypatch: pytest.MonkeyPatch) -> None:
     """If the exact solver's SVD does not converge, the step still gets the ridged projection."""
-    import pal_lightning.gem as gem
+    import pal_lightning.gem.projection as gem
     from pal_lightning.gem import qp
 
     def broken(*args: object, **kwargs: object) -> np.ndarray:

@@ -133,8 +133,8 @@ def test_project_step_same_flat_and_per_tensor(
         stats_a["gem/violated"] == stats_b["gem/violated"]
         and stats_a["gem/constraints"] == stats_b["gem/constraints"]
     )
-    assert isinstance(cb_b._cache[2], torch.Tensor) == (mode == "gem")  # type: ignore[index]
-    assert not isinstance(cb_a._cache[2], torch.Tensor)  # type: ignore[index]
+    assert isinstance(cb_b.projector.cache[2], torch.Tensor) == (mode == "gem")  # type: ignore[index]
+    assert not isinstance(cb_a.projector.cache[2], torch.Tensor)  # type: ignore[index]
     for x, y in zip(per_tensor, flat_grads, strict=True):
         torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-7)
     model.zero_grad(set_to_none=True)

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-import pal_lightning.gem as gem
-from pal_lightning.gem import agem_project, gem_coefficients, project_gradient, qp, solve_gem_dual
+from pal_lightning.gem import qp
+from pal_lightning.gem.projection import EPS_RETRIES, agem_project, gem_coefficients, project_gradient
+from pal_lightning.gem.qp import solve_gem_dual
 
 
 def exact_dual(GGt: np.ndarray, Gg: np.ndarray, margin: float) -> np.ndarray:
@@ -177,7 +178,7 @@ def test_fallbacks_larger_eps_then_agem(monkeypatch: pytest.MonkeyPatch) -> None
 
     monkeypatch.setattr(qp, "solve_gem_dual", always_fail)
     r = gem_coefficients(GGt, Gg, gg, margin=0.0)
-    assert r.fallbacks == gem.EPS_RETRIES + 1 and r.v is not None
+    assert r.fallbacks == EPS_RETRIES + 1 and r.v is not None
     # the A-GEM fallback against the violated rows: g~ orthogonal to their mean, finite
     out = g + G.T @ torch.from_numpy(r.v)
     V = torch.from_numpy(Gg < 0)

@@ -14,7 +14,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pal_lightning.gem import agem_project, gem_coefficients, project_gradient
+from pal_lightning.gem.projection import agem_project, gem_coefficients, project_gradient
 
 FAST = settings(max_examples=40, deadline=None)
 
