@@ -167,6 +167,7 @@ def main(args: list[str] | None = None) -> int:
                 + f" Run `pal-lightning {command or 'fit'} --help` for the accepted options"
                 " (--print_config shows the resolved configuration)"
             )
+        message += _predict_splits_hint(argv, message)
         if isinstance(found, MisconfigurationException):
             message += " (a Trainer setting this machine cannot honour: check trainer.accelerator, devices, strategy, precision)"
         print(f"pal-lightning: error: {message}", file=sys.stderr, flush=True)
@@ -174,6 +175,17 @@ def main(args: list[str] | None = None) -> int:
     _NEW_FOLDERS.clear()  # the run succeeded: its folders are results
     close_process_group()
     return 0
+
+
+def _predict_splits_hint(argv: list[str], message: str) -> str:
+    """For ``predict`` without a split's files (the demo set has no test files): the option that leaves it out."""
+    if argv[:1] != ["predict"] or not message.startswith("Data files not found"):
+        return ""
+    missing = {split for split in ("train", "dev", "test") if f"/{split}: " in message}
+    served = [split for split in ("dev", "test") if split not in missing]
+    if not missing or not served:
+        return ""
+    return f' To predict only the {served[0]} split: --data.predict_splits "[{served[0]}]".'
 
 
 def _short_help(command: str) -> str:
@@ -208,7 +220,6 @@ def _accepted_options(group: str) -> list[str] | None:
         return None
     names = [n for n in inspect.signature(cls.__init__).parameters if n != "self"]
     return [n for n in names if n not in _LINKED] if group == "data" else names
-
 
 
 if __name__ == "__main__":  # pragma: no cover
