@@ -37,7 +37,7 @@ copy. The pretrained ``encoder.layer.<i>.*`` weights are loaded into every task'
 
 Implementation: each ``BertLayer`` is replaced by :class:`PALBertLayer`, a subclass with the same
 children (so every pretrained parameter keeps its name and ``from_pretrained`` loads it), whose forward
-takes the active task's adapter as a ``pal=`` keyword that transformers threads from ``BertModel.forward``
+takes the active task's adapter as a ``task_call=`` keyword that transformers threads from ``BertModel.forward``
 down to every layer. Passing it per call, instead of storing it on the layers, keeps gradient
 checkpointing correct (the recomputation sees the same call) and lets one model serve two forwards of
 different inputs before a backward (siamese pairs).
@@ -455,7 +455,7 @@ class MultiTaskBert(nn.Module):
             dtype = scores_dtype(weight.dtype, weight.device)
             mask = additive_mask(attention_mask, dtype) if adapter is not None else None  # once per forward
             on_top = self.adapter_config.adapter_method.where is Where.TOP
-            extra["pal"] = task_call(adapter, on_top, self.adapter_layers, self.num_layers, mask, individual)
+            extra["task_call"] = task_call(adapter, on_top, self.adapter_layers, self.num_layers, mask, individual)
         out = self.bert(
             input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, **extra
         )

@@ -1,7 +1,7 @@
 """The layers of :class:`~pal_lightning.modeling.encoder.MultiTaskBert`: BERT layers that add the active task's
 TS_t term, and the empty slot of an individual (I) layer.
 
-What one forward of one task hands every layer travels as a :class:`TaskCall` in the ``pal=`` keyword that
+What one forward of one task hands every layer travels as a :class:`TaskCall` in the ``task_call=`` keyword that
 transformers threads from ``BertModel.forward`` down to each layer (see the encoder's module docstring for
 why it is passed per call instead of stored on the layers).
 """
@@ -56,25 +56,25 @@ def task_call(
 
 class IndividualLayerSlot(nn.Module):
     """The place of an individual (I) layer in ``bert.encoder.layer``: no parameters, it runs the active
-    task's own copy of the layer (handed over in ``pal=``)."""
+    task's own copy of the layer (handed over in ``task_call=``)."""
 
     def __init__(self, layer_index: int) -> None:
         super().__init__()
         self.layer_index = layer_index
 
-    def forward(self, *args: Any, pal: TaskCall | None = None, **kwargs: Any) -> torch.Tensor:
+    def forward(self, *args: Any, task_call: TaskCall | None = None, **kwargs: Any) -> torch.Tensor:
         """The active task's copy of layer ``layer_index`` applied to the arguments the encoder passes a
         layer (hidden states, masks, ...), handed on unchanged."""
-        if pal is None or pal.individual is None:
+        if task_call is None or task_call.individual is None:
             raise RuntimeError(f"layer {self.layer_index} is individual: call MultiTaskBert with task=...")
-        layer = pal.individual[str(self.layer_index)]
-        return layer(*args, pal=pal, **kwargs)
+        layer = task_call.individual[str(self.layer_index)]
+        return layer(*args, task_call=task_call, **kwargs)
 
 
 class PALBertLayer(BertLayer):
-    """A ``BertLayer`` that adds TS_t(h) before its output LayerNorm when given ``pal=``.
+    """A ``BertLayer`` that adds TS_t(h) before its output LayerNorm when given ``task_call=``.
 
-    Same submodules and parameter names as ``BertLayer``; without ``pal`` (or for a layer outside the
+    Same submodules and parameter names as ``BertLayer``; without ``task_call`` (or for a layer outside the
     placement) it is exactly ``BertLayer``.
     """
 
@@ -89,14 +89,14 @@ class PALBertLayer(BertLayer):
         encoder_hidden_states: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
         cache: Any = None,
-        pal: TaskCall | None = None,
+        task_call: TaskCall | None = None,
         **kwargs: Any,
     ) -> torch.Tensor:
-        """``LN2(h_att + FFN(h_att) + TS_t(h))`` with ``TS_t`` from ``pal``; plain BERT layer otherwise.
+        """``LN2(h_att + FFN(h_att) + TS_t(h))`` with ``TS_t`` from ``task_call``; plain BERT layer otherwise.
 
         The last layer then applies the task's block on top, if the variant has one.
         """
-        if pal is None or pal.adapter is None or self.layer_index not in pal.layers:
+        if task_call is None or task_call.adapter is None or self.layer_index not in task_call.layers:
             out = super().forward(
                 hidden_states,
                 attention_mask,
@@ -106,7 +106,7 @@ class PALBertLayer(BertLayer):
                 **kwargs,
             )
         else:
-            task_term = pal.adapter(self.layer_index, hidden_states, pal.mask)
+            task_term = task_call.adapter(self.layer_index, hidden_states, task_call.mask)
             attention_output, _ = self.attention(hidden_states, attention_mask, cache=cache, **kwargs)
             # chunking splits both tensors along the sequence the same way
             out = apply_chunking_to_forward(
@@ -116,10 +116,10 @@ class PALBertLayer(BertLayer):
                 attention_output,
                 task_term,
             )
-        if pal is not None and pal.top is not None and self.layer_index == pal.last:
+        if task_call is not None and task_call.top is not None and self.layer_index == task_call.last:
             # BERT's own mask (its format depends on the attention implementation) for a BERT layer on
             # top; the PAL mask for projected attention on top
-            out = pal.top(out, attention_mask, pal.mask)
+            out = task_call.top(out, attention_mask, task_call.mask)
         return out
 
     def _feed_forward_with_task_term(

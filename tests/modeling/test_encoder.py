@@ -116,7 +116,7 @@ def test_pal_term_enters_before_the_output_layernorm(batch):
         out = layer.output.dense(layer.intermediate(h_att))
         expected = layer.output.LayerNorm(h_att + out + ts)
 
-        got = layer(h, None, pal=TaskCall(model.adapters["a"], frozenset({0}), None))
+        got = layer(h, None, task_call=TaskCall(model.adapters["a"], frozenset({0}), None))
     torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
     assert (ts.abs() > 0).any()
 
