@@ -12,7 +12,8 @@ in the format of the CS224N minBERT starter code (``evaluation.py``)::
 
 The header names are the starter's: ``Predicted_Sentiment`` (SST, CFIMDB,
 SST-2), ``Predicted_Is_Paraphrase`` (Quora) and ``Predicted_Similiary`` (STS; the
-starter's own spelling); other tasks get ``Predicted_Label``.
+starter's own spelling); other tasks get ``Predicted_Label``. Scores have at most 6 decimals
+(:data:`SCORE_DECIMALS`); lines end with ``\n`` alone.
 
 Existing files are never overwritten unless ``overwrite=True``: the check runs
 when prediction starts, before any batch is predicted. Under DDP every rank
@@ -64,11 +65,17 @@ def output_file_name(task: str, split: str) -> str:
     return f"{STARTER_FILE_PREFIXES.get(task, task)}-{split}-output.csv"
 
 
+#: Decimals of a score in a prediction file (those of ``pal-lightning predict --predict.input``'s numbers).
+SCORE_DECIMALS = 6
+
+
 def format_value(value: Any) -> str:
-    """A class as an int, a score as a full-precision float."""
+    """A class as an int, a score rounded to :data:`SCORE_DECIMALS` decimals (trailing zeros dropped)."""
     if isinstance(value, numbers.Integral):  # bool, int and numpy ints
         return str(int(value))
-    return repr(float(value))
+    text = f"{float(value):.{SCORE_DECIMALS}f}"
+    text = text.rstrip("0").rstrip(".") if "." in text else text
+    return "0" if text == "-0" else text
 
 
 def write_prediction_file(path: Path, header: str, rows: Sequence[tuple[str, Any]]) -> None:
@@ -123,7 +130,11 @@ class PredictionWriter(BasePredictionWriter):
             return None
         out_dir = self.resolve_output_dir(trainer)
         # what the data module serves, evaluation views included, when it says (MultiTaskDataModule does)
-        pairs = dm.predicted_pairs() if hasattr(dm, "predicted_pairs") else [(t, s) for t in tasks for s in splits]
+        pairs = (
+            dm.predicted_pairs()
+            if hasattr(dm, "predicted_pairs")
+            else [(t, s) for t in tasks for s in splits]
+        )
         return [out_dir / output_file_name(t, s) for t, s in pairs]
 
     def _check_no_overwrite(self, paths: Sequence[Path], out_dir: Path) -> None:
@@ -172,9 +183,7 @@ class PredictionWriter(BasePredictionWriter):
         preds = prediction[PREDICTIONS]
         if isinstance(preds, torch.Tensor):
             preds = preds.detach().cpu().tolist()
-        split = (
-            prediction.get(SPLIT) or (batch.get(SPLIT) if isinstance(batch, Mapping) else None) or "test"
-        )
+        split = prediction.get(SPLIT) or (batch.get(SPLIT) if isinstance(batch, Mapping) else None) or "test"
         rows = self._rows.setdefault((str(prediction[TASK]), str(split)), [])
         rows.extend(zip((str(i) for i in prediction[IDS]), preds, strict=True))
 

@@ -365,6 +365,9 @@ class PalLightningCLI(CLIHooks):
             )
         ckpt = self._resolve_ckpt_path(config)
         self._log_root = None
+        # predict into a folder of the user's choice: no log folders (predict logs no metrics), neither
+        # in the checkpoint's run nor anywhere else
+        self._no_logs = self.subcommand == "predict" and config.get("predictions.output_dir") is not None
         if self.subcommand == "fit" or not ckpt:
             return
         # evaluations of a run's checkpoint log into that run (<run>/validate/version_N ...)
@@ -452,7 +455,8 @@ class PalLightningCLI(CLIHooks):
         """The Trainer, logging into a fresh run folder and writing checkpoints atomically.
 
         Unless the configuration names its own: loggers (``logger: null``/``true`` gets the CSV and
-        TensorBoard loggers of :func:`run_loggers`), a checkpoint I/O plugin
+        TensorBoard loggers of :func:`run_loggers`; ``predict`` with ``--predictions.output_dir`` gets
+        none and saves no config, so that it creates no log folder), a checkpoint I/O plugin
         (:class:`~pal_lightning.core.checkpoint_io.AtomicCheckpointIO` is added), and without
         a progress bar (``enable_progress_bar: false``) the default one is left out.
         """
@@ -463,7 +467,10 @@ class PalLightningCLI(CLIHooks):
             # a progress bar callback with enable_progress_bar=False is an error in Lightning
             callbacks_default = [c for c in defaults.get("callbacks", []) if not isinstance(c, ProgressBar)]
             self.trainer_defaults = {**defaults, "callbacks": callbacks_default}
-        if config.get("logger") in (None, True):
+        if config.get("logger") in (None, True) and getattr(self, "_no_logs", False):
+            kwargs["logger"] = False
+            self.save_config_callback = None  # it would write config.yaml into default_root_dir
+        elif config.get("logger") in (None, True):
             root = getattr(self, "_log_root", None) or config.get("default_root_dir") or DEFAULT_ROOT_DIR
             kwargs["logger"] = run_loggers(root)
         plugins = config.get("plugins")

@@ -12,7 +12,9 @@ The model is a ``save_pretrained`` folder or hub id (``--predict.model``), or a 
 (``--ckpt_path``). Input columns: the task's own text column(s) (``sentence``; ``sentence1`` and
 ``sentence2`` for pairs), or ``text`` (``text_a``/``text_b``, ``question1``/``question2``); an ``id``
 column is copied to the output, otherwise the 0-based row number is the id. Output columns: ``id``,
-``label`` and one ``p_<label>`` probability per class, or ``id`` and ``score`` for regression.
+``label`` and one ``p_<label>`` probability per class, or ``id`` and ``score`` for regression. Column
+names are safe identifiers: every run of characters other than letters, digits and ``_`` in a label
+becomes one ``_`` (``p_somewhat_negative``); numbers have 6 decimals; lines end with ``\n`` alone.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import csv
 import io
 import json
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,13 +125,28 @@ def read_input(path: str | os.PathLike[str], spec: Any) -> InputRows:
     return InputRows(ids, texts, columns)
 
 
+def column_name(label: str) -> str:
+    """``p_<label>`` as a safe column name: ``somewhat negative`` -> ``p_somewhat_negative``."""
+    return "p_" + (re.sub(r"[^0-9A-Za-z_]+", "_", str(label)).strip("_") or "label")
+
+
+def _unique(names: Sequence[str]) -> list[str]:
+    """``names`` with ``_2``, ``_3`` ... added to repeats (two labels that differ only in punctuation)."""
+    seen: dict[str, int] = {}
+    out = []
+    for name in names:
+        seen[name] = seen.get(name, 0) + 1
+        out.append(name if seen[name] == 1 else f"{name}_{seen[name]}")
+    return out
+
+
 def output_rows(ids: Sequence[str], predictions: Any) -> tuple[list[str], list[list[Any]]]:
-    """Header and rows of the output file: ``id,label,p_<name>...`` or ``id,score``."""
+    """Header and rows of the output file: ``id,label,p_<name>...`` or ``id,score``, numbers with 6 decimals."""
     if predictions.scores is not None:
-        return ["id", "score"], [[i, repr(float(s))] for i, s in zip(ids, predictions.scores, strict=True)]
+        return ["id", "score"], [[i, f"{float(s):.6f}"] for i, s in zip(ids, predictions.scores, strict=True)]
     probs = predictions.probabilities
     names = predictions.label_names or [str(c) for c in range(probs.shape[1])]
-    header = ["id", "label", *(f"p_{n}" for n in names)]
+    header = ["id", "label", *_unique([column_name(n) for n in names])]
     rows = [
         [i, label, *(f"{float(p):.6f}" for p in row)]
         for i, label, row in zip(ids, predictions.labels, probs, strict=True)
@@ -137,9 +155,10 @@ def output_rows(ids: Sequence[str], predictions: Any) -> tuple[list[str], list[l
 
 
 def write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """Write a comma-separated file atomically (:func:`pal_lightning.core.files.atomic_write`)."""
-    with atomic_write(path, "w", newline="") as f:
-        writer = csv.writer(f)
+    """Write a comma-separated file with ``\\n`` line ends, atomically
+    (:func:`pal_lightning.core.files.atomic_write`)."""
+    with atomic_write(path, "w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f, lineterminator="\n")  # the csv module's default ends lines with \r\n
         writer.writerow(header)
         writer.writerows(rows)
 

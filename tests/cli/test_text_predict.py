@@ -11,6 +11,7 @@ import pytest
 
 from pal_lightning import MultiTaskModule
 from pal_lightning.cli.main import USER_ERROR_EXIT, main
+from pal_lightning.cli.text_predict import column_name
 
 from .conftest import load_benchmark
 
@@ -67,7 +68,7 @@ def test_fit_saves_the_best_model_and_predict_reads_csv_and_jsonl(
     expected = model.predict("sst", ["a great, fun movie", "awful plot", "ok"])
     assert [r["id"] for r in rows] == ["r1", "r2", "r3"]
     assert [r["label"] for r in rows] == expected.labels
-    probs = np.array([[float(r[f"p_{n}"]) for n in expected.label_names] for r in rows])
+    probs = np.array([[float(r[column_name(n)]) for n in expected.label_names] for r in rows])
     np.testing.assert_allclose(probs, expected.probabilities, atol=1e-6)
 
     pairs = tmp_path / "pairs.jsonl"
