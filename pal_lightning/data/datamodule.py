@@ -30,14 +30,14 @@ cannot.
 The class wires together units that each hold one concern: the options
 (:mod:`~pal_lightning.data.options`), the task schedule and its phases
 (:mod:`~pal_lightning.data.phase_plan`), the read-validate-tokenise cache
-(:mod:`~pal_lightning.data.split_cache`), what sharding needs from the Trainer
+(:mod:`~pal_lightning.data.split_cache`), which splits each stage serves
+(:mod:`~pal_lightning.data.stage_splits`), what sharding needs from the Trainer
 (:mod:`~pal_lightning.data.sharding`) and the loaders (:mod:`~pal_lightning.data.loaders`).
 """
 
 from __future__ import annotations
 
 import logging
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,26 +47,21 @@ import torch
 from pal_lightning.core.batch import resolve_pair_encoding
 from pal_lightning.core.config_fields import bind_fields, takes_fields
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.data.batch_samplers import (
-    MultiTaskBatchSampler,
-    Phase,
-    TaskBatch,
-    default_steps_per_epoch,
-    make_phases,
-)
+from pal_lightning.data.batch_samplers import MultiTaskBatchSampler, Phase, TaskBatch
 from pal_lightning.data.dataset import MultiTaskDataset, ResumableDataLoader
-from pal_lightning.data.loaders import eval_loader, loader_options
-from pal_lightning.data.options import DataConfig, check_at_least, resolve_cache_dir
+from pal_lightning.data.loaders import TrainSampling, loader_options
+from pal_lightning.data.options import DataConfig, resolve_cache_dir
 from pal_lightning.data.per_task import per_task
 from pal_lightning.data.phase_plan import TASK_SCHEDULES, plan_phases
 from pal_lightning.data.schedules import SamplingSchedule, annealing_horizon
 from pal_lightning.data.sharding import fit_batches_consumed, shard_of, turn_off_distributed_sampler
 from pal_lightning.data.sources.hf import with_hub_copies
-from pal_lightning.data.sources.readers import SPLITS, check_files_exist, resolve_data_dir
+from pal_lightning.data.sources.readers import resolve_data_dir
 from pal_lightning.data.split_cache import SplitCache
+from pal_lightning.data.stage_splits import PREPARE, StageSplits
 from pal_lightning.data.tokenize import TokenizedSplit
 from pal_lightning.tasks.specs import TaskSpec, resolve_tasks
-from pal_lightning.tasks.views import eval_views, with_views
+from pal_lightning.tasks.views import eval_views
 
 __all__ = ["TASK_SCHEDULES", "DataConfig", "MultiTaskDataModule"]
 
@@ -123,6 +118,10 @@ class MultiTaskDataModule(pl.LightningDataModule):
             self.pair_encodings,
             config,
         )
+        #: Which splits each stage serves (``evaluated``, ``predicted_pairs``) and the check of their files.
+        self.stages = StageSplits(
+            self.task_specs, self.eval_views, self.splits, self.data_dir, self.eval_batch_sizes, config
+        )
         # the sampling options are checked against the tasks now, not at fit time
         config.sampling_schedule(config.anneal_epochs or 1).probabilities(
             dict.fromkeys(self.task_names, 1), 0
@@ -133,24 +132,13 @@ class MultiTaskDataModule(pl.LightningDataModule):
         self.train_sizes: dict[str, int] = {}
         #: How tasks are drawn at each step, set by ``setup("fit")``.
         self.sampling_schedule: SamplingSchedule | None = None
-        self.train_batch_sampler: MultiTaskBatchSampler | None = None
-        self._pending_sampler_state: dict[str, Any] | None = None
+        #: The training sampler, its position kept across rebuilt loaders and checkpoints.
+        self.train_sampling = TrainSampling()
 
     @classmethod
     def from_config(cls, config: DataConfig) -> MultiTaskDataModule:
         """The data module of the options ``config``."""
         return cls(**{name: getattr(config, name) for name in config.__dataclass_fields__})
-
-    @property
-    def schedule(self) -> SamplingSchedule | None:
-        """Deprecated name of :attr:`sampling_schedule` (the ``schedule`` option is :attr:`task_schedule`)."""
-        warnings.warn(
-            "MultiTaskDataModule.schedule is now sampling_schedule (the schedule option, interleaved or "
-            "sequential, is task_schedule).",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.sampling_schedule
 
     # ------------------------------------------------------------------ tokenizer and loading
 
@@ -171,12 +159,9 @@ class MultiTaskDataModule(pl.LightningDataModule):
         """
         return self.splits.load(task, split, report=report)
 
-    def _existing(self, spec: TaskSpec, split: str) -> bool:
-        return self.splits.exists(spec, split)
-
     def evaluated(self, split: str) -> list[TaskSpec]:
         """The tasks, each followed by its evaluation views that have ``split``: what ``split`` serves."""
-        return with_views(self.task_specs, self.eval_views, split)
+        return self.stages.evaluated(split)
 
     # ------------------------------------------------------------------ Lightning hooks
 
@@ -184,25 +169,17 @@ class MultiTaskDataModule(pl.LightningDataModule):
         """Tokenise and cache every split once (Lightning calls this on one process per node)."""
         if self.cache_dir is None:
             return
-        check_files_exist([(s, sp) for s in self.task_specs for sp in ("train", "dev")], self.data_dir)
-        for spec in self.task_specs:
-            for split in SPLITS:
-                if self._existing(spec, split):
-                    self.load_split(spec.name, split, report=False)
-        for view in self.eval_views.values():  # their dev sets; their test sets only when predicting
-            if view.has("dev"):
-                self.load_split(view.name, "dev", report=False)
+        self.stages.check_files(PREPARE)
+        for task, split in self.stages.cached():
+            self.load_split(task, split, report=False)
         # Other processes read the cache files; keep nothing tokenised in memory twice.
         self.splits.forget()
 
     def setup(self, stage: str | None = None) -> None:
         """Load the splits the stage needs and build the training schedule (``fit``)."""
         turn_off_distributed_sampler(self.trainer)
+        self.stages.check_files(stage)
         if stage in ("fit", None):
-            check_files_exist([(s, sp) for s in self.task_specs for sp in ("train", "dev")], self.data_dir)
-            check_files_exist(
-                [(v.spec, "dev") for v in self.eval_views.values() if v.has("dev")], self.data_dir
-            )
             self.train_sizes = {t: len(self.load_split(t, "train")) for t in self.task_names}
             for spec in self.evaluated("dev"):
                 self.load_split(spec.name, "dev")
@@ -211,17 +188,8 @@ class MultiTaskDataModule(pl.LightningDataModule):
                 raise PalUserError(f"Tasks {empty} have no valid training rows; check their train files.")
             self.sampling_schedule = self.config.sampling_schedule(self._resolve_anneal_epochs())
         elif stage == "validate":
-            check_files_exist([(s, "dev") for s in self.evaluated("dev")], self.data_dir)
             for spec in self.evaluated("dev"):
                 self.load_split(spec.name, "dev")
-        elif stage == "test":
-            check_files_exist(
-                [(s, "test") for s in self.evaluated("test") if "test" in s.files], self.data_dir
-            )
-        elif stage == "predict":
-            check_files_exist(
-                [(s, sp) for sp in self.predict_splits for s in self.evaluated(sp)], self.data_dir
-            )
 
     def _resolve_anneal_epochs(self) -> int:
         if self.config.anneal_epochs is not None:
@@ -229,20 +197,8 @@ class MultiTaskDataModule(pl.LightningDataModule):
         trainer = self.trainer
         if trainer is None:
             return 1
-        return annealing_horizon(trainer.max_epochs, trainer.max_steps, self._compute_steps_per_epoch)
-
-    def _compute_steps_per_epoch(self) -> int:
-        if self.config.steps_per_epoch is not None:
-            return int(self.config.steps_per_epoch)
-        if self.phase_plan.sequential:
-            return self.phases[-1].end
-        world, _ = shard_of(self.trainer)
-        return default_steps_per_epoch(self.train_sizes, self.batch_sizes, world)
-
-    def _phase_lengths(self) -> list[tuple[str, int]]:
-        """``(task, training batches)`` of every sequential phase, in order (empty when interleaved)."""
-        world, _ = shard_of(self.trainer)
-        return self.phase_plan.lengths(self.train_sizes, self.batch_sizes, world)
+        # called by setup("fit") once the training sizes are known, so steps_per_epoch can be computed
+        return annealing_horizon(trainer.max_epochs, trainer.max_steps, lambda: self.steps_per_epoch)
 
     @property
     def phases(self) -> list[Phase]:
@@ -252,7 +208,8 @@ class MultiTaskDataModule(pl.LightningDataModule):
         batch = ``epoch * steps_per_epoch + batch_idx``, counted per rank, not in optimizer steps).
         Empty for the interleaved schedule. With ``epochs_per_task`` valid after ``setup("fit")``.
         """
-        return make_phases(self._phase_lengths())
+        world, _ = shard_of(self.trainer)
+        return self.phase_plan.phases(self.train_sizes, self.batch_sizes, world)
 
     @property
     def steps_per_epoch(self) -> int:
@@ -261,7 +218,10 @@ class MultiTaskDataModule(pl.LightningDataModule):
             raise RuntimeError(
                 "steps_per_epoch is known after setup('fit') (the training data must be loaded)."
             )
-        return self._compute_steps_per_epoch()
+        world, _ = shard_of(self.trainer)
+        return self.phase_plan.steps_per_epoch(
+            self.config.steps_per_epoch, self.train_sizes, self.batch_sizes, world
+        )
 
     def task_probabilities_for_epoch(self, epoch: int) -> dict[str, float]:
         """Sampling probability of each task at 0-based ``epoch`` (valid after ``setup("fit")``)."""
@@ -291,35 +251,18 @@ class MultiTaskDataModule(pl.LightningDataModule):
             rank=rank,
             seed=int(self.config.seed),
             lengths={t: splits[(t, "train")].lengths for t in self.task_names} if by_length else None,
-            phases=self._phase_lengths() or None,
+            phases=self.phase_plan.lengths(self.train_sizes, self.batch_sizes, world) or None,
         )
         sampler.position_fn = lambda: fit_batches_consumed(self.trainer)
-        if self._pending_sampler_state is not None:
-            sampler.load_state_dict(self._pending_sampler_state)
-            self._pending_sampler_state = None
-        elif self.trainer is not None:
-            # A loader rebuilt mid-training (reload_dataloaders_every_n_epochs) may be iterated
-            # before Lightning calls set_epoch: start it at the right epoch.
-            sampler.set_epoch(self.trainer.current_epoch)
-        self.train_batch_sampler = sampler
         dataset = MultiTaskDataset(splits, self.pad_token_id, self.config.pad_to_multiple_of)
-        # the sampler yields TaskBatch keys, not index lists: the dataset's __getitems__ takes each whole
-        return ResumableDataLoader(dataset, batch_sampler=sampler, **self._loader_kwargs())  # type: ignore[arg-type]
+        epoch = None if self.trainer is None else self.trainer.current_epoch
+        return self.train_sampling.loader(sampler, dataset, epoch, self._loader_kwargs())
 
     def _eval_loader(
         self, pairs: Sequence[tuple[str, str]], limit_examples: int | None = None
     ) -> torch.utils.data.DataLoader:
-        world, rank = shard_of(self.trainer)
-        splits = {p: self.load_split(*p).head(limit_examples) for p in pairs}
-        return eval_loader(
-            splits,
-            self.eval_batch_sizes,
-            world,
-            rank,
-            self.pad_token_id,
-            self._loader_kwargs(),
-            self.config.pad_to_multiple_of,
-        )
+        shard = shard_of(self.trainer)
+        return self.stages.loader(pairs, shard, self.pad_token_id, self._loader_kwargs(), limit_examples)
 
     def val_dataloader(self) -> torch.utils.data.DataLoader:
         """Every dev example exactly once across ranks, one task (or evaluation view) per batch."""
@@ -332,12 +275,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
         each keeping its first ``limit_examples`` examples (all when ``None``): what the continual
         evaluation uses to score every task cheaply after each phase.
         """
-        names = list(tasks) if tasks is not None else list(self.task_names)
-        unknown = [t for t in names if t not in self.task_names]
-        if unknown:
-            raise PalUserError(f"Unknown tasks {unknown}; this data module serves {self.task_names}.")
-        check_at_least("limit_examples", limit_examples, 1)
-        return self._eval_loader([(t, split) for t in names], limit_examples)
+        return self._eval_loader(self.stages.requested(split, tasks, limit_examples), limit_examples)
 
     def test_dataloader(self) -> torch.utils.data.DataLoader:
         """The labelled ``test`` splits (unlabelled test-student files are for ``predict``).
@@ -345,17 +283,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
         Raises:
             PalUserError: when no task has a labelled test split.
         """
-        pairs = []
-        for spec in self.evaluated("test"):
-            if "test" in spec.files or spec.format == "hf":
-                if self._existing(spec, "test") and self.load_split(spec.name, "test").labels is not None:
-                    pairs.append((spec.name, "test"))
-        if not pairs:
-            raise PalUserError(
-                "No task has a labelled test split (CS224N test-student files carry no labels). Use "
-                "`validate` for dev scores, or `predict` to write test predictions."
-            )
-        return self._eval_loader(pairs)
+        return self._eval_loader(self.stages.labelled_test())
 
     def predict_dataloader(self) -> torch.utils.data.DataLoader:
         """The ``predict_splits`` (default dev and test) of every task and evaluation view that has them,
@@ -365,13 +293,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
     def predicted_pairs(self) -> list[tuple[str, str]]:
         """``(task or view, split)`` of everything ``predict`` serves: each task's ``predict_splits``, then
         those of its evaluation views that the view has."""
-        pairs = []
-        for spec in self.task_specs:
-            pairs += [(spec.name, split) for split in self.predict_splits]
-            for view in self.eval_views.values():
-                if view.parent == spec.name:
-                    pairs += [(view.name, split) for split in self.predict_splits if view.has(split)]
-        return pairs
+        return self.stages.predicted()
 
     def train_batch(self, task: str, indices: Sequence[int]) -> dict[str, Any]:
         """The padded training batch of ``task``'s examples at ``indices`` (positions in its train split).
@@ -393,21 +315,18 @@ class MultiTaskDataModule(pl.LightningDataModule):
 
     # ------------------------------------------------------------------ resume
 
+    @property
+    def train_batch_sampler(self) -> MultiTaskBatchSampler | None:
+        """The batch sampler of the last train loader built (``None`` before the first)."""
+        return self.train_sampling.sampler
+
     def state_dict(self) -> dict[str, Any]:
         """The training sampler's position (also saved through the train loader)."""
-        if self.train_batch_sampler is None:
-            return {}
-        return {"train_sampler": self.train_batch_sampler.state_dict()}
+        return self.train_sampling.state_dict()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore the sampler position (applied when the train loader is built, or now if it exists)."""
-        state = state_dict.get("train_sampler")
-        if not state:
-            return
-        if self.train_batch_sampler is not None:
-            self.train_batch_sampler.load_state_dict(state)
-        else:
-            self._pending_sampler_state = dict(state)
+        self.train_sampling.load_state_dict(state_dict)
 
     def __repr__(self) -> str:
         return (

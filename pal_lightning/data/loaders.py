@@ -1,8 +1,9 @@
 """The DataLoaders the data module serves, from tokenised splits and planned batches.
 
 Training batches come from a :class:`~pal_lightning.data.batch_samplers.MultiTaskBatchSampler` (one task
-per step, resumable); evaluation batches are planned once by
-:func:`~pal_lightning.data.batch_samplers.eval_batches` (every example exactly once across ranks).
+per step, resumable; :class:`TrainSampling` carries its position across rebuilt loaders and checkpoints);
+evaluation batches are planned once by :func:`~pal_lightning.data.batch_samplers.eval_batches` (every
+example exactly once across ranks).
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from pal_lightning.data.batch_samplers import eval_batches
-from pal_lightning.data.dataset import BatchListDataset, MultiTaskDataset, passthrough
+from pal_lightning.data.batch_samplers import MultiTaskBatchSampler, eval_batches
+from pal_lightning.data.dataset import BatchListDataset, MultiTaskDataset, ResumableDataLoader, passthrough
 from pal_lightning.data.tokenize import TokenizedSplit
 
-__all__ = ["eval_loader", "loader_options"]
+__all__ = ["TrainSampling", "eval_loader", "loader_options"]
 
 
 def loader_options(num_workers: int, seed: int) -> dict[str, Any]:
@@ -53,3 +54,53 @@ def eval_loader(
     )
     dataset = BatchListDataset(MultiTaskDataset(splits, pad_token_id, pad_to_multiple_of), batches)
     return DataLoader(dataset, batch_size=None, shuffle=False, **options)
+
+
+class TrainSampling:
+    """The training loader's batch sampler across rebuilt loaders and checkpoints.
+
+    Lightning restores a data module's state before it builds the train loader, and may rebuild the
+    loader mid-training (``reload_dataloaders_every_n_epochs``): a saved position waits here until a
+    sampler exists, and every new sampler starts where the run is.
+    """
+
+    def __init__(self) -> None:
+        self.sampler: MultiTaskBatchSampler | None = None
+        """The sampler of the last train loader built (``None`` before the first)."""
+        self._pending: dict[str, Any] | None = None
+
+    def loader(
+        self,
+        sampler: MultiTaskBatchSampler,
+        dataset: MultiTaskDataset,
+        epoch: int | None,
+        options: dict[str, Any],
+    ) -> ResumableDataLoader:
+        """``dataset``'s loader drawn by ``sampler``, which becomes the live sampler: at the saved position
+        when there is one, else at the start of ``epoch`` (``None``: no Trainer, as built)."""
+        if self._pending is not None:
+            sampler.load_state_dict(self._pending)
+            self._pending = None
+        elif epoch is not None:
+            # A loader rebuilt mid-training (reload_dataloaders_every_n_epochs) may be iterated
+            # before Lightning calls set_epoch: start it at the right epoch.
+            sampler.set_epoch(epoch)
+        self.sampler = sampler
+        # the sampler yields TaskBatch keys, not index lists: the dataset's __getitems__ takes each whole
+        return ResumableDataLoader(dataset, batch_sampler=sampler, **options)  # type: ignore[arg-type]
+
+    def state_dict(self) -> dict[str, Any]:
+        """The sampler's position (``{}`` before a sampler exists)."""
+        if self.sampler is None:
+            return {}
+        return {"train_sampler": self.sampler.state_dict()}
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Restore the sampler's position: now if a sampler exists, else when the next one is built."""
+        state = state_dict.get("train_sampler")
+        if not state:
+            return
+        if self.sampler is not None:
+            self.sampler.load_state_dict(state)
+        else:
+            self._pending = dict(state)

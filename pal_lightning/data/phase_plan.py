@@ -7,7 +7,8 @@ pass being ``ceil(N_t / (B_t W))`` global batches (as for ``steps_per_epoch``).
 
 :func:`plan_phases` checks the options once, when the data module is built; :meth:`PhasePlan.lengths`
 turns them into the ``(task, batches)`` pairs the batch sampler trains
-(:func:`~pal_lightning.data.batch_samplers.make_phases` gives their start and end).
+(:func:`~pal_lightning.data.batch_samplers.make_phases` gives their start and end), and
+:meth:`PhasePlan.steps_per_epoch` into the length of an epoch.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pal_lightning.core.errors import PalUserError
+from pal_lightning.data.batch_samplers import Phase, default_steps_per_epoch, make_phases
 from pal_lightning.data.per_task import per_task
 from pal_lightning.tasks.specs import repeated_names
 
@@ -75,6 +77,25 @@ class PhasePlan:
             )
             for t in self.order
         ]
+
+    def phases(
+        self, train_sizes: Mapping[str, int], batch_sizes: Mapping[str, int], world: int
+    ) -> list[Phase]:
+        """The phases as :class:`~pal_lightning.data.batch_samplers.Phase` s (start and end in training
+        batches; empty for the interleaved schedule)."""
+        return make_phases(self.lengths(train_sizes, batch_sizes, world))
+
+    def steps_per_epoch(
+        self, given: int | None, train_sizes: Mapping[str, int], batch_sizes: Mapping[str, int], world: int
+    ) -> int:
+        """Training batches per epoch per rank: ``given`` (the ``steps_per_epoch`` option) when set, else
+        the whole continual run (sequential: the sum of the phases), else one pass over every task
+        (``sum_t ceil(N_t / (B_t W))``)."""
+        if given is not None:
+            return int(given)
+        if self.sequential:
+            return self.phases(train_sizes, batch_sizes, world)[-1].end
+        return default_steps_per_epoch(train_sizes, batch_sizes, world)
 
 
 def check_task_schedule(

@@ -235,17 +235,3 @@ def annealing_horizon(
         return max(1, math.ceil(max_steps / steps_per_epoch()))
     return 1
 
-
-def __getattr__(name: str) -> object:
-    """``SCHEDULES``, the old name of :data:`SAMPLING_SCHEDULES`, still works with a warning."""
-    if name == "SCHEDULES":
-        import warnings
-
-        warnings.warn(
-            "pal_lightning.data.schedules.SCHEDULES is now SAMPLING_SCHEDULES (the task schedule, interleaved "
-            "or sequential, is pal_lightning.data.phase_plan.TASK_SCHEDULES).",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return SAMPLING_SCHEDULES
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -294,7 +294,7 @@ def test_a_dataset_dict_and_a_saved_folder_serve_only_their_splits(tmp_path: Pat
     # no test split: not served (the default split names), refused when named
     dm = MultiTaskDataModule(tasks=[spec], data_dir=tmp_path, cache_dir=False, max_length=16)
     dm.prepare_data()
-    assert not dm._existing(spec, "test")
+    assert not dm.splits.exists(spec, "test")
     with pytest.raises(PalUserError, match="No task has a labelled test split"):
         dm.test_dataloader()
     named = spec.replace(files={"train": "train", "dev": "validation", "test": "test"})

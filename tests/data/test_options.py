@@ -15,10 +15,9 @@ from pal_lightning.cli.help import doc_args
 from pal_lightning.core.config_fields import args_section, bind_fields, field_docs
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.data import MultiTaskDataModule
-from pal_lightning.data import schedules as sampling_mod
 from pal_lightning.data.options import DataConfig
 from pal_lightning.data.phase_plan import PhasePlan, plan_phases
-from pal_lightning.data.schedules import SAMPLING_SCHEDULES, annealing_horizon
+from pal_lightning.data.schedules import annealing_horizon
 from pal_lightning.tasks.specs import TaskSpec
 
 #: The constructor arguments of MultiTaskDataModule before its options became a dataclass, in order:
@@ -144,12 +143,9 @@ def test_annealing_horizon() -> None:
     assert annealing_horizon(None, -1, never) == annealing_horizon(None, None, never) == 1
 
 
-def test_old_names_still_answer_with_a_warning(tmp_path: Path) -> None:
-    with pytest.warns(DeprecationWarning, match="SAMPLING_SCHEDULES"):
-        assert sampling_mod.SCHEDULES == SAMPLING_SCHEDULES
+def test_the_sampling_schedule_waits_for_setup_and_the_task_schedule_is_the_option(tmp_path: Path) -> None:
     dm = MultiTaskDataModule(tasks=["sst"], cache_dir=False, data_dir=tmp_path)
-    with pytest.warns(DeprecationWarning, match="sampling_schedule"):
-        assert dm.schedule is dm.sampling_schedule is None  # set by setup("fit")
+    assert dm.sampling_schedule is None  # set by setup("fit")
     assert dm.task_schedule == "interleaved"
 
 

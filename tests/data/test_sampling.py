@@ -7,9 +7,7 @@ import math
 import pytest
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.data import schedules as sampling
 from pal_lightning.data.schedules import (
-    SAMPLING_SCHEDULES,
     SamplingSchedule,
     annealed_alpha,
     apply_multipliers,
@@ -119,18 +117,3 @@ def test_error_messages_in_full():
         "task_multipliers name unknown tasks ['d']; the training tasks are ['a', 'b'] "
         "(--data.task_multipliers '{cfimdb: 0.5}')."
     )
-
-
-def test_old_name_schedules_warns_and_unknown_names_raise():
-    with pytest.warns(DeprecationWarning) as warned:
-        assert sampling.SCHEDULES is SAMPLING_SCHEDULES
-    (warning,) = warned
-    assert str(warning.message) == (
-        "pal_lightning.data.schedules.SCHEDULES is now SAMPLING_SCHEDULES (the task schedule, interleaved or "
-        "sequential, is pal_lightning.data.phase_plan.TASK_SCHEDULES)."
-    )
-    # it points at the caller, not at sampling.py (not `== __file__`: mutmut's trampoline adds a frame)
-    assert warning.filename != sampling.__file__
-    with pytest.raises(AttributeError) as error:
-        sampling.NOT_A_NAME  # noqa: B018 - the attribute access is the test
-    assert _message(error) == "module 'pal_lightning.data.schedules' has no attribute 'NOT_A_NAME'"
