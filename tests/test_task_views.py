@@ -37,7 +37,7 @@ def test_views_of_a_task_list() -> None:
     a = _task("a", a_dev={"files": {"dev": "a2.csv"}}, b={"files": {"dev": "b2.csv"}})
     b = _task("b", b_test={"files": {"test": "b-test.csv"}})
     views = eval_views([a, b])
-    # the view named b stands aside for the listed task b (as glue_mnli_mm beside the deprecated task)
+    # the view named b stands aside for the listed task b
     assert {name: v.parent for name, v in views.items()} == {"a_dev": "a", "b_test": "b"}
     assert [s.name for s in with_views([a, b], views, "dev")] == ["a", "a_dev", "b"]
     assert [s.name for s in with_views([a, b], views, "test")] == ["a", "b", "b_test"]

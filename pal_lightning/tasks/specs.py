@@ -20,8 +20,8 @@ sst2     single classification   2      0..1         accuracy
 ======== ======================= ====== ============ ====================
 
 The GLUE tasks (:data:`GLUE_TASKS`: ``glue_cola``, ``glue_sst2``, ``glue_mrpc``, ``glue_qqp``, ``glue_stsb``,
-``glue_mnli`` (scored on both MNLI dev sets), ``glue_qnli``, ``glue_rte``, ``glue_wnli``; ``glue_mnli_mm`` is
-deprecated) read ``nyu-mll/glue`` through ``datasets``.
+``glue_mnli`` (scored on both MNLI dev sets), ``glue_qnli``, ``glue_rte``, ``glue_wnli``) read ``nyu-mll/glue``
+through ``datasets``.
 
 Each built-in task's ``source`` says where its data comes from; :data:`HUB_COPIES` holds the public
 Hugging Face copy of those that have one (read when no data folder is given).
@@ -30,7 +30,6 @@ Hugging Face copy of those that have one (read when no data folder is given).
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -355,10 +354,9 @@ _MNLI_VIEWS: dict[str, dict[str, Any]] = {
 #: and F1, STS-B Pearson and Spearman, the others accuracy. ``glue_mnli`` is one MNLI head scored on the
 #: matched dev set (``val/glue_mnli/accuracy``) and, through its :attr:`TaskSpec.eval_views`, on the
 #: mismatched one (``val/glue_mnli_mm/accuracy``); ``predict`` also runs it on both test sets and on the
-#: diagnostic set ``glue_ax``. ``glue_mnli_mm`` as a task of its own (a second MNLI head, trained on the
-#: same data) is deprecated and kept only so that older configs and checkpoints load. Labels as the hub has
-#: them: MNLI 0 entailment, 1 neutral, 2 contradiction; QNLI and RTE 0 entailment, 1 not_entailment; WNLI
-#: 0 not_entailment, 1 entailment (the other way round); CoLA 1 acceptable; MRPC and QQP 1 paraphrase.
+#: diagnostic set ``glue_ax``. Labels as the hub has them: MNLI 0 entailment, 1 neutral, 2 contradiction;
+#: QNLI and RTE 0 entailment, 1 not_entailment; WNLI 0 not_entailment, 1 entailment (the other way round);
+#: CoLA 1 acceptable; MRPC and QQP 1 paraphrase.
 GLUE_TASKS: dict[str, TaskSpec] = {
     "glue_cola": _glue("glue_cola", "cola", ("sentence",), metrics=("matthews",)),
     "glue_sst2": _glue("glue_sst2", "sst2", ("sentence",)),
@@ -374,20 +372,11 @@ GLUE_TASKS: dict[str, TaskSpec] = {
         metrics=("pearson", "spearman"),
     ),
     "glue_mnli": _mnli("glue_mnli", "matched", eval_views=_MNLI_VIEWS),
-    "glue_mnli_mm": _mnli("glue_mnli_mm", "mismatched"),
     "glue_qnli": _glue("glue_qnli", "qnli", ("question", "sentence")),
     "glue_rte": _glue("glue_rte", "rte", _PAIR_COLUMNS),
     # config wnli: sentence1, sentence2, label (0 not_entailment, 1 entailment), idx; train 635, validation
     # 71, test 146 (labels hidden), from the card
     "glue_wnli": _glue("glue_wnli", "wnli", _PAIR_COLUMNS),
-}
-#: Deprecated task names and what replaces them (a warning when a task list names one).
-DEPRECATED_TASKS: dict[str, str] = {
-    "glue_mnli_mm": (
-        "the task glue_mnli_mm (a second MNLI head) is deprecated: glue_mnli alone now trains one MNLI head and "
-        "scores it on both dev sets (val/glue_mnli/accuracy and val/glue_mnli_mm/accuracy) and predicts "
-        "MNLI-m.tsv, MNLI-mm.tsv and AX.tsv. Remove glue_mnli_mm from the tasks (and keep glue_mnli)."
-    )
 }
 #: The eight tasks of the paper's GLUE setting, in GLUE's order (MNLI scored on both dev sets; no WNLI,
 #: which the paper left out).
@@ -453,10 +442,6 @@ def resolve_tasks(tasks: Iterable[str | TaskSpec | Mapping[str, Any]]) -> list[T
             spec = TaskSpec(**t)
         else:
             raise TypeError(f"A task must be a name, a TaskSpec or a mapping, got {type(t).__name__}.")
-        if isinstance(t, str) and t in DEPRECATED_TASKS:
-            # FutureWarning, not DeprecationWarning: Python shows it to people running a config; warned
-            # from here (stacklevel 1), so that Python shows it once, not once per caller (model, data)
-            warnings.warn(DEPRECATED_TASKS[t], FutureWarning, stacklevel=1)
         out.append(spec)
     if not out:
         raise PalUserError(

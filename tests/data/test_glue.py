@@ -3,8 +3,8 @@ columns, every task read from a small local copy of nyu-mll/glue in the hub's ow
 ``configs:`` block naming each configuration's parquet files per split, as the hub repository has it), the
 Matthews correlation and the GLUE average by hand, one MNLI head scored on both dev sets and writing
 MNLI-m.tsv, MNLI-mm.tsv and AX.tsv (values by hand), the server's submission files, a tiny fit + predict, a
-missing split as one line, the deprecated glue_mnli_mm task, and the parameter accounting of the paper's
-setting (configs/glue_bert_base_pals.yaml): 1.13x one BERT-base."""
+missing split as one line, and the parameter accounting of the paper's setting
+(configs/glue_bert_base_pals.yaml): 1.13x one BERT-base."""
 
 from __future__ import annotations
 
@@ -122,20 +122,12 @@ def test_glue_task_specs_by_hand() -> None:
         "glue_qqp": ("qqp", "pair_classification", 2, ("accuracy", "f1"), "validation", "test"),
         "glue_stsb": ("stsb", "pair_regression", 1, ("pearson", "spearman"), "validation", "test"),
         "glue_mnli": ("mnli", "pair_classification", 3, ("accuracy",), "validation_matched", "test_matched"),
-        "glue_mnli_mm": (
-            "mnli",
-            "pair_classification",
-            3,
-            ("accuracy",),
-            "validation_mismatched",
-            "test_mismatched",
-        ),
         "glue_qnli": ("qnli", "pair_classification", 2, ("accuracy",), "validation", "test"),
         "glue_rte": ("rte", "pair_classification", 2, ("accuracy",), "validation", "test"),
         "glue_wnli": ("wnli", "pair_classification", 2, ("accuracy",), "validation", "test"),
     }
     assert set(GLUE_TASKS) == set(expected)
-    assert set(GLUE_EIGHT) == set(expected) - {"glue_mnli_mm", "glue_wnli"}
+    assert set(GLUE_EIGHT) == set(expected) - {"glue_wnli"}
     for name, (config, kind, labels, metrics, dev, test) in expected.items():
         spec = get_task(name)
         assert (spec.hf_path, spec.hf_name, spec.format) == ("nyu-mll/glue", config, "hf"), name
@@ -195,12 +187,12 @@ def test_glue_average_by_hand() -> None:
         "glue_mnli": {"accuracy": 0.8},
         "glue_mnli_mm": {"accuracy": 0.7},
     }
-    specs = list(GLUE_TASKS.values())
+    specs = [*GLUE_TASKS.values(), *get_task("glue_mnli").views()]
     # CoLA 0.5, MRPC 0.85, STS-B 0.65, MNLI (0.8 + 0.7) / 2 = 0.75: four tasks
     assert glue_average(scores, specs) == pytest.approx((0.5 + 0.85 + 0.65 + 0.75) / 4)
     assert overall_score(scores, specs) == pytest.approx((0.5 + 0.85 + 0.65 + 0.75) / 4)
-    # the same with glue_mnli_mm as glue_mnli's evaluation view (no task of its own); the diagnostic set
-    # AX is not part of the GLUE score even when scored
+    # the same over the scored tasks alone, glue_mnli_mm being glue_mnli's evaluation view; the diagnostic
+    # set AX is not part of the GLUE score even when scored
     views = [GLUE_TASKS[t] for t in ("glue_cola", "glue_mrpc", "glue_stsb", "glue_mnli")]
     views += get_task("glue_mnli").views()
     with_ax = {**scores, "glue_ax": {"accuracy": 0.1}}
@@ -288,21 +280,6 @@ def test_one_mnli_head_scores_both_dev_sets_and_writes_three_files(
     with pytest.raises(PalUserError, match="MNLI-m.tsv, MNLI-mm.tsv, AX.tsv, RTE.tsv. Nothing was predicted"):
         quiet_trainer(callbacks=[GlueSubmissionWriter(output_dir=str(out))]).predict(module, datamodule=dm)
     assert (out / "AX.tsv").read_text() == ax
-
-
-def test_the_deprecated_glue_mnli_mm_task_keeps_its_own_head() -> None:
-    """Configs and checkpoints naming glue_mnli_mm as a task still build (a second MNLI head, as before), with
-    a warning that says what to write instead; glue_mnli's view of that name then stands aside."""
-    from pal_lightning import MultiTaskModule
-    from pal_lightning.testing import TINY_BERT
-
-    with pytest.warns(FutureWarning, match="Remove glue_mnli_mm from the tasks"):
-        module = MultiTaskModule(
-            tasks=["glue_mnli", "glue_mnli_mm"], bert_config=TINY_BERT, adapter={"size": 8, "num_heads": 2},
-        )
-    assert sorted(module.heads) == ["glue_mnli", "glue_mnli_mm"]
-    assert list(module.eval_views) == ["glue_ax"]
-    assert module.scored_tasks == ["glue_mnli", "glue_mnli_mm"]
 
 
 def _tiny_glue_config(tmp_path: Path, tasks: list[str]) -> Path:
