@@ -63,7 +63,7 @@ from pal_lightning.data.tokenize import TokenizedSplit
 from pal_lightning.tasks.specs import TaskSpec, resolve_tasks
 from pal_lightning.tasks.views import eval_views
 
-__all__ = ["TASK_SCHEDULES", "DataConfig", "MultiTaskDataModule"]
+__all__ = ["MultiTaskDataModule"]
 
 log = logging.getLogger(__name__)
 

@@ -56,7 +56,7 @@ SUBMISSION_FILES: dict[str, tuple[str, tuple[str, ...] | None]] = {
     "glue_qqp": ("QQP.tsv", None),
     "glue_stsb": ("STS-B.tsv", None),
     "glue_mnli": ("MNLI-m.tsv", _NLI),
-    "glue_mnli_mm": ("MNLI-mm.tsv", _NLI),  # the view of glue_mnli (or the deprecated task of that name)
+    "glue_mnli_mm": ("MNLI-mm.tsv", _NLI),  # the view of glue_mnli (its mismatched dev and test sets)
     "glue_qnli": ("QNLI.tsv", _QNLI_RTE),
     "glue_rte": ("RTE.tsv", _QNLI_RTE),
     "glue_wnli": ("WNLI.tsv", None),

@@ -8,8 +8,7 @@ training of their own: GLUE's MNLI is one head trained on one train split and sc
 such a batch through the parent task's head and logs it under the view's name (``val/glue_mnli_mm/accuracy``);
 ``predict`` writes it under the view's name too.
 
-A view whose name is also a listed task is left out: the listed task is trained and scored by its own head
-(the deprecated ``glue_mnli_mm`` task beside ``glue_mnli`` keeps working as before).
+A view whose name is also a listed task is left out: the listed task is trained and scored by its own head.
 """
 
 from __future__ import annotations

@@ -310,15 +310,16 @@ def test_a_dataset_dict_and_a_saved_folder_serve_only_their_splits(tmp_path: Pat
     assert datasets.load_from_disk(str(tmp_path / "one"))["y"] == [1, 0, 1]
 
 
-def test_the_readme_format_hf_example_reads_as_written(hub: Path, tmp_path: Path) -> None:
+def test_the_docs_format_hf_example_reads_as_written(hub: Path, tmp_path: Path) -> None:
+    """The own-task example of docs/data.md ("Your own task: `format: hf`") reads as written."""
     import re
 
     import yaml
 
     from pal_lightning.tasks.specs import resolve_tasks
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("### Your own task: `format: hf`", 1)[1].split("\n## ", 1)[0]
+    page = (Path(__file__).resolve().parents[2] / "docs" / "data.md").read_text()
+    section = page.split("## Your own task: `format: hf`", 1)[1].split("\n## ", 1)[0]
     (block,) = re.findall(r"```yaml\n(.*?)```", section, re.S)
     sst, mrpc, reviews = resolve_tasks(yaml.safe_load(block)["model"]["init_args"]["tasks"])
     assert sst == get_task("sst") and (mrpc.hf_path, mrpc.hf_name) == ("nyu-mll/glue", "mrpc")
