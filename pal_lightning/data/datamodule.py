@@ -52,7 +52,7 @@ from pal_lightning.data.dataset import MultiTaskDataset, ResumableDataLoader
 from pal_lightning.data.loaders import TrainSampling, loader_options
 from pal_lightning.data.options import DataConfig, resolve_cache_dir
 from pal_lightning.data.per_task import per_task
-from pal_lightning.data.phase_plan import TASK_SCHEDULES, plan_phases
+from pal_lightning.data.phase_plan import plan_phases
 from pal_lightning.data.schedules import SamplingSchedule, annealing_horizon
 from pal_lightning.data.sharding import fit_batches_consumed, shard_of, turn_off_distributed_sampler
 from pal_lightning.data.sources.hf import with_hub_copies
