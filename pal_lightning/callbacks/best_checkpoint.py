@@ -16,11 +16,19 @@ say ``checkpoints/best.ckpt`` (or ``--ckpt_path best``) without knowing the scor
 :class:`LastCheckpoint` writes ``last.ckpt``; when another checkpoint callback has just saved the
 same training state (the best checkpoint of the final validation), ``last.ckpt`` becomes a hard link
 to that file instead of a second identical copy (266 MB for the quickstart model).
+
+Two of Lightning's warnings say nothing a user of these callbacks can act on, and are not given:
+"could not find the monitored key" when a training epoch ends before any validation of the fit has
+scored (validation off, or not due yet: there is nothing to rank; the score report says why a fit has
+no scores), and "The dirpath has changed" when a resumed run loads the callbacks' state into its new
+run folder (the CLI resumes into a new ``version_N`` on purpose; the best checkpoint is then ranked
+afresh among the resumed run's validations).
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 import lightning.pytorch as pl
@@ -52,7 +60,16 @@ def is_partial_evaluation(pl_module: Any, monitor: str | None) -> bool:
     return monitor not in stage_scores and monitor + PARTIAL_SUFFIX in stage_scores
 
 
-class BestCheckpoint(CheckpointHooks):
+class _ResumeIntoNewFolder(CheckpointHooks):
+    """Load a checkpoint callback's state without warning that its folder changed (see the module doc)."""
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="The dirpath has changed from")
+            super().load_state_dict(state_dict)
+
+
+class BestCheckpoint(_ResumeIntoNewFolder):
     """:class:`~lightning.pytorch.callbacks.ModelCheckpoint` that does not rank partial evaluations.
 
     Takes the same arguments as ``ModelCheckpoint``; with a ``monitor`` it also maintains
@@ -62,11 +79,23 @@ class BestCheckpoint(CheckpointHooks):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._told_partial = False
+        self._validated = False
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._validated = False
+        super().on_fit_start(trainer, pl_module)
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self._validated = True
+        super().on_validation_end(trainer, pl_module)
 
     # the one place where the monitored value is looked up and ranked; every rank reaches it with
     # the same last_scores (computed identically on all ranks), so skipping it keeps DDP's
     # collectives in step
     def rank_checkpoint(self, trainer: pl.Trainer, monitor_candidates: dict[str, Any]) -> None:
+        if self.monitor is not None and self.monitor not in monitor_candidates and not self._validated:
+            return  # a training epoch ended before any validation of this fit: nothing to rank yet
         if is_partial_evaluation(trainer.lightning_module, self.monitor):
             if not self._told_partial:
                 rank_zero_info(
@@ -87,7 +116,7 @@ class BestCheckpoint(CheckpointHooks):
                 atomic_link_or_copy(filepath, alias)
 
 
-class LastCheckpoint(CheckpointHooks):
+class LastCheckpoint(_ResumeIntoNewFolder):
     """:class:`~lightning.pytorch.callbacks.ModelCheckpoint` for ``last.ckpt`` that links instead of
     writing a second copy of a checkpoint another callback saved at the same step."""
 

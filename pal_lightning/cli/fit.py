@@ -50,11 +50,10 @@ from lightning.pytorch.plugins.io import CheckpointIO
 from pal_lightning.callbacks.best_checkpoint import BestCheckpoint, LastCheckpoint
 from pal_lightning.callbacks.fit_summary import FitSummary
 from pal_lightning.callbacks.graceful_stop import StopOnSignal
-from pal_lightning.callbacks.progress import RunProgressBar
 from pal_lightning.callbacks.rng_state import RNGStateCallback
 from pal_lightning.callbacks.score_report import ScoreReport
 from pal_lightning.callbacks.training_log import TrainingLog
-from pal_lightning.cli.console import quiet_lightning
+from pal_lightning.cli.console import ConsoleProgressBar, quiet_lightning
 from pal_lightning.cli.help import (
     SUBCOMMAND_HELP,
     set_subcommand_help,
@@ -109,7 +108,7 @@ def default_trainer_settings() -> dict[str, Any]:
         "enable_model_summary": False,
         "callbacks": [
             FitSummary(),
-            RunProgressBar(leave=True),
+            ConsoleProgressBar(leave=True),
             TrainingLog(),  # task, steps per task, throughput, grad norm, distinct learning rates
             ScoreReport(monitor=MONITOR),
             RNGStateCallback(),

@@ -1,0 +1,94 @@
+"""What was left of Lightning's and datasets' console noise (issue "A user's own task, end to end", item 9):
+no checkpoint warnings a user cannot act on, no datasets progress bars, one line per progress bar in a
+file, and a resumed epoch's bar that ends at its total."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
+
+from .conftest import subprocess_env
+
+LIGHTNING_CHECKPOINT_WARNINGS = ("could not find the monitored key", "The dirpath has changed")
+
+
+def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pal_lightning", *args],
+        cwd=cwd,
+        env={**subprocess_env(), "COLUMNS": ""},  # stdout is a file, as when a run is logged to one
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _bars(stdout: str) -> list[str]:
+    return [line for line in stdout.splitlines() if line.startswith("Epoch ")]
+
+
+def test_a_resumed_run_logged_to_a_file(tmp_path: Path) -> None:
+    config = write_tiny_fit_config(tmp_path, write_cs224n_data(tmp_path / "data"))
+    settings = yaml.safe_load(config.read_text())
+    settings["trainer"].update(enable_progress_bar=True, max_steps=9)
+    settings["data"]["init_args"]["steps_per_epoch"] = 6
+    config.write_text(yaml.safe_dump(settings))
+    stop = tmp_path / "stop.yaml"  # SIGTERM after step 3, in the middle of the first epoch
+    callback = {"class_path": "pal_lightning.testing.callbacks.SignalAtStep", "init_args": {"step": 3}}
+    stop.write_text(yaml.safe_dump({"trainer": {"callbacks": [callback]}}))
+    first = _cli(tmp_path, "fit", "--config", str(config), "--config", str(stop))
+    assert first.returncode == 143, first.stderr[-3000:]
+    resumed = _cli(tmp_path, "fit", "--config", str(config), "--ckpt_path", "last")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    console = resumed.stdout + resumed.stderr
+    for warning in LIGHTNING_CHECKPOINT_WARNINGS:
+        assert warning not in console, warning
+    assert "Restored all states" not in console  # the CLI already said "resuming from <checkpoint>"
+    bars = _bars(resumed.stdout)
+    assert len(bars) == 2, resumed.stdout
+    for bar in bars:  # one line each, metrics included, ending at the epoch's total
+        done, total = map(int, re.search(r" (\d+)/(\d+) ", bar).groups())  # type: ignore[union-attr]
+        assert done == total, bar
+        assert "train/loss:" in bar
+    assert " 6/6 " in bars[0] and " 3/3 " in bars[1]
+
+
+def test_validation_off_gives_no_checkpoint_warning(tmp_path: Path) -> None:
+    config = write_tiny_fit_config(tmp_path, write_cs224n_data(tmp_path / "data"))
+    proc = _cli(tmp_path, "fit", "--config", str(config), "--trainer.limit_val_batches", "0")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for warning in LIGHTNING_CHECKPOINT_WARNINGS:
+        assert warning not in proc.stdout + proc.stderr, warning
+    assert "without dev scores: --trainer.limit_val_batches is 0" in proc.stdout
+    # a misspelled monitor is still an error once a validation has run
+    bad = _cli(tmp_path, "fit", "--config", str(config), "--checkpoint.monitor", "val/overal")
+    assert bad.returncode != 0 and "could not find the monitored key" in bad.stderr
+
+
+def test_a_task_read_through_datasets_shows_no_progress_bars(tmp_path: Path) -> None:
+    data = write_cs224n_data(tmp_path / "data")
+    reviews = data / "reviews"
+    reviews.mkdir()
+    for split, n in (("train", 16), ("dev", 8)):
+        rows = [f"{'a fine film' if i % 2 else 'dull and long'} {i},{i % 2}" for i in range(n)]
+        (reviews / f"{split}.csv").write_text("text,positive\n" + "\n".join(rows) + "\n")
+    task = {
+        "name": "reviews",
+        "num_labels": 2,
+        "format": "hf",
+        "files": {"train": "reviews/train.csv", "dev": "reviews/dev.csv"},
+        "text_columns": ["text"],
+        "label_column": "positive",
+        "id_column": None,
+    }
+    config = write_tiny_fit_config(tmp_path, data, tasks=["sst", task])
+    proc = _cli(tmp_path, "fit", "--config", str(config))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "val/reviews" in (tmp_path / "runs" / "version_0" / "metrics.csv").read_text()
+    assert "Generating" not in proc.stdout + proc.stderr and "split:" not in proc.stderr
