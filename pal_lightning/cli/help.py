@@ -1,11 +1,16 @@
 """Help for people: a short ``--help``, whole-sentence subcommand descriptions, "did you mean".
 
+* ``pal-lightning --help`` lists the commands with whole sentences (:func:`top_level_help`);
+  ``pal-lightning --version`` prints the version. Neither imports torch or Lightning.
 * ``pal-lightning fit --help`` prints the library's own options (model, data, checkpoints,
-  predictions) with their defaults and the first sentence of their documentation, then the
-  Trainer options users change most, then where the rest is: ``--help-all`` (LightningCLI's full
-  list of some 850 lines), ``--model.help CLASS`` and ``--data.help CLASS``.
-* ``pal-lightning --help`` lists the subcommands with whole sentences (:data:`SUBCOMMAND_HELP`);
-  Lightning's own are the first lines of ``Trainer.fit`` & co., cut mid-sentence.
+  predictions) with their defaults, or the values of the ``--config`` files given with it, and the
+  first sentence of their documentation, then the Trainer options users change most, then where the
+  rest is: ``--help-all`` (LightningCLI's full list of some 850 lines), ``--model.help`` and
+  ``--data.help``.
+* ``--model.help [CLASS]``, ``--data.help [CLASS]`` and the options of a nested option
+  (``--model.adapter.help``, ``--model.tasks.help``, ``--model.simcse.help``) print every option with
+  its type, default and whole documentation in plain text (:func:`class_help`). The tables come from
+  :mod:`pal_lightning.cli.options`, cached, so that these screens start fast.
 * An unknown option gets the closest accepted names (:func:`suggest`): ``--model.learning_rate``
   -> ``--model.lr`` (the initials of its words), ``--trainer.max_stesp`` -> ``--trainer.max_steps``.
 
@@ -16,12 +21,30 @@ only a private name reaches (:func:`pal_lightning.core.private_api.subcommand_he
 from __future__ import annotations
 
 import difflib
-import inspect
 import re
-from collections.abc import Sequence
+import shutil
+import textwrap
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
-from pal_lightning.core.private_api import subcommand_help_actions
+from pal_lightning.cli.options import Option, doc_args, plain, show_value
+
+__all__ = [
+    "HELP_ALL",
+    "SUBCOMMAND_HELP",
+    "class_help",
+    "config_syntax_error",
+    "did_you_mean",
+    "doc_args",
+    "first_sentence",
+    "help_request",
+    "help_target",
+    "set_subcommand_help",
+    "short_help",
+    "suggest",
+    "top_level_help",
+]
 
 #: One whole sentence per subcommand, for ``pal-lightning --help``.
 SUBCOMMAND_HELP = {
@@ -58,63 +81,62 @@ _OTHER_GROUPS = (
 
 def set_subcommand_help(parser: Any) -> None:
     """Replace LightningCLI's cut-off subcommand descriptions by :data:`SUBCOMMAND_HELP`."""
+    from pal_lightning.core.private_api import subcommand_help_actions  # Lightning: not at help time
+
     for choice in subcommand_help_actions(parser):
         if choice.dest in SUBCOMMAND_HELP:
             choice.help = SUBCOMMAND_HELP[choice.dest]
 
 
-def doc_args(cls: type) -> dict[str, str]:
-    """``{argument: description}`` from the Google-style ``Args:`` section of a class (or its ``__init__``)."""
-    doc = inspect.getdoc(cls) or ""
-    if "Args:" not in doc:
-        # mypy refuses `__init__` on a class-typed value (calling it is unsound); here it is only read
-        doc = inspect.getdoc(cls.__init__) or ""  # type: ignore[misc]
-    out: dict[str, str] = {}
-    section = doc.split("Args:", 1)[1] if "Args:" in doc else ""
-    current = None
-    for line in section.splitlines():
-        if line.strip() and not line.startswith(" "):
-            break  # the next section (Returns:, Example:, ...)
-        match = re.match(r"^ {4}(\w+)(?: \([^)]*\))?:\s*(.*)$", line)
-        if match:
-            current = match.group(1)
-            out[current] = match.group(2).strip()
-        elif current and line.strip():
-            out[current] += " " + line.strip()
-    return out
+def first_sentence(text: str) -> str:
+    """The first sentence of ``text`` (a ``.`` or ``;`` and a space, outside brackets), in plain text."""
+    text = plain(text)
+    depth = 0
+    for i, char in enumerate(text):
+        depth += 1 if char in "([{" else -1 if char in ")]}" else 0
+        ends = char in ".;" and depth <= 0 and (i + 1 == len(text) or text[i + 1] == " ")
+        if ends and not re.search(r"(?:\be\.g|\bi\.e|\betc)\.$", text[: i + 1]):
+            return text[:i]
+    return text.rstrip(".;")
 
 
-def first_sentence(text: str, width: int = 72) -> str:
-    """The first sentence of ``text`` (``.`` followed by a space), cut at ``width`` characters."""
-    text = re.sub(r"``([^`]*)``", r"\1", text)
-    text = re.sub(r":\w+:`~?([^`]*)`", lambda m: m.group(1).rsplit(".", 1)[-1], text)
-    text = text.replace("e.g. ", "e.g.\x00").replace("i.e. ", "i.e.\x00")  # not sentence ends
-    sentence = re.split(r"(?<=[.;])\s", text, maxsplit=1)[0].rstrip(".;").replace("\x00", " ")
-    return sentence if len(sentence) <= width else sentence[: width - 3].rstrip() + "..."
+def _width() -> int:
+    """The terminal's width, between 80 and 110 columns (110 when the output is not a terminal)."""
+    return max(80, min(110, shutil.get_terminal_size((110, 24)).columns))
 
 
-def class_options(cls: type) -> list[tuple[str, Any, str]]:
-    """``(name, default, first sentence)`` of every ``__init__`` argument of ``cls``."""
-    docs = doc_args(cls)
-    out = []
-    # only __init__'s signature is read (mypy refuses `__init__` on a class-typed value)
-    for name, param in inspect.signature(cls.__init__).parameters.items():  # type: ignore[misc]
-        if name == "self" or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            continue
-        default = None if param.default is inspect.Parameter.empty else param.default
-        out.append((name, default, first_sentence(docs.get(name, ""))))
-    return out
+def _option_lines(option: str, text: str, column: int = 42) -> list[str]:
+    """``  OPTION  text`` with the text wrapped in a column; a long option gets a line of its own."""
+    width = _width()
+    first = f"  {option}"
+    if len(first) > width:  # a long default: wrapped under the option name
+        wrapped = textwrap.wrap(option, width - 2, subsequent_indent="    ", break_on_hyphens=False)
+        head, first = wrapped[:-1], f"  {wrapped[-1]}"
+    else:
+        head = []
+    body = textwrap.wrap(text, max(30, width - column)) or [""]
+    if len(first) >= column:
+        return [f"  {h}" for h in head] + [first] + [" " * column + line for line in body if line]
+    lines = [f"{first:<{column}}{body[0]}"] + [" " * column + line for line in body[1:]]
+    return [f"  {h}" for h in head] + [line.rstrip() for line in lines]
 
 
-def _format_default(value: Any) -> str:
-    if isinstance(value, tuple):
-        value = list(value)
-    text = repr(value) if isinstance(value, str) else str(value)
-    return text if len(text) <= 28 else text[:25] + "..."
+def short_help(
+    subcommand: str,
+    tables: Mapping[str, Mapping[str, Sequence[Option]]],
+    class_names: Mapping[str, str],
+    linked: Sequence[str] = (),
+    values: Mapping[str, Mapping[str, Any]] | None = None,
+) -> str:
+    """The short ``pal-lightning <subcommand> --help``: the library's options first, then where the rest is.
 
-
-def short_help(subcommand: str, model_class: type, data_class: type, linked: Sequence[str] = ()) -> str:
-    """The short ``pal-lightning <subcommand> --help``: the library's options first, then where the rest is."""
+    Args:
+        tables: ``{"model": tables, "data": tables}`` of :func:`pal_lightning.cli.options.tables_of`.
+        class_names: the model and data class names shown in the headings.
+        linked: data options set through the model (not listed under data).
+        values: the options' values in the ``--config`` files given with ``--help`` (``{"model": {...}}``),
+            shown instead of the defaults.
+    """
     lines = [
         f"usage: pal-lightning {subcommand} [--config FILE] [--model.NAME VALUE] [--data.NAME VALUE] "
         "[--trainer.NAME VALUE] ...",
@@ -124,13 +146,16 @@ def short_help(subcommand: str, model_class: type, data_class: type, linked: Seq
         "  --config FILE            a YAML config (e.g. configs/quickstart.yaml); repeat to layer several",
         "  --print_config           print the resolved configuration and exit",
     ]
-    for title, prefix, cls in (("model", "--model.", model_class), ("data", "--data.", data_class)):
-        lines += ["", f"{title} options ({cls.__name__}; all of them: --{title}.help {cls.__name__}):"]
-        for name, default, text in class_options(cls):
-            if prefix == "--data." and name in linked:
+    for group in ("model", "data"):
+        name = class_names[group]
+        given = (values or {}).get(group)
+        where = "values of the --config files" if given is not None else "defaults"
+        lines += ["", f"{group} options ({name}, {where}; all of them: --{group}.help {name}):"]
+        for option in tables[group][""]:
+            if group == "data" and option.name in linked:
                 continue  # set on the model, copied to the data module
-            option = f"{prefix}{name} {_format_default(default)}"
-            lines.append(f"  {option:<40} {text}" if len(option) < 40 else f"  {option}\n  {'':<40} {text}")
+            value = show_value(given[option.name]) if given and option.name in given else option.default
+            lines += _option_lines(f"--{group}.{option.name} {value}", first_sentence(option.doc))
     lines += ["", "checkpoints and predictions:"]
     lines += [f"  {option:<40} {text}" for option, text in _OTHER_GROUPS]
     if subcommand == "predict":
@@ -148,9 +173,105 @@ def short_help(subcommand: str, model_class: type, data_class: type, linked: Seq
     lines += [
         "",
         f"All options (LightningCLI's full list): pal-lightning {subcommand} {HELP_ALL}",
-        "Options of a model or data subclass: --model.help my_pkg.MyModule, --data.help my_pkg.MyData",
+        "Every option of the model or the data, documented: --model.help, --data.help (of a subclass: "
+        "--model.help my_pkg.MyModule)",
     ]
     return "\n".join(lines)
+
+
+def class_help(
+    group: str,
+    tables: Mapping[str, Sequence[Option]],
+    class_name: str,
+    nested: str = "",
+    tasks: Sequence[str] = (),
+    linked: Mapping[str, str] | None = None,
+) -> str:
+    """``--model.help`` (``nested=""``) or ``--model.adapter.help`` (``nested="adapter"``): every option of
+    the class (or of the nested option) with its type, default and whole documentation.
+
+    Args:
+        tasks: the registered task names (listed by ``--model.tasks.help``).
+        linked: options that the CLI sets from another one (``{"tokenizer": "--model.encoder"}``).
+
+    Raises:
+        ValueError: for a nested option that has no options of its own.
+    """
+    width = _width()
+    if nested:
+        if nested not in tables:
+            known = ", ".join(f"--{group}.{n}.help" for n in tables if n) or "none"
+            raise ValueError(
+                f"The option --{group}.{nested} has no options of its own (those that have: {known})"
+            )
+        title = f"The options of --{group}.{nested} ({class_name}):"
+        options = list(tables[nested])
+    else:
+        title = f"The options of --{group} ({class_name}), set as --{group}.NAME VALUE on the command line:"
+        options = []
+        for top in tables[""]:  # the fields of a nested option right after it
+            fields = list(tables.get(top.name, []))
+            if fields and not fields[0].name.startswith(f"{top.name}."):  # a list of mappings: see its help
+                top = replace(top, doc=f"{top.doc} The keys of each item: --{group}.{top.name}.help".strip())
+                fields = []
+            if linked and top.name in linked:
+                top = replace(top, doc=f"Set through {linked[top.name]} (the CLI copies it). {top.doc}")
+            options += [top, *fields]
+    lines = [title, ""]
+    listed = bool(options) and nested and not options[0].name.startswith(f"{nested}.")
+    if listed:  # the keys of each item of a list (a task of your own: docs/data.md)
+        lines[0] = f"Each item of --{group}.{nested} ({class_name}) is a mapping of these keys:"
+    if nested == "tasks":
+        names = ", ".join(tasks)
+        lines += textwrap.wrap(f"An item may also be the name of a registered task: {names}.", width) + [""]
+    for option in options:
+        head = (
+            f"  {option.name}: {option.default}" if listed else f"  --{group}.{option.name} {option.default}"
+        )
+        lines.append(head + (f"   ({option.type})" if option.type else ""))
+        lines += textwrap.wrap(option.doc, width, initial_indent="      ", subsequent_indent="      ")
+    return "\n".join(lines)
+
+
+def top_level_help() -> str:
+    """``pal-lightning --help``: the commands, in whole sentences."""
+    commands = {
+        **SUBCOMMAND_HELP,
+        "pretrain": "Masked-language pre-training of the encoder on the tasks' text.",
+    }
+    lines = [
+        "usage: pal-lightning [--help] [--version] {" + ",".join(commands) + "} ...",
+        "",
+        "Multi-task fine-tuning of BERT encoders with Projected Attention Layers, on PyTorch Lightning.",
+        "",
+        "commands:",
+        *(f"  {name:<10} {text}" for name, text in commands.items()),
+        "",
+        "  pal-lightning COMMAND --help   the options of a command (--help-all: Lightning's too)",
+        "  pal-lightning --version        the version",
+        "",
+        "example: pal-lightning fit --config configs/quickstart.yaml",
+        "predict your own sentences: pal-lightning predict --predict.model DIR --predict.task sst "
+        "--predict.input FILE",
+    ]
+    return "\n".join(lines)
+
+
+#: ``--model.help [CLASS]``, ``--data.adapter.help``: the group, the nested option and the flag itself.
+_CLASS_HELP = re.compile(r"^--(model|data)\.(?:(\w+)\.)?help(?:=(.*))?$")
+
+
+def help_target(argv: Sequence[str]) -> tuple[str, str, str | None] | None:
+    """``(group, nested option, class)`` when ``argv`` asks for ``--model.help [CLASS]`` (or ``--data.``,
+    or a nested option's ``--model.adapter.help``), else ``None``."""
+    for i, arg in enumerate(argv):
+        match = _CLASS_HELP.match(arg)
+        if match:
+            group, nested, value = match.group(1), match.group(2) or "", match.group(3)
+            if value is None and not nested and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+                value = argv[i + 1]
+            return group, nested, value or None
+    return None
 
 
 def help_request(argv: Sequence[str], subcommands: Sequence[str]) -> str | None:

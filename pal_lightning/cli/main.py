@@ -12,39 +12,31 @@ from __future__ import annotations
 import errno
 import signal
 import sys
-from argparse import ArgumentError as _StdArgumentError
 from typing import Any
 
-from jsonargparse import ArgumentError as _JsonArgumentError
-from lightning.pytorch import Trainer
-from lightning.pytorch.callbacks import (
-    ModelCheckpoint,
-)
-from lightning.pytorch.utilities.exceptions import MisconfigurationException
-
-#: The exit status for user mistakes (bad option, missing data, unknown encoder ...).
-from pal_lightning.cli.fit import (
-    _NEW_FOLDERS,
-    _UNION_ERROR,
-    USER_ERROR_EXIT,
-    PalLightningCLI,
-    discard_new_folders,
-)
 from pal_lightning.cli.help import (
     HELP_ALL,
     SUBCOMMAND_HELP,
+    class_help,
     config_syntax_error,
     did_you_mean,
     help_request,
+    help_target,
     short_help,
+    top_level_help,
 )
 from pal_lightning.cli.text_predict import run as run_text_predict
 from pal_lightning.cli.text_predict import wants_text_predict
-from pal_lightning.core.distributed import (
-    close_process_group,
-    is_launched_rank,
-)
 from pal_lightning.core.errors import PalUserError
+
+# torch, Lightning and jsonargparse are imported where a command needs them, not here: --help,
+# --version and the help screens then start in a fraction of a second
+
+#: The exit status for user mistakes (bad option, missing data, unknown encoder ...);
+#: the same as :data:`pal_lightning.cli.fit.USER_ERROR_EXIT`.
+USER_ERROR_EXIT = 2
+#: jsonargparse's line for a value no subclass accepted (``pal_lightning.cli.fit._UNION_ERROR``).
+_UNION_ERROR = "Does not validate against any of the Union subtypes"
 
 _NOISE = (
     _UNION_ERROR,
@@ -94,19 +86,32 @@ def _user_error(exc: BaseException) -> BaseException | None:
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
-        if isinstance(
-            current, (PalUserError, _JsonArgumentError, _StdArgumentError, MisconfigurationException)
-        ) or (isinstance(current, OSError) and current.errno in _FS_FAULTS):
+        if (
+            isinstance(current, PalUserError)
+            or _is_argument_error(current)
+            or _is_misconfiguration(current)
+            or (isinstance(current, OSError) and current.errno in _FS_FAULTS)
+        ):
             return current
         seen.add(id(current))
         current = current.__cause__ or current.__context__
     return None
 
 
+def _discard_new_folders() -> None:
+    """A failed command leaves no empty run folder behind (nothing to do before the CLI was loaded)."""
+    if "pal_lightning.cli.fit" not in sys.modules:
+        return
+    from pal_lightning.cli.fit import discard_new_folders
+    from pal_lightning.core.distributed import is_launched_rank
+
+    if not is_launched_rank():
+        discard_new_folders()
+
+
 def _interrupted() -> int:
     """Ctrl-C outside a training step (a step's first Ctrl-C is StopOnSignal's): one line, status 130."""
-    if not is_launched_rank():
-        discard_new_folders()  # as for a failed command: no empty run folder
+    _discard_new_folders()  # as for a failed command: no empty run folder
     print(
         "pal-lightning: interrupted (Ctrl-C); no checkpoint was written at this point "
         "(a fit resumes from its last last.ckpt with --ckpt_path last).",
@@ -127,9 +132,9 @@ def main(args: list[str] | None = None) -> int:
         argv = list(sys.argv[1:] if args is None else args)
         if wants_text_predict(argv):  # predict --predict.input FILE: the user's own sentences
             return run_text_predict(argv)
-        command = help_request(argv, tuple(SUBCOMMAND_HELP))
-        if command is not None:  # the short help; --help-all gives LightningCLI's full list
-            print(_short_help(command), flush=True)
+        screen = _help_screen(argv)
+        if screen is not None:
+            print(screen, flush=True)
             return 0
         if HELP_ALL in argv:
             args = ["--help" if a == HELP_ALL else a for a in argv]
@@ -138,6 +143,8 @@ def main(args: list[str] | None = None) -> int:
 
             run_pretrain(argv[1:])
         else:
+            from pal_lightning.cli.fit import PalLightningCLI
+
             PalLightningCLI(args=args)  # args None: sys.argv
     except KeyboardInterrupt:  # Ctrl-C outside Lightning's Trainer (parsing, building the model)
         return _interrupted()
@@ -147,8 +154,7 @@ def main(args: list[str] | None = None) -> int:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
     except Exception as exc:
-        if not is_launched_rank():
-            discard_new_folders()  # a failed command leaves no empty run folder behind
+        _discard_new_folders()  # a failed command leaves no empty run folder behind
         found = _user_error(exc)
         if found is None:
             raise
@@ -157,7 +163,7 @@ def main(args: list[str] | None = None) -> int:
         if syntax is not None:  # jsonargparse names "<unicode string>", not the file
             print(f"pal-lightning: error: {syntax}", file=sys.stderr, flush=True)
             return USER_ERROR_EXIT
-        if isinstance(found, (_JsonArgumentError, _StdArgumentError)) and "--help" not in message:
+        if _is_argument_error(found) and "--help" not in message:
             command = next(
                 (a for a in (args if args is not None else sys.argv[1:]) if not a.startswith("-")), ""
             )
@@ -168,13 +174,33 @@ def main(args: list[str] | None = None) -> int:
                 " (--print_config shows the resolved configuration)"
             )
         message += _predict_splits_hint(argv, message)
-        if isinstance(found, MisconfigurationException):
+        if _is_misconfiguration(found):
             message += " (a Trainer setting this machine cannot honour: check trainer.accelerator, devices, strategy, precision)"
         print(f"pal-lightning: error: {message}", file=sys.stderr, flush=True)
         return USER_ERROR_EXIT
-    _NEW_FOLDERS.clear()  # the run succeeded: its folders are results
-    close_process_group()
+    if "pal_lightning.cli.fit" in sys.modules:
+        from pal_lightning.cli.fit import _NEW_FOLDERS
+        from pal_lightning.core.distributed import close_process_group
+
+        _NEW_FOLDERS.clear()  # the run succeeded: its folders are results
+        close_process_group()
     return 0
+
+
+def _is_argument_error(found: BaseException) -> bool:
+    """An invalid option or value (argparse's or jsonargparse's)."""
+    from argparse import ArgumentError as _StdArgumentError
+
+    from jsonargparse import ArgumentError as _JsonArgumentError
+
+    return isinstance(found, (_JsonArgumentError, _StdArgumentError))
+
+
+def _is_misconfiguration(found: BaseException) -> bool:
+    """A Trainer setting this machine cannot honour (only Lightning raises it: not imported to ask)."""
+    module = sys.modules.get("lightning.pytorch.utilities.exceptions")
+    misconfiguration = getattr(module, "MisconfigurationException", None)
+    return misconfiguration is not None and isinstance(found, misconfiguration)
 
 
 def _predict_splits_hint(argv: list[str], message: str) -> str:
@@ -188,20 +214,71 @@ def _predict_splits_hint(argv: list[str], message: str) -> str:
     return f' To predict only the {served[0]} split: --data.predict_splits "[{served[0]}]".'
 
 
-def _short_help(command: str) -> str:
-    from pal_lightning.data import MultiTaskDataModule
-    from pal_lightning.module.multitask import MultiTaskModule
+def _help_screen(argv: list[str]) -> str | None:
+    """What ``--version``, ``--help``, ``fit --help``, ``--model.help [CLASS]`` (or a nested option's
+    ``--model.adapter.help``) print, else ``None``; ``--help-all`` is LightningCLI's full list."""
+    if argv[:1] in (["--version"], ["-V"]):
+        from pal_lightning.core.version import __version__
 
-    return short_help(command, MultiTaskModule, MultiTaskDataModule, linked=_LINKED)
+        return f"pal-lightning {__version__}"
+    if argv[:1] in (["--help"], ["-h"]):
+        return top_level_help()
+    target = help_target(argv)
+    if target is not None and argv[:1] != ["pretrain"]:
+        return _class_help(*target)
+    command = help_request(argv, tuple(SUBCOMMAND_HELP))
+    return None if command is None else _short_help(command, argv)
+
+
+def _short_help(command: str, argv: list[str]) -> str:
+    """``fit --help``: from the cached option tables, or with the values of the ``--config`` files given."""
+    from pal_lightning.cli.options import DEFAULT_CLASSES, tables_of
+
+    given = [a for a in argv[1:] if a not in ("-h", "--help")]
+    values: dict[str, dict[str, Any]] | None = None
+    classes = dict(DEFAULT_CLASSES)
+    if given:  # --config FILE, --model.lr ...: the parser resolves them (Lightning: seconds)
+        from pal_lightning.cli.fit import resolved_config
+
+        resolved = resolved_config([command, *given])
+        values = {group: dict(resolved[group].get("init_args") or {}) for group in ("model", "data")}
+        classes = {group: str(resolved[group].get("class_path") or classes[group]) for group in classes}
+    tables = {group: tables_of(group, classes[group]) for group in ("model", "data")}
+    names = {group: classes[group].rsplit(".", 1)[-1] for group in classes}
+    return short_help(command, tables, names, linked=_LINKED, values=values)
+
+
+def _class_help(group: str, nested: str, class_path: str | None) -> str:
+    """``--model.help [CLASS]``, ``--model.adapter.help``: every option documented."""
+    from pal_lightning.cli.options import DEFAULT_CLASSES, default_tables, tables_of
+
+    tables = tables_of(group, class_path)
+    name = (class_path or DEFAULT_CLASSES[group]).rsplit(".", 1)[-1]
+    tasks = default_tables()["tasks"] if nested == "tasks" else ()
+    linked = {data: f"--model.{model}" for model, data in _LINKS} if group == "data" else None
+    try:
+        return class_help(group, tables, name, nested, tasks, linked)
+    except ValueError as err:
+        raise PalUserError(f"{err}. Run `pal-lightning fit --{group}.help` for every option.") from None
 
 
 #: Data-module arguments set through the model (the links of ``add_arguments_to_parser``).
 _LINKED = ("tokenizer", "tasks", "pair_encoding")
+#: ``(model option, data option)`` of those links, for ``--data.help``.
+_LINKS = (
+    ("encoder", "tokenizer"),
+    ("encoder_revision", "tokenizer_revision"),
+    ("tasks", "tasks"),
+    ("pair_encoding", "pair_encoding"),
+)
 
 
 def _accepted_options(group: str) -> list[str] | None:
     """The option names of a command-line group, for "did you mean" (``None`` for an unknown group)."""
     import inspect
+
+    from lightning.pytorch import Trainer
+    from lightning.pytorch.callbacks import ModelCheckpoint
 
     from pal_lightning.callbacks.prediction_writer import PredictionWriter
     from pal_lightning.data import MultiTaskDataModule
