@@ -113,3 +113,20 @@ def test_a_failed_export_leaves_the_previous_file(
         export_onnx(single, target, single.example_inputs(module.tokenizer))
     assert target.read_bytes() == b"previous export"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sst.onnx"]  # no temporary file left
+
+
+def test_onnx_export_prints_no_tracer_warnings(tmp_path: Path) -> None:
+    """The trace's warnings about data-dependent branches are noise on every export: none reach the user."""
+    import warnings
+
+    pytest.importorskip("onnx", reason="the export extra is not installed")
+    from pal_lightning.module.export import SingleTaskModel, export_onnx
+    from pal_lightning.module.multitask import MultiTaskModule
+    from pal_lightning.testing import TINY_BERT
+
+    module = MultiTaskModule(bert_config=TINY_BERT, adapter={"size": 8, "num_heads": 2}).eval()
+    single = SingleTaskModel(module, "sst")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        export_onnx(single, tmp_path / "sst.onnx", single.example_inputs(module.tokenizer))
+    assert [w for w in caught if issubclass(w.category, torch.jit.TracerWarning)] == []

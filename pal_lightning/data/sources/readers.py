@@ -197,13 +197,18 @@ def _iter_delimited(path: str, quoted: bool) -> Iterator[tuple[int, dict[str | N
 def _iter_hf(
     spec: TaskSpec, src: Source, data_dir: Path, split: str
 ) -> Iterator[tuple[int, dict[str | None, Any], list[str]]]:
-    """Yield ``(row number, row, columns)`` of a ``datasets`` source (row numbers are 1-based)."""
+    """Yield ``(line, row, columns)`` of a ``datasets`` source: for a local csv/tsv file the file's own line
+    number (its header is line 1, so the first row is line 2), for a json-lines file the line; for other
+    sources (parquet, a hub split, a ``save_to_disk`` folder) the 1-based row number. ``datasets`` does not
+    report lines, so the number is exact for files without quoted multi-line fields."""
     try:
         import datasets
     except ImportError as err:  # pragma: no cover - datasets is a dependency
         raise PalUserError("format='hf' needs the `datasets` package: pip install datasets.") from err
+    first = 1
     if src.is_file:
         builder = spec.hf_path or _builder_for(src.location)
+        first = 2 if builder == "csv" else 1  # the header line
         kwargs: dict[str, Any] = {}
         if builder == "csv" and src.location.endswith((".tsv", ".tab")):
             kwargs["delimiter"] = "\t"
@@ -213,7 +218,7 @@ def _iter_hf(
         ds = hf_sources.load_split(spec, src.hf_split, data_dir, split)
     columns = list(ds.column_names)
     for i, row in enumerate(ds):
-        yield i + 1, row, columns
+        yield i + first, row, columns
 
 
 def _builder_for(path: str) -> str:
