@@ -1,22 +1,34 @@
-"""Settings shared by every test folder: hypothesis profiles, and the type checker started early.
+"""Settings shared by every test folder: hypothesis profiles, parallel runs (pytest-xdist), and the type
+checker started early.
 
 ``HYPOTHESIS_PROFILE=mutation`` (set by tools/mutation/run.sh) skips shrinking: under mutation
 testing a failing example only has to fail, and shrinking it can take longer than mutmut's timeout.
 No example database is written (the property tests are derandomised: the same examples every run).
 
-mypy (``tests/test_typing.py``) takes about 30 s of one core when its cache is cold, as on CI, while
-the suite leaves the second core mostly idle: when that test is collected, mypy starts in the
-background as soon as collection ends, and the test waits for its result (the ``mypy_result`` fixture).
+Parallel runs: pyproject.toml's ``addopts`` run the suite on ``-n auto`` workers, one test file per
+worker at a time (``--dist loadfile``, so a module-scoped fixture is built once). ``auto`` is the
+number of CPUs this process may use (at most 4), or 0 (in-process) on one CPU or under mutation
+testing; ``-n 0`` runs in one process as before. Each worker gives torch (and the processes it starts)
+its share of the cores, so two workers do not each start a thread per core; and the files whose
+end-to-end fixtures take longest are handed out first, so that the workers finish together.
+
+mypy (``tests/test_typing.py``) takes about 30 s of one core when its cache is cold, as on CI: when
+that test is collected, mypy starts in the background as soon as collection ends, once per run (by
+the xdist controller, or by the one pytest process), and the test waits for its result (the
+``mypy_result`` fixture).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import pytest
 from hypothesis import Phase, settings
@@ -30,35 +42,199 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "pal"))
 
 ROOT = Path(__file__).resolve().parents[1]
 MYPY_TEST = "test_mypy_is_clean_on_the_package"
-_mypy: dict[str, tuple[subprocess.Popen[bytes], IO[bytes]]] = {}
+MAX_WORKERS = 4
+"""``-n auto`` never starts more workers than this: each imports torch and collects the whole suite."""
+
+SLOW_FILES = (
+    # the end-to-end fixtures (CLI subprocesses, DDP ranks, notebooks) and the long property tests: handed
+    # to the workers first, longest first (as measured on the 2-core machine), so that the run ends with
+    # short tests on both workers rather than one long file on one
+    "tests/cli/test_ddp_cli.py",
+    "tests/data/test_readers_fuzz.py",
+    "tests/cli/test_readme_blocks.py",
+    "tests/callbacks/test_gem_ddp.py",
+    "tests/cli/test_console_leftovers.py",
+    "tests/cli/test_signals.py",
+    "tests/cli/test_resume.py",
+    "tests/cli/test_sharing_ddp_resume.py",
+    "tests/cli/test_short_fit_scores.py",
+    "tests/data/test_ddp.py",
+    "tests/cli/test_torchrun_cli.py",
+    "tests/cli/test_ddp_stage2_pretrain.py",
+    "tests/modeling/test_simcse_ddp.py",
+    "tests/test_metrics.py",
+    "tests/cli/test_cli.py",
+    "tests/cli/test_peers.py",
+    "tests/test_compile_option.py",
+    "tests/cli/test_cli_subprocess.py",
+    "tests/cli/test_bad_inputs.py",
+    "tests/test_notebook.py",
+    "tests/test_demo.py",
+    "tests/cli/test_text_predict.py",
+    "tests/test_notebook_figures.py",
+    "tests/cli/test_console.py",
+    "tests/test_notebook_without_results.py",
+    "tests/test_pretrained.py",
+    "tests/data/test_real_data.py",
+)
 
 
-def _start_mypy() -> None:
-    if "run" not in _mypy:
-        # a file, not a pipe: a full pipe would stall mypy while no test reads it
-        log = tempfile.TemporaryFile()
-        # from the repository root, so that mypy reads pyproject.toml's [tool.mypy]
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "mypy"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT
-        )
-        _mypy["run"] = (proc, log)
+# ------------------------------------------------------------------ parallel runs (pytest-xdist)
+
+
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: the CPUs this process may use (not psutil's physical cores, 1 on a 2-vCPU machine
+    with hyper-threads), at most :data:`MAX_WORKERS`; 0 (no workers) on one CPU and under mutation
+    testing (mutmut runs pytest in its own process and counts the tests there)."""
+    if "PYTEST_XDIST_AUTO_NUM_WORKERS" in os.environ:
+        return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
+    if os.environ.get("HYPOTHESIS_PROFILE") == "mutation" or "MUTANT_UNDER_TEST" in os.environ:
+        return 0
+    cpus = _usable_cpus()
+    return min(cpus, MAX_WORKERS) if cpus > 1 else 0
+
+
+def _worker_threads() -> int | None:
+    """Threads per worker: its share of the CPUs (None outside an xdist worker)."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return None
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    return max(1, _usable_cpus() // workers)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    threads = _worker_threads()
+    if threads is not None:
+        # before torch is imported: its intra-op pool and those of the processes this worker starts
+        # (spawned DDP ranks, CLI subprocesses that do not set it themselves) take their share only
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ.setdefault(name, str(threads))
+
+
+_TERMINAL = ("COLUMNS", "LINES")
+"""Set in an xdist worker's environment (80 x 24) though not in the run's: the width of the CLI's help
+(``pal_lightning.cli.help``, 110 columns when not told) and of its progress bars must not change."""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _worker_settings(request: pytest.FixtureRequest) -> None:
+    """In an xdist worker: torch's intra-op pool has the worker's share of the CPUs (tests that set
+    their own thread count restore this one afterwards), and the terminal size variables are the run's."""
+    threads = _worker_threads()
+    if threads is None:
+        return
+    import torch
+
+    torch.set_num_threads(threads)
+    terminal = getattr(request.config, "workerinput", {}).get("pal_terminal", {})
+    for name in _TERMINAL:
+        if terminal.get(name) is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = terminal[name]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return  # one process: the usual order
+    # the controller hands out files in the order the workers collected them: the slow ones first
+    rank = {name: i for i, name in enumerate(SLOW_FILES)}
+
+    def key(item: pytest.Item) -> int:
+        path = Path(str(item.path)).resolve()
+        try:
+            name = path.relative_to(ROOT).as_posix()
+        except ValueError:
+            return len(rank)
+        return rank.get(name, len(rank))
+
+    items.sort(key=key)  # stable: the order within a file, and of the other files, stays
+
+
+# ------------------------------------------------------------------ mypy in the background, once per run
+
+_mypy: dict[str, Any] = {}
+_MYPY_DIR = "pal_mypy_dir"
+"""Key of ``workerinput``: the folder where the controller's mypy writes ``mypy.log`` and ``mypy.rc``."""
+
+
+def _start_mypy(folder: Path) -> None:
+    """Start ``python -m mypy`` from the repository root (so that it reads pyproject.toml's
+    [tool.mypy]) with its report in ``folder/mypy.log``; ``folder/mypy.rc`` holds its exit status
+    once it has finished (written by a thread of this process)."""
+    if "run" in _mypy:
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    # a file, not a pipe: a full pipe would stall mypy while no test reads it
+    log: IO[bytes] = (folder / "mypy.log").open("wb")
+    proc = subprocess.Popen([sys.executable, "-m", "mypy"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+
+    def wait() -> None:
+        returncode = proc.wait()
+        log.close()
+        (folder / "mypy.rc.tmp").write_text(str(returncode))
+        os.replace(folder / "mypy.rc.tmp", folder / "mypy.rc")
+
+    thread = threading.Thread(target=wait, name="mypy", daemon=True)
+    thread.start()
+    _mypy["run"] = (proc, thread, folder)
+
+
+def _own_folder() -> Path:
+    if "folder" not in _mypy:
+        _mypy["folder"] = Path(tempfile.mkdtemp(prefix="pal-mypy-"))
+    return Path(_mypy["folder"])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """xdist controller: every worker learns where the run's mypy writes its result, and the terminal
+    size variables of the run."""
+    node.workerinput[_MYPY_DIR] = str(_own_folder())
+    node.workerinput["pal_terminal"] = {name: os.environ.get(name) for name in _TERMINAL}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """xdist controller: start mypy once, when the first worker has collected the mypy test."""
+    if any(nodeid.endswith(f"::{MYPY_TEST}") for nodeid in ids):
+        _start_mypy(_own_folder())
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
+    if hasattr(session.config, "workerinput"):
+        return  # an xdist worker: the controller runs mypy
     if any(item.name == MYPY_TEST for item in session.items):
-        _start_mypy()
+        _start_mypy(_own_folder())
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     if "run" in _mypy and _mypy["run"][0].poll() is None:
         _mypy["run"][0].kill()  # the mypy test was interrupted or deselected after collection
+        _mypy["run"][1].join(timeout=10)
+    if "folder" in _mypy:
+        shutil.rmtree(_mypy["folder"], ignore_errors=True)
 
 
 @pytest.fixture
-def mypy_result() -> tuple[int, str]:
-    """mypy's exit status and report: from the run started after collection, else a run started now."""
-    _start_mypy()
-    proc, log = _mypy["run"]
-    returncode = proc.wait(timeout=600)
-    log.seek(0)
-    return returncode, log.read().decode()
+def mypy_result(request: pytest.FixtureRequest) -> tuple[int, str]:
+    """mypy's exit status and report: from the run started after collection (by this process or by the
+    xdist controller), else from a run started now."""
+    workerinput = getattr(request.config, "workerinput", {})
+    folder = Path(workerinput[_MYPY_DIR]) if _MYPY_DIR in workerinput else None
+    if folder is None or not (folder / "mypy.log").exists():  # one process, or no run started for us
+        _start_mypy(_own_folder())
+        folder = _mypy["run"][2]
+    deadline = time.monotonic() + 600
+    while not (folder / "mypy.rc").exists():
+        assert time.monotonic() < deadline, "mypy did not finish in 600 s"
+        time.sleep(0.2)
+    return int((folder / "mypy.rc").read_text()), (folder / "mypy.log").read_text()
