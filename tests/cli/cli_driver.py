@@ -4,8 +4,16 @@ Usage: ``python cli_driver.py JOBS.json [WORKERS]`` with ``JOBS.json`` a list of
 ``{"name", "cwd", "args"}``. The driver imports the CLI (torch, Lightning, transformers: most of a
 run's start-up) once, then forks one child per job, ``WORKERS`` at a time. A child is what the
 ``pal-lightning`` console script is, ``sys.exit(main())``: it changes into ``cwd``, sends its
-stdout/stderr to ``<cwd>/<name>.out``/``.err``, and an uncaught exception prints its traceback to
-stderr and exits 1, as the interpreter does. The exit statuses go to ``JOBS.json.results``.
+stdout/stderr to ``<cwd>/<name>.out``/``.err`` (or to the job's ``"stdout"``/``"stderr"`` paths,
+which may be one file), and an uncaught exception prints its traceback to stderr and exits 1, as
+the interpreter does. The exit statuses go to ``JOBS.json.results``: a child killed by signal N has
+status -N, as in :class:`subprocess.CompletedProcess`. A job's ``"env"``, if given, is the child's
+whole environment.
+
+``python cli_driver.py --serve`` does the same for batches read from stdin, one JSON object
+``{"jobs": [...], "workers": N}`` a line, and answers each with one JSON line of exit statuses on stdout once the batch has
+finished, until stdin closes: one import for all the command lines of a test session
+(``ForkedCli`` in tests/cli/conftest.py).
 
 Forking after the imports is safe here: the driver has run no torch operation, so no thread pool
 exists yet. This saves the 5-6 s of imports per command that a catalogue of ~20 commands would pay.
@@ -30,13 +38,28 @@ def _preload() -> None:
     import pal_lightning.module.multitask  # noqa: F401
 
 
+def _redirect(fd: int, path: Path) -> None:
+    out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(out, fd)
+    os.close(out)
+
+
 def _child(job: dict[str, Any]) -> None:
     cwd = Path(job["cwd"])
     os.chdir(cwd)
-    for stream, suffix in ((1, ".out"), (2, ".err")):
-        fd = os.open(cwd / f"{job['name']}{suffix}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.dup2(fd, stream)
-        os.close(fd)
+    if "env" in job:
+        os.environ.clear()
+        os.environ.update(job["env"])
+    stdout = Path(job.get("stdout", cwd / f"{job['name']}.out"))
+    stderr = Path(job.get("stderr", cwd / f"{job['name']}.err"))
+    _redirect(1, stdout)
+    if stderr == stdout:
+        os.dup2(1, 2)
+    else:
+        _redirect(2, stderr)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)  # a run reads no input (under --serve, stdin is the driver's job stream)
+    os.close(null)
     sys.argv = ["pal-lightning", *job["args"]]
     from pal_lightning.cli.main import main
 
@@ -60,6 +83,7 @@ def run(jobs: list[dict[str, Any]], workers: int) -> dict[str, int]:
     while pending or running:
         while pending and len(running) < workers:
             job = pending.pop(0)
+            sys.stdout.flush()
             pid = os.fork()
             if pid == 0:
                 _child(job)
@@ -69,7 +93,19 @@ def run(jobs: list[dict[str, Any]], workers: int) -> dict[str, int]:
     return codes
 
 
+def serve() -> None:
+    _preload()
+    print("ready", flush=True)
+    for line in sys.stdin:
+        if line.strip():
+            batch = json.loads(line)
+            print(json.dumps(run(batch["jobs"], batch["workers"])), flush=True)
+
+
 if __name__ == "__main__":
-    path = Path(sys.argv[1])
-    codes = run(json.loads(path.read_text()), int(sys.argv[2]) if len(sys.argv) > 2 else 3)
-    Path(f"{path}.results").write_text(json.dumps(codes))
+    if sys.argv[1] == "--serve":
+        serve()
+    else:
+        path = Path(sys.argv[1])
+        codes = run(json.loads(path.read_text()), int(sys.argv[2]) if len(sys.argv) > 2 else 3)
+        Path(f"{path}.results").write_text(json.dumps(codes))

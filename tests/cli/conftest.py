@@ -1,12 +1,20 @@
 """Fixtures for the CLI tests: CS224N-format data files and a tiny-model config in tmp_path (both from
-:mod:`pal_lightning.testing`), benchmark scripts loaded as modules, the environment of a CLI subprocess."""
+:mod:`pal_lightning.testing`), benchmark scripts loaded as modules, the environment of a CLI subprocess,
+and ``forked_cli``: command lines run as processes forked from one interpreter that imported the CLI."""
 
 from __future__ import annotations
 
 import importlib.util
+import itertools
+import json
 import os
+import subprocess
+import sys
+import threading
 import types
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,3 +52,140 @@ def data_dir(tmp_path: Path) -> Path:
 @pytest.fixture
 def tiny_yaml(tmp_path: Path, data_dir: Path) -> Path:
     return write_tiny_fit_config(tmp_path, data_dir)
+
+
+DRIVER = Path(__file__).with_name("cli_driver.py")
+
+
+class ForkedCli:
+    """``pal-lightning`` command lines, each in a process of its own, forked from one driver process
+    (``cli_driver.py --serve``) that imported the CLI once for the whole session: this saves the ~6 s of
+    CPU that each ``python -m pal_lightning`` spends on imports on the 2-core machine.
+
+    A child is what ``python -m pal_lightning ARGS`` and the console script are, ``sys.exit(main())``
+    with ``sys.argv`` set, in its own working folder, with its own output files and environment: a
+    ``KillAtStep`` SIGKILL, a ``SignalAtStep`` SIGTERM/SIGINT and an exit status reach the test as they
+    would from :func:`subprocess.run` (status ``-9`` for SIGKILL). What the interpreter start-up itself
+    does (``-m pal_lightning``, the console script) is tested in test_cli_subprocess.py; DDP runs need it
+    too (Lightning starts the other ranks with ``sys.executable -m pal_lightning``) and stay real
+    subprocesses. One batch at a time: calls from several threads wait for each other.
+    """
+
+    def __init__(self, logs: Path) -> None:
+        self._logs = logs
+        self._ids = itertools.count()
+        self._lock = threading.Lock()
+        self._proc = subprocess.Popen(
+            [sys.executable, str(DRIVER), "--serve"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=subprocess_env(),
+            text=True,
+        )
+        assert self._proc.stdout is not None and self._proc.stdout.readline().strip() == "ready", (
+            "the CLI driver did not start"
+        )
+
+    def run(
+        self,
+        jobs: Sequence[tuple[Path, Sequence[str]]],
+        workers: int = 3,
+        env: dict[str, str] | None = None,
+        log: Path | None = None,
+    ) -> list[subprocess.CompletedProcess[str]]:
+        """Run every ``(working folder, arguments after pal-lightning)`` job, ``workers`` at a time; their
+        exit statuses and outputs, in the order of ``jobs``. ``env``: the children's whole environment
+        (default: the driver's, :func:`subprocess_env` when the session started); ``log``: one file for
+        stdout and stderr together (of a single job), as ``stderr=subprocess.STDOUT`` writes them."""
+        assert log is None or len(jobs) == 1
+        batch: list[dict[str, Any]] = []
+        for cwd, args in jobs:
+            name = f"job{next(self._ids)}"
+            out, err = (log, log) if log else (self._logs / f"{name}.out", self._logs / f"{name}.err")
+            job: dict[str, Any] = {"name": name, "cwd": str(cwd), "args": list(args)}
+            job.update(stdout=str(out), stderr=str(err), **({"env": env} if env is not None else {}))
+            batch.append(job)
+        with self._lock:
+            assert self._proc.stdin is not None and self._proc.stdout is not None
+            assert self._proc.poll() is None, "the CLI driver is gone"
+            self._proc.stdin.write(json.dumps({"jobs": batch, "workers": workers}) + "\n")
+            self._proc.stdin.flush()
+            line = self._proc.stdout.readline()
+        assert line, "the CLI driver stopped"
+        codes = json.loads(line)
+        return [
+            subprocess.CompletedProcess(
+                ["pal-lightning", *job["args"]],
+                codes[job["name"]],
+                "" if log else Path(job["stdout"]).read_text(),
+                "" if log else Path(job["stderr"]).read_text(),
+            )
+            for job in batch
+        ]
+
+    def close(self) -> None:
+        assert self._proc.stdin is not None
+        self._proc.stdin.close()
+        try:
+            self._proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+
+@pytest.fixture(scope="session")
+def forked_cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForkedCli]:
+    """One CLI driver per test process (per xdist worker), started when a test first asks for it: see
+    :class:`ForkedCli`."""
+    cli = ForkedCli(tmp_path_factory.mktemp("forked_cli"))
+    yield cli
+    cli.close()
+
+
+class ForkedSubprocess:
+    """Stands in for the ``subprocess`` module of ``benchmarks/cli_runs.py`` in a benchmark's test
+    (``monkeypatch.setattr(cli_runs, "subprocess", ForkedSubprocess(forked_cli))``): the command lines
+    the benchmark builds, ``sys.executable -m pal_lightning ARGS`` with the output in a log file, run
+    through :class:`ForkedCli` with the same arguments, working folder, environment and log file; any
+    other command runs as usual. ``commands`` lists the command lines it forked."""
+
+    STDOUT = subprocess.STDOUT
+    PIPE = subprocess.PIPE
+    DEVNULL = subprocess.DEVNULL
+    TimeoutExpired = subprocess.TimeoutExpired
+    CompletedProcess = subprocess.CompletedProcess
+
+    def __init__(self, cli: ForkedCli) -> None:
+        self._cli = cli
+        self.commands: list[list[str]] = []
+
+    def run(self, cmd: Sequence[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        cmd = list(cmd)
+        stdout = kwargs.get("stdout")
+        if (
+            cmd[:3] != [sys.executable, "-m", "pal_lightning"]
+            or kwargs.get("stderr") != subprocess.STDOUT
+            or not isinstance(getattr(stdout, "name", None), str)
+        ):
+            return subprocess.run(cmd, **kwargs)
+        self.commands.append(cmd)
+        assert stdout is not None
+        stdout.flush()
+        cwd = Path(kwargs.get("cwd") or os.getcwd())
+        env = kwargs.get("env")
+        done = self._cli.run([(cwd, cmd[3:])], 1, dict(env) if env is not None else None, Path(stdout.name))[
+            0
+        ]
+        return subprocess.CompletedProcess(cmd, done.returncode)
+
+
+@pytest.fixture
+def forked_benchmark_runs(monkeypatch: pytest.MonkeyPatch, forked_cli: ForkedCli) -> ForkedSubprocess:
+    """The ``pal-lightning fit`` command lines of the benchmarks (``benchmarks/cli_runs.py``) run through
+    ``forked_cli`` for this test (see :class:`ForkedSubprocess`)."""
+    if str(ROOT / "benchmarks") not in sys.path:  # as the benchmarks themselves add it
+        monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    cli_runs = importlib.import_module("cli_runs")
+    forked = ForkedSubprocess(forked_cli)
+    monkeypatch.setattr(cli_runs, "subprocess", forked)
+    return forked

@@ -5,9 +5,10 @@ on stderr, exit status 2, no traceback), or, for rows that ``on_bad_row: skip`` 
 and a warning with the count and line numbers; and nothing of an earlier run (checkpoints, config,
 logs, predictions) may change. All commands run from one module-scoped fixture, each in a process
 of its own, three at a time, and each case asserts on its cached result. The processes are forked by
-``cli_driver.py`` after it imported the CLI once (each is what the ``pal-lightning`` console script
-is, ``sys.exit(main())``), which saves ~5 s of imports per command; ``test_cli_subprocess.py`` and
-the resume and DDP tests run ``python -m pal_lightning`` itself.
+``cli_driver.py`` after it imported the CLI once (``forked_cli``, one driver per test session; each
+process is what the ``pal-lightning`` console script is, ``sys.exit(main())``), which saves ~5 s of
+imports per command; ``test_cli_subprocess.py`` and the DDP tests run ``python -m pal_lightning``
+itself.
 
 Set ``PAL_BAD_INPUTS_REPORT=/path/table.md`` to also write the table of cases and messages.
 """
@@ -15,16 +16,14 @@ Set ``PAL_BAD_INPUTS_REPORT=/path/table.md`` to also write the table of cases an
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -33,8 +32,9 @@ from pal_lightning.cli.main import main
 from pal_lightning.core.hub import packaged_minilm_dir
 from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
 
+from .conftest import ForkedCli
+
 ERROR_PREFIX = "pal-lightning: error:"
-DRIVER = Path(__file__).with_name("cli_driver.py")
 
 
 @dataclass(frozen=True)
@@ -335,7 +335,7 @@ def _stand_in_run(run_dir: Path) -> None:
         path.write_text(text)
 
 
-def _prepare(name: str, run: Run, root: Path, data: Path, base: Path) -> dict[str, object]:
+def _prepare(name: str, run: Run, root: Path, data: Path, base: Path) -> dict[str, Any]:
     """The run's folder (data copy, config, earlier run, the bad input); returns its driver job."""
     folder = root / name
     shutil.copytree(data, folder / "data")
@@ -361,32 +361,22 @@ def _base_run(root: Path, data: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Result]:
+def results(tmp_path_factory: pytest.TempPathFactory, forked_cli: ForkedCli) -> dict[str, Result]:
     root = tmp_path_factory.mktemp("bad_inputs")
     data = write_cs224n_data(root / "data")
     base = _base_run(root, data)
     jobs = [_prepare(name, run, root, data, base) for name, run in RUNS.items()]
     before = {name: _snapshot(root / name / "runs" / "version_0") for name in RUNS}
-    jobs_file = root / "jobs.json"
-    jobs_file.write_text(json.dumps(jobs))
-    proc = subprocess.run(
-        [sys.executable, str(DRIVER), str(jobs_file), "3"],
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    codes = json.loads(Path(f"{jobs_file}.results").read_text())
+    done = forked_cli.run([(Path(job["cwd"]), job["args"]) for job in jobs], workers=3, env=_env())
     out = {
         name: Result(
-            codes[name],
-            (root / name / f"{name}.out").read_text(),
-            (root / name / f"{name}.err").read_text(),
+            proc.returncode,
+            proc.stdout,
+            proc.stderr,
             before[name],
             _snapshot(root / name / "runs" / "version_0"),
         )
-        for name in RUNS
+        for name, proc in zip(RUNS, done, strict=True)
     }
     report = os.environ.get("PAL_BAD_INPUTS_REPORT")
     if report:

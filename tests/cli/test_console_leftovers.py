@@ -1,39 +1,42 @@
 """What was left of Lightning's and datasets' console noise (issue "A user's own task, end to end", item 9):
 no checkpoint warnings a user cannot act on, no datasets progress bars, one line per progress bar in a
-file, and a resumed epoch's bar that ends at its total."""
+file, and a resumed epoch's bar that ends at its total. Each run is a process of its own, forked from the
+session's CLI driver (``forked_cli``) with stdout and stderr in files; what the interpreter prints while
+it imports the CLI is test_console.py's (a ``python -m pal_lightning`` process)."""
 
 from __future__ import annotations
 
 import re
 import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import yaml
 
 from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
 
-from .conftest import subprocess_env
+from .conftest import ForkedCli, subprocess_env
 
 LIGHTNING_CHECKPOINT_WARNINGS = ("could not find the monitored key", "The dirpath has changed")
 
 
-def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pal_lightning", *args],
-        cwd=cwd,
-        env={**subprocess_env(), "COLUMNS": ""},  # stdout is a file, as when a run is logged to one
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+@pytest.fixture
+def _cli(forked_cli: ForkedCli) -> Callable[..., subprocess.CompletedProcess[str]]:
+    def run(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        # stdout is a file, as when a run is logged to one
+        return forked_cli.run([(cwd, args)], env={**subprocess_env(), "COLUMNS": ""})[0]
+
+    return run
 
 
 def _bars(stdout: str) -> list[str]:
     return [line for line in stdout.splitlines() if line.startswith("Epoch ")]
 
 
-def test_a_resumed_run_logged_to_a_file(tmp_path: Path) -> None:
+def test_a_resumed_run_logged_to_a_file(
+    tmp_path: Path, _cli: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
     config = write_tiny_fit_config(tmp_path, write_cs224n_data(tmp_path / "data"))
     settings = yaml.safe_load(config.read_text())
     settings["trainer"].update(enable_progress_bar=True, max_steps=9)
@@ -59,7 +62,9 @@ def test_a_resumed_run_logged_to_a_file(tmp_path: Path) -> None:
     assert " 6/6 " in bars[0] and " 3/3 " in bars[1]
 
 
-def test_validation_off_gives_no_checkpoint_warning(tmp_path: Path) -> None:
+def test_validation_off_gives_no_checkpoint_warning(
+    tmp_path: Path, _cli: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
     config = write_tiny_fit_config(tmp_path, write_cs224n_data(tmp_path / "data"))
     proc = _cli(tmp_path, "fit", "--config", str(config), "--trainer.limit_val_batches", "0")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -71,7 +76,9 @@ def test_validation_off_gives_no_checkpoint_warning(tmp_path: Path) -> None:
     assert bad.returncode != 0 and "could not find the monitored key" in bad.stderr
 
 
-def test_a_task_read_through_datasets_shows_no_progress_bars(tmp_path: Path) -> None:
+def test_a_task_read_through_datasets_shows_no_progress_bars(
+    tmp_path: Path, _cli: Callable[..., subprocess.CompletedProcess[str]]
+) -> None:
     data = write_cs224n_data(tmp_path / "data")
     reviews = data / "reviews"
     reviews.mkdir()

@@ -9,7 +9,7 @@ import pytest
 
 from pal_lightning.testing import TINY_BERT
 
-from .conftest import load_benchmark
+from .conftest import ForkedSubprocess, load_benchmark
 
 bench = load_benchmark("continual")
 
@@ -33,7 +33,10 @@ def test_forgetting_target_is_the_ratio_of_minus_bwt() -> None:
     assert "no backward transfer" in bench.forgetting_target([_result("continual_naive", None)])["note"]
 
 
-def test_naive_and_gem_end_to_end_on_a_tiny_model(tmp_path: Path, data_dir: Path) -> None:
+def test_naive_and_gem_end_to_end_on_a_tiny_model(
+    tmp_path: Path, data_dir: Path, forked_benchmark_runs: ForkedSubprocess
+) -> None:
+    """Both methods through ``pal-lightning fit`` (each run forked from the session's CLI driver)."""
     out, tiny = tmp_path / "bench", json.dumps(TINY_BERT)
     argv = [
         "--steps-per-task", "2", "--limit-eval", "6", "--only", "continual_naive,continual_gem",
@@ -43,6 +46,7 @@ def test_naive_and_gem_end_to_end_on_a_tiny_model(tmp_path: Path, data_dir: Path
         "--model.init_args.adapter.size=8", "--data.init_args.cache_dir=false",
     ]  # fmt: skip
     assert bench.main(argv) == 0
+    assert len(forked_benchmark_runs.commands) == 2  # one fit per method
     payload = json.loads((tmp_path / "c.json").read_text())
     assert [r["method"] for r in payload["results"]] == ["continual_naive", "continual_gem"]
     for r in payload["results"]:

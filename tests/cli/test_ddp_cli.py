@@ -1,5 +1,6 @@
 """DDP end to end through the command line: ``pal-lightning fit`` on 2 CPU processes (gloo), with and
-without GEM, then a single-process ``validate`` and a 2-process ``predict`` of the checkpoint."""
+without GEM, then a single-process ``validate`` (forked from the session's CLI driver, ``forked_cli``)
+and a 2-process ``predict`` of the checkpoint."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import yaml
 from pal_lightning.testing import TINY_GEM as GEM
 from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
 
-from .conftest import subprocess_env
+from .conftest import ForkedCli, subprocess_env
 
 pytestmark = pytest.mark.ddp
 
@@ -58,7 +59,7 @@ def _load(folder: Path, name: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def runs(tmp_path_factory: pytest.TempPathFactory, forked_cli: ForkedCli) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("ddp_cli")
     data = write_cs224n_data(root / "data")
     folders = {"plain": root / "plain", "gem": root / "gem"}
@@ -71,9 +72,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         # the plain run's checkpoint: validated by one process, predicted by two
         plain, config = folders["plain"], str(configs["plain"])
         ckpt = str(plain / "runs" / "version_0" / "checkpoints" / "last.ckpt")
-        validate = pool.submit(_cli, plain, "validate", "--config", config, "--ckpt_path", ckpt)
         predict = pool.submit(_cli, plain, "predict", "--config", config, "--ckpt_path", ckpt, *DDP)
-        for name, proc in (("validate", validate.result()), ("predict", predict.result())):
+        (validate,) = forked_cli.run([(plain, ["validate", "--config", config, "--ckpt_path", ckpt])])
+        for name, proc in (("validate", validate), ("predict", predict.result())):
             assert proc.returncode == 0, f"{name}: {proc.stderr[-4000:]}"
     return folders
 

@@ -10,7 +10,7 @@ import pytest
 
 from pal_lightning.testing import TINY_BERT
 
-from .conftest import load_benchmark
+from .conftest import ForkedSubprocess, load_benchmark
 
 reproduce = load_benchmark("reproduce")
 
@@ -54,7 +54,10 @@ def test_quora_dev_subset_links_everything_else(tmp_path: Path, data_dir: Path) 
     assert reproduce.prepare_data_dir(data_dir, tmp_path / "all", qqp_dev_limit=0) == data_dir
 
 
-def test_grid_end_to_end_on_a_tiny_model(tmp_path: Path, data_dir: Path) -> None:
+def test_grid_end_to_end_on_a_tiny_model(
+    tmp_path: Path, data_dir: Path, forked_benchmark_runs: ForkedSubprocess
+) -> None:
+    """Two runs of the grid, each through ``pal-lightning fit`` (forked from the session's CLI driver)."""
     out = tmp_path / "bench"
     tiny = json.dumps(TINY_BERT)
     argv = [
@@ -64,6 +67,7 @@ def test_grid_end_to_end_on_a_tiny_model(tmp_path: Path, data_dir: Path) -> None
         "--model.init_args.adapter.size=8", "--data.init_args.batch_size=4", "--data.init_args.cache_dir=false",
     ]  # fmt: skip
     assert reproduce.main(argv) == 0
+    assert len(forked_benchmark_runs.commands) == 2  # one fit per method
     with (out / "results.csv").open() as f:
         rows = list(csv.DictReader(f))
     assert [r["method"] for r in rows] == ["shared", "pals_annealed"]

@@ -12,10 +12,12 @@ import pytest
 
 from pal_lightning.testing import TINY_BERT
 
-from .conftest import load_benchmark
+from .conftest import ForkedSubprocess, load_benchmark
 
 reproduce = load_benchmark("reproduce")
-stats = sys.modules["paired_stats"]  # imported by reproduce.py from benchmarks/ (a dataclass needs sys.modules)
+stats = sys.modules[
+    "paired_stats"
+]  # imported by reproduce.py from benchmarks/ (a dataclass needs sys.modules)
 
 
 def test_paired_difference_by_hand() -> None:
@@ -90,7 +92,9 @@ def test_seeds_and_compare_with_recorded_runs(
         calls.append((method, seed))
         run = root / "version_0"
         run.mkdir(parents=True)
-        sst = overall.get((method, seed), 0.6)  # make every task score equal the overall: (x + x + (2x - 1 + 1)/2)/3 = x
+        sst = overall.get(
+            (method, seed), 0.6
+        )  # make every task score equal the overall: (x + x + (2x - 1 + 1)/2)/3 = x
         scores = {"val/sst/accuracy": sst, "val/qqp/accuracy": sst, "val/sts/pearson": 2 * sst - 1}
         (run / "scores.json").write_text(json.dumps({"last": {"scores": scores}}))
         return "ok", 1.0, run
@@ -119,8 +123,11 @@ def test_seeds_and_compare_with_recorded_runs(
     assert "| shared (seed 44) |" in md
 
 
-def test_defined_method_runs_through_the_cli(tmp_path: Path, data_dir: Path) -> None:
-    """A --method with an overlay and an option reaches pal-lightning fit (SimCSE on a tiny model)."""
+def test_defined_method_runs_through_the_cli(
+    tmp_path: Path, data_dir: Path, forked_benchmark_runs: ForkedSubprocess
+) -> None:
+    """A --method with an overlay and an option reaches pal-lightning fit (SimCSE on a tiny model; the fit
+    forked from the session's CLI driver)."""
     out = tmp_path / "bench"
     tiny = json.dumps(TINY_BERT)
     argv = _args(
@@ -130,6 +137,7 @@ def test_defined_method_runs_through_the_cli(tmp_path: Path, data_dir: Path) -> 
         "--data.init_args.cache_dir=false", "--trainer.log_every_n_steps=1",
     )  # fmt: skip
     assert reproduce.main(argv) == 0
+    assert len(forked_benchmark_runs.commands) == 1
     run = next((out / "runs" / "shared_simcse").glob("version_*"))
     config = (run / "config.yaml").read_text()
     assert "weight: 0.5" in config and "temperature: 0.05" in config

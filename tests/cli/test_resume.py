@@ -2,16 +2,13 @@
 checkpoint), resumed with ``--ckpt_path last``, ends with the weights (and GEM memories) of an
 uninterrupted run. The plain, the GEM and the two-stage variant (stage 2: ``init_from`` a stage-1
 checkpoint, encoder frozen, an auxiliary task drawn at half its rate) run side by side from one module
-fixture."""
+fixture, each run a process of its own forked from the session's CLI driver (``forked_cli``)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -24,15 +21,15 @@ from pal_lightning.core.checkpoint_io import AtomicCheckpointIO
 from pal_lightning.testing import TINY_GEM as GEM
 from pal_lightning.testing import save_stage1_checkpoint, write_cs224n_data, write_tiny_fit_config
 
-from .conftest import subprocess_env
+from .conftest import ForkedCli
 
 STEPS_PER_EPOCH, EVERY, KILL_AT, MAX_STEPS = 4, 3, 9, 12
 VARIANTS = ("plain", "gem", "stage2")
 
 
-def _fit(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "pal_lightning", "fit", "--config", "tiny.yaml", *args]
-    return subprocess.run(cmd, cwd=cwd, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+def _fit(cwd: Path, *args: str) -> tuple[Path, list[str]]:
+    """The job of ``pal-lightning fit --config tiny.yaml ARGS`` in ``cwd``, for ``ForkedCli.run``."""
+    return cwd, ["fit", "--config", "tiny.yaml", *args]
 
 
 def _config(folder: Path, data: Path, kill: bool, gem: bool, stage2: bool = False) -> None:
@@ -68,8 +65,8 @@ def _digests(folder: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    """Per variant: the uninterrupted and the killed run (all four in parallel), then the resumes."""
+def runs(tmp_path_factory: pytest.TempPathFactory, forked_cli: ForkedCli) -> dict[str, dict[str, Any]]:
+    """Per variant: the uninterrupted and the killed run (four at a time), then the resumes."""
     root = tmp_path_factory.mktemp("resume")
     data = write_cs224n_data(root / "data")
     out: dict[str, dict[str, Any]] = {}
@@ -84,22 +81,19 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
                 stage2=variant == "stage2",
             )
     jobs = [(variant, kind) for variant in VARIANTS for kind in ("full", "killed")]
-    with ThreadPoolExecutor(4) as pool:
-        first = pool.map(lambda job: _fit(out[job[0]][job[1]]), jobs)
-        for (variant, kind), proc in zip(jobs, first, strict=True):
-            out[variant][f"{kind}_proc"] = proc
-        resumes = {}
-        for variant in VARIANTS:
-            run_dir = out[variant]["killed"] / "runs" / "version_0"
-            out[variant]["before"] = _digests(run_dir)
-            out[variant]["saved"] = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
-            # the same callbacks minus the kill switch
-            callbacks = json.dumps([GEM] if variant == "gem" else [])
-            resumes[variant] = pool.submit(
-                _fit, out[variant]["killed"], "--trainer.callbacks", callbacks, "--ckpt_path", "last"
-            )
-        for variant, future in resumes.items():
-            out[variant]["resumed_proc"] = future.result()
+    first = forked_cli.run([_fit(out[variant][kind]) for variant, kind in jobs], workers=4)
+    for (variant, kind), proc in zip(jobs, first, strict=True):
+        out[variant][f"{kind}_proc"] = proc
+    resumes = []
+    for variant in VARIANTS:
+        run_dir = out[variant]["killed"] / "runs" / "version_0"
+        out[variant]["before"] = _digests(run_dir)
+        out[variant]["saved"] = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
+        # the same callbacks minus the kill switch
+        callbacks = json.dumps([GEM] if variant == "gem" else [])
+        resumes.append(_fit(out[variant]["killed"], "--trainer.callbacks", callbacks, "--ckpt_path", "last"))
+    for variant, proc in zip(VARIANTS, forked_cli.run(resumes), strict=True):
+        out[variant]["resumed_proc"] = proc
     return out
 
 
@@ -138,7 +132,10 @@ def test_sigkill_mid_epoch_during_a_checkpoint_write_then_resume_last_is_exact(
     assert final["MultiTaskDataModule"] == reference["MultiTaskDataModule"]
     # metrics.csv's steps per task continued from the checkpoint's counts (of step 6), not from zero
     counts = final["callbacks"]["TrainingLog"]["steps_per_task"]
-    assert counts == reference["callbacks"]["TrainingLog"]["steps_per_task"] and sum(counts.values()) == MAX_STEPS
+    assert (
+        counts == reference["callbacks"]["TrainingLog"]["steps_per_task"]
+        and sum(counts.values()) == MAX_STEPS
+    )
     if variant == "gem":
         gem_final, gem_reference = final["callbacks"]["GEMCallback"], reference["callbacks"]["GEMCallback"]
         assert gem_final == gem_reference and gem_reference["memory"]  # the same memories

@@ -1,6 +1,8 @@
 """A mixed layer-sharing regime (F frozen + I individual layers, with PALs) through the real entry point:
 two DDP processes (gloo, unused-parameter handling, GEM on the shared parameters) end with identical
-weights, and a run SIGKILLed mid-epoch resumes to the weights of an uninterrupted run."""
+weights, and a run SIGKILLed mid-epoch resumes to the weights of an uninterrupted run (the
+single-process runs forked from the session's CLI driver, ``forked_cli``; the DDP run through
+``python -m pal_lightning``, whose command line Lightning reuses for rank 1)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import yaml
 from pal_lightning.testing import TINY_GEM as GEM
 from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
 
-from .conftest import subprocess_env
+from .conftest import ForkedCli, subprocess_env
 
 REGIME = "FI"  # TINY_BERT has two layers: the bottom one frozen, the top one a copy per task
 DDP = ["--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy"]
@@ -43,7 +45,7 @@ def _config(folder: Path, data: Path, callbacks: list[dict[str, Any]]) -> None:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def runs(tmp_path_factory: pytest.TempPathFactory, forked_cli: ForkedCli) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("sharing")
     data = write_cs224n_data(root / "data")
     recorder = {
@@ -55,15 +57,13 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     _config(root / "full", data, [])
     _config(root / "killed", data, [kill])
     out: dict[str, Any] = {"root": root}
-    with ThreadPoolExecutor(3) as pool:
+    fit = ["fit", "--config", "tiny.yaml"]
+    with ThreadPoolExecutor(1) as pool:
         ddp = pool.submit(_fit, root / "ddp", *DDP, "ddp_find_unused_parameters_true")
-        full = pool.submit(_fit, root / "full")
-        killed = pool.submit(_fit, root / "killed")
-        out["killed"] = killed.result()
-        out["resumed"] = pool.submit(
-            _fit, root / "killed", "--trainer.callbacks", "[]", "--ckpt_path", "last"
-        ).result()
-        out["full"], out["ddp"] = full.result(), ddp.result()
+        out["full"], out["killed"] = forked_cli.run([(root / "full", fit), (root / "killed", fit)])
+        resume = [*fit, "--trainer.callbacks", "[]", "--ckpt_path", "last"]
+        (out["resumed"],) = forked_cli.run([(root / "killed", resume)])
+        out["ddp"] = ddp.result()
     return out
 
 

@@ -9,7 +9,6 @@ import csv
 import signal
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ import yaml
 from pal_lightning.callbacks.graceful_stop import stop_message, stop_status
 from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
 
-from .conftest import subprocess_env
+from .conftest import ForkedCli, subprocess_env
 
 STEPS_PER_EPOCH, EVERY, SIGNAL_AT, MAX_STEPS = 4, 3, 7, 12
 SIGNALS = ("SIGTERM", "SIGINT")
@@ -29,6 +28,11 @@ SIGNALS = ("SIGTERM", "SIGINT")
 def _fit(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "pal_lightning", "fit", "--config", "tiny.yaml", *args]
     return subprocess.run(cmd, cwd=cwd, env=subprocess_env(), capture_output=True, text=True, timeout=300)
+
+
+def _job(cwd: Path, *args: str) -> tuple[Path, list[str]]:
+    """The job of ``pal-lightning fit --config tiny.yaml ARGS`` in ``cwd``, for ``ForkedCli.run``."""
+    return cwd, ["fit", "--config", "tiny.yaml", *args]
 
 
 def _config(folder: Path, data: Path, signal_name: str | None) -> None:
@@ -50,29 +54,26 @@ def _config(folder: Path, data: Path, signal_name: str | None) -> None:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """An uninterrupted run and one run per signal (in parallel), then the resumes."""
+def runs(tmp_path_factory: pytest.TempPathFactory, forked_cli: ForkedCli) -> dict[str, Any]:
+    """An uninterrupted run and one run per signal (in parallel), then the resumes: each a process of
+    its own, forked from the session's CLI driver (``forked_cli``)."""
     root = tmp_path_factory.mktemp("signals")
     data = write_cs224n_data(root / "data")
     folders = {"full": root / "full", **{name: root / name for name in SIGNALS}}
     for name, folder in folders.items():
         _config(folder, data, None if name == "full" else name)
     out: dict[str, Any] = {"folders": folders}
-    with ThreadPoolExecutor(3) as pool:
-        first = dict(zip(folders, pool.map(_fit, folders.values()), strict=True))
-        out["first"] = first
-        out["saved"] = {
-            name: torch.load(
-                folders[name] / "runs" / "version_0" / "checkpoints" / "last.ckpt", weights_only=True
-            )
-            for name in SIGNALS
-            if (folders[name] / "runs" / "version_0" / "checkpoints" / "last.ckpt").is_file()
-        }
-        resumes = {
-            name: pool.submit(_fit, folders[name], "--trainer.callbacks", "[]", "--ckpt_path", "last")
-            for name in SIGNALS
-        }
-        out["resumed"] = {name: future.result() for name, future in resumes.items()}
+    first = forked_cli.run([_job(folder) for folder in folders.values()])
+    out["first"] = dict(zip(folders, first, strict=True))
+    out["saved"] = {
+        name: torch.load(
+            folders[name] / "runs" / "version_0" / "checkpoints" / "last.ckpt", weights_only=True
+        )
+        for name in SIGNALS
+        if (folders[name] / "runs" / "version_0" / "checkpoints" / "last.ckpt").is_file()
+    }
+    resumes = [_job(folders[name], "--trainer.callbacks", "[]", "--ckpt_path", "last") for name in SIGNALS]
+    out["resumed"] = dict(zip(SIGNALS, forked_cli.run(resumes), strict=True))
     return out
 
 

@@ -1,5 +1,7 @@
 """``benchmarks/two_stage.py`` end to end on the fixture data with a tiny model: stage 1 (joint) and
-stage 2 (specialise: frozen encoder, from stage 1's best checkpoint) through ``pal-lightning fit``."""
+stage 2 (specialise: frozen encoder, from stage 1's best checkpoint) through ``pal-lightning fit``
+(the benchmark's command lines, each a process forked from the session's CLI driver:
+``forked_benchmark_runs``)."""
 
 from __future__ import annotations
 
@@ -12,14 +14,14 @@ import yaml
 
 from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
 
-from .conftest import load_benchmark
+from .conftest import ForkedSubprocess, load_benchmark
 
 
 def _state(path: str | Path) -> dict[str, torch.Tensor]:
     return torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
 
 
-def test_two_stage_command_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_two_stage_command_end_to_end(tmp_path: Path, forked_benchmark_runs: ForkedSubprocess) -> None:
     data = write_cs224n_data(tmp_path / "data")
     base = write_tiny_fit_config(tmp_path, data)
     two_stage = load_benchmark("two_stage")
@@ -31,6 +33,7 @@ def test_two_stage_command_end_to_end(tmp_path: Path, monkeypatch: pytest.Monkey
         ]
     )  # fmt: skip
     assert code == 0
+    assert [cmd[3] for cmd in forked_benchmark_runs.commands] == ["fit", "fit"]  # stage 1, then stage 2
     result = json.loads((out / "seed3" / "two_stage.json").read_text())
     summary = json.loads((out / "summary.json").read_text())
     overall = summary["metrics"]["val/overall"]
