@@ -63,11 +63,20 @@ def test_default_gives_the_adapters_their_own_groups_at_head_lr() -> None:
         "pretrained",
         "pretrained_no_decay",
         "adapters",
-        "adapters_no_decay",
         "heads",
+        "adapters_no_decay",
         "heads_no_decay",
     ]
     assert [g["lr"] for g in groups] == [1e-4, 1e-4, 1e-3, 1e-3, 1e-3, 1e-3]
+    # the parameters in the order they had when adapters and heads shared one group (decay, then no
+    # decay; adapters before heads within each): sums over every gradient add in the same order
+    names = {id(p): n for n, p in module.named_parameters()}
+    new = [names[id(p)] for g in groups[2:] for p in g["params"]]
+    decays = [not (n.endswith("bias") or "LayerNorm" in n) for n in new]
+    assert decays == sorted(decays, reverse=True)
+    for flag in (True, False):
+        part = [n for n, d in zip(new, decays, strict=True) if d == flag]
+        assert part == [n for n in names.values() if n in part]
 
 
 def test_decay_with_frozen_encoder_and_without_adapters() -> None:

@@ -95,8 +95,19 @@ def build_parameter_groups(
             },
         )
         group["params"].append(p)
-    # decay before no-decay within a kind and depth
-    return [groups[k] for k in sorted(groups, key=lambda k: (k[0], k[1], not k[2]))]
+    return [groups[k] for k in sorted(groups, key=_group_order)]
+
+
+def _group_order(key: tuple[int, int, bool]) -> tuple[int, int, int, int]:
+    """The groups' order: the encoder by depth (decay before no-decay); then the new parameters with every
+    decay group before every no-decay group, adapters before heads. That is the order of the parameters the
+    sums over all gradients see (the norm that gradient clipping scales by), and it is the order the new
+    parameters had when adapters and heads shared one group: a run's arithmetic does not depend on whether
+    the adapters have a rate of their own."""
+    kind, depth, decay = key
+    if kind == 0:
+        return 0, depth, int(not decay), 0
+    return 1, 0, int(not decay), kind
 
 
 def _kind_of(name: str, pretrained: bool, adapter: bool, rates: GroupRates) -> tuple[int, int, str, float]:
