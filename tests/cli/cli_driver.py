@@ -6,14 +6,16 @@ run's start-up) once, then forks one child per job, ``WORKERS`` at a time. A chi
 ``pal-lightning`` console script is, ``sys.exit(main())``: it changes into ``cwd``, sends its
 stdout/stderr to ``<cwd>/<name>.out``/``.err`` (or to the job's ``"stdout"``/``"stderr"`` paths,
 which may be one file), and an uncaught exception prints its traceback to stderr and exits 1, as
-the interpreter does. The exit statuses go to ``JOBS.json.results``: a child killed by signal N has
+the interpreter does; under DDP, Lightning starts the other ranks with ``sys.executable -m
+pal_lightning.__main__ ARGS`` (fresh interpreters), as it does from ``python -m pal_lightning ARGS``.
+The exit statuses go to ``JOBS.json.results``: a child killed by signal N has
 status -N, as in :class:`subprocess.CompletedProcess`. A job's ``"env"``, if given, is the child's
 whole environment.
 
 ``python cli_driver.py --serve`` does the same for batches read from stdin, one JSON object
-``{"jobs": [...], "workers": N}`` a line, and answers each with one JSON line of exit statuses on stdout once the batch has
-finished, until stdin closes: one import for all the command lines of a test session
-(``ForkedCli`` in tests/cli/conftest.py).
+``{"jobs": [...], "workers": N}`` a line, and answers each with one JSON line of exit statuses on
+stdout once the batch has finished, until stdin closes: one import for all the command lines of a
+test session (``ForkedCli`` in tests/cli/conftest.py).
 
 Forking after the imports is safe here: the driver has run no torch operation, so no thread pool
 exists yet. This saves the 5-6 s of imports per command that a catalogue of ~20 commands would pay.
@@ -21,6 +23,7 @@ exists yet. This saves the 5-6 s of imports per command that a catalogue of ~20 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
@@ -61,6 +64,9 @@ def _child(job: dict[str, Any]) -> None:
     os.dup2(null, 0)  # a run reads no input (under --serve, stdin is the driver's job stream)
     os.close(null)
     sys.argv = ["pal-lightning", *job["args"]]
+    # and it is ``python -m pal_lightning ARGS`` to Lightning's DDP launcher, which starts the other
+    # ranks from ``__main__.__spec__``: ``sys.executable -m pal_lightning.__main__ ARGS``, as for a real run
+    sys.modules["__main__"].__spec__ = importlib.util.find_spec("pal_lightning.__main__")
     from pal_lightning.cli.main import main
 
     try:
@@ -72,6 +78,13 @@ def _child(job: dict[str, Any]) -> None:
         code = 1
     sys.stdout.flush()
     sys.stderr.flush()
+    # the processes the run started (the other DDP ranks) write to the same files: end with them, as a
+    # caller reading a run's output through pipes ends only when every writer has closed them
+    while True:
+        try:
+            os.wait()
+        except ChildProcessError:
+            break
     os._exit(code)
 
 

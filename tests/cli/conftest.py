@@ -65,10 +65,13 @@ class ForkedCli:
     A child is what ``python -m pal_lightning ARGS`` and the console script are, ``sys.exit(main())``
     with ``sys.argv`` set, in its own working folder, with its own output files and environment: a
     ``KillAtStep`` SIGKILL, a ``SignalAtStep`` SIGTERM/SIGINT and an exit status reach the test as they
-    would from :func:`subprocess.run` (status ``-9`` for SIGKILL). What the interpreter start-up itself
-    does (``-m pal_lightning``, the console script) is tested in test_cli_subprocess.py; DDP runs need it
-    too (Lightning starts the other ranks with ``sys.executable -m pal_lightning``) and stay real
-    subprocesses. One batch at a time: calls from several threads wait for each other.
+    would from :func:`subprocess.run` (status ``-9`` for SIGKILL). Under DDP the child is rank 0, and
+    Lightning starts the other ranks as from a real run, ``sys.executable -m pal_lightning.__main__
+    ARGS``: fresh interpreters, whose output goes to the child's files. What the interpreter start-up
+    itself does (``-m pal_lightning``, the console script, what is printed while the CLI imports) is
+    tested with real processes in test_cli_subprocess.py and test_console.py, and ranks that no
+    ``pal-lightning`` process starts (torchrun's, srun's) are real processes too. One batch at a time:
+    calls from several threads wait for each other.
     """
 
     def __init__(self, logs: Path) -> None:

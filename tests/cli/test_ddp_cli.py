@@ -1,14 +1,12 @@
 """DDP end to end through the command line: ``pal-lightning fit`` on 2 CPU processes (gloo), with and
-without GEM, then a single-process ``validate`` (forked from the session's CLI driver, ``forked_cli``)
-and a 2-process ``predict`` of the checkpoint."""
+without GEM, then a single-process ``validate`` and a 2-process ``predict`` of the checkpoint. Each
+command's first process is forked from the session's CLI driver (``forked_cli``); Lightning starts
+rank 1 as from ``python -m pal_lightning``."""
 
 from __future__ import annotations
 
 import csv
 import json
-import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +16,7 @@ import yaml
 from pal_lightning.testing import TINY_GEM as GEM
 from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
 
-from .conftest import ForkedCli, subprocess_env
+from .conftest import ForkedCli
 
 pytestmark = pytest.mark.ddp
 
@@ -31,11 +29,6 @@ DDP = [
     "ddp_find_unused_parameters_true",
 ]
 N_DEV, N_TEST = 10, 6  # rows of every fixture dev and test file
-
-
-def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "pal_lightning", *args]
-    return subprocess.run(cmd, cwd=cwd, env=subprocess_env(), capture_output=True, text=True, timeout=400)
 
 
 def _setup(folder: Path, data: Path, gem: bool) -> Path:
@@ -64,18 +57,17 @@ def runs(tmp_path_factory: pytest.TempPathFactory, forked_cli: ForkedCli) -> dic
     data = write_cs224n_data(root / "data")
     folders = {"plain": root / "plain", "gem": root / "gem"}
     configs = {name: _setup(folder, data, gem=name == "gem") for name, folder in folders.items()}
-    with ThreadPoolExecutor(2) as pool:
-        procs = pool.map(lambda n: _cli(folders[n], "fit", "--config", str(configs[n]), *DDP), folders)
-        fits = dict(zip(folders, procs, strict=True))
-        for name, proc in fits.items():
-            assert proc.returncode == 0, f"{name}: {proc.stderr[-4000:]}"
-        # the plain run's checkpoint: validated by one process, predicted by two
-        plain, config = folders["plain"], str(configs["plain"])
-        ckpt = str(plain / "runs" / "version_0" / "checkpoints" / "last.ckpt")
-        predict = pool.submit(_cli, plain, "predict", "--config", config, "--ckpt_path", ckpt, *DDP)
-        (validate,) = forked_cli.run([(plain, ["validate", "--config", config, "--ckpt_path", ckpt])])
-        for name, proc in (("validate", validate), ("predict", predict.result())):
-            assert proc.returncode == 0, f"{name}: {proc.stderr[-4000:]}"
+    fits = forked_cli.run([(folders[n], ["fit", "--config", str(configs[n]), *DDP]) for n in folders], 2)
+    for name, proc in zip(folders, fits, strict=True):
+        assert proc.returncode == 0, f"{name}: {proc.stderr[-4000:]}"
+    # the plain run's checkpoint: validated by one process, predicted by two
+    plain, config = folders["plain"], str(configs["plain"])
+    ckpt = str(plain / "runs" / "version_0" / "checkpoints" / "last.ckpt")
+    validate = ["validate", "--config", config, "--ckpt_path", ckpt]
+    predict = ["predict", "--config", config, "--ckpt_path", ckpt, *DDP]
+    evaluations = forked_cli.run([(plain, validate), (plain, predict)], 2)
+    for name, proc in zip(("validate", "predict"), evaluations, strict=True):
+        assert proc.returncode == 0, f"{name}: {proc.stderr[-4000:]}"
     return folders
 
 

@@ -1,12 +1,11 @@
 """DDP (2 gloo processes) through the command line for the new training paths: a stage-2 fit
-(``init_from``, frozen encoder, an auxiliary task with a sampling multiplier) and ``pretrain``."""
+(``init_from``, frozen encoder, an auxiliary task with a sampling multiplier) and ``pretrain``. Each
+command's rank 0 is forked from the session's CLI driver (``forked_cli``); Lightning starts rank 1 as
+from ``python -m pal_lightning``."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -22,16 +21,11 @@ from pal_lightning.testing import (
     write_tiny_pretrain_config,
 )
 
-from .conftest import subprocess_env
+from .conftest import ForkedCli
 
 pytestmark = pytest.mark.ddp
 
 DDP = ["--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy"]
-
-
-def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "pal_lightning", *args]
-    return subprocess.run(cmd, cwd=cwd, env=subprocess_env(), capture_output=True, text=True, timeout=400)
 
 
 def _stage2_config(folder: Path, data: Path) -> Path:
@@ -52,7 +46,7 @@ def _stage2_config(folder: Path, data: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def runs(tmp_path_factory: pytest.TempPathFactory, forked_cli: ForkedCli) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("ddp_new")
     data = write_cs224n_data(root / "data")
     stage2, pretrain = root / "stage2", root / "pretrain"
@@ -65,8 +59,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             ["pretrain", "--config", str(write_tiny_pretrain_config(pretrain, save_tiny_encoder(pretrain / "bert", False), data)), *DDP, "ddp"],
         ),
     }  # fmt: skip
-    with ThreadPoolExecutor(2) as pool:
-        procs = dict(zip(jobs, pool.map(lambda job: _cli(job[0], *job[1]), jobs.values()), strict=True))
+    procs = dict(zip(jobs, forked_cli.run(list(jobs.values()), workers=2), strict=True))
     for name, proc in procs.items():
         assert proc.returncode == 0, f"{name}: {proc.stderr[-4000:]}"
     return {"stage2": stage2, "pretrain": pretrain, "procs": procs}

@@ -1,15 +1,12 @@
 """A mixed layer-sharing regime (F frozen + I individual layers, with PALs) through the real entry point:
 two DDP processes (gloo, unused-parameter handling, GEM on the shared parameters) end with identical
-weights, and a run SIGKILLed mid-epoch resumes to the weights of an uninterrupted run (the
-single-process runs forked from the session's CLI driver, ``forked_cli``; the DDP run through
-``python -m pal_lightning``, whose command line Lightning reuses for rank 1)."""
+weights, and a run SIGKILLed mid-epoch resumes to the weights of an uninterrupted run. Each run (the
+DDP run's rank 0) is forked from the session's CLI driver (``forked_cli``); Lightning starts rank 1 as
+from ``python -m pal_lightning``."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -20,16 +17,11 @@ import yaml
 from pal_lightning.testing import TINY_GEM as GEM
 from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
 
-from .conftest import ForkedCli, subprocess_env
+from .conftest import ForkedCli
 
 REGIME = "FI"  # TINY_BERT has two layers: the bottom one frozen, the top one a copy per task
 DDP = ["--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy"]
 MAX_STEPS, EVERY, KILL_AT = 9, 3, 5  # last.ckpt every 3 steps, so one at the end (9)
-
-
-def _fit(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "pal_lightning", "fit", "--config", "tiny.yaml", *args]
-    return subprocess.run(cmd, cwd=cwd, env=subprocess_env(), capture_output=True, text=True, timeout=400)
 
 
 def _config(folder: Path, data: Path, callbacks: list[dict[str, Any]]) -> None:
@@ -58,12 +50,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory, forked_cli: ForkedCli) -> dic
     _config(root / "killed", data, [kill])
     out: dict[str, Any] = {"root": root}
     fit = ["fit", "--config", "tiny.yaml"]
-    with ThreadPoolExecutor(1) as pool:
-        ddp = pool.submit(_fit, root / "ddp", *DDP, "ddp_find_unused_parameters_true")
-        out["full"], out["killed"] = forked_cli.run([(root / "full", fit), (root / "killed", fit)])
-        resume = [*fit, "--trainer.callbacks", "[]", "--ckpt_path", "last"]
-        (out["resumed"],) = forked_cli.run([(root / "killed", resume)])
-        out["ddp"] = ddp.result()
+    ddp = [*fit, *DDP, "ddp_find_unused_parameters_true"]
+    first = forked_cli.run([(root / "ddp", ddp), (root / "full", fit), (root / "killed", fit)])
+    out["ddp"], out["full"], out["killed"] = first
+    resume = [*fit, "--trainer.callbacks", "[]", "--ckpt_path", "last"]
+    (out["resumed"],) = forked_cli.run([(root / "killed", resume)])
     return out
 
 

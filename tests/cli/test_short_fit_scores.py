@@ -5,8 +5,6 @@ best and last checkpoints as after any validation; under DDP every rank takes pa
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +12,7 @@ import pytest
 from pal_lightning.cli.main import main
 from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
 
-from .conftest import subprocess_env
+from .conftest import ForkedCli
 
 STALE_ADVICE = ("no validation ran", "set it to at most", "could not find the monitored key")
 
@@ -69,19 +67,22 @@ def test_validation_turned_off_says_so(
 
 
 @pytest.mark.ddp
-def test_every_rank_takes_part_in_the_final_validation(tmp_path: Path) -> None:
+def test_every_rank_takes_part_in_the_final_validation(tmp_path: Path, forked_cli: ForkedCli) -> None:
+    """Two CPU processes (gloo): rank 0 forked from the session's CLI driver, rank 1 started by
+    Lightning as from ``python -m pal_lightning``."""
     data = write_cs224n_data(tmp_path / "data")
     config = write_tiny_fit_config(tmp_path, data)
     ddp = ["--trainer.devices", "2", "--trainer.strategy", "ddp_find_unused_parameters_true"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "pal_lightning", "fit", "--config", str(config), "--trainer.max_steps", "3"]
-        + ["--trainer.check_val_every_n_epoch", "4", *ddp],
-        cwd=tmp_path,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    fit = [
+        "fit",
+        "--config",
+        str(config),
+        "--trainer.max_steps",
+        "3",
+        "--trainer.check_val_every_n_epoch",
+        "4",
+    ]
+    (proc,) = forked_cli.run([(tmp_path, [*fit, *ddp])])
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "runs" / "version_0"
     scores = _scores(run)

@@ -1,14 +1,13 @@
 """SIGTERM (a cluster scheduler) and Ctrl-C (SIGINT) during ``fit`` through the real entry point (issue 13,
 item 3): the run stops at the end of the step, writes a resumable ``last.ckpt``, prints one line saying
 how to resume, exits ``128 + signal`` with no traceback, and ``--ckpt_path last`` then ends with the
-weights of an uninterrupted run."""
+weights of an uninterrupted run. Each run is a process of its own, forked from the session's CLI driver
+(``forked_cli``: ``sys.exit(main())`` after the imports)."""
 
 from __future__ import annotations
 
 import csv
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,15 +18,10 @@ import yaml
 from pal_lightning.callbacks.graceful_stop import stop_message, stop_status
 from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
 
-from .conftest import ForkedCli, subprocess_env
+from .conftest import ForkedCli
 
 STEPS_PER_EPOCH, EVERY, SIGNAL_AT, MAX_STEPS = 4, 3, 7, 12
 SIGNALS = ("SIGTERM", "SIGINT")
-
-
-def _fit(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "pal_lightning", "fit", "--config", "tiny.yaml", *args]
-    return subprocess.run(cmd, cwd=cwd, env=subprocess_env(), capture_output=True, text=True, timeout=300)
 
 
 def _job(cwd: Path, *args: str) -> tuple[Path, list[str]]:
@@ -55,8 +49,7 @@ def _config(folder: Path, data: Path, signal_name: str | None) -> None:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory, forked_cli: ForkedCli) -> dict[str, Any]:
-    """An uninterrupted run and one run per signal (in parallel), then the resumes: each a process of
-    its own, forked from the session's CLI driver (``forked_cli``)."""
+    """An uninterrupted run and one run per signal (in parallel), then the resumes."""
     root = tmp_path_factory.mktemp("signals")
     data = write_cs224n_data(root / "data")
     folders = {"full": root / "full", **{name: root / name for name in SIGNALS}}
@@ -160,16 +153,19 @@ def test_ctrl_c_before_training_is_one_line(
 
 
 @pytest.mark.ddp
-def test_a_signal_to_one_ddp_rank_stops_every_rank_at_the_same_step(tmp_path: Path) -> None:
-    """SIGTERM to rank 1 alone (2 CPU processes, gloo): the ranks agree at the step's end, write one
-    last.ckpt of that step together and all exit 143, with one line from rank 0 and no hang."""
+def test_a_signal_to_one_ddp_rank_stops_every_rank_at_the_same_step(
+    tmp_path: Path, forked_cli: ForkedCli
+) -> None:
+    """SIGTERM to rank 1 alone (2 CPU processes, gloo; rank 0 forked from the session's CLI driver,
+    rank 1 started by Lightning as from ``python -m pal_lightning``): the ranks agree at the step's end,
+    write one last.ckpt of that step together and all exit 143, with one line from rank 0 and no hang."""
     _config(tmp_path / "run", write_cs224n_data(tmp_path / "data"), "SIGTERM")
     path = tmp_path / "run" / "tiny.yaml"
     config: dict[str, Any] = yaml.safe_load(path.read_text())
     config["trainer"]["callbacks"][0]["init_args"]["rank"] = 1
     config["trainer"].update(devices=2, strategy="ddp_find_unused_parameters_true")
     path.write_text(yaml.safe_dump(config, sort_keys=False))
-    proc = _fit(tmp_path / "run")
+    (proc,) = forked_cli.run([_job(tmp_path / "run")])
     ckpt = tmp_path / "run" / "runs" / "version_0" / "checkpoints" / "last.ckpt"
     assert proc.returncode == 143, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
