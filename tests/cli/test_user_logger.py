@@ -1,4 +1,4 @@
-"""A logger given with ``--trainer.logger`` is used as given (README, "Other loggers"): the CLI adds its own
+"""A logger given with ``--trainer.logger`` is used as given (docs/scaling.md, "Other loggers"): the CLI adds its own
 CSV and TensorBoard loggers only when none is given."""
 
 from __future__ import annotations
@@ -40,9 +40,9 @@ def test_fit_logs_to_a_user_given_logger(tmp_path: Path) -> None:
     assert not (run / "tensorboard").exists() and not (tmp_path / "runs" / "version_0").exists()
 
 
-def test_the_readme_logger_list_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The README's loggers.yaml, with TensorBoard standing in for W&B (not installed here)."""
-    readme = (ROOT / "README.md").read_text()
+def test_the_docs_logger_list_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loggers.yaml of docs/scaling.md, with TensorBoard standing in for W&B (not installed here)."""
+    readme = (ROOT / "docs" / "scaling.md").read_text()
     section = readme.split("## Other loggers\n", 1)[1].split("\n## ", 1)[0]
     (block,) = re.findall(r"```yaml\n(.*?)```", section, re.S)
     values = yaml.safe_load(block)
