@@ -39,6 +39,7 @@ from lightning.pytorch.trainer.states import TrainerFn
 from pal_lightning.core.contracts import ParameterReporter, ScoredTasks, last_stage_scores, satisfies
 from pal_lightning.core.distributed import is_main_process
 from pal_lightning.core.files import atomic_write_text
+from pal_lightning.core.private_api import validate_during_fit
 from pal_lightning.tasks.metrics import PARTIAL_SUFFIX
 
 SCORES_FILE = "scores.json"
@@ -315,16 +316,6 @@ def fit_ends_now(trainer: pl.Trainer) -> bool:
     steps_done = max_steps is not None and max_steps >= 0 and trainer.global_step >= max_steps
     epochs_done = max_epochs is not None and max_epochs >= 0 and trainer.current_epoch + 1 >= max_epochs
     return steps_done or epochs_done or trainer.should_stop
-
-
-def validate_during_fit(trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-    """Run the fit's validation loop now, as Lightning runs it between training batches."""
-    trainer.validating = True  # picks the validation loop's logging and progress bar
-    pl_module.on_validation_model_zero_grad()
-    try:
-        trainer.fit_loop.epoch_loop.val_loop.run()
-    finally:
-        trainer.training = True
 
 
 def no_scores_reason(trainer: pl.Trainer, validated: bool, validate_at_end: bool = True) -> str:

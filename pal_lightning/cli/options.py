@@ -15,7 +15,6 @@ so that every help screen after the first starts in a fraction of a second.
 
 from __future__ import annotations
 
-import ast
 import collections.abc
 import dataclasses
 import hashlib
@@ -23,11 +22,12 @@ import inspect
 import json
 import os
 import re
-import textwrap
 import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from pal_lightning.core.config_fields import field_docs
 
 #: The classes ``--model`` and ``--data`` take by default.
 DEFAULT_CLASSES = {
@@ -107,26 +107,6 @@ def doc_args(cls: type) -> dict[str, str]:
     return out
 
 
-def attribute_docs(cls: type) -> dict[str, str]:
-    """``{field: docstring}`` of the attribute docstrings (a string under each field) of a class."""
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    except (OSError, TypeError, SyntaxError):
-        return {}
-    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
-    out = {}
-    for node, after in zip(body, body[1:], strict=False):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and isinstance(after, ast.Expr)
-            and isinstance(after.value, ast.Constant)
-            and isinstance(after.value.value, str)
-        ):
-            out[node.target.id] = inspect.cleandoc(after.value.value)
-    return out
-
-
 def nested_class(annotation: Any) -> type | None:
     """The dataclass an option takes (``AdapterConfig``, ``SimCSEConfig | None``, ``Sequence[str | TaskSpec]``)."""
     if isinstance(annotation, type):
@@ -140,7 +120,7 @@ def nested_class(annotation: Any) -> type | None:
 
 def field_table(cls: type, prefix: str = "") -> list[Option]:
     """The fields of dataclass ``cls`` as options ``<prefix><field>``."""
-    docs = {**doc_args(cls), **attribute_docs(cls)}
+    docs = {**doc_args(cls), **field_docs(cls)}
     hints = _type_hints(cls)
     out = []
     for f in dataclasses.fields(cls):

@@ -34,7 +34,10 @@ def field_docs(config_class: type) -> dict[str, str]:
         source = textwrap.dedent(inspect.getsource(config_class))
     except (OSError, TypeError):  # no source (a frozen or generated class): no docs, still usable
         return {}
-    node = ast.parse(source).body[0]
+    try:
+        node = ast.parse(source).body[0]
+    except SyntaxError:  # source that does not parse on its own (a class made in a string)
+        return {}
     body = node.body if isinstance(node, ast.ClassDef) else []
     docs: dict[str, str] = {}
     for node, following in zip(body, body[1:], strict=False):

@@ -281,3 +281,18 @@ def decided_by_rank_zero(
 #: ``torch.compile`` falls back (training/compile.py). torch has no public base class for compiler
 #: errors; if it gains one (a ``torch.compiler`` exception type), test against that instead.
 COMPILER_MODULES = ("torch._dynamo", "torch._inductor", "torch._functorch", "torch._subclasses")
+
+
+def validate_during_fit(trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+    """Run the fit's validation loop now, as Lightning runs it between training batches.
+
+    Lightning has no public call that validates inside ``fit`` (``trainer.validate`` starts another
+    stage and would restart the fit's loops); its fit loop's own validation loop does it. Replace this
+    with a public API when Lightning offers one.
+    """
+    trainer.validating = True  # picks the validation loop's logging and progress bar
+    pl_module.on_validation_model_zero_grad()
+    try:
+        trainer.fit_loop.epoch_loop.val_loop.run()
+    finally:
+        trainer.training = True
