@@ -7,7 +7,7 @@ the encoder, accounting, save/load and the CLI ask the registry instead of branc
 Adding a method: ``docs/extending.md``.
 """
 
-from pal_lightning.modeling.methods.base import AdapterMethod, NoAdapter, Where
+from pal_lightning.modeling.methods.base import SITES, AdapterMethod, NoAdapter, Where
 from pal_lightning.modeling.methods.on_top import BertLayerOnTopMethod, ProjectedAttentionOnTopMethod
 from pal_lightning.modeling.methods.pals import LowRank, Pals, PalsNoSharing, ProjectedFFN
 from pal_lightning.modeling.methods.registry import METHODS, get_method, register_method, unregister_method
@@ -24,6 +24,7 @@ from pal_lightning.modeling.methods.config import AdapterConfig  # noqa: E402  (
 
 __all__ = [
     "METHODS",
+    "SITES",
     "AdapterConfig",
     "AdapterMethod",
     "Where",

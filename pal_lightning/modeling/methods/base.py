@@ -12,6 +12,12 @@ Where a method acts in the encoder (:class:`Where`)::
              module API: forward(layer, hidden, pal_mask) -> [B, T, d]; attribute ``layers``
     TOP      once, after the last layer:  h_out = A_t(h^L)                       (pa_on_top, ...)
              module API: forward(hidden, encoder_mask, pal_mask) -> [B, T, d]
+    INSIDE   on named sites of each selected layer's own sublayers: the output ``y = f(x)`` of a site
+             (a projection or a sublayer's output Linear) becomes ``y + A_t(l, site, x, y)``
+                                                                             (LoRA, bottleneck adapters)
+             module API: delta(layer, site, x, y) -> tensor shaped like y; attributes ``layers`` (the
+             layer indices) and ``sites`` (names from :data:`SITES`); optionally
+             weight_delta(layer, site) -> [out, in] for a delta linear in x (folded by ``merge``)
     NOWHERE  no module: only the heads are task-specific                         (none)
 
 ``pal_mask`` is the additive padding mask ``[B, 1, 1, T]`` the encoder builds once per forward
@@ -41,7 +47,14 @@ class Where(str, Enum):
 
     BESIDE = "beside"
     TOP = "top"
+    INSIDE = "inside"
     NOWHERE = "nowhere"
+
+
+#: The sites an ``INSIDE`` method may act on, in every encoder family's layers: the attention's query, key,
+#: value and output projections, and the feed-forward block's input and output Linears. Each family maps
+#: them to its own modules (a fused query/key/value Linear is sliced).
+SITES: tuple[str, ...] = ("query", "key", "value", "attention_output", "ffn_input", "ffn_output")
 
 
 class AdapterMethod:
@@ -125,7 +138,7 @@ class AdapterMethod:
         Raises:
             PalUserError: when ``num_layers`` of the config exceeds the encoder's depth.
         """
-        if self.where is not Where.BESIDE:
+        if self.where not in (Where.BESIDE, Where.INSIDE):
             return ()
         if config.placement == "all":
             return tuple(range(num_layers))
