@@ -42,7 +42,7 @@ def test_explicit_size_wins_and_low_rank_needs_no_divisibility():
 @pytest.mark.parametrize(
     ("kwargs", "fragment"),
     [
-        ({"method": "lora"}, "Unknown adapter method 'lora'. Choose one of pals, "),
+        ({"method": "prefix_tuning"}, "Unknown adapter method 'prefix_tuning'. Choose one of pals, "),
         ({"placement": "middle"}, "placement"),
         ({"init": "ones"}, "init"),
         ({"size": 100, "num_heads": 6}, "not divisible"),

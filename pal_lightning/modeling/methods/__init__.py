@@ -8,6 +8,8 @@ Adding a method: ``docs/extending.md``.
 """
 
 from pal_lightning.modeling.methods.base import SITES, AdapterMethod, NoAdapter, Where
+from pal_lightning.modeling.methods.bottleneck import BottleneckAlias, Houlsby, Pfeiffer
+from pal_lightning.modeling.methods.lora import LoraMethod
 from pal_lightning.modeling.methods.on_top import BertLayerOnTopMethod, ProjectedAttentionOnTopMethod
 from pal_lightning.modeling.methods.pals import LowRank, Pals, PalsNoSharing, ProjectedFFN
 from pal_lightning.modeling.methods.registry import METHODS, get_method, register_method, unregister_method
@@ -18,6 +20,10 @@ register_method(LowRank())
 register_method(ProjectedFFN())
 register_method(ProjectedAttentionOnTopMethod())
 register_method(BertLayerOnTopMethod())
+register_method(LoraMethod())
+register_method(Houlsby())
+register_method(Pfeiffer())
+register_method(BottleneckAlias())
 register_method(NoAdapter())
 
 from pal_lightning.modeling.methods.config import AdapterConfig  # noqa: E402  (validates against METHODS)

@@ -16,6 +16,8 @@ for BERT-base (d = 768)::
     pff (projected FFN)          204          round(d * 204 / 768)   (102 for 384)
     pa_on_top                    204          round(d * 204 / 768)   (102 for 384)
     bert_layer_on_top            -            (a full encoder layer of width d: no d_s)
+    lora (rank r)                8            8 at every width (the rank does not scale)
+    houlsby, pfeiffer (width m)  48           round(d / reduction_factor), factor 16 (24 for 384)
 
 For the attention methods the result is then moved to the nearest multiple of ``num_heads`` (at least
 ``num_heads``), because the attention splits d_s into equal heads. Rounding is "half up", never Python's
@@ -28,16 +30,26 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.modeling.methods.base import AdapterMethod
-from pal_lightning.modeling.methods.registry import get_method
+from pal_lightning.modeling.methods.base import SITES, AdapterMethod
+from pal_lightning.modeling.methods.registry import METHODS, get_method
 
 Placement = Literal["all", "top", "bottom"]
 InitKind = Literal["zero", "random"]
 ActivationKind = Literal["none", "gelu"]
+NonlinearityKind = Literal["relu", "gelu", "swish", "tanh"]
 
 PLACEMENTS: tuple[str, ...] = ("all", "top", "bottom")
 INITS: tuple[str, ...] = ("zero", "random")
 ACTIVATIONS: tuple[str, ...] = ("none", "gelu")
+
+METHOD_OPTIONS: dict[str, object] = {
+    "targets": None,
+    "alpha": None,
+    "dropout": 0.0,
+    "reduction_factor": None,
+    "nonlinearity": None,
+}
+"""The fields only some methods read (those listing them in their ``options``), with their unset values."""
 
 
 def _is_int(value: object) -> bool:
@@ -55,7 +67,7 @@ class AdapterConfig:
     Raises:
         PalUserError: for an unknown method, placement or init, a non-positive size or head count, a
             ``size`` that ``num_heads`` does not divide, ``num_layers`` without top/bottom placement, or an
-            option the method cannot honour.
+            option the method cannot honour or does not read (``alpha`` for PALs, ...).
     """
 
     method: str = "pals"
@@ -66,7 +78,11 @@ class AdapterConfig:
     inner width ``3 d_s / 2`` so that it costs what the PAL attention costs). ``"pa_on_top"``: nothing
     inside the layers; after the last layer h becomes ``h + V^D_t B_t(V^E_t h)``, B_t a stack of projected
     attention blocks in d_s. ``"bert_layer_on_top"``: a whole encoder layer per task after the last layer.
-    ``"none"``: no task-specific module (the paper's "shared" baseline: only the heads differ)."""
+    ``"lora"``: a low-rank update ``(alpha / r) B A`` of the ``targets`` projections of each layer
+    (rank r = ``size``, 8 by default). ``"houlsby"``: bottleneck adapters after the attention output and
+    after the feed-forward output of each layer; ``"pfeiffer"`` (also named ``"bottleneck"``): after the
+    feed-forward output only (width m = ``size``, or d / ``reduction_factor``). ``"none"``: no
+    task-specific module (the paper's "shared" baseline: only the heads differ)."""
 
     size: int | None = None
     """d_s, the width of the projected space. ``None`` picks the paper's size for the method scaled to
@@ -94,10 +110,38 @@ class AdapterConfig:
     activation: ActivationKind = "none"
     """What follows V^D: ``"none"`` (default) adds V^D g(V^E h) as the equation states; ``"gelu"`` applies a
     GELU after V^D as the reference code does for PALs (GELU(0) = 0, so a zero V^D still starts at the
-    pretrained encoder). Only for methods with a V^D (not ``none`` or ``bert_layer_on_top``)."""
+    pretrained encoder). Only for methods with a V^D (not ``none`` or ``bert_layer_on_top``). The bottleneck
+    adapters' own non-linearity is ``nonlinearity``."""
+
+    targets: tuple[str, ...] | None = None
+    """The sites of each selected layer that ``lora``, ``houlsby`` and ``pfeiffer`` act on, among
+    ``query``, ``key``, ``value``, ``attention_output`` (the attention's projections), ``ffn_input`` and
+    ``ffn_output`` (the feed-forward block's Linears). ``None``: the method's default, ``[query, value]``
+    for ``lora`` (the LoRA paper's), ``[attention_output, ffn_output]`` for ``houlsby`` and
+    ``[ffn_output]`` for ``pfeiffer``. Only for those methods."""
+
+    alpha: float | None = None
+    """LoRA's scale numerator: the update ``B A x`` is multiplied by ``alpha / r`` (r = ``size``, the
+    rank). ``None``: 8, the LoRA paper's and ``peft``'s default. Only for ``lora``."""
+
+    dropout: float = 0.0
+    """Dropout probability on a LoRA site's input before A (training only). Only for ``lora``."""
+
+    reduction_factor: float | None = None
+    """d / m for the bottleneck adapters (``houlsby``, ``pfeiffer``): the bottleneck width m is
+    ``round(hidden_size / reduction_factor)``. ``None``: 16 (m = 48 at width 768), unless ``size`` sets
+    m directly (set one of the two). Only for those methods."""
+
+    nonlinearity: NonlinearityKind | None = None
+    """The bottleneck adapters' non-linearity between their down and up projections: ``"relu"``,
+    ``"gelu"``, ``"swish"`` (x sigmoid(x)) or ``"tanh"``. ``None``: the variant's default in AdapterHub's
+    ``adapters``, ``"swish"`` for ``houlsby`` and ``"relu"`` for ``pfeiffer``. Only for those methods."""
 
     def __post_init__(self) -> None:
         method = get_method(self.method)
+        if self.targets is not None:
+            object.__setattr__(self, "targets", _site_tuple(self.targets))
+        _check_method_options(self, method)
         for name, value, allowed in (
             ("placement", self.placement, PLACEMENTS),
             ("init", self.init, INITS),
@@ -167,8 +211,12 @@ class AdapterConfig:
         return self.adapter_method.layer_indices(self, num_hidden_layers)
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields as a plain dict (for metadata and hyper-parameters)."""
-        return asdict(self)
+        """The fields as a plain dict (for metadata and hyper-parameters; ``targets`` as a list, which
+        YAML and JSON write plainly)."""
+        fields = asdict(self)
+        if self.targets is not None:
+            fields["targets"] = list(self.targets)
+        return fields
 
     def replace(self, **changes: Any) -> AdapterConfig:
         """A copy with ``changes`` applied (and validated).
@@ -182,6 +230,37 @@ class AdapterConfig:
                 f"Unknown adapter option(s) {unknown}. Known options: {', '.join(sorted(self.to_dict()))}."
             )
         return AdapterConfig(**{**self.to_dict(), **changes})
+
+
+def _site_tuple(targets: Any) -> tuple[str, ...]:
+    """``targets`` (a list from YAML or JSON, a tuple, or one name) as a tuple in SITES order: hashable,
+    and equal for equal selections however they were written. The method checks the names.
+
+    Raises:
+        PalUserError: for a value that is not a list of strings.
+    """
+    chosen = (targets,) if isinstance(targets, str) else targets
+    if not isinstance(chosen, (list, tuple)) or not all(isinstance(t, str) for t in chosen):
+        raise PalUserError(
+            f"adapter.targets must be a list of site names ({', '.join(SITES)}) or null (the method's "
+            f"default), got {targets!r}."
+        )
+    order = {site: i for i, site in enumerate(SITES)}
+    return tuple(sorted(chosen, key=lambda s: order.get(s, len(SITES))))
+
+
+def _check_method_options(config: AdapterConfig, method: AdapterMethod) -> None:
+    """Refuse a method-specific field set for a method that does not read it (naming those that do)."""
+    reads = getattr(method, "options", ())
+    for name, unset in METHOD_OPTIONS.items():
+        value = getattr(config, name)
+        if name in reads or value == unset:
+            continue
+        users = [m.name for m in METHODS.values() if name in getattr(m, "options", ())]
+        raise PalUserError(
+            f"adapter.{name} does not apply to method {method.name!r} (only to {', '.join(users) or 'none'}). "
+            f"Leave adapter.{name} unset, or choose one of those methods."
+        )
 
 
 DEFAULT_ADAPTER = AdapterConfig()

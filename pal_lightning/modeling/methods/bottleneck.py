@@ -1,0 +1,199 @@
+"""Bottleneck adapters per task (Houlsby et al., 2019; Pfeiffer et al., 2021).
+
+For task t, layer l and a targeted site s whose output is y (width n)::
+
+    y'  =  y + U_{l,s,t} act( D_{l,s,t} y + b_D ) + b_U          D: [m, n],  U: [n, m]
+
+a bottleneck of width m read from the site's output and added back to it, before the sublayer's
+residual sum and LayerNorm. U (weight and bias) starts at zero, so a new task starts as the pretrained
+encoder; D is N(0, 0.02) with a zero bias, BERT's initialisation (``init="random"`` draws U N(0, 0.02)
+too).
+
+* ``houlsby``: two adapters per layer, after the attention's output projection (``attention_output``)
+  and after the feed-forward block's output Linear (``ffn_output``), as Houlsby et al. place them.
+* ``pfeiffer``: one adapter per layer, after the feed-forward output (``ffn_output``); ``bottleneck``
+  names the same method. Pfeiffer et al. read the adapter's input after the feed-forward block's
+  residual LayerNorm; here it reads the output Linear's output, as Houlsby's second adapter does, so
+  that both variants act on one site vocabulary that every encoder family maps.
+
+m is ``size`` when set, else ``round(d / reduction_factor)`` with reduction factor 16 (m = 48 at width
+768), the default of both configurations in AdapterHub's ``adapters``, the reference implementation.
+The non-linearity defaults to AdapterHub's choice per variant: swish for ``houlsby``, ReLU for
+``pfeiffer``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, cast
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from pal_lightning.core.errors import PalUserError
+from pal_lightning.modeling.methods.inside import InsideMethod, encoder_widths, site_features
+from pal_lightning.modeling.methods.pals import init_like_bert, zero_linears
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
+    from pal_lightning.modeling.methods.config import AdapterConfig
+
+DEFAULT_REDUCTION_FACTOR = 16.0
+"""d / m when neither ``size`` nor ``reduction_factor`` is set (AdapterHub's default for both variants)."""
+
+NONLINEARITIES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "relu": F.relu,
+    "gelu": F.gelu,
+    "swish": F.silu,
+    "tanh": torch.tanh,
+}
+"""The non-linearities a bottleneck adapter may use between D and U, by name (swish is x·sigmoid(x))."""
+
+
+class BottleneckAdapter(nn.Module):
+    """One task's bottleneck adapters, for every selected layer and targeted site.
+
+    Parameter names: ``down.<layer>.<site>`` (D, ``[m, n]`` with a bias) and ``up.<layer>.<site>`` (U,
+    ``[n, m]`` with a bias).
+
+    Args:
+        layers: the layers it acts in.
+        widths: per targeted site, n, the width of the site's output.
+        size: m, the bottleneck width.
+        nonlinearity: a key of :data:`NONLINEARITIES`.
+        init: ``"zero"`` (U starts at 0) or ``"random"`` (U N(0, 0.02)).
+    """
+
+    def __init__(
+        self,
+        layers: tuple[int, ...],
+        widths: Mapping[str, int],
+        size: int,
+        nonlinearity: str = "relu",
+        init: str = "zero",
+    ) -> None:
+        super().__init__()
+        self.layers: tuple[int, ...] = tuple(layers)
+        self.sites: tuple[str, ...] = tuple(widths)
+        self.nonlinearity = nonlinearity
+        self._act = NONLINEARITIES[nonlinearity]
+        self.down = nn.ModuleDict(
+            {str(i): nn.ModuleDict({s: nn.Linear(n, size) for s, n in widths.items()}) for i in self.layers}
+        )
+        self.up = nn.ModuleDict(
+            {str(i): nn.ModuleDict({s: nn.Linear(size, n) for s, n in widths.items()}) for i in self.layers}
+        )
+        self.reset_parameters(init)
+
+    @torch.no_grad()
+    def reset_parameters(self, init: str = "zero") -> None:
+        """Weights N(0, 0.02), biases 0; with ``init="zero"`` U (weight and bias) is 0 so the delta is 0."""
+        init_like_bert(self)
+        if init == "zero":
+            zero_linears(self.up)
+
+    def delta(self, layer: int, site: str, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """``U act(D y)``, added to the site's output ``y`` (the site's input ``x`` is not read).
+
+        Args:
+            layer: the layer index (one of :attr:`layers`).
+            site: the site (one of :attr:`sites`).
+            x: the site Linear's input.
+            y: the site Linear's output, ``[..., n]``.
+        """
+        down = cast(nn.ModuleDict, self.down[str(layer)])[site]
+        up = cast(nn.ModuleDict, self.up[str(layer)])[site]
+        return up(self._act(down(y)))
+
+
+class _Bottleneck(InsideMethod):
+    """The bottleneck adapters: :class:`BottleneckAdapter` on the variant's sites."""
+
+    size_at_768 = 48  # 768 / 16; the default is computed from reduction_factor (default_size)
+    options = ("targets", "reduction_factor", "nonlinearity")
+    default_nonlinearity = "relu"
+    signature_name = ""
+    """The name the signature records (an alias records its method's, so weight files interchange)."""
+
+    def default_size(self, config: AdapterConfig, hidden_size: int) -> int:
+        factor = (
+            DEFAULT_REDUCTION_FACTOR if config.reduction_factor is None else float(config.reduction_factor)
+        )
+        return max(1, math.floor(hidden_size / factor + 0.5))
+
+    def nonlinearity(self, config: AdapterConfig) -> str:
+        """The config's non-linearity, or the variant's default."""
+        return self.default_nonlinearity if config.nonlinearity is None else config.nonlinearity
+
+    def check(self, config: AdapterConfig) -> None:
+        super().check(config)
+        factor = config.reduction_factor
+        if factor is not None:
+            if (
+                isinstance(factor, bool)
+                or not isinstance(factor, (int, float))
+                or not math.isfinite(factor)
+                or factor <= 0
+            ):
+                raise PalUserError(
+                    f"adapter.reduction_factor must be a positive number (the bottleneck width is "
+                    f"hidden_size / reduction_factor), got {factor!r}. Leave it unset for "
+                    f"{DEFAULT_REDUCTION_FACTOR:g}."
+                )
+            if config.size is not None:
+                raise PalUserError(
+                    f"adapter.size ({config.size}) and adapter.reduction_factor ({factor}) both set the "
+                    "bottleneck width. Set one of them and leave the other unset."
+                )
+        if config.nonlinearity is not None and config.nonlinearity not in NONLINEARITIES:
+            raise PalUserError(
+                f"Unknown adapter.nonlinearity {config.nonlinearity!r}. Choose one of {', '.join(NONLINEARITIES)}."
+            )
+
+    def build(
+        self, config: AdapterConfig, encoder_config: PretrainedConfig, size: int, layers: tuple[int, ...]
+    ) -> nn.Module:
+        d, d_ff = encoder_widths(encoder_config)
+        widths = {s: site_features(s, d, d_ff)[1] for s in self.targets(config)}
+        return BottleneckAdapter(layers, widths, size, self.nonlinearity(config), config.init)
+
+    def site_weights(self, config: AdapterConfig, size: int, in_features: int, out_features: int) -> int:
+        return 2 * out_features * size
+
+    def signature(self, config: AdapterConfig, size: int, layers: tuple[int, ...]) -> dict[str, Any]:
+        signature = super().signature(config, size, layers)
+        signature["method"] = self.signature_name or self.name
+        # fixes no shape, but the same weights compute another function under another non-linearity
+        signature["nonlinearity"] = self.nonlinearity(config)
+        return signature
+
+
+class Houlsby(_Bottleneck):
+    """``houlsby``: adapters after the attention output and after the feed-forward output.
+
+    Weights per task: ``k · 2 · 2 d m`` (2 d m per site and layer; 1,769,472 at BERT-base with m = 48,
+    k = 12)."""
+
+    name = "houlsby"
+    default_targets = ("attention_output", "ffn_output")
+    default_nonlinearity = "swish"
+
+
+class Pfeiffer(_Bottleneck):
+    """``pfeiffer``: one adapter after the feed-forward output.
+
+    Weights per task: ``k · 2 d m`` (884,736 at BERT-base with m = 48, k = 12)."""
+
+    name = "pfeiffer"
+    default_targets = ("ffn_output",)
+    default_nonlinearity = "relu"
+
+
+class BottleneckAlias(Pfeiffer):
+    """``bottleneck``: another name for ``pfeiffer`` (its signature says ``pfeiffer``)."""
+
+    name = "bottleneck"
+    signature_name = "pfeiffer"

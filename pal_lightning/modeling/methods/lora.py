@@ -1,0 +1,182 @@
+"""LoRA per task: a low-rank update of chosen projections of each selected layer (Hu et al., 2021).
+
+For task t, layer l and a targeted site s whose Linear maps x to ``y = W x + b``::
+
+    y'  =  y + (alpha / r) · B_{l,s,t} A_{l,s,t} dropout(x)        A: [r, in],  B: [out, r]
+
+so the site's weight becomes ``W + (alpha / r) B A`` while W stays shared (and usually frozen). B starts
+at zero, so a new task starts as the pretrained encoder; A is drawn as ``nn.Linear`` draws its weights
+(Kaiming-uniform with a = sqrt(5)), what the LoRA reference code and ``peft`` do. ``init="random"``
+draws B N(0, 0.02) too (the update is then non-zero from the start).
+
+Defaults are the LoRA paper's GLUE configuration for RoBERTa and DeBERTa, which are also ``peft``'s:
+rank r = 8, alpha = 8 (scale 1), no dropout, targets query and value. The rank does not scale with the
+encoder's width (the paper uses r = 8 at widths 768 and 1024 alike); ``size`` sets it. The update is
+linear in x, so :meth:`LoraAdapter.weight_delta` gives it as a matrix that the encoder's ``merge``
+folds into W for inference and export.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, cast
+
+import torch
+from torch import nn
+
+from pal_lightning.core.errors import PalUserError
+from pal_lightning.modeling.methods.inside import InsideMethod, encoder_widths, site_features
+from pal_lightning.modeling.methods.pals import INIT_STD
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
+    from pal_lightning.modeling.methods.config import AdapterConfig
+
+DEFAULT_RANK = 8
+"""r when ``size`` is unset (the LoRA paper's GLUE runs; ``peft``'s default)."""
+
+DEFAULT_ALPHA = 8.0
+"""alpha when ``alpha`` is unset (the LoRA paper's GLUE runs; ``peft``'s default): scale alpha / r = 1."""
+
+
+class LoraAdapter(nn.Module):
+    """One task's LoRA matrices, for every selected layer and targeted site.
+
+    Parameter names (what ``state_dict`` and the task-weights files contain): ``down.<layer>.<site>.weight``
+    (A, ``[r, in]``) and ``up.<layer>.<site>.weight`` (B, ``[out, r]``); no biases.
+
+    Args:
+        layers: the layers it acts in.
+        features: per targeted site, ``(in_features, out_features)`` of its Linear.
+        rank: r.
+        alpha: the scale's numerator (the update is multiplied by ``alpha / rank``).
+        dropout: dropout probability on the site's input before A (training only).
+        init: ``"zero"`` (B starts at 0) or ``"random"`` (B N(0, 0.02)).
+    """
+
+    def __init__(
+        self,
+        layers: tuple[int, ...],
+        features: Mapping[str, tuple[int, int]],
+        rank: int,
+        alpha: float,
+        dropout: float = 0.0,
+        init: str = "zero",
+    ) -> None:
+        super().__init__()
+        self.layers: tuple[int, ...] = tuple(layers)
+        self.sites: tuple[str, ...] = tuple(features)
+        self.rank = rank
+        self.scaling = alpha / rank
+        self.dropout = nn.Dropout(dropout)
+        self.down = nn.ModuleDict(
+            {
+                str(i): nn.ModuleDict(
+                    {s: nn.Linear(n_in, rank, bias=False) for s, (n_in, _) in features.items()}
+                )
+                for i in self.layers
+            }
+        )
+        self.up = nn.ModuleDict(
+            {
+                str(i): nn.ModuleDict(
+                    {s: nn.Linear(rank, n_out, bias=False) for s, (_, n_out) in features.items()}
+                )
+                for i in self.layers
+            }
+        )
+        self.reset_parameters(init)
+
+    @torch.no_grad()
+    def reset_parameters(self, init: str = "zero") -> None:
+        """A Kaiming-uniform (``nn.Linear``'s own draw, a = sqrt(5)); B zero, or N(0, 0.02) for ``"random"``."""
+        for a in self.down.modules():
+            if isinstance(a, nn.Linear):
+                nn.init.kaiming_uniform_(a.weight, a=math.sqrt(5))
+        for b in self.up.modules():
+            if isinstance(b, nn.Linear):
+                if init == "random":
+                    nn.init.normal_(b.weight, mean=0.0, std=INIT_STD)
+                else:
+                    nn.init.zeros_(b.weight)
+
+    def pair(self, layer: int, site: str) -> tuple[nn.Linear, nn.Linear]:
+        """``(A, B)`` of ``site`` in ``layer``, as Linears without bias."""
+        down = cast(nn.ModuleDict, self.down[str(layer)])
+        up = cast(nn.ModuleDict, self.up[str(layer)])
+        return cast(nn.Linear, down[site]), cast(nn.Linear, up[site])
+
+    def delta(self, layer: int, site: str, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """``(alpha / r) B A dropout(x)``, added to the site's output ``y`` (which it does not read).
+
+        Args:
+            layer: the layer index (one of :attr:`layers`).
+            site: the site (one of :attr:`sites`).
+            x: the site Linear's input, ``[..., in]``.
+            y: the site Linear's output, ``[..., out]``.
+        """
+        a, b = self.pair(layer, site)
+        return b(a(self.dropout(x))) * self.scaling
+
+    def weight_delta(self, layer: int, site: str) -> torch.Tensor:
+        """``(alpha / r) B A``, ``[out, in]``: what ``merge`` adds to the site Linear's weight."""
+        a, b = self.pair(layer, site)
+        return (b.weight @ a.weight) * self.scaling
+
+
+class LoraMethod(InsideMethod):
+    """``lora``: :class:`LoraAdapter` on the targeted sites of the selected layers.
+
+    Weights per task: ``k · sum over targeted sites of r (in + out)``; ``k · 2 · 2 d r`` for the default
+    targets query and value (294,912 at BERT-base with r = 8, k = 12)."""
+
+    name = "lora"
+    size_at_768 = DEFAULT_RANK
+    default_targets = ("query", "value")
+    options = ("targets", "alpha", "dropout")
+
+    def default_size(self, config: AdapterConfig, hidden_size: int) -> int:
+        # the rank is a property of the update, not of the width: the paper keeps r = 8 at 768 and 1024
+        return DEFAULT_RANK
+
+    def alpha(self, config: AdapterConfig) -> float:
+        """The config's alpha, or :data:`DEFAULT_ALPHA`."""
+        return DEFAULT_ALPHA if config.alpha is None else float(config.alpha)
+
+    def check(self, config: AdapterConfig) -> None:
+        super().check(config)
+        alpha = config.alpha
+        if alpha is not None and (
+            isinstance(alpha, bool)
+            or not isinstance(alpha, (int, float))
+            or not math.isfinite(alpha)
+            or alpha <= 0
+        ):
+            raise PalUserError(
+                f"adapter.alpha must be a positive number (the update is scaled by alpha / rank), got {alpha!r}. "
+                f"Leave it unset for {DEFAULT_ALPHA:g}."
+            )
+        dropout = config.dropout
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+            raise PalUserError(
+                f"adapter.dropout must be a probability in [0, 1) (dropout on a LoRA site's input), got "
+                f"{dropout!r}. Use 0 for none."
+            )
+
+    def build(
+        self, config: AdapterConfig, encoder_config: PretrainedConfig, size: int, layers: tuple[int, ...]
+    ) -> nn.Module:
+        d, d_ff = encoder_widths(encoder_config)
+        features = {s: site_features(s, d, d_ff) for s in self.targets(config)}
+        return LoraAdapter(layers, features, size, self.alpha(config), float(config.dropout), config.init)
+
+    def site_weights(self, config: AdapterConfig, size: int, in_features: int, out_features: int) -> int:
+        return size * (in_features + out_features)
+
+    def signature(self, config: AdapterConfig, size: int, layers: tuple[int, ...]) -> dict[str, Any]:
+        signature = super().signature(config, size, layers)
+        # alpha fixes no shape, but the same A and B mean another update under another alpha
+        signature["alpha"] = self.alpha(config)
+        return signature
