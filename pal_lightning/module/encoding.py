@@ -1,4 +1,14 @@
-"""Sentence vectors of a batch: one sequence per example, or each side of a siamese pair alone.
+"""Sentence vectors: of a batch (one sequence per example, or each side of a siamese pair alone), and of
+plain sentences, as sentence-transformers' ``encode`` gives them.
+
+``module.encode(["a fine film", "a dull one"])`` returns one vector per sentence (``float32 [N, d]``):
+the sentences are tokenised by the model's tokenizer (cut at ``predict_max_length`` tokens), run in
+batches of similar length on the module's device in eval mode without gradients, and pooled as the
+model pools (``mean`` or ``cls``). ``task=None`` runs the shared encoder alone, without any task's
+modules: for an unchanged pretrained encoder, the pretrained model's own embeddings. ``task="sst"``
+runs it with that task's modules active (its PALs, its individual layers), as the task's head sees it.
+``normalize_embeddings=True`` scales each vector to length 1, as sentence-transformers' models that end
+in a ``Normalize`` module (all-MiniLM-L6-v2) do.
 
 How a pair task is encoded is decided per task by its head (``cross``: both sentences in one sequence;
 ``siamese``: each sentence alone, :mod:`pal_lightning.modeling.pair_heads`), and a batch must be laid out
@@ -7,9 +17,11 @@ the same way (the data module's ``pair_encoding``); a mismatch is one clear erro
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, overload
 
+import numpy as np
+import torch
 from torch import Tensor, nn
 
 from pal_lightning.core.batch import (
@@ -28,6 +40,8 @@ from pal_lightning.tasks.specs import TaskSpec
 if TYPE_CHECKING:
     import lightning.pytorch as pl
 
+    from pal_lightning.modeling.encoder import MultiTaskBert
+
     _ModuleBase = pl.LightningModule
 else:
     _ModuleBase = object
@@ -38,6 +52,9 @@ class PairEncodingMixin(_ModuleBase):
 
     heads: nn.ModuleDict
     task_specs: dict[str, TaskSpec]
+    encoder: MultiTaskBert
+    tokenizer: Any
+    predict_max_length: int
     _encoder_call: EncoderCall
 
     if TYPE_CHECKING:  # provided by the module
@@ -47,7 +64,107 @@ class PairEncodingMixin(_ModuleBase):
     def _is_siamese(self, task: str) -> bool:
         return bool(getattr(self.heads[task], "siamese", False))
 
-    def encode(self, batch: Mapping[str, Any]) -> tuple[Tensor, Tensor | None]:
+    @overload
+    def encode(self, sentences: Mapping[str, Any]) -> tuple[Tensor, Tensor | None]: ...
+
+    @overload
+    def encode(
+        self,
+        sentences: str | Sequence[str],
+        task: str | None = None,
+        batch_size: int = 32,
+        normalize_embeddings: bool = False,
+        convert_to_numpy: bool = True,
+        convert_to_tensor: bool = False,
+    ) -> Any: ...
+
+    def encode(
+        self,
+        sentences: Mapping[str, Any] | str | Sequence[str],
+        task: str | None = None,
+        batch_size: int = 32,
+        normalize_embeddings: bool = False,
+        convert_to_numpy: bool = True,
+        convert_to_tensor: bool = False,
+    ) -> Any:
+        """Sentence embeddings of plain sentences, or the pooled vectors of a batch.
+
+        Given sentences (a string or a list of them), as sentence-transformers' ``encode``: ``float32
+        [N, d]`` in input order (``[d]`` for one string), pooled as the model pools; see the module
+        docstring. Given a batch (a mapping with ``"task"``, as the data module makes them): ``(u, None)``,
+        or ``(u, v)`` for a siamese pair, which is what :meth:`forward` calls and a subclass may override.
+
+        Args:
+            sentences: the sentences, or a batch.
+            task: the task whose modules are active; ``None``: the shared encoder alone.
+            batch_size: sentences per forward pass (the result does not depend on it).
+            normalize_embeddings: scale every vector to unit length (cosine similarity = dot product).
+            convert_to_numpy: a ``numpy`` array (else a list of tensors).
+            convert_to_tensor: one tensor on the module's device (wins over ``convert_to_numpy``).
+
+        Raises:
+            PalUserError: for a task the model was not built with, a text that is not a string, or a
+                ``batch_size`` below 1.
+        """
+        if isinstance(sentences, Mapping):
+            return self._encode_batch(sentences)
+        single = isinstance(sentences, str)
+        texts = [sentences] if isinstance(sentences, str) else list(sentences)
+        vectors = self._sentence_vectors(texts, task, batch_size)
+        if normalize_embeddings:
+            vectors = torch.nn.functional.normalize(vectors, p=2.0, dim=-1)
+        if single:
+            vectors = vectors[0]
+        if convert_to_tensor:
+            return vectors
+        if convert_to_numpy:
+            return vectors.cpu().numpy()
+        return list(vectors)
+
+    def _sentence_vectors(self, texts: list[Any], task: str | None, batch_size: int) -> Tensor:
+        """``float32 [N, d]`` vectors of ``texts`` in input order, on the module's device."""
+        if task is not None and task not in self.task_specs:
+            raise PalUserError(
+                f"Unknown task {task!r}: this model has {', '.join(self.task_specs)}. Pick one."
+            )
+        bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
+        if bad is not None:
+            raise PalUserError(f"encode takes sentences (strings), but input {bad} is {texts[bad]!r}.")
+        if batch_size < 1:
+            raise PalUserError(f"batch_size must be >= 1, got {batch_size}.")
+        if not texts:
+            return torch.zeros(0, self.encoder.hidden_size, device=self.device)
+        # longest first, as sentence-transformers does: batches of similar length pad little
+        order = np.argsort([-len(t) for t in texts], kind="stable")
+        chunks: list[Tensor] = []
+        was_training = self.training
+        self.eval()
+        try:
+            with torch.no_grad():
+                for start in range(0, len(texts), batch_size):
+                    tokens = self.tokenizer(
+                        [texts[i] for i in order[start : start + batch_size]],
+                        padding=True,
+                        truncation=True,
+                        max_length=int(self.predict_max_length),
+                        return_tensors="pt",
+                    )
+                    ids, mask = tokens["input_ids"].to(self.device), tokens["attention_mask"].to(self.device)
+                    chunks.append(self._pooled_sentences(ids, mask, task).float())
+        finally:
+            self.train(was_training)
+        vectors = torch.cat(chunks)
+        return vectors[torch.from_numpy(np.argsort(order)).to(vectors.device)]  # back to input order
+
+    def _pooled_sentences(self, ids: Tensor, mask: Tensor, task: str | None) -> Tensor:
+        """Pooled vectors of single sentences (token types all 0, the encoder's default)."""
+        if task is None:  # no task's hooks are active outside a task's forward: the shared encoder
+            hidden = self.encoder.bert(input_ids=ids, attention_mask=mask).last_hidden_state
+        else:
+            hidden = self._encoder_call(ids, mask, None, task=task)
+        return pool(hidden, mask, self.hparams["pooling"])
+
+    def _encode_batch(self, batch: Mapping[str, Any]) -> tuple[Tensor, Tensor | None]:
         """Pooled sentence vectors of a batch: ``(u, None)``, or ``(u, v)`` for a siamese pair.
 
         Siamese sentences are padded to one length and run through the encoder in
