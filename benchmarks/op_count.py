@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -42,39 +43,60 @@ ROWS = {"shared": "none", "pals": "pals"}
 PRECISIONS = {"32-true": None, "bf16-mixed": torch.bfloat16}
 
 
-class OperatorCount(TorchDispatchMode):
-    """Counts the operators dispatched while it is active."""
+def op_name(func: Any) -> str:
+    """An operator's short name: ``aten.addmm.default`` -> ``addmm``, ``aten.add_.Tensor`` -> ``add_``."""
+    return str(func).removeprefix("aten.").split(".")[0]
 
-    def __init__(self) -> None:
+
+class OperatorCount(TorchDispatchMode):
+    """Counts the operators dispatched while it is active (and, with ``by_name``, how often each one)."""
+
+    def __init__(self, by_name: bool = False) -> None:
         super().__init__()
         self.count = 0
+        self.names: Counter[str] | None = Counter() if by_name else None
+        """Operator name (:func:`op_name`) -> how many times it was dispatched; ``None`` without ``by_name``."""
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         self.count += 1
+        if self.names is not None:
+            self.names[op_name(func)] += 1
         return func(*args, **(kwargs or {}))
 
 
-def count_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, dtype: torch.dtype | None) -> dict:
-    """Operators of one training step of ``model`` (a :class:`step_time._Classifier`), phase by phase."""
+def count_step(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    dtype: torch.dtype | None,
+    names: dict[str, Counter[str]] | None = None,
+) -> dict:
+    """Operators of one training step of ``model`` (a :class:`step_time._Classifier`), phase by phase.
+
+    With ``names`` (an empty dict), also fills ``names[phase]`` with each operator's count in that phase.
+    """
     ids = torch.randint(1000, 2000, (2, 16))
     mask = torch.ones_like(ids)
     mask[0, -3:] = 0  # one padded row, as real batches have
     labels = torch.tensor([0, 1])
+    by_name = names is not None
     counts: dict[str, int] = {}
     with (
-        OperatorCount() as forward,
+        OperatorCount(by_name) as forward,
         torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None),
     ):
         loss = torch.nn.functional.cross_entropy(model(ids, mask), labels)
     counts["forward"] = forward.count
-    with OperatorCount() as backward:
+    with OperatorCount(by_name) as backward:
         loss.backward()
     counts["backward"] = backward.count
-    with OperatorCount() as step:
+    with OperatorCount(by_name) as step:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     counts["optimizer"] = step.count
     counts["total"] = sum(counts.values())
+    if names is not None:
+        for phase, mode in (("forward", forward), ("backward", backward), ("optimizer", step)):
+            names[phase] = mode.names or Counter()
     return counts
 
 
