@@ -199,3 +199,13 @@ def test_lora_options_are_refused_by_other_methods(option: dict[str, object]) ->
     (name,) = option
     with pytest.raises(PalUserError, match=f"adapter.{name} does not apply to method 'pals' .*lora"):
         AdapterConfig(method="pals", **option)  # type: ignore[arg-type]
+
+
+def test_unset_method_options_are_none_so_older_checkpoints_compare_equal() -> None:
+    # a checkpoint saved before these fields existed has none of them; the field-by-field check of
+    # the adapter options reads a missing field as None
+    fields = AdapterConfig().to_dict()
+    assert all(
+        fields[name] is None for name in ("targets", "alpha", "dropout", "reduction_factor", "nonlinearity")
+    )
+    assert AdapterConfig(method="pals", dropout=0).dropout == 0  # no dropout is no dropout for any method

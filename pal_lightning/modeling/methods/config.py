@@ -42,14 +42,15 @@ PLACEMENTS: tuple[str, ...] = ("all", "top", "bottom")
 INITS: tuple[str, ...] = ("zero", "random")
 ACTIVATIONS: tuple[str, ...] = ("none", "gelu")
 
-METHOD_OPTIONS: dict[str, object] = {
-    "targets": None,
-    "alpha": None,
-    "dropout": 0.0,
-    "reduction_factor": None,
-    "nonlinearity": None,
+METHOD_OPTIONS: dict[str, tuple[object, ...]] = {
+    "targets": (None,),
+    "alpha": (None,),
+    "dropout": (None, 0.0),
+    "reduction_factor": (None,),
+    "nonlinearity": (None,),
 }
-"""The fields only some methods read (those listing them in their ``options``), with their unset values."""
+"""The fields only some methods read (those listing them in their ``options``), with the values that
+leave them unset (a dropout of 0 is no dropout for any method)."""
 
 
 def _is_int(value: object) -> bool:
@@ -124,8 +125,9 @@ class AdapterConfig:
     """LoRA's scale numerator: the update ``B A x`` is multiplied by ``alpha / r`` (r = ``size``, the
     rank). ``None``: 8, the LoRA paper's and ``peft``'s default. Only for ``lora``."""
 
-    dropout: float = 0.0
-    """Dropout probability on a LoRA site's input before A (training only). Only for ``lora``."""
+    dropout: float | None = None
+    """Dropout probability on a LoRA site's input before A (training only). ``None``: 0, no dropout (the
+    LoRA paper's GLUE runs and ``peft``'s default). Only for ``lora``."""
 
     reduction_factor: float | None = None
     """d / m for the bottleneck adapters (``houlsby``, ``pfeiffer``): the bottleneck width m is
@@ -254,7 +256,7 @@ def _check_method_options(config: AdapterConfig, method: AdapterMethod) -> None:
     reads = getattr(method, "options", ())
     for name, unset in METHOD_OPTIONS.items():
         value = getattr(config, name)
-        if name in reads or value == unset:
+        if name in reads or value in unset:
             continue
         users = [m.name for m in METHODS.values() if name in getattr(m, "options", ())]
         raise PalUserError(

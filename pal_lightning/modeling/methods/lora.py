@@ -159,7 +159,9 @@ class LoraMethod(InsideMethod):
                 f"Leave it unset for {DEFAULT_ALPHA:g}."
             )
         dropout = config.dropout
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+        if dropout is not None and (
+            isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1
+        ):
             raise PalUserError(
                 f"adapter.dropout must be a probability in [0, 1) (dropout on a LoRA site's input), got "
                 f"{dropout!r}. Use 0 for none."
@@ -170,7 +172,8 @@ class LoraMethod(InsideMethod):
     ) -> nn.Module:
         d, d_ff = encoder_widths(encoder_config)
         features = {s: site_features(s, d, d_ff) for s in self.targets(config)}
-        return LoraAdapter(layers, features, size, self.alpha(config), float(config.dropout), config.init)
+        dropout = 0.0 if config.dropout is None else float(config.dropout)
+        return LoraAdapter(layers, features, size, self.alpha(config), dropout, config.init)
 
     def site_weights(self, config: AdapterConfig, size: int, in_features: int, out_features: int) -> int:
         return size * (in_features + out_features)
