@@ -50,6 +50,8 @@ _EXPORTS: dict[str, str] = {
     "continual_metrics": "pal_lightning.tasks.continual_metrics",
     "cs224n_overall": "pal_lightning.tasks.metrics",
     "overall_score": "pal_lightning.tasks.metrics",
+    "pipeline": "pal_lightning.cli.pipeline",
+    "TaskPipeline": "pal_lightning.cli.pipeline",
 }
 
 __all__ = [
@@ -71,6 +73,7 @@ __all__ = [
     "PredictionWriter",
     "RNGStateCallback",
     "TaskKind",
+    "TaskPipeline",
     "TaskSpec",
     "agem_project",
     "annealed_alpha",
@@ -81,6 +84,7 @@ __all__ = [
     "load_task_weights",
     "overall_score",
     "parameter_report",
+    "pipeline",
     "project_gradient",
     "register_task",
     "resolve_encoder",
@@ -105,6 +109,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from pal_lightning.callbacks import ContinualEvaluation, PredictionWriter, RNGStateCallback
+    from pal_lightning.cli.pipeline import TaskPipeline, pipeline
     from pal_lightning.core.checkpoint_io import AtomicCheckpointIO
     from pal_lightning.core.errors import PalUserError
     from pal_lightning.core.hub import DEFAULT_ENCODER, resolve_encoder

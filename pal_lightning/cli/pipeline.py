@@ -1,0 +1,184 @@
+"""``pal_lightning.pipeline(folder, task="sst")("a fine film")``: from a saved model to predictions in one line.
+
+A short path in the manner of ``transformers.pipeline``: :func:`pipeline` loads a model once (a
+``save_pretrained`` folder such as ``runs/<name>/version_N/model``, a hub id, a ``.ckpt`` file, or a
+:class:`~pal_lightning.module.multitask.MultiTaskModule` already in memory) onto a device, and the
+:class:`TaskPipeline` it returns predicts one task for a sentence, a ``(sentence1, sentence2)`` pair, or
+a list of either::
+
+    classify = pal_lightning.pipeline("runs/demo/version_0/model", task="sst")
+    classify("a fine film")                 # [{'label': 'positive', 'score': 0.61}]
+    classify(["a fine film", "dull"])       # [{'label': ...}, {'label': ...}]
+    classify("a fine film", top_k=None)     # [[{'label': ..., 'score': ...}, ... every class]]
+
+As a transformers text-classification pipeline does, one input gives a list of one dict, and a list
+gives one dict per input; ``top_k`` asks for the ``k`` most probable classes of each (``None``: all, best
+first), a list of dicts per input. ``label`` is the class's name where the model knows it (the built-in
+tasks, and a task whose training data named its classes), else the class index; ``score`` its
+probability. A regression task (STS) gives ``{"score": s}`` on the task's scale. The work is
+:meth:`~pal_lightning.module.inference.InferenceMixin.predict`'s: the same tokenisation as training,
+batches of similar length, eval mode, no gradients.
+
+It lives in the ``cli`` layer because it loads models as ``pal-lightning predict --predict.input``
+does (:func:`pal_lightning.cli.text_predict.load_model`); nothing heavy is imported until it is called.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pal_lightning.core.errors import PalUserError
+
+if TYPE_CHECKING:
+    import torch
+
+    from pal_lightning.module.inference import TaskPredictions
+    from pal_lightning.module.multitask import MultiTaskModule
+
+__all__ = ["TaskPipeline", "pipeline"]
+
+
+def torch_device(device: Any) -> torch.device:
+    """A ``torch.device`` from ``None`` (the CPU), ``"cpu"``, ``"cuda:0"``, a ``torch.device``, or an int as
+    transformers takes it (``-1``: the CPU, ``0``: the first GPU).
+
+    Raises:
+        PalUserError: for a device name torch does not know.
+    """
+    import torch
+
+    if device is None or (isinstance(device, int) and device < 0):
+        return torch.device("cpu")
+    if isinstance(device, int):
+        return torch.device("cuda", device)
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise PalUserError(
+            f"Unknown device {device!r} ({err}). Use 'cpu', 'cuda', 'cuda:0' or an int."
+        ) from None
+
+
+def load_pipeline_model(model: Any, device: torch.device) -> MultiTaskModule:
+    """The module of ``model`` (a module, a ``save_pretrained`` folder or hub id, or a ``.ckpt`` file) on ``device``."""
+    from pal_lightning.cli.text_predict import load_model
+    from pal_lightning.module.multitask import MultiTaskModule
+
+    if isinstance(model, MultiTaskModule):
+        module = model
+    elif isinstance(model, (str, os.PathLike)):
+        path = Path(model)
+        module = load_model(None, str(path)) if path.suffix == ".ckpt" else load_model(str(model), None)
+    else:
+        raise PalUserError(
+            f"pipeline takes a saved model (a folder written by save_pretrained or fit, a hub id, a .ckpt file) "
+            f"or a MultiTaskModule, not {type(model).__name__}."
+        )
+    return module.to(device).eval()
+
+
+def pick_task(module: MultiTaskModule, task: str | None) -> str:
+    """``task`` checked against the model's tasks; ``None`` is the model's only task.
+
+    Raises:
+        PalUserError: for an unknown task, or no task for a model of several.
+    """
+    if task is None:
+        if len(module.task_specs) == 1:
+            return next(iter(module.task_specs))
+        raise PalUserError(
+            f"This model has several tasks ({', '.join(module.task_specs)}): name one, e.g. "
+            f"pipeline(..., task={next(iter(module.task_specs))!r})."
+        )
+    module.predict_spec(task)  # one line naming the model's tasks
+    return task
+
+
+def _as_pair(item: Any) -> Any:
+    """transformers' ``{"text": a, "text_pair": b}`` as the pair ``(a, b)``; anything else unchanged."""
+    if isinstance(item, Mapping) and set(item) == {"text", "text_pair"}:
+        return (item["text"], item["text_pair"])
+    return item
+
+
+class TaskPipeline:
+    """Predictions of one task of a loaded model: ``pipe(inputs, top_k=1)``; built by :func:`pipeline`.
+
+    Args:
+        model: the module (in eval mode, on its device).
+        task: the task to predict.
+        batch_size: inputs per forward pass.
+    """
+
+    def __init__(self, model: MultiTaskModule, task: str, batch_size: int = 64) -> None:
+        self.model = model
+        self.task = pick_task(model, task)
+        self.batch_size = batch_size
+
+    @property
+    def device(self) -> torch.device:
+        """Where the model runs."""
+        return self.model.device
+
+    def __repr__(self) -> str:
+        return f"TaskPipeline(task={self.task!r}, device={str(self.device)!r})"
+
+    def __call__(self, inputs: Any, top_k: int | None = 1) -> list[Any]:
+        """Predict ``inputs``: a sentence, a ``(sentence1, sentence2)`` pair, or a list of either.
+
+        Returns:
+            One entry per input, in input order: ``{"label", "score"}`` (``top_k=1``), a list of ``top_k``
+            such dicts, best first (``top_k`` > 1, or ``None`` for every class), or ``{"score"}`` for a
+            regression task.
+
+        Raises:
+            PalUserError: for inputs of the wrong shape for the task, no input, or ``top_k`` below 1.
+        """
+        if top_k is not None and top_k < 1:
+            raise PalUserError(f"top_k must be >= 1 (or None for every class), got {top_k}.")
+        inputs = _as_pair(inputs)
+        single = isinstance(inputs, (str, tuple))
+        items = [inputs] if single else [_as_pair(i) for i in inputs]
+        predictions = self.model.predict(self.task, items, batch_size=self.batch_size)
+        return entries(predictions, top_k)
+
+
+def entries(predictions: TaskPredictions, top_k: int | None) -> list[Any]:
+    """The pipeline's output of :class:`~pal_lightning.module.inference.TaskPredictions` (see :class:`TaskPipeline`)."""
+    if predictions.scores is not None:
+        return [{"score": float(s)} for s in predictions.scores]
+    assert predictions.probabilities is not None and predictions.classes is not None
+    names = predictions.label_names
+    out: list[Any] = []
+    for row in predictions.probabilities:
+        best = sorted(range(len(row)), key=lambda c: -float(row[c]))[:top_k]
+        ranked = [{"label": names[c] if names else c, "score": float(row[c])} for c in best]
+        out.append(ranked[0] if top_k == 1 else ranked)
+    return out
+
+
+def pipeline(
+    model: str | os.PathLike[str] | MultiTaskModule,
+    task: str | None = None,
+    device: Any = None,
+    batch_size: int = 64,
+) -> TaskPipeline:
+    """A :class:`TaskPipeline` predicting ``task`` with ``model``.
+
+    Args:
+        model: a folder written by ``save_pretrained`` (or by ``fit``: ``runs/<name>/version_N/model``), a
+            hub id, a ``.ckpt`` file, or a ``MultiTaskModule``.
+        task: the task to predict; ``None`` for a model of one task.
+        device: where to run: ``None`` or ``"cpu"``, ``"cuda"``, ``"cuda:1"``, a ``torch.device``, or an int
+            as transformers takes it (``-1`` the CPU, ``0`` the first GPU).
+        batch_size: inputs per forward pass.
+
+    Raises:
+        PalUserError: for a model that cannot be loaded, an unknown task, or a ``batch_size`` below 1.
+    """
+    if batch_size < 1:
+        raise PalUserError(f"batch_size must be >= 1, got {batch_size}.")
+    return TaskPipeline(load_pipeline_model(model, torch_device(device)), task, batch_size)

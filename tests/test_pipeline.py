@@ -1,0 +1,109 @@
+"""pal_lightning.pipeline(folder, task=...)(inputs): a saved tiny model's predictions in transformers' shape."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pal_lightning  # noqa: E402
+from pal_lightning import MultiTaskModule, PalUserError, TaskSpec  # noqa: E402
+from pal_lightning.testing import TINY_BERT  # noqa: E402
+
+SENTENCES = ["a fine film", "dull plot", "the music is fun but the end is long and bad", "ok"]
+PAIRS = [("how do I cook rice?", "how is rice cooked?"), ("a", "b c d e")]
+TOPIC = TaskSpec(name="topic", num_labels=4, text_columns=("sentence",))
+TOPICS = ["sports", "politics", "science", "arts"]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    torch.manual_seed(0)
+    module = MultiTaskModule(
+        tasks=["sst", "sts", TOPIC],
+        bert_config=TINY_BERT,
+        adapter={"size": 8, "num_heads": 2, "init": "random"},
+        pair_encoding={"sts": "siamese", "default": "cross"},
+    )
+    module.set_label_names({"topic": TOPICS})
+    return module.save_pretrained(tmp_path_factory.mktemp("saved") / "model")
+
+
+@pytest.fixture(scope="module")
+def reference(folder: Path) -> MultiTaskModule:
+    return MultiTaskModule.from_pretrained(folder)
+
+
+def test_one_sentence_gives_a_list_of_one_label_and_score(folder: Path, reference: MultiTaskModule) -> None:
+    classify = pal_lightning.pipeline(str(folder), task="sst")
+    out = classify("a fine film")
+    expected = reference.predict("sst", ["a fine film"])
+    assert out == [
+        {"label": expected.labels[0], "score": pytest.approx(float(expected.probabilities[0].max()))}
+    ]
+    assert out[0]["label"] in reference.label_names["sst"]
+    assert repr(classify) == "TaskPipeline(task='sst', device='cpu')"
+
+
+def test_a_list_keeps_its_order_and_names_a_tasks_own_classes(
+    folder: Path, reference: MultiTaskModule
+) -> None:
+    topic = pal_lightning.pipeline(folder, task="topic", device="cpu", batch_size=2)
+    out = topic(SENTENCES)
+    expected = reference.predict("topic", SENTENCES)
+    assert [o["label"] for o in out] == expected.labels
+    assert {o["label"] for o in out} <= set(TOPICS)
+    np.testing.assert_allclose([o["score"] for o in out], expected.probabilities.max(1), atol=1e-6)
+    every = topic(SENTENCES[:2], top_k=None)
+    assert [len(e) for e in every] == [4, 4]
+    assert sorted(e["label"] for e in every[0]) == sorted(TOPICS)
+    scores = [e["score"] for e in every[0]]
+    assert scores == sorted(scores, reverse=True) and sum(scores) == pytest.approx(1.0, abs=1e-5)
+    assert [e["label"] for e in topic("ok", top_k=2)[0]] == [
+        e["label"] for e in topic("ok", top_k=None)[0][:2]
+    ]
+
+
+def test_pairs_and_regression_give_scores(folder: Path, reference: MultiTaskModule) -> None:
+    sts = pal_lightning.pipeline(folder, task="sts", device=-1)
+    out = sts(PAIRS)
+    assert out == [{"score": pytest.approx(s, abs=1e-5)} for s in reference.predict("sts", PAIRS).scores]
+    assert sts(PAIRS[0]) == out[:1]  # one pair: a tuple
+    assert sts({"text": PAIRS[0][0], "text_pair": PAIRS[0][1]}) == out[:1]  # transformers' form
+
+
+def test_unknown_labels_are_class_indices_and_a_module_in_memory_works() -> None:
+    torch.manual_seed(0)
+    module = MultiTaskModule(tasks=[TOPIC], bert_config=TINY_BERT, adapter={"size": 8, "num_heads": 2})
+    out = pal_lightning.pipeline(module)(SENTENCES)  # one task: no need to name it
+    assert all(isinstance(o["label"], int) and 0 <= o["label"] < 4 for o in out)
+
+
+def test_mistakes_are_one_line_errors(folder: Path, reference: MultiTaskModule) -> None:
+    with pytest.raises(PalUserError, match="several tasks"):
+        pal_lightning.pipeline(reference)
+    with pytest.raises(PalUserError, match="Unknown task 'nope'"):
+        pal_lightning.pipeline(reference, task="nope")
+    with pytest.raises(PalUserError, match="Unknown device 'gpu0'"):
+        pal_lightning.pipeline(reference, task="sst", device="gpu0")
+    with pytest.raises(PalUserError, match="not int"):
+        pal_lightning.pipeline(3, task="sst")  # type: ignore[arg-type]
+    with pytest.raises(PalUserError, match="top_k must be >= 1"):
+        pal_lightning.pipeline(reference, task="sst")("x", top_k=0)
+    with pytest.raises(PalUserError, match="takes .sentence1, sentence2. tuples"):
+        pal_lightning.pipeline(reference, task="sts")("one sentence")
+    with pytest.raises(PalUserError):
+        pal_lightning.pipeline(folder / "missing", task="sst")
+
+
+def test_importing_the_package_loads_no_pipeline_or_torch() -> None:
+    code = "import sys, pal_lightning; print(any(m in sys.modules for m in ('torch', 'pal_lightning.cli.pipeline')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
