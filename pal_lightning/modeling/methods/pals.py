@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pal_lightning.modeling.attention import attention
+from pal_lightning.modeling.attention import attention, upcast_on_cpu
 from pal_lightning.modeling.methods.base import AdapterMethod
 
 if TYPE_CHECKING:
@@ -60,7 +60,8 @@ def init_like_bert(root: nn.Module, std: float = INIT_STD) -> None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.LayerNorm):
             nn.init.ones_(module.weight)
-            nn.init.zeros_(module.bias)
+            if module.bias is not None:  # ModernBERT's LayerNorms have none
+                nn.init.zeros_(module.bias)
 
 
 @torch.no_grad()
@@ -106,12 +107,31 @@ class ProjectedAttention(nn.Module):
             ``[B, T, d_s]``.
         """
         b, t, _ = x.shape
+        return self.attend_rows(x.reshape(b * t, self.size), b, t, mask).view(b, t, self.size)
+
+    def attend_rows(self, x: torch.Tensor, b: int, t: int, mask: torch.Tensor | None) -> torch.Tensor:
+        """:meth:`forward` on the ``B x T`` positions as rows, ``[B T, d_s] -> [B T, d_s]``.
+
+        A PAL keeps its positions as rows from V^E to V^D: a linear map of a 3-D tensor dispatches a view
+        before and after its matmul, one more pair of operators per projection on the host.
+        """
         head_dim = self.size // self.num_heads
-        # [B, T, 3, H, hd] -> 3 x [B, H, T, hd]
-        q, k, v = self.qkv(x).view(b, t, 3, self.num_heads, head_dim).permute(2, 0, 3, 1, 4).unbind(0)
-        # the mask is in the scores' dtype; on a CPU under autocast the product runs in fp32
-        out = attention(q, k, v, attn_mask=mask)
-        return out.transpose(1, 2).reshape(b, t, self.size)
+        qkv = self.qkv(x)
+        dtype = qkv.dtype
+        upcast = upcast_on_cpu(qkv)
+        if upcast:  # one cast of Q, K and V together, where attention() would cast each of them
+            qkv = qkv.float()
+        # [B T, 3 d_s] -> [B, T, 3, H, hd] -> 3 x [B, H, T, hd]
+        q, k, v = qkv.view(b, t, 3, self.num_heads, head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        if upcast:  # the product in fp32 on a CPU under autocast (modeling/attention.py says why)
+            if mask is not None and mask.is_floating_point():
+                mask = mask.float()  # a no-op for the mask scores_dtype gives on the CPU
+            with torch.autocast("cpu", enabled=False):
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        else:  # the mask is in the scores' dtype already (additive_mask, scores_dtype)
+            out = attention(q, k, v, attn_mask=mask)
+        # [B, H, T, hd] -> [B T, d_s]; a view where the kernel wrote the heads side by side (the CPU's)
+        return out.transpose(1, 2).reshape(b * t, self.size).to(dtype)
 
 
 def pff_inner_size(size: int) -> int:
@@ -217,13 +237,14 @@ class TaskAdapter(nn.Module):
         Returns:
             ``[B, T, d]``, to be added into the residual sum before the layer's output LayerNorm.
         """
-        x = self._proj(self.down, layer)(hidden)
+        b, t, d = hidden.shape
+        x = self._proj(self.down, layer)(hidden.reshape(b * t, d))  # positions as rows until V^D
         if self.attention is not None:
-            x = self.attention[str(layer)](x, mask)
+            x = self.attention[str(layer)].attend_rows(x, b, t, mask)
         if self.ffn is not None:
             x = self.ffn[str(layer)](x)
         out = self._proj(self.up, layer)(x)
-        return F.gelu(out) if self.gelu_after_up else out
+        return (F.gelu(out) if self.gelu_after_up else out).view(b, t, d)
 
 
 MASK_VALUE = -10000.0
