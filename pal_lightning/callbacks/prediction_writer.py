@@ -15,6 +15,15 @@ SST-2), ``Predicted_Is_Paraphrase`` (Quora) and ``Predicted_Similiary`` (STS; th
 starter's own spelling); other tasks get ``Predicted_Label``. Scores have at most 6 decimals
 (:data:`SCORE_DECIMALS`); lines end with ``\n`` alone.
 
+A task whose classes have names (its ``label_names``, or the words of its training labels, as the data
+module's ``label_names()`` reports them) gets a comma-separated file with a header instead, one column
+per class probability, the names made safe for a header (:func:`probability_columns`)::
+
+    id,label,p_politics,p_sports
+    a1,sports,0.1,0.9
+
+The CS224N starter's own tasks keep the starter's format, which its scripts read.
+
 Existing files are never overwritten unless ``overwrite=True``: the check runs
 when prediction starts, before any batch is predicted. Under DDP every rank
 predicts its own share; the rows are gathered on rank 0 (``all_gather_object``),
@@ -23,9 +32,11 @@ de-duplicated by id, and written by rank 0 alone.
 
 from __future__ import annotations
 
+import csv
 import logging
 import numbers
 import os
+import re
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -35,7 +46,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 
-from pal_lightning.core.batch import IDS, PREDICTIONS, SPLIT, TASK
+from pal_lightning.core.batch import IDS, PREDICTIONS, PROBABILITIES, SPLIT, TASK
 from pal_lightning.core.contracts import ExampleOrder, PredictionLayout, datamodule_of, satisfies
 from pal_lightning.core.distributed import gather_objects, is_main_process
 from pal_lightning.core.errors import PalUserError
@@ -86,6 +97,43 @@ def write_prediction_file(path: Path, header: str, rows: Sequence[tuple[str, Any
             f.write(f"{ex_id} , {format_value(value)} \n")
 
 
+def probability_column(label: str) -> str:
+    """``p_<label>`` as a safe column name: ``somewhat negative`` -> ``p_somewhat_negative``."""
+    return "p_" + (re.sub(r"[^0-9A-Za-z_]+", "_", str(label)).strip("_") or "label")
+
+
+def unique_names(names: Sequence[str]) -> list[str]:
+    """``names`` with ``_2``, ``_3`` ... added to repeats (two labels that differ only in punctuation)."""
+    seen: dict[str, int] = {}
+    out = []
+    for name in names:
+        seen[name] = seen.get(name, 0) + 1
+        out.append(name if seen[name] == 1 else f"{name}_{seen[name]}")
+    return out
+
+
+def probability_columns(names: Sequence[str]) -> list[str]:
+    """The probability columns of classes ``names``: safe, and distinct (:func:`unique_names`)."""
+    return unique_names([probability_column(n) for n in names])
+
+
+def write_named_file(
+    path: Path,
+    names: Sequence[str],
+    rows: Sequence[tuple[str, Any]],
+    probabilities: Mapping[str, Sequence[float]],
+) -> None:
+    """Write ``id,label,p_<name>...`` (the probability columns when ``probabilities`` has every row),
+    atomically, with ``\n`` line ends."""
+    with_p = bool(rows) and all(ex_id in probabilities for ex_id, _ in rows)
+    with atomic_write(path, "w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f, lineterminator="\n")  # the csv module's default ends lines with \r\n
+        writer.writerow(["id", "label", *(probability_columns(names) if with_p else [])])
+        for ex_id, value in rows:
+            p = [format_value(float(x)) for x in probabilities[ex_id]] if with_p else []
+            writer.writerow([ex_id, names[int(value)], *p])
+
+
 class PredictionWriter(BasePredictionWriter):
     """Collect predictions and write ``<task>-<split>-output.csv`` files (CS224N format).
 
@@ -107,6 +155,9 @@ class PredictionWriter(BasePredictionWriter):
         self.overwrite = overwrite
         self.headers = {**STARTER_HEADERS, **(dict(headers) if headers else {})}
         self._rows: dict[tuple[str, str], list[tuple[str, Any]]] = {}
+        # class probabilities by (task, split) and id, for the files of tasks whose classes have names
+        self._probs: dict[tuple[str, str], dict[str, list[float]]] = {}
+        self._gathered_probs: dict[tuple[str, str], dict[str, list[float]]] = {}
         #: Paths written by the last prediction run (rank 0).
         self.written: list[Path] = []
         self._out_dir: Path | None = None
@@ -154,7 +205,7 @@ class PredictionWriter(BasePredictionWriter):
         # Lightning warns that it cannot track batch indices of pre-batched loaders; this writer
         # takes ids from the predictions and never uses them.
         warnings.filterwarnings("ignore", message="Couldn't infer the batch indices fetched")
-        self._rows = {}
+        self._rows, self._probs = {}, {}
         self.written = []
         # resolved here, on every rank: under DDP trainer.log_dir is a broadcast that rank 0 alone
         # (which writes the files) would wait on forever
@@ -184,14 +235,23 @@ class PredictionWriter(BasePredictionWriter):
         if isinstance(preds, torch.Tensor):
             preds = preds.detach().cpu().tolist()
         split = prediction.get(SPLIT) or (batch.get(SPLIT) if isinstance(batch, Mapping) else None) or "test"
-        rows = self._rows.setdefault((str(prediction[TASK]), str(split)), [])
-        rows.extend(zip((str(i) for i in prediction[IDS]), preds, strict=True))
+        key = (str(prediction[TASK]), str(split))
+        ids = [str(i) for i in prediction[IDS]]
+        self._rows.setdefault(key, []).extend(zip(ids, preds, strict=True))
+        probs = prediction.get(PROBABILITIES)
+        if probs is not None:
+            probs = probs.detach().cpu().tolist() if isinstance(probs, torch.Tensor) else probs
+            self._probs.setdefault(key, {}).update(zip(ids, probs, strict=True))
 
     def on_predict_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         gathered = self._gather(self._rows)
+        self._gathered_probs = {}
+        for part in gather_objects(self._probs):  # every rank takes part in the gather
+            for key, values in part.items():
+                self._gathered_probs.setdefault(key, {}).update(values)
         if is_main_process(trainer):
             self.written = self._write_all(trainer, gathered)
-        self._rows = {}
+        self._rows, self._probs, self._gathered_probs = {}, {}, {}
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         # say where the files went; at teardown, so that the stopped progress bar stays above it
@@ -202,6 +262,20 @@ class PredictionWriter(BasePredictionWriter):
                 + ", ".join(p.name for p in self.written),
                 flush=True,
             )
+
+    def class_names(self, trainer: pl.Trainer) -> dict[str, list[str]]:
+        """The class names of the tasks written with names: the module's (``label_names``: given, or read
+        from the data), then the data module's (``label_names()``); the starter's tasks are left out."""
+        found: dict[str, list[str]] = dict(getattr(trainer.lightning_module, "label_names", None) or {})
+        dm = datamodule_of(trainer)
+        dm_names = getattr(dm, "label_names", None)
+        if callable(dm_names):
+            found.update(dm_names())
+        for view, info in dict(getattr(dm, "eval_views", None) or {}).items():  # scored by their task's head
+            parent = getattr(info, "parent", None)
+            if parent in found:
+                found.setdefault(view, found[parent])
+        return {task: list(n) for task, n in found.items() if task not in STARTER_HEADERS and n}
 
     # ------------------------------------------------------------------ gather and write
 
@@ -243,9 +317,13 @@ class PredictionWriter(BasePredictionWriter):
         # Check every target before writing any, so a refusal leaves nothing half-written.
         self._check_no_overwrite(list(targets.values()), out_dir)
         written = []
+        names = self.class_names(trainer)
         for (task, split), path in sorted(targets.items()):
             rows = self._order(trainer, task, split, gathered[(task, split)])
-            write_prediction_file(path, self.headers.get(task, DEFAULT_HEADER), rows)
+            if task in names:
+                write_named_file(path, names[task], rows, self._gathered_probs.get((task, split), {}))
+            else:
+                write_prediction_file(path, self.headers.get(task, DEFAULT_HEADER), rows)
             written.append(path)
             log.info("Wrote %d predictions to %s", len(rows), path)
         return written

@@ -41,6 +41,7 @@ from pal_lightning.core.distributed import is_main_process
 from pal_lightning.core.files import atomic_write_text
 from pal_lightning.core.private_api import validate_during_fit
 from pal_lightning.tasks.metrics import PARTIAL_SUFFIX
+from pal_lightning.tasks.specs import overall_name
 
 SCORES_FILE = "scores.json"
 
@@ -97,6 +98,21 @@ def format_scores(
     if shown:
         lines.append(f"  * auxiliary (trained, not in the overall): {', '.join(shown)}")
     return "\n".join(lines)
+
+
+def format_classes(names: Mapping[str, Sequence[str]]) -> str:
+    """One line per task whose classes have names, in class order: ``  topics classes: 0 business, 1 sports``."""
+    return "".join(
+        f"\n  {task} classes: " + ", ".join(f"{i} {name}" for i, name in enumerate(labels))
+        for task, labels in names.items()
+    )
+
+
+def class_names_of(trainer: pl.Trainer) -> dict[str, list[str]]:
+    """The class names the data module read (``label_names()``: given in the task, or the words of the train
+    split's labels); ``{}`` for tasks labelled by numbers or a data module that does not say."""
+    found = getattr(getattr(trainer, "datamodule", None), "label_names", None)
+    return {t: list(n) for t, n in found().items()} if callable(found) else {}
 
 
 def best_validation(history: Sequence[dict[str, Any]], monitor: str) -> dict[str, Any] | None:
@@ -239,6 +255,7 @@ class ScoreReport(Callback):
         self._say(
             f"\n{score_headline(entry, monitor, limit, split)}  [{split} set, checkpoint {trainer.ckpt_path}]\n"
             + format_scores(scores, monitor, auxiliary_tasks(pl_module), column=split)
+            + format_classes(class_names_of(trainer))
             + (f"\n  scores saved to {Path(log_dir) / self.filename}" if log_dir is not None else "")
         )
         if log_dir is None:
@@ -284,6 +301,7 @@ class ScoreReport(Callback):
                 f"\n{head}  [{'best' if overall is not None else 'last'} validation at step {best['step']}, "
                 f"{trainer.global_step} steps, {wall_s:.0f} s]\n"
                 + format_scores(best["scores"], self.monitor, auxiliary_tasks(pl_module))
+                + format_classes(class_names_of(trainer))
                 + (f"\n  best checkpoint: {ckpt}" if ckpt else "")
                 + (f"\n  run folder: {log_dir}" if log_dir is not None else "")
             )
@@ -306,6 +324,9 @@ class ScoreReport(Callback):
             "wall_s": wall_s,
             "best_model_path": ckpt,
         }
+        names = class_names_of(trainer)
+        if names:  # the classes of tasks labelled by name, in class order
+            payload["label_names"] = names
         atomic_write_text(Path(log_dir) / self.filename, json.dumps(payload, indent=2))
 
 
@@ -353,10 +374,11 @@ def validation_scores(
 
 
 def score_headline(entry: Mapping[str, Any], monitor: str, limit: Any, split: str = "dev") -> str:
-    """The line above the score table: the CS224N overall, or a partial mean naming what it leaves out."""
+    """The line above the score table: the overall score (named by :func:`overall_name` after the tasks it
+    covers, ``tasks_covered``), or a partial mean naming what it leaves out."""
     scores = entry["scores"]
     if monitor in scores:
-        return f"CS224N overall ({split}): {scores[monitor]:.4f}"
+        return f"{overall_name(entry.get('tasks_covered') or [])} ({split}): {scores[monitor]:.4f}"
     if monitor + PARTIAL_SUFFIX in scores:
         return partial_headline(scores[monitor + PARTIAL_SUFFIX], entry, limit, split)
     return f"{split} scores"

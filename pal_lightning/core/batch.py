@@ -45,6 +45,8 @@ ENCODING_KEYS = (INPUT_IDS, ATTENTION_MASK, TOKEN_TYPE_IDS)
 
 PREDICTIONS = "predictions"
 """The key of the predictions in what ``predict_step`` returns: ``{TASK, SPLIT, IDS, PREDICTIONS}``."""
+PROBABILITIES = "probabilities"
+"""The key of a classification task's class probabilities ``[B, C]`` in what ``predict_step`` returns."""
 
 PAIR_ENCODINGS: tuple[str, ...] = ("cross", "siamese")
 

@@ -165,6 +165,12 @@ class MultiTaskDataModule(pl.LightningDataModule):
 
     # ------------------------------------------------------------------ Lightning hooks
 
+    def label_names(self) -> dict[str, list[str]]:
+        """The class names of each task whose labels have names: its ``label_names``, else its train split's
+        (``ClassLabel`` names, or the label column's words sorted); tasks labelled by numbers are left out."""
+        found = {s.name: self.splits.label_names(s) for s in self.task_specs}
+        return {task: list(names) for task, names in found.items() if names}
+
     def prepare_data(self) -> None:
         """Tokenise and cache every split once (Lightning calls this on one process per node)."""
         if self.cache_dir is None:

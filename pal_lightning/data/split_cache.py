@@ -16,7 +16,13 @@ from pal_lightning.core.distributed import is_main_process
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.files import file_fingerprint
 from pal_lightning.data.sources import hf as hf_sources
-from pal_lightning.data.sources.readers import read_split, resolve_source, source_exists, warn_bad_rows
+from pal_lightning.data.sources.readers import (
+    check_bad_rows,
+    label_names_for,
+    read_split,
+    resolve_source,
+    source_exists,
+)
 from pal_lightning.data.tokenize import (
     TokenizedSplit,
     cache_key,
@@ -81,7 +87,8 @@ class SplitCache:
             first use).
         max_length: longest tokenised sequence.
         pair_encodings: ``cross`` or ``siamese`` per task.
-        options: the data options; ``on_bad_row``, ``detokenize`` and ``limit_examples`` are used.
+        options: the data options; ``on_bad_row``, ``max_bad_rows_fraction``, ``detokenize`` and
+            ``limit_examples`` are used.
     """
 
     def __init__(
@@ -99,6 +106,7 @@ class SplitCache:
         self.tokenizer_name, self.tokenizer_revision = tokenizer
         self.max_length, self.pair_encodings = max_length, pair_encodings
         self.on_bad_row, self.detokenize = options.on_bad_row, options.detokenize
+        self.max_bad_fraction = options.max_bad_rows_fraction
         self.limit_examples = options.limit_examples
         self._tokenizer: Any = None
         self._tokenizer_fp: str | None = None
@@ -131,8 +139,14 @@ class SplitCache:
             pair_encoding=self.pair_encodings[spec.name] if spec.is_pair else None,
             detokenize=self.detokenize,
             on_bad_row=self.on_bad_row,
+            # the classes' names: given, or the train split's (so a changed train file re-reads dev too)
+            label_names=list(self.label_names(spec)),
         )
         return out
+
+    def label_names(self, spec: TaskSpec) -> tuple[str, ...]:
+        """The class names of ``spec`` (given, or its train split's words), ``()`` for class numbers."""
+        return label_names_for(spec, self.data_dir)
 
     def _source_fingerprint(self, spec: TaskSpec, split: str) -> str:
         src = resolve_source(spec, split, self.data_dir)
@@ -164,9 +178,11 @@ class SplitCache:
         cached = data is not None
         if data is None:
             data = self._read_and_encode(task, split, path)
-        elif report and (task, split) not in self._bad_rows_reported:
-            self._bad_rows_reported.add((task, split))
-            warn_bad_rows(Path(data.source).name, data.bad_rows, data.rows, task, split)
+        else:  # too many bad rows stop the run however the split is read; the warning is given once
+            warn = report and (task, split) not in self._bad_rows_reported
+            check_bad_rows(data.source, data.bad_rows, data.rows, task, split, self.max_bad_fraction, warn)
+            if warn:
+                self._bad_rows_reported.add((task, split))
         if is_main_process():
             log.info(
                 "%s %s: %d rows loaded, %d skipped, of %d in %s%s",
@@ -183,7 +199,9 @@ class SplitCache:
         return data
 
     def _read_and_encode(self, task: str, split: str, path: Path | None) -> TokenizedSplit:
-        raw = read_split(self.specs[task], split, self.data_dir, self.on_bad_row, self.detokenize)
+        raw = read_split(
+            self.specs[task], split, self.data_dir, self.on_bad_row, self.detokenize, self.max_bad_fraction
+        )
         self._bad_rows_reported.add((task, split))  # read_split warned about its bad rows
         data = encode_split(raw, self.tokenizer, self.max_length, self.pair_encodings[task])
         if path is not None:

@@ -141,14 +141,34 @@ class InferenceMixin(_ModuleBase):
 
     @property
     def label_names(self) -> dict[str, list[str]]:
-        """Class names per classification task: given ones (``set_label_names``), else the built-in ones."""
+        """Class names per classification task: given ones (``set_label_names``, or found in the data by
+        :meth:`adopt_label_names`), else the task's ``label_names``, else the built-in ones."""
         given: dict[str, list[str]] = getattr(self, "_label_names", {})
         out = {}
         for name, spec in self.task_specs.items():
-            names = given.get(name) or default_label_names(spec)
-            if names is not None:
+            names = given.get(name) or list(spec.label_names) or default_label_names(spec)
+            if names:
                 out[name] = list(names)
         return out
+
+    def adopt_label_names(self, datamodule: Any = None) -> None:
+        """Name the classes as the data module read them (``label_names()``: a train split's words, a
+        ``ClassLabel``'s names), so that predictions and saved models carry the names the data has; names
+        already given with :meth:`set_label_names` are kept. ``datamodule`` defaults to the attached
+        trainer's; a module on its own, or a data module without ``label_names``, changes nothing.
+        """
+        if datamodule is None:
+            try:
+                datamodule = getattr(self.trainer, "datamodule", None)
+            except RuntimeError:  # not attached to a Trainer
+                return
+        found = getattr(datamodule, "label_names", None)
+        if not callable(found):
+            return
+        given = getattr(self, "_label_names", {})
+        names = {t: n for t, n in found().items() if t in self.task_specs and t not in given}
+        if names:
+            self.set_label_names(names)
 
     def set_label_names(self, names: Mapping[str, Sequence[str]]) -> None:
         """Name the classes of tasks (``{"my_task": ["no", "yes"]}``); saved by ``save_pretrained``.

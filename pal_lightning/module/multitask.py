@@ -44,6 +44,7 @@ from pal_lightning.core.batch import (
     IDS,
     LABELS,
     PREDICTIONS,
+    PROBABILITIES,
     SPLIT,
     TASK,
 )
@@ -63,7 +64,7 @@ from pal_lightning.module.guard import (
     NonFiniteGuardMixin,
     check_max_nonfinite_steps,
 )
-from pal_lightning.module.inference import InferenceMixin
+from pal_lightning.module.inference import InferenceMixin, probabilities_from_output
 from pal_lightning.module.init_weights import load_initial_weights
 from pal_lightning.module.optim import (
     OptimizerMixin,
@@ -299,9 +300,11 @@ class MultiTaskModule(
         return parameter_report(self)
 
     def setup(self, stage: str) -> None:
-        """Copy ``init_from``'s weights in before ``fit`` (a resumed fit then restores its own over them)."""
+        """Copy ``init_from``'s weights in before ``fit`` (a resumed fit then restores its own over them);
+        name the classes as the data module read them (:meth:`adopt_label_names`)."""
         if stage == "fit" and self.hparams.get("init_from"):
             load_initial_weights(self, self.hparams["init_from"])
+        self.adopt_label_names()
 
     # ------------------------------------------------------------------ model
 
@@ -365,12 +368,12 @@ class MultiTaskModule(
         return loss
 
     def predict_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> dict[str, Any]:
-        """``{"task", "split", "ids", "predictions"}``: class ints, or float scores on the task's scale."""
+        """``{"task", "split", "ids", "predictions"}``: class ints, or float scores on the task's scale; a
+        classification task's class probabilities ``[B, C]`` too (``"probabilities"``)."""
         spec = self._spec(batch)
-        predictions = self.predict_from_output(spec.name, self(batch)).detach().cpu().tolist()
-        return {
-            TASK: spec.name,
-            SPLIT: batch.get(SPLIT),
-            IDS: list(batch[IDS]),
-            PREDICTIONS: predictions,
-        }
+        output = self(batch)
+        predictions = self.predict_from_output(spec.name, output).detach().cpu().tolist()
+        out = {TASK: spec.name, SPLIT: batch.get(SPLIT), IDS: list(batch[IDS]), PREDICTIONS: predictions}
+        if not spec.is_regression:
+            out[PROBABILITIES] = probabilities_from_output(spec, output.detach()).cpu().tolist()
+        return out

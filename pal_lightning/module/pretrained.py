@@ -43,7 +43,7 @@ from pal_lightning.core.files import staged_folder
 from pal_lightning.core.plain import to_plain
 from pal_lightning.core.version import reads_files_of, version_mismatch
 from pal_lightning.module.inference import DEFAULT_MAX_LENGTH
-from pal_lightning.tasks.specs import task_to_dict
+from pal_lightning.tasks.specs import overall_name, task_to_dict
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -80,11 +80,12 @@ def library_version() -> str:
 
 
 def encoder_config_dict(config: Any) -> dict[str, Any]:
-    """A ``BertConfig`` as keyword arguments that rebuild the same network (provenance keys dropped)."""
+    """An encoder config as keyword arguments that rebuild the same network (provenance keys dropped; the
+    ``model_type`` kept for a family other than BERT, the default)."""
     return {
         k: v
         for k, v in config.to_dict().items()
-        if k not in _CONFIG_PROVENANCE and not k.startswith("_") and k != "model_type"
+        if k not in _CONFIG_PROVENANCE and not k.startswith("_") and (k != "model_type" or v != "bert")
     }
 
 
@@ -170,6 +171,8 @@ def model_card(config: Mapping[str, Any], repo_id: str | None = None) -> Any:
         else "['A gripping, beautifully acted film.']"
     )
     overall = scores.get("val/overall")
+    overall_label = overall_name([t["name"] for t in tasks])
+    overall_label += "" if overall_label.endswith("score") else " score"
     body = f"""
 # pal-lightning multi-task model
 
@@ -181,7 +184,7 @@ Pooling: `{hp["pooling"]}`; pair encoding: {json.dumps(config["pair_encoding"])}
 | task | kind | labels | dev scores |
 |---|---|---|---|
 {chr(10).join(rows)}
-{"" if overall is None else f"{chr(10)}CS224N overall score (dev): **{overall:.4f}**.{chr(10)}"}
+{"" if overall is None else f"{chr(10)}{overall_label} (dev): **{overall:.4f}**.{chr(10)}"}
 {config.get("scores_note") or ""}
 
 ## Use
@@ -303,7 +306,11 @@ class PretrainedMixin(_ModuleBase):
                 "random": random_encoder,
                 "config": encoder_config_dict(encoder.config),
             },
-            "adapter": {**adapter.to_dict(), "size": encoder.adapter_size, "layers": list(encoder.adapter_layers)},
+            "adapter": {
+                **adapter.to_dict(),
+                "size": encoder.adapter_size,
+                "layers": list(encoder.adapter_layers),
+            },
             "pooling": hp.get("pooling"),
             "pair_encoding": {
                 name: resolve_pair_encoding(hp.get("pair_encoding", "cross"), name)
@@ -313,6 +320,15 @@ class PretrainedMixin(_ModuleBase):
             "max_length": int(max_length or self.predict_max_length),
             "tasks": [task_to_dict(s) for s in specs.values()],
             "label_names": self.label_names,
+            # transformers' names for the same, per task; not at the top level, where transformers (reading this
+            # file for the tokenizer) would take them for one task's
+            "task_labels": {
+                task: {
+                    "id2label": {str(i): n for i, n in enumerate(names)},
+                    "label2id": {n: i for i, n in enumerate(names)},
+                }
+                for task, names in self.label_names.items()
+            },
             "hparams": to_plain(hp),
             "scores": dict(scores) if scores else None,
         }
@@ -420,8 +436,12 @@ class PretrainedMixin(_ModuleBase):
             )
         module.tokenizer = AutoTokenizer.from_pretrained(str(folder))
         module.predict_max_length = int(config.get("max_length") or DEFAULT_MAX_LENGTH)
-        if config.get("label_names"):
-            module.set_label_names(config["label_names"])
+        names = config.get("label_names") or {
+            task: [labels["id2label"][str(i)] for i in range(len(labels["id2label"]))]
+            for task, labels in (config.get("task_labels") or {}).items()
+        }
+        if names:
+            module.set_label_names(names)
         scores = config.get("scores")
         if scores:
             module.last_scores = {"val": dict(scores)}
@@ -525,7 +545,10 @@ def read_pretrained_config(folder: Path) -> dict[str, Any]:
             "encoder folder goes to --model.encoder instead."
         )
     ours = library_version()
-    if not reads_files_of(config.get("library_version"), ours) or int(config.get("format_version", 0)) > FORMAT_VERSION:
+    if (
+        not reads_files_of(config.get("library_version"), ours)
+        or int(config.get("format_version", 0)) > FORMAT_VERSION
+    ):
         raise PalUserError(version_mismatch(str(folder), config.get("library_version"), ours))
     for key in ("hparams", "encoder", "tasks"):
         if key not in config:

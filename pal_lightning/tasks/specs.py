@@ -76,7 +76,7 @@ class TaskSpec:
             name="mnli_small",
             kind="pair_classification",
             num_labels=3,
-            label_range=(0, 2),
+            label_names=("entailment", "neutral", "contradiction"),
             metrics=("accuracy",),
             format="hf",
             hf_path="csv",
@@ -94,8 +94,15 @@ class TaskSpec:
     accepted and converted to :class:`TaskKind`."""
     num_labels: int = 2
     """Number of classes (1 for regression)."""
-    label_range: tuple[float, float] = (0.0, 1.0)
-    """Inclusive (low, high) range a label must lie in; rows outside it are bad rows."""
+    label_range: tuple[float, ...] = ()
+    """Inclusive ``(low, high)`` range a label must lie in; rows outside it are bad rows. Left empty, it is
+    ``(0, num_labels - 1)`` for a classification task (every class) and ``(0, 1)`` for a regression task;
+    a regression task on another scale sets it (STS: ``(0, 5)``)."""
+    label_names: tuple[str, ...] = ()
+    """The class names, in class-index order (classification only): the label column may then hold these
+    names (``sports``, ``politics``) as well as class indices, and predictions, prediction files, score
+    reports and saved models name the classes. Left empty, a label column of words gets its names from the
+    training split (sorted); a column of numbers stays numbers."""
     metrics: tuple[str, ...] = ("accuracy",)
     """Metric names from :data:`KNOWN_METRICS`; the first is the task's main score."""
     loss: str | None = None
@@ -131,7 +138,8 @@ class TaskSpec:
 
     def __post_init__(self) -> None:
         self.kind = TaskKind(self.kind)
-        self.label_range = (float(self.label_range[0]), float(self.label_range[1]))
+        self.label_names = tuple(str(n) for n in self.label_names)
+        self.label_range = self._resolved_range()
         self.metrics = tuple(self.metrics)
         self.text_columns = tuple(self.text_columns)
         self.files = dict(self.files)
@@ -147,6 +155,7 @@ class TaskSpec:
                 raise ValueError(f"Task {self.name!r} is a regression task: num_labels must be 1.")
         elif self.num_labels < 2:
             raise ValueError(f"Task {self.name!r} is a classification task: num_labels must be >= 2.")
+        self._check_classes()
         unknown = [m for m in self.metrics if m not in KNOWN_METRICS]
         if unknown or not self.metrics:
             raise ValueError(f"Task {self.name!r}: unknown metrics {unknown}; choose from {KNOWN_METRICS}.")
@@ -164,6 +173,40 @@ class TaskSpec:
                 f"Task {self.name!r} ({self.kind.value}) needs {expected} text column(s), got {self.text_columns}."
             )
         self.views()  # a view with an unknown field or a bad value fails here, with the task
+
+    def _resolved_range(self) -> tuple[float, float]:
+        """:attr:`label_range` as two floats; an empty one is every class (classification) or ``(0, 1)``."""
+        given = tuple(self.label_range)
+        if not given:
+            high = 1.0 if TaskKind(self.kind).is_regression else float(self.num_labels - 1)
+            return (0.0, high)
+        if len(given) != 2:
+            raise ValueError(f"Task {self.name!r}: label_range {given} must be two numbers (low, high).")
+        return (float(given[0]), float(given[1]))
+
+    def _check_classes(self) -> None:
+        """A classification task's label range and names must fit its ``num_labels`` classes."""
+        if self.is_regression:
+            if self.label_names:
+                raise ValueError(f"Task {self.name!r} is a regression task: it has no label_names.")
+            return
+        low, high = self.label_range
+        if low < 0 or high > self.num_labels - 1:
+            raise ValueError(
+                f"Task {self.name!r}: label_range ({low:g}, {high:g}) reaches outside its classes "
+                f"0..{self.num_labels - 1} (num_labels {self.num_labels}); leave label_range out (every class) "
+                "or fix num_labels."
+            )
+        if self.label_names and len(self.label_names) != self.num_labels:
+            raise ValueError(
+                f"Task {self.name!r}: {len(self.label_names)} label_names {list(self.label_names)} for "
+                f"num_labels {self.num_labels}; give one name per class."
+            )
+        stripped = [n.strip() for n in self.label_names]
+        if len(set(stripped)) != len(stripped) or not all(stripped):
+            raise ValueError(
+                f"Task {self.name!r}: label_names must be distinct and non-empty, got {list(self.label_names)}."
+            )
 
     @property
     def is_pair(self) -> bool:
@@ -188,7 +231,15 @@ class TaskSpec:
         return self.metrics[0]
 
     def replace(self, **changes: Any) -> TaskSpec:
-        """A copy with some fields changed (``dataclasses.replace``)."""
+        """A copy with some fields changed (``dataclasses.replace``).
+
+        A label range that was the default of the old ``num_labels``/``kind`` follows a change of either
+        (a 4-class copy of a 2-class task accepts labels 0..3), unless ``label_range`` is changed too.
+        """
+        if "label_range" not in changes and {"num_labels", "kind"} & set(changes):
+            default = self.replace(label_range=())  # this spec's default range
+            if default.label_range == self.label_range:
+                changes["label_range"] = ()
         return dataclasses.replace(self, **changes)
 
     def views(self) -> list[TaskSpec]:
@@ -277,7 +328,9 @@ BUILTIN_TASKS: dict[str, TaskSpec] = {
 }
 
 
-def _hub_copy(name: str, hf_path: str, hf_name: str | None, text_columns: tuple[str, ...], **kw: object) -> TaskSpec:
+def _hub_copy(
+    name: str, hf_path: str, hf_name: str | None, text_columns: tuple[str, ...], **kw: object
+) -> TaskSpec:
     """Built-in task ``name`` read from its public Hugging Face copy (same kind, labels and metrics)."""
     return BUILTIN_TASKS[name].replace(
         format="hf",
@@ -297,7 +350,9 @@ HUB_COPIES: dict[str, TaskSpec] = {
     # SetFit/sst5: text, label (0..4), label_text; train 8,544 / validation 1,101 / test 2,210, test labelled
     "sst": _hub_copy("sst", "SetFit/sst5", None, ("text",), id_column=None),
     # GLUE: question1, question2, label, idx; the test split's labels are hidden (-1)
-    "qqp": _hub_copy("qqp", "nyu-mll/glue", "qqp", ("question1", "question2"), id_column="idx", unquote=False),
+    "qqp": _hub_copy(
+        "qqp", "nyu-mll/glue", "qqp", ("question1", "question2"), id_column="idx", unquote=False
+    ),
     # GLUE STS-B: sentence1, sentence2, label (a float 0..5), idx; test labels hidden (-1)
     "sts": _hub_copy("sts", "nyu-mll/glue", "stsb", ("sentence1", "sentence2"), id_column="idx"),
     # GLUE SST-2: sentence, label, idx; test labels hidden (-1)
@@ -392,6 +447,20 @@ GLUE_EIGHT: tuple[str, ...] = (
 )
 
 _REGISTRY: dict[str, TaskSpec] = {**BUILTIN_TASKS, **GLUE_TASKS}
+
+#: The tasks whose presence makes the overall score the CS224N one (``pal_lightning.tasks.metrics.overall_score``).
+CS224N_TASKS = ("sst", "qqp", "sts")
+
+
+def overall_name(tasks: Sequence[str]) -> str:
+    """What the overall score of ``tasks`` is called, as ``overall_score`` computes it: ``CS224N overall``
+    when SST, Quora and STS are among them, ``GLUE score`` when all are GLUE tasks, else ``Overall`` (the
+    mean of the tasks' main metrics)."""
+    if tasks and all(t in tasks for t in CS224N_TASKS):
+        return "CS224N overall"
+    if tasks and all(t in GLUE_TASKS for t in tasks):
+        return "GLUE score"
+    return "Overall"
 
 
 def register_task(spec: TaskSpec, *, overwrite: bool = False) -> TaskSpec:

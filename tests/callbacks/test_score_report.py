@@ -194,10 +194,10 @@ PARTIAL_ENTRY = {
 
 
 def test_headlines_by_hand() -> None:
-    assert (
-        score_headline({"scores": {"val/overall": 0.6}}, "val/overall", 1.0) == "CS224N overall (dev): 0.6000"
-    )
-    assert score_headline({"scores": {"x": 0.25}}, "x", 2, "test") == "CS224N overall (test): 0.2500"
+    cs224n = {"scores": {"val/overall": 0.6}, "tasks_covered": ["sst", "qqp", "sts"]}
+    assert score_headline(cs224n, "val/overall", 1.0) == "CS224N overall (dev): 0.6000"
+    cs224n_test = {"scores": {"x": 0.25}, "tasks_covered": ["sst", "qqp", "sts", "cfimdb"]}
+    assert score_headline(cs224n_test, "x", 2, "test") == "CS224N overall (test): 0.2500"
     assert score_headline({"scores": {}}, "val/overall", 1.0) == "dev scores"
     assert score_headline({"scores": {}}, "val/overall", 1.0, "test") == "test scores"
     assert score_headline(PARTIAL_ENTRY, "val/overall", 2) == (
@@ -325,7 +325,7 @@ def test_fit_records_validations_and_saves_the_best(
         "best_model_path": "/runs/best.ckpt",
     }
     assert _printed(report, trainer, module, capsys) == (
-        "\nCS224N overall (dev): 0.7500  [best validation at step 30, 40 steps, 100 s]\n"
+        "\nOverall (dev): 0.7500  [best validation at step 30, 40 steps, 100 s]\n"
         "  task       metric          dev\n"
         "  cfimdb*    accuracy     0.2500\n"
         "  qqp        accuracy     0.6250\n"
@@ -417,7 +417,7 @@ def test_fit_without_a_log_dir_or_off_rank_zero(tmp_path: Path, capsys: pytest.C
     report.on_validation_end(trainer, module)
     report.on_fit_end(trainer, module)
     assert _printed(report, trainer, module, capsys) == (
-        "\nCS224N overall (dev): 0.5000  [best validation at step 7, 7 steps, 0 s]\n"
+        "\nOverall (dev): 0.5000  [best validation at step 7, 7 steps, 0 s]\n"
         "  task       metric          dev\n"
         "  qqp        accuracy     0.5000\n"
         "  sst        accuracy     0.5000\n"
@@ -453,7 +453,7 @@ def test_validate_and_test_write_their_scores(tmp_path: Path, capsys: pytest.Cap
         "scores": scores,
     }
     assert _printed(report, trainer, module, capsys) == (
-        "\nCS224N overall (dev): 0.6250  [dev set, checkpoint /ckpt/best.ckpt]\n"
+        "\nOverall (dev): 0.6250  [dev set, checkpoint /ckpt/best.ckpt]\n"
         "  task       metric          dev\n"
         "  qqp        accuracy     0.7500\n"
         "  sst        accuracy     0.5000\n"

@@ -24,9 +24,9 @@ from pal_lightning.tasks.specs import TaskSpec
 #: every config and command line written for it must keep working.
 OPTIONS = (
     "tasks tokenizer data_dir batch_size eval_batch_size max_length pair_encoding sampling task_weights "
-    "task_multipliers steps_per_epoch anneal_epochs on_bad_row detokenize group_by_length pad_to_multiple_of cache_dir "
+    "task_multipliers steps_per_epoch anneal_epochs on_bad_row max_bad_rows_fraction detokenize group_by_length pad_to_multiple_of cache_dir "
     "num_workers seed predict_splits limit_examples schedule task_order steps_per_task epochs_per_task "
-    "tokenizer_revision"
+    "tokenizer_revision validation_fraction validation_seed"
 ).split()
 
 
@@ -99,6 +99,7 @@ def test_hyperparameters_are_plain_values(tmp_path: Path) -> None:
         (dict(predict_splits=["train", "val"]), "predict_splits must be among"),
         (dict(max_length=4), "max_length must be >= 8, got 4"),
         (dict(limit_examples=0), "limit_examples must be >= 1 or None, got 0"),
+        (dict(validation_fraction=1.0), "validation_fraction is the share of each train split"),
         (dict(schedule="parallel"), "Unknown schedule 'parallel'"),
         (dict(task_order=["sst"]), "task_order only apply to schedule='sequential'"),
         (dict(schedule="sequential", task_multipliers={"sst": 2.0}), "Drop task_multipliers"),

@@ -99,7 +99,7 @@ def test_non_integer_class_label_and_duplicate_id(tmp_path):
         tmp_path / "ids-sst-train.csv",
         ["\tid\tsentence\tsentiment", "0\ta\tgood\t1.5", "1\tb\tfine\t2", "2\tb\tagain\t3"],
     )
-    raw = read_split(get_task("sst"), "train", tmp_path)
+    raw = read_split(get_task("sst"), "train", tmp_path, max_bad_fraction=1)
     assert raw.ids == ["b"]
     assert "not an integer" in raw.bad_rows[0][1] and "duplicate id" in raw.bad_rows[1][1]
 
@@ -111,7 +111,7 @@ def test_glue_tsv_reader(tmp_path):
     )
     write_lines(tmp_path / "test.tsv", ["index\tsentence", "0\tfirst", "1\tsecond"])
     spec = get_task("sst2")
-    train = read_split(spec, "train", tmp_path)
+    train = read_split(spec, "train", tmp_path, max_bad_fraction=1)
     assert train.texts[0] == ['a "quoted word', "bad one"]
     assert train.labels.tolist() == [1, 0] and train.skipped == 1
     assert train.ids == ["0", "1"]  # row numbers when the task has no id column
@@ -138,7 +138,7 @@ def test_hf_reader_local_csv_and_json(tmp_path):
         label_column="label",
         id_column=None,
     )
-    train = read_split(spec, "train", tmp_path)
+    train = read_split(spec, "train", tmp_path, max_bad_fraction=1)
     assert train.texts == [["A cat", "Sky"], ["A pet", "Blue"]]
     assert train.labels.tolist() == [1, 2] and train.skipped == 2
     reg = TaskSpec(
@@ -153,7 +153,7 @@ def test_hf_reader_local_csv_and_json(tmp_path):
         label_column="score",
         id_column="uid",
     )
-    dev = read_split(reg, "dev", tmp_path)
+    dev = read_split(reg, "dev", tmp_path, max_bad_fraction=1)
     assert dev.ids == ["u1"] and dev.labels.tolist() == [0.5]
 
 

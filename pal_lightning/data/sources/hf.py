@@ -95,7 +95,7 @@ def _describe(spec: TaskSpec) -> str:
     return f"{spec.hf_path}" + (f" (config {spec.hf_name})" if spec.hf_name else "")
 
 
-def _one_line(err: BaseException) -> str:
+def one_line(err: BaseException) -> str:
     text = " ".join(str(err).split()) or type(err).__name__
     return text if len(text) <= 200 else text[:197] + "..."
 
@@ -109,9 +109,7 @@ def _offline() -> bool:
 
 def load_error(spec: TaskSpec, err: BaseException) -> PalUserError:
     """The one-line error for a hub dataset that could not be loaded, naming both ways to get data."""
-    why = (
-        "offline (HF_HUB_OFFLINE is set) and not in the Hugging Face cache" if _offline() else _one_line(err)
-    )
+    why = "offline (HF_HUB_OFFLINE is set) and not in the Hugging Face cache" if _offline() else one_line(err)
     if HUB_COPIES.get(spec.name) == spec:
         return PalUserError(
             f"Task {spec.name!r} has no data: no data folder is given (--data.data_dir, PAL_DATA_DIR and ./data "

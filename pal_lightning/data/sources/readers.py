@@ -17,10 +17,17 @@ Three formats (``TaskSpec.format``):
     (default ``train``/``validation``/``test`` for ``train``/``dev``/``test``).
 
 Every row is checked (text present, id present and unique, label parseable, integral for
-classes and inside ``TaskSpec.label_range``). Bad rows are skipped with one warning per
-file naming the count and the first line numbers, or stop the run
-(``on_bad_row="error"``) naming the file and line. Nothing is dropped silently: the
-counts of loaded and skipped rows of every file are logged.
+classes and inside ``TaskSpec.label_range``). A classification label may be a class name
+(:mod:`~pal_lightning.data.sources.labels`: the task's ``label_names``, else its training split's).
+Bad rows are skipped with one warning per file naming the count and the first line numbers, or stop
+the run (``on_bad_row="error"``) naming the file and line. Nothing is dropped silently: the counts of
+loaded and skipped rows of every file are logged, and a split with more bad rows than
+``max_bad_fraction`` of its rows (:data:`DEFAULT_MAX_BAD_FRACTION`) stops the run, since that many
+usually means a wrong setting (columns, labels) rather than a few broken rows.
+
+A relative file name is looked up in the data folder, then in the working directory; with the packaged
+demo set as the data folder, files that are not the demo's own are read from the working directory
+(:func:`resolve_file`).
 """
 
 from __future__ import annotations
@@ -39,8 +46,10 @@ import numpy as np
 
 from pal_lightning.core.distributed import is_main_process
 from pal_lightning.core.errors import PalUserError
+from pal_lightning.core.files import file_fingerprint
 from pal_lightning.data.sources import glue_data
 from pal_lightning.data.sources import hf as hf_sources
+from pal_lightning.data.sources.labels import describe_names, is_number, name_index, names_of_values
 from pal_lightning.data.sources.text import ptb_detokenize, undo_double_quoting
 from pal_lightning.tasks.specs import BUILTIN_TASKS, TaskSpec
 
@@ -56,6 +65,11 @@ HF_FILE_BUILDERS = ("csv", "json", "parquet", "text")
 HF_DEFAULT_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
 #: How many bad line numbers a skip warning lists.
 MAX_REPORTED_BAD_ROWS = 5
+#: The share of a split's rows that may be bad (skipped with a warning) before the run stops. Real files
+#: hold far fewer (the CS224N Quora train file: 2 of 14,139 rows); a wrong setting (a label range, a column,
+#: a delimiter) makes a large share bad. 5 %, not less, so that a small file with one or two broken rows
+#: (2 of 42) still trains.
+DEFAULT_MAX_BAD_FRACTION = 0.05
 #: What undecodable bytes become when a file is read with ``errors="surrogateescape"``.
 _UNDECODABLE = re.compile("[\udc80-\udcff]")
 
@@ -135,8 +149,24 @@ def resolve_source(spec: TaskSpec, split: str, data_dir: Path) -> Source | None:
     name = spec.files.get(split)
     if not name:
         return None
+    return Source("file", str(resolve_file(name, data_dir)))
+
+
+def resolve_file(name: str, data_dir: Path) -> Path:
+    """Where a task's file ``name`` is: an absolute path as it is; a relative one in ``data_dir`` when it
+    is there, else in the working directory. The packaged demo folder holds only the demo's files, so with
+    ``data_dir: demo`` any other relative name is the working directory's (a user's own task beside the
+    demo); otherwise a file found nowhere is named in ``data_dir``, where the CS224N files belong."""
+    from pal_lightning.data.sources.demo import demo_data_dir
+
     path = Path(name).expanduser()
-    return Source("file", str(path if path.is_absolute() else data_dir / path))
+    if path.is_absolute():
+        return path
+    in_data = data_dir / path
+    here = Path.cwd() / path
+    if in_data.is_file() or (not here.is_file() and data_dir != demo_data_dir()):
+        return in_data
+    return here
 
 
 def check_files_exist(requests: Sequence[tuple[TaskSpec, str]], data_dir: Path) -> None:
@@ -153,7 +183,8 @@ def check_files_exist(requests: Sequence[tuple[TaskSpec, str]], data_dir: Path) 
             missing.append(f"{spec.name}/{split}: {Path(src.location).relative_to(data_dir)}")
             hint = glue_data.missing_hint(data_dir)
         elif src is not None and src.is_file and not Path(src.location).is_file():
-            missing.append(f"{spec.name}/{split}: {spec.files[split]}")
+            relative = not Path(spec.files[split]).expanduser().is_absolute()
+            missing.append(f"{spec.name}/{split}: {spec.files[split] if relative else src.location}")
         elif src is not None and not src.is_file:
             assert src.hf_split is not None
             hf_sources.load_split(spec, src.hf_split, data_dir, split)  # one line if the split is missing
@@ -161,10 +192,11 @@ def check_files_exist(requests: Sequence[tuple[TaskSpec, str]], data_dir: Path) 
         builtin = [s.name for s, _ in requests if s.format == "cs224n" and BUILTIN_TASKS.get(s.name) == s]
         origin = f" The CS224N files are in {hf_sources.STARTER_DATA}." if builtin else ""
         raise PalUserError(
-            f"Data files not found in {data_dir.resolve()}: "
+            f"Data files not found in {data_dir.resolve()} (nor in the working directory {Path.cwd()}): "
             + "; ".join(missing)
             + ". Point at the folder holding them with --data.data_dir PATH (data_dir=... in Python) "
-            "or the environment variable PAL_DATA_DIR; without either, ./data is searched." + origin + hint
+            "or the environment variable PAL_DATA_DIR; without either, ./data is searched. A relative name "
+            "in a task's files is looked up in that folder, then in the working directory." + origin + hint
         )
 
 
@@ -210,24 +242,64 @@ def _iter_hf(
     number (its header is line 1, so the first row is line 2), for a json-lines file the line; for other
     sources (parquet, a hub split, a ``save_to_disk`` folder) the 1-based row number. ``datasets`` does not
     report lines, so the number is exact for files without quoted multi-line fields."""
-    try:
-        import datasets
-    except ImportError as err:  # pragma: no cover - datasets is a dependency
-        raise PalUserError("format='hf' needs the `datasets` package: pip install datasets.") from err
-    first = 1
-    if src.is_file:
-        builder = spec.hf_path or _builder_for(src.location)
-        first = 2 if builder == "csv" else 1  # the header line
-        kwargs: dict[str, Any] = {}
-        if builder == "csv" and src.location.endswith((".tsv", ".tab")):
-            kwargs["delimiter"] = "\t"
-        ds = datasets.load_dataset(builder, data_files={"data": src.location}, split="data", **kwargs)
-    else:
-        assert src.hf_split is not None
-        ds = hf_sources.load_split(spec, src.hf_split, data_dir, split)
+    ds, first = _load_hf(spec, src, data_dir, split)
+    if ds is None:  # a header and no rows
+        return
     columns = list(ds.column_names)
     for i, row in enumerate(ds):
         yield i + first, row, columns
+
+
+def _load_hf(spec: TaskSpec, src: Source, data_dir: Path, split: str) -> tuple[Any, int]:
+    """The ``datasets.Dataset`` of a split and the line of its first row (``None`` for a local file with a
+    header and no rows).
+
+    Raises:
+        PalUserError: for an empty local file, or one ``datasets`` cannot read (one line, not its traceback).
+    """
+    if not src.is_file:
+        assert src.hf_split is not None
+        return hf_sources.load_split(spec, src.hf_split, data_dir, split), 1
+    import datasets
+
+    builder = spec.hf_path or _builder_for(src.location)
+    first = 2 if builder == "csv" else 1  # the header line
+    lines = _first_lines(src.location, builder)
+    fix = f"or leave {split} out of the task's files"
+    if lines == 0:
+        what = "not even a header row" if builder == "csv" else "no rows"
+        raise PalUserError(
+            f"{src.location} (task {spec.name!r}, {split}) is empty: {what}. Put "
+            + ("a header row, then one example per line, in it, " if builder == "csv" else "its rows in it, ")
+            + fix
+            + "."
+        )
+    if lines == 1 and builder == "csv":
+        return None, first
+    kwargs: dict[str, Any] = {}
+    if builder == "csv" and src.location.endswith((".tsv", ".tab")):
+        kwargs["delimiter"] = "\t"
+    try:
+        ds = datasets.load_dataset(builder, data_files={"data": src.location}, split="data", **kwargs)
+    except Exception as err:  # noqa: BLE001 - pandas, pyarrow and datasets raise many types
+        raise PalUserError(
+            f"{src.location} (task {spec.name!r}, {split}) cannot be read as {builder}: "
+            f"{hf_sources.one_line(err)}. Fix the file (a header row, then one example per line), {fix}."
+        ) from err
+    return ds, first
+
+
+def _first_lines(path: str, builder: str) -> int:
+    """How many non-blank lines a local text file starts with, up to 2 (``2`` for a binary format)."""
+    if builder not in ("csv", "json"):
+        return 2 if Path(path).stat().st_size else 0
+    count = 0
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            count += bool(line.strip())
+            if count == 2:
+                break
+    return count
 
 
 def _builder_for(path: str) -> str:
@@ -246,8 +318,10 @@ def _builder_for(path: str) -> str:
 # --------------------------------------------------------------------------- validation
 
 
-def _parse_label(value: Any, spec: TaskSpec) -> tuple[float | int | None, str | None]:
-    """Parse one label: ``(value, None)`` or ``(None, reason)``."""
+def _parse_label(
+    value: Any, spec: TaskSpec, names: Sequence[str] = ()
+) -> tuple[float | int | None, str | None]:
+    """Parse one label: ``(value, None)`` or ``(None, reason)``; a class is one of ``names`` or an index."""
     if value is None:
         return None, "missing label field"
     if isinstance(value, bool):
@@ -256,6 +330,11 @@ def _parse_label(value: Any, spec: TaskSpec) -> tuple[float | int | None, str | 
         value = value.strip()
         if not value:
             return None, "empty label"
+    index = name_index(value, names)
+    if index is not None:
+        return index, None
+    if names and not is_number(value):
+        return None, f"label {str(value)[:30]!r} is not one of the task's classes ({describe_names(names)})"
     try:
         number = float(value)
     except (TypeError, ValueError):
@@ -308,6 +387,7 @@ def read_split(
     data_dir: Path,
     on_bad_row: str = "skip",
     detokenize: bool = True,
+    max_bad_fraction: float = DEFAULT_MAX_BAD_FRACTION,
 ) -> RawSplit:
     """Read and validate one split of one task.
 
@@ -317,9 +397,11 @@ def read_split(
         data_dir: directory that relative file names are resolved against.
         on_bad_row: ``skip`` (drop bad rows, warn once with count and first lines) or ``error``.
         detokenize: undo PTB tokens for tasks with ``ptb_detokenize``.
+        max_bad_fraction: the share of the rows that may be skipped; more stops the run.
 
     Raises:
-        PalUserError: missing file or column, or a bad row with ``on_bad_row="error"``.
+        PalUserError: missing or empty file, missing column, a bad row with ``on_bad_row="error"``, or
+            more bad rows than ``max_bad_fraction`` allows.
     """
     if on_bad_row not in BAD_ROW_POLICIES:
         raise PalUserError(f"on_bad_row must be one of {BAD_ROW_POLICIES}, got {on_bad_row!r}.")
@@ -329,7 +411,7 @@ def read_split(
     if src.is_file:
         check_files_exist([(spec, split)], data_dir)
     where = src.location if src.is_file else f"{src.location}[{src.hf_split}]"
-    rows = _SplitRows(spec, split, detokenize)
+    rows = _SplitRows(spec, split, detokenize, label_names_for(spec, data_dir))
     for line, row, header in _iter_rows(spec, src, data_dir, split):
         if rows.labelled is None:
             rows.labelled = _check_header(spec, split, header, where)
@@ -347,8 +429,43 @@ def read_split(
     out = RawSplit(
         spec.name, split, where, rows.ids, rows.texts, rows.label_array(name), rows.count, rows.bad
     )
-    warn_bad_rows(name, out.bad_rows, out.rows, spec.name, split)
+    check_bad_rows(where, out.bad_rows, out.rows, spec.name, split, max_bad_fraction)
     return out
+
+
+def check_bad_rows(
+    where: str,
+    bad_rows: Sequence[tuple[int, str]],
+    rows: int,
+    task: str,
+    split: str,
+    max_fraction: float,
+    warn: bool = True,
+) -> None:
+    """Stop when more than ``max_fraction`` of a split's ``rows`` are bad; else warn about them
+    (:func:`warn_bad_rows`) when ``warn``.
+
+    Raises:
+        PalUserError: naming the count, the file, the first bad lines and the fix.
+    """
+    if not rows or len(bad_rows) <= max_fraction * rows:
+        if warn:
+            warn_bad_rows(Path(where).name, bad_rows, rows, task, split)
+        return
+    raise PalUserError(
+        f"{where}: {len(bad_rows)} of {rows} rows ({len(bad_rows) / rows:.0%}) of task {task!r} ({split}) cannot "
+        f"be used, more than max_bad_rows_fraction {max_fraction:g} allows; lines {_shown_lines(bad_rows)}. "
+        "Fix the file or the task's settings (text_columns, label_column, num_labels, label_names, "
+        "label_range), or raise --data.max_bad_rows_fraction (max_bad_rows_fraction=... in Python; 1 never "
+        "stops) to skip such rows with a warning."
+    )
+
+
+def _shown_lines(bad_rows: Sequence[tuple[int, str]]) -> str:
+    """The first :data:`MAX_REPORTED_BAD_ROWS` bad lines with their reasons, and how many more."""
+    shown = ", ".join(f"{ln} ({why})" for ln, why in bad_rows[:MAX_REPORTED_BAD_ROWS])
+    extra = len(bad_rows) - MAX_REPORTED_BAD_ROWS
+    return shown + (f" and {extra} more" if extra > 0 else "")
 
 
 def warn_bad_rows(name: str, bad_rows: Sequence[tuple[int, str]], rows: int, task: str, split: str) -> None:
@@ -361,18 +478,14 @@ def warn_bad_rows(name: str, bad_rows: Sequence[tuple[int, str]], rows: int, tas
     """
     if not bad_rows or not is_main_process():
         return
-    shown = ", ".join(f"{ln} ({why})" for ln, why in bad_rows[:MAX_REPORTED_BAD_ROWS])
-    extra = len(bad_rows) - MAX_REPORTED_BAD_ROWS
-    more = f" and {extra} more" if extra > 0 else ""
     log.warning(
-        "%s: skipped %d bad row(s) of %d (task %s, %s); lines %s%s. Pass on_bad_row='error' to stop instead.",
+        "%s: skipped %d bad row(s) of %d (task %s, %s); lines %s. Pass on_bad_row='error' to stop instead.",
         name,
         len(bad_rows),
         rows,
         task,
         split,
-        shown,
-        more,
+        _shown_lines(bad_rows),
     )
 
 
@@ -409,8 +522,10 @@ class _SplitRows:
     empty or repeated id (tasks with an id column).
     """
 
-    def __init__(self, spec: TaskSpec, split: str, detokenize: bool) -> None:
+    def __init__(self, spec: TaskSpec, split: str, detokenize: bool, names: Sequence[str] = ()) -> None:
         self.spec, self.split, self.detokenize = spec, split, detokenize
+        #: The class names a label may be given by (:func:`label_names_for`).
+        self.names = tuple(names)
         self.ids: list[str] = []
         self.seen: set[str] = set()
         self.texts: list[list[str]] = [[] for _ in spec.text_columns]
@@ -431,7 +546,7 @@ class _SplitRows:
             return reason
         label = None
         if self.labelled:
-            label, reason = _row_label(row, self.spec, self.split)
+            label, reason = _row_label(row, self.spec, self.split, self.names)
             if reason is not None:
                 return reason
         ex_id, reason = _row_id(row, self.spec, self.count - 1, self.seen)
@@ -495,13 +610,13 @@ def _row_texts(row: dict[str | None, Any], spec: TaskSpec, detokenize: bool) -> 
 
 
 def _row_label(
-    row: dict[str | None, Any], spec: TaskSpec, split: str
+    row: dict[str | None, Any], spec: TaskSpec, split: str, names: Sequence[str] = ()
 ) -> tuple[float | int | None, str | None]:
     """The row's label; a hidden test label (empty, or GLUE's -1) is ``None`` and not a bad row."""
     raw_label = row.get(spec.label_column)
     if split == "test" and _is_unlabelled_marker(raw_label, spec):
         return None, None
-    return _parse_label(raw_label, spec)
+    return _parse_label(raw_label, spec, names)
 
 
 def _row_id(
@@ -537,3 +652,50 @@ def _check_header(spec: TaskSpec, split: str, header: Sequence[str], where: str)
             f"{list(header)}. Fix text_columns/label_column/id_column in the TaskSpec, or the file."
         )
     return has_label
+
+
+# --------------------------------------------------------------------------- class names
+
+#: The class names found in training splits, by (task, source, label column, file fingerprint).
+_FOUND_NAMES: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+
+def label_names_for(spec: TaskSpec, data_dir: Path) -> tuple[str, ...]:
+    """The class names of ``spec``: its ``label_names``, else those of its training split (a ``ClassLabel``
+    feature's names, or the label column's words sorted), else ``()`` (labels are class indices).
+
+    Raises:
+        PalUserError: when the training split names more or fewer classes than ``num_labels``.
+    """
+    if spec.is_regression or spec.label_names:
+        return tuple(spec.label_names)
+    src = resolve_source(spec, "train", data_dir)
+    if src is None or spec.label_column is None or not source_exists(spec, src, data_dir):
+        return ()
+    stamp = file_fingerprint(src.location) if src.is_file else ""
+    key = (spec.name, spec.format, src.location, str(src.hf_split), spec.label_column, stamp)
+    if key not in _FOUND_NAMES:
+        _FOUND_NAMES[key] = _train_label_names(spec, src, data_dir)
+    names = _FOUND_NAMES[key]
+    if names and len(names) != spec.num_labels:
+        raise PalUserError(
+            f"Task {spec.name!r} has num_labels {spec.num_labels}, but the labels of its train split "
+            f"({src.location}) are {len(names)} names: {describe_names(names)}. Set num_labels to "
+            f"{len(names)}, or give the classes in order with label_names: [...] (a name that is not a class "
+            "then makes a bad row)."
+        )
+    return names
+
+
+def _train_label_names(spec: TaskSpec, src: Source, data_dir: Path) -> tuple[str, ...]:
+    """The class names a training split spells (see :func:`label_names_for`)."""
+    column = str(spec.label_column)
+    if spec.format != "hf" or (src.is_file and src.kind != "file"):  # read row by row, as read_split does
+        return names_of_values(row.get(column) for _, row, _ in _iter_rows(spec, src, data_dir, "train"))
+    ds, _ = _load_hf(spec, src, data_dir, "train")
+    if ds is None or column not in ds.column_names:
+        return ()
+    names = getattr(ds.features.get(column), "names", None)  # a datasets.ClassLabel
+    if names:
+        return tuple(str(n) for n in names)
+    return names_of_values(ds[column])
