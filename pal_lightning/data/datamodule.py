@@ -155,21 +155,17 @@ class MultiTaskDataModule(pl.LightningDataModule):
     def load_split(self, task: str, split: str, report: bool = True) -> TokenizedSplit:
         """Read, validate and tokenise one split (from the cache when possible); logs row counts.
 
-        See :meth:`~pal_lightning.data.split_cache.SplitCache.load`.
+        See :meth:`~pal_lightning.data.split_cache.SplitCache.load`; with ``validation_fraction``, ``train`` is
+        what the carve-out leaves and ``validation`` the carved share
+        (:meth:`~pal_lightning.data.stage_splits.StageSplits.load`).
         """
-        return self.splits.load(task, split, report=report)
+        return self.stages.load(task, split, report=report)
 
     def evaluated(self, split: str) -> list[TaskSpec]:
         """The tasks, each followed by its evaluation views that have ``split``: what ``split`` serves."""
         return self.stages.evaluated(split)
 
     # ------------------------------------------------------------------ Lightning hooks
-
-    def label_names(self) -> dict[str, list[str]]:
-        """The class names of each task whose labels have names: its ``label_names``, else its train split's
-        (``ClassLabel`` names, or the label column's words sorted); tasks labelled by numbers are left out."""
-        found = {s.name: self.splits.label_names(s) for s in self.task_specs}
-        return {task: list(names) for task, names in found.items() if names}
 
     def prepare_data(self) -> None:
         """Tokenise and cache every split once (Lightning calls this on one process per node)."""
@@ -179,7 +175,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
         for task, split in self.stages.cached():
             self.load_split(task, split, report=False)
         # Other processes read the cache files; keep nothing tokenised in memory twice.
-        self.splits.forget()
+        self.stages.forget()
 
     def setup(self, stage: str | None = None) -> None:
         """Load the splits the stage needs and build the training schedule (``fit``)."""
@@ -187,15 +183,15 @@ class MultiTaskDataModule(pl.LightningDataModule):
         self.stages.check_files(stage)
         if stage in ("fit", None):
             self.train_sizes = {t: len(self.load_split(t, "train")) for t in self.task_names}
-            for spec in self.evaluated("dev"):
-                self.load_split(spec.name, "dev")
+            for pair in self.stages.validation_pairs():
+                self.load_split(*pair)
             empty = [t for t, n in self.train_sizes.items() if n == 0]
             if empty:
                 raise PalUserError(f"Tasks {empty} have no valid training rows; check their train files.")
             self.sampling_schedule = self.config.sampling_schedule(self._resolve_anneal_epochs())
         elif stage == "validate":
-            for spec in self.evaluated("dev"):
-                self.load_split(spec.name, "dev")
+            for pair in self.stages.validation_pairs():
+                self.load_split(*pair)
 
     def _resolve_anneal_epochs(self) -> int:
         if self.config.anneal_epochs is not None:
@@ -271,8 +267,9 @@ class MultiTaskDataModule(pl.LightningDataModule):
         return self.stages.loader(pairs, shard, self.pad_token_id, self._loader_kwargs(), limit_examples)
 
     def val_dataloader(self) -> torch.utils.data.DataLoader:
-        """Every dev example exactly once across ranks, one task (or evaluation view) per batch."""
-        return self._eval_loader([(s.name, "dev") for s in self.evaluated("dev")])
+        """Every dev example exactly once across ranks, one task (or evaluation view) per batch; with
+        ``validation_fraction``, the carved validation share of every task instead."""
+        return self._eval_loader(self.stages.validation_pairs())
 
     def eval_dataloader(
         self, split: str = "dev", tasks: Sequence[str] | None = None, limit_examples: int | None = None
@@ -284,12 +281,13 @@ class MultiTaskDataModule(pl.LightningDataModule):
         return self._eval_loader(self.stages.requested(split, tasks, limit_examples), limit_examples)
 
     def test_dataloader(self) -> torch.utils.data.DataLoader:
-        """The labelled ``test`` splits (unlabelled test-student files are for ``predict``).
+        """The labelled ``test`` splits (unlabelled test-student files are for ``predict``); with
+        ``validation_fraction``, the dev sets (scored once, at the end).
 
         Raises:
-            PalUserError: when no task has a labelled test split.
+            PalUserError: when no task has a labelled test split (and no carve-out).
         """
-        return self._eval_loader(self.stages.labelled_test())
+        return self._eval_loader(self.stages.test_pairs())
 
     def predict_dataloader(self) -> torch.utils.data.DataLoader:
         """The ``predict_splits`` (default dev and test) of every task and evaluation view that has them,

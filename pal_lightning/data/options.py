@@ -19,7 +19,7 @@ from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.hub import DEFAULT_ENCODER
 from pal_lightning.data.phase_plan import SEQUENTIAL, check_task_schedule
 from pal_lightning.data.schedules import SAMPLING_SCHEDULES, SamplingSchedule
-from pal_lightning.data.sources.readers import BAD_ROW_POLICIES, DEFAULT_MAX_BAD_FRACTION, SPLITS
+from pal_lightning.data.sources.readers import BAD_ROW_POLICIES, SPLITS
 from pal_lightning.data.tokenize import default_cache_dir
 from pal_lightning.tasks.specs import TaskSpec, resolve_tasks, task_to_hparam
 
@@ -81,12 +81,6 @@ class DataConfig:
     on_bad_row: str = "skip"
     """``skip`` (drop and warn once per file) or ``error``."""
 
-    max_bad_rows_fraction: float = DEFAULT_MAX_BAD_FRACTION
-    """The share of a split's rows that ``skip`` may drop (0.05: 5 %); a split with more bad rows stops the
-    run with one line naming the count, the file and the first bad lines, since that many usually means a
-    wrong setting (label_column, num_labels, label_names) rather than a few broken rows. ``1`` never stops;
-    ``0`` stops at the first bad row, after reading the whole split."""
-
     detokenize: bool = True
     """Undo PTB tokens for tasks that ask for it (SST)."""
 
@@ -133,6 +127,16 @@ class DataConfig:
     """Hub branch, tag or commit of ``tokenizer`` (linked to the model's ``encoder_revision`` by the
     CLI)."""
 
+    validation_fraction: float | None = None
+    """Carve a validation split out of every task's train split: this share of its rows (``0.1``), drawn by
+    ``validation_seed``; training uses the rest. The validation loop (and so the best checkpoint and early
+    stopping) then scores that split and never reads the dev files, and ``test`` scores the dev files, once,
+    at the end (``pal_lightning.data.stage_splits``). ``None``: validate on the dev files."""
+
+    validation_seed: int | None = None
+    """Seed of the validation carve-out; ``None``: ``seed``. The rows depend only on it, the task's name
+    and its train split, so every rank, process and resumed run carves the same ones."""
+
     def __post_init__(self) -> None:
         if self.sampling not in SAMPLING_SCHEDULES:
             raise PalUserError(
@@ -145,15 +149,16 @@ class DataConfig:
         check_at_least("steps_per_epoch", self.steps_per_epoch, 1)
         check_task_schedule(self.schedule, self.task_order, self.steps_per_task, self.epochs_per_task)
         check_at_least("limit_examples", self.limit_examples, 1)
+        if self.validation_fraction is not None and not 0 < self.validation_fraction < 1:
+            raise PalUserError(
+                f"validation_fraction is the share of each train split held out for validation, between 0 and 1 "
+                f"(0.1), or null to validate on the dev files; got {self.validation_fraction}."
+            )
         check_at_least("max_length", self.max_length, 8, optional=False)
         check_at_least("num_workers", self.num_workers, 0, optional=False)
         check_at_least("pad_to_multiple_of", self.pad_to_multiple_of, 1, optional=False)
         if self.task_multipliers and self.schedule == SEQUENTIAL:
             raise PalUserError(
-        if not 0 <= self.max_bad_rows_fraction <= 1:
-            raise PalUserError(
-                f"max_bad_rows_fraction is a share of the rows, from 0 to 1; got {self.max_bad_rows_fraction}."
-            )
                 "task_multipliers scale the draws of the interleaved schedule; the sequential schedule trains "
                 "its phases in order. Drop task_multipliers, or use --data.schedule interleaved."
             )

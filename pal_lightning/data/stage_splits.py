@@ -1,7 +1,14 @@
 """Which splits each stage of a run serves, the check that their files are there, and the evaluation loaders.
 
 ``fit`` trains on every task's train split and scores the dev sets; ``validate`` scores the dev sets;
-``test`` the labelled test splits; ``predict`` the ``predict_splits`` (default dev and test). A task's
+``test`` the labelled test splits; ``predict`` the ``predict_splits`` (default dev and test).
+
+With ``validation_fraction`` (a data option) each task's train split is cut in two by a seeded draw
+(:func:`carve`): ``fit`` trains on the rest and scores the carved share, served as the split
+:data:`VALIDATION`, and so does ``validate``; the dev files are never read while fitting, so that the best
+checkpoint and early stopping never see them; ``test`` scores the dev files (those of the tasks and their
+views), once, at the end. The carve-out depends only on the seed, the task's name and its train split (after
+``limit_examples``): every rank, process and resumed run carves the same rows. A task's
 evaluation views (:mod:`pal_lightning.tasks.views`: GLUE's mismatched MNLI sets, its diagnostic set) come
 right after the task wherever they have the split. :class:`StageSplits` answers these questions from the
 task list and builds the evaluation loaders (every example exactly once across ranks); the data module
@@ -11,11 +18,13 @@ only it knows (the Trainer's ranks, the tokenizer's padding id, the loader optio
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from torch.utils.data import DataLoader
 
 from pal_lightning.core.errors import PalUserError
@@ -23,13 +32,50 @@ from pal_lightning.data.loaders import eval_loader
 from pal_lightning.data.options import DataConfig, check_at_least
 from pal_lightning.data.sources.readers import SPLITS, check_files_exist
 from pal_lightning.data.split_cache import SplitCache
+from pal_lightning.data.tokenize import Encoded, TokenizedSplit
 from pal_lightning.tasks.specs import TaskSpec
 from pal_lightning.tasks.views import EvalView, with_views
 
-__all__ = ["PREPARE", "StageSplits"]
+__all__ = ["PREPARE", "VALIDATION", "StageSplits", "carve", "take_rows"]
 
 #: The pseudo-stage of ``prepare_data``: only the tasks' own train and dev files must be there.
 PREPARE = "prepare"
+#: The split carved out of train by ``validation_fraction`` (what the validation loop scores then).
+VALIDATION = "validation"
+
+
+def carve(size: int, fraction: float, seed: int, task: str) -> tuple[np.ndarray, np.ndarray]:
+    """The rows ``(kept for training, held out for validation)`` of a train split of ``size`` rows, each in
+    file order: ``round(fraction * size)`` rows (at least one, and one left to train on) drawn without
+    replacement by a generator seeded with ``seed`` and the task's name (a CRC-32, the same in every process,
+    unlike ``hash``), so that the tasks of one run are not carved alike.
+
+    Raises:
+        PalUserError: for a split of fewer than two rows.
+    """
+    if size < 2:
+        raise PalUserError(
+            f"Task {task!r} has {size} training row(s): too few to carve a validation split from. Give it more "
+            "rows, or set --data.validation_fraction null to validate on the dev files."
+        )
+    held = min(size - 1, max(1, round(fraction * size)))
+    order = np.random.default_rng([int(seed), zlib.crc32(task.encode())]).permutation(size)
+    return np.sort(order[held:]), np.sort(order[:held])
+
+
+def take_rows(data: TokenizedSplit, rows: np.ndarray, split: str) -> TokenizedSplit:
+    """The examples of ``data`` at positions ``rows``, in that order, as split ``split``."""
+    encodings = {}
+    for key, enc in data.encodings.items():
+        starts, lengths = enc.offsets[rows], enc.offsets[rows + 1] - enc.offsets[rows]
+        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        # position j of the new flat array comes from starts[i] + (j - offsets[i]) for the example i holding it
+        flat = np.repeat(starts - offsets[:-1], lengths) + np.arange(int(offsets[-1]), dtype=np.int64)
+        encodings[key] = Encoded(enc.input_ids[flat], enc.token_type_ids[flat], offsets)
+    labels = None if data.labels is None else data.labels[rows]
+    bad = data.bad_rows if split == data.split else []
+    return TokenizedSplit(data.task, split, data.ids[rows], labels, encodings, len(rows), bad, data.source)
 
 
 @dataclass(frozen=True)
@@ -47,7 +93,49 @@ class StageSplits:
     eval_batch_sizes: dict[str, int]
     """Evaluation batch size per rank of every task and view."""
     config: DataConfig
-    """The data options; ``predict_splits`` and ``pad_to_multiple_of`` are used."""
+    """The data options; ``predict_splits``, ``pad_to_multiple_of``, ``validation_fraction``,
+    ``validation_seed`` and ``seed`` are used."""
+    _carved: dict[tuple[str, str], TokenizedSplit] = field(default_factory=dict, repr=False)
+
+    @property
+    def carves(self) -> bool:
+        """Whether validation is carved out of train (``validation_fraction`` is set)."""
+        return self.config.validation_fraction is not None
+
+    def load(self, task: str, split: str, report: bool = True) -> TokenizedSplit:
+        """A split, read through the cache: with the carve-out, ``train`` is what is left of the train file
+        and :data:`VALIDATION` the carved share; otherwise, and for every other split, the file's rows."""
+        if not self.carves or split not in ("train", VALIDATION):
+            return self.splits.load(task, split, report=report)
+        if (task, split) not in self._carved:
+            whole = self.splits.load(task, "train", report=report)
+            fraction = float(self.config.validation_fraction or 0)
+            seed = (
+                self.config.validation_seed if self.config.validation_seed is not None else self.config.seed
+            )
+            kept, held = carve(len(whole), fraction, int(seed), task)
+            self._carved[(task, "train")] = take_rows(whole, kept, "train")
+            self._carved[(task, VALIDATION)] = take_rows(whole, held, VALIDATION)
+        return self._carved[(task, split)]
+
+    def forget(self) -> None:
+        """Drop the splits held in memory (the disk cache keeps them)."""
+        self.splits.forget()
+        self._carved.clear()
+
+    def validation_pairs(self) -> list[tuple[str, str]]:
+        """What the validation loop scores: the carved share of every task, or the dev sets of the tasks
+        and their views."""
+        if self.carves:
+            return [(s.name, VALIDATION) for s in self.task_specs]
+        return [(s.name, "dev") for s in self.evaluated("dev")]
+
+    def test_pairs(self) -> list[tuple[str, str]]:
+        """What ``test`` scores: with the carve-out the dev sets of the tasks and their views (scored once,
+        at the end), otherwise the labelled test splits (:meth:`labelled_test`)."""
+        if self.carves:
+            return [(s.name, "dev") for s in self.evaluated("dev")]
+        return self.labelled_test()
 
     def evaluated(self, split: str) -> list[TaskSpec]:
         """The tasks, each followed by its evaluation views that have ``split``: what ``split`` serves."""
@@ -61,11 +149,17 @@ class StageSplits:
             PalUserError: listing every missing file of the first group found wanting (the tasks'
                 train and dev files are checked before the views' dev files).
         """
-        if stage in (PREPARE, "fit", None):
+        if stage in (PREPARE, "fit", None) and self.carves:  # the dev files are for test alone
+            check_files_exist([(s, "train") for s in self.task_specs], self.data_dir)
+        elif stage in (PREPARE, "fit", None):
             check_files_exist([(s, sp) for s in self.task_specs for sp in ("train", "dev")], self.data_dir)
             if stage != PREPARE:
                 views = [(v.spec, "dev") for v in self.eval_views.values() if v.has("dev")]
                 check_files_exist(views, self.data_dir)
+        elif stage == "validate" and self.carves:
+            check_files_exist([(s, "train") for s in self.task_specs], self.data_dir)
+        elif stage == "test" and self.carves:
+            check_files_exist([(s, "dev") for s in self.evaluated("dev")], self.data_dir)
         elif stage == "validate":
             check_files_exist([(s, "dev") for s in self.evaluated("dev")], self.data_dir)
         elif stage == "test":
@@ -79,9 +173,10 @@ class StageSplits:
 
     def cached(self) -> list[tuple[str, str]]:
         """What ``prepare_data`` tokenises once: every split a task has, and its views' dev sets (their
-        test sets only when predicting)."""
-        pairs = [(s.name, sp) for s in self.task_specs for sp in SPLITS if self.splits.exists(s, sp)]
-        return pairs + [(v.name, "dev") for v in self.eval_views.values() if v.has("dev")]
+        test sets only when predicting); with the carve-out no dev set (read by ``test`` alone)."""
+        splits = [sp for sp in SPLITS if not (self.carves and sp == "dev")]
+        pairs = [(s.name, sp) for s in self.task_specs for sp in splits if self.splits.exists(s, sp)]
+        return pairs + [(v.name, "dev") for v in self.eval_views.values() if v.has("dev") and not self.carves]
 
     def requested(
         self, split: str, tasks: Sequence[str] | None, limit_examples: int | None
@@ -150,7 +245,7 @@ class StageSplits:
             options: the DataLoader options every loader shares (:func:`~pal_lightning.data.loaders.loader_options`).
             limit_examples: examples kept per split (all when ``None``).
         """
-        splits = {p: self.splits.load(*p).head(limit_examples) for p in pairs}
+        splits = {p: self.load(*p).head(limit_examples) for p in pairs}
         world, rank = shard
         return eval_loader(
             splits, self.eval_batch_sizes, world, rank, pad_token_id, options, self.config.pad_to_multiple_of
