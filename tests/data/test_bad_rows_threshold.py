@@ -1,0 +1,80 @@
+"""max_bad_rows_fraction: a split with too many unusable rows stops the run with one line; fewer warn."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from pal_lightning.core.errors import PalUserError
+from pal_lightning.data import MultiTaskDataModule
+from pal_lightning.data.options import DataConfig
+from pal_lightning.data.sources.readers import DEFAULT_MAX_BAD_FRACTION, read_split
+from pal_lightning.tasks.specs import TaskSpec
+
+
+def topics() -> TaskSpec:
+    return TaskSpec(
+        name="topics",
+        num_labels=4,
+        format="hf",
+        files={"train": "train.csv", "dev": "dev.csv"},
+        text_columns=("text",),
+        label_column="label",
+        id_column=None,
+    )
+
+
+def write_rows(path: Path, good: int, bad: int) -> Path:
+    """``good`` rows labelled 0..3 (cycling), then ``bad`` rows labelled 7 (outside the classes)."""
+    rows = [f"text {i},{i % 4}" for i in range(good)] + [f"bad {i},7" for i in range(bad)]
+    path.write_text("text,label\n" + "\n".join(rows) + "\n")
+    return path
+
+
+def test_49_percent_bad_rows_stop_with_one_line_naming_count_file_lines_and_fix(tmp_path: Path) -> None:
+    path = write_rows(tmp_path / "train.csv", good=102, bad=98)
+    with pytest.raises(PalUserError) as err:
+        read_split(topics(), "train", tmp_path)
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith(f"{path}: 98 of 200 rows (49%) of task 'topics' (train) cannot be used")
+    # the first bad row is the 103rd data row: file line 104, the header being line 1
+    assert "lines 104 (label 7 outside the range [0, 3]), 105 (" in message
+    assert "and 93 more" in message and "--data.max_bad_rows_fraction" in message
+
+
+def test_below_the_threshold_a_warning_and_the_rows_are_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    write_rows(tmp_path / "train.csv", good=99, bad=1)
+    with caplog.at_level(logging.WARNING):
+        raw = read_split(topics(), "train", tmp_path)
+    assert len(raw) == 99 and raw.skipped == 1 and raw.rows == 100
+    assert "skipped 1 bad row(s) of 100" in caplog.text and "lines 101 (" in caplog.text
+    assert DEFAULT_MAX_BAD_FRACTION == 0.05
+    # the option raises the threshold, 0 lowers it to any bad row
+    write_rows(tmp_path / "train.csv", good=51, bad=49)
+    assert read_split(topics(), "train", tmp_path, max_bad_fraction=0.5).skipped == 49
+    write_rows(tmp_path / "train.csv", good=99, bad=1)
+    with pytest.raises(PalUserError, match="1 of 100 rows"):
+        read_split(topics(), "train", tmp_path, max_bad_fraction=0)
+
+
+def test_the_data_module_option_applies_to_cached_splits_too(tmp_path: Path) -> None:
+    write_rows(tmp_path / "train.csv", good=18, bad=2)  # 10 %
+    write_rows(tmp_path / "dev.csv", good=8, bad=0)
+    common = dict(tasks=[topics()], data_dir=tmp_path, cache_dir=tmp_path / "cache", max_length=16)
+    lenient = MultiTaskDataModule(**common, max_bad_rows_fraction=0.2)
+    assert len(lenient.load_split("topics", "train")) == 18  # read and cached
+    strict = MultiTaskDataModule(**common)
+    with pytest.raises(PalUserError, match="2 of 20 rows"):
+        strict.load_split("topics", "train")  # served from the cache: still refused
+    assert strict.hparams["max_bad_rows_fraction"] == DEFAULT_MAX_BAD_FRACTION
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.5])
+def test_the_option_is_a_share(value: float) -> None:
+    with pytest.raises(PalUserError, match="max_bad_rows_fraction is a share of the rows"):
+        DataConfig(max_bad_rows_fraction=value)
