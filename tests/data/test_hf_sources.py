@@ -321,7 +321,7 @@ def test_the_docs_format_hf_example_reads_as_written(hub: Path, tmp_path: Path) 
     page = (Path(__file__).resolve().parents[2] / "docs" / "data.md").read_text()
     section = page.split("## Your own task: `format: hf`", 1)[1].split("\n## ", 1)[0]
     (block,) = re.findall(r"```yaml\n(.*?)```", section, re.S)
-    sst, mrpc, reviews = resolve_tasks(yaml.safe_load(block)["model"]["init_args"]["tasks"])
+    sst, mrpc, topics = resolve_tasks(yaml.safe_load(block)["model"]["init_args"]["tasks"])
     assert sst == get_task("sst") and (mrpc.hf_path, mrpc.hf_name) == ("nyu-mll/glue", "mrpc")
     # GLUE MRPC in the hub's layout
     folder = hub / "nyu-mll" / "glue" / "mrpc"
@@ -341,17 +341,22 @@ def test_the_docs_format_hf_example_reads_as_written(hub: Path, tmp_path: Path) 
         "11",
     ]
     assert read_split(mrpc, "dev", data).labels.tolist() == [0]
-    # the user's local csv, jsonl and parquet files
-    (data / "reviews").mkdir(parents=True)
-    (data / "reviews" / "train.csv").write_text('text,positive\nloved it,1\n"dull, long",0\n')
-    (data / "reviews" / "dev.jsonl").write_text('{"text": "fine", "positive": 1}\n')
-    datasets.Dataset.from_dict({"text": ["meh"], "positive": [0]}).to_parquet(
-        str(data / "reviews" / "test.parquet")
+    # the user's local csv, jsonl and parquet files: four classes named by words (sorted: business 0,
+    # politics 1, science 2, sports 3), no label_range
+    (data / "topics").mkdir(parents=True)
+    (data / "topics" / "train.csv").write_text(
+        'text,topic\nwon the cup,sports\n"votes, polls",politics\nnew chip,science\nshares fell,business\n'
     )
-    assert read_split(reviews, "train", data).texts == [["loved it", "dull, long"]]
-    assert read_split(reviews, "train", data).labels.tolist() == [1, 0]
-    assert read_split(reviews, "dev", data).labels.tolist() == [1]
-    assert read_split(reviews, "test", data).labels.tolist() == [0]
+    (data / "topics" / "dev.jsonl").write_text('{"text": "a goal", "topic": "sports"}\n')
+    datasets.Dataset.from_dict({"text": ["rates"], "topic": ["business"]}).to_parquet(
+        str(data / "topics" / "test.parquet")
+    )
+    assert read_split(topics, "train", data).texts == [
+        ["won the cup", "votes, polls", "new chip", "shares fell"]
+    ]
+    assert read_split(topics, "train", data).labels.tolist() == [3, 1, 2, 0]
+    assert read_split(topics, "dev", data).labels.tolist() == [3]
+    assert read_split(topics, "test", data).labels.tolist() == [0]
 
 
 def test_pal_lightning_fit_trains_on_the_hub_copies(hub: Path, no_folder: Path, tmp_path: Path) -> None:
