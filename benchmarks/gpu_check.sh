@@ -4,7 +4,15 @@
 # (random init, 12 layers, width 768, batch 32 x 128), each in bf16-mixed and 32-true, all rows
 # (shared, pals, gem, agem, gem_per_task, simcse), with tokens/s, FLOP/s, the card's matmul roof and MFU.
 #
-#   bash benchmarks/gpu_check.sh [--dry-run] [OUT_DIR]       (OUT_DIR default: results/gpu_check)
+#   bash benchmarks/gpu_check.sh [--dry-run] [--cpu] [OUT_DIR]       (OUT_DIR default: results/gpu_check)
+#
+# First (issue 32) benchmarks/host_cost.py on the card: the BERT-base step at its real width and batch
+# (768, 32 x 128) in bf16-mixed, shared, PAL, GEM and A-GEM eager, beside their dispatched operators, and
+# the same structure at width 48, 2 x 16 (the host's cost alone, as the CPU measures it), written as
+# OUT_DIR/host_cost_<what>_<card>.json (<card>: the card's name from torch, spaces as dashes); each run's
+# JSON holds the card's name too. --cpu runs only these, small, on the CPU: the test of this path on a
+# machine without a GPU. The whole call keeps to TOTAL_BUDGET seconds (default 290): each run is cut at
+# its own limit or at what is left of the budget, and a run with under 10 s left is skipped (reported).
 #
 # Writes OUT_DIR/env.txt (card, driver, torch), OUT_DIR/step_time_<shape>_<precision>.json and .log per
 # run, and OUT_DIR/summary.json (one entry per run: card, MFU of the shared step, the ratios to targets).
@@ -22,10 +30,15 @@
 set -u
 
 dry_run=0
-if [ "${1:-}" = "--dry-run" ]; then
-    dry_run=1
+cpu=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --dry-run) dry_run=1 ;;
+        --cpu) cpu=1 ;;
+        *) break ;;
+    esac
     shift
-fi
+done
 out="${1:-results/gpu_check}"
 case "$out" in
     /*) ;;
@@ -33,6 +46,8 @@ case "$out" in
 esac
 python_bin="${PYTHON:-$(command -v python >/dev/null 2>&1 && echo python || echo python3)}"
 timeout_s="${STEP_TIMEOUT:-70}"
+budget_s="${TOTAL_BUDGET:-290}"
+started_s="$(date +%s)"
 cd "$(dirname "$0")/.." || exit 2
 export HF_HUB_OFFLINE=1  # the default encoder comes from the installed offline package
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # this checkout's pal_lightning, installed or not
@@ -54,6 +69,31 @@ run() {  # run COMMAND...: print it; execute it unless this is a dry run
     [ "$dry_run" = 1 ] || "$@"
 }
 
+limit() {  # limit SECONDS: the smaller of SECONDS and what is left of TOTAL_BUDGET (0: skip the run)
+    local left=$((budget_s - ($(date +%s) - started_s)))
+    if [ "$left" -lt 10 ]; then echo 0; elif [ "$left" -lt "$1" ]; then echo "$left"; else echo "$1"; fi
+}
+
+timed() {  # timed NAME SECONDS COMMAND...: COMMAND cut at SECONDS (budget-capped), logged to OUT/NAME.log
+    local name="$1" seconds
+    seconds="$(limit "$2")"
+    shift 2
+    if [ "$dry_run" = 1 ]; then
+        run "$@"
+        return
+    fi
+    if [ "$seconds" = 0 ]; then
+        echo "SKIPPED (TOTAL_BUDGET ${budget_s} s spent): $name" >&2
+        failed=1
+        return
+    fi
+    if ! run timeout "$seconds" "$@" >"$out/$name.log" 2>&1; then
+        echo "FAILED or timed out after ${seconds} s: $name (see $out/$name.log)" >&2
+        failed=1
+    fi
+    tail -n 12 "$out/$name.log"
+}
+
 if [ "$dry_run" = 0 ]; then
     mkdir -p "$out"
     {
@@ -64,20 +104,29 @@ if [ "$dry_run" = 0 ]; then
 fi
 
 failed=0
+if [ "$cpu" = 1 ]; then
+    device=cpu card=cpu
+    # the plumbing only: a small structure, few steps (the CPU's own figures come from host_cost.py itself)
+    real=(--shape minilm --width 96 --seq-len 32 --batch-size 4 --rows shared,pals,agem --reps 2 --warmup 1)
+    small=(--shape minilm --rows shared,pals --reps 2 --warmup 1)
+else
+    device=cuda
+    card="$($python_bin -c "import torch; print(torch.cuda.get_device_name().replace(' ', '-'))" 2>/dev/null \
+        || echo unknown-card)"
+    real=(--shape bert-base --width 768 --seq-len 128 --batch-size 32 --vocab 30522 --reps 8 --warmup 2)
+    small=(--shape bert-base --reps 20 --warmup 3)
+fi
+timed "host_cost_real_${card}" 100 $python_bin benchmarks/host_cost.py "${real[@]}" --device "$device" \
+    --precisions bf16-mixed --modes eager --json "$out/host_cost_real_${card}.json"
+timed "host_cost_small_${card}" 60 $python_bin benchmarks/host_cost.py "${small[@]}" --device "$device" \
+    --modes eager --json "$out/host_cost_small_${card}.json"
+
 for shape in "$default_shape" bert-base; do
+    [ "$cpu" = 1 ] && break
     for precision in bf16-mixed 32-true; do
         name="step_time_${shape}_${precision}"
-        if [ "$dry_run" = 1 ]; then
-            run $python_bin benchmarks/step_time.py --shape "$shape" --precision "$precision" --device cuda \
-                --json "$out/$name.json"
-            continue
-        fi
-        if ! run timeout "$timeout_s" $python_bin benchmarks/step_time.py --shape "$shape" \
-            --precision "$precision" --device cuda --json "$out/$name.json" >"$out/$name.log" 2>&1; then
-            echo "FAILED or timed out: $name (see $out/$name.log)" >&2
-            failed=1
-        fi
-        tail -n 9 "$out/$name.log"
+        timed "$name" "$timeout_s" $python_bin benchmarks/step_time.py --shape "$shape" \
+            --precision "$precision" --device cuda --json "$out/$name.json"
     done
 done
 [ "$dry_run" = 1 ] && exit 0
@@ -94,6 +143,11 @@ for path in sorted(out.glob("step_time_*.json")):
     result = json.loads(path.read_text())
     summary.append({"file": path.name, **{k: result.get(k) for k in keys}})
     print(" | ".join(f"{k} {result.get(k)}" for k in keys))
+for path in sorted(out.glob("host_cost_*.json")):  # benchmarks/host_cost.py: ratios in operators and time
+    result = json.loads(path.read_text())
+    entry = {"file": path.name, "device": result["device"], "width": result["width"], "ratios": result["ratios"]}
+    summary.append(entry)
+    print(path.name, result["device"], {k: (r["ops"], r["time"]) for k, r in result["ratios"].items()})
 (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
 EOF
 exit "$failed"

@@ -12,7 +12,8 @@ dispatched-operator count (``benchmarks/op_count.py``'s :class:`OperatorCount`, 
 
 * rows ``shared`` (``adapter="none"``), ``pals``, ``gem`` and ``agem`` (``benchmarks/step_time.py``'s rows
   and step: GEM with 3 tasks, the memories of 2 constraining, 16 remembered examples each; A-GEM one
-  reference gradient); GEM takes its flat float64 rows (``flat_rows=True``), the path it takes on CUDA;
+  reference gradient); both take their flat float64 rows (``flat_rows=True``, A-GEM's embedding rows
+  dense: :func:`dense_agem_rows`), the path they take on CUDA;
 * precisions ``32-true`` and ``bf16-mixed`` (autocast, as Lightning's plugin);
 * modes ``eager`` and ``compiled`` (the encoder through ``torch.compile`` as ``--model.compile true`` calls
   it, :class:`~pal_lightning.module.compile.EncoderCall`; inductor by default, ``--backend``; the compile
@@ -36,6 +37,7 @@ and in time; ``--json`` writes them with every step's time, the load average and
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -43,7 +45,7 @@ import statistics
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +157,28 @@ class System:
     def fell_back(self) -> bool:
         encoder = getattr(self.model, "encoder", None)
         return isinstance(encoder, _CompiledEncoder) and encoder.call.fell_back
+
+
+@contextlib.contextmanager
+def dense_agem_rows() -> Iterator[None]:
+    """Within the block, A-GEM's reference gradient has dense embedding rows, as on CUDA, on any device.
+
+    :func:`pal_lightning.gem.gradients.constraint_gradients` asks for sparse embedding rows in one process
+    on a CPU (they save a table-sized gradient's arithmetic); on a GPU the row is dense and goes flat, and
+    that is the host's cost this benchmark predicts.
+    """
+    from pal_lightning.gem import gradients
+
+    original = gradients.memory_gradient
+
+    def dense(*args: Any, **kwargs: Any) -> Any:
+        return original(*args, **{**kwargs, "sparse_embeddings": False})
+
+    gradients.memory_gradient = dense  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        gradients.memory_gradient = original
 
 
 def mode_counts(system: System) -> bool:
@@ -269,7 +293,17 @@ def _ratios(systems: dict[str, System], medians: dict[str, float]) -> dict[str, 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parser().parse_args(argv)
+    threads = torch.get_num_threads()
     torch.set_num_threads(args.threads)
+    try:
+        with dense_agem_rows():
+            return run(args)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Build, warm, count and time every system of ``args``; print and write (``--json``) the results."""
     device = torch.device(args.device)
     systems = {s.name: s for s in _systems(args, device)}
     batches = _batches(args.warmup + args.reps, args.batch_size, args.seq_len, args.vocab, device, args.seed)

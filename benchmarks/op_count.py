@@ -74,15 +74,16 @@ def count_step(
 
     With ``names`` (an empty dict), also fills ``names[phase]`` with each operator's count in that phase.
     """
-    ids = torch.randint(1000, 2000, (2, 16))
+    device = next(model.parameters()).device
+    ids = torch.randint(1000, 2000, (2, 16), device=device)
     mask = torch.ones_like(ids)
     mask[0, -3:] = 0  # one padded row, as real batches have
-    labels = torch.tensor([0, 1])
+    labels = torch.tensor([0, 1], device=device)
     by_name = names is not None
     counts: dict[str, int] = {}
     with (
         OperatorCount(by_name) as forward,
-        torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None),
+        torch.autocast(device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None),
     ):
         loss = torch.nn.functional.cross_entropy(model(ids, mask), labels)
     counts["forward"] = forward.count

@@ -1,0 +1,57 @@
+"""``benchmarks/host_cost.py`` in a small mode (MiniLM's structure at width 48, two steps): it counts each
+system's operators as ``op_count.py`` does and writes the ratios; ``gpu_check.sh --cpu --dry-run`` lists its
+runs on the CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from .conftest import ROOT, load_benchmark
+
+
+def test_small_mode_counts_operators_and_writes_the_ratios(tmp_path: Path) -> None:
+    host_cost = load_benchmark("host_cost")
+    out = tmp_path / "host.json"
+    argv = ["--shape", "minilm", "--rows", "shared,pals", "--modes", "eager", "--precisions", "bf16-mixed"]
+    argv += ["--reps", "2", "--warmup", "1", "--threads", str(torch.get_num_threads())]
+    result = host_cost.main([*argv, "--json", str(out)])
+    assert json.loads(out.read_text()) == result
+    systems = result["systems"]
+    assert set(systems) == {"shared/bf16-mixed/eager", "pals/bf16-mixed/eager"}
+    for precision in ("bf16-mixed",):
+        pals, shared = systems[f"pals/{precision}/eager"], systems[f"shared/{precision}/eager"]
+        ratio = result["ratios"][f"pals/shared {precision}/eager"]
+        assert ratio["ops"] == pytest.approx(pals["ops"] / shared["ops"], abs=1e-4)
+        assert ratio["time"] == pytest.approx(pals["ms"] / shared["ms"], rel=1e-3)
+        assert len(pals["steps_ms"]) == 2
+        # the per-name table adds up to the difference of the totals counted by op_count's count_step
+        extra = result["pals_minus_shared_ops"][precision]
+        assert extra["forward"]["(total)"] > 0 and extra["backward"]["(total)"] > 0
+        assert sum(v for k, v in extra["forward"].items() if k != "(total)") == extra["forward"]["(total)"]
+    assert result["structure"] == {"layers": 6, "heads": 12} and result["width"] == 48
+
+
+def test_gpu_check_cpu_dry_run_lists_the_host_cost_runs_only(tmp_path: Path) -> None:
+    script = ROOT / "benchmarks" / "gpu_check.sh"
+    proc = subprocess.run(
+        ["bash", str(script), "--dry-run", "--cpu", str(tmp_path / "gpu")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHON": sys.executable},
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if "benchmarks/" in line]
+    assert len(lines) == 2 and all("benchmarks/host_cost.py" in line for line in lines)
+    for line, what in zip(lines, ("real", "small"), strict=True):
+        words = line.split()
+        assert words[words.index("--device") + 1] == "cpu"
+        assert words[words.index("--json") + 1] == str(tmp_path / "gpu" / f"host_cost_{what}_cpu.json")
+    assert not (tmp_path / "gpu").exists()  # a dry run writes nothing
