@@ -98,7 +98,9 @@ def write_prediction_file(path: Path, header: str, rows: Sequence[tuple[str, Any
 
 
 def probability_column(label: str) -> str:
-    """``p_<label>`` as a safe column name: ``somewhat negative`` -> ``p_somewhat_negative``."""
+    """``p_<label>`` as a safe column name: ``somewhat negative`` -> ``p_somewhat_negative`` (the rule of
+    ``pal-lightning predict --predict.input``'s files, ``pal_lightning.cli.text_predict.column_name``, which
+    keeps its own copy so that the command line's help imports no Lightning)."""
     return "p_" + (re.sub(r"[^0-9A-Za-z_]+", "_", str(label)).strip("_") or "label")
 
 

@@ -46,7 +46,6 @@ import numpy as np
 
 from pal_lightning.core.distributed import is_main_process
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.core.files import file_fingerprint
 from pal_lightning.data.sources import glue_data
 from pal_lightning.data.sources import hf as hf_sources
 from pal_lightning.data.sources.labels import describe_names, is_number, name_index, names_of_values
@@ -656,7 +655,7 @@ def _check_header(spec: TaskSpec, split: str, header: Sequence[str], where: str)
 
 # --------------------------------------------------------------------------- class names
 
-#: The class names found in training splits, by (task, source, label column, file fingerprint).
+#: The class names found in training splits, by (task, source, label column, file size and time).
 _FOUND_NAMES: dict[tuple[str, ...], tuple[str, ...]] = {}
 
 
@@ -672,7 +671,8 @@ def label_names_for(spec: TaskSpec, data_dir: Path) -> tuple[str, ...]:
     src = resolve_source(spec, "train", data_dir)
     if src is None or spec.label_column is None or not source_exists(spec, src, data_dir):
         return ()
-    stamp = file_fingerprint(src.location) if src.is_file else ""
+    # size and modification time: cheap, and enough to see a file replaced within one process
+    stamp = f"{os.stat(src.location).st_size}:{os.stat(src.location).st_mtime_ns}" if src.is_file else ""
     key = (spec.name, spec.format, src.location, str(src.hf_split), spec.label_column, stamp)
     if key not in _FOUND_NAMES:
         _FOUND_NAMES[key] = _train_label_names(spec, src, data_dir)
