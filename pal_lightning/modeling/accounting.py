@@ -174,7 +174,8 @@ def parameter_report(obj: nn.Module) -> ParameterReport:
         )
     shared = _count(encoder.shared_parameters())
     frozen_layers = layers_with(encoder.layer_sharing, FROZEN)
-    frozen = sum(_count(encoder.bert.encoder.layer[i].named_parameters()) for i in frozen_layers)
+    layers = encoder.family.layer_list(encoder.bert)
+    frozen = sum(_count(layers[i].named_parameters()) for i in frozen_layers)
     # count each tensor once even if a module is reachable twice
     all_params = {id(p): p for p in obj.parameters()}
     total = sum(p.numel() for p in all_params.values())

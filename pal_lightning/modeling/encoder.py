@@ -54,12 +54,12 @@ from typing import Any, cast
 
 import torch
 from torch import nn
-from transformers import BertConfig, BertModel
+from transformers import AutoConfig, AutoModel, BertConfig, PretrainedConfig, PreTrainedModel
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.hub import resolve_encoder
 from pal_lightning.modeling.attention import register as register_attention
-from pal_lightning.modeling.encoder_files import local_encoder_dir, read_bert_config, read_encoder_weights
+from pal_lightning.modeling.encoder_files import local_encoder_dir, read_encoder_config, read_encoder_weights
 from pal_lightning.modeling.encoder_state import (
     ADAPTERS_PREFIX,
     ENCODER_PREFIX,
@@ -67,7 +67,15 @@ from pal_lightning.modeling.encoder_state import (
     LoadingInfo,
     plan_pretrained_load,
 )
-from pal_lightning.modeling.layers import IndividualLayerSlot, PALBertLayer, task_call
+from pal_lightning.modeling.families import EncoderFamily, family_of
+from pal_lightning.modeling.families.wiring import (
+    IndividualLayerSlot,
+    TaskCall,
+    Wiring,
+    enable_checkpointing,
+    place_hooks,
+    task_call,
+)
 from pal_lightning.modeling.methods import AdapterConfig, Where
 from pal_lightning.modeling.methods.pals import additive_mask, scores_dtype
 from pal_lightning.modeling.sharing import (
@@ -85,7 +93,7 @@ __all__ = [
     "IndividualLayerSlot",
     "LoadingInfo",
     "MultiTaskBert",
-    "PALBertLayer",
+    "MultiTaskEncoder",
 ]
 
 logger = logging.getLogger(__name__)
@@ -113,57 +121,90 @@ def _parameter_safe_names(tasks: Sequence[Any] | str) -> list[str]:
     return names
 
 
-def pal_bert(bert_config: BertConfig, attn_implementation: str | None = None) -> BertModel:
-    """A random ``BertModel`` of a copy of ``bert_config`` whose layers are :class:`PALBertLayer`.
+def encoder_config(config: PretrainedConfig | Mapping[str, Any]) -> PretrainedConfig:
+    """A copy of ``config`` (or the config the keyword arguments describe, by their ``model_type``,
+    BERT when absent) with the width names every family answers to (``intermediate_size``).
 
     Raises:
-        PalUserError: for a decoder config or an attention implementation that is not available.
+        PalUserError: for a decoder config or a model type no family wires.
     """
-    config = copy.deepcopy(bert_config)
+    if isinstance(config, Mapping):
+        options = dict(config)
+        model_type = options.pop("model_type", "bert")
+        config = (
+            BertConfig(**options) if model_type == "bert" else AutoConfig.for_model(model_type, **options)
+        )
+    config = copy.deepcopy(config)
+    family_of(config)
     if getattr(config, "is_decoder", False) or getattr(config, "add_cross_attention", False):
         raise PalUserError(
             "MultiTaskBert needs an encoder config: set is_decoder=False and no cross-attention."
         )
-    bert = BertModel(config, add_pooling_layer=False)
-    if attn_implementation in (None, "sdpa"):  # transformers' default for BERT is sdpa
-        # torch's SDPA, in fp32 on a CPU under autocast (faster there: modeling/attention.py)
+    if not hasattr(config, "intermediate_size") and hasattr(config, "hidden_dim"):
+        config.intermediate_size = config.hidden_dim  # DistilBERT's name for the FFN width
+    if getattr(config, "chunk_size_feed_forward", 0):
+        config.chunk_size_feed_forward = 0  # a chunked FFN would see a slice of the PAL term
+    return config
+
+
+def backbone(
+    config: PretrainedConfig, family: EncoderFamily, attn_implementation: str | None = None
+) -> PreTrainedModel:
+    """A random model of ``config`` (the family's base model, no pooler), with the attention
+    implementation asked for: ``sdpa`` (the default where the family has it) becomes ``pal_sdpa``
+    (torch's SDPA, in fp32 on a CPU under autocast: modeling/attention.py).
+
+    Raises:
+        PalUserError: for an attention implementation that is not available.
+    """
+    options: dict[str, Any] = {"add_pooling_layer": False} if family.pooler_option else {}
+    model: PreTrainedModel = AutoModel.from_config(config, **options)
+    if attn_implementation is None and model.config._attn_implementation == "sdpa":
+        attn_implementation = "sdpa"
+    if attn_implementation == "sdpa":
         attn_implementation = register_attention()
     if attn_implementation is not None:
         try:
-            bert.set_attn_implementation(attn_implementation)
+            model.set_attn_implementation(attn_implementation)
         except (ValueError, ImportError) as err:
-            raise PalUserError(
-                f"Attention implementation {attn_implementation!r} is not available: {err} Use 'sdpa' or 'eager'."
-            ) from err
-    layers = bert.encoder.layer
-    for i, old in enumerate(layers):
-        layers[i] = _layer_copy(bert.config, old, i)  # keeps BERT's own initialisation
-    return bert
+            if attn_implementation != "pal_sdpa":
+                raise PalUserError(
+                    f"Attention implementation {attn_implementation!r} is not available: {err} "
+                    "Use 'sdpa' or 'eager'."
+                ) from err
+    return model
 
 
-def _layer_copy(config: BertConfig, layer: nn.Module, index: int) -> PALBertLayer:
-    """A :class:`PALBertLayer` with ``layer``'s weights that reads ``config`` itself (the encoder's config
-    object, not a deep copy), so a later ``set_attn_implementation`` on the encoder reaches it too."""
-    new = PALBertLayer(config, layer_idx=index)
+def layer_copy(family: EncoderFamily, config: PretrainedConfig, layer: nn.Module, index: int) -> nn.Module:
+    """A new layer of ``family`` with ``layer``'s weights that reads ``config`` itself (the encoder's config
+    object, not a copy), so a later ``set_attn_implementation`` on the encoder reaches it too."""
+    new = family.new_layer(config, index)
     new.load_state_dict(layer.state_dict())
     return new
 
 
-def individual_copies(bert: BertModel, layers: Sequence[int], groups: Iterable[str]) -> nn.ModuleDict:
-    """Per group of tasks, its copies of ``bert``'s individual ``layers`` (keyed by layer index, each with the
-    layer's current weights); their places in ``bert.encoder.layer`` become parameter-free slots."""
-    shared = bert.encoder.layer
+def individual_copies(
+    model: PreTrainedModel,
+    family: EncoderFamily,
+    wiring: Wiring,
+    layers: Sequence[int],
+    groups: Iterable[str],
+) -> nn.ModuleDict:
+    """Per group of tasks, its copies of ``model``'s individual ``layers`` (keyed by layer index, each with
+    the layer's current weights); their places in the layer list become parameter-free slots."""
+    shared = family.layer_list(model)
+    config: PretrainedConfig = model.config
     copies = nn.ModuleDict()
     if layers:
         for group in dict.fromkeys(groups):
-            copies[group] = nn.ModuleDict({str(i): _layer_copy(bert.config, shared[i], i) for i in layers})
+            copies[group] = nn.ModuleDict({str(i): layer_copy(family, config, shared[i], i) for i in layers})
         for i in layers:
-            shared[i] = IndividualLayerSlot(i)  # the copies replace the shared layer
+            shared[i] = IndividualLayerSlot(i, wiring, shared[i])  # the copies replace the shared layer
     return copies
 
 
 def task_adapters(
-    config: AdapterConfig, encoder_config: BertConfig, names: Sequence[str], size: int
+    config: AdapterConfig, encoder_config: PretrainedConfig, names: Sequence[str], size: int
 ) -> nn.ModuleDict:
     """Per task, its module of width ``size`` as the config's method builds it (none for ``none``)."""
     method = config.adapter_method
@@ -176,11 +217,61 @@ def task_adapters(
     return adapters
 
 
-class MultiTaskBert(nn.Module):
+class TaskParameters:
+    """The encoder's parameters by role (shared, per task, pretrained, new), for optimiser groups, GEM and
+    accounting. Mixed into :class:`MultiTaskBert`, which provides ``bert``, ``individual``, ``adapters``,
+    ``task_group`` and ``check_task``."""
+
+    bert: PreTrainedModel
+    individual: nn.ModuleDict
+    adapters: nn.ModuleDict
+    task_group: dict[str, str]
+
+    def check_task(self, task: str) -> None:  # pragma: no cover - MultiTaskBert's
+        raise NotImplementedError
+
+    def pretrained_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
+        """(name, parameter) of every weight that starts from the pretrained encoder: the shared encoder
+        (``bert.*``) and the per-task copies of individual layers (``individual.*``). They train at the
+        encoder's learning rate and ``freeze_encoder`` freezes them."""
+        yield from self.bert.named_parameters(prefix="bert")
+        yield from self.individual.named_parameters(prefix=INDIVIDUAL_PREFIX)
+
+    def shared_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
+        """(name, parameter) of the encoder every task uses (``bert.*``: embeddings, F and S layers)."""
+        yield from self.bert.named_parameters(prefix="bert")
+
+    def individual_parameters(self, task: str) -> Iterator[tuple[str, nn.Parameter]]:
+        """(name, parameter) of the copies of the individual layers ``task`` uses (its group's; nothing
+        without I layers)."""
+        self.check_task(task)
+        group = self.task_group[task]
+        if group in self.individual:
+            yield from self.individual[group].named_parameters(prefix=f"{INDIVIDUAL_PREFIX}.{group}")
+
+    def adapter_parameters(self, task: str) -> Iterator[tuple[str, nn.Parameter]]:
+        """(name, parameter) of ``task``'s adapter (nothing with ``adapter="none"``)."""
+        self.check_task(task)
+        if task in self.adapters:
+            yield from self.adapters[task].named_parameters(prefix=f"{ADAPTERS_PREFIX}.{task}")
+
+    def new_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
+        """(name, parameter) of every task-specific adapter (``adapters.*``)."""
+        yield from self.adapters.named_parameters(prefix=ADAPTERS_PREFIX)
+
+    def task_parameters(self, task: str) -> Iterator[tuple[str, nn.Parameter]]:
+        """(name, parameter) of everything ``task`` uses beside the shared encoder: its adapter and its
+        (group's) individual layers."""
+        yield from self.adapter_parameters(task)
+        yield from self.individual_parameters(task)
+
+
+class MultiTaskBert(TaskParameters, nn.Module):
     """A BERT encoder shared by all tasks with a task-specific function TS_t per selected layer.
 
     Args:
-        bert_config: the ``transformers.BertConfig`` of the encoder (copied, not modified).
+        bert_config: the ``transformers`` config of the encoder, of any family
+            (:mod:`pal_lightning.modeling.families`; copied, not modified).
         tasks: task names or :class:`~pal_lightning.tasks.specs.TaskSpec` objects (their ``name`` is used).
         adapter: the per-task modules: an :class:`AdapterConfig`, a method name, or ``None`` for the
             defaults (PALs).
@@ -197,7 +288,7 @@ class MultiTaskBert(nn.Module):
 
     def __init__(
         self,
-        bert_config: BertConfig,
+        bert_config: PretrainedConfig,
         tasks: Sequence[Any],
         adapter: AdapterConfig | str | None = None,
         *,
@@ -209,20 +300,39 @@ class MultiTaskBert(nn.Module):
         names = _parameter_safe_names(tasks)
         self.adapter_config = AdapterConfig.coerce(adapter)
         self._task_names: tuple[str, ...] = tuple(names)
-        self.bert = pal_bert(bert_config, attn_implementation)
+        config = encoder_config(bert_config)
+        self.family: EncoderFamily = family_of(config)
+        self.wiring = Wiring(family_pre_norm=self.family.join_norm is None)
+        self.bert = backbone(config, self.family, attn_implementation)
         num_layers = self.num_layers
         self.layer_sharing: str = parse_layer_sharing(layer_sharing, num_layers)
         self.individual_layers: tuple[int, ...] = layers_with(self.layer_sharing, INDIVIDUAL)
         for i in layers_with(self.layer_sharing, FROZEN):
-            self.bert.encoder.layer[i].requires_grad_(False)
+            self.family.layer_list(self.bert)[i].requires_grad_(False)
         self.task_group: dict[str, str] = resolve_task_groups(task_groups, names, self.layer_sharing)
         """Task -> the name of the group whose copies of the individual layers it uses."""
-        self.individual = individual_copies(self.bert, self.individual_layers, self.task_group.values())
+        self.individual = individual_copies(
+            self.bert, self.family, self.wiring, self.individual_layers, self.task_group.values()
+        )
         self.adapter_layers: tuple[int, ...] = self.adapter_config.layer_indices(num_layers)
         self.adapter_size: int = self.adapter_config.resolved_size(self.hidden_size)
         self.adapters = task_adapters(self.adapter_config, self.bert.config, names, self.adapter_size)
+        self._place_hooks()
         self._start_task_layers()
         self.loading_info: LoadingInfo | None = None
+
+    def _place_hooks(self) -> None:
+        """Hook every layer (the shared ones and the copies of individual ones) where the method acts."""
+        where = self.adapter_config.adapter_method.where.value
+        if where == "nowhere" and not self.individual_layers:
+            return
+        sites = sorted({site for adapter in self.adapters.values() for site in getattr(adapter, "sites", ())})
+        layers: list[tuple[int, nn.Module]] = list(enumerate(self.family.layer_list(self.bert)))
+        for copies in self.individual.values():
+            layers += [(int(i), layer) for i, layer in cast(nn.ModuleDict, copies).items()]
+        for index, layer in layers:
+            if not isinstance(layer, IndividualLayerSlot):
+                place_hooks(layer, index, self.family, self.wiring, where, sites)
 
     @torch.no_grad()
     def _start_task_layers(self) -> None:
@@ -239,14 +349,14 @@ class MultiTaskBert(nn.Module):
                 start(
                     copies[str(top)]
                     if copies is not None and top in self.individual_layers
-                    else self.bert.encoder.layer[top]
+                    else self.family.layer_list(self.bert)[top]
                 )
 
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_config(
         cls,
-        bert_config: BertConfig | Mapping[str, Any],
+        bert_config: PretrainedConfig | Mapping[str, Any],
         tasks: Sequence[Any],
         adapter: AdapterConfig | str | None = None,
         *,
@@ -258,7 +368,8 @@ class MultiTaskBert(nn.Module):
         """A randomly initialised encoder (tests, parameter counts).
 
         Args:
-            bert_config: a ``BertConfig`` or the keyword arguments of one (e.g. ``{"hidden_size": 32, ...}``).
+            bert_config: a ``transformers`` config or the keyword arguments of one (e.g.
+                ``{"hidden_size": 32, ...}``; with ``"model_type": "roberta"``, ... for another family).
             tasks: task names or specs.
             adapter: an :class:`AdapterConfig`, a method name or ``None`` (the defaults: PALs).
             attn_implementation: BERT attention implementation (``"sdpa"``, ``"eager"``).
@@ -267,8 +378,7 @@ class MultiTaskBert(nn.Module):
             **adapter_options: :class:`AdapterConfig` fields that replace ``adapter``'s (``size``,
                 ``num_heads``, ``placement``, ``num_layers``, ``init``, ``activation``).
         """
-        if isinstance(bert_config, Mapping):
-            bert_config = BertConfig(**bert_config)
+        bert_config = encoder_config(bert_config)
         if isinstance(adapter, Mapping):  # its fields and the options, validated together
             adapter_options = {**adapter, **adapter_options}
             adapter = None
@@ -309,7 +419,7 @@ class MultiTaskBert(nn.Module):
         """
         directory = local_encoder_dir(resolve_encoder(os.fspath(name_or_path)))
         model = cls.from_config(
-            read_bert_config(directory, name_or_path),
+            read_encoder_config(directory, name_or_path),
             tasks,
             adapter,
             attn_implementation=attn_implementation,
@@ -342,6 +452,8 @@ class MultiTaskBert(nn.Module):
             groups=list(self.individual),
             not_saved=buffers - saved,
             source=source,
+            model_prefix=str(getattr(self.bert, "base_model_prefix", "")),
+            layers_path=self.family.layers,
         )
         result = self.load_state_dict(own, strict=False)
         # checked by the plan: only the new adapters are missing
@@ -358,9 +470,14 @@ class MultiTaskBert(nn.Module):
 
     # ------------------------------------------------------------------ properties
     @property
-    def config(self) -> BertConfig:
-        """The encoder's ``BertConfig``."""
+    def config(self) -> PretrainedConfig:
+        """The encoder's ``transformers`` config."""
         return self.bert.config
+
+    @property
+    def embeddings(self) -> nn.Module:
+        """The encoder's embedding block (every family calls it ``embeddings``)."""
+        return self.bert.get_submodule("embeddings")
 
     @property
     def hidden_size(self) -> int:
@@ -369,7 +486,7 @@ class MultiTaskBert(nn.Module):
 
     @property
     def num_layers(self) -> int:
-        """L, the number of BERT layers."""
+        """L, the number of encoder layers."""
         return int(self.bert.config.num_hidden_layers)
 
     def _copies_of(self, task: str) -> nn.ModuleDict | None:
@@ -389,42 +506,6 @@ class MultiTaskBert(nn.Module):
                 f"Unknown task {task!r} for this encoder. Known tasks: {', '.join(self._task_names)}. "
                 "Build the model with that task in its task list."
             )
-
-    # ------------------------------------------------------------------ parameters
-    def pretrained_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
-        """(name, parameter) of every weight that starts from the pretrained encoder: the shared encoder
-        (``bert.*``) and the per-task copies of individual layers (``individual.*``). They train at the
-        encoder's learning rate and ``freeze_encoder`` freezes them."""
-        yield from self.bert.named_parameters(prefix="bert")
-        yield from self.individual.named_parameters(prefix=INDIVIDUAL_PREFIX)
-
-    def shared_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
-        """(name, parameter) of the encoder every task uses (``bert.*``: embeddings, F and S layers)."""
-        yield from self.bert.named_parameters(prefix="bert")
-
-    def individual_parameters(self, task: str) -> Iterator[tuple[str, nn.Parameter]]:
-        """(name, parameter) of the copies of the individual layers ``task`` uses (its group's; nothing
-        without I layers)."""
-        self.check_task(task)
-        group = self.task_group[task]
-        if group in self.individual:
-            yield from self.individual[group].named_parameters(prefix=f"{INDIVIDUAL_PREFIX}.{group}")
-
-    def adapter_parameters(self, task: str) -> Iterator[tuple[str, nn.Parameter]]:
-        """(name, parameter) of ``task``'s adapter (nothing with ``adapter="none"``)."""
-        self.check_task(task)
-        if task in self.adapters:
-            yield from self.adapters[task].named_parameters(prefix=f"{ADAPTERS_PREFIX}.{task}")
-
-    def new_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
-        """(name, parameter) of every task-specific adapter (``adapters.*``)."""
-        yield from self.adapters.named_parameters(prefix=ADAPTERS_PREFIX)
-
-    def task_parameters(self, task: str) -> Iterator[tuple[str, nn.Parameter]]:
-        """(name, parameter) of everything ``task`` uses beside the shared encoder: its adapter and its
-        (group's) individual layers."""
-        yield from self.adapter_parameters(task)
-        yield from self.individual_parameters(task)
 
     # ------------------------------------------------------------------ forward
     def forward(
@@ -447,24 +528,41 @@ class MultiTaskBert(nn.Module):
             PalUserError: for a task the encoder was not built with.
         """
         self.check_task(task)
+        call = self.task_call(task, attention_mask)
+        inputs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if self.family.token_types:
+            inputs["token_type_ids"] = token_type_ids
+        with self.wiring.active(call):
+            out = self.bert(**inputs)
+        return out.last_hidden_state
+
+    def gradient_checkpointing_enable(self) -> None:
+        """Recompute each layer's activations in the backward pass (less memory, a third more compute),
+        with the task's modules active in the recomputation too (non-reentrant checkpointing)."""
+        enable_checkpointing(self.bert, self.individual, self.wiring)
+
+    def task_call(self, task: str, attention_mask: torch.Tensor | None) -> TaskCall | None:
+        """What the hooks need for one forward of ``task`` (``None``: nothing task-specific)."""
         adapter = self.adapters[task] if task in self.adapters else None
         individual = self._copies_of(task)
-        extra: dict[str, Any] = {}
-        if adapter is not None or individual is not None:
-            weight = self.bert.embeddings.word_embeddings.weight
-            dtype = scores_dtype(weight.dtype, weight.device)
-            mask = additive_mask(attention_mask, dtype) if adapter is not None else None  # once per forward
-            on_top = self.adapter_config.adapter_method.where is Where.TOP
-            extra["task_call"] = task_call(adapter, on_top, self.adapter_layers, self.num_layers, mask, individual)
-        out = self.bert(
-            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, **extra
-        )
-        return out.last_hidden_state
+        if adapter is None and individual is None:
+            return None
+        where = self.adapter_config.adapter_method.where
+        mask = None
+        if adapter is not None and where in (Where.BESIDE, Where.TOP):  # the PAL mask, once per forward
+            weight = self.bert.get_input_embeddings().weight
+            assert isinstance(weight, torch.Tensor)
+            mask = additive_mask(attention_mask, scores_dtype(weight.dtype, weight.device))
+        return task_call(adapter, where.value, self.adapter_layers, self.num_layers, mask, individual)
 
     def extra_repr(self) -> str:
         p = self.adapter_config
         return (
-            f"tasks={list(self._task_names)}, adapter={p.method!r}, size={self.adapter_size}, "
+            f"family={self.family.name!r}, tasks={list(self._task_names)}, adapter={p.method!r}, size={self.adapter_size}, "
             f"num_heads={p.num_heads}, layers={list(self.adapter_layers)}, init={p.init!r}, "
             f"layer_sharing={self.layer_sharing!r}"
         )
+
+
+MultiTaskEncoder = MultiTaskBert
+"""The same class under a name that says what it holds: an encoder of any family."""

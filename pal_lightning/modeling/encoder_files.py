@@ -1,4 +1,4 @@
-"""Reading a pretrained BERT encoder from its folder: the config and the weights, as the files hold them.
+"""Reading a pretrained encoder from its folder: the config and the weights, as the files hold them.
 
 What the weights then go into, and the checks on their keys, live in
 :mod:`pal_lightning.modeling.encoder_state`; this module only finds and reads the files.
@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
-from transformers import BertConfig
+from transformers import AutoConfig, BertConfig, PretrainedConfig
 
 from pal_lightning.core.errors import PalUserError
+from pal_lightning.modeling.families import family_of
 
 
 def local_encoder_dir(resolved: str) -> str:
@@ -25,24 +27,24 @@ def local_encoder_dir(resolved: str) -> str:
     return snapshot_download(resolved, allow_patterns=["*.json", "*.safetensors", "*.bin", "*.txt"])
 
 
-def read_bert_config(directory: str | os.PathLike[str], name_or_path: object) -> BertConfig:
-    """The ``BertConfig`` in ``directory``, refused when the folder holds another kind of model.
+def read_encoder_config(directory: str | os.PathLike[str], name_or_path: object) -> PretrainedConfig:
+    """The ``transformers`` config in ``directory``, refused when no encoder family wires its ``model_type``.
 
     Raises:
-        PalUserError: for an unreadable config or a ``model_type`` other than ``bert``.
+        PalUserError: for an unreadable config or a ``model_type`` no family claims.
     """
     try:
-        config = BertConfig.from_pretrained(directory, local_files_only=True)
+        raw = json.loads((Path(directory) / "config.json").read_text())
     except (OSError, ValueError) as err:
         raise PalUserError(f"Cannot read the encoder config in {directory}: {err}") from err
-    # BertConfig.from_pretrained reads any config.json; the model_type says what the weights are
-    model_type = json.loads((Path(directory) / "config.json").read_text()).get("model_type")
-    if model_type not in (None, "bert"):
-        raise PalUserError(
-            f"Encoder {name_or_path!r} is a {model_type!r} model; MultiTaskBert needs a BERT encoder "
-            "(model_type 'bert'), e.g. sentence-transformers/all-MiniLM-L6-v2 or bert-base-uncased."
-        )
-    return config
+    model_type = raw.get("model_type") or "bert"
+    family_of(SimpleNamespace(model_type=model_type), name_or_path)  # refuses an unsupported family first
+    try:
+        if model_type == "bert":
+            return BertConfig.from_pretrained(directory, local_files_only=True)
+        return AutoConfig.from_pretrained(directory, local_files_only=True)
+    except (OSError, ValueError) as err:
+        raise PalUserError(f"Cannot read the encoder config in {directory}: {err}") from err
 
 
 def read_encoder_weights(directory: Path) -> tuple[dict[str, torch.Tensor], str]:

@@ -46,12 +46,16 @@ class LoadingInfo:
     """Checkpoint keys the encoder does not use (pooler, pre-training heads, ...): ignored."""
 
 
-def encoder_keys(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """``state`` under this encoder's names: every key under ``bert.`` (``BertFor...`` checkpoints already
-    have it, ``BertModel`` ones do not) and old ``LayerNorm.gamma/beta`` as ``LayerNorm.weight/bias``."""
+def encoder_keys(state: Mapping[str, torch.Tensor], model_prefix: str = "") -> dict[str, torch.Tensor]:
+    """``state`` under this encoder's names: every key under ``bert.`` (a task model's checkpoint names its
+    encoder ``bert.``/``roberta.``/... -- ``model_prefix``, the family's own -- and a base model's has no
+    prefix) and old ``LayerNorm.gamma/beta`` as ``LayerNorm.weight/bias``."""
     renamed: dict[str, torch.Tensor] = {}
+    prefixes = {f"{ENCODER_PREFIX}."} | ({f"{model_prefix}."} if model_prefix else set())
     for key, value in state.items():
-        name = key.removeprefix(f"{ENCODER_PREFIX}.")
+        name = key
+        for prefix in prefixes:
+            name = name.removeprefix(prefix)
         if name.endswith("LayerNorm.gamma"):
             name = name.removesuffix("gamma") + "weight"
         elif name.endswith("LayerNorm.beta"):
@@ -61,17 +65,20 @@ def encoder_keys(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def copy_individual_layers(
-    renamed: dict[str, torch.Tensor], layers: Sequence[int], groups: Sequence[str]
+    renamed: dict[str, torch.Tensor],
+    layers: Sequence[int],
+    groups: Sequence[str],
+    layers_path: str = "encoder.layer",
 ) -> set[str]:
     """Add, for each individual layer, its pretrained weights under every group's copy
-    (``individual.<group>.<layer>.*``); return the ``bert.encoder.layer.<i>.*`` keys copied.
+    (``individual.<group>.<layer>.*``); return the ``bert.<layers_path>.<i>.*`` keys copied.
 
     An individual layer has no place in ``bert.*`` (its slot holds no parameters), so the copied keys are
     neither loaded nor reported as unused.
     """
     copied: set[str] = set()
     for i in layers:
-        prefix = f"{ENCODER_PREFIX}.encoder.layer.{i}."
+        prefix = f"{ENCODER_PREFIX}.{layers_path}.{i}."
         for key in [k for k in renamed if k.startswith(prefix)]:
             copied.add(key)
             for group in groups:
@@ -85,7 +92,7 @@ def _check_complete(missing: Sequence[str], source: str) -> None:
         shown = ", ".join(not_new[:8]) + (f" and {len(not_new) - 8} more" if len(not_new) > 8 else "")
         raise PalUserError(
             f"The checkpoint {source} lacks {len(not_new)} encoder weight(s) that are not new PAL "
-            f"parameters: {shown}. Point the encoder at a complete BERT checkpoint (a folder saved with "
+            f"parameters: {shown}. Point the encoder at a complete checkpoint of the encoder's family (a folder saved with "
             "save_pretrained(), or a hub id)."
         )
 
@@ -113,6 +120,8 @@ def plan_pretrained_load(
     groups: Iterable[str],
     not_saved: Iterable[str] = (),
     source: str = "<state dict>",
+    model_prefix: str = "",
+    layers_path: str = "encoder.layer",
 ) -> tuple[dict[str, torch.Tensor], LoadingInfo]:
     """What to load from the pretrained ``state`` into an encoder whose state dict is ``expected``.
 
@@ -124,6 +133,8 @@ def plan_pretrained_load(
         not_saved: keys of buffers the encoder does not save (``bert.embeddings.position_ids``, which old
             transformers versions wrote and new ones recompute): neither loaded nor reported as unused.
         source: the checkpoint's file(s), for messages.
+        model_prefix: the family's name for its encoder in task models' checkpoints (``roberta``, ...).
+        layers_path: where the family keeps its layers (``encoder.layer``, ``layers``, ...).
 
     Returns:
         The tensors to load (every key is one of ``expected``'s) and the :class:`LoadingInfo`.
@@ -131,8 +142,8 @@ def plan_pretrained_load(
     Raises:
         PalUserError: when a non-adapter key is missing or a shape differs.
     """
-    renamed = encoder_keys(state)
-    copied = copy_individual_layers(renamed, individual_layers, list(groups))
+    renamed = encoder_keys(state, model_prefix)
+    copied = copy_individual_layers(renamed, individual_layers, list(groups), layers_path)
     missing = sorted(set(expected) - set(renamed))
     _check_complete(missing, source)
     ignored = set(not_saved) | copied

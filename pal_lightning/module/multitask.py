@@ -290,7 +290,7 @@ class MultiTaskModule(
             for _, p in self.encoder.pretrained_parameters():
                 p.requires_grad_(False)
         elif self.hparams["freeze_embeddings"]:
-            for p in self.encoder.bert.embeddings.parameters():
+            for p in self.encoder.embeddings.parameters():
                 p.requires_grad_(False)
 
     def parameter_report(self) -> Any:

@@ -26,10 +26,12 @@ from pal_lightning.testing.configs import (
 from pal_lightning.testing.data import sentence, write_cs224n_data, write_cs224n_quirks, write_lines
 from pal_lightning.testing.encoders import (
     BERT_VOCAB_SIZE,
+    FAMILY_TYPES,
     TINY_BERT,
     TINY_BERT_3_LAYERS,
     save_tiny_encoder,
     tiny_bert_config,
+    tiny_family_config,
     without_dropout,
 )
 from pal_lightning.testing.processes import free_port, run_spawned
@@ -39,6 +41,7 @@ __all__ = [
     "free_port",
     "run_spawned",
     "BERT_VOCAB_SIZE",
+    "FAMILY_TYPES",
     "QUIET_TRAINER",
     "TINY_BERT",
     "TINY_BERT_3_LAYERS",
@@ -48,6 +51,7 @@ __all__ = [
     "save_tiny_encoder",
     "sentence",
     "tiny_bert_config",
+    "tiny_family_config",
     "write_cs224n_data",
     "write_cs224n_quirks",
     "write_lines",

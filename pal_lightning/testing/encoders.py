@@ -1,4 +1,4 @@
-"""Tiny random BERT encoders for tests: a config built in code, and one saved as an encoder folder."""
+"""Tiny random encoders (BERT, and one config per encoder family) for tests: a config built in code, and one saved as an encoder folder."""
 
 from __future__ import annotations
 
@@ -43,6 +43,72 @@ TINY_BERT = tiny_bert_config()
 TINY_BERT_3_LAYERS = tiny_bert_config(layers=3, heads=4, vocab_size=100, max_positions=64)
 
 
+#: The model types of the encoder families (:mod:`pal_lightning.modeling.families`), one tiny config each.
+FAMILY_TYPES = (
+    "bert",
+    "roberta",
+    "xlm-roberta",
+    "electra",
+    "distilbert",
+    "mpnet",
+    "deberta-v2",
+    "modernbert",
+)
+
+
+def tiny_family_config(
+    model_type: str, *, layers: int = 2, heads: int = 2, vocab_size: int = 100, max_positions: int = 64
+) -> dict[str, Any]:
+    """The ``bert_config`` (with its ``model_type``) of a random encoder of width 32 of one family, built
+    as its checkpoints are: RoBERTa's padding offset, ELECTRA's narrower embeddings, DeBERTa-v3's
+    relative attention, ModernBERT's alternating local/global attention."""
+    base: dict[str, Any] = tiny_bert_config(
+        layers=layers, heads=heads, vocab_size=vocab_size, max_positions=max_positions
+    )
+    extras: dict[str, dict[str, Any]] = {
+        "bert": {},
+        "roberta": {"pad_token_id": 1, "max_position_embeddings": max_positions + 2, "type_vocab_size": 1},
+        "xlm-roberta": {
+            "pad_token_id": 1,
+            "max_position_embeddings": max_positions + 2,
+            "type_vocab_size": 1,
+        },
+        "electra": {"embedding_size": 16},
+        "distilbert": {},
+        "mpnet": {"pad_token_id": 1, "max_position_embeddings": max_positions + 2},
+        "deberta-v2": {
+            "relative_attention": True,
+            "pos_att_type": ["p2c", "c2p"],
+            "position_buckets": 16,
+            "max_relative_positions": -1,
+            "norm_rel_ebd": "layer_norm",
+            "share_att_key": True,
+            "position_biased_input": False,
+            "type_vocab_size": 0,
+        },
+        "modernbert": {
+            "global_attn_every_n_layers": 2,
+            "local_attention": 8,
+            "pad_token_id": 0,
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+            "cls_token_id": 1,
+            "sep_token_id": 2,
+        },
+    }
+    extra = extras[model_type]
+    if model_type == "distilbert":
+        base = {
+            "dim": 32,
+            "hidden_dim": 37,
+            "n_layers": layers,
+            "n_heads": heads,
+            "vocab_size": vocab_size,
+            "max_position_embeddings": max_positions,
+        }
+    return {"model_type": model_type, **base, **extra}
+
+
 def save_tiny_encoder(
     folder: str | Path, with_head: bool = False, seed: int = 0, bert_config: dict[str, Any] | None = None
 ) -> Path:
@@ -53,7 +119,7 @@ def save_tiny_encoder(
     Skips the calling test when the offline MiniLM package (the tokenizer's source) is not installed.
     """
     import torch
-    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, BertModel
+    from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
     from pal_lightning.core.hub import packaged_minilm_dir
 
@@ -63,8 +129,9 @@ def save_tiny_encoder(
 
         pytest.skip("the offline MiniLM package (its tokenizer) is not installed")
     torch.manual_seed(seed)
-    config = BertConfig(**(TINY_BERT if bert_config is None else bert_config))
-    model = BertForMaskedLM(config) if with_head else BertModel(config)
+    options = dict(TINY_BERT if bert_config is None else bert_config)
+    config = AutoConfig.for_model(options.pop("model_type", "bert"), **options)
+    model = AutoModelForMaskedLM.from_config(config) if with_head else AutoModel.from_config(config)
     model.save_pretrained(folder)
     AutoTokenizer.from_pretrained(source).save_pretrained(folder)
     return Path(folder)

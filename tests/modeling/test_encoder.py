@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 import torch
 from safetensors.torch import save_file
 from transformers import BertConfig, BertForSequenceClassification, BertModel
+from transformers.models.bert.modeling_bert import BertLayer
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling import MultiTaskBert
-from pal_lightning.modeling.layers import PALBertLayer, TaskCall
+from pal_lightning.modeling.families.wiring import TaskCall
 from pal_lightning.testing import TINY_BERT_3_LAYERS as TINY
 from pal_lightning.testing import without_dropout
 
@@ -41,7 +41,8 @@ def test_output_shape_and_layout_for_every_variant_and_placement(adapter, placem
     out = model(**batch, task="b")
     assert out.shape == (3, 7, TINY["hidden_size"])
     assert torch.isfinite(out).all()
-    assert all(isinstance(layer, PALBertLayer) for layer in model.bert.encoder.layer)
+    # the family's own layers, hooked where the method acts
+    assert all(type(layer) is BertLayer for layer in model.bert.encoder.layer)
     if adapter == "none":
         assert list(model.new_parameters()) == []
         assert model.adapter_layers == ()
@@ -83,9 +84,7 @@ def test_zero_init_equals_the_plain_encoder_and_random_init_does_not(impl, adapt
 
 def test_sdpa_and_eager_agree_with_random_pals(batch):
     sdpa = MultiTaskBert.from_config(TINY, ["a"], size=8, num_heads=2, init="random").eval()
-    eager = MultiTaskBert.from_config(
-        TINY, ["a"], size=8, num_heads=2, attn_implementation="eager"
-    ).eval()
+    eager = MultiTaskBert.from_config(TINY, ["a"], size=8, num_heads=2, attn_implementation="eager").eval()
     eager.load_state_dict(sdpa.state_dict())
     with torch.no_grad():
         torch.testing.assert_close(sdpa(**batch, task="a"), eager(**batch, task="a"), atol=1e-5, rtol=1e-5)
@@ -116,7 +115,9 @@ def test_pal_term_enters_before_the_output_layernorm(batch):
         out = layer.output.dense(layer.intermediate(h_att))
         expected = layer.output.LayerNorm(h_att + out + ts)
 
-        got = layer(h, None, task_call=TaskCall(model.adapters["a"], frozenset({0}), None))
+        with model.wiring.active(TaskCall(model.adapters["a"], frozenset({0}), None)):
+            got = layer(h, None)
+        assert layer(h, None).sub(got).abs().max() > 0  # no active call: the plain layer
     torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
     assert (ts.abs() > 0).any()
 
@@ -158,11 +159,8 @@ def test_gradient_checkpointing_matches(batch):
     model(**batch, task="a").sum().backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     model.zero_grad(set_to_none=True)
-    enable = getattr(model.bert, "activation_checkpointing_enable", None)  # the name since transformers 5.23
-    if enable is None:  # transformers 5.0-5.22 (pyproject's floor is 5.0)
-        model.bert.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    else:
-        enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    model.gradient_checkpointing_enable()
+    assert all(layer.gradient_checkpointing for layer in model.bert.encoder.layer)
     model(**batch, task="a").sum().backward()
     for name, grad in grads.items():
         torch.testing.assert_close(dict(model.named_parameters())[name].grad, grad, atol=1e-6, rtol=0)
@@ -214,14 +212,16 @@ def test_decoder_configs_and_unknown_attention_implementations_are_refused():
 
 
 def test_defaults_one_task_as_a_string_and_the_repr():
-    model = MultiTaskBert(BertConfig(**TINY), "sst")  # no AdapterConfig: its defaults; one name, not its letters
+    model = MultiTaskBert(
+        BertConfig(**TINY), "sst"
+    )  # no AdapterConfig: its defaults; one name, not its letters
     from pal_lightning.modeling import AdapterConfig
 
     assert model.task_names == ("sst",) and model.adapter_config == AdapterConfig()
     assert model.loading_info is None  # nothing loaded yet
     small = MultiTaskBert.from_config(TINY, ["a", "b"], size=8, num_heads=2, layer_sharing="SSI")
     assert small.extra_repr() == (
-        "tasks=['a', 'b'], adapter='pals', size=8, num_heads=2, layers=[0, 1, 2], init='zero', "
+        "family='bert', tasks=['a', 'b'], adapter='pals', size=8, num_heads=2, layers=[0, 1, 2], init='zero', "
         "layer_sharing='SSI'"
     )
 
@@ -319,10 +319,16 @@ def test_shape_mismatch_raises(tmp_path):
 def test_non_bert_config_is_refused(tmp_path):
     _save_plain(tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
-    config["model_type"] = "roberta"
+    config["model_type"] = "gpt2"
     (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(PalUserError, match=f"^Encoder {re.escape(repr(str(tmp_path)))} is a 'roberta' model"):
+    with pytest.raises(PalUserError) as err:
         MultiTaskBert.from_pretrained(str(tmp_path), ["a"])
+    message = str(err.value)
+    assert message.startswith(
+        f"Encoder {str(tmp_path)!r} is a 'gpt2' model, which pal-lightning does not wire."
+    )
+    assert "bert, deberta-v2, distilbert, electra, modernbert, mpnet, roberta, xlm-roberta" in message
+    assert "docs/extending.md" in message
 
 
 @pytest.mark.integration

@@ -63,7 +63,7 @@ def test_plan_copies_individual_layers_to_every_group_and_reports_only_unused_ke
     assert info.unexpected == ["pooler.dense.weight"]
 
 
-FIX = "Point the encoder at a complete BERT checkpoint (a folder saved with save_pretrained(), or a hub id)."
+FIX = "Point the encoder at a complete checkpoint of the encoder's family (a folder saved with save_pretrained(), or a hub id)."
 
 
 def test_plan_refuses_a_missing_encoder_weight_naming_it():

@@ -1,49 +1,79 @@
-"""The layers of :class:`~pal_lightning.modeling.encoder.MultiTaskBert`: BERT layers that add the active task's
-TS_t term, and the empty slot of an individual (I) layer.
+"""How a task's modules enter an encoder's layers: forward hooks placed once, an active :class:`TaskCall`.
 
-What one forward of one task hands every layer travels as a :class:`TaskCall` in the ``task_call=`` keyword that
-transformers threads from ``BertModel.forward`` down to each layer (see the encoder's module docstring for
-why it is passed per call instead of stored on the layers).
+The encoder (:class:`~pal_lightning.modeling.encoder.MultiTaskBert`) keeps the ``transformers`` model of
+its family untouched (same modules, same parameter names, so pretrained checkpoints load as they are) and
+places hooks on its layers where the family says (:mod:`pal_lightning.modeling.families`)::
+
+    layer l, with task t active                     hook                      method kind
+    ───────────────────────────────────────────     ─────────────────────     ──────────────
+    on entry: h ──> TS_t(l, h) kept for l           layer pre-hook            BESIDE (PALs)
+    join_norm(x) ──> join_norm(x + TS_t(l, h))      join-norm pre-hook        BESIDE, post-LN
+    layer output y ──> y + TS_t(l, h)               layer hook                BESIDE, pre-LN
+    site Linear: y = f(x) ──> y + A_t(l, s, x, y)   Linear hook               INSIDE (LoRA, ...)
+    last layer output y ──> Top_t(y, ...)           layer hook                TOP
+
+Only the hooks the encoder's method needs are placed. Each forward makes a :class:`TaskCall` the hooks
+read from the encoder's :class:`Wiring` while that forward runs (``with wiring.active(call):``); outside
+it (no task) every hook passes its input through, so the layers are exactly the family's layers.
+
+Why a call scoped to one forward rather than state set on the layers: two forwards of different tasks may
+run before one backward (siamese pairs), and autograd keeps what each forward computed, so nothing has to
+outlive the forward. Activation checkpointing recomputes a layer in the backward pass: its recomputation
+gets the call back through checkpointing's ``context_fn`` (:meth:`Wiring.checkpoint_contexts`). An individual (I) layer's place in the layer list holds an
+:class:`IndividualLayerSlot`, which runs the active task's copy of the layer (hooked the same way).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
-from transformers import BertConfig
-from transformers.models.bert.modeling_bert import BertLayer
-from transformers.pytorch_utils import apply_chunking_to_forward
+
+from pal_lightning.modeling.families.base import EncoderFamily
+
+#: Runs a layer of the encoder on new hidden states with the arguments the last layer was called with.
+LayerRunner = Callable[[nn.Module, torch.Tensor], torch.Tensor]
 
 
-@dataclass(frozen=True)
+@dataclass
 class TaskCall:
-    """What a layer needs for one forward of one task: the adapter and the PAL mask built once."""
+    """What the hooks need during one forward of one task."""
 
     adapter: nn.Module | None
-    """The task's module beside the layers (``forward(layer, hidden, mask)``), or ``None``."""
+    """The task's module beside (``forward(layer, hidden, mask)``) or inside the layers, or ``None``."""
     layers: frozenset[int]
+    """The layers the adapter acts in."""
     mask: torch.Tensor | None
+    """The additive padding mask ``[B, 1, 1, T]`` of the PAL attention, built once per forward."""
     top: nn.Module | None = None
-    """The task's block after the last layer (variants on top), called by layer ``last``."""
+    """The task's block after the last layer (variants on top)."""
     last: int = -1
+    """The index of the last layer."""
     individual: nn.ModuleDict | None = None
     """The task's copies of the individual layers, keyed by layer index (``None``: no I layer)."""
+    inside: bool = False
+    """Whether ``adapter`` acts on the layers' sites (``delta``) rather than beside them."""
+    terms: dict[int, torch.Tensor] = field(default_factory=dict)
+    """The BESIDE terms, computed on each layer's entry."""
+    last_arguments: tuple[tuple[Any, ...], dict[str, Any]] = ((), {})
+    """The arguments (after the hidden states) the last layer received, for a block on top."""
 
 
 def task_call(
     adapter: nn.Module | None,
-    on_top: bool,
+    where: str,
     layers: Iterable[int],
     num_layers: int,
     mask: torch.Tensor | None,
     individual: nn.ModuleDict | None,
 ) -> TaskCall:
-    """The call of a task whose ``adapter`` works beside ``layers`` or, with ``on_top``, after the last of
-    the encoder's ``num_layers`` layers; ``individual``: its copies of the individual layers."""
+    """The call of a task whose ``adapter`` acts ``where`` (a :class:`~pal_lightning.modeling.methods.Where`
+    value) in ``layers`` of ``num_layers``; ``individual``: its copies of the individual layers."""
+    on_top = where == "top"
     return TaskCall(
         None if on_top else adapter,
         frozenset(layers),
@@ -51,79 +81,204 @@ def task_call(
         top=adapter if on_top else None,
         last=num_layers - 1,
         individual=individual,
+        inside=where == "inside",
     )
 
 
-class IndividualLayerSlot(nn.Module):
-    """The place of an individual (I) layer in ``bert.encoder.layer``: no parameters, it runs the active
-    task's own copy of the layer (handed over in ``task_call=``)."""
+class Wiring:
+    """The active call of one encoder, read by the hooks :func:`place_hooks` put on its layers."""
 
-    def __init__(self, layer_index: int) -> None:
-        super().__init__()
-        self.layer_index = layer_index
+    def __init__(self, family_pre_norm: bool = False) -> None:
+        self.call: TaskCall | None = None
+        self.family_pre_norm = family_pre_norm
+        """Whether the layers are pre-LN (the BESIDE term is added to a layer's output)."""
 
-    def forward(self, *args: Any, task_call: TaskCall | None = None, **kwargs: Any) -> torch.Tensor:
-        """The active task's copy of layer ``layer_index`` applied to the arguments the encoder passes a
-        layer (hidden states, masks, ...), handed on unchanged."""
-        if task_call is None or task_call.individual is None:
-            raise RuntimeError(f"layer {self.layer_index} is individual: call MultiTaskBert with task=...")
-        layer = task_call.individual[str(self.layer_index)]
-        return layer(*args, task_call=task_call, **kwargs)
+    @contextmanager
+    def active(self, call: TaskCall | None) -> Iterator[None]:
+        """Make ``call`` the active call for the duration of the block (restoring the previous one)."""
+        previous, self.call = self.call, call
+        try:
+            yield
+        finally:
+            self.call = previous
+
+    def checkpoint_contexts(self) -> tuple[Any, Any]:
+        """``context_fn`` of non-reentrant activation checkpointing: the recomputation in the backward
+        pass runs with the call that was active when the layer first ran (none is active then)."""
+        return nullcontext(), self.active(self.call)
 
 
-class PALBertLayer(BertLayer):
-    """A ``BertLayer`` that adds TS_t(h) before its output LayerNorm when given ``task_call=``.
+def _first(output: Any) -> torch.Tensor:
+    """The hidden states of a layer's output (a tensor, or the first item of a tuple)."""
+    return output if isinstance(output, torch.Tensor) else output[0]
 
-    Same submodules and parameter names as ``BertLayer``; without ``task_call`` (or for a layer outside the
-    placement) it is exactly ``BertLayer``.
+
+def _with_first(output: Any, hidden: torch.Tensor) -> Any:
+    """``output`` with its hidden states replaced by ``hidden`` (same container)."""
+    if isinstance(output, torch.Tensor):
+        return hidden
+    return (hidden, *output[1:])
+
+
+def _hidden_argument(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor:
+    """The hidden states a layer was called with: the first positional argument in every family."""
+    if args:
+        return args[0]
+    for name in ("hidden_states", "hidden_state", "x"):
+        if name in kwargs:
+            return kwargs[name]
+    raise RuntimeError("an encoder layer was called without hidden states")
+
+
+class _Hook:
+    """A hook of layer ``index`` reading ``wiring``'s active call.
+
+    A callable object, not a closure: ``copy.deepcopy`` of the encoder (export) then gives the copy's hooks
+    the copy's :class:`Wiring` (closures would keep reading the original's).
     """
 
-    def __init__(self, config: BertConfig, layer_idx: int | None = None) -> None:
-        super().__init__(config, layer_idx=layer_idx)
-        self.layer_index = layer_idx
+    def __init__(self, wiring: Wiring, index: int) -> None:
+        self.wiring = wiring
+        self.index = index
 
-    def forward(
-        self,
-        hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        encoder_hidden_states: torch.Tensor | None = None,
-        encoder_attention_mask: torch.Tensor | None = None,
-        cache: Any = None,
-        task_call: TaskCall | None = None,
-        **kwargs: Any,
-    ) -> torch.Tensor:
-        """``LN2(h_att + FFN(h_att) + TS_t(h))`` with ``TS_t`` from ``task_call``; plain BERT layer otherwise.
 
-        The last layer then applies the task's block on top, if the variant has one.
-        """
-        if task_call is None or task_call.adapter is None or self.layer_index not in task_call.layers:
-            out = super().forward(
-                hidden_states,
-                attention_mask,
-                encoder_hidden_states,
-                encoder_attention_mask=encoder_attention_mask,
-                cache=cache,
-                **kwargs,
+class _LayerPreHook(_Hook):
+    """On a layer's entry: TS_t(l, h) of a BESIDE method; the last layer's arguments for a block on top."""
+
+    def __call__(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        call = self.wiring.call
+        if call is None:
+            return
+        if call.adapter is not None and not call.inside and self.index in call.layers:
+            call.terms[self.index] = call.adapter(self.index, _hidden_argument(args, kwargs), call.mask)
+        if call.top is not None and self.index == call.last:
+            call.last_arguments = (args[1:], dict(kwargs))
+
+
+class _JoinNormHook(_Hook):
+    """Before the join LayerNorm of a post-LN layer: the kept term joins the FFN's residual sum."""
+
+    def __call__(self, module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        call = self.wiring.call
+        if call is None or self.index not in call.terms:
+            return None
+        # the residual sum h_att + FFN(h_att) arrives here; TS_t(h) joins it before the LayerNorm. The term
+        # stays in the call: activation checkpointing recomputes the layer's forward (not its hooks) later
+        return (args[0] + call.terms[self.index], *args[1:])
+
+
+class _LayerHook(_Hook):
+    """After a layer: a pre-LN family's term joins the residual stream; the block on top runs."""
+
+    def __call__(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> Any:
+        call = self.wiring.call
+        if call is None:
+            return None
+        hidden = _first(output)
+        if self.index in call.terms and self.wiring.family_pre_norm:
+            hidden = hidden + call.terms[self.index]
+        if call.top is not None and self.index == call.last:
+            rest, keywords = call.last_arguments
+
+            def run(layer: nn.Module, states: torch.Tensor) -> torch.Tensor:
+                return _first(layer(states, *rest, **keywords))
+
+            hidden = call.top(hidden, run, call.mask)
+        return _with_first(output, hidden)
+
+
+class _SiteHook(_Hook):
+    """After a site's Linear: ``y + A_t(l, site, x, y)`` for each site it holds (a fused Linear holds three,
+    each a slice of its output)."""
+
+    def __init__(self, wiring: Wiring, index: int, sites: list[tuple[str, tuple[int, int] | None]]) -> None:
+        super().__init__(wiring, index)
+        self.sites = sites
+
+    def __call__(self, module: nn.Module, args: tuple[Any, ...], output: torch.Tensor) -> torch.Tensor | None:
+        call = self.wiring.call
+        if call is None or not call.inside or call.adapter is None or self.index not in call.layers:
+            return None
+        x, adapter = args[0], call.adapter
+        sites: tuple[str, ...] = adapter.sites  # type: ignore[assignment]  # an INSIDE module's attribute
+        delta: Callable[..., torch.Tensor] = adapter.delta  # type: ignore[assignment]
+        for site, chunk in self.sites:
+            if site not in sites:
+                continue
+            if chunk is None:
+                output = output + delta(self.index, site, x, output)
+                continue
+            width = output.shape[-1] // chunk[1]
+            start, stop = chunk[0] * width, (chunk[0] + 1) * width
+            part = output[..., start:stop]
+            output = torch.cat(
+                [output[..., :start], part + delta(self.index, site, x, part), output[..., stop:]], -1
             )
-        else:
-            task_term = task_call.adapter(self.layer_index, hidden_states, task_call.mask)
-            attention_output, _ = self.attention(hidden_states, attention_mask, cache=cache, **kwargs)
-            # chunking splits both tensors along the sequence the same way
-            out = apply_chunking_to_forward(
-                self._feed_forward_with_task_term,
-                self.chunk_size_feed_forward,
-                self.seq_len_dim,
-                attention_output,
-                task_term,
-            )
-        if task_call is not None and task_call.top is not None and self.layer_index == task_call.last:
-            # BERT's own mask (its format depends on the attention implementation) for a BERT layer on
-            # top; the PAL mask for projected attention on top
-            out = task_call.top(out, attention_mask, task_call.mask)
-        return out
+        return output
 
-    def _feed_forward_with_task_term(
-        self, attention_output: torch.Tensor, task_term: torch.Tensor
-    ) -> torch.Tensor:
-        # BertOutput computes LayerNorm(dropout(dense(x)) + input_tensor): the TS term joins the residual.
-        return self.output(self.intermediate(attention_output), attention_output + task_term)
+
+def place_hooks(
+    layer: nn.Module, index: int, family: EncoderFamily, wiring: Wiring, where: str, sites: Iterable[str]
+) -> None:
+    """Put on ``layer`` (layer ``index`` of a ``family`` encoder) the hooks a method acting ``where`` needs.
+
+    ``sites``: the sites an INSIDE method may act on (every site its modules name).
+    """
+    if where in ("beside", "top"):
+        layer.register_forward_pre_hook(_LayerPreHook(wiring, index), with_kwargs=True)
+    if where == "top" or (where == "beside" and family.join_norm is None):
+        layer.register_forward_hook(_LayerHook(wiring, index), with_kwargs=True)
+    if where == "beside" and family.join_norm is not None:
+        layer.get_submodule(family.join_norm).register_forward_pre_hook(_JoinNormHook(wiring, index))
+    if where == "inside":
+        by_linear: dict[str, list[tuple[str, tuple[int, int] | None]]] = {}
+        for site in sites:
+            path, chunk = family.sites[site]
+            by_linear.setdefault(path, []).append((site, chunk))
+        for path, linear_sites in by_linear.items():
+            layer.get_submodule(path).register_forward_hook(_SiteHook(wiring, index, linear_sites))
+
+
+class IndividualLayerSlot(nn.Module):
+    """The place of an individual (I) layer in the encoder's layer list: no parameters, it runs the active
+    task's own copy of the layer.
+
+    It carries the plain attributes of the layer it replaces (ModernBERT's encoder reads a layer's
+    ``attention_type``), so the encoder calls it as it called the layer.
+    """
+
+    def __init__(self, layer_index: int, wiring: Wiring, replaced: nn.Module | None = None) -> None:
+        super().__init__()
+        self.layer_index = layer_index
+        self._wiring = [wiring]  # a list: not a submodule, not a parameter
+        for key, value in vars(replaced or nn.Module()).items():
+            if not key.startswith("_") and key != "training" and isinstance(value, str | int | float | bool):
+                setattr(self, key, value)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """The active task's copy of layer ``layer_index`` applied to the arguments the encoder passes."""
+        call = self._wiring[0].call
+        if call is None or call.individual is None:
+            raise RuntimeError(f"layer {self.layer_index} is individual: call MultiTaskBert with task=...")
+        return call.individual[str(self.layer_index)](*args, **kwargs)
+
+
+def enable_checkpointing(model: nn.Module, individual: nn.Module, wiring: Wiring) -> None:
+    """Non-reentrant activation checkpointing of ``model``'s layers and of the copies of individual layers
+    in ``individual`` (outside the model), recomputing with ``wiring``'s call active."""
+    options = {"use_reentrant": False, "context_fn": wiring.checkpoint_contexts}
+    enable = getattr(model, "activation_checkpointing_enable", None)  # the name since transformers 5.23
+    if enable is None:  # transformers 5.0-5.22 (pyproject's floor is 5.0)
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=options)  # type: ignore[operator]
+    else:
+        enable(activation_checkpointing_kwargs=options)
+    # transformers sets the checkpointing function on the layers it finds; the copies are not among them
+    functions = [
+        m.__dict__["_gradient_checkpointing_func"]
+        for m in model.modules()
+        if "_gradient_checkpointing_func" in m.__dict__
+    ]
+    for layer in individual.modules():
+        if functions and hasattr(layer, "gradient_checkpointing"):
+            setattr(layer, "gradient_checkpointing", True)  # noqa: B010  (a layer's plain flag)
+            setattr(layer, "_gradient_checkpointing_func", functions[0])  # noqa: B010

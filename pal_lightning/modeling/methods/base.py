@@ -11,7 +11,8 @@ Where a method acts in the encoder (:class:`Where`)::
              LayerNorm:  h^{l+1} = LN2(h_att + FFN(h_att) + A_t(l, h^l))       (PALs and variants)
              module API: forward(layer, hidden, pal_mask) -> [B, T, d]; attribute ``layers``
     TOP      once, after the last layer:  h_out = A_t(h^L)                       (pa_on_top, ...)
-             module API: forward(hidden, encoder_mask, pal_mask) -> [B, T, d]
+             module API: forward(hidden, run_layer, pal_mask) -> [B, T, d]; ``run_layer(layer, h)``
+             runs an encoder layer with the arguments the last layer received
     INSIDE   on named sites of each selected layer's own sublayers: the output ``y = f(x)`` of a site
              (a projection or a sublayer's output Linear) becomes ``y + A_t(l, site, x, y)``
                                                                              (LoRA, bottleneck adapters)
@@ -21,8 +22,7 @@ Where a method acts in the encoder (:class:`Where`)::
     NOWHERE  no module: only the heads are task-specific                         (none)
 
 ``pal_mask`` is the additive padding mask ``[B, 1, 1, T]`` the encoder builds once per forward
-(:func:`~pal_lightning.modeling.methods.pals.additive_mask`); ``encoder_mask`` the one the encoder's own
-layers received. A method that needs the pretrained weights at its start (a copy of the last layer)
+(:func:`~pal_lightning.modeling.methods.pals.additive_mask`). A method that needs the pretrained weights at its start (a copy of the last layer)
 gives its module a ``start_from(last_layer)`` method; the encoder calls it after loading them.
 """
 

@@ -27,20 +27,24 @@ handles "a task's own parameters" (accounting, task-only weights, export, parame
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import BertConfig, PretrainedConfig
-from transformers.models.bert.modeling_bert import BertLayer
+from transformers import PretrainedConfig
 
+from pal_lightning.modeling.families import family_of
 from pal_lightning.modeling.methods.base import AdapterMethod, Where
 
 if TYPE_CHECKING:
     from pal_lightning.modeling.methods.config import AdapterConfig
 
 from pal_lightning.modeling.methods.pals import INIT_STD, ProjectedAttention, init_like_bert, zero_linears
+
+#: Runs an encoder layer on new hidden states as the encoder ran its last layer.
+LayerRunner = Callable[[nn.Module, torch.Tensor], torch.Tensor]
 
 TOP_ATTENTION_BLOCKS = 6
 """K, the projected attention blocks stacked by ``pa_on_top`` (the reference code uses 6)."""
@@ -97,13 +101,13 @@ class ProjectedAttentionOnTop(nn.Module):
             zero_linears(self.up)
 
     def forward(
-        self, hidden: torch.Tensor, bert_mask: torch.Tensor | None, pal_mask: torch.Tensor | None
+        self, hidden: torch.Tensor, run_layer: LayerRunner, pal_mask: torch.Tensor | None
     ) -> torch.Tensor:
         """The task's encoder output from the last layer's output ``hidden`` (``[B, T, d]``).
 
         Args:
             hidden: output of the last shared layer.
-            bert_mask: BERT's own attention mask (unused here).
+            run_layer: runs an encoder layer as the last one was run (unused here).
             pal_mask: the additive PAL mask (:func:`~pal_lightning.modeling.methods.pals.additive_mask`).
         """
         x = self.down(hidden)
@@ -114,20 +118,23 @@ class ProjectedAttentionOnTop(nn.Module):
 
 
 class BertLayerOnTop(nn.Module):
-    """``bert_layer_on_top`` for one task: a full BERT layer applied to the last layer's output.
+    """``bert_layer_on_top`` for one task: a full encoder layer (of the encoder's family) applied to the
+    last layer's output.
 
-    Parameter names: ``layer.<BertLayer names>`` (``layer.attention.self.query.weight``, ...).
+    Parameter names: ``layer.<the family's layer names>`` (``layer.attention.self.query.weight``, ... for
+    BERT).
 
     Args:
         config: the PAL configuration (``adapter="bert_layer_on_top"``).
-        bert_config: the encoder's config (the layer has its width, heads, FFN size and attention
+        bert_config: the encoder's config (the layer has its family, width, heads, FFN size and attention
             implementation).
         layer_index: index recorded on the layer (``num_hidden_layers``: one above the last).
     """
 
-    def __init__(self, config: AdapterConfig, bert_config: BertConfig, layer_index: int) -> None:
+    def __init__(self, config: AdapterConfig, bert_config: PretrainedConfig, layer_index: int) -> None:
         super().__init__()
-        self.layer = BertLayer(bert_config, layer_idx=layer_index)
+        # a pre-LN family's layer index picks its attention kind (ModernBERT); the last layer's kind
+        self.layer = family_of(bert_config).new_layer(bert_config, layer_index - 1)
         self.init = config.init
         self.initializer_range = float(getattr(bert_config, "initializer_range", INIT_STD))
         self.reset_parameters()
@@ -144,10 +151,11 @@ class BertLayerOnTop(nn.Module):
             self.layer.load_state_dict(last_layer.state_dict())
 
     def forward(
-        self, hidden: torch.Tensor, bert_mask: torch.Tensor | None, pal_mask: torch.Tensor | None
+        self, hidden: torch.Tensor, run_layer: LayerRunner, pal_mask: torch.Tensor | None
     ) -> torch.Tensor:
-        """``Layer_t(hidden)`` with BERT's own mask ``bert_mask`` (the one the encoder's layers received)."""
-        return self.layer(hidden, bert_mask)
+        """``Layer_t(hidden)``, called with the arguments the encoder's last layer received (its mask, and
+        position information where the family passes it to every layer)."""
+        return run_layer(self.layer, hidden)
 
 
 class ProjectedAttentionOnTopMethod(AdapterMethod):
@@ -186,8 +194,7 @@ class BertLayerOnTopMethod(AdapterMethod):
     def build(
         self, config: AdapterConfig, encoder_config: PretrainedConfig, size: int, layers: tuple[int, ...]
     ) -> nn.Module:
-        # the layer on top is a BertLayer: the encoder is BERT-shaped (modeling.encoder_files checks it)
-        return BertLayerOnTop(config, cast(BertConfig, encoder_config), int(encoder_config.num_hidden_layers))
+        return BertLayerOnTop(config, encoder_config, int(encoder_config.num_hidden_layers))
 
     def weight_formula(self, config: AdapterConfig, d: int, size: int, k: int, d_ff: int) -> int:
         return 4 * d * d + 2 * d * d_ff

@@ -1,0 +1,47 @@
+"""BERT and the families that kept its layer: RoBERTa, XLM-RoBERTa and ELECTRA.
+
+Their layers have the same submodules (``attention.self.{query,key,value}``, ``attention.output.dense``,
+``intermediate.dense``, ``output.dense``, ``output.LayerNorm``): only the module that defines them differs.
+MiniLM checkpoints are BERT (``model_type: bert``).
+"""
+
+from __future__ import annotations
+
+from pal_lightning.modeling.families.base import EncoderFamily, Site
+
+#: The sites of a BERT-shaped layer.
+BERT_SITES: dict[str, Site] = {
+    "query": ("attention.self.query", None),
+    "key": ("attention.self.key", None),
+    "value": ("attention.self.value", None),
+    "attention_output": ("attention.output.dense", None),
+    "ffn_input": ("intermediate.dense", None),
+    "ffn_output": ("output.dense", None),
+}
+
+
+def _bert_shaped(name: str, model_types: tuple[str, ...], layer_class: str, pooler: bool) -> EncoderFamily:
+    return EncoderFamily(
+        name=name,
+        model_types=model_types,
+        layers="encoder.layer",
+        layer_class=layer_class,
+        join_norm="output.LayerNorm",
+        sites=BERT_SITES,
+        pooler_option=pooler,
+    )
+
+
+BERT = _bert_shaped("bert", ("bert",), "transformers.models.bert.modeling_bert:BertLayer", True)
+ROBERTA = _bert_shaped(
+    "roberta", ("roberta",), "transformers.models.roberta.modeling_roberta:RobertaLayer", True
+)
+XLM_ROBERTA = _bert_shaped(
+    "xlm-roberta",
+    ("xlm-roberta",),
+    "transformers.models.xlm_roberta.modeling_xlm_roberta:XLMRobertaLayer",
+    True,
+)
+ELECTRA = _bert_shaped(
+    "electra", ("electra",), "transformers.models.electra.modeling_electra:ElectraLayer", False
+)
