@@ -32,6 +32,8 @@ from pal_lightning.cli.options import Option, doc_args, plain, show_value
 
 __all__ = [
     "HELP_ALL",
+    "PRETRAIN_GROUPS",
+    "PRETRAIN_HELP",
     "SUBCOMMAND_HELP",
     "class_help",
     "config_syntax_error",
@@ -53,6 +55,16 @@ SUBCOMMAND_HELP = {
     "test": "Score a checkpoint on the labelled test sets.",
     "predict": "Write CS224N prediction files (<task>-<split>-output.csv) of a checkpoint.",
 }
+#: ``pal-lightning pretrain`` in one sentence.
+PRETRAIN_HELP = "Masked-language pre-training of the encoder on the tasks' text."
+#: ``pretrain``'s own options beside the model's and the data's.
+PRETRAIN_GROUPS = (
+    (
+        "--ckpt_path PATH",
+        "resume pre-training from a checkpoint, or `last` (the newest under default_root_dir)",
+    ),
+    ("--checkpoint.*", "the best checkpoint (monitor val/mlm_loss, save_top_k 1, and last.ckpt)"),
+)
 #: The flag that shows LightningCLI's complete option list.
 HELP_ALL = "--help-all"
 #: Trainer options worth listing in the short help (the rest: ``--help-all``).
@@ -127,6 +139,7 @@ def short_help(
     class_names: Mapping[str, str],
     linked: Sequence[str] = (),
     values: Mapping[str, Mapping[str, Any]] | None = None,
+    other_groups: Sequence[tuple[str, str]] = _OTHER_GROUPS,
 ) -> str:
     """The short ``pal-lightning <subcommand> --help``: the library's options first, then where the rest is.
 
@@ -136,14 +149,16 @@ def short_help(
         linked: data options set through the model (not listed under data).
         values: the options' values in the ``--config`` files given with ``--help`` (``{"model": {...}}``),
             shown instead of the defaults.
+        other_groups: ``(option, text)`` of the command's other options (checkpoints, predictions).
     """
+    example = "pretrain_mlm" if subcommand == "pretrain" else "quickstart"
     lines = [
         f"usage: pal-lightning {subcommand} [--config FILE] [--model.NAME VALUE] [--data.NAME VALUE] "
         "[--trainer.NAME VALUE] ...",
         "",
-        SUBCOMMAND_HELP.get(subcommand, ""),
+        PRETRAIN_HELP if subcommand == "pretrain" else SUBCOMMAND_HELP.get(subcommand, ""),
         "",
-        "  --config FILE            a YAML config (e.g. configs/quickstart.yaml); repeat to layer several",
+        f"  --config FILE            a YAML config (e.g. configs/{example}.yaml); repeat to layer several",
         "  --print_config           print the resolved configuration and exit",
     ]
     for group in ("model", "data"):
@@ -156,8 +171,8 @@ def short_help(
                 continue  # set on the model, copied to the data module
             value = show_value(given[option.name]) if given and option.name in given else option.default
             lines += _option_lines(f"--{group}.{option.name} {value}", first_sentence(option.doc))
-    lines += ["", "checkpoints and predictions:"]
-    lines += [f"  {option:<40} {text}" for option, text in _OTHER_GROUPS]
+    lines += ["", "checkpoints and predictions:" if other_groups is _OTHER_GROUPS else "checkpoints:"]
+    lines += [f"  {option:<40} {text}" for option, text in other_groups]
     if subcommand == "predict":
         lines += [
             "",
@@ -173,8 +188,8 @@ def short_help(
     lines += [
         "",
         f"All options (LightningCLI's full list): pal-lightning {subcommand} {HELP_ALL}",
-        "Every option of the model or the data, documented: --model.help, --data.help (of a subclass: "
-        "--model.help my_pkg.MyModule)",
+        f"Every option of the model or the data, documented: pal-lightning {subcommand} --model.help, "
+        "--data.help (of a subclass: --model.help my_pkg.MyModule)",
     ]
     return "\n".join(lines)
 
@@ -237,7 +252,7 @@ def top_level_help() -> str:
     """``pal-lightning --help``: the commands, in whole sentences."""
     commands = {
         **SUBCOMMAND_HELP,
-        "pretrain": "Masked-language pre-training of the encoder on the tasks' text.",
+        "pretrain": PRETRAIN_HELP,
     }
     lines = [
         "usage: pal-lightning [--help] [--version] {" + ",".join(commands) + "} ...",

@@ -16,6 +16,7 @@ from typing import Any
 
 from pal_lightning.cli.help import (
     HELP_ALL,
+    PRETRAIN_GROUPS,
     SUBCOMMAND_HELP,
     class_help,
     config_syntax_error,
@@ -137,7 +138,7 @@ def main(args: list[str] | None = None) -> int:
             print(screen, flush=True)
             return 0
         if HELP_ALL in argv:
-            args = ["--help" if a == HELP_ALL else a for a in argv]
+            args = argv = ["--help" if a == HELP_ALL else a for a in argv]
         if argv[:1] == ["pretrain"]:  # masked-language pre-training of the encoder
             from pal_lightning.cli.pretrain import run_pretrain
 
@@ -224,20 +225,27 @@ def _help_screen(argv: list[str]) -> str | None:
     if argv[:1] in (["--help"], ["-h"]):
         return top_level_help()
     target = help_target(argv)
-    if target is not None and argv[:1] != ["pretrain"]:
-        return _class_help(*target)
-    command = help_request(argv, tuple(SUBCOMMAND_HELP))
+    if target is not None:
+        return _class_help(*target, pretrain=argv[:1] == ["pretrain"])
+    command = help_request(argv, (*SUBCOMMAND_HELP, "pretrain"))
     return None if command is None else _short_help(command, argv)
 
 
-def _short_help(command: str, argv: list[str]) -> str:
-    """``fit --help``: from the cached option tables, or with the values of the ``--config`` files given."""
-    from pal_lightning.cli.options import DEFAULT_CLASSES, tables_of
+def _short_help(command: str, argv: list[str]) -> str | None:
+    """``fit --help``: from the option tables, with the values of the ``--config`` files (and options) given:
+    read from the files where that is plain (:func:`~pal_lightning.cli.options.config_values`), else
+    resolved by the CLI's own parser (Lightning: seconds)."""
+    from pal_lightning.cli.options import DEFAULT_CLASSES, PRETRAIN_CLASSES, config_values, tables_of
 
     given = [a for a in argv[1:] if a not in ("-h", "--help")]
     values: dict[str, dict[str, Any]] | None = None
-    classes = dict(DEFAULT_CLASSES)
-    if given:  # --config FILE, --model.lr ...: the parser resolves them (Lightning: seconds)
+    pretrain = command == "pretrain"
+    classes = dict(PRETRAIN_CLASSES if pretrain else DEFAULT_CLASSES)
+    if given:
+        values = config_values(given, {group: tables_of(group, classes[group]) for group in classes}, classes)
+    if given and values is None and pretrain:
+        return None  # LightningCLI's own help, which resolves everything (seconds)
+    if given and values is None:
         from pal_lightning.cli.fit import resolved_config
 
         resolved = resolved_config([command, *given])
@@ -245,17 +253,21 @@ def _short_help(command: str, argv: list[str]) -> str:
         classes = {group: str(resolved[group].get("class_path") or classes[group]) for group in classes}
     tables = {group: tables_of(group, classes[group]) for group in ("model", "data")}
     names = {group: classes[group].rsplit(".", 1)[-1] for group in classes}
+    if pretrain:
+        return short_help(command, tables, names, ("tokenizer",), values, PRETRAIN_GROUPS)
     return short_help(command, tables, names, linked=_LINKED, values=values)
 
 
-def _class_help(group: str, nested: str, class_path: str | None) -> str:
-    """``--model.help [CLASS]``, ``--model.adapter.help``: every option documented."""
-    from pal_lightning.cli.options import DEFAULT_CLASSES, default_tables, tables_of
+def _class_help(group: str, nested: str, class_path: str | None, pretrain: bool = False) -> str:
+    """``--model.help [CLASS]``, ``--model.adapter.help``: every option documented (``pretrain``: of its classes)."""
+    from pal_lightning.cli.options import DEFAULT_CLASSES, PRETRAIN_CLASSES, default_tables, tables_of
 
+    class_path = class_path or (PRETRAIN_CLASSES[group] if pretrain else None)
     tables = tables_of(group, class_path)
     name = (class_path or DEFAULT_CLASSES[group]).rsplit(".", 1)[-1]
     tasks = default_tables()["tasks"] if nested == "tasks" else ()
-    linked = {data: f"--model.{model}" for model, data in _LINKS} if group == "data" else None
+    links = _LINKS[:1] if pretrain else _LINKS
+    linked = {data: f"--model.{model}" for model, data in links} if group == "data" else None
     try:
         return class_help(group, tables, name, nested, tasks, linked)
     except ValueError as err:

@@ -109,11 +109,11 @@ class TaskPipeline:
 
     Args:
         model: the module (in eval mode, on its device).
-        task: the task to predict.
+        task: the task to predict; ``None`` for a model of one task.
         batch_size: inputs per forward pass.
     """
 
-    def __init__(self, model: MultiTaskModule, task: str, batch_size: int = 64) -> None:
+    def __init__(self, model: MultiTaskModule, task: str | None, batch_size: int = 64) -> None:
         self.model = model
         self.task = pick_task(model, task)
         self.batch_size = batch_size

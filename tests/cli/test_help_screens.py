@@ -1,21 +1,15 @@
 """The help screens (issue "A user's own task, end to end", item 7): ``--version``, a nested option's help,
 plain text instead of Sphinx markup, whole descriptions, the values of the ``--config`` files given with
-``fit --help``, and help without torch or Lightning once the option tables are cached."""
+``fit --help``; help without torch or Lightning: tests/cli/test_help_fast.py."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from pal_lightning.cli import options
 from pal_lightning.cli.main import USER_ERROR_EXIT, main
 from pal_lightning.core.version import __version__
-
-from .conftest import subprocess_env
 
 ROOT = Path(__file__).resolve().parents[2]
 SPHINX = (":class:", ":mod:", ":func:", ":meth:", ":data:", ":attr:", "``")
@@ -114,39 +108,3 @@ def test_fit_help_shows_the_values_of_the_given_configs(capsys: pytest.CaptureFi
     assert "--data.eval_batch_size 256" in out and "--model.lr 3e-05" not in out
     demo = _out(capsys, "fit", "--config", str(ROOT / "configs" / "demo.yaml"), "--help")
     assert "--data.data_dir demo" in demo and "--data.predict_splits [dev]" in demo  # through config: chains
-
-
-def test_help_needs_neither_torch_nor_lightning_once_cached(tmp_path: Path, help_cache: Path) -> None:
-    env = {**subprocess_env(), "PAL_CACHE_DIR": str(help_cache)}
-    script = (
-        "import sys, contextlib, io\n"
-        "from pal_lightning.cli.main import main\n"
-        "for args in (['--help'], ['--version'], ['fit', '--help'], ['predict', '--help'], "
-        "['fit', '--model.help'], ['fit', '--model.tasks.help'], ['fit', '--data.help']):\n"
-        "    with contextlib.redirect_stdout(io.StringIO()):\n"
-        "        assert main(args) == 0, args\n"
-        "print(sorted(m for m in ('torch', 'lightning', 'transformers') if m in sys.modules))\n"
-    )
-    run = lambda: subprocess.run(  # noqa: E731
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path
-    )
-    first = run()  # reads the classes once and caches their tables
-    assert first.returncode == 0, first.stderr[-2000:]
-    assert (help_cache / options.CACHE_FILE).is_file()
-    second = run()
-    assert second.returncode == 0, second.stderr[-2000:]
-    assert second.stdout.strip() == "[]"
-
-
-def test_the_cache_is_used_while_the_source_is_unchanged(help_cache: Path) -> None:
-    path = help_cache / options.CACHE_FILE
-    help_cache.mkdir()
-    marker = {"tables": {"model": {"": []}, "data": {"": []}}, "tasks": ["marker"]}
-    path.write_text(json.dumps({"fingerprint": options.source_fingerprint(), "help": marker}))
-    assert options.default_tables() == marker
-    path.write_text(json.dumps({"fingerprint": "another source", "help": marker}))
-    fresh = options.default_tables()
-    assert "sst" in fresh["tasks"] and fresh["tables"]["model"][""]
-    assert json.loads(path.read_text())["fingerprint"] == options.source_fingerprint()
-    path.write_text("{not json")
-    assert options.default_tables() == fresh
