@@ -165,6 +165,12 @@ class MultiTaskDataModule(pl.LightningDataModule):
         """The tasks, each followed by its evaluation views that have ``split``: what ``split`` serves."""
         return self.stages.evaluated(split)
 
+    def label_names(self) -> dict[str, list[str]]:
+        """The class names of each task whose labels have names: its ``label_names``, else its train split's
+        (``ClassLabel`` names, or the label column's words sorted); tasks labelled by numbers are left out."""
+        found = {s.name: self.splits.label_names(s) for s in self.task_specs}
+        return {task: list(names) for task, names in found.items() if names}
+
     # ------------------------------------------------------------------ Lightning hooks
 
     def prepare_data(self) -> None:

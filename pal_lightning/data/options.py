@@ -19,7 +19,7 @@ from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.hub import DEFAULT_ENCODER
 from pal_lightning.data.phase_plan import SEQUENTIAL, check_task_schedule
 from pal_lightning.data.schedules import SAMPLING_SCHEDULES, SamplingSchedule
-from pal_lightning.data.sources.readers import BAD_ROW_POLICIES, SPLITS
+from pal_lightning.data.sources.readers import BAD_ROW_POLICIES, DEFAULT_MAX_BAD_FRACTION, SPLITS
 from pal_lightning.data.tokenize import default_cache_dir
 from pal_lightning.tasks.specs import TaskSpec, resolve_tasks, task_to_hparam
 
@@ -80,6 +80,12 @@ class DataConfig:
 
     on_bad_row: str = "skip"
     """``skip`` (drop and warn once per file) or ``error``."""
+
+    max_bad_rows_fraction: float = DEFAULT_MAX_BAD_FRACTION
+    """The share of a split's rows that ``skip`` may drop (0.05: 5 %); a split with more bad rows (and more
+    than 2) stops the run with one line naming the count, the file and the first bad lines, since that many
+    usually means a wrong setting (label_column, num_labels, label_names) rather than a few broken rows.
+    ``1`` never stops; ``on_bad_row: error`` stops at the first bad row."""
 
     detokenize: bool = True
     """Undo PTB tokens for tasks that ask for it (SST)."""
@@ -144,6 +150,10 @@ class DataConfig:
             )
         if self.on_bad_row not in BAD_ROW_POLICIES:
             raise PalUserError(f"on_bad_row must be one of {BAD_ROW_POLICIES}, got {self.on_bad_row!r}.")
+        if not 0 <= self.max_bad_rows_fraction <= 1:
+            raise PalUserError(
+                f"max_bad_rows_fraction is a share of the rows, from 0 to 1; got {self.max_bad_rows_fraction}."
+            )
         if any(s not in SPLITS for s in self.predict_splits):
             raise PalUserError(f"predict_splits must be among {SPLITS}, got {list(self.predict_splits)}.")
         check_at_least("steps_per_epoch", self.steps_per_epoch, 1)

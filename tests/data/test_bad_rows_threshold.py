@@ -54,22 +54,24 @@ def test_below_the_threshold_a_warning_and_the_rows_are_counted(
     assert len(raw) == 99 and raw.skipped == 1 and raw.rows == 100
     assert "skipped 1 bad row(s) of 100" in caplog.text and "lines 101 (" in caplog.text
     assert DEFAULT_MAX_BAD_FRACTION == 0.05
-    # the option raises the threshold, 0 lowers it to any bad row
+    # the option raises the threshold, or lowers it (never below 2 rows: a tiny file's stray rows warn)
     write_rows(tmp_path / "train.csv", good=51, bad=49)
     assert read_split(topics(), "train", tmp_path, max_bad_fraction=0.5).skipped == 49
-    write_rows(tmp_path / "train.csv", good=99, bad=1)
-    with pytest.raises(PalUserError, match="1 of 100 rows"):
-        read_split(topics(), "train", tmp_path, max_bad_fraction=0)
+    write_rows(tmp_path / "train.csv", good=97, bad=3)
+    with pytest.raises(PalUserError, match="3 of 100 rows"):
+        read_split(topics(), "train", tmp_path, max_bad_fraction=0.01)
+    write_rows(tmp_path / "train.csv", good=8, bad=2)  # 20 %, but 2 rows
+    assert read_split(topics(), "train", tmp_path).skipped == 2
 
 
 def test_the_data_module_option_applies_to_cached_splits_too(tmp_path: Path) -> None:
-    write_rows(tmp_path / "train.csv", good=18, bad=2)  # 10 %
+    write_rows(tmp_path / "train.csv", good=27, bad=3)  # 10 %
     write_rows(tmp_path / "dev.csv", good=8, bad=0)
     common = dict(tasks=[topics()], data_dir=tmp_path, cache_dir=tmp_path / "cache", max_length=16)
     lenient = MultiTaskDataModule(**common, max_bad_rows_fraction=0.2)
-    assert len(lenient.load_split("topics", "train")) == 18  # read and cached
+    assert len(lenient.load_split("topics", "train")) == 27  # read and cached
     strict = MultiTaskDataModule(**common)
-    with pytest.raises(PalUserError, match="2 of 20 rows"):
+    with pytest.raises(PalUserError, match="3 of 30 rows"):
         strict.load_split("topics", "train")  # served from the cache: still refused
     assert strict.hparams["max_bad_rows_fraction"] == DEFAULT_MAX_BAD_FRACTION
 

@@ -69,6 +69,9 @@ MAX_REPORTED_BAD_ROWS = 5
 #: a delimiter) makes a large share bad. 5 %, not less, so that a small file with one or two broken rows
 #: (2 of 42) still trains.
 DEFAULT_MAX_BAD_FRACTION = 0.05
+#: Bad rows a split may always hold, whatever its size: one or two broken rows of a tiny file (1 of 10 is
+#: 10 %) are a warning, not a wrong setting.
+ALWAYS_TOLERATED_BAD_ROWS = 2
 #: What undecodable bytes become when a file is read with ``errors="surrogateescape"``.
 _UNDECODABLE = re.compile("[\udc80-\udcff]")
 
@@ -441,13 +444,13 @@ def check_bad_rows(
     max_fraction: float,
     warn: bool = True,
 ) -> None:
-    """Stop when more than ``max_fraction`` of a split's ``rows`` are bad; else warn about them
-    (:func:`warn_bad_rows`) when ``warn``.
+    """Stop when more than ``max_fraction`` of a split's ``rows``, and more than
+    :data:`ALWAYS_TOLERATED_BAD_ROWS`, are bad; else warn about them (:func:`warn_bad_rows`) when ``warn``.
 
     Raises:
         PalUserError: naming the count, the file, the first bad lines and the fix.
     """
-    if not rows or len(bad_rows) <= max_fraction * rows:
+    if len(bad_rows) <= max(max_fraction * rows, ALWAYS_TOLERATED_BAD_ROWS):
         if warn:
             warn_bad_rows(Path(where).name, bad_rows, rows, task, split)
         return
