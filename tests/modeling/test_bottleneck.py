@@ -9,11 +9,15 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 from transformers import BertConfig
 
 from pal_lightning.core.errors import PalUserError
+from pal_lightning.modeling import MultiTaskBert, load_task_weights, parameter_report, save_task_weights
+from pal_lightning.modeling.accounting import task_weight_formula
 from pal_lightning.modeling.methods import SITES, AdapterConfig, Where, get_method
 from pal_lightning.modeling.methods.bottleneck import BottleneckAdapter
+from pal_lightning.testing import TINY_BERT_3_LAYERS, without_dropout
 
 D, D_FF, LAYERS = 32, 40, 3
 ENCODER = BertConfig(
@@ -172,3 +176,82 @@ def test_bottleneck_options_are_refused_by_other_methods(option: dict[str, objec
     (name,) = option
     with pytest.raises(PalUserError, match=f"adapter.{name} does not apply to method 'lora'.*houlsby"):
         AdapterConfig(method="lora", **option)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ in the encoder (MultiTaskBert)
+TINY_NO_DROPOUT = without_dropout(TINY_BERT_3_LAYERS)
+
+
+def _encoder(adapter: AdapterConfig | str, seed: int = 0) -> MultiTaskBert:
+    torch.manual_seed(seed)
+    return MultiTaskBert.from_config(TINY_NO_DROPOUT, ["a", "b"], adapter=adapter).eval()
+
+
+def _hidden(model: nn.Module, batch: dict[str, torch.Tensor], task: str) -> torch.Tensor:
+    with torch.no_grad():
+        return model(**batch, task=task)
+
+
+@pytest.mark.parametrize("method", ["houlsby", "pfeiffer"])
+def test_a_new_bottleneck_task_is_the_plain_encoder(method: str, batch: dict[str, torch.Tensor]) -> None:
+    model = _encoder(AdapterConfig(method=method, targets=list(SITES)))
+    plain = MultiTaskBert.from_config(TINY_NO_DROPOUT, ["a"], adapter="none").eval()
+    plain.bert.load_state_dict(model.bert.state_dict())
+    expected = _hidden(plain, batch, "a")
+    for task in ("a", "b"):
+        torch.testing.assert_close(_hidden(model, batch, task), expected, atol=1e-6, rtol=0)
+    # each site is wired: large D and U there change task a's output alone (by little for query and
+    # key: the tiny random encoder's attention is nearly uniform, its N(0, 0.02) queries near zero)
+    for site in SITES:
+        down, up = model.adapters["a"].down["0"][site], model.adapters["a"].up["0"][site]
+        with torch.no_grad():
+            for p in (*down.parameters(), *up.parameters()):
+                p.normal_(0, 1.0)
+        assert not torch.allclose(_hidden(model, batch, "a"), expected, atol=1e-5), site
+        torch.testing.assert_close(_hidden(model, batch, "b"), expected, atol=1e-6, rtol=0)
+        with torch.no_grad():
+            up.weight.zero_()
+            up.bias.zero_()
+
+
+def test_training_with_a_frozen_encoder_changes_only_the_tasks_adapters_and_head(batch) -> None:
+    model = _encoder("houlsby").train()
+    model.bert.requires_grad_(False)
+    head = nn.Linear(model.hidden_size, 2)
+    before = {n: p.detach().clone() for n, p in [*model.named_parameters(), *head.named_parameters("head")]}
+    params = [p for p in [*model.parameters(), *head.parameters()] if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=1e-2)
+    labels = torch.tensor([0, 1, 1])
+    for _ in range(3):
+        optimizer.zero_grad()
+        F.cross_entropy(head(model(**batch, task="b")[:, 0]), labels).backward()
+        optimizer.step()
+    after = dict([*model.named_parameters(), *head.named_parameters("head")])
+    changed = {n for n, p in after.items() if not torch.equal(p, before[n])}
+    assert changed and all(n.startswith(("adapters.b.", "head.")) for n in changed), sorted(changed)
+    assert {n for n in changed if n.startswith("adapters.b.")} == {
+        n for n in after if n.startswith("adapters.b.")
+    }
+
+
+def test_parameter_report_counts_weights_and_biases() -> None:
+    model = _encoder(AdapterConfig(method="houlsby", size=3))
+    report = parameter_report(model)
+    d, layers, d_ff = (TINY_NO_DROPOUT[k] for k in ("hidden_size", "num_hidden_layers", "intermediate_size"))
+    assert report.adapter_weights["a"] == layers * 2 * (2 * d * 3)
+    assert report.adapter_biases["a"] == layers * 2 * (3 + d)
+    assert task_weight_formula(model.adapter_config, d, layers, d_ff) == report.adapter_weights["a"]
+
+
+def test_task_weights_round_trip_and_the_alias(tmp_path, batch) -> None:
+    config = AdapterConfig(method="pfeiffer", init="random")
+    model = _encoder(config)
+    save_task_weights(model, tmp_path / "b.safetensors", tasks=["b"])
+    alias = _encoder(AdapterConfig(method="bottleneck", init="random"), seed=1)
+    alias.bert.load_state_dict(model.bert.state_dict())
+    assert not torch.allclose(_hidden(alias, batch, "b"), _hidden(model, batch, "b"))
+    load_task_weights(alias, tmp_path / "b.safetensors")  # the alias's weights are pfeiffer's
+    torch.testing.assert_close(_hidden(alias, batch, "b"), _hidden(model, batch, "b"), atol=0, rtol=0)
+    for other in (config.replace(method="houlsby"), config.replace(nonlinearity="gelu")):
+        with pytest.raises(PalUserError):
+            load_task_weights(_encoder(other), tmp_path / "b.safetensors")

@@ -11,11 +11,16 @@ import math
 
 import pytest
 import torch
-from transformers import BertConfig
+import torch.nn.functional as F
+from torch import nn
+from transformers import BertConfig, BertModel
 
 from pal_lightning.core.errors import PalUserError
+from pal_lightning.modeling import MultiTaskBert, load_task_weights, parameter_report, save_task_weights
+from pal_lightning.modeling.accounting import task_weight_formula
 from pal_lightning.modeling.methods import SITES, AdapterConfig, Where, get_method
 from pal_lightning.modeling.methods.lora import LoraAdapter
+from pal_lightning.testing import TINY_BERT_3_LAYERS, without_dropout
 
 D, D_FF, LAYERS = 32, 40, 3
 ENCODER = BertConfig(
@@ -209,3 +214,104 @@ def test_unset_method_options_are_none_so_older_checkpoints_compare_equal() -> N
         fields[name] is None for name in ("targets", "alpha", "dropout", "reduction_factor", "nonlinearity")
     )
     assert AdapterConfig(method="pals", dropout=0).dropout == 0  # no dropout is no dropout for any method
+
+
+# ------------------------------------------------------------------ in the encoder (MultiTaskBert)
+TINY_NO_DROPOUT = without_dropout(TINY_BERT_3_LAYERS)
+
+
+def _encoder(adapter: AdapterConfig | str, seed: int = 0) -> MultiTaskBert:
+    torch.manual_seed(seed)
+    return MultiTaskBert.from_config(TINY_NO_DROPOUT, ["a", "b"], adapter=adapter).eval()
+
+
+def _hidden(model: nn.Module, batch: dict[str, torch.Tensor], task: str) -> torch.Tensor:
+    with torch.no_grad():
+        return model(**batch, task=task)
+
+
+def test_a_new_lora_task_is_the_plain_encoder(batch: dict[str, torch.Tensor]) -> None:
+    model = _encoder(AdapterConfig(method="lora", targets=list(SITES)))
+    plain = MultiTaskBert.from_config(TINY_NO_DROPOUT, ["a"], adapter="none").eval()
+    plain.bert.load_state_dict(model.bert.state_dict())
+    expected = _hidden(plain, batch, "a")
+    for task in ("a", "b"):
+        torch.testing.assert_close(_hidden(model, batch, task), expected, atol=1e-6, rtol=0)
+    # a non-zero B changes the output, of its own task only (the comparison above can fail)
+    with torch.no_grad():
+        model.adapters["a"].up["1"]["value"].weight.normal_(0, 0.5)
+    assert not torch.allclose(_hidden(model, batch, "a"), expected, atol=1e-3)
+    torch.testing.assert_close(_hidden(model, batch, "b"), expected, atol=1e-6, rtol=0)
+
+
+def test_training_with_a_frozen_encoder_changes_only_the_tasks_lora_and_head(batch) -> None:
+    model = _encoder("lora").train()
+    model.bert.requires_grad_(False)
+    head = nn.Linear(model.hidden_size, 2)
+    before = {n: p.detach().clone() for n, p in [*model.named_parameters(), *head.named_parameters("head")]}
+    params = [p for p in [*model.parameters(), *head.parameters()] if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=1e-2)
+    labels = torch.tensor([0, 1, 1])
+    for _ in range(3):
+        optimizer.zero_grad()
+        loss = F.cross_entropy(head(model(**batch, task="a")[:, 0]), labels)
+        loss.backward()
+        optimizer.step()
+    after = dict([*model.named_parameters(), *head.named_parameters("head")])
+    changed = {n for n, p in after.items() if not torch.equal(p, before[n])}
+    assert changed and all(n.startswith(("adapters.a.", "head.")) for n in changed), sorted(changed)
+    # both A and B of every targeted site of task a moved (B from zero, A through B after step 1)
+    assert {n for n in changed if n.startswith("adapters.a.")} == {
+        n for n in after if n.startswith("adapters.a.")
+    }
+
+
+def test_parameter_report_and_formula_for_lora() -> None:
+    model = _encoder(AdapterConfig(method="lora", targets=["query", "ffn_input"], size=4))
+    report = parameter_report(model)
+    d, layers, d_ff = (TINY_NO_DROPOUT[k] for k in ("hidden_size", "num_hidden_layers", "intermediate_size"))
+    expected = layers * 4 * ((d + d) + (d + d_ff))
+    assert report.adapter_weights == {"a": expected, "b": expected} and report.adapter_biases == {
+        "a": 0,
+        "b": 0,
+    }
+    assert task_weight_formula(model.adapter_config, d, layers, d_ff) == expected
+
+
+def test_task_weights_round_trip(tmp_path, batch) -> None:
+    config = AdapterConfig(method="lora", init="random", alpha=4)
+    model = _encoder(config)
+    save_task_weights(model, tmp_path / "a.safetensors", tasks=["a"])
+    fresh = _encoder(config, seed=1)
+    assert not torch.allclose(_hidden(fresh, batch, "a"), _hidden(model, batch, "a"))
+    fresh.bert.load_state_dict(model.bert.state_dict())
+    load_task_weights(fresh, tmp_path / "a.safetensors")
+    torch.testing.assert_close(_hidden(fresh, batch, "a"), _hidden(model, batch, "a"), atol=0, rtol=0)
+    # another rank does not fit: the signature differs
+    with pytest.raises(PalUserError):
+        load_task_weights(_encoder(config.replace(size=4)), tmp_path / "a.safetensors")
+
+
+def test_lora_equals_peft_on_the_same_tiny_bert(batch: dict[str, torch.Tensor]) -> None:
+    from peft import LoraConfig, get_peft_model
+
+    ours = _encoder(AdapterConfig(method="lora", init="random", alpha=16, size=4))
+    bert = BertModel(BertConfig(**TINY_NO_DROPOUT), add_pooling_layer=False).eval()
+    bert.load_state_dict(ours.bert.state_dict())  # the encoder keeps transformers' own model and names
+    with torch.no_grad():
+        plain = bert(**batch).last_hidden_state
+    peft_model = get_peft_model(
+        bert, LoraConfig(r=4, lora_alpha=16, lora_dropout=0.0, target_modules=["query", "value"])
+    ).eval()
+    trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
+    assert trainable == sum(p.numel() for p in ours.adapters["a"].parameters())
+    with torch.no_grad():
+        for i in range(TINY_NO_DROPOUT["num_hidden_layers"]):
+            attention = peft_model.base_model.model.encoder.layer[i].attention.self
+            for site in ("query", "value"):
+                a, b = ours.adapters["a"].pair(i, site)
+                getattr(attention, site).lora_A["default"].weight.copy_(a.weight)
+                getattr(attention, site).lora_B["default"].weight.copy_(b.weight)
+        theirs = peft_model(**batch).last_hidden_state
+    torch.testing.assert_close(_hidden(ours, batch, "a"), theirs, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(theirs, plain, atol=1e-3)  # the updates act: the comparison can fail
