@@ -45,6 +45,9 @@ BUILTIN_LABEL_NAMES: dict[str, list[str]] = {
 }
 #: Sequence length used when the model does not know the data module's ``max_length``.
 DEFAULT_MAX_LENGTH = 128
+#: The checkpoint key of the class names given or found in the data (not a hyper-parameter: ``__init__``
+#: takes no names), so that a model loaded from a checkpoint predicts names too.
+LABEL_NAMES_KEY = "pal_lightning_label_names"
 
 
 def default_label_names(spec: TaskSpec) -> list[str] | None:
@@ -186,6 +189,20 @@ class InferenceMixin(_ModuleBase):
                 )
             current[task] = [str(n) for n in labels]
         self._label_names = current
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Keep the class names set on this module (:data:`LABEL_NAMES_KEY`) beside the other hooks' data."""
+        super().on_save_checkpoint(checkpoint)
+        given: dict[str, list[str]] = getattr(self, "_label_names", {})
+        if given:
+            checkpoint[LABEL_NAMES_KEY] = {task: list(names) for task, names in given.items()}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Take back the class names a checkpoint keeps, for the tasks this module has."""
+        super().on_load_checkpoint(checkpoint)
+        saved = checkpoint.get(LABEL_NAMES_KEY)
+        if isinstance(saved, Mapping):
+            self.set_label_names({t: list(n) for t, n in saved.items() if t in self.task_specs})
 
     def predict_spec(self, task: str) -> TaskSpec:
         """The :class:`~pal_lightning.tasks.specs.TaskSpec` of ``task``; an unknown task is one user error naming the model's tasks."""
