@@ -11,8 +11,9 @@ budget). Each stage runs in a fresh process, so that its peak resident memory is
    annealed sampling over SST, Quora and STS; ``configs/quickstart.yaml``) at batch 8 and 64 tokens on
    the real CS224N training files (``$PAL_DATA_DIR``), for ``--warmup`` + ``--steps`` optimizer steps
    with a Lightning ``Trainer``; steps per second over the steps after the warm-up (wall time between
-   step ends: data loading, forward, backward, clipping and AdamW), peak resident memory after
-   loading and after training; then ``save_pretrained``, ``MultiTaskModule.from_pretrained`` of that
+   step ends: data loading, forward, backward, clipping and AdamW) and the CPU seconds a step takes
+   (this process's threads: on cores shared with other jobs the wall time also counts the waits),
+   peak resident memory after loading and after training; then ``save_pretrained``, ``MultiTaskModule.from_pretrained`` of that
    folder, and the predictions of both on the first ``--n`` dev examples of each task, which must be
    identical (max absolute difference 0).
 
@@ -43,8 +44,19 @@ PRECISIONS = ("32-true", "bf16-mixed")
 
 
 def peak_rss_mib() -> float:
-    """This process's peak resident memory so far, in MiB (``ru_maxrss`` is in KiB on Linux)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """This process's peak resident memory so far, in MiB.
+
+    Linux's ``VmHWM`` (the high-water mark of this program's memory) where there is one: ``ru_maxrss``
+    keeps the mark of the process image an ``exec`` replaced, so a stage started by this script would
+    report at least what the parent held when it forked.
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux (bytes on macOS)
 
 
 def stage_assemble() -> dict[str, Any]:
@@ -126,22 +138,24 @@ def stage_train(precision: str, args: argparse.Namespace) -> dict[str, Any]:
     from pal_lightning.core.hub import resolve_encoder
 
     class StepTimer(L.Callback):
-        """Wall time at each step's end, and its loss."""
+        """Wall and CPU time (this process's threads) at each step's end, and its loss."""
 
         def __init__(self) -> None:
             self.ends: list[float] = []
+            self.cpu_ends: list[float] = []
             self.losses: list[float] = []
 
         def on_train_batch_end(
             self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int
         ) -> None:
             self.ends.append(time.perf_counter())
+            self.cpu_ends.append(time.process_time())
             loss = outputs["loss"] if isinstance(outputs, dict) else outputs
             self.losses.append(float(loss))
 
     L.seed_everything(42, verbose=False)
+    folder = resolve_encoder(args.encoder)  # assembles the parts on first use (timed by the assemble stage)
     start = time.perf_counter()
-    folder = resolve_encoder(args.encoder)
     module = MultiTaskModule(
         tasks=TASKS,
         encoder=args.encoder,
@@ -171,6 +185,8 @@ def stage_train(precision: str, args: argparse.Namespace) -> dict[str, Any]:
     rss_trained = peak_rss_mib()
     timed = timer.ends[args.warmup - 1 :]  # from the end of the last warm-up step
     steps_per_s = (len(timed) - 1) / (timed[-1] - timed[0])
+    # CPU seconds per step: what a step costs whatever else shares the cores (wall time counts the waits)
+    cpu_per_step = (timer.cpu_ends[-1] - timer.cpu_ends[args.warmup - 1]) / (len(timed) - 1)
 
     module.eval()
     inputs = dev_inputs(args.data_dir, args.n)
@@ -192,6 +208,8 @@ def stage_train(precision: str, args: argparse.Namespace) -> dict[str, Any]:
         "timed_steps": len(timed) - 1,
         "steps_per_s": round(steps_per_s, 4),
         "examples_per_s": round(steps_per_s * args.batch_size, 2),
+        "cpu_seconds_per_step": round(cpu_per_step, 3),
+        "load_average_after_training": list(os.getloadavg()),
         "losses": [round(x, 4) for x in timer.losses],
         "peak_rss_mib_after_load": round(rss_loaded, 1),
         "peak_rss_mib_after_training": round(rss_trained, 1),
@@ -238,8 +256,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--data-dir", default=os.environ.get("PAL_DATA_DIR"), help="default: $PAL_DATA_DIR")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--max-length", type=int, default=64)
-    parser.add_argument("--warmup", type=int, default=3, help="steps before the timed ones (at least 1)")
-    parser.add_argument("--steps", type=int, default=12, help="timed steps")
+    parser.add_argument("--warmup", type=int, default=2, help="steps before the timed ones (at least 1)")
+    parser.add_argument("--steps", type=int, default=8, help="timed steps")
     parser.add_argument("--n", type=int, default=32, help="dev examples per task for the save/load check")
     parser.add_argument("--precisions", default=",".join(PRECISIONS))
     parser.add_argument("--json", type=Path, default=None)
@@ -274,8 +292,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for precision in args.precisions.split(","):
         row = result[precision] = _run_stage(precision, passed)
         print(
-            f"{precision}: {row['steps_per_s']} steps/s ({row['examples_per_s']} examples/s) over "
-            f"{row['timed_steps']} steps; peak RSS {row['peak_rss_mib_after_training']} MiB after training; "
+            f"{precision}: {row['steps_per_s']} steps/s ({row['examples_per_s']} examples/s, "
+            f"{row['cpu_seconds_per_step']} CPU s/step) over {row['timed_steps']} steps; "
+            f"peak RSS {row['peak_rss_mib_after_training']} MiB after training; "
             f"save/load identical: {row['reload_identical']} ({row['reload_max_abs_diff']})"
         )
     if args.json:
