@@ -120,3 +120,16 @@ def test_names_of_the_spec_reach_predict_and_the_saved_config(tmp_path: Path) ->
     config["tasks"][0]["label_names"] = []
     (folder / CONFIG_NAME).write_text(json.dumps(config))
     assert MultiTaskModule.from_pretrained(folder).predict("yesno", ["b"]).label_names == ["no", "yes"]
+
+
+def test_a_checkpoint_task_saved_before_label_names_still_fits() -> None:
+    from pal_lightning.module.checkpoint_check import task_differences
+    from pal_lightning.tasks.specs import task_to_dict
+
+    ours = task_to_dict(TaskSpec(name="mine", num_labels=4))
+    older = {k: v for k, v in ours.items() if k != "label_names"}  # written before the field existed
+    assert task_differences([older], [ours], resuming=False) == []
+    other = dict(older, num_labels=5, label_range=[0.0, 4.0])
+    assert task_differences([other], [ours], resuming=False) == [
+        "the task definition of ['mine'] differs (labels, files or columns)"
+    ]

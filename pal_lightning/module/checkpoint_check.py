@@ -15,7 +15,7 @@ from pal_lightning.core.hub import resolve_encoder
 from pal_lightning.core.plain import to_plain
 from pal_lightning.core.version import __version__, reads_files_of, version_mismatch
 from pal_lightning.module.hparams import ARCHITECTURE_HPARAMS, OPTIMIZER_HPARAMS, STARTING_VALUES_ONLY
-from pal_lightning.tasks.specs import TaskSpec, task_name_of, task_to_hparam
+from pal_lightning.tasks.specs import TaskSpec, task_name_of, task_to_dict, task_to_hparam
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
@@ -42,7 +42,7 @@ def task_differences(saved_tasks: Sequence[Any], our_tasks: Sequence[Any], resum
             f"it was trained for tasks [{', '.join(theirs)}] but the model is configured for "
             f"[{', '.join(mine)}]"
         ]
-    changed = [n for n in mine if to_plain(theirs[n]) != to_plain(mine[n])]
+    changed = [n for n in mine if _plain_task(theirs[n]) != _plain_task(mine[n])]
     if changed:
         return [f"the task definition of {changed} differs (labels, files or columns)"]
     if resuming and list(theirs) != list(mine):
@@ -51,6 +51,17 @@ def task_differences(saved_tasks: Sequence[Any], our_tasks: Sequence[Any], resum
             f"[{', '.join(mine)}] (resuming a fit needs the same order)"
         ]
     return []
+
+
+def _plain_task(task: Any) -> Any:
+    """A saved task with every field a :class:`TaskSpec` has now (a checkpoint written before a field was
+    added, ``label_names``, holds the same task), else as it is."""
+    if isinstance(task, Mapping):
+        try:
+            return to_plain(task_to_dict(TaskSpec(**task)))
+        except (TypeError, ValueError):  # not a TaskSpec's fields: compared as saved
+            pass
+    return to_plain(task)
 
 
 def checkpoint_differences(
