@@ -355,3 +355,29 @@ def test_lora_in_every_family_starts_plain_and_folds_into_the_site_weights(model
     merged = _hidden(plain, batch, "a")
     assert not torch.allclose(merged, unmerged, atol=1e-3)  # the updates act: the comparison can fail
     torch.testing.assert_close(_hidden(model, batch, "a"), merged, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "adapter",
+    [
+        {"method": "lora", "size": 4, "alpha": 16, "targets": ["value", "ffn_input"]},
+        {"method": "houlsby", "reduction_factor": 8, "nonlinearity": "gelu", "placement": "top"},
+    ],
+)
+def test_save_pretrained_and_from_pretrained_keep_the_method(adapter: dict[str, object], tmp_path) -> None:
+    """Both INSIDE methods (LoRA and a bottleneck variant) with non-default options, through a model folder."""
+    from pal_lightning.module.multitask import MultiTaskModule
+    from pal_lightning.testing import TINY_BERT
+
+    torch.manual_seed(0)
+    module = MultiTaskModule(tasks=["sst", "sts"], bert_config=TINY_BERT, adapter=adapter).eval()
+    with torch.no_grad():  # non-zero updates, so that a lost or misplaced weight shows
+        for p in module.encoder.adapters.parameters():
+            p.normal_(0, 0.2)
+    loaded = MultiTaskModule.from_pretrained(module.save_pretrained(tmp_path / "model")).eval()
+    assert loaded.encoder.adapter_config == module.encoder.adapter_config == AdapterConfig.coerce(adapter)
+    batch = {"input_ids": torch.randint(5, 90, (2, 6)), "attention_mask": torch.ones(2, 6, dtype=torch.long)}
+    for task in ("sst", "sts"):
+        torch.testing.assert_close(_hidden(loaded.encoder, batch, task), _hidden(module.encoder, batch, task))
+    saved, reloaded = module.state_dict(), loaded.state_dict()
+    assert saved.keys() == reloaded.keys() and all(torch.equal(saved[k], reloaded[k]) for k in saved)
