@@ -133,3 +133,15 @@ def test_a_checkpoint_task_saved_before_label_names_still_fits() -> None:
     assert task_differences([other], [ours], resuming=False) == [
         "the task definition of ['mine'] differs (labels, files or columns)"
     ]
+
+
+def test_the_overall_is_named_after_its_tasks() -> None:
+    from pal_lightning.callbacks.score_report import format_classes, score_headline
+
+    def headline(tasks: list[str]) -> str:
+        return score_headline({"scores": {"val/overall": 0.5}, "tasks_covered": tasks}, "val/overall", 1.0)
+
+    assert headline(["sst", "qqp", "sts", "topics"]) == "CS224N overall (dev): 0.5000"
+    assert headline(["glue_cola", "glue_rte"]) == "GLUE score (dev): 0.5000"
+    assert headline(["topics"]) == headline(["sst", "topics"]) == "Overall (dev): 0.5000"
+    assert format_classes({"topics": ["a b", "c"]}) == "\n  topics classes: 0 a b, 1 c"
