@@ -6,9 +6,9 @@ class's signature and docstrings (:func:`class_table`), with Sphinx markup turne
 (:func:`plain`), and the fields of a dataclass-typed option (``adapter``, ``simcse``, the ``TaskSpec``
 of ``tasks``) as options of their own (``--model.adapter.method``).
 
-Reading them from the classes means importing them, and so torch, transformers and Lightning: 5-6 s
-of CPU. :func:`default_tables` reads the tables of the CLI's own classes from the package's source
-instead (:mod:`pal_lightning.cli.source_tables`, a few hundredths of a second), and
+Reading them from the classes means importing them, and so torch, transformers and Lightning:
+seconds. :func:`default_tables` reads the tables of the CLI's own classes from the package's source
+instead (:mod:`pal_lightning.cli.source_tables`), and
 :func:`config_values` the values of the ``--config`` files given with ``fit --help`` from the files
 themselves, so that every help screen starts in a fraction of a second, the first one included.
 """

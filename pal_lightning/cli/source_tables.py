@@ -1,11 +1,11 @@
 """The help's option tables read from the package's source with :mod:`ast`, without importing the classes.
 
 Importing :class:`~pal_lightning.module.multitask.MultiTaskModule` or the data module imports torch,
-transformers and Lightning: 5-6 s of CPU, on every help screen whose tables are not cached yet (a fresh
-install, or any edit of the package). The tables need only what the source says: each ``__init__``
+transformers and Lightning: seconds, which a help screen should not cost (not even the first after an
+install or an edit of the package). The tables need only what the source says: each ``__init__``
 argument's name, annotation, default and documentation, and the fields of the dataclasses they take
-(``AdapterConfig``, ``SimCSEConfig``, ``TaskSpec``). :func:`source_class_table` reads them from the
-package's files, following ``from ... import`` to the module that defines a name, evaluating defaults
+(``AdapterConfig``, ``SimCSEConfig``, ``TaskSpec``). The functions here read them from the package's
+files for :func:`pal_lightning.cli.options.source_class_table`, following ``from ... import`` to the module that defines a name, evaluating defaults
 made of literals, module constants, enum members and dataclass calls, and expanding type aliases
 (``Placement`` -> ``Literal['all', 'top', 'bottom']``) as :func:`typing.get_type_hints` would.
 

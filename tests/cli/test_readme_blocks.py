@@ -405,6 +405,24 @@ def _predict(block: Block, ws: Workspace) -> None:
     np.testing.assert_allclose(out.probabilities.sum(1), 1.0, atol=1e-6)
 
 
+def _pipeline(block: Block, ws: Workspace) -> None:
+    """The pipeline blocks: transformers-shaped predictions of the demo model; the README's embeddings too."""
+    _exec(block, ws)
+    classify = ws.namespace["classify"]
+    out = classify("A fine film.")
+    assert len(out) == 1 and set(out[0]) == {"label", "score"} and 0 < out[0]["score"] <= 1
+    assert out[0]["label"] in classify.model.label_names["sst"]
+    if "vectors" in ws.namespace:
+        assert ws.namespace["vectors"].shape[0] == 2
+
+
+def _embeddings(block: Block, ws: Workspace) -> None:
+    _exec(block, ws)
+    plain, sst, unit = (ws.namespace[k] for k in ("plain", "sst", "unit"))
+    assert plain.shape[0] == 2 and sst.shape == (1, plain.shape[1]) and unit.shape == (plain.shape[1],)
+    np.testing.assert_allclose(np.linalg.norm(unit), 1.0, atol=1e-5)
+
+
 def _onnx(block: Block, ws: Workspace) -> None:  # onnx comes with the export extra, which CI installs
     _exec(block, ws)
     assert (ws.folder / "sst.onnx").stat().st_size > 0
@@ -464,6 +482,9 @@ BLOCKS: dict[str, Callable[[Block, Workspace], None]] = {
     ),
     "docs/models.md | Save, load and share a model | from pal_lightning import MultiTaskModule": _save_load_share,
     "docs/models.md | Predict new sentences | from pal_lightning import MultiTaskModule": _predict,
+    "README.md | A first run: the demo (no data to fetch, no network) | import pal_lightning": _pipeline,
+    "docs/models.md | Predict new sentences | import pal_lightning": _pipeline,
+    "docs/models.md | Sentence embeddings | from pal_lightning import MultiTaskModule": _embeddings,
     "docs/models.md | One task without Lightning, and ONNX | from pal_lightning.module.export import SingleTaskModel, export_onnx": (
         _onnx
     ),
