@@ -73,6 +73,7 @@ from pal_lightning.modeling.families.wiring import (
     TaskCall,
     Wiring,
     enable_checkpointing,
+    fold_deltas,
     place_hooks,
     task_call,
 )
@@ -217,6 +218,41 @@ def task_adapters(
     return adapters
 
 
+def hook_layers(encoder: MultiTaskBert) -> None:
+    """Hook every layer of ``encoder`` (the shared ones and the copies of individual ones) where its
+    method acts (:func:`~pal_lightning.modeling.families.wiring.place_hooks`)."""
+    where = encoder.adapter_config.adapter_method.where.value
+    if where == "nowhere":
+        return  # individual layers need no hook: their slots read the call themselves
+    sites = sorted({site for adapter in encoder.adapters.values() for site in getattr(adapter, "sites", ())})
+    layers: list[tuple[int, nn.Module]] = list(enumerate(encoder.family.layer_list(encoder.bert)))
+    for copies in encoder.individual.values():
+        layers += [(int(i), layer) for i, layer in cast(nn.ModuleDict, copies).items()]
+    for index, layer in layers:
+        if not isinstance(layer, IndividualLayerSlot):
+            place_hooks(layer, index, encoder.family, encoder.wiring, where, sites)
+
+
+def merge_adapter(encoder: MultiTaskBert, task: str) -> None:
+    """Fold ``task``'s module into the weights of the layers it acts in (shared ones and the task's copies
+    of individual ones); :meth:`MultiTaskBert.merge`.
+
+    Raises:
+        PalUserError: for a method whose modules have no ``weight_delta``.
+    """
+    adapter = encoder.adapters[task]
+    if not hasattr(adapter, "weight_delta"):
+        raise PalUserError(
+            f"Method {encoder.adapter_config.method!r} cannot be merged into the encoder's weights (only "
+            "methods whose per-task change is linear in the weights, such as lora, can). Export it unmerged."
+        )
+    family = encoder.family
+    fold_deltas(dict(enumerate(family.layer_list(encoder.bert))), family, adapter)
+    copies = encoder._copies_of(task)  # an I layer's copy takes the task's delta too
+    if copies is not None:
+        fold_deltas({int(i): layer for i, layer in copies.items()}, family, adapter)
+
+
 class TaskParameters:
     """The encoder's parameters by role (shared, per task, pretrained, new), for optimiser groups, GEM and
     accounting. Mixed into :class:`MultiTaskBert`, which provides ``bert``, ``individual``, ``adapters``,
@@ -317,22 +353,9 @@ class MultiTaskBert(TaskParameters, nn.Module):
         self.adapter_layers: tuple[int, ...] = self.adapter_config.layer_indices(num_layers)
         self.adapter_size: int = self.adapter_config.resolved_size(self.hidden_size)
         self.adapters = task_adapters(self.adapter_config, self.bert.config, names, self.adapter_size)
-        self._place_hooks()
+        hook_layers(self)
         self._start_task_layers()
         self.loading_info: LoadingInfo | None = None
-
-    def _place_hooks(self) -> None:
-        """Hook every layer (the shared ones and the copies of individual ones) where the method acts."""
-        where = self.adapter_config.adapter_method.where.value
-        if where == "nowhere" and not self.individual_layers:
-            return
-        sites = sorted({site for adapter in self.adapters.values() for site in getattr(adapter, "sites", ())})
-        layers: list[tuple[int, nn.Module]] = list(enumerate(self.family.layer_list(self.bert)))
-        for copies in self.individual.values():
-            layers += [(int(i), layer) for i, layer in cast(nn.ModuleDict, copies).items()]
-        for index, layer in layers:
-            if not isinstance(layer, IndividualLayerSlot):
-                place_hooks(layer, index, self.family, self.wiring, where, sites)
 
     @torch.no_grad()
     def _start_task_layers(self) -> None:
@@ -535,6 +558,19 @@ class MultiTaskBert(TaskParameters, nn.Module):
         with self.wiring.active(call):
             out = self.bert(**inputs)
         return out.last_hidden_state
+
+    def merge(self, task: str) -> None:
+        """Fold ``task``'s LoRA into the encoder's weights and drop every task's module: the encoder then
+        computes ``task``'s outputs with no per-task work (for a single-task copy: export, serving).
+
+        Raises:
+            PalUserError: when the method's modules cannot be folded (only linear deltas can).
+        """
+        self.check_task(task)
+        if task in self.adapters:
+            merge_adapter(self, task)
+        for name in list(self.adapters):
+            del self.adapters[name]
 
     def gradient_checkpointing_enable(self) -> None:
         """Recompute each layer's activations in the backward pass (less memory, a third more compute),

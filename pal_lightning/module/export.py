@@ -66,6 +66,8 @@ class SingleTaskModel(nn.Module):
         group = getattr(encoder, "task_group", {}).get(task, task)
         for other in [name for name in getattr(encoder, "individual", {}) if name != group]:
             del encoder.individual[other]  # other tasks' copies of individual layers, likewise
+        if task in encoder.adapters and hasattr(encoder.adapters[task], "weight_delta"):
+            encoder.merge(task)  # LoRA folded into the weights: the plain layers, no per-task work
         self.encoder = encoder
         self.head = copy.deepcopy(module.heads[task])
         self.eval()

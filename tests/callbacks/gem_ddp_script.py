@@ -1,7 +1,9 @@
 """Run by test_gem_ddp.py: a 2-process gloo DDP fit with GEMCallback on fixture files.
 
 Every rank writes ``rank<r>.json`` with a fingerprint of its parameters, its memories and
-GEM's counters. Usage: python gem_ddp_script.py DATA_DIR OUT_DIR [interleaved|continual]
+GEM's counters. Usage: python gem_ddp_script.py DATA_DIR OUT_DIR [interleaved|continual] [MODEL_TYPE]
+
+MODEL_TYPE: the encoder family of the tiny random encoder (``bert``, ``modernbert``, ...).
 
 ``continual``: a sequential schedule (SST, Quora, STS; 2 batches each) with GEM constraining
 on the past tasks and :class:`ContinualEvaluation`; the ranks also record the R matrix, and
@@ -23,7 +25,13 @@ from pal_lightning.data import MultiTaskDataModule
 from pal_lightning.gem import GEMCallback
 from pal_lightning.gem.gradients import MemorySource, constraint_gradients
 from pal_lightning.module.multitask import MultiTaskModule
-from pal_lightning.testing import TINY_BERT, quiet_trainer, without_dropout
+from pal_lightning.testing import (
+    BERT_VOCAB_SIZE,
+    TINY_BERT,
+    quiet_trainer,
+    tiny_family_config,
+    without_dropout,
+)
 from pal_lightning.testing.callbacks import ConstraintRows
 
 
@@ -91,12 +99,15 @@ class Record(pl.Callback):
         (self.out / f"rank{trainer.global_rank}.json").write_text(json.dumps(record))
 
 
-def main(data_dir: str, out: str, mode: str = "interleaved") -> None:
+def main(data_dir: str, out: str, mode: str = "interleaved", model_type: str = "bert") -> None:
     torch.set_num_threads(1)
     pl.seed_everything(0)
     exact = mode != "continual"  # no dropout: the memory rows can be recomputed exactly
-    config = without_dropout(TINY_BERT) if exact else TINY_BERT
-    model = MultiTaskModule(bert_config=config, adapter={"size": 8, "num_heads": 2}, dropout=0.0 if exact else 0.1)
+    tiny = TINY_BERT if model_type == "bert" else tiny_family_config(model_type, vocab_size=BERT_VOCAB_SIZE)
+    config = without_dropout(tiny) if exact else tiny
+    model = MultiTaskModule(
+        bert_config=config, adapter={"size": 8, "num_heads": 2}, dropout=0.0 if exact else 0.1
+    )
     continual = None
     if mode == "continual":
         dm = MultiTaskDataModule(

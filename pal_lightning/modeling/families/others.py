@@ -2,7 +2,8 @@
 
 Each differs from BERT only in names, except ModernBERT: pre-LayerNorm (no ``join_norm``: a PAL term
 joins the residual stream after the layer) with one fused query/key/value Linear (``attn.Wqkv``, sliced
-in three) and a gated FFN whose input Linear is twice the FFN width.
+in three) and a gated FFN whose input Linear is twice the FFN width (``ffn_input`` is its input half,
+``act(input) * gate``, so that the site has the FFN width as in every other family).
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ MODERNBERT = EncoderFamily(
         "key": ("attn.Wqkv", (1, 3)),
         "value": ("attn.Wqkv", (2, 3)),
         "attention_output": ("attn.Wo", None),
-        "ffn_input": ("mlp.Wi", None),
+        "ffn_input": ("mlp.Wi", (0, 2)),  # the GLU's input half; the other half is its gate
         "ffn_output": ("mlp.Wo", None),
     },
     token_types=False,

@@ -25,7 +25,7 @@ gets the call back through checkpointing's ``context_fn`` (:meth:`Wiring.checkpo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -282,3 +282,29 @@ def enable_checkpointing(model: nn.Module, individual: nn.Module, wiring: Wiring
         if functions and hasattr(layer, "gradient_checkpointing"):
             setattr(layer, "gradient_checkpointing", True)  # noqa: B010  (a layer's plain flag)
             setattr(layer, "_gradient_checkpointing_func", functions[0])  # noqa: B010
+
+
+@torch.no_grad()
+def fold_deltas(layers: Mapping[int, nn.Module], family: EncoderFamily, adapter: nn.Module) -> None:
+    """Add an INSIDE ``adapter``'s ``weight_delta`` into the site Linears of ``layers`` (by index; LoRA's
+    merge): afterwards the plain layers compute what the layers with the adapter's hooks computed. Slots
+    of individual layers are skipped (their copies are folded on their own).
+
+    Raises:
+        ValueError: when the adapter's delta is not linear in the site's input (no ``weight_delta``).
+    """
+    weight_delta = getattr(adapter, "weight_delta", None)
+    if weight_delta is None:
+        raise ValueError(f"{type(adapter).__name__} has no weight_delta: its deltas cannot be merged")
+    for index in adapter.layers:  # type: ignore[union-attr]
+        layer = layers.get(index)
+        if layer is None or isinstance(layer, IndividualLayerSlot):
+            continue
+        for site in adapter.sites:  # type: ignore[union-attr]
+            linear, chunk = family.site_linear(layer, site)
+            delta = weight_delta(index, site).to(linear.weight.dtype)
+            if chunk is None:
+                linear.weight += delta
+            else:
+                rows = linear.out_features // chunk[1]
+                linear.weight[chunk[0] * rows : (chunk[0] + 1) * rows] += delta
