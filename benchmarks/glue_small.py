@@ -29,6 +29,7 @@ import json
 import math
 import os
 import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -183,6 +184,7 @@ def run_record(system: str, seed: int, args: argparse.Namespace, env: dict[str, 
         "budget": args.label,
         "parts": parts,
         "device": device(),
+        "code": code_version(),
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
 
@@ -191,6 +193,19 @@ def stored_parameters(parts: list[dict[str, Any]]) -> int | None:
     """What the system stores: the joint model's total, or the sum of the separate models' totals."""
     totals = [(p.get("parameters") or {}).get("total") for p in parts]
     return None if any(t is None for t in totals) else int(sum(totals))  # type: ignore[arg-type]
+
+
+def code_version() -> str | None:
+    """The commit the runs ran (``$PAL_CODE_VERSION`` for a copy of the code outside git)."""
+    if os.environ.get("PAL_CODE_VERSION"):
+        return os.environ["PAL_CODE_VERSION"]
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return done.stdout.strip()
 
 
 def device() -> str:
