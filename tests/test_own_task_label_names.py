@@ -78,6 +78,8 @@ def test_a_string_labelled_task_end_to_end(tmp_path: Path, capsys: pytest.Captur
     assert "Overall (dev):" in out and "CS224N overall" not in out  # no CS224N task in this run
     assert "topics classes: 0 business, 1 politics, 2 sci/tech, 3 sports" in out
     assert model.label_names == {"topics": NAMES}  # taken from the data at setup
+    (scores,) = tmp_path.rglob("scores.json")
+    assert json.loads(scores.read_text())["label_names"] == {"topics": NAMES}
     trainer.save_checkpoint(tmp_path / "last.ckpt")
     from_ckpt = MultiTaskModule.load_from_checkpoint(tmp_path / "last.ckpt", weights_only=True)
     assert from_ckpt.predict("topics", ["goal match"]).label_names == NAMES  # no data module needed

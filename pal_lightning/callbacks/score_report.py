@@ -271,6 +271,9 @@ class ScoreReport(Callback):
             "ckpt_path": trainer.ckpt_path,
             "scores": scores,
         }
+        names = class_names_of(trainer)
+        if names:  # the classes of tasks labelled by name, in class order
+            payload["label_names"] = names
         atomic_write_text(Path(log_dir) / self.filename, json.dumps(payload, indent=2))
 
     def best(self) -> dict[str, Any] | None:
