@@ -553,7 +553,8 @@ class MultiTaskBert(TaskParameters, nn.Module):
         self.check_task(task)
         call = self.task_call(task, attention_mask)
         inputs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask}
-        if self.family.token_types:
+        if self.family.token_types and int(getattr(self.config, "type_vocab_size", 2)) > 1:
+            # RoBERTa and DeBERTa checkpoints have one segment (or none): their token types are all 0
             inputs["token_type_ids"] = token_type_ids
         with self.wiring.active(call):
             out = self.bert(**inputs)
