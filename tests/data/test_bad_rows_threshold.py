@@ -80,3 +80,12 @@ def test_the_data_module_option_applies_to_cached_splits_too(tmp_path: Path) -> 
 def test_the_option_is_a_share(value: float) -> None:
     with pytest.raises(PalUserError, match="max_bad_rows_fraction is a share of the rows"):
         DataConfig(max_bad_rows_fraction=value)
+
+
+def test_an_empty_label_cell_of_a_csv_is_named_as_such(tmp_path: Path) -> None:
+    # datasets reads an empty csv cell as None, like a missing field
+    (tmp_path / "train.csv").write_text(
+        "text,label\n" + "".join(f"t{i},{i % 4}\n" for i in range(40)) + "x,\n"
+    )
+    raw = read_split(topics(), "train", tmp_path)
+    assert raw.bad_rows == [(42, "no label (an empty or missing field)")]

@@ -325,7 +325,7 @@ def _parse_label(
 ) -> tuple[float | int | None, str | None]:
     """Parse one label: ``(value, None)`` or ``(None, reason)``; a class is one of ``names`` or an index."""
     if value is None:
-        return None, "missing label field"
+        return None, "no label (an empty or missing field)"
     if isinstance(value, bool):
         value = int(value)
     if isinstance(value, str):
