@@ -211,3 +211,45 @@ def test_the_real_glue_files_row_and_label_counts() -> None:
     assert _read("glue_mrpc", "test", REAL).ids[:2] == ["0", "1"]
     cola_dev = _read("glue_cola", "dev", REAL)  # no final newline: its last row is read all the same
     assert cola_dev.texts[0][-1] == LAST_COLA_DEV and cola_dev.labels[-1] == 1  # type: ignore[index]
+
+
+def test_fit_on_carved_validation_then_test_on_dev_and_submission_files(glue: Path, tmp_path: Path) -> None:
+    """The whole path on GLUE's files: fit validates on rows carved from train, ``test`` scores dev, and
+    ``predict`` writes the server's files with the test files' own index column."""
+    import json
+
+    import yaml
+
+    from pal_lightning.cli.main import main
+    from pal_lightning.testing import write_tiny_fit_config
+
+    rte = glue / "RTE/train.tsv"
+    rte.write_text("".join(rte.read_text().splitlines(keepends=True)[:-1]))  # without its bad row
+    config = write_tiny_fit_config(tmp_path, glue, tasks=["glue_cola", "glue_mrpc", "glue_rte"])
+    values = yaml.safe_load(config.read_text())
+    values["model"]["init_args"]["pair_encoding"] = "cross"
+    values["data"]["init_args"]["validation_fraction"] = 0.34
+    values["trainer"]["max_steps"] = 2
+    values["trainer"]["callbacks"] = [
+        {"class_path": "pal_lightning.callbacks.glue_submission.GlueSubmissionWriter"}
+    ]
+    config.write_text(yaml.safe_dump(values))
+    assert main(["fit", "--config", str(config)]) == 0
+    run = tmp_path / "runs" / "version_0"
+    fitted = json.loads((run / "scores.json").read_text())
+    assert {"val/glue_rte/accuracy", "val/overall"} <= set(fitted["best"]["scores"])
+    (ckpt,) = (run / "checkpoints").glob("last*.ckpt")
+    assert main(["test", "--config", str(config), "--ckpt_path", str(ckpt)]) == 0
+    (tested,) = run.glob("test/version_*/scores.json")
+    assert {"test/glue_cola/matthews", "test/glue_mrpc/f1", "test/glue_rte/accuracy"} <= set(
+        json.loads(tested.read_text())["scores"]
+    )
+    assert main(["predict", "--config", str(config), "--ckpt_path", str(ckpt)]) == 0
+    out = run / "glue_submission"
+    assert sorted(p.name for p in out.iterdir()) == ["CoLA.tsv", "MRPC.tsv", "RTE.tsv"]
+    mrpc = (out / "MRPC.tsv").read_text().splitlines()
+    assert mrpc[0] == "index\tprediction" and mrpc[1].split("\t")[0] == "7"  # MRPC/test.tsv's index
+    assert {row.split("\t")[1] for row in (out / "RTE.tsv").read_text().splitlines()[1:]} <= {
+        "entailment",
+        "not_entailment",
+    }
