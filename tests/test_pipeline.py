@@ -107,3 +107,11 @@ def test_importing_the_package_loads_no_pipeline_or_torch() -> None:
     code = "import sys, pal_lightning; print(any(m in sys.modules for m in ('torch', 'pal_lightning.cli.pipeline')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_devices_are_named_as_torch_and_transformers_name_them() -> None:
+    from pal_lightning.cli.pipeline import torch_device
+
+    assert torch_device(None) == torch_device(-1) == torch_device("cpu") == torch.device("cpu")
+    assert torch_device(0) == torch.device("cuda", 0) and torch_device("cuda:1") == torch.device("cuda", 1)
+    assert torch_device(torch.device("cuda", 2)) == torch.device("cuda", 2)
