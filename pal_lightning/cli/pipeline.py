@@ -62,8 +62,9 @@ def torch_device(device: Any) -> torch.device:
         ) from None
 
 
-def load_pipeline_model(model: Any, device: torch.device) -> MultiTaskModule:
-    """The module of ``model`` (a module, a ``save_pretrained`` folder or hub id, or a ``.ckpt`` file) on ``device``."""
+def load_pipeline_model(model: Any, device: torch.device | None) -> MultiTaskModule:
+    """The module of ``model`` (a module, a ``save_pretrained`` folder or hub id, or a ``.ckpt`` file) in eval
+    mode on ``device`` (``None``: where it is; a loaded model is on the CPU)."""
     from pal_lightning.cli.text_predict import load_model
     from pal_lightning.module.multitask import MultiTaskModule
 
@@ -77,7 +78,7 @@ def load_pipeline_model(model: Any, device: torch.device) -> MultiTaskModule:
             f"pipeline takes a saved model (a folder written by save_pretrained or fit, a hub id, a .ckpt file) "
             f"or a MultiTaskModule, not {type(model).__name__}."
         )
-    return module.to(device).eval()
+    return (module if device is None else module.to(device)).eval()
 
 
 def pick_task(module: MultiTaskModule, task: str | None) -> str:
@@ -172,8 +173,9 @@ def pipeline(
         model: a folder written by ``save_pretrained`` (or by ``fit``: ``runs/<name>/version_N/model``), a
             hub id, a ``.ckpt`` file, or a ``MultiTaskModule``.
         task: the task to predict; ``None`` for a model of one task.
-        device: where to run: ``None`` or ``"cpu"``, ``"cuda"``, ``"cuda:1"``, a ``torch.device``, or an int
-            as transformers takes it (``-1`` the CPU, ``0`` the first GPU).
+        device: where to run: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, a ``torch.device``, or an int as
+            transformers takes it (``-1`` the CPU, ``0`` the first GPU); ``None``: the CPU for a model loaded
+            here, where it already is for a module given.
         batch_size: inputs per forward pass.
 
     Raises:
@@ -181,4 +183,5 @@ def pipeline(
     """
     if batch_size < 1:
         raise PalUserError(f"batch_size must be >= 1, got {batch_size}.")
-    return TaskPipeline(load_pipeline_model(model, torch_device(device)), task, batch_size)
+    target = None if device is None else torch_device(device)
+    return TaskPipeline(load_pipeline_model(model, target), task, batch_size)
