@@ -92,7 +92,8 @@ class PairEncodingMixin(_ModuleBase):
         Given sentences (a string or a list of them), as sentence-transformers' ``encode``: ``float32
         [N, d]`` in input order (``[d]`` for one string), pooled as the model pools; see the module
         docstring. Given a batch (a mapping with ``"task"``, as the data module makes them): ``(u, None)``,
-        or ``(u, v)`` for a siamese pair, which is what :meth:`forward` calls and a subclass may override.
+        or ``(u, v)`` for a siamese pair, which is what :meth:`forward` calls and a subclass may override
+        (an override for batches hands other inputs to ``super().encode``, so that sentences still work).
 
         Args:
             sentences: the sentences, or a batch.
