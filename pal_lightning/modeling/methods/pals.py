@@ -29,7 +29,7 @@ no tensor is shared between modules (safetensors refuses to save shared tensors)
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 import torch
 import torch.nn.functional as F
@@ -240,7 +240,8 @@ class TaskAdapter(nn.Module):
         b, t, d = hidden.shape
         x = self._proj(self.down, layer)(hidden.reshape(b * t, d))  # positions as rows until V^D
         if self.attention is not None:
-            x = self.attention[str(layer)].attend_rows(x, b, t, mask)
+            g = cast("ProjectedAttention", self.attention[str(layer)])
+            x = g.attend_rows(x, b, t, mask)
         if self.ffn is not None:
             x = self.ffn[str(layer)](x)
         out = self._proj(self.up, layer)(x)
