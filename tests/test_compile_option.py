@@ -41,6 +41,9 @@ def test_backend_option() -> None:
 def test_fit_steps_with_a_compiled_encoder_end_at_the_eager_weights(tmp_path: Any) -> None:
     """Two optimizer steps (an sst batch, then a qqp pair: two tasks' PALs and heads, two graphs)."""
     eager, compiled = _pair(lr=1e-3, head_lr=1e-2)
+    # torch's static-first shapes: dynamo traces them in a third of the time of dynamic ones, and these two
+    # steps of two tasks compile once per task either way (the next test checks the default, dynamic)
+    compiled._encoder_call.dynamic = None
     start = [p.detach().clone() for p in eager.parameters()]
     for module in (eager, compiled):
         pl.seed_everything(0, verbose=False)
@@ -80,3 +83,50 @@ def test_errors_of_the_model_are_not_taken_for_compile_failures() -> None:
         compiled._encoder_call(batch["input_ids"], batch["attention_mask"], task="nope")
     assert not compiled._encoder_call.fell_back
     assert not is_compile_failure(PalUserError("x")) and not is_compile_failure(RuntimeError("x"))
+
+
+def _encoder(adapter: str) -> Any:
+    from pal_lightning.modeling import MultiTaskBert
+
+    torch.manual_seed(0)
+    return MultiTaskBert.from_config(without_dropout(TINY_BERT), ["a", "b"], adapter=adapter).train()
+
+
+def _batch(size: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    ids = torch.randint(5, 90, (size, length))
+    mask = torch.ones_like(ids)
+    mask[0, length // 2 :] = 0  # padding, as batches padded to their longest example have
+    return ids, mask
+
+
+def test_each_task_compiles_once_and_alternating_tasks_recompile_nothing() -> None:
+    """Two tasks, alternating, with batch sizes and lengths changing every step: one graph per task (a
+    backend that counts what it is given), the same numbers as the eager encoder."""
+    encoder = _encoder("pals")
+    graphs: list[str] = []
+
+    def counting(graph: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
+        graphs.append(graph.code)
+        return graph.forward
+
+    torch._dynamo.reset()  # no graph of another test's module in the cache
+    call = EncoderCall(encoder, counting)
+    for step, (task, size, length) in enumerate(
+        [("a", 2, 8), ("b", 3, 12), ("a", 3, 16), ("b", 2, 10), ("a", 4, 9), ("b", 2, 7)]
+    ):
+        ids, mask = _batch(size, length)
+        out = call(ids, mask, task=task)
+        out.sum().backward()
+        torch.testing.assert_close(out, encoder(ids, mask, task=task), msg=f"step {step}")
+    assert call.compiling and len(graphs) == 2, f"{len(graphs)} graphs compiled"
+
+
+def test_the_encoder_is_one_graph_without_breaks() -> None:
+    """``torch._dynamo.explain``: the whole encoder forward (embeddings, every layer and its PAL, the mask
+    built once) is captured as one graph, so nothing of it runs eagerly between compiled pieces."""
+    encoder = _encoder("pals")
+    ids, mask = _batch(2, 8)
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(encoder)(ids, mask, task="a")
+    assert explained.graph_break_count == 0, [str(r.reason) for r in explained.break_reasons]
+    assert explained.graph_count == 1

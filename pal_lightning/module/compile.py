@@ -6,6 +6,14 @@ goes, and it is the same module for every task (the task's adapter is picked by 
 ``torch.compile`` guards on, so each task gets its own graph once; its default cache holds 8, and
 beyond it the extra tasks run eagerly). Heads, losses and GEM's bookkeeping stay eager.
 
+Each task gets one graph, compiled at its first call: the graph is compiled with dynamic batch and
+sequence sizes (``dynamic=True``), because batches are padded to their longest example and so change
+length from batch to batch. With static shapes torch compiles a graph for the first length it sees and
+recompiles, dynamic, at the next one (three compilations for two tasks of changing lengths where one per
+task suffices: ``tests/test_compile_option.py`` counts them). Alternating tasks reuses their graphs
+without recompiling. A compiled graph is also
+kept per grad mode and autocast state (training and evaluation), within the same cache.
+
 Compiling is lazy: :class:`EncoderCall` compiles at the first call, and if ``torch.compile`` is not
 supported here (a Python version it does not support yet) or the backend fails (inductor without a C
 compiler, an operator it cannot lower), it warns once and runs the encoder eagerly from then on. An error
@@ -45,11 +53,16 @@ class EncoderCall:
     Args:
         module: the encoder.
         backend: a ``torch.compile`` backend name or callable; ``None`` calls ``module`` eagerly.
+        dynamic: ``torch.compile``'s ``dynamic``: ``True`` (one graph per task whatever the batch's size and
+            length), ``None`` (torch's default: static at first, dynamic after a change of shape).
     """
 
-    def __init__(self, module: nn.Module, backend: str | Callable[..., Any] | None) -> None:
+    def __init__(
+        self, module: nn.Module, backend: str | Callable[..., Any] | None, dynamic: bool | None = True
+    ) -> None:
         self.module = module
         self.backend = backend
+        self.dynamic = dynamic
         self._compiled: Callable[..., Any] | None = None
         self.fell_back = False
         """Whether compiling failed and the encoder now runs eagerly."""
@@ -76,7 +89,7 @@ class EncoderCall:
         if self._compiled is None:
             assert self.backend is not None  # compiling
             try:
-                self._compiled = torch.compile(self.module, backend=self.backend)
+                self._compiled = torch.compile(self.module, backend=self.backend, dynamic=self.dynamic)
             except RuntimeError as err:  # compile is not supported on this Python / platform
                 self._fall_back(err)
                 return self.module(*args, **kwargs)
