@@ -113,7 +113,8 @@ else
     device=cuda
     card="$($python_bin -c "import torch; print(torch.cuda.get_device_name().replace(' ', '-'))" 2>/dev/null \
         || echo unknown-card)"
-    real=(--shape bert-base --width 768 --seq-len 128 --batch-size 32 --vocab 30522 --reps 8 --warmup 2)
+    real=(--shape bert-base --width 768 --seq-len 128 --batch-size 32 --vocab 30522 --memory-batch-size 16
+        --reps 8 --warmup 2)
     small=(--shape bert-base --reps 20 --warmup 3)
 fi
 timed "host_cost_real_${card}" 100 $python_bin benchmarks/host_cost.py "${real[@]}" --device "$device" \

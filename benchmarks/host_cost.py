@@ -11,8 +11,8 @@ repetition; the medians and the median of per-repetition ratios are reported), e
 dispatched-operator count (``benchmarks/op_count.py``'s :class:`OperatorCount`, one whole step):
 
 * rows ``shared`` (``adapter="none"``), ``pals``, ``gem`` and ``agem`` (``benchmarks/step_time.py``'s rows
-  and step: GEM with 3 tasks, the memories of 2 constraining, 16 remembered examples each; A-GEM one
-  reference gradient); both take their flat float64 rows (``flat_rows=True``, A-GEM's embedding rows
+  and step: GEM with 3 tasks, the memories of 2 constraining, ``--memory-batch-size`` remembered examples
+  each, 2 by default so that their arithmetic is negligible too; A-GEM one reference gradient); both take their flat float64 rows (``flat_rows=True``, A-GEM's embedding rows
   dense: :func:`dense_agem_rows`), the path they take on CUDA;
 * precisions ``32-true`` and ``bf16-mixed`` (autocast, as Lightning's plugin);
 * modes ``eager`` and ``compiled`` (the encoder through ``torch.compile`` as ``--model.compile true`` calls
@@ -242,7 +242,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="inductor", help="torch.compile backend of the compiled mode")
     p.add_argument("--reps", type=int, default=30, help="timed steps per system (interleaved)")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per system first")
-    p.add_argument("--memory-batch-size", type=int, default=16, help="GEM: examples per constraining task")
+    p.add_argument(
+        "--memory-batch-size",
+        type=int,
+        default=2,
+        help="GEM: examples per constraining task (default 2, the batch: arithmetic negligible there too)",
+    )
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: the host's own thread)")
     p.add_argument("--device", default="cpu", help="cpu or cuda")
     p.add_argument("--seed", type=int, default=0)
