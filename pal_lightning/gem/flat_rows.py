@@ -34,6 +34,7 @@ from pal_lightning.core.private_api import foreach_add_
 from pal_lightning.gem.gram import Grads
 
 __all__ = [
+    "FlatLayout",
     "add_flat_rows",
     "can_flatten",
     "flat_bordered_gram",
@@ -42,6 +43,48 @@ __all__ = [
     "has_dense_gradients",
     "unflatten_rows",
 ]
+
+
+class FlatLayout:
+    """One buffer over ``params``' elements, in their dtype, with a view shaped like each parameter.
+
+    Kept across steps (:class:`~pal_lightning.gem.step_projector.StepProjector` holds one), so that a
+    gradient goes into one vector, and an update out of one, in a multi-tensor operator or two instead of a
+    view per tensor and a ``cat`` (or ``split``): at BERT-base's 200 tensors that is about 200 operators
+    less per flattened gradient and per write-back. The values are the same: a copy in, one cast of the
+    whole update out, as :func:`flatten` and :func:`add_flat_rows` compute them without it.
+
+    Args:
+        params: the participating parameters, of one dtype on one device (:meth:`fits`).
+    """
+
+    def __init__(self, params: Sequence[nn.Parameter]) -> None:
+        self.key = self.key_of(params)
+        first = params[0]
+        self.buffer = torch.empty(sum(p.numel() for p in params), dtype=first.dtype, device=first.device)
+        sizes = [p.numel() for p in params]
+        self.views = [v.view_as(p) for v, p in zip(self.buffer.split(sizes), params, strict=True)]
+
+    @staticmethod
+    def key_of(params: Sequence[nn.Parameter]) -> tuple:
+        """What a layout depends on: each parameter, its shape, dtype and device."""
+        return tuple((id(p), tuple(p.shape), p.dtype, p.device) for p in params)
+
+    @staticmethod
+    def fits(params: Sequence[nn.Parameter]) -> bool:
+        """Whether one layout holds ``params``: some, all of one dtype and one device."""
+        return bool(params) and len({(p.dtype, p.device) for p in params}) == 1
+
+    def gather(self, grads: Sequence[Tensor]) -> Tensor:
+        """``grads`` (one dense tensor per parameter) copied into :attr:`buffer`, which is returned."""
+        self.buffer.zero_()
+        foreach_add_(self.views, list(grads))  # 0 + x: a copy, every tensor in one operator
+        return self.buffer
+
+    def add_into(self, grads: Sequence[Tensor], delta: Tensor) -> None:
+        """``grads[k] += delta[k's elements]`` in place, ``delta`` cast once to the parameters' dtype."""
+        self.buffer.copy_(delta)
+        foreach_add_(list(grads), self.views)
 
 
 def has_dense_gradients(params: Sequence[nn.Parameter]) -> bool:
@@ -60,17 +103,30 @@ def can_flatten(rows: Sequence[Grads], params: Sequence[nn.Parameter]) -> bool:
     return present and has_dense_gradients(params)
 
 
-def flatten(grads: Sequence[Tensor | None], params: Sequence[nn.Parameter]) -> Tensor:
-    """One gradient (a tensor per parameter, ``None`` = zero) as a float64 vector over ``params``' elements."""
+def flatten(
+    grads: Sequence[Tensor | None], params: Sequence[nn.Parameter], layout: FlatLayout | None = None
+) -> Tensor:
+    """One gradient (a tensor per parameter, ``None`` = zero) as a float64 vector over ``params``' elements
+    (through ``layout``'s buffer where given and every tensor is present)."""
+    if layout is not None and all(x is not None for x in grads):
+        return layout.gather(cast("list[Tensor]", grads)).to(torch.float64)
     parts = [
         (x if x is not None else torch.zeros_like(p)).reshape(-1) for x, p in zip(grads, params, strict=True)
     ]
     return torch.cat(parts).to(torch.float64)
 
 
-def flatten_rows(rows: Sequence[Grads], params: Sequence[nn.Parameter]) -> Tensor:
-    """The rows of ``G`` as one ``(t, n)`` float64 matrix (:func:`flatten` of each)."""
-    return torch.stack([flatten(row, params) for row in rows])
+def flatten_rows(
+    rows: Sequence[Grads], params: Sequence[nn.Parameter], layout: FlatLayout | None = None
+) -> Tensor:
+    """The rows of ``G`` as one ``(t, n)`` float64 matrix (:func:`flatten` of each; through ``layout``'s
+    buffer where given and every entry is present)."""
+    if layout is None or not all(x is not None for row in rows for x in row):
+        return torch.stack([flatten(row, params) for row in rows])
+    F = torch.empty(len(rows), layout.buffer.numel(), dtype=torch.float64, device=layout.buffer.device)
+    for i, row in enumerate(rows):
+        F[i].copy_(layout.gather(cast("list[Tensor]", row)))
+    return F
 
 
 def unflatten_rows(F: Tensor, params: Sequence[nn.Parameter]) -> list[Grads]:
@@ -95,13 +151,19 @@ def flat_bordered_gram(g: Tensor, F: Tensor, GGt: Tensor) -> Tensor:
     return M
 
 
-def add_flat_rows(params: Sequence[nn.Parameter], F: Tensor, v: Sequence[float]) -> None:
-    """``p.grad += (F^T v)[p's elements]`` in place for every parameter (``g~ = g + G^T v``)."""
+def add_flat_rows(
+    params: Sequence[nn.Parameter], F: Tensor, v: Sequence[float], layout: FlatLayout | None = None
+) -> None:
+    """``p.grad += (F^T v)[p's elements]`` in place for every parameter (``g~ = g + G^T v``; through
+    ``layout``'s buffer where given)."""
     grads = [p.grad for p in params]
     if any(x is None for x in grads):
         raise ValueError("add_flat_rows needs every parameter's gradient (see can_flatten)")
     dense = cast("list[Tensor]", grads)
     delta = torch.tensor(list(v), dtype=torch.float64, device=F.device) @ F
+    if layout is not None:
+        layout.add_into(dense, delta)
+        return
     dtypes = {x.dtype for x in dense}
     if len(dtypes) == 1:  # one cast of the whole update, not one per tensor
         delta = delta.to(dtypes.pop())

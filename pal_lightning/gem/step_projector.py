@@ -26,6 +26,7 @@ from torch.profiler import record_function
 
 from pal_lightning.core import distributed
 from pal_lightning.gem.flat_rows import (
+    FlatLayout,
     add_flat_rows,
     can_flatten,
     flat_bordered_gram,
@@ -80,6 +81,14 @@ class StepProjector:
         self.violations = 0
         self.projections = 0
         self.cache: tuple[tuple[tuple[str, ...], bool], int, Rows, Tensor] | None = None
+        self._layout: FlatLayout | None = None
+
+    def layout(self, params: list[nn.Parameter]) -> FlatLayout | None:
+        """The flat path's buffer over ``params`` (kept while they stay the same), or ``None`` where one
+        buffer cannot hold them (several dtypes or devices)."""
+        if self._layout is None or self._layout.key != FlatLayout.key_of(params):
+            self._layout = FlatLayout(params) if FlatLayout.fits(params) else None
+        return self._layout
 
     def counters(self) -> dict[str, int]:
         """The counters by name (plain ints: checkpoints load with ``weights_only=True``)."""
@@ -142,7 +151,7 @@ class StepProjector:
         rows: Rows = grads
         with record_function("gem/gram"):
             if wants_flat_rows(options, params) and can_flatten(grads, params):
-                rows = flatten_rows(grads, params)
+                rows = flatten_rows(grads, params, self.layout(params))
                 GGt = rows @ rows.T
             else:
                 GGt = gram_matrix(grads)
@@ -164,7 +173,8 @@ class StepProjector:
             rows = unflatten_rows(rows, params)
         with record_function("gem/gram"):
             if isinstance(rows, Tensor):
-                M_device = flat_bordered_gram(flatten([p.grad for p in params], params), rows, GGt)
+                g = flatten([p.grad for p in params], params, self.layout(params))
+                M_device = flat_bordered_gram(g, rows, GGt)
             else:
                 M_device = bordered_gram([p.grad for p in params], rows, GGt)
         # rank 0's M for every rank: one decision for all, even if their float sums differ
@@ -187,6 +197,6 @@ class StepProjector:
         self.projections += 1
         with record_function("gem/write_back"):
             if isinstance(rows, Tensor):
-                add_flat_rows(params, rows, result.v.tolist())
+                add_flat_rows(params, rows, result.v.tolist(), self.layout(params))
             else:
                 add_rows(params, rows, result.v.tolist())
