@@ -1,7 +1,13 @@
-"""DDP end to end through the command line: ``pal-lightning fit`` on 2 CPU processes (gloo), with and
-without GEM, then a single-process ``validate`` and a 2-process ``predict`` of the checkpoint. Each
-command's first process is forked from the session's CLI driver (``forked_cli``); Lightning starts
-rank 1 as from ``python -m pal_lightning``."""
+"""DDP end to end through the command line: ``pal-lightning fit`` with GEM on 2 CPU processes (gloo),
+then a single-process ``validate`` and a 2-process ``predict`` of the checkpoint. Each command's first
+process is forked from the session's CLI driver (``forked_cli``); Lightning starts rank 1 as from
+``python -m pal_lightning``.
+
+One fit, with GEM: every check of a plain DDP fit (the same task at every step, disjoint examples,
+bit-identical weights, one run folder) holds for it too, and GEM adds identical memories. A second, plain
+fit cost one more fresh interpreter (its rank 1) and its training; plain DDP fits through the CLI
+still run in test_short_fit_scores.py and test_signals.py, and test_torchrun_cli.py checks a plain one for
+the same tasks, disjoint examples and identical weights."""
 
 from __future__ import annotations
 
@@ -55,44 +61,37 @@ def _load(folder: Path, name: str) -> dict[str, Any]:
 def runs(tmp_path_factory: pytest.TempPathFactory, forked_cli: ForkedCli) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("ddp_cli")
     data = write_cs224n_data(root / "data")
-    folders = {"plain": root / "plain", "gem": root / "gem"}
-    configs = {name: _setup(folder, data, gem=name == "gem") for name, folder in folders.items()}
-    fits = forked_cli.run([(folders[n], ["fit", "--config", str(configs[n]), *DDP]) for n in folders], 2)
-    for name, proc in zip(folders, fits, strict=True):
-        assert proc.returncode == 0, f"{name}: {proc.stderr[-4000:]}"
-    # the plain run's checkpoint: validated by one process, predicted by two
-    plain, config = folders["plain"], str(configs["plain"])
-    ckpt = str(plain / "runs" / "version_0" / "checkpoints" / "last.ckpt")
+    run, config = root / "gem", str(_setup(root / "gem", data, gem=True))
+    (fit,) = forked_cli.run([(run, ["fit", "--config", config, *DDP])])
+    assert fit.returncode == 0, fit.stderr[-4000:]
+    # its checkpoint: validated by one process, predicted by two
+    ckpt = str(run / "runs" / "version_0" / "checkpoints" / "last.ckpt")
     validate = ["validate", "--config", config, "--ckpt_path", ckpt]
     predict = ["predict", "--config", config, "--ckpt_path", ckpt, *DDP]
-    evaluations = forked_cli.run([(plain, validate), (plain, predict)], 2)
+    evaluations = forked_cli.run([(run, validate), (run, predict)], 2)
     for name, proc in zip(("validate", "predict"), evaluations, strict=True):
         assert proc.returncode == 0, f"{name}: {proc.stderr[-4000:]}"
-    return folders
+    return {"gem": run}
 
 
-@pytest.mark.parametrize("variant", ["plain", "gem"])
-def test_both_ranks_same_tasks_disjoint_examples_identical_weights(
-    runs: dict[str, Path], variant: str
-) -> None:
-    r0, r1 = (_load(runs[variant], f"fit_rank{r}") for r in (0, 1))
+def test_both_ranks_same_tasks_disjoint_examples_identical_weights(runs: dict[str, Path]) -> None:
+    r0, r1 = (_load(runs["gem"], f"fit_rank{r}") for r in (0, 1))
     assert (r0["rank"], r1["rank"], r0["world"]) == (0, 1, 2)
     assert len(r0["tasks"]) == len(r1["tasks"]) == 4
     for (step0, task0, ids0), (step1, task1, ids1) in zip(r0["tasks"], r1["tasks"], strict=True):
         assert (step0, task0) == (step1, task1)  # the same task at every step
         assert not set(ids0) & set(ids1)  # each rank its own share of the batch
     assert r0["params_digest"] == r1["params_digest"]  # bit-identical weights
-    if variant == "gem":
-        assert r0["gem"] == r1["gem"] and r0["gem"]["memory"]  # identical, non-empty memories
+    assert r0["gem"] == r1["gem"] and r0["gem"]["memory"]  # identical, non-empty memories
     # the run wrote one folder, with one config and one last.ckpt (rank 1 logged where rank 0 did)
-    run_dirs = sorted(p.name for p in (runs[variant] / "runs").iterdir())
-    assert run_dirs[0] == "version_0" and (runs[variant] / "runs" / "version_0" / "config.yaml").is_file()
-    assert (runs[variant] / "runs" / "version_0" / "checkpoints" / "last.ckpt").is_file()
+    run_dirs = sorted(p.name for p in (runs["gem"] / "runs").iterdir())
+    assert run_dirs[0] == "version_0" and (runs["gem"] / "runs" / "version_0" / "config.yaml").is_file()
+    assert (runs["gem"] / "runs" / "version_0" / "checkpoints" / "last.ckpt").is_file()
 
 
 def test_single_process_validation_of_the_checkpoint_matches_the_fit(runs: dict[str, Path]) -> None:
-    fit = _load(runs["plain"], "fit_rank0")["val"]
-    validated = _load(runs["plain"], "validate_rank0")["val"]
+    fit = _load(runs["gem"], "fit_rank0")["val"]
+    validated = _load(runs["gem"], "validate_rank0")["val"]
     assert {"val/overall", "val/sst/accuracy", "val/qqp/accuracy", "val/sts/pearson"} <= set(fit)
     assert set(validated) == set(fit)
     for key, value in fit.items():
@@ -104,14 +103,14 @@ def test_ddp_metrics_csv_steps_and_steps_per_task(runs: dict[str, Path]) -> None
     the tasks rank 0 recorded, and the counts saved in last.ckpt for a resume (issue 18, item 8)."""
     import torch
 
-    run = runs["plain"] / "runs" / "version_0"
+    run = runs["gem"] / "runs" / "version_0"
     with open(run / "metrics.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert sorted(int(r["step"]) for r in rows if r.get("val/overall")) == [2, 4]
     tasks = ["sst", "qqp", "sts"]
     trained = {int(r["step"]): r for r in rows if r["train/task_index"]}
     counts = dict.fromkeys(tasks, 0)
-    for step, task, _ in _load(runs["plain"], "fit_rank0")["tasks"]:
+    for step, task, _ in _load(runs["gem"], "fit_rank0")["tasks"]:
         counts[task] += 1
         assert {t: int(float(trained[step][f"train/steps/{t}"])) for t in tasks} == counts, step
     saved = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["callbacks"]["TrainingLog"]
@@ -119,7 +118,7 @@ def test_ddp_metrics_csv_steps_and_steps_per_task(runs: dict[str, Path]) -> None
 
 
 def test_ddp_predict_writes_every_file_once_with_every_id_once(runs: dict[str, Path]) -> None:
-    out = runs["plain"] / "runs" / "version_0" / "predictions"
+    out = runs["gem"] / "runs" / "version_0" / "predictions"
     files = sorted(p.name for p in out.iterdir())
     assert files == sorted(f"{t}-{s}-output.csv" for t in ("sst", "para", "sts") for s in ("dev", "test"))
     for path in out.iterdir():

@@ -49,9 +49,12 @@ def test_a_short_fit_is_validated_once_at_its_end(
     assert (run / "model").is_dir()  # the saved model of the best checkpoint
     for stale in STALE_ADVICE:
         assert stale not in out + err, stale
-    # a fit whose own validations reach its end (2 epochs of 2 steps) is not validated a second time
+
+
+def test_a_fit_validated_at_its_end_is_not_validated_again(tmp_path: Path, tiny_yaml: Path) -> None:
+    # its own validations (2 epochs of 2 steps) reach its end: no extra one (once, not per short case)
     assert main(["fit", "--config", str(tiny_yaml)]) == 0
-    assert [h["step"] for h in _scores(tmp_path / "runs" / "version_1")["history"]] == [2, 4]
+    assert [h["step"] for h in _scores(tmp_path / "runs" / "version_0")["history"]] == [2, 4]
 
 
 def test_validation_turned_off_says_so(
