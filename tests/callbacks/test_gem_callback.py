@@ -687,7 +687,10 @@ def _fit(
     precision: str = "bf16-mixed",
     extra: tuple = (),
 ) -> tuple[pl.Trainer, MultiTaskModule]:
-    pl.seed_everything(0)
+    # a seed whose tiny run meets conflicting tasks within its few steps (GEM projects, A-GEM's reference
+    # binds); whether a given seed does depends on the random initialisation, which the encoder
+    # families' construction changed (seed 0 stopped binding then)
+    pl.seed_everything(1)
     model = MultiTaskModule(bert_config=TINY_BERT, adapter={"size": 8, "num_heads": 2})
     dm = MultiTaskDataModule(data_dir=str(data_dir), cache_dir=False, batch_size=4, max_length=32)
     trainer = quiet_trainer(
