@@ -80,3 +80,51 @@ def test_save_load_predict_and_onnx(model_type: str, tmp_path: Path) -> None:
     feeds = {i.name: enc[i.name].numpy() for i in session.get_inputs()}
     out = session.run(None, feeds)[0]
     np.testing.assert_allclose(out, ref.numpy(), rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("model_type", ["deberta-v2", "modernbert"])
+def test_a_fit_with_gem_and_simcse(model_type: str, tmp_path: Path) -> None:
+    from pal_lightning.data import MultiTaskDataModule
+    from pal_lightning.gem import GEMCallback
+    from pal_lightning.modeling.simcse import SimCSEConfig
+    from pal_lightning.testing import quiet_trainer, write_cs224n_data
+
+    torch.manual_seed(0)
+    config = tiny_family_config(model_type, vocab_size=BERT_VOCAB_SIZE, max_positions=128)
+    model = MultiTaskModule(
+        bert_config=config,
+        adapter={"method": METHOD[model_type], **SIZES[METHOD[model_type]]},
+        simcse=SimCSEConfig(),
+    )
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    data = MultiTaskDataModule(
+        data_dir=str(write_cs224n_data(tmp_path / "data")), cache_dir=False, batch_size=4, max_length=32
+    )
+    gem = GEMCallback(memory_size=8, memory_batch_size=2)
+    trainer = quiet_trainer(max_steps=4, limit_val_batches=0, callbacks=[gem])
+    trainer.fit(model, datamodule=data)
+    assert trainer.global_step == 4 and sum(gem.memory.seen.values()) == 4 * 4
+    assert gem.last_stats["gem/constraints"] >= 1  # memories of other tasks constrained the last step
+    changed = {n.split(".")[1] for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    assert {"bert", "adapters"} <= changed
+
+
+@pytest.mark.parametrize("model_type", FAMILY_TYPES)
+def test_mlm_pretraining_loads_the_family_with_a_head(model_type: str, tmp_path: Path) -> None:
+    from pal_lightning.modeling import MultiTaskBert
+    from pal_lightning.pretraining.mlm import load_mlm_model
+    from pal_lightning.testing import save_tiny_encoder
+
+    config = tiny_family_config(model_type, vocab_size=BERT_VOCAB_SIZE, max_positions=128)
+    folder = save_tiny_encoder(tmp_path / "enc", bert_config=config)
+    model, _ = load_mlm_model(str(folder))
+    ids = torch.randint(1000, 2000, (2, 10))
+    labels = torch.full_like(ids, -100)
+    labels[:, 3] = ids[:, 3]
+    loss = model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=labels).loss
+    loss.backward()
+    assert torch.isfinite(loss)
+    model.save_pretrained(tmp_path / "pretrained")  # what `pal-lightning pretrain` writes, head included
+    encoder = MultiTaskBert.from_pretrained(tmp_path / "pretrained", ["a"])
+    assert encoder.family.name == model_type
+    assert encoder.loading_info is not None and encoder.loading_info.unexpected  # the head, reported

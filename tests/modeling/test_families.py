@@ -15,13 +15,14 @@ from pal_lightning.modeling.families import FAMILIES, family_of, supported_model
 from pal_lightning.testing import FAMILY_TYPES, save_tiny_encoder, tiny_family_config
 
 #: Methods whose new modules leave the encoder's output unchanged at their default initialisation.
-IDENTITY_AT_START = ["pals", "pals_no_sharing", "low_rank", "lora", "houlsby", "pfeiffer", "pa_on_top"]
+IDENTITY_AT_START = ["pals", "pals_no_sharing", "low_rank", "pff", "lora", "houlsby", "pfeiffer", "pa_on_top"]
 METHODS = [*IDENTITY_AT_START, "bert_layer_on_top"]
 OPTIONS = {
     "pals": {"size": 8, "num_heads": 2},
     "pals_no_sharing": {"size": 8, "num_heads": 2},
     "pa_on_top": {"size": 8, "num_heads": 2},
     "low_rank": {"size": 8},
+    "pff": {"size": 8},
     "lora": {"size": 4},
     "houlsby": {"size": 4},
     "pfeiffer": {"size": 4},
