@@ -25,9 +25,11 @@ from pal_lightning.core.hub import (
     MPNET_BASE,
     PartedEncoder,
     assembled_encoder_dir,
+    assembled_revision,
     part_files,
     resolve_encoder,
 )
+from pal_lightning.module.pretrained import encoder_revision
 
 FOLDER = "tiny-enc"
 #: the model folder the fake parts hold (weights big enough that 4 parts cut through them)
@@ -208,6 +210,10 @@ def test_the_resolver_assembles_by_name_and_falls_back_without_parts(
         expected = tmp_path / "pal-cache" / "encoders" / FOLDER
         assert Path(resolve_encoder(spec.hub_id)) == expected
         assert Path(resolve_encoder(FOLDER.upper())) == expected  # the short name, any case
+        # a saved model's config.json records what pinned the weights, as for the MiniLM package
+        pinned = f"{spec.parts[0]}..{spec.parts[-1]}==0.0.1 (model.safetensors md5 {WEIGHTS_MD5})"
+        assert encoder_revision(spec.hub_id) == pinned
+        assert assembled_revision(tmp_path) is None  # a plain folder
         with pytest.raises(PalUserError, match="at revision 'v1' was not found"):
             resolve_encoder(spec.hub_id, "v1")  # a pinned revision is the hub's, not the offline copy's
         # parts not installed: the normal hub path (a snapshot in the cache here), then the error

