@@ -46,36 +46,43 @@ MAX_WORKERS = 4
 """``-n auto`` never starts more workers than this: each imports torch and collects the whole suite."""
 
 SLOW_FILES = (
-    # the end-to-end fixtures (CLI subprocesses, DDP ranks, notebooks) and the long property tests: handed
-    # to the workers first, longest first (as measured on the 2-core machine), so that the run ends with
-    # short tests on both workers rather than one long file on one
-    "tests/cli/test_ddp_cli.py",
+    # the end-to-end fixtures (CLI runs, DDP ranks, notebooks) and the long property tests: handed to the
+    # workers first, longest first, so that the run ends with short tests on both workers rather than one
+    # long file on one. By CPU seconds of the file's process tree (the worker and every process it starts),
+    # measured 2026-11-27 on the 2-core machine with -n 2: readers_fuzz ~40, torchrun ~31, ddp_cli ~26,
+    # readme_blocks 25, ..., disk_faults 6; every file not listed takes less
     "tests/data/test_readers_fuzz.py",
-    "tests/cli/test_readme_blocks.py",
-    "tests/callbacks/test_gem_ddp.py",
-    "tests/cli/test_console_leftovers.py",
-    "tests/cli/test_signals.py",
-    "tests/cli/test_resume.py",
-    "tests/cli/test_sharing_ddp_resume.py",
-    "tests/cli/test_short_fit_scores.py",
-    "tests/data/test_ddp.py",
     "tests/cli/test_torchrun_cli.py",
-    "tests/cli/test_ddp_stage2_pretrain.py",
-    "tests/modeling/test_simcse_ddp.py",
-    "tests/test_metrics.py",
+    "tests/cli/test_ddp_cli.py",
+    "tests/cli/test_readme_blocks.py",
     "tests/cli/test_cli.py",
-    "tests/cli/test_peers.py",
+    "tests/cli/test_signals.py",
+    "tests/cli/test_ddp_stage2_pretrain.py",
     "tests/test_compile_option.py",
     "tests/cli/test_cli_subprocess.py",
+    "tests/cli/test_peers.py",
+    "tests/callbacks/test_gem_ddp.py",
+    "tests/cli/test_sharing_ddp_resume.py",
     "tests/cli/test_bad_inputs.py",
-    "tests/test_notebook.py",
-    "tests/test_demo.py",
+    "tests/cli/test_resume.py",
+    "tests/modeling/test_simcse_ddp.py",
+    "tests/cli/test_short_fit_scores.py",
+    "tests/cli/test_demo_predict.py",
     "tests/cli/test_text_predict.py",
-    "tests/test_notebook_figures.py",
+    "tests/test_metrics.py",
     "tests/cli/test_console.py",
-    "tests/test_notebook_without_results.py",
+    "tests/cli/test_first_hour.py",
+    "tests/test_demo.py",
     "tests/test_pretrained.py",
+    "tests/test_notebook.py",
+    "tests/cli/test_run_folders.py",
+    "tests/data/test_ddp.py",
+    "tests/data/test_validation_carve.py",
+    "tests/test_notebook_without_results.py",
+    "tests/test_notebook_figures.py",
+    "tests/cli/test_console_leftovers.py",
     "tests/data/test_real_data.py",
+    "tests/cli/test_disk_faults.py",
 )
 
 
