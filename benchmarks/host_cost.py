@@ -356,6 +356,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "width": args.width,
         "seq_len": args.seq_len,
         "batch_size": args.batch_size,
+        "vocab": args.vocab,
         "reps": args.reps,
         "warmup": args.warmup,
         "backend": args.backend,
