@@ -250,7 +250,7 @@ class ScoreReport(Callback):
             "tasks_covered": covered,
             "tasks_missing": missing,
         }
-        split = "dev" if stage == "val" else stage
+        split = validation_split_name(trainer) if stage == "val" else stage
         limit = trainer.limit_val_batches if stage == "val" else trainer.limit_test_batches
         self._say(
             f"\n{score_headline(entry, monitor, limit, split)}  [{split} set, checkpoint {trainer.ckpt_path}]\n"
@@ -299,11 +299,12 @@ class ScoreReport(Callback):
             )
         else:
             overall = best["scores"].get(self.monitor)
-            head = score_headline(best, self.monitor, trainer.limit_val_batches)
+            split = validation_split_name(trainer)
+            head = score_headline(best, self.monitor, trainer.limit_val_batches, split)
             self._say(
                 f"\n{head}  [{'best' if overall is not None else 'last'} validation at step {best['step']}, "
                 f"{trainer.global_step} steps, {wall_s:.0f} s]\n"
-                + format_scores(best["scores"], self.monitor, auxiliary_tasks(pl_module))
+                + format_scores(best["scores"], self.monitor, auxiliary_tasks(pl_module), column=split)
                 + format_classes(class_names_of(trainer))
                 + (f"\n  best checkpoint: {ckpt}" if ckpt else "")
                 + (f"\n  run folder: {log_dir}" if log_dir is not None else "")
@@ -376,6 +377,13 @@ def validation_scores(
     return scores
 
 
+def validation_split_name(trainer: Any) -> str:
+    """What ``fit`` and ``validate`` score: ``"validation"`` when the data module carves it from train
+    (``validation_fraction``; dev is then the test set), else ``"dev"``."""
+    config = getattr(getattr(trainer, "datamodule", None), "config", None)
+    return "validation" if getattr(config, "validation_fraction", None) else "dev"
+
+
 def score_headline(entry: Mapping[str, Any], monitor: str, limit: Any, split: str = "dev") -> str:
     """The line above the score table: the overall score (named by :func:`overall_name` after the tasks it
     covers, ``tasks_covered``), or a partial mean naming what it leaves out."""
@@ -402,7 +410,7 @@ def partial_headline(value: float, entry: Mapping[str, Any], limit: Any, split: 
         if limited
         else f"no labelled {split} batches of them"
     )
-    what = "validation" if split == "dev" else f"the {split} evaluation"
+    what = "validation" if split in ("dev", "validation") else f"the {split} evaluation"
     return (
         f"No overall score: {what} did not reach {missing} ({why}). Partial mean over {covered}: {value:.4f}"
     )
