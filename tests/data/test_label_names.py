@@ -123,3 +123,11 @@ def test_json_lines_with_string_labels(tmp_path: Path) -> None:
     (tmp_path / "train.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     raw = read_split(topics(files={"train": "train.jsonl"}), "train", tmp_path)
     assert raw.labels.tolist()[:4] == [3, 1, 2, 0]
+
+
+def test_class_names_in_messages_stay_on_one_line() -> None:
+    """A fuzzed file's label cells can hold line breaks and NUL bytes; the message naming them is one line."""
+    from pal_lightning.data.sources.labels import describe_names
+
+    shown = describe_names(["sports", " 0 ", "0\n0", "\x000"])
+    assert shown == "sports, ' 0 ', '0\\n0', '\\x000'" and "\n" not in shown

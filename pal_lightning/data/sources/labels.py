@@ -44,8 +44,10 @@ def names_of_values(values: Iterable[Any]) -> tuple[str, ...]:
 
 
 def describe_names(names: Sequence[str]) -> str:
-    """``a, b, c`` (the first :data:`SHOWN_NAMES` names, then how many more)."""
-    shown = ", ".join(names[:SHOWN_NAMES])
+    """``a, b, c`` (the first :data:`SHOWN_NAMES` names, then how many more); a name with a line break,
+    another unprintable character or surrounding spaces is shown quoted with escapes, so that a message
+    naming it stays one line."""
+    shown = ", ".join(n if n.isprintable() and n == n.strip() else repr(n) for n in names[:SHOWN_NAMES])
     return shown + (f" and {len(names) - SHOWN_NAMES} more" if len(names) > SHOWN_NAMES else "")
 
 
