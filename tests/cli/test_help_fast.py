@@ -121,3 +121,37 @@ def test_what_the_files_do_not_tell_goes_to_the_parser(
         == cli_main.USER_ERROR_EXIT
     )
     assert "missing.yaml" in capsys.readouterr().err
+
+
+def test_a_command_builds_only_the_parser_of_its_subcommand() -> None:
+    """``fit ...`` builds the fit parser alone (most of a command's start-up); ``--help`` without a
+    subcommand still lists them all."""
+    from pal_lightning.cli.fit import PalLightningCLI, named_subcommand
+
+    subcommands = PalLightningCLI.subcommands()
+    assert named_subcommand(["fit", "--config", "x.yaml"], subcommands) == "fit"
+    assert named_subcommand(["predict"], subcommands) == "predict"
+    assert named_subcommand(["--help"], subcommands) is None
+    assert named_subcommand([], subcommands) is None
+    assert named_subcommand(None, subcommands) is None
+
+
+def test_print_config_of_fit_prepares_the_fit_parser_alone(monkeypatch, capsys) -> None:  # noqa: ANN001
+    from pathlib import Path
+
+    from lightning.pytorch.cli import LightningCLI
+
+    from pal_lightning.cli.main import main
+
+    prepared: list[str] = []
+    real = LightningCLI._prepare_subcommand_parser
+
+    def spy(self, klass, subcommand, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        prepared.append(subcommand)
+        return real(self, klass, subcommand, **kwargs)
+
+    monkeypatch.setattr(LightningCLI, "_prepare_subcommand_parser", spy)
+    demo = Path(__file__).resolve().parents[2] / "configs" / "demo.yaml"
+    assert main(["fit", "--config", str(demo), "--print_config"]) == 0
+    assert prepared == ["fit"]
+    assert "max_steps" in capsys.readouterr().out
