@@ -17,7 +17,7 @@ starter's own spelling); other tasks get ``Predicted_Label``. Scores have at mos
 
 A task whose classes have names (its ``label_names``, or the words of its training labels, as the data
 module's ``label_names()`` reports them) gets a comma-separated file with a header instead, one column
-per class probability, the names made safe for a header (:func:`probability_columns`)::
+per class probability, the names made safe for a header (:func:`~pal_lightning.core.columns.probability_columns`)::
 
     id,label,p_politics,p_sports
     a1,sports,0.1,0.9
@@ -36,7 +36,6 @@ import csv
 import logging
 import numbers
 import os
-import re
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -47,6 +46,7 @@ import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 
 from pal_lightning.core.batch import IDS, PREDICTIONS, PROBABILITIES, SPLIT, TASK
+from pal_lightning.core.columns import probability_columns
 from pal_lightning.core.contracts import ExampleOrder, PredictionLayout, datamodule_of, satisfies
 from pal_lightning.core.distributed import gather_objects, is_main_process
 from pal_lightning.core.errors import PalUserError
@@ -95,28 +95,6 @@ def write_prediction_file(path: Path, header: str, rows: Sequence[tuple[str, Any
         f.write(f"id \t {header} \n")
         for ex_id, value in rows:
             f.write(f"{ex_id} , {format_value(value)} \n")
-
-
-def probability_column(label: str) -> str:
-    """``p_<label>`` as a safe column name: ``somewhat negative`` -> ``p_somewhat_negative`` (the rule of
-    ``pal-lightning predict --predict.input``'s files, ``pal_lightning.cli.text_predict.column_name``, which
-    keeps its own copy so that the command line's help imports no Lightning)."""
-    return "p_" + (re.sub(r"[^0-9A-Za-z_]+", "_", str(label)).strip("_") or "label")
-
-
-def unique_names(names: Sequence[str]) -> list[str]:
-    """``names`` with ``_2``, ``_3`` ... added to repeats (two labels that differ only in punctuation)."""
-    seen: dict[str, int] = {}
-    out = []
-    for name in names:
-        seen[name] = seen.get(name, 0) + 1
-        out.append(name if seen[name] == 1 else f"{name}_{seen[name]}")
-    return out
-
-
-def probability_columns(names: Sequence[str]) -> list[str]:
-    """The probability columns of classes ``names``: safe, and distinct (:func:`unique_names`)."""
-    return unique_names([probability_column(n) for n in names])
 
 
 def write_named_file(

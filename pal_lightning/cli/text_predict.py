@@ -24,12 +24,12 @@ import csv
 import io
 import json
 import os
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pal_lightning.core.columns import probability_columns
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.files import atomic_write
 
@@ -125,28 +125,13 @@ def read_input(path: str | os.PathLike[str], spec: Any) -> InputRows:
     return InputRows(ids, texts, columns)
 
 
-def column_name(label: str) -> str:
-    """``p_<label>`` as a safe column name: ``somewhat negative`` -> ``p_somewhat_negative``."""
-    return "p_" + (re.sub(r"[^0-9A-Za-z_]+", "_", str(label)).strip("_") or "label")
-
-
-def _unique(names: Sequence[str]) -> list[str]:
-    """``names`` with ``_2``, ``_3`` ... added to repeats (two labels that differ only in punctuation)."""
-    seen: dict[str, int] = {}
-    out = []
-    for name in names:
-        seen[name] = seen.get(name, 0) + 1
-        out.append(name if seen[name] == 1 else f"{name}_{seen[name]}")
-    return out
-
-
 def output_rows(ids: Sequence[str], predictions: Any) -> tuple[list[str], list[list[Any]]]:
     """Header and rows of the output file: ``id,label,p_<name>...`` or ``id,score``, numbers with 6 decimals."""
     if predictions.scores is not None:
         return ["id", "score"], [[i, f"{float(s):.6f}"] for i, s in zip(ids, predictions.scores, strict=True)]
     probs = predictions.probabilities
     names = predictions.label_names or [str(c) for c in range(probs.shape[1])]
-    header = ["id", "label", *_unique([column_name(n) for n in names])]
+    header = ["id", "label", *probability_columns(names)]
     rows = [
         [i, label, *(f"{float(p):.6f}" for p in row)]
         for i, label, row in zip(ids, predictions.labels, probs, strict=True)

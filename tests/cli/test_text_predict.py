@@ -11,7 +11,7 @@ import pytest
 
 from pal_lightning import MultiTaskModule
 from pal_lightning.cli.main import USER_ERROR_EXIT, main
-from pal_lightning.cli.text_predict import column_name
+from pal_lightning.core.columns import probability_column as column_name
 
 from .conftest import load_benchmark
 

@@ -1,0 +1,30 @@
+"""Column names of the prediction files: one rule for ``predict``'s files and ``--predict.input``'s.
+
+Here, in the lowest layer and without Lightning, so that the command line's fast paths (help, reading
+an input file) use the same rule as the prediction writer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+
+def probability_column(label: str) -> str:
+    """``p_<label>`` as a safe column name: ``somewhat negative`` -> ``p_somewhat_negative``."""
+    return "p_" + (re.sub(r"[^0-9A-Za-z_]+", "_", str(label)).strip("_") or "label")
+
+
+def unique_names(names: Sequence[str]) -> list[str]:
+    """``names`` with ``_2``, ``_3`` ... added to repeats (two labels that differ only in punctuation)."""
+    seen: dict[str, int] = {}
+    out = []
+    for name in names:
+        seen[name] = seen.get(name, 0) + 1
+        out.append(name if seen[name] == 1 else f"{name}_{seen[name]}")
+    return out
+
+
+def probability_columns(names: Sequence[str]) -> list[str]:
+    """The probability columns of classes ``names``: safe, and distinct."""
+    return unique_names([probability_column(n) for n in names])
