@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pal_lightning.core.config_fields import field_docs
+from pal_lightning.core.config_fields import class_field_docs, field_docs
 
 #: The classes ``--model`` and ``--data`` take by default.
 DEFAULT_CLASSES = {
@@ -265,7 +265,7 @@ def _source_init(module: str, node: ast.ClassDef) -> tuple[list[Any], dict[str, 
                 raise src.Unsupported(f"takes_fields of {node.name}")
             section = "\n".join(
                 f"    {n}: " + "\n        ".join(d.splitlines())
-                for n, d in src.field_docs(options.node).items()
+                for n, d in class_field_docs(options.node).items()
             )
             return src.dataclass_fields(options.module, options.node), docstring_args(
                 f"{doc}\n\nArgs:\n{section}\n"
@@ -294,7 +294,7 @@ def _source_field_table(module: str, node: ast.ClassDef, prefix: str = "") -> li
     from pal_lightning.cli import source_tables as src
 
     doc = src.class_docs(node)
-    docs = {**(docstring_args(doc) if "Args:" in doc else {}), **src.field_docs(node)}
+    docs = {**(docstring_args(doc) if "Args:" in doc else {}), **class_field_docs(node)}
     out = []
     for f in src.dataclass_fields(module, node):
         default = "(required)" if f.default is src.MISSING else show_value(f.default)

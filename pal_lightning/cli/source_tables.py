@@ -20,7 +20,6 @@ from __future__ import annotations
 import ast
 import builtins
 import functools
-import inspect
 from pathlib import Path
 from typing import Any
 
@@ -230,21 +229,6 @@ def _field_default(module: str, value: ast.expr | None) -> Any:
 def class_docs(node: ast.ClassDef) -> str:
     """The class's docstring as ``inspect.getdoc`` gives it."""
     return ast.get_docstring(node, clean=True) or ""
-
-
-def field_docs(node: ast.ClassDef) -> dict[str, str]:
-    """The string under each field of the class's own body (as :func:`pal_lightning.core.config_fields.field_docs`)."""
-    docs: dict[str, str] = {}
-    for item, following in zip(node.body, node.body[1:], strict=False):
-        if (
-            isinstance(item, ast.AnnAssign)
-            and isinstance(item.target, ast.Name)
-            and isinstance(following, ast.Expr)
-            and isinstance(following.value, ast.Constant)
-            and isinstance(following.value.value, str)
-        ):
-            docs[item.target.id] = inspect.cleandoc(following.value.value)
-    return docs
 
 
 class _Aliases(ast.NodeTransformer):

@@ -38,17 +38,22 @@ def field_docs(config_class: type) -> dict[str, str]:
         node = ast.parse(source).body[0]
     except SyntaxError:  # source that does not parse on its own (a class made in a string)
         return {}
-    body = node.body if isinstance(node, ast.ClassDef) else []
+    return class_field_docs(node) if isinstance(node, ast.ClassDef) else {}
+
+
+def class_field_docs(node: ast.ClassDef) -> dict[str, str]:
+    """The string under each annotated field of the parsed class ``node``'s own body (:func:`field_docs`
+    reads a class's source into such a node; the fast help reads the package's files without importing)."""
     docs: dict[str, str] = {}
-    for node, following in zip(body, body[1:], strict=False):
+    for item, following in zip(node.body, node.body[1:], strict=False):
         if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
+            isinstance(item, ast.AnnAssign)
+            and isinstance(item.target, ast.Name)
             and isinstance(following, ast.Expr)
             and isinstance(following.value, ast.Constant)
             and isinstance(following.value.value, str)
         ):
-            docs[node.target.id] = inspect.cleandoc(following.value.value)
+            docs[item.target.id] = inspect.cleandoc(following.value.value)
     return docs
 
 
