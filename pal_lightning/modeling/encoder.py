@@ -339,6 +339,8 @@ class MultiTaskBert(TaskParameters, nn.Module):
         config = encoder_config(bert_config)
         self.family: EncoderFamily = family_of(config)
         self.wiring = Wiring(family_pre_norm=self.family.join_norm is None)
+        # RoBERTa and DeBERTa checkpoints have one segment (or none): their token types are all 0
+        self.takes_token_types = self.family.token_types and int(getattr(config, "type_vocab_size", 2)) > 1
         self.bert = backbone(config, self.family, attn_implementation)
         num_layers = self.num_layers
         self.layer_sharing: str = parse_layer_sharing(layer_sharing, num_layers)
@@ -553,8 +555,7 @@ class MultiTaskBert(TaskParameters, nn.Module):
         self.check_task(task)
         call = self.task_call(task, attention_mask)
         inputs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask}
-        if self.family.token_types and int(getattr(self.config, "type_vocab_size", 2)) > 1:
-            # RoBERTa and DeBERTa checkpoints have one segment (or none): their token types are all 0
+        if self.takes_token_types:
             inputs["token_type_ids"] = token_type_ids
         with self.wiring.active(call):
             out = self.bert(**inputs)
