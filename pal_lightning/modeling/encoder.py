@@ -41,6 +41,10 @@ takes the active task's adapter as a ``task_call=`` keyword that transformers th
 down to every layer. Passing it per call, instead of storing it on the layers, keeps gradient
 checkpointing correct (the recomputation sees the same call) and lets one model serve two forwards of
 different inputs before a backward (siamese pairs).
+
+Per-example task routing (``forward(..., tasks=...)``): a batch whose rows belong to several tasks runs in
+one pass; the rows are grouped by task once and every hooked place runs each present task's module on
+its rows (:mod:`~pal_lightning.modeling.families.routing`, :class:`RoutedForward`).
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -68,12 +72,17 @@ from pal_lightning.modeling.encoder_state import (
     plan_pretrained_load,
 )
 from pal_lightning.modeling.families import EncoderFamily, family_of
+from pal_lightning.modeling.families.routing import RowTasks, TaskRouting, route_rows
 from pal_lightning.modeling.families.wiring import (
     IndividualLayerSlot,
+    Part,
+    Segment,
     TaskCall,
     Wiring,
     enable_checkpointing,
     fold_deltas,
+    mixed_call,
+    narrowed,
     place_hooks,
     task_call,
 )
@@ -95,6 +104,7 @@ __all__ = [
     "LoadingInfo",
     "MultiTaskBert",
     "MultiTaskEncoder",
+    "TaskRouting",
 ]
 
 logger = logging.getLogger(__name__)
@@ -302,7 +312,164 @@ class TaskParameters:
         yield from self.individual_parameters(task)
 
 
-class MultiTaskBert(TaskParameters, nn.Module):
+class RoutedForward:
+    """The mixed-task forward of :class:`MultiTaskBert` (rows of several tasks in one pass: ``tasks=``), and
+    the calls the hooks read. Mixed into :class:`MultiTaskBert`, which provides the attributes below."""
+
+    bert: PreTrainedModel
+    family: EncoderFamily
+    wiring: Wiring
+    adapters: nn.ModuleDict
+    individual: nn.ModuleDict
+    adapter_config: AdapterConfig
+    adapter_layers: tuple[int, ...]
+    individual_layers: tuple[int, ...]
+    task_group: dict[str, str]
+    takes_token_types: bool
+    _task_names: tuple[str, ...]
+
+    if TYPE_CHECKING:  # MultiTaskBert's
+
+        @property
+        def num_layers(self) -> int: ...
+
+        def _copies_of(self, task: str) -> nn.ModuleDict | None: ...
+
+        def forward(
+            self,
+            input_ids: torch.Tensor,
+            attention_mask: torch.Tensor | None = None,
+            token_type_ids: torch.Tensor | None = None,
+            *,
+            task: str | None = None,
+            tasks: TaskRouting | RowTasks | None = None,
+        ) -> torch.Tensor: ...
+
+    @property
+    def mixed_by_task(self) -> bool:
+        """Whether a mixed-task batch runs one forward per task present rather than one routed pass: the
+        method acts on a site the family also feeds row-shared tensors (``EncoderFamily.row_shared_sites``)."""
+        sites = {site for adapter in self.adapters.values() for site in getattr(adapter, "sites", ())}
+        return bool(sites & set(self.family.row_shared_sites))
+
+    def route(self, tasks: RowTasks, device: torch.device | str | None = None) -> TaskRouting:
+        """Each row's task (indices into :attr:`task_names`, or names) grouped by task once
+        (:func:`~pal_lightning.modeling.families.routing.route_rows`): pass it as ``tasks=`` to
+        :meth:`forward`, and read each task's rows with :meth:`TaskRouting.rows`. ``device``: the inputs'.
+
+        Raises:
+            PalUserError: for an unknown task or index, or no row.
+        """
+        return route_rows(
+            tasks, self._task_names, self.task_group if self.individual_layers else None, device
+        )
+
+    def _forward_mixed(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        token_type_ids: torch.Tensor | None,
+        tasks: TaskRouting | RowTasks | None,
+        task: str | None = None,
+    ) -> torch.Tensor:
+        """:meth:`forward` of rows of several tasks: sorted by task, one pass, back in the input order."""
+        if tasks is None or task is not None:
+            raise PalUserError(
+                "MultiTaskBert needs the rows' task: task='sst' for every row, or tasks=[...] with one per "
+                "row (not both)."
+            )
+        routing = tasks if isinstance(tasks, TaskRouting) else self.route(tasks, input_ids.device)
+        if routing.size != input_ids.shape[0]:
+            raise PalUserError(
+                f"tasks names {routing.size} rows but input_ids has {input_ids.shape[0]}: give one task per row."
+            )
+        if len(routing.tasks) == 1:  # one task: the single-task path, rows in place
+            return self.forward(input_ids, attention_mask, token_type_ids, task=routing.tasks[0])
+        mask = None if attention_mask is None else routing.sort(attention_mask)
+        if self.mixed_by_task:
+            return routing.unsort(self._forward_by_task(routing, input_ids, mask, token_type_ids))
+        call = self.mixed_task_call(routing, mask)
+        if call is None:  # no task present has a module: the shared encoder, rows in place
+            inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        else:
+            inputs = {"input_ids": routing.sort(input_ids), "attention_mask": mask}
+        if self.takes_token_types:
+            inputs["token_type_ids"] = (
+                token_type_ids if call is None or token_type_ids is None else routing.sort(token_type_ids)
+            )
+        with self.wiring.active(call):
+            out = self.bert(**inputs).last_hidden_state
+        return out if call is None else routing.unsort(out)
+
+    def _forward_by_task(
+        self,
+        routing: TaskRouting,
+        input_ids: torch.Tensor,
+        mask: torch.Tensor | None,
+        token_type_ids: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """The sorted rows' hidden states from one single-task forward per task present, on its slice."""
+        ids = routing.sort(input_ids)
+        types = None if token_type_ids is None else routing.sort(token_type_ids)
+        return torch.cat(
+            [
+                self.forward(
+                    ids[start:stop],
+                    None if mask is None else mask[start:stop],
+                    None if types is None else types[start:stop],
+                    task=task,
+                )
+                for task, start, stop in routing.slices()
+            ]
+        )
+
+    def mixed_task_call(self, routing: TaskRouting, attention_mask: torch.Tensor | None) -> TaskCall | None:
+        """What the hooks need for one forward of ``routing``'s rows (sorted by task, as is
+        ``attention_mask``): each present task's call on its slice (``None``: nothing task-specific)."""
+        pal_mask = self._pal_mask(attention_mask)
+        segments = [
+            Segment(
+                start, stop, self._call_with_mask(task, None if pal_mask is None else pal_mask[start:stop])
+            )
+            for task, start, stop in routing.slices()
+        ]
+        if all(segment.call is None for segment in segments):
+            return None
+        call = mixed_call(segments, self.num_layers)
+        parts = [
+            Part(start, stop, cast(nn.ModuleDict, self.individual[group]), narrowed(call, start, stop))
+            for group, start, stop in routing.groups
+        ]
+        return mixed_call(segments, self.num_layers, parts) if parts else call
+
+    def task_call(self, task: str, attention_mask: torch.Tensor | None) -> TaskCall | None:
+        """What the hooks need for one forward of ``task`` (``None``: nothing task-specific)."""
+        # the PAL mask, once per forward, for a task with a module that reads it
+        return self._call_with_mask(task, self._pal_mask(attention_mask) if task in self.adapters else None)
+
+    def _pal_mask(self, attention_mask: torch.Tensor | None) -> torch.Tensor | None:
+        """The PAL mask of a forward whose method reads one (BESIDE, TOP), else ``None``."""
+        if not len(self.adapters) or self.adapter_config.adapter_method.where not in (
+            Where.BESIDE,
+            Where.TOP,
+        ):
+            return None
+        weight = self.bert.get_input_embeddings().weight
+        assert isinstance(weight, torch.Tensor)
+        return additive_mask(attention_mask, scores_dtype(weight.dtype, weight.device))
+
+    def _call_with_mask(self, task: str, pal_mask: torch.Tensor | None) -> TaskCall | None:
+        """:meth:`task_call` with the PAL mask made already (a slice of a mixed batch's)."""
+        adapter = self.adapters[task] if task in self.adapters else None
+        individual = self._copies_of(task)
+        if adapter is None and individual is None:
+            return None
+        where = self.adapter_config.adapter_method.where.value
+        mask = pal_mask if adapter is not None else None
+        return task_call(adapter, where, self.adapter_layers, self.num_layers, mask, individual)
+
+
+class MultiTaskBert(RoutedForward, TaskParameters, nn.Module):
     """A BERT encoder shared by all tasks with a task-specific function TS_t per selected layer.
 
     Args:
@@ -539,19 +706,29 @@ class MultiTaskBert(TaskParameters, nn.Module):
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
         *,
-        task: str,
+        task: str | None = None,
+        tasks: TaskRouting | RowTasks | None = None,
     ) -> torch.Tensor:
-        """The last hidden state ``[B, T, d]`` of the encoder with ``task``'s TS_t active.
+        """The last hidden state ``[B, T, d]`` of the encoder with ``task``'s TS_t active, or with each row's
+        own task's modules active (``tasks``).
 
         Args:
             input_ids: ``[B, T]`` token ids.
             attention_mask: ``[B, T]``, 1 for tokens and 0 for padding (``None``: no padding).
             token_type_ids: ``[B, T]`` segment ids (``None``: all zeros).
-            task: the active task; its adapter is used, the others are untouched.
+            task: the active task of every row; its adapter is used, the others are untouched.
+            tasks: instead of ``task``, each row's task: a ``LongTensor[B]`` of indices into
+                :attr:`task_names`, a sequence of ``B`` names, or a :class:`TaskRouting` of the rows made by
+                :meth:`route` (to reuse its grouping). Rows are grouped by task once; every layer runs each
+                present task's modules on its rows (:mod:`~pal_lightning.modeling.families.routing`). The
+                output is in the input's row order, each row as a forward with ``task=`` its task gives it.
 
         Raises:
-            PalUserError: for a task the encoder was not built with.
+            PalUserError: for a task the encoder was not built with, or not exactly one of ``task`` and
+                ``tasks``.
         """
+        if tasks is not None or task is None:
+            return self._forward_mixed(input_ids, attention_mask, token_type_ids, tasks, task)
         self.check_task(task)
         call = self.task_call(task, attention_mask)
         inputs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask}
@@ -578,20 +755,6 @@ class MultiTaskBert(TaskParameters, nn.Module):
         """Recompute each layer's activations in the backward pass (less memory, a third more compute),
         with the task's modules active in the recomputation too (non-reentrant checkpointing)."""
         enable_checkpointing(self.bert, self.individual, self.wiring)
-
-    def task_call(self, task: str, attention_mask: torch.Tensor | None) -> TaskCall | None:
-        """What the hooks need for one forward of ``task`` (``None``: nothing task-specific)."""
-        adapter = self.adapters[task] if task in self.adapters else None
-        individual = self._copies_of(task)
-        if adapter is None and individual is None:
-            return None
-        where = self.adapter_config.adapter_method.where
-        mask = None
-        if adapter is not None and where in (Where.BESIDE, Where.TOP):  # the PAL mask, once per forward
-            weight = self.bert.get_input_embeddings().weight
-            assert isinstance(weight, torch.Tensor)
-            mask = additive_mask(attention_mask, scores_dtype(weight.dtype, weight.device))
-        return task_call(adapter, where.value, self.adapter_layers, self.num_layers, mask, individual)
 
     def extra_repr(self) -> str:
         p = self.adapter_config

@@ -66,6 +66,12 @@ class EncoderFamily:
     layer_index_keyword: str | None = "layer_idx"
     """The layer constructor's keyword for its index (``None``: it takes the config alone)."""
 
+    row_shared_sites: tuple[str, ...] = ()
+    """Sites whose Linear also projects a tensor shared by every row of the batch (DeBERTa's relative
+    position embeddings pass through its query and key projections). A per-task delta there makes that
+    tensor per task, which one pass cannot route: a mixed-task batch whose method acts on one of these sites
+    runs one forward per task present instead (:meth:`MultiTaskBert.forward`, ``tasks=``)."""
+
     # ------------------------------------------------------------------ reading a model
     def layer_list(self, model: nn.Module) -> nn.ModuleList:
         """The model's layers."""

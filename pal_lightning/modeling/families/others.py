@@ -62,6 +62,7 @@ DEBERTA_V2 = EncoderFamily(
         "ffn_output": ("output.dense", None),
     },
     layer_index_keyword=None,
+    row_shared_sites=("query", "key"),  # the relative embeddings, with share_att_key (v3's setting)
 )
 
 MODERNBERT = EncoderFamily(

@@ -21,6 +21,13 @@ run before one backward (siamese pairs), and autograd keeps what each forward co
 outlive the forward. Activation checkpointing recomputes a layer in the backward pass: its recomputation
 gets the call back through checkpointing's ``context_fn`` (:meth:`Wiring.checkpoint_contexts`). An individual (I) layer's place in the layer list holds an
 :class:`IndividualLayerSlot`, which runs the active task's copy of the layer (hooked the same way).
+
+A *mixed* call (:func:`mixed_call`) serves rows of several tasks in one forward: the rows arrive sorted by
+task (:mod:`~pal_lightning.modeling.families.routing`), and the call holds, per task present, the slice of
+rows it owns and that task's own call (:class:`Segment`). Each hook loops over the segments, runs the
+task's module on its slice with the single-task code, and concatenates the slices; an individual layer
+runs each group's copy on the group's slice under a call narrowed to those rows (:class:`Part`). A call
+of one task has no segments and takes the single-task code alone (one attribute read more per hook).
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -39,9 +46,29 @@ from pal_lightning.modeling.families.base import EncoderFamily
 LayerRunner = Callable[[nn.Module, torch.Tensor], torch.Tensor]
 
 
+class Segment(NamedTuple):
+    """The rows ``[start, stop)`` of a mixed call's (sorted) batch that belong to one task, and its call
+    (``None``: the task has nothing task-specific, its rows pass through)."""
+
+    start: int
+    stop: int
+    call: TaskCall | None
+
+
+class Part(NamedTuple):
+    """The rows ``[start, stop)`` of a mixed call that use one group's copies of the individual layers, and
+    the call those copies run under (the group's segments, shifted to start at 0; one task's own call
+    where the group has one task present)."""
+
+    start: int
+    stop: int
+    copies: nn.ModuleDict
+    call: TaskCall
+
+
 @dataclass
 class TaskCall:
-    """What the hooks need during one forward of one task."""
+    """What the hooks need during one forward of one task (or, with :attr:`segments`, of several)."""
 
     adapter: nn.Module | None
     """The task's module beside (``forward(layer, hidden, mask)``) or inside the layers, or ``None``."""
@@ -61,6 +88,10 @@ class TaskCall:
     """The BESIDE terms, computed on each layer's entry."""
     last_arguments: tuple[tuple[Any, ...], dict[str, Any]] = ((), {})
     """The arguments (after the hidden states) the last layer received, for a block on top."""
+    segments: tuple[Segment, ...] = ()
+    """A mixed call's tasks: their rows, in order and covering the batch (empty: a call of one task)."""
+    parts: tuple[Part, ...] = ()
+    """A mixed call's groups of rows for the individual layers (empty: no individual layer)."""
 
 
 def task_call(
@@ -83,6 +114,24 @@ def task_call(
         individual=individual,
         inside=where == "inside",
     )
+
+
+def mixed_call(segments: Iterable[Segment], num_layers: int, parts: Iterable[Part] = ()) -> TaskCall:
+    """The call of a batch whose rows, sorted by task, are ``segments`` (contiguous, from row 0);
+    ``parts``: its groups of rows for the individual layers."""
+    return TaskCall(
+        None, frozenset(), None, last=num_layers - 1, segments=tuple(segments), parts=tuple(parts)
+    )
+
+
+def narrowed(call: TaskCall, start: int, stop: int) -> TaskCall:
+    """The mixed ``call`` restricted to its rows ``[start, stop)`` (whole segments), rows renumbered from 0:
+    the one task's own call where a single segment remains."""
+    inside = [s for s in call.segments if start <= s.start and s.stop <= stop]
+    if len(inside) == 1 and inside[0].call is not None:
+        return inside[0].call
+    shifted = [Segment(s.start - start, s.stop - start, s.call) for s in inside]
+    return mixed_call(shifted, call.last + 1)
 
 
 class Wiring:
@@ -130,6 +179,44 @@ def _hidden_argument(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Ten
     raise RuntimeError("an encoder layer was called without hidden states")
 
 
+def rows_of(value: Any, start: int, stop: int, batch: int, length: int) -> Any:
+    """``value`` (an argument a layer received) cut to the rows ``[start, stop)`` of a batch of ``batch``
+    sequences of ``length`` tokens: a tensor indexed by row then, last, by key position (attention masks
+    ``[B, 1, T, T]`` or ``[B, T]``, MPNet's position bias ``[B, H, T, T]``) is sliced, inside tuples and
+    lists too; anything else (DeBERTa's relative embeddings, ModernBERT's rotary tables ``[1, T, h]``) is
+    shared by the rows and kept.
+
+    The rule reads shapes, so a row-independent tensor of shape ``[B, ..., T]`` would be sliced too: none of
+    the families passes one (DeBERTa's ``[2k, d]`` relative embeddings match only for ``B = 2k, d = T``).
+    """
+    if isinstance(value, torch.Tensor):
+        if value.dim() >= 2 and value.shape[0] == batch and value.shape[-1] == length:
+            return value[start:stop]
+        return value
+    if isinstance(value, tuple | list):
+        return type(value)(rows_of(v, start, stop, batch, length) for v in value)
+    return value
+
+
+def _arguments_of(
+    args: tuple[Any, ...], kwargs: dict[str, Any], start: int, stop: int, batch: int, length: int
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A layer's arguments cut to rows ``[start, stop)`` (:func:`rows_of`)."""
+    return (
+        tuple(rows_of(a, start, stop, batch, length) for a in args),
+        {k: rows_of(v, start, stop, batch, length) for k, v in kwargs.items()},
+    )
+
+
+def _check_rows(call: TaskCall, rows: torch.Tensor, where: str) -> None:
+    """Refuse a tensor whose leading dimension is not the mixed call's rows (a family that flattens rows)."""
+    if rows.shape[0] != call.segments[-1].stop:
+        raise RuntimeError(
+            f"a mixed-task forward reached {where} with {rows.shape[0]} rows for a batch of "
+            f"{call.segments[-1].stop}: this family does not keep rows first there, so rows cannot be routed"
+        )
+
+
 class _Hook:
     """A hook of layer ``index`` reading ``wiring``'s active call.
 
@@ -149,9 +236,31 @@ class _LayerPreHook(_Hook):
         call = self.wiring.call
         if call is None:
             return
+        if call.segments:
+            self.mixed(call, args, kwargs)
+            return
         if call.adapter is not None and not call.inside and self.index in call.layers:
             call.terms[self.index] = call.adapter(self.index, _hidden_argument(args, kwargs), call.mask)
         if call.top is not None and self.index == call.last:
+            call.last_arguments = (args[1:], dict(kwargs))
+
+    def mixed(self, call: TaskCall, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Each task's TS_t(l, h) on its rows, one term for the batch (zero for rows of tasks without)."""
+        hidden = _hidden_argument(args, kwargs)
+        _check_rows(call, hidden, f"layer {self.index}")
+        pieces: list[torch.Tensor] = []
+        acting = tops = False
+        for start, stop, sub in call.segments:
+            rows = hidden[start:stop]
+            if sub is not None and sub.adapter is not None and not sub.inside and self.index in sub.layers:
+                pieces.append(sub.adapter(self.index, rows, sub.mask))
+                acting = True
+            else:
+                pieces.append(torch.zeros_like(rows))
+            tops = tops or (sub is not None and sub.top is not None)
+        if acting:
+            call.terms[self.index] = torch.cat(pieces)
+        if tops and self.index == call.last:
             call.last_arguments = (args[1:], dict(kwargs))
 
 
@@ -178,13 +287,41 @@ class _LayerHook(_Hook):
         if self.index in call.terms and self.wiring.family_pre_norm:
             hidden = hidden + call.terms[self.index]
         if call.top is not None and self.index == call.last:
-            rest, keywords = call.last_arguments
-
-            def run(layer: nn.Module, states: torch.Tensor) -> torch.Tensor:
-                return _first(layer(states, *rest, **keywords))
-
-            hidden = call.top(hidden, run, call.mask)
+            hidden = _run_top(call.top, hidden, call.last_arguments, call.mask)
+        elif call.segments and self.index == call.last:
+            hidden = self.mixed_top(call, hidden)
         return _with_first(output, hidden)
+
+    def mixed_top(self, call: TaskCall, hidden: torch.Tensor) -> torch.Tensor:
+        """Each task's block on top on its rows (rows of tasks without one as they are)."""
+        if not any(sub is not None and sub.top is not None for _, _, sub in call.segments):
+            return hidden
+        _check_rows(call, hidden, "the block on top")
+        batch, length = hidden.shape[0], hidden.shape[1]
+        rest, keywords = call.last_arguments
+        pieces: list[torch.Tensor] = []
+        for start, stop, sub in call.segments:
+            rows = hidden[start:stop]
+            if sub is not None and sub.top is not None:
+                arguments = _arguments_of(rest, keywords, start, stop, batch, length)
+                rows = _run_top(sub.top, rows, arguments, sub.mask)
+            pieces.append(rows)
+        return torch.cat(pieces)
+
+
+def _run_top(
+    top: nn.Module,
+    hidden: torch.Tensor,
+    arguments: tuple[tuple[Any, ...], dict[str, Any]],
+    mask: torch.Tensor | None,
+) -> torch.Tensor:
+    """``top(hidden, run, mask)``, where ``run(layer, h)`` calls a layer with the last layer's ``arguments``."""
+    rest, keywords = arguments
+
+    def run(layer: nn.Module, states: torch.Tensor) -> torch.Tensor:
+        return _first(layer(states, *rest, **keywords))
+
+    return top(hidden, run, mask)
 
 
 class _SiteHook(_Hook):
@@ -197,9 +334,30 @@ class _SiteHook(_Hook):
 
     def __call__(self, module: nn.Module, args: tuple[Any, ...], output: torch.Tensor) -> torch.Tensor | None:
         call = self.wiring.call
-        if call is None or not call.inside or call.adapter is None or self.index not in call.layers:
+        if call is None:
             return None
-        x, adapter = args[0], call.adapter
+        if call.segments:
+            return self.mixed(call, args[0], output)
+        if not call.inside or call.adapter is None or self.index not in call.layers:
+            return None
+        return self.apply(call.adapter, args[0], output)
+
+    def mixed(self, call: TaskCall, x: torch.Tensor, output: torch.Tensor) -> torch.Tensor | None:
+        """Each task's deltas on its rows (rows of tasks without as they are)."""
+        pieces: list[torch.Tensor] = []
+        acting = False
+        for start, stop, sub in call.segments:
+            rows = output[start:stop]
+            if sub is not None and sub.inside and sub.adapter is not None and self.index in sub.layers:
+                if not acting:
+                    _check_rows(call, output, f"a site Linear of layer {self.index}")
+                rows = self.apply(sub.adapter, x[start:stop], rows)
+                acting = True
+            pieces.append(rows)
+        return torch.cat(pieces) if acting else None
+
+    def apply(self, adapter: nn.Module, x: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
+        """``output`` with ``adapter``'s delta added on each site this Linear holds."""
         sites: tuple[str, ...] = adapter.sites  # type: ignore[assignment]  # an INSIDE module's attribute
         delta: Callable[..., torch.Tensor] = adapter.delta  # type: ignore[assignment]
         for site, chunk in self.sites:
@@ -257,10 +415,32 @@ class IndividualLayerSlot(nn.Module):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """The active task's copy of layer ``layer_index`` applied to the arguments the encoder passes."""
-        call = self._wiring[0].call
+        wiring = self._wiring[0]
+        call = wiring.call
+        if call is not None and call.parts:
+            return self.mixed(wiring, call, args, kwargs)
         if call is None or call.individual is None:
             raise RuntimeError(f"layer {self.layer_index} is individual: call MultiTaskBert with task=...")
         return call.individual[str(self.layer_index)](*args, **kwargs)
+
+    def mixed(self, wiring: Wiring, call: TaskCall, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Each group's copy on the group's rows, under the call narrowed to them; the hidden states joined
+        (other outputs, which the encoder does not ask for, are the first group's)."""
+        hidden = _hidden_argument(args, kwargs)
+        _check_rows(call, hidden, f"individual layer {self.layer_index}")
+        batch, length = hidden.shape[0], hidden.shape[1]
+        outputs = []
+        for start, stop, copies, sub in call.parts:
+            rest, keywords = _arguments_of(args, kwargs, start, stop, batch, length)
+            if args:  # the hidden states: [B, T, d], which the rule of rows_of does not recognise
+                rest = (hidden[start:stop], *rest[1:])
+            else:
+                keywords = {k: hidden[start:stop] if v is hidden else v for k, v in keywords.items()}
+            with wiring.active(sub):
+                outputs.append(copies[str(self.layer_index)](*rest, **keywords))
+        if len(outputs) == 1:
+            return outputs[0]
+        return _with_first(outputs[0], torch.cat([_first(o) for o in outputs]))
 
 
 def enable_checkpointing(model: nn.Module, individual: nn.Module, wiring: Wiring) -> None:

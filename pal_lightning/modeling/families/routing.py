@@ -1,0 +1,176 @@
+"""Per-example task routing: the rows of a mixed batch grouped by task once, for every layer to use.
+
+A mixed batch holds rows of several tasks (``tasks[i]``: row i's task). Each layer must apply each row's
+own task module, with batched kernels: the rows are sorted by task **once per batch** (a stable sort), so
+that every task's rows are one contiguous slice; each hook then runs each present task's module on its
+slice and concatenates the slices back, and the encoder's output is put back in the input order once at
+the end::
+
+    input rows     sorted once (order)          every hooked place, per task present     output rows
+    ─────────────  ───────────────────────      ─────────────────────────────────────    ─────────────
+    0  sst         0 sst ┐ rows[0:2]            A_sst(h[0:2])  ┐                          0  sst
+    1  sts         2 sst ┘                      A_sts(h[2:4])  ├─ cat ─> next layer ...    1  sts
+    2  sst   ──>   1 sts ┐ rows[2:4]     ──>    h[4:5] as is   ┘ (task without module)    2  sst
+    3  qqp         4 sts ┘                                                       ──>      3  qqp
+    4  sts         3 qqp ] rows[4:5]                                  unsort (inverse)    4  sts
+
+The work per hook is a loop over the tasks present, never over rows, and slicing a contiguous block is
+free (a view). Tasks that share copies of individual (I) layers (``task_groups``) are sorted next to each
+other (:attr:`TaskRouting.groups`), so an individual layer runs each group's copy on one slice too.
+
+The grouping is host work on ``B`` integers: task indices on a device are copied to the host once (one
+synchronisation per batch, which the slice bounds need anyway). :mod:`~pal_lightning.modeling.families.wiring`
+reads the slices; :class:`~pal_lightning.modeling.encoder.MultiTaskBert` builds a routing with
+:meth:`~pal_lightning.modeling.encoder.MultiTaskBert.route`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from pal_lightning.core.errors import PalUserError
+
+#: What names the task of each row: a ``LongTensor[B]`` of indices into the encoder's tasks, or a sequence
+#: of task names (one per row).
+RowTasks = torch.Tensor | Sequence[str]
+
+
+@dataclass(frozen=True)
+class TaskRouting:
+    """The rows of one batch grouped by task (see the module docstring).
+
+    Built by :func:`route_rows` (or :meth:`MultiTaskBert.route`), used by the encoder's mixed forward and by
+    whoever maps the encoder's rows to heads: :meth:`rows` gives a task's rows in the input order.
+    """
+
+    tasks: tuple[str, ...]
+    """The tasks present, in the order their rows are sorted."""
+    bounds: tuple[int, ...]
+    """``len(tasks) + 1`` offsets: the sorted rows ``bounds[k]:bounds[k + 1]`` are ``tasks[k]``'s."""
+    order: torch.Tensor | None
+    """``LongTensor[B]``: sorted row ``r`` is input row ``order[r]``; ``None`` when the input rows are
+    grouped already (sorting is then the identity and is skipped)."""
+    groups: tuple[tuple[str, int, int], ...] = ()
+    """Per group of tasks sharing individual layers (in sorted order): ``(group, start, stop)`` of its
+    sorted rows; empty without individual layers."""
+    device: torch.device | None = None
+    """Where :meth:`rows` puts its indices (the inputs' device)."""
+
+    @property
+    def size(self) -> int:
+        """B, the number of rows."""
+        return self.bounds[-1]
+
+    def slices(self) -> Iterator[tuple[str, int, int]]:
+        """``(task, start, stop)`` of each task present, over the sorted rows."""
+        for k, task in enumerate(self.tasks):
+            yield task, self.bounds[k], self.bounds[k + 1]
+
+    def rows(self, task: str) -> torch.Tensor:
+        """The input-order indices of ``task``'s rows (ascending), ``LongTensor``.
+
+        Raises:
+            PalUserError: for a task with no row in the batch.
+        """
+        for name, start, stop in self.slices():
+            if name == task:
+                if self.order is None:
+                    return torch.arange(start, stop, device=self.device)
+                return self.order[start:stop]
+        raise PalUserError(f"Task {task!r} has no row in this batch (present: {', '.join(self.tasks)}).")
+
+    def sort(self, rows: torch.Tensor) -> torch.Tensor:
+        """``rows`` (input order, rows first) in the sorted order."""
+        return rows if self.order is None else rows.index_select(0, self.order.to(rows.device))
+
+    def unsort(self, rows: torch.Tensor) -> torch.Tensor:
+        """``rows`` in the sorted order back in the input order (the inverse of :meth:`sort`)."""
+        if self.order is None:
+            return rows
+        order = self.order.to(rows.device)
+        return torch.empty_like(rows).index_copy_(0, order, rows)
+
+
+def task_indices(tasks: RowTasks, names: Sequence[str]) -> torch.Tensor:
+    """Each row's task as an index into ``names``, a ``LongTensor[B]`` on the host.
+
+    Raises:
+        PalUserError: for an empty batch, a name that is not one of ``names`` or an index out of range.
+    """
+    if isinstance(tasks, torch.Tensor):
+        if tasks.dim() != 1 or tasks.dtype.is_floating_point or tasks.dtype == torch.bool:
+            raise PalUserError(
+                f"tasks must be a 1-D integer tensor (one task index per row), got {tasks.dtype} of shape "
+                f"{tuple(tasks.shape)}. Pass torch.tensor([...], dtype=torch.long) or a list of task names."
+            )
+        indices = tasks.detach().to("cpu", torch.long)  # one copy to the host when on a device
+        bad = [int(i) for i in indices if not 0 <= int(i) < len(names)]
+        if bad:
+            raise PalUserError(
+                f"Task indices {sorted(set(bad))} are out of range: this model's tasks are "
+                f"{', '.join(f'{i}={n}' for i, n in enumerate(names))}."
+            )
+    else:
+        position = {name: i for i, name in enumerate(names)}
+        unknown = sorted({str(t) for t in tasks if t not in position})
+        if unknown:
+            raise PalUserError(
+                f"Unknown task(s) {unknown} in tasks: this model's tasks are {', '.join(names)}. "
+                "Name each row's task among them."
+            )
+        indices = torch.tensor([position[t] for t in tasks], dtype=torch.long)
+    if not len(indices):
+        raise PalUserError("A mixed batch needs at least one row: tasks is empty.")
+    return indices
+
+
+def route_rows(
+    tasks: RowTasks,
+    names: Sequence[str],
+    group_of: Mapping[str, str] | None = None,
+    device: torch.device | str | None = None,
+) -> TaskRouting:
+    """Group the rows of a batch by task: one stable sort (rows of a task keep their order).
+
+    Args:
+        tasks: each row's task (:data:`RowTasks`).
+        names: the encoder's tasks, in order.
+        group_of: task -> the group whose copies of the individual layers it uses; tasks of a group are
+            sorted next to each other. ``None``: no individual layers.
+        device: where :attr:`TaskRouting.order` lives (the inputs' device).
+
+    Raises:
+        PalUserError: for an unknown task or index, or an empty batch.
+    """
+    indices = task_indices(tasks, names)
+    # tasks of one group next to each other, groups in the order of their first task
+    group_rank: dict[str, int] = {}
+    for name in names:
+        group_rank.setdefault((group_of or {}).get(name, name), len(group_rank))
+    sequence = sorted(
+        range(len(names)), key=lambda i: (group_rank[(group_of or {}).get(names[i], names[i])], i)
+    )
+    rank = torch.empty(len(names), dtype=torch.long)
+    rank[torch.tensor(sequence)] = torch.arange(len(names))
+    keys = rank[indices]
+    counts = torch.bincount(keys, minlength=len(names)).tolist()
+    present = [(names[sequence[k]], count) for k, count in enumerate(counts) if count]
+    bounds = [0]
+    for _, count in present:
+        bounds.append(bounds[-1] + count)
+    order: torch.Tensor | None = None
+    if bool((keys[1:] < keys[:-1]).any()):
+        order = torch.sort(keys, stable=True).indices.to(device)
+    groups: list[tuple[str, int, int]] = []
+    if group_of:
+        for (task, _), start, stop in zip(present, bounds[:-1], bounds[1:], strict=True):
+            group = group_of[task]
+            if groups and groups[-1][0] == group:
+                groups[-1] = (group, groups[-1][1], stop)
+            else:
+                groups.append((group, start, stop))
+    where = None if device is None else torch.device(device)
+    return TaskRouting(tuple(t for t, _ in present), tuple(bounds), order, tuple(groups), where)
