@@ -21,6 +21,25 @@ key                type                         present
 ================== ============================ ==========================================
 
 Padding is per batch (``T`` is the longest sequence of the batch).
+
+A *mixed* batch (per-example task routing: ``MultiTaskModule.forward_mixed``) holds rows of several tasks:
+
+================== ============================ ==========================================
+``tasks``          ``list[str]`` or             always: each row's task (names, or indices
+                   ``LongTensor[B]``            into the model's task list)
+``input_ids``,     ``LongTensor[B, T]``         always: each row's sequence; a siamese
+``attention_mask``,                             pair's first sentence
+``token_type_ids``
+``*_b``            ``LongTensor[B, T_b]``       when a row's task encodes pairs ``siamese``:
+                                                its second sentence (other rows: padding,
+                                                never read)
+``labels``         ``FloatTensor[B]``           optional: classes as floats, each task's loss
+                                                casts its rows back
+``ids``,           lists, as above              optional
+``indices``
+================== ============================ ==========================================
+
+:func:`mix_batches` makes one from one-task batches.
 """
 
 from __future__ import annotations
@@ -33,6 +52,8 @@ import torch.nn.functional as F
 
 # The keys of a batch: code reads and writes batches through these names only, never the literal strings.
 TASK = "task"
+TASKS = "tasks"
+"""The key of each row's task in a mixed batch (one batch, rows of several tasks)."""
 SPLIT = "split"
 IDS = "ids"
 INDICES = "indices"
@@ -91,3 +112,43 @@ def resolve_pair_encoding(pair_encoding: str | dict[str, str], task: str) -> str
     if value not in PAIR_ENCODINGS:
         raise ValueError(f"pair_encoding {value!r} for task {task!r}: choose one of {PAIR_ENCODINGS}.")
     return value
+
+
+def mix_batches(batches: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One mixed batch (module docstring) of the rows of one-task ``batches``, in their order.
+
+    A siamese batch's first sentences become rows of ``input_ids`` and its second ones rows of
+    ``input_ids_b``; other rows get an all-padding ``*_b`` row of one token. ``labels`` are kept (as floats)
+    when every batch has them; ``ids`` and ``indices`` likewise.
+
+    Raises:
+        ValueError: for no batch.
+    """
+    if not batches:
+        raise ValueError("mix_batches needs at least one batch")
+    firsts: list[dict[str, torch.Tensor]] = []
+    seconds: list[dict[str, torch.Tensor]] = []
+    tasks: list[str] = []
+    for batch in batches:
+        siamese = side_keys("a")[0] in batch
+        first = side_inputs(batch, "a" if siamese else "")
+        rows = first[INPUT_IDS].shape[0]
+        firsts.append(first)
+        blank = torch.zeros(rows, 1, dtype=first[INPUT_IDS].dtype, device=first[INPUT_IDS].device)
+        second = side_inputs(batch, "b") if siamese else {key: blank for key in first}
+        seconds.append({key: second[key] for key in first if key in second})
+        tasks += [batch[TASK]] * rows
+    for parts in (firsts, seconds):  # a cross pair's segments must survive a batch without token types
+        if any(TOKEN_TYPE_IDS in part for part in parts):
+            for part in parts:
+                part.setdefault(TOKEN_TYPE_IDS, torch.zeros_like(part[INPUT_IDS]))
+    mixed: dict[str, Any] = {TASKS: tasks, **concat_inputs(firsts)}
+    if any(side_keys("a")[0] in batch for batch in batches):
+        b_keys = dict(zip(ENCODING_KEYS, side_keys("b"), strict=True))
+        mixed.update({b_keys[key]: value for key, value in concat_inputs(seconds).items()})
+    for key in (IDS, INDICES):
+        if all(key in batch for batch in batches):
+            mixed[key] = [item for batch in batches for item in batch[key]]
+    if all(LABELS in batch for batch in batches):
+        mixed[LABELS] = torch.cat([torch.as_tensor(batch[LABELS]).float() for batch in batches])
+    return mixed

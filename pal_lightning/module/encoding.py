@@ -10,6 +10,16 @@ runs it with that task's modules active (its PALs, its individual layers), as th
 ``normalize_embeddings=True`` scales each vector to length 1, as sentence-transformers' models that end
 in a ``Normalize`` module (all-MiniLM-L6-v2) do.
 
+``module.forward_mixed(batch)`` runs a *mixed* batch, rows of several tasks
+(:mod:`pal_lightning.core.batch`), in one encoder pass: each row gets its own task's modules (per-example
+task routing, :mod:`pal_lightning.modeling.families.routing`) and its own task's head. Heads differ in
+output width, so the result is per task: ``{task: TaskRows(rows, output)}``, ``rows`` the task's row
+indices in the batch and ``output`` what :meth:`forward` gives a one-task batch of those rows. A siamese
+task's second sentences (``input_ids_b``) join the same encoder pass as extra rows::
+
+    rows 0..B-1  (every row; a siamese row's first sentence)  ┐  one encoder pass,   pooled ─┬─ head_sst(u[rows_sst])
+    rows B..     (second sentences of the siamese rows)       ┘  tasks=<row tasks>           └─ head_sts(u[rows_sts], v[...])
+
 How a pair task is encoded is decided per task by its head (``cross``: both sentences in one sequence;
 ``siamese``: each sentence alone, :mod:`pal_lightning.modeling.pair_heads`), and a batch must be laid out
 the same way (the data module's ``pair_encoding``); a mismatch is one clear error, not a shape error.
@@ -18,7 +28,7 @@ the same way (the data module's ``pair_encoding``); a mismatch is one clear erro
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
 import numpy as np
 import torch
@@ -27,7 +37,9 @@ from torch import Tensor, nn
 from pal_lightning.core.batch import (
     ATTENTION_MASK,
     INPUT_IDS,
+    LABELS,
     TASK,
+    TASKS,
     TOKEN_TYPE_IDS,
     concat_inputs,
     side_inputs,
@@ -47,6 +59,15 @@ else:
     _ModuleBase = object
 
 
+class TaskRows(NamedTuple):
+    """One task's share of a mixed batch's outputs (:meth:`PairEncodingMixin.forward_mixed`)."""
+
+    rows: Tensor
+    """``LongTensor``: the task's rows in the batch, ascending, on the module's device."""
+    output: Tensor
+    """The task's head output for those rows, as :meth:`forward` gives it for a one-task batch of them."""
+
+
 class PairEncodingMixin(_ModuleBase):
     """:meth:`encode`: the pooled vectors of a batch, through the module's (maybe compiled) encoder."""
 
@@ -60,6 +81,12 @@ class PairEncodingMixin(_ModuleBase):
     if TYPE_CHECKING:  # provided by the module
 
         def _capture_simcse_view(self, pooled: Tensor) -> None: ...
+
+        eval_views: dict[str, Any]
+
+        def spec_of(self, task: str) -> TaskSpec: ...
+
+        def compute_loss(self, task: str, output: Tensor, labels: Tensor) -> Tensor: ...
 
     def _is_siamese(self, task: str) -> bool:
         return bool(getattr(self.heads[task], "siamese", False))
@@ -201,3 +228,85 @@ class PairEncodingMixin(_ModuleBase):
         self._capture_simcse_view(pooled)  # [a; b]: the sentence order SimCSE uses
         u, v = pooled.chunk(2)
         return u, v
+
+    # ------------------------------------------------------------------ mixed batches
+    def forward_mixed(self, batch: Mapping[str, Any]) -> dict[str, TaskRows]:
+        """Each row's head output of a mixed batch (rows of several tasks, :mod:`pal_lightning.core.batch`),
+        from one encoder pass with each row's own task's modules: ``{task: TaskRows(rows, output)}`` per
+        task present, in the order tasks first appear. An evaluation view's rows go through its task's
+        modules and head and are keyed by the view's name. The encoder runs eagerly (not compiled).
+
+        Raises:
+            PalUserError: for an unknown task, or a siamese task's row without its second sentence.
+        """
+        names = self._row_task_names(batch[TASKS])
+        parents = {name: self._parent_task(name) for name in dict.fromkeys(names)}
+        row_tasks = [parents[name] for name in names]
+        siamese = [i for i, task in enumerate(row_tasks) if self._is_siamese(task)]
+        first = side_inputs(batch, "")
+        inputs = first
+        if siamese:  # the second sentences: more rows of the same pass
+            second = side_inputs(batch, "b")
+            if INPUT_IDS not in second:
+                raise PalUserError(
+                    f"Task(s) {sorted({row_tasks[i] for i in siamese})} encode pairs 'siamese', but the mixed "
+                    "batch has no second sentences (input_ids_b, attention_mask_b): build it with "
+                    "pal_lightning.core.batch.mix_batches, or set pair_encoding: cross."
+                )
+            picked = torch.tensor(siamese, device=second[INPUT_IDS].device)
+            second = {key: value.index_select(0, picked) for key, value in second.items()}
+            if TOKEN_TYPE_IDS in first:  # kept for the cross pairs among the rows
+                second.setdefault(TOKEN_TYPE_IDS, torch.zeros_like(second[INPUT_IDS]))
+            inputs = concat_inputs([first, second])
+            row_tasks += [row_tasks[i] for i in siamese]
+        mask = inputs[ATTENTION_MASK]
+        hidden = self.encoder(inputs[INPUT_IDS], mask, inputs.get(TOKEN_TYPE_IDS), tasks=row_tasks)
+        pooled = pool(hidden, mask, self.hparams["pooling"])
+        rows_of: dict[str, list[int]] = {}
+        for i, name in enumerate(names):
+            rows_of.setdefault(name, []).append(i)
+        second_row = {i: len(names) + k for k, i in enumerate(siamese)}
+        outputs: dict[str, TaskRows] = {}
+        for name, rows in rows_of.items():
+            task, index = parents[name], torch.tensor(rows, device=pooled.device)
+            u = pooled.index_select(0, index)
+            if self._is_siamese(task):
+                at = torch.tensor([second_row[i] for i in rows], device=pooled.device)
+                outputs[name] = TaskRows(index, self.heads[task](u, pooled.index_select(0, at)))
+            else:
+                outputs[name] = TaskRows(index, self.heads[task](u))
+        return outputs
+
+    def mixed_losses(self, batch: Mapping[str, Any]) -> dict[str, Tensor]:
+        """Per task present in a labelled mixed batch, the loss of its rows (each task's own loss, as
+        :meth:`compute_loss` gives it for a one-task batch of them).
+
+        Raises:
+            PalUserError: for a batch without labels, or as :meth:`forward_mixed`.
+        """
+        if LABELS not in batch:
+            raise PalUserError("A mixed batch without labels has no loss: add 'labels' (one per row).")
+        labels = torch.as_tensor(batch[LABELS])
+        return {
+            task: self.compute_loss(task, out.output, labels.to(out.rows.device)[out.rows])
+            for task, out in self.forward_mixed(batch).items()
+        }
+
+    def _row_task_names(self, tasks: Any) -> list[str]:
+        """Each row's task name from names or a ``LongTensor`` of indices into the model's tasks."""
+        if not isinstance(tasks, Tensor):
+            return [str(t) for t in tasks]
+        known = self.encoder.task_names
+        indices = tasks.tolist()
+        bad = sorted({i for i in indices if not 0 <= i < len(known)})
+        if bad:
+            raise PalUserError(
+                f"Task indices {bad} are out of range: this model's tasks are "
+                f"{', '.join(f'{i}={n}' for i, n in enumerate(known))}."
+            )
+        return [known[i] for i in indices]
+
+    def _parent_task(self, name: str) -> str:
+        """The task whose modules and head serve rows named ``name`` (a view's task, else itself)."""
+        self.spec_of(name)  # an unknown name: one message naming the model's tasks
+        return str(self.eval_views[name].parent) if name in self.eval_views else name
