@@ -16,6 +16,13 @@ claims (``benchmarks/paired_stats.py``). Usage::
     python benchmarks/glue_small.py --summarize
     python benchmarks/glue_small.py --tiny --systems pals,separate --seeds 1   # the whole path in minutes
     python benchmarks/glue_small.py --separate-steps                          # the separate runs' steps
+    python benchmarks/glue_small.py --jobs 15 --deadline 540                  # a GPU machine, one call
+
+``--jobs N`` runs N fits at once (each fit and its test is one *unit*; a separate system's five tasks are
+five units, so its tasks train side by side), the longest units first so that the workers finish together,
+and writes each (system, seed) record as soon as its last unit ends. ``--deadline S`` starts no unit after
+S seconds from the start and cuts a running one there (its record says so): the grid fits one call of a
+device whose time is counted.
 
 ``--scale F`` runs every system at F times the configs' steps (a reduced budget on a slow machine; its
 records go to ``<encoder>-scale<F>``), ``--tiny`` at a few steps on 64 examples per split
@@ -31,7 +38,9 @@ import os
 import platform
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +111,7 @@ def separate_steps(encoder: str, scale: float = 1.0) -> dict[str, int]:
 def budget_args(system: str, task: str | None, args: argparse.Namespace) -> list[str]:
     """The command-line options that set a run's budget (none at the configs' own budget)."""
     if args.tiny:
-        return TINY
+        return list(TINY)  # a new list: a caller appends its own options
     if task is not None:  # a separate model: the joint run's draws of its task, one epoch
         steps = separate_steps(args.encoder, args.scale)[task]
         return [f"--trainer.max_steps={steps}", f"--data.init_args.steps_per_epoch={steps}"]
@@ -120,17 +129,25 @@ def _scores(folder: Path) -> dict[str, Any]:
     return json.loads((folder / "scores.json").read_text())
 
 
+def time_left(args: argparse.Namespace) -> float:
+    """Seconds a fit or test may run: ``--timeout``, or less where ``--deadline`` comes sooner."""
+    deadline = getattr(args, "deadline_at", None)
+    if deadline is None:
+        return float(args.timeout)
+    return max(1.0, min(float(args.timeout), deadline - time.monotonic()))
+
+
 def fit_and_test(
     system: str, seed: int, task: str | None, args: argparse.Namespace, env: dict[str, str]
 ) -> dict[str, Any]:
     """One fit of ``system`` (one task of a separate system) and the test of its best checkpoint on dev."""
     config = config_of(args.encoder, system)
     root = args.work / args.label / system / f"seed{seed}" / (task or "joint")
-    options = budget_args(system, task, args)
+    options = list(budget_args(system, task, args))
     if task is not None:
         options.append(f"--model.init_args.tasks=[{task}]")
     fit = fit_command(config, root, args.data_dir, seed, options, args.extra)
-    status, fit_wall, run = run_logged(fit, root, root / "fit.log", env, REPO, args.timeout)
+    status, fit_wall, run = run_logged(fit, root, root / "fit.log", env, REPO, time_left(args))
     out: dict[str, Any] = {"task": task, "fit_status": status, "fit_wall_s": round(fit_wall, 1), "fit": fit}
     if status != "ok" or run is None:
         return out
@@ -142,7 +159,7 @@ def fit_and_test(
         f"--ckpt_path={best}", *args.extra,
     ]  # fmt: skip
     test_root = run / "test"
-    status, test_wall, test_run = run_logged(test, test_root, run / "test.log", env, REPO, args.timeout)
+    status, test_wall, test_run = run_logged(test, test_root, run / "test.log", env, REPO, time_left(args))
     out.update(test_status=status, test_wall_s=round(test_wall, 1), test=test, run=str(run))
     out.update(validation=fitted.get("best", {}).get("scores", {}), parameters=fitted.get("parameters"))
     if status == "ok" and test_run is not None:
@@ -161,14 +178,26 @@ def dev_scores(parts: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return found
 
 
+def unit_tasks(system: str) -> list[str | None]:
+    """The fits of one (system, seed): one per task for a separate system, else one joint fit."""
+    return list(TASKS) if system == "separate" else [None]
+
+
 def run_record(system: str, seed: int, args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
-    """Every fit and test of one (system, seed), and its GLUE average on dev."""
+    """Every fit and test of one (system, seed), one after the other, and its GLUE average on dev."""
+    start = time.perf_counter()
+    parts = [fit_and_test(system, seed, task, args, env) for task in unit_tasks(system)]
+    return make_record(system, seed, parts, time.perf_counter() - start, args)
+
+
+def make_record(
+    system: str, seed: int, parts: list[dict[str, Any]], wall_s: float, args: argparse.Namespace
+) -> dict[str, Any]:
+    """The raw record of one (system, seed) from its fits' ``parts``: GLUE average on dev when every test
+    ran, stored parameters, wall time (the sum of its units' when they ran side by side), device, commit."""
     from pal_lightning.tasks.glue import glue_average
     from pal_lightning.tasks.specs import GLUE_TASKS
 
-    start = time.perf_counter()
-    tasks: list[str | None] = list(TASKS) if system == "separate" else [None]
-    parts = [fit_and_test(system, seed, task, args, env) for task in tasks]
     dev = dev_scores(parts)
     ok = all(p.get("test_status") == "ok" for p in parts) and set(dev) == set(TASKS)
     average = glue_average(dev, [GLUE_TASKS[t] for t in TASKS]) if ok else None
@@ -180,8 +209,9 @@ def run_record(system: str, seed: int, args: argparse.Namespace, env: dict[str, 
         "glue_average": average,
         "dev": dev,
         "stored_parameters": stored_parameters(parts),
-        "wall_s": round(time.perf_counter() - start, 1),
+        "wall_s": round(wall_s, 1),
         "budget": args.label,
+        "jobs": args.jobs,
         "parts": parts,
         "device": device(),
         "code": code_version(),
@@ -209,32 +239,94 @@ def code_version() -> str | None:
 
 
 def device() -> str:
+    """The machine the fits ran on: the GPU's name when ``nvidia-smi`` names one, and the CPU."""
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
             cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
     except OSError:
         pass
-    return f"CPU {cpu}, {os.cpu_count()} cores"
+    host = f"CPU {cpu}, {os.cpu_count()} cores"
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20, check=True,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return host
+    gpus = [ln.strip() for ln in done.stdout.splitlines() if ln.strip()]
+    return f"GPU {'; '.join(gpus)} (driver), {host}" if gpus else host
+
+
+def _write_record(path: Path, record: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    print(
+        f"  {record['system']} seed {record['seed']} {record['status']}: GLUE average "
+        f"{record['glue_average']}, {record['wall_s']} s",
+        flush=True,
+    )
+
+
+def unit_steps(system: str, task: str | None, args: argparse.Namespace) -> int:
+    """A unit's training steps, to hand out the longest units first."""
+    if task is not None:
+        return separate_steps(args.encoder, args.scale)[task]
+    max_steps, epoch, _ = joint_budget(args.encoder)
+    return max_steps // epoch * max(1, round(epoch * args.scale))
 
 
 def run_grid(args: argparse.Namespace) -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
     folder = args.out / args.label
+    todo: list[tuple[str, int]] = []
     for seed in args.seeds:  # seed-major: a grid cut short holds complete pairs
         for system in args.systems:
             path = folder / system / f"seed{seed}.json"
-            if path.is_file():
+            if path.is_file() and json.loads(path.read_text()).get("status") == "ok":
                 print(f"skip {system} seed {seed}: {path} exists", flush=True)
-                continue
+            else:  # not run, or failed (cut at a deadline, say): run again
+                todo.append((system, seed))
+    if args.jobs <= 1:
+        for system, seed in todo:
             print(f"run {system} seed {seed} ({args.label}) ...", flush=True)
-            record = run_record(system, seed, args, env)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(record, indent=2) + "\n")
-            print(
-                f"  {record['status']}: GLUE average {record['glue_average']}, {record['wall_s']} s",
-                flush=True,
-            )
+            _write_record(folder / system / f"seed{seed}.json", run_record(system, seed, args, env))
+        return
+    run_units(todo, folder, args, env)
+
+
+def run_units(
+    todo: list[tuple[str, int]], folder: Path, args: argparse.Namespace, env: dict[str, str]
+) -> None:
+    """``todo``'s fits, ``args.jobs`` at a time, longest first (then seed-major); each (system, seed)
+    record is written when its last fit ends. A unit that would start after the deadline does not run
+    (its part says so, and its record is ``failed``)."""
+    units = [(system, seed, task) for system, seed in todo for task in unit_tasks(system)]
+    order = {key: i for i, key in enumerate(todo)}
+    units.sort(key=lambda u: (-unit_steps(u[0], u[2], args), order[(u[0], u[1])]))
+    parts: dict[tuple[str, int], dict[str | None, dict[str, Any]]] = {key: {} for key in todo}
+    lock = threading.Lock()
+
+    def one(system: str, seed: int, task: str | None) -> dict[str, Any]:
+        if args.deadline_at is not None and time.monotonic() > args.deadline_at - args.min_unit_s:
+            return {"task": task, "fit_status": "not started: past the deadline"}
+        with lock:
+            print(f"run {system} seed {seed} {task or 'joint'} ({args.label}) ...", flush=True)
+        return fit_and_test(system, seed, task, args, env)
+
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = {pool.submit(one, *unit): unit for unit in units}
+        for future in as_completed(futures):
+            system, seed, task = futures[future]
+            part = future.result()
+            done = parts[(system, seed)]
+            done[task] = part
+            if len(done) == len(unit_tasks(system)):
+                ordered = [done[t] for t in unit_tasks(system)]
+                wall = sum(p.get("fit_wall_s", 0.0) + p.get("test_wall_s", 0.0) for p in ordered)
+                _write_record(
+                    folder / system / f"seed{seed}.json", make_record(system, seed, ordered, wall, args)
+                )
 
 
 def summarize(folder: Path) -> dict[str, Any]:
@@ -345,6 +437,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--work", type=Path, default=REPO / "runs" / "glue_small_grid", help="run folders")
     parser.add_argument("--timeout", type=float, default=24 * 3600, help="seconds per fit or test")
+    parser.add_argument("--jobs", type=int, default=1, help="fits at once (a separate system's tasks apart)")
+    parser.add_argument(
+        "--deadline",
+        type=float,
+        default=None,
+        help="seconds from the start: no fit starts later, none runs on",
+    )
+    parser.add_argument(
+        "--min-unit-s",
+        type=float,
+        default=120.0,
+        help="with --deadline: start no fit with less than this left",
+    )
     parser.add_argument("--summarize", action="store_true", help="only write summary.json/.md of the records")
     parser.add_argument("--separate-steps", action="store_true", help="print each separate model's steps")
     parser.add_argument("extra", nargs="*", help="more pal-lightning options for every run, after --")
@@ -356,6 +461,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.seeds = [int(s) for s in args.seeds.split(",") if s]
     suffix = "-tiny" if args.tiny else (f"-scale{args.scale:g}" if args.scale != 1.0 else "")
     args.label = args.encoder + suffix
+    args.deadline_at = None if args.deadline is None else time.monotonic() + args.deadline
     return args
 
 

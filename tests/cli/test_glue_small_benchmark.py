@@ -82,3 +82,41 @@ def test_budgets_and_a_finished_run_is_skipped(
     done.write_text(json.dumps(_record("pals", 7, 0.5, 0.5)))
     bench.run_grid(args)  # nothing to run: the record exists
     assert "skip pals seed 7" in capsys.readouterr().out
+
+
+def test_units_run_side_by_side_longest_first_and_records_join_their_parts(
+    bench, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # noqa: ANN001
+    """``--jobs``: a separate system's five tasks are five units; each unit's options are its own (a shared
+    list once leaked one task's ``--model.init_args.tasks`` into the others' tests); the records join the
+    parts; a unit that would start past the deadline does not run and its record is ``failed``."""
+    seen: list[tuple[str, str | None, list[str]]] = []
+
+    def fake(system, seed, task, args, env):  # noqa: ANN001, ANN202
+        options = list(bench.budget_args(system, task, args))
+        if task is not None:
+            options.append(f"--model.init_args.tasks=[{task}]")
+        seen.append((system, task, options))
+        dev = {f"test/{t}/accuracy": 0.5 for t in ([task] if task else TASKS)}
+        return {"task": task, "fit_status": "ok", "test_status": "ok", "fit_wall_s": 1.0, "test_wall_s": 1.0,
+                "dev": dev, "parameters": {"total": 10}}  # fmt: skip
+
+    monkeypatch.setattr(bench, "fit_and_test", fake)
+    monkeypatch.setattr(bench, "device", lambda: "test")
+    args = bench.parse_args(
+        ["--jobs", "1", "--systems", "pals,separate", "--seeds", "1", "--out", str(tmp_path)]
+    )
+    args.jobs = 1  # in order, so that the order is checked
+    bench.run_units([("pals", 1), ("separate", 1)], tmp_path, args, {})
+    assert [(s, t) for s, t, _ in seen][:2] == [("pals", None), ("separate", "glue_sst2")]  # longest first
+    assert bench.budget_args("pals", None, args) == []  # the configs' own budget, never appended to
+    tiny = bench.parse_args(["--tiny"])
+    bench.budget_args("separate", "glue_rte", tiny).append("--model.init_args.tasks=[glue_rte]")
+    assert bench.budget_args("pals", None, tiny) == bench.TINY  # nothing a caller appended stays
+    separate = json.loads((tmp_path / "separate" / "seed1.json").read_text())
+    assert separate["status"] == "ok" and separate["stored_parameters"] == 50 and separate["wall_s"] == 10.0
+    assert set(separate["dev"]) == set(TASKS)
+    args.deadline_at = 0.0  # long past: nothing starts
+    bench.run_units([("pals", 2)], tmp_path, args, {})
+    late = json.loads((tmp_path / "pals" / "seed2.json").read_text())
+    assert late["status"] == "failed" and late["parts"][0]["fit_status"].startswith("not started")
