@@ -2,6 +2,10 @@
 
 Every rank writes ``rank<r>.json`` with a fingerprint of its parameters, its memories and
 GEM's counters. Usage: python gem_ddp_script.py DATA_DIR OUT_DIR [interleaved|continual] [MODEL_TYPE]
+or python gem_ddp_script.py DATA_DIR OUT_DIR MODE MODEL_TYPE OUT_DIR MODE MODEL_TYPE ...: several fits,
+one after the other, in the same two processes (Lightning starts rank 1 at the first fit, with this
+command line, and the later fits find the process group there): each fresh interpreter costs its
+imports, about 6 s of CPU.
 
 MODEL_TYPE: the encoder family of the tiny random encoder (``bert``, ``modernbert``, ...).
 
@@ -139,4 +143,10 @@ def main(data_dir: str, out: str, mode: str = "interleaved", model_type: str = "
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    data_dir, *runs = sys.argv[1:]
+    if len(runs) <= 3:
+        main(data_dir, *runs)
+    else:
+        assert len(runs) % 3 == 0, "several fits: OUT_DIR MODE MODEL_TYPE for each"
+        for k in range(0, len(runs), 3):
+            main(data_dir, *runs[k : k + 3])
