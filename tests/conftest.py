@@ -78,8 +78,6 @@ SLOW_FILES = (
     "tests/cli/test_run_folders.py",
     "tests/data/test_ddp.py",
     "tests/data/test_validation_carve.py",
-    "tests/test_notebook_without_results.py",
-    "tests/test_notebook_figures.py",
     "tests/cli/test_console_leftovers.py",
     "tests/data/test_real_data.py",
     "tests/cli/test_disk_faults.py",

@@ -1,21 +1,79 @@
-"""Execute notebooks/results.ipynb headless: the committed results by default, and a run's training curves."""
+"""Execute notebooks/results.ipynb headless: the committed results by default, and a run's training curves;
+what its figures draw (each figure's bars and lines against the CSV it read and the sampling formula
+written out here); and the README's notebook command before the benchmark has run (issue 18, item 2).
+
+The three runs share one Python kernel (the ``kernel`` fixture): its start and the notebook's imports
+(pal_lightning, hence torch and Lightning; pandas; matplotlib) cost about 6 s of CPU, paid once. Before each
+run the kernel is put back where a fresh one would be for the notebook: its namespace emptied
+(``%reset -f``), every figure closed, the working folder and the ``PAL_*`` variables of that run set.
+"""
 
 from __future__ import annotations
 
 import csv
+import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
+jupyter_client = pytest.importorskip("jupyter_client")
 pytest.importorskip("matplotlib")
 pytest.importorskip("pandas")
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "results.ipynb"
 COMMITTED = ROOT / "benchmarks" / "results_cpu.csv"
+#: The variables the notebook reads (its first cell): each run sets or unsets every one.
+VARIABLES = ("PAL_RESULTS_CSV", "PAL_RUN_DIR", "PAL_FIGURES_DIR", "PAL_NUM_EPOCHS")
+
+#: Run before the notebook in the shared kernel: what a fresh kernel would start the notebook with.
+PRELUDE = """%reset -f
+import json as _json
+import os as _os
+
+import matplotlib.pyplot as _plt
+
+_plt.close("all")
+_os.chdir({folder!r})
+for _name, _value in _json.loads({variables!r}).items():
+    if _value is None:
+        _os.environ.pop(_name, None)
+    else:
+        _os.environ[_name] = _value
+del _json, _os, _plt, _name, _value
+"""
+
+
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """One ``python3`` kernel for the notebook runs of this module (matplotlib's Agg backend)."""
+    manager = jupyter_client.KernelManager(kernel_name="python3")
+    env = {k: v for k, v in os.environ.items() if k not in VARIABLES}
+    manager.start_kernel(cwd=str(tmp_path_factory.mktemp("kernel")), env={**env, "MPLBACKEND": "Agg"})
+    yield manager
+    manager.shutdown_kernel(now=True)
+
+
+def execute_notebook(kernel: object, nb: object, folder: Path, variables: dict[str, str | None]) -> None:
+    """Run ``nb`` (its outputs written into it) in the shared kernel, in ``folder``, with the notebook's
+    variables set as ``variables`` says (one not given: unset); raises CellExecutionError on any traceback."""
+    assert set(variables) <= set(VARIABLES)
+    settings = {name: variables.get(name) for name in VARIABLES}
+    prelude = nbformat.v4.new_code_cell(PRELUDE.format(folder=str(folder), variables=json.dumps(settings)))
+    nb.cells.insert(0, prelude)
+    client = nbclient.NotebookClient(nb, km=kernel, timeout=120, kernel_name="python3")
+    try:
+        client.execute()
+    finally:
+        if client.kc is not None:
+            client.kc.stop_channels()
+        nb.cells.pop(0)
+    assert not prelude.get("outputs"), prelude.get("outputs")  # the prelude itself ran quietly
+
 
 # A run's metrics.csv as `pal-lightning fit` writes it (one task per step, validation after steps 1 and 3)
 METRICS = [
@@ -39,13 +97,10 @@ def write_metrics(path: Path) -> None:
         writer.writerows([["" if v is None else v for v in row] for row in METRICS])
 
 
-def execute(tmp_path: Path) -> str:
+def execute(kernel: object, tmp_path: Path, variables: dict[str, str | None]) -> str:
     """Run the notebook in ``tmp_path`` (not the notebook's folder); returns its text outputs."""
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    client = nbclient.NotebookClient(
-        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
-    )
-    client.execute()  # raises CellExecutionError on any traceback
+    execute_notebook(kernel, nb, tmp_path, variables)  # raises CellExecutionError on any traceback
     return "\n".join(
         str(out.get("data", {}).get("text/plain", "")) + str(out.get("text", ""))
         for cell in nb.cells
@@ -54,19 +109,15 @@ def execute(tmp_path: Path) -> str:
     )
 
 
-def test_notebook_reads_the_committed_results_and_draws_a_runs_curves(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_notebook_reads_the_committed_results_and_draws_a_runs_curves(kernel: object, tmp_path: Path) -> None:
     run = tmp_path / "runs" / "demo" / "version_0"
     run.mkdir(parents=True)
     write_metrics(run / "metrics.csv")
     figures = tmp_path / "figures"
-    monkeypatch.delenv("PAL_RESULTS_CSV", raising=False)  # the default: the committed results
-    monkeypatch.setenv("PAL_RUN_DIR", str(run))
-    monkeypatch.setenv("PAL_FIGURES_DIR", str(figures))
-    monkeypatch.setenv("PAL_NUM_EPOCHS", "4")
-    monkeypatch.setenv("MPLBACKEND", "Agg")
-    text = execute(tmp_path)
+    # no PAL_RESULTS_CSV: the default, the committed results
+    text = execute(
+        kernel, tmp_path, {"PAL_RUN_DIR": str(run), "PAL_FIGURES_DIR": str(figures), "PAL_NUM_EPOCHS": "4"}
+    )
 
     names = ["parameters.png", "sampling.png", "scores.png", "training_curves.png"]
     assert sorted(p.name for p in figures.iterdir()) == names
@@ -101,3 +152,120 @@ def test_notebook_is_committed_without_outputs() -> None:
     nb = nbformat.read(NOTEBOOK, as_version=4)
     assert all(not cell.get("outputs") for cell in nb.cells if cell.cell_type == "code")
     assert os.fspath(NOTEBOOK).endswith(".ipynb")
+
+
+# --- what the figures draw (each figure's bars and lines against the CSV it read and the sampling formula
+# written out here; test_notebook_reads_the_committed_results_and_draws_a_runs_curves checks that the
+# figures are written at all)
+
+COLUMNS = ["method", "config", "encoder", "sst_acc", "qqp_acc", "sts_pearson", "overall"]
+COLUMNS += ["params_per_task", "params_total", "stored_params_ratio", "wall_s", "steps", "seed", "status"]
+# method, sst, qqp, sts, params_per_task, params_total
+ROWS = [
+    ("shared", 0.48, 0.80, 0.84, 2_000, 22_719_000),
+    ("pals_annealed", 0.50, 0.81, 0.86, 620_000, 24_580_000),
+    ("single_sst", 0.51, None, None, 22_715_000, 22_715_000),
+    ("single_qqp", None, 0.82, None, 22_714_000, 22_714_000),
+    ("single_sts", None, None, 0.87, 22_713_000, 22_713_000),
+    ("single", 0.51, 0.82, 0.87, 22_714_000, 68_142_000),
+]
+SIZES = {"sst": 8544, "qqp": 14137, "sts": 6040}  # the notebook's TRAIN_SIZES (the real CS224N files)
+
+#: Appended to the notebook: every axes' title, tick labels, bar heights and line data, as JSON.
+DUMP_FIGURES = """
+import json as _json
+_axes = [
+    {
+        "title": _ax.get_title(),
+        "xticks": [_t.get_text() for _t in _ax.get_xticklabels()],
+        "bars": [float(_p.get_height()) for _p in _ax.patches],
+        "lines": [[float(_y) for _y in _l.get_ydata()] for _l in _ax.get_lines()],
+    }
+    for _n in plt.get_fignums()
+    for _ax in plt.figure(_n).axes
+]
+print("FIGURES=" + _json.dumps(_axes))
+"""
+
+
+def _flat(lines: list[list[float]]) -> list[float]:
+    assert all(len(line) == 4 for line in lines)  # one point per epoch
+    return [y for line in lines for y in line]
+
+
+def _overall(row: tuple) -> float | None:
+    sst, qqp, sts = row[1:4]
+    return None if None in (sst, qqp, sts) else (sst + qqp + (sts + 1) / 2) / 3
+
+
+def test_figures_draw_the_csv_and_the_schedules(kernel: object, tmp_path: Path) -> None:
+    path = tmp_path / "results.csv"
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(COLUMNS)
+        for row in ROWS:
+            ratio = row[5] / 22_714_000
+            writer.writerow(
+                [row[0], "c.yaml", "tiny", *row[1:4], _overall(row), *row[4:6], ratio, 1, 2, 3, "ok"]
+            )
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell(DUMP_FIGURES))
+    variables = {
+        "PAL_RESULTS_CSV": str(path),
+        "PAL_FIGURES_DIR": "",
+        "PAL_RUN_DIR": "",
+        "PAL_NUM_EPOCHS": "4",
+    }
+    execute_notebook(kernel, nb, tmp_path, variables)
+    (line,) = [
+        text
+        for out in nb.cells[-1].outputs
+        for text in str(out.get("text", "")).splitlines()
+        if text.startswith("FIGURES=")
+    ]
+    axes = {ax["title"]: ax for ax in json.loads(line.removeprefix("FIGURES="))}
+
+    shown = [r for r in ROWS if not r[0].startswith("single_")]  # single_* are folded into "single"
+    scores = axes["Dev scores per method and task"]
+    assert scores["xticks"] == [r[0] for r in shown]
+    columns = [[r[k] for r in shown] for k in (1, 2, 3)] + [[_overall(r) for r in shown]]
+    assert scores["bars"] == pytest.approx([v for col in columns for v in col])  # drawn column by column
+
+    # p_i = N_i^alpha / sum_j N_j^alpha with alpha_e = 1 - 0.8 (e - 1) / (E - 1), E = 4
+    alphas = [1 - 0.8 * (e - 1) / 3 for e in (1, 2, 3, 4)]
+    annealed = [[SIZES[t] ** a / sum(n**a for n in SIZES.values()) for a in alphas] for t in SIZES]
+    assert _flat(axes["annealed"]["lines"]) == pytest.approx(_flat(annealed))
+    total = sum(SIZES.values())
+    assert _flat(axes["proportional"]["lines"]) == pytest.approx(
+        _flat([[n / total] * 4 for n in SIZES.values()])
+    )
+    assert _flat(axes["round_robin"]["lines"]) == pytest.approx([1 / 3] * 12)
+
+    per_task = axes["Parameters per task"]
+    assert per_task["xticks"] == [r[0] for r in shown]
+    assert per_task["bars"] == pytest.approx([r[4] / 1e6 for r in shown])
+    assert axes["Stored parameters (red: separate fine-tuning)"]["bars"] == pytest.approx(
+        [r[5] / 1e6 for r in shown]
+    )
+
+
+# --- without a results CSV (issue 18, item 2)
+
+
+def test_notebook_without_results_csv_draws_the_sampling_plot(kernel: object, tmp_path: Path) -> None:
+    """The README's notebook command before the benchmark has run: no traceback, the sampling plot alone."""
+    figures = tmp_path / "figures"
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    variables = {"PAL_RESULTS_CSV": str(tmp_path / "not-there.csv"), "PAL_FIGURES_DIR": str(figures)}
+    execute_notebook(kernel, nb, tmp_path, variables)  # raises CellExecutionError on any traceback
+    outputs = "".join(
+        o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+    )
+    assert "No results CSV at" in outputs and "benchmarks/reproduce.py" in outputs
+    assert sorted(p.name for p in figures.iterdir()) == ["sampling.png"]
+
+
+def test_notebook_cites_files_that_exist() -> None:
+    text = NOTEBOOK.read_text()
+    assert "DESIGN.md" not in text and (ROOT / "docs" / "design.md").is_file()
+    assert "docs/design.md" in text
