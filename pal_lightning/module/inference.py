@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast, overload
 
 import numpy as np
 import torch
@@ -31,6 +31,9 @@ from pal_lightning.tasks.specs import TaskKind, TaskSpec
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
+
+    from pal_lightning.module.mixed_inference import Prediction
+    from pal_lightning.module.multitask import MultiTaskModule
 
     _ModuleBase = pl.LightningModule  # the host, for the type checker; a plain mixin at run time
 else:
@@ -90,8 +93,13 @@ class TaskPredictions:
         ]
 
 
-def check_inputs(spec: TaskSpec, texts: Sequence[Any]) -> list[list[str]]:
+def check_inputs(
+    spec: TaskSpec, texts: Sequence[Any], positions: Sequence[int] | None = None
+) -> list[list[str]]:
     """The inputs as text columns (one list for single sentences, two for pairs).
+
+    ``positions``: each text's index in the caller's input (a mixed predict's list), so that a message
+    names the input the user wrote; by default the index in ``texts``.
 
     Raises:
         PalUserError: for an empty input, a pair task given single sentences or the reverse, or a
@@ -109,7 +117,8 @@ def check_inputs(spec: TaskSpec, texts: Sequence[Any]) -> list[list[str]]:
         if parts is None or len(parts) != width or not all(isinstance(p, str) for p in parts):
             want = "(sentence1, sentence2) tuples" if spec.is_pair else "single sentences (strings)"
             raise PalUserError(
-                f"Task {spec.name!r} takes {want}, but input {i} is {item!r}. "
+                f"Task {spec.name!r} takes {want}, but input {i if positions is None else positions[i]} is "
+                f"{item!r}. "
                 + (
                     "Pass a list of pairs, e.g. [('How do I cook rice?', 'How is rice cooked?')]."
                     if spec.is_pair
@@ -213,18 +222,45 @@ class InferenceMixin(_ModuleBase):
             )
         return specs[task]
 
-    @torch.no_grad()
+    @overload
     def predict(
         self, task: str, texts: Sequence[str] | Sequence[tuple[str, str]] | str, batch_size: int = 64
-    ) -> TaskPredictions:
-        """Predict ``task`` for new sentences (pairs as ``(sentence1, sentence2)`` tuples).
+    ) -> TaskPredictions: ...
+
+    @overload
+    def predict(
+        self, task: Sequence[tuple[str, str | tuple[str, str]]], texts: None = None, batch_size: int = 64
+    ) -> list[Prediction]: ...
+
+    @torch.no_grad()
+    def predict(
+        self, task: Any, texts: Any = None, batch_size: int = 64
+    ) -> TaskPredictions | list[Prediction]:
+        """Predict ``task`` for new sentences (pairs as ``(sentence1, sentence2)`` tuples); or, given one
+        list of ``(task, text)`` pairs, each input with its own task.
 
         Runs on the module's device in eval mode without gradients, ``batch_size`` examples at a
-        time, and restores the previous train/eval mode.
+        time, and restores the previous train/eval mode. The mixed form (``predict([("sst", "a fine
+        film"), ("qqp", (q1, q2))])``) returns one :class:`~pal_lightning.module.mixed_inference.Prediction`
+        per input, in input order, from batches that hold rows of several tasks
+        (:mod:`pal_lightning.module.mixed_inference`); each equals the one-task ``predict`` of that input.
 
         Raises:
             PalUserError: for an unknown task, no input, or inputs of the wrong shape for the task.
         """
+        if not isinstance(task, str):
+            if texts is not None:
+                raise PalUserError(
+                    "predict takes either (task, texts) or one list of (task, text) pairs, not both: "
+                    "e.g. predict('sst', ['a fine film']) or predict([('sst', 'a fine film')])."
+                )
+            from pal_lightning.module.mixed_inference import predict_mixed
+
+            return predict_mixed(cast("MultiTaskModule", self), task, batch_size)
+        if texts is None:
+            raise PalUserError(
+                f"Nothing to predict for task {task!r}: pass the texts, predict({task!r}, [...])."
+            )
         from pal_lightning.data.sources.readers import RawSplit
         from pal_lightning.data.tokenize import encode_split, pad_batch
 
