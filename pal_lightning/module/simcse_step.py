@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from torch import Tensor
+from torch import Tensor, nn
 
 from pal_lightning.core.batch import ATTENTION_MASK, INPUT_IDS, TOKEN_TYPE_IDS
 from pal_lightning.core.errors import PalUserError
@@ -48,9 +48,29 @@ class SimCSEStepMixin(_ModuleBase):
         """Check the SimCSE setting against the heads (built by now) and set up the view capture."""
         if self.simcse is not None:
             self._check_simcse_pairs()
+            self._check_simcse_dropout()
         # SimCSE reuses the training step's own sentence vectors as its first view (see training_step)
         self._simcse_capturing = False
         self._simcse_view: Tensor | None = None
+
+    def _check_simcse_dropout(self) -> None:
+        """Unsupervised SimCSE's two views differ only by the encoder's dropout: refuse an encoder whose
+        dropout is off everywhere (ModernBERT's checkpoints set every rate to 0), where both views would
+        be the same vector and the objective would only push different sentences apart."""
+        assert self.simcse is not None
+        if self.simcse.mode != "unsup":
+            return
+        if any(isinstance(m, nn.Dropout) and m.p > 0 for m in self.encoder.modules()):
+            return
+        rates = self.encoder.config.to_dict().items()  # dropout applied functionally (attention) counts too
+        if any("dropout" in k and isinstance(v, (int, float)) and v > 0 for k, v in rates):
+            return
+        raise PalUserError(
+            f"simcse.mode 'unsup' makes its two views of a sentence with the encoder's dropout, but every "
+            f"dropout rate of this {self.encoder.family.name} encoder is 0, so both views would be the same. "
+            "Use simcse.mode: sup (pairs as positives), or an encoder whose config sets dropout "
+            "(e.g. a copy of the checkpoint with hidden_dropout_prob / mlp_dropout above 0)."
+        )
 
     def _check_simcse_pairs(self) -> None:
         """Supervised SimCSE needs each sentence of a pair alone: refuse ``cross`` pairs for it."""

@@ -21,7 +21,16 @@ QUICKSTART = Path(__file__).resolve().parents[2] / "configs" / "quickstart.yaml"
 
 
 @pytest.mark.parametrize(
-    ("model_type", "method"), [("roberta", "lora"), ("deberta-v2", "bottleneck"), ("modernbert", "pals")]
+    ("model_type", "method"),
+    [
+        ("roberta", "lora"),
+        ("xlm-roberta", "houlsby"),
+        ("electra", "low_rank"),
+        ("distilbert", "pfeiffer"),
+        ("mpnet", "pals"),
+        ("deberta-v2", "bottleneck"),
+        ("modernbert", "pals"),
+    ],
 )
 def test_fit_a_local_encoder_of_another_family(
     model_type: str, method: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
