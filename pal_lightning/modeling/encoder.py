@@ -1,4 +1,4 @@
-"""``MultiTaskBert``: a pretrained BERT encoder with a task-specific function TS_t beside its layers.
+"""``MultiTaskBert``: a pretrained encoder of any family with a task-specific function TS_t beside its layers.
 
 Wiring of one selected layer l for the active task t (Stickland & Murray 2019; docs/design.md §2)::
 
@@ -23,24 +23,26 @@ Wiring of one selected layer l for the active task t (Stickland & Murray 2019; d
                          h^{l+1} = LN2( h_att + FFN(h_att) + TS_t(h) )
 
 TS_t reads the layer *input* h and is added into the residual sum right before the FFN's output LayerNorm
-(LN2), as the reference code does. Layers outside the placement, and every layer with ``adapter="none"``,
+(LN2), as the reference code does (a pre-LN family such as ModernBERT adds it to the layer's output
+instead). Layers outside the placement, and every layer with ``adapter="none"``,
 are the unchanged BERT layer. The variants on top (``pa_on_top``, ``bert_layer_on_top``;
 :mod:`pal_lightning.modeling.methods.on_top`) change no layer: the last layer hands its output to the task's block,
 with the attention mask BERT built for its own layers.
 
 Layer-sharing regimes (:mod:`pal_lightning.modeling.sharing`, ``layer_sharing="FFSSII"``): a frozen (F)
 layer's parameters do not require gradients; an individual (I) layer is copied once per task into
-``individual.<task>.<layer>`` (a :class:`PALBertLayer`, so PALs in that layer still apply) and its place in
+``individual.<task>.<layer>`` (hooked like the shared layers, so PALs in that layer still apply) and its place in
 ``bert.encoder.layer`` holds an :class:`IndividualLayerSlot` without parameters that calls the active task's
 copy. The pretrained ``encoder.layer.<i>.*`` weights are loaded into every task's copy. With
 ``task_groups`` the copies belong to groups of tasks (``individual.sst+qqp.<layer>``) instead.
 
-Implementation: each ``BertLayer`` is replaced by :class:`PALBertLayer`, a subclass with the same
-children (so every pretrained parameter keeps its name and ``from_pretrained`` loads it), whose forward
-takes the active task's adapter as a ``task_call=`` keyword that transformers threads from ``BertModel.forward``
-down to every layer. Passing it per call, instead of storing it on the layers, keeps gradient
-checkpointing correct (the recomputation sees the same call) and lets one model serve two forwards of
-different inputs before a backward (siamese pairs).
+Implementation: the family's ``transformers`` model stays as it is (same modules, same parameter names, so
+``from_pretrained`` loads every pretrained weight), and forward hooks placed once on its layers, join
+norms and site Linears (:mod:`~pal_lightning.modeling.families.wiring`, where the family record says)
+read the active task's call, which each forward makes and scopes to itself (``wiring.active(call)``).
+Scoping the call to the forward, instead of storing the task on the layers, keeps gradient checkpointing
+correct (the recomputation gets the same call back) and lets one model run two forwards of different
+inputs before a backward (siamese pairs).
 
 Per-example task routing (``forward(..., tasks=...)``): a batch whose rows belong to several tasks runs in
 one pass; the rows are grouped by task once and every hooked place runs each present task's module on
