@@ -23,7 +23,7 @@ import copy
 import os
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -32,6 +32,9 @@ from pal_lightning.core.batch import ATTENTION_MASK, ENCODING_KEYS, side_keys
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.files import atomic_write_via
 from pal_lightning.modeling.heads import pool
+
+if TYPE_CHECKING:
+    from pal_lightning.module.mixed_export import MixedTaskModel
 
 #: ONNX input names: one sequence, or two for a siamese pair.
 SINGLE_INPUTS = ENCODING_KEYS
@@ -117,12 +120,15 @@ class SingleTaskModel(nn.Module):
 
 
 def export_onnx(
-    model: SingleTaskModel,
+    model: SingleTaskModel | MixedTaskModel,
     path: str | os.PathLike[str],
     example_inputs: tuple[Tensor, ...],
     opset_version: int = 17,
 ) -> Path:
     """Write ``model`` as an ONNX file with dynamic batch and sequence axes.
+
+    A :class:`~pal_lightning.module.mixed_export.MixedTaskModel` gives one file for every task (each row's
+    task an input, ``task_ids``); its tasks and output widths go into the file's metadata.
 
     Raises:
         PalUserError: when ``onnx`` is not installed (``pip install "pal-lightning[export]"``).
@@ -143,9 +149,15 @@ def export_onnx(
     if not all(bool((m == 0).any()) for m in masks):
         # the trace records the branch taken: a batch without padding would drop the padding mask
         raise ValueError("export_onnx needs example inputs with padding (sentences of different lengths).")
-    # each sentence of a siamese pair has its own length
-    axes = {name: {0: "batch", 1: "sequence_b" if name.endswith("_b") else "sequence"} for name in names}
+    # each sentence of a siamese pair has its own length; a mixed model's task_ids has no sequence axis
+    axes: dict[str, dict[int, str]] = {
+        name: {0: "batch", 1: "sequence_b" if name.endswith("_b") else "sequence"}
+        if t.dim() > 1
+        else {0: "batch"}
+        for name, t in zip(names, example_inputs, strict=True)
+    }
     axes["output"] = {0: "batch"}
+    metadata = {} if isinstance(model, SingleTaskModel) else model.onnx_metadata()
 
     def write(tmp: str) -> None:
         # The tracer warns about every data-dependent branch it records; the one branch that matters (the
@@ -154,6 +166,8 @@ def export_onnx(
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore", torch.jit.TracerWarning)
             warnings.filterwarnings("ignore", message=r"Exporting aten::index operator of advanced indexing")
+            # a mixed model's per-task gathers leave slices the exporter cannot fold: slower to fold, not wrong
+            warnings.filterwarnings("ignore", message=r"Constant folding - Only steps=1 can be constant folded")
             torch.onnx.export(
                 exported,
                 example_inputs,
@@ -164,7 +178,20 @@ def export_onnx(
                 opset_version=opset_version,
                 dynamo=False,
             )
+        if metadata:
+            _add_metadata(tmp, metadata)
 
     # one file below protobuf's 2 GB limit (no external data files): written whole or not at all
     atomic_write_via(path, write)
     return path
+
+
+def _add_metadata(path: str, metadata: dict[str, str]) -> None:
+    """Add ``metadata`` to the ONNX file at ``path`` (its ``metadata_props``), in place."""
+    import onnx
+
+    graph = onnx.load(path)
+    for key, value in metadata.items():
+        entry = graph.metadata_props.add()
+        entry.key, entry.value = key, value
+    onnx.save(graph, path)
