@@ -167,7 +167,9 @@ def export_onnx(
             warnings.simplefilter("ignore", torch.jit.TracerWarning)
             warnings.filterwarnings("ignore", message=r"Exporting aten::index operator of advanced indexing")
             # a mixed model's per-task gathers leave slices the exporter cannot fold: slower to fold, not wrong
-            warnings.filterwarnings("ignore", message=r"Constant folding - Only steps=1 can be constant folded")
+            warnings.filterwarnings(
+                "ignore", message=r"Constant folding - Only steps=1 can be constant folded"
+            )
             torch.onnx.export(
                 exported,
                 example_inputs,
