@@ -15,6 +15,15 @@ column is copied to the output, otherwise the 0-based row number is the id. Outp
 ``label`` and one ``p_<label>`` probability per class, or ``id`` and ``score`` for regression. Column
 names are safe identifiers: every run of characters other than letters, digits and ``_`` in a label
 becomes one ``_`` (``p_somewhat_negative``); numbers have 6 decimals; lines end with ``\n`` alone.
+
+Without ``--predict.task``, a file with a ``task`` column is a *mixed* stream: each row is predicted with
+its own task, rows of several tasks in one batch (``module.predict([(task, text), ...])``,
+:mod:`pal_lightning.module.mixed_inference`). Each row takes its task's text column(s) as above (a file
+may hold ``sentence`` for single-sentence rows and ``sentence1``/``sentence2`` for pair rows). The output
+(default ``<input>-predictions.csv``) keeps the input's row order: ``id``, ``task``, ``label`` (empty for a
+regression row), ``score`` (empty for a classification row), then ``p_<task>_<label>`` per class of each
+classification task present, empty on other tasks' rows. With ``--predict.task`` a ``task`` column is
+ignored, as before.
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ import csv
 import io
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +44,8 @@ from pal_lightning.core.files import atomic_write
 
 #: The option that switches ``pal-lightning predict`` to new sentences.
 INPUT_OPTION = "--predict.input"
+#: The column that names each row's task in a mixed input file (used when ``--predict.task`` is not given).
+TASK_COLUMN = "task"
 #: Other column names accepted for single sentences and for pairs, after the task's own.
 SINGLE_COLUMNS = (("sentence",), ("text",))
 PAIR_COLUMNS = (("sentence1", "sentence2"), ("text_a", "text_b"), ("question1", "question2"))
@@ -93,11 +104,32 @@ def read_input(path: str | os.PathLike[str], spec: Any) -> InputRows:
             sentences) or an empty text.
     """
     path = Path(path)
+    names, rows = _read_nonempty(path)
+    return _rows_of_task(path, names, rows, spec)
+
+
+def _read_nonempty(path: Path) -> tuple[list[str], list[dict[str, Any]]]:
+    """:func:`_read_records`, refusing a file without rows."""
     names, rows = _read_records(path)
     if not rows:
         raise PalUserError(
             f"Input file {path} holds no rows to predict. Add a header line and one row per input."
         )
+    return names, rows
+
+
+def _rows_of_task(
+    path: Path,
+    names: list[str],
+    rows: list[dict[str, Any]],
+    spec: Any,
+    numbers: Sequence[int] | None = None,
+) -> InputRows:
+    """Ids and texts of ``rows`` (all of task ``spec``), from the task's text columns among ``names``.
+
+    ``numbers``: each row's 0-based number in the file (the id without an id column, and the row a
+    message names); by default its index in ``rows``.
+    """
     candidates = [tuple(spec.text_columns), *(PAIR_COLUMNS if spec.is_pair else SINGLE_COLUMNS)]
     columns = next((c for c in candidates if all(n in names for n in c)), None)
     if columns is None:
@@ -114,7 +146,8 @@ def read_input(path: str | os.PathLike[str], spec: Any) -> InputRows:
         )
     id_column = spec.id_column if spec.id_column in names else ("id" if "id" in names else None)
     ids, texts = [], []
-    for i, row in enumerate(rows):
+    for k, row in enumerate(rows):
+        i = k if numbers is None else numbers[k]
         values = tuple("" if row.get(c) is None else str(row.get(c)) for c in columns)
         if not all(v.strip() for v in values):
             raise PalUserError(
@@ -139,6 +172,69 @@ def output_rows(ids: Sequence[str], predictions: Any) -> tuple[list[str], list[l
     return header, rows
 
 
+@dataclass
+class MixedRows:
+    """The rows of a mixed input file: each row's id, task and text(s), in file order."""
+
+    ids: list[str]
+    tasks: list[str]
+    texts: list[tuple[str, ...]]
+
+
+def has_task_column(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` (read as :func:`read_input` reads it) has a ``task`` column."""
+    return TASK_COLUMN in _read_records(Path(path))[0]
+
+
+def read_mixed_input(path: str | os.PathLike[str], specs: Mapping[str, Any]) -> MixedRows:
+    """Ids, tasks and texts of a file whose ``task`` column names each row's task (one of ``specs``).
+
+    Each task's rows are read as :func:`read_input` reads a one-task file (the task's own columns, or the
+    other accepted names), so the messages are the same.
+
+    Raises:
+        PalUserError: for a task the model does not know (naming the known ones), or as :func:`read_input`.
+    """
+    path = Path(path)
+    names, rows = _read_nonempty(path)
+    tasks = [str(row.get(TASK_COLUMN) or "").strip() for row in rows]
+    unknown = next((i for i, task in enumerate(tasks) if task not in specs), None)
+    if unknown is not None:
+        raise PalUserError(
+            f"Row {unknown} of {path} has task {tasks[unknown]!r}, which this model does not predict: its "
+            f"tasks are {', '.join(specs)}. Fix the task column."
+        )
+    ids: list[str] = [""] * len(rows)
+    texts: list[tuple[str, ...]] = [()] * len(rows)
+    for task in dict.fromkeys(tasks):
+        at = [i for i, t in enumerate(tasks) if t == task]
+        part = _rows_of_task(path, names, [rows[i] for i in at], specs[task], at)
+        for k, i in enumerate(at):
+            ids[i], texts[i] = part.ids[k], part.texts[k]
+    return MixedRows(ids, tasks, texts)
+
+
+def mixed_output_rows(rows: MixedRows, predictions: Sequence[Any]) -> tuple[list[str], list[list[Any]]]:
+    """Header and rows of a mixed file's output: ``id,task,label,score`` then ``p_<task>_<label>`` per class
+    of each classification task present (in order of first appearance), empty where they do not apply."""
+    columns: dict[str, list[str]] = {}
+    for p in predictions:
+        if p.probabilities is not None and p.task not in columns:
+            names = p.label_names or [str(c) for c in range(len(p.probabilities))]
+            columns[p.task] = probability_columns([f"{p.task}_{n}" for n in names])
+    header = ["id", "task", "label", "score", *(c for cs in columns.values() for c in cs)]
+    out = []
+    for row_id, p in zip(rows.ids, predictions, strict=True):
+        cells = {"id": row_id, "task": p.task}
+        if p.score is not None:
+            cells["score"] = f"{float(p.score):.6f}"
+        else:
+            cells["label"] = p.label
+            cells.update(zip(columns[p.task], (f"{float(x):.6f}" for x in p.probabilities), strict=True))
+        out.append([cells.get(name, "") for name in header])
+    return header, out
+
+
 def write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """Write a comma-separated file with ``\\n`` line ends, atomically
     (:func:`pal_lightning.core.files.atomic_write`)."""
@@ -157,11 +253,17 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--predict.input", dest="input", required=True, help="CSV/TSV with a header, or JSONL"
     )
-    parser.add_argument("--predict.task", dest="task", required=True, help="the task to predict, e.g. sst")
+    parser.add_argument(
+        "--predict.task",
+        dest="task",
+        help="the task to predict, e.g. sst (default: each row's own, from the file's task column)",
+    )
     parser.add_argument("--predict.model", dest="model", help="a save_pretrained folder or hub id")
     parser.add_argument("--ckpt_path", dest="ckpt", help="a Lightning checkpoint of MultiTaskModule instead")
     parser.add_argument(
-        "--predict.output", dest="output", help="output CSV (default: <input>-<task>-predictions.csv)"
+        "--predict.output",
+        dest="output",
+        help="output CSV (default: <input>-<task>-predictions.csv, or <input>-predictions.csv for a task column)",
     )
     parser.add_argument("--predict.overwrite", dest="overwrite", default="false", choices=["true", "false"])
     parser.add_argument("--predict.batch_size", dest="batch_size", type=int, default=64)
@@ -213,7 +315,13 @@ def run(argv: Sequence[str]) -> int:
     if ns.batch_size < 1:
         raise PalUserError(f"--predict.batch_size must be >= 1, got {ns.batch_size}.")
     source = Path(ns.input)
-    output = Path(ns.output) if ns.output else source.with_name(f"{source.stem}-{ns.task}-predictions.csv")
+    if ns.task is None and not has_task_column(source):
+        raise PalUserError(
+            f"Which task? Pass --predict.task (e.g. sst) for every row, or add a {TASK_COLUMN!r} column to "
+            f"{source} naming each row's task."
+        )
+    default = f"{source.stem}-{ns.task}-predictions.csv" if ns.task else f"{source.stem}-predictions.csv"
+    output = Path(ns.output) if ns.output else source.with_name(default)
     if output.exists() and ns.overwrite != "true":
         raise PalUserError(
             f"{output} already exists. Nothing was predicted. Choose another --predict.output or pass "
@@ -222,6 +330,8 @@ def run(argv: Sequence[str]) -> int:
     if output.resolve() == source.resolve():
         raise PalUserError("--predict.output is the input file. Choose another output path.")
     module = load_model(ns.model, ns.ckpt)
+    if ns.task is None:
+        return _run_mixed(module, source, output, ns.batch_size)
     spec = module.predict_spec(ns.task)  # unknown task: one line naming the model's tasks
     rows = read_input(source, spec)
     texts: list[Any] = [t if spec.is_pair else t[0] for t in rows.texts]
@@ -229,4 +339,19 @@ def run(argv: Sequence[str]) -> int:
     header, out_rows = output_rows(rows.ids, predictions)
     write_csv(output, header, out_rows)
     print(f"pal-lightning: wrote {len(out_rows)} predictions of {ns.task!r} to {output}", flush=True)
+    return 0
+
+
+def _run_mixed(module: Any, source: Path, output: Path, batch_size: int) -> int:
+    """Predict each row of ``source`` with its own task (mixed batches) and write ``output`` in row order."""
+    rows = read_mixed_input(source, module.task_specs)
+    items = [
+        (task, text if module.task_specs[task].is_pair else text[0])
+        for task, text in zip(rows.tasks, rows.texts, strict=True)
+    ]
+    predictions = module.predict(items, batch_size=batch_size)
+    header, out_rows = mixed_output_rows(rows, predictions)
+    write_csv(output, header, out_rows)
+    tasks = ", ".join(dict.fromkeys(rows.tasks))
+    print(f"pal-lightning: wrote {len(out_rows)} predictions ({tasks}) to {output}", flush=True)
     return 0
