@@ -41,7 +41,7 @@ def rank_pairs(rank: int) -> dict[str, torch.Tensor]:
 
 
 def worker(rank: int, out: str, port: int) -> None:
-    # imported here, not at the top: the spawning parent process needs none of it
+    # imported by the parent before it forks the ranks (see the end): one interpreter's imports for both
     from pal_lightning.modeling.simcse import (
         SimCSEConfig,
         gather_rows,
@@ -111,4 +111,10 @@ def worker(rank: int, out: str, port: int) -> None:
 
 
 if __name__ == "__main__":
-    mp.spawn(worker, args=(sys.argv[1], int(sys.argv[2])), nprocs=2, join=True)
+    # the ranks are forked once the parent has imported what they use (it has run no torch operation, so no
+    # thread pool exists yet): spawned, each would start an interpreter and import torch and pal_lightning
+    # (about 4 s of CPU each on the 2-core machine)
+    import pal_lightning.modeling.simcse  # noqa: F401
+    import pal_lightning.tasks.specs  # noqa: F401
+
+    mp.start_processes(worker, args=(sys.argv[1], int(sys.argv[2])), nprocs=2, join=True, start_method="fork")
