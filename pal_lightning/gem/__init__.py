@@ -23,6 +23,7 @@ Modules, one idea each (the first three import no Lightning):
 * :mod:`~pal_lightning.gem.flat_rows`: the same over one ``(t, n)`` float64 matrix (few kernels: GPUs);
 * :mod:`~pal_lightning.gem.memory`: :class:`EpisodicMemory`, one reservoir of example indices per task;
 * :mod:`~pal_lightning.gem.gradients`: the rows of ``G`` from remembered examples;
+* :mod:`~pal_lightning.gem.one_pass`: the same from one mixed batch of every task's remembered examples;
 * :mod:`~pal_lightning.gem.sparse_embeddings`: embedding tables' memory gradients as sparse rows (A-GEM);
 * :mod:`~pal_lightning.gem.step_projector`: one optimizer step's projection, its cached rows and counters;
 * :mod:`~pal_lightning.gem.callback`: :class:`GEMCallback`, the Lightning callback.

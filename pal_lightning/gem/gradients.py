@@ -134,18 +134,31 @@ def constraint_gradients(
     memory_batch_size: int,
     params: list[nn.Parameter],
     batch_tasks: bool = True,
+    one_pass: bool = True,
 ) -> list[Grads]:
     """Rows of ``G``: one per task (``mode="gem"``), or the single A-GEM reference gradient.
 
     ``memory_batch_size * world_size`` remembered examples are drawn per task (GEM) or in all, split
-    over the tasks with the first ones taking the remainder (A-GEM), by ``memory.sample``. GEM's rows
-    come from one backward (:func:`~pal_lightning.gem.gradients.task_gradients`) when
-    ``batch_tasks`` and the parameters allow it, else from one backward per task; A-GEM's single row
-    is one backward either way, its embedding tables' gradients sparse rows in one process on a CPU.
+    over the tasks with the first ones taking the remainder (A-GEM), by ``memory.sample``.
+
+    With ``one_pass`` and more than one task, where the module allows it
+    (:func:`~pal_lightning.gem.one_pass.one_pass_applies`), every task's share runs as one mixed batch:
+    GEM's rows from one forward and one backward per task, A-GEM's row from one forward and one backward
+    (:mod:`pal_lightning.gem.one_pass`). Otherwise one forward per task: GEM's rows from one backward
+    (:func:`~pal_lightning.gem.gradients.task_gradients`) when ``batch_tasks`` and the parameters allow
+    it, else from one backward per task; A-GEM's single row is one backward either way. A-GEM's embedding
+    tables' gradients are sparse rows in one process on a CPU, on both paths.
     """
+    from pal_lightning.gem import one_pass as mixed  # it builds on this module's MemorySource
+
     want = memory_batch_size * source.world_size
+    in_one_pass = one_pass and len(tasks) > 1 and mixed.one_pass_applies(source.module)
     if mode == "gem":
         draws = {task: memory.sample(task, want, step) for task in tasks}
+        owners = mixed.task_owners(source.module, tasks) if in_one_pass else None
+        if owners is not None:
+            rows = mixed.mixed_task_gradients(source, draws, params, owners)
+            return sum_rows_across_ranks(rows, params) if source.world_size > 1 else rows
         if batch_tasks and len(tasks) > 1 and can_alias(source.module, params):
             rows = task_gradients(source, draws, params)
             return sum_rows_across_ranks(rows, params) if source.world_size > 1 else rows
@@ -155,6 +168,9 @@ def constraint_gradients(
     # sparse embedding rows save the CPU a table-sized gradient (4 % of A-GEM's step); on a GPU a dense
     # table costs nothing beside the launches sparse rows add, and keeps the row flat (flat_rows)
     on_cpu = bool(params) and params[0].device.type == "cpu"
+    if in_one_pass:
+        grads = mixed.mixed_memory_gradient(source, draws, params, sparse_embeddings=on_cpu)
+        return [sum_across_ranks(grads, params) if source.world_size > 1 else grads]
     return [memory_gradient(source, draws, params, sparse_embeddings=on_cpu)]
 
 

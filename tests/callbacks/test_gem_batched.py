@@ -1,4 +1,5 @@
-"""GEM's memory gradients from one backward (``batch_tasks=True``) equal today's per-task computation.
+"""GEM's memory gradients from one backward (``batch_tasks=True``) equal today's per-task computation
+(both with one forward per task, ``one_pass=False``; the one-pass path: ``test_gem_one_pass.py``).
 
 The reference is computed here by hand, one ``autograd.grad`` per task on the module's own
 ``batch_loss``, not through the library's per-task path; dropout stays on (training mode), with the
@@ -63,7 +64,10 @@ def test_batched_rows_equal_per_task_rows(
     torch.manual_seed(11)
     expected = _by_hand(model, dm, draws, params)
     torch.manual_seed(11)
-    got = constraint_gradients(MemorySource(model, dm), memory, "gem", list(TASKS), 3, 5, params)
+    # one_pass=False: the per-task forwards this file is about (one pass draws dropout in another order)
+    got = constraint_gradients(
+        MemorySource(model, dm), memory, "gem", list(TASKS), 3, 5, params, one_pass=False
+    )
     _assert_rows_equal(got, expected)
     # with parameters="all" a task's head is used by its own row only: None (not zero) in the others
     if parameters == "all":
@@ -83,7 +87,9 @@ def test_project_step_same_with_and_without_batching(
     batch = dm.train_batch("sst", list(range(8)))
     results = []
     for batch_tasks in (False, True):
-        cb = GEMCallback(memory_size=12, memory_batch_size=4, margin=0.1, batch_tasks=batch_tasks)
+        cb = GEMCallback(
+            memory_size=12, memory_batch_size=4, margin=0.1, batch_tasks=batch_tasks, one_pass=False
+        )
         cb.memory = make_memory()
         cb.task_order = list(TASKS)
         model.zero_grad(set_to_none=True)

@@ -23,11 +23,18 @@ def _dense(x: torch.Tensor | None) -> torch.Tensor | None:
     return None if x is None else x.to_dense()
 
 
+@pytest.mark.parametrize("one_pass", [False, True])
 def test_agem_row_is_the_dense_gradient_with_sparse_embedding_tables(
     setup: tuple,
     make_memory: Callable[[], EpisodicMemory],
+    request: pytest.FixtureRequest,
+    one_pass: bool,
 ) -> None:
+    """Per task and in one pass (one mixed batch, which draws dropout in another order than the forwards
+    by hand: compared without dropout)."""
     model, dm = setup
+    model.train(not one_pass)
+    request.addfinalizer(model.train)
     params = GEMCallback(mode="agem").participating_parameters(model)
     memory = make_memory()
     tasks = ["qqp", "sts"]  # 7 examples: 4 of qqp, 3 of sts (the first task takes the remainder)
@@ -37,7 +44,9 @@ def test_agem_row_is_the_dense_gradient_with_sparse_embedding_tables(
     loss = sum(model.batch_loss(dm.train_batch(t, idx)) * (len(idx) / 7) for t, idx in draws.items())
     expected = torch.autograd.grad(loss.float(), params, allow_unused=True)
     torch.manual_seed(7)
-    (row,) = constraint_gradients(MemorySource(model, dm), memory, "agem", tasks, 3, 7, params)
+    (row,) = constraint_gradients(
+        MemorySource(model, dm), memory, "agem", tasks, 3, 7, params, one_pass=one_pass
+    )
     tables = [m.weight for m in model.modules() if isinstance(m, nn.Embedding)]
     sparse = [i for i, x in enumerate(row) if x is not None and x.is_sparse]
     # word, position and token-type tables of the shared encoder, and nothing else
