@@ -94,16 +94,13 @@ def test_one_pass_rows_equal_the_per_task_rows(
     setup: tuple, memory: EpisodicMemory, spy: list[str], mode: str, parameters: str
 ) -> None:
     """GEM's three rows (one forward, three backwards) and A-GEM's reference (one forward, one backward)
-    equal the per-task path's, with and without the one-backward batching of the per-task path; with
-    ``parameters="all"`` another task's adapter and head stay ``None`` in a row, as per task."""
+    equal the per-task path's (one forward per task); with ``parameters="all"`` another task's adapter
+    and head stay ``None`` in a row, as per task."""
     model, dm = setup
     params = GEMCallback(parameters=parameters).participating_parameters(model)
     got = _rows(model, dm, memory, mode, params)
     assert spy == ["mixed_task_gradients" if mode == "gem" else "mixed_memory_gradient"]
-    for batch_tasks in (True, False):
-        _assert_rows_equal(
-            got, _rows(model, dm, memory, mode, params, batch_tasks=batch_tasks, one_pass=False)
-        )
+    _assert_rows_equal(got, _rows(model, dm, memory, mode, params, one_pass=False))
     assert len(spy) == 1  # one_pass=False: the per-task path
     if parameters == "all" and mode == "gem":
         adapter = next(
@@ -120,11 +117,11 @@ def test_rank_shares_of_one_pass_sum_to_the_whole_draw(
 ) -> None:
     """Under DDP each rank mixes its own share of every task and the rows are summed across ranks (the
     identity in one process): the two ranks' rows added by hand are the single-process rows of the whole
-    draw. A-GEM's draw of 2 x 4 examples over three tasks is split 3/3/2, a rank may hold one of a task."""
+    draw. A-GEM's draw of 2 x 3 examples over three tasks is 2/2/2, a rank holds one of each task."""
     model, dm = setup
     params = GEMCallback().participating_parameters(model)
-    whole = _rows(model, dm, memory, mode, params, mbs=8)
-    ranks = [_rows(model, dm, memory, mode, params, mbs=4, rank=r, world_size=2) for r in (0, 1)]
+    whole = _rows(model, dm, memory, mode, params, mbs=6)
+    ranks = [_rows(model, dm, memory, mode, params, mbs=3, rank=r, world_size=2) for r in (0, 1)]
     summed = [
         [None if a is None else a.to_dense() + b.to_dense() for a, b in zip(r0, r1, strict=True)]
         for r0, r1 in zip(*ranks, strict=True)
@@ -168,8 +165,8 @@ def test_per_task_where_one_pass_does_not_apply(
     model, dm = setup
     params = GEMCallback().participating_parameters(model)
     assert one_pass.one_pass_applies(model)
-    _rows(model, dm, memory, "gem", params, tasks=["qqp"])  # one task: nothing to mix
-    _rows(model, dm, memory, "agem", params, tasks=["qqp"])
+    _rows(model, dm, memory, "gem", params, tasks=["qqp"], mbs=1)  # one task: nothing to mix
+    _rows(model, dm, memory, "agem", params, tasks=["qqp"], mbs=1)
     assert spy == []
     own = _OwnLoss(bert_config=TINY_BERT, pair_encoding=PAIRS)
     assert not one_pass.one_pass_applies(own)
@@ -177,15 +174,15 @@ def test_per_task_where_one_pass_does_not_apply(
     with monkeypatch.context() as m:  # an encoder that routes a mixed batch one task at a time
         m.setattr(type(model.encoder), "mixed_by_task", property(lambda self: True))
         assert not one_pass.one_pass_applies(model)
-        _rows(model, dm, memory, "gem", params)
+        _rows(model, dm, memory, "agem", params, mbs=2)
         assert spy == []
     with monkeypatch.context() as m:  # no owner of the task-specific parameters: GEM per task, A-GEM mixed
         m.setattr(one_pass, "task_owners", lambda module, tasks: None)
-        _rows(model, dm, memory, "gem", params)
-        _rows(model, dm, memory, "agem", params)
+        _rows(model, dm, memory, "gem", params, mbs=1)
+        _rows(model, dm, memory, "agem", params, mbs=2)
         assert spy == ["mixed_memory_gradient"]
     spy.clear()
-    cb = GEMCallback(one_pass=False)
+    cb = GEMCallback(memory_batch_size=1, one_pass=False)
     cb.memory, cb.task_order = memory, list(TASKS)
     model.batch_loss(dm.train_batch("sst", [0, 1])).backward()
     cb.project_step(model, dm, step=0, current=["sst"])
