@@ -7,8 +7,10 @@ row straight to the run's loggers, at the step it describes:
   for the task that step trained, and no other task's loss (Lightning's own logging repeats the
   last value of every task on every row); for a classification task also ``train/<task>/accuracy``
   on that batch (read from the module's forward output through a forward hook: no extra forward);
-* ``train/steps/<task>``: training batches of each task so far, those before a resume included (the
-  counts are saved in checkpoints);
+  (a mixed batch, ``data.batch_mixing: mixed``: ``train/<task>/loss`` of every task it holds, no task index
+  or accuracy);
+* ``train/steps/<task>``: training batches of each task so far (a mixed batch counts for every task it
+  holds), those before a resume included (the counts are saved in checkpoints);
 * ``train/examples_per_s`` and ``train/tokens_per_s`` (non-padding tokens) since the last row, of
   all processes (rank 0's count times the world size: under DDP every rank takes the same batch size);
 * ``train/grad_norm``: the L2 norm of all gradients of that step, after any projection by
@@ -30,9 +32,10 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from pal_lightning.core.batch import ATTENTION_MASK, IDS, LABELS, TASK
+from pal_lightning.core.batch import ATTENTION_MASK, IDS, LABELS, TASK, TASKS
 from pal_lightning.core.contracts import EpochTaskProbabilities, TaskPredictor, datamodule_of, satisfies
 from pal_lightning.core.distributed import is_main_process
+from pal_lightning.module.mixed_step import TASK_LOSSES
 
 NO_DECAY = "_no_decay"
 
@@ -72,6 +75,17 @@ def batch_accuracy(pl_module: Any, task: str, output: torch.Tensor | None, label
         return None
     predicted = pl_module.predict_from_output(task, output)
     return float((predicted.reshape(-1) == labels.reshape(-1).to(predicted.device)).float().mean())
+
+
+def batch_tasks(pl_module: Any, batch: Any) -> list[str]:
+    """The tasks a mixed batch holds rows of, in order of first appearance (``[]`` for any other batch)."""
+    if not isinstance(batch, Mapping) or TASKS not in batch:
+        return []
+    tasks = batch[TASKS]
+    if isinstance(tasks, torch.Tensor):  # indices into the model's task list
+        names = list(getattr(pl_module, "task_specs", {}))
+        return [names[i] for i in dict.fromkeys(tasks.tolist())]
+    return [str(t) for t in dict.fromkeys(tasks)]
 
 
 def _tokens(batch: Mapping[str, Any]) -> torch.Tensor | int:
@@ -159,9 +173,11 @@ class TrainingLog(Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         task = batch.get(TASK) if isinstance(batch, Mapping) else None
-        if task is None:
+        present = [task] if task is not None else batch_tasks(pl_module, batch)
+        if not present:
             return
-        self.steps_per_task[task] = self.steps_per_task.get(task, 0) + 1
+        for name in present:
+            self.steps_per_task[name] = self.steps_per_task.get(name, 0) + 1
         if not self._stepped:  # inside a gradient-accumulation window: no optimizer step yet
             return
         self._stepped = False
@@ -173,16 +189,20 @@ class TrainingLog(Callback):
         elapsed = max(now - self._since, 1e-9)
         tasks = list(self.steps_per_task)
         row: dict[str, float] = {
-            "train/task_index": float(tasks.index(task)),
             "train/examples_per_s": self._examples * trainer.world_size / elapsed,
             "train/tokens_per_s": float(self._tokens) * trainer.world_size / elapsed,
         }
-        loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
-        if isinstance(loss, torch.Tensor):
-            row[f"train/{task}/loss"] = float(loss.detach())
-        accuracy = batch_accuracy(pl_module, task, self._output, batch.get(LABELS))
-        if accuracy is not None:
-            row[f"train/{task}/accuracy"] = accuracy
+        if task is not None:
+            row["train/task_index"] = float(tasks.index(task))
+            loss = outputs.get("loss") if isinstance(outputs, Mapping) else outputs
+            if isinstance(loss, torch.Tensor):
+                row[f"train/{task}/loss"] = float(loss.detach())
+            accuracy = batch_accuracy(pl_module, task, self._output, batch.get(LABELS))
+            if accuracy is not None:
+                row[f"train/{task}/accuracy"] = accuracy
+        else:  # a mixed batch: the loss of each task it held
+            losses = outputs.get(TASK_LOSSES, {}) if isinstance(outputs, Mapping) else {}
+            row.update({f"train/{t}/loss": float(v) for t, v in losses.items()})
         self._batch, self._output = None, None
         row.update({f"train/steps/{t}": float(n) for t, n in self.steps_per_task.items()})
         if self._grad_norm is not None:

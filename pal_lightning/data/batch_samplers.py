@@ -55,6 +55,11 @@ log = logging.getLogger(__name__)
 _SCHEDULE_STREAM = 1
 _EXAMPLE_STREAM = 2
 
+#: The values of ``--data.batch_mixing``: every batch holds one task's rows (``per_task``), or every row's
+#: task is drawn on its own (``mixed``, :mod:`pal_lightning.data.mixed_sampler`).
+PER_TASK, MIXED = "per_task", "mixed"
+BATCH_MIXINGS = (PER_TASK, MIXED)
+
 
 class Phase(NamedTuple):
     """One phase of a sequential schedule: ``task`` trains on global training batches ``start .. end - 1``.
@@ -134,6 +139,9 @@ class MultiTaskBatchSampler(Sampler[TaskBatch]):
         phases: ``(task, batches)`` pairs of a sequential (continual) schedule; given, ``schedule``
             is not used and ``steps_per_epoch`` defaults to the sum of the phase lengths.
     """
+
+    #: How a batch is made: rows of one task (this class) or of several (``mixed``, :mod:`~pal_lightning.data.mixed_sampler`).
+    batch_mixing: str = PER_TASK
 
     def __init__(
         self,
@@ -215,6 +223,7 @@ class MultiTaskBatchSampler(Sampler[TaskBatch]):
             "steps_per_epoch": self.steps_per_epoch,
             "schedule": "sequential" if self.phases else self.schedule.name,
             "phases": [[p.task, p.start, p.end] for p in self.phases],
+            "batch_mixing": self.batch_mixing,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -228,6 +237,13 @@ class MultiTaskBatchSampler(Sampler[TaskBatch]):
                 "Cannot resume the task sampler: the training data or batch sizes changed since the checkpoint "
                 f"(saved sizes {state['sizes']}, batch sizes {state['batch_sizes']}; now {self.sizes}, "
                 f"{self.batch_sizes}). Resume with the same tasks, files, limit_examples and batch_size."
+            )
+        saved_mixing = str(state.get("batch_mixing", PER_TASK))
+        if saved_mixing != self.batch_mixing:
+            raise PalUserError(
+                f"Cannot resume the task sampler: the checkpoint trained with batch_mixing {saved_mixing!r}, this "
+                f"run asks for {self.batch_mixing!r} (their batches differ). Resume with "
+                f"--data.batch_mixing {saved_mixing}, or start a new fit without --ckpt_path."
             )
         saved_phases = [list(p) for p in state.get("phases") or []]
         if saved_phases != [list(p) for p in self.phases]:
@@ -285,12 +301,17 @@ class MultiTaskBatchSampler(Sampler[TaskBatch]):
         start = max(known) if known else 0
         offsets = dict(self._offset_cache.get(start, dict.fromkeys(self.tasks, 0)))
         for e in range(start, epoch):
-            counts = np.bincount(self.task_sequence(e), minlength=len(self.tasks))
-            for i, t in enumerate(self.tasks):
-                offsets[t] += int(counts[i]) * self.batch_sizes[t] * self.num_replicas
+            used = self._positions_used(e, self.steps_per_epoch)
+            for t in self.tasks:
+                offsets[t] += used[t]
             self._offset_cache[e + 1] = dict(offsets)
         self._offset_cache.setdefault(epoch, dict(offsets))
         return offsets
+
+    def _positions_used(self, epoch: int, steps: int) -> dict[str, int]:
+        """Stream positions of every task that the first ``steps`` steps of ``epoch`` use, all ranks together."""
+        counts = np.bincount(self.task_sequence(epoch)[:steps], minlength=len(self.tasks))
+        return {t: int(counts[i]) * self.batch_sizes[t] * self.num_replicas for i, t in enumerate(self.tasks)}
 
     def _cycle(self, task: str, cycle: int) -> np.ndarray:
         """Example order of one full pass (``cycle``) over ``task``'s examples."""
@@ -333,9 +354,8 @@ class MultiTaskBatchSampler(Sampler[TaskBatch]):
         seq = self.task_sequence(epoch)
         offsets = dict(self._epoch_offsets(epoch))
         # Stream positions consumed inside the epoch before ``start``.
-        counts = np.bincount(seq[:start], minlength=len(self.tasks))
-        for i, t in enumerate(self.tasks):
-            offsets[t] += int(counts[i]) * self.batch_sizes[t] * self.num_replicas
+        for t, used in self._positions_used(epoch, start).items():
+            offsets[t] += used
         for step in range(start, self.steps_per_epoch):
             t = self.tasks[int(seq[step])]
             b = self.batch_sizes[t]

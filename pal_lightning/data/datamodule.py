@@ -5,7 +5,8 @@ encoder's fast tokenizer (cached on disk), and serves
 
 * training batches of one task per step, drawn by a sampling schedule
   (:mod:`pal_lightning.data.schedules`), the same task on every rank, resumable
-  mid-epoch (:mod:`pal_lightning.data.batch_samplers`);
+  mid-epoch (:mod:`pal_lightning.data.batch_samplers`); with ``batch_mixing: mixed``, batches whose
+  rows each draw their task by the same schedule (:mod:`pal_lightning.data.mixed_sampler`);
 * validation (dev), test (labelled test splits) and prediction (dev and
   test-student) batches covering every example exactly once across ranks.
 
@@ -47,9 +48,10 @@ import torch
 from pal_lightning.core.batch import resolve_pair_encoding
 from pal_lightning.core.config_fields import bind_fields, takes_fields
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.data.batch_samplers import MultiTaskBatchSampler, Phase, TaskBatch
+from pal_lightning.data.batch_samplers import MIXED, MultiTaskBatchSampler, Phase, TaskBatch
 from pal_lightning.data.dataset import MultiTaskDataset, ResumableDataLoader
 from pal_lightning.data.loaders import TrainSampling, loader_options
+from pal_lightning.data.mixed_sampler import MixedTaskBatchSampler, one_batch_size
 from pal_lightning.data.options import DataConfig, resolve_cache_dir
 from pal_lightning.data.per_task import per_task
 from pal_lightning.data.phase_plan import plan_phases
@@ -126,6 +128,8 @@ class MultiTaskDataModule(pl.LightningDataModule):
         config.sampling_schedule(config.anneal_epochs or 1).probabilities(
             dict.fromkeys(self.task_names, 1), 0
         )
+        if config.batch_mixing == MIXED:
+            one_batch_size(self.batch_sizes)
         # Plain values only, so checkpoints load with weights_only=True.
         self.save_hyperparameters(config.hparams())
         #: Training examples per task (after validation and ``limit_examples``), set by ``setup("fit")``.
@@ -243,14 +247,36 @@ class MultiTaskDataModule(pl.LightningDataModule):
         return loader_options(int(self.config.num_workers), int(self.config.seed))
 
     def train_dataloader(self) -> ResumableDataLoader:
-        """One task per step, same task on all ranks; resumable (see ``samplers``)."""
+        """One task per step, same task on all ranks (``batch_mixing: mixed``: rows of several tasks per step,
+        :mod:`~pal_lightning.data.mixed_sampler`); resumable (see ``batch_samplers``)."""
         if self.sampling_schedule is None:
             self.setup("fit")
         assert self.sampling_schedule is not None
         world, rank = shard_of(self.trainer)
         splits = {(t, "train"): self.load_split(t, "train") for t in self.task_names}
+        if self.config.batch_mixing == MIXED:
+            sampler: MultiTaskBatchSampler = MixedTaskBatchSampler(
+                self.train_sizes,
+                self.batch_sizes,
+                self.sampling_schedule,
+                steps_per_epoch=self.config.steps_per_epoch,
+                num_replicas=world,
+                rank=rank,
+                seed=int(self.config.seed),
+            )
+        else:
+            sampler = self._per_task_sampler(splits, world, rank)
+        sampler.position_fn = lambda: fit_batches_consumed(self.trainer)
+        dataset = MultiTaskDataset(splits, self.pad_token_id, self.config.pad_to_multiple_of)
+        epoch = None if self.trainer is None else self.trainer.current_epoch
+        return self.train_sampling.loader(sampler, dataset, epoch, self._loader_kwargs())
+
+    def _per_task_sampler(
+        self, splits: dict[tuple[str, str], TokenizedSplit], world: int, rank: int
+    ) -> MultiTaskBatchSampler:
+        assert self.sampling_schedule is not None
         by_length = self.config.group_by_length
-        sampler = MultiTaskBatchSampler(
+        return MultiTaskBatchSampler(
             self.train_sizes,
             self.batch_sizes,
             self.sampling_schedule,
@@ -261,10 +287,6 @@ class MultiTaskDataModule(pl.LightningDataModule):
             lengths={t: splits[(t, "train")].lengths for t in self.task_names} if by_length else None,
             phases=self.phase_plan.lengths(self.train_sizes, self.batch_sizes, world) or None,
         )
-        sampler.position_fn = lambda: fit_batches_consumed(self.trainer)
-        dataset = MultiTaskDataset(splits, self.pad_token_id, self.config.pad_to_multiple_of)
-        epoch = None if self.trainer is None else self.trainer.current_epoch
-        return self.train_sampling.loader(sampler, dataset, epoch, self._loader_kwargs())
 
     def _eval_loader(
         self, pairs: Sequence[tuple[str, str]], limit_examples: int | None = None

@@ -14,8 +14,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from pal_lightning.core.batch import IDS, INDICES, LABELS, SPLIT, TASK
+from pal_lightning.core.batch import IDS, INDICES, LABELS, SPLIT, TASK, mix_batches
 from pal_lightning.data.batch_samplers import MultiTaskBatchSampler, TaskBatch
+from pal_lightning.data.mixed_sampler import MixedBatch
 from pal_lightning.data.tokenize import TokenizedSplit, pad_batch
 
 
@@ -43,11 +44,16 @@ class MultiTaskDataset(Dataset):
     def __len__(self) -> int:
         return sum(len(s) for s in self.splits.values())
 
-    def __getitem__(self, key: TaskBatch) -> dict[str, Any]:
+    def __getitem__(self, key: TaskBatch | MixedBatch) -> dict[str, Any]:
         return self.__getitems__(key)
 
-    def __getitems__(self, key: TaskBatch) -> dict[str, Any]:
-        """The padded batch of ``key``'s examples (one task, one split)."""
+    def __getitems__(self, key: TaskBatch | MixedBatch) -> dict[str, Any]:
+        """The padded batch of ``key``'s examples (one task, one split); for a :class:`MixedBatch`, its
+        tasks' batches stacked into one mixed batch (``tasks`` per row, :mod:`pal_lightning.core.batch`)."""
+        if isinstance(key, MixedBatch):
+            mixed = mix_batches([self.__getitems__(part) for part in key.parts])
+            mixed[SPLIT] = key.split
+            return mixed
         data = self.splits[(key.task, key.split)]
         idx = np.asarray(key.indices, dtype=np.int64)
         batch: dict[str, Any] = {

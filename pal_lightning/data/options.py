@@ -17,13 +17,14 @@ from typing import Any
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.hub import DEFAULT_ENCODER
+from pal_lightning.data.batch_samplers import BATCH_MIXINGS, MIXED, PER_TASK
 from pal_lightning.data.phase_plan import SEQUENTIAL, check_task_schedule
 from pal_lightning.data.schedules import SAMPLING_SCHEDULES, SamplingSchedule
 from pal_lightning.data.sources.readers import BAD_ROW_POLICIES, DEFAULT_MAX_BAD_FRACTION, SPLITS
 from pal_lightning.data.tokenize import default_cache_dir
 from pal_lightning.tasks.specs import TaskSpec, resolve_tasks, task_to_hparam
 
-__all__ = ["DataConfig", "check_at_least", "resolve_cache_dir"]
+__all__ = ["DataConfig", "check_at_least", "check_batch_mixing", "resolve_cache_dir"]
 
 
 @dataclass
@@ -31,8 +32,9 @@ class DataConfig:
     """The data module's options, as given (the data module resolves them against the tasks).
 
     Raises:
-        PalUserError: for an unknown ``sampling``, ``on_bad_row``, ``schedule`` or predict split, a
-            size below its minimum, or options of one task schedule given to the other.
+        PalUserError: for an unknown ``sampling``, ``on_bad_row``, ``schedule``, ``batch_mixing`` or predict
+            split, a size below its minimum, options of one task schedule given to the other, or mixed batches
+            with an option they have no form of.
     """
 
     tasks: Sequence[str | TaskSpec | dict[str, Any]] = ("sst", "qqp", "sts")
@@ -143,7 +145,16 @@ class DataConfig:
     """Seed of the validation carve-out; ``None``: ``seed``. The rows depend only on it, the task's name
     and its train split, so every rank, process and resumed run carves the same ones."""
 
+    batch_mixing: str = PER_TASK
+    """How a training batch is made: ``per_task`` (every batch holds one task's rows; ``sampling`` draws the
+    task of each step) or ``mixed`` (every row draws its own task with the same probabilities, annealing
+    included; the loss is the mean over the batch's rows, whose expected gradient is the per-task
+    schedule's ``sum_t p_t grad L_t``: ``pal_lightning.data.mixed_sampler``). ``mixed`` needs one
+    ``batch_size`` for all tasks and the interleaved schedule, and has no ``group_by_length`` or
+    ``round_robin`` form."""
+
     def __post_init__(self) -> None:
+        check_batch_mixing(self.batch_mixing, self.schedule, self.sampling, self.group_by_length)
         if self.sampling not in SAMPLING_SCHEDULES:
             raise PalUserError(
                 f"Unknown sampling {self.sampling!r}; choose one of {', '.join(SAMPLING_SCHEDULES)}."
@@ -202,6 +213,37 @@ class DataConfig:
             else self.steps_per_task,
         )
         return plain
+
+
+def check_batch_mixing(batch_mixing: str, schedule: str, sampling: str, group_by_length: bool) -> None:
+    """Refuse a ``batch_mixing`` value, or ``mixed`` with an option it has no form of.
+
+    Raises:
+        PalUserError: naming the option and the fix.
+    """
+    if batch_mixing not in BATCH_MIXINGS:
+        raise PalUserError(
+            f"Unknown batch_mixing {batch_mixing!r}; choose one of {', '.join(BATCH_MIXINGS)}."
+        )
+    if batch_mixing != MIXED:
+        return
+    if schedule == SEQUENTIAL:
+        raise PalUserError(
+            "batch_mixing 'mixed' draws every row's task from the interleaved sampling schedule; the sequential "
+            "schedule trains one task after another. Use --data.batch_mixing per_task, or --data.schedule "
+            "interleaved."
+        )
+    if sampling == "round_robin":
+        raise PalUserError(
+            "sampling 'round_robin' cycles through whole batches, one task each; with batch_mixing 'mixed' every "
+            "row draws its task. Use --data.sampling uniform (the same frequencies), or --data.batch_mixing "
+            "per_task."
+        )
+    if group_by_length:
+        raise PalUserError(
+            "group_by_length sorts one task's examples into batches of similar length; a mixed batch's rows come "
+            "from several tasks' streams. Set --data.group_by_length false, or use --data.batch_mixing per_task."
+        )
 
 
 def check_at_least(name: str, value: int | None, low: int, optional: bool = True) -> None:

@@ -234,4 +234,3 @@ def annealing_horizon(
     if max_steps and max_steps > 0:
         return max(1, math.ceil(max_steps / steps_per_epoch()))
     return 1
-

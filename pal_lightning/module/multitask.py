@@ -2,7 +2,8 @@
 
 Every batch holds one task (see :mod:`pal_lightning.core.batch`); the module reads
 ``batch["task"]``, runs the encoder with that task's adapter, pools, applies
-the task's head and its loss. Validation and test keep one torchmetrics
+the task's head and its loss. A mixed training batch (``data.batch_mixing: mixed``) holds rows of
+several tasks and trains on the mean of its rows' losses (:mod:`~pal_lightning.module.mixed_step`). Validation and test keep one torchmetrics
 collection per task and stage and log ``val/<task>/<metric>`` and
 ``val/overall`` (``test/...`` likewise) at the end of the epoch; an evaluation that reached only
 some of the :attr:`~MultiTaskModule.scored_tasks` logs ``val/overall_partial`` instead.
@@ -66,6 +67,7 @@ from pal_lightning.module.guard import (
 )
 from pal_lightning.module.inference import InferenceMixin, probabilities_from_output
 from pal_lightning.module.init_weights import load_initial_weights
+from pal_lightning.module.mixed_step import MixedStepMixin, is_mixed_batch
 from pal_lightning.module.optim import (
     OptimizerMixin,
     check_rates,
@@ -108,6 +110,7 @@ def check_model_options(
 
 
 class MultiTaskModule(
+    MixedStepMixin,
     PairEncodingMixin,
     PretrainedMixin,
     InferenceMixin,
@@ -282,7 +285,9 @@ class MultiTaskModule(
         hp = self.hparams
         specs = list(self.task_specs.values())
         return nn.ModuleDict(
-            build_task_heads(specs, self.encoder.hidden_size, hp["pair_encoding"], hp["dropout"], hp.get("heads"))
+            build_task_heads(
+                specs, self.encoder.hidden_size, hp["pair_encoding"], hp["dropout"], hp.get("heads")
+            )
         )
 
     def _apply_freezing(self) -> None:
@@ -301,7 +306,10 @@ class MultiTaskModule(
 
     def setup(self, stage: str) -> None:
         """Copy ``init_from``'s weights in before ``fit`` (a resumed fit then restores its own over them);
-        name the classes as the data module read them (:meth:`adopt_label_names`)."""
+        name the classes as the data module read them (:meth:`adopt_label_names`); refuse what cannot train
+        on mixed batches when the data module serves them (:mod:`~pal_lightning.module.mixed_step`)."""
+        if stage == "fit":
+            self._check_mixed_training()
         if stage == "fit" and self.hparams.get("init_from"):
             load_initial_weights(self, self.hparams["init_from"])
         self.adopt_label_names()
@@ -349,7 +357,11 @@ class MultiTaskModule(
 
     # ------------------------------------------------------------------ steps
 
-    def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor | dict[str, Any]:
+        """The loss of one task's batch; a mixed batch (rows of several tasks, ``data.batch_mixing: mixed``)
+        returns ``{"loss", "task_losses"}`` (:mod:`~pal_lightning.module.mixed_step`)."""
+        if is_mixed_batch(batch):
+            return self._mixed_training_step(batch)
         task = self._spec(batch).name
         use_simcse = self.simcse_active(task)
         with self._simcse_view_capture(use_simcse):

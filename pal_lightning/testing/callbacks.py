@@ -21,7 +21,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from pal_lightning.core.batch import IDS, TASK
+from pal_lightning.core.batch import IDS, TASK, TASKS
 
 if TYPE_CHECKING:
     from _typeshed import FileDescriptorLike
@@ -80,7 +80,9 @@ class RankRecorder(Callback):
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        self.tasks.append([trainer.global_step, batch[TASK], [str(i) for i in batch[IDS]]])
+        # a mixed batch (data.batch_mixing: mixed) records its rows' tasks
+        task = batch[TASK] if TASK in batch else [str(t) for t in batch[TASKS]]
+        self.tasks.append([trainer.global_step, task, [str(i) for i in batch[IDS]]])
 
     def _write(self, trainer: pl.Trainer, pl_module: pl.LightningModule, name: str) -> None:
         params = torch.cat([p.detach().double().flatten() for p in pl_module.parameters()])
