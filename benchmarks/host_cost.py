@@ -12,7 +12,9 @@ dispatched-operator count (``benchmarks/op_count.py``'s :class:`OperatorCount`, 
 
 * rows ``shared`` (``adapter="none"``), ``pals``, ``gem`` and ``agem`` (``benchmarks/step_time.py``'s rows
   and step: GEM with 3 tasks, the memories of 2 constraining, ``--memory-batch-size`` remembered examples
-  each, 2 by default so that their arithmetic is negligible too; A-GEM one reference gradient); both take their flat float64 rows (``flat_rows=True``, A-GEM's embedding rows
+  each, 2 by default so that their arithmetic is negligible too; A-GEM one reference gradient; the memories
+  of all tasks in one mixed batch, ``one_pass``), ``gem_task_forwards`` and ``agem_task_forwards`` (the same
+  with one forward per task, ``one_pass=False``, as before the one pass); all take their flat float64 rows (``flat_rows=True``, A-GEM's embedding rows
   dense: :func:`dense_agem_rows`), the path they take on CUDA;
 * precisions ``32-true`` and ``bf16-mixed`` (autocast, as Lightning's plugin);
 * modes ``eager`` and ``compiled`` (the encoder through ``torch.compile`` as ``--model.compile true`` calls
@@ -74,7 +76,14 @@ from pal_lightning.module.optim import adamw  # noqa: E402
 
 #: --shape: (layers, attention heads) of the structure
 SHAPES = {"bert-base": (12, 12), "minilm": (6, 12)}
-ROWS = ("shared", "pals", "gem", "agem")
+ROWS = ("shared", "pals", "gem", "agem", "gem_task_forwards", "agem_task_forwards")
+#: the GEM rows: (mode, one_pass) of their callback (``step_time.py``'s rows of the same names)
+GEM_ROWS = {
+    "gem": ("gem", True),
+    "agem": ("agem", True),
+    "gem_task_forwards": ("gem", False),
+    "agem_task_forwards": ("agem", False),
+}
 PRECISIONS = ("32-true", "bf16-mixed")
 MODES = ("eager", "compiled")
 #: rows that run compiled (GEM's memory batches change length every step: a graph per length)
@@ -123,12 +132,13 @@ class System:
         torch.manual_seed(args.seed)
         self.callback: GEMCallback | None = None
         model: nn.Module
-        if row in ("gem", "agem"):
+        if row in GEM_ROWS:
             model = _MultiTaskClassifier(MultiTaskBert.from_config(config, list(GEM_TASKS), adapter="pals"))
             self.callback = GEMCallback(
                 memory_size=MEMORY_EXAMPLES,
                 memory_batch_size=args.memory_batch_size,
-                mode=row,
+                mode=GEM_ROWS[row][0],
+                one_pass=GEM_ROWS[row][1],
                 flat_rows=True,  # GEM's path on CUDA, the device whose host cost this predicts
             )
             for task in GEM_TASKS:  # pre-filled memories: every task already trained
@@ -167,18 +177,22 @@ def dense_agem_rows() -> Iterator[None]:
     on a CPU (they save a table-sized gradient's arithmetic); on a GPU the row is dense and goes flat, and
     that is the host's cost this benchmark predicts.
     """
-    from pal_lightning.gem import gradients
+    from pal_lightning.gem import gradients, one_pass
 
-    original = gradients.memory_gradient
+    # per task (memory_gradient) and in one pass (mixed_memory_gradient)
+    patched = [(gradients, "memory_gradient"), (one_pass, "mixed_memory_gradient")]
+    originals = [getattr(module, name) for module, name in patched]
 
-    def dense(*args: Any, **kwargs: Any) -> Any:
-        return original(*args, **{**kwargs, "sparse_embeddings": False})
+    def dense(original: Callable[..., Any]) -> Callable[..., Any]:
+        return lambda *args, **kwargs: original(*args, **{**kwargs, "sparse_embeddings": False})
 
-    gradients.memory_gradient = dense  # type: ignore[assignment]
+    for (module, name), original in zip(patched, originals, strict=True):
+        setattr(module, name, dense(original))
     try:
         yield
     finally:
-        gradients.memory_gradient = original
+        for (module, name), original in zip(patched, originals, strict=True):
+            setattr(module, name, original)
 
 
 def mode_counts(system: System) -> bool:
@@ -284,7 +298,7 @@ def _ratios(systems: dict[str, System], medians: dict[str, float]) -> dict[str, 
             "time_paired": round(paired(num, den), 4),
         }
 
-    bases = {"pals": "shared", "gem": "pals", "agem": "pals"}
+    bases = {"pals": "shared", **{row: "pals" for row in GEM_ROWS}}
     out: dict[str, dict[str, float]] = {}
     for name, s in systems.items():
         base = f"{bases.get(s.row)}/{s.precision}/{s.mode}"
