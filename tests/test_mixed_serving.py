@@ -273,3 +273,25 @@ def test_mixed_model_user_errors(module: MultiTaskModule) -> None:
         model(*inputs[:3], torch.tensor([1, 7]), *inputs[4:])
     with pytest.raises(PalUserError, match="pass the second sentences"):
         model(*inputs[:4])
+
+
+# ---------------------------------------------------------------------------------------------- benchmark
+def test_benchmark_serves_the_stream_both_ways_and_writes_json(tmp_path: Path) -> None:
+    import importlib.util
+    import json
+
+    from pal_lightning.testing import write_cs224n_data
+
+    spec = importlib.util.spec_from_file_location(
+        "benchmark_mixed_serving", Path(__file__).parents[1] / "benchmarks" / "mixed_serving.py"
+    )
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    data = write_cs224n_data(tmp_path / "data")
+    out = tmp_path / "mixed.json"
+    result = bench.main(["--data-dir", str(data), "--n", "12", "--reps", "1", "--json", str(out)])
+    assert json.loads(out.read_text()) == result
+    assert [r["batch"] for r in result["results"]] == [8, 32, 128]
+    assert sum(result["tasks_in_stream"].values()) == 12 and "load_avg_1m_before" in result
+    assert all(r["max_abs_diff"] < 1e-4 and r["ratio"] > 0 for r in result["results"])
