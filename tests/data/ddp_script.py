@@ -2,7 +2,10 @@
 
 Every rank writes ``rank<r>.json`` with the training batches (epoch, task, ids) and
 the validation ids it saw; prediction files go to ``<out>/preds``.
-Usage: python ddp_script.py OUT_DIR
+Usage: python ddp_script.py OUT_DIR [mixed]
+
+With ``mixed`` (test_mixed_sampling.py): mixed-task batches, one epoch, each step's row tasks recorded
+instead of the batch's task, and no prediction.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ class Recorder(pl.LightningModule):
         self.val_seen: list = []
 
     def training_step(self, batch, batch_idx):
-        self.train_seen.append([self.current_epoch, batch["task"], list(batch["ids"])])
+        task = batch["task"] if "task" in batch else list(batch["tasks"])  # a mixed batch: each row's task
+        self.train_seen.append([self.current_epoch, task, list(batch["ids"])])
         return self.emb(batch["input_ids"]).mean() ** 2
 
     def validation_step(self, batch, batch_idx):
@@ -59,22 +63,32 @@ class Recorder(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
-def main(out: str) -> None:
+def main(out: str, mixing: str = "per_task") -> None:
     torch.set_num_threads(1)
     root = Path(out)
     data = root / "data"
     if int(os.environ.get("LOCAL_RANK", "0")) == 0 and not data.exists():
         write_cs224n_quirks(data)
     dm = MultiTaskDataModule(
-        data_dir=str(data), cache_dir=str(root / "cache"), batch_size=3, eval_batch_size=4, sampling="sqrt"
+        data_dir=str(data),
+        cache_dir=str(root / "cache"),
+        batch_size=3,
+        eval_batch_size=4,
+        sampling="sqrt",
+        batch_mixing=mixing,
     )
+    mixed = mixing == "mixed"
     trainer = quiet_trainer(
-        devices=2, strategy="ddp", max_epochs=2, callbacks=[PredictionWriter(output_dir=root / "preds")]
+        devices=2,
+        strategy="ddp",
+        max_epochs=1 if mixed else 2,
+        callbacks=[PredictionWriter(output_dir=root / "preds")],
     )
     model = Recorder(out)
     trainer.fit(model, datamodule=dm)
-    trainer.predict(model, datamodule=dm, return_predictions=False)
+    if not mixed:
+        trainer.predict(model, datamodule=dm, return_predictions=False)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:3])

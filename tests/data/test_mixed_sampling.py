@@ -1,0 +1,230 @@
+"""Mixed-task batches (``data.batch_mixing: mixed``): every row draws its task from the schedule.
+
+The sampler (row frequencies follow each epoch's annealed ``p_t``; task streams without replacement; exact
+resume; disjoint DDP shares and no repeat inside a global batch), the refusals, and the module's step on a
+real mixed batch (siamese pairs as in the quickstart): the loss is the row mean, equal to the one-task
+losses of the same rows weighted by their counts; a tiny fit logs each present task; GEM is refused.
+One real 2-process gloo run checks the shares under DDP (``ddp_script.py mixed``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from pal_lightning.core.errors import PalUserError
+from pal_lightning.data.batch_samplers import MultiTaskBatchSampler
+from pal_lightning.data.mixed_sampler import MixedBatch, MixedTaskBatchSampler
+from pal_lightning.data.options import DataConfig
+from pal_lightning.data.schedules import SamplingSchedule
+
+SIZES = {"a": 23, "b": 37, "c": 13}
+
+
+def make(
+    world: int = 1, rank: int = 0, seed: int = 5, steps: int | None = None, **kw
+) -> MixedTaskBatchSampler:
+    schedule = kw.pop("schedule", SamplingSchedule("annealed", num_epochs=3))
+    sizes = kw.pop("sizes", SIZES)
+    return MixedTaskBatchSampler(
+        sizes,
+        dict.fromkeys(sizes, 2),
+        schedule,
+        steps_per_epoch=steps,
+        num_replicas=world,
+        rank=rank,
+        seed=seed,
+    )
+
+
+def epoch(sampler: MixedTaskBatchSampler, e: int) -> list[MixedBatch]:
+    sampler.set_epoch(e)
+    return list(sampler)
+
+
+def test_rows_draw_tasks_by_each_epochs_annealed_probabilities() -> None:
+    sizes = {"a": 800, "b": 200, "c": 50}
+    s = make(sizes=sizes, steps=400)
+    freqs = []
+    for e in range(3):
+        p = s.schedule.probabilities(sizes, e)
+        counts = Counter(part.task for b in epoch(s, e) for part in b.parts for _ in part.indices)
+        total = sum(counts.values())
+        assert total == 400 * 2  # every batch has B rows
+        freqs.append([counts[t] / total for t in sizes])
+        assert np.allclose(freqs[-1], [p[t] for t in sizes], atol=0.05), (e, freqs[-1], p)
+    assert freqs[0][0] > freqs[2][0] + 0.2  # annealing: proportional, then close to uniform
+    # one pass by default, as many steps as the per-task sampler
+    assert (
+        make().steps_per_epoch
+        == MultiTaskBatchSampler(SIZES, dict.fromkeys(SIZES, 2), SamplingSchedule()).steps_per_epoch
+    )
+
+
+def test_ddp_shares_disjoint_and_each_task_stream_without_replacement() -> None:
+    ranks = [make(world=2, rank=r, steps=30) for r in range(2)]
+    streams: dict[str, list[int]] = {t: [] for t in SIZES}
+    for e in range(3):
+        per_rank = [epoch(s, e) for s in ranks]
+        assert len(per_rank[0]) == len(per_rank[1]) == 30
+        for b0, b1 in zip(*per_rank, strict=True):
+            assert sum(len(p.indices) for p in b0.parts) == sum(len(p.indices) for p in b1.parts) == 2
+            for t in SIZES:  # the global batch: rank 0's rows of t, then rank 1's, in stream order
+                rows = [i for b in (b0, b1) for p in b.parts if p.task == t for i in p.indices]
+                assert len(rows) == len(set(rows)), (e, t, rows)  # no repeat inside a global batch
+                streams[t] += rows
+    for t, n in SIZES.items():
+        stream = streams[t]
+        passes = [stream[k : k + n] for k in range(0, len(stream) - n + 1, n)]
+        assert passes and all(sorted(p) == list(range(n)) for p in passes), t  # each pass a permutation
+        assert passes[0] != passes[1]  # reshuffled
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_resume_gives_the_same_batches(world: int) -> None:
+    for rank in range(world):
+        full = [epoch(make(world, rank), e) for e in range(3)]
+        first = make(world, rank)
+        epoch(first, 0)
+        first.set_epoch(1)
+        it = iter(first)
+        consumed = [next(it) for _ in range(4)]
+        state = first.state_dict()
+        assert state["batch_mixing"] == "mixed" and state["position"] == 4
+        resumed = make(world, rank, seed=999)  # the saved seed wins
+        resumed.load_state_dict(state)
+        assert consumed + list(resumed) == full[1]
+        resumed.set_epoch(2)
+        assert list(resumed) == full[2]
+
+
+def test_refusals_each_name_the_fix() -> None:
+    per_task = MultiTaskBatchSampler(SIZES, dict.fromkeys(SIZES, 2), SamplingSchedule())
+    with pytest.raises(PalUserError, match="--data.batch_mixing per_task"):
+        make().load_state_dict(per_task.state_dict())
+    with pytest.raises(PalUserError, match="--data.batch_mixing mixed"):
+        per_task.load_state_dict(make().state_dict())
+    with pytest.raises(PalUserError, match="--data.sampling uniform"):
+        make(schedule=SamplingSchedule("round_robin"))
+    with pytest.raises(PalUserError, match="one --data.batch_size"):
+        MixedTaskBatchSampler(SIZES, {"a": 2, "b": 2, "c": 4}, SamplingSchedule())
+    for options, fix in (
+        ({"group_by_length": True}, "group_by_length false"),
+        ({"schedule": "sequential"}, "--data.schedule interleaved"),
+        ({"sampling": "round_robin"}, "--data.sampling uniform"),
+    ):
+        with pytest.raises(PalUserError, match=fix):
+            DataConfig(batch_mixing="mixed", **options)
+    with pytest.raises(PalUserError, match="choose one of per_task, mixed"):
+        DataConfig(batch_mixing="rows")
+
+
+# ------------------------------------------------------------------ through the data module and the module
+
+PAIRS = {"qqp": "siamese", "sts": "siamese", "default": "cross"}  # the quickstart's layout (sst single)
+
+
+@pytest.fixture(scope="module")
+def mixed_data(tmp_path_factory: pytest.TempPathFactory):
+    from pal_lightning.data import MultiTaskDataModule
+    from pal_lightning.testing import write_cs224n_data
+
+    folder = write_cs224n_data(tmp_path_factory.mktemp("mixed") / "data")
+    options = {
+        "batch_size": 6,
+        "max_length": 32,
+        "steps_per_epoch": 2,
+        "cache_dir": False,
+        "pair_encoding": PAIRS,
+    }
+    return folder, options, MultiTaskDataModule(data_dir=str(folder), batch_mixing="mixed", **options)
+
+
+def tiny_module(**kw):
+    from pal_lightning import MultiTaskModule
+    from pal_lightning.testing import TINY_BERT, without_dropout
+
+    torch.manual_seed(0)
+    return MultiTaskModule(
+        bert_config=without_dropout(TINY_BERT),
+        adapter={"num_heads": 2, "size": 8},
+        pair_encoding=PAIRS,
+        dropout=0.0,
+        **kw,
+    )
+
+
+def test_mixed_step_loss_is_the_row_mean_of_the_one_task_losses(mixed_data) -> None:
+    _, _, dm = mixed_data
+    dm.setup("fit")
+    batch = next(b for b in dm.train_dataloader() if len(set(b["tasks"])) > 1)
+    assert "input_ids_b" in batch and len(batch["tasks"]) == len(batch["ids"]) == 6
+    model = tiny_module()
+    out = model._mixed_training_step(batch)
+    expected = 0.0
+    for task, n in Counter(batch["tasks"]).items():
+        rows = [i for i, t in enumerate(batch["tasks"]) if t == task]
+        one_task = dm.train_batch(task, [batch["indices"][i] for i in rows])  # the same rows, one-task layout
+        loss = model.batch_loss(one_task)
+        assert torch.allclose(out["task_losses"][task], loss.detach(), atol=1e-5), task
+        expected += n / 6 * loss.item()
+    assert float(out["loss"]) == pytest.approx(expected, abs=1e-5)
+
+
+def test_tiny_fit_logs_present_tasks_and_refuses_gem(mixed_data, tmp_path: Path) -> None:
+    from lightning.pytorch.loggers import CSVLogger
+
+    from pal_lightning.callbacks.training_log import TrainingLog
+    from pal_lightning.data import MultiTaskDataModule
+    from pal_lightning.gem import GEMCallback
+    from pal_lightning.testing import quiet_trainer
+
+    folder, options, _ = mixed_data
+    dm = MultiTaskDataModule(data_dir=str(folder), batch_mixing="mixed", **options)
+    logger = CSVLogger(tmp_path)
+    trainer = quiet_trainer(
+        max_steps=2, limit_val_batches=0, logger=logger, callbacks=[TrainingLog()], log_every_n_steps=1
+    )
+    trainer.fit(tiny_module(), datamodule=dm)
+    header = (Path(logger.log_dir) / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert {"train/loss", "train/steps/sst", "train/examples_per_s"} <= set(header)
+    assert sum(f"train/{t}/loss" in header for t in ("sst", "qqp", "sts")) >= 2
+    gem = MultiTaskDataModule(data_dir=str(folder), batch_mixing="mixed", **options)
+    with pytest.raises(PalUserError, match="--data.batch_mixing per_task"):
+        quiet_trainer(max_steps=1, callbacks=[GEMCallback(memory_size=4, memory_batch_size=2)]).fit(
+            tiny_module(), datamodule=gem
+        )
+
+
+@pytest.mark.ddp
+def test_two_process_ddp_mixed_shares(tmp_path: Path) -> None:
+    from pal_lightning.testing import write_cs224n_quirks
+
+    write_cs224n_quirks(tmp_path / "data")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PL_DISABLE_FORK": "1"}
+    env.pop("LOCAL_RANK", None)
+    script = Path(__file__).with_name("ddp_script.py")
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path), "mixed"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert r0["world"] == r1["world"] == 2
+    assert len(r0["train"]) == len(r1["train"]) > 0
+    for (e0, tasks0, ids0), (e1, tasks1, ids1) in zip(r0["train"], r1["train"], strict=True):
+        assert e0 == e1 and len(ids0) == len(tasks0) == len(ids1) == len(tasks1) == 3
+        assert not set(ids0) & set(ids1)  # ids carry their task's prefix: disjoint across tasks too
+    seen = {t for r in (r0, r1) for _, tasks, _ in r["train"] for t in tasks}
+    assert seen == {"sst", "qqp", "sts"}
