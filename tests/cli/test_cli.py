@@ -90,7 +90,7 @@ def test_every_overlay_applies_over_the_quickstart(capsys: pytest.CaptureFixture
     config when it is put after ``configs/quickstart.yaml``; the quickstart's run folder stays."""
     import yaml
 
-    assert {"simcse.yaml", "gem.yaml", "lr_groups.yaml"} <= {c.name for c in OVERLAYS}
+    assert {"simcse.yaml", "gem.yaml", "lr_groups.yaml", "mixed.yaml"} <= {c.name for c in OVERLAYS}
     quickstart = ROOT / "configs" / "quickstart.yaml"
 
     def leaves(tree: object, prefix: tuple = ()) -> dict[tuple, object]:
