@@ -35,7 +35,7 @@ from lightning.pytorch.callbacks import Callback
 from pal_lightning.core.batch import ATTENTION_MASK, IDS, LABELS, TASK, TASKS
 from pal_lightning.core.contracts import EpochTaskProbabilities, TaskPredictor, datamodule_of, satisfies
 from pal_lightning.core.distributed import is_main_process
-from pal_lightning.module.mixed_step import TASK_LOSSES
+from pal_lightning.module.multitask import TASK_LOSSES
 
 NO_DECAY = "_no_decay"
 

@@ -6,7 +6,7 @@ encoder's fast tokenizer (cached on disk), and serves
 * training batches of one task per step, drawn by a sampling schedule
   (:mod:`pal_lightning.data.schedules`), the same task on every rank, resumable
   mid-epoch (:mod:`pal_lightning.data.batch_samplers`); with ``batch_mixing: mixed``, batches whose
-  rows each draw their task by the same schedule (:mod:`pal_lightning.data.mixed_sampler`);
+  rows each draw their task by the same schedule (:class:`~pal_lightning.data.batch_samplers.MixedTaskBatchSampler`);
 * validation (dev), test (labelled test splits) and prediction (dev and
   test-student) batches covering every example exactly once across ranks.
 
@@ -48,10 +48,16 @@ import torch
 from pal_lightning.core.batch import resolve_pair_encoding
 from pal_lightning.core.config_fields import bind_fields, takes_fields
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.data.batch_samplers import MIXED, MultiTaskBatchSampler, Phase, TaskBatch
+from pal_lightning.data.batch_samplers import (
+    MIXED,
+    MixedTaskBatchSampler,
+    MultiTaskBatchSampler,
+    Phase,
+    TaskBatch,
+    one_batch_size,
+)
 from pal_lightning.data.dataset import MultiTaskDataset, ResumableDataLoader
 from pal_lightning.data.loaders import TrainSampling, loader_options
-from pal_lightning.data.mixed_sampler import MixedTaskBatchSampler, one_batch_size
 from pal_lightning.data.options import DataConfig, resolve_cache_dir
 from pal_lightning.data.per_task import per_task
 from pal_lightning.data.phase_plan import plan_phases
@@ -248,7 +254,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
 
     def train_dataloader(self) -> ResumableDataLoader:
         """One task per step, same task on all ranks (``batch_mixing: mixed``: rows of several tasks per step,
-        :mod:`~pal_lightning.data.mixed_sampler`); resumable (see ``batch_samplers``)."""
+        :class:`~pal_lightning.data.batch_samplers.MixedTaskBatchSampler`); resumable (see ``batch_samplers``)."""
         if self.sampling_schedule is None:
             self.setup("fit")
         assert self.sampling_schedule is not None

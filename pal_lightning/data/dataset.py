@@ -15,8 +15,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from pal_lightning.core.batch import IDS, INDICES, LABELS, SPLIT, TASK, mix_batches
-from pal_lightning.data.batch_samplers import MultiTaskBatchSampler, TaskBatch
-from pal_lightning.data.mixed_sampler import MixedBatch
+from pal_lightning.data.batch_samplers import MixedBatch, MultiTaskBatchSampler, TaskBatch
 from pal_lightning.data.tokenize import TokenizedSplit, pad_batch
 
 

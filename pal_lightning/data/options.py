@@ -149,7 +149,7 @@ class DataConfig:
     """How a training batch is made: ``per_task`` (every batch holds one task's rows; ``sampling`` draws the
     task of each step) or ``mixed`` (every row draws its own task with the same probabilities, annealing
     included; the loss is the mean over the batch's rows, whose expected gradient is the per-task
-    schedule's ``sum_t p_t grad L_t``: ``pal_lightning.data.mixed_sampler``). ``mixed`` needs one
+    schedule's ``sum_t p_t grad L_t``: ``pal_lightning.data.batch_samplers``, "Mixed batches"). ``mixed`` needs one
     ``batch_size`` for all tasks and the interleaved schedule, and has no ``group_by_length`` or
     ``round_robin`` form."""
 

@@ -3,7 +3,7 @@
 Every batch holds one task (see :mod:`pal_lightning.core.batch`); the module reads
 ``batch["task"]``, runs the encoder with that task's adapter, pools, applies
 the task's head and its loss. A mixed training batch (``data.batch_mixing: mixed``) holds rows of
-several tasks and trains on the mean of its rows' losses (:mod:`~pal_lightning.module.mixed_step`). Validation and test keep one torchmetrics
+several tasks and trains on the mean of its rows' losses (:class:`MixedStepMixin`). Validation and test keep one torchmetrics
 collection per task and stage and log ``val/<task>/<metric>`` and
 ``val/overall`` (``test/...`` likewise) at the end of the epoch; an evaluation that reached only
 some of the :attr:`~MultiTaskModule.scored_tasks` logs ``val/overall_partial`` instead.
@@ -34,9 +34,9 @@ Two safety nets:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lightning.pytorch as pl
 from torch import Tensor, nn
@@ -48,7 +48,9 @@ from pal_lightning.core.batch import (
     PROBABILITIES,
     SPLIT,
     TASK,
+    TASKS,
 )
+from pal_lightning.core.contracts import datamodule_of
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.hub import DEFAULT_ENCODER, resolve_encoder
 from pal_lightning.modeling.encoder import MultiTaskBert
@@ -59,7 +61,7 @@ from pal_lightning.modeling.pair_heads import build_task_heads
 from pal_lightning.modeling.simcse import SimCSEConfig, as_simcse_config
 from pal_lightning.module.checkpoint_check import CheckpointCompatMixin
 from pal_lightning.module.compile import EncoderCall, compile_backend
-from pal_lightning.module.encoding import PairEncodingMixin
+from pal_lightning.module.encoding import PairEncodingMixin, TaskRows
 from pal_lightning.module.evaluation import EvaluationMixin
 from pal_lightning.module.guard import (
     NonFiniteGuardMixin,
@@ -67,7 +69,6 @@ from pal_lightning.module.guard import (
 )
 from pal_lightning.module.inference import InferenceMixin, probabilities_from_output
 from pal_lightning.module.init_weights import load_initial_weights
-from pal_lightning.module.mixed_step import MixedStepMixin, is_mixed_batch
 from pal_lightning.module.optim import (
     OptimizerMixin,
     check_rates,
@@ -79,7 +80,7 @@ from pal_lightning.tasks.auxiliary import check_auxiliary
 from pal_lightning.tasks.specs import TaskSpec, resolve_tasks, task_to_hparam
 from pal_lightning.tasks.views import eval_views
 
-__all__ = ["MultiTaskModule", "check_model_options"]
+__all__ = ["TASK_LOSSES", "MultiTaskModule", "check_mixed_training", "check_model_options", "is_mixed_batch"]
 
 
 def check_model_options(
@@ -107,6 +108,104 @@ def check_model_options(
     check_max_nonfinite_steps(max_nonfinite_steps)
     for spec in specs.values():
         check_loss(spec)
+
+
+if TYPE_CHECKING:
+    _MixinBase = pl.LightningModule
+else:
+    _MixinBase = object
+
+#: The key of the present tasks' detached losses in what a mixed training step returns (``{"loss", TASK_LOSSES}``).
+TASK_LOSSES = "task_losses"
+
+
+def is_mixed_batch(batch: Any) -> bool:
+    """Whether ``batch`` holds rows of several tasks (a ``tasks`` key) rather than one task's."""
+    return isinstance(batch, Mapping) and TASKS in batch
+
+
+def check_mixed_training(batch_mixing: str, simcse: object | None, callbacks: Iterable[object]) -> None:
+    """Refuse what cannot train on mixed batches: GEM / A-GEM callbacks and SimCSE.
+
+    Raises:
+        PalUserError: naming the feature and the fix.
+    """
+    if batch_mixing != "mixed":
+        return
+    from pal_lightning.gem.callback import GEMCallback
+
+    if any(isinstance(cb, GEMCallback) for cb in callbacks):
+        raise PalUserError(
+            "GEM and A-GEM project each step's gradient against the memories of the tasks that step does not "
+            "train; a mixed batch trains every task it holds, usually all of them, so nothing is left to project "
+            "against. Drop the GEM callback (configs/gem.yaml), or use --data.batch_mixing per_task."
+        )
+    if simcse is not None:
+        raise PalUserError(
+            "SimCSE's auxiliary loss is computed on a one-task batch's sentence vectors; a mixed batch runs "
+            "several tasks in one pass. Drop --model.simcse, or use --data.batch_mixing per_task."
+        )
+
+
+class MixedStepMixin(_MixinBase):
+    """The training step of a mixed batch (``--data.batch_mixing mixed``): rows of several tasks in one step.
+
+    The batch comes from :class:`~pal_lightning.data.batch_samplers.MixedTaskBatchSampler` (every row's
+    task drawn from the schedule's ``p_t``) and runs through one encoder pass with per-example task routing
+    (:meth:`forward_mixed`). The step's loss is the mean of the rows' losses, ``sum_t (n_t / B) L_t`` with
+    ``L_t`` the mean loss of task ``t``'s ``n_t`` rows: its expected gradient is the per-task schedule's
+    ``sum_t p_t grad L_t`` (the argument is in :mod:`pal_lightning.data.batch_samplers`' docstring, "Mixed
+    batches"). Each present task's ``L_t`` is logged as ``train/<task>/loss``, the total as ``train/loss``.
+
+    Two training features need one task per batch, so a fit with mixed batches refuses them at setup
+    (:func:`check_mixed_training`): GEM and A-GEM project the step's gradient against the memories of the
+    tasks *not* being trained, and a mixed batch usually holds every task (nothing would be left to
+    protect); SimCSE's auxiliary loss reads the pooled vectors of a one-task forward.
+    """
+
+    if TYPE_CHECKING:  # provided by the module
+        simcse: Any
+
+        def forward_mixed(self, batch: Mapping[str, Any]) -> dict[str, TaskRows]: ...
+
+        def compute_loss(self, task: str, output: Tensor, labels: Tensor) -> Tensor: ...
+
+        def _note_training_loss(self, task: str, loss: Tensor) -> None: ...
+
+    def _check_mixed_training(self) -> None:
+        """At ``setup("fit")``: refuse GEM and SimCSE when the data module serves mixed batches."""
+        trainer = self._trainer
+        if trainer is None:
+            return
+        config = getattr(datamodule_of(trainer), "config", None)
+        mixing = str(getattr(config, "batch_mixing", "per_task"))
+        check_mixed_training(mixing, self.simcse, getattr(trainer, "callbacks", []))
+
+    def _mixed_training_step(self, batch: Mapping[str, Any]) -> dict[str, Any]:
+        """The loss of a mixed batch, the mean over its rows; logs each present task's loss and the total."""
+        if LABELS not in batch:
+            raise PalUserError(
+                "A mixed batch without labels cannot be trained on: add 'labels' (one per row)."
+            )
+        if self.simcse is not None:
+            check_mixed_training("mixed", self.simcse, ())
+        labels = batch[LABELS]
+        rows = len(batch[TASKS])
+        total: Tensor | None = None
+        losses: dict[str, Tensor] = {}
+        for task, out in self.forward_mixed(batch).items():
+            loss = self.compute_loss(task, out.output, labels.to(out.rows.device)[out.rows])
+            count = int(out.rows.numel())
+            # logger=False, as for a one-task batch: TrainingLog writes each present task's loss once
+            self.log(f"train/{task}/loss", loss, batch_size=count, logger=False)
+            self._note_training_loss(task, loss)
+            losses[task] = loss.detach()
+            part = loss * (count / rows)
+            total = part if total is None else total + part
+        assert total is not None  # a batch has at least one row
+        self.log("train/loss", total, prog_bar=True, batch_size=rows)
+        # Always the loss, even a NaN one (the guard decides): see MultiTaskModule.training_step
+        return {"loss": total, TASK_LOSSES: losses}
 
 
 class MultiTaskModule(
@@ -307,7 +406,7 @@ class MultiTaskModule(
     def setup(self, stage: str) -> None:
         """Copy ``init_from``'s weights in before ``fit`` (a resumed fit then restores its own over them);
         name the classes as the data module read them (:meth:`adopt_label_names`); refuse what cannot train
-        on mixed batches when the data module serves them (:mod:`~pal_lightning.module.mixed_step`)."""
+        on mixed batches when the data module serves them (:class:`MixedStepMixin`)."""
         if stage == "fit":
             self._check_mixed_training()
         if stage == "fit" and self.hparams.get("init_from"):
@@ -359,7 +458,7 @@ class MultiTaskModule(
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor | dict[str, Any]:
         """The loss of one task's batch; a mixed batch (rows of several tasks, ``data.batch_mixing: mixed``)
-        returns ``{"loss", "task_losses"}`` (:mod:`~pal_lightning.module.mixed_step`)."""
+        returns ``{"loss", "task_losses"}`` (:class:`MixedStepMixin`)."""
         if is_mixed_batch(batch):
             return self._mixed_training_step(batch)
         task = self._spec(batch).name

@@ -21,8 +21,7 @@ import pytest
 import torch
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.data.batch_samplers import MultiTaskBatchSampler
-from pal_lightning.data.mixed_sampler import MixedBatch, MixedTaskBatchSampler
+from pal_lightning.data.batch_samplers import MixedBatch, MixedTaskBatchSampler, MultiTaskBatchSampler
 from pal_lightning.data.options import DataConfig
 from pal_lightning.data.schedules import SamplingSchedule
 
