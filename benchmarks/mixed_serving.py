@@ -4,7 +4,7 @@ A server receives requests of the three quickstart tasks interleaved, and serves
 ``batch`` requests as they arrive. Two ways to serve a window:
 
 * **mixed**: one ``module.predict([(task, text), ...], batch_size=batch)`` call, one encoder pass for the
-  window whatever its tasks (per-example task routing, :mod:`pal_lightning.module.mixed_inference`);
+  window whatever its tasks (per-example task routing, :mod:`pal_lightning.module.inference`);
 * **per-task**: the window grouped by task, one ``module.predict(task, texts, batch_size=batch)`` call per
   task present (what a one-task API allows): up to three smaller passes.
 

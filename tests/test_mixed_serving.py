@@ -18,8 +18,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from pal_lightning import MultiTaskModule, PalUserError, TaskSpec  # noqa: E402
 from pal_lightning.cli.main import USER_ERROR_EXIT, main  # noqa: E402
-from pal_lightning.module.export import SingleTaskModel, export_onnx  # noqa: E402
-from pal_lightning.module.mixed_export import MixedTaskModel  # noqa: E402
+from pal_lightning.module.export import (  # noqa: E402
+    MixedTaskModel,  # noqa: E402
+    SingleTaskModel,
+    export_onnx,
+)
 from pal_lightning.testing import TINY_BERT  # noqa: E402
 
 ITEMS: list[tuple[str, Any]] = [

@@ -18,7 +18,7 @@ becomes one ``_`` (``p_somewhat_negative``); numbers have 6 decimals; lines end 
 
 Without ``--predict.task``, a file with a ``task`` column is a *mixed* stream: each row is predicted with
 its own task, rows of several tasks in one batch (``module.predict([(task, text), ...])``,
-:mod:`pal_lightning.module.mixed_inference`). Each row takes its task's text column(s) as above (a file
+:mod:`pal_lightning.module.inference`). Each row takes its task's text column(s) as above (a file
 may hold ``sentence`` for single-sentence rows and ``sentence1``/``sentence2`` for pair rows). The output
 (default ``<input>-predictions.csv``) keeps the input's row order: ``id``, ``task``, ``label`` (empty for a
 regression row), ``score`` (empty for a classification row), then ``p_<task>_<label>`` per class of each

@@ -1,4 +1,4 @@
-"""One task of a trained model as a plain ``torch.nn.Module``, and its ONNX export.
+"""One task, or every task, of a trained model as a plain ``torch.nn.Module``, and its ONNX export.
 
 :class:`SingleTaskModel` holds copies of the encoder (with only that task's adapter), the pooling and
 the task's head; it needs neither Lightning nor the rest of the multi-task module, and maps token
@@ -15,6 +15,38 @@ The output is what ``MultiTaskModule.forward`` gives for a batch of that task (l
 :func:`export_onnx` writes it with ``torch.onnx.export`` (the TorchScript exporter: it traces the
 eager attention, so the file runs on any ONNX runtime) with dynamic batch and sequence axes. The
 ``export`` extra (``pip install "pal-lightning[export]"``) installs ``onnx`` and ``onnxruntime``.
+
+**Every task in one module** (one ONNX file serves every task): each row's task is an input.
+
+:class:`MixedTaskModel` holds a copy of the encoder (with its tasks' modules), the pooling and every
+task's head. Each row's task is an input (``task_ids``: indices into :attr:`MixedTaskModel.task_names`),
+so one batch may hold rows of several tasks::
+
+    model(input_ids, attention_mask, token_type_ids, task_ids
+          [, input_ids_b, attention_mask_b, token_type_ids_b])  -> output [B, W]
+
+* ``input_ids`` ... ``token_type_ids``: each row's sequence (a single sentence, or a cross pair's two
+  sentences in one sequence with token types 0/1; a siamese pair's first sentence);
+* ``task_ids``: ``LongTensor[B]``;
+* ``*_b`` (only when a task encodes pairs siamese: :attr:`MixedTaskModel.input_names`): a siamese row's
+  second sentence; the ``*_b`` rows of other tasks are ignored (any one token will do);
+* ``output``: **one padded output**, ``W`` = the widest head (:attr:`MixedTaskModel.widths`). Row ``i`` of
+  task ``t`` holds its head's output in columns ``0 .. widths[t] - 1`` (logits; a regression score in
+  column 0, on the 0..1 scale as :class:`~pal_lightning.module.export.SingleTaskModel` gives it) and
+  zeros after them. So ``output[i, :widths[t]]`` equals ``SingleTaskModel(module, t)`` of that row.
+
+Run eagerly, the encoder makes one pass over all rows with per-example task routing (each row its own
+task's modules, :meth:`~pal_lightning.modeling.encoder.MultiTaskBert.forward` with ``tasks=``). A trace
+(ONNX) cannot keep that routing, whose slice bounds are host integers of each batch, so the traced graph
+partitions instead: for each task, the rows whose ``task_ids`` equal it are gathered (``NonZero``,
+``Gather``), run through the encoder with that task's modules and its head, and scattered back into the
+output (``ScatterND``). The shared weights are stored once; each row goes through the encoder once, plus
+one spare row per task and call (a task absent from a batch would otherwise run on zero rows, which the
+encoder's reshapes refuse), so the graph's work is that of ``B + T`` rows in ``T`` smaller batches.
+
+:func:`~pal_lightning.module.export.export_onnx` writes it; the file's metadata (``metadata_props``) names
+the tasks in index order (``pal_lightning.task_names``, comma-separated) and their widths
+(``pal_lightning.widths``), so a server needs nothing else to read ``output``.
 """
 
 from __future__ import annotations
@@ -22,19 +54,18 @@ from __future__ import annotations
 import copy
 import os
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, cast
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-from pal_lightning.core.batch import ATTENTION_MASK, ENCODING_KEYS, side_keys
+from pal_lightning.core.batch import ATTENTION_MASK, ENCODING_KEYS, INPUT_IDS, concat_inputs, side_keys
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.files import atomic_write_via
 from pal_lightning.modeling.heads import pool
-
-if TYPE_CHECKING:
-    from pal_lightning.module.mixed_export import MixedTaskModel
 
 #: ONNX input names: one sequence, or two for a siamese pair.
 SINGLE_INPUTS = ENCODING_KEYS
@@ -119,6 +150,219 @@ class SingleTaskModel(nn.Module):
         return out
 
 
+#: The input naming each row's task (indices into the model's ``task_names``).
+TASK_IDS = "task_ids"
+#: ONNX inputs without and with a siamese task's second sentences.
+MIXED_INPUTS = (*ENCODING_KEYS, TASK_IDS)
+MIXED_SIAMESE_INPUTS = (*MIXED_INPUTS, *side_keys("b"))
+
+
+class MixedTaskModel(nn.Module):
+    """Encoder with every kept task's modules, pooling and each task's head; each row names its task.
+
+    Args:
+        module: a :class:`~pal_lightning.module.multitask.MultiTaskModule` (its weights are copied, not shared).
+        tasks: the tasks to keep, in the order of their indices (default: all of the module's, in order).
+
+    Raises:
+        PalUserError: for a task the module does not have, or no task.
+    """
+
+    def __init__(self, module: Any, tasks: Sequence[str] | None = None) -> None:
+        super().__init__()
+        names = list(module.task_specs) if tasks is None else list(tasks)
+        unknown = [t for t in names if t not in module.task_specs]
+        if unknown or not names or len(set(names)) != len(names):
+            raise PalUserError(
+                f"MixedTaskModel takes distinct tasks of the model ({', '.join(module.task_specs)}); got "
+                f"{names}. Pick some of those, or leave tasks out for all."
+            )
+        self.task_names: tuple[str, ...] = tuple(names)
+        self.pooling: str = module.hparams.pooling
+        self.pairs: tuple[bool, ...] = tuple(bool(module.task_specs[t].is_pair) for t in names)
+        self.siamese: tuple[bool, ...] = tuple(
+            bool(getattr(module.heads[t], "siamese", False)) for t in names
+        )
+        encoder = copy.deepcopy(module.encoder)
+        for other in [name for name in encoder.adapters if name not in names]:
+            del encoder.adapters[other]  # tasks left out: dead weight
+        groups = {getattr(encoder, "task_group", {}).get(t, t) for t in names}
+        for other in [name for name in getattr(encoder, "individual", {}) if name not in groups]:
+            del encoder.individual[other]
+        self.encoder = encoder
+        self.heads = nn.ModuleDict({t: copy.deepcopy(module.heads[t]) for t in names})
+        # this model's task index -> the encoder's (the encoder knows every task of the module)
+        index = [encoder.task_names.index(t) for t in names]
+        self.register_buffer("encoder_index", torch.tensor(index, dtype=torch.long), persistent=False)
+        self.eval()
+        self.widths: tuple[int, ...] = tuple(
+            self._head_width(t, s) for t, s in zip(names, self.siamese, strict=True)
+        )
+
+    def _head_width(self, task: str, siamese: bool) -> int:
+        """Columns of ``task``'s head output (1 for a score or a single logit), from a forward of zeros."""
+        hidden = int(self.encoder.hidden_size)
+        u = torch.zeros(2, hidden)
+        with torch.no_grad():
+            out = self.heads[task](u, u.clone()) if siamese else self.heads[task](u)
+        return int(out.reshape(2, -1).shape[1])
+
+    @property
+    def width(self) -> int:
+        """``W``: columns of the padded output (the widest head)."""
+        return max(self.widths)
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        """The forward arguments, in order (and the ONNX input names)."""
+        return MIXED_SIAMESE_INPUTS if any(self.siamese) else MIXED_INPUTS
+
+    def onnx_metadata(self) -> dict[str, str]:
+        """What a server needs to read ``output``: the tasks in index order and each one's width."""
+        return {
+            "pal_lightning.task_names": ",".join(self.task_names),
+            "pal_lightning.widths": ",".join(map(str, self.widths)),
+        }
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        token_type_ids: Tensor,
+        task_ids: Tensor,
+        input_ids_b: Tensor | None = None,
+        attention_mask_b: Tensor | None = None,
+        token_type_ids_b: Tensor | None = None,
+    ) -> Tensor:
+        """``float [B, W]``: each row's head output, padded with zeros (module docstring)."""
+        second = None
+        if any(self.siamese):
+            if input_ids_b is None or attention_mask_b is None or token_type_ids_b is None:
+                raise PalUserError(
+                    f"Tasks {[t for t, s in zip(self.task_names, self.siamese, strict=True) if s]} encode pairs "
+                    "siamese: pass the second sentences' tensors (input_ids_b, attention_mask_b, token_type_ids_b)."
+                )
+            second = (input_ids_b, attention_mask_b, token_type_ids_b)
+        first = (input_ids, attention_mask, token_type_ids)
+        if torch.jit.is_tracing():
+            return self._partitioned(first, second, task_ids)
+        return self._routed(first, second, task_ids)
+
+    def _check_task_ids(self, task_ids: Tensor, rows: int) -> list[int]:
+        """``task_ids`` as host integers, or one user error for a wrong length or an index out of range."""
+        ids = task_ids.reshape(-1).tolist()
+        if len(ids) != rows:
+            raise PalUserError(
+                f"task_ids has {len(ids)} entries for {rows} rows: give one task index per row."
+            )
+        bad = sorted({i for i in ids if not 0 <= i < len(self.task_names)})
+        if bad:
+            raise PalUserError(
+                f"task_ids {bad} are out of range: this model's tasks are "
+                f"{', '.join(f'{i}={n}' for i, n in enumerate(self.task_names))}."
+            )
+        return [int(i) for i in ids]
+
+    def _routed(
+        self, first: tuple[Tensor, Tensor, Tensor], second: tuple[Tensor, ...] | None, task_ids: Tensor
+    ) -> Tensor:
+        """Eager: one encoder pass over every row (and the siamese rows' second sentences), routed per row."""
+        rows = first[0].shape[0]
+        ids = self._check_task_ids(task_ids, rows)
+        siamese_rows = [i for i, t in enumerate(ids) if self.siamese[t]]
+        inputs = dict(zip(ENCODING_KEYS, first, strict=True))
+        row_tasks = list(ids)
+        if siamese_rows and second is not None:
+            picked = torch.tensor(siamese_rows, device=first[0].device)
+            b = {k: v.index_select(0, picked) for k, v in zip(ENCODING_KEYS, second, strict=True)}
+            inputs = concat_inputs([inputs, b])
+            row_tasks += [ids[i] for i in siamese_rows]
+        encoder_index = cast(Tensor, self.encoder_index)
+        encoder_tasks = encoder_index[torch.tensor(row_tasks, device=encoder_index.device)]
+        mask = inputs[ENCODING_KEYS[1]]
+        hidden = self.encoder(
+            inputs[INPUT_IDS], mask, inputs[ENCODING_KEYS[2]], tasks=encoder_tasks.to(mask.device)
+        )
+        pooled = pool(hidden, mask, self.pooling)
+        second_row = {i: rows + k for k, i in enumerate(siamese_rows)}
+        out = pooled.new_zeros(rows, self.width, dtype=torch.float32)
+        for t, task in enumerate(self.task_names):
+            at = [i for i, row_task in enumerate(ids) if row_task == t]
+            if not at:
+                continue
+            index = torch.tensor(at, device=pooled.device)
+            u = pooled.index_select(0, index)
+            if self.siamese[t]:
+                v = pooled.index_select(0, torch.tensor([second_row[i] for i in at], device=pooled.device))
+                value = self.heads[task](u, v)
+            else:
+                value = self.heads[task](u)
+            out[index, : self.widths[t]] = value.reshape(len(at), -1).float()
+        return out
+
+    def _partitioned(
+        self, first: tuple[Tensor, Tensor, Tensor], second: tuple[Tensor, ...] | None, task_ids: Tensor
+    ) -> Tensor:
+        """Traced: per task, its rows gathered, encoded with its modules, headed and scattered back."""
+        out = torch.zeros(first[0].shape[0], self.width, dtype=torch.float32, device=first[0].device)
+        spare = torch.zeros(1, dtype=torch.long, device=first[0].device)
+        for t, task in enumerate(self.task_names):
+            index = torch.nonzero(task_ids.reshape(-1) == t)[:, 0]
+            # one spare row (row 0, whatever its task) after the task's rows: a task absent from the batch
+            # then runs on one row instead of none, as the encoder's reshapes (-1 with a 0 batch) cannot
+            picked = torch.cat([index, spare])
+            u = self._pooled([x.index_select(0, picked) for x in first], task)
+            if self.siamese[t]:
+                assert second is not None
+                value = self.heads[task](u, self._pooled([x.index_select(0, picked) for x in second], task))
+            else:
+                value = self.heads[task](u)
+            value = value.reshape(-1, self.widths[t])[:-1].float()  # the spare row's output dropped
+            out = out.index_put((index,), F.pad(value, (0, self.width - self.widths[t])))
+        return out
+
+    def _pooled(self, inputs: Sequence[Tensor], task: str) -> Tensor:
+        ids, mask, types = inputs
+        return pool(self.encoder(ids, mask, types, task=task), mask, self.pooling)
+
+    def example_inputs(self, tokenizer: Any, max_length: int = 128) -> tuple[Tensor, ...]:
+        """Token tensors of two rows per task (a short and a long one, so that every task's rows have
+        padding), in :attr:`input_names` order: what :func:`~pal_lightning.module.export.export_onnx`
+        traces. A trace records the branches its example takes, so each task must be present and padded."""
+        a = ["A gripping and beautifully acted film.", "Too long."]
+        b = ["An absorbing, well acted movie.", "It goes on and on."]
+        kw: dict[str, Any] = dict(truncation=True, max_length=max_length)
+        firsts: list[dict[str, list[int]]] = []
+        seconds: list[dict[str, list[int]]] = []
+        for t in range(len(self.task_names)):
+            cross = self.pairs[t] and not self.siamese[t]
+            for k in range(2):
+                firsts.append(dict(tokenizer(a[k], b[k], **kw) if cross else tokenizer(a[k], **kw)))
+                seconds.append(dict(tokenizer(b[k] if self.siamese[t] else "", **kw)))
+        out = _padded(tokenizer, firsts)
+        task_ids = torch.arange(len(self.task_names)).repeat_interleave(2)
+        result: tuple[Tensor, ...] = (*out, task_ids)
+        if any(self.siamese):
+            result += _padded(tokenizer, seconds)
+        return result
+
+
+def _padded(tokenizer: Any, rows: list[dict[str, list[int]]]) -> tuple[Tensor, Tensor, Tensor]:
+    """``input_ids``, ``attention_mask``, ``token_type_ids`` of tokenised rows, right-padded to the longest."""
+    width = max(len(r["input_ids"]) for r in rows)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros(len(rows), width, dtype=torch.long)
+    types = torch.zeros(len(rows), width, dtype=torch.long)
+    for i, r in enumerate(rows):
+        n = len(r["input_ids"])
+        ids[i, :n] = torch.tensor(r["input_ids"])
+        mask[i, :n] = 1
+        if "token_type_ids" in r:
+            types[i, :n] = torch.tensor(r["token_type_ids"])
+    return ids, mask, types
+
+
 def export_onnx(
     model: SingleTaskModel | MixedTaskModel,
     path: str | os.PathLike[str],
@@ -127,7 +371,7 @@ def export_onnx(
 ) -> Path:
     """Write ``model`` as an ONNX file with dynamic batch and sequence axes.
 
-    A :class:`~pal_lightning.module.mixed_export.MixedTaskModel` gives one file for every task (each row's
+    A :class:`~pal_lightning.module.export.MixedTaskModel` gives one file for every task (each row's
     task an input, ``task_ids``); its tasks and output widths go into the file's metadata.
 
     Raises:
