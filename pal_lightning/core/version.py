@@ -24,7 +24,9 @@ def reads_files_of(saved: str | None, ours: str = __version__) -> bool:
 def version_mismatch(what: str, saved: str | None, ours: str = __version__) -> str:
     """The message for a file written by a version this one does not read: what wrote it, and the fix."""
     wrote = f"pal-lightning {saved}" if saved else "a pal-lightning version that did not record itself"
-    pin = f"pip install 'pal-lightning=={compatibility_series(saved)}.*'" if saved else "an older pal-lightning"
+    pin = (
+        f"pip install 'pal-lightning=={compatibility_series(saved)}.*'" if saved else "an older pal-lightning"
+    )
     return (
         f"{what} was written by {wrote}; this is pal-lightning {ours}, which does not read it (no compatibility "
         f"promise before 1.0). Load it with that version ({pin}), or train/save it again with this one."

@@ -196,7 +196,9 @@ def parameter_report(obj: nn.Module) -> ParameterReport:
     )
 
 
-def task_weight_formula(config: AdapterConfig, hidden_size: int, num_layers: int, intermediate_size: int) -> int:
+def task_weight_formula(
+    config: AdapterConfig, hidden_size: int, num_layers: int, intermediate_size: int
+) -> int:
     """Weight-matrix parameters one task adds with ``config`` (biases and LayerNorm vectors excluded).
 
     From the shapes alone, for tables and surveys that should not build a model: the method's own

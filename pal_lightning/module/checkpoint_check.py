@@ -97,7 +97,9 @@ def checkpoint_differences(
     return out
 
 
-def _field_differences(name: str, saved: Mapping[str, Any], ours: Mapping[str, Any], skip: frozenset[str]) -> list[str]:
+def _field_differences(
+    name: str, saved: Mapping[str, Any], ours: Mapping[str, Any], skip: frozenset[str]
+) -> list[str]:
     """``<name>.<field> is X in the checkpoint but Y here`` for each field of two option mappings that differs."""
     fields = [k for k in dict.fromkeys([*saved, *ours]) if k not in skip]
     return [

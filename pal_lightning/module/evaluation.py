@@ -243,7 +243,9 @@ class EvaluationMixin(_ModuleBase):
                 # Lightning logs a validation inside fit at the steps done minus one (its logging step
                 # moves on after validation); a logged "step" sets the row's step: the steps done, as in
                 # the checkpoint's name. "epoch" too, which Lightning then no longer adds.
-                self.log_dict({"step": float(self.global_step), "epoch": float(self.current_epoch)}, sync_dist=True)
+                self.log_dict(
+                    {"step": float(self.global_step), "epoch": float(self.current_epoch)}, sync_dist=True
+                )
         if overall.value is not None:
             # a partial mean gets its own name: a checkpoint monitoring <stage>/overall never
             # compares it with (or prefers it over) the score of a complete evaluation

@@ -87,7 +87,9 @@ def adapter_signature(encoder: MultiTaskBert) -> dict[str, object]:
     :meth:`~pal_lightning.modeling.methods.base.AdapterMethod.signature`, and the individual layers):
     equal signatures mean task weights fit."""
     cfg = encoder.adapter_config
-    signature: dict[str, object] = cfg.adapter_method.signature(cfg, encoder.adapter_size, encoder.adapter_layers)
+    signature: dict[str, object] = cfg.adapter_method.signature(
+        cfg, encoder.adapter_size, encoder.adapter_layers
+    )
     if encoder.individual_layers:
         signature["individual_layers"] = list(encoder.individual_layers)
         groups = sorted({g for t, g in encoder.task_group.items() if g != t})
