@@ -12,6 +12,17 @@ The exit statuses go to ``JOBS.json.results``: a child killed by signal N has
 status -N, as in :class:`subprocess.CompletedProcess`. A job's ``"env"``, if given, is the child's
 whole environment.
 
+A job that may run DDP (``ddp`` in its arguments or its config file) forks a spare process of its own
+first, before it runs anything: a child of the job, as pristine as the job was then (the driver's
+imports, the job's folder, environment and output files). When Lightning's launcher starts rank 1,
+``sys.executable -m pal_lightning.__main__ ARGS`` with its environment, the spare becomes that process
+instead (its working folder, environment, ``sys.argv`` and the rank Lightning reads off the
+environment at import, then ``sys.exit(main())`` as ``pal_lightning/__main__.py`` runs it); the
+launcher gets a :class:`subprocess.Popen` of it, a child of rank 0 as a started one would be. This
+saves the ~6 s of CPU of a fresh interpreter's imports per DDP command; what an interpreter start does
+is tested with real processes (test_cli_subprocess.py, test_console.py, torchrun's and srun's ranks in
+test_torchrun_cli.py). A job that does not start rank 1 closes the spare's pipe, and the spare exits.
+
 ``python cli_driver.py --serve`` does the same for batches read from stdin, one JSON object
 ``{"jobs": [...], "workers": N}`` a line, and answers each with one JSON line of exit statuses on
 stdout once the batch has finished, until stdin closes: one import for all the command lines of a
@@ -26,10 +37,18 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import subprocess
 import sys
+import threading
 import traceback
+import types
 from pathlib import Path
 from typing import Any
+
+RANK_COMMAND = [sys.executable, "-m", "pal_lightning.__main__"]
+"""How Lightning's launcher starts the other ranks of a run of ``python -m pal_lightning`` (and of a job)."""
+_spare: dict[str, int] = {}
+"""The job's spare process (``pid``) and the write end of its pipe (``fd``), while not yet taken."""
 
 
 def _preload() -> None:
@@ -64,6 +83,13 @@ def _child(job: dict[str, Any]) -> None:
     os.dup2(null, 0)  # a run reads no input (under --serve, stdin is the driver's job stream)
     os.close(null)
     sys.argv = ["pal-lightning", *job["args"]]
+    if _may_run_ddp(job["args"]):
+        _fork_spare()
+    _run_main()
+
+
+def _run_main() -> None:
+    """``sys.exit(main())`` in this process, then wait for the processes it started; exits."""
     # and it is ``python -m pal_lightning ARGS`` to Lightning's DDP launcher, which starts the other
     # ranks from ``__main__.__spec__``: ``sys.executable -m pal_lightning.__main__ ARGS``, as for a real run
     sys.modules["__main__"].__spec__ = importlib.util.find_spec("pal_lightning.__main__")
@@ -78,6 +104,8 @@ def _child(job: dict[str, Any]) -> None:
         code = 1
     sys.stdout.flush()
     sys.stderr.flush()
+    if "fd" in _spare:  # no rank 1 was started: the spare reads the end of its pipe and exits
+        os.close(_spare.pop("fd"))
     # the processes the run started (the other DDP ranks) write to the same files: end with them, as a
     # caller reading a run's output through pipes ends only when every writer has closed them
     while True:
@@ -86,6 +114,76 @@ def _child(job: dict[str, Any]) -> None:
         except ChildProcessError:
             break
     os._exit(code)
+
+
+def _may_run_ddp(args: list[str]) -> bool:
+    """Whether the command line or a config file it names mentions ``ddp`` (a strategy that starts ranks)."""
+    if any("ddp" in arg for arg in args):
+        return True
+    for flag, value in zip(args, args[1:], strict=False):
+        if flag == "--config" and Path(value).is_file() and "ddp" in Path(value).read_text(errors="replace"):
+            return True
+    return False
+
+
+def _fork_spare() -> None:
+    """Fork the spare (see the module's docstring) and have Lightning's launcher start rank 1 from it."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(write)
+        _become_rank(read)
+    os.close(read)
+    _spare.update(pid=pid, fd=write)
+    import lightning.pytorch.strategies.launchers.subprocess_script as launcher
+
+    shim = types.ModuleType("subprocess")
+    shim.__dict__.update(vars(subprocess))
+    shim.Popen = _popen  # type: ignore[attr-defined]
+    launcher.subprocess = shim  # type: ignore[attr-defined]
+
+
+def _popen(command: list[str], *args: Any, **kwargs: Any) -> subprocess.Popen:
+    """``subprocess.Popen`` for Lightning's launcher: rank 1 of this job is the spare, told to become
+    ``command`` with the given ``env`` and ``cwd``; anything else starts as usual."""
+    if "fd" not in _spare or args or set(kwargs) - {"env", "cwd"} or list(command[:3]) != RANK_COMMAND:
+        return subprocess.Popen(command, *args, **kwargs)
+    request = {"args": list(command[3:]), "env": kwargs.get("env"), "cwd": kwargs.get("cwd")}
+    fd = _spare.pop("fd")
+    os.write(fd, json.dumps(request).encode())
+    os.close(fd)
+    proc = subprocess.Popen.__new__(subprocess.Popen)  # a started child: what Popen.__init__ leaves
+    proc.args, proc.pid, proc.returncode = list(command), _spare.pop("pid"), None
+    proc.stdin = proc.stdout = proc.stderr = None
+    proc.text_mode, proc.encoding, proc.errors, proc.pipesize = False, None, None, -1
+    proc._child_created, proc._waitpid_lock = True, threading.Lock()  # type: ignore[attr-defined]
+    proc._sigint_wait_secs, proc._closed_child_pipe_fds = 0.25, True  # type: ignore[attr-defined]
+    proc._communication_started, proc._input = False, None  # type: ignore[attr-defined]
+    return proc
+
+
+def _become_rank(read: int) -> None:
+    """The spare: wait for the launcher's request (or the end of the pipe: exit), then be that process."""
+    chunks = []
+    while chunk := os.read(read, 1 << 16):
+        chunks.append(chunk)
+    os.close(read)
+    if not chunks:
+        os._exit(0)
+    request = json.loads(b"".join(chunks))
+    if request["cwd"] is not None:
+        os.chdir(request["cwd"])
+    if request["env"] is not None:
+        os.environ.clear()
+        os.environ.update(request["env"])
+    spec = importlib.util.find_spec("pal_lightning.__main__")
+    assert spec is not None and spec.origin is not None
+    sys.argv = [spec.origin, *request["args"]]  # as ``python -m pal_lightning.__main__ ARGS`` sets it
+    # what Lightning reads off the environment when it is imported (a fresh rank 1 imports it as rank 1)
+    from lightning.fabric.utilities.rank_zero import _get_rank, rank_zero_only
+
+    rank_zero_only.rank = _get_rank() or 0
+    _run_main()
 
 
 def run(jobs: list[dict[str, Any]], workers: int) -> dict[str, int]:

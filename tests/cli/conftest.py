@@ -66,8 +66,10 @@ class ForkedCli:
     with ``sys.argv`` set, in its own working folder, with its own output files and environment: a
     ``KillAtStep`` SIGKILL, a ``SignalAtStep`` SIGTERM/SIGINT and an exit status reach the test as they
     would from :func:`subprocess.run` (status ``-9`` for SIGKILL). Under DDP the child is rank 0, and
-    Lightning starts the other ranks as from a real run, ``sys.executable -m pal_lightning.__main__
-    ARGS``: fresh interpreters, whose output goes to the child's files. What the interpreter start-up
+    Lightning's launcher starts rank 1 as from a real run, ``sys.executable -m pal_lightning.__main__
+    ARGS`` with its environment, a child of rank 0 whose output goes to the child's files: the job's
+    spare process, forked before the run began, becomes that command (``cli_driver.py``), which saves
+    rank 1's ~6 s of imports. What the interpreter start-up
     itself does (``-m pal_lightning``, the console script, what is printed while the CLI imports) is
     tested with real processes in test_cli_subprocess.py and test_console.py, and ranks that no
     ``pal-lightning`` process starts (torchrun's, srun's) are real processes too. One batch at a time:
