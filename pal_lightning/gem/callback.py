@@ -107,8 +107,8 @@ class GEMCallback(pl.Callback):
     1. constraining tasks ``K``: ``"others"`` = every task with a memory that is not current;
        ``"past"`` = tasks first trained before the (latest-seen) current one, not current;
     2. memory gradients ``g_k`` (``k`` in ``K``) with ``torch.autograd.grad`` of
-       ``pl_module.batch_loss`` on the unwrapped module (by default of ``pl_module.mixed_losses`` of one
-       mixed batch of every task's examples, ``one_pass``) under the precision plugin's
+       ``pl_module.batch_loss`` on the unwrapped module (or of ``pl_module.mixed_losses`` of one mixed
+       batch of every task's examples, ``one_pass``) under the precision plugin's
        ``forward_context()``: ``memory_batch_size * world_size`` remembered examples are drawn
        with a generator seeded by ``(seed, global_step, k)`` (fewer when the memory holds fewer),
        each rank takes its disjoint share, the gradients are summed across ranks weighted by
@@ -167,7 +167,10 @@ class GEMCallback(pl.Callback):
             whole mixed batch). The same rows as the per-task path (``False``: one forward per task) up to
             float rounding. Where the module cannot run it (no ``mixed_losses``, an override of
             ``batch_loss``, a compiled encoder, an encoder that runs a mixed batch one task at a time;
-            :func:`~pal_lightning.gem.one_pass.one_pass_applies`) the per-task path runs anyway.
+            :func:`~pal_lightning.gem.one_pass.one_pass_applies`) the per-task path runs anyway. ``None``
+            (default): A-GEM always (the same arithmetic in fewer operators); GEM on CUDA devices only
+            (its ``t`` backwards over the mixed batch are more arithmetic: on a CPU at the quickstart
+            shape 1.4-1.6 times slower than per task; on a GPU a step waits for the host's operators).
         flat_rows: the Gram matrix and the write-back over one float64 copy of the rows
             (:mod:`pal_lightning.gem.flat_rows`: a few kernels instead of one per parameter tensor and
             product; ``t + 1`` copies of the participating parameters in memory) instead of tensor by
@@ -188,7 +191,7 @@ class GEMCallback(pl.Callback):
         seed: int = 0,
         batch_tasks: bool = True,
         flat_rows: bool | None = None,
-        one_pass: bool = True,
+        one_pass: bool | None = None,
     ) -> None:
         super().__init__()
         check_options(memory_batch_size, margin, mode, constraints, parameters, refresh_every, eps)
@@ -203,7 +206,7 @@ class GEMCallback(pl.Callback):
         self.seed = int(seed)
         self.batch_tasks = bool(batch_tasks)
         self.flat_rows = None if flat_rows is None else bool(flat_rows)
-        self.one_pass = bool(one_pass)
+        self.one_pass = None if one_pass is None else bool(one_pass)
         self.memory = EpisodicMemory(memory_size, seed)
         self.task_order: list[str] = []
         """Tasks in the order they were first trained on (what ``constraints="past"`` looks at)."""

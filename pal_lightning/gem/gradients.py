@@ -134,7 +134,7 @@ def constraint_gradients(
     memory_batch_size: int,
     params: list[nn.Parameter],
     batch_tasks: bool = True,
-    one_pass: bool = True,
+    one_pass: bool | None = None,
 ) -> list[Grads]:
     """Rows of ``G``: one per task (``mode="gem"``), or the single A-GEM reference gradient.
 
@@ -144,7 +144,8 @@ def constraint_gradients(
     With ``one_pass`` and more than one task, where the module allows it
     (:func:`~pal_lightning.gem.one_pass.one_pass_applies`), every task's share runs as one mixed batch:
     GEM's rows from one forward and one backward per task, A-GEM's row from one forward and one backward
-    (:mod:`pal_lightning.gem.one_pass`). Otherwise one forward per task: GEM's rows from one backward
+    (:mod:`pal_lightning.gem.one_pass`). ``None`` (default): A-GEM always; GEM on a CUDA device only
+    (:func:`~pal_lightning.gem.one_pass.wants_one_pass`). Otherwise one forward per task: GEM's rows from one backward
     (:func:`~pal_lightning.gem.gradients.task_gradients`) when ``batch_tasks`` and the parameters allow
     it, else from one backward per task; A-GEM's single row is one backward either way. A-GEM's embedding
     tables' gradients are sparse rows in one process on a CPU, on both paths.
@@ -152,7 +153,8 @@ def constraint_gradients(
     from pal_lightning.gem import one_pass as mixed  # it builds on this module's MemorySource
 
     want = memory_batch_size * source.world_size
-    in_one_pass = one_pass and len(tasks) > 1 and mixed.one_pass_applies(source.module)
+    wanted = mixed.wants_one_pass(one_pass, mode, params)
+    in_one_pass = wanted and len(tasks) > 1 and mixed.one_pass_applies(source.module)
     if mode == "gem":
         draws = {task: memory.sample(task, want, step) for task in tasks}
         owners = mixed.task_owners(source.module, tasks) if in_one_pass else None

@@ -127,7 +127,9 @@ def main(data_dir: str, out: str, mode: str = "interleaved", model_type: str = "
         max_steps = 6
     else:
         dm = MultiTaskDataModule(data_dir=data_dir, cache_dir=False, batch_size=3, max_length=32)
-        gem = GEMCallback(memory_size=5, memory_batch_size=3)  # 3 x 2 ranks wanted, 5 stored: shares 3 + 2
+        # 3 x 2 ranks wanted, 5 stored: shares 3 + 2; GEM's rows in one pass (its default on CUDA only),
+        # checked against the per-task rows of the whole draw (the CPU's default) by _row_error
+        gem = GEMCallback(memory_size=5, memory_batch_size=3, one_pass=True)
         max_steps = 6  # the last step has two constraining tasks (the batched rows)
     callbacks = [gem, Record(gem, Path(out), continual)] + ([continual] if continual is not None else [])
     trainer = quiet_trainer(

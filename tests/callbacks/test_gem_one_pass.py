@@ -58,6 +58,7 @@ def _rows(
     model: nn.Module, dm: MultiTaskDataModule, memory: EpisodicMemory, mode: str, params: list, **kw
 ) -> list:
     source = MemorySource(model, dm, rank=kw.pop("rank", 0), world_size=kw.pop("world_size", 1))
+    kw.setdefault("one_pass", True)  # GEM's default on a CPU is per task (one_pass=None)
     return constraint_gradients(
         source, memory, mode, kw.pop("tasks", TASKS), 3, kw.pop("mbs", 5), params, **kw
     )
@@ -186,8 +187,17 @@ def test_per_task_where_one_pass_does_not_apply(
     cb.memory, cb.task_order = memory, list(TASKS)
     model.batch_loss(dm.train_batch("sst", [0, 1])).backward()
     cb.project_step(model, dm, step=0, current=["sst"])
-    assert spy == [] and memory_gradients.constraint_gradients.__defaults__ == (True, True)
+    assert spy == [] and memory_gradients.constraint_gradients.__defaults__ == (True, None)
     cb.one_pass = True
     cb.project_step(model, dm, step=0, current=["sst"])
     assert spy == ["mixed_task_gradients"]
+    spy.clear()
+    cb.one_pass = None  # the default: GEM per task on a CPU, A-GEM in one pass
+    cb.project_step(model, dm, step=0, current=["sst"])
+    cb.mode = "agem"
+    cb.project_step(model, dm, step=0, current=["sst"])
+    assert spy == ["mixed_memory_gradient"]
     model.zero_grad(set_to_none=True)
+    params = [nn.Parameter(torch.ones(1))]
+    assert one_pass.wants_one_pass(None, "agem", params) and not one_pass.wants_one_pass(None, "gem", params)
+    assert one_pass.wants_one_pass(True, "gem", params) and not one_pass.wants_one_pass(False, "agem", params)
