@@ -47,14 +47,17 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import torch
 from lightning.fabric.utilities.apply_func import move_data_to_device
 from torch import Tensor, nn
 
 from pal_lightning.core.batch import mix_batches
-from pal_lightning.gem.gradients import MemorySource
 from pal_lightning.gem.gram import Grads
+
+if TYPE_CHECKING:  # gradients imports this module at run time: the type alone, no cycle
+    from pal_lightning.gem.gradients import MemorySource
 from pal_lightning.gem.sparse_embeddings import sparse_embedding_gradients
 
 __all__ = [
@@ -68,6 +71,8 @@ __all__ = [
 
 #: What a :class:`~pal_lightning.MultiTaskModule` subclass may override that changes a one-task batch's
 #: loss without changing ``mixed_losses`` (then the per-task path runs, which calls the override).
+_MODULE_HOME = "pal_lightning.module.multitask"
+"""Where ``MultiTaskModule`` is defined (the class is recognised by its name and module)."""
 _ONE_TASK_PATH = ("batch_loss", "forward", "encode", "_encode_batch", "_encode_siamese")
 
 
@@ -90,10 +95,18 @@ def one_pass_applies(module: nn.Module) -> bool:
         return False
     if bool(getattr(getattr(module, "encoder", None), "mixed_by_task", False)) or _compiling(module):
         return False
-    from pal_lightning.module.multitask import MultiTaskModule  # the module package imports Lightning
-
-    if isinstance(module, MultiTaskModule):
-        return all(getattr(type(module), name) is getattr(MultiTaskModule, name) for name in _ONE_TASK_PATH)
+    # MultiTaskModule found by name in the class's MRO: gem sits below the module package, so it does not
+    # import it (and an object of another class has no one-task path to override)
+    base = next(
+        (
+            c
+            for c in type(module).__mro__
+            if c.__qualname__ == "MultiTaskModule" and c.__module__ == _MODULE_HOME
+        ),
+        None,
+    )
+    if base is not None:
+        return all(getattr(type(module), name) is getattr(base, name) for name in _ONE_TASK_PATH)
     return True
 
 
