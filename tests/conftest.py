@@ -49,42 +49,41 @@ SLOW_FILES = (
     # the end-to-end fixtures (CLI runs, DDP ranks, notebooks) and the long property tests: handed to the
     # workers first, longest first, so that the run ends with short tests on both workers rather than one
     # long file on one. By CPU seconds of the file's process tree (the worker and every process it starts,
-    # forked CLI children included), measured 2026-11-28 on the 2-core machine with -n 2, then less where
-    # a file was made cheaper (DDP rank 1 forked from a spare, one notebook kernel, cheaper fuzz cases):
-    # torchrun ~31, readme_blocks ~20, readers_fuzz ~18, compile_option ~18, signals ~16, ..., disk_faults
-    # ~5; every file not listed takes less
+    # forked CLI children included), measured 2026-11-28 on the 2-core machine with -n 2: torchrun ~32,
+    # readme_blocks ~20, compile_option ~17, peers ~17, readers_fuzz ~17, ..., ddp_stage2 ~3 (its ranks
+    # forked: tests/cli/cli_driver.py); every file not listed takes less than the last ones
     "tests/cli/test_torchrun_cli.py",
     "tests/cli/test_readme_blocks.py",
-    "tests/data/test_readers_fuzz.py",
     "tests/test_compile_option.py",
-    "tests/cli/test_signals.py",
+    "tests/cli/test_peers.py",
+    "tests/data/test_readers_fuzz.py",
+    "tests/cli/test_resume.py",
     "tests/cli/test_cli.py",
     "tests/cli/test_cli_subprocess.py",
-    "tests/cli/test_peers.py",
-    "tests/cli/test_resume.py",
-    "tests/cli/test_ddp_stage2_pretrain.py",
     "tests/cli/test_bad_inputs.py",
-    "tests/callbacks/test_gem_ddp.py",
-    "tests/test_notebook.py",
     "tests/cli/test_demo_predict.py",
     "tests/test_metrics.py",
     "tests/cli/test_text_predict.py",
-    "tests/cli/test_ddp_cli.py",
+    "tests/cli/test_signals.py",
     "tests/cli/test_console.py",
-    "tests/cli/test_sharing_ddp_resume.py",
-    "tests/test_pretrained.py",
+    "tests/test_notebook.py",
     "tests/test_demo.py",
+    "tests/test_pretrained.py",
+    "tests/callbacks/test_gem_ddp.py",
     "tests/cli/test_first_hour.py",
-    "tests/cli/test_short_fit_scores.py",
-    "tests/modeling/test_simcse_ddp.py",
-    "tests/data/test_ddp.py",
-    "tests/cli/test_run_folders.py",
-    "tests/data/test_validation_carve.py",
-    "tests/data/test_real_data.py",
     "tests/test_families_module.py",
-    "tests/cli/test_console_leftovers.py",
+    "tests/data/test_validation_carve.py",
+    "tests/data/test_ddp.py",
+    "tests/cli/test_sharing_ddp_resume.py",
+    "tests/cli/test_run_folders.py",
+    "tests/data/test_real_data.py",
     "tests/cli/test_loop_overhead.py",
+    "tests/cli/test_console_leftovers.py",
+    "tests/modeling/test_simcse_ddp.py",
+    "tests/cli/test_short_fit_scores.py",
+    "tests/cli/test_ddp_cli.py",
     "tests/cli/test_disk_faults.py",
+    "tests/cli/test_ddp_stage2_pretrain.py",
 )
 
 
