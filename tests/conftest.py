@@ -51,7 +51,7 @@ SLOW_FILES = (
     # long file on one. By CPU seconds of the file's process tree (the worker and every process it starts,
     # forked CLI children included), measured 2026-11-28 on the 2-core machine with -n 2: torchrun ~32,
     # readme_blocks ~20, compile_option ~17, peers ~17, readers_fuzz ~17, ..., ddp_stage2 ~3 (its ranks
-    # forked: tests/cli/cli_driver.py); every file not listed takes less than the last ones
+    # forked: tests/cli/cli_driver.py, listed for its DDP ranks); every file not listed takes ~7 or less
     "tests/cli/test_torchrun_cli.py",
     "tests/cli/test_readme_blocks.py",
     "tests/test_compile_option.py",
