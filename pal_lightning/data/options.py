@@ -17,7 +17,7 @@ from typing import Any
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.hub import DEFAULT_ENCODER
-from pal_lightning.data.batch_samplers import BATCH_MIXINGS, MIXED, PER_TASK
+from pal_lightning.data.batch_samplers import BATCH_MIXINGS, MIXED
 from pal_lightning.data.phase_plan import SEQUENTIAL, check_task_schedule
 from pal_lightning.data.schedules import SAMPLING_SCHEDULES, SamplingSchedule
 from pal_lightning.data.sources.readers import BAD_ROW_POLICIES, DEFAULT_MAX_BAD_FRACTION, SPLITS
@@ -145,7 +145,7 @@ class DataConfig:
     """Seed of the validation carve-out; ``None``: ``seed``. The rows depend only on it, the task's name
     and its train split, so every rank, process and resumed run carves the same ones."""
 
-    batch_mixing: str = PER_TASK
+    batch_mixing: str = "per_task"  # PER_TASK, written out: the fast help reads this file's defaults with ast
     """How a training batch is made: ``per_task`` (every batch holds one task's rows; ``sampling`` draws the
     task of each step) or ``mixed`` (every row draws its own task with the same probabilities, annealing
     included; the loss is the mean over the batch's rows, whose expected gradient is the per-task

@@ -227,3 +227,11 @@ def test_two_process_ddp_mixed_shares(tmp_path: Path) -> None:
         assert not set(ids0) & set(ids1)  # ids carry their task's prefix: disjoint across tasks too
     seen = {t for r in (r0, r1) for _, tasks, _ in r["train"] for t in tasks}
     assert seen == {"sst", "qqp", "sts"}
+
+
+def test_the_default_batch_mixing_is_per_task() -> None:
+    """options.py writes the default out (the fast help reads it with ast): it must stay PER_TASK."""
+    from pal_lightning.data.batch_samplers import PER_TASK
+    from pal_lightning.data.options import DataConfig
+
+    assert DataConfig.__dataclass_fields__["batch_mixing"].default == PER_TASK
