@@ -1,11 +1,10 @@
-"""Run by test_ddp.py: 2-process gloo DDP fit + validate + predict on fixture files.
+"""Run by test_ddp.py: 2-process gloo DDP fit + validate + predict on fixture files, then a fit on mixed-task
+batches by the same two ranks (one launch, one process-group set-up, for both).
 
-Every rank writes ``rank<r>.json`` with the training batches (epoch, task, ids) and
-the validation ids it saw; prediction files go to ``<out>/preds``.
-Usage: python ddp_script.py OUT_DIR [mixed]
-
-With ``mixed`` (test_mixed_sampling.py): mixed-task batches, one epoch, each step's row tasks recorded
-instead of the batch's task, and no prediction.
+Every rank writes ``rank<r>.json`` with the training batches (epoch, task, ids) and the validation ids it
+saw; prediction files go to ``<out>/preds``. The mixed fit (one epoch, each step's row tasks recorded
+instead of the batch's task, no prediction) writes its ``rank<r>.json`` to ``<out>/mixed``.
+Usage: python ddp_script.py OUT_DIR
 """
 
 from __future__ import annotations
@@ -63,14 +62,11 @@ class Recorder(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
-def main(out: str, mixing: str = "per_task") -> None:
-    torch.set_num_threads(1)
-    root = Path(out)
-    data = root / "data"
-    if int(os.environ.get("LOCAL_RANK", "0")) == 0 and not data.exists():
-        write_cs224n_quirks(data)
+def fit(root: Path, out: Path, mixing: str) -> None:
+    """One DDP fit of ``mixing`` batches on ``root``'s fixture data, the ranks' records in ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
     dm = MultiTaskDataModule(
-        data_dir=str(data),
+        data_dir=str(root / "data"),
         cache_dir=str(root / "cache"),
         batch_size=3,
         eval_batch_size=4,
@@ -82,13 +78,23 @@ def main(out: str, mixing: str = "per_task") -> None:
         devices=2,
         strategy="ddp",
         max_epochs=1 if mixed else 2,
-        callbacks=[PredictionWriter(output_dir=root / "preds")],
+        callbacks=[] if mixed else [PredictionWriter(output_dir=root / "preds")],
     )
-    model = Recorder(out)
+    model = Recorder(str(out))
     trainer.fit(model, datamodule=dm)
     if not mixed:
         trainer.predict(model, datamodule=dm, return_predictions=False)
 
 
+def main(out: str) -> None:
+    torch.set_num_threads(1)
+    root = Path(out)
+    data = root / "data"
+    if int(os.environ.get("LOCAL_RANK", "0")) == 0 and not data.exists():
+        write_cs224n_quirks(data)
+    fit(root, root, "per_task")
+    fit(root, root / "mixed", "mixed")
+
+
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    main(sys.argv[1])

@@ -15,17 +15,24 @@ pytestmark = pytest.mark.ddp
 SCRIPT = Path(__file__).with_name("ddp_script.py")
 
 
-def test_two_process_ddp(tmp_path):
-    # Write the fixture data before the ranks start, so both see complete files.
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One launch of two gloo ranks: the per-task fit, validation and prediction, then the mixed fit."""
     from pal_lightning.testing import write_cs224n_quirks
 
-    write_cs224n_quirks(tmp_path / "data")
+    out = tmp_path_factory.mktemp("ddp")
+    write_cs224n_quirks(out / "data")  # before the ranks start, so both see complete files
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PL_DISABLE_FORK": "1"}
     env.pop("LOCAL_RANK", None)
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), str(tmp_path)], env=env, capture_output=True, text=True, timeout=240
+        [sys.executable, str(SCRIPT), str(out)], env=env, capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
+    return out
+
+
+def test_two_process_ddp(ranks: Path) -> None:
+    tmp_path = ranks
     r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
     assert r0["world"] == r1["world"] == r0["sampler_world"] == 2
     assert r0["use_distributed_sampler"] is False  # switched off by the data module
@@ -55,3 +62,15 @@ def test_two_process_ddp(tmp_path):
     ids = [line.split(" , ")[0] for line in lines[1:]]
     assert ids == [f"qqptest{i:03d}" for i in range(7)]
     assert len(list(preds.glob("*-output.csv"))) == 6
+
+
+def test_two_process_ddp_mixed_shares(ranks: Path) -> None:
+    """Mixed-task batches under DDP: each step's rows split between the ranks, no example on both."""
+    r0, r1 = (json.loads((ranks / "mixed" / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert r0["world"] == r1["world"] == 2
+    assert len(r0["train"]) == len(r1["train"]) > 0
+    for (e0, tasks0, ids0), (e1, tasks1, ids1) in zip(r0["train"], r1["train"], strict=True):
+        assert e0 == e1 and len(ids0) == len(tasks0) == len(ids1) == len(tasks1) == 3
+        assert not set(ids0) & set(ids1)  # ids carry their task's prefix: disjoint across tasks too
+    seen = {t for r in (r0, r1) for _, tasks, _ in r["train"] for t in tasks}
+    assert seen == {"sst", "qqp", "sts"}
