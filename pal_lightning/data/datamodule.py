@@ -260,36 +260,31 @@ class MultiTaskDataModule(pl.LightningDataModule):
         assert self.sampling_schedule is not None
         world, rank = shard_of(self.trainer)
         splits = {(t, "train"): self.load_split(t, "train") for t in self.task_names}
-        if self.config.batch_mixing == MIXED:
-            sampler: MultiTaskBatchSampler = MixedTaskBatchSampler(
-                self.train_sizes,
-                self.batch_sizes,
-                self.sampling_schedule,
-                steps_per_epoch=self.config.steps_per_epoch,
-                num_replicas=world,
-                rank=rank,
-                seed=int(self.config.seed),
-            )
-        else:
-            sampler = self._per_task_sampler(splits, world, rank)
+        sampler = self._train_sampler(splits, world, rank)
         sampler.position_fn = lambda: fit_batches_consumed(self.trainer)
         dataset = MultiTaskDataset(splits, self.pad_token_id, self.config.pad_to_multiple_of)
         epoch = None if self.trainer is None else self.trainer.current_epoch
         return self.train_sampling.loader(sampler, dataset, epoch, self._loader_kwargs())
 
-    def _per_task_sampler(
+    def _train_sampler(
         self, splits: dict[tuple[str, str], TokenizedSplit], world: int, rank: int
     ) -> MultiTaskBatchSampler:
+        """The training batch sampler: mixed-task batches, or one task per batch (with length grouping
+        and a sequential schedule's phases where configured)."""
         assert self.sampling_schedule is not None
+        common: dict[str, Any] = {
+            "steps_per_epoch": self.config.steps_per_epoch,
+            "num_replicas": world,
+            "rank": rank,
+            "seed": int(self.config.seed),
+        }
+        args = (self.train_sizes, self.batch_sizes, self.sampling_schedule)
+        if self.config.batch_mixing == MIXED:
+            return MixedTaskBatchSampler(*args, **common)
         by_length = self.config.group_by_length
         return MultiTaskBatchSampler(
-            self.train_sizes,
-            self.batch_sizes,
-            self.sampling_schedule,
-            steps_per_epoch=self.config.steps_per_epoch,
-            num_replicas=world,
-            rank=rank,
-            seed=int(self.config.seed),
+            *args,
+            **common,
             lengths={t: splits[(t, "train")].lengths for t in self.task_names} if by_length else None,
             phases=self.phase_plan.lengths(self.train_sizes, self.batch_sizes, world) or None,
         )
