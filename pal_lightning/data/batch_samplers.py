@@ -62,7 +62,26 @@ Mixed batches (:class:`MixedTaskBatchSampler`, ``--data.batch_mixing mixed``): e
     between two passes over a task may fall inside it: each pass's first ``B * W`` positions are kept
     disjoint from the previous pass's last ``B * W`` (:func:`_spaced_cycle`), so no example appears twice
     in a global batch (a task with fewer than three global batches of examples may still repeat one).
-    Length grouping (``group_by_length``) has no mixed form: the options refuse it.
+
+    Length grouping of mixed batches (``group_by_length``) keeps every row's task draw and every batch's
+    task mix, and only chooses *which* of a task's examples a batch gets. The steps of an epoch are cut
+    into pools of ``pool_batches`` consecutive steps; a pool's rows of task ``t`` take the same stream
+    positions as without grouping. The pool's steps are put in a random order (seeded by ``(seed, epoch,
+    pool)``) and every task's examples of the pool, sorted longest first, are dealt to the steps in that
+    order, each step taking as many as it drew rows of the task::
+
+        drawn tasks (pool of 4 steps, B * W = 4)      dealt, step order 2, 0, 3, 1
+        step 0: a a b c                               step 2 gets a's longest and b's longest
+        step 1: b a b b                               step 0 gets the next a, a, b, c
+        step 2: a b c a       ->  rows keep their     step 3 ...
+        step 3: c c a b           tasks; examples     step 1 gets a's and b's shortest
+                                  follow the order
+
+    So one step holds the long examples of every task and another the short ones (less padding: a mixed
+    batch pads to its longest row, a siamese pair's width being its longer sentence), while the rows' tasks,
+    and so the expected gradient argued above, are those of the ungrouped draw; only the pairing of
+    examples into batches changes, as with one-task grouping. An example met twice in a pool (a pass
+    boundary) sorts next to itself: :func:`_deal_apart` moves one copy to a neighbouring step.
 
 Evaluation (:func:`eval_batches`)
     Every example exactly once: rank ``r`` takes the ``r``-th contiguous block of each
@@ -91,6 +110,7 @@ log = logging.getLogger(__name__)
 _SCHEDULE_STREAM = 1
 _EXAMPLE_STREAM = 2
 _ROW_STREAM = 3
+_POOL_STREAM = 4
 
 #: The values of ``--data.batch_mixing``: every batch holds one task's rows (``per_task``), or every row's
 #: task is drawn on its own (``mixed``, :class:`MixedTaskBatchSampler`).
@@ -565,8 +585,10 @@ class MixedTaskBatchSampler(MultiTaskBatchSampler):
     """Yields :class:`MixedBatch` es whose rows draw their tasks by the schedule (module docstring).
 
     Takes the per-task sampler's arguments, except ``phases`` (a sequential schedule trains one task at a
-    time) and ``lengths`` (no length grouping). ``steps_per_epoch`` defaults to the per-task sampler's
-    one pass, ``sum_t ceil(N_t / (B W))``, so both modes take as many steps and rows per epoch.
+    time). ``lengths`` are each example's padded width in a mixed batch (a siamese pair's longer side);
+    given, every pool of ``pool_batches`` steps deals long examples to the same steps (module docstring).
+    ``steps_per_epoch`` defaults to the per-task sampler's one pass, ``sum_t ceil(N_t / (B W))``, so both
+    modes take as many steps and rows per epoch.
 
     Raises:
         PalUserError: for per-task batch sizes that differ, or the ``round_robin`` schedule (a cycle of
@@ -584,6 +606,8 @@ class MixedTaskBatchSampler(MultiTaskBatchSampler):
         num_replicas: int = 1,
         rank: int = 0,
         seed: int = 42,
+        lengths: Mapping[str, np.ndarray] | None = None,
+        pool_batches: int = 50,
         split: str = "train",
     ) -> None:
         if schedule.is_round_robin:
@@ -600,8 +624,12 @@ class MixedTaskBatchSampler(MultiTaskBatchSampler):
             num_replicas=num_replicas,
             rank=rank,
             seed=seed,
+            lengths=lengths,
+            pool_batches=pool_batches,
             split=split,
         )
+        if pool_batches < 1:
+            raise PalUserError(f"pool_batches must be >= 1, got {pool_batches}.")
         #: Rows per rank of every batch.
         self.batch_size = one_batch_size(self.batch_sizes)
 
@@ -650,21 +678,59 @@ class MixedTaskBatchSampler(MultiTaskBatchSampler):
     def batches(self, epoch: int, start: int = 0) -> Iterator[MixedBatch]:  # type: ignore[override]
         """This rank's mixed batches of ``epoch`` from step ``start`` on (pure: no state is changed)."""
         draws = self.row_tasks(epoch)
+        # Without grouping a "pool" is the rest of the epoch, taken in stream order.
+        pool = self.pool_batches if self.lengths is not None else self.steps_per_epoch
+        first = start - start % pool if self.lengths is not None else start
         offsets = dict(self._epoch_offsets(epoch))
-        for t, used in self._positions_used(epoch, start).items():
+        for t, used in self._positions_used(epoch, first).items():
             offsets[t] += used
         lo, hi = self.rank * self.batch_size, (self.rank + 1) * self.batch_size
-        for step in range(start, self.steps_per_epoch):
-            row = draws[step]
-            parts = []
-            for i, t in enumerate(self.tasks):
-                before = int(np.count_nonzero(row[:lo] == i))
-                mine = int(np.count_nonzero(row[lo:hi] == i))
-                if mine:
-                    idx = self._take(t, offsets[t] + before, mine)
-                    parts.append(TaskBatch(t, self.split, tuple(int(j) for j in idx)))
-                offsets[t] += int(np.count_nonzero(row == i))
-            yield MixedBatch(tuple(parts))
+        for p0 in range(first, self.steps_per_epoch, pool):
+            p1 = min(p0 + pool, self.steps_per_epoch)
+            dealt = self._pool_examples(epoch, p0, draws[p0:p1], offsets)
+            for step in range(max(p0, start), p1):
+                row, parts = draws[step], []
+                for i, t in enumerate(self.tasks):
+                    before = int(np.count_nonzero(row[:lo] == i))
+                    mine = int(np.count_nonzero(row[lo:hi] == i))
+                    if mine:
+                        idx = dealt[t][step - p0][before : before + mine]
+                        parts.append(TaskBatch(t, self.split, tuple(int(j) for j in idx)))
+                yield MixedBatch(tuple(parts))
+
+    def _pool_examples(
+        self, epoch: int, p0: int, draws: np.ndarray, offsets: dict[str, int]
+    ) -> dict[str, list[np.ndarray]]:
+        """``{task: [examples of each step of the pool]}``, each step's in its rows' order, for the pool of
+        steps ``p0 ..`` whose row draws are ``draws``; advances ``offsets`` past the pool's stream positions.
+
+        Ungrouped, step ``k`` takes the next stream positions of each task; grouped, the pool's examples of
+        each task are sorted longest first and dealt to the steps in one random order (module docstring).
+        """
+        counts = np.stack([(draws == i).sum(axis=1) for i in range(len(self.tasks))])  # [T, steps]
+        order = np.arange(len(draws))
+        if self.lengths is not None:
+            words = [*_seed_words(self.seed), _POOL_STREAM, epoch, p0]
+            rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(words)))
+            order = rng.permutation(len(draws))
+        dealt: dict[str, list[np.ndarray]] = {}
+        for i, t in enumerate(self.tasks):
+            total = int(counts[i].sum())
+            examples = self._take(t, offsets[t], total) if total else np.zeros(0, dtype=np.int64)
+            offsets[t] += total
+            if self.lengths is None:
+                bounds = np.cumsum(counts[i])
+                dealt[t] = np.split(examples, bounds[:-1])
+                continue
+            examples = examples[np.argsort(-self.lengths[t][examples], kind="stable")]
+            # Steps in ``order`` take consecutive slices of the sorted examples.
+            ends = np.cumsum(counts[i][order])
+            slices = _deal_apart(examples, ends)
+            per_step: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * len(draws)
+            for k, step in enumerate(order):
+                per_step[int(step)] = slices[k]
+            dealt[t] = per_step
+        return dealt
 
     def __iter__(self) -> Iterator[MixedBatch]:  # type: ignore[override]
         return super().__iter__()  # type: ignore[return-value]
@@ -716,3 +782,48 @@ def _spaced_cycle(seed: int, task: str, cycle: int, n: int, window: int) -> np.n
         for i, j in zip(clashes, free, strict=False):
             perm[i], perm[j] = perm[j], perm[i]
     return perm
+
+
+def _deal_apart(examples: np.ndarray, ends: np.ndarray) -> list[np.ndarray]:
+    """``examples`` cut at ``ends`` (slice ``k`` is ``examples[ends[k-1]:ends[k]]``), with no example twice
+    in one slice where a swap with a neighbouring slice avoids it.
+
+    Sorted by length, two copies of an example (drawn on both sides of a pass boundary) are neighbours and
+    would land in one batch. Each repeated copy is swapped with the nearest position of another slice whose
+    example is new to this slice and whose slice lacks the copy: the lengths barely change, the multiset
+    of examples (and so every stream position's use) does not. Repeats are rare (pool rows of a task that
+    straddle one of its pass boundaries), so the common case is one ``np.unique`` per slice.
+    """
+    out = examples.copy()
+    starts = np.concatenate([[0], ends[:-1]]).astype(np.int64)
+    slice_of = np.repeat(np.arange(len(ends)), ends - starts)
+
+    def members(k: int) -> np.ndarray:
+        return out[starts[k] : ends[k]]
+
+    for k in range(len(ends)):
+        if len(np.unique(members(k))) == ends[k] - starts[k]:
+            continue
+        seen: set[int] = set()
+        for i in range(int(starts[k]), int(ends[k])):
+            if int(out[i]) not in seen:
+                seen.add(int(out[i]))
+                continue
+            here = set(members(k).tolist())
+            for distance in range(1, len(out)):
+                j = next(
+                    (
+                        j
+                        for j in (i - distance, i + distance)
+                        if 0 <= j < len(out)
+                        and slice_of[j] != k
+                        and int(out[j]) not in here
+                        and int(out[i]) not in members(int(slice_of[j])).tolist()
+                    ),
+                    None,
+                )
+                if j is not None:
+                    out[i], out[j] = out[j], out[i]
+                    break
+            seen.add(int(out[i]))
+    return [out[starts[k] : ends[k]] for k in range(len(ends))]

@@ -279,9 +279,10 @@ class MultiTaskDataModule(pl.LightningDataModule):
             "seed": int(self.config.seed),
         }
         args = (self.train_sizes, self.batch_sizes, self.sampling_schedule)
-        if self.config.batch_mixing == MIXED:
-            return MixedTaskBatchSampler(*args, **common)
         by_length = self.config.group_by_length
+        if self.config.batch_mixing == MIXED:
+            widths = {t: splits[(t, "train")].widths for t in self.task_names}
+            return MixedTaskBatchSampler(*args, **common, lengths=widths if by_length else None)
         return MultiTaskBatchSampler(
             *args,
             **common,

@@ -93,7 +93,8 @@ class DataConfig:
     """Undo PTB tokens for tasks that ask for it (SST)."""
 
     group_by_length: bool = False
-    """Batch training examples of similar length together (less padding)."""
+    """Batch training examples of similar length together (less padding). With ``batch_mixing: mixed`` the
+    rows' drawn tasks stay as drawn and each task's long examples go to the same steps."""
 
     pad_to_multiple_of: int = 1
     """Pad every batch's sequence length up to a multiple of this: 8 keeps a GPU's half-precision matmuls
@@ -150,11 +151,12 @@ class DataConfig:
     task of each step) or ``mixed`` (every row draws its own task with the same probabilities, annealing
     included; the loss is the mean over the batch's rows, whose expected gradient is the per-task
     schedule's ``sum_t p_t grad L_t``: ``pal_lightning.data.batch_samplers``, "Mixed batches"). ``mixed`` needs one
-    ``batch_size`` for all tasks and the interleaved schedule, and has no ``group_by_length`` or
-    ``round_robin`` form."""
+    ``batch_size`` for all tasks and the interleaved schedule, and has no ``round_robin`` form; its
+    ``group_by_length`` keeps every batch's drawn task mix and deals each task's long examples to the same
+    steps."""
 
     def __post_init__(self) -> None:
-        check_batch_mixing(self.batch_mixing, self.schedule, self.sampling, self.group_by_length)
+        check_batch_mixing(self.batch_mixing, self.schedule, self.sampling)
         if self.sampling not in SAMPLING_SCHEDULES:
             raise PalUserError(
                 f"Unknown sampling {self.sampling!r}; choose one of {', '.join(SAMPLING_SCHEDULES)}."
@@ -215,7 +217,7 @@ class DataConfig:
         return plain
 
 
-def check_batch_mixing(batch_mixing: str, schedule: str, sampling: str, group_by_length: bool) -> None:
+def check_batch_mixing(batch_mixing: str, schedule: str, sampling: str) -> None:
     """Refuse a ``batch_mixing`` value, or ``mixed`` with an option it has no form of.
 
     Raises:
@@ -238,11 +240,6 @@ def check_batch_mixing(batch_mixing: str, schedule: str, sampling: str, group_by
             "sampling 'round_robin' cycles through whole batches, one task each; with batch_mixing 'mixed' every "
             "row draws its task. Use --data.sampling uniform (the same frequencies), or --data.batch_mixing "
             "per_task."
-        )
-    if group_by_length:
-        raise PalUserError(
-            "group_by_length sorts one task's examples into batches of similar length; a mixed batch's rows come "
-            "from several tasks' streams. Set --data.group_by_length false, or use --data.batch_mixing per_task."
         )
 
 

@@ -102,6 +102,12 @@ class TokenizedSplit:
         assert total is not None
         return total
 
+    @property
+    def widths(self) -> np.ndarray:
+        """Tokens of each example's longest sequence (a siamese pair's longer side): the width it pads a
+        mixed batch to, where both sides run as rows of one pass; the key of mixed length grouping."""
+        return np.maximum.reduce([enc.lengths for enc in self.encodings.values()])
+
     def head(self, n: int | None) -> TokenizedSplit:
         """The first ``n`` examples (all when ``n`` is ``None`` or larger than the split)."""
         if n is None or n >= len(self):

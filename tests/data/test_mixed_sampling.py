@@ -31,13 +31,23 @@ def make(
     sizes = kw.pop("sizes", SIZES)
     return MixedTaskBatchSampler(
         sizes,
-        dict.fromkeys(sizes, 2),
+        dict.fromkeys(sizes, kw.pop("batch_size", 2)),
         schedule,
         steps_per_epoch=steps,
         num_replicas=world,
         rank=rank,
         seed=seed,
+        **kw,
     )
+
+
+def widths(sizes: dict[str, int] = SIZES, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random padded widths per example, a different range per task (as SST's sentences outgrow Quora's)."""
+    rng = np.random.default_rng(seed)
+    return {t: rng.integers(4 + 6 * i, 30 + 10 * i, size=n) for i, (t, n) in enumerate(sizes.items())}
+
+
+GROUPED = {"lengths": widths(), "pool_batches": 7}
 
 
 def epoch(sampler: MixedTaskBatchSampler, e: int) -> list[MixedBatch]:
@@ -64,8 +74,9 @@ def test_rows_draw_tasks_by_each_epochs_annealed_probabilities() -> None:
     )
 
 
-def test_ddp_shares_disjoint_and_each_task_stream_without_replacement() -> None:
-    ranks = [make(world=2, rank=r, steps=30) for r in range(2)]
+@pytest.mark.parametrize("grouping", [{}, GROUPED], ids=["plain", "grouped"])
+def test_ddp_shares_disjoint_and_each_task_stream_without_replacement(grouping: dict) -> None:
+    ranks = [make(world=2, rank=r, steps=30, **grouping) for r in range(2)]
     streams: dict[str, list[int]] = {t: [] for t in SIZES}
     for e in range(3):
         per_rank = [epoch(s, e) for s in ranks]
@@ -78,23 +89,88 @@ def test_ddp_shares_disjoint_and_each_task_stream_without_replacement() -> None:
                 streams[t] += rows
     for t, n in SIZES.items():
         stream = streams[t]
+        if grouping:  # examples move between the steps of a pool, never out of it
+            continue
         passes = [stream[k : k + n] for k in range(0, len(stream) - n + 1, n)]
         assert passes and all(sorted(p) == list(range(n)) for p in passes), t  # each pass a permutation
         assert passes[0] != passes[1]  # reshuffled
 
 
+def global_batches(sampler_kw: dict, world: int = 2, e: int = 0) -> list[list[tuple[str, int]]]:
+    ranks = [make(world=world, rank=r, **sampler_kw) for r in range(world)]
+    batches = zip(*(epoch(s, e) for s in ranks), strict=True)
+    return [[(p.task, i) for b in step for p in b.parts for i in p.indices] for step in batches]
+
+
+def test_grouping_keeps_every_rows_task_and_cuts_the_padding() -> None:
+    sizes = {"a": 400, "b": 300, "c": 200}
+    lengths = widths(sizes, seed=1)
+    kw = {"sizes": sizes, "steps": 60, "batch_size": 4}
+    plain = global_batches(kw)
+    grouped = global_batches({**kw, "lengths": lengths, "pool_batches": 20})
+    for e in range(2):  # per rank, per step: the same drawn task counts
+        for r in range(2):
+            a, b = (epoch(make(world=2, rank=r, **kw, **extra), e) for extra in ({}, {"lengths": lengths}))
+            assert [[(p.task, len(p.indices)) for p in x.parts] for x in a] == [
+                [(p.task, len(p.indices)) for p in x.parts] for x in b
+            ]
+    for p0 in range(0, 60, 20):  # each pool uses the same examples, dealt differently
+        pool = slice(p0, p0 + 20)
+        assert Counter(x for s in plain[pool] for x in s) == Counter(x for s in grouped[pool] for x in s)
+    assert plain != grouped
+    small = {"steps": 30, **GROUPED}  # pools of 7, the last one of 2; epochs 1 and 2 continue the streams
+    for e in range(3):
+        a, b = global_batches({"steps": 30}, e=e), global_batches(small, e=e)
+        for p0 in range(0, 30, 7):
+            assert Counter(x for s in a[p0 : p0 + 7] for x in s) == Counter(
+                x for s in b[p0 : p0 + 7] for x in s
+            )
+
+    def mean_width(batches: list[list[tuple[str, int]]]) -> float:
+        return float(np.mean([max(lengths[t][i] for t, i in step) for step in batches]))
+
+    assert mean_width(grouped) < 0.9 * mean_width(plain), (mean_width(grouped), mean_width(plain))
+    # long steps are spread over the epoch, not first in every pool
+    firsts = [max(lengths[t][i] for t, i in grouped[p0]) for p0 in range(0, 60, 20)]
+    assert len(set(firsts)) > 1 or firsts[0] < max(max(lengths[t][i] for t, i in s) for s in grouped)
+
+
+def test_grouping_keeps_repeats_out_of_a_global_batch() -> None:
+    """Small tasks cross a pass boundary inside most pools; sorted, the two copies of an example would sit
+    side by side in one step."""
+    sizes = {"a": 30, "b": 24, "c": 50}
+    lengths = {t: np.arange(n) % 5 + 3 for t, n in sizes.items()}  # many equal widths: copies collide
+    kw = {"sizes": sizes, "steps": 40, "batch_size": 3, "lengths": lengths, "pool_batches": 20}
+    for e in range(3):
+        for step in global_batches(kw, e=e):
+            assert len(step) == len(set(step)) == 6, step
+
+
+def test_deal_apart_moves_a_copy_to_a_neighbouring_slice() -> None:
+    from pal_lightning.data.batch_samplers import _deal_apart
+
+    examples = np.array([9, 7, 7, 5, 4, 3])
+    slices = _deal_apart(examples, np.array([3, 6]))
+    assert [len(set(s.tolist())) for s in slices] == [3, 3]
+    assert sorted(np.concatenate(slices).tolist()) == sorted(examples.tolist())  # nothing lost or added
+    assert slices[0].tolist() == [9, 7, 5] and slices[1].tolist() == [7, 4, 3]  # the nearest partner
+    untouched = np.array([1, 2, 3, 4])
+    assert [s.tolist() for s in _deal_apart(untouched, np.array([2, 4]))] == [[1, 2], [3, 4]]
+
+
+@pytest.mark.parametrize("grouping", [{}, GROUPED], ids=["plain", "grouped"])
 @pytest.mark.parametrize("world", [1, 2])
-def test_resume_gives_the_same_batches(world: int) -> None:
+def test_resume_gives_the_same_batches(world: int, grouping: dict) -> None:
     for rank in range(world):
-        full = [epoch(make(world, rank), e) for e in range(3)]
-        first = make(world, rank)
+        full = [epoch(make(world, rank, **grouping), e) for e in range(3)]
+        first = make(world, rank, **grouping)
         epoch(first, 0)
         first.set_epoch(1)
         it = iter(first)
-        consumed = [next(it) for _ in range(4)]
+        consumed = [next(it) for _ in range(4)]  # inside the first pool of 7
         state = first.state_dict()
         assert state["batch_mixing"] == "mixed" and state["position"] == 4
-        resumed = make(world, rank, seed=999)  # the saved seed wins
+        resumed = make(world, rank, seed=999, **grouping)  # the saved seed wins
         resumed.load_state_dict(state)
         assert consumed + list(resumed) == full[1]
         resumed.set_epoch(2)
@@ -111,8 +187,10 @@ def test_refusals_each_name_the_fix() -> None:
         make(schedule=SamplingSchedule("round_robin"))
     with pytest.raises(PalUserError, match="one --data.batch_size"):
         MixedTaskBatchSampler(SIZES, {"a": 2, "b": 2, "c": 4}, SamplingSchedule())
+    with pytest.raises(PalUserError, match="pool_batches must be >= 1"):
+        make(lengths=widths(), pool_batches=0)
+    DataConfig(batch_mixing="mixed", group_by_length=True)  # grouping has a mixed form
     for options, fix in (
-        ({"group_by_length": True}, "group_by_length false"),
         ({"schedule": "sequential"}, "--data.schedule interleaved"),
         ({"sampling": "round_robin"}, "--data.sampling uniform"),
     ):
