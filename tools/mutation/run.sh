@@ -24,7 +24,14 @@ declare -A MODULES TESTS MUTANTS
 MODULES[sampling]="pal_lightning/data/schedules.py"
 TESTS[sampling]="tests/data/test_sampling.py tests/data/test_sampling_properties.py tests/auxiliary/test_auxiliary.py tests/data/test_options.py::test_annealing_horizon"
 MODULES[samplers]="pal_lightning/data/batch_samplers.py"
-TESTS[samplers]="tests/data/test_samplers.py tests/data/test_sequential.py tests/data/test_sampler_checks.py tests/data/test_sampler_streams.py"
+# the mixed sampler's own tests (not the file's data-module and module tests: seconds each per mutant)
+MIXED_SAMPLER_TESTS=$(printf 'tests/data/test_mixed_sampling.py::%s ' \
+  test_rows_draw_tasks_by_each_epochs_annealed_probabilities \
+  test_ddp_shares_disjoint_and_each_task_stream_without_replacement \
+  test_grouping_keeps_every_rows_task_and_cuts_the_padding test_grouping_keeps_repeats_out_of_a_global_batch \
+  test_deal_apart_moves_a_copy_to_a_neighbouring_slice test_resume_gives_the_same_batches \
+  test_refusals_each_name_the_fix)
+TESTS[samplers]="tests/data/test_samplers.py tests/data/test_sequential.py tests/data/test_sampler_checks.py tests/data/test_sampler_streams.py $MIXED_SAMPLER_TESTS"
 MODULES[metrics]="pal_lightning/tasks/metrics.py"
 # the Matthews metric and the GLUE branch of the overall score are checked by hand in test_glue
 TESTS[metrics]="tests/test_metrics.py tests/test_metrics_properties.py tests/cli/test_honest_scores.py tests/data/test_glue.py::test_matthews_by_hand tests/data/test_glue.py::test_glue_average_by_hand"
@@ -45,8 +52,8 @@ MUTANTS[gem_sparse]="*x__compiling__* *x_sparse_embedding_gradients__* *x__dot__
 TESTS[gem_sparse]="tests/callbacks/test_gem_sparse_embeddings.py tests/callbacks/test_gem_callback.py tests/callbacks/test_gem_batched.py"
 MODULES[rng_state]="pal_lightning/callbacks/rng_state.py"
 TESTS[rng_state]="tests/callbacks/test_rng_state.py"
-MODULES[pal]="pal_lightning/modeling/methods/pals.py pal_lightning/modeling/encoder.py pal_lightning/modeling/layers.py pal_lightning/modeling/encoder_state.py"
-TESTS[pal]="tests/modeling/test_pal.py tests/modeling/test_pal_reference.py tests/modeling/test_encoder.py tests/modeling/test_encoder_state.py tests/modeling/test_variants.py tests/modeling/test_sharing.py tests/modeling/test_pal_config.py"
+MODULES[pal]="pal_lightning/modeling/methods/pals.py pal_lightning/modeling/encoder.py pal_lightning/modeling/families/wiring.py pal_lightning/modeling/families/routing.py pal_lightning/modeling/encoder_state.py"
+TESTS[pal]="tests/modeling/test_pal.py tests/modeling/test_pal_reference.py tests/modeling/test_pal_ops.py tests/modeling/test_encoder.py tests/modeling/test_encoder_state.py tests/modeling/test_variants.py tests/modeling/test_sharing.py tests/modeling/test_adapter_config.py tests/modeling/test_mixed_routing.py"
 # the variants on top and the layer-sharing regimes (parsing, groups), against their own tests
 MODULES[pal_variants]="pal_lightning/modeling/methods/on_top.py pal_lightning/modeling/sharing.py"
 TESTS[pal_variants]="tests/modeling/test_variants.py tests/modeling/test_sharing.py tests/modeling/test_encoder.py tests/modeling/test_pal_reference.py"
