@@ -55,7 +55,7 @@ def count(way: str, epochs: int, data_dir: str | None) -> dict[str, Any]:
     dm = MultiTaskDataModule(**options)
     dm.setup("fit")
     splits = {t: dm.load_split(t, "train") for t in dm.task_names}
-    sampler = dm._train_sampler({(t, "train"): s for t, s in splits.items()}, 1, 0)
+    sampler = dm.train_dataloader().batch_sampler
     sides = {t: [enc.lengths for enc in s.encodings.values()] for t, s in splits.items()}
     positions = real = 0
     tasks_per_batch = []
