@@ -678,9 +678,8 @@ class MixedTaskBatchSampler(MultiTaskBatchSampler):
     def batches(self, epoch: int, start: int = 0) -> Iterator[MixedBatch]:  # type: ignore[override]
         """This rank's mixed batches of ``epoch`` from step ``start`` on (pure: no state is changed)."""
         draws = self.row_tasks(epoch)
-        # Without grouping a "pool" is the rest of the epoch, taken in stream order.
-        pool = self.pool_batches if self.lengths is not None else self.steps_per_epoch
-        first = start - start % pool if self.lengths is not None else start
+        pool = self.pool_batches
+        first = start - start % pool  # pools start at multiples of pool_batches
         offsets = dict(self._epoch_offsets(epoch))
         for t, used in self._positions_used(epoch, first).items():
             offsets[t] += used
@@ -702,34 +701,32 @@ class MixedTaskBatchSampler(MultiTaskBatchSampler):
         self, epoch: int, p0: int, draws: np.ndarray, offsets: dict[str, int]
     ) -> dict[str, list[np.ndarray]]:
         """``{task: [examples of each step of the pool]}``, each step's in its rows' order, for the pool of
-        steps ``p0 ..`` whose row draws are ``draws``; advances ``offsets`` past the pool's stream positions.
+        steps ``p0 ..`` whose row draws are ``draws`` (tasks with no row in the pool are left out); advances
+        ``offsets`` past the pool's stream positions.
 
-        Ungrouped, step ``k`` takes the next stream positions of each task; grouped, the pool's examples of
-        each task are sorted longest first and dealt to the steps in one random order (module docstring).
+        Each task's examples of the pool are the next stream positions, dealt to the steps in an order:
+        ungrouped, in stream order to the steps in step order (step ``k`` takes the positions after step
+        ``k - 1``'s); grouped, sorted longest first, to the steps in one random order (module docstring).
         """
-        counts = np.stack([(draws == i).sum(axis=1) for i in range(len(self.tasks))])  # [T, steps]
         order = np.arange(len(draws))
         if self.lengths is not None:
             words = [*_seed_words(self.seed), _POOL_STREAM, epoch, p0]
-            rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(words)))
-            order = rng.permutation(len(draws))
+            order = np.random.Generator(np.random.PCG64(np.random.SeedSequence(words))).permutation(order)
+        place = np.argsort(order)  # step s is dealt the place[s]-th slice
         dealt: dict[str, list[np.ndarray]] = {}
         for i, t in enumerate(self.tasks):
-            total = int(counts[i].sum())
-            examples = self._take(t, offsets[t], total) if total else np.zeros(0, dtype=np.int64)
-            offsets[t] += total
-            if self.lengths is None:
-                bounds = np.cumsum(counts[i])
-                dealt[t] = np.split(examples, bounds[:-1])
+            counts = (draws == i).sum(axis=1)
+            total = int(counts.sum())
+            if not total:
                 continue
-            examples = examples[np.argsort(-self.lengths[t][examples], kind="stable")]
-            # Steps in ``order`` take consecutive slices of the sorted examples.
-            ends = np.cumsum(counts[i][order])
-            slices = _deal_apart(examples, ends)
-            per_step: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * len(draws)
-            for k, step in enumerate(order):
-                per_step[int(step)] = slices[k]
-            dealt[t] = per_step
+            examples = self._take(t, offsets[t], total)
+            offsets[t] += total
+            ends = np.cumsum(counts[order])
+            if self.lengths is None:
+                slices = np.split(examples, ends[:-1])
+            else:
+                slices = _deal_apart(examples[np.argsort(-self.lengths[t][examples], kind="stable")], ends)
+            dealt[t] = [slices[k] for k in place]
         return dealt
 
     def __iter__(self) -> Iterator[MixedBatch]:  # type: ignore[override]
@@ -825,5 +822,4 @@ def _deal_apart(examples: np.ndarray, ends: np.ndarray) -> list[np.ndarray]:
                 if j is not None:
                     out[i], out[j] = out[j], out[i]
                     break
-            seen.add(int(out[i]))
     return [out[starts[k] : ends[k]] for k in range(len(ends))]

@@ -130,6 +130,10 @@ def test_grouping_keeps_every_rows_task_and_cuts_the_padding() -> None:
         return float(np.mean([max(lengths[t][i] for t, i in step) for step in batches]))
 
     assert mean_width(grouped) < 0.9 * mean_width(plain), (mean_width(grouped), mean_width(plain))
+    for step in grouped:  # every task's rows of a step longest first (rank 0's rows, then rank 1's)
+        for t in sizes:
+            w = [lengths[t][i] for task, i in step if task == t]
+            assert w == sorted(w, reverse=True), (t, w)
     # long steps are spread over the epoch, not first in every pool
     firsts = [max(lengths[t][i] for t, i in grouped[p0]) for p0 in range(0, 60, 20)]
     assert len(set(firsts)) > 1 or firsts[0] < max(max(lengths[t][i] for t, i in s) for s in grouped)
@@ -146,16 +150,72 @@ def test_grouping_keeps_repeats_out_of_a_global_batch() -> None:
             assert len(step) == len(set(step)) == 6, step
 
 
-def test_deal_apart_moves_a_copy_to_a_neighbouring_slice() -> None:
+@pytest.mark.parametrize(
+    ("examples", "ends", "expected"),
+    [
+        ([9, 7, 7, 5, 4, 3], [3, 6], [[9, 7, 5], [7, 4, 3]]),  # the nearest partner, in the next slice
+        ([5, 7, 7], [1, 3], [[7], [7, 5]]),  # the only partner: position 0
+        ([1, 2, 3, 3, 4, 5], [2, 4, 6], [[1, 2], [3, 4], [3, 5]]),  # nearest, after: its own slice skipped
+        ([1, 2, 3, 1], [2, 4], [[1, 2], [3, 1]]),  # copies already apart: untouched
+        ([1, 2, 3, 4], [2, 4], [[1, 2], [3, 4]]),  # no copies: untouched
+        ([1, 1], [2], [[1, 1]]),  # nowhere to go: kept
+    ],
+)
+def test_deal_apart_moves_a_copy_to_the_nearest_slice_that_takes_it(
+    examples: list[int], ends: list[int], expected: list[list[int]]
+) -> None:
     from pal_lightning.data.batch_samplers import _deal_apart
 
-    examples = np.array([9, 7, 7, 5, 4, 3])
-    slices = _deal_apart(examples, np.array([3, 6]))
-    assert [len(set(s.tolist())) for s in slices] == [3, 3]
-    assert sorted(np.concatenate(slices).tolist()) == sorted(examples.tolist())  # nothing lost or added
-    assert slices[0].tolist() == [9, 7, 5] and slices[1].tolist() == [7, 4, 3]  # the nearest partner
-    untouched = np.array([1, 2, 3, 4])
-    assert [s.tolist() for s in _deal_apart(untouched, np.array([2, 4]))] == [[1, 2], [3, 4]]
+    slices = _deal_apart(np.array(examples), np.array(ends))
+    assert [s.tolist() for s in slices] == expected
+    assert sorted(np.concatenate(slices).tolist()) == sorted(examples)  # nothing lost or added
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_spaced_cycles_keep_a_pass_boundary_free_of_repeats(seed: int) -> None:
+    """Each pass is a permutation whose first ``window`` positions avoid the previous pass's last
+    ``window``; the swaps never touch a pass's tail, which stays its raw permutation's."""
+    from pal_lightning.data.batch_samplers import _raw_cycle, _spaced_cycle
+
+    n, window = 20, 6
+    for cycle in range(1, 6):
+        prev, now = _spaced_cycle(seed, "t", cycle - 1, n, window), _spaced_cycle(seed, "t", cycle, n, window)
+        raw = _raw_cycle(seed, "t", cycle, n)
+        assert sorted(now.tolist()) == list(range(n))
+        assert not set(now[:window].tolist()) & set(prev[n - window :].tolist()), (cycle, now, prev)
+        assert now[n - window :].tolist() == raw[n - window :].tolist()
+        assert (now != raw).sum() <= 2 * window  # only clashes moved
+    assert _spaced_cycle(seed, "t", 0, n, window).tolist() == _raw_cycle(seed, "t", 0, n).tolist()
+    short = _spaced_cycle(seed, "t", 3, 2 * window - 1, window)  # too short to space: the raw pass
+    assert short.tolist() == _raw_cycle(seed, "t", 3, 2 * window - 1).tolist()
+
+
+def test_short_passes_are_spaced_as_far_as_partners_allow() -> None:
+    """Between 2 and 3 windows of examples, some clashes find a partner in the middle of the pass."""
+    from pal_lightning.data.batch_samplers import _raw_cycle, _spaced_cycle
+
+    n, window = 15, 6
+    clashes = {"raw": 0, "spaced": 0}
+    for seed in range(20):
+        tail = set(_raw_cycle(seed, "t", 0, n)[n - window :].tolist())
+        for name, head in (
+            ("raw", _raw_cycle(seed, "t", 1, n)),
+            ("spaced", _spaced_cycle(seed, "t", 1, n, window)),
+        ):
+            clashes[name] += len(set(head[:window].tolist()) & tail)
+    assert clashes["spaced"] < clashes["raw"], clashes
+
+
+def test_report_sequence_split_and_pool_size() -> None:
+    s = make(steps=12, **GROUPED)
+    draws = s.row_tasks(0)
+    majority = [np.bincount(row, minlength=3).argmax() for row in draws]
+    assert s.task_sequence(0).tolist() == majority  # the task of most rows (first on ties)
+    assert {p.split for b in epoch(s, 0) for p in b.parts} == {"train"}
+    assert {p.split for b in epoch(make(split="dev"), 0) for p in b.parts} == {"dev"}
+    assert list(make(steps=12, **GROUPED).batches(0)) == epoch(make(steps=12, **GROUPED), 0)
+    one = make(steps=5, lengths=widths(), pool_batches=1)  # a pool of one step: its own order
+    assert sum(len(p.indices) for b in epoch(one, 0) for p in b.parts) == 10
 
 
 @pytest.mark.parametrize("grouping", [{}, GROUPED], ids=["plain", "grouped"])

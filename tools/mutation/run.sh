@@ -29,8 +29,9 @@ MIXED_SAMPLER_TESTS=$(printf 'tests/data/test_mixed_sampling.py::%s ' \
   test_rows_draw_tasks_by_each_epochs_annealed_probabilities \
   test_ddp_shares_disjoint_and_each_task_stream_without_replacement \
   test_grouping_keeps_every_rows_task_and_cuts_the_padding test_grouping_keeps_repeats_out_of_a_global_batch \
-  test_deal_apart_moves_a_copy_to_a_neighbouring_slice test_resume_gives_the_same_batches \
-  test_refusals_each_name_the_fix)
+  test_deal_apart_moves_a_copy_to_the_nearest_slice_that_takes_it test_resume_gives_the_same_batches \
+  test_spaced_cycles_keep_a_pass_boundary_free_of_repeats test_short_passes_are_spaced_as_far_as_partners_allow \
+  test_report_sequence_split_and_pool_size test_refusals_each_name_the_fix)
 TESTS[samplers]="tests/data/test_samplers.py tests/data/test_sequential.py tests/data/test_sampler_checks.py tests/data/test_sampler_streams.py $MIXED_SAMPLER_TESTS"
 MODULES[metrics]="pal_lightning/tasks/metrics.py"
 # the Matthews metric and the GLUE branch of the overall score are checked by hand in test_glue
