@@ -157,6 +157,11 @@ def test_grouping_keeps_repeats_out_of_a_global_batch() -> None:
         ([5, 7, 7], [1, 3], [[7], [7, 5]]),  # the only partner: position 0
         ([1, 2, 3, 3, 4, 5], [2, 4, 6], [[1, 2], [3, 4], [3, 5]]),  # nearest, after: its own slice skipped
         ([1, 2, 3, 1], [2, 4], [[1, 2], [3, 1]]),  # copies already apart: untouched
+        (
+            [1, 2, 3, 3, 1, 4, 5, 6],
+            [2, 6, 8],
+            [[1, 3], [3, 2, 1, 4], [5, 6]],
+        ),  # a copy in another slice stays
         ([1, 2, 3, 4], [2, 4], [[1, 2], [3, 4]]),  # no copies: untouched
         ([1, 1], [2], [[1, 1]]),  # nowhere to go: kept
     ],
@@ -203,6 +208,13 @@ def test_short_passes_are_spaced_as_far_as_partners_allow() -> None:
             ("spaced", _spaced_cycle(seed, "t", 1, n, window)),
         ):
             clashes[name] += len(set(head[:window].tolist()) & tail)
+        # partners come from the middle only: the tail stays the raw pass's
+        assert (
+            _spaced_cycle(seed, "t", 1, n, window)[n - window :].tolist()
+            == _raw_cycle(seed, "t", 1, n)[n - window :].tolist()
+        )
+        tiny = _spaced_cycle(seed, "t", 2, window - 2, window)  # fewer examples than a window: as drawn
+        assert tiny.tolist() == _raw_cycle(seed, "t", 2, window - 2).tolist()
     assert clashes["spaced"] < clashes["raw"], clashes
 
 
@@ -216,20 +228,27 @@ def test_report_sequence_split_and_pool_size() -> None:
     assert list(make(steps=12, **GROUPED).batches(0)) == epoch(make(steps=12, **GROUPED), 0)
     one = make(steps=5, lengths=widths(), pool_batches=1)  # a pool of one step: its own order
     assert sum(len(p.indices) for b in epoch(one, 0) for p in b.parts) == 10
+    assert epoch(make(seed=1, **GROUPED), 0) != epoch(
+        make(seed=2, **GROUPED), 0
+    )  # the seed reaches the streams
+    default = MixedTaskBatchSampler(SIZES, dict.fromkeys(SIZES, 2), SamplingSchedule())
+    assert (default.num_replicas, default.rank, default.seed, default.pool_batches) == (1, 0, 42, 50)
+    assert (default.split, default.lengths) == ("train", None)
 
 
+@pytest.mark.parametrize("at", [4, 9], ids=["first_pool", "second_pool"])  # grouped: pools of 7 steps
 @pytest.mark.parametrize("grouping", [{}, GROUPED], ids=["plain", "grouped"])
 @pytest.mark.parametrize("world", [1, 2])
-def test_resume_gives_the_same_batches(world: int, grouping: dict) -> None:
+def test_resume_gives_the_same_batches(world: int, grouping: dict, at: int) -> None:
     for rank in range(world):
         full = [epoch(make(world, rank, **grouping), e) for e in range(3)]
         first = make(world, rank, **grouping)
         epoch(first, 0)
         first.set_epoch(1)
         it = iter(first)
-        consumed = [next(it) for _ in range(4)]  # inside the first pool of 7
+        consumed = [next(it) for _ in range(at)]
         state = first.state_dict()
-        assert state["batch_mixing"] == "mixed" and state["position"] == 4
+        assert state["batch_mixing"] == "mixed" and state["position"] == at
         resumed = make(world, rank, seed=999, **grouping)  # the saved seed wins
         resumed.load_state_dict(state)
         assert consumed + list(resumed) == full[1]
