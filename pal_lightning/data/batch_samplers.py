@@ -70,11 +70,11 @@ Mixed batches (:class:`MixedTaskBatchSampler`, ``--data.batch_mixing mixed``): e
     pool)``) and every task's examples of the pool, sorted longest first, are dealt to the steps in that
     order, each step taking as many as it drew rows of the task::
 
-        drawn tasks (pool of 4 steps, B * W = 4)      dealt, step order 2, 0, 3, 1
-        step 0: a a b c                               step 2 gets a's longest and b's longest
-        step 1: b a b b                               step 0 gets the next a, a, b, c
-        step 2: a b c a       ->  rows keep their     step 3 ...
-        step 3: c c a b           tasks; examples     step 1 gets a's and b's shortest
+        drawn tasks (pool of 4 steps, B * W = 4)      dealt in the step order 2, 0, 3, 1
+        step 0: a a b c                               step 2: a's 2 longest, b's and c's longest
+        step 1: b a b b                               step 0: a's next 2, b's next, c's next
+        step 2: a b c a       ->  rows keep their     step 3: a's next, b's next, c's last 2
+        step 3: c c a b           tasks; examples     step 1: a's shortest, b's 3 shortest
                                   follow the order
 
     So one step holds the long examples of every task and another the short ones (less padding: a mixed
