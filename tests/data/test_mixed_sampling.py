@@ -314,6 +314,25 @@ def tiny_module(**kw):
     )
 
 
+def test_the_data_module_groups_mixed_batches_by_each_examples_longer_side(mixed_data) -> None:
+    from pal_lightning.data import MultiTaskDataModule
+
+    folder, options, plain = mixed_data
+    plain.setup("fit")
+    assert plain.train_dataloader().batch_sampler.lengths is None  # the fixture's group_by_length: off
+    dm = MultiTaskDataModule(
+        data_dir=str(folder), batch_mixing="mixed", **{**options, "group_by_length": True}
+    )
+    dm.setup("fit")
+    sampler = dm.train_dataloader().batch_sampler
+    assert isinstance(sampler, MixedTaskBatchSampler)
+    for task in ("sst", "qqp", "sts"):
+        split = dm.load_split(task, "train")
+        sides = [enc.lengths for enc in split.encodings.values()]
+        assert len(sides) == (2 if task != "sst" else 1)  # qqp and sts siamese
+        np.testing.assert_array_equal(sampler.lengths[task], np.maximum.reduce(sides))
+
+
 def test_mixed_step_loss_is_the_row_mean_of_the_one_task_losses(mixed_data) -> None:
     _, _, dm = mixed_data
     dm.setup("fit")
