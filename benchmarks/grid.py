@@ -111,7 +111,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spec", type=Path, help="JSON file: seeds and methods")
     parser.add_argument("--out", type=Path, help="folder for the runs and runs.jsonl")
     parser.add_argument("--jobs", type=int, default=4, help="runs at once")
-    parser.add_argument("--deadline", type=float, default=3600.0, help="seconds after which no run starts")
+    parser.add_argument(
+        "--deadline",
+        type=float,
+        default=3600.0,
+        help="seconds after the start at which the grid ends: no run starts after it, and a run still going "
+        "is stopped there (recorded as a timeout); give more than the longest run needs",
+    )
     parser.add_argument("--data-dir", type=Path, default=os.environ.get("PAL_DATA_DIR"))
     args = parser.parse_args(argv)
     if args.summarize:
