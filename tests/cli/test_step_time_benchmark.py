@@ -158,9 +158,12 @@ def test_cpu_bf16_kernels_quick_mode_writes_every_figure(tmp_path: Path) -> None
     assert json.loads(out.read_text()) == json.loads(json.dumps(result))
     (mm,) = result["matmul"]
     assert mm["shape"] == [64, 32, 32]
-    assert mm["bf16_speedup"] == pytest.approx(mm["bf16_gflop_per_s"] / mm["fp32_gflop_per_s"], rel=0.01)
+    # the ratios are written to 3 decimals: a loaded machine's tiny ratio (0.003) is off by more than 1 %
+    ratio = mm["bf16_gflop_per_s"] / mm["fp32_gflop_per_s"]
+    assert mm["bf16_speedup"] == pytest.approx(ratio, rel=0.01, abs=5e-4)
     (att,) = result["attention"]
-    assert att["speedup"] == pytest.approx(att["torch_bf16_ms"] / att["library_fp32_inside_ms"], rel=0.01)
+    ratio = att["torch_bf16_ms"] / att["library_fp32_inside_ms"]
+    assert att["speedup"] == pytest.approx(ratio, rel=0.01, abs=5e-4)
 
 
 def test_op_count_counts_each_phase_and_sees_the_pals_and_autocasts_operators(tmp_path: Path) -> None:
