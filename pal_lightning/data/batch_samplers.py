@@ -228,6 +228,8 @@ class MultiTaskBatchSampler(Sampler[TaskBatch]):
         self.rank = rank
         self.seed = int(seed)
         self.lengths = dict(lengths) if lengths is not None else None
+        if pool_batches < 1:
+            raise PalUserError(f"pool_batches must be >= 1, got {pool_batches}.")
         self.pool_batches = pool_batches
         self.split = split
         #: The sequential schedule's phases (empty for interleaved sampling).
@@ -628,8 +630,6 @@ class MixedTaskBatchSampler(MultiTaskBatchSampler):
             pool_batches=pool_batches,
             split=split,
         )
-        if pool_batches < 1:
-            raise PalUserError(f"pool_batches must be >= 1, got {pool_batches}.")
         #: Rows per rank of every batch.
         self.batch_size = one_batch_size(self.batch_sizes)
 

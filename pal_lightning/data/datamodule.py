@@ -280,9 +280,11 @@ class MultiTaskDataModule(pl.LightningDataModule):
         }
         args = (self.train_sizes, self.batch_sizes, self.sampling_schedule)
         by_length = self.config.group_by_length
-        if self.config.batch_mixing == MIXED:
-            widths = {t: splits[(t, "train")].widths for t in self.task_names}
-            return MixedTaskBatchSampler(*args, **common, lengths=widths if by_length else None)
+        if (
+            self.config.batch_mixing == MIXED
+        ):  # a mixed batch pads to its longest row: each example's longer side
+            widths = {t: splits[(t, "train")].widths for t in self.task_names} if by_length else None
+            return MixedTaskBatchSampler(*args, **common, lengths=widths)
         return MultiTaskBatchSampler(
             *args,
             **common,

@@ -266,8 +266,9 @@ def test_refusals_each_name_the_fix() -> None:
         make(schedule=SamplingSchedule("round_robin"))
     with pytest.raises(PalUserError, match="one --data.batch_size"):
         MixedTaskBatchSampler(SIZES, {"a": 2, "b": 2, "c": 4}, SamplingSchedule())
-    with pytest.raises(PalUserError, match="pool_batches must be >= 1"):
-        make(lengths=widths(), pool_batches=0)
+    for sampler in (MixedTaskBatchSampler, MultiTaskBatchSampler):  # the shared constructor checks it
+        with pytest.raises(PalUserError, match="pool_batches must be >= 1"):
+            sampler(SIZES, dict.fromkeys(SIZES, 2), SamplingSchedule(), lengths=widths(), pool_batches=0)
     DataConfig(batch_mixing="mixed", group_by_length=True)  # grouping has a mixed form
     for options, fix in (
         ({"schedule": "sequential"}, "--data.schedule interleaved"),
