@@ -280,9 +280,8 @@ class MultiTaskDataModule(pl.LightningDataModule):
         }
         args = (self.train_sizes, self.batch_sizes, self.sampling_schedule)
         by_length = self.config.group_by_length
-        if (
-            self.config.batch_mixing == MIXED
-        ):  # a mixed batch pads to its longest row: each example's longer side
+        if self.config.batch_mixing == MIXED:
+            # a mixed batch pads to its longest row, so the key is each example's longer side
             widths = {t: splits[(t, "train")].widths for t in self.task_names} if by_length else None
             return MixedTaskBatchSampler(*args, **common, lengths=widths)
         return MultiTaskBatchSampler(
