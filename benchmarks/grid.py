@@ -43,10 +43,20 @@ from cli_runs import fit_command, run_logged  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 
 
-def grid_runs(spec: dict[str, Any]) -> list[tuple[str, int]]:
-    """``(method, seed)`` pairs in seed-major order; a method may name its own ``seeds``."""
+def grid_runs(spec: dict[str, Any], only_seeds: list[int] | None = None) -> list[tuple[str, int]]:
+    """``(method, seed)`` pairs in seed-major order; a method may name its own ``seeds``.
+
+    ``only_seeds`` keeps the spec's runs of those seeds alone: a grid too long for one sitting (a base-size
+    encoder on two CPU cores) runs a seed or two at a time into the same ``runs.jsonl``. A seed the spec
+    does not name is refused, so that a typo cannot start a run nobody specified.
+    """
     methods = spec["methods"]
     seeds = sorted({s for m in methods.values() for s in m.get("seeds", spec["seeds"])})
+    if only_seeds is not None:
+        unknown = sorted(set(only_seeds) - set(seeds))
+        if unknown:
+            raise ValueError(f"--seeds {unknown} are not in the spec, whose seeds are {seeds}")
+        seeds = [s for s in seeds if s in only_seeds]
     return [(m, s) for s in seeds for m, entry in methods.items() if s in entry.get("seeds", spec["seeds"])]
 
 
@@ -118,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
         help="seconds after the start at which the grid ends: no run starts after it, and a run still going "
         "is stopped there (recorded as a timeout); give more than the longest run needs",
     )
+    parser.add_argument(
+        "--seeds", type=int, nargs="+", help="run only these of the spec's seeds (the others another time)"
+    )
     parser.add_argument("--data-dir", type=Path, default=os.environ.get("PAL_DATA_DIR"))
     args = parser.parse_args(argv)
     if args.summarize:
@@ -128,6 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.data_dir is None:
         parser.error("give --data-dir or set PAL_DATA_DIR")
     spec = json.loads(args.spec.read_text())
+    try:
+        runs = grid_runs(spec, args.seeds)
+    except ValueError as err:
+        parser.error(str(err))
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     lock = threading.Lock()
@@ -146,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             print(line, flush=True)
 
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        for method, seed in grid_runs(spec):
+        for method, seed in runs:
             pool.submit(task, method, seed)
     print(f"grid done in {time.monotonic() - start:.0f} s -> {sink}", flush=True)
     return 0

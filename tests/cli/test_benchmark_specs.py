@@ -30,3 +30,25 @@ def test_spec_names_existing_configs_and_cli_options(spec_file: Path) -> None:
 
 def test_there_are_specs() -> None:
     assert len(SPECS) >= 10
+
+
+def test_seeds_option_keeps_those_seeds_and_refuses_unknown_ones() -> None:
+    grid = load_benchmark("grid")
+    spec = {"seeds": [42, 43, 44], "methods": {"a": {"configs": []}, "b": {"configs": [], "seeds": [44, 45]}}}
+    assert grid.grid_runs(spec) == [("a", 42), ("a", 43), ("a", 44), ("b", 44), ("b", 45)]
+    assert grid.grid_runs(spec, [44, 43]) == [("a", 43), ("a", 44), ("b", 44)]
+    assert grid.grid_runs(spec, [45]) == [("b", 45)]
+    with pytest.raises(ValueError, match=r"\[46\] are not in the spec"):
+        grid.grid_runs(spec, [42, 46])
+
+
+def test_seeds_option_refusal_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"seeds": [42], "methods": {"a": {"configs": ["configs/quickstart.yaml"]}}}))
+    with pytest.raises(SystemExit) as exit_info:
+        load_benchmark("grid").main(
+            ["--spec", str(spec), "--out", str(tmp_path / "out"), "--data-dir", str(tmp_path), "--seeds", "7"]
+        )
+    assert exit_info.value.code == 2
+    assert "[7] are not in the spec" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists(), "nothing is created for a refused grid"
