@@ -14,6 +14,11 @@
 # machine without a GPU. The whole call keeps to TOTAL_BUDGET seconds (default 290): each run is cut at
 # its own limit or at what is left of the budget, and a run with under 10 s left is skipped (reported).
 #
+# COMPILED_S=N (default 0: not run) adds, last, the same real-width step of shared and PAL compiled with
+# CUDA graphs (--compile-mode reduce-overhead, the module's compile_mode) beside eager, cut at N seconds:
+# inductor compiles each system for a minute or more, so give TOTAL_BUDGET room for it (e.g. COMPILED_S=240
+# TOTAL_BUDGET=540).
+#
 # Writes OUT_DIR/env.txt (card, driver, torch), OUT_DIR/step_time_<shape>_<precision>.json and .log per
 # run, and OUT_DIR/summary.json (one entry per run: card, MFU of the shared step, the ratios to targets).
 # --dry-run prints the commands and writes nothing. Each run is cut at STEP_TIMEOUT seconds (default 70,
@@ -130,6 +135,12 @@ for shape in "$default_shape" bert-base; do
             --precision "$precision" --device cuda --json "$out/$name.json"
     done
 done
+compiled_s="${COMPILED_S:-0}"
+if [ "$compiled_s" -gt 0 ]; then
+    timed "host_cost_compiled_${card}" "$compiled_s" $python_bin benchmarks/host_cost.py "${real[@]}" \
+        --rows shared,pals --device "$device" --precisions bf16-mixed --modes eager,compiled \
+        --compile-mode reduce-overhead --json "$out/host_cost_compiled_${card}.json"
+fi
 [ "$dry_run" = 1 ] && exit 0
 
 $python_bin - "$out" <<'EOF'

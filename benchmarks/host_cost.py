@@ -19,7 +19,8 @@ dispatched-operator count (``benchmarks/op_count.py``'s :class:`OperatorCount`, 
 * precisions ``32-true`` and ``bf16-mixed`` (autocast, as Lightning's plugin);
 * modes ``eager`` and ``compiled`` (the encoder through ``torch.compile`` as ``--model.compile true`` calls
   it, :class:`~pal_lightning.module.compile.EncoderCall`; inductor by default, ``--backend``; the compile
-  time is reported; shared and PAL rows only).
+  time is reported; shared and PAL rows only; ``--compile-mode reduce-overhead`` as
+  ``--model.compile_mode`` sets it: CUDA graphs on a GPU).
 
 ``--shape`` names the structure: ``bert-base`` (12 layers, 12 heads) or ``minilm`` (6 layers, 12 heads);
 ``--width``, ``--seq-len``, ``--batch-size`` the negligible arithmetic; ``--width 768 --seq-len 128
@@ -95,12 +96,11 @@ TARGETS = {"pals/shared": 1.10, "gem/pals": 1.6, "agem/pals": 1.3}
 class _CompiledEncoder(nn.Module):
     """The encoder called through :class:`EncoderCall` (what ``--model.compile`` does), same parameters."""
 
-    def __init__(self, encoder: MultiTaskBert, backend: str) -> None:
+    def __init__(self, encoder: MultiTaskBert, backend: str, mode: str | None = None) -> None:
         super().__init__()
         self.inner = encoder
-        self.__dict__["call"] = EncoderCall(
-            encoder, backend
-        )  # outside the module tree, as the module keeps it
+        # outside the module tree, as the module keeps it
+        self.__dict__["call"] = EncoderCall(encoder, backend, mode=mode)
         self.hidden_size = encoder.hidden_size
 
     def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
@@ -149,7 +149,7 @@ class System:
                 MultiTaskBert.from_config(config, [TASK], adapter="pals" if row != "shared" else "none")
             )
         if mode == "compiled":
-            model.encoder = _CompiledEncoder(model.encoder, args.backend)
+            model.encoder = _CompiledEncoder(model.encoder, args.backend, args.compile_mode)
         self.model = model.to(device).train()
         self.amp = Precision(precision, device)
         self.optimizer = adamw(self.model.parameters(), lr=2e-5)  # the library's AdamW (fused where it can)
@@ -254,6 +254,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--precisions", default=",".join(PRECISIONS), help="comma-separated: 32-true,bf16-mixed")
     p.add_argument("--modes", default=",".join(MODES), help="comma-separated: eager,compiled")
     p.add_argument("--backend", default="inductor", help="torch.compile backend of the compiled mode")
+    p.add_argument(
+        "--compile-mode",
+        default=None,
+        help="torch.compile mode of the compiled mode (--model.compile_mode): reduce-overhead records CUDA graphs",
+    )
     p.add_argument("--reps", type=int, default=30, help="timed steps per system (interleaved)")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per system first")
     p.add_argument(
@@ -374,6 +379,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "reps": args.reps,
         "warmup": args.warmup,
         "backend": args.backend,
+        "compile_mode": args.compile_mode,
         "gem_memory_batch_size": args.memory_batch_size,
         "device": torch.cuda.get_device_name(device)
         if device.type == "cuda"

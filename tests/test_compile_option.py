@@ -130,3 +130,70 @@ def test_the_encoder_is_one_graph_without_breaks() -> None:
     explained = torch._dynamo.explain(encoder)(ids, mask, task="a")
     assert explained.graph_break_count == 0, [str(r.reason) for r in explained.break_reasons]
     assert explained.graph_count == 1
+
+
+def test_compile_mode_is_checked_against_torch_and_the_backend() -> None:
+    from pal_lightning.module.compile import COMPILE_MODES, check_compile_options
+
+    assert set(COMPILE_MODES) <= set(torch._inductor.list_mode_options())  # torch's own names
+    check_compile_options(True, "reduce-overhead")
+    check_compile_options("inductor", "max-autotune")
+    check_compile_options(False, None)
+    with pytest.raises(PalUserError, match="'fast' is not a torch.compile mode.*reduce-overhead"):
+        check_compile_options(True, "fast")
+    with pytest.raises(PalUserError, match="model.compile is false.*Set model.compile true"):
+        check_compile_options(False, "reduce-overhead")
+    with pytest.raises(PalUserError, match="names the 'aot_eager' backend: only inductor applies a mode"):
+        check_compile_options("aot_eager", "reduce-overhead")
+    with pytest.raises(
+        PalUserError, match="compile_mode 'reduce-overhead' is set but model.compile is false"
+    ):
+        tiny_module(bert_config=TINY_BERT, compile_mode="reduce-overhead")
+
+
+def test_compile_mode_reaches_torch_compile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The module's ``compile_mode`` is the ``mode`` torch.compile is called with (inductor itself would
+    spend minutes of CPU here; the call's arguments are what this option sets)."""
+    seen: list[dict[str, Any]] = []
+
+    def fake_compile(module: torch.nn.Module, **kwargs: Any) -> Any:
+        seen.append(kwargs)
+        return module
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    module = tiny_module(bert_config=TINY_BERT, compile=True, compile_mode="reduce-overhead")
+    assert module.hparams["compile_mode"] == "reduce-overhead"
+    ids, mask = _batch(2, 8)
+    module._encoder_call(ids, mask, task="sst")
+    assert seen == [{"backend": "inductor", "dynamic": True, "mode": "reduce-overhead"}]
+
+
+def test_cuda_graphs_over_unbucketed_lengths_warn_at_setup() -> None:
+    from types import SimpleNamespace
+
+    from pal_lightning.module.compile import cuda_graph_padding_warning
+
+    assert "pad_to_multiple_of" in (cuda_graph_padding_warning("reduce-overhead", 1, on_cuda=True) or "")
+    # not this library's data module: no pad_to_multiple_of to read, so the warning stands
+    assert cuda_graph_padding_warning("reduce-overhead", None, on_cuda=True) is not None
+    assert cuda_graph_padding_warning("reduce-overhead", 16, on_cuda=True) is None  # lengths bucketed
+    assert cuda_graph_padding_warning("reduce-overhead", 1, on_cuda=False) is None  # no CUDA graphs on a CPU
+    assert cuda_graph_padding_warning("max-autotune-no-cudagraphs", 1, on_cuda=True) is None
+    assert cuda_graph_padding_warning(None, 1, on_cuda=True) is None
+
+    module = tiny_module(bert_config=TINY_BERT, compile=True, compile_mode="reduce-overhead")
+
+    def attach(pad: int, device: str) -> None:
+        module._trainer = SimpleNamespace(  # type: ignore[assignment]
+            strategy=SimpleNamespace(root_device=torch.device(device)),
+            datamodule=SimpleNamespace(config=SimpleNamespace(pad_to_multiple_of=pad)),
+        )
+
+    attach(1, "cuda")
+    with pytest.warns(UserWarning, match="CUDA graph per distinct batch shape"):
+        module._warn_cuda_graphs_without_buckets()
+    for pad, device in ((16, "cuda"), (1, "cpu")):
+        attach(pad, device)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            module._warn_cuda_graphs_without_buckets()

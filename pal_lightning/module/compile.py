@@ -14,6 +14,14 @@ task suffices: ``tests/test_compile_option.py`` counts them). Alternating tasks 
 without recompiling. A compiled graph is also
 kept per grad mode and autocast state (training and evaluation), within the same cache.
 
+``compile_mode`` is ``torch.compile``'s ``mode``, for inductor only. ``"reduce-overhead"`` records each
+compiled graph as a CUDA graph on a GPU, so that a step's thousands of kernels are launched by one call
+instead of one host call each: the lever for a step that waits for the host (``benchmarks/RESULTS.md``,
+"Host cost per step"). A CUDA graph holds one set of shapes, so inductor records one per distinct batch
+shape of a task's dynamic graph: pad the batches to a few lengths (``data.pad_to_multiple_of``, e.g. 16),
+or every new length records another graph (:func:`cuda_graph_padding_warning`). On a CPU there are no
+CUDA graphs and the mode compiles as ``"default"`` does.
+
 Compiling is lazy: :class:`EncoderCall` compiles at the first call, and if ``torch.compile`` is not
 supported here (a Python version it does not support yet) or the backend fails (inductor without a C
 compiler, an operator it cannot lower), it warns once and runs the encoder eagerly from then on. An error
@@ -31,7 +39,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.private_api import COMPILER_MODULES
+
+#: ``torch.compile``'s modes (``torch._inductor.list_mode_options()``), each for the inductor backend
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+#: the modes that record CUDA graphs on a GPU
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 
 
 def compile_backend(option: bool | str) -> str | None:
@@ -40,6 +54,38 @@ def compile_backend(option: bool | str) -> str | None:
     if option is False:
         return None
     return "inductor" if option is True else str(option)
+
+
+def check_compile_options(option: bool | str, mode: str | None) -> None:
+    """Refuse a ``compile_mode`` that cannot act: an unknown one, or one without inductor to apply it (other
+    backends ignore ``mode`` with no more than a log line, so the run would not be what was asked for)."""
+    if mode is None:
+        return
+    if mode not in COMPILE_MODES:
+        raise PalUserError(
+            f"model.compile_mode {mode!r} is not a torch.compile mode. Use one of {', '.join(COMPILE_MODES)}, "
+            "or leave it null."
+        )
+    backend = compile_backend(option)
+    if backend != "inductor":
+        what = "model.compile is false" if backend is None else f"model.compile names the {backend!r} backend"
+        raise PalUserError(
+            f"model.compile_mode {mode!r} is set but {what}: only inductor applies a mode. Set "
+            "model.compile true, or leave compile_mode null."
+        )
+
+
+def cuda_graph_padding_warning(mode: str | None, pad_to_multiple_of: int | None, on_cuda: bool) -> str | None:
+    """The warning for CUDA graphs over batches of any length (one graph recorded per length, each holding
+    its own memory), or ``None`` where the lengths are bucketed, the mode records no CUDA graph or the
+    device is not a GPU."""
+    if mode not in CUDA_GRAPH_MODES or not on_cuda or pad_to_multiple_of not in (None, 1):
+        return None
+    return (
+        f"model.compile_mode {mode!r} records a CUDA graph per distinct batch shape, and batches padded to "
+        "their longest example make up to one graph (and its memory) per length. Set data.pad_to_multiple_of "
+        "(e.g. 16) so that a few lengths recur."
+    )
 
 
 def is_compile_failure(error: BaseException) -> bool:
@@ -55,14 +101,20 @@ class EncoderCall:
         backend: a ``torch.compile`` backend name or callable; ``None`` calls ``module`` eagerly.
         dynamic: ``torch.compile``'s ``dynamic``: ``True`` (one graph per task whatever the batch's size and
             length), ``None`` (torch's default: static at first, dynamic after a change of shape).
+        mode: ``torch.compile``'s ``mode`` (:data:`COMPILE_MODES`; inductor only), ``None`` for its default.
     """
 
     def __init__(
-        self, module: nn.Module, backend: str | Callable[..., Any] | None, dynamic: bool | None = True
+        self,
+        module: nn.Module,
+        backend: str | Callable[..., Any] | None,
+        dynamic: bool | None = True,
+        mode: str | None = None,
     ) -> None:
         self.module = module
         self.backend = backend
         self.dynamic = dynamic
+        self.mode = mode
         self._compiled: Callable[..., Any] | None = None
         self.fell_back = False
         """Whether compiling failed and the encoder now runs eagerly."""
@@ -89,7 +141,9 @@ class EncoderCall:
         if self._compiled is None:
             assert self.backend is not None  # compiling
             try:
-                self._compiled = torch.compile(self.module, backend=self.backend, dynamic=self.dynamic)
+                self._compiled = torch.compile(
+                    self.module, backend=self.backend, dynamic=self.dynamic, mode=self.mode
+                )
             except RuntimeError as err:  # compile is not supported on this Python / platform
                 self._fall_back(err)
                 return self.module(*args, **kwargs)

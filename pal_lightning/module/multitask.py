@@ -34,6 +34,7 @@ Two safety nets:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
@@ -60,7 +61,12 @@ from pal_lightning.modeling.methods.config import DEFAULT_ADAPTER
 from pal_lightning.modeling.pair_heads import build_task_heads
 from pal_lightning.modeling.simcse import SimCSEConfig, as_simcse_config
 from pal_lightning.module.checkpoint_check import CheckpointCompatMixin
-from pal_lightning.module.compile import EncoderCall, compile_backend
+from pal_lightning.module.compile import (
+    EncoderCall,
+    check_compile_options,
+    compile_backend,
+    cuda_graph_padding_warning,
+)
 from pal_lightning.module.encoding import PairEncodingMixin, TaskRows
 from pal_lightning.module.evaluation import EvaluationMixin
 from pal_lightning.module.guard import (
@@ -288,6 +294,9 @@ class MultiTaskModule(
             ``true`` with torch's default backend (inductor: fastest on GPUs, needs a C compiler), a
             backend name such as ``aot_eager`` or ``cudagraphs``, ``false`` (default) eagerly. Where
             compiling fails, one warning and the eager encoder. Checkpoints are the same either way.
+        compile_mode: ``torch.compile``'s ``mode`` with ``compile`` on inductor: ``reduce-overhead``
+            records CUDA graphs on a GPU (pad batches to a few lengths with ``data.pad_to_multiple_of``),
+            ``max-autotune`` searches kernels longer; ``null`` (default) is torch's default mode.
     """
 
     def __init__(
@@ -318,6 +327,7 @@ class MultiTaskModule(
         init_from: str | None = None,
         encoder_revision: str | None = None,
         compile: bool | str = False,
+        compile_mode: str | None = None,
     ) -> None:
         super().__init__()
         self.task_specs: dict[str, TaskSpec] = {s.name: s for s in resolve_tasks(tasks)}
@@ -336,6 +346,7 @@ class MultiTaskModule(
                 "auxiliary": check_auxiliary(auxiliary, list(self.task_specs)),
             }
         )
+        check_compile_options(compile, compile_mode)
         check_schedule_options(warmup_ratio, warmup_steps, layer_lr_decay)
         check_rates(lr=lr, head_lr=head_lr, adapter_lr=adapter_lr, weight_decay=weight_decay, dropout=dropout)
         check_model_options(
@@ -344,7 +355,7 @@ class MultiTaskModule(
 
         self.encoder = self.build_encoder()
         self.heads = self.build_heads()
-        self._encoder_call = EncoderCall(self.encoder, compile_backend(compile))
+        self._encoder_call = EncoderCall(self.encoder, compile_backend(compile), mode=compile_mode)
         missing = sorted(set(self.task_specs) - set(self.heads.keys()))
         if missing:
             raise PalUserError(f"build_heads() returned no head for task(s) {missing}.")
@@ -406,12 +417,27 @@ class MultiTaskModule(
     def setup(self, stage: str) -> None:
         """Copy ``init_from``'s weights in before ``fit`` (a resumed fit then restores its own over them);
         name the classes as the data module read them (:meth:`adopt_label_names`); refuse what cannot train
-        on mixed batches when the data module serves them (:class:`MixedStepMixin`)."""
+        on mixed batches when the data module serves them (:class:`MixedStepMixin`); warn where CUDA graphs
+        (``compile_mode``) would meet batches of every length."""
         if stage == "fit":
             self._check_mixed_training()
+        self._warn_cuda_graphs_without_buckets()
         if stage == "fit" and self.hparams.get("init_from"):
             load_initial_weights(self, self.hparams["init_from"])
         self.adopt_label_names()
+
+    def _warn_cuda_graphs_without_buckets(self) -> None:
+        """At ``setup``: one warning where CUDA graphs would record a graph per batch length."""
+        trainer = self._trainer
+        if trainer is None or not self._encoder_call.compiling:
+            return
+        config = getattr(datamodule_of(trainer), "config", None)
+        root = getattr(trainer.strategy, "root_device", self.device)  # setup runs before the move to it
+        message = cuda_graph_padding_warning(
+            self._encoder_call.mode, getattr(config, "pad_to_multiple_of", None), root.type == "cuda"
+        )
+        if message is not None:
+            warnings.warn(message, UserWarning, stacklevel=2)
 
     # ------------------------------------------------------------------ model
 

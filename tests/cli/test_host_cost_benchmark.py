@@ -55,3 +55,33 @@ def test_gpu_check_cpu_dry_run_lists_the_host_cost_runs_only(tmp_path: Path) -> 
         assert words[words.index("--device") + 1] == "cpu"
         assert words[words.index("--json") + 1] == str(tmp_path / "gpu" / f"host_cost_{what}_cpu.json")
     assert not (tmp_path / "gpu").exists()  # a dry run writes nothing
+
+
+def test_gpu_check_compiled_run_asks_for_cuda_graphs_when_given_seconds(tmp_path: Path) -> None:
+    """``COMPILED_S`` adds the compiled real-width run, last, with the module's CUDA-graph mode; the
+    benchmark hands that mode to the encoder call the module uses."""
+    script = ROOT / "benchmarks" / "gpu_check.sh"
+    env = {**os.environ, "PYTHON": sys.executable}
+    runs = {}
+    for seconds in ("0", "240"):
+        proc = subprocess.run(
+            ["bash", str(script), "--dry-run", "--cpu", str(tmp_path / "gpu")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**env, "COMPILED_S": seconds},
+        )
+        assert proc.returncode == 0, proc.stderr
+        runs[seconds] = [line for line in proc.stdout.splitlines() if "benchmarks/host_cost.py" in line]
+    assert len(runs["0"]) == 2 and runs["240"][:2] == runs["0"]
+    words = runs["240"][2].split()
+    assert words[words.index("--compile-mode") + 1] == "reduce-overhead"
+    assert words[words.index("--modes") + 1] == "eager,compiled"
+    assert words[words.index("--json") + 1] == str(tmp_path / "gpu" / "host_cost_compiled_cpu.json")
+
+    host_cost = load_benchmark("host_cost")
+    args = host_cost.parser().parse_args(["--compile-mode", "reduce-overhead"])
+    config = host_cost.bert_config("minilm", 48, 16, 128)
+    encoder = host_cost.MultiTaskBert.from_config(config, ["t"], adapter="pals")
+    wrapped = host_cost._CompiledEncoder(encoder, args.backend, args.compile_mode)
+    assert (wrapped.call.backend, wrapped.call.mode) == ("inductor", "reduce-overhead")
