@@ -197,3 +197,14 @@ def test_cuda_graphs_over_unbucketed_lengths_warn_at_setup() -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             module._warn_cuda_graphs_without_buckets()
+
+
+def test_cuda_graph_outputs_are_copied_only_where_the_next_call_would_overwrite_them() -> None:
+    from pal_lightning.module.compile import owns_its_output
+
+    assert owns_its_output("reduce-overhead", grad_enabled=False, on_cuda=True)  # evaluation on a GPU
+    assert owns_its_output("max-autotune", grad_enabled=False, on_cuda=True)
+    assert not owns_its_output("reduce-overhead", grad_enabled=True, on_cuda=True)  # a backward pending
+    assert not owns_its_output("reduce-overhead", grad_enabled=False, on_cuda=False)  # no CUDA graphs
+    assert not owns_its_output("max-autotune-no-cudagraphs", grad_enabled=False, on_cuda=True)
+    assert not owns_its_output(None, grad_enabled=False, on_cuda=True)

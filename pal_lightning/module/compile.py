@@ -22,6 +22,12 @@ shape of a task's dynamic graph: pad the batches to a few lengths (``data.pad_to
 or every new length records another graph (:func:`cuda_graph_padding_warning`). On a CPU there are no
 CUDA graphs and the mode compiles as ``"default"`` does.
 
+CUDA graphs own their outputs' memory: a call with no backward pending (evaluation, prediction: no
+grad) starts a new iteration and overwrites the previous call's outputs. A siamese pair encodes its two
+sentences by two calls before it compares them, so :class:`EncoderCall` hands out a copy of a CUDA-graph
+output made without grad (:func:`owns_its_output`). With grad on, the first call's pending backward keeps
+the second from starting an iteration, and training needs no copy.
+
 Compiling is lazy: :class:`EncoderCall` compiles at the first call, and if ``torch.compile`` is not
 supported here (a Python version it does not support yet) or the backend fails (inductor without a C
 compiler, an operator it cannot lower), it warns once and runs the encoder eagerly from then on. An error
@@ -73,6 +79,12 @@ def check_compile_options(option: bool | str, mode: str | None) -> None:
             f"model.compile_mode {mode!r} is set but {what}: only inductor applies a mode. Set "
             "model.compile true, or leave compile_mode null."
         )
+
+
+def owns_its_output(mode: str | None, grad_enabled: bool, on_cuda: bool) -> bool:
+    """Whether a compiled call's output must be copied before it is handed out: a CUDA graph's output made
+    without a pending backward is overwritten by the next call (see the module's docstring)."""
+    return mode in CUDA_GRAPH_MODES and on_cuda and not grad_enabled
 
 
 def cuda_graph_padding_warning(mode: str | None, pad_to_multiple_of: int | None, on_cuda: bool) -> str | None:
@@ -148,12 +160,17 @@ class EncoderCall:
                 self._fall_back(err)
                 return self.module(*args, **kwargs)
         try:
-            return self._compiled(*args, **kwargs)
+            output = self._compiled(*args, **kwargs)
         except Exception as err:
             if not is_compile_failure(err):
                 raise
             self._fall_back(err)
             return self.module(*args, **kwargs)
+        if isinstance(output, torch.Tensor) and owns_its_output(
+            self.mode, torch.is_grad_enabled(), output.device.type == "cuda"
+        ):
+            return output.clone()
+        return output
 
     def __getstate__(self) -> dict[str, Any]:
         # the compiled function holds code caches that do not pickle (ddp_spawn, deepcopy): rebuilt lazily
