@@ -171,7 +171,7 @@ def test_compile_mode_reaches_torch_compile(monkeypatch: pytest.MonkeyPatch) -> 
 def test_cuda_graphs_over_unbucketed_lengths_warn_at_setup() -> None:
     from types import SimpleNamespace
 
-    from pal_lightning.module.compile import cuda_graph_padding_warning
+    from pal_lightning.module.compile import cuda_graph_padding_warning, warn_cuda_graphs_without_buckets
 
     assert "pad_to_multiple_of" in (cuda_graph_padding_warning("reduce-overhead", 1, on_cuda=True) or "")
     # not this library's data module: no pad_to_multiple_of to read, so the warning stands
@@ -191,12 +191,12 @@ def test_cuda_graphs_over_unbucketed_lengths_warn_at_setup() -> None:
 
     attach(1, "cuda")
     with pytest.warns(UserWarning, match="CUDA graph per distinct batch shape"):
-        module._warn_cuda_graphs_without_buckets()
+        warn_cuda_graphs_without_buckets(module._trainer, module._encoder_call)
     for pad, device in ((16, "cuda"), (1, "cpu")):
         attach(pad, device)
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            module._warn_cuda_graphs_without_buckets()
+            warn_cuda_graphs_without_buckets(module._trainer, module._encoder_call)
 
 
 def test_cuda_graph_outputs_are_copied_only_where_the_next_call_would_overwrite_them() -> None:

@@ -43,8 +43,10 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 
+from pal_lightning.core.contracts import datamodule_of
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.private_api import COMPILER_MODULES
 
@@ -98,6 +100,20 @@ def cuda_graph_padding_warning(mode: str | None, pad_to_multiple_of: int | None,
         "their longest example make up to one graph (and its memory) per length. Set data.pad_to_multiple_of "
         "(e.g. 16) so that a few lengths recur."
     )
+
+
+def warn_cuda_graphs_without_buckets(trainer: Any, call: EncoderCall) -> None:
+    """At the module's ``setup``: one warning (rank 0) where CUDA graphs would record a graph per batch
+    length (:func:`cuda_graph_padding_warning`). ``trainer`` may be ``None`` (a module used alone)."""
+    if trainer is None or not call.compiling:
+        return
+    config = getattr(datamodule_of(trainer), "config", None)
+    root = getattr(trainer.strategy, "root_device", torch.device("cpu"))  # setup runs before the move to it
+    message = cuda_graph_padding_warning(
+        call.mode, getattr(config, "pad_to_multiple_of", None), root.type == "cuda"
+    )
+    if message is not None:
+        rank_zero_warn(message, category=UserWarning)
 
 
 def is_compile_failure(error: BaseException) -> bool:

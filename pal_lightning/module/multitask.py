@@ -34,7 +34,6 @@ Two safety nets:
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
@@ -65,7 +64,7 @@ from pal_lightning.module.compile import (
     EncoderCall,
     check_compile_options,
     compile_backend,
-    cuda_graph_padding_warning,
+    warn_cuda_graphs_without_buckets,
 )
 from pal_lightning.module.encoding import PairEncodingMixin, TaskRows
 from pal_lightning.module.evaluation import EvaluationMixin
@@ -421,23 +420,10 @@ class MultiTaskModule(
         (``compile_mode``) would meet batches of every length."""
         if stage == "fit":
             self._check_mixed_training()
-        self._warn_cuda_graphs_without_buckets()
+        warn_cuda_graphs_without_buckets(self._trainer, self._encoder_call)
         if stage == "fit" and self.hparams.get("init_from"):
             load_initial_weights(self, self.hparams["init_from"])
         self.adopt_label_names()
-
-    def _warn_cuda_graphs_without_buckets(self) -> None:
-        """At ``setup``: one warning where CUDA graphs would record a graph per batch length."""
-        trainer = self._trainer
-        if trainer is None or not self._encoder_call.compiling:
-            return
-        config = getattr(datamodule_of(trainer), "config", None)
-        root = getattr(trainer.strategy, "root_device", self.device)  # setup runs before the move to it
-        message = cuda_graph_padding_warning(
-            self._encoder_call.mode, getattr(config, "pad_to_multiple_of", None), root.type == "cuda"
-        )
-        if message is not None:
-            warnings.warn(message, UserWarning, stacklevel=2)
 
     # ------------------------------------------------------------------ model
 
