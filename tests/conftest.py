@@ -12,7 +12,7 @@ testing; ``-n 0`` runs in one process as before. Each worker gives torch (and th
 its share of the cores, so two workers do not each start a thread per core; and the files whose
 end-to-end fixtures take longest are handed out first, so that the workers finish together.
 
-mypy (``tests/test_typing.py``) takes about 30 s of one core when its cache is cold, as on CI: when
+mypy (``tests/test_typing.py``) takes about 20 s of one core when its cache is cold, as on CI: when
 that test is collected, mypy starts in the background as soon as collection ends, once per run (by
 the xdist controller, or by the one pytest process), and the test waits for its result (the
 ``mypy_result`` fixture).

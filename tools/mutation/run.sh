@@ -11,7 +11,7 @@
 # with a [tool.mutmut] section appended to that copy's pyproject.toml only: the repository's own
 # pyproject.toml carries no mutmut configuration, so plain `python -m pytest` is never affected.
 # Results: $MUTATION_WORK/<target>/survivors.txt (one mutant name a line), survivors.diff (each
-# surviving mutant's diff, to review) and a score line on stdout. Needs the dev extra (mutmut).
+# surviving mutant's diff, to review) and a score line on stdout. Needs the dev and mutation extras (pip install -e ".[dev,mutation]").
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 WORK="${MUTATION_WORK:-/tmp/pal-mutation}"
