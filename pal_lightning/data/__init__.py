@@ -11,13 +11,28 @@ Public entry points:
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from pal_lightning.data.batch_samplers import MultiTaskBatchSampler, Phase, TaskBatch, eval_batches
-from pal_lightning.data.datamodule import MultiTaskDataModule
 from pal_lightning.data.options import DataConfig
 from pal_lightning.data.schedules import SamplingSchedule, annealed_alpha, task_probabilities
 from pal_lightning.data.sources.hf import dataset_task
 from pal_lightning.data.sources.readers import RawSplit, read_split
 from pal_lightning.data.sources.text import ptb_detokenize, undo_double_quoting
+
+if TYPE_CHECKING:
+    from pal_lightning.data.datamodule import MultiTaskDataModule
+
+
+def __getattr__(name: str) -> Any:
+    # Only the DataModule needs Lightning (about 4 s of CPU to import): it loads on first use, so that the
+    # readers, the sampling maths and the splits (a DDP rank's or a script's `pal_lightning.data.stage_splits`)
+    # load without it.
+    if name == "MultiTaskDataModule":
+        return importlib.import_module("pal_lightning.data.datamodule").MultiTaskDataModule
+    raise AttributeError(f"module 'pal_lightning.data' has no attribute {name!r}")
+
 
 __all__ = [
     "DataConfig",

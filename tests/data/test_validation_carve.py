@@ -40,10 +40,17 @@ def test_carve_is_seeded_per_task_and_refuses_a_single_row() -> None:
         carve(1, 0.5, 0, "sst")
 
 
-def test_carve_is_the_same_in_another_process() -> None:
-    code = "import json; from pal_lightning.data.stage_splits import carve; print(json.dumps(carve(500, 0.2, 11, 'sts')[1].tolist()))"
+def test_carve_is_the_same_in_another_process_which_loads_no_lightning() -> None:
+    """Another interpreter (its own hash seed) carves the same rows; the splits load without Lightning
+    (``pal_lightning.data`` loads the DataModule on first use)."""
+    code = (
+        "import json, sys; from pal_lightning.data.stage_splits import carve; "
+        "print(json.dumps([carve(500, 0.2, 11, 'sts')[1].tolist(), 'lightning' in sys.modules]))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert json.loads(out) == carve(500, 0.2, 11, "sts")[1].tolist()
+    rows, lightning_loaded = json.loads(out)
+    assert rows == carve(500, 0.2, 11, "sts")[1].tolist()
+    assert not lightning_loaded
 
 
 def test_take_rows_keeps_each_examples_tokens() -> None:
