@@ -11,15 +11,24 @@ arrive, so a grid cut short by ``--deadline`` still leaves every finished run.
 Runs are ordered seed-major (every method's first seed, then every method's second seed, ...),
 so a partial grid holds complete pairs for the paired comparisons of ``--compare``.
 
+A run longer than a sitting (a base-size encoder on two CPU cores) continues in the next one: with
+``"checkpoint_every": N`` in the spec, every fit writes its ``last.ckpt`` every N steps (full state: the
+resumed run is the uninterrupted one, step for step); ``--resume`` then skips the runs ``runs.jsonl``
+records as finished and continues every other from the newest ``last.ckpt`` under its folder (a new
+``version_N`` folder; the record names the checkpoint it ``resumed_from``, and its ``wall_s`` is this
+sitting's alone). A run cut by ``--deadline``, a crash or the machine going away resumes alike.
+
 Usage::
 
     python benchmarks/grid.py --spec spec.json --out runs/grid --jobs 8 --deadline 480
+    python benchmarks/grid.py --spec spec.json --out runs/grid --resume    # the next sitting
     python benchmarks/grid.py --summarize runs/grid/runs.jsonl --compare pals:shared
 
 with ``spec.json`` like::
 
     {"seeds": [42, 43, 44],
      "common_args": ["--data.init_args.cache_dir=false"],
+     "checkpoint_every": 100,
      "methods": {
         "shared": {"configs": ["configs/quickstart.yaml"], "args": ["--model.init_args.adapter.method=none"]},
         "pals":   {"configs": ["configs/quickstart.yaml"]}}}
@@ -39,6 +48,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cli_runs import fit_command, run_logged  # noqa: E402
+
+from pal_lightning.cli.run_folders import find_newest  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -60,18 +71,41 @@ def grid_runs(spec: dict[str, Any], only_seeds: list[int] | None = None) -> list
     return [(m, s) for s in seeds for m, entry in methods.items() if s in entry.get("seeds", spec["seeds"])]
 
 
+def finished_runs(sink: Path) -> set[tuple[str, int]]:
+    """``(method, seed)`` of the runs that ``runs.jsonl`` records as finished (status ``ok``)."""
+    if not sink.is_file():
+        return set()
+    records = [json.loads(line) for line in sink.read_text().splitlines() if line.strip()]
+    return {(r["method"], r["seed"]) for r in records if r.get("status") == "ok"}
+
+
 def run_one(
-    method: str, seed: int, spec: dict[str, Any], out: Path, data_dir: Path, timeout: float
+    method: str,
+    seed: int,
+    spec: dict[str, Any],
+    out: Path,
+    data_dir: Path,
+    timeout: float,
+    resume: bool = False,
 ) -> dict[str, Any]:
-    """One ``fit`` of ``method`` with ``seed``; returns its ``runs.jsonl`` record."""
+    """One ``fit`` of ``method`` with ``seed`` (with ``resume``, from the newest ``last.ckpt`` of an
+    earlier sitting's fit of it, if there is one); returns its ``runs.jsonl`` record."""
     entry = spec["methods"][method]
     configs = [REPO / c for c in entry["configs"]]
     root = out / method / f"seed{seed}"
     args = [*spec.get("common_args", []), *entry.get("args", [])]
+    if spec.get("checkpoint_every"):
+        args.append(f"--last_checkpoint.every_n_train_steps={int(spec['checkpoint_every'])}")
+    last = find_newest(root, "last*.ckpt") if resume else None
+    if last is not None:
+        args.append(f"--ckpt_path={last}")
     cmd = fit_command(configs, root, data_dir, seed, args)
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
-    status, wall, run_dir = run_logged(cmd, root, root / "fit.log", env, REPO, timeout)
+    log = root / (f"fit_resumed_{last.parent.parent.name}.log" if last is not None else "fit.log")
+    status, wall, run_dir = run_logged(cmd, root, log, env, REPO, timeout)
     record: dict[str, Any] = {"method": method, "seed": seed, "status": status, "wall_s": round(wall, 1)}
+    if last is not None:
+        record["resumed_from"] = str(last)
     scores_file = run_dir / "scores.json" if run_dir else None
     if scores_file is not None and scores_file.is_file():
         payload = json.loads(scores_file.read_text())
@@ -131,6 +165,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--seeds", type=int, nargs="+", help="run only these of the spec's seeds (the others another time)"
     )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="skip the runs runs.jsonl records as finished; continue the others from their newest last.ckpt "
+        "(the spec's checkpoint_every writes it every N steps)",
+    )
     parser.add_argument("--data-dir", type=Path, default=os.environ.get("PAL_DATA_DIR"))
     args = parser.parse_args(argv)
     if args.summarize:
@@ -149,13 +189,18 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     lock = threading.Lock()
     sink = args.out / "runs.jsonl"
+    if args.resume:
+        done = finished_runs(sink)
+        for method, seed in [r for r in runs if r in done]:
+            print(f"{method} seed {seed}: finished in {sink}, skipped", flush=True)
+        runs = [r for r in runs if r not in done]
 
     def task(method: str, seed: int) -> None:
         left = args.deadline - (time.monotonic() - start)
         if left <= 30:
             record: dict[str, Any] = {"method": method, "seed": seed, "status": "not started (deadline)"}
         else:
-            record = run_one(method, seed, spec, args.out, args.data_dir, timeout=left)
+            record = run_one(method, seed, spec, args.out, args.data_dir, timeout=left, resume=args.resume)
         line = json.dumps(record)
         with lock:
             with sink.open("a") as f:

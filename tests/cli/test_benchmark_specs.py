@@ -52,3 +52,60 @@ def test_seeds_option_refusal_is_a_usage_error(tmp_path: Path, capsys: pytest.Ca
     assert exit_info.value.code == 2
     assert "[7] are not in the spec" in capsys.readouterr().err
     assert not (tmp_path / "out").exists(), "nothing is created for a refused grid"
+
+
+def test_resume_skips_finished_runs_and_continues_the_others_from_their_newest_last_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--resume``: the finished seed is skipped, the cut one continues from the newest ``last.ckpt`` of its
+    folder (an earlier sitting's resumed run wrote version_1's), every fit writes ``last.ckpt`` every
+    ``checkpoint_every`` steps; without ``--resume`` every run starts afresh. (The fits are recorded,
+    not run: that a fit resumed from ``last.ckpt`` is the uninterrupted one is tests/cli/test_resume.py's.)"""
+    grid = load_benchmark("grid")
+    spec = tmp_path / "spec.json"
+    spec.write_text(
+        json.dumps(
+            {
+                "seeds": [1, 2],
+                "checkpoint_every": 5,
+                "methods": {"a": {"configs": ["configs/quickstart.yaml"]}},
+            }
+        )
+    )
+    out = tmp_path / "out"
+    lasts = [out / "a" / "seed2" / f"version_{v}" / "checkpoints" / "last.ckpt" for v in (0, 1)]
+    for last in lasts:
+        last.parent.mkdir(parents=True)
+        last.write_bytes(b"")
+    (out / "runs.jsonl").write_text(
+        "".join(
+            json.dumps(r) + "\n"
+            for r in (
+                {"method": "a", "seed": 1, "status": "ok"},
+                {"method": "a", "seed": 2, "status": "timeout"},
+            )
+        )
+    )
+    ran: list[tuple[list[str], str]] = []
+
+    def fake_run(cmd: list[str], root: Path, log: Path, *rest: object) -> tuple[str, float, None]:
+        ran.append((cmd, log.name))
+        return "ok", 1.0, None
+
+    monkeypatch.setattr(grid, "run_logged", fake_run)
+    common = ["--spec", str(spec), "--out", str(out), "--data-dir", str(tmp_path), "--jobs", "1"]
+    assert grid.main([*common, "--resume"]) == 0
+    ((cmd, log),) = ran
+    assert "--seed_everything=2" in cmd and "--last_checkpoint.every_n_train_steps=5" in cmd
+    assert f"--ckpt_path={lasts[1]}" in cmd and log == "fit_resumed_version_1.log"
+    assert "a seed 1: finished" in capsys.readouterr().out
+    record = json.loads((out / "runs.jsonl").read_text().splitlines()[-1])
+    assert (record["seed"], record["status"], record["resumed_from"]) == (2, "ok", str(lasts[1]))
+
+    ran.clear()
+    assert grid.main(common) == 0
+    assert [next(a for a in c if a.startswith("--seed_everything")) for c, _ in ran] == [
+        "--seed_everything=1",
+        "--seed_everything=2",
+    ]
+    assert not any(a.startswith("--ckpt_path") for c, _ in ran for a in c)
