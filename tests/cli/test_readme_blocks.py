@@ -194,6 +194,10 @@ NOT_RUN_COMMANDS: dict[str, tuple[str, Callable[[list[str], Workspace], None] | 
         "a benchmark grid of full runs (minutes to hours); end to end on a tiny model in test_reproduce.py",
         _benchmark_arguments,
     ),
+    "python benchmarks/grid.py": (
+        "methods x seeds of full runs (minutes to hours); tests/cli/test_benchmark_specs.py runs its parts",
+        _benchmark_arguments,
+    ),
     "python benchmarks/peers.py": (
         "peer systems on the real encoder; --quick end to end in tests/cli/test_peers.py",
         _benchmark_arguments,
