@@ -26,9 +26,9 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    # Only the DataModule needs Lightning (about 4 s of CPU to import): it loads on first use, so that the
-    # readers, the sampling maths and the splits (a DDP rank's or a script's `pal_lightning.data.stage_splits`)
-    # load without it.
+    # Only the DataModule needs Lightning, whose import is most of a fresh interpreter's start-up: it loads
+    # on first use, so that the readers, the sampling maths and the splits (a DDP rank's or a script's
+    # `pal_lightning.data.stage_splits`) load without it.
     if name == "MultiTaskDataModule":
         return importlib.import_module("pal_lightning.data.datamodule").MultiTaskDataModule
     raise AttributeError(f"module 'pal_lightning.data' has no attribute {name!r}")
