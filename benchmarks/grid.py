@@ -71,12 +71,16 @@ def grid_runs(spec: dict[str, Any], only_seeds: list[int] | None = None) -> list
     return [(m, s) for s in seeds for m, entry in methods.items() if s in entry.get("seeds", spec["seeds"])]
 
 
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """The records of a ``runs.jsonl`` (none when it does not exist yet)."""
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 def finished_runs(sink: Path) -> set[tuple[str, int]]:
     """``(method, seed)`` of the runs that ``runs.jsonl`` records as finished (status ``ok``)."""
-    if not sink.is_file():
-        return set()
-    records = [json.loads(line) for line in sink.read_text().splitlines() if line.strip()]
-    return {(r["method"], r["seed"]) for r in records if r.get("status") == "ok"}
+    return {(r["method"], r["seed"]) for r in read_records(sink) if r.get("status") == "ok"}
 
 
 def run_one(
@@ -95,7 +99,7 @@ def run_one(
     root = out / method / f"seed{seed}"
     args = [*spec.get("common_args", []), *entry.get("args", [])]
     if spec.get("checkpoint_every"):
-        args.append(f"--last_checkpoint.every_n_train_steps={int(spec['checkpoint_every'])}")
+        args.append(f"--last_checkpoint.every_n_train_steps={spec['checkpoint_every']}")
     last = find_newest(root, "last*.ckpt") if resume else None
     if last is not None:
         args.append(f"--ckpt_path={last}")
@@ -141,7 +145,7 @@ def summarize(paths: list[Path], comparisons: list[str]) -> str:
     """Markdown of finished runs: mean +- sd per method and the paired differences ``A:B``."""
     from reproduce import seed_sections
 
-    records = [json.loads(line) for path in paths for line in path.read_text().splitlines() if line.strip()]
+    records = [record for path in paths for record in read_records(path)]
     pairs = [tuple(c.split(":", 1)) for c in comparisons]
     return "\n".join(seed_sections(score_rows(records), pairs))
 
@@ -174,6 +178,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", type=Path, default=os.environ.get("PAL_DATA_DIR"))
     args = parser.parse_args(argv)
     if args.summarize:
+        missing = [str(p) for p in args.summarize if not p.is_file()]
+        if missing:
+            parser.error(f"no such runs.jsonl: {', '.join(missing)}")
         print(summarize(args.summarize, args.compare))
         return 0
     if args.spec is None or args.out is None:
@@ -181,6 +188,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.data_dir is None:
         parser.error("give --data-dir or set PAL_DATA_DIR")
     spec = json.loads(args.spec.read_text())
+    every = spec.get("checkpoint_every")
+    if every is not None and (not isinstance(every, int) or isinstance(every, bool) or every < 1):
+        parser.error(
+            f"checkpoint_every in {args.spec} is {every!r}: give a whole number of steps, at least 1"
+        )
     try:
         runs = grid_runs(spec, args.seeds)
     except ValueError as err:

@@ -183,8 +183,9 @@ def test_cuda_graphs_over_unbucketed_lengths_warn_at_setup() -> None:
 
     module = tiny_module(bert_config=TINY_BERT, compile=True, compile_mode="reduce-overhead")
 
-    def attach(pad: int, device: str) -> None:
+    def attach(pad: int, device: str, global_zero: bool = True) -> None:
         module._trainer = SimpleNamespace(  # type: ignore[assignment]
+            is_global_zero=global_zero,
             strategy=SimpleNamespace(root_device=torch.device(device)),
             datamodule=SimpleNamespace(config=SimpleNamespace(pad_to_multiple_of=pad)),
         )
@@ -192,8 +193,8 @@ def test_cuda_graphs_over_unbucketed_lengths_warn_at_setup() -> None:
     attach(1, "cuda")
     with pytest.warns(UserWarning, match="CUDA graph per distinct batch shape"):
         warn_cuda_graphs_without_buckets(module._trainer, module._encoder_call)
-    for pad, device in ((16, "cuda"), (1, "cpu")):
-        attach(pad, device)
+    for pad, device, global_zero in ((16, "cuda", True), (1, "cpu", True), (1, "cuda", False)):
+        attach(pad, device, global_zero)  # bucketed, on a CPU, or another rank than 0: no warning
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             warn_cuda_graphs_without_buckets(module._trainer, module._encoder_call)

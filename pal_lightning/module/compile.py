@@ -43,10 +43,10 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 
 from pal_lightning.core.contracts import datamodule_of
+from pal_lightning.core.distributed import is_main_process
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.private_api import COMPILER_MODULES
 
@@ -112,8 +112,8 @@ def warn_cuda_graphs_without_buckets(trainer: Any, call: EncoderCall) -> None:
     message = cuda_graph_padding_warning(
         call.mode, getattr(config, "pad_to_multiple_of", None), root.type == "cuda"
     )
-    if message is not None:
-        rank_zero_warn(message, category=UserWarning)
+    if message is not None and is_main_process(trainer):
+        warnings.warn(message, UserWarning, stacklevel=3)
 
 
 def is_compile_failure(error: BaseException) -> bool:

@@ -109,3 +109,28 @@ def test_resume_skips_finished_runs_and_continues_the_others_from_their_newest_l
         "--seed_everything=2",
     ]
     assert not any(a.startswith("--ckpt_path") for c, _ in ran for a in c)
+
+
+@pytest.mark.parametrize("every", [0, "50", 2.5, True])
+def test_a_bad_checkpoint_every_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], every: object
+) -> None:
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"seeds": [42], "checkpoint_every": every, "methods": {"a": {"configs": []}}}))
+    with pytest.raises(SystemExit) as exit_info:
+        load_benchmark("grid").main(
+            ["--spec", str(spec), "--out", str(tmp_path / "out"), "--data-dir", str(tmp_path)]
+        )
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"checkpoint_every in {spec} is {every!r}: give a whole number of steps" in err
+    assert not (tmp_path / "out").exists(), "nothing is created for a refused grid"
+
+
+def test_summarizing_a_missing_file_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        load_benchmark("grid").main(["--summarize", str(tmp_path / "runs.jsonl")])
+    assert exit_info.value.code == 2
+    assert f"no such runs.jsonl: {tmp_path / 'runs.jsonl'}" in capsys.readouterr().err
