@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -246,3 +247,15 @@ def mypy_result(request: pytest.FixtureRequest) -> tuple[int, str]:
         assert time.monotonic() < deadline, "mypy did not finish in 600 s"
         time.sleep(0.2)
     return int((folder / "mypy.rc").read_text()), (folder / "mypy.log").read_text()
+
+
+@pytest.fixture(scope="session")
+def forked_cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One CLI driver per test process (per xdist worker), started when a test first asks for it:
+    ``pal-lightning`` command lines and DDP scripts run in processes forked from it
+    (:class:`cli.forked.ForkedCli`, tests/cli/forked.py)."""
+    from cli.forked import ForkedCli  # tests/ is on sys.path: this file's folder is no package
+
+    cli = ForkedCli(tmp_path_factory.mktemp("forked_cli"))
+    yield cli
+    cli.close()

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +23,9 @@ FITS = {"interleaved": "modernbert", "continual": "bert"}
 
 
 @pytest.fixture(scope="module")
-def ranks(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, tuple[dict, dict]]]:
+def ranks(
+    tmp_path_factory: pytest.TempPathFactory, forked_cli: Any
+) -> tuple[Path, dict[str, tuple[dict, dict]]]:
     """Run the DDP script (2 gloo ranks) once for every fit of :data:`FITS`, each with a tiny encoder of its
     family, on fresh fixture files; the data folder and each fit's two rank records (and its folder)."""
     root = tmp_path_factory.mktemp("gem_ddp")
@@ -35,13 +36,7 @@ def ranks(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, tup
     for mode, model_type in FITS.items():
         (root / mode).mkdir()
         runs += [str(root / mode), mode, model_type]
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), str(data), *runs],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    proc = forked_cli.run_script(root, SCRIPT, [str(data), *runs], env)  # forked (tests/conftest.py)
     assert proc.returncode == 0, proc.stderr[-4000:]
     records = {
         mode: tuple(json.loads((root / mode / f"rank{r}.json").read_text()) for r in (0, 1)) for mode in FITS

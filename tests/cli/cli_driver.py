@@ -23,6 +23,11 @@ saves the ~6 s of CPU of a fresh interpreter's imports per DDP command; what an 
 is tested with real processes (test_cli_subprocess.py, test_console.py, torchrun's and srun's ranks in
 test_torchrun_cli.py). A job that does not start rank 1 closes the spare's pipe, and the spare exits.
 
+A job with a ``"script"`` (a path) is ``python SCRIPT ARGS`` instead: the child runs the script as
+``__main__`` (its folder first on ``sys.path``), with a spare of its own, which becomes rank 1 when
+Lightning's launcher starts ``sys.executable SCRIPT ARGS`` (the DDP scripts of tests/data,
+tests/callbacks and tests/modeling: ``ForkedCli.run_script``).
+
 ``python cli_driver.py --serve`` does the same for batches read from stdin, one JSON object
 ``{"jobs": [...], "workers": N}`` a line, and answers each with one JSON line of exit statuses on
 stdout once the batch has finished, until stdin closes: one import for all the command lines of a
@@ -37,6 +42,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import runpy
 import subprocess
 import sys
 import threading
@@ -47,8 +53,9 @@ from typing import Any
 
 RANK_COMMAND = [sys.executable, "-m", "pal_lightning.__main__"]
 """How Lightning's launcher starts the other ranks of a run of ``python -m pal_lightning`` (and of a job)."""
-_spare: dict[str, int] = {}
-"""The job's spare process (``pid``) and the write end of its pipe (``fd``), while not yet taken."""
+_spare: dict[str, Any] = {}
+"""The job's spare process (``pid``), the write end of its pipe (``fd``), while not yet taken, and the
+command it stands in for (``command``: the start of rank 1's command line; ``script``: the job's script)."""
 
 
 def _preload() -> None:
@@ -82,9 +89,13 @@ def _child(job: dict[str, Any]) -> None:
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)  # a run reads no input (under --serve, stdin is the driver's job stream)
     os.close(null)
+    if "script" in job:  # python SCRIPT ARGS (Lightning's launcher: rank 1 is sys.executable SCRIPT ARGS)
+        sys.argv = [job["script"], *job["args"]]
+        _fork_spare([sys.executable, job["script"]], job["script"])
+        _run_script(job["script"])
     sys.argv = ["pal-lightning", *job["args"]]
     if _may_run_ddp(job["args"]):
-        _fork_spare()
+        _fork_spare(RANK_COMMAND, None)
     _run_main()
 
 
@@ -95,8 +106,27 @@ def _run_main() -> None:
     sys.modules["__main__"].__spec__ = importlib.util.find_spec("pal_lightning.__main__")
     from pal_lightning.cli.main import main
 
+    _finish(main)
+
+
+def _run_script(path: str) -> None:
+    """``python PATH ARGS`` (``sys.argv`` set) in this process, then wait for what it started; exits. Run
+    as ``__main__`` by :func:`runpy.run_path`, whose module has no ``__spec__``: Lightning's launcher then
+    starts rank 1 as ``sys.executable PATH ARGS``, as from a script the interpreter ran."""
+    sys.path.insert(0, str(Path(path).parent))
+
+    def script() -> int:
+        runpy.run_path(path, run_name="__main__")
+        return 0
+
+    _finish(script)
+
+
+def _finish(run: Any) -> None:
+    """``run()`` as the interpreter runs a program (its exit status; an uncaught exception's traceback
+    and status 1), then wait for the processes it started and exit."""
     try:
-        code = main()
+        code = run()
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException:  # what the interpreter does with an uncaught exception
@@ -126,15 +156,16 @@ def _may_run_ddp(args: list[str]) -> bool:
     return False
 
 
-def _fork_spare() -> None:
-    """Fork the spare (see the module's docstring) and have Lightning's launcher start rank 1 from it."""
+def _fork_spare(command: list[str], script: str | None) -> None:
+    """Fork the spare (see the module's docstring) and have Lightning's launcher start rank 1 from it when
+    it starts ``command + ARGS`` (``script``: the job's script, which the spare runs then)."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(write)
         _become_rank(read)
     os.close(read)
-    _spare.update(pid=pid, fd=write)
+    _spare.update(pid=pid, fd=write, command=list(command), script=script)
     import lightning.pytorch.strategies.launchers.subprocess_script as launcher
 
     shim = types.ModuleType("subprocess")
@@ -146,9 +177,15 @@ def _fork_spare() -> None:
 def _popen(command: list[str], *args: Any, **kwargs: Any) -> subprocess.Popen:
     """``subprocess.Popen`` for Lightning's launcher: rank 1 of this job is the spare, told to become
     ``command`` with the given ``env`` and ``cwd``; anything else starts as usual."""
-    if "fd" not in _spare or args or set(kwargs) - {"env", "cwd"} or list(command[:3]) != RANK_COMMAND:
+    start = _spare.get("command", RANK_COMMAND)
+    if "fd" not in _spare or args or set(kwargs) - {"env", "cwd"} or list(command[: len(start)]) != start:
         return subprocess.Popen(command, *args, **kwargs)
-    request = {"args": list(command[3:]), "env": kwargs.get("env"), "cwd": kwargs.get("cwd")}
+    request = {
+        "args": list(command[len(start) :]),
+        "env": kwargs.get("env"),
+        "cwd": kwargs.get("cwd"),
+        "script": _spare["script"],
+    }
     fd = _spare.pop("fd")
     os.write(fd, json.dumps(request).encode())
     os.close(fd)
@@ -176,13 +213,16 @@ def _become_rank(read: int) -> None:
     if request["env"] is not None:
         os.environ.clear()
         os.environ.update(request["env"])
-    spec = importlib.util.find_spec("pal_lightning.__main__")
-    assert spec is not None and spec.origin is not None
-    sys.argv = [spec.origin, *request["args"]]  # as ``python -m pal_lightning.__main__ ARGS`` sets it
     # what Lightning reads off the environment when it is imported (a fresh rank 1 imports it as rank 1)
     from lightning.fabric.utilities.rank_zero import _get_rank, rank_zero_only
 
     rank_zero_only.rank = _get_rank() or 0
+    if request["script"] is not None:
+        sys.argv = [request["script"], *request["args"]]
+        _run_script(request["script"])
+    spec = importlib.util.find_spec("pal_lightning.__main__")
+    assert spec is not None and spec.origin is not None
+    sys.argv = [spec.origin, *request["args"]]  # as ``python -m pal_lightning.__main__ ARGS`` sets it
     _run_main()
 
 

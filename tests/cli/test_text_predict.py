@@ -13,7 +13,7 @@ from pal_lightning import MultiTaskModule
 from pal_lightning.cli.main import USER_ERROR_EXIT, main
 from pal_lightning.core.columns import probability_column as column_name
 
-from .conftest import load_benchmark
+from .conftest import ForkedCli, ForkedSubprocess, load_benchmark
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -22,7 +22,7 @@ def _rows(path: Path) -> list[dict[str, str]]:
 
 
 def test_fit_saves_the_best_model_and_predict_reads_csv_and_jsonl(
-    tiny_yaml: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tiny_yaml: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], forked_cli: ForkedCli
 ) -> None:
     assert main(["fit", "--config", str(tiny_yaml)]) == 0
     capsys.readouterr()
@@ -42,9 +42,10 @@ def test_fit_saves_the_best_model_and_predict_reads_csv_and_jsonl(
     model = MultiTaskModule.from_pretrained(folder)
     assert all(torch.equal(saved[k], v) for k, v in model.state_dict().items())
     # and a new process loading only the folder predicts exactly what the checkpoint predicts
-    roundtrip = load_benchmark("pretrained_roundtrip").main(
-        ["--run", str(run), "--data-dir", str(tmp_path / "data"), "--n", "6"]
-    )
+    # (forked from the session's CLI driver, which has imported but loaded no model: forked_cli)
+    benchmark = load_benchmark("pretrained_roundtrip")
+    benchmark.subprocess = ForkedSubprocess(forked_cli)  # a fresh module: nothing to restore
+    roundtrip = benchmark.main(["--run", str(run), "--data-dir", str(tmp_path / "data"), "--n", "6"])
     assert roundtrip["examples_per_task"] == {"sst": 6, "qqp": 6, "sts": 6}
     assert roundtrip["max_abs_diff_all"] == 0.0
 

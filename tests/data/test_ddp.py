@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,7 +15,7 @@ SCRIPT = Path(__file__).with_name("ddp_script.py")
 
 
 @pytest.fixture(scope="module")
-def ranks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def ranks(tmp_path_factory: pytest.TempPathFactory, forked_cli: Any) -> Path:
     """One launch of two gloo ranks: the per-task fit, validation and prediction, then the mixed fit."""
     from pal_lightning.testing import write_cs224n_quirks
 
@@ -24,9 +23,8 @@ def ranks(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_cs224n_quirks(out / "data")  # before the ranks start, so both see complete files
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PL_DISABLE_FORK": "1"}
     env.pop("LOCAL_RANK", None)
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), str(out)], env=env, capture_output=True, text=True, timeout=300
-    )
+    # python SCRIPT OUT, forked from the session's driver (forked_cli, tests/conftest.py)
+    proc = forked_cli.run_script(out, SCRIPT, [str(out)], env)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return out
 

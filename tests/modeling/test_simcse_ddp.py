@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,15 +16,10 @@ pytestmark = pytest.mark.ddp
 SCRIPT = Path(__file__).with_name("simcse_ddp_script.py")
 
 
-def test_gathered_negatives_match_a_single_process(tmp_path: Path) -> None:
+def test_gathered_negatives_match_a_single_process(tmp_path: Path, forked_cli: Any) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), str(tmp_path), str(free_port())],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    # python SCRIPT FOLDER PORT, forked from the session's driver (forked_cli, tests/conftest.py)
+    proc = forked_cli.run_script(tmp_path, SCRIPT, [str(tmp_path), str(free_port())], env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for rank, offset in ((0, 0), (1, 3)):
         r = json.loads((tmp_path / f"rank{rank}.json").read_text())

@@ -1,0 +1,198 @@
+"""Command lines and scripts run as processes forked from one interpreter that imported the CLI once
+(``cli_driver.py --serve``): :class:`ForkedCli` (the ``forked_cli`` fixture of tests/conftest.py, one
+driver per test process) and :class:`ForkedSubprocess` (a benchmark's ``subprocess`` module through it);
+:func:`subprocess_env`, the environment of a CLI subprocess."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+def subprocess_env() -> dict[str, str]:
+    """Environment of a CLI subprocess: offline, one thread, and none of the variables a parent run may
+    have set for its ranks. (Test-only callbacks in configs come from ``pal_lightning.testing.callbacks``.)"""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    for key in ("PAL_DEBUG", "LOCAL_RANK", "PAL_RUN_VERSION", "PAL_RESUME_CKPT"):
+        env.pop(key, None)
+    return env
+
+
+DRIVER = Path(__file__).with_name("cli_driver.py")
+
+
+class ForkedCli:
+    """``pal-lightning`` command lines, each in a process of its own, forked from one driver process
+    (``cli_driver.py --serve``) that imported the CLI once for the whole session: this saves the ~6 s of
+    CPU that each ``python -m pal_lightning`` spends on imports on the 2-core machine.
+
+    A child is what ``python -m pal_lightning ARGS`` and the console script are, ``sys.exit(main())``
+    with ``sys.argv`` set, in its own working folder, with its own output files and environment: a
+    ``KillAtStep`` SIGKILL, a ``SignalAtStep`` SIGTERM/SIGINT and an exit status reach the test as they
+    would from :func:`subprocess.run` (status ``-9`` for SIGKILL). Under DDP the child is rank 0, and
+    Lightning's launcher starts rank 1 as from a real run, ``sys.executable -m pal_lightning.__main__
+    ARGS`` with its environment, a child of rank 0 whose output goes to the child's files: the job's
+    spare process, forked before the run began, becomes that command (``cli_driver.py``), which saves
+    rank 1's ~6 s of imports. What the interpreter start-up
+    itself does (``-m pal_lightning``, the console script, what is printed while the CLI imports) is
+    tested with real processes in test_cli_subprocess.py and test_console.py, and ranks that no
+    ``pal-lightning`` process starts (torchrun's, srun's) are real processes too. One batch at a time:
+    calls from several threads wait for each other.
+    """
+
+    def __init__(self, logs: Path) -> None:
+        self._logs = logs
+        self._ids = itertools.count()
+        self._lock = threading.Lock()
+        self._proc = subprocess.Popen(
+            [sys.executable, str(DRIVER), "--serve"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=subprocess_env(),
+            text=True,
+        )
+        assert self._proc.stdout is not None and self._proc.stdout.readline().strip() == "ready", (
+            "the CLI driver did not start"
+        )
+
+    def run(
+        self,
+        jobs: Sequence[tuple[Path, Sequence[str]]],
+        workers: int = 3,
+        env: dict[str, str] | None = None,
+        log: Path | None = None,
+    ) -> list[subprocess.CompletedProcess[str]]:
+        """Run every ``(working folder, arguments after pal-lightning)`` job, ``workers`` at a time; their
+        exit statuses and outputs, in the order of ``jobs``. ``env``: the children's whole environment
+        (default: the driver's, :func:`subprocess_env` when the session started); ``log``: one file for
+        stdout and stderr together (of a single job), as ``stderr=subprocess.STDOUT`` writes them."""
+        assert log is None or len(jobs) == 1
+        batch: list[dict[str, Any]] = []
+        for cwd, args in jobs:
+            name = f"job{next(self._ids)}"
+            out, err = (log, log) if log else (self._logs / f"{name}.out", self._logs / f"{name}.err")
+            job: dict[str, Any] = {"name": name, "cwd": str(cwd), "args": list(args)}
+            job.update(stdout=str(out), stderr=str(err), **({"env": env} if env is not None else {}))
+            batch.append(job)
+        with self._lock:
+            assert self._proc.stdin is not None and self._proc.stdout is not None
+            assert self._proc.poll() is None, "the CLI driver is gone"
+            self._proc.stdin.write(json.dumps({"jobs": batch, "workers": workers}) + "\n")
+            self._proc.stdin.flush()
+            line = self._proc.stdout.readline()
+        assert line, "the CLI driver stopped"
+        codes = json.loads(line)
+        return [
+            subprocess.CompletedProcess(
+                ["pal-lightning", *job["args"]],
+                codes[job["name"]],
+                "" if log else Path(job["stdout"]).read_text(),
+                "" if log else Path(job["stderr"]).read_text(),
+            )
+            for job in batch
+        ]
+
+    def run_script(
+        self, cwd: Path, script: Path, args: Sequence[str], env: dict[str, str]
+    ) -> subprocess.CompletedProcess[str]:
+        """``python SCRIPT ARGS`` in ``cwd`` with ``env`` as its whole environment, forked from the driver:
+        the script runs as ``__main__`` with its folder first on ``sys.path``, as the interpreter runs it,
+        and when it starts DDP ranks Lightning's launcher gets rank 1 from the job's spare process
+        (``cli_driver.py``). What the script's processes print, and its exit status, as
+        :func:`subprocess.run` with ``capture_output=True, text=True`` gives them."""
+        name = f"job{next(self._ids)}"
+        job = {
+            "name": name,
+            "cwd": str(cwd),
+            "script": str(Path(script).resolve()),
+            "args": [str(a) for a in args],
+            "env": env,
+            "stdout": str(self._logs / f"{name}.out"),
+            "stderr": str(self._logs / f"{name}.err"),
+        }
+        with self._lock:
+            assert self._proc.stdin is not None and self._proc.stdout is not None
+            assert self._proc.poll() is None, "the CLI driver is gone"
+            self._proc.stdin.write(json.dumps({"jobs": [job], "workers": 1}) + "\n")
+            self._proc.stdin.flush()
+            line = self._proc.stdout.readline()
+        assert line, "the CLI driver stopped"
+        return subprocess.CompletedProcess(
+            [sys.executable, job["script"], *job["args"]],
+            json.loads(line)[name],
+            Path(job["stdout"]).read_text(),
+            Path(job["stderr"]).read_text(),
+        )
+
+    def close(self) -> None:
+        assert self._proc.stdin is not None
+        self._proc.stdin.close()
+        try:
+            self._proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+
+class ForkedSubprocess:
+    """Stands in for the ``subprocess`` module of ``benchmarks/cli_runs.py`` in a benchmark's test
+    (``monkeypatch.setattr(cli_runs, "subprocess", ForkedSubprocess(forked_cli))``): the command lines
+    the benchmark builds, ``sys.executable -m pal_lightning ARGS`` with the output in a log file, run
+    through :class:`ForkedCli` with the same arguments, working folder, environment and log file; any
+    ``sys.executable SCRIPT ARGS`` with its output captured as text runs as :meth:`ForkedCli.run_script`;
+    any other command runs as usual. ``commands`` lists the command lines it forked."""
+
+    STDOUT = subprocess.STDOUT
+    PIPE = subprocess.PIPE
+    DEVNULL = subprocess.DEVNULL
+    TimeoutExpired = subprocess.TimeoutExpired
+    CompletedProcess = subprocess.CompletedProcess
+
+    def __init__(self, cli: ForkedCli) -> None:
+        self._cli = cli
+        self.commands: list[list[str]] = []
+
+    def run(self, cmd: Sequence[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        cmd = list(cmd)
+        stdout = kwargs.get("stdout")
+        if (
+            cmd[:1] == [sys.executable]
+            and cmd[1:2]
+            and cmd[1].endswith(".py")
+            and kwargs.get("capture_output")
+        ):
+            return self._script(cmd, **kwargs)  # python SCRIPT ARGS with its output captured as text
+        if (
+            cmd[:3] != [sys.executable, "-m", "pal_lightning"]
+            or kwargs.get("stderr") != subprocess.STDOUT
+            or not isinstance(getattr(stdout, "name", None), str)
+        ):
+            return subprocess.run(cmd, **kwargs)
+        self.commands.append(cmd)
+        assert stdout is not None
+        stdout.flush()
+        cwd = Path(kwargs.get("cwd") or os.getcwd())
+        env = kwargs.get("env")
+        done = self._cli.run([(cwd, cmd[3:])], 1, dict(env) if env is not None else None, Path(stdout.name))[
+            0
+        ]
+        return subprocess.CompletedProcess(cmd, done.returncode)
+
+    def _script(self, cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        """``subprocess.run([sys.executable, SCRIPT, *ARGS], capture_output=True, text=True, ...)`` through
+        :meth:`ForkedCli.run_script` (``check`` raises as :func:`subprocess.run` does)."""
+        assert kwargs.get("text") and set(kwargs) <= {"capture_output", "text", "check", "cwd", "env"}, kwargs
+        self.commands.append(cmd)
+        env = kwargs.get("env")
+        cwd = Path(kwargs.get("cwd") or os.getcwd())
+        done = self._cli.run_script(cwd, Path(cmd[1]), cmd[2:], dict(env if env is not None else os.environ))
+        if kwargs.get("check") and done.returncode != 0:
+            raise subprocess.CalledProcessError(done.returncode, cmd, done.stdout, done.stderr)
+        return subprocess.CompletedProcess(cmd, done.returncode, done.stdout, done.stderr)
