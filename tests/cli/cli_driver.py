@@ -31,7 +31,7 @@ tests/callbacks and tests/modeling: ``ForkedCli.run_script``).
 ``python cli_driver.py --serve`` does the same for batches read from stdin, one JSON object
 ``{"jobs": [...], "workers": N}`` a line, and answers each with one JSON line of exit statuses on
 stdout once the batch has finished, until stdin closes: one import for all the command lines of a
-test session (``ForkedCli`` in tests/cli/conftest.py).
+test session (``ForkedCli`` in tests/cli/forked.py, the ``forked_cli`` fixture of tests/conftest.py).
 
 Forking after the imports is safe here: the driver has run no torch operation, so no thread pool
 exists yet. This saves the 5-6 s of imports per command that a catalogue of ~20 commands would pay.
