@@ -81,14 +81,7 @@ class ForkedCli:
             job: dict[str, Any] = {"name": name, "cwd": str(cwd), "args": list(args)}
             job.update(stdout=str(out), stderr=str(err), **({"env": env} if env is not None else {}))
             batch.append(job)
-        with self._lock:
-            assert self._proc.stdin is not None and self._proc.stdout is not None
-            assert self._proc.poll() is None, "the CLI driver is gone"
-            self._proc.stdin.write(json.dumps({"jobs": batch, "workers": workers}) + "\n")
-            self._proc.stdin.flush()
-            line = self._proc.stdout.readline()
-        assert line, "the CLI driver stopped"
-        codes = json.loads(line)
+        codes = self._send(batch, workers)
         return [
             subprocess.CompletedProcess(
                 ["pal-lightning", *job["args"]],
@@ -117,19 +110,24 @@ class ForkedCli:
             "stdout": str(self._logs / f"{name}.out"),
             "stderr": str(self._logs / f"{name}.err"),
         }
-        with self._lock:
-            assert self._proc.stdin is not None and self._proc.stdout is not None
-            assert self._proc.poll() is None, "the CLI driver is gone"
-            self._proc.stdin.write(json.dumps({"jobs": [job], "workers": 1}) + "\n")
-            self._proc.stdin.flush()
-            line = self._proc.stdout.readline()
-        assert line, "the CLI driver stopped"
+        code = self._send([job], 1)[name]
         return subprocess.CompletedProcess(
             [sys.executable, job["script"], *job["args"]],
-            json.loads(line)[name],
+            code,
             Path(job["stdout"]).read_text(),
             Path(job["stderr"]).read_text(),
         )
+
+    def _send(self, batch: list[dict[str, Any]], workers: int) -> dict[str, int]:
+        """Hand ``batch`` to the driver, ``workers`` jobs at a time; each job's exit status, by name."""
+        with self._lock:
+            assert self._proc.stdin is not None and self._proc.stdout is not None
+            assert self._proc.poll() is None, "the CLI driver is gone"
+            self._proc.stdin.write(json.dumps({"jobs": batch, "workers": workers}) + "\n")
+            self._proc.stdin.flush()
+            line = self._proc.stdout.readline()
+        assert line, "the CLI driver stopped"
+        return dict(json.loads(line))
 
     def close(self) -> None:
         assert self._proc.stdin is not None
