@@ -1,16 +1,24 @@
 """Run many ``pal-lightning`` command lines as separate processes that share one interpreter start-up.
 
-Usage: ``python cli_driver.py JOBS.json [WORKERS]`` with ``JOBS.json`` a list of
-``{"name", "cwd", "args"}``. The driver imports the CLI (torch, Lightning, transformers: most of a
-run's start-up) once, then forks one child per job, ``WORKERS`` at a time. A child is what the
-``pal-lightning`` console script is, ``sys.exit(main())``: it changes into ``cwd``, sends its
-stdout/stderr to ``<cwd>/<name>.out``/``.err`` (or to the job's ``"stdout"``/``"stderr"`` paths,
-which may be one file), and an uncaught exception prints its traceback to stderr and exits 1, as
-the interpreter does; under DDP, Lightning starts the other ranks with ``sys.executable -m
-pal_lightning.__main__ ARGS`` (fresh interpreters), as it does from ``python -m pal_lightning ARGS``.
-The exit statuses go to ``JOBS.json.results``: a child killed by signal N has
-status -N, as in :class:`subprocess.CompletedProcess`. A job's ``"env"``, if given, is the child's
-whole environment.
+Usage: ``python cli_driver.py --serve``, then one JSON object ``{"jobs": [...], "workers": N}`` a line
+on stdin, each job a ``{"name", "cwd", "args"}``; the driver answers each line with one JSON line on
+stdout, ``{"codes": {name: exit status}, "timed_out": [names]}``, once the batch has finished, until
+stdin closes (``ForkedCli`` in tests/cli/forked.py, the ``forked_cli`` fixture of tests/conftest.py:
+one import for all the command lines of a test session).
+
+The driver imports the CLI (torch, Lightning, transformers: most of a run's start-up) once, then forks
+one child per job, ``N`` at a time. A child is what the ``pal-lightning`` console script is,
+``sys.exit(main())``: it changes into ``cwd``, sends its stdout/stderr to ``<cwd>/<name>.out``/``.err``
+(or to the job's ``"stdout"``/``"stderr"`` paths, which may be one file), and an uncaught exception
+prints its traceback to stderr and exits 1, as the interpreter does; under DDP, Lightning starts the
+other ranks with ``sys.executable -m pal_lightning.__main__ ARGS``, as it does from ``python -m
+pal_lightning ARGS``. A child killed by signal N has status -N, as in
+:class:`subprocess.CompletedProcess`. A job's ``"env"``, if given, is the child's whole environment.
+
+A job's ``"timeout"`` (seconds), if given, bounds it as ``subprocess.run(timeout=...)`` does: each
+child leads a process group of its own, which holds the ranks it starts, and a job still running at
+its deadline has its whole group SIGKILLed and is named in ``"timed_out"``. Without it, one hung DDP
+rank would hang the test session with it, for no test runner here has a timeout of its own.
 
 A job that may run DDP (``ddp`` in its arguments or its config file) forks a spare process of its own
 first, before it runs anything: a child of the job, as pristine as the job was then (the driver's
@@ -28,11 +36,6 @@ A job with a ``"script"`` (a path) is ``python SCRIPT ARGS`` instead: the child 
 Lightning's launcher starts ``sys.executable SCRIPT ARGS`` (the DDP scripts of tests/data,
 tests/callbacks and tests/modeling: ``ForkedCli.run_script``).
 
-``python cli_driver.py --serve`` does the same for batches read from stdin, one JSON object
-``{"jobs": [...], "workers": N}`` a line, and answers each with one JSON line of exit statuses on
-stdout once the batch has finished, until stdin closes: one import for all the command lines of a
-test session (``ForkedCli`` in tests/cli/forked.py, the ``forked_cli`` fixture of tests/conftest.py).
-
 Forking after the imports is safe here: the driver has run no torch operation, so no thread pool
 exists yet. This saves the 5-6 s of imports per command that a catalogue of ~20 commands would pay.
 """
@@ -43,9 +46,11 @@ import importlib.util
 import json
 import os
 import runpy
+import signal
 import subprocess
 import sys
 import threading
+import time
 import traceback
 import types
 from pathlib import Path
@@ -74,6 +79,7 @@ def _redirect(fd: int, path: Path) -> None:
 
 
 def _child(job: dict[str, Any]) -> None:
+    os.setpgid(0, 0)  # its own group: a timeout kills the job with the ranks it starts (see run)
     cwd = Path(job["cwd"])
     os.chdir(cwd)
     if "env" in job:
@@ -226,11 +232,13 @@ def _become_rank(read: int) -> None:
     _run_main()
 
 
-def run(jobs: list[dict[str, Any]], workers: int) -> dict[str, int]:
-    _preload()
+def run(jobs: list[dict[str, Any]], workers: int) -> dict[str, Any]:
+    """Fork ``jobs``, ``workers`` at a time, until all have ended; their exit statuses by name, and the
+    names of those killed at their ``"timeout"``."""
     pending = list(jobs)
-    running: dict[int, str] = {}
+    running: dict[int, tuple[str, float]] = {}  # pid (= its process group) -> name, deadline
     codes: dict[str, int] = {}
+    timed_out: list[str] = []
     while pending or running:
         while pending and len(running) < workers:
             job = pending.pop(0)
@@ -238,10 +246,22 @@ def run(jobs: list[dict[str, Any]], workers: int) -> dict[str, int]:
             pid = os.fork()
             if pid == 0:
                 _child(job)
-            running[pid] = job["name"]
-        pid, status = os.wait()
-        codes[running.pop(pid)] = os.waitstatus_to_exitcode(status)
-    return codes
+            try:  # set here too, so that the group exists whichever of the two runs first
+                os.setpgid(pid, pid)
+            except OSError:  # the child has already set it, or has already ended
+                pass
+            running[pid] = (job["name"], time.monotonic() + float(job.get("timeout", "inf")))
+        pid, status = os.waitpid(-1, os.WNOHANG)
+        if pid:
+            codes[running.pop(pid)[0]] = os.waitstatus_to_exitcode(status)
+            continue
+        now = time.monotonic()
+        for pid, (name, deadline) in running.items():
+            if now > deadline and name not in timed_out:
+                timed_out.append(name)
+                os.killpg(pid, signal.SIGKILL)
+        time.sleep(0.02)
+    return {"codes": codes, "timed_out": timed_out}
 
 
 def serve() -> None:
@@ -254,9 +274,5 @@ def serve() -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "--serve":
-        serve()
-    else:
-        path = Path(sys.argv[1])
-        codes = run(json.loads(path.read_text()), int(sys.argv[2]) if len(sys.argv) > 2 else 3)
-        Path(f"{path}.results").write_text(json.dumps(codes))
+    assert sys.argv[1:] == ["--serve"], "usage: python cli_driver.py --serve"
+    serve()

@@ -26,6 +26,10 @@ def subprocess_env() -> dict[str, str]:
 
 
 DRIVER = Path(__file__).with_name("cli_driver.py")
+JOB_TIMEOUT = 600.0
+"""Seconds a forked command or script may run unless its test says otherwise: far above what any of the
+suite's takes, so that only a hang (a DDP rank waiting on one that has gone) meets it, and fails its
+test instead of hanging the session."""
 
 
 class ForkedCli:
@@ -68,17 +72,20 @@ class ForkedCli:
         workers: int = 3,
         env: dict[str, str] | None = None,
         log: Path | None = None,
+        timeout: float = JOB_TIMEOUT,
     ) -> list[subprocess.CompletedProcess[str]]:
         """Run every ``(working folder, arguments after pal-lightning)`` job, ``workers`` at a time; their
         exit statuses and outputs, in the order of ``jobs``. ``env``: the children's whole environment
         (default: the driver's, :func:`subprocess_env` when the session started); ``log``: one file for
-        stdout and stderr together (of a single job), as ``stderr=subprocess.STDOUT`` writes them."""
+        stdout and stderr together (of a single job), as ``stderr=subprocess.STDOUT`` writes them;
+        ``timeout``: seconds each job may run, past which it is killed with the ranks it started and
+        :class:`subprocess.TimeoutExpired` is raised once the batch has ended."""
         assert log is None or len(jobs) == 1
         batch: list[dict[str, Any]] = []
         for cwd, args in jobs:
             name = f"job{next(self._ids)}"
             out, err = (log, log) if log else (self._logs / f"{name}.out", self._logs / f"{name}.err")
-            job: dict[str, Any] = {"name": name, "cwd": str(cwd), "args": list(args)}
+            job: dict[str, Any] = {"name": name, "cwd": str(cwd), "args": list(args), "timeout": timeout}
             job.update(stdout=str(out), stderr=str(err), **({"env": env} if env is not None else {}))
             batch.append(job)
         codes = self._send(batch, workers)
@@ -93,13 +100,13 @@ class ForkedCli:
         ]
 
     def run_script(
-        self, cwd: Path, script: Path, args: Sequence[str], env: dict[str, str]
+        self, cwd: Path, script: Path, args: Sequence[str], env: dict[str, str], timeout: float = JOB_TIMEOUT
     ) -> subprocess.CompletedProcess[str]:
         """``python SCRIPT ARGS`` in ``cwd`` with ``env`` as its whole environment, forked from the driver:
         the script runs as ``__main__`` with its folder first on ``sys.path``, as the interpreter runs it,
         and when it starts DDP ranks Lightning's launcher gets rank 1 from the job's spare process
         (``cli_driver.py``). What the script's processes print, and its exit status, as
-        :func:`subprocess.run` with ``capture_output=True, text=True`` gives them."""
+        :func:`subprocess.run` with ``capture_output=True, text=True, timeout=timeout`` gives them."""
         name = f"job{next(self._ids)}"
         job = {
             "name": name,
@@ -109,6 +116,7 @@ class ForkedCli:
             "env": env,
             "stdout": str(self._logs / f"{name}.out"),
             "stderr": str(self._logs / f"{name}.err"),
+            "timeout": timeout,
         }
         code = self._send([job], 1)[name]
         return subprocess.CompletedProcess(
@@ -119,7 +127,8 @@ class ForkedCli:
         )
 
     def _send(self, batch: list[dict[str, Any]], workers: int) -> dict[str, int]:
-        """Hand ``batch`` to the driver, ``workers`` jobs at a time; each job's exit status, by name."""
+        """Hand ``batch`` to the driver, ``workers`` jobs at a time; each job's exit status, by name, or
+        :class:`subprocess.TimeoutExpired` for the first job the driver killed at its timeout."""
         with self._lock:
             assert self._proc.stdin is not None and self._proc.stdout is not None
             assert self._proc.poll() is None, "the CLI driver is gone"
@@ -127,7 +136,17 @@ class ForkedCli:
             self._proc.stdin.flush()
             line = self._proc.stdout.readline()
         assert line, "the CLI driver stopped"
-        return dict(json.loads(line))
+        answer = json.loads(line)
+        for job in batch:
+            if job["name"] in answer["timed_out"]:
+                out, err = (Path(job[key]) for key in ("stdout", "stderr"))
+                raise subprocess.TimeoutExpired(
+                    [job.get("script", "pal-lightning"), *job["args"]],
+                    job["timeout"],
+                    out.read_text() if out.is_file() else None,
+                    err.read_text() if err.is_file() and err != out else None,
+                )
+        return dict(answer["codes"])
 
     def close(self) -> None:
         assert self._proc.stdin is not None
@@ -152,6 +171,8 @@ class ForkedSubprocess:
     DEVNULL = subprocess.DEVNULL
     TimeoutExpired = subprocess.TimeoutExpired
     CompletedProcess = subprocess.CompletedProcess
+    SCRIPT_KWARGS = frozenset({"capture_output", "text", "check", "cwd", "env", "timeout"})
+    """What a benchmark may pass to ``subprocess.run`` for a script it runs (see :meth:`_script`)."""
 
     def __init__(self, cli: ForkedCli) -> None:
         self._cli = cli
@@ -178,19 +199,22 @@ class ForkedSubprocess:
         stdout.flush()
         cwd = Path(kwargs.get("cwd") or os.getcwd())
         env = kwargs.get("env")
-        done = self._cli.run([(cwd, cmd[3:])], 1, dict(env) if env is not None else None, Path(stdout.name))[
-            0
-        ]
+        timeout = kwargs.get("timeout") or JOB_TIMEOUT
+        job_env = dict(env) if env is not None else None
+        [done] = self._cli.run([(cwd, cmd[3:])], 1, job_env, Path(stdout.name), timeout)
         return subprocess.CompletedProcess(cmd, done.returncode)
 
     def _script(self, cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
         """``subprocess.run([sys.executable, SCRIPT, *ARGS], capture_output=True, text=True, ...)`` through
         :meth:`ForkedCli.run_script` (``check`` raises as :func:`subprocess.run` does)."""
-        assert kwargs.get("text") and set(kwargs) <= {"capture_output", "text", "check", "cwd", "env"}, kwargs
+        assert kwargs.get("text") and set(kwargs) <= self.SCRIPT_KWARGS, kwargs
         self.commands.append(cmd)
         env = kwargs.get("env")
         cwd = Path(kwargs.get("cwd") or os.getcwd())
-        done = self._cli.run_script(cwd, Path(cmd[1]), cmd[2:], dict(env if env is not None else os.environ))
+        script_env = dict(env if env is not None else os.environ)
+        done = self._cli.run_script(
+            cwd, Path(cmd[1]), cmd[2:], script_env, kwargs.get("timeout") or JOB_TIMEOUT
+        )
         if kwargs.get("check") and done.returncode != 0:
             raise subprocess.CalledProcessError(done.returncode, cmd, done.stdout, done.stderr)
         return subprocess.CompletedProcess(cmd, done.returncode, done.stdout, done.stderr)
