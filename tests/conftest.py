@@ -130,7 +130,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 _TERMINAL = ("COLUMNS", "LINES")
 """Set in an xdist worker's environment (80 x 24) though not in the run's: the width of the CLI's help
-(``pal_lightning.cli.help``, 110 columns when not told) and of its progress bars must not change."""
+and of its progress bars must not change."""
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -108,6 +108,8 @@ def test_subcommand_help_actions() -> None:
     actions = compat.subcommand_help_actions(parser)
     assert [(a.dest, a.help) for a in actions] == [("fit", "cut off")]
     assert compat.subcommand_help_actions(ArgumentParser()) == []
+    assert list(compat.subcommand_parsers(parser)) == ["fit"]
+    assert compat.subcommand_parsers(ArgumentParser()) == {}
 
 
 def test_rank_zero_decides_and_launched_ranks_inherit(monkeypatch: pytest.MonkeyPatch) -> None:

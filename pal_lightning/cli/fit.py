@@ -509,33 +509,3 @@ class PalLightningCLI(CLIHooks):
             )
         return trainer
 
-
-class _Parsed(Exception):
-    """Carries the parsed configuration out of :func:`resolved_config`."""
-
-    def __init__(self, config: Any) -> None:
-        super().__init__("parsed")
-        self.config = config
-
-
-class _ParseOnly(PalLightningCLI):
-    """The CLI up to its parsed configuration: nothing is built, seeded or run."""
-
-    def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
-        super().parse_arguments(parser, args)
-        raise _Parsed(self.config)
-
-
-def resolved_config(args: list[str]) -> dict[str, Any]:
-    """The configuration of ``args`` (``["fit", "--config", FILE, ...]``) as the command would run with
-    it, without running it: ``{"model": {"class_path", "init_args"}, "data": ..., "trainer": ...}``.
-
-    Raises:
-        jsonargparse.ArgumentError: for an invalid option or value (one line, as for the command).
-    """
-    try:
-        _ParseOnly(args=args)
-    except _Parsed as parsed:
-        config = parsed.config
-        return dict(config[config["subcommand"]].as_dict())
-    raise AssertionError("the CLI returned without parsing")  # pragma: no cover

@@ -14,24 +14,13 @@ import signal
 import sys
 from typing import Any
 
-from pal_lightning.cli.help import (
-    HELP_ALL,
-    PRETRAIN_GROUPS,
-    SUBCOMMAND_HELP,
-    class_help,
-    config_syntax_error,
-    did_you_mean,
-    help_request,
-    help_target,
-    short_help,
-    top_level_help,
-)
+from pal_lightning.cli.help import config_syntax_error, did_you_mean, top_level_help
 from pal_lightning.cli.text_predict import run as run_text_predict
 from pal_lightning.cli.text_predict import wants_text_predict
 from pal_lightning.core.errors import PalUserError
 
-# torch, Lightning and jsonargparse are imported where a command needs them, not here: --help,
-# --version and the help screens then start in a fraction of a second
+# torch, Lightning and jsonargparse are imported where a command needs them, not here: --version
+# starts in a fraction of a second
 
 #: The exit status for user mistakes (bad option, missing data, unknown encoder ...);
 #: the same as :data:`pal_lightning.cli.fit.USER_ERROR_EXIT`.
@@ -133,12 +122,14 @@ def main(args: list[str] | None = None) -> int:
         argv = list(sys.argv[1:] if args is None else args)
         if wants_text_predict(argv):  # predict --predict.input FILE: the user's own sentences
             return run_text_predict(argv)
-        screen = _help_screen(argv)
-        if screen is not None:
-            print(screen, flush=True)
+        if argv[:1] in (["--version"], ["-V"]):
+            from pal_lightning.core.version import __version__
+
+            print(f"pal-lightning {__version__}", flush=True)
             return 0
-        if HELP_ALL in argv:
-            args = argv = ["--help" if a == HELP_ALL else a for a in argv]
+        if argv[:1] in (["--help"], ["-h"]):  # LightningCLI's would build every subcommand's parser
+            print(top_level_help(), flush=True)
+            return 0
         if argv[:1] == ["pretrain"]:  # masked-language pre-training of the encoder
             from pal_lightning.cli.pretrain import run_pretrain
 
@@ -215,74 +206,8 @@ def _predict_splits_hint(argv: list[str], message: str) -> str:
     return f' To predict only the {served[0]} split: --data.predict_splits "[{served[0]}]".'
 
 
-def _help_screen(argv: list[str]) -> str | None:
-    """What ``--version``, ``--help``, ``fit --help``, ``--model.help [CLASS]`` (or a nested option's
-    ``--model.adapter.help``) print, else ``None``; ``--help-all`` is LightningCLI's full list."""
-    if argv[:1] in (["--version"], ["-V"]):
-        from pal_lightning.core.version import __version__
-
-        return f"pal-lightning {__version__}"
-    if argv[:1] in (["--help"], ["-h"]):
-        return top_level_help()
-    target = help_target(argv)
-    if target is not None:
-        return _class_help(*target, pretrain=argv[:1] == ["pretrain"])
-    command = help_request(argv, (*SUBCOMMAND_HELP, "pretrain"))
-    return None if command is None else _short_help(command, argv)
-
-
-def _short_help(command: str, argv: list[str]) -> str | None:
-    """``fit --help``: from the option tables, with the values of the ``--config`` files (and options) given:
-    read from the files where that is plain (:func:`~pal_lightning.cli.options.config_values`), else
-    resolved by the CLI's own parser (Lightning: seconds)."""
-    from pal_lightning.cli.options import DEFAULT_CLASSES, PRETRAIN_CLASSES, config_values, tables_of
-
-    given = [a for a in argv[1:] if a not in ("-h", "--help")]
-    values: dict[str, dict[str, Any]] | None = None
-    pretrain = command == "pretrain"
-    classes = dict(PRETRAIN_CLASSES if pretrain else DEFAULT_CLASSES)
-    if given:
-        values = config_values(given, {group: tables_of(group, classes[group]) for group in classes}, classes)
-    if given and values is None and pretrain:
-        return None  # LightningCLI's own help, which resolves everything (seconds)
-    if given and values is None:
-        from pal_lightning.cli.fit import resolved_config
-
-        resolved = resolved_config([command, *given])
-        values = {group: dict(resolved[group].get("init_args") or {}) for group in ("model", "data")}
-        classes = {group: str(resolved[group].get("class_path") or classes[group]) for group in classes}
-    tables = {group: tables_of(group, classes[group]) for group in ("model", "data")}
-    names = {group: classes[group].rsplit(".", 1)[-1] for group in classes}
-    if pretrain:
-        return short_help(command, tables, names, ("tokenizer",), values, PRETRAIN_GROUPS)
-    return short_help(command, tables, names, linked=_LINKED, values=values)
-
-
-def _class_help(group: str, nested: str, class_path: str | None, pretrain: bool = False) -> str:
-    """``--model.help [CLASS]``, ``--model.adapter.help``: every option documented (``pretrain``: of its classes)."""
-    from pal_lightning.cli.options import DEFAULT_CLASSES, PRETRAIN_CLASSES, default_tables, tables_of
-
-    class_path = class_path or (PRETRAIN_CLASSES[group] if pretrain else None)
-    tables = tables_of(group, class_path)
-    name = (class_path or DEFAULT_CLASSES[group]).rsplit(".", 1)[-1]
-    tasks = default_tables()["tasks"] if nested == "tasks" else ()
-    links = _LINKS[:1] if pretrain else _LINKS
-    linked = {data: f"--model.{model}" for model, data in links} if group == "data" else None
-    try:
-        return class_help(group, tables, name, nested, tasks, linked)
-    except ValueError as err:
-        raise PalUserError(f"{err}. Run `pal-lightning fit --{group}.help` for every option.") from None
-
-
 #: Data-module arguments set through the model (the links of ``add_arguments_to_parser``).
 _LINKED = ("tokenizer", "tasks", "pair_encoding")
-#: ``(model option, data option)`` of those links, for ``--data.help``.
-_LINKS = (
-    ("encoder", "tokenizer"),
-    ("encoder_revision", "tokenizer_revision"),
-    ("tasks", "tasks"),
-    ("pair_encoding", "pair_encoding"),
-)
 
 
 def _accepted_options(group: str) -> list[str] | None:

@@ -38,12 +38,8 @@ def field_docs(config_class: type) -> dict[str, str]:
         node = ast.parse(source).body[0]
     except SyntaxError:  # source that does not parse on its own (a class made in a string)
         return {}
-    return class_field_docs(node) if isinstance(node, ast.ClassDef) else {}
-
-
-def class_field_docs(node: ast.ClassDef) -> dict[str, str]:
-    """The string under each annotated field of the parsed class ``node``'s own body (:func:`field_docs`
-    reads a class's source into such a node; the fast help reads the package's files without importing)."""
+    if not isinstance(node, ast.ClassDef):
+        return {}
     docs: dict[str, str] = {}
     for item, following in zip(node.body, node.body[1:], strict=False):
         if (

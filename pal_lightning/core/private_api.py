@@ -41,6 +41,7 @@ __all__ = [
     "decided_by_rank_zero",
     "last_saved",
     "subcommand_help_actions",
+    "subcommand_parsers",
     "disable_distributed_sampler",
 ]
 
@@ -156,6 +157,12 @@ def subcommand_help_actions(parser: Any) -> list[Any]:
     """
     action = getattr(parser, "_subcommands_action", None)
     return list(getattr(action, "_choices_actions", []))
+
+
+def subcommand_parsers(parser: Any) -> dict[str, Any]:
+    """The parser of each subcommand by name (``parser._subcommands_action.choices``), whose ``epilog``
+    ``pal-lightning fit --help`` shows. Public replacement: an ``epilog`` in LightningCLI's ``parser_kwargs``."""
+    return dict(getattr(getattr(parser, "_subcommands_action", None), "choices", None) or {})
 
 
 # ---------------------------------------------------------------------- Trainer / LightningModule

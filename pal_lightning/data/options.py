@@ -146,7 +146,7 @@ class DataConfig:
     """Seed of the validation carve-out; ``None``: ``seed``. The rows depend only on it, the task's name
     and its train split, so every rank, process and resumed run carves the same ones."""
 
-    batch_mixing: str = "per_task"  # PER_TASK, written out: the fast help reads this file's defaults with ast
+    batch_mixing: str = "per_task"  # PER_TASK
     """How a training batch is made: ``per_task`` (every batch holds one task's rows; ``sampling`` draws the
     task of each step) or ``mixed`` (every row draws its own task with the same probabilities, annealing
     included; the loss is the mean over the batch's rows, whose expected gradient is the per-task

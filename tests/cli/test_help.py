@@ -1,46 +1,125 @@
-"""Help for people (issue 18, item 5): a short ``fit --help`` with the library's options first,
-whole-sentence subcommand help, "did you mean" for a mistyped option, no silent prefixes."""
+"""The help and the messages (pal_lightning/cli/help.py, main.py): ``pal-lightning --help`` and ``--version``
+by hand (without torch), every other screen LightningCLI's with the registered methods, encoders and tasks
+under it; "did you mean" for a mistyped option; one-line errors that name the option or file to fix."""
 
 from __future__ import annotations
 
-import inspect
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from pal_lightning.cli.help import doc_args, first_sentence, suggest
+from pal_lightning.cli.help import SUBCOMMAND_HELP, registered, suggest
 from pal_lightning.cli.main import USER_ERROR_EXIT, main
-from pal_lightning.module.multitask import MultiTaskModule
+from pal_lightning.core.version import __version__
+from pal_lightning.modeling.families import supported_model_types
+from pal_lightning.modeling.methods import METHODS
+from pal_lightning.tasks.specs import available_tasks
+from pal_lightning.testing import write_cs224n_data
+
+from .conftest import subprocess_env
 
 
-def test_fit_help_is_short_and_lists_the_library_options(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["fit", "--help"]) == 0
-    out = capsys.readouterr().out
-    lines = out.splitlines()
-    assert len(lines) < 150
-    model_args = [n for n in inspect.signature(MultiTaskModule.__init__).parameters if n != "self"]
-    for name in model_args:
-        assert f"--model.{name} " in out, name
-    for option in ("--data.batch_size 32", "--data.steps_per_epoch", "--ckpt_path", "--trainer.max_steps"):
-        assert option in out, option
-    # the library's own options come before Lightning's, and the full list is one flag away
-    assert out.index("--model.lr") < out.index("--trainer.max_steps")
-    assert "pal-lightning fit --help-all" in out and "--model.help" in out
-    assert "--model.lr 3e-05" in out and "peak learning rate of the pretrained encoder weights" in out
+def _out(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    assert main(list(args)) == 0
+    return capsys.readouterr().out
 
 
-def test_help_all_is_lightnings_full_list(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["fit", "--help-all"]) == 0
-    out = capsys.readouterr().out
-    assert len(out.splitlines()) > 300 and "--trainer.enable_checkpointing" in out
+def _error(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    (line,) = [x for x in err.splitlines() if x.startswith("pal-lightning: error:")]
+    return line
 
 
-def test_top_level_help_has_whole_sentences(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--help"]) == 0
-    out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+def test_top_level_help_and_version(capsys: pytest.CaptureFixture[str]) -> None:
+    out = " ".join(_out(capsys, "--help").split())
+    for command, sentence in SUBCOMMAND_HELP.items():
+        assert f"{command} {sentence}" in out
     assert "Score a checkpoint on the labelled test sets." in out
-    assert "Write CS224N prediction files (<task>-<split>-output.csv) of a checkpoint." in out
+    assert "pretrain Masked-language pre-training of the encoder" in out
+    assert "pal-lightning predict --predict.model DIR --predict.task sst --predict.input FILE" in out
     assert "make sure you never run on your" not in out  # Lightning's text, cut mid-sentence
+    assert _out(capsys, "--version") == f"pal-lightning {__version__}\n"
+
+
+def test_top_level_help_and_version_import_no_torch(tmp_path: Path) -> None:
+    script = (
+        "import sys, contextlib, io\n"
+        "from pal_lightning.cli.main import main\n"
+        "for args in (['--help'], ['-h'], ['--version']):\n"
+        "    with contextlib.redirect_stdout(io.StringIO()):\n"
+        "        assert main(args) == 0, args\n"
+        "print(sorted(m for m in ('torch', 'lightning', 'transformers', 'jsonargparse') if m in sys.modules))\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip() == "[]"
+
+
+def test_fit_help_is_lightnings_with_the_registries(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = _out(capsys, "fit", "--help")
+    flat = " ".join(out.split())
+    for option in ("--model.help", "--data.help", "--ckpt_path", "--trainer.max_steps", "--print_config"):
+        assert option in out, option
+    assert SUBCOMMAND_HELP["fit"] in flat
+    assert "model.init_args.encoder --> data.init_args.tokenizer" in out  # the CLI's links
+    for name in (*METHODS, *supported_model_types(), *available_tasks()):
+        assert f" {name}," in flat or f" {name}." in flat, name
+    assert "predict.input" not in out
+    predict = " ".join(_out(capsys, "predict", "--help").split())
+    assert "pal-lightning predict --predict.model DIR --predict.task sst --predict.input FILE" in predict
+    assert "--predictions.output_dir" in predict
+    monkeypatch.setitem(METHODS, "my_method", METHODS["pals"])
+    assert "my_method" in registered()
+
+
+def test_model_and_data_help_of_the_default_class_a_subclass_and_no_class(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = _out(capsys, "fit", "--model.help")
+    for option in ("--model.lr LR", "--model.adapter.method METHOD", "--model.tasks"):
+        assert option in model, option
+    assert "peak learning rate of the pretrained encoder weights" in " ".join(model.split())
+    for name in (
+        "MultiTaskModule",
+        "pal_lightning.MultiTaskModule",
+        "pal_lightning.module.multitask.MultiTaskModule",
+    ):
+        assert _out(capsys, "fit", "--model.help", name) == model, name
+    (tmp_path / "my_help_pkg.py").write_text(
+        "from pal_lightning import MultiTaskModule\n\n\n"
+        "class MyModule(MultiTaskModule):\n"
+        '    """Mine.\n\n    Args:\n        extra: how much more.\n    """\n\n'
+        "    def __init__(self, extra: int = 3, **kwargs):\n"
+        "        super().__init__(**kwargs)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = _out(capsys, "fit", "--model.help", "my_help_pkg.MyModule")
+    assert "--model.extra EXTRA" in out and "how much more" in out and "default: 3" in out
+    assert main(["fit", "--model.help", "my_help_pkg.Nope"]) == USER_ERROR_EXIT
+    line = _error(capsys)
+    assert "my_help_pkg" in line and "Nope" in line
+    data = _out(capsys, "fit", "--data.help")
+    assert "--data.batch_size" in data and "--data.tokenizer" in data
+
+
+def test_pretrain_help(capsys: pytest.CaptureFixture[str]) -> None:
+    out = _out(capsys, "pretrain", "--help")
+    assert out.startswith("usage: pal-lightning pretrain")
+    assert "--ckpt_path" in out and "--model.help" in out and "--checkpoint.monitor" in out
+    model = _out(capsys, "pretrain", "--model.help")
+    assert "--model.mlm_probability" in model and "--model.whole_word" in model
 
 
 def test_mistyped_option_gets_a_suggestion(tiny_yaml: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -60,33 +139,69 @@ def test_a_prefix_of_an_option_is_refused(tiny_yaml: Path, capsys: pytest.Captur
     assert "Traceback" not in err
 
 
-def test_suggest_and_docstring_parsing() -> None:
+def test_suggest() -> None:
     assert suggest("learning_rate", ["lr", "head_lr", "dropout"]) == ["lr"]  # word initials
     assert suggest("max_stesp", ["max_steps", "min_steps", "accelerator"])[0] == "max_steps"
     assert suggest("zzz", ["lr", "dropout"]) == []
 
-    class Example:
-        """Something.
 
-        Args:
-            alpha: the first one. More text.
-            beta (int): wraps over
-                two lines, e.g. like this.
-
-        Returns:
-            nothing
-        """
-
-        def __init__(self, alpha: int = 1, beta: int = 2) -> None: ...
-
-    docs = doc_args(Example)
-    assert docs == {"alpha": "the first one. More text.", "beta": "wraps over two lines, e.g. like this."}
-    assert first_sentence(docs["alpha"]) == "the first one"
-    assert first_sentence(docs["beta"]) == "wraps over two lines, e.g. like this"
+def test_max_steps_zero_says_what_to_set(
+    tiny_yaml: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["fit", "--config", str(tiny_yaml), "--trainer.max_steps", "0"]) == USER_ERROR_EXIT
+    line = _error(capsys)
+    assert "trainer.max_steps is 0, which trains nothing" in line and "--trainer.max_steps 1200" in line
+    assert not (tmp_path / "runs").exists()
 
 
-def test_predict_help_points_at_new_sentences(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["predict", "--help"]) == 0
-    out = capsys.readouterr().out
-    assert "pal-lightning predict --predict.model DIR --predict.task sst --predict.input FILE" in out
-    assert "--predictions.output_dir DIR" in out and len(out.splitlines()) < 150
+def test_yaml_syntax_error_names_the_file(
+    tiny_yaml: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "broken.yaml"
+    bad.write_text("trainer:\n  max_steps: [1, 2\n")
+    assert main(["fit", "--config", str(tiny_yaml), "--config", str(bad)]) == USER_ERROR_EXIT
+    line = _error(capsys)
+    assert f"Config file {bad} is not valid YAML" in line and "line 3, column 1" in line
+    assert "<unicode string>" not in line
+
+
+def test_bad_batch_size_names_the_option(tiny_yaml: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fit", "--config", str(tiny_yaml), "--data.batch_size", "-4"]) == USER_ERROR_EXIT
+    assert "batch_size (--data.batch_size) must be at least 1, got -4" in _error(capsys)
+
+
+def test_write_cs224n_data_takes_a_str(tmp_path: Path) -> None:
+    root = write_cs224n_data(str(tmp_path / "data"))
+    assert root == tmp_path / "data" and (root / "ids-sst-train.csv").is_file()
+
+
+def test_a_command_builds_only_the_parser_of_its_subcommand() -> None:
+    """``fit ...`` builds the fit parser alone (most of a command's start-up); ``--help`` without a
+    subcommand still lists them all."""
+    from pal_lightning.cli.fit import PalLightningCLI, named_subcommand
+
+    subcommands = PalLightningCLI.subcommands()
+    assert named_subcommand(["fit", "--config", "x.yaml"], subcommands) == "fit"
+    assert named_subcommand(["predict"], subcommands) == "predict"
+    assert named_subcommand(["--help"], subcommands) is None
+    assert named_subcommand([], subcommands) is None
+    assert named_subcommand(None, subcommands) is None
+
+
+def test_print_config_of_fit_prepares_the_fit_parser_alone(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lightning.pytorch.cli import LightningCLI
+
+    prepared: list[str] = []
+    real = LightningCLI._prepare_subcommand_parser
+
+    def spy(self, klass, subcommand, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        prepared.append(subcommand)
+        return real(self, klass, subcommand, **kwargs)
+
+    monkeypatch.setattr(LightningCLI, "_prepare_subcommand_parser", spy)
+    demo = Path(__file__).resolve().parents[2] / "configs" / "demo.yaml"
+    assert main(["fit", "--config", str(demo), "--print_config"]) == 0
+    assert prepared == ["fit"]
+    assert "max_steps" in capsys.readouterr().out

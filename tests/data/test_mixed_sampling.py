@@ -378,7 +378,7 @@ def test_tiny_fit_logs_present_tasks_and_refuses_gem(mixed_data, tmp_path: Path)
 
 @pytest.mark.ddp
 def test_the_default_batch_mixing_is_per_task() -> None:
-    """options.py writes the default out (the fast help reads it with ast): it must stay PER_TASK."""
+    """options.py writes the default out: it must stay PER_TASK."""
     from pal_lightning.data.batch_samplers import PER_TASK
     from pal_lightning.data.options import DataConfig
 
