@@ -45,6 +45,12 @@ def task_coverage(scores: Mapping[str, float], scored: Sequence[str] | None) -> 
     return [t for t in names if t in present], [t for t in names if t not in present]
 
 
+def evaluation_entry(scores: dict[str, float], pl_module: Any) -> dict[str, Any]:
+    """``{"scores", "complete", "tasks_covered", "tasks_missing"}`` of one evaluation of ``pl_module``."""
+    covered, missing = task_coverage(scores, scored_tasks_of(pl_module))
+    return {"scores": scores, "complete": not missing, "tasks_covered": covered, "tasks_missing": missing}
+
+
 def format_scores(
     scores: dict[str, float], monitor: str = "val/overall", auxiliary: Sequence[str] = (), column: str = "dev"
 ) -> str:
@@ -186,17 +192,8 @@ class ScoreReport(Callback):
         self._validated = True
         scores = validation_scores(trainer, pl_module)
         if scores:
-            covered, missing = task_coverage(scores, scored_tasks_of(pl_module))
-            self.history.append(
-                {
-                    "step": trainer.global_step,
-                    "epoch": trainer.current_epoch,
-                    "scores": scores,
-                    "complete": not missing,
-                    "tasks_covered": covered,
-                    "tasks_missing": missing,
-                }
-            )
+            entry = {"step": trainer.global_step, "epoch": trainer.current_epoch}
+            self.history.append({**entry, **evaluation_entry(scores, pl_module)})
 
     def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.report_evaluation(trainer, pl_module, "test")
@@ -208,13 +205,7 @@ class ScoreReport(Callback):
             return
         monitor = stage_monitor(self.monitor, stage)
         scores = validation_scores(trainer, pl_module, stage)
-        covered, missing = task_coverage(scores, scored_tasks_of(pl_module))
-        entry = {
-            "scores": scores,
-            "complete": not missing,
-            "tasks_covered": covered,
-            "tasks_missing": missing,
-        }
+        entry = evaluation_entry(scores, pl_module)
         split = validation_split_name(trainer) if stage == "val" else stage
         limit = trainer.limit_val_batches if stage == "val" else trainer.limit_test_batches
         self._say(
@@ -231,11 +222,14 @@ class ScoreReport(Callback):
             "complete": bool(entry["complete"] and monitor in scores),
             "overall": scores.get(monitor),
             "overall_partial": scores.get(monitor + PARTIAL_SUFFIX),
-            "tasks_covered": covered,
-            "tasks_missing": missing,
+            "tasks_covered": entry["tasks_covered"],
+            "tasks_missing": entry["tasks_missing"],
             "ckpt_path": trainer.ckpt_path,
             "scores": scores,
         }
+        self._save(trainer, log_dir, payload)
+
+    def _save(self, trainer: pl.Trainer, log_dir: str, payload: dict[str, Any]) -> None:
         names = class_names_of(trainer)
         if names:  # the classes of tasks labelled by name, in class order
             payload["label_names"] = names
@@ -289,10 +283,7 @@ class ScoreReport(Callback):
             "wall_s": wall_s,
             "best_model_path": ckpt,
         }
-        names = class_names_of(trainer)
-        if names:  # the classes of tasks labelled by name, in class order
-            payload["label_names"] = names
-        atomic_write_text(Path(log_dir) / self.filename, json.dumps(payload, indent=2))
+        self._save(trainer, log_dir, payload)
 
 
 def fit_ends_now(trainer: pl.Trainer) -> bool:

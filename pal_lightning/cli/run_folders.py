@@ -45,11 +45,8 @@ def next_version_dir(root: str | os.PathLike[str]) -> str:
 
 
 def claim_version_dir(root: str | os.PathLike[str]) -> Path:
-    """Create the next free ``<root>/version_N`` folder and return it.
-
-    Creating a folder fails when the name exists, so two runs started at the same moment into the
-    same root get different folders: the one that loses the race takes the next number.
-    """
+    """Create the next free ``<root>/version_N`` folder and return it (``mkdir`` fails for a taken name, so
+    two runs started at the same moment get different folders)."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     while True:
@@ -62,10 +59,8 @@ def claim_version_dir(root: str | os.PathLike[str]) -> Path:
 
 
 def find_newest(root: str | os.PathLike[str], pattern: str) -> Path | None:
-    """The newest file matching ``pattern`` in ``<root>/*/checkpoints/`` or ``<root>/checkpoints/``.
-
-    Newest by modification time, ties broken by the higher ``version_N``.
-    """
+    """The newest file (by time, then ``version_N``) matching ``pattern`` in ``<root>/*/checkpoints/`` or
+    ``<root>/checkpoints/``."""
     root = Path(root)
     found = [p for sub in (f"*/checkpoints/{pattern}", f"checkpoints/{pattern}") for p in root.glob(sub)]
     files = [p for p in found if p.is_file()]
@@ -73,10 +68,7 @@ def find_newest(root: str | os.PathLike[str], pattern: str) -> Path | None:
 
 
 def run_folder_of(config_files: Iterable[str | os.PathLike[str]]) -> Path | None:
-    """The run folder a ``--config`` file was saved into (its folder holds ``checkpoints/``), if any.
-
-    The last such file wins, as the last ``--config`` wins in the configuration.
-    """
+    """The run folder (one holding ``checkpoints/``) the last such ``--config`` file was saved into, if any."""
     found = None
     for config in config_files:
         folder = Path(config).resolve().parent
@@ -86,11 +78,8 @@ def run_folder_of(config_files: Iterable[str | os.PathLike[str]]) -> Path | None
 
 
 def resolve_named_checkpoint(name: str, root: str | os.PathLike[str], run: Path | None) -> Path:
-    """The file ``--ckpt_path last`` / ``best`` stands for: in ``run`` when given, else newest under ``root``.
-
-    Raises:
-        PalUserError: when there is no such file, saying where it looked and what to do.
-    """
+    """The file ``--ckpt_path last`` / ``best`` stands for: in ``run`` when given, else newest under ``root``
+    (:class:`PalUserError` saying where it looked when there is none)."""
     pattern = NAMED_CHECKPOINTS[name]
     if run is not None:
         files = [p for p in (run / "checkpoints").glob(pattern) if p.is_file()]
@@ -116,11 +105,8 @@ def resolve_named_checkpoint(name: str, root: str | os.PathLike[str], run: Path 
 
 
 def evaluation_log_root(ckpt: str | os.PathLike[str], subcommand: str) -> Path | None:
-    """``<run>/<subcommand>`` for a checkpoint in ``<run>/checkpoints/``, else ``None`` (a run of its own).
-
-    Also ``None`` when this user cannot write into ``<run>`` (a colleague's run, read-only): the
-    evaluation then logs into a new run folder under ``trainer.default_root_dir``.
-    """
+    """``<run>/<subcommand>`` for a checkpoint in ``<run>/checkpoints/`` this user can write into, else
+    ``None`` (the evaluation logs into a new run folder)."""
     folder = Path(ckpt).resolve().parent
     if folder.name != "checkpoints" or not os.access(folder.parent, os.W_OK):
         return None
@@ -128,12 +114,8 @@ def evaluation_log_root(ckpt: str | os.PathLike[str], subcommand: str) -> Path |
 
 
 def discard_unused(folder: str | os.PathLike[str], stop: str | os.PathLike[str] | None = None) -> bool:
-    """Remove ``folder`` (a run's log folder made by a failed command) unless it holds results.
-
-    Results are checkpoints, prediction files and a ``metrics.csv`` with at least one row (a run
-    that failed after logging some steps). Empty parents up to (not including) ``stop`` go too.
-    Returns whether the folder was removed.
-    """
+    """Remove ``folder`` (made by a failed command) and its empty parents below ``stop`` unless it holds
+    results: checkpoints, predictions, a ``metrics.csv`` with a row. Whether it was removed."""
     folder = Path(folder)
     if not folder.is_dir() or any(any(folder.rglob(pattern)) for pattern in _KEEP):
         return False
