@@ -79,7 +79,6 @@ SLOW_FILES = (
     "tests/cli/test_run_folders.py",
     "tests/data/test_real_data.py",
     "tests/cli/test_loop_overhead.py",
-    "tests/cli/test_console_leftovers.py",
     "tests/modeling/test_simcse_ddp.py",
     "tests/cli/test_short_fit_scores.py",
     "tests/cli/test_ddp_cli.py",

@@ -1,28 +1,14 @@
-"""A best-score checkpoint that ignores partial evaluations.
+"""Checkpoint callbacks of the CLI: Lightning's ``ModelCheckpoint`` with what a multi-task run needs.
 
-An evaluation that reached only some of the scored tasks (``--trainer.limit_val_batches 2``) logs
-``val/overall_partial`` instead of ``val/overall`` (:func:`pal_lightning.tasks.metrics.overall_over`).
-Lightning's :class:`~lightning.pytorch.callbacks.ModelCheckpoint` would then either stop the run
-("could not find the monitored key") or, because ``trainer.callback_metrics`` keeps the keys of
-earlier validations, rank the partial validation with a stale complete score. :class:`BestCheckpoint`
-skips the top-k decision for a validation whose own scores (``pl_module.last_scores``) hold only the
-partial key: a partial mean is never chosen as best over a complete one, and a run whose validations
-are all partial writes no "best" checkpoint (``last.ckpt`` is still written by its own callback).
+* :class:`BestCheckpoint` never ranks a partial evaluation (``val/overall_partial``, e.g. under
+  ``--trainer.limit_val_batches 2``): Lightning would stop the run ("could not find the monitored key")
+  or rank it with a stale complete score. It keeps ``best.ckpt`` (:data:`BEST_ALIAS`), a link to the
+  best checkpoint, for ``--ckpt_path best``.
+* :class:`LastCheckpoint` writes ``last.ckpt``, as a hard link when another callback has just saved
+  the same step (one file, not two identical ones).
 
-It also keeps a stable alias, ``<dirpath>/best.ckpt`` (:data:`BEST_ALIAS`), naming the current best
-checkpoint (a hard link, or a copy where the file system has none), so that commands and scripts can
-say ``checkpoints/best.ckpt`` (or ``--ckpt_path best``) without knowing the score in the file name.
-
-:class:`LastCheckpoint` writes ``last.ckpt``; when another checkpoint callback has just saved the
-same training state (the best checkpoint of the final validation), ``last.ckpt`` becomes a hard link
-to that file instead of a second identical copy (266 MB for the quickstart model).
-
-Two of Lightning's warnings say nothing a user of these callbacks can act on, and are not given:
-"could not find the monitored key" when a training epoch ends before any validation of the fit has
-scored (validation off, or not due yet: there is nothing to rank; the score report says why a fit has
-no scores), and "The dirpath has changed" when a resumed run loads the callbacks' state into its new
-run folder (the CLI resumes into a new ``version_N`` on purpose; the best checkpoint is then ranked
-afresh among the resumed run's validations).
+Neither warns "The dirpath has changed" when a resumed run (a new ``version_N`` on purpose) loads its
+state, nor "could not find the monitored key" before the fit's first validation.
 """
 
 from __future__ import annotations
@@ -46,12 +32,8 @@ BEST_ALIAS = "best.ckpt"
 
 
 def is_partial_evaluation(pl_module: Any, monitor: str | None) -> bool:
-    """Whether the module's latest scores of ``monitor``'s stage hold ``<monitor>_partial`` and not ``monitor``.
-
-    ``pl_module.last_scores`` (``{stage: {key: value}}``) is replaced at every evaluation, unlike
-    ``trainer.callback_metrics``, so it says what *this* evaluation measured. A module without
-    ``last_scores`` is never partial (plain ModelCheckpoint behaviour).
-    """
+    """Whether the module's latest scores (``last_scores``, replaced at every evaluation, unlike
+    ``trainer.callback_metrics``) of ``monitor``'s stage hold ``<monitor>_partial`` and not ``monitor``."""
     if not monitor or "/" not in monitor:
         return False
     stage_scores = last_stage_scores(pl_module, monitor.split("/", 1)[0])
@@ -70,11 +52,8 @@ class _ResumeIntoNewFolder(CheckpointHooks):
 
 
 class BestCheckpoint(_ResumeIntoNewFolder):
-    """:class:`~lightning.pytorch.callbacks.ModelCheckpoint` that does not rank partial evaluations.
-
-    Takes the same arguments as ``ModelCheckpoint``; with a ``monitor`` it also maintains
-    ``<dirpath>/best.ckpt``, the alias of :attr:`best_model_path`.
-    """
+    """``ModelCheckpoint`` that does not rank partial evaluations; with a ``monitor`` it also keeps
+    ``<dirpath>/best.ckpt``, the alias of :attr:`best_model_path`."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

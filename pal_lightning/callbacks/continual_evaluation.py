@@ -1,18 +1,10 @@
-"""Continual evaluation: the accuracy matrix R of the GEM paper during a sequential run.
+"""The accuracy matrix R of the GEM paper during a sequential run (:class:`ContinualEvaluation`).
 
-With ``MultiTaskDataModule(schedule="sequential")`` the tasks train one after another in
-phases. :class:`ContinualEvaluation` scores every trained task on its dev split
-
-* once before training (the baseline row ``b``), and
-* at the end of every phase ``i`` (row ``R[i]``),
-
-with each task's main metric (``TaskSpec.main_metric``: accuracy, or Pearson for STS), and
-derives average accuracy, backward and forward transfer and forgetting
-(:func:`pal_lightning.tasks.continual_metrics.continual_metrics`). Everything is logged as
-``continual/R/<after>/<task>`` (``<after>`` = ``baseline`` or the task of the finished phase)
-and ``continual/<metric>``, and written to ``continual.csv`` / ``continual.json`` in the run
-directory (``trainer.log_dir``), next to a free name such as ``continual_1.csv`` when a file of
-that name already exists.
+Every phase task is scored on its dev split before training (baseline row) and after each phase
+(row ``R[i]``) with its main metric; average accuracy, backward/forward transfer and forgetting follow
+(:func:`~pal_lightning.tasks.continual_metrics.continual_metrics`). Logged as
+``continual/R/<after>/<task>`` and ``continual/<metric>``, written to ``continual.csv``/``.json``
+(a free name such as ``continual_1.csv`` when taken) in the run folder.
 """
 
 from __future__ import annotations
@@ -50,12 +42,8 @@ def _task_predictor(pl_module: pl.LightningModule) -> TaskPredictor:
 class ContinualEvaluation(pl.Callback):
     """Evaluate every task before training and after each phase of a sequential schedule.
 
-    Evaluation runs inside the training loop (``on_train_start`` and ``on_train_batch_end`` of
-    the last batch of a phase) with the module in eval mode and without gradients, on the data
-    module's evaluation loader (each example once across ranks) and fresh torchmetrics objects,
-    whose ``compute()`` merges the states of all DDP ranks; every rank makes the same calls in the
-    same order. The rows already evaluated are part of the callback's ``state_dict`` (plain
-    Python types), so a resumed run neither repeats nor skips an evaluation.
+    Every rank evaluates (fresh torchmetrics merge the ranks' states); the rows so far are in the
+    callback's ``state_dict``, so a resumed run neither repeats nor skips an evaluation.
 
     Args:
         limit_eval_examples: score each task on the first N examples of its split (``None``: all).
@@ -151,12 +139,8 @@ class ContinualEvaluation(pl.Callback):
         return data
 
     def evaluate(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, dict[str, float]]:
-        """Every metric of every phase task on the evaluation split: ``{task: {metric: value}}``.
-
-        The module's own evaluation loop (:func:`~pal_lightning.module.evaluation.evaluate_loader`)
-        with fresh metrics. Collective under DDP (the ranks' counts are summed and torchmetrics merges
-        their states): call it on every rank at the same point.
-        """
+        """Every metric of every phase task on the evaluation split: ``{task: {metric: value}}`` (collective
+        under DDP: every rank calls it at the same point)."""
         data = self._data if self._data is not None else self._phased_data(trainer)
         loader = data.eval_dataloader(self.split, self.tasks, self.limit_eval_examples)
         specs = [_task_predictor(pl_module).task_specs[t] for t in self.tasks]
@@ -198,10 +182,7 @@ class ContinualEvaluation(pl.Callback):
             self._write()
 
     def _free_paths(self, trainer: pl.Trainer) -> tuple[str, str]:
-        """``<log_dir>/<filename>[_k].csv`` and ``.json``, with the smallest k naming no existing file.
-
-        ``trainer.log_dir`` broadcasts, so every rank calls this; rank 0 picks and broadcasts the name.
-        """
+        """``<log_dir>/<filename>[_k].csv`` and ``.json`` with the smallest free k (every rank: a broadcast)."""
         log_dir = trainer.log_dir or trainer.default_root_dir
         stem = self.filename
         if is_main_process(trainer):

@@ -1,17 +1,11 @@
 """GLUE test-server submission files from ``predict`` (:mod:`pal_lightning.tasks.glue` for the format).
 
-Put it in the trainer's callbacks; ``pal-lightning predict`` then writes, beside the usual prediction files,
-one server file per GLUE task of the test split (``CoLA.tsv``, ``MNLI-m.tsv`` ...) into
-``<run>/glue_submission`` (or ``output_dir``); ``glue_mnli``'s head also writes ``MNLI-mm.tsv`` and the
-diagnostic ``AX.tsv`` (its evaluation views ``glue_mnli_mm`` and ``glue_ax``). A warning names the files
-a complete submission still lacks (``WNLI.tsv`` unless ``glue_wnli`` is a task)::
+With it in the trainer's callbacks, ``pal-lightning predict`` also writes one server file per GLUE task
+of the test split (``CoLA.tsv``, ``MNLI-m.tsv``, ``MNLI-mm.tsv``, ``AX.tsv`` ...) into
+``<run>/glue_submission`` and warns about the files a complete submission still lacks::
 
     trainer.callbacks:
       - class_path: pal_lightning.callbacks.glue_submission.GlueSubmissionWriter
-
-It collects, gathers under DDP and orders the rows as :class:`PredictionWriter` does, and refuses to
-overwrite existing files the same way (checked before any batch is predicted). Rows of other tasks or
-splits are left to the ordinary prediction files.
 """
 
 from __future__ import annotations
@@ -44,9 +38,7 @@ class GlueSubmissionWriter(PredictionWriter):
         super().__init__(output_dir=output_dir, overwrite=overwrite)
 
     def resolve_output_dir(self, trainer: pl.Trainer) -> Path:
-        """``output_dir``; else ``glue_submission`` beside the ordinary prediction files when another
-        :class:`PredictionWriter` names their folder (``pal-lightning predict`` puts them in the checkpoint's
-        run), else in the trainer's log folder."""
+        """``output_dir``; else ``glue_submission`` beside the ordinary prediction files, else in the log folder."""
         if self.output_dir is not None:
             return self.output_dir
         for callback in trainer.callbacks:  # type: ignore[attr-defined]

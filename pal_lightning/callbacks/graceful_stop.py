@@ -1,24 +1,10 @@
-"""A clean stop on SIGTERM (a cluster scheduler's notice) or Ctrl-C (SIGINT) during ``fit``.
+"""A clean stop on SIGTERM (a scheduler's notice) or Ctrl-C during ``fit``: :class:`StopOnSignal`.
 
-Without it, Lightning turns SIGTERM into a ``SystemExit`` without a status (the command exits 0, as
-if training had finished) and Ctrl-C into exit status 1 in the middle of a step; neither writes a
-checkpoint, so the steps since the last periodic ``last.ckpt`` are lost.
-
-:class:`StopOnSignal` only *notes* the signal (a signal handler must not do real work: it interrupts
-the program at an arbitrary bytecode). At the end of the current training step it writes
-``last.ckpt`` through the ``save_last`` checkpoint callback, exactly where a periodic ``last.ckpt``
-is written (so ``--ckpt_path last`` resumes exactly, as after a crash), prints one line saying how to
-resume and raises :class:`TrainingStopped`, a ``SystemExit`` whose status is the shell's convention
-for a signal: ``128 + signal number`` (143 for SIGTERM, 130 for SIGINT).
-
-A second Ctrl-C stops at once (Lightning's own ``KeyboardInterrupt`` handling; no checkpoint). A signal
-that arrives during a validation takes effect at the next training step; one that arrives after the
-last training step lets the run finish normally.
-
-The CLI adds the callback last among its default callbacks, so every other callback has finished its
-batch-end work when the checkpoint is written (as for Lightning's checkpoint callbacks, which run
-after it). Under DDP the ranks agree on the signal at every step (one all-reduce of two numbers), so a
-signal to any one rank stops every rank at the same step, with one ``last.ckpt``.
+Lightning exits 0 on SIGTERM (as if training had finished) and 1 mid-step on Ctrl-C, without a
+checkpoint. Here the handler only notes the signal; at the end of the step ``last.ckpt`` is written
+where a periodic one would be (``--ckpt_path last`` resumes exactly), one line says how to resume, and
+the command exits ``128 + signal`` (143, 130). A second Ctrl-C stops at once. Under DDP the ranks agree
+on the signal at every step, so all stop at the same step with one ``last.ckpt``.
 """
 
 from __future__ import annotations
@@ -72,10 +58,8 @@ def last_checkpoint_callback(trainer: pl.Trainer) -> ModelCheckpoint | None:
 
 
 def save_last_now(trainer: pl.Trainer) -> str | None:
-    """Write ``last.ckpt`` for the current step through its callback (unless it already holds this step).
-
-    Returns the file, or ``None`` without a ``save_last`` callback.
-    """
+    """Write ``last.ckpt`` for the current step through its callback (unless it already holds this step);
+    the file, or ``None`` without a ``save_last`` callback."""
     callback = last_checkpoint_callback(trainer)
     if callback is None:
         return None
@@ -90,10 +74,8 @@ def save_last_now(trainer: pl.Trainer) -> str | None:
 
 
 class StopOnSignal(Callback):
-    """Stop ``fit`` cleanly at the end of a step on SIGTERM or SIGINT, with a resumable ``last.ckpt``.
-
-    See the module docstring. Add it after every other callback that changes state at a batch end.
-    """
+    """Stop ``fit`` cleanly at the end of a step on SIGTERM or SIGINT, with a resumable ``last.ckpt``
+    (add it after every other callback that changes state at a batch end)."""
 
     def __init__(self) -> None:
         self.received: int | None = None

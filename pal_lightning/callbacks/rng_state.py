@@ -1,24 +1,9 @@
-"""Save the random number generators of every rank in checkpoints, and restore them on resume.
+"""Every rank's random generators in checkpoints, restored on resume (:class:`RNGStateCallback`).
 
-Lightning 2.6 restores weights, optimizer, schedulers, loop counters and the train loader's
-position from a checkpoint, but not the random generators (it only carries them into spawned
-processes). Without them a resumed run draws other dropout masks than the run it continues, and
-ends with other weights. :class:`RNGStateCallback` closes that gap: the checkpoint holds, for every
-rank ``r``,
-
-    states[r] = {torch CPU, numpy, python ``random`` (and CUDA, one per device) generator states}
-
-gathered to rank 0 (which alone writes the file), and every rank restores its own entry.
-
-When: the states are captured when the checkpoint is written and restored at the first
-``on_train_epoch_start`` or ``on_train_batch_start`` of the resumed fit, whichever comes first
-(Lightning skips ``on_train_epoch_start`` when it resumes mid-epoch). Between a save and the next
-training step an uninterrupted run draws nothing from these generators (validation runs with
-dropout off, and pal-lightning's loaders seed their workers from a generator of their own), so the
-resumed run continues with exactly the numbers the uninterrupted one would have drawn.
-
-Everything is stored as tensors, lists, ints, floats and strings, so checkpoints stay loadable with
-``torch.load(weights_only=True)``.
+Lightning restores weights, optimizer and loop position but not the generators, so a resumed run
+would draw other dropout masks. The torch, numpy, python (and CUDA) states of every rank are
+gathered to rank 0 when a checkpoint is written, and each rank restores its own at the first training
+hook of the resumed fit. Stored as plain values: loadable with ``torch.load(weights_only=True)``.
 """
 
 from __future__ import annotations
@@ -75,10 +60,8 @@ def apply_rng_state(state: dict[str, Any]) -> None:
 class RNGStateCallback(Callback):
     """Checkpoint the torch, numpy, python and CUDA generators of every rank; restore them on resume.
 
-    The pal-lightning CLI adds it to every run. In Python: ``Trainer(callbacks=[RNGStateCallback()])``.
-    Under DDP ``state_dict`` gathers all ranks' states (every rank takes part in writing a
-    checkpoint, so the collective is matched); a checkpoint from a run with another number of
-    ranks restores rank ``r``'s states where they exist and warns that the run is not exact.
+    The CLI adds it to every run; in Python: ``Trainer(callbacks=[RNGStateCallback()])``. A checkpoint
+    of another number of ranks restores what exists and warns that the run is not exact.
     """
 
     def __init__(self) -> None:

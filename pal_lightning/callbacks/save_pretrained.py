@@ -1,13 +1,7 @@
-"""Write a ``save_pretrained`` folder of the best checkpoint when ``fit`` ends.
+"""``<run>/model/``, a ``save_pretrained`` folder of the best checkpoint, written when ``fit`` ends.
 
-:class:`SavePretrainedModel` turns the run's best checkpoint (the monitored ``val/overall``
-checkpoint) into ``<run>/model/``: weights, ``config.json``, tokenizer and model card, loadable with
-``MultiTaskModule.from_pretrained("<run>/model")`` and usable by ``pal-lightning predict
---predict.model <run>/model``. The card carries the dev scores of that best validation (from
-:class:`~pal_lightning.callbacks.score_report.ScoreReport`). Without a best checkpoint (no
-validation ran) the final weights are saved and the card says so.
-
-The live module is never changed: the checkpoint's state dict is written in place of the module's.
+Loadable with ``MultiTaskModule.from_pretrained("<run>/model")``; its card carries the best validation's
+dev scores. Without a best checkpoint the final weights are saved and the card says so.
 """
 
 from __future__ import annotations

@@ -1,26 +1,10 @@
-"""Print and save the CS224N scores at the end of ``fit``.
+"""The score report: the best validation's table printed at the end of ``fit`` and saved as ``scores.json``.
 
-Every validation during ``fit`` records the logged ``val/*`` metrics. When fit
-ends, :class:`ScoreReport` picks the validation with the best monitored score
-(``val/overall``, the CS224N score
-
-    overall = (SST accuracy + Quora accuracy + (STS Pearson + 1) / 2) / 3 ,
-
-or the mean of the tasks' main metrics when the three CS224N tasks are not all
-trained), prints a small table of the per-task dev scores and writes
-``scores.json`` into the run's log directory, which ``benchmarks/reproduce.py``
-reads back.
-
-A validation that reached only some of the module's scored tasks (``pl_module.scored_tasks``, e.g.
-under ``--trainer.limit_val_batches 2``) has no overall score: its mean is logged as
-``val/overall_partial``, is never picked as the best validation while a complete one exists, and is
-printed and saved as *partial*, naming the tasks it covers and those it leaves out.
-
-A fit that would end without any validation (a short ``--trainer.max_steps`` under a config that
-validates every few epochs, or ``max_steps`` reached in the middle of an epoch) is validated once at the
-end of its last training epoch (:meth:`ScoreReport.on_train_epoch_end`): the score table, ``scores.json``
-and the best and last checkpoints then follow as after any validation. Every rank reaches that decision
-from the same trainer state, so under DDP every rank takes part.
+The best validation is the one with the highest ``val/overall`` (the CS224N score, or the mean of the
+tasks' main metrics). A validation that reached only some scored tasks has only ``val/overall_partial``:
+it is never picked over a complete one, and is reported as partial, naming the tasks left out. A fit
+that would end without any validation is validated once at the end of its last epoch (every rank).
+``validate`` and ``test`` print the same table.
 """
 
 from __future__ import annotations
@@ -55,29 +39,23 @@ def _to_float(value: Any) -> float | None:
 
 
 def task_coverage(scores: Mapping[str, float], scored: Sequence[str] | None) -> tuple[list[str], list[str]]:
-    """``(covered, missing)``: which of the ``scored`` tasks have ``<stage>/<task>/...`` keys in ``scores``.
-
-    ``scored=None`` (a model that declares no scored tasks) counts every task present as scored.
-    """
+    """``(covered, missing)``: which of the ``scored`` tasks (``None``: all present) have ``<stage>/<task>/...`` keys."""
     present = {key.split("/")[1] for key in scores if len(key.split("/")) == 3}
     names = list(scored) if scored is not None else sorted(present)
     return [t for t in names if t in present], [t for t in names if t not in present]
 
 
+def evaluation_entry(scores: dict[str, float], pl_module: Any) -> dict[str, Any]:
+    """``{"scores", "complete", "tasks_covered", "tasks_missing"}`` of one evaluation of ``pl_module``."""
+    covered, missing = task_coverage(scores, scored_tasks_of(pl_module))
+    return {"scores": scores, "complete": not missing, "tasks_covered": covered, "tasks_missing": missing}
+
+
 def format_scores(
     scores: dict[str, float], monitor: str = "val/overall", auxiliary: Sequence[str] = (), column: str = "dev"
 ) -> str:
-    """A plain-text table of ``val/<task>/<metric>`` scores with the monitored score last.
-
-    A partial overall (``<monitor>_partial``) is printed as ``overall (partial: <tasks>)``. Auxiliary
-    tasks are marked ``*`` and a last line says that the overall leaves them out.
-
-    Args:
-        scores: metric name -> value, e.g. ``{"val/sst/accuracy": 0.51, "val/overall": 0.77}``.
-        monitor: the summary metric printed on the last line.
-        auxiliary: tasks trained but not scored in the overall (``MultiTaskModule(auxiliary=...)``).
-        column: heading of the value column (the split: ``dev``, ``test``).
-    """
+    """A plain-text table of ``val/<task>/<metric>`` scores with ``monitor`` (or its partial mean) last;
+    ``auxiliary`` tasks (not in the overall) are marked ``*``; ``column`` heads the values (the split)."""
     rows: list[tuple[str, str, float]] = []
     for key, value in sorted(scores.items()):
         parts = key.split("/")
@@ -116,11 +94,8 @@ def class_names_of(trainer: pl.Trainer) -> dict[str, list[str]]:
 
 
 def best_validation(history: Sequence[dict[str, Any]], monitor: str) -> dict[str, Any] | None:
-    """The entry of ``history`` with the highest ``monitor`` score (the first of equal ones), else the last.
-
-    An entry without ``monitor`` (a partial validation logs ``<monitor>_partial``) is the answer only
-    when no entry has it; an empty history gives ``None``.
-    """
+    """The entry of ``history`` with the highest ``monitor`` score (the first of equal ones), else the last
+    (a partial validation has no ``monitor``); ``None`` for an empty history."""
     with_monitor = [h for h in history if monitor in h["scores"]]
     if with_monitor:
         return max(with_monitor, key=lambda h: h["scores"][monitor])
@@ -169,8 +144,7 @@ class ScoreReport(Callback):
     Args:
         monitor: the metric that picks the best validation (higher is better).
         filename: name of the JSON file written into ``trainer.log_dir``.
-        validate_at_end: validate once at the end of a fit that has validation data but would otherwise
-            end without any validation.
+        validate_at_end: validate once at the end of a fit that would otherwise have no validation.
     """
 
     def __init__(
@@ -200,11 +174,8 @@ class ScoreReport(Callback):
         self._start = time.perf_counter()
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """Validate now when this is the fit's last epoch and no validation ran in it.
-
-        Runs before the checkpoint callbacks' own ``on_train_epoch_end`` (Lightning calls the callbacks
-        that monitor a metric last), so they see this validation's scores whichever hook they save in.
-        """
+        """Validate now when this is the fit's last epoch and no validation ran in it (before the checkpoint
+        callbacks' hook: Lightning calls the callbacks that monitor a metric last)."""
         if (
             self.validate_at_end
             and not self._validated
@@ -221,17 +192,8 @@ class ScoreReport(Callback):
         self._validated = True
         scores = validation_scores(trainer, pl_module)
         if scores:
-            covered, missing = task_coverage(scores, scored_tasks_of(pl_module))
-            self.history.append(
-                {
-                    "step": trainer.global_step,
-                    "epoch": trainer.current_epoch,
-                    "scores": scores,
-                    "complete": not missing,
-                    "tasks_covered": covered,
-                    "tasks_missing": missing,
-                }
-            )
+            entry = {"step": trainer.global_step, "epoch": trainer.current_epoch}
+            self.history.append({**entry, **evaluation_entry(scores, pl_module)})
 
     def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.report_evaluation(trainer, pl_module, "test")
@@ -243,13 +205,7 @@ class ScoreReport(Callback):
             return
         monitor = stage_monitor(self.monitor, stage)
         scores = validation_scores(trainer, pl_module, stage)
-        covered, missing = task_coverage(scores, scored_tasks_of(pl_module))
-        entry = {
-            "scores": scores,
-            "complete": not missing,
-            "tasks_covered": covered,
-            "tasks_missing": missing,
-        }
+        entry = evaluation_entry(scores, pl_module)
         split = validation_split_name(trainer) if stage == "val" else stage
         limit = trainer.limit_val_batches if stage == "val" else trainer.limit_test_batches
         self._say(
@@ -266,22 +222,21 @@ class ScoreReport(Callback):
             "complete": bool(entry["complete"] and monitor in scores),
             "overall": scores.get(monitor),
             "overall_partial": scores.get(monitor + PARTIAL_SUFFIX),
-            "tasks_covered": covered,
-            "tasks_missing": missing,
+            "tasks_covered": entry["tasks_covered"],
+            "tasks_missing": entry["tasks_missing"],
             "ckpt_path": trainer.ckpt_path,
             "scores": scores,
         }
+        self._save(trainer, log_dir, payload)
+
+    def _save(self, trainer: pl.Trainer, log_dir: str, payload: dict[str, Any]) -> None:
         names = class_names_of(trainer)
         if names:  # the classes of tasks labelled by name, in class order
             payload["label_names"] = names
         atomic_write_text(Path(log_dir) / self.filename, json.dumps(payload, indent=2))
 
     def best(self) -> dict[str, Any] | None:
-        """The recorded validation with the highest monitored score (the last one when it is missing).
-
-        A partial validation has no monitored score (the module logs ``<monitor>_partial``), so it
-        is the answer only when no validation was complete (:func:`best_validation`).
-        """
+        """The recorded validation with the highest monitored score (:func:`best_validation`)."""
         return best_validation(self.history, self.monitor)
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -328,10 +283,7 @@ class ScoreReport(Callback):
             "wall_s": wall_s,
             "best_model_path": ckpt,
         }
-        names = class_names_of(trainer)
-        if names:  # the classes of tasks labelled by name, in class order
-            payload["label_names"] = names
-        atomic_write_text(Path(log_dir) / self.filename, json.dumps(payload, indent=2))
+        self._save(trainer, log_dir, payload)
 
 
 def fit_ends_now(trainer: pl.Trainer) -> bool:
@@ -361,11 +313,8 @@ def no_scores_reason(trainer: pl.Trainer, validated: bool, validate_at_end: bool
 def validation_scores(
     trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str = "val"
 ) -> dict[str, float]:
-    """The finite ``<stage>/*`` scores of the evaluation that just ended.
-
-    Read from ``pl_module.last_scores[stage]`` when the module keeps it: ``trainer.callback_metrics``
-    also holds the keys of earlier validations (a task or an overall that this one did not reach).
-    """
+    """The finite ``<stage>/*`` scores of the evaluation that just ended (``pl_module.last_scores`` when kept:
+    ``trainer.callback_metrics`` also holds keys of earlier validations)."""
     fresh = last_stage_scores(pl_module, stage)
     source = fresh if fresh is not None else trainer.callback_metrics
     scores = {}
@@ -396,10 +345,8 @@ def score_headline(entry: Mapping[str, Any], monitor: str, limit: Any, split: st
 
 
 def partial_headline(value: float, entry: Mapping[str, Any], limit: Any, split: str = "dev") -> str:
-    """The first line printed for a partial evaluation: the tasks covered, those missing, and why.
-
-    ``limit`` is the trainer's ``limit_val_batches`` (``limit_test_batches`` for ``split="test"``).
-    """
+    """The first line printed for a partial evaluation: the tasks covered, those missing, and why
+    (``limit``: the trainer's ``limit_val_batches``, or ``limit_test_batches`` for ``split="test"``)."""
     covered = ", ".join(entry.get("tasks_covered") or []) or "?"
     missing = ", ".join(entry.get("tasks_missing") or []) or "?"
     flag = "--trainer.limit_test_batches" if split == "test" else "--trainer.limit_val_batches"

@@ -1,25 +1,12 @@
-"""What a multi-task run's ``metrics.csv`` should show: the method at work, one clean row per logged step.
+"""``metrics.csv`` rows that show a multi-task run at work (:class:`TrainingLog`).
 
-Every ``trainer.log_every_n_steps`` optimizer steps (global rank 0) :class:`TrainingLog` writes one
-row straight to the run's loggers, at the step it describes:
-
-* ``train/task_index`` (position of the task in the model's task list) and ``train/<task>/loss``
-  for the task that step trained, and no other task's loss (Lightning's own logging repeats the
-  last value of every task on every row); for a classification task also ``train/<task>/accuracy``
-  on that batch (read from the module's forward output through a forward hook: no extra forward);
-  (a mixed batch, ``data.batch_mixing: mixed``: ``train/<task>/loss`` of every task it holds, no task index
-  or accuracy);
-* ``train/steps/<task>``: training batches of each task so far (a mixed batch counts for every task it
-  holds), those before a resume included (the counts are saved in checkpoints);
-* ``train/examples_per_s`` and ``train/tokens_per_s`` (non-padding tokens) since the last row, of
-  all processes (rank 0's count times the world size: under DDP every rank takes the same batch size);
-* ``train/grad_norm``: the L2 norm of all gradients of that step, after any projection by
-  earlier callbacks (GEM) and before clipping;
-* ``lr/<group>``: the learning rate of each parameter group, one per group and not again for its
-  ``_no_decay`` twin, which always has the same rate.
-
-At the start of every epoch it writes ``sampling/p_<task>``, the data module's task probabilities
-of that epoch (the annealing schedule at work).
+Every ``trainer.log_every_n_steps`` optimizer steps (global rank 0), at the step it describes:
+``train/task_index`` and ``train/<task>/loss`` of the trained task alone (of every task a mixed
+batch holds), ``train/<task>/accuracy`` of a classification batch, ``train/steps/<task>`` (resumed
+runs included), ``train/examples_per_s`` and ``train/tokens_per_s`` of all processes,
+``train/grad_norm`` (after GEM's projection, before clipping) and ``lr/<group>`` (not again for an
+equal ``_no_decay`` twin; Lightning's LearningRateMonitor would log all four). At every epoch start:
+``sampling/p_<task>``, the data module's task probabilities.
 """
 
 from __future__ import annotations
@@ -89,8 +76,7 @@ def batch_tasks(pl_module: Any, batch: Any) -> list[str]:
 
 
 def _tokens(batch: Mapping[str, Any]) -> torch.Tensor | int:
-    """The batch's non-padding tokens, left on the device: reading them every step would wait for it, so
-    the sum is read only when a row is written."""
+    """The batch's non-padding tokens, left on the device (read only when a row is written)."""
     total: torch.Tensor | int = 0
     for key, value in batch.items():
         if key.startswith(ATTENTION_MASK) and isinstance(value, torch.Tensor):
@@ -99,7 +85,7 @@ def _tokens(batch: Mapping[str, Any]) -> torch.Tensor | int:
 
 
 class TrainingLog(Callback):
-    """Write the per-step training row and the per-epoch sampling probabilities described above."""
+    """Write the per-step training row and the per-epoch sampling probabilities (see the module doc)."""
 
     def __init__(self) -> None:
         self.steps_per_task: dict[str, int] = {}

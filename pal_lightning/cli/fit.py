@@ -2,33 +2,14 @@
 
 Usage::
 
-    pal-lightning fit --config configs/quickstart.yaml
-    pal-lightning fit --config configs/pals_annealed.yaml --trainer.max_steps 2000 --data.data_dir ~/data
-    pal-lightning predict --config runs/quickstart/version_0/config.yaml \\
-        --ckpt_path runs/quickstart/version_0/checkpoints/best.ckpt
-    pal-lightning pretrain --config configs/pretrain_mlm.yaml   # MLM on the task text (pal_lightning.pretraining)
+    pal-lightning fit --config configs/quickstart.yaml --trainer.max_steps 2000 --data.data_dir ~/data
+    pal-lightning predict --config runs/quickstart/version_0/config.yaml --ckpt_path best
 
-What this CLI adds to a plain ``LightningCLI``:
-
-* model and data in subclass mode (``model.class_path: my_pkg.MyModule`` loads a user's subclass);
-* the encoder, the task list and the pair encoding are set once on the model and linked to the
-  data module (``model.init_args.encoder -> data.init_args.tokenizer``, ``tasks``, ``pair_encoding``);
-* ``auto_configure_optimizers=False``: the module builds its own AdamW with a per-step
-  warmup + linear decay schedule;
-* every run logs into a fresh ``<default_root_dir>/version_N`` directory (CSV and TensorBoard), the
-  resolved config is saved there and a rerun never overwrites another run's config, checkpoints
-  or predictions;
-* a checkpoint on ``val/overall`` (max), rich progress bar, learning-rate monitor, and a score
-  report that prints the CS224N overall score at the end of ``fit``;
-* exact kill-and-resume: a ``last.ckpt`` written at every validation (or every
-  ``--last_checkpoint.every_n_train_steps N`` steps) by its own callback, the random generators of
-  every rank in each checkpoint (:class:`~pal_lightning.callbacks.rng_state.RNGStateCallback`),
-  atomic checkpoint writes (:class:`~pal_lightning.core.checkpoint_io.AtomicCheckpointIO`), and
-  ``--ckpt_path last`` = the newest ``*/checkpoints/last.ckpt`` under ``trainer.default_root_dir``
-  (the resumed run logs into a new ``version_N``);
-* checkpoints are loaded with ``weights_only=True`` (``--weights_only false`` for a trusted file
-  that needs more);
-* user mistakes end with one line on stderr and exit status 2, never a traceback.
+What it adds to a plain ``LightningCLI``: model and data in subclass mode; the encoder, tasks and
+pair encoding given once on the model and linked to the data module; the module's own optimizer;
+a fresh run folder per run (:mod:`~pal_lightning.cli.run_folders`); a best checkpoint on
+``val/overall``, a ``last.ckpt`` for exact kill-and-resume (``--ckpt_path last``) and the score
+report; checkpoints loaded with ``weights_only=True``; user mistakes as one line and exit status 2.
 """
 
 from __future__ import annotations
@@ -41,43 +22,31 @@ from typing import Any
 
 from jsonargparse import Namespace
 from lightning.pytorch import Trainer
-from lightning.pytorch.callbacks import (
-    ProgressBar,
-)
-from lightning.pytorch.cli import LightningArgumentParser, SaveConfigCallback
-from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+from lightning.pytorch.callbacks import ProgressBar, RichProgressBar
+from lightning.pytorch.cli import LightningArgumentParser
 from lightning.pytorch.plugins.io import CheckpointIO
 
 from pal_lightning.callbacks.best_checkpoint import BestCheckpoint, LastCheckpoint
-from pal_lightning.callbacks.fit_summary import FitSummary
 from pal_lightning.callbacks.graceful_stop import StopOnSignal
 from pal_lightning.callbacks.rng_state import RNGStateCallback
 from pal_lightning.callbacks.score_report import ScoreReport
 from pal_lightning.callbacks.training_log import TrainingLog
-from pal_lightning.cli.console import ConsoleProgressBar, quiet_lightning
-from pal_lightning.cli.help import (
-    SUBCOMMAND_HELP,
-    set_subcommand_help,
-)
+from pal_lightning.cli.console import quiet_lightning
+from pal_lightning.cli.help import SUBCOMMAND_HELP, set_subcommand_help
 from pal_lightning.cli.precision import PalTrainer
-from pal_lightning.cli.run_folders import (
+from pal_lightning.cli.run_folders import (  # noqa: F401 - _NEW_FOLDERS, discard_new_folders: cli.main's
+    _NEW_FOLDERS,
     NAMED_CHECKPOINTS,
-    claim_version_dir,
-    discard_unused,
+    RunConfigSaver,
+    discard_new_folders,
     evaluation_log_root,
-    find_newest,
-    next_version_dir,
     resolve_named_checkpoint,
     run_folder_of,
+    run_loggers,
 )
 from pal_lightning.core.checkpoint_io import AtomicCheckpointIO, check_is_checkpoint
-from pal_lightning.core.distributed import (
-    is_launched_rank,
-    is_main_process,
-    launcher_world_size,
-)
+from pal_lightning.core.distributed import is_launched_rank, launcher_world_size
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.core.files import atomic_write_via, free_name
 from pal_lightning.core.private_api import CLIHooks, decided_by_rank_zero
 
 #: The exit status for user mistakes (bad option, missing data, unknown encoder ...).
@@ -88,121 +57,28 @@ _UNION_ERROR = "Does not validate against any of the Union subtypes"
 DEFAULT_ROOT_DIR = "runs"
 #: The CS224N score that picks the best checkpoint.
 MONITOR = "val/overall"
-#: ``--ckpt_path`` value that picks the newest ``last.ckpt`` under the run root.
-LAST = "last"
-#: Names under which rank 0 passes the run version and the resumed checkpoint to the DDP processes it
-#: launches (environment variables ``PAL_RUN_VERSION``, ``PAL_RESUME_CKPT``: compat.decided_by_rank_zero).
-_SHARED_VERSION = "RUN_VERSION"
+#: Name under which rank 0 passes the resumed checkpoint to the DDP processes it launches.
 _SHARED_RESUME = "RESUME_CKPT"
 
 
 def default_trainer_settings() -> dict[str, Any]:
     """Trainer defaults of the CLI (a config or the command line can override every one but the callbacks).
 
-    ``use_distributed_sampler=False`` because the data module brings its own task batch sampler
-    that already shards per rank (and draws the same task on every rank).
+    ``use_distributed_sampler=False``: the data module's task batch sampler already shards per rank.
     """
+    # rich assumes 80 columns when the output is a file or a pipe and wraps the metrics under the bar
+    wide = not sys.stdout.isatty() and not os.environ.get("COLUMNS")
     return {
         "default_root_dir": DEFAULT_ROOT_DIR,
         "use_distributed_sampler": False,
-        # FitSummary prints one line instead (Lightning's table reports "Total FLOPs: 0")
-        "enable_model_summary": False,
         "callbacks": [
-            FitSummary(),
-            ConsoleProgressBar(leave=True),
-            TrainingLog(),  # task, steps per task, throughput, grad norm, distinct learning rates
+            RichProgressBar(leave=True, console_kwargs={"width": 200} if wide else None),
+            TrainingLog(),
             ScoreReport(monitor=MONITOR),
             RNGStateCallback(),
             StopOnSignal(),  # last: it writes last.ckpt after the others' batch-end work (SIGTERM, Ctrl-C)
         ],
     }
-
-
-def find_last_checkpoint(root: str | os.PathLike[str]) -> Path | None:
-    """The newest ``last*.ckpt`` in ``<root>/*/checkpoints/`` (or ``<root>/checkpoints/``), or ``None``.
-
-    Newest by modification time, ties broken by the higher ``version_N``: a resumed run writes its
-    own ``last.ckpt`` into its new folder, so the next ``--ckpt_path last`` continues from there.
-    """
-    return find_newest(root, "last*.ckpt")
-
-
-def run_loggers(root_dir: str | os.PathLike[str]) -> list[Any]:
-    """CSV and TensorBoard loggers that write into the same fresh ``<root_dir>/version_N`` directory.
-
-    Both loggers get the same explicit version, so the run's files (``metrics.csv``, ``config.yaml``,
-    ``checkpoints/``, ``tensorboard/`` events, predictions) end up in one directory.
-    """
-    # absolute, so that the checkpoint folder recorded in checkpoints matches the one that
-    # validate/test/predict later derive from --ckpt_path (ModelCheckpoint makes given paths absolute)
-    root = os.path.abspath(root_dir)
-    # an int version gives the folder "version_N" and shows N (not "on_N") in the progress bar
-    # a DDP process launched by rank 0 logs where rank 0 does (rank 0 may have created it already)
-    # (a rank > 0 that torchrun/srun started only peeks: claiming would leave an empty folder behind)
-    peek = lambda: next_version_dir(root).split("_")[-1]  # noqa: E731
-    version = int(decided_by_rank_zero(_SHARED_VERSION, root, lambda: _new_version(root), peek))
-    return [
-        CSVLogger(save_dir=root, name="", version=version),
-        # no hp_metric: it would stay at its placeholder -1 (the scores are the val/* metrics)
-        TensorBoardLogger(
-            save_dir=root, name="", version=version, sub_dir="tensorboard", default_hp_metric=False
-        ),
-    ]
-
-
-def _new_version(root: str) -> str:
-    """Claim the next ``version_N`` folder under ``root`` (remembered for removal if the command fails)."""
-    top = Path(root)
-    while not top.parent.exists() and top.parent != top:
-        top = top.parent  # the topmost folder this run creates, when root does not exist yet
-    created_root = not Path(root).exists()
-    folder = claim_version_dir(root)
-    _NEW_FOLDERS.append((folder, top if created_root else folder))
-    return folder.name.split("_")[-1]
-
-
-#: Log folders this process created, with the topmost folder it created for each (removed on failure).
-_NEW_FOLDERS: list[tuple[Path, Path]] = []
-
-
-def discard_new_folders() -> None:
-    """Remove the log folders this failed command created, unless they hold checkpoints or predictions."""
-    while _NEW_FOLDERS:
-        folder, top = _NEW_FOLDERS.pop()
-        discard_unused(folder, stop=top.parent)
-
-
-class RunConfigSaver(SaveConfigCallback):
-    """Save the resolved config into the run's log directory without ever overwriting a file.
-
-    With the CLI's default loggers every run has its own ``version_N`` directory, so the config
-    lands in ``config.yaml``. When a user logger (or ``logger: false``) makes two runs share a
-    directory, the second config is saved as ``config_1.yaml`` (``config_2.yaml``, ...) instead of
-    crashing the run or replacing the first run's config. The file is written atomically
-    (:func:`~pal_lightning.core.files.atomic_write_via`): a full disk leaves no half-written config.
-    """
-
-    def setup(self, trainer: Trainer, pl_module: Any, stage: str) -> None:
-        log_dir = None if self.already_saved or not self.save_to_log_dir else trainer.log_dir
-        if log_dir is None or self.multifile or "://" in log_dir:
-            super().setup(trainer, pl_module, stage)  # Lightning's own writer (several or remote files)
-            return
-        if is_main_process(trainer):
-            name = self.config_filename
-            if not self.overwrite:
-                stem, suffix = os.path.splitext(name)
-                name = free_name(log_dir, stem, (suffix,)) + suffix
-            self.config_filename = name
-
-            def write(tmp: str) -> None:  # what Lightning's setup writes, into a temporary file
-                self.parser.save(self.config, tmp, skip_none=False, overwrite=True, multifile=False)
-
-            atomic_write_via(os.path.join(log_dir, name), write)
-            self.save_config(trainer, pl_module, stage)
-            self.already_saved = True
-        # every rank, as Lightning's setup does: the same name and state on all ranks
-        self.config_filename = trainer.strategy.broadcast(self.config_filename)
-        self.already_saved = trainer.strategy.broadcast(self.already_saved)
 
 
 def _class_path(cls: Any) -> str:
@@ -238,9 +114,8 @@ class PalLightningCLI(CLIHooks):
     ) -> None:
         chosen = named_subcommand(sys.argv[1:] if args is None else args, type(self).subcommands())
         if chosen is not None:
-            # Building a subcommand's parser is most of a command's start-up (about 70 % of 2.2 s of CPU);
-            # a command names one, so only its parser is built. An instance attribute shadows the static
-            # method for every lookup Lightning makes through self.
+            # building a subcommand's parser is most of the start-up: only the named one is built (an
+            # instance attribute shadows the static method for every lookup Lightning makes)
             only = {chosen: type(self).subcommands()[chosen]}
             self.subcommands = lambda: only  # type: ignore[method-assign]
         if model_class is None:
@@ -344,12 +219,8 @@ class PalLightningCLI(CLIHooks):
             parser.set_defaults(verbose=False)
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
-        """Parse ``args`` when given, else ``sys.argv``.
-
-        Unlike LightningCLI's, it does not warn that ``sys.argv`` holds arguments too: :func:`main`
-        passes ``args`` on purpose (in-process calls, ``pretrain``), where ``sys.argv`` belongs to
-        the host program (pytest, a notebook) or is ``pal-lightning pretrain ...`` itself.
-        """
+        """Parse ``args`` when given, else ``sys.argv`` (without LightningCLI's warning that ``sys.argv``
+        holds arguments too: in-process calls pass ``args`` on purpose)."""
         if args is None:
             super().parse_arguments(parser, args)
         elif isinstance(args, (dict, Namespace)):
@@ -358,12 +229,7 @@ class PalLightningCLI(CLIHooks):
             self.config = parser.parse_args(args)
 
     def before_instantiate_classes(self) -> None:
-        """Point validate/test/predict from a checkpoint back at that checkpoint's run.
-
-        Predictions go to ``<run>/predictions`` of the checkpoint's run when no ``output_dir`` is
-        given, and the checkpoint callback keeps the checkpoint's folder (it never saves outside
-        ``fit``; the same folder just lets its restored state match).
-        """
+        """Check the config, and point validate/test/predict of a checkpoint back at that checkpoint's run."""
         if self.subcommand is None:
             return
         config = self.config[self.subcommand]
@@ -396,27 +262,13 @@ class PalLightningCLI(CLIHooks):
             if os.access(run_dir, os.W_OK):  # else: <new run folder>/predictions (a read-only run)
                 config["predictions.output_dir"] = str(run_dir / "predictions")
 
-    #: A checkpoint's hyper-parameters never replace the model configuration. LightningCLI (2.6)
-    #: loads a ``--ckpt_path`` file while parsing and puts its ``hyper_parameters`` over the config,
-    #: command line included: a configured task list, dropout or ``max_nonfinite_steps`` would be
-    #: silently replaced, and the file would be read before any check. Here the config says what the
-    #: model is, and :meth:`MultiTaskModule.on_load_checkpoint` stops with a message naming every
-    #: difference that matters (tasks, encoder, adapter shape) and the run's ``config.yaml`` to use.
+    #: The config says what the model is: LightningCLI would silently put a ``--ckpt_path`` file's
+    #: hyper-parameters over it (``MultiTaskModule.on_load_checkpoint`` names the differences instead).
     merge_checkpoint_hparams = False
 
     def _resolve_ckpt_path(self, config: Any) -> str | None:
-        """Resolve ``--ckpt_path last`` / ``best`` and check that a given checkpoint file exists.
-
-        ``last``/``best`` with a run's own ``config.yaml`` is that run's ``last.ckpt``/``best.ckpt``;
-        otherwise the newest one under ``trainer.default_root_dir``
-        (:func:`~pal_lightning.cli.run_folders.resolve_named_checkpoint`).
-
-        Returns:
-            the checkpoint path (``None`` without one, or for Lightning's other special values).
-
-        Raises:
-            PalUserError: for ``last``/``best`` when there is no such file, a missing file or a folder.
-        """
+        """Resolve ``--ckpt_path last`` / ``best`` (:func:`~pal_lightning.cli.run_folders.resolve_named_checkpoint`)
+        and check that a given file is a checkpoint; ``None`` without one or for Lightning's special values."""
         ckpt = config.get("ckpt_path")
         if not ckpt:
             return None
@@ -453,12 +305,8 @@ class PalLightningCLI(CLIHooks):
         return ckpt
 
     def instantiate_classes(self) -> None:
-        """Instantiate model, data and trainer; a rejected config value becomes a :class:`PalUserError`.
-
-        jsonargparse wraps errors raised by ``__init__`` of a subclass-mode class (e.g. an unknown task
-        name) in a "Does not validate against any of the Union subtypes" ``ValueError``; that is a
-        configuration mistake, reported in one line. Set ``PAL_DEBUG=1`` to see the traceback instead.
-        """
+        """Instantiate model, data and trainer; jsonargparse's "Does not validate against any of the Union
+        subtypes" (a rejected ``__init__`` value) becomes a one-line :class:`PalUserError` (``PAL_DEBUG=1``: traceback)."""
         try:
             super().instantiate_classes()
         except ValueError as exc:
@@ -467,14 +315,8 @@ class PalLightningCLI(CLIHooks):
             raise PalUserError(f"Invalid configuration:\n{exc}") from exc
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
-        """The Trainer, logging into a fresh run folder and writing checkpoints atomically.
-
-        Unless the configuration names its own: loggers (``logger: null``/``true`` gets the CSV and
-        TensorBoard loggers of :func:`run_loggers`; ``predict`` with ``--predictions.output_dir`` gets
-        none and saves no config, so that it creates no log folder), a checkpoint I/O plugin
-        (:class:`~pal_lightning.core.checkpoint_io.AtomicCheckpointIO` is added), and without
-        a progress bar (``enable_progress_bar: false``) the default one is left out.
-        """
+        """The Trainer, logging into a fresh run folder (:func:`~pal_lightning.cli.run_folders.run_loggers`)
+        and writing checkpoints atomically, unless the configuration names its own loggers or checkpoint I/O."""
         trainer_key = f"{self.subcommand}.trainer" if self.subcommand else "trainer"
         config = {**(self.config_init.get(trainer_key) or {}), **kwargs}
         defaults = self.trainer_defaults

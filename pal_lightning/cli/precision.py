@@ -1,16 +1,7 @@
 """``precision: auto``: the fastest arithmetic the device runs natively, chosen when the Trainer is built.
 
-Why: mixed precision is most of the speed a user can get without touching the model, and the right
-choice depends on the machine, not the recipe. On a CPU with bf16 dot-product instructions
-(``avx512_bf16``, AMX) a MiniLM-sized matmul and a whole training step run several times faster in bf16
-than in fp32 (``benchmarks/cpu_bf16.py`` and ``benchmarks/step_time.py``; the figures are in
-benchmarks/RESULTS.md, "bf16 on the CPU"); on a CPU without them torch emulates bf16,
-which is not expected to beat fp32 (not measured here). On a GPU, bf16 needs Ampere or newer; older
-tensor-core cards (V100, T4) need fp16 with loss scaling. One config (``trainer.precision: auto``)
-therefore runs fast on every machine instead of one config per machine.
-
-:func:`choose_precision` is the pure decision, :func:`device_capabilities` reads the machine (the CPU's
-bf16 probe is :func:`pal_lightning.core.private_api.cpu_bf16_instructions`, a private torch name), and
+The right mixed precision depends on the machine, not the recipe (benchmarks/RESULTS.md, "bf16 on the
+CPU"), so one config runs fast everywhere. :func:`choose_precision` decides, :func:`device_capabilities` reads the machine and
 :class:`PalTrainer` is Lightning's ``Trainer`` with ``"auto"`` accepted (the CLI's trainer class).
 
 ::
@@ -65,11 +56,8 @@ def choose_precision(caps: DeviceCapabilities) -> str:
 
 
 def target_device(accelerator: Any) -> str:
-    """The device type a Trainer with ``accelerator`` trains on: ``"cuda"``, ``"cpu"`` or another name.
-
-    ``auto``/``gpu`` resolve as Lightning does (CUDA when available, else MPS, else the CPU); an
-    :class:`~lightning.pytorch.accelerators.Accelerator` instance by its class name.
-    """
+    """The device type a Trainer with ``accelerator`` trains on: ``"cuda"``, ``"cpu"`` or another name
+    (``auto``/``gpu`` resolve as Lightning does; an ``Accelerator`` instance by its class name)."""
     name = accelerator if isinstance(accelerator, str) else type(accelerator).__name__
     name = name.lower().replace("accelerator", "")
     if name in ("auto", "gpu", "cuda"):
@@ -112,8 +100,7 @@ def resolve_precision(precision: Any, accelerator: Any = "auto") -> Any:
 class PalTrainer(Trainer):
     """Lightning's :class:`~lightning.pytorch.Trainer`, with ``precision="auto"`` (see the module docstring).
 
-    The CLI builds this class, so a config can say ``trainer.precision: auto``; every other argument
-    is the Trainer's own. In Python, ``Trainer(precision=resolve_precision("auto"))`` does the same.
+    In Python, ``Trainer(precision=resolve_precision("auto"))`` does the same.
     """
 
     def __init__(

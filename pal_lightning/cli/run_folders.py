@@ -1,19 +1,11 @@
 """Where a command's files go, and which checkpoint ``--ckpt_path last`` / ``best`` means.
 
-A *run folder* is ``<default_root_dir>/version_N``: ``config.yaml``, ``metrics.csv``,
-``checkpoints/`` (``best-step...ckpt``, its alias ``best.ckpt`` and ``last.ckpt``), predictions.
-
-* ``validate``/``test``/``predict`` of a checkpoint inside a run folder log into that run:
-  ``<run>/validate/version_N`` (``test``, ``predict`` likewise; predictions go to
-  ``<run>/predictions``), not into a new run of their own (:func:`evaluation_log_root`);
-* ``--ckpt_path last`` (``best``) together with a run's own ``config.yaml`` means that run's
-  ``last.ckpt`` (``best.ckpt``); with any other config, the newest such file under
-  ``trainer.default_root_dir`` (:func:`resolve_named_checkpoint`);
-* a folder a failed command created is removed again unless it holds results: a checkpoint,
-  predictions or logged metrics (:func:`discard_unused`), so a refused command leaves nothing behind
-  while a run that failed after training some steps keeps its logs.
-
-Pure path logic: no Lightning import.
+A *run folder* is ``<default_root_dir>/version_N``: ``config.yaml``, ``metrics.csv``, ``tensorboard/``,
+``checkpoints/`` (``best-step...ckpt``, its alias ``best.ckpt``, ``last.ckpt``) and predictions.
+Evaluations of a run's checkpoint log into ``<run>/<subcommand>/version_N`` (:func:`evaluation_log_root`);
+``--ckpt_path last``/``best`` resolve within the run of a run's own ``config.yaml``, else under the root
+(:func:`resolve_named_checkpoint`); a folder a failed command created is removed unless it holds results
+(:func:`discard_new_folders`).
 """
 
 from __future__ import annotations
@@ -23,8 +15,16 @@ import re
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
+from lightning.pytorch import Trainer
+from lightning.pytorch.cli import SaveConfigCallback
+from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+from pal_lightning.core.distributed import is_main_process
 from pal_lightning.core.errors import PalUserError
+from pal_lightning.core.files import atomic_write_via, free_name
+from pal_lightning.core.private_api import decided_by_rank_zero
 
 #: ``--ckpt_path`` values that name a checkpoint of a run rather than a file.
 NAMED_CHECKPOINTS = {"last": "last*.ckpt", "best": "best.ckpt"}
@@ -45,11 +45,8 @@ def next_version_dir(root: str | os.PathLike[str]) -> str:
 
 
 def claim_version_dir(root: str | os.PathLike[str]) -> Path:
-    """Create the next free ``<root>/version_N`` folder and return it.
-
-    Creating a folder fails when the name exists, so two runs started at the same moment into the
-    same root get different folders: the one that loses the race takes the next number.
-    """
+    """Create the next free ``<root>/version_N`` folder and return it (``mkdir`` fails for a taken name, so
+    two runs started at the same moment get different folders)."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     while True:
@@ -62,10 +59,8 @@ def claim_version_dir(root: str | os.PathLike[str]) -> Path:
 
 
 def find_newest(root: str | os.PathLike[str], pattern: str) -> Path | None:
-    """The newest file matching ``pattern`` in ``<root>/*/checkpoints/`` or ``<root>/checkpoints/``.
-
-    Newest by modification time, ties broken by the higher ``version_N``.
-    """
+    """The newest file (by time, then ``version_N``) matching ``pattern`` in ``<root>/*/checkpoints/`` or
+    ``<root>/checkpoints/``."""
     root = Path(root)
     found = [p for sub in (f"*/checkpoints/{pattern}", f"checkpoints/{pattern}") for p in root.glob(sub)]
     files = [p for p in found if p.is_file()]
@@ -73,10 +68,7 @@ def find_newest(root: str | os.PathLike[str], pattern: str) -> Path | None:
 
 
 def run_folder_of(config_files: Iterable[str | os.PathLike[str]]) -> Path | None:
-    """The run folder a ``--config`` file was saved into (its folder holds ``checkpoints/``), if any.
-
-    The last such file wins, as the last ``--config`` wins in the configuration.
-    """
+    """The run folder (one holding ``checkpoints/``) the last such ``--config`` file was saved into, if any."""
     found = None
     for config in config_files:
         folder = Path(config).resolve().parent
@@ -86,11 +78,8 @@ def run_folder_of(config_files: Iterable[str | os.PathLike[str]]) -> Path | None
 
 
 def resolve_named_checkpoint(name: str, root: str | os.PathLike[str], run: Path | None) -> Path:
-    """The file ``--ckpt_path last`` / ``best`` stands for: in ``run`` when given, else newest under ``root``.
-
-    Raises:
-        PalUserError: when there is no such file, saying where it looked and what to do.
-    """
+    """The file ``--ckpt_path last`` / ``best`` stands for: in ``run`` when given, else newest under ``root``
+    (:class:`PalUserError` saying where it looked when there is none)."""
     pattern = NAMED_CHECKPOINTS[name]
     if run is not None:
         files = [p for p in (run / "checkpoints").glob(pattern) if p.is_file()]
@@ -116,11 +105,8 @@ def resolve_named_checkpoint(name: str, root: str | os.PathLike[str], run: Path 
 
 
 def evaluation_log_root(ckpt: str | os.PathLike[str], subcommand: str) -> Path | None:
-    """``<run>/<subcommand>`` for a checkpoint in ``<run>/checkpoints/``, else ``None`` (a run of its own).
-
-    Also ``None`` when this user cannot write into ``<run>`` (a colleague's run, read-only): the
-    evaluation then logs into a new run folder under ``trainer.default_root_dir``.
-    """
+    """``<run>/<subcommand>`` for a checkpoint in ``<run>/checkpoints/`` this user can write into, else
+    ``None`` (the evaluation logs into a new run folder)."""
     folder = Path(ckpt).resolve().parent
     if folder.name != "checkpoints" or not os.access(folder.parent, os.W_OK):
         return None
@@ -128,12 +114,8 @@ def evaluation_log_root(ckpt: str | os.PathLike[str], subcommand: str) -> Path |
 
 
 def discard_unused(folder: str | os.PathLike[str], stop: str | os.PathLike[str] | None = None) -> bool:
-    """Remove ``folder`` (a run's log folder made by a failed command) unless it holds results.
-
-    Results are checkpoints, prediction files and a ``metrics.csv`` with at least one row (a run
-    that failed after logging some steps). Empty parents up to (not including) ``stop`` go too.
-    Returns whether the folder was removed.
-    """
+    """Remove ``folder`` (made by a failed command) and its empty parents below ``stop`` unless it holds
+    results: checkpoints, predictions, a ``metrics.csv`` with a row. Whether it was removed."""
     folder = Path(folder)
     if not folder.is_dir() or any(any(folder.rglob(pattern)) for pattern in _KEEP):
         return False
@@ -154,3 +136,78 @@ def _has_rows(csv_file: Path) -> bool:
             return sum(1 for line in f if line.strip()) > 1
     except OSError:
         return False
+
+
+def find_last_checkpoint(root: str | os.PathLike[str]) -> Path | None:
+    """The newest ``last*.ckpt`` in ``<root>/*/checkpoints/`` (or ``<root>/checkpoints/``), or ``None``."""
+    return find_newest(root, "last*.ckpt")
+
+
+#: Name under which rank 0 passes the run version to the DDP processes it launches (``PAL_RUN_VERSION``).
+_SHARED_VERSION = "RUN_VERSION"
+#: Log folders this process created, with the topmost folder it created for each (removed on failure).
+_NEW_FOLDERS: list[tuple[Path, Path]] = []
+
+
+def run_loggers(root_dir: str | os.PathLike[str]) -> list[Any]:
+    """CSV and TensorBoard loggers writing into the same fresh ``<root_dir>/version_N`` folder."""
+    # absolute: the checkpoint folder recorded in checkpoints must match the one validate/test/predict
+    # later derive from --ckpt_path (ModelCheckpoint makes given paths absolute)
+    root = os.path.abspath(root_dir)
+    # a rank > 0 that torchrun/srun started only peeks: claiming would leave an empty folder behind
+    peek = lambda: next_version_dir(root).split("_")[-1]  # noqa: E731
+    version = int(decided_by_rank_zero(_SHARED_VERSION, root, lambda: _new_version(root), peek))
+    return [
+        CSVLogger(save_dir=root, name="", version=version),
+        # no hp_metric: it would stay at its placeholder -1 (the scores are the val/* metrics)
+        TensorBoardLogger(
+            save_dir=root, name="", version=version, sub_dir="tensorboard", default_hp_metric=False
+        ),
+    ]
+
+
+def _new_version(root: str) -> str:
+    """Claim the next ``version_N`` folder under ``root`` (remembered for removal if the command fails)."""
+    top = Path(root)
+    while not top.parent.exists() and top.parent != top:
+        top = top.parent  # the topmost folder this run creates, when root does not exist yet
+    created_root = not Path(root).exists()
+    folder = claim_version_dir(root)
+    _NEW_FOLDERS.append((folder, top if created_root else folder))
+    return folder.name.split("_")[-1]
+
+
+def discard_new_folders() -> None:
+    """Remove the log folders this failed command created, unless they hold checkpoints or predictions."""
+    while _NEW_FOLDERS:
+        folder, top = _NEW_FOLDERS.pop()
+        discard_unused(folder, stop=top.parent)
+
+
+class RunConfigSaver(SaveConfigCallback):
+    """Save the resolved config into the run's folder atomically, never overwriting a file.
+
+    When a user logger makes two runs share a folder, the second config is ``config_1.yaml`` (...).
+    """
+
+    def setup(self, trainer: Trainer, pl_module: Any, stage: str) -> None:
+        log_dir = None if self.already_saved or not self.save_to_log_dir else trainer.log_dir
+        if log_dir is None or self.multifile or "://" in log_dir:
+            super().setup(trainer, pl_module, stage)  # Lightning's own writer (several or remote files)
+            return
+        if is_main_process(trainer):
+            name = self.config_filename
+            if not self.overwrite:
+                stem, suffix = os.path.splitext(name)
+                name = free_name(log_dir, stem, (suffix,)) + suffix
+            self.config_filename = name
+
+            def write(tmp: str) -> None:  # what Lightning's setup writes, into a temporary file
+                self.parser.save(self.config, tmp, skip_none=False, overwrite=True, multifile=False)
+
+            atomic_write_via(os.path.join(log_dir, name), write)
+            self.save_config(trainer, pl_module, stage)
+            self.already_saved = True
+        # every rank, as Lightning's setup does: the same name and state on all ranks
+        self.config_filename = trainer.strategy.broadcast(self.config_filename)
+        self.already_saved = trainer.strategy.broadcast(self.already_saved)

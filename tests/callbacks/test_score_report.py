@@ -31,6 +31,7 @@ from pal_lightning.callbacks.score_report import (
     stage_monitor,
     task_coverage,
     validation_scores,
+    validation_split_name,
 )
 
 SCORES = {
@@ -545,3 +546,16 @@ def test_fit_reads_the_trainer_metrics_of_a_module_without_scores(tmp_path: Path
     report.on_fit_end(trainer, SimpleNamespace())
     text = (tmp_path / "scores.json").read_text()
     assert text.startswith('{\n  "monitor": "val/overall",\n  "complete": true,\n')  # indented by two
+
+
+def _trainer_with(fraction: float | None) -> SimpleNamespace:
+    return SimpleNamespace(datamodule=SimpleNamespace(config=SimpleNamespace(validation_fraction=fraction)))
+
+
+def test_carved_validation_is_not_called_dev() -> None:
+    assert validation_split_name(_trainer_with(None)) == "dev"
+    assert validation_split_name(_trainer_with(0.1)) == "validation"
+    assert validation_split_name(SimpleNamespace(datamodule=None)) == "dev"
+    entry = {"scores": {"val/overall": 0.5}, "tasks_covered": ["topics", "reviews"]}
+    line = score_headline(entry, "val/overall", 1.0, validation_split_name(_trainer_with(0.1)))
+    assert line == "Overall (validation): 0.5000"

@@ -16,7 +16,6 @@ import pytest
 import torch
 import yaml
 
-from pal_lightning.cli.fit import find_last_checkpoint
 from pal_lightning.core.checkpoint_io import AtomicCheckpointIO
 from pal_lightning.testing import TINY_GEM as GEM
 from pal_lightning.testing import save_stage1_checkpoint, write_cs224n_data, write_tiny_fit_config
@@ -166,16 +165,3 @@ def test_atomic_write_interrupted_leaves_the_old_file(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt"]  # the temporary file is gone
     io.save_checkpoint({"global_step": 3}, target)
     assert io.load_checkpoint(target, weights_only=True)["global_step"] == 3
-
-
-def test_find_last_checkpoint_takes_the_newest(tmp_path: Path) -> None:
-    assert find_last_checkpoint(tmp_path) is None
-    paths = []
-    for version, mtime in ((0, 100), (1, 300), (2, 200)):
-        path = tmp_path / f"version_{version}" / "checkpoints" / "last.ckpt"
-        path.parent.mkdir(parents=True)
-        path.write_bytes(b"x")
-        os.utime(path, ns=(mtime * 10**9, mtime * 10**9))
-        paths.append(path)
-    (tmp_path / "version_2" / "checkpoints" / ".last.ckpt.abc.tmp").write_bytes(b"half")
-    assert find_last_checkpoint(tmp_path) == paths[1]
