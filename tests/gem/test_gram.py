@@ -1,4 +1,4 @@
-"""GEM's flat rows (:mod:`pal_lightning.gem.flat_rows`) give what the per-tensor path gives, in far fewer
+"""GEM's flat rows (:mod:`pal_lightning.gem.gram`) give what the per-tensor path gives, in far fewer
 operators; the callback takes them where asked and keeps the per-tensor path where they cannot apply."""
 
 from __future__ import annotations
@@ -11,15 +11,19 @@ from torch import nn
 
 from pal_lightning.core.private_api import TorchDispatchMode
 from pal_lightning.gem import GEMCallback
-from pal_lightning.gem.flat_rows import (
+from pal_lightning.gem.callback import StepProjector
+from pal_lightning.gem.gram import (
+    FlatLayout,
     add_flat_rows,
+    add_rows,
+    bordered_gram,
     can_flatten,
     flat_bordered_gram,
     flatten,
     flatten_rows,
+    gram_matrix,
     unflatten_rows,
 )
-from pal_lightning.gem.gram import add_rows, bordered_gram, gram_matrix
 from pal_lightning.gem.memory import EpisodicMemory
 
 GEM_TASKS = ("sst", "qqp", "sts")  # the heads of the shared `setup` fixture (conftest.py)
@@ -168,3 +172,45 @@ def test_default_is_per_tensor_on_a_cpu_and_cached_flat_rows_survive_a_missing_g
         if x is not None:
             torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-7)
     model.zero_grad(set_to_none=True)
+
+
+# ------------------------------------------------------------ from test_gem_flat_layout.py
+
+
+def test_the_layout_gives_the_same_bits_as_the_plain_flat_path() -> None:
+    params, twins = _params(40), _params(40)
+    rows = _rows(params, t=3)
+    layout = FlatLayout(params)
+    assert torch.equal(flatten_rows(rows, params, layout), flatten_rows(rows, params))
+    grads = [p.grad for p in params]
+    assert torch.equal(flatten(grads, params, layout), flatten(grads, params))
+    F = flatten_rows(rows, params)
+    add_flat_rows(params, F, [0.5, 0.0, -0.25], layout)
+    add_flat_rows(twins, F, [0.5, 0.0, -0.25])
+    for p, q in zip(params, twins, strict=True):
+        assert torch.equal(p.grad, q.grad)  # type: ignore[arg-type]
+
+
+def test_the_layout_dispatches_a_few_operators_whatever_the_number_of_tensors() -> None:
+    counts = []
+    for n in (20, 200):
+        params = _params(n)
+        rows = _rows(params, t=2)
+        layout = FlatLayout(params)  # built once, kept across steps: not counted
+        with _Count() as counter:
+            F = flatten_rows(rows, params, layout)
+            flatten([p.grad for p in params], params, layout)
+            add_flat_rows(params, F, [0.1, 0.2], layout)
+        counts.append(counter.count)
+    # without the layout: a view per tensor and row for each flattening and for the write-back
+    assert counts[0] == counts[1] <= 20, counts
+
+
+def test_the_projector_keeps_its_layout_while_the_parameters_stay() -> None:
+    projector = StepProjector()
+    params = _params(8)
+    layout = projector.gram.layout(params)
+    assert layout is not None and projector.gram.layout(params) is layout
+    other = _params(8, seed=1)  # other tensors: another buffer
+    assert projector.gram.layout(other) is not layout
+    assert projector.gram.layout([*params[:2], nn.Parameter(torch.zeros(3, dtype=torch.float64))]) is None

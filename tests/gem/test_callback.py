@@ -20,10 +20,10 @@ from pal_lightning.callbacks import RNGStateCallback
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.data import MultiTaskDataModule
 from pal_lightning.gem import EpisodicMemory, GEMCallback, project_gradient, projection, qp
-from pal_lightning.gem import gradients as memory_gradients
 from pal_lightning.gem import memory as memory_module
-from pal_lightning.gem.gradients import MemorySource
+from pal_lightning.gem import rows as memory_gradients
 from pal_lightning.gem.gram import add_rows, gram_matrix
+from pal_lightning.gem.rows import MemorySource
 from pal_lightning.module.multitask import MultiTaskModule
 from pal_lightning.testing import TINY_BERT, quiet_trainer, write_cs224n_data
 from pal_lightning.testing.callbacks import ConstraintRows
