@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import lightning.pytorch as pl
@@ -13,139 +13,21 @@ import torch
 from torch import Tensor, nn
 from torch.profiler import record_function
 
-from pal_lightning.core import distributed
+from pal_lightning.core import contracts, distributed
 from pal_lightning.core.batch import INDICES, TASK
-from pal_lightning.core.contracts import (
-    BatchLossModel,
-    TrainBatchSource,
-    datamodule_of,
-    missing_members,
-    satisfies,
-)
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.gem.gram import Grads, GramRows, Rows, wants_flat_rows
 from pal_lightning.gem.memory import EpisodicMemory
 from pal_lightning.gem.projection import DEFAULT_EPS, step_coefficients
 from pal_lightning.gem.rows import MemorySource, constraint_gradients
 
-__all__ = ["CONSTRAINTS", "COUNTERS", "MODES", "PARAMETERS", "GEMCallback", "StepProjector"]
+__all__ = ["CONSTRAINTS", "COUNTERS", "MODES", "PARAMETERS", "GEMCallback"]
 
 MODES = ("gem", "agem")
 CONSTRAINTS = ("others", "past")
 PARAMETERS = ("shared", "all")
-#: The cumulative counts a :class:`StepProjector` keeps (and a checkpoint saves).
+#: The callback's cumulative counts of projection steps (saved in checkpoints).
 COUNTERS = ("fallbacks", "skipped_nonfinite", "violations", "projections")
-
-
-class StepProjector:
-    """One step's projection on gradients already computed, and its state across steps.
-
-    Attributes:
-        cache: ``((tasks, is_gem), step, rows, GG^T)`` of the last rows, kept only when
-            ``refresh_every > 1`` (``None`` otherwise, and after a non-finite step).
-        gram: the Gram matrices and write-backs (:class:`~pal_lightning.gem.gram.GramRows`).
-        fallbacks, skipped_nonfinite, violations, projections: the cumulative counters.
-    """
-
-    def __init__(self) -> None:
-        self.fallbacks = 0
-        self.skipped_nonfinite = 0
-        self.violations = 0
-        self.projections = 0
-        self.cache: tuple[tuple[tuple[str, ...], bool], int, Rows, Tensor] | None = None
-        self.gram = GramRows()
-
-    def counters(self) -> dict[str, int]:
-        return {key: getattr(self, key) for key in COUNTERS}
-
-    def load_counters(self, state: Mapping[str, Any]) -> None:
-        """Restore the counters (0 where ``state`` lacks one) and drop the cached rows."""
-        for key in COUNTERS:
-            setattr(self, key, int(state.get(key, 0)))
-        self.cache = None
-
-    def step(
-        self,
-        options: GEMCallback,
-        tasks: list[str],
-        step: int,
-        params: Callable[[], list[nn.Parameter]],
-        memory_gradients: Callable[[list[nn.Parameter]], list[Grads]],
-    ) -> dict[str, float]:
-        """Project the gradients of ``params()`` against the memories of ``tasks`` (nothing when empty),
-        with ``options`` as they are now; returns the step's ``gem/...`` statistics."""
-        start = time.perf_counter()
-        stats: dict[str, float] = {"gem/constraints": 0.0, "gem/violated": 0.0}
-        if tasks:
-            chosen = params()
-            rows, GGt = self.rows(options, tasks, step, chosen, memory_gradients)
-            self.project(options, chosen, rows, GGt, stats)
-        stats["gem/projection_ms"] = (time.perf_counter() - start) * 1000.0
-        stats["gem/fallbacks"] = float(self.fallbacks)
-        stats["gem/skipped_nonfinite"] = float(self.skipped_nonfinite)
-        return stats
-
-    def rows(
-        self,
-        options: GEMCallback,
-        tasks: list[str],
-        step: int,
-        params: list[nn.Parameter],
-        memory_gradients: Callable[[list[nn.Parameter]], list[Grads]],
-    ) -> tuple[Rows, Tensor]:
-        """The rows of ``G`` and ``GG^T``: the cached ones while fresh (``refresh_every``), else new."""
-        key = (tuple(tasks), options.mode == "gem")
-        cached = self.cache
-        if cached is not None and cached[0] == key and step - cached[1] < options.refresh_every:
-            return cached[2], cached[3]
-        with record_function("gem/memory_gradients"):  # profiler labels (benchmarks/profile_step.py)
-            grads = memory_gradients(params)
-        with record_function("gem/gram"):
-            rows, GGt = self.gram.rows(grads, params, options.flat_rows)
-        self.cache = (key, step, rows, GGt) if options.refresh_every > 1 else None
-        return rows, GGt
-
-    def project(
-        self,
-        options: GEMCallback,
-        params: list[nn.Parameter],
-        rows: Rows,
-        GGt: Tensor,
-        stats: dict[str, float],
-    ) -> None:
-        """Decide from ``M = [g, G][g, G]^T`` (rank 0's) and write ``g~`` into ``p.grad``; a non-finite
-        ``M`` leaves ``g`` alone (counted in ``skipped_nonfinite``)."""
-        with record_function("gem/gram"):
-            rows, M_device = self.gram.bordered(params, rows, GGt)
-        # rank 0's M for every rank: one decision for all, even if their float sums differ
-        M = distributed.broadcast(M_device).cpu().numpy()
-        stats["gem/constraints"] = float(len(rows))
-        if not np.all(np.isfinite(M)):
-            self.skipped_nonfinite += 1
-            self.cache = None  # the rows themselves may be what is not finite: computed afresh next step
-            return
-        result = step_coefficients(M, options.mode, margin=options.margin, eps=options.eps)
-        self.fallbacks += result.fallbacks
-        if options.mode == "gem":
-            stats["gem/violation"] = float(result.violation or 0.0)
-        stats["gem/violated"] = float(result.violated)
-        if result.min_cosine is not None:
-            stats["gem/min_cosine"] = float(result.min_cosine)
-        self.violations += int(result.violated)
-        if result.v is None:
-            return
-        self.projections += 1
-        with record_function("gem/write_back"):
-            self.gram.add(params, rows, result.v.tolist())
-
-
-def _counter(name: str) -> Any:
-    """The :class:`StepProjector` counter ``name`` as an attribute of the callback (read and set)."""
-    return property(
-        lambda cb: getattr(cb.projector, name),
-        lambda cb, value: setattr(cb.projector, name, value),
-        doc=f"Cumulative ``{name}`` of the projection steps (saved in checkpoints).",
-    )
 
 
 class GEMCallback(pl.Callback):
@@ -234,36 +116,39 @@ class GEMCallback(pl.Callback):
         self.memory = EpisodicMemory(memory_size, seed)
         self.task_order: list[str] = []
         """Tasks in the order they were first trained on (what ``constraints="past"`` looks at)."""
-        self.projector = StepProjector()
+        self.fallbacks = 0
+        self.skipped_nonfinite = 0
+        self.violations = 0
+        self.projections = 0
+        #: ``((tasks, is_gem), step, rows, GG^T)`` of the last rows, kept only when ``refresh_every > 1``
+        self._cache: tuple[tuple[tuple[str, ...], bool], int, Rows, Tensor] | None = None
+        self._gram = GramRows()
         self.last_stats: dict[str, float] = {}
         """What the last optimizer step logged."""
         self._window_step: int | None = None
         self._window_tasks: list[str] = []
 
-    fallbacks = _counter("fallbacks")
-    skipped_nonfinite = _counter("skipped_nonfinite")
-    violations = _counter("violations")
-    projections = _counter("projections")
-
     def state_dict(self) -> dict[str, Any]:
-        counters = self.projector.counters()
+        counters = {key: getattr(self, key) for key in COUNTERS}
         return {"memory": self.memory.state_dict(), "task_order": list(self.task_order), **counters}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.memory.load_state_dict(state_dict["memory"])
         self.task_order = [str(t) for t in state_dict.get("task_order", [])]
-        self.projector.load_counters(state_dict)
+        for key in COUNTERS:
+            setattr(self, key, int(state_dict.get(key, 0)))
+        self._cache = None
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "fit":
             return
         # a subclass may switch the member off with `train_batch = None`: missing, for the contract
-        if not satisfies(datamodule_of(trainer), TrainBatchSource):
+        if not contracts.satisfies(contracts.datamodule_of(trainer), contracts.TrainBatchSource):
             raise PalUserError(
                 "GEMCallback needs a data module with train_batch(task, indices) to rebuild remembered "
                 "examples (e.g. pal_lightning.MultiTaskDataModule): pass datamodule= to Trainer.fit."
             )
-        if missing_members(pl_module, BatchLossModel):
+        if contracts.missing_members(pl_module, contracts.BatchLossModel):
             raise PalUserError(
                 "GEMCallback needs a LightningModule with batch_loss(batch) (e.g. pal_lightning.MultiTaskModule)."
             )
@@ -298,7 +183,7 @@ class GEMCallback(pl.Callback):
     ) -> None:
         stats = self.project_step(
             pl_module,
-            datamodule_of(trainer),
+            contracts.datamodule_of(trainer),
             step=trainer.global_step,
             current=self._window_tasks,
             forward_context=trainer.precision_plugin.forward_context,
@@ -359,14 +244,56 @@ class GEMCallback(pl.Callback):
         the step's ``gem/...`` statistics. Callable without a Trainer (``data``: anything with
         ``train_batch``); under DDP every rank calls it with the same arguments except ``rank``."""
         tasks = self.constraining_tasks(current)
-        source = MemorySource(module, data, forward_context, rank, world_size)
-        stats = self.projector.step(
-            self,
-            tasks,
-            step,
-            params=lambda: self.participating_parameters(module),
-            # looked up at each call: tests and pal_lightning.testing wrap _constraint_gradients
-            memory_gradients=lambda params: self._constraint_gradients(source, tasks, step, params),
-        )
+        start = time.perf_counter()
+        stats: dict[str, float] = {"gem/constraints": 0.0, "gem/violated": 0.0}
+        if tasks:
+            params = self.participating_parameters(module)
+            source = MemorySource(module, data, forward_context, rank, world_size)
+            rows, GGt = self._rows(source, tasks, step, params)
+            self._project(params, rows, GGt, stats)
+        stats["gem/projection_ms"] = (time.perf_counter() - start) * 1000.0
+        stats["gem/fallbacks"] = float(self.fallbacks)
+        stats["gem/skipped_nonfinite"] = float(self.skipped_nonfinite)
         self.last_stats = stats
         return stats
+
+    def _rows(
+        self, source: MemorySource, tasks: list[str], step: int, params: list[nn.Parameter]
+    ) -> tuple[Rows, Tensor]:
+        """The rows of ``G`` and ``GG^T``: the cached ones while fresh (``refresh_every``), else new."""
+        key = (tuple(tasks), self.mode == "gem")
+        cached = self._cache
+        if cached is not None and cached[0] == key and step - cached[1] < self.refresh_every:
+            return cached[2], cached[3]
+        with record_function("gem/memory_gradients"):  # profiler labels (benchmarks/profile_step.py)
+            grads = self._constraint_gradients(source, tasks, step, params)
+        with record_function("gem/gram"):
+            rows, GGt = self._gram.rows(grads, params, self.flat_rows)
+        self._cache = (key, step, rows, GGt) if self.refresh_every > 1 else None
+        return rows, GGt
+
+    def _project(self, params: list[nn.Parameter], rows: Rows, GGt: Tensor, stats: dict[str, float]) -> None:
+        """Decide from ``M = [g, G][g, G]^T`` (rank 0's) and write ``g~`` into ``p.grad``; a non-finite
+        ``M`` leaves ``g`` alone (counted in ``skipped_nonfinite``)."""
+        with record_function("gem/gram"):
+            rows, M_device = self._gram.bordered(params, rows, GGt)
+        # rank 0's M for every rank: one decision for all, even if their float sums differ
+        M = distributed.broadcast(M_device).cpu().numpy()
+        stats["gem/constraints"] = float(len(rows))
+        if not np.all(np.isfinite(M)):
+            self.skipped_nonfinite += 1
+            self._cache = None  # the rows themselves may be what is not finite: computed afresh next step
+            return
+        result = step_coefficients(M, self.mode, margin=self.margin, eps=self.eps)
+        self.fallbacks += result.fallbacks
+        if self.mode == "gem":
+            stats["gem/violation"] = float(result.violation or 0.0)
+        stats["gem/violated"] = float(result.violated)
+        if result.min_cosine is not None:
+            stats["gem/min_cosine"] = float(result.min_cosine)
+        self.violations += int(result.violated)
+        if result.v is None:
+            return
+        self.projections += 1
+        with record_function("gem/write_back"):
+            self._gram.add(params, rows, result.v.tolist())

@@ -111,10 +111,6 @@ class FlatLayout:
     def key_of(params: Sequence[nn.Parameter]) -> tuple:
         return tuple((id(p), tuple(p.shape), p.dtype, p.device) for p in params)
 
-    @staticmethod
-    def fits(params: Sequence[nn.Parameter]) -> bool:
-        return bool(params) and len({(p.dtype, p.device) for p in params}) == 1
-
     def gather(self, grads: Sequence[Tensor]) -> Tensor:
         self.buffer.zero_()
         foreach_add_(self.views, list(grads))  # 0 + x: a copy, every tensor in one operator
@@ -219,7 +215,8 @@ class GramRows:
     def layout(self, params: list[nn.Parameter]) -> FlatLayout | None:
         """The flat buffer over ``params``, or ``None`` where one cannot hold them."""
         if self._layout is None or self._layout.key != FlatLayout.key_of(params):
-            self._layout = FlatLayout(params) if FlatLayout.fits(params) else None
+            fits = bool(params) and len({(p.dtype, p.device) for p in params}) == 1
+            self._layout = FlatLayout(params) if fits else None
         return self._layout
 
     def rows(self, grads: list[Grads], params: list[nn.Parameter], flat: bool | None) -> tuple[Rows, Tensor]:

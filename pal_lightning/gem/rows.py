@@ -48,9 +48,7 @@ class MemorySource:
     forward_context: Callable[[], Any] = contextlib.nullcontext
     """The precision plugin's ``forward_context`` (autocast under mixed precision)."""
     rank: int = 0
-    """This process's rank: it takes every ``world_size``-th remembered example from ``rank`` on."""
     world_size: int = 1
-    """The number of ranks (their gradients are summed)."""
 
     def batch(self, task: str, indices: list[int]) -> Any:
         device = next(self.module.parameters()).device
@@ -59,9 +57,6 @@ class MemorySource:
     def loss_of(self, batch: Any) -> Tensor:
         with self.forward_context():
             return cast("BatchLossModel", self.module).batch_loss(batch)
-
-    def loss(self, task: str, indices: list[int]) -> Tensor:
-        return self.loss_of(self.batch(task, indices))
 
     def shares(self, draws: Mapping[str, list[int]]) -> dict[str, list[int]]:
         """This rank's non-empty share of each task's draw."""
@@ -79,13 +74,8 @@ def sparse_embedding_gradients(module: nn.Module, params: Sequence[nn.Parameter]
     """Within the block, ``module``'s embedding tables among ``params`` give sparse gradients (none when the
     encoder is compiled: a changed attribute recompiles). Yields how many; switched back on leaving."""
     wanted = {id(p) for p in params}
-    tables = (
-        []
-        if _compiling(module)
-        else [
-            m for m in module.modules() if type(m) is nn.Embedding and not m.sparse and id(m.weight) in wanted
-        ]
-    )
+    embeddings = [m for m in module.modules() if type(m) is nn.Embedding and not m.sparse]
+    tables = [] if _compiling(module) else [m for m in embeddings if id(m.weight) in wanted]
     for table in tables:
         table.sparse = True
     try:
@@ -195,14 +185,16 @@ def memory_gradient(
             losses = mixed_memory_losses(source, shares) if one_pass else None
             loss: Tensor | None = None
             for task, share in shares.items():
-                part = (source.loss(task, share) if losses is None else losses[task]) * (len(share) / total)
+                part = (source.loss_of(source.batch(task, share)) if losses is None else losses[task]) * (
+                    len(share) / total
+                )
                 loss = part if loss is None else loss + part
             assert loss is not None
             grads = list(torch.autograd.grad(loss.float(), params, allow_unused=True))
     if sparse:  # each table's rows summed once here, not in every dot product
         grads = [g.coalesce() if g is not None and g.is_sparse else g for g in grads]
     if source.world_size > 1:
-        grads = sum_across_ranks(grads, params)
+        grads = sum_rows_across_ranks([grads], params)[0]
     return grads
 
 
@@ -301,11 +293,6 @@ def mixed_task_gradients(
 
 
 # ---------------------------------------------------------------- across ranks
-def sum_across_ranks(grads: Grads, params: list[nn.Parameter]) -> Grads:
-    """Sum one gradient across ranks (:func:`sum_rows_across_ranks` of a single row)."""
-    return sum_rows_across_ranks([grads], params)[0]
-
-
 def sum_rows_across_ranks(rows: list[Grads], params: list[nn.Parameter]) -> list[Grads]:
     """Sum gradients across ranks; a tensor stays ``None`` only if it is ``None`` on every rank.
 

@@ -525,7 +525,7 @@ def test_refresh_every_reuses_the_rows_while_the_tasks_are_the_same() -> None:
     fresh, _, _ = _toy_callback()  # refresh_every=1: nothing is kept between steps
     _backward(model, data)
     fresh.project_step(model, data, step=0, current=["t0"])
-    assert fresh.projector.cache is None
+    assert fresh._cache is None
 
 
 def test_project_step_statistics_and_counters(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -576,7 +576,7 @@ def test_project_step_statistics_and_counters(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(qp, "solve_gem_dual_exact", broken)
     ridged = GEMCallback(eps=0.3, margin=0.0, parameters="all")
     step_stats: dict[str, float] = {}
-    ridged.projector.project(ridged, [p], rows, gram_matrix(rows), step_stats)
+    ridged._project([p], rows, gram_matrix(rows), step_stats)
     torch.testing.assert_close(p.grad, torch.tensor([-1.0 + 1 / 1.3, 2.0, 0.0]), rtol=1e-6, atol=1e-7)
     assert step_stats["gem/violation"] > 0.1  # the ridge's residual, reported
 
@@ -586,7 +586,7 @@ def test_project_step_statistics_and_counters(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(qp, "solve_gem_dual", fail)
     for _ in range(2):
         p.grad = torch.tensor([-1.0, 2.0, 0.0])
-        ridged.projector.project(ridged, [p], rows, gram_matrix(rows), {})
+        ridged._project([p], rows, gram_matrix(rows), {})
     assert ridged.fallbacks == 2 * (projection.EPS_RETRIES + 1)
 
 

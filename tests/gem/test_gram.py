@@ -11,9 +11,9 @@ from torch import nn
 
 from pal_lightning.core.private_api import TorchDispatchMode
 from pal_lightning.gem import GEMCallback
-from pal_lightning.gem.callback import StepProjector
 from pal_lightning.gem.gram import (
     FlatLayout,
+    GramRows,
     add_flat_rows,
     add_rows,
     bordered_gram,
@@ -137,8 +137,8 @@ def test_project_step_same_flat_and_per_tensor(
         stats_a["gem/violated"] == stats_b["gem/violated"]
         and stats_a["gem/constraints"] == stats_b["gem/constraints"]
     )
-    assert isinstance(cb_b.projector.cache[2], torch.Tensor) == (mode == "gem")  # type: ignore[index]
-    assert not isinstance(cb_a.projector.cache[2], torch.Tensor)  # type: ignore[index]
+    assert isinstance(cb_b._cache[2], torch.Tensor) == (mode == "gem")  # type: ignore[index]
+    assert not isinstance(cb_a._cache[2], torch.Tensor)  # type: ignore[index]
     for x, y in zip(per_tensor, flat_grads, strict=True):
         torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-7)
     model.zero_grad(set_to_none=True)
@@ -206,11 +206,11 @@ def test_the_layout_dispatches_a_few_operators_whatever_the_number_of_tensors() 
     assert counts[0] == counts[1] <= 20, counts
 
 
-def test_the_projector_keeps_its_layout_while_the_parameters_stay() -> None:
-    projector = StepProjector()
+def test_gram_rows_keep_their_layout_while_the_parameters_stay() -> None:
+    projector = GramRows()
     params = _params(8)
-    layout = projector.gram.layout(params)
-    assert layout is not None and projector.gram.layout(params) is layout
+    layout = projector.layout(params)
+    assert layout is not None and projector.layout(params) is layout
     other = _params(8, seed=1)  # other tensors: another buffer
-    assert projector.gram.layout(other) is not layout
-    assert projector.gram.layout([*params[:2], nn.Parameter(torch.zeros(3, dtype=torch.float64))]) is None
+    assert projector.layout(other) is not layout
+    assert projector.layout([*params[:2], nn.Parameter(torch.zeros(3, dtype=torch.float64))]) is None
