@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -14,6 +15,7 @@ from pal_lightning.gem import GEMCallback
 from pal_lightning.gem.gram import (
     FlatLayout,
     GramRows,
+    _dot,
     add_flat_rows,
     add_rows,
     bordered_gram,
@@ -25,6 +27,7 @@ from pal_lightning.gem.gram import (
     unflatten_rows,
 )
 from pal_lightning.gem.memory import EpisodicMemory
+from pal_lightning.testing import TINY_BERT
 
 GEM_TASKS = ("sst", "qqp", "sts")  # the heads of the shared `setup` fixture (conftest.py)
 
@@ -174,7 +177,7 @@ def test_default_is_per_tensor_on_a_cpu_and_cached_flat_rows_survive_a_missing_g
     model.zero_grad(set_to_none=True)
 
 
-# ------------------------------------------------------------ from test_gem_flat_layout.py
+# ------------------------------------------------------------ the kept buffer (FlatLayout)
 
 
 def test_the_layout_gives_the_same_bits_as_the_plain_flat_path() -> None:
@@ -214,3 +217,102 @@ def test_gram_rows_keep_their_layout_while_the_parameters_stay() -> None:
     other = _params(8, seed=1)  # other tensors: another buffer
     assert projector.layout(other) is not layout
     assert projector.layout([*params[:2], nn.Parameter(torch.zeros(3, dtype=torch.float64))]) is None
+
+
+def test_gram_matrix_skips_missing_tensors() -> None:
+    x = [torch.ones(3), None, torch.full((2, 2), 2.0)]
+    y = [torch.full((3,), -1.0), torch.ones(4), None]
+    M = gram_matrix([x, y]).numpy()
+    np.testing.assert_allclose(M, [[3 + 16, -3], [-3, 3 + 4]])
+    assert gram_matrix([]).shape == (0, 0)
+
+
+def test_half_precision_products_are_taken_in_float32() -> None:
+    """bf16 gradients: 3 (1 + 2^-7)^2 = 3.0469 (bf16 itself would round it to 3.047 or worse)."""
+    x = torch.full((3,), 1.0 + 2**-7, dtype=torch.bfloat16)
+    M = gram_matrix([[x], [x.half()]])
+    assert M.dtype == torch.float64
+    np.testing.assert_allclose(M.numpy(), np.full((2, 2), 3 * (1 + 2**-7) ** 2), rtol=1e-7)
+
+
+def test_add_rows_by_hand() -> None:
+    """p.grad += sum_k v_k rows[k]: a coefficient of exactly 1 is added, a zero one skipped without
+    stopping at it; a parameter without a gradient gets one in its own dtype (rows may be float64)."""
+    a, b = nn.Parameter(torch.zeros(2)), nn.Parameter(torch.zeros(3))
+    a.grad = torch.tensor([1.0, 2.0])
+    rows = [
+        [torch.tensor([1.0, 1.0]), None],
+        [torch.tensor([5.0, 5.0]), torch.ones(3, dtype=torch.float64)],
+        [None, torch.full((3,), 2.0, dtype=torch.float64)],
+    ]
+    add_rows([a, b], rows, [1.0, 0.0, 0.5])
+    assert torch.equal(a.grad, torch.tensor([2.0, 3.0]))
+    assert b.grad is not None and b.grad.dtype == torch.float32 and torch.equal(b.grad, torch.ones(3))
+    c = nn.Parameter(torch.zeros(3))
+    add_rows([c], [[torch.ones(3)]], [0.0])
+    assert c.grad is None  # a zero coefficient does not even create a gradient
+
+
+def test_dots_and_write_back_on_sparse_rows_equal_the_dense_ones(setup: tuple) -> None:
+    model, _ = setup
+    params = GEMCallback(mode="agem").participating_parameters(model)
+    gen = torch.Generator().manual_seed(3)
+    g = [torch.randn(p.shape, generator=gen) for p in params]
+    row = [torch.randn(p.shape, generator=gen) for p in params]
+    word = next(i for i, p in enumerate(params) if p.shape[0] == TINY_BERT["vocab_size"])
+    rows_used = torch.tensor([5, 9, 100, 101])  # a table's gradient: zero outside the rows used
+    dense = torch.zeros_like(row[word])
+    dense[rows_used] = row[word][rows_used]
+    row[word] = dense
+    sparse_row = list(row)
+    sparse_row[word] = dense.to_sparse(sparse_dim=1)
+    M_dense = bordered_gram(g, [row], gram_matrix([row]))
+    M_sparse = bordered_gram(g, [sparse_row], gram_matrix([sparse_row]))
+    torch.testing.assert_close(M_sparse, M_dense, rtol=1e-6, atol=0.0)
+    # <g, r> by hand over the four rows for the table's share
+    assert float(torch.dot(g[word][rows_used].reshape(-1), dense[rows_used].reshape(-1))) != 0.0
+    for p, x in zip(params, g, strict=True):
+        p.grad = x.clone()
+    add_rows(params, [sparse_row], [-0.25])
+    for p, x, r in zip(params, g, row, strict=True):
+        torch.testing.assert_close(p.grad, x - 0.25 * r, rtol=1e-6, atol=1e-6)
+        p.grad = None
+
+
+def test_dot_of_sparse_rows_in_either_order_equals_the_dense_dot() -> None:
+    gen = torch.Generator().manual_seed(4)
+    a = torch.zeros(10, 3)
+    a[[1, 4, 7]] = torch.randn(3, 3, generator=gen)
+    b = torch.zeros(10, 3)
+    b[[0, 4, 7, 9]] = torch.randn(4, 3, generator=gen)
+    dense = torch.randn(10, 3, generator=gen)
+    # by hand: only rows 4 and 7 are stored in both; every row of a against the dense tensor
+    both = float((a[4] * b[4]).sum() + (a[7] * b[7]).sum())
+    with_dense = float(sum((a[i] * dense[i]).sum() for i in (1, 4, 7)))
+    sa = a.to_sparse(sparse_dim=1)
+    sb = torch.sparse_coo_tensor(  # uncoalesced: row 4 stored twice, summing to b[4]
+        torch.tensor([[0, 4, 7, 9, 4]]),
+        torch.cat([b[[0]], b[[4]] / 2, b[[7, 9]], b[[4]] / 2]),
+        (10, 3),
+        check_invariants=True,
+    )
+    assert not sb.is_coalesced()
+    assert float(_dot(sa, sb)) == pytest.approx(both, rel=1e-6)
+    assert float(_dot(sb, sa)) == pytest.approx(both, rel=1e-6)
+    assert float(_dot(sa, dense)) == pytest.approx(with_dense, rel=1e-6)
+    assert float(_dot(dense, sa)) == pytest.approx(with_dense, rel=1e-6)
+    assert float(_dot(sb, sb)) == pytest.approx(float((b * b).sum()), rel=1e-6)
+
+
+def test_sparse_row_written_into_a_missing_gradient_is_dense_and_scaled() -> None:
+    weight = nn.Parameter(torch.zeros(6, 2))
+    r = torch.zeros(6, 2)
+    r[[2, 5]] = torch.tensor([[1.0, -2.0], [3.0, 0.5]])
+    add_rows([weight], [[r.to_sparse(sparse_dim=1)]], [-0.5])
+    assert weight.grad is not None and not weight.grad.is_sparse
+    torch.testing.assert_close(weight.grad, -0.5 * r, rtol=0.0, atol=0.0)
+    # into an existing gradient of another precision: only the two stored rows change, cast to its dtype
+    wide = nn.Parameter(torch.zeros(6, 2, dtype=torch.float64))
+    wide.grad = torch.ones(6, 2, dtype=torch.float64)
+    add_rows([wide], [[r.to_sparse(sparse_dim=1)]], [2.0])
+    torch.testing.assert_close(wide.grad, 1.0 + 2.0 * r.double(), rtol=0.0, atol=0.0)

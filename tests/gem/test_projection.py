@@ -224,7 +224,7 @@ def test_agem_closed_form() -> None:
     assert abs(float(out32.double() @ g_ref)) < 1e-4 * float(g.norm() * g_ref.norm())
 
 
-# ------------------------------------------------------------ from test_gem_edges.py
+# ------------------------------------------------------------ edges (found by mutation testing)
 def _fields(r: ProjectionResult) -> tuple:
     v = None if r.v is None else r.v.tolist()
     return (v, r.violated, r.fallbacks, r.min_cosine, r.rows)
@@ -425,7 +425,7 @@ def test_step_coefficients_passes_the_ridge_on(monkeypatch: pytest.MonkeyPatch) 
         assert r.v == pytest.approx([1 / (1 + (DEFAULT_EPS if eps is None else eps))], rel=1e-12)
 
 
-# ------------------------------------------------------------ from test_gem_properties.py
+# ------------------------------------------------------------ properties (hypothesis)
 FAST = settings(max_examples=40, deadline=None)
 
 

@@ -20,7 +20,7 @@ from pal_lightning.core import distributed
 from pal_lightning.data import MultiTaskDataModule
 from pal_lightning.gem import GEMCallback
 from pal_lightning.gem import rows as memory_gradients
-from pal_lightning.gem.gram import _dot, add_rows, bordered_gram, gram_matrix
+from pal_lightning.gem.gram import bordered_gram, gram_matrix
 from pal_lightning.gem.memory import EpisodicMemory
 from pal_lightning.gem.rows import (
     MemorySource,
@@ -463,32 +463,6 @@ def test_agem_row_is_the_dense_gradient_with_sparse_embedding_tables(
     assert not any(m.sparse for m in model.modules() if isinstance(m, nn.Embedding))  # switched back
 
 
-def test_dots_and_write_back_on_sparse_rows_equal_the_dense_ones(setup: tuple) -> None:
-    model, _ = setup
-    params = GEMCallback(mode="agem").participating_parameters(model)
-    gen = torch.Generator().manual_seed(3)
-    g = [torch.randn(p.shape, generator=gen) for p in params]
-    row = [torch.randn(p.shape, generator=gen) for p in params]
-    word = next(i for i, p in enumerate(params) if p.shape[0] == TINY_BERT["vocab_size"])
-    rows_used = torch.tensor([5, 9, 100, 101])  # a table's gradient: zero outside the rows used
-    dense = torch.zeros_like(row[word])
-    dense[rows_used] = row[word][rows_used]
-    row[word] = dense
-    sparse_row = list(row)
-    sparse_row[word] = dense.to_sparse(sparse_dim=1)
-    M_dense = bordered_gram(g, [row], gram_matrix([row]))
-    M_sparse = bordered_gram(g, [sparse_row], gram_matrix([sparse_row]))
-    torch.testing.assert_close(M_sparse, M_dense, rtol=1e-6, atol=0.0)
-    # <g, r> by hand over the four rows for the table's share
-    assert float(torch.dot(g[word][rows_used].reshape(-1), dense[rows_used].reshape(-1))) != 0.0
-    for p, x in zip(params, g, strict=True):
-        p.grad = x.clone()
-    add_rows(params, [sparse_row], [-0.25])
-    for p, x, r in zip(params, g, row, strict=True):
-        torch.testing.assert_close(p.grad, x - 0.25 * r, rtol=1e-6, atol=1e-6)
-        p.grad = None
-
-
 def test_tables_stay_dense_when_the_encoder_is_compiled_or_not_among_the_parameters(setup: tuple) -> None:
     model, _ = setup
     params = GEMCallback(mode="agem").participating_parameters(model)
@@ -524,45 +498,6 @@ def test_gem_rows_stay_dense_and_equal_the_gradient_by_hand(
     row = memory_gradient(MemorySource(model, dm), draw, params)  # the default: dense tables
     assert not any(x.is_sparse for x in row if x is not None)
     torch.testing.assert_close(row[0], expected[0], rtol=1e-5, atol=1e-7)
-
-
-def test_dot_of_sparse_rows_in_either_order_equals_the_dense_dot() -> None:
-    gen = torch.Generator().manual_seed(4)
-    a = torch.zeros(10, 3)
-    a[[1, 4, 7]] = torch.randn(3, 3, generator=gen)
-    b = torch.zeros(10, 3)
-    b[[0, 4, 7, 9]] = torch.randn(4, 3, generator=gen)
-    dense = torch.randn(10, 3, generator=gen)
-    # by hand: only rows 4 and 7 are stored in both; every row of a against the dense tensor
-    both = float((a[4] * b[4]).sum() + (a[7] * b[7]).sum())
-    with_dense = float(sum((a[i] * dense[i]).sum() for i in (1, 4, 7)))
-    sa = a.to_sparse(sparse_dim=1)
-    sb = torch.sparse_coo_tensor(  # uncoalesced: row 4 stored twice, summing to b[4]
-        torch.tensor([[0, 4, 7, 9, 4]]),
-        torch.cat([b[[0]], b[[4]] / 2, b[[7, 9]], b[[4]] / 2]),
-        (10, 3),
-        check_invariants=True,
-    )
-    assert not sb.is_coalesced()
-    assert float(_dot(sa, sb)) == pytest.approx(both, rel=1e-6)
-    assert float(_dot(sb, sa)) == pytest.approx(both, rel=1e-6)
-    assert float(_dot(sa, dense)) == pytest.approx(with_dense, rel=1e-6)
-    assert float(_dot(dense, sa)) == pytest.approx(with_dense, rel=1e-6)
-    assert float(_dot(sb, sb)) == pytest.approx(float((b * b).sum()), rel=1e-6)
-
-
-def test_sparse_row_written_into_a_missing_gradient_is_dense_and_scaled() -> None:
-    weight = nn.Parameter(torch.zeros(6, 2))
-    r = torch.zeros(6, 2)
-    r[[2, 5]] = torch.tensor([[1.0, -2.0], [3.0, 0.5]])
-    add_rows([weight], [[r.to_sparse(sparse_dim=1)]], [-0.5])
-    assert weight.grad is not None and not weight.grad.is_sparse
-    torch.testing.assert_close(weight.grad, -0.5 * r, rtol=0.0, atol=0.0)
-    # into an existing gradient of another precision: only the two stored rows change, cast to its dtype
-    wide = nn.Parameter(torch.zeros(6, 2, dtype=torch.float64))
-    wide.grad = torch.ones(6, 2, dtype=torch.float64)
-    add_rows([wide], [[r.to_sparse(sparse_dim=1)]], [2.0])
-    torch.testing.assert_close(wide.grad, 1.0 + 2.0 * r.double(), rtol=0.0, atol=0.0)
 
 
 def test_tables_of_any_module_are_switched_and_switched_back_after_an_error() -> None:
