@@ -1,4 +1,4 @@
-"""GEMCallback: memories, the multi-tensor projection, and the callback inside a real Trainer.fit."""
+"""GEMCallback: options, state, the projected step, and the callback inside a real Trainer.fit."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from pal_lightning.testing.callbacks import ConstraintRows
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-# ---------------------------------------------------------------------------------------- memory
+# ---------------------------------------------------------------------------------------- options and state
 
 
 def test_callback_state_without_order_or_counters_loads_with_defaults() -> None:

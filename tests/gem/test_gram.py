@@ -1,5 +1,6 @@
-"""GEM's flat rows (:mod:`pal_lightning.gem.gram`) give what the per-tensor path gives, in far fewer
-operators; the callback takes them where asked and keeps the per-tensor path where they cannot apply."""
+"""The Gram matrix and the write-back (:mod:`pal_lightning.gem.gram`): per tensor (``None`` and sparse
+entries, half precision) and flat, which gives the same in far fewer operators and is taken where asked
+and possible."""
 
 from __future__ import annotations
 

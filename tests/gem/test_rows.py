@@ -1,9 +1,9 @@
-"""GEM's memory gradients from one backward (``batch_tasks=True``) equal today's per-task computation
-(both with one forward per task, ``one_pass=False``; the one-pass path: below).
+"""The rows of ``G`` (:mod:`pal_lightning.gem.rows`): one backward for all tasks (``batch_tasks``), one pass
+(one mixed batch) and sparse embedding rows each equal the per-task rows.
 
-The reference is computed here by hand, one ``autograd.grad`` per task on the module's own
-``batch_loss``, not through the library's per-task path; dropout stays on (training mode), with the
-same seed before both, because the batched path runs the tasks' forwards in the same order.
+The batched rows are compared with one ``autograd.grad`` per task by hand, dropout on and the same seed
+before both (the forwards run in the same order); the one pass in eval mode (a mixed forward draws
+dropout in another order).
 """
 
 from __future__ import annotations
@@ -46,13 +46,17 @@ def _by_hand(model: nn.Module, dm: MultiTaskDataModule, draws: dict[str, list[in
     return rows
 
 
-def _assert_rows_equal(got: list, expected: list) -> None:
+def _assert_rows_equal(
+    got: list, expected: list, tol: tuple[float, float] = (1e-5, 1e-7), dense: bool = False
+) -> None:
+    """Same ``None`` pattern, every tensor within ``tol`` (rtol, atol); ``dense``: sparse ones densified."""
     assert len(got) == len(expected)
     for row_got, row_expected in zip(got, expected, strict=True):
+        assert [x is None for x in row_got] == [y is None for y in row_expected]
         for x, y in zip(row_got, row_expected, strict=True):
-            assert (x is None) == (y is None)
             if x is not None:
-                torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-7)
+                x, y = (x.to_dense(), y.to_dense()) if dense else (x, y)
+                torch.testing.assert_close(x, y, rtol=tol[0], atol=tol[1])
 
 
 @pytest.mark.parametrize("parameters", ["shared", "all"])
@@ -229,7 +233,7 @@ def test_batched_rows_of_tied_weights_count_every_use() -> None:
     _assert_rows_equal(got, expected)
 
 
-# ------------------------------------------------------------ one pass (eval mode: a mixed forward draws dropout in another order)
+# ------------------------------------------------------------ one pass (eval mode)
 PAIRS = {"sts": "siamese", "default": "cross"}
 
 
@@ -267,16 +271,6 @@ def _rows(
     )
 
 
-def _assert_close_rows(got: list, expected: list) -> None:
-    """Same ``None`` pattern, and every tensor within 1e-6 (fp32)."""
-    assert len(got) == len(expected)
-    for row_got, row_expected in zip(got, expected, strict=True):
-        assert [x is None for x in row_got] == [y is None for y in row_expected]
-        for x, y in zip(row_got, row_expected, strict=True):
-            if x is not None:
-                torch.testing.assert_close(x.to_dense(), y.to_dense(), rtol=1e-6, atol=1e-6)
-
-
 @pytest.fixture
 def spy(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The one-pass paths taken, by name (A-GEM's: ``memory_gradient(one_pass=True)``)."""
@@ -309,7 +303,7 @@ def test_one_pass_rows_equal_the_per_task_rows(
     params = GEMCallback(parameters=parameters).participating_parameters(model)
     got = _rows(model, dm, memory, mode, params)
     assert spy == ["mixed_task_gradients" if mode == "gem" else "mixed_memory_gradient"]
-    _assert_close_rows(got, _rows(model, dm, memory, mode, params, one_pass=False))
+    _assert_rows_equal(got, _rows(model, dm, memory, mode, params, one_pass=False), (1e-6, 1e-6), dense=True)
     assert len(spy) == 1  # one_pass=False: the per-task path
     if parameters == "all" and mode == "gem":
         adapter = next(
@@ -335,7 +329,7 @@ def test_rank_shares_of_one_pass_sum_to_the_whole_draw(
         [None if a is None else a.to_dense() + b.to_dense() for a, b in zip(r0, r1, strict=True)]
         for r0, r1 in zip(*ranks, strict=True)
     ]
-    _assert_close_rows(summed, whole)
+    _assert_rows_equal(summed, whole, (1e-6, 1e-6), dense=True)
 
 
 def test_projected_step_is_the_same(eval_setup: tuple, memory: EpisodicMemory) -> None:
