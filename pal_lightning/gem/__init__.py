@@ -25,8 +25,7 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    # The maths above loads without Lightning; the callback (which uses it) loads on first use, so
-    # `import pal_lightning.gem.qp` stays light.
+    # the callback (Lightning) loads on first use, so that `import pal_lightning.gem.qp` stays light
     if name == "GEMCallback":
         return importlib.import_module("pal_lightning.gem.callback").GEMCallback
     raise AttributeError(f"module 'pal_lightning.gem' has no attribute {name!r}")

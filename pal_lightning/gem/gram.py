@@ -1,11 +1,9 @@
 """The Gram matrix ``[g, G][g, G]^T`` of GEM's rows and the write-back ``g~ = g + G^T v``.
 
-A row is a gradient as one tensor per parameter (``None`` = zero, sparse COO for an embedding table's
-used rows). Per tensor (:func:`gram_matrix`, :func:`bordered_gram`, :func:`add_rows`), nothing of the
-model's size is copied; flat (:func:`flatten_rows`, :func:`flat_bordered_gram`, :func:`add_flat_rows`),
-the rows are one ``(t, n)`` float64 matrix, so each product is one kernel instead of one per tensor:
-``t + 1`` float64 copies of the parameters for far fewer operators, which pays where a step is bound by
-the host issuing them (CUDA). :class:`GramRows` chooses between the two.
+A row is one tensor per parameter (``None`` = zero; sparse for an embedding table's used rows). Per
+tensor nothing of the model's size is copied; flat, the rows are one ``(t, n)`` float64 matrix and each
+product one kernel: ``t + 1`` copies of the parameters for far fewer operators, which pays where the
+host issuing them bounds a step (CUDA). :class:`GramRows` chooses.
 """
 
 from __future__ import annotations
