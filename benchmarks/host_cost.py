@@ -173,26 +173,18 @@ class System:
 def dense_agem_rows() -> Iterator[None]:
     """Within the block, A-GEM's reference gradient has dense embedding rows, as on CUDA, on any device.
 
-    :func:`pal_lightning.gem.gradients.constraint_gradients` asks for sparse embedding rows in one process
+    :func:`pal_lightning.gem.rows.constraint_gradients` asks for sparse embedding rows in one process
     on a CPU (they save a table-sized gradient's arithmetic); on a GPU the row is dense and goes flat, and
     that is the host's cost this benchmark predicts.
     """
-    from pal_lightning.gem import gradients, one_pass
+    from pal_lightning.gem import rows
 
-    # per task (memory_gradient) and in one pass (mixed_memory_gradient)
-    patched = [(gradients, "memory_gradient"), (one_pass, "mixed_memory_gradient")]
-    originals = [getattr(module, name) for module, name in patched]
-
-    def dense(original: Callable[..., Any]) -> Callable[..., Any]:
-        return lambda *args, **kwargs: original(*args, **{**kwargs, "sparse_embeddings": False})
-
-    for (module, name), original in zip(patched, originals, strict=True):
-        setattr(module, name, dense(original))
+    original = rows.memory_gradient  # per task and in one pass
+    rows.memory_gradient = lambda *args, **kwargs: original(*args, **{**kwargs, "sparse_embeddings": False})
     try:
         yield
     finally:
-        for (module, name), original in zip(patched, originals, strict=True):
-            setattr(module, name, original)
+        rows.memory_gradient = original
 
 
 def mode_counts(system: System) -> bool:

@@ -12,7 +12,7 @@ interleaved (the order alternates every step) after a warm-up, so machine noise 
   constrain, 16 remembered examples each, memories pre-filled); the step includes the two memory
   gradients, the Gram matrix and, when a constraint is violated, the QP and the write-back. The memory
   gradients come from one mixed batch of both tasks' examples (``one_pass=True``: one forward, one
-  backward per task; :mod:`pal_lightning.gem.one_pass`; GEM's default on CUDA only);
+  backward per task; :mod:`pal_lightning.gem.rows`; GEM's default on CUDA only);
 * agem: the same with ``mode="agem"`` (one reference gradient of 16 remembered examples, 8 per task; one
   mixed batch: one forward, one backward; A-GEM's default);
 * gem_task_forwards, agem_task_forwards: the gem and agem rows with ``one_pass=False``: one forward per

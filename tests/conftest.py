@@ -70,7 +70,7 @@ SLOW_FILES = (
     "tests/test_notebook.py",
     "tests/test_demo.py",
     "tests/test_pretrained.py",
-    "tests/callbacks/test_gem_ddp.py",
+    "tests/gem/test_gem_ddp.py",
     "tests/cli/test_first_hour.py",
     "tests/test_families_module.py",
     "tests/data/test_validation_carve.py",

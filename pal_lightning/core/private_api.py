@@ -248,7 +248,7 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 #: ``torch._foreach_add_(xs, ys)``: every ``x += y`` of two lists in one operator (one multi-tensor kernel on
 #: a GPU), what torch's own foreach optimizers use. GEM's flat write-back adds into every gradient at once
-#: with it (pal_lightning.gem.flat_rows). Public replacement: none in torch 2.13.
+#: with it (pal_lightning.gem.gram). Public replacement: none in torch 2.13.
 foreach_add_ = torch._foreach_add_
 
 # ---------------------------------------------------------------------- the DDP launcher

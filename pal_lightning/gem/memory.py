@@ -30,16 +30,12 @@ def _task_key(task: str) -> int:
 
 
 class EpisodicMemory:
-    """One reservoir of training-example indices per task.
+    """One reservoir of training-example indices per task (Vitter's algorithm R).
 
-    Reservoir sampling (Vitter's algorithm R): the ``n``-th example of a task (0-based) is
-    stored while the buffer has room; afterwards it replaces slot ``j`` when
-    ``j = hash(seed, task, n) mod (n + 1) < size``. Every example a task has seen is then in
-    its memory with the same probability ``size / n_seen``, so the memory stays a uniform
-    sample of everything the task trained on. A ring buffer would keep only the most recent
-    examples, which in interleaved multi-task training covers a small, late slice of each
-    task's data. The draw depends only on ``(seed, task, n)``: every DDP rank (fed the same
-    global indices) holds the same memories, and a resumed run continues exactly.
+    The ``n``-th example of a task (0-based) is stored while there is room, then replaces slot
+    ``j = hash(seed, task, n) mod (n + 1)`` when ``j < size``: a uniform sample of all the task has seen
+    (a ring buffer would keep a late slice). The draw depends on ``(seed, task, n)`` only, so every DDP
+    rank holds the same memories and a resumed run continues exactly.
 
     Args:
         size: examples kept per task.
@@ -77,10 +73,7 @@ class EpisodicMemory:
         return [t for t, b in self.buffers.items() if b]
 
     def sample(self, task: str, n: int, step: int) -> list[int]:
-        """``min(n, len(memory))`` distinct stored indices, drawn by a generator seeded by ``(seed, step, task)``.
-
-        The same on every rank: ranks take disjoint shares of this one draw.
-        """
+        """``min(n, len(memory))`` distinct stored indices drawn by ``(seed, step, task)`` (alike on every rank)."""
         buffer = self.buffers.get(task, [])
         n = min(int(n), len(buffer))
         if n <= 0:

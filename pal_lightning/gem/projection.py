@@ -1,15 +1,5 @@
-"""GEM's and A-GEM's projections of a gradient, from the Gram matrix of the gradients alone.
-
-GEM (Lopez-Paz & Ranzato, 2017) requires ``<g~, g_k> >= 0`` for every memory gradient ``g_k`` (rows
-of ``G``): when ``g`` already satisfies them, ``g~ = g``; otherwise ``g~ = g + G^T v`` with ``v`` from
-the dual QP (:mod:`pal_lightning.gem.qp`). A-GEM (Chaudhry et al., 2019) uses one reference
-gradient instead::
-
-    g~ = g - (g^T g_ref / g_ref^T g_ref) g_ref      if g^T g_ref < 0, else g
-
-:func:`gem_coefficients` and :func:`step_coefficients` need only ``[g, G][g, G]^T`` (float64, NumPy),
-so the gradients themselves can stay on their device, spread over many parameter tensors;
-:func:`project_gradient` and :func:`agem_project` are the same maths on one flat tensor.
+"""GEM's and A-GEM's projections: coefficients from ``[g, G][g, G]^T`` alone (:func:`gem_coefficients`,
+:func:`step_coefficients`), and the same maths on flat tensors (:func:`project_gradient`, :func:`agem_project`).
 """
 
 from __future__ import annotations
@@ -22,17 +12,7 @@ from torch import Tensor
 
 from pal_lightning.gem import qp
 
-__all__ = [
-    "DEFAULT_EPS",
-    "EPS_RETRIES",
-    "EXACT_TOL",
-    "ZERO_ROW_RTOL",
-    "ProjectionResult",
-    "agem_project",
-    "gem_coefficients",
-    "project_gradient",
-    "step_coefficients",
-]
+__all__ = ["ProjectionResult", "agem_project", "gem_coefficients", "project_gradient", "step_coefficients"]
 
 #: Default relative ridge: ``eps * mean(diag(G G^T))`` is added to the diagonal of ``G G^T``.
 DEFAULT_EPS = 1e-3
@@ -49,7 +29,7 @@ class ProjectionResult:
     """Coefficients of a projection ``g~ = g + sum_k v_k g_k`` and what it took to find them."""
 
     v: np.ndarray | None
-    """``[t]`` float64 coefficients (zeros for dropped rows), or ``None`` when ``g`` is left alone."""
+    """``[t]`` float64 coefficients (zeros for dropped rows), ``None`` when ``g`` is left alone."""
     violated: bool
     """Whether some ``<g, g_k> < 0``."""
     fallbacks: int
@@ -59,30 +39,18 @@ class ProjectionResult:
     rows: int
     """The number of non-zero memory gradients."""
     violation: float | None = None
-    """The residual ``max_k -<g~, g_k> / (|g_k| |g~|)`` after the projection (0 when none is left;
-    ``None`` when ``g`` is left alone)."""
+    """The residual ``max_k -<g~, g_k> / (|g_k| |g~|)`` (``None`` when ``g`` is left alone)."""
 
 
 def gem_coefficients(
     GGt: np.ndarray, Gg: np.ndarray, gg: float, margin: float = 0.0, eps: float | None = None
 ) -> ProjectionResult:
-    """GEM's projection coefficients from the small matrices alone (nothing of size ``p``).
+    """GEM's coefficients from ``GGt`` (``[t, t]``), ``Gg = <g_k, g>`` and ``gg = ||g||^2``.
 
-    The QP is solved in normalised units: with ``a^2 = mean_k ||g_k||^2`` (non-zero rows) and
-    ``b = ||g||``, ``v = (b / a) v^`` where ``v^`` solves the dual with ``GG^T / a^2``, ``Gg / (a b)``
-    and margin ``margin * a / b``. Both matrices are then O(1) whatever the gradients' scale
-    (1e-8 or 1e8), and the ridge ``eps`` is relative to the mean squared row norm.
-
-    Rows with ``||g_k|| = 0`` are dropped (they cannot be violated and make ``GG^T`` singular).
-    When quadprog fails, the ridge is multiplied by 10 up to :data:`EPS_RETRIES` times; then the
-    A-GEM projection against the mean of the violated rows is used. Each counts as a fallback.
-
-    Args:
-        GGt: ``[t, t]`` Gram matrix of the memory gradients (float64).
-        Gg: ``[t]`` dot products ``<g_k, g>``.
-        gg: ``||g||^2``.
-        margin: GEM's ``memory_strength`` (lower bound of ``v``).
-        eps: relative ridge (``None``: :data:`DEFAULT_EPS`).
+    Solved in normalised units (``v = (b / a) v^``, ``a^2 = mean_k ||g_k||^2``, ``b = ||g||``): O(1)
+    matrices at any gradient scale, ``eps`` (``None``: :data:`DEFAULT_EPS`) relative. Zero rows are dropped.
+    When quadprog fails the ridge grows 10x up to :data:`EPS_RETRIES` times, then A-GEM against the mean of
+    the violated rows is used; each counts as a fallback.
     """
     eps = DEFAULT_EPS if eps is None else float(eps)
     GGt = np.asarray(GGt, dtype=np.float64).reshape(len(Gg), len(Gg))
@@ -122,13 +90,9 @@ def gem_coefficients(
 def _solve_normalised(
     P: np.ndarray, q: np.ndarray, margin: float, eps: float
 ) -> tuple[np.ndarray | None, float, int]:
-    """``(v, violation, fallbacks)`` of the normalised dual (``|g| = 1``); ``v`` is ``None`` when
-    quadprog failed at every ridge.
-
-    quadprog with the ridge ``eps``, then 10x larger ones (each failure is one fallback). The ridge
-    moves the solution off the feasible set by up to ``eps v``: the un-ridged dual is also solved
-    exactly, and whichever of the two violates the constraints less is kept.
-    """
+    """``(v, violation, fallbacks)`` of the normalised dual (``v`` ``None`` when quadprog failed at every
+    ridge). The ridge moves the solution off the feasible set by up to ``eps v``, so the exact dual is
+    also solved and whichever violates less is kept."""
     v_hat = None
     fallbacks = 0
     ridge = eps
@@ -159,12 +123,8 @@ def _solve_normalised(
 def step_coefficients(
     M: np.ndarray, mode: str, margin: float = 0.0, eps: float | None = None
 ) -> ProjectionResult:
-    """The coefficients of one step from ``M = [g, G][g, G]^T`` (finite, float64).
-
-    ``mode="gem"``: :func:`gem_coefficients`. ``mode="agem"``: ``G`` is the single reference
-    gradient and ``v = -<g, g_ref> / |g_ref|^2`` when ``<g, g_ref> < 0`` (``violation`` is ``None``:
-    A-GEM's result is orthogonal to ``g_ref`` by construction).
-    """
+    """One step's coefficients from ``M = [g, G][g, G]^T`` (finite, float64): :func:`gem_coefficients`,
+    or for ``mode="agem"`` ``v = -<g, g_ref> / |g_ref|^2`` when ``<g, g_ref> < 0``."""
     gg, Gg, GGt = float(M[0, 0]), M[1:, 0], M[1:, 1:]
     if mode == "gem":
         return gem_coefficients(GGt, Gg, gg, margin=margin, eps=eps)
@@ -176,25 +136,9 @@ def step_coefficients(
 
 
 def project_gradient(g: Tensor, G: Tensor, margin: float = 0.0, eps: float | None = None) -> Tensor:
-    """GEM's projection of one flat gradient: the ``g~`` closest to ``g`` with ``G g~ >= 0``.
-
-    ::
-
-        g~ = g + G^T v,   v = argmin_{v >= margin} 1/2 v^T (GG^T + eps' I) v + (Gg)^T v
-
-    with ``eps' = eps * mean(diag(GG^T))``. Returns ``g`` unchanged (a copy) when ``G g >= 0``
-    already, when ``g`` or ``G`` is not finite, or when every row of ``G`` is zero; see
-    :func:`gem_coefficients` for the normalisation and the fallbacks.
-
-    Args:
-        g: ``[p]`` gradient.
-        G: ``[t, p]`` memory gradients (one row per constraining task).
-        margin: GEM's ``memory_strength`` (0: the exact Euclidean projection, up to the ridge).
-        eps: relative ridge (``None``: :data:`DEFAULT_EPS`).
-
-    Returns:
-        ``g~`` of shape ``[p]``, the dtype and device of ``g``.
-    """
+    """GEM's projection of a flat gradient ``g`` (``[p]``) against ``G`` (``[t, p]``): the ``g~ = g + G^T v``
+    closest to ``g`` with ``G g~ >= 0`` (:func:`gem_coefficients`), in ``g``'s dtype. A copy of ``g`` when
+    nothing is violated, something is not finite, or every row is zero."""
     if g.dim() != 1 or G.dim() != 2 or G.shape[1] != g.shape[0]:
         raise ValueError(
             f"project_gradient needs g [p] and G [t, p], got {tuple(g.shape)} and {tuple(G.shape)}"
@@ -213,10 +157,8 @@ def project_gradient(g: Tensor, G: Tensor, margin: float = 0.0, eps: float | Non
 
 
 def agem_project(g: Tensor, g_ref: Tensor) -> Tensor:
-    """A-GEM's projection: ``g - (g^T g_ref / g_ref^T g_ref) g_ref`` when ``g^T g_ref < 0``, else ``g``.
-
-    A zero (or non-finite) ``g_ref`` leaves ``g`` unchanged. Returns a new tensor.
-    """
+    """A-GEM's projection: ``g - (g^T g_ref / g_ref^T g_ref) g_ref`` when ``g^T g_ref < 0``, else (and for a
+    zero or non-finite ``g_ref``) a copy of ``g``."""
     dot = torch.dot(g.double().reshape(-1), g_ref.double().reshape(-1))
     ref_sq = torch.dot(g_ref.double().reshape(-1), g_ref.double().reshape(-1))
     if not (torch.isfinite(dot) and torch.isfinite(ref_sq)) or ref_sq <= 0 or dot >= 0:

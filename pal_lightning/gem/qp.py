@@ -1,12 +1,6 @@
-"""GEM's dual QP: the ridged solve (quadprog) and the exact, un-ridged one (non-negative least squares).
-
-Both solve, for ``t`` memory gradients (rows of ``G``) and the current gradient ``g``::
-
-    minimise_v  1/2 v^T P v + q^T v      subject to  v >= margin,     P = G G^T,  q = G g
-
-and the projection is ``g~ = g + G^T v``. Everything here works on the ``t x t`` matrices alone
-(float64 NumPy); nothing of the model's size. See docs/design.md for why both solvers exist.
-"""
+"""GEM's dual QP ``min_{v >= margin} 1/2 v^T P v + q^T v`` (``P = G G^T``, ``q = G g``, ``g~ = g + G^T v``)
+on the ``t x t`` matrices alone (float64 NumPy): ridged by quadprog, exactly by non-negative least squares
+(docs/design.md says why both)."""
 
 from __future__ import annotations
 
@@ -17,23 +11,7 @@ __all__ = ["relative_violation", "solve_gem_dual", "solve_gem_dual_exact"]
 
 
 def solve_gem_dual(GGt: np.ndarray, Gg: np.ndarray, margin: float, eps: float) -> np.ndarray:
-    """Solve GEM's dual QP with quadprog (float64 on the CPU).
-
-    ::
-
-        minimise_v  1/2 v^T (GG^T + eps I) v + (Gg)^T v   subject to  v >= margin
-
-    quadprog minimises ``1/2 x^T P x - a^T x`` subject to ``C^T x >= b``; here ``P = GG^T + eps I``,
-    ``a = -Gg``, ``C = I``, ``b = margin * 1``.
-
-    Args:
-        GGt: ``[t, t]`` Gram matrix of the memory gradients.
-        Gg: ``[t]`` dot products of the memory gradients with the current gradient.
-        margin: lower bound of every ``v_k`` (GEM's ``memory_strength``).
-        eps: absolute ridge added to the diagonal (callers scale it to ``GG^T``).
-
-    Returns:
-        ``v`` of shape ``[t]`` (float64).
+    """``argmin_{v >= margin} 1/2 v^T (GG^T + eps I) v + (Gg)^T v`` by quadprog (``eps`` absolute).
 
     Raises:
         ValueError: quadprog's "matrix G is not positive definite" or "constraints are inconsistent".
@@ -47,12 +25,9 @@ def solve_gem_dual(GGt: np.ndarray, Gg: np.ndarray, margin: float, eps: float) -
 
 
 def relative_violation(P: np.ndarray, q: np.ndarray, v: np.ndarray, qq: float) -> float:
-    """``max_k -<g~, g_k> / (|g_k| max(|g~|, 1e-3 T))`` (0 when none is violated) for
-    ``g~ = g + G^T v``, from ``P = GG^T``, ``q = Gg`` and ``qq = |g|^2`` alone, where
-    ``T = max(|g|, sum_k |v_k| |g_k|)`` is the size of the terms that ``g~`` sums. (When the
-    projection is the origin or nearly, which happens when the constraints leave almost no
-    feasible direction, ``|g~|`` is rounding noise of those terms; the floor then measures the
-    violation against the terms themselves, as float64 rounding does.)"""
+    """``max_k -<g~, g_k> / (|g_k| max(|g~|, 1e-3 T))`` (0 when none is violated) for ``g~ = g + G^T v``
+    from ``P = GG^T``, ``q = Gg``, ``qq = |g|^2``; ``T = max(|g|, sum_k |v_k| |g_k|)``. (Where ``g~`` is
+    nearly the origin, ``|g~|`` is rounding noise of the terms it sums: the floor measures against them.)"""
     c = q + P @ v
     norm_x = float(np.sqrt(max(qq + 2.0 * float(q @ v) + float(v @ P @ v), 0.0)))
     rows = np.sqrt(np.maximum(np.diag(P), 0.0))
@@ -67,25 +42,12 @@ def relative_violation(P: np.ndarray, q: np.ndarray, v: np.ndarray, qq: float) -
 def solve_gem_dual_exact(
     P: np.ndarray, q: np.ndarray, margin: float, max_iter: int | None = None
 ) -> np.ndarray:
-    """GEM's dual without a ridge, solved exactly by an active-set method (Lawson & Hanson's NNLS).
+    """GEM's dual without a ridge, exactly, by Lawson & Hanson's NNLS (at most ``max_iter``, default
+    ``3 t + 10``, outer iterations).
 
-    With ``v = margin + u``, the dual ``min_{v >= margin} 1/2 v^T P v + q^T v`` is
-    ``min_{u >= 0} 1/2 u^T P u + r^T u`` with ``r = q + margin P 1``, which equals
-    ``1/2 |h + G^T u|^2`` up to a constant (``h = g + margin G^T 1``): a non-negative least-squares
-    problem. Lawson-Hanson's method grows a set of free coefficients (the most violated constraint
-    first), solves ``P_SS u_S = -r_S`` on it by least squares (``P`` may be singular: collinear or
-    duplicated memory gradients, more memories than the gradient's rank) and steps back whenever a
-    coefficient would turn negative. It ends at a KKT point: ``u >= 0``, ``c = P u + r >= 0``
-    (the constraints ``G g~ >= 0``) and ``c_k = 0`` where ``u_k > 0``.
-
-    Args:
-        P: ``[t, t]`` Gram matrix ``GG^T`` (best in normalised units, O(1)).
-        q: ``[t]`` products ``Gg``.
-        margin: lower bound of ``v``.
-        max_iter: most outer iterations (default ``3 t + 10``).
-
-    Returns:
-        ``v`` (float64).
+    With ``v = margin + u`` it is ``min_{u >= 0} 1/2 u^T P u + r^T u``, ``r = q + margin P 1``: free
+    coefficients are added (most violated first) and solved for by least squares (``P`` may be singular),
+    stepping back when one turns negative, to a KKT point (``u >= 0``, ``P u + r >= 0``, complementary).
     """
     P = np.asarray(P, dtype=np.float64)
     t = P.shape[0]
@@ -110,8 +72,8 @@ def solve_gem_dual_exact(
 def _keep_free_positive(
     P: np.ndarray, r: np.ndarray, u: np.ndarray, free: np.ndarray, tol: float
 ) -> np.ndarray:
-    """Lawson-Hanson's inner loop: solve on the free set, stepping back (and freeing fewer
-    coefficients) while the solution has a coefficient <= 0. Updates ``free`` in place."""
+    """Lawson-Hanson's inner loop: solve on the free set, stepping back while a coefficient is <= 0
+    (updates ``free`` in place)."""
     t = P.shape[0]
     for _ in range(3 * t + 10):
         s = np.zeros(t)

@@ -40,17 +40,17 @@ TESTS[metrics]="tests/test_metrics.py tests/test_metrics_properties.py tests/cli
 # the callback tests, which train tiny models (slower: several minutes on two cores)
 MODULES[gem_maths]="pal_lightning/gem/qp.py pal_lightning/gem/projection.py"
 MUTANTS[gem_maths]="*x_solve_gem_dual__* *x_relative_violation__* *x_solve_gem_dual_exact__* *x__keep_free_positive__* *x_gem_coefficients__* *x__solve_normalised__* *x_step_coefficients__* *x_project_gradient__* *x_agem_project__*"
-TESTS[gem_maths]="tests/callbacks/test_gem_projection.py tests/callbacks/test_gem_properties.py tests/callbacks/test_gem_edges.py tests/callbacks/test_gem_exact.py"
+TESTS[gem_maths]="tests/gem/test_projection.py tests/gem/test_qp.py"
 # every function of these modules (no MUTANTS filter); mutmut runs, for each mutant, only the tests
 # that call its function, fastest first, so the few Trainer.fit tests (1-2 s each) run only for the
 # mutants the unit tests let through. The DDP tests (spawned processes) are not in the list: the
-# rank/world-size arithmetic is checked in one process (test_gem_callback.py, ranks summed by hand).
-MODULES[gem_callback]="pal_lightning/gem/memory.py pal_lightning/gem/gram.py pal_lightning/gem/gradients.py pal_lightning/gem/gradients.py pal_lightning/gem/sparse_embeddings.py pal_lightning/gem/callback.py"
-TESTS[gem_callback]="tests/callbacks/test_gem_callback.py tests/callbacks/test_gem_batched.py tests/callbacks/test_gem_sparse_embeddings.py tests/test_fp16_cpu.py::test_fp16_training_with_gem_projects_and_stays_finite tests/test_simcse_module.py::test_gem_memories_use_the_task_loss_without_simcse tests/test_sharing_module.py::test_gem_shared_parameters_are_the_embeddings_and_the_s_layers"
+# rank/world-size arithmetic is checked in one process (tests/gem/test_callback.py, ranks summed by hand).
+MODULES[gem_callback]="pal_lightning/gem/memory.py pal_lightning/gem/gram.py pal_lightning/gem/rows.py pal_lightning/gem/callback.py"
+TESTS[gem_callback]="tests/gem/test_callback.py tests/gem/test_rows.py tests/gem/test_gram.py tests/test_fp16_cpu.py::test_fp16_training_with_gem_projects_and_stays_finite tests/test_simcse_module.py::test_gem_memories_use_the_task_loss_without_simcse tests/test_sharing_module.py::test_gem_shared_parameters_are_the_embeddings_and_the_s_layers"
 # A-GEM's sparse embedding-table gradients (c5cf636): the functions that commit added or changed only
-MODULES[gem_sparse]="pal_lightning/gem/sparse_embeddings.py pal_lightning/gem/gram.py pal_lightning/gem/gradients.py"
+MODULES[gem_sparse]="pal_lightning/gem/rows.py pal_lightning/gem/gram.py"
 MUTANTS[gem_sparse]="*x__compiling__* *x_sparse_embedding_gradients__* *x__dot__* *x_add_rows__* *x_memory_gradient__* *x_constraint_gradients__*"
-TESTS[gem_sparse]="tests/callbacks/test_gem_sparse_embeddings.py tests/callbacks/test_gem_callback.py tests/callbacks/test_gem_batched.py"
+TESTS[gem_sparse]="tests/gem/test_rows.py tests/gem/test_callback.py"
 MODULES[rng_state]="pal_lightning/callbacks/rng_state.py"
 TESTS[rng_state]="tests/callbacks/test_rng_state.py"
 MODULES[pal]="pal_lightning/modeling/methods/pals.py pal_lightning/modeling/encoder.py pal_lightning/modeling/families/wiring.py pal_lightning/modeling/families/routing.py pal_lightning/modeling/encoder_state.py"

@@ -27,7 +27,7 @@ import torch
 from pal_lightning.callbacks import ContinualEvaluation
 from pal_lightning.data import MultiTaskDataModule
 from pal_lightning.gem import GEMCallback
-from pal_lightning.gem.gradients import MemorySource, constraint_gradients
+from pal_lightning.gem.rows import MemorySource, constraint_gradients
 from pal_lightning.module.multitask import MultiTaskModule
 from pal_lightning.testing import (
     BERT_VOCAB_SIZE,

@@ -1,11 +1,10 @@
-"""GEMCallback: memories, the multi-tensor projection, and the callback inside a real Trainer.fit."""
+"""GEMCallback: options, state, the projected step, and the callback inside a real Trainer.fit."""
 
 from __future__ import annotations
 
 import os
 import re
 import time
-import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -20,10 +19,9 @@ from pal_lightning.callbacks import RNGStateCallback
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.data import MultiTaskDataModule
 from pal_lightning.gem import EpisodicMemory, GEMCallback, project_gradient, projection, qp
-from pal_lightning.gem import gradients as memory_gradients
-from pal_lightning.gem import memory as memory_module
-from pal_lightning.gem.gradients import MemorySource
-from pal_lightning.gem.gram import add_rows, gram_matrix
+from pal_lightning.gem import rows as memory_gradients
+from pal_lightning.gem.gram import gram_matrix
+from pal_lightning.gem.rows import MemorySource
 from pal_lightning.module.multitask import MultiTaskModule
 from pal_lightning.testing import TINY_BERT, quiet_trainer, write_cs224n_data
 from pal_lightning.testing.callbacks import ConstraintRows
@@ -31,77 +29,7 @@ from pal_lightning.testing.callbacks import ConstraintRows
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-# ---------------------------------------------------------------------------------------- memory
-
-
-def test_reservoir_is_deterministic_bounded_and_uniform() -> None:
-    a, b = EpisodicMemory(8, seed=3), EpisodicMemory(8, seed=3)
-    for start in range(0, 200, 7):  # batches of 7
-        a.add("sst", range(start, min(start + 7, 200)))
-    b.add("sst", range(200))  # one call: the same draws (they depend on (seed, task, count) only)
-    assert a == b and len(a.buffers["sst"]) == 8 and a.seen == {"sst": 200}
-    assert len(set(a.buffers["sst"])) == 8
-    assert a.buffers["sst"] != list(range(8))  # later examples replaced early ones
-    # one counter per task: another task does not disturb sst's draws
-    c = EpisodicMemory(8, seed=3)
-    for start in range(0, 200, 7):
-        c.add("qqp", range(1000 + start, 1007 + start))
-        c.add("sst", range(start, min(start + 7, 200)))
-    assert c.buffers["sst"] == a.buffers["sst"]
-    d = EpisodicMemory(8, seed=4)
-    d.add("sst", range(200))
-    assert d.buffers["sst"] != a.buffers["sst"]
-    assert d != a and a != "sst"  # equality compares the whole state, and only with another memory
-    # uniform: over many seeds, early and late examples are kept equally often (8/200 each)
-    hits = np.zeros(200)
-    for seed in range(400):
-        m = EpisodicMemory(8, seed=seed)
-        m.add("t", range(200))
-        hits[m.buffers["t"]] += 1
-    first, last = hits[:100].sum(), hits[100:].sum()
-    assert abs(first - last) / (first + last) < 0.05
-
-
-def test_memory_sample_and_state_round_trip() -> None:
-    m = EpisodicMemory(5, seed=1)
-    m.add("sst", [10, 11, 12])
-    assert sorted(m.sample("sst", 16, step=3)) == [10, 11, 12]  # fewer than asked: all it has
-    assert len(m.sample("sst", 1, step=3)) == 1 and m.sample("sst", 0, step=3) == []
-    other_seed = EpisodicMemory(5, seed=2)
-    other_seed.add("sst", [10, 11, 12])
-    draws = [tuple(mem.sample("sst", 2, step=s)) for mem in (m, other_seed) for s in range(8)]
-    assert draws[:8] != draws[8:]  # the seed enters the draws
-    assert m.sample("sst", 2, step=3) == m.sample("sst", 2, step=3)
-    assert m.sample("qqp", 4, step=0) == []
-    state = m.state_dict()
-    assert state == {"size": 5, "seed": 1, "buffers": {"sst": [10, 11, 12]}, "seen": {"sst": 3}}
-    assert torch.load(_save(state), weights_only=True) == state
-    n = EpisodicMemory(5, seed=1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the same size and seed: no warning
-        n.load_state_dict(state)
-        n.load_state_dict({"buffers": state["buffers"], "seen": state["seen"]})  # no size/seed saved
-    assert n == m
-    assert repr(n) == "EpisodicMemory(size=5, seed=1, stored={'sst': 3}, seen={'sst': 3})"
-
-
-def test_memory_loaded_into_another_size_or_seed_warns_and_keeps_the_first_slots() -> None:
-    m = EpisodicMemory(2, seed=7)
-    state = {"size": 4, "seed": 1, "buffers": {"sst": [np.int64(4), 5, 6, 7]}, "seen": {"sst": np.int64(9)}}
-    message = (
-        "Episodic memory saved with size=4, seed=1 is loaded into one with size=2, seed=7: "
-        "the memories will not match an uninterrupted run."
-    )
-    with pytest.warns(UserWarning, match=re.escape(message)) as caught:
-        m.load_state_dict(state)
-    # reported at the caller's line (stacklevel=2), not inside the memory (not checked against this
-    # file: under mutation testing a trampoline stands between the two)
-    assert not caught[0].filename.endswith("memory.py")
-    assert m.buffers == {"sst": [4, 5]} and m.seen == {"sst": 9}
-    assert type(m.buffers["sst"][0]) is int and type(m.seen["sst"]) is int  # plain ints for weights_only
-    for other in ({**state, "size": 2}, {**state, "seed": 7}):  # one of the two differing is enough
-        with pytest.warns(UserWarning, match="is loaded into one with size=2, seed=7"):
-            EpisodicMemory(2, seed=7).load_state_dict(other)
+# ---------------------------------------------------------------------------------------- options and state
 
 
 def test_callback_state_without_order_or_counters_loads_with_defaults() -> None:
@@ -115,14 +43,6 @@ def test_callback_state_without_order_or_counters_loads_with_defaults() -> None:
     full = {**cb.state_dict(), "task_order": ["sst", "qqp"], "projections": 4, "fallbacks": 1}
     cb.load_state_dict(full)
     assert cb.state_dict() == full
-
-
-def _save(obj: object) -> Path:
-    import tempfile
-
-    path = Path(tempfile.mkdtemp()) / "state.pt"
-    torch.save(obj, path)
-    return path
 
 
 def test_constraining_sets() -> None:
@@ -383,81 +303,6 @@ def test_rank_shares_sum_to_the_whole_draw(batch_tasks: bool) -> None:
             assert not torch.allclose(_flat_row(ranks[0][k], params), expected, rtol=1e-3)
 
 
-def test_gram_matrix_skips_missing_tensors() -> None:
-    x = [torch.ones(3), None, torch.full((2, 2), 2.0)]
-    y = [torch.full((3,), -1.0), torch.ones(4), None]
-    M = gram_matrix([x, y]).numpy()
-    np.testing.assert_allclose(M, [[3 + 16, -3], [-3, 3 + 4]])
-    assert gram_matrix([]).shape == (0, 0)
-
-
-def test_half_precision_products_are_taken_in_float32() -> None:
-    """bf16 gradients: 3 (1 + 2^-7)^2 = 3.0469 (bf16 itself would round it to 3.047 or worse)."""
-    x = torch.full((3,), 1.0 + 2**-7, dtype=torch.bfloat16)
-    M = gram_matrix([[x], [x.half()]])
-    assert M.dtype == torch.float64
-    np.testing.assert_allclose(M.numpy(), np.full((2, 2), 3 * (1 + 2**-7) ** 2), rtol=1e-7)
-
-
-def test_add_rows_by_hand() -> None:
-    """p.grad += sum_k v_k rows[k]: a coefficient of exactly 1 is added, a zero one skipped without
-    stopping at it; a parameter without a gradient gets one in its own dtype (rows may be float64)."""
-    a, b = nn.Parameter(torch.zeros(2)), nn.Parameter(torch.zeros(3))
-    a.grad = torch.tensor([1.0, 2.0])
-    rows = [
-        [torch.tensor([1.0, 1.0]), None],
-        [torch.tensor([5.0, 5.0]), torch.ones(3, dtype=torch.float64)],
-        [None, torch.full((3,), 2.0, dtype=torch.float64)],
-    ]
-    add_rows([a, b], rows, [1.0, 0.0, 0.5])
-    assert torch.equal(a.grad, torch.tensor([2.0, 3.0]))
-    assert b.grad is not None and b.grad.dtype == torch.float32 and torch.equal(b.grad, torch.ones(3))
-    c = nn.Parameter(torch.zeros(3))
-    add_rows([c], [[torch.ones(3)]], [0.0])
-    assert c.grad is None  # a zero coefficient does not even create a gradient
-
-
-def test_reservoir_follows_algorithm_r_with_the_documented_hash() -> None:
-    """Written out here: slot j = mix(base ^ n) mod (n + 1) replaced when j < size, base =
-    mix(seed ^ crc32(task) << 32), mix = SplitMix64's finaliser (its own implementation below).
-    The exact draws are what makes a resumed run's memories those of the uninterrupted run."""
-    import zlib
-
-    mask = 2**64 - 1
-
-    def mix(x: int) -> int:
-        z = (x + 0x9E3779B97F4A7C15) & mask
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
-        return z ^ (z >> 31)
-
-    for seed, task in ((0, "sst"), (5, "qqp")):
-        base = mix(seed ^ (zlib.crc32(task.encode()) << 32))
-        expected = list(range(4))
-        for n in range(4, 60):
-            j = mix(base ^ n) % (n + 1)
-            if j < 4:
-                expected[j] = n
-        m = EpisodicMemory(4, seed=seed)
-        m.add(task, range(60))
-        assert m.buffers[task] == expected
-    a, b = EpisodicMemory(4), EpisodicMemory(4)
-    a.add("sst", range(60))
-    b.add("qqp", range(60))
-    assert a.buffers["sst"] != b.buffers["qqp"]  # the task enters the draws
-
-
-def test_mix64_is_splitmix64() -> None:
-    """The reservoir's hash is SplitMix64's: its first three outputs from state 0 (published values).
-    A different hash would still sample uniformly, but checkpoints' memories would not resume exactly."""
-    gamma = 0x9E3779B97F4A7C15
-    assert [memory_module._mix64(k * gamma % 2**64) for k in range(3)] == [
-        0xE220A8397B1DCDAF,
-        0x6E789E6AA1B965F4,
-        0x06C45D188009454F,
-    ]
-
-
 def test_non_finite_gradient_is_left_alone() -> None:
     data = _Data()
     model = _Toy()
@@ -525,7 +370,7 @@ def test_refresh_every_reuses_the_rows_while_the_tasks_are_the_same() -> None:
     fresh, _, _ = _toy_callback()  # refresh_every=1: nothing is kept between steps
     _backward(model, data)
     fresh.project_step(model, data, step=0, current=["t0"])
-    assert fresh.projector.cache is None
+    assert fresh._cache is None
 
 
 def test_project_step_statistics_and_counters(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -576,7 +421,7 @@ def test_project_step_statistics_and_counters(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(qp, "solve_gem_dual_exact", broken)
     ridged = GEMCallback(eps=0.3, margin=0.0, parameters="all")
     step_stats: dict[str, float] = {}
-    ridged.projector.project(ridged, [p], rows, gram_matrix(rows), step_stats)
+    ridged._project([p], rows, gram_matrix(rows), step_stats)
     torch.testing.assert_close(p.grad, torch.tensor([-1.0 + 1 / 1.3, 2.0, 0.0]), rtol=1e-6, atol=1e-7)
     assert step_stats["gem/violation"] > 0.1  # the ridge's residual, reported
 
@@ -586,7 +431,7 @@ def test_project_step_statistics_and_counters(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(qp, "solve_gem_dual", fail)
     for _ in range(2):
         p.grad = torch.tensor([-1.0, 2.0, 0.0])
-        ridged.projector.project(ridged, [p], rows, gram_matrix(rows), {})
+        ridged._project([p], rows, gram_matrix(rows), {})
     assert ridged.fallbacks == 2 * (projection.EPS_RETRIES + 1)
 
 
