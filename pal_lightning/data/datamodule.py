@@ -4,9 +4,9 @@ Reads every task's files (validated row by row), tokenises them once with the
 encoder's fast tokenizer (cached on disk), and serves
 
 * training batches of one task per step, drawn by a sampling schedule
-  (:mod:`pal_lightning.data.schedules`), the same task on every rank, resumable
-  mid-epoch (:mod:`pal_lightning.data.batch_samplers`); with ``batch_mixing: mixed``, batches whose
-  rows each draw their task by the same schedule (:class:`~pal_lightning.data.batch_samplers.MixedTaskBatchSampler`);
+  (:mod:`pal_lightning.data.sampling.schedules`), the same task on every rank, resumable
+  mid-epoch (:mod:`pal_lightning.data.sampling.per_task`); with ``batch_mixing: mixed``, batches whose
+  rows each draw their task by the same schedule (:class:`~pal_lightning.data.sampling.mixed.MixedTaskBatchSampler`);
 * validation (dev), test (labelled test splits) and prediction (dev and
   test-student) batches covering every example exactly once across ranks.
 
@@ -30,10 +30,10 @@ cannot.
 
 The class wires together units that each hold one concern: the options
 (:mod:`~pal_lightning.data.options`), the task schedule and its phases
-(:mod:`~pal_lightning.data.phase_plan`), the read-validate-tokenise cache
+(:mod:`~pal_lightning.data.sampling.phase_plan`), the read-validate-tokenise cache
 (:mod:`~pal_lightning.data.split_cache`), which splits each stage serves
 (:mod:`~pal_lightning.data.stage_splits`), what sharding needs from the Trainer
-(:mod:`~pal_lightning.data.sharding`) and the loaders (:mod:`~pal_lightning.data.loaders`).
+(:mod:`~pal_lightning.data.sampling.sharding`) and the loaders (:mod:`~pal_lightning.data.loaders`).
 """
 
 from __future__ import annotations
@@ -48,25 +48,19 @@ import torch
 from pal_lightning.core.batch import resolve_pair_encoding
 from pal_lightning.core.config_fields import bind_fields, takes_fields
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.data.batch_samplers import (
-    MIXED,
-    MixedTaskBatchSampler,
-    MultiTaskBatchSampler,
-    Phase,
-    TaskBatch,
-    one_batch_size,
-)
 from pal_lightning.data.dataset import MultiTaskDataset, ResumableDataLoader
 from pal_lightning.data.loaders import TrainSampling, loader_options
 from pal_lightning.data.options import DataConfig, resolve_cache_dir
-from pal_lightning.data.per_task import per_task
-from pal_lightning.data.phase_plan import plan_phases
-from pal_lightning.data.schedules import SamplingSchedule, annealing_horizon
-from pal_lightning.data.sharding import fit_batches_consumed, shard_of, turn_off_distributed_sampler
+from pal_lightning.data.sampling.mixed import MixedTaskBatchSampler, one_batch_size
+from pal_lightning.data.sampling.per_task import MIXED, MultiTaskBatchSampler, Phase, TaskBatch
+from pal_lightning.data.sampling.phase_plan import plan_phases
+from pal_lightning.data.sampling.schedules import SamplingSchedule, annealing_horizon
+from pal_lightning.data.sampling.sharding import fit_batches_consumed, shard_of, turn_off_distributed_sampler
 from pal_lightning.data.sources.hf import with_hub_copies
 from pal_lightning.data.sources.readers import resolve_data_dir
 from pal_lightning.data.split_cache import SplitCache
 from pal_lightning.data.stage_splits import PREPARE, StageSplits
+from pal_lightning.data.task_values import per_task
 from pal_lightning.data.tokenize import TokenizedSplit
 from pal_lightning.tasks.specs import TaskSpec, resolve_tasks
 from pal_lightning.tasks.views import eval_views
@@ -254,7 +248,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
 
     def train_dataloader(self) -> ResumableDataLoader:
         """One task per step, same task on all ranks (``batch_mixing: mixed``: rows of several tasks per step,
-        :class:`~pal_lightning.data.batch_samplers.MixedTaskBatchSampler`); resumable (see ``batch_samplers``)."""
+        :class:`~pal_lightning.data.sampling.mixed.MixedTaskBatchSampler`); resumable (see ``batch_samplers``)."""
         if self.sampling_schedule is None:
             self.setup("fit")
         assert self.sampling_schedule is not None

@@ -1,4 +1,4 @@
-"""Map-style datasets that turn a :class:`~pal_lightning.data.batch_samplers.TaskBatch` into a padded batch.
+"""Map-style datasets that turn a :class:`~pal_lightning.data.sampling.per_task.TaskBatch` into a padded batch.
 
 The samplers decide which examples form a batch; the dataset builds the whole
 batch at once (``__getitems__``), padding to the longest example of the batch.
@@ -15,7 +15,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from pal_lightning.core.batch import IDS, INDICES, LABELS, SPLIT, TASK, mix_batches
-from pal_lightning.data.batch_samplers import MixedBatch, MultiTaskBatchSampler, TaskBatch
+from pal_lightning.data.sampling.mixed import MixedBatch
+from pal_lightning.data.sampling.per_task import MultiTaskBatchSampler, TaskBatch
 from pal_lightning.data.tokenize import TokenizedSplit, pad_batch
 
 

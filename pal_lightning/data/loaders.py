@@ -1,8 +1,8 @@
 """The DataLoaders the data module serves, from tokenised splits and planned batches.
 
-Training batches come from a :class:`~pal_lightning.data.batch_samplers.MultiTaskBatchSampler` (one task
+Training batches come from a :class:`~pal_lightning.data.sampling.per_task.MultiTaskBatchSampler` (one task
 per step, resumable; :class:`TrainSampling` carries its position across rebuilt loaders and checkpoints);
-evaluation batches are planned once by :func:`~pal_lightning.data.batch_samplers.eval_batches` (every
+evaluation batches are planned once by :func:`~pal_lightning.data.sampling.per_task.eval_batches` (every
 example exactly once across ranks).
 """
 
@@ -14,8 +14,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from pal_lightning.data.batch_samplers import MultiTaskBatchSampler, eval_batches
 from pal_lightning.data.dataset import BatchListDataset, MultiTaskDataset, ResumableDataLoader, passthrough
+from pal_lightning.data.sampling.per_task import MultiTaskBatchSampler, eval_batches
 from pal_lightning.data.tokenize import TokenizedSplit
 
 __all__ = ["TrainSampling", "eval_loader", "loader_options"]

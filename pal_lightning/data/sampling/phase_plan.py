@@ -1,13 +1,13 @@
 """The task schedule: every task interleaved, or the tasks one after another (continual learning).
 
-``interleaved`` draws a task per step by the sampling schedule (:mod:`pal_lightning.data.schedules`).
+``interleaved`` draws a task per step by the sampling schedule (:mod:`pal_lightning.data.sampling.schedules`).
 ``sequential`` trains the tasks of ``task_order`` in phases: phase ``i`` trains ``task_order[i]`` for
 ``steps_per_task`` training batches, or for ``epochs_per_task`` passes over its training data, one
 pass being ``ceil(N_t / (B_t W))`` global batches (as for ``steps_per_epoch``).
 
 :func:`plan_phases` checks the options once, when the data module is built; :meth:`PhasePlan.lengths`
 turns them into the ``(task, batches)`` pairs the batch sampler trains
-(:func:`~pal_lightning.data.batch_samplers.make_phases` gives their start and end), and
+(:func:`~pal_lightning.data.sampling.per_task.make_phases` gives their start and end), and
 :meth:`PhasePlan.steps_per_epoch` into the length of an epoch.
 """
 
@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.data.batch_samplers import Phase, default_steps_per_epoch, make_phases
-from pal_lightning.data.per_task import per_task
+from pal_lightning.data.sampling.per_task import Phase, default_steps_per_epoch, make_phases
+from pal_lightning.data.task_values import per_task
 from pal_lightning.tasks.specs import repeated_names
 
 __all__ = ["INTERLEAVED", "SEQUENTIAL", "TASK_SCHEDULES", "PhasePlan", "check_task_schedule", "plan_phases"]
@@ -81,7 +81,7 @@ class PhasePlan:
     def phases(
         self, train_sizes: Mapping[str, int], batch_sizes: Mapping[str, int], world: int
     ) -> list[Phase]:
-        """The phases as :class:`~pal_lightning.data.batch_samplers.Phase` s (start and end in training
+        """The phases as :class:`~pal_lightning.data.sampling.per_task.Phase` s (start and end in training
         batches; empty for the interleaved schedule)."""
         return make_phases(self.lengths(train_sizes, batch_sizes, world))
 

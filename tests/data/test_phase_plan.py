@@ -1,4 +1,5 @@
-"""The sequential (continual) schedule: phases, task order, resume and ranks."""
+"""The sequential (continual) task schedule (pal_lightning.data.sampling.phase_plan and the sampler's phases):
+phases, task order, resume and ranks."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import pytest
 from test_datamodule import fit, make_dm
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.data.batch_samplers import MultiTaskBatchSampler, Phase, make_phases
-from pal_lightning.data.schedules import SamplingSchedule
+from pal_lightning.data.sampling.per_task import MultiTaskBatchSampler, Phase, make_phases
+from pal_lightning.data.sampling.schedules import SamplingSchedule
 
 SIZES = {"a": 100, "b": 37, "c": 250}
 BATCH = {"a": 4, "b": 3, "c": 8}

@@ -24,7 +24,7 @@ schedule's probabilities and renormalise: ``p'_i = m_i p_i / sum_j m_j p_j`` (ta
 ``m_i = 1``); see :func:`apply_multipliers`.
 
 Everything here is pure: no state, no randomness. The batch sampler
-(:mod:`pal_lightning.data.batch_samplers`) draws from these probabilities.
+(:mod:`pal_lightning.data.sampling.per_task`) draws from these probabilities.
 """
 
 from __future__ import annotations
