@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     import lightning.pytorch as pl
     from torch import Tensor, nn
 
-    from pal_lightning.data.sampling.per_task import Phase
+    from pal_lightning.data.sampling.phase_plan import Phase
     from pal_lightning.tasks.specs import TaskSpec
 
 __all__ = [

@@ -14,7 +14,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from pal_lightning.data.options import DataConfig
-from pal_lightning.data.sampling.per_task import MultiTaskBatchSampler, Phase, TaskBatch, eval_batches
+from pal_lightning.data.sampling.per_task import MultiTaskBatchSampler, TaskBatch, eval_batches
+from pal_lightning.data.sampling.phase_plan import Phase
 from pal_lightning.data.sampling.schedules import SamplingSchedule, annealed_alpha, task_probabilities
 from pal_lightning.data.sources.hf import dataset_task
 from pal_lightning.data.sources.readers import RawSplit, read_split

@@ -9,7 +9,8 @@ import pytest
 from test_datamodule import fit, make_dm
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.data.sampling.per_task import MultiTaskBatchSampler, Phase, make_phases
+from pal_lightning.data.sampling.per_task import MultiTaskBatchSampler
+from pal_lightning.data.sampling.phase_plan import Phase, make_phases
 from pal_lightning.data.sampling.schedules import SamplingSchedule
 
 SIZES = {"a": 100, "b": 37, "c": 250}

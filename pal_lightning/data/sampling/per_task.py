@@ -21,6 +21,7 @@ from torch.utils.data import Sampler
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.data.sampling import streams
+from pal_lightning.data.sampling.phase_plan import Phase, default_steps_per_epoch, make_phases
 from pal_lightning.data.sampling.schedules import SamplingSchedule
 
 log = logging.getLogger(__name__)
@@ -31,33 +32,6 @@ PER_TASK, MIXED = "per_task", "mixed"
 BATCH_MIXINGS = (PER_TASK, MIXED)
 
 
-class Phase(NamedTuple):
-    """One phase of a sequential schedule: ``task`` trains on global training batches ``start .. end - 1``.
-
-    Counted in training batches (per rank, ``epoch * steps_per_epoch + batch_idx``), not optimizer
-    steps: with ``accumulate_grad_batches = k`` a phase of ``n`` batches is ``n / k`` optimizer steps.
-    """
-
-    task: str
-    start: int
-    end: int
-
-
-def make_phases(plan: Sequence[tuple[str, int]]) -> list[Phase]:
-    """Consecutive :class:`Phase` s from ``(task, batches)`` pairs: ``start_i = sum_{k<i} n_k``.
-
-    Raises:
-        PalUserError: a phase with fewer than one batch.
-    """
-    phases, start = [], 0
-    for task, n in plan:
-        if int(n) < 1:
-            raise PalUserError(f"Every continual phase needs >= 1 training batch; {task!r} got {n}.")
-        phases.append(Phase(str(task), start, start + int(n)))
-        start += int(n)
-    return phases
-
-
 class TaskBatch(NamedTuple):
     """What a batch sampler yields: the examples ``indices`` of one split of one task."""
 
@@ -66,19 +40,9 @@ class TaskBatch(NamedTuple):
     indices: tuple[int, ...]
 
 
-def default_steps_per_epoch(
-    sizes: Mapping[str, int], batch_sizes: Mapping[str, int], num_replicas: int
-) -> int:
-    """Steps of one pass over the data: ``sum_t ceil(N_t / (B_t * W))``."""
-    return sum(math.ceil(n / (batch_sizes[t] * num_replicas)) for t, n in sizes.items() if n > 0)
-
-
 class EpochHandle:
-    """The object Lightning finds at ``batch_sampler.sampler`` and calls ``set_epoch`` on.
-
-    Lightning only calls ``set_epoch`` on ``dataloader.sampler`` and
-    ``dataloader.batch_sampler.sampler``; this handle forwards the call to its batch sampler.
-    """
+    """What Lightning finds at ``batch_sampler.sampler`` (it calls ``set_epoch`` there and on
+    ``dataloader.sampler`` only): forwards ``set_epoch`` to the batch sampler."""
 
     def __init__(self, owner: MultiTaskBatchSampler) -> None:
         self._owner = owner
@@ -145,12 +109,13 @@ class MultiTaskBatchSampler(Sampler[TaskBatch]):
         unknown = sorted({p.task for p in self.phases} - set(self.tasks))
         if unknown:
             raise PalUserError(f"Continual phases name unknown tasks {unknown}; the tasks are {self.tasks}.")
-        if steps_per_epoch is not None:
-            self.steps_per_epoch = int(steps_per_epoch)
-        elif self.phases:
-            self.steps_per_epoch = self.phases[-1].end
-        else:
-            self.steps_per_epoch = default_steps_per_epoch(self.sizes, self.batch_sizes, num_replicas)
+        self.steps_per_epoch = int(
+            steps_per_epoch
+            if steps_per_epoch is not None
+            else self.phases[-1].end
+            if self.phases
+            else default_steps_per_epoch(self.sizes, self.batch_sizes, num_replicas)
+        )
         if self.steps_per_epoch < 1:
             raise PalUserError(f"steps_per_epoch must be >= 1, got {self.steps_per_epoch}.")
         self.epoch = 0
