@@ -19,8 +19,8 @@ import torch
 from pal_lightning.core.batch import resolve_pair_encoding
 from pal_lightning.core.config_fields import bind_fields, takes_fields
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.data.dataset import MultiTaskDataset, ResumableDataLoader
-from pal_lightning.data.loaders import TrainSampling, loader_options
+from pal_lightning.data.dataset import MultiTaskDataset
+from pal_lightning.data.loaders import ResumableDataLoader, TrainSampling, loader_options
 from pal_lightning.data.options import DataConfig, resolve_cache_dir
 from pal_lightning.data.sampling.mixed import MixedTaskBatchSampler, one_batch_size
 from pal_lightning.data.sampling.per_task import MIXED, MultiTaskBatchSampler, TaskBatch
