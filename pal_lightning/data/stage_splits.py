@@ -70,7 +70,7 @@ def take_rows(data: TokenizedSplit, rows: np.ndarray, split: str) -> TokenizedSp
 
 @dataclass(frozen=True)
 class StageSplits:
-    """The ``(task or view, split)`` pairs each stage serves (see the module docstring), and their loaders."""
+    """The ``(task or view, split)`` pairs each stage serves, and their loaders."""
 
     task_specs: Sequence[TaskSpec]
     """The tasks, as read."""

@@ -47,7 +47,7 @@ def one_batch_size(batch_sizes: Mapping[str, int]) -> int:
 
 
 class MixedTaskBatchSampler(MultiTaskBatchSampler):
-    """Yields :class:`MixedBatch` es whose rows draw their tasks by the schedule (module docstring).
+    """Yields :class:`MixedBatch` es whose rows draw their tasks by the schedule.
 
     Takes the per-task sampler's arguments, except ``phases``. ``lengths`` are each example's padded width
     in a mixed batch (a siamese pair's longer side); given, every pool of ``pool_batches`` steps deals long

@@ -52,7 +52,7 @@ class EpochHandle:
 
 
 class MultiTaskBatchSampler(Sampler[TaskBatch]):
-    """Yields :class:`TaskBatch` es of one task per step (the module docstring says how).
+    """Yields :class:`TaskBatch` es of one task per step, the same on every rank, resumable.
 
     Args:
         sizes: training examples per task (``N_t``), in a fixed task order.
