@@ -130,10 +130,6 @@ class MultiTaskDataModule(pl.LightningDataModule):
         ``train`` is what the carve-out leaves and ``validation`` the carved share."""
         return self.stages.load(task, split, report=report)
 
-    def evaluated(self, split: str) -> list[TaskSpec]:
-        """The tasks, each followed by its evaluation views that have ``split``: what ``split`` serves."""
-        return self.stages.evaluated(split)
-
     def label_names(self) -> dict[str, list[str]]:
         """The class names of each task whose labels have names: its ``label_names``, else its train split's
         (``ClassLabel`` names, or the label column's words sorted); tasks labelled by numbers are left out."""

@@ -10,7 +10,7 @@ over its rows, whose expected gradient is the per-task schedule's, ``sum_t p_t g
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -49,7 +49,7 @@ def one_batch_size(batch_sizes: Mapping[str, int]) -> int:
 class MixedTaskBatchSampler(MultiTaskBatchSampler):
     """Yields :class:`MixedBatch` es whose rows draw their tasks by the schedule.
 
-    Takes the per-task sampler's arguments, except ``phases``. ``lengths`` are each example's padded width
+    Takes the per-task sampler's arguments (by keyword after ``schedule``), except ``phases``. ``lengths`` are each example's padded width
     in a mixed batch (a siamese pair's longer side); given, every pool of ``pool_batches`` steps deals long
     examples to the same steps. ``steps_per_epoch`` defaults to the per-task sampler's one pass.
 
@@ -65,32 +65,19 @@ class MixedTaskBatchSampler(MultiTaskBatchSampler):
         sizes: Mapping[str, int],
         batch_sizes: Mapping[str, int],
         schedule: SamplingSchedule,
-        steps_per_epoch: int | None = None,
-        num_replicas: int = 1,
-        rank: int = 0,
-        seed: int = 42,
-        lengths: Mapping[str, np.ndarray] | None = None,
-        pool_batches: int = 50,
-        split: str = "train",
+        **options: Any,
     ) -> None:
+        if "phases" in options:
+            raise TypeError(
+                "MixedTaskBatchSampler takes no phases: a sequential schedule trains one task at a time."
+            )
         if schedule.is_round_robin:
             raise PalUserError(
                 "sampling 'round_robin' cycles through whole batches, one task each; with batch_mixing 'mixed' "
                 "every row draws its task. Use --data.sampling uniform (the same frequencies), or "
                 "--data.batch_mixing per_task."
             )
-        super().__init__(
-            sizes,
-            batch_sizes,
-            schedule,
-            steps_per_epoch,
-            num_replicas,
-            rank,
-            seed,
-            lengths,
-            pool_batches,
-            split,
-        )
+        super().__init__(sizes, batch_sizes, schedule, **options)
         #: Rows per rank of every batch.
         self.batch_size = one_batch_size(self.batch_sizes)
 

@@ -13,18 +13,6 @@ from pal_lightning.core.errors import PalUserError
 from pal_lightning.data.task_values import per_task
 from pal_lightning.tasks.specs import repeated_names
 
-__all__ = [
-    "INTERLEAVED",
-    "SEQUENTIAL",
-    "TASK_SCHEDULES",
-    "Phase",
-    "PhasePlan",
-    "check_task_schedule",
-    "default_steps_per_epoch",
-    "make_phases",
-    "plan_phases",
-]
-
 INTERLEAVED = "interleaved"
 SEQUENTIAL = "sequential"
 #: Values of ``schedule`` (the task schedule, not the sampling schedule of ``sampling``).
