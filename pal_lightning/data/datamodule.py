@@ -204,7 +204,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
         return loader_options(int(self.config.num_workers), int(self.config.seed))
 
     def train_dataloader(self) -> ResumableDataLoader:
-        """One task per step, the same on all ranks (``batch_mixing: mixed``: rows of several tasks); resumable."""
+        """One task per step, the same on all ranks (``mixed``: rows of several tasks); resumable."""
         if self.sampling_schedule is None:
             self.setup("fit")
         assert self.sampling_schedule is not None
@@ -253,8 +253,8 @@ class MultiTaskDataModule(pl.LightningDataModule):
     def eval_dataloader(
         self, split: str = "dev", tasks: Sequence[str] | None = None, limit_examples: int | None = None
     ) -> torch.utils.data.DataLoader:
-        """Like :meth:`val_dataloader` for any labelled ``split`` and some ``tasks`` (default all), each cut to
-        its first ``limit_examples`` (the continual evaluation's cheap score after each phase)."""
+        """Like :meth:`val_dataloader` for any labelled ``split`` and some ``tasks`` (default all), each cut
+        to its first ``limit_examples`` (the continual evaluation's cheap score after each phase)."""
         return self._eval_loader(self.stages.requested(split, tasks, limit_examples), limit_examples)
 
     def test_dataloader(self) -> torch.utils.data.DataLoader:

@@ -49,9 +49,10 @@ def one_batch_size(batch_sizes: Mapping[str, int]) -> int:
 class MixedTaskBatchSampler(MultiTaskBatchSampler):
     """Yields :class:`MixedBatch` es whose rows draw their tasks by the schedule.
 
-    Takes the per-task sampler's arguments (by keyword after ``schedule``), except ``phases``. ``lengths`` are each example's padded width
-    in a mixed batch (a siamese pair's longer side); given, every pool of ``pool_batches`` steps deals long
-    examples to the same steps. ``steps_per_epoch`` defaults to the per-task sampler's one pass.
+    Takes the per-task sampler's arguments (by keyword after ``schedule``), except ``phases``. ``lengths``
+    are each example's padded width in a mixed batch (a siamese pair's longer side); given, every pool of
+    ``pool_batches`` steps deals long examples to the same steps. ``steps_per_epoch`` defaults to the
+    per-task sampler's one pass.
 
     Raises:
         PalUserError: for per-task batch sizes that differ, or the ``round_robin`` schedule (a cycle of

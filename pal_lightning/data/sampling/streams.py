@@ -1,4 +1,4 @@
-"""The seeded draws behind the batch samplers: pure functions of ``(seed, epoch, ...)``, the same on every rank.
+"""The seeded draws behind the batch samplers: pure functions of ``(seed, epoch, ...)``, alike on every rank.
 
 A task's *example stream* is one random permutation of its examples after another (pass ``c`` seeded by
 ``(seed, task, c)``); the task of a step (or, for mixed batches, of a row) is drawn with a generator seeded
