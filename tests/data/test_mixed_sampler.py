@@ -312,5 +312,5 @@ def test_tiny_fit_logs_present_tasks_and_refuses_gem(mixed_data, tmp_path: Path)
 
 @pytest.mark.ddp
 def test_the_default_batch_mixing_is_per_task() -> None:
-    """options.py writes the default out (the fast help reads it with ast): it must stay PER_TASK."""
+    """options.py writes the default out: it must stay PER_TASK."""
     assert DataConfig.__dataclass_fields__["batch_mixing"].default == PER_TASK
