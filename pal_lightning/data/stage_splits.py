@@ -186,14 +186,13 @@ class StageSplits:
             PalUserError: when there is none (CS224N's test-student files carry no labels: they are for
                 ``predict``, never for ``test``).
         """
-        pairs = []
-        for spec in self.evaluated("test"):
-            if "test" in spec.files or spec.format == "hf":
-                if (
-                    self.splits.exists(spec, "test")
-                    and self.splits.load(spec.name, "test").labels is not None
-                ):
-                    pairs.append((spec.name, "test"))
+        pairs = [
+            (spec.name, "test")
+            for spec in self.evaluated("test")
+            if ("test" in spec.files or spec.format == "hf")
+            and self.splits.exists(spec, "test")
+            and self.splits.load(spec.name, "test").labels is not None
+        ]
         if not pairs:
             raise PalUserError(
                 "No task has a labelled test split (CS224N test-student files carry no labels). Use "

@@ -132,7 +132,7 @@ def test_epochs_continue_the_stream_without_replacement_and_can_be_reached_direc
     walked = fresh()
     epochs = [[(b.task, tuple(b.indices)) for b in epoch_batches(walked, e)] for e in range(5)]
     # a fresh sampler sent straight to epoch 4 (as a resumed run is) draws the same batches
-    assert [(b.task, tuple(b.indices)) for b in fresh().batches(4)] == epochs[4]
+    assert [(b.task, tuple(b.indices)) for b in epoch_batches(fresh(), 4)] == epochs[4]
     direct = fresh()
     epoch_batches(direct, 3)
     back = [(b.task, tuple(b.indices)) for b in epoch_batches(direct, 1)]
