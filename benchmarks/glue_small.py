@@ -95,7 +95,7 @@ def joint_budget(encoder: str) -> tuple[int, int, float]:
 def separate_steps(encoder: str, scale: float = 1.0) -> dict[str, int]:
     """Each task's expected draws in the joint run (annealed sampling over its epochs), scaled: the steps of
     its separate model, so that each separate model sees as many examples of its task as the joint run."""
-    from pal_lightning.data.schedules import SamplingSchedule
+    from pal_lightning.data.sampling.schedules import SamplingSchedule
     from pal_lightning.data.stage_splits import carve
 
     rows = {"glue_cola": 8551, "glue_sst2": 67349, "glue_mrpc": 3668, "glue_stsb": 5749, "glue_rte": 2490}

@@ -39,7 +39,7 @@ WAYS = {  # name: (batch_mixing, group_by_length)
 
 def count(way: str, epochs: int, data_dir: str | None) -> dict[str, Any]:
     from pal_lightning.data import MultiTaskDataModule
-    from pal_lightning.data.batch_samplers import MixedBatch
+    from pal_lightning.data.sampling.mixed import MixedBatch
 
     config = yaml.safe_load(QUICKSTART.read_text())
     options = dict(config["data"]["init_args"])

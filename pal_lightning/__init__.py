@@ -37,8 +37,8 @@ _EXPORTS: dict[str, str] = {
     "DataConfig": "pal_lightning.data",
     "MLMPretrainModule": "pal_lightning.pretraining",
     "MLMDataModule": "pal_lightning.pretraining",
-    "task_probabilities": "pal_lightning.data.schedules",
-    "annealed_alpha": "pal_lightning.data.schedules",
+    "task_probabilities": "pal_lightning.data.sampling.schedules",
+    "annealed_alpha": "pal_lightning.data.sampling.schedules",
     "PredictionWriter": "pal_lightning.callbacks",
     "GEMCallback": "pal_lightning.gem",
     "EpisodicMemory": "pal_lightning.gem",
@@ -114,7 +114,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from pal_lightning.core.errors import PalUserError
     from pal_lightning.core.hub import DEFAULT_ENCODER, resolve_encoder
     from pal_lightning.data import DataConfig, MultiTaskDataModule
-    from pal_lightning.data.schedules import annealed_alpha, task_probabilities
+    from pal_lightning.data.sampling.schedules import annealed_alpha, task_probabilities
     from pal_lightning.gem import EpisodicMemory, GEMCallback, agem_project, project_gradient
     from pal_lightning.modeling import (
         AdapterConfig,

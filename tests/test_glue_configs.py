@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from pal_lightning.data.schedules import SamplingSchedule
+from pal_lightning.data.sampling.schedules import SamplingSchedule
 from pal_lightning.data.stage_splits import carve
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"

@@ -18,7 +18,16 @@ PACKAGE = Path(__file__).resolve().parents[1] / "pal_lightning"
 #: The top-level packages, lowest first: a module may import its own layer and the layers before it.
 LAYERS = ("core", "tasks", "data", "modeling", "gem", "module", "callbacks", "pretraining", "cli", "testing")
 
-MAX_MODULES_PER_FOLDER = 13  # "about 12": a folder's modules and sub-packages, its __init__ not counted
+MAX_MODULE_LINES = 500
+#: Modules still over MAX_MODULE_LINES: cut by issue 42 (empty this once they are).
+LONG_MODULES_TO_CUT = {
+    "pal_lightning/cli/fit.py",
+    "pal_lightning/data/sources/readers.py",
+    "pal_lightning/modeling/encoder.py",
+    "pal_lightning/module/multitask.py",
+    "pal_lightning/module/pretrained.py",
+    "pal_lightning/tasks/specs.py",
+}
 
 
 def module_name(path: Path, root: Path = PACKAGE) -> str:
@@ -140,14 +149,13 @@ def test_the_import_graph_has_no_cycle() -> None:
     assert find_cycle(import_graph()) is None
 
 
-def test_every_folder_is_small_enough_to_know_its_room() -> None:
-    crowded = {}
-    for folder in [PACKAGE, *(p for p in PACKAGE.rglob("*") if (p / "__init__.py").exists())]:
-        entries = [p for p in folder.glob("*.py") if p.name != "__init__.py"]
-        entries += [p for p in folder.iterdir() if (p / "__init__.py").exists()]
-        if len(entries) > MAX_MODULES_PER_FOLDER:
-            crowded[str(folder.relative_to(PACKAGE.parent))] = len(entries)
-    assert crowded == {}
+def test_no_module_over_five_hundred_lines() -> None:
+    long = {
+        str(p.relative_to(PACKAGE.parent)): n
+        for p in PACKAGE.rglob("*.py")
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert sorted(set(long) - LONG_MODULES_TO_CUT) == [], long
 
 
 def test_the_checks_catch_an_upward_import_and_a_cycle(tmp_path: Path) -> None:

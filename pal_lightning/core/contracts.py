@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     import lightning.pytorch as pl
     from torch import Tensor, nn
 
-    from pal_lightning.data.batch_samplers import Phase
+    from pal_lightning.data.sampling.phase_plan import Phase
     from pal_lightning.tasks.specs import TaskSpec
 
 __all__ = [
@@ -102,7 +102,7 @@ class PhasedData(EpochSteps, Protocol):
 @runtime_checkable
 class EpochTaskProbabilities(Protocol):
     """The task sampling probabilities of a (0-based) epoch (the training log; what a data module reads
-    from its :class:`~pal_lightning.data.schedules.SamplingSchedule`)."""
+    from its :class:`~pal_lightning.data.sampling.schedules.SamplingSchedule`)."""
 
     def task_probabilities_for_epoch(self, epoch: int) -> dict[str, float]: ...
 

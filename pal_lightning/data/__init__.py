@@ -4,9 +4,8 @@ Public entry points:
 
 * :class:`MultiTaskDataModule` - the LightningDataModule; :class:`DataConfig` - its options.
 * :func:`~pal_lightning.data.sources.hf.dataset_task` - a task reading a ``datasets.DatasetDict``.
-* :func:`~pal_lightning.data.schedules.task_probabilities`,
-  :func:`~pal_lightning.data.schedules.annealed_alpha` - the sampling maths.
-* :class:`~pal_lightning.data.batch_samplers.MultiTaskBatchSampler` - one task per step, DDP-consistent, resumable.
+* :func:`task_probabilities`, :func:`annealed_alpha` - the sampling maths (:mod:`.sampling.schedules`).
+* :class:`MultiTaskBatchSampler` - one task per step, DDP-consistent, resumable (:mod:`.sampling`).
 """
 
 from __future__ import annotations
@@ -14,9 +13,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from pal_lightning.data.batch_samplers import MultiTaskBatchSampler, Phase, TaskBatch, eval_batches
 from pal_lightning.data.options import DataConfig
-from pal_lightning.data.schedules import SamplingSchedule, annealed_alpha, task_probabilities
+from pal_lightning.data.sampling.per_task import MultiTaskBatchSampler, TaskBatch, eval_batches
+from pal_lightning.data.sampling.phase_plan import Phase
+from pal_lightning.data.sampling.schedules import SamplingSchedule, annealed_alpha, task_probabilities
 from pal_lightning.data.sources.hf import dataset_task
 from pal_lightning.data.sources.readers import RawSplit, read_split
 from pal_lightning.data.sources.text import ptb_detokenize, undo_double_quoting

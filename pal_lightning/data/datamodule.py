@@ -1,39 +1,10 @@
-"""The multi-task LightningDataModule.
-
-Reads every task's files (validated row by row), tokenises them once with the
-encoder's fast tokenizer (cached on disk), and serves
-
-* training batches of one task per step, drawn by a sampling schedule
-  (:mod:`pal_lightning.data.schedules`), the same task on every rank, resumable
-  mid-epoch (:mod:`pal_lightning.data.batch_samplers`); with ``batch_mixing: mixed``, batches whose
-  rows each draw their task by the same schedule (:class:`~pal_lightning.data.batch_samplers.MixedTaskBatchSampler`);
-* validation (dev), test (labelled test splits) and prediction (dev and
-  test-student) batches covering every example exactly once across ranks.
-
-An epoch is ``steps_per_epoch`` steps (default: one pass, ``sum_t ceil(N_t / (B_t W))``).
-
-``schedule="sequential"`` trains the tasks one after another instead (continual learning):
-phase ``i`` trains ``task_order[i]`` for ``steps_per_task`` training batches (or
-``epochs_per_task`` passes over it, one pass being ``ceil(N_t / (B_t W))`` batches).
-The whole continual run is one epoch by default (``steps_per_epoch`` = the sum of the
-phases), so ``trainer.max_epochs: 1`` (or ``max_steps`` = that sum) sizes the
-learning-rate schedule; :attr:`MultiTaskDataModule.phases` says where each phase starts and ends.
-Tasks drawn more often than they have batches do not run dry: each task's examples
-are used without replacement and reshuffled when used up (a new random permutation
-per pass), continuing across epochs.
-
-``batch_size`` and ``eval_batch_size`` are per rank (per device), like every
-Lightning batch size. Lightning must not wrap the loaders in a
-``DistributedSampler`` (this module shards by itself): :meth:`setup` switches the
-Trainer's ``use_distributed_sampler`` off, or fails with a clear message when it
-cannot.
-
-The class wires together units that each hold one concern: the options
-(:mod:`~pal_lightning.data.options`), the task schedule and its phases
-(:mod:`~pal_lightning.data.phase_plan`), the read-validate-tokenise cache
-(:mod:`~pal_lightning.data.split_cache`), which splits each stage serves
-(:mod:`~pal_lightning.data.stage_splits`), what sharding needs from the Trainer
-(:mod:`~pal_lightning.data.sharding`) and the loaders (:mod:`~pal_lightning.data.loaders`).
+"""The multi-task LightningDataModule: reads and validates every task's files, tokenises them once (cached
+on disk), and serves training batches drawn by the task schedule (:mod:`pal_lightning.data.sampling`: one
+task per step, or mixed rows; the same on every rank; resumable mid-epoch) and evaluation batches covering
+every example once across ranks. Batch sizes are per rank; the module shards by itself, so it turns the
+Trainer's ``use_distributed_sampler`` off. It wires together the options (:mod:`.options`), the
+split cache (:mod:`.split_cache`), the splits of each stage (:mod:`.stage_splits`) and the loaders
+(:mod:`.loaders`).
 """
 
 from __future__ import annotations
@@ -48,25 +19,19 @@ import torch
 from pal_lightning.core.batch import resolve_pair_encoding
 from pal_lightning.core.config_fields import bind_fields, takes_fields
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.data.batch_samplers import (
-    MIXED,
-    MixedTaskBatchSampler,
-    MultiTaskBatchSampler,
-    Phase,
-    TaskBatch,
-    one_batch_size,
-)
-from pal_lightning.data.dataset import MultiTaskDataset, ResumableDataLoader
-from pal_lightning.data.loaders import TrainSampling, loader_options
+from pal_lightning.data.dataset import MultiTaskDataset
+from pal_lightning.data.loaders import ResumableDataLoader, TrainSampling, loader_options
 from pal_lightning.data.options import DataConfig, resolve_cache_dir
-from pal_lightning.data.per_task import per_task
-from pal_lightning.data.phase_plan import plan_phases
-from pal_lightning.data.schedules import SamplingSchedule, annealing_horizon
-from pal_lightning.data.sharding import fit_batches_consumed, shard_of, turn_off_distributed_sampler
+from pal_lightning.data.sampling.mixed import MixedTaskBatchSampler, one_batch_size
+from pal_lightning.data.sampling.per_task import MIXED, MultiTaskBatchSampler, TaskBatch
+from pal_lightning.data.sampling.phase_plan import Phase, plan_phases
+from pal_lightning.data.sampling.schedules import SamplingSchedule, annealing_horizon
+from pal_lightning.data.sampling.sharding import fit_batches_consumed, shard_of, turn_off_distributed_sampler
 from pal_lightning.data.sources.hf import with_hub_copies
 from pal_lightning.data.sources.readers import resolve_data_dir
 from pal_lightning.data.split_cache import SplitCache
 from pal_lightning.data.stage_splits import PREPARE, StageSplits
+from pal_lightning.data.task_values import per_task
 from pal_lightning.data.tokenize import TokenizedSplit
 from pal_lightning.tasks.specs import TaskSpec, resolve_tasks
 from pal_lightning.tasks.views import eval_views
@@ -80,15 +45,13 @@ log = logging.getLogger(__name__)
 class MultiTaskDataModule(pl.LightningDataModule):
     """Data for multi-task training: readers, validation, tokenisation cache, task sampling.
 
-    Takes the fields of :class:`~pal_lightning.data.options.DataConfig` as keyword arguments (below);
-    ``MultiTaskDataModule.from_config(config)`` takes a whole ``DataConfig``. The options as given
-    are :attr:`config` (and the saved hyper-parameters).
+    Takes the fields of :class:`~pal_lightning.data.options.DataConfig` as keyword arguments (below), or a
+    whole ``DataConfig`` through :meth:`from_config`; :attr:`config` keeps them as given.
     """
 
     def __init__(self, *args: Any, **options: Any) -> None:
-        # Not super(): a method naming it gets a __class__ cell, and save_hyperparameters reads the
-        # arguments of every __init__ frame that has one by the class's signature (the options,
-        # which are not local variables here).
+        # Not super(): it gives methods a __class__ cell, and save_hyperparameters would then read this
+        # frame's arguments by the class's signature (the options are not local variables here).
         pl.LightningDataModule.__init__(self)
         #: The options as given.
         self.config = config = bind_fields(DataConfig, args, options)
@@ -163,17 +126,9 @@ class MultiTaskDataModule(pl.LightningDataModule):
         return int(pad) if pad is not None else 0
 
     def load_split(self, task: str, split: str, report: bool = True) -> TokenizedSplit:
-        """Read, validate and tokenise one split (from the cache when possible); logs row counts.
-
-        See :meth:`~pal_lightning.data.split_cache.SplitCache.load`; with ``validation_fraction``, ``train`` is
-        what the carve-out leaves and ``validation`` the carved share
-        (:meth:`~pal_lightning.data.stage_splits.StageSplits.load`).
-        """
+        """Read, validate and tokenise one split (from the cache when possible); with ``validation_fraction``,
+        ``train`` is what the carve-out leaves and ``validation`` the carved share."""
         return self.stages.load(task, split, report=report)
-
-    def evaluated(self, split: str) -> list[TaskSpec]:
-        """The tasks, each followed by its evaluation views that have ``split``: what ``split`` serves."""
-        return self.stages.evaluated(split)
 
     def label_names(self) -> dict[str, list[str]]:
         """The class names of each task whose labels have names: its ``label_names``, else its train split's
@@ -220,12 +175,8 @@ class MultiTaskDataModule(pl.LightningDataModule):
 
     @property
     def phases(self) -> list[Phase]:
-        """The phases of a sequential schedule: ``Phase(task, start, end)`` in training batches.
-
-        Phase ``i`` trains ``task_order[i]`` on global training batches ``start .. end - 1`` (global
-        batch = ``epoch * steps_per_epoch + batch_idx``, counted per rank, not in optimizer steps).
-        Empty for the interleaved schedule. With ``epochs_per_task`` valid after ``setup("fit")``.
-        """
+        """The phases of a sequential schedule, ``Phase(task, start, end)`` in training batches (empty for the
+        interleaved schedule; with ``epochs_per_task`` valid after ``setup("fit")``)."""
         world, _ = shard_of(self.trainer)
         return self.phase_plan.phases(self.train_sizes, self.batch_sizes, world)
 
@@ -253,8 +204,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
         return loader_options(int(self.config.num_workers), int(self.config.seed))
 
     def train_dataloader(self) -> ResumableDataLoader:
-        """One task per step, same task on all ranks (``batch_mixing: mixed``: rows of several tasks per step,
-        :class:`~pal_lightning.data.batch_samplers.MixedTaskBatchSampler`); resumable (see ``batch_samplers``)."""
+        """One task per step, the same on all ranks (``mixed``: rows of several tasks); resumable."""
         if self.sampling_schedule is None:
             self.setup("fit")
         assert self.sampling_schedule is not None
@@ -269,8 +219,6 @@ class MultiTaskDataModule(pl.LightningDataModule):
     def _train_sampler(
         self, splits: dict[tuple[str, str], TokenizedSplit], world: int, rank: int
     ) -> MultiTaskBatchSampler:
-        """The training batch sampler: mixed-task batches, or one task per batch (with length grouping
-        and a sequential schedule's phases where configured)."""
         assert self.sampling_schedule is not None
         common: dict[str, Any] = {
             "steps_per_epoch": self.config.steps_per_epoch,
@@ -305,10 +253,8 @@ class MultiTaskDataModule(pl.LightningDataModule):
     def eval_dataloader(
         self, split: str = "dev", tasks: Sequence[str] | None = None, limit_examples: int | None = None
     ) -> torch.utils.data.DataLoader:
-        """Like :meth:`val_dataloader` for any labelled ``split`` and some ``tasks`` (default all),
-        each keeping its first ``limit_examples`` examples (all when ``None``): what the continual
-        evaluation uses to score every task cheaply after each phase.
-        """
+        """Like :meth:`val_dataloader` for any labelled ``split`` and some ``tasks`` (default all), each cut
+        to its first ``limit_examples`` (the continual evaluation's cheap score after each phase)."""
         return self._eval_loader(self.stages.requested(split, tasks, limit_examples), limit_examples)
 
     def test_dataloader(self) -> torch.utils.data.DataLoader:
@@ -331,11 +277,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
         return self.stages.predicted()
 
     def train_batch(self, task: str, indices: Sequence[int]) -> dict[str, Any]:
-        """The padded training batch of ``task``'s examples at ``indices`` (positions in its train split).
-
-        What GEM's episodic memories use to rebuild remembered examples; the batch follows
-        :mod:`pal_lightning.core.batch` and lives on the CPU.
-        """
+        """The padded CPU batch of ``task``'s train examples at ``indices`` (GEM rebuilds its memories so)."""
         if task not in self.task_names:
             raise PalUserError(f"Unknown task {task!r}; this data module serves {self.task_names}.")
         split = self.load_split(task, "train")

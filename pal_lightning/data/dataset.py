@@ -1,27 +1,20 @@
-"""Map-style datasets that turn a :class:`~pal_lightning.data.batch_samplers.TaskBatch` into a padded batch.
-
-The samplers decide which examples form a batch; the dataset builds the whole
-batch at once (``__getitems__``), padding to the longest example of the batch.
-The batch is a dict following :mod:`pal_lightning.core.batch`.
-"""
+"""The map-style dataset that turns a :class:`~pal_lightning.data.sampling.per_task.TaskBatch` (or a mixed
+batch) into one padded batch (a dict of :mod:`pal_lightning.core.batch` keys), built whole by
+``__getitems__``."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from pal_lightning.core.batch import IDS, INDICES, LABELS, SPLIT, TASK, mix_batches
-from pal_lightning.data.batch_samplers import MixedBatch, MultiTaskBatchSampler, TaskBatch
+from pal_lightning.data.sampling.mixed import MixedBatch
+from pal_lightning.data.sampling.per_task import TaskBatch
 from pal_lightning.data.tokenize import TokenizedSplit, pad_batch
-
-
-def passthrough(batch: Any) -> Any:
-    """Collate function for batches that the dataset already assembled."""
-    return batch
 
 
 class MultiTaskDataset(Dataset):
@@ -48,7 +41,7 @@ class MultiTaskDataset(Dataset):
 
     def __getitems__(self, key: TaskBatch | MixedBatch) -> dict[str, Any]:
         """The padded batch of ``key``'s examples (one task, one split); for a :class:`MixedBatch`, its
-        tasks' batches stacked into one mixed batch (``tasks`` per row, :mod:`pal_lightning.core.batch`)."""
+        tasks' batches stacked into one mixed batch (``tasks`` per row)."""
         if isinstance(key, MixedBatch):
             mixed = mix_batches([self.__getitems__(part) for part in key.parts])
             mixed[SPLIT] = key.split
@@ -63,43 +56,10 @@ class MultiTaskDataset(Dataset):
         }
         if data.labels is not None:
             labels = data.labels[idx]
-            batch[LABELS] = (
-                torch.from_numpy(labels.astype(np.float32))
-                if labels.dtype.kind == "f"
-                else torch.from_numpy(labels.astype(np.int64))
+            batch[LABELS] = torch.from_numpy(
+                labels.astype(np.float32 if labels.dtype.kind == "f" else np.int64)
             )
         for side, enc in data.encodings.items():
             suffix = f"_{side}" if side else ""
             batch.update(pad_batch(enc, idx, self.pad_token_id, suffix, self.pad_to_multiple_of))
         return batch
-
-
-class BatchListDataset(Dataset):
-    """A fixed list of pre-planned batches (evaluation and prediction): item ``i`` is batch ``i``."""
-
-    def __init__(self, base: MultiTaskDataset, batches: Sequence[TaskBatch]) -> None:
-        self.base = base
-        self.batches = list(batches)
-
-    def __len__(self) -> int:
-        return len(self.batches)
-
-    def __getitem__(self, i: int) -> dict[str, Any]:
-        return self.base.__getitems__(self.batches[i])
-
-
-class ResumableDataLoader(DataLoader):
-    """A DataLoader whose position can be saved and restored (Lightning checks for these methods).
-
-    Lightning stores ``state_dict()`` of every training dataloader that has one in the
-    checkpoint and calls ``load_state_dict`` when resuming; both delegate to the
-    :class:`MultiTaskBatchSampler`.
-    """
-
-    def state_dict(self) -> dict[str, Any]:
-        assert isinstance(self.batch_sampler, MultiTaskBatchSampler)
-        return self.batch_sampler.state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        assert isinstance(self.batch_sampler, MultiTaskBatchSampler)
-        self.batch_sampler.load_state_dict(state)

@@ -1,24 +1,52 @@
-"""The DataLoaders the data module serves, from tokenised splits and planned batches.
-
-Training batches come from a :class:`~pal_lightning.data.batch_samplers.MultiTaskBatchSampler` (one task
-per step, resumable; :class:`TrainSampling` carries its position across rebuilt loaders and checkpoints);
-evaluation batches are planned once by :func:`~pal_lightning.data.batch_samplers.eval_batches` (every
-example exactly once across ranks).
-"""
+"""The DataLoaders the data module serves: evaluation batches planned once (every example once across
+ranks), and training batches from the batch sampler, whose position :class:`TrainSampling` carries across
+rebuilt loaders and checkpoints."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset
 
-from pal_lightning.data.batch_samplers import MultiTaskBatchSampler, eval_batches
-from pal_lightning.data.dataset import BatchListDataset, MultiTaskDataset, ResumableDataLoader, passthrough
+from pal_lightning.data.dataset import MultiTaskDataset
+from pal_lightning.data.sampling.per_task import MultiTaskBatchSampler, TaskBatch, eval_batches
 from pal_lightning.data.tokenize import TokenizedSplit
 
-__all__ = ["TrainSampling", "eval_loader", "loader_options"]
+__all__ = ["ResumableDataLoader", "TrainSampling", "eval_loader", "loader_options"]
+
+
+def passthrough(batch: Any) -> Any:
+    """Collate function for batches that the dataset already assembled."""
+    return batch
+
+
+class BatchListDataset(Dataset):
+    """A fixed list of pre-planned batches (evaluation and prediction): item ``i`` is batch ``i``."""
+
+    def __init__(self, base: MultiTaskDataset, batches: Sequence[TaskBatch]) -> None:
+        self.base = base
+        self.batches = list(batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return self.base.__getitems__(self.batches[i])
+
+
+class ResumableDataLoader(DataLoader):
+    """A DataLoader whose position Lightning saves in the checkpoint and restores on resume (it looks for
+    these methods); both delegate to the batch sampler."""
+
+    def state_dict(self) -> dict[str, Any]:
+        assert isinstance(self.batch_sampler, MultiTaskBatchSampler)
+        return self.batch_sampler.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        assert isinstance(self.batch_sampler, MultiTaskBatchSampler)
+        self.batch_sampler.load_state_dict(state)
 
 
 def loader_options(num_workers: int, seed: int) -> dict[str, Any]:
@@ -57,12 +85,9 @@ def eval_loader(
 
 
 class TrainSampling:
-    """The training loader's batch sampler across rebuilt loaders and checkpoints.
-
-    Lightning restores a data module's state before it builds the train loader, and may rebuild the
-    loader mid-training (``reload_dataloaders_every_n_epochs``): a saved position waits here until a
-    sampler exists, and every new sampler starts where the run is.
-    """
+    """The training loader's batch sampler across rebuilt loaders and checkpoints: Lightning restores a data
+    module's state before it builds the train loader, and may rebuild the loader mid-training, so a saved
+    position waits here until a sampler exists, and every new sampler starts where the run is."""
 
     def __init__(self) -> None:
         self.sampler: MultiTaskBatchSampler | None = None

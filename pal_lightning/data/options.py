@@ -17,9 +17,9 @@ from typing import Any
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.hub import DEFAULT_ENCODER
-from pal_lightning.data.batch_samplers import BATCH_MIXINGS, MIXED
-from pal_lightning.data.phase_plan import SEQUENTIAL, check_task_schedule
-from pal_lightning.data.schedules import SAMPLING_SCHEDULES, SamplingSchedule
+from pal_lightning.data.sampling.per_task import BATCH_MIXINGS, MIXED
+from pal_lightning.data.sampling.phase_plan import SEQUENTIAL, check_task_schedule
+from pal_lightning.data.sampling.schedules import SAMPLING_SCHEDULES, SamplingSchedule
 from pal_lightning.data.sources.readers import BAD_ROW_POLICIES, DEFAULT_MAX_BAD_FRACTION, SPLITS
 from pal_lightning.data.tokenize import default_cache_dir
 from pal_lightning.tasks.specs import TaskSpec, resolve_tasks, task_to_hparam
@@ -150,7 +150,7 @@ class DataConfig:
     """How a training batch is made: ``per_task`` (every batch holds one task's rows; ``sampling`` draws the
     task of each step) or ``mixed`` (every row draws its own task with the same probabilities, annealing
     included; the loss is the mean over the batch's rows, whose expected gradient is the per-task
-    schedule's ``sum_t p_t grad L_t``: ``pal_lightning.data.batch_samplers``, "Mixed batches"). ``mixed`` needs one
+    schedule's ``sum_t p_t grad L_t``: ``docs/design.md`` §3, "Mixed batches"). ``mixed`` needs one
     ``batch_size`` for all tasks and the interleaved schedule, and has no ``round_robin`` form; its
     ``group_by_length`` keeps every batch's drawn task mix and deals each task's long examples to the same
     steps."""

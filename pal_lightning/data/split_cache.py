@@ -1,10 +1,5 @@
-"""Every split read, validated and tokenised once: in memory for the run, on disk across runs.
-
-:class:`SplitCache` is what the data module asks for a split. The disk cache
-(:mod:`pal_lightning.data.tokenize`) is keyed by the source's fingerprint (file size and time, or
-the hub dataset's), the tokenizer's, and every setting that changes the tokens
-(:meth:`SplitCache.settings`), so a changed file or option is read again, never served stale.
-"""
+"""Every split read, validated and tokenised once: in memory for the run, on disk across runs (keyed by the
+source's and the tokenizer's fingerprints and every setting that changes the tokens, so never stale)."""
 
 from __future__ import annotations
 
@@ -77,7 +72,7 @@ def load_fast_tokenizer(name: str, revision: str | None) -> Any:
 
 
 class SplitCache:
-    """Reads, validates and tokenises the splits of some tasks, each once (see the module docstring).
+    """Reads, validates and tokenises the splits of some tasks, each once.
 
     Args:
         specs: the tasks, as read (built-in tasks may read their hub copy).
@@ -165,12 +160,9 @@ class SplitCache:
         return cache_path(self.cache_dir, spec.name, split, key)
 
     def load(self, task: str, split: str, report: bool = True) -> TokenizedSplit:
-        """Read, validate and tokenise one split (from the cache when possible); logs row counts.
-
-        ``limit_examples`` is applied to the result. ``report=False`` (``prepare_data`` filling the
-        cache) does not repeat the bad-row warning of a split read from the cache: it is given once,
-        when the split is read, or when a command first uses it.
-        """
+        """Read, validate and tokenise one split (from the cache when possible), cut to ``limit_examples``;
+        logs row counts. ``report=False`` (``prepare_data``) leaves a cached split's bad-row warning to the
+        command that first uses it."""
         if (task, split) in self._loaded:
             return self._loaded[(task, split)]
         path = self._cache_file(self.specs[task], split)

@@ -1,19 +1,10 @@
-"""Which splits each stage of a run serves, the check that their files are there, and the evaluation loaders.
+"""Which splits each stage serves, the check that their files are there, and the evaluation loaders.
 
-``fit`` trains on every task's train split and scores the dev sets; ``validate`` scores the dev sets;
-``test`` the labelled test splits; ``predict`` the ``predict_splits`` (default dev and test).
-
-With ``validation_fraction`` (a data option) each task's train split is cut in two by a seeded draw
-(:func:`carve`): ``fit`` trains on the rest and scores the carved share, served as the split
-:data:`VALIDATION`, and so does ``validate``; the dev files are never read while fitting, so that the best
-checkpoint and early stopping never see them; ``test`` scores the dev files (those of the tasks and their
-views), once, at the end. The carve-out depends only on the seed, the task's name and its train split (after
-``limit_examples``): every rank, process and resumed run carves the same rows. A task's
-evaluation views (:mod:`pal_lightning.tasks.views`: GLUE's mismatched MNLI sets, its diagnostic set) come
-right after the task wherever they have the split. :class:`StageSplits` answers these questions from the
-task list and builds the evaluation loaders (every example exactly once across ranks); the data module
-(:class:`~pal_lightning.data.datamodule.MultiTaskDataModule`) calls it from Lightning's hooks with what
-only it knows (the Trainer's ranks, the tokenizer's padding id, the loader options).
+``fit`` trains on the train splits and scores the dev sets, ``validate`` scores the dev sets, ``test`` the
+labelled test splits, ``predict`` the ``predict_splits``; a task's evaluation views come right after it.
+With ``validation_fraction`` a seeded share of each train split (:func:`carve`: the same on every rank and
+resumed run) is served as :data:`VALIDATION` for ``fit`` and ``validate``, and the dev files are read by
+``test`` alone, so that checkpoint selection and early stopping never see them.
 """
 
 from __future__ import annotations
@@ -45,10 +36,9 @@ VALIDATION = "validation"
 
 
 def carve(size: int, fraction: float, seed: int, task: str) -> tuple[np.ndarray, np.ndarray]:
-    """The rows ``(kept for training, held out for validation)`` of a train split of ``size`` rows, each in
-    file order: ``round(fraction * size)`` rows (at least one, and one left to train on) drawn without
-    replacement by a generator seeded with ``seed`` and the task's name (a CRC-32, the same in every process,
-    unlike ``hash``), so that the tasks of one run are not carved alike.
+    """The rows ``(kept for training, held out for validation)`` of a train split, each in file order:
+    ``round(fraction * size)`` rows (at least one, and one left to train on) drawn by a generator seeded with
+    ``seed`` and the task name's CRC-32 (stable across processes, unlike ``hash``).
 
     Raises:
         PalUserError: for a split of fewer than two rows.
@@ -80,7 +70,7 @@ def take_rows(data: TokenizedSplit, rows: np.ndarray, split: str) -> TokenizedSp
 
 @dataclass(frozen=True)
 class StageSplits:
-    """The ``(task or view, split)`` pairs each stage serves (see the module docstring), and their loaders."""
+    """The ``(task or view, split)`` pairs each stage serves, and their loaders."""
 
     task_specs: Sequence[TaskSpec]
     """The tasks, as read."""
@@ -110,9 +100,7 @@ class StageSplits:
         if (task, split) not in self._carved:
             whole = self.splits.load(task, "train", report=report)
             fraction = float(self.config.validation_fraction or 0)
-            seed = (
-                self.config.validation_seed if self.config.validation_seed is not None else self.config.seed
-            )
+            seed = self.config.seed if self.config.validation_seed is None else self.config.validation_seed
             kept, held = carve(len(whole), fraction, int(seed), task)
             self._carved[(task, "train")] = take_rows(whole, kept, "train")
             self._carved[(task, VALIDATION)] = take_rows(whole, held, VALIDATION)
@@ -124,15 +112,14 @@ class StageSplits:
         self._carved.clear()
 
     def validation_pairs(self) -> list[tuple[str, str]]:
-        """What the validation loop scores: the carved share of every task, or the dev sets of the tasks
-        and their views."""
+        """What the validation loop scores: the carved share of every task, or the dev sets."""
         if self.carves:
             return [(s.name, VALIDATION) for s in self.task_specs]
         return [(s.name, "dev") for s in self.evaluated("dev")]
 
     def test_pairs(self) -> list[tuple[str, str]]:
-        """What ``test`` scores: with the carve-out the dev sets of the tasks and their views (scored once,
-        at the end), otherwise the labelled test splits (:meth:`labelled_test`)."""
+        """What ``test`` scores: with the carve-out the dev sets (once, at the end), else the labelled test
+        splits."""
         if self.carves:
             return [(s.name, "dev") for s in self.evaluated("dev")]
         return self.labelled_test()
@@ -149,27 +136,25 @@ class StageSplits:
             PalUserError: listing every missing file of the first group found wanting (the tasks'
                 train and dev files are checked before the views' dev files).
         """
+        train = [(s, "train") for s in self.task_specs]
+        dev = [(s, "dev") for s in self.evaluated("dev")]
+        groups = []
         if stage in (PREPARE, "fit", None) and self.carves:  # the dev files are for test alone
-            check_files_exist([(s, "train") for s in self.task_specs], self.data_dir)
+            groups = [train]
         elif stage in (PREPARE, "fit", None):
-            check_files_exist([(s, sp) for s in self.task_specs for sp in ("train", "dev")], self.data_dir)
+            groups = [[(s, sp) for s in self.task_specs for sp in ("train", "dev")]]
             if stage != PREPARE:
-                views = [(v.spec, "dev") for v in self.eval_views.values() if v.has("dev")]
-                check_files_exist(views, self.data_dir)
-        elif stage == "validate" and self.carves:
-            check_files_exist([(s, "train") for s in self.task_specs], self.data_dir)
-        elif stage == "test" and self.carves:
-            check_files_exist([(s, "dev") for s in self.evaluated("dev")], self.data_dir)
+                groups.append([(v.spec, "dev") for v in self.eval_views.values() if v.has("dev")])
         elif stage == "validate":
-            check_files_exist([(s, "dev") for s in self.evaluated("dev")], self.data_dir)
+            groups = [train if self.carves else dev]
         elif stage == "test":
-            check_files_exist(
-                [(s, "test") for s in self.evaluated("test") if "test" in s.files], self.data_dir
-            )
+            groups = [
+                dev if self.carves else [(s, "test") for s in self.evaluated("test") if "test" in s.files]
+            ]
         elif stage == "predict":
-            check_files_exist(
-                [(s, sp) for sp in self.config.predict_splits for s in self.evaluated(sp)], self.data_dir
-            )
+            groups = [[(s, sp) for sp in self.config.predict_splits for s in self.evaluated(sp)]]
+        for group in groups:
+            check_files_exist(group, self.data_dir)
 
     def cached(self) -> list[tuple[str, str]]:
         """What ``prepare_data`` tokenises once: every split a task has, and its views' dev sets (their
@@ -201,14 +186,13 @@ class StageSplits:
             PalUserError: when there is none (CS224N's test-student files carry no labels: they are for
                 ``predict``, never for ``test``).
         """
-        pairs = []
-        for spec in self.evaluated("test"):
-            if "test" in spec.files or spec.format == "hf":
-                if (
-                    self.splits.exists(spec, "test")
-                    and self.splits.load(spec.name, "test").labels is not None
-                ):
-                    pairs.append((spec.name, "test"))
+        pairs = [
+            (spec.name, "test")
+            for spec in self.evaluated("test")
+            if ("test" in spec.files or spec.format == "hf")
+            and self.splits.exists(spec, "test")
+            and self.splits.load(spec.name, "test").labels is not None
+        ]
         if not pairs:
             raise PalUserError(
                 "No task has a labelled test split (CS224N test-student files carry no labels). Use "
@@ -235,16 +219,8 @@ class StageSplits:
         options: dict[str, Any],
         limit_examples: int | None = None,
     ) -> DataLoader:
-        """This rank's share of every example of the splits ``pairs`` (each cut to its first
-        ``limit_examples``), one task per batch.
-
-        Args:
-            pairs: ``(task or view, split)`` to serve, in order.
-            shard: ``(world size, rank)`` of this process.
-            pad_token_id: the tokenizer's padding id.
-            options: the DataLoader options every loader shares (:func:`~pal_lightning.data.loaders.loader_options`).
-            limit_examples: examples kept per split (all when ``None``).
-        """
+        """This rank's share (``shard``: world size, rank) of every example of the splits ``pairs`` (each cut
+        to its first ``limit_examples``), one task per batch; ``options`` are the DataLoader's."""
         splits = {p: self.load(*p).head(limit_examples) for p in pairs}
         world, rank = shard
         return eval_loader(

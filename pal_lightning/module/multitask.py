@@ -155,11 +155,11 @@ def check_mixed_training(batch_mixing: str, simcse: object | None, callbacks: It
 class MixedStepMixin(_MixinBase):
     """The training step of a mixed batch (``--data.batch_mixing mixed``): rows of several tasks in one step.
 
-    The batch comes from :class:`~pal_lightning.data.batch_samplers.MixedTaskBatchSampler` (every row's
+    The batch comes from :class:`~pal_lightning.data.sampling.mixed.MixedTaskBatchSampler` (every row's
     task drawn from the schedule's ``p_t``) and runs through one encoder pass with per-example task routing
     (:meth:`forward_mixed`). The step's loss is the mean of the rows' losses, ``sum_t (n_t / B) L_t`` with
     ``L_t`` the mean loss of task ``t``'s ``n_t`` rows: its expected gradient is the per-task schedule's
-    ``sum_t p_t grad L_t`` (the argument is in :mod:`pal_lightning.data.batch_samplers`' docstring, "Mixed
+    ``sum_t p_t grad L_t`` (the argument is in ``docs/design.md`` §3, "Mixed
     batches"). Each present task's ``L_t`` is logged as ``train/<task>/loss``, the total as ``train/loss``.
 
     Two training features need one task per batch, so a fit with mixed batches refuses them at setup

@@ -4,7 +4,7 @@ A task named in ``MultiTaskModule(auxiliary=[...])`` is sampled, trained and eva
 other (its ``val/<task>/<metric>`` values are logged), but ``val/overall`` and ``test/overall``
 cover only the other tasks, so adding CFIMDB, SST-2 or SNLI as extra training data never changes
 what the overall score means: it stays comparable with a run without them. How often an auxiliary
-task is drawn is the data module's ``task_multipliers`` (see :mod:`pal_lightning.data.schedules`).
+task is drawn is the data module's ``task_multipliers`` (see :mod:`pal_lightning.data.sampling.schedules`).
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ import torch
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.data import MultiTaskDataModule
-from pal_lightning.data.batch_samplers import MultiTaskBatchSampler
-from pal_lightning.data.schedules import SamplingSchedule, apply_multipliers
+from pal_lightning.data.sampling.per_task import MultiTaskBatchSampler
+from pal_lightning.data.sampling.schedules import SamplingSchedule, apply_multipliers
 from pal_lightning.module.multitask import MultiTaskModule
 from pal_lightning.testing import TINY_BERT, quiet_trainer, write_cs224n_data
 

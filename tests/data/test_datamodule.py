@@ -1,7 +1,9 @@
-"""MultiTaskDataModule: batches, cache, errors, and a real Trainer (epochs, resume mid-epoch)."""
+"""MultiTaskDataModule: batches, cache, errors, the sequential schedule's options, and a real Trainer
+(epochs, resume mid-epoch and mid-phase)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -12,6 +14,7 @@ from torch import nn
 import pal_lightning.data.split_cache as split_cache_mod
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.data import MultiTaskDataModule
+from pal_lightning.data.sampling.phase_plan import Phase
 from pal_lightning.testing import quiet_trainer
 
 
@@ -205,8 +208,11 @@ def fit(dm, tmp_path, ckpt_path=None, callbacks=(), max_epochs=2, **trainer_kw):
 
 
 def test_trainer_epochs_reach_sampler_and_resume_mid_epoch(data_dir, tmp_path):
-    kw = dict(limit_examples=12, sampling="annealed")
+    # group_by_length (on in most shipped configs) orders examples by length within pools: a resumed run
+    # must still see exactly the batches the uninterrupted run saw from that step on
+    kw = dict(limit_examples=12, sampling="annealed", group_by_length=True)
     full, trainer = fit(make_dm(data_dir, tmp_path, **kw), tmp_path / "a")
+    assert trainer.datamodule.train_batch_sampler.lengths is not None
     steps = len(full.seen) // 2
     assert steps == 9  # 3 tasks x ceil(12 / 4)
     # the epoch reached the sampler: epoch 1 is a different order; and the Trainer was fixed up
@@ -302,24 +308,6 @@ def test_annealing_horizon_from_max_steps_reaches_the_sampler(tmp_path):
     assert abs(sum(per_epoch) - mean) <= 3 * sd, (per_epoch, mean, sd)
 
 
-def test_resume_mid_epoch_is_exact_with_group_by_length(data_dir, tmp_path):
-    """group_by_length (on in most shipped configs) orders examples by length within chunks: a resumed
-    run must still see exactly the batches the uninterrupted run saw from that step on."""
-    kw = dict(limit_examples=12, sampling="annealed", group_by_length=True)
-    full, _ = fit(make_dm(data_dir, tmp_path, **kw), tmp_path / "a")
-    plain, _ = fit(make_dm(data_dir, tmp_path, limit_examples=12, sampling="annealed"), tmp_path / "p")
-    assert [s[2] for s in full.seen] != [s[2] for s in plain.seen]  # grouping changed the batches
-    ckpt = pl.callbacks.ModelCheckpoint(
-        dirpath=tmp_path / "ck", every_n_train_steps=1, save_top_k=-1, filename="{step}"
-    )
-    fit(make_dm(data_dir, tmp_path, **kw), tmp_path / "b", callbacks=[ckpt])
-    for k in (4, 12):  # mid epoch 0, mid epoch 1 (9 steps per epoch)
-        resumed, _ = fit(
-            make_dm(data_dir, tmp_path, **kw), tmp_path / "c", ckpt_path=tmp_path / "ck" / f"step={k}.ckpt"
-        )
-        assert resumed.seen == full.seen[k:], f"resume from step {k}"
-
-
 def test_bad_row_warning_is_the_same_from_the_file_and_from_the_cache(data_dir, tmp_path, caplog):
     # the fixture's sst train file: 42 data rows, line 42 has label 7 (classes 0..4), line 43 no text
     expected = (
@@ -343,3 +331,61 @@ def test_bad_row_warning_is_the_same_from_the_file_and_from_the_cache(data_dir, 
         assert sst_warnings() == []
         cached.setup("fit")  # first use by this command: the same words as when read
         assert sst_warnings() == [expected]
+
+
+# --------------------------------------------------------------------------- the sequential schedule
+
+
+def test_datamodule_options_phases_and_errors(data_dir, tmp_path):
+    dm = make_dm(
+        data_dir,
+        tmp_path,
+        schedule="sequential",
+        task_order=["qqp", "sst"],
+        steps_per_task={"qqp": 3, "sst": 2},
+    )
+    dm.setup("fit")
+    assert dm.phases == [Phase("qqp", 0, 3), Phase("sst", 3, 5)]
+    assert dm.steps_per_epoch == 5
+    assert [b["task"] for b in dm.train_dataloader()] == ["qqp"] * 3 + ["sst"] * 2
+    assert dm.hparams["schedule"] == "sequential" and dm.hparams["task_order"] == ["qqp", "sst"]
+    assert dm.hparams["steps_per_task"] == {"qqp": 3, "sst": 2}
+    # epochs_per_task (default 1): one pass = ceil(N_t / B_t) batches per task, in the task list order
+    dm = make_dm(data_dir, tmp_path, schedule="sequential", epochs_per_task=1.5)
+    dm.setup("fit")
+    sizes = {"sst": 40, "qqp": 61, "sts": 30}
+    lengths = [math.ceil(1.5 * math.ceil(sizes[t] / 4)) for t in ("sst", "qqp", "sts")]
+    assert [p.end - p.start for p in dm.phases] == lengths == [15, 24, 12]
+    assert [p.task for p in dm.phases] == ["sst", "qqp", "sts"]
+    assert make_dm(data_dir, tmp_path).phases == []  # interleaved has no phases
+    bad = [
+        (dict(schedule="curriculum"), "Unknown schedule"),
+        (dict(task_order=["sst"]), "only apply to schedule='sequential'"),
+        (dict(schedule="sequential", task_order=["sst", "sst"]), "each at most once"),
+        (dict(schedule="sequential", task_order=["mnli"]), "unknown \\['mnli'\\]"),
+        (dict(schedule="sequential", steps_per_task=2, epochs_per_task=1), "not both"),
+        (dict(schedule="sequential", epochs_per_task=0), "epochs_per_task must be > 0"),
+        (dict(schedule="sequential", steps_per_task={"sst": 2}), "missing \\['qqp', 'sts'\\]"),
+    ]
+    for kw, match in bad:
+        with pytest.raises(PalUserError, match=match):
+            make_dm(data_dir, tmp_path, **kw)
+
+
+def test_trainer_runs_phases_in_order_and_resumes_mid_phase(data_dir, tmp_path):
+    import lightning.pytorch as pl
+
+    kw = dict(limit_examples=12, schedule="sequential", task_order=["sts", "sst", "qqp"], steps_per_task=3)
+    full, _ = fit(make_dm(data_dir, tmp_path, **kw), tmp_path / "a", max_epochs=1)
+    assert [s[1] for s in full.seen] == ["sts"] * 3 + ["sst"] * 3 + ["qqp"] * 3
+    ckpt = pl.callbacks.ModelCheckpoint(
+        dirpath=tmp_path / "ck", every_n_train_steps=1, save_top_k=-1, filename="{step}"
+    )
+    fit(make_dm(data_dir, tmp_path, **kw), tmp_path / "b", callbacks=[ckpt], max_epochs=1)
+    resumed, _ = fit(
+        make_dm(data_dir, tmp_path, **kw),
+        tmp_path / "c",
+        ckpt_path=tmp_path / "ck" / "step=4.ckpt",
+        max_epochs=1,
+    )
+    assert resumed.seen == full.seen[4:]

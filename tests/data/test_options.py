@@ -16,8 +16,8 @@ from pal_lightning.core.config_fields import args_section, bind_fields, field_do
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.data import MultiTaskDataModule
 from pal_lightning.data.options import DataConfig
-from pal_lightning.data.phase_plan import PhasePlan, plan_phases
-from pal_lightning.data.schedules import annealing_horizon
+from pal_lightning.data.sampling.phase_plan import PhasePlan, plan_phases
+from pal_lightning.data.sampling.schedules import annealing_horizon
 from pal_lightning.tasks.specs import TaskSpec
 
 #: The constructor arguments of MultiTaskDataModule before its options became a dataclass, in order:

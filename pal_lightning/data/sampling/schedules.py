@@ -1,30 +1,8 @@
-"""Task sampling: which task each training step uses.
+"""Task sampling schedules: the probability of drawing each task at each epoch.
 
-Every step trains on one task. Task ``i`` is drawn with probability
-
-.. math::
-
-    p_i = \\frac{N_i^{\\alpha}}{\\sum_j N_j^{\\alpha}}
-
-where :math:`N_i` is the number of training examples of task ``i``. ``alpha = 1``
-is proportional sampling, ``alpha = 0.5`` square-root sampling and ``alpha = 0``
-uniform sampling. Annealed sampling (Stickland & Murray, 2019) changes alpha per
-epoch ``e = 1..E``:
-
-.. math::
-
-    \\alpha_e = 1 - 0.8 \\, \\frac{e - 1}{E - 1} \\qquad (\\alpha = 1 \\text{ when } E = 1)
-
-so training starts proportional and ends close to uniform. Round-robin is a
-deterministic cycle over the tasks (not a random draw) and ``weights`` uses fixed
-user-given weights, normalised to sum to one.
-
-Per-task multipliers ``m_i`` (e.g. to draw a large auxiliary task less often) scale any random
-schedule's probabilities and renormalise: ``p'_i = m_i p_i / sum_j m_j p_j`` (tasks not named keep
-``m_i = 1``); see :func:`apply_multipliers`.
-
-Everything here is pure: no state, no randomness. The batch sampler
-(:mod:`pal_lightning.data.batch_samplers`) draws from these probabilities.
+``p_i = N_i^alpha / sum_j N_j^alpha``, with alpha fixed (proportional 1, sqrt 0.5, uniform 0) or annealed
+per epoch, fixed ``weights``, or ``round_robin``; ``multipliers`` rescale any random schedule
+(``docs/design.md`` §3). Pure: the samplers (:mod:`pal_lightning.data.sampling`) draw from these.
 """
 
 from __future__ import annotations
@@ -50,26 +28,14 @@ def task_probabilities(sizes: Sequence[float], alpha: float) -> list[float]: ...
 def task_probabilities(
     sizes: Mapping[str, float] | Sequence[float], alpha: float
 ) -> dict[str, float] | list[float]:
-    """Sampling probabilities ``p_i = N_i^alpha / sum_j N_j^alpha``.
-
-    Args:
-        sizes: number of training examples per task, as a mapping ``task -> N`` or a sequence.
-        alpha: the temperature exponent; 1 proportional, 0.5 square root, 0 uniform.
-
-    Returns:
-        The same shape as ``sizes`` (a dict with the same keys in the same order, or a list),
-        with values summing to 1.
+    """Sampling probabilities ``p_i = N_i^alpha / sum_j N_j^alpha`` (alpha 1 proportional, 0.5 square
+    root, 0 uniform), in the shape of ``sizes``: a dict with the same keys in order, or a list.
 
     Raises:
         ValueError: for no tasks, a negative size, all sizes zero, or a non-finite alpha.
     """
-    if isinstance(sizes, Mapping):
-        names = list(sizes)
-        keys: list[str] | None = names
-        values = [float(sizes[k]) for k in names]
-    else:
-        keys = None
-        values = [float(v) for v in sizes]
+    keys = list(sizes) if isinstance(sizes, Mapping) else None
+    values = [float(v) for v in (sizes.values() if isinstance(sizes, Mapping) else sizes)]
     if not values:
         raise ValueError("task_probabilities needs at least one task size.")
     if any(v < 0 or not math.isfinite(v) for v in values):
@@ -88,9 +54,8 @@ def task_probabilities(
 def apply_multipliers(
     probs: Mapping[str, float], multipliers: Mapping[str, float] | None
 ) -> dict[str, float]:
-    """Scale probabilities by per-task multipliers and renormalise: ``p'_i = m_i p_i / sum_j m_j p_j``.
-
-    Tasks missing from ``multipliers`` keep ``m_i = 1``; ``None`` or an empty mapping changes nothing.
+    """Scale probabilities by per-task multipliers and renormalise: ``p'_i = m_i p_i / sum_j m_j p_j``
+    (tasks not named keep ``m_i = 1``).
 
     Raises:
         PalUserError: for a multiplier naming a task not in ``probs``, a negative or non-finite one,
@@ -119,10 +84,8 @@ def _multiplier(multipliers: Mapping[str, float], task: str) -> float:
 
 
 def annealed_alpha(epoch: int, num_epochs: int) -> float:
-    """Alpha of annealed sampling at 1-based ``epoch`` of ``num_epochs``.
-
-    ``alpha_e = 1 - 0.8 (e - 1) / (E - 1)``, and 1 when ``E = 1``. Epochs past ``E`` keep
-    the final value 0.2 (training may run longer than the annealing horizon).
+    """Alpha of annealed sampling at 1-based ``epoch`` of ``num_epochs``: ``1 - 0.8 (e - 1) / (E - 1)``
+    (1 when ``E = 1``; epochs past ``E`` keep 0.2).
 
     Raises:
         ValueError: if ``epoch < 1`` or ``num_epochs < 1``.
@@ -139,12 +102,8 @@ def annealed_alpha(epoch: int, num_epochs: int) -> float:
 
 @dataclass
 class SamplingSchedule:
-    """A named task-sampling schedule, turned into probabilities per epoch.
-
-    Example::
-
-        SamplingSchedule("annealed", num_epochs=10).probabilities({"sst": 8544, "qqp": 14137}, epoch=0)
-    """
+    """A named task-sampling schedule, turned into probabilities per epoch:
+    ``SamplingSchedule("annealed", num_epochs=10).probabilities({"sst": 8544, "qqp": 14137}, epoch=0)``."""
 
     name: str = "annealed"
     """One of :data:`SAMPLING_SCHEDULES`."""
@@ -154,7 +113,7 @@ class SamplingSchedule:
     """Fixed per-task weights (only for ``weights``); normalised to sum to one."""
     multipliers: dict[str, float] | None = field(default=None)
     """Per-task factors on the probabilities of any random schedule (tasks not named: 1), renormalised;
-    e.g. ``{sst2: 0.1}`` draws a large auxiliary task a tenth as often (:func:`apply_multipliers`)."""
+    ``{sst2: 0.1}`` draws a large auxiliary task a tenth as often."""
 
     def __post_init__(self) -> None:
         if self.name not in SAMPLING_SCHEDULES:
@@ -196,9 +155,7 @@ class SamplingSchedule:
         return None
 
     def probabilities(self, sizes: Mapping[str, int], epoch: int) -> dict[str, float]:
-        """Per-task probabilities at 0-based ``epoch`` (Lightning's ``current_epoch``).
-
-        Round-robin reports the long-run frequency of each task, ``1 / T``.
+        """Per-task probabilities at 0-based ``epoch`` (round-robin: the long-run frequency ``1 / T``).
 
         Raises:
             PalUserError: when ``weights`` names unknown tasks or misses some.
@@ -225,10 +182,7 @@ def annealing_horizon(
     max_epochs: int | None, max_steps: int | None, steps_per_epoch: Callable[[], int]
 ) -> int:
     """The annealing horizon ``E`` a Trainer implies: ``max_epochs`` when set, else the epochs that
-    ``max_steps`` spans (``ceil(max_steps / steps_per_epoch)``, at least 1), else 1.
-
-    ``steps_per_epoch`` is only called for step-based training (it needs the training data).
-    """
+    ``max_steps`` spans (``ceil(max_steps / steps_per_epoch())``, at least 1), else 1."""
     if max_epochs is not None and max_epochs > 0:
         return int(max_epochs)
     if max_steps and max_steps > 0:

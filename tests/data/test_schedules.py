@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.data.schedules import SamplingSchedule, annealed_alpha, task_probabilities
+from pal_lightning.data.sampling.schedules import SamplingSchedule, annealed_alpha, task_probabilities
 
 FAST = settings(max_examples=60, deadline=None)
 sizes_st = st.lists(st.integers(min_value=1, max_value=10**6), min_size=1, max_size=8)
@@ -149,7 +149,7 @@ def test_weights_must_name_exactly_the_tasks() -> None:
 
 
 def test_multiplier_errors_name_the_option() -> None:
-    from pal_lightning.data.schedules import apply_multipliers
+    from pal_lightning.data.sampling.schedules import apply_multipliers
 
     with pytest.raises(PalUserError, match=r"task_multipliers must be finite and >= 0, got a: -1\.0"):
         SamplingSchedule("uniform", multipliers={"a": -1.0})

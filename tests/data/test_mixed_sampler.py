@@ -1,4 +1,5 @@
-"""Mixed-task batches (``data.batch_mixing: mixed``): every row draws its task from the schedule.
+"""Mixed-task batches (``data.batch_mixing: mixed``, pal_lightning.data.sampling.mixed): every row draws its
+task from the schedule.
 
 The sampler (row frequencies follow each epoch's annealed ``p_t``; task streams without replacement; exact
 resume; disjoint DDP shares and no repeat inside a global batch), the refusals, and the module's step on a
@@ -17,9 +18,10 @@ import pytest
 import torch
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.data.batch_samplers import MixedBatch, MixedTaskBatchSampler, MultiTaskBatchSampler
 from pal_lightning.data.options import DataConfig
-from pal_lightning.data.schedules import SamplingSchedule
+from pal_lightning.data.sampling.mixed import MixedBatch, MixedTaskBatchSampler
+from pal_lightning.data.sampling.per_task import PER_TASK, MultiTaskBatchSampler
+from pal_lightning.data.sampling.schedules import SamplingSchedule
 
 SIZES = {"a": 23, "b": 37, "c": 13}
 
@@ -148,74 +150,6 @@ def test_grouping_keeps_repeats_out_of_a_global_batch() -> None:
     for e in range(3):
         for step in global_batches(kw, e=e):
             assert len(step) == len(set(step)) == 6, step
-
-
-@pytest.mark.parametrize(
-    ("examples", "ends", "expected"),
-    [
-        ([9, 7, 7, 5, 4, 3], [3, 6], [[9, 7, 5], [7, 4, 3]]),  # the nearest partner, in the next slice
-        ([5, 7, 7], [1, 3], [[7], [7, 5]]),  # the only partner: position 0
-        ([1, 2, 3, 3, 4, 5], [2, 4, 6], [[1, 2], [3, 4], [3, 5]]),  # nearest, after: its own slice skipped
-        ([1, 2, 3, 1], [2, 4], [[1, 2], [3, 1]]),  # copies already apart: untouched
-        (
-            [1, 2, 3, 3, 1, 4, 5, 6],
-            [2, 6, 8],
-            [[1, 3], [3, 2, 1, 4], [5, 6]],
-        ),  # a copy in another slice stays
-        ([1, 2, 3, 4], [2, 4], [[1, 2], [3, 4]]),  # no copies: untouched
-        ([1, 1], [2], [[1, 1]]),  # nowhere to go: kept
-    ],
-)
-def test_deal_apart_moves_a_copy_to_the_nearest_slice_that_takes_it(
-    examples: list[int], ends: list[int], expected: list[list[int]]
-) -> None:
-    from pal_lightning.data.batch_samplers import _deal_apart
-
-    slices = _deal_apart(np.array(examples), np.array(ends))
-    assert [s.tolist() for s in slices] == expected
-    assert sorted(np.concatenate(slices).tolist()) == sorted(examples)  # nothing lost or added
-
-
-@pytest.mark.parametrize("seed", range(6))
-def test_spaced_cycles_keep_a_pass_boundary_free_of_repeats(seed: int) -> None:
-    """Each pass is a permutation whose first ``window`` positions avoid the previous pass's last
-    ``window``; the swaps never touch a pass's tail, which stays its raw permutation's."""
-    from pal_lightning.data.batch_samplers import _raw_cycle, _spaced_cycle
-
-    n, window = 20, 6
-    for cycle in range(1, 6):
-        prev, now = _spaced_cycle(seed, "t", cycle - 1, n, window), _spaced_cycle(seed, "t", cycle, n, window)
-        raw = _raw_cycle(seed, "t", cycle, n)
-        assert sorted(now.tolist()) == list(range(n))
-        assert not set(now[:window].tolist()) & set(prev[n - window :].tolist()), (cycle, now, prev)
-        assert now[n - window :].tolist() == raw[n - window :].tolist()
-        assert (now != raw).sum() <= 2 * window  # only clashes moved
-    assert _spaced_cycle(seed, "t", 0, n, window).tolist() == _raw_cycle(seed, "t", 0, n).tolist()
-    short = _spaced_cycle(seed, "t", 3, 2 * window - 1, window)  # too short to space: the raw pass
-    assert short.tolist() == _raw_cycle(seed, "t", 3, 2 * window - 1).tolist()
-
-
-def test_short_passes_are_spaced_as_far_as_partners_allow() -> None:
-    """Between 2 and 3 windows of examples, some clashes find a partner in the middle of the pass."""
-    from pal_lightning.data.batch_samplers import _raw_cycle, _spaced_cycle
-
-    n, window = 15, 6
-    clashes = {"raw": 0, "spaced": 0}
-    for seed in range(20):
-        tail = set(_raw_cycle(seed, "t", 0, n)[n - window :].tolist())
-        for name, head in (
-            ("raw", _raw_cycle(seed, "t", 1, n)),
-            ("spaced", _spaced_cycle(seed, "t", 1, n, window)),
-        ):
-            clashes[name] += len(set(head[:window].tolist()) & tail)
-        # partners come from the middle only: the tail stays the raw pass's
-        assert (
-            _spaced_cycle(seed, "t", 1, n, window)[n - window :].tolist()
-            == _raw_cycle(seed, "t", 1, n)[n - window :].tolist()
-        )
-        tiny = _spaced_cycle(seed, "t", 2, window - 2, window)  # fewer examples than a window: as drawn
-        assert tiny.tolist() == _raw_cycle(seed, "t", 2, window - 2).tolist()
-    assert clashes["spaced"] < clashes["raw"], clashes
 
 
 def test_report_sequence_split_and_pool_size() -> None:
@@ -379,7 +313,4 @@ def test_tiny_fit_logs_present_tasks_and_refuses_gem(mixed_data, tmp_path: Path)
 @pytest.mark.ddp
 def test_the_default_batch_mixing_is_per_task() -> None:
     """options.py writes the default out: it must stay PER_TASK."""
-    from pal_lightning.data.batch_samplers import PER_TASK
-    from pal_lightning.data.options import DataConfig
-
     assert DataConfig.__dataclass_fields__["batch_mixing"].default == PER_TASK

@@ -10,12 +10,8 @@ __all__ = ["per_task"]
 
 
 def per_task(value: int | Mapping[str, int], tasks: Sequence[str], what: str) -> dict[str, int]:
-    """Expand an int or a ``task -> int`` mapping (optionally with ``default``) to every task.
-
-    Args:
-        value: one number for every task, or a mapping naming each task (or giving a ``default``).
-        tasks: the task names to expand to.
-        what: the option's name, for messages (``batch_size`` is ``--data.batch_size``).
+    """Expand an int or a ``task -> int`` mapping (naming each task, or giving a ``default``) to every task
+    of ``tasks``; ``what`` is the option's name for messages (``batch_size``: ``--data.batch_size``).
 
     Raises:
         PalUserError: for a mapping naming an unknown task or missing one without a default, or a

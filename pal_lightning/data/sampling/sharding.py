@@ -1,11 +1,6 @@
-"""The data module shards its loaders by rank itself; what that needs from the Trainer.
-
-* :func:`shard_of`: the world size and rank to shard for (the trainer's, else the process group's);
-* :func:`turn_off_distributed_sampler`: Lightning must not wrap the loaders in a
-  ``DistributedSampler`` (duplicated evaluation examples, a broken task schedule);
-* :func:`fit_batches_consumed`: how far the Trainer really got in the current epoch, for resuming
-  (it prefetches, so the sampler's own count runs ahead).
-"""
+"""What sharding the loaders by rank needs from the Trainer: the world size and rank, no Lightning
+``DistributedSampler`` (it would duplicate evaluation examples and break the task schedule), and how far
+the Trainer really got in the epoch (it prefetches, so the sampler's own count runs ahead)."""
 
 from __future__ import annotations
 

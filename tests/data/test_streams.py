@@ -1,9 +1,6 @@
-"""The sampler's example streams across cycles and epochs (hypothesis; found by mutation testing).
-
-Per task the examples form a stream of cycles, each a permutation of the task's examples; a global batch
-that straddles two cycles never holds an example twice; an epoch continues the stream where the previous
-one stopped, also when it is reached directly (a resumed run) instead of epoch by epoch.
-"""
+"""The seeded example streams (pal_lightning.data.sampling.streams): every pass a permutation, no repeat in
+the global batch that straddles two passes, length grouping inside whole global batches, and the mixed
+sampler's spaced passes and dealing (hypothesis and cases by hand; found by mutation testing)."""
 
 from __future__ import annotations
 
@@ -12,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pal_lightning.data import batch_samplers as samplers
-from pal_lightning.data.batch_samplers import MultiTaskBatchSampler
-from pal_lightning.data.schedules import SamplingSchedule
+from pal_lightning.data.sampling import streams
+from pal_lightning.data.sampling.per_task import MultiTaskBatchSampler
+from pal_lightning.data.sampling.schedules import SamplingSchedule
 
 FAST = settings(max_examples=40, deadline=None)
 
@@ -30,8 +27,8 @@ def test_cycles_are_permutations_and_the_straddling_batch_has_no_repeat(
     seed: int, global_batch: int, extra: int, cycle: int
 ) -> None:
     n = 2 * global_batch + extra  # at least two global batches: repeats are avoidable
-    prev = samplers._plain_cycle(seed, "t", cycle - 1, n, global_batch)
-    cur = samplers._plain_cycle(seed, "t", cycle, n, global_batch)
+    prev = streams.plain_cycle(seed, "t", cycle - 1, n, global_batch)
+    cur = streams.plain_cycle(seed, "t", cycle, n, global_batch)
     assert sorted(cur.tolist()) == list(range(n)) and sorted(prev.tolist()) == list(range(n))
     head = (-cycle * n) % global_batch  # examples of this cycle in the batch that straddles the boundary
     if head:
@@ -39,55 +36,8 @@ def test_cycles_are_permutations_and_the_straddling_batch_has_no_repeat(
         assert len(straddle) == global_batch and len(set(straddle)) == global_batch, straddle
     # the swaps never touch a cycle's tail: it is the raw permutation's
     tail = (n - head) % global_batch
-    raw = samplers._raw_cycle(seed, "t", cycle, n)
+    raw = streams.raw_cycle(seed, "t", cycle, n)
     assert cur[n - tail :].tolist() == raw[n - tail :].tolist()
-
-
-def _epoch(sampler: MultiTaskBatchSampler, epoch: int) -> list[tuple[str, tuple[int, ...]]]:
-    sampler.set_epoch(epoch)
-    return [(b.task, tuple(b.indices)) for b in sampler]
-
-
-def test_epochs_continue_the_stream_and_can_be_reached_directly() -> None:
-    sizes, batch = {"a": 10, "b": 7}, {"a": 3, "b": 2}
-
-    def make() -> MultiTaskBatchSampler:
-        return MultiTaskBatchSampler(sizes, batch, SamplingSchedule("uniform"), steps_per_epoch=5, seed=3)
-
-    walked = make()
-    epochs = [_epoch(walked, e) for e in range(5)]
-    # a fresh sampler sent straight to epoch 4 (as a resumed run is) draws the same batches
-    assert _epoch(make(), 4) == epochs[4]
-    direct = make()
-    _epoch(direct, 3)
-    assert _epoch(direct, 1) == epochs[1]  # and back: the cached offsets of later epochs do not leak
-    # per task, the concatenated stream is a sequence of whole passes over the examples
-    for task, n in sizes.items():
-        stream = [i for ep in epochs for t, idx in ep if t == task for i in idx]
-        assert len(stream) >= 2 * n
-        for start in range(0, len(stream) - n + 1, n):
-            assert sorted(stream[start : start + n]) == list(range(n)), (task, start)
-
-
-@pytest.mark.parametrize("pair", [(-1, 2**63 - 1), (0, -(2**63)), (5, 5 - 2**63)])
-def test_negative_seeds_are_streams_of_their_own(pair: tuple[int, int]) -> None:
-    """Seeds are taken modulo 2^63 with the sign as a second word: a seed and its wrap-around differ."""
-    a, b = (
-        MultiTaskBatchSampler({"a": 40}, {"a": 4}, SamplingSchedule("uniform"), seed=s).batches(0)
-        for s in pair
-    )
-    assert [tuple(x.indices) for x in a] != [tuple(x.indices) for x in b]
-
-
-def test_state_names_the_schedule() -> None:
-    uniform = MultiTaskBatchSampler({"a": 4, "b": 4}, {"a": 1, "b": 1}, SamplingSchedule("uniform"))
-    assert uniform.state_dict()["schedule"] == "uniform"
-    phased = MultiTaskBatchSampler(
-        {"a": 4, "b": 4}, {"a": 1, "b": 1}, SamplingSchedule("uniform"), phases=[("a", 1), ("b", 1)]
-    )  # phases of a single batch are valid
-    state = phased.state_dict()
-    assert state["schedule"] == "sequential" and state["phases"] == [["a", 0, 1], ["b", 1, 2]]
-    assert np.array_equal(phased.task_sequence(0), [0, 1])
 
 
 def _stream(sampler: MultiTaskBatchSampler) -> list[tuple[int, ...]]:
@@ -104,12 +54,8 @@ def test_a_clash_at_a_cycle_boundary_is_swapped_out_by_hand() -> None:
     tail 6 3 of cycle 1 (untouched by the swap) and the first example of cycle 2 (6): 6 twice. From
     position 1 on, 3 is in the tail, 1 is not -> cycle 2 = 1 3 6 5 4 2 0.
     """
-    raw = [samplers._raw_cycle(1, "a", c, 7).tolist() for c in range(3)]
-    assert raw == [
-        [1, 5, 3, 4, 0, 6, 2],
-        [2, 0, 5, 4, 1, 6, 3],
-        [6, 3, 1, 5, 4, 2, 0],
-    ]  # the example's premise
+    raw = [streams.raw_cycle(1, "a", c, 7).tolist() for c in range(3)]
+    assert raw == [[1, 5, 3, 4, 0, 6, 2], [2, 0, 5, 4, 1, 6, 3], [6, 3, 1, 5, 4, 2, 0]]  # the premise
     sampler = MultiTaskBatchSampler(
         {"a": 7}, {"a": 3}, SamplingSchedule("uniform"), steps_per_epoch=7, seed=1
     )
@@ -131,30 +77,12 @@ def test_a_task_of_fewer_than_two_global_batches_keeps_its_raw_permutations() ->
     Raw permutations: cycle 0 = 2 4 0 1 3, cycle 1 = 2 1 4 0 3, cycle 2 = 3 0 1 2 4. Batch 4 straddles
     cycles 1 and 2: the last example of cycle 1 (3) and the first two of cycle 2 (3, 0): 3 twice, kept.
     """
-    raw = [samplers._raw_cycle(0, "a", c, 5).tolist() for c in range(3)]
+    raw = [streams.raw_cycle(0, "a", c, 5).tolist() for c in range(3)]
     assert raw == [[2, 4, 0, 1, 3], [2, 1, 4, 0, 3], [3, 0, 1, 2, 4]]  # the example's premise
     sampler = MultiTaskBatchSampler(
         {"a": 5}, {"a": 3}, SamplingSchedule("uniform"), steps_per_epoch=5, seed=0
     )
     assert _stream(sampler) == [(2, 4, 0), (1, 3, 2), (1, 4, 0), (3, 3, 0), (1, 2, 4)]
-
-
-@pytest.mark.parametrize("schedule", ["weights", "proportional"])
-def test_weights_and_multipliers_reach_the_drawn_tasks(schedule: str) -> None:
-    """``weights`` and ``task_multipliers`` decide the task of each step (p = 1/4, 3/4 by hand)."""
-    sizes, batch = {"a": 30, "b": 10}, {"a": 2, "b": 2}
-    if schedule == "weights":
-        plan = SamplingSchedule("weights", weights={"a": 1.0, "b": 3.0})
-        off = SamplingSchedule("weights", weights={"a": 1.0, "b": 1.0}, multipliers={"b": 0.0})
-    else:
-        # proportional 3/4, 1/4; multiplier 9 on b: 3/4 : 9/4 -> 1/4, 3/4
-        plan = SamplingSchedule("proportional", multipliers={"b": 9.0})
-        off = SamplingSchedule("proportional", multipliers={"b": 0.0})
-    steps = 4000
-    drawn = MultiTaskBatchSampler(sizes, batch, plan, steps_per_epoch=steps, seed=5).task_sequence(0)
-    assert abs(np.mean(drawn == 1) - 0.75) < 0.03  # 4000 draws: the standard error is 0.007
-    # a multiplier of 0 never draws the task
-    assert not MultiTaskBatchSampler(sizes, batch, off, steps_per_epoch=200, seed=5).task_sequence(0).any()
 
 
 @pytest.mark.parametrize("n", [10, 11, 23])
@@ -170,8 +98,8 @@ def test_grouped_cycles_sort_whole_global_batches_between_the_plain_head_and_tai
     lengths = np.arange(n) * 7 % n  # distinct lengths, not in index order
     for seed in (0, 1, 2):
         for cycle in range(1, 5):
-            grouped = samplers._grouped_cycle(seed, "t", cycle, n, gb, pool_batches, lengths)
-            plain = samplers._plain_cycle(seed, "t", cycle, n, gb)
+            grouped = streams.grouped_cycle(seed, "t", cycle, n, gb, pool_batches, lengths)
+            plain = streams.plain_cycle(seed, "t", cycle, n, gb)
             head = (-cycle * n) % gb
             tail = (n - head) % gb
             assert grouped[:head].tolist() == plain[:head].tolist()
@@ -184,5 +112,64 @@ def test_grouped_cycles_sort_whole_global_batches_between_the_plain_head_and_tai
                 for b in range(0, len(pool), gb):
                     batch = np.sort(ranks[b : b + gb])
                     assert batch[-1] - batch[0] == gb - 1 and batch[0] % gb == 0, (seed, cycle, pool)
-            again = samplers._grouped_cycle(seed, "t", cycle, n, gb, pool_batches, lengths)
+            again = streams.grouped_cycle(seed, "t", cycle, n, gb, pool_batches, lengths)
             assert np.array_equal(grouped, again)
+
+
+@pytest.mark.parametrize(
+    ("examples", "ends", "expected"),
+    [
+        ([9, 7, 7, 5, 4, 3], [3, 6], [[9, 7, 5], [7, 4, 3]]),  # the nearest partner, in the next slice
+        ([5, 7, 7], [1, 3], [[7], [7, 5]]),  # the only partner: position 0
+        ([1, 2, 3, 3, 4, 5], [2, 4, 6], [[1, 2], [3, 4], [3, 5]]),  # nearest, after: its own slice skipped
+        ([1, 2, 3, 1], [2, 4], [[1, 2], [3, 1]]),  # copies already apart: untouched
+        (
+            [1, 2, 3, 3, 1, 4, 5, 6],
+            [2, 6, 8],
+            [[1, 3], [3, 2, 1, 4], [5, 6]],
+        ),  # a copy in another slice stays
+        ([1, 2, 3, 4], [2, 4], [[1, 2], [3, 4]]),  # no copies: untouched
+        ([1, 1], [2], [[1, 1]]),  # nowhere to go: kept
+    ],
+)
+def test_deal_apart_moves_a_copy_to_the_nearest_slice_that_takes_it(
+    examples: list[int], ends: list[int], expected: list[list[int]]
+) -> None:
+    slices = streams.deal_apart(np.array(examples), np.array(ends))
+    assert [s.tolist() for s in slices] == expected
+    assert sorted(np.concatenate(slices).tolist()) == sorted(examples)  # nothing lost or added
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_spaced_cycles_keep_a_pass_boundary_free_of_repeats(seed: int) -> None:
+    """Each pass is a permutation whose first ``window`` positions avoid the previous pass's last
+    ``window``; the swaps never touch a pass's tail, which stays its raw permutation's."""
+    raw_cycle, spaced_cycle = streams.raw_cycle, streams.spaced_cycle
+    n, window = 20, 6
+    for cycle in range(1, 6):
+        prev, now = spaced_cycle(seed, "t", cycle - 1, n, window), spaced_cycle(seed, "t", cycle, n, window)
+        raw = raw_cycle(seed, "t", cycle, n)
+        assert sorted(now.tolist()) == list(range(n))
+        assert not set(now[:window].tolist()) & set(prev[n - window :].tolist()), (cycle, now, prev)
+        assert now[n - window :].tolist() == raw[n - window :].tolist()
+        assert (now != raw).sum() <= 2 * window  # only clashes moved
+    assert spaced_cycle(seed, "t", 0, n, window).tolist() == raw_cycle(seed, "t", 0, n).tolist()
+    short = spaced_cycle(seed, "t", 3, 2 * window - 1, window)  # too short to space: the raw pass
+    assert short.tolist() == raw_cycle(seed, "t", 3, 2 * window - 1).tolist()
+
+
+def test_short_passes_are_spaced_as_far_as_partners_allow() -> None:
+    """Between 2 and 3 windows of examples, some clashes find a partner in the middle of the pass."""
+    raw_cycle, spaced_cycle = streams.raw_cycle, streams.spaced_cycle
+    n, window = 15, 6
+    clashes = {"raw": 0, "spaced": 0}
+    for seed in range(20):
+        tail = set(raw_cycle(seed, "t", 0, n)[n - window :].tolist())
+        spaced = spaced_cycle(seed, "t", 1, n, window)
+        for name, head in (("raw", raw_cycle(seed, "t", 1, n)), ("spaced", spaced)):
+            clashes[name] += len(set(head[:window].tolist()) & tail)
+        # partners come from the middle only: the tail stays the raw pass's
+        assert spaced[n - window :].tolist() == raw_cycle(seed, "t", 1, n)[n - window :].tolist()
+        tiny = spaced_cycle(seed, "t", 2, window - 2, window)  # fewer examples than a window: as drawn
+        assert tiny.tolist() == raw_cycle(seed, "t", 2, window - 2).tolist()
+    assert clashes["spaced"] < clashes["raw"], clashes

@@ -1,28 +1,17 @@
-"""The task schedule: every task interleaved, or the tasks one after another (continual learning).
-
-``interleaved`` draws a task per step by the sampling schedule (:mod:`pal_lightning.data.schedules`).
-``sequential`` trains the tasks of ``task_order`` in phases: phase ``i`` trains ``task_order[i]`` for
-``steps_per_task`` training batches, or for ``epochs_per_task`` passes over its training data, one
-pass being ``ceil(N_t / (B_t W))`` global batches (as for ``steps_per_epoch``).
-
-:func:`plan_phases` checks the options once, when the data module is built; :meth:`PhasePlan.lengths`
-turns them into the ``(task, batches)`` pairs the batch sampler trains
-(:func:`~pal_lightning.data.batch_samplers.make_phases` gives their start and end), and
-:meth:`PhasePlan.steps_per_epoch` into the length of an epoch.
-"""
+"""The task schedule: every task interleaved (drawn per step by the sampling schedule), or the tasks of
+``task_order`` one after another in phases (continual learning), each ``steps_per_task`` training batches
+or ``epochs_per_task`` passes of ``ceil(N_t / (B_t W))`` global batches."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.data.batch_samplers import Phase, default_steps_per_epoch, make_phases
-from pal_lightning.data.per_task import per_task
+from pal_lightning.data.task_values import per_task
 from pal_lightning.tasks.specs import repeated_names
-
-__all__ = ["INTERLEAVED", "SEQUENTIAL", "TASK_SCHEDULES", "PhasePlan", "check_task_schedule", "plan_phases"]
 
 INTERLEAVED = "interleaved"
 SEQUENTIAL = "sequential"
@@ -31,6 +20,38 @@ TASK_SCHEDULES = (INTERLEAVED, SEQUENTIAL)
 
 #: Options that only mean something for the sequential schedule.
 _SEQUENTIAL_ONLY = ("task_order", "steps_per_task", "epochs_per_task")
+
+
+class Phase(NamedTuple):
+    """One phase of a sequential schedule: ``task`` trains on global training batches ``start .. end - 1``
+    (per rank, ``epoch * steps_per_epoch + batch_idx``; with ``accumulate_grad_batches = k`` a phase of
+    ``n`` batches is ``n / k`` optimizer steps)."""
+
+    task: str
+    start: int
+    end: int
+
+
+def make_phases(plan: Sequence[tuple[str, int]]) -> list[Phase]:
+    """Consecutive :class:`Phase` s from ``(task, batches)`` pairs.
+
+    Raises:
+        PalUserError: a phase with fewer than one batch.
+    """
+    phases, start = [], 0
+    for task, n in plan:
+        if int(n) < 1:
+            raise PalUserError(f"Every continual phase needs >= 1 training batch; {task!r} got {n}.")
+        phases.append(Phase(str(task), start, start + int(n)))
+        start += int(n)
+    return phases
+
+
+def default_steps_per_epoch(
+    sizes: Mapping[str, int], batch_sizes: Mapping[str, int], num_replicas: int
+) -> int:
+    """Steps of one pass over the data: ``sum_t ceil(N_t / (B_t * W))``."""
+    return sum(math.ceil(n / (batch_sizes[t] * num_replicas)) for t, n in sizes.items() if n > 0)
 
 
 @dataclass(frozen=True)
@@ -64,15 +85,14 @@ class PhasePlan:
         if not train_sizes:
             raise RuntimeError("The phases of epochs_per_task are known after setup('fit') (they need N_t).")
         assert self.epochs_per_task is not None
-        # One pass over task t is ceil(N_t / (B_t W)) global batches; the 1e-9 keeps e.g. 1.5 * 4 at 6.
+        passes = default_steps_per_epoch
+        # the 1e-9 keeps e.g. 1.5 * 4 at 6
         return [
             (
                 t,
                 max(
                     1,
-                    math.ceil(
-                        self.epochs_per_task * math.ceil(train_sizes[t] / (batch_sizes[t] * world)) - 1e-9
-                    ),
+                    math.ceil(self.epochs_per_task * passes({t: train_sizes[t]}, batch_sizes, world) - 1e-9),
                 ),
             )
             for t in self.order
@@ -81,16 +101,14 @@ class PhasePlan:
     def phases(
         self, train_sizes: Mapping[str, int], batch_sizes: Mapping[str, int], world: int
     ) -> list[Phase]:
-        """The phases as :class:`~pal_lightning.data.batch_samplers.Phase` s (start and end in training
-        batches; empty for the interleaved schedule)."""
+        """The phases with their start and end in training batches (empty for the interleaved schedule)."""
         return make_phases(self.lengths(train_sizes, batch_sizes, world))
 
     def steps_per_epoch(
         self, given: int | None, train_sizes: Mapping[str, int], batch_sizes: Mapping[str, int], world: int
     ) -> int:
-        """Training batches per epoch per rank: ``given`` (the ``steps_per_epoch`` option) when set, else
-        the whole continual run (sequential: the sum of the phases), else one pass over every task
-        (``sum_t ceil(N_t / (B_t W))``)."""
+        """Training batches per epoch per rank: ``given`` when set, else the whole continual run (the sum of
+        the phases), else one pass over every task."""
         if given is not None:
             return int(given)
         if self.sequential:
@@ -134,10 +152,8 @@ def plan_phases(
     epochs_per_task: float | None,
     task_names: Sequence[str],
 ) -> PhasePlan:
-    """Check the task-schedule options against the tasks and return the plan.
-
-    ``task_order`` defaults to every task in the task list; it may name any subset, each at most
-    once. Without ``steps_per_task`` or ``epochs_per_task`` a sequential phase is one pass.
+    """Check the task-schedule options against the tasks and return the plan: ``task_order`` (default every
+    task) names each task at most once; a sequential phase is one pass unless told otherwise.
 
     Raises:
         PalUserError: naming the option and the fix.

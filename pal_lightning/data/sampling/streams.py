@@ -1,0 +1,199 @@
+"""The seeded draws behind the batch samplers: pure functions of ``(seed, epoch, ...)``, alike on every rank.
+
+A task's *example stream* is one random permutation of its examples after another (pass ``c`` seeded by
+``(seed, task, c)``); the task of a step (or, for mixed batches, of a row) is drawn with a generator seeded
+by ``(seed, epoch)``. ``docs/design.md`` §3 has the maths.
+"""
+
+from __future__ import annotations
+
+import functools
+import zlib
+from collections.abc import Mapping
+
+import numpy as np
+
+from pal_lightning.data.sampling.schedules import SamplingSchedule
+
+_SCHEDULE_STREAM = 1
+_EXAMPLE_STREAM = 2
+_ROW_STREAM = 3
+_POOL_STREAM = 4
+
+#: What :func:`task_sequence` and :func:`row_draws` need of a schedule, hashable:
+#: ``(tasks, sizes, name, num_epochs, sorted weights, sorted multipliers)``.
+ScheduleKey = tuple[
+    tuple[str, ...], tuple[int, ...], str, int, tuple[tuple[str, float], ...], tuple[tuple[str, float], ...]
+]
+
+
+def schedule_key(sizes: Mapping[str, int], schedule: SamplingSchedule) -> ScheduleKey:
+    """The hashable form of ``schedule`` over tasks of ``sizes`` (the draws are cached by it)."""
+    return (
+        tuple(sizes),
+        tuple(sizes.values()),
+        schedule.name,
+        schedule.num_epochs,
+        tuple(sorted((schedule.weights or {}).items())),
+        tuple(sorted((schedule.multipliers or {}).items())),
+    )
+
+
+def generator(seed: int, *words: int) -> np.random.Generator:
+    """A generator seeded by ``seed`` and the stream's ``words``."""
+    # SeedSequence wants non-negative integers; keep negative seeds distinct from positive ones.
+    return np.random.Generator(
+        np.random.PCG64(np.random.SeedSequence([seed % (1 << 63), int(seed < 0), *words]))
+    )
+
+
+def _probabilities(key: ScheduleKey, epoch: int) -> np.ndarray:
+    tasks, sizes, name, num_epochs, weights, multipliers = key
+    sched = SamplingSchedule(
+        name, num_epochs=num_epochs, weights=dict(weights) or None, multipliers=dict(multipliers) or None
+    )
+    probs = sched.probabilities(dict(zip(tasks, sizes, strict=True)), epoch)
+    p = np.asarray([probs[t] for t in tasks], dtype=np.float64)
+    return p / p.sum()
+
+
+@functools.lru_cache(maxsize=64)
+def task_sequence(seed: int, epoch: int, steps: int, key: ScheduleKey) -> np.ndarray:
+    """The task index of every step of ``epoch``: drawn by the schedule, or round-robin's global cycle."""
+    if key[2] == "round_robin":  # step s of epoch e is global step e * S + s
+        return (epoch * steps + np.arange(steps)) % len(key[0])
+    seq = generator(seed, _SCHEDULE_STREAM, epoch).choice(
+        len(key[0]), size=steps, p=_probabilities(key, epoch)
+    )
+    seq.setflags(write=False)
+    return seq
+
+
+@functools.lru_cache(maxsize=16)
+def row_draws(seed: int, epoch: int, steps: int, global_batch: int, key: ScheduleKey) -> np.ndarray:
+    """``[steps, global_batch]``: the task index of every row of ``epoch``, drawn i.i.d. by the schedule."""
+    rng = generator(seed, _ROW_STREAM, epoch)
+    draws = rng.choice(len(key[0]), size=(steps, global_batch), p=_probabilities(key, epoch)).astype(np.int32)
+    draws.setflags(write=False)
+    return draws
+
+
+@functools.lru_cache(maxsize=64)
+def phase_sequence(epoch: int, steps: int, task_ids: tuple[int, ...], ends: tuple[int, ...]) -> np.ndarray:
+    """The task index of every step of ``epoch`` under phases ending at ``ends`` (the curriculum repeats)."""
+    g = (epoch * steps + np.arange(steps)) % ends[-1]  # phase i holds ends[i-1] <= g mod P < ends[i]
+    seq = np.asarray(task_ids)[np.searchsorted(np.asarray(ends), g, side="right")]
+    seq.setflags(write=False)
+    return seq
+
+
+def pool_order(seed: int, epoch: int, first_step: int, steps: int) -> np.ndarray:
+    """The random order in which a pool of mixed ``steps`` starting at ``first_step`` is dealt examples."""
+    return generator(seed, _POOL_STREAM, epoch, first_step).permutation(np.arange(steps))
+
+
+def raw_cycle(seed: int, task: str, cycle: int, n: int) -> np.ndarray:
+    """A random permutation of ``n`` examples, seeded by ``(seed, task, cycle)``."""
+    return generator(seed, _EXAMPLE_STREAM, zlib.crc32(task.encode()), cycle).permutation(n)
+
+
+def _swap_out(perm: np.ndarray, head: int, stop: int, avoid: set[int]) -> np.ndarray:
+    # Each of perm[:head] found in `avoid` swaps with the next of perm[head:stop] that is not.
+    clashes = [i for i in range(head) if int(perm[i]) in avoid]
+    free = (j for j in range(head, stop) if int(perm[j]) not in avoid)
+    for i, j in zip(clashes, free, strict=False):
+        perm[i], perm[j] = perm[j], perm[i]
+    return perm
+
+
+def plain_cycle(seed: int, task: str, cycle: int, n: int, global_batch: int) -> np.ndarray:
+    """Pass ``cycle`` of the example stream, with no example twice in the global batch that straddles the
+    boundary with pass ``cycle - 1``.
+
+    Clashes swap with examples from the middle of the pass, never its tail, so each pass depends on the
+    previous raw one only. A task of fewer than two global batches of examples keeps its raw permutations.
+    """
+    perm = raw_cycle(seed, task, cycle, n)
+    head = (-cycle * n) % global_batch
+    if cycle == 0 or head == 0 or n < 2 * global_batch:
+        return perm
+    prev_tail = set(raw_cycle(seed, task, cycle - 1, n)[n - (global_batch - head) :].tolist())
+    return _swap_out(perm, head, n - (n - head) % global_batch, prev_tail)
+
+
+def grouped_cycle(
+    seed: int, task: str, cycle: int, n: int, global_batch: int, pool_batches: int, lengths: np.ndarray
+) -> np.ndarray:
+    """:func:`plain_cycle` with each pool of ``pool_batches`` whole global batches sorted longest first and
+    its global batches shuffled (the partial batches at either end stay as they are)."""
+    perm = plain_cycle(seed, task, cycle, n, global_batch)
+    rng = generator(seed, _EXAMPLE_STREAM, zlib.crc32(task.encode()), cycle, 1)
+    # Global batches start at multiples of global_batch; this pass starts at position cycle * n.
+    head = min((-cycle * n) % global_batch, n)
+    parts = [perm[:head]]
+    body = perm[head:]
+    full = (len(body) // global_batch) * global_batch
+    pool = pool_batches * global_batch
+    for start in range(0, full, pool):
+        chunk = body[start : min(start + pool, full)]
+        chunk = chunk[np.argsort(-lengths[chunk], kind="stable")]
+        order = rng.permutation(len(chunk) // global_batch)
+        parts.extend(chunk[i * global_batch : (i + 1) * global_batch] for i in order)
+    parts.append(body[full:])
+    return np.concatenate(parts)
+
+
+def spaced_cycle(seed: int, task: str, cycle: int, n: int, window: int) -> np.ndarray:
+    """Pass ``cycle`` with its first ``window`` positions disjoint from the last ``window`` of the previous
+    pass (a mixed global batch holds up to ``window`` consecutive positions of a task's stream).
+
+    Clashes swap with the middle of the pass, never its last ``window``; with ``n < 3 * window`` not every
+    clash may find a partner, and with ``n < 2 * window`` the pass is the raw permutation.
+    """
+    perm = raw_cycle(seed, task, cycle, n)
+    if cycle == 0 or n < 2 * window:
+        return perm
+    prev_tail = set(raw_cycle(seed, task, cycle - 1, n)[n - window :].tolist())
+    return _swap_out(perm, window, n - window, prev_tail)
+
+
+def deal_apart(examples: np.ndarray, ends: np.ndarray) -> list[np.ndarray]:
+    """``examples`` cut at ``ends`` (slice ``k`` is ``examples[ends[k-1]:ends[k]]``), with no example twice
+    in one slice where a swap with a neighbouring slice avoids it.
+
+    Sorted by length, two copies of an example (drawn on both sides of a pass boundary) are neighbours:
+    each repeated copy swaps with the nearest position of another slice whose example is new to this slice
+    and whose slice lacks the copy. The multiset of examples does not change.
+    """
+    out = examples.copy()
+    starts = np.concatenate([[0], ends[:-1]]).astype(np.int64)
+    slice_of = np.repeat(np.arange(len(ends)), ends - starts)
+
+    def members(k: int) -> np.ndarray:
+        return out[starts[k] : ends[k]]
+
+    for k in range(len(ends)):
+        if len(np.unique(members(k))) == ends[k] - starts[k]:
+            continue
+        seen: set[int] = set()
+        for i in range(int(starts[k]), int(ends[k])):
+            if int(out[i]) not in seen:
+                seen.add(int(out[i]))
+                continue
+            here = set(members(k).tolist())
+            for distance in range(1, len(out)):
+                j = next(
+                    (
+                        j
+                        for j in (i - distance, i + distance)
+                        if 0 <= j < len(out)
+                        and slice_of[j] != k
+                        and int(out[j]) not in here
+                        and int(out[i]) not in members(int(slice_of[j])).tolist()
+                    ),
+                    None,
+                )
+                if j is not None:
+                    out[i], out[j] = out[j], out[i]
+                    break
+    return [out[starts[k] : ends[k]] for k in range(len(ends))]
