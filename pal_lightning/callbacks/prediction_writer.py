@@ -32,7 +32,6 @@ de-duplicated by id, and written by rank 0 alone.
 
 from __future__ import annotations
 
-import csv
 import logging
 import numbers
 import os
@@ -51,6 +50,7 @@ from pal_lightning.core.contracts import ExampleOrder, PredictionLayout, datamod
 from pal_lightning.core.distributed import gather_objects, is_main_process
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.files import atomic_write
+from pal_lightning.inference.files import write_csv
 
 log = logging.getLogger(__name__)
 
@@ -106,12 +106,16 @@ def write_named_file(
     """Write ``id,label,p_<name>...`` (the probability columns when ``probabilities`` has every row),
     atomically, with ``\n`` line ends."""
     with_p = bool(rows) and all(ex_id in probabilities for ex_id, _ in rows)
-    with atomic_write(path, "w", encoding="utf-8", newline="") as f:
-        writer = csv.writer(f, lineterminator="\n")  # the csv module's default ends lines with \r\n
-        writer.writerow(["id", "label", *(probability_columns(names) if with_p else [])])
-        for ex_id, value in rows:
-            p = [format_value(float(x)) for x in probabilities[ex_id]] if with_p else []
-            writer.writerow([ex_id, names[int(value)], *p])
+    header = ["id", "label", *(probability_columns(names) if with_p else [])]
+    lines = [
+        [
+            ex_id,
+            names[int(value)],
+            *([format_value(float(x)) for x in probabilities[ex_id]] if with_p else []),
+        ]
+        for ex_id, value in rows
+    ]
+    write_csv(path, header, lines)
 
 
 class PredictionWriter(BasePredictionWriter):

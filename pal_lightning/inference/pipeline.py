@@ -9,18 +9,14 @@ a list of either::
     classify = pal_lightning.pipeline("runs/demo/version_0/model", task="sst")
     classify("a fine film")                 # [{'label': 'positive', 'score': 0.61}]
     classify(["a fine film", "dull"])       # [{'label': ...}, {'label': ...}]
-    classify("a fine film", top_k=None)     # [[{'label': ..., 'score': ...}, ... every class]]
+    classify("a fine film", top_k=None)     # [{'label': ..., 'score': ...}, ... every class, best first]
 
 As a transformers text-classification pipeline does, one input gives a list of one dict, and a list
-gives one dict per input; ``top_k`` asks for the ``k`` most probable classes of each (``None``: all, best
-first), a list of dicts per input. ``label`` is the class's name where the model knows it (the built-in
-tasks, and a task whose training data named its classes), else the class index; ``score`` its
-probability. A regression task (STS) gives ``{"score": s}`` on the task's scale. The work is
-:meth:`~pal_lightning.module.inference.InferenceMixin.predict`'s: the same tokenisation as training,
-batches of similar length, eval mode, no gradients.
-
-It lives in the ``cli`` layer because it loads models as ``pal-lightning predict --predict.input``
-does (:func:`pal_lightning.cli.text_predict.load_model`); nothing heavy is imported until it is called.
+gives one dict per input; ``top_k`` asks for the ``k`` most probable classes (``None``: all, best first):
+for one input a flat list of dicts, for a list of inputs one such list per input. ``label`` is the class's
+name where the model knows it, else the class index; ``score`` its probability. A regression task (STS)
+gives ``{"score": s}`` on the task's scale. The work is the inference core's
+(:func:`~pal_lightning.module.inference.predict_items`); nothing heavy is imported until it is called.
 """
 
 from __future__ import annotations
@@ -62,10 +58,37 @@ def torch_device(device: Any) -> torch.device:
         ) from None
 
 
+def load_model(model: str | None, ckpt: str | None) -> MultiTaskModule:
+    """The module from a ``save_pretrained`` folder / hub id, or from a checkpoint (on the CPU).
+
+    Raises:
+        PalUserError: when neither or both are given, or the source cannot be loaded.
+    """
+    from pal_lightning.core.checkpoint_io import AtomicCheckpointIO
+    from pal_lightning.module.multitask import MultiTaskModule
+
+    if bool(model) == bool(ckpt):
+        raise PalUserError(
+            "Give the model with exactly one of --predict.model <folder written by fit, e.g. "
+            "runs/<name>/version_N/model, or a hub id> and --ckpt_path <file.ckpt>."
+        )
+    if model:
+        return MultiTaskModule.from_pretrained(model)
+    path = Path(str(ckpt))
+    if not path.is_file():
+        raise PalUserError(f"Checkpoint {path} does not exist. Pass the path of a .ckpt file to --ckpt_path.")
+    # one-line errors for a file that is no checkpoint, truncated, or refused by weights_only loading
+    checkpoint = AtomicCheckpointIO().load_checkpoint(path, map_location="cpu", weights_only=True)
+    module = MultiTaskModule.load_from_checkpoint(path, map_location="cpu", weights_only=True)
+    max_length = (checkpoint.get("datamodule_hyper_parameters") or {}).get("max_length")
+    if max_length:
+        module.predict_max_length = int(max_length)
+    return module
+
+
 def load_pipeline_model(model: Any, device: torch.device | None) -> MultiTaskModule:
     """The module of ``model`` (a module, a ``save_pretrained`` folder or hub id, or a ``.ckpt`` file) in eval
     mode on ``device`` (``None``: where it is; a loaded model is on the CPU)."""
-    from pal_lightning.cli.text_predict import load_model
     from pal_lightning.module.multitask import MultiTaskModule
 
     if isinstance(model, MultiTaskModule):
@@ -133,7 +156,7 @@ class TaskPipeline:
         Returns:
             One entry per input, in input order: ``{"label", "score"}`` (``top_k=1``), a list of ``top_k``
             such dicts, best first (``top_k`` > 1, or ``None`` for every class), or ``{"score"}`` for a
-            regression task.
+            regression task; for one input (not a list) and ``top_k`` other than 1, that input's list itself.
 
         Raises:
             PalUserError: for inputs of the wrong shape for the task, no input, or ``top_k`` below 1.
@@ -143,8 +166,8 @@ class TaskPipeline:
         inputs = _as_pair(inputs)
         single = isinstance(inputs, (str, tuple))
         items = [inputs] if single else [_as_pair(i) for i in inputs]
-        predictions = self.model.predict(self.task, items, batch_size=self.batch_size)
-        return entries(predictions, top_k)
+        out = entries(self.model.predict(self.task, items, batch_size=self.batch_size), top_k)
+        return out[0] if single and top_k != 1 and isinstance(out[0], list) else out  # as transformers
 
 
 def entries(predictions: TaskPredictions, top_k: int | None) -> list[Any]:
