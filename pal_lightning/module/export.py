@@ -56,16 +56,17 @@ import os
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from pal_lightning.core.batch import ATTENTION_MASK, ENCODING_KEYS, INPUT_IDS, concat_inputs, side_keys
+from pal_lightning.core.batch import ATTENTION_MASK, ENCODING_KEYS, side_keys
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.files import atomic_write_via
 from pal_lightning.modeling.heads import pool
+from pal_lightning.module.encoding import mixed_head_outputs
 
 #: ONNX input names: one sequence, or two for a siamese pair.
 SINGLE_INPUTS = ENCODING_KEYS
@@ -191,9 +192,6 @@ class MixedTaskModel(nn.Module):
             del encoder.individual[other]
         self.encoder = encoder
         self.heads = nn.ModuleDict({t: copy.deepcopy(module.heads[t]) for t in names})
-        # this model's task index -> the encoder's (the encoder knows every task of the module)
-        index = [encoder.task_names.index(t) for t in names]
-        self.register_buffer("encoder_index", torch.tensor(index, dtype=torch.long), persistent=False)
         self.eval()
         self.widths: tuple[int, ...] = tuple(
             self._head_width(t, s) for t, s in zip(names, self.siamese, strict=True)
@@ -266,38 +264,17 @@ class MixedTaskModel(nn.Module):
     def _routed(
         self, first: tuple[Tensor, Tensor, Tensor], second: tuple[Tensor, ...] | None, task_ids: Tensor
     ) -> Tensor:
-        """Eager: one encoder pass over every row (and the siamese rows' second sentences), routed per row."""
+        """Eager: one encoder pass over every row (and the siamese rows' second sentences), routed per row
+        as ``MultiTaskModule.forward_mixed`` routes it (:func:`~pal_lightning.module.encoding.mixed_head_outputs`)."""
         rows = first[0].shape[0]
-        ids = self._check_task_ids(task_ids, rows)
-        siamese_rows = [i for i, t in enumerate(ids) if self.siamese[t]]
-        inputs = dict(zip(ENCODING_KEYS, first, strict=True))
-        row_tasks = list(ids)
-        if siamese_rows and second is not None:
-            picked = torch.tensor(siamese_rows, device=first[0].device)
-            b = {k: v.index_select(0, picked) for k, v in zip(ENCODING_KEYS, second, strict=True)}
-            inputs = concat_inputs([inputs, b])
-            row_tasks += [ids[i] for i in siamese_rows]
-        encoder_index = cast(Tensor, self.encoder_index)
-        encoder_tasks = encoder_index[torch.tensor(row_tasks, device=encoder_index.device)]
-        mask = inputs[ENCODING_KEYS[1]]
-        hidden = self.encoder(
-            inputs[INPUT_IDS], mask, inputs[ENCODING_KEYS[2]], tasks=encoder_tasks.to(mask.device)
+        tasks = [self.task_names[i] for i in self._check_task_ids(task_ids, rows)]
+        b = None if second is None else dict(zip(ENCODING_KEYS, second, strict=True))
+        outputs = mixed_head_outputs(
+            self.encoder, self.heads, self.pooling, dict(zip(ENCODING_KEYS, first, strict=True)), b, tasks
         )
-        pooled = pool(hidden, mask, self.pooling)
-        second_row = {i: rows + k for k, i in enumerate(siamese_rows)}
-        out = pooled.new_zeros(rows, self.width, dtype=torch.float32)
-        for t, task in enumerate(self.task_names):
-            at = [i for i, row_task in enumerate(ids) if row_task == t]
-            if not at:
-                continue
-            index = torch.tensor(at, device=pooled.device)
-            u = pooled.index_select(0, index)
-            if self.siamese[t]:
-                v = pooled.index_select(0, torch.tensor([second_row[i] for i in at], device=pooled.device))
-                value = self.heads[task](u, v)
-            else:
-                value = self.heads[task](u)
-            out[index, : self.widths[t]] = value.reshape(len(at), -1).float()
+        out = first[0].new_zeros(rows, self.width, dtype=torch.float32)
+        for task, (index, value) in outputs.items():
+            out[index, : self.widths[self.task_names.index(task)]] = value.reshape(len(index), -1).float()
         return out
 
     def _partitioned(
