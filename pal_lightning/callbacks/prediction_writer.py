@@ -1,32 +1,16 @@
-"""Write CS224N-style prediction files from ``predict_step`` outputs.
+"""Write prediction files from ``predict_step`` outputs (``{"task", "split", "ids", "predictions"}`` per batch,
+with ``"probabilities"`` for classification): one file per task and split, ``<task>-<split>-output.csv``.
 
-``predict_step`` returns ``{"task", "split", "ids", "predictions"}`` per batch
-(class ints, or float scores on the task's scale). This callback collects them
-and writes one file per task and split, ``<output_dir>/<task>-<split>-output.csv``
-(``para-*`` for Quora, as the starter names it),
-in the format of the CS224N minBERT starter code (``evaluation.py``)::
+The CS224N starter's tasks get its format (``evaluation.py``; ``para-*`` files for Quora), its header names
+(``Predicted_Sentiment``, ``Predicted_Is_Paraphrase``, ``Predicted_Similiary`` sic; ``Predicted_Label`` for
+other tasks) and at most 6 decimals::
 
     id \\t Predicted_Sentiment \\n
     <id> , <prediction> \\n
-    ...
 
-The header names are the starter's: ``Predicted_Sentiment`` (SST, CFIMDB,
-SST-2), ``Predicted_Is_Paraphrase`` (Quora) and ``Predicted_Similiary`` (STS; the
-starter's own spelling); other tasks get ``Predicted_Label``. Scores have at most 6 decimals
-(:data:`SCORE_DECIMALS`); lines end with ``\n`` alone.
-
-A task whose classes have names (its ``label_names``, or the words of its training labels, as the data
-module's ``label_names()`` reports them) gets a comma-separated file with a header instead, one column
-per class probability, the names made safe for a header (:func:`~pal_lightning.core.columns.probability_columns`)::
-
-    id,label,p_politics,p_sports
-    a1,sports,0.1,0.9
-
-The CS224N starter's own tasks keep the starter's format, which its scripts read.
-
-Existing files are never overwritten unless ``overwrite=True``: the check runs
-when prediction starts, before any batch is predicted. Under DDP every rank
-predicts its own share; the rows are gathered on rank 0 (``all_gather_object``),
+A task whose classes have names gets ``id,label,p_<name>...`` instead
+(:func:`~pal_lightning.core.columns.probability_columns`). Existing files are never overwritten unless
+``overwrite=True``, checked before any batch is predicted. Under DDP the rows are gathered on rank 0,
 de-duplicated by id, and written by rank 0 alone.
 """
 

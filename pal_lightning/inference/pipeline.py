@@ -1,22 +1,15 @@
-"""``pal_lightning.pipeline(folder, task="sst")("a fine film")``: from a saved model to predictions in one line.
-
-A short path in the manner of ``transformers.pipeline``: :func:`pipeline` loads a model once (a
-``save_pretrained`` folder such as ``runs/<name>/version_N/model``, a hub id, a ``.ckpt`` file, or a
-:class:`~pal_lightning.module.multitask.MultiTaskModule` already in memory) onto a device, and the
-:class:`TaskPipeline` it returns predicts one task for a sentence, a ``(sentence1, sentence2)`` pair, or
-a list of either::
+"""``pal_lightning.pipeline(folder, task="sst")("a fine film")``: a saved model's predictions in one line,
+shaped as a ``transformers`` text-classification pipeline's::
 
     classify = pal_lightning.pipeline("runs/demo/version_0/model", task="sst")
     classify("a fine film")                 # [{'label': 'positive', 'score': 0.61}]
     classify(["a fine film", "dull"])       # [{'label': ...}, {'label': ...}]
     classify("a fine film", top_k=None)     # [{'label': ..., 'score': ...}, ... every class, best first]
 
-As a transformers text-classification pipeline does, one input gives a list of one dict, and a list
-gives one dict per input; ``top_k`` asks for the ``k`` most probable classes (``None``: all, best first):
-for one input a flat list of dicts, for a list of inputs one such list per input. ``label`` is the class's
-name where the model knows it, else the class index; ``score`` its probability. A regression task (STS)
-gives ``{"score": s}`` on the task's scale. The work is the inference core's
-(:func:`~pal_lightning.module.inference.predict_items`); nothing heavy is imported until it is called.
+``top_k`` asks for the ``k`` most probable classes (``None``: all): for one input a flat list of dicts, for
+a list of inputs one such list per input. ``label`` is the class's name where the model knows it, else the
+class index; a regression task gives ``{"score": s}`` on the task's scale. The work is the inference
+core's (:func:`~pal_lightning.module.inference.predict_items`); nothing heavy is imported until called.
 """
 
 from __future__ import annotations
@@ -31,15 +24,15 @@ from pal_lightning.core.errors import PalUserError
 if TYPE_CHECKING:
     import torch
 
-    from pal_lightning.module.inference import TaskPredictions
+    from pal_lightning.module.inference import Prediction
     from pal_lightning.module.multitask import MultiTaskModule
 
 __all__ = ["TaskPipeline", "pipeline"]
 
 
 def torch_device(device: Any) -> torch.device:
-    """A ``torch.device`` from ``None`` (the CPU), ``"cpu"``, ``"cuda:0"``, a ``torch.device``, or an int as
-    transformers takes it (``-1``: the CPU, ``0``: the first GPU).
+    """A ``torch.device`` from ``None`` (the CPU), a name, a ``torch.device``, or an int as transformers
+    takes it (``-1``: the CPU, ``0``: the first GPU).
 
     Raises:
         PalUserError: for a device name torch does not know.
@@ -154,34 +147,36 @@ class TaskPipeline:
         """Predict ``inputs``: a sentence, a ``(sentence1, sentence2)`` pair, or a list of either.
 
         Returns:
-            One entry per input, in input order: ``{"label", "score"}`` (``top_k=1``), a list of ``top_k``
-            such dicts, best first (``top_k`` > 1, or ``None`` for every class), or ``{"score"}`` for a
-            regression task; for one input (not a list) and ``top_k`` other than 1, that input's list itself.
+            Per input, in input order: ``{"label", "score"}`` (``top_k=1``), a list of the ``top_k`` best
+            such dicts (``None``: every class), or ``{"score"}`` for a regression task; for one input (not a
+            list) and ``top_k`` other than 1, that input's list itself.
 
         Raises:
             PalUserError: for inputs of the wrong shape for the task, no input, or ``top_k`` below 1.
         """
+        from pal_lightning.module.inference import predict_items
+
         if top_k is not None and top_k < 1:
             raise PalUserError(f"top_k must be >= 1 (or None for every class), got {top_k}.")
         inputs = _as_pair(inputs)
         single = isinstance(inputs, (str, tuple))
-        items = [inputs] if single else [_as_pair(i) for i in inputs]
-        out = entries(self.model.predict(self.task, items, batch_size=self.batch_size), top_k)
+        items = [(self.task, x) for x in ([inputs] if single else map(_as_pair, inputs))]
+        if not items:
+            raise PalUserError(
+                "Nothing to predict: pass a sentence, a (sentence1, sentence2) pair or a list of them."
+            )
+        out = [entry(p, top_k) for p in predict_items(self.model, items, self.batch_size)]
         return out[0] if single and top_k != 1 and isinstance(out[0], list) else out  # as transformers
 
 
-def entries(predictions: TaskPredictions, top_k: int | None) -> list[Any]:
-    """The pipeline's output of :class:`~pal_lightning.module.inference.TaskPredictions` (see :class:`TaskPipeline`)."""
-    if predictions.scores is not None:
-        return [{"score": float(s)} for s in predictions.scores]
-    assert predictions.probabilities is not None and predictions.classes is not None
-    names = predictions.label_names
-    out: list[Any] = []
-    for row in predictions.probabilities:
-        best = sorted(range(len(row)), key=lambda c: -float(row[c]))[:top_k]
-        ranked = [{"label": names[c] if names else c, "score": float(row[c])} for c in best]
-        out.append(ranked[0] if top_k == 1 else ranked)
-    return out
+def entry(prediction: Prediction, top_k: int | None) -> Any:
+    """The pipeline's output for one :class:`~pal_lightning.module.inference.Prediction`."""
+    if prediction.probabilities is None:
+        return {"score": prediction.score}
+    row, names = prediction.probabilities, prediction.label_names
+    best = sorted(range(len(row)), key=lambda c: -float(row[c]))[:top_k]
+    ranked = [{"label": names[c] if names else c, "score": float(row[c])} for c in best]
+    return ranked[0] if top_k == 1 else ranked
 
 
 def pipeline(
@@ -196,9 +191,8 @@ def pipeline(
         model: a folder written by ``save_pretrained`` (or by ``fit``: ``runs/<name>/version_N/model``), a
             hub id, a ``.ckpt`` file, or a ``MultiTaskModule``.
         task: the task to predict; ``None`` for a model of one task.
-        device: where to run: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, a ``torch.device``, or an int as
-            transformers takes it (``-1`` the CPU, ``0`` the first GPU); ``None``: the CPU for a model loaded
-            here, where it already is for a module given.
+        device: ``"cpu"``, ``"cuda:1"``, a ``torch.device``, or an int as transformers takes it; ``None``: the
+            CPU for a model loaded here, where it is for a module given.
         batch_size: inputs per forward pass.
 
     Raises:
