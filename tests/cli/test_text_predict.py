@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from pal_lightning import MultiTaskModule, TaskSpec
+from pal_lightning import MultiTaskModule
 from pal_lightning.cli.main import USER_ERROR_EXIT, main
 from pal_lightning.core.columns import probability_column as column_name
 from pal_lightning.testing import TINY_BERT
@@ -24,6 +24,13 @@ from .conftest import ForkedCli, ForkedSubprocess, load_benchmark
 def _rows(path: Path) -> list[dict[str, str]]:
     with path.open(newline="", encoding="utf-8") as f:
         return list(csv.DictReader(f))
+
+
+def _args(model: Path, source: Path, task: str | None = None) -> list[str]:
+    """``predict --predict.model MODEL --predict.input SOURCE [--predict.task TASK]``."""
+    return ["predict", "--predict.model", str(model), "--predict.input", str(source)] + (
+        ["--predict.task", task] if task else []
+    )
 
 
 def test_fit_saves_the_best_model_and_predict_reads_csv_and_jsonl(
@@ -54,20 +61,7 @@ def test_fit_saves_the_best_model_and_predict_reads_csv_and_jsonl(
 
     sentences = tmp_path / "mine.csv"
     sentences.write_text('id,sentence\nr1,"a great, fun movie"\nr2,awful plot\nr3,ok\n', encoding="utf-8")
-    assert (
-        main(
-            [
-                "predict",
-                "--predict.model",
-                str(folder),
-                "--predict.task",
-                "sst",
-                "--predict.input",
-                str(sentences),
-            ]
-        )
-        == 0
-    )
+    assert main(_args(folder, sentences, "sst")) == 0
     rows = _rows(tmp_path / "mine-sst-predictions.csv")
     expected = model.predict("sst", ["a great, fun movie", "awful plot", "ok"])
     assert [r["id"] for r in rows] == ["r1", "r2", "r3"]
@@ -91,23 +85,34 @@ def test_fit_saves_the_best_model_and_predict_reads_csv_and_jsonl(
     assert [float(r["score"]) for r in rows] == pytest.approx(scores, abs=1e-6)
 
 
-@pytest.fixture
-def saved_model(tmp_path: Path) -> Path:
+@pytest.fixture(scope="module")
+def saved_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    torch.manual_seed(0)
     module = MultiTaskModule(
-        tasks=["sst", "qqp", "sts"], bert_config=TINY_BERT, adapter={"size": 8, "num_heads": 2}
+        tasks=["sst", "qqp", "sts"],
+        bert_config=TINY_BERT,
+        adapter={"size": 8, "num_heads": 2, "init": "random"},
+        pair_encoding={"sts": "siamese", "default": "cross"},
     )
-    return module.save_pretrained(tmp_path / "model")
+    return module.save_pretrained(tmp_path_factory.mktemp("saved") / "model")
 
 
 @pytest.mark.parametrize(
     ("content", "task", "message"),
     [
-        ("id,sentence\n1,hello\n", "nope", "Unknown task 'nope': this model predicts sst, qqp"),
+        ("id,sentence\n1,hello\n", "nope", "Unknown task 'nope': this model predicts sst, qqp, sts"),
         ("", "sst", "holds no rows to predict"),
         ("id,sentence\n", "sst", "holds no rows to predict"),
         ("id,sentence\n1,hello\n", "qqp", "Task 'qqp' takes sentence pairs, but .* has no column"),
         ("id,review\n1,hello\n", "sst", "no column\\(s\\) sentence"),
         ("id,sentence\n1,\n", "sst", "Line 2 of .* has an empty sentence"),
+        (
+            "task,sentence\nsst,hi\nnope,there\n",
+            None,
+            "Line 3 of .* has task 'nope', .* its tasks are sst, qqp, sts",
+        ),
+        ("sentence\nhi\n", None, "Which task\\? Pass --predict.task"),
+        ("task,sentence\nsst,hi\nqqp,there\n", None, "Task 'qqp' takes sentence pairs"),
     ],
     ids=[
         "unknown-task",
@@ -116,6 +121,9 @@ def saved_model(tmp_path: Path) -> Path:
         "pair-task-single-sentences",
         "no-text-column",
         "empty-text",
+        "mixed-unknown-task",
+        "mixed-no-task-column",
+        "mixed-pair-row-without-pair-columns",
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(
@@ -123,25 +131,16 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     content: str,
-    task: str,
+    task: str | None,
     message: str,
 ) -> None:
     source = tmp_path / "in.csv"
     source.write_text(content, encoding="utf-8")
-    args = [
-        "predict",
-        "--predict.model",
-        str(saved_model),
-        "--predict.task",
-        task,
-        "--predict.input",
-        str(source),
-    ]
-    assert main(args) == USER_ERROR_EXIT
+    assert main(_args(saved_model, source, task)) == USER_ERROR_EXIT
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err
     assert re.search(message, err), err
-    assert not list(tmp_path.glob("in-*-predictions.csv"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
 
 
 def test_existing_output_is_not_overwritten_without_the_flag(
@@ -151,15 +150,7 @@ def test_existing_output_is_not_overwritten_without_the_flag(
     source.write_text("sentence\nhello there\n", encoding="utf-8")
     out = tmp_path / "out.csv"
     out.write_text("sentinel\n")
-    base = [
-        "predict",
-        "--predict.model",
-        str(saved_model),
-        "--predict.task",
-        "sst",
-        "--predict.input",
-        str(source),
-    ]
+    base = _args(saved_model, source, "sst")
     assert main([*base, "--predict.output", str(out)]) == USER_ERROR_EXIT
     assert "already exists" in capsys.readouterr().err and out.read_text() == "sentinel\n"
     assert main([*base, "--predict.output", str(out), "--predict.overwrite", "true"]) == 0
@@ -172,8 +163,7 @@ SIX_DECIMALS = re.compile(r"^-?\d+\.\d{6}$")
 
 
 def _predict(model: Path, task: str, source: Path) -> Path:
-    args = ["predict", "--predict.model", str(model), "--predict.task", task, "--predict.input", str(source)]
-    assert main(args) == 0
+    assert main(_args(model, source, task)) == 0
     return source.with_name(f"{source.stem}-{task}-predictions.csv")
 
 
@@ -228,27 +218,10 @@ def test_predict_into_another_folder_makes_no_log_folders(
         assert b"\r" not in file.read_bytes()
 
 
-# ---------------------------------------------------------------------------------------------- mixed files
-@pytest.fixture(scope="module")
-def module() -> MultiTaskModule:
-    torch.manual_seed(0)
-    bce = TaskSpec(name="binary", num_labels=2, loss="bce", text_columns=("sentence",))
-    return MultiTaskModule(
-        tasks=["sst", "qqp", "sts", bce],
-        bert_config=TINY_BERT,
-        adapter={"size": 8, "num_heads": 2, "init": "random"},
-        pair_encoding={"sts": "siamese", "default": "cross"},
-    ).eval()
-
-
-@pytest.fixture(scope="module")
-def mixed_model(module: MultiTaskModule, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return Path(module.save_pretrained(tmp_path_factory.mktemp("mixed") / "model"))
-
-
 def test_cli_predicts_each_row_with_its_task_column(
-    module: MultiTaskModule, mixed_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    saved_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    module = MultiTaskModule.from_pretrained(saved_model)
     source = tmp_path / "stream.csv"
     source.write_text(
         "id,task,sentence,sentence1,sentence2\n"
@@ -258,7 +231,7 @@ def test_cli_predicts_each_row_with_its_task_column(
         "r4,sst,dull and far too long,,\n",
         encoding="utf-8",
     )
-    assert main(["predict", "--predict.model", str(mixed_model), "--predict.input", str(source)]) == 0
+    assert main(_args(saved_model, source)) == 0
     assert "wrote 4 predictions (sst, qqp, sts)" in capsys.readouterr().out
     rows = _rows(tmp_path / "stream-predictions.csv")
     assert [(r["id"], r["task"]) for r in rows] == [
@@ -278,46 +251,10 @@ def test_cli_predicts_each_row_with_its_task_column(
     assert float(rows[2]["score"]) == pytest.approx(score, abs=1e-5)
 
 
-@pytest.mark.parametrize(
-    ("content", "message"),
-    [
-        (
-            "task,sentence\nsst,hi\nnope,there\n",
-            "Line 3 of .* has task 'nope', .* its tasks are sst, qqp, sts, binary",
-        ),
-        ("sentence\nhi\n", "Which task\\? Pass --predict.task"),
-        ("task,sentence\nsst,hi\nqqp,there\n", "Task 'qqp' takes sentence pairs"),
-    ],
-    ids=["unknown-task", "no-task-column", "pair-row-without-pair-columns"],
-)
-def test_cli_mixed_errors_are_one_line_exit_2_and_write_nothing(
-    mixed_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, message: str
-) -> None:
-    source = tmp_path / "in.csv"
-    source.write_text(content, encoding="utf-8")
-    assert (
-        main(["predict", "--predict.model", str(mixed_model), "--predict.input", str(source)])
-        == USER_ERROR_EXIT
-    )
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "Traceback" not in err
-    assert re.search(message, err), err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
-
-
-def test_cli_with_a_task_option_ignores_the_task_column(mixed_model: Path, tmp_path: Path) -> None:
+def test_cli_with_a_task_option_ignores_the_task_column(saved_model: Path, tmp_path: Path) -> None:
     source = tmp_path / "in.csv"
     source.write_text("task,sentence\nsomething else,hi\n", encoding="utf-8")
-    args = [
-        "predict",
-        "--predict.model",
-        str(mixed_model),
-        "--predict.task",
-        "sst",
-        "--predict.input",
-        str(source),
-    ]
-    assert main(args) == 0
+    assert main(_args(saved_model, source, "sst")) == 0
     assert list(_rows(tmp_path / "in-sst-predictions.csv")[0]) == [
         "id",
         "label",

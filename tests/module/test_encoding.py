@@ -25,19 +25,6 @@ SENTENCES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def module() -> MultiTaskModule:
-    torch.manual_seed(0)
-    module = MultiTaskModule(
-        tasks=["sst", "qqp", "sts"],
-        bert_config=TINY_BERT,
-        adapter={"size": 8, "num_heads": 2, "init": "random"},
-        pair_encoding={"sts": "siamese", "default": "cross"},
-    )
-    module.predict_max_length = 32  # shorter than SENTENCES[2]: encode truncates as predict does
-    return module
-
-
 def manual(module: MultiTaskModule, sentence: str, task: str | None) -> torch.Tensor:
     """One sentence's vector by hand: tokenised alone (no padding), encoded, the mean of its tokens."""
     tokens = module.tokenizer(

@@ -13,36 +13,11 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from pal_lightning import MultiTaskModule, PalUserError, TaskSpec  # noqa: E402
+from pal_lightning import MultiTaskModule, PalUserError  # noqa: E402
 from pal_lightning.module.export import MixedTaskModel, SingleTaskModel, export_onnx  # noqa: E402
-from pal_lightning.testing import TINY_BERT  # noqa: E402
 
 A = ["one", "a much longer sentence with many more words than the others", "three words here"]
 B = ["completely different", "short", "a medium sized second sentence"]
-ITEMS: list[tuple[str, Any]] = [
-    ("sst", "a great, moving film ."),
-    ("qqp", ("how do I cook rice?", "how is rice cooked?")),
-    ("sts", ("a man plays the guitar", "someone is playing a guitar on a stage tonight")),
-    ("binary", "dull"),
-    ("sst", "the music is fun but the end is long and bad and the actors are bored"),
-    ("sts", ("x", "y")),
-    ("qqp", ("a", "b c d e f g")),
-    ("sst", "ok"),
-    ("binary", "a fine and long review of a film that goes on"),
-]
-
-
-@pytest.fixture(scope="module")
-def module() -> MultiTaskModule:
-    """Single sentences, cross and siamese pairs, and a single bce logit: heads of widths 5, 2, 1 and 1."""
-    torch.manual_seed(0)
-    bce = TaskSpec(name="binary", num_labels=2, loss="bce", text_columns=("sentence",))
-    return MultiTaskModule(
-        tasks=["sst", "qqp", "sts", bce],
-        bert_config=TINY_BERT,
-        adapter={"size": 8, "num_heads": 2, "init": "random"},
-        pair_encoding={"sts": "siamese", "default": "cross"},
-    ).eval()
 
 
 def batch_inputs(module: MultiTaskModule, task: str) -> tuple[torch.Tensor, ...]:
@@ -191,12 +166,14 @@ def mixed_onnx(
     return model, path
 
 
-@pytest.mark.parametrize(
-    "items", [ITEMS, [ITEMS[2], ITEMS[0], ITEMS[5]]], ids=["all-tasks", "two-tasks-absent"]
-)
+@pytest.mark.parametrize("rows", [None, [2, 0, 5]], ids=["all-tasks", "two-tasks-absent"])
 def test_mixed_onnx_equals_each_rows_single_task_model(
-    module: MultiTaskModule, mixed_onnx: tuple[MixedTaskModel, Path], items: list[tuple[str, Any]]
+    module: MultiTaskModule,
+    mixed_onnx: tuple[MixedTaskModel, Path],
+    items: list[tuple[str, Any]],
+    rows: list[int] | None,
 ) -> None:
+    items = items if rows is None else [items[i] for i in rows]
     ort = pytest.importorskip("onnxruntime", reason="the export extra is not installed")
     model, path = mixed_onnx
     assert model.input_names[3] == "task_ids" and model.widths == (5, 2, 1, 1)
@@ -214,11 +191,11 @@ def test_mixed_onnx_equals_each_rows_single_task_model(
         assert not out[row, width:].any()  # zeros after the task's own columns
 
 
-def test_mixed_model_user_errors(module: MultiTaskModule) -> None:
+def test_mixed_model_user_errors(module: MultiTaskModule, items: list[tuple[str, Any]]) -> None:
     with pytest.raises(PalUserError, match="distinct tasks of the model"):
         MixedTaskModel(module, ["sst", "nope"])
     model = MixedTaskModel(module, ["sts", "sst"])  # a subset, in its own index order
-    inputs = _batch(module, [ITEMS[0], ITEMS[2]], model)
+    inputs = _batch(module, [items[0], items[2]], model)
     with pytest.raises(PalUserError, match="task_ids \\[7\\] are out of range: .* 0=sts, 1=sst"):
         model(*inputs[:3], torch.tensor([1, 7]), *inputs[4:])
     with pytest.raises(PalUserError, match="pass the second sentences"):

@@ -17,8 +17,8 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from pal_lightning import MultiTaskModule, PalUserError, TaskSpec  # noqa: E402
-from pal_lightning.testing import TINY_BERT, write_cs224n_data  # noqa: E402
+from pal_lightning import MultiTaskModule, PalUserError  # noqa: E402
+from pal_lightning.testing import write_cs224n_data  # noqa: E402
 
 SENTENCES = [
     "a great, moving film .",
@@ -28,31 +28,6 @@ SENTENCES = [
     "story",
 ]
 PAIRS = [("how do I cook rice?", "how is rice cooked?"), ("a", "b c d e f g"), ("same words", "same words")]
-ITEMS: list[tuple[str, Any]] = [
-    ("sst", "a great, moving film ."),
-    ("qqp", ("how do I cook rice?", "how is rice cooked?")),
-    ("sts", ("a man plays the guitar", "someone is playing a guitar on a stage tonight")),
-    ("binary", "dull"),
-    ("sst", "the music is fun but the end is long and bad and the actors are bored"),
-    ("sts", ("x", "y")),
-    ("qqp", ("a", "b c d e f g")),
-    ("sst", "ok"),
-    ("binary", "a fine and long review of a film that goes on"),
-]
-
-
-@pytest.fixture(scope="module")
-def module() -> MultiTaskModule:
-    torch.manual_seed(0)
-    bce = TaskSpec(name="binary", num_labels=2, loss="bce", text_columns=("sentence",))
-    module = MultiTaskModule(
-        tasks=["sst", "qqp", "sts", bce],
-        bert_config=TINY_BERT,
-        adapter={"size": 8, "num_heads": 2, "init": "random"},
-        pair_encoding={"sts": "siamese", "default": "cross"},
-    )
-    module.predict_max_length = 32  # shorter than SENTENCES[2]: predict truncates as training does
-    return module
 
 
 def one_by_one(module: MultiTaskModule, task: str, item: object) -> torch.Tensor:
@@ -140,12 +115,14 @@ def test_bad_input_is_one_line(module: MultiTaskModule, task: str, texts: list, 
 
 
 # ---------------------------------------------------------------------------------------------- mixed streams
-def test_mixed_predict_equals_each_tasks_own_predict_in_input_order(module: MultiTaskModule) -> None:
-    mixed = module.predict(ITEMS, batch_size=4)
-    assert [p.task for p in mixed] == [task for task, _ in ITEMS]
-    for task in dict.fromkeys(task for task, _ in ITEMS):
-        at = [i for i, (t, _) in enumerate(ITEMS) if t == task]
-        own = module.predict(task, [ITEMS[i][1] for i in at])
+def test_mixed_predict_equals_each_tasks_own_predict_in_input_order(
+    module: MultiTaskModule, items: list[tuple[str, Any]]
+) -> None:
+    mixed = module.predict(items, batch_size=4)
+    assert [p.task for p in mixed] == [task for task, _ in items]
+    for task in dict.fromkeys(task for task, _ in items):
+        at = [i for i, (t, _) in enumerate(items) if t == task]
+        own = module.predict(task, [items[i][1] for i in at])
         for k, i in enumerate(at):
             p = mixed[i]
             if own.scores is not None:
@@ -159,7 +136,7 @@ def test_mixed_predict_equals_each_tasks_own_predict_in_input_order(module: Mult
 
 
 def test_mixed_predict_runs_length_sorted_batches_of_several_tasks(
-    module: MultiTaskModule, monkeypatch: pytest.MonkeyPatch
+    module: MultiTaskModule, items: list[tuple[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen: list[list[str]] = []
     lengths: list[int] = []
@@ -171,8 +148,8 @@ def test_mixed_predict_runs_length_sorted_batches_of_several_tasks(
         return original(batch)
 
     monkeypatch.setattr(module, "forward_mixed", spy)
-    module.predict(ITEMS, batch_size=4)
-    assert len(seen) == math.ceil(len(ITEMS) / 4)
+    module.predict(items, batch_size=4)
+    assert len(seen) == math.ceil(len(items) / 4)
     assert all(len(set(tasks)) > 1 for tasks in seen[:2])  # rows of several tasks in one forward
     assert lengths == sorted(lengths)  # short inputs first, as the one-task predict batches them
 
