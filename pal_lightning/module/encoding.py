@@ -293,7 +293,7 @@ class PairEncodingMixin(_ModuleBase):
 
 def mixed_head_outputs(
     encoder: MultiTaskBert,
-    heads: Mapping[str, nn.Module],
+    heads: nn.ModuleDict,
     pooling: str,
     first: dict[str, Tensor],
     second: dict[str, Tensor] | None,
