@@ -1,18 +1,11 @@
-"""``pal-lightning predict --predict.input FILE``: predictions for a user's own sentences.
-
-The plain ``pal-lightning predict`` scores the configured data splits and writes CS224N files. With
-``--predict.input`` it reads a CSV/TSV (with a header) or JSON-lines file of new sentences
-(:mod:`pal_lightning.inference.files`) and writes one output row per input row, in order::
+"""``pal-lightning predict --predict.input FILE``: predictions for a user's own sentences::
 
     pal-lightning predict --predict.model runs/demo/version_0/model --predict.task sst \\
         --predict.input reviews.csv [--predict.output out.csv] [--predict.overwrite true]
 
-The model is a ``save_pretrained`` folder or hub id (``--predict.model``), or a Lightning checkpoint
-(``--ckpt_path``). With ``--predict.task`` every row is of that task and the output is ``id``, ``label``
-and one ``p_<label>`` per class, or ``id`` and ``score`` for regression. Without it a ``task`` column names
-each row's task, rows of several tasks share batches, and the output (default ``<input>-predictions.csv``)
-is ``id``, ``task``, ``label``, ``score``, then ``p_<task>_<label>`` per class of each classification task
-present, empty where they do not apply.
+The model is a ``save_pretrained`` folder or hub id (``--predict.model``) or a checkpoint (``--ckpt_path``).
+With ``--predict.task`` every row is of that task; without it the file's ``task`` column names each row's
+task, and rows of several tasks share batches. Files read and written: :mod:`pal_lightning.inference.files`.
 """
 
 from __future__ import annotations

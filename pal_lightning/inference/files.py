@@ -6,8 +6,10 @@ Each row gives its task's own text column(s) (``sentence``; ``sentence1`` and ``
 otherwise the 0-based row number is the id. Without a task named, a ``task`` column names each row's task.
 Messages name the file's line (the header is line 1), as the data layer's bad-row warnings do.
 
-Output files are comma-separated with ``\\n`` line ends; probability columns are safe identifiers
-(:func:`~pal_lightning.core.columns.probability_columns`) and numbers have 6 decimals.
+Output files are comma-separated with ``\\n`` line ends, one row per input row in order: ``id,label`` and
+``p_<label>`` per class (``id,score`` for regression), or for a mixed file ``id,task,label,score`` then
+``p_<task>_<label>`` per class of each classification task present, empty where they do not apply. Probability
+columns are safe identifiers (:func:`~pal_lightning.core.columns.probability_columns`); numbers have 6 decimals.
 """
 
 from __future__ import annotations
