@@ -1,6 +1,5 @@
 """fit writes <run>/model; ``pal-lightning predict --predict.input FILE`` on the user's own sentences (one task, or
-each row's own from a task column), and the files ``predict`` writes: LF line ends, safe column names, six
-decimals, no log folders where the user did not ask for them."""
+each row's own from a task column), and its files: LF line ends, safe column names, six decimals."""
 
 from __future__ import annotations
 
@@ -192,30 +191,6 @@ def test_text_predict_writes_lf_safe_names_and_six_decimals(tmp_path: Path, save
     assert b"\r" not in scores
     lines = scores.decode().splitlines()
     assert lines[0] == "id,score" and all(SIX_DECIMALS.match(line.split(",")[1]) for line in lines[1:])
-
-
-def test_predict_into_another_folder_makes_no_log_folders(
-    tmp_path: Path, tiny_yaml: Path, capfd: pytest.CaptureFixture[str]
-) -> None:
-    assert main(["fit", "--config", str(tiny_yaml)]) == 0
-    run = tmp_path / "runs" / "version_0"
-    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
-    out = tmp_path / "elsewhere"
-    args = ["predict", "--config", str(run / "config.yaml"), "--ckpt_path", "best"]
-    assert main([*args, "--predictions.output_dir", str(out)]) == 0
-    assert "pal-lightning: wrote 6 prediction file(s)" in capfd.readouterr().out
-    assert sorted(p.name for p in out.iterdir()) == [
-        "para-dev-output.csv",
-        "para-test-output.csv",
-        "sst-dev-output.csv",
-        "sst-test-output.csv",
-        "sts-dev-output.csv",
-        "sts-test-output.csv",
-    ]
-    after = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if not p.is_relative_to(out))
-    assert after == before  # no predict/version_N in the run, no config.yaml or log folder anywhere
-    for file in out.iterdir():
-        assert b"\r" not in file.read_bytes()
 
 
 def test_cli_predicts_each_row_with_its_task_column(
