@@ -3,18 +3,15 @@ and ``forward_mixed``: rows of several tasks in one encoder pass, each given wha
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-from pal_lightning import MultiTaskModule, PalUserError  # noqa: E402
-from pal_lightning.core.batch import LABELS, TASK, TASKS, mix_batches  # noqa: E402
-from pal_lightning.testing import TINY_BERT, tiny_bert_config, without_dropout  # noqa: E402
+from pal_lightning import MultiTaskModule, PalUserError
+from pal_lightning.core.batch import LABELS, TASK, TASKS, mix_batches
+from pal_lightning.testing import TINY_BERT, tiny_bert_config, without_dropout
 
 SENTENCES = [
     "a great, moving film .",

@@ -3,7 +3,6 @@ with onnxruntime when installed)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -11,10 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-from pal_lightning import MultiTaskModule, PalUserError  # noqa: E402
-from pal_lightning.module.export import MixedTaskModel, SingleTaskModel, export_onnx  # noqa: E402
+from pal_lightning import MultiTaskModule, PalUserError
+from pal_lightning.module.export import MixedTaskModel, SingleTaskModel, export_onnx
 
 A = ["one", "a much longer sentence with many more words than the others", "three words here"]
 B = ["completely different", "short", "a medium sized second sentence"]

@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-from pal_lightning import MultiTaskModule, PalUserError  # noqa: E402
-from pal_lightning.testing import write_cs224n_data  # noqa: E402
+from pal_lightning import MultiTaskModule, PalUserError
+from pal_lightning.testing import write_cs224n_data
 
 SENTENCES = [
     "a great, moving film .",
