@@ -50,8 +50,8 @@ _EXPORTS: dict[str, str] = {
     "continual_metrics": "pal_lightning.tasks.continual_metrics",
     "cs224n_overall": "pal_lightning.tasks.metrics",
     "overall_score": "pal_lightning.tasks.metrics",
-    "pipeline": "pal_lightning.cli.pipeline",
-    "TaskPipeline": "pal_lightning.cli.pipeline",
+    "pipeline": "pal_lightning.inference.pipeline",
+    "TaskPipeline": "pal_lightning.inference.pipeline",
 }
 
 __all__ = [
@@ -109,7 +109,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from pal_lightning.callbacks import ContinualEvaluation, PredictionWriter, RNGStateCallback
-    from pal_lightning.cli.pipeline import TaskPipeline, pipeline
+    from pal_lightning.inference.pipeline import TaskPipeline, pipeline
     from pal_lightning.core.checkpoint_io import AtomicCheckpointIO
     from pal_lightning.core.errors import PalUserError
     from pal_lightning.core.hub import DEFAULT_ENCODER, resolve_encoder

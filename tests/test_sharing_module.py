@@ -192,7 +192,7 @@ def test_saved_model_folder_round_trip(tmp_path: Path, options: dict[str, Any]) 
 def test_onnx_export_of_a_regime_or_a_variant_on_top(tmp_path: Path, options: dict[str, Any]) -> None:
     ort = pytest.importorskip("onnxruntime", reason="the export extra is not installed")
     import numpy as np
-    from test_export import batch_inputs
+    from module.test_export import batch_inputs  # tests/module/test_export.py
 
     from pal_lightning.module.export import SingleTaskModel, export_onnx
     from pal_lightning.module.multitask import MultiTaskModule

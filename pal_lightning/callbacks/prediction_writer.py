@@ -1,38 +1,21 @@
-"""Write CS224N-style prediction files from ``predict_step`` outputs.
+"""Write prediction files from ``predict_step`` outputs (``{"task", "split", "ids", "predictions"}`` per batch,
+with ``"probabilities"`` for classification): one file per task and split, ``<task>-<split>-output.csv``.
 
-``predict_step`` returns ``{"task", "split", "ids", "predictions"}`` per batch
-(class ints, or float scores on the task's scale). This callback collects them
-and writes one file per task and split, ``<output_dir>/<task>-<split>-output.csv``
-(``para-*`` for Quora, as the starter names it),
-in the format of the CS224N minBERT starter code (``evaluation.py``)::
+The CS224N starter's tasks get its format (``evaluation.py``; ``para-*`` files for Quora), its header names
+(``Predicted_Sentiment``, ``Predicted_Is_Paraphrase``, ``Predicted_Similiary`` sic; ``Predicted_Label`` for
+other tasks) and at most 6 decimals::
 
     id \\t Predicted_Sentiment \\n
     <id> , <prediction> \\n
-    ...
 
-The header names are the starter's: ``Predicted_Sentiment`` (SST, CFIMDB,
-SST-2), ``Predicted_Is_Paraphrase`` (Quora) and ``Predicted_Similiary`` (STS; the
-starter's own spelling); other tasks get ``Predicted_Label``. Scores have at most 6 decimals
-(:data:`SCORE_DECIMALS`); lines end with ``\n`` alone.
-
-A task whose classes have names (its ``label_names``, or the words of its training labels, as the data
-module's ``label_names()`` reports them) gets a comma-separated file with a header instead, one column
-per class probability, the names made safe for a header (:func:`~pal_lightning.core.columns.probability_columns`)::
-
-    id,label,p_politics,p_sports
-    a1,sports,0.1,0.9
-
-The CS224N starter's own tasks keep the starter's format, which its scripts read.
-
-Existing files are never overwritten unless ``overwrite=True``: the check runs
-when prediction starts, before any batch is predicted. Under DDP every rank
-predicts its own share; the rows are gathered on rank 0 (``all_gather_object``),
+A task whose classes have names gets ``id,label,p_<name>...`` instead
+(:func:`~pal_lightning.core.columns.probability_columns`). Existing files are never overwritten unless
+``overwrite=True``, checked before any batch is predicted. Under DDP the rows are gathered on rank 0,
 de-duplicated by id, and written by rank 0 alone.
 """
 
 from __future__ import annotations
 
-import csv
 import logging
 import numbers
 import os
@@ -51,6 +34,7 @@ from pal_lightning.core.contracts import ExampleOrder, PredictionLayout, datamod
 from pal_lightning.core.distributed import gather_objects, is_main_process
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.files import atomic_write
+from pal_lightning.inference.files import write_csv
 
 log = logging.getLogger(__name__)
 
@@ -106,12 +90,16 @@ def write_named_file(
     """Write ``id,label,p_<name>...`` (the probability columns when ``probabilities`` has every row),
     atomically, with ``\n`` line ends."""
     with_p = bool(rows) and all(ex_id in probabilities for ex_id, _ in rows)
-    with atomic_write(path, "w", encoding="utf-8", newline="") as f:
-        writer = csv.writer(f, lineterminator="\n")  # the csv module's default ends lines with \r\n
-        writer.writerow(["id", "label", *(probability_columns(names) if with_p else [])])
-        for ex_id, value in rows:
-            p = [format_value(float(x)) for x in probabilities[ex_id]] if with_p else []
-            writer.writerow([ex_id, names[int(value)], *p])
+    header = ["id", "label", *(probability_columns(names) if with_p else [])]
+    lines = [
+        [
+            ex_id,
+            names[int(value)],
+            *([format_value(float(x)) for x in probabilities[ex_id]] if with_p else []),
+        ]
+        for ex_id, value in rows
+    ]
+    write_csv(path, header, lines)
 
 
 class PredictionWriter(BasePredictionWriter):

@@ -242,40 +242,19 @@ class PairEncodingMixin(_ModuleBase):
         names = self._row_task_names(batch[TASKS])
         parents = {name: self._parent_task(name) for name in dict.fromkeys(names)}
         row_tasks = [parents[name] for name in names]
-        siamese = [i for i, task in enumerate(row_tasks) if self._is_siamese(task)]
-        first = side_inputs(batch, "")
-        inputs = first
-        if siamese:  # the second sentences: more rows of the same pass
+        second = None
+        if any(self._is_siamese(task) for task in parents.values()):
             second = side_inputs(batch, "b")
             if INPUT_IDS not in second:
                 raise PalUserError(
-                    f"Task(s) {sorted({row_tasks[i] for i in siamese})} encode pairs 'siamese', but the mixed "
-                    "batch has no second sentences (input_ids_b, attention_mask_b): build it with "
+                    f"Task(s) {sorted({t for t in row_tasks if self._is_siamese(t)})} encode pairs 'siamese', but "
+                    "the mixed batch has no second sentences (input_ids_b, attention_mask_b): build it with "
                     "pal_lightning.core.batch.mix_batches, or set pair_encoding: cross."
                 )
-            picked = torch.tensor(siamese, device=second[INPUT_IDS].device)
-            second = {key: value.index_select(0, picked) for key, value in second.items()}
-            if TOKEN_TYPE_IDS in first:  # kept for the cross pairs among the rows
-                second.setdefault(TOKEN_TYPE_IDS, torch.zeros_like(second[INPUT_IDS]))
-            inputs = concat_inputs([first, second])
-            row_tasks += [row_tasks[i] for i in siamese]
-        mask = inputs[ATTENTION_MASK]
-        hidden = self.encoder(inputs[INPUT_IDS], mask, inputs.get(TOKEN_TYPE_IDS), tasks=row_tasks)
-        pooled = pool(hidden, mask, self.hparams["pooling"])
-        rows_of: dict[str, list[int]] = {}
-        for i, name in enumerate(names):
-            rows_of.setdefault(name, []).append(i)
-        second_row = {i: len(names) + k for k, i in enumerate(siamese)}
-        outputs: dict[str, TaskRows] = {}
-        for name, rows in rows_of.items():
-            task, index = parents[name], torch.tensor(rows, device=pooled.device)
-            u = pooled.index_select(0, index)
-            if self._is_siamese(task):
-                at = torch.tensor([second_row[i] for i in rows], device=pooled.device)
-                outputs[name] = TaskRows(index, self.heads[task](u, pooled.index_select(0, at)))
-            else:
-                outputs[name] = TaskRows(index, self.heads[task](u))
-        return outputs
+        first = side_inputs(batch, "")
+        return mixed_head_outputs(
+            self.encoder, self.heads, self.hparams["pooling"], first, second, row_tasks, names
+        )
 
     def mixed_losses(self, batch: Mapping[str, Any]) -> dict[str, Tensor]:
         """Per task present in a labelled mixed batch, the loss of its rows (each task's own loss, as
@@ -310,3 +289,48 @@ class PairEncodingMixin(_ModuleBase):
         """The task whose modules and head serve rows named ``name`` (a view's task, else itself)."""
         self.spec_of(name)  # an unknown name: one message naming the model's tasks
         return str(self.eval_views[name].parent) if name in self.eval_views else name
+
+
+def mixed_head_outputs(
+    encoder: MultiTaskBert,
+    heads: nn.ModuleDict,
+    pooling: str,
+    first: dict[str, Tensor],
+    second: dict[str, Tensor] | None,
+    row_tasks: Sequence[str],
+    keys: Sequence[str] | None = None,
+) -> dict[str, TaskRows]:
+    """Each row's head output from one encoder pass with per-row task routing: ``{key: TaskRows}`` per key
+    (``keys``: a name per row, default its task) in order of first appearance. ``first``: every row's
+    sequence; ``second``: every row's second sentence, used for the rows of siamese heads only (their
+    second sentences join the pass as extra rows). Shared by ``forward_mixed`` and the exported
+    :class:`~pal_lightning.module.export.MixedTaskModel`."""
+    keys = list(row_tasks) if keys is None else list(keys)
+    tasks = list(row_tasks)
+    siamese = [i for i, task in enumerate(tasks) if getattr(heads[task], "siamese", False)]
+    inputs = first
+    if siamese:
+        assert second is not None
+        picked = torch.tensor(siamese, device=second[INPUT_IDS].device)
+        b = {key: value.index_select(0, picked) for key, value in second.items()}
+        if TOKEN_TYPE_IDS in first:  # kept for the cross pairs among the rows
+            b.setdefault(TOKEN_TYPE_IDS, torch.zeros_like(b[INPUT_IDS]))
+        inputs = concat_inputs([first, b])
+        tasks += [tasks[i] for i in siamese]
+    mask = inputs[ATTENTION_MASK]
+    hidden = encoder(inputs[INPUT_IDS], mask, inputs.get(TOKEN_TYPE_IDS), tasks=tasks)
+    pooled = pool(hidden, mask, pooling)
+    rows_of: dict[str, list[int]] = {}
+    for i, key in enumerate(keys):
+        rows_of.setdefault(key, []).append(i)
+    second_row = {i: len(keys) + k for k, i in enumerate(siamese)}
+    outputs: dict[str, TaskRows] = {}
+    for key, rows in rows_of.items():
+        task, index = tasks[rows[0]], torch.tensor(rows, device=pooled.device)
+        u = pooled.index_select(0, index)
+        if rows[0] in second_row:
+            at = torch.tensor([second_row[i] for i in rows], device=pooled.device)
+            outputs[key] = TaskRows(index, heads[task](u, pooled.index_select(0, at)))
+        else:
+            outputs[key] = TaskRows(index, heads[task](u))
+    return outputs

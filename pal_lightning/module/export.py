@@ -1,52 +1,24 @@
 """One task, or every task, of a trained model as a plain ``torch.nn.Module``, and its ONNX export.
 
-:class:`SingleTaskModel` holds copies of the encoder (with only that task's adapter), the pooling and
-the task's head; it needs neither Lightning nor the rest of the multi-task module, and maps token
-tensors straight to the head's output::
+:class:`SingleTaskModel` copies the encoder (with only that task's modules), the pooling and the task's
+head; it needs no Lightning and maps token tensors to what ``MultiTaskModule.forward`` gives a batch of
+that task (logits, or a regression score in 0..1)::
 
-    single:  model(input_ids, attention_mask, token_type_ids) -> logits [B, C]
-    cross pair: the same, with both sentences in one sequence (token types 0/1)
-    siamese pair: model(input_ids, attention_mask, token_type_ids,
-                        input_ids_b, attention_mask_b, token_type_ids_b) -> logits or score [B]
+    model(input_ids, attention_mask, token_type_ids[, input_ids_b, attention_mask_b, token_type_ids_b])
 
-The output is what ``MultiTaskModule.forward`` gives for a batch of that task (logits, or a score in
-0..1 for regression: the task's scale is ``low + clamp(score, 0, 1) * (high - low)``).
+(a cross pair is one sequence with token types 0/1; a siamese pair passes its second sentence as ``*_b``).
 
-:func:`export_onnx` writes it with ``torch.onnx.export`` (the TorchScript exporter: it traces the
-eager attention, so the file runs on any ONNX runtime) with dynamic batch and sequence axes. The
-``export`` extra (``pip install "pal-lightning[export]"``) installs ``onnx`` and ``onnxruntime``.
+:class:`MixedTaskModel` keeps every task: each row names its task (``task_ids``, indices into
+:attr:`~MixedTaskModel.task_names`), and the output is one ``float [B, W]`` tensor, ``W`` the widest head:
+row ``i`` of task ``t`` holds its head's output in columns ``0 .. widths[t] - 1`` and zeros after. Eagerly it
+runs as ``MultiTaskModule.forward_mixed`` does (one encoder pass, per-row task routing); a trace cannot keep
+routing whose slice bounds are host integers, so the traced graph gathers each task's rows (plus one spare
+row, as the encoder's reshapes refuse zero rows), runs them with that task's modules and scatters them back.
 
-**Every task in one module** (one ONNX file serves every task): each row's task is an input.
-
-:class:`MixedTaskModel` holds a copy of the encoder (with its tasks' modules), the pooling and every
-task's head. Each row's task is an input (``task_ids``: indices into :attr:`MixedTaskModel.task_names`),
-so one batch may hold rows of several tasks::
-
-    model(input_ids, attention_mask, token_type_ids, task_ids
-          [, input_ids_b, attention_mask_b, token_type_ids_b])  -> output [B, W]
-
-* ``input_ids`` ... ``token_type_ids``: each row's sequence (a single sentence, or a cross pair's two
-  sentences in one sequence with token types 0/1; a siamese pair's first sentence);
-* ``task_ids``: ``LongTensor[B]``;
-* ``*_b`` (only when a task encodes pairs siamese: :attr:`MixedTaskModel.input_names`): a siamese row's
-  second sentence; the ``*_b`` rows of other tasks are ignored (any one token will do);
-* ``output``: **one padded output**, ``W`` = the widest head (:attr:`MixedTaskModel.widths`). Row ``i`` of
-  task ``t`` holds its head's output in columns ``0 .. widths[t] - 1`` (logits; a regression score in
-  column 0, on the 0..1 scale as :class:`~pal_lightning.module.export.SingleTaskModel` gives it) and
-  zeros after them. So ``output[i, :widths[t]]`` equals ``SingleTaskModel(module, t)`` of that row.
-
-Run eagerly, the encoder makes one pass over all rows with per-example task routing (each row its own
-task's modules, :meth:`~pal_lightning.modeling.encoder.MultiTaskBert.forward` with ``tasks=``). A trace
-(ONNX) cannot keep that routing, whose slice bounds are host integers of each batch, so the traced graph
-partitions instead: for each task, the rows whose ``task_ids`` equal it are gathered (``NonZero``,
-``Gather``), run through the encoder with that task's modules and its head, and scattered back into the
-output (``ScatterND``). The shared weights are stored once; each row goes through the encoder once, plus
-one spare row per task and call (a task absent from a batch would otherwise run on zero rows, which the
-encoder's reshapes refuse), so the graph's work is that of ``B + T`` rows in ``T`` smaller batches.
-
-:func:`~pal_lightning.module.export.export_onnx` writes it; the file's metadata (``metadata_props``) names
-the tasks in index order (``pal_lightning.task_names``, comma-separated) and their widths
-(``pal_lightning.widths``), so a server needs nothing else to read ``output``.
+:func:`export_onnx` writes either with ``torch.onnx.export`` (TorchScript exporter, eager attention: plain
+ONNX ops on any runtime) with dynamic batch and sequence axes; a mixed model's file names its tasks and
+widths in its metadata (``pal_lightning.task_names``, ``pal_lightning.widths``). It needs the ``export``
+extra (``pip install "pal-lightning[export]"``).
 """
 
 from __future__ import annotations
@@ -56,27 +28,42 @@ import os
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from pal_lightning.core.batch import ATTENTION_MASK, ENCODING_KEYS, INPUT_IDS, concat_inputs, side_keys
+from pal_lightning.core.batch import ATTENTION_MASK, ENCODING_KEYS, side_keys
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.files import atomic_write_via
 from pal_lightning.modeling.heads import pool
+from pal_lightning.module.encoding import mixed_head_outputs
 
 #: ONNX input names: one sequence, or two for a siamese pair.
 SINGLE_INPUTS = ENCODING_KEYS
 SIAMESE_INPUTS = (*SINGLE_INPUTS, *side_keys("b"))
+#: The example sentences a trace runs on (two lengths, so that every batch has padding).
+EXAMPLE_A = ["A gripping and beautifully acted film.", "Too long."]
+EXAMPLE_B = ["An absorbing, well acted movie.", "It goes on and on."]
+
+
+def encoder_of(module: Any, tasks: Sequence[str]) -> Any:
+    """A copy of ``module``'s encoder without other tasks' modules (adapters, individual layers)."""
+    encoder = copy.deepcopy(module.encoder)
+    for other in [name for name in encoder.adapters if name not in tasks]:
+        del encoder.adapters[other]
+    groups = {getattr(encoder, "task_group", {}).get(t, t) for t in tasks}
+    for other in [name for name in getattr(encoder, "individual", {}) if name not in groups]:
+        del encoder.individual[other]
+    return encoder
 
 
 class SingleTaskModel(nn.Module):
-    """Encoder with one task's adapter, pooling and that task's head, as a self-contained module.
+    """One task's encoder (its modules; LoRA merged), pooling and head, as a self-contained module.
 
     Args:
-        module: a :class:`~pal_lightning.module.multitask.MultiTaskModule` (its weights are copied, not shared).
+        module: a :class:`~pal_lightning.module.multitask.MultiTaskModule` (its weights are copied).
         task: the task to keep.
 
     Raises:
@@ -93,13 +80,7 @@ class SingleTaskModel(nn.Module):
         self.spec = module.task_specs[task]
         self.pooling: str = module.hparams.pooling
         self.siamese = bool(getattr(module.heads[task], "siamese", False))
-        encoder = copy.deepcopy(module.encoder)
-        # other tasks' adapters are dead weight here
-        for other in [name for name in encoder.adapters if name != task]:
-            del encoder.adapters[other]
-        group = getattr(encoder, "task_group", {}).get(task, task)
-        for other in [name for name in getattr(encoder, "individual", {}) if name != group]:
-            del encoder.individual[other]  # other tasks' copies of individual layers, likewise
+        encoder = encoder_of(module, [task])
         if task in encoder.adapters and hasattr(encoder.adapters[task], "weight_delta"):
             encoder.merge(task)  # LoRA folded into the weights: the plain layers, no per-task work
         self.encoder = encoder
@@ -137,8 +118,7 @@ class SingleTaskModel(nn.Module):
     def example_inputs(self, tokenizer: Any, max_length: int = 128) -> tuple[Tensor, ...]:
         """Token tensors of two short example inputs, in :attr:`input_names` order (tracing, tests)."""
         kw: dict[str, Any] = dict(return_tensors="pt", padding=True, truncation=True, max_length=max_length)
-        a = ["A gripping and beautifully acted film.", "Too long."]
-        b = ["An absorbing, well acted movie.", "It goes on and on."]
+        a, b = EXAMPLE_A, EXAMPLE_B
         if self.spec.is_pair and not self.siamese:
             enc = tokenizer(a, b, **kw)
             return tuple(enc[k] for k in SINGLE_INPUTS)
@@ -158,10 +138,10 @@ MIXED_SIAMESE_INPUTS = (*MIXED_INPUTS, *side_keys("b"))
 
 
 class MixedTaskModel(nn.Module):
-    """Encoder with every kept task's modules, pooling and each task's head; each row names its task.
+    """The encoder with every kept task's modules, pooling and heads; each row names its task (``task_ids``).
 
     Args:
-        module: a :class:`~pal_lightning.module.multitask.MultiTaskModule` (its weights are copied, not shared).
+        module: a :class:`~pal_lightning.module.multitask.MultiTaskModule` (its weights are copied).
         tasks: the tasks to keep, in the order of their indices (default: all of the module's, in order).
 
     Raises:
@@ -183,17 +163,8 @@ class MixedTaskModel(nn.Module):
         self.siamese: tuple[bool, ...] = tuple(
             bool(getattr(module.heads[t], "siamese", False)) for t in names
         )
-        encoder = copy.deepcopy(module.encoder)
-        for other in [name for name in encoder.adapters if name not in names]:
-            del encoder.adapters[other]  # tasks left out: dead weight
-        groups = {getattr(encoder, "task_group", {}).get(t, t) for t in names}
-        for other in [name for name in getattr(encoder, "individual", {}) if name not in groups]:
-            del encoder.individual[other]
-        self.encoder = encoder
+        self.encoder = encoder_of(module, names)
         self.heads = nn.ModuleDict({t: copy.deepcopy(module.heads[t]) for t in names})
-        # this model's task index -> the encoder's (the encoder knows every task of the module)
-        index = [encoder.task_names.index(t) for t in names]
-        self.register_buffer("encoder_index", torch.tensor(index, dtype=torch.long), persistent=False)
         self.eval()
         self.widths: tuple[int, ...] = tuple(
             self._head_width(t, s) for t, s in zip(names, self.siamese, strict=True)
@@ -266,38 +237,17 @@ class MixedTaskModel(nn.Module):
     def _routed(
         self, first: tuple[Tensor, Tensor, Tensor], second: tuple[Tensor, ...] | None, task_ids: Tensor
     ) -> Tensor:
-        """Eager: one encoder pass over every row (and the siamese rows' second sentences), routed per row."""
+        """Eager: one encoder pass over every row (and the siamese rows' second sentences), routed per row
+        as ``MultiTaskModule.forward_mixed`` routes it (:func:`~pal_lightning.module.encoding.mixed_head_outputs`)."""
         rows = first[0].shape[0]
-        ids = self._check_task_ids(task_ids, rows)
-        siamese_rows = [i for i, t in enumerate(ids) if self.siamese[t]]
-        inputs = dict(zip(ENCODING_KEYS, first, strict=True))
-        row_tasks = list(ids)
-        if siamese_rows and second is not None:
-            picked = torch.tensor(siamese_rows, device=first[0].device)
-            b = {k: v.index_select(0, picked) for k, v in zip(ENCODING_KEYS, second, strict=True)}
-            inputs = concat_inputs([inputs, b])
-            row_tasks += [ids[i] for i in siamese_rows]
-        encoder_index = cast(Tensor, self.encoder_index)
-        encoder_tasks = encoder_index[torch.tensor(row_tasks, device=encoder_index.device)]
-        mask = inputs[ENCODING_KEYS[1]]
-        hidden = self.encoder(
-            inputs[INPUT_IDS], mask, inputs[ENCODING_KEYS[2]], tasks=encoder_tasks.to(mask.device)
+        tasks = [self.task_names[i] for i in self._check_task_ids(task_ids, rows)]
+        b = None if second is None else dict(zip(ENCODING_KEYS, second, strict=True))
+        outputs = mixed_head_outputs(
+            self.encoder, self.heads, self.pooling, dict(zip(ENCODING_KEYS, first, strict=True)), b, tasks
         )
-        pooled = pool(hidden, mask, self.pooling)
-        second_row = {i: rows + k for k, i in enumerate(siamese_rows)}
-        out = pooled.new_zeros(rows, self.width, dtype=torch.float32)
-        for t, task in enumerate(self.task_names):
-            at = [i for i, row_task in enumerate(ids) if row_task == t]
-            if not at:
-                continue
-            index = torch.tensor(at, device=pooled.device)
-            u = pooled.index_select(0, index)
-            if self.siamese[t]:
-                v = pooled.index_select(0, torch.tensor([second_row[i] for i in at], device=pooled.device))
-                value = self.heads[task](u, v)
-            else:
-                value = self.heads[task](u)
-            out[index, : self.widths[t]] = value.reshape(len(at), -1).float()
+        out = first[0].new_zeros(rows, self.width, dtype=torch.float32)
+        for task, (index, value) in outputs.items():
+            out[index, : self.widths[self.task_names.index(task)]] = value.reshape(len(index), -1).float()
         return out
 
     def _partitioned(
@@ -326,11 +276,9 @@ class MixedTaskModel(nn.Module):
         return pool(self.encoder(ids, mask, types, task=task), mask, self.pooling)
 
     def example_inputs(self, tokenizer: Any, max_length: int = 128) -> tuple[Tensor, ...]:
-        """Token tensors of two rows per task (a short and a long one, so that every task's rows have
-        padding), in :attr:`input_names` order: what :func:`~pal_lightning.module.export.export_onnx`
-        traces. A trace records the branches its example takes, so each task must be present and padded."""
-        a = ["A gripping and beautifully acted film.", "Too long."]
-        b = ["An absorbing, well acted movie.", "It goes on and on."]
+        """Token tensors of a short and a long row per task, in :attr:`input_names` order: a trace records
+        the branches its example takes, so every task must be present and padded."""
+        a, b = EXAMPLE_A, EXAMPLE_B
         kw: dict[str, Any] = dict(truncation=True, max_length=max_length)
         firsts: list[dict[str, list[int]]] = []
         seconds: list[dict[str, list[int]]] = []
@@ -349,18 +297,13 @@ class MixedTaskModel(nn.Module):
 
 def _padded(tokenizer: Any, rows: list[dict[str, list[int]]]) -> tuple[Tensor, Tensor, Tensor]:
     """``input_ids``, ``attention_mask``, ``token_type_ids`` of tokenised rows, right-padded to the longest."""
-    width = max(len(r["input_ids"]) for r in rows)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    mask = torch.zeros(len(rows), width, dtype=torch.long)
-    types = torch.zeros(len(rows), width, dtype=torch.long)
-    for i, r in enumerate(rows):
-        n = len(r["input_ids"])
-        ids[i, :n] = torch.tensor(r["input_ids"])
-        mask[i, :n] = 1
-        if "token_type_ids" in r:
-            types[i, :n] = torch.tensor(r["token_type_ids"])
-    return ids, mask, types
+
+    def column(key: str, value: int) -> Tensor:
+        seqs = [torch.tensor(r.get(key) or [0] * len(r["input_ids"])) for r in rows]
+        return nn.utils.rnn.pad_sequence(seqs, batch_first=True, padding_value=value)
+
+    return column("input_ids", pad), column("attention_mask", 0), column("token_type_ids", 0)
 
 
 def export_onnx(
@@ -369,10 +312,8 @@ def export_onnx(
     example_inputs: tuple[Tensor, ...],
     opset_version: int = 17,
 ) -> Path:
-    """Write ``model`` as an ONNX file with dynamic batch and sequence axes.
-
-    A :class:`~pal_lightning.module.export.MixedTaskModel` gives one file for every task (each row's
-    task an input, ``task_ids``); its tasks and output widths go into the file's metadata.
+    """Write ``model`` as an ONNX file with dynamic batch and sequence axes (a :class:`MixedTaskModel`'s
+    tasks and output widths in its metadata).
 
     Raises:
         PalUserError: when ``onnx`` is not installed (``pip install "pal-lightning[export]"``).
@@ -404,9 +345,8 @@ def export_onnx(
     metadata = {} if isinstance(model, SingleTaskModel) else model.onnx_metadata()
 
     def write(tmp: str) -> None:
-        # The tracer warns about every data-dependent branch it records; the one branch that matters (the
-        # padding mask) is the one the check above makes the example inputs take, so the warnings are noise
-        # on every export (the tests compare onnxruntime with PyTorch on other shapes).
+        # the tracer warns about every data-dependent branch; the one that matters (the padding mask) is
+        # the one the check above makes the example take, so the warnings are noise on every export
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore", torch.jit.TracerWarning)
             warnings.filterwarnings("ignore", message=r"Exporting aten::index operator of advanced indexing")

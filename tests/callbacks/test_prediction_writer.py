@@ -91,6 +91,8 @@ def test_default_dir_and_value_format(tmp_path):
     trainer = quiet_trainer(default_root_dir=tmp_path)
     assert PredictionWriter().resolve_output_dir(trainer) == tmp_path / "predictions"
     assert format_value(3) == "3" and format_value(True) == "1" and format_value(0.25) == "0.25"
+    assert format_value(3.123456789) == "3.123457"  # six decimals, as predict --predict.input writes
+    assert format_value(2.0) == "2" and format_value(-1e-9) == "0" and format_value(4) == "4"
 
 
 def test_duplicates_dropped_and_rows_sorted_without_datamodule(tmp_path):

@@ -1,5 +1,6 @@
-"""``predict`` on the demo run works out of the box, and a missing test split names the option that leaves
-it out (issue "A user's own task, end to end", item 8)."""
+"""Plain ``predict`` (the configured splits, by the prediction writer): on the demo run out of the box, into
+another folder without log folders, and a missing test split names the option that leaves it out (issue "A
+user's own task, end to end", items 8 and 10)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from pal_lightning.cli.main import main
-from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
 
 ROOT = Path(__file__).resolve().parents[2]
 HINT = 'To predict only the dev split: --data.predict_splits "[dev]".'
@@ -33,19 +33,36 @@ def test_the_demo_run_predicts_its_dev_sets(
     assert "pal-lightning: wrote 3 prediction file(s)" in out
 
 
-def test_a_missing_test_split_names_predict_splits(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
-    data = write_cs224n_data(tmp_path / "data")
-    config = write_tiny_fit_config(tmp_path, data)
-    assert main(["fit", "--config", str(config)]) == 0
-    for test_file in data.glob("*-test-student.csv"):
-        test_file.unlink()  # as in the packaged demo set: train and dev only
+def test_predict_elsewhere_makes_no_log_folders_and_a_missing_test_split_names_predict_splits(
+    tmp_path: Path, data_dir: Path, tiny_yaml: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["fit", "--config", str(tiny_yaml)]) == 0
     run = tmp_path / "runs" / "version_0"
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    out = tmp_path / "elsewhere"
+    args = ["predict", "--config", str(run / "config.yaml"), "--ckpt_path", "best"]
     capfd.readouterr()
-    assert main(["predict", "--config", str(run / "config.yaml"), "--ckpt_path", "best"]) == 2
+    assert main([*args, "--predictions.output_dir", str(out)]) == 0
+    assert "pal-lightning: wrote 6 prediction file(s)" in capfd.readouterr().out
+    assert sorted(p.name for p in out.iterdir()) == [
+        "para-dev-output.csv",
+        "para-test-output.csv",
+        "sst-dev-output.csv",
+        "sst-test-output.csv",
+        "sts-dev-output.csv",
+        "sts-test-output.csv",
+    ]
+    after = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if not p.is_relative_to(out))
+    assert after == before  # no predict/version_N in the run, no config.yaml or log folder anywhere
+    for file in out.iterdir():
+        assert b"\r" not in file.read_bytes()
+
+    for test_file in data_dir.glob("*-test-student.csv"):
+        test_file.unlink()  # as in the packaged demo set: train and dev only
+    assert main(args) == 2
     errors = [line for line in capfd.readouterr().err.splitlines() if "error" in line]
     assert len(errors) == 1 and errors[0].startswith("pal-lightning: error: Data files not found in")
     assert errors[0].endswith(HINT), errors
     # the advice works
-    args = ["predict", "--config", str(run / "config.yaml"), "--ckpt_path", "best"]
     assert main([*args, "--data.predict_splits", "[dev]"]) == 0
     assert (run / "predictions" / "sst-dev-output.csv").is_file()

@@ -1,17 +1,21 @@
-"""module.predict(task, texts) on a tiny random encoder with the real offline tokenizer."""
+"""The inference core on a tiny random encoder with the real offline tokenizer: ``module.predict(task, texts)``,
+``module.predict([(task, text), ...])`` (a mixed stream, rows of several tasks per forward) and the mixed
+serving benchmark."""
 
 from __future__ import annotations
 
-import os
+import importlib.util
+import json
+import math
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-from pal_lightning import MultiTaskModule, PalUserError, TaskSpec  # noqa: E402
-from pal_lightning.testing import TINY_BERT  # noqa: E402
+from pal_lightning import MultiTaskModule, PalUserError
+from pal_lightning.testing import write_cs224n_data
 
 SENTENCES = [
     "a great, moving film .",
@@ -21,20 +25,6 @@ SENTENCES = [
     "story",
 ]
 PAIRS = [("how do I cook rice?", "how is rice cooked?"), ("a", "b c d e f g"), ("same words", "same words")]
-
-
-@pytest.fixture(scope="module")
-def module() -> MultiTaskModule:
-    torch.manual_seed(0)
-    bce = TaskSpec(name="binary", num_labels=2, loss="bce", text_columns=("sentence",))
-    module = MultiTaskModule(
-        tasks=["sst", "qqp", "sts", bce],
-        bert_config=TINY_BERT,
-        adapter={"size": 8, "num_heads": 2, "init": "random"},
-        pair_encoding={"sts": "siamese", "default": "cross"},
-    )
-    module.predict_max_length = 32  # shorter than SENTENCES[2]: predict truncates as training does
-    return module
 
 
 def one_by_one(module: MultiTaskModule, task: str, item: object) -> torch.Tensor:
@@ -119,3 +109,78 @@ def test_bad_input_is_one_line(module: MultiTaskModule, task: str, texts: list, 
     with pytest.raises(PalUserError, match=message) as info:
         module.predict(task, texts)
     assert "\n" not in str(info.value)
+
+
+# ---------------------------------------------------------------------------------------------- mixed streams
+def test_mixed_predict_equals_each_tasks_own_predict_in_input_order(
+    module: MultiTaskModule, items: list[tuple[str, Any]]
+) -> None:
+    mixed = module.predict(items, batch_size=4)
+    assert [p.task for p in mixed] == [task for task, _ in items]
+    for task in dict.fromkeys(task for task, _ in items):
+        at = [i for i, (t, _) in enumerate(items) if t == task]
+        own = module.predict(task, [items[i][1] for i in at])
+        for k, i in enumerate(at):
+            p = mixed[i]
+            if own.scores is not None:
+                assert p.score == pytest.approx(own.scores[k], abs=1e-5) and p.label is None
+                continue
+            assert (p.class_index, p.label, p.label_names) == (own.classes[k], own.labels[k], own.label_names)
+            np.testing.assert_allclose(p.probabilities, own.probabilities[k], rtol=0, atol=1e-5)
+    assert mixed[0].label in mixed[0].label_names  # sst's names, not class indices
+    assert set(mixed[0].record()) == {"task", "label", "probabilities"}
+    assert mixed[2].record() == {"task": "sts", "score": mixed[2].score}
+
+
+def test_mixed_predict_runs_length_sorted_batches_of_several_tasks(
+    module: MultiTaskModule, items: list[tuple[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[list[str]] = []
+    lengths: list[int] = []
+    original = module.forward_mixed
+
+    def spy(batch: dict[str, Any]) -> Any:
+        seen.append(list(batch["tasks"]))
+        lengths.append(int(batch["attention_mask"].sum(1).max()))
+        return original(batch)
+
+    monkeypatch.setattr(module, "forward_mixed", spy)
+    module.predict(items, batch_size=4)
+    assert len(seen) == math.ceil(len(items) / 4)
+    assert all(len(set(tasks)) > 1 for tasks in seen[:2])  # rows of several tasks in one forward
+    assert lengths == sorted(lengths)  # short inputs first, as the one-task predict batches them
+
+
+@pytest.mark.parametrize(
+    ("items", "message"),
+    [
+        ([("nope", "hi")], "Unknown task 'nope': this model predicts sst, qqp, sts, binary"),
+        ([("sst", "hi"), "just text"], "takes \\(task, text\\) pairs, but input 1"),
+        (
+            [("sst", "hi"), ("qqp", "one sentence")],
+            "Task 'qqp' takes \\(sentence1, sentence2\\) tuples, but input 1",
+        ),
+        ([], "Nothing to predict"),
+    ],
+    ids=["unknown-task", "not-a-pair", "pair-task-single-sentence", "empty"],
+)
+def test_mixed_predict_user_errors(module: MultiTaskModule, items: list[Any], message: str) -> None:
+    with pytest.raises(PalUserError, match=message):
+        module.predict(items)
+
+
+# ---------------------------------------------------------------------------------------------- benchmark
+def test_benchmark_serves_the_stream_both_ways_and_writes_json(tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location(
+        "benchmark_mixed_serving", Path(__file__).parents[2] / "benchmarks" / "mixed_serving.py"
+    )
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    data = write_cs224n_data(tmp_path / "data")
+    out = tmp_path / "mixed.json"
+    result = bench.main(["--data-dir", str(data), "--n", "12", "--reps", "1", "--json", str(out)])
+    assert json.loads(out.read_text()) == result
+    assert [r["batch"] for r in result["results"]] == [8, 32, 128]
+    assert sum(result["tasks_in_stream"].values()) == 12 and "load_avg_1m_before" in result
+    assert all(r["max_abs_diff"] < 1e-4 and r["ratio"] > 0 for r in result["results"])

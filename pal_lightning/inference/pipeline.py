@@ -1,26 +1,15 @@
-"""``pal_lightning.pipeline(folder, task="sst")("a fine film")``: from a saved model to predictions in one line.
-
-A short path in the manner of ``transformers.pipeline``: :func:`pipeline` loads a model once (a
-``save_pretrained`` folder such as ``runs/<name>/version_N/model``, a hub id, a ``.ckpt`` file, or a
-:class:`~pal_lightning.module.multitask.MultiTaskModule` already in memory) onto a device, and the
-:class:`TaskPipeline` it returns predicts one task for a sentence, a ``(sentence1, sentence2)`` pair, or
-a list of either::
+"""``pal_lightning.pipeline(folder, task="sst")("a fine film")``: a saved model's predictions in one line,
+shaped as a ``transformers`` text-classification pipeline's::
 
     classify = pal_lightning.pipeline("runs/demo/version_0/model", task="sst")
     classify("a fine film")                 # [{'label': 'positive', 'score': 0.61}]
     classify(["a fine film", "dull"])       # [{'label': ...}, {'label': ...}]
-    classify("a fine film", top_k=None)     # [[{'label': ..., 'score': ...}, ... every class]]
+    classify("a fine film", top_k=None)     # [{'label': ..., 'score': ...}, ... every class, best first]
 
-As a transformers text-classification pipeline does, one input gives a list of one dict, and a list
-gives one dict per input; ``top_k`` asks for the ``k`` most probable classes of each (``None``: all, best
-first), a list of dicts per input. ``label`` is the class's name where the model knows it (the built-in
-tasks, and a task whose training data named its classes), else the class index; ``score`` its
-probability. A regression task (STS) gives ``{"score": s}`` on the task's scale. The work is
-:meth:`~pal_lightning.module.inference.InferenceMixin.predict`'s: the same tokenisation as training,
-batches of similar length, eval mode, no gradients.
-
-It lives in the ``cli`` layer because it loads models as ``pal-lightning predict --predict.input``
-does (:func:`pal_lightning.cli.text_predict.load_model`); nothing heavy is imported until it is called.
+``top_k`` asks for the ``k`` most probable classes (``None``: all): for one input a flat list of dicts, for
+a list of inputs one such list per input. ``label`` is the class's name where the model knows it, else the
+class index; a regression task gives ``{"score": s}`` on the task's scale. The work is the inference
+core's (:func:`~pal_lightning.module.inference.predict_items`); nothing heavy is imported until called.
 """
 
 from __future__ import annotations
@@ -35,15 +24,15 @@ from pal_lightning.core.errors import PalUserError
 if TYPE_CHECKING:
     import torch
 
-    from pal_lightning.module.inference import TaskPredictions
+    from pal_lightning.module.inference import Prediction
     from pal_lightning.module.multitask import MultiTaskModule
 
 __all__ = ["TaskPipeline", "pipeline"]
 
 
 def torch_device(device: Any) -> torch.device:
-    """A ``torch.device`` from ``None`` (the CPU), ``"cpu"``, ``"cuda:0"``, a ``torch.device``, or an int as
-    transformers takes it (``-1``: the CPU, ``0``: the first GPU).
+    """A ``torch.device`` from ``None`` (the CPU), a name, a ``torch.device``, or an int as transformers
+    takes it (``-1``: the CPU, ``0``: the first GPU).
 
     Raises:
         PalUserError: for a device name torch does not know.
@@ -62,10 +51,37 @@ def torch_device(device: Any) -> torch.device:
         ) from None
 
 
+def load_model(model: str | None, ckpt: str | None) -> MultiTaskModule:
+    """The module from a ``save_pretrained`` folder / hub id, or from a checkpoint (on the CPU).
+
+    Raises:
+        PalUserError: when neither or both are given, or the source cannot be loaded.
+    """
+    from pal_lightning.core.checkpoint_io import AtomicCheckpointIO
+    from pal_lightning.module.multitask import MultiTaskModule
+
+    if bool(model) == bool(ckpt):
+        raise PalUserError(
+            "Give the model with exactly one of --predict.model <folder written by fit, e.g. "
+            "runs/<name>/version_N/model, or a hub id> and --ckpt_path <file.ckpt>."
+        )
+    if model:
+        return MultiTaskModule.from_pretrained(model)
+    path = Path(str(ckpt))
+    if not path.is_file():
+        raise PalUserError(f"Checkpoint {path} does not exist. Pass the path of a .ckpt file to --ckpt_path.")
+    # one-line errors for a file that is no checkpoint, truncated, or refused by weights_only loading
+    checkpoint = AtomicCheckpointIO().load_checkpoint(path, map_location="cpu", weights_only=True)
+    module = MultiTaskModule.load_from_checkpoint(path, map_location="cpu", weights_only=True)
+    max_length = (checkpoint.get("datamodule_hyper_parameters") or {}).get("max_length")
+    if max_length:
+        module.predict_max_length = int(max_length)
+    return module
+
+
 def load_pipeline_model(model: Any, device: torch.device | None) -> MultiTaskModule:
     """The module of ``model`` (a module, a ``save_pretrained`` folder or hub id, or a ``.ckpt`` file) in eval
     mode on ``device`` (``None``: where it is; a loaded model is on the CPU)."""
-    from pal_lightning.cli.text_predict import load_model
     from pal_lightning.module.multitask import MultiTaskModule
 
     if isinstance(model, MultiTaskModule):
@@ -131,34 +147,36 @@ class TaskPipeline:
         """Predict ``inputs``: a sentence, a ``(sentence1, sentence2)`` pair, or a list of either.
 
         Returns:
-            One entry per input, in input order: ``{"label", "score"}`` (``top_k=1``), a list of ``top_k``
-            such dicts, best first (``top_k`` > 1, or ``None`` for every class), or ``{"score"}`` for a
-            regression task.
+            Per input, in input order: ``{"label", "score"}`` (``top_k=1``), a list of the ``top_k`` best
+            such dicts (``None``: every class), or ``{"score"}`` for a regression task; for one input (not a
+            list) and ``top_k`` other than 1, that input's list itself.
 
         Raises:
             PalUserError: for inputs of the wrong shape for the task, no input, or ``top_k`` below 1.
         """
+        from pal_lightning.module.inference import predict_items
+
         if top_k is not None and top_k < 1:
             raise PalUserError(f"top_k must be >= 1 (or None for every class), got {top_k}.")
         inputs = _as_pair(inputs)
         single = isinstance(inputs, (str, tuple))
-        items = [inputs] if single else [_as_pair(i) for i in inputs]
-        predictions = self.model.predict(self.task, items, batch_size=self.batch_size)
-        return entries(predictions, top_k)
+        items = [(self.task, x) for x in ([inputs] if single else map(_as_pair, inputs))]
+        if not items:
+            raise PalUserError(
+                "Nothing to predict: pass a sentence, a (sentence1, sentence2) pair or a list of them."
+            )
+        out = [entry(p, top_k) for p in predict_items(self.model, items, self.batch_size)]
+        return out[0] if single and top_k != 1 and isinstance(out[0], list) else out  # as transformers
 
 
-def entries(predictions: TaskPredictions, top_k: int | None) -> list[Any]:
-    """The pipeline's output of :class:`~pal_lightning.module.inference.TaskPredictions` (see :class:`TaskPipeline`)."""
-    if predictions.scores is not None:
-        return [{"score": float(s)} for s in predictions.scores]
-    assert predictions.probabilities is not None and predictions.classes is not None
-    names = predictions.label_names
-    out: list[Any] = []
-    for row in predictions.probabilities:
-        best = sorted(range(len(row)), key=lambda c: -float(row[c]))[:top_k]
-        ranked = [{"label": names[c] if names else c, "score": float(row[c])} for c in best]
-        out.append(ranked[0] if top_k == 1 else ranked)
-    return out
+def entry(prediction: Prediction, top_k: int | None) -> Any:
+    """The pipeline's output for one :class:`~pal_lightning.module.inference.Prediction`."""
+    if prediction.probabilities is None:
+        return {"score": prediction.score}
+    row, names = prediction.probabilities, prediction.label_names
+    best = sorted(range(len(row)), key=lambda c: -float(row[c]))[:top_k]
+    ranked = [{"label": names[c] if names else c, "score": float(row[c])} for c in best]
+    return ranked[0] if top_k == 1 else ranked
 
 
 def pipeline(
@@ -173,9 +191,8 @@ def pipeline(
         model: a folder written by ``save_pretrained`` (or by ``fit``: ``runs/<name>/version_N/model``), a
             hub id, a ``.ckpt`` file, or a ``MultiTaskModule``.
         task: the task to predict; ``None`` for a model of one task.
-        device: where to run: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, a ``torch.device``, or an int as
-            transformers takes it (``-1`` the CPU, ``0`` the first GPU); ``None``: the CPU for a model loaded
-            here, where it already is for a module given.
+        device: ``"cpu"``, ``"cuda:1"``, a ``torch.device``, or an int as transformers takes it; ``None``: the
+            CPU for a model loaded here, where it is for a module given.
         batch_size: inputs per forward pass.
 
     Raises:

@@ -66,9 +66,10 @@ def test_a_list_keeps_its_order_and_names_a_tasks_own_classes(
     assert sorted(e["label"] for e in every[0]) == sorted(TOPICS)
     scores = [e["score"] for e in every[0]]
     assert scores == sorted(scores, reverse=True) and sum(scores) == pytest.approx(1.0, abs=1e-5)
-    assert [e["label"] for e in topic("ok", top_k=2)[0]] == [
-        e["label"] for e in topic("ok", top_k=None)[0][:2]
-    ]
+    one = topic("ok", top_k=None)  # one input: its list itself, as transformers gives it
+    assert [e["label"] for e in one] == [e["label"] for e in topic(["ok"], top_k=None)[0]]
+    assert [e["label"] for e in topic("ok", top_k=2)] == [e["label"] for e in one[:2]]
+    assert len(topic("ok")) == 1 and topic("ok")[0]["label"] == one[0]["label"]  # top_k=1: a list of one dict
 
 
 def test_pairs_and_regression_give_scores(folder: Path, reference: MultiTaskModule) -> None:
@@ -104,13 +105,13 @@ def test_mistakes_are_one_line_errors(folder: Path, reference: MultiTaskModule) 
 
 
 def test_importing_the_package_loads_no_pipeline_or_torch() -> None:
-    code = "import sys, pal_lightning; print(any(m in sys.modules for m in ('torch', 'pal_lightning.cli.pipeline')))"
+    code = "import sys, pal_lightning; print(any(m in sys.modules for m in ('torch', 'pal_lightning.inference.pipeline')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
 
 def test_devices_are_named_as_torch_and_transformers_name_them() -> None:
-    from pal_lightning.cli.pipeline import torch_device
+    from pal_lightning.inference.pipeline import torch_device
 
     assert torch_device(None) == torch_device(-1) == torch_device("cpu") == torch.device("cpu")
     assert torch_device(0) == torch.device("cuda", 0) and torch_device("cuda:1") == torch.device("cuda", 1)

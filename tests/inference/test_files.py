@@ -1,0 +1,48 @@
+"""The input and output files of ``pal-lightning predict --predict.input``: messages name file lines (the
+header is line 1, as the data layer's bad-row warnings count), ids default to 0-based row numbers, and
+probability columns stay distinct."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from pal_lightning.core.errors import PalUserError
+from pal_lightning.inference.files import output_rows, read_input
+from pal_lightning.tasks.specs import get_task
+
+SPECS = {name: get_task(name) for name in ("sst", "qqp", "sts")}
+
+
+def test_column_names_stay_distinct() -> None:
+    predictions = SimpleNamespace(
+        scores=None,
+        probabilities=np.array([[0.25, 0.5, 0.25]]),
+        label_names=["very good", "very-good", "ok!"],
+        labels=["ok!"],
+    )
+    header, rows = output_rows(["a"], predictions)
+    assert header == ["id", "label", "p_very_good", "p_very_good_2", "p_ok"]
+    assert rows == [["a", "ok!", "0.250000", "0.500000", "0.250000"]]
+
+
+def test_rows_become_task_input_items_and_messages_name_file_lines(tmp_path: Path) -> None:
+    source = tmp_path / "in.tsv"
+    source.write_text('task\tsentence\tsentence1\tsentence2\nsst\t"two\nlines"\t\t\nqqp\t\ta?\tb?\n')
+    rows = read_input(source, SPECS)
+    assert rows.items() == [("sst", "two\nlines"), ("qqp", ("a?", "b?"))] and rows.ids == ["0", "1"]
+    source.write_text('task,sentence\nsst,"two\nlines"\nsst,\n')
+    with pytest.raises(PalUserError, match="Line 4 of .* has an empty sentence"):
+        read_input(source, SPECS)
+    jsonl = tmp_path / "in.jsonl"
+    jsonl.write_text(
+        json.dumps({"id": "a", "sentence": "fine"}) + "\n\n" + json.dumps({"sentence": " "}) + "\n"
+    )
+    with pytest.raises(PalUserError, match="Line 3 of .* has an empty sentence"):
+        read_input(jsonl, SPECS, "sst")
+    jsonl.write_text(json.dumps({"id": "a", "sentence": "fine"}) + "\n")
+    assert read_input(jsonl, SPECS, "sst").items() == [("sst", "fine")]
