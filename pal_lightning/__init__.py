@@ -109,13 +109,13 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from pal_lightning.callbacks import ContinualEvaluation, PredictionWriter, RNGStateCallback
-    from pal_lightning.inference.pipeline import TaskPipeline, pipeline
     from pal_lightning.core.checkpoint_io import AtomicCheckpointIO
     from pal_lightning.core.errors import PalUserError
     from pal_lightning.core.hub import DEFAULT_ENCODER, resolve_encoder
     from pal_lightning.data import DataConfig, MultiTaskDataModule
     from pal_lightning.data.sampling.schedules import annealed_alpha, task_probabilities
     from pal_lightning.gem import EpisodicMemory, GEMCallback, agem_project, project_gradient
+    from pal_lightning.inference.pipeline import TaskPipeline, pipeline
     from pal_lightning.modeling import (
         AdapterConfig,
         MultiTaskBert,
