@@ -203,12 +203,8 @@ class StageSplits:
         """
         pairs = []
         for spec in self.evaluated("test"):
-            if "test" in spec.files or spec.format == "hf":
-                if (
-                    self.splits.exists(spec, "test")
-                    and self.splits.load(spec.name, "test").labels is not None
-                ):
-                    pairs.append((spec.name, "test"))
+            if self.splits.exists(spec, "test") and self.splits.load(spec.name, "test").labels is not None:
+                pairs.append((spec.name, "test"))
         if not pairs:
             raise PalUserError(
                 "No task has a labelled test split (CS224N test-student files carry no labels). Use "

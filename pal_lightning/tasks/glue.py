@@ -43,7 +43,8 @@ from typing import Any
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.files import atomic_write
-from pal_lightning.tasks.specs import GLUE_TASKS, TaskSpec
+from pal_lightning.tasks.catalogue import GLUE_TASKS
+from pal_lightning.tasks.specs import TaskSpec
 
 _NLI = ("entailment", "neutral", "contradiction")
 _QNLI_RTE = ("entailment", "not_entailment")

@@ -34,10 +34,20 @@ from pathlib import Path
 from typing import Any
 
 from pal_lightning.core.errors import PalUserError
+from pal_lightning.data.sources.locate import Location
+from pal_lightning.data.sources.registry import Row, RowSource
 from pal_lightning.tasks.glue import is_glue_task
 from pal_lightning.tasks.specs import TaskSpec
 
-__all__ = ["GLUE_LAYOUTS", "GlueLayout", "is_glue_folder", "iter_rows", "local_file", "missing_hint"]
+__all__ = [
+    "GLUE_LAYOUTS",
+    "GlueDownload",
+    "GlueLayout",
+    "is_glue_folder",
+    "iter_rows",
+    "local_file",
+    "missing_hint",
+]
 
 _NLI = ("entailment", "neutral", "contradiction")
 _ENTAILMENT = ("entailment", "not_entailment")
@@ -137,13 +147,31 @@ def missing_hint(data_dir: Path) -> str:
     )
 
 
+class GlueDownload(RowSource):
+    """The files of GLUE's download, for the built-in GLUE tasks (chosen by the ``hf`` format's source)."""
+
+    kind = "glue_data"
+
+    def locate(self, spec: TaskSpec, split: str, data_dir: Path) -> Location | None:
+        path = local_file(spec, split, data_dir)
+        return None if path is None else Location(self.kind, str(path), reader=self)
+
+    def rows(self, spec: TaskSpec, loc: Location, data_dir: Path, split: str) -> Iterator[Row]:
+        return iter_rows(spec, loc.location, split)
+
+    def missing(self, spec: TaskSpec, split: str, loc: Location, data_dir: Path) -> str | None:
+        path = Path(loc.location)
+        return None if path.is_file() else f"{spec.name}/{split}: {path.relative_to(data_dir)}"
+
+    def missing_hint(self, spec: TaskSpec, data_dir: Path) -> str:
+        return missing_hint(data_dir)
+
+
 def _hub_split(spec: TaskSpec, split: str) -> str:
     return spec.files.get(split, split)
 
 
-def iter_rows(
-    spec: TaskSpec, path: str, split: str
-) -> Iterator[tuple[int, dict[str | None, Any], list[str]]]:
+def iter_rows(spec: TaskSpec, path: str, split: str) -> Iterator[Row]:
     """Yield ``(line number, row, columns)`` of a GLUE file in the hub's columns (module docstring).
 
     Raises:
