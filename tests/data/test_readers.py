@@ -36,7 +36,7 @@ def test_ptb_detokenize():
 
 
 def test_cs224n_reader_skips_every_bad_row_kind(data_dir, caplog):
-    with caplog.at_level(logging.WARNING, logger="pal_lightning.data.sources.readers"):
+    with caplog.at_level(logging.WARNING, logger="pal_lightning.data.sources.validate"):
         sst = read_split(get_task("sst"), "train", data_dir)
         qqp = read_split(get_task("qqp"), "train", data_dir)
         sts = read_split(get_task("sts"), "train", data_dir)
