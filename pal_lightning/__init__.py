@@ -126,9 +126,9 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     )
     from pal_lightning.module.multitask import MultiTaskModule
     from pal_lightning.pretraining import MLMDataModule, MLMPretrainModule
+    from pal_lightning.tasks.catalogue import BUILTIN_TASKS
     from pal_lightning.tasks.continual_metrics import continual_metrics
     from pal_lightning.tasks.metrics import cs224n_overall, overall_score
-    from pal_lightning.tasks.catalogue import BUILTIN_TASKS
     from pal_lightning.tasks.specs import (
         TaskKind,
         TaskSpec,

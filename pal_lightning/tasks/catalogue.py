@@ -120,12 +120,8 @@ def _mnli(name: str, genres: str, **kw: Any) -> TaskSpec:
     return _glue(name, "mnli", ("premise", "hypothesis"), labels=3, files=files, **kw)
 
 
-#: What the one MNLI head is also scored on (GLUE's setting: one model trained on MNLI's train split, scored
-#: on both dev sets and submitted for both test sets and the diagnostic set). Checked against the
-#: nyu-mll/glue dataset card (huggingface.co/datasets/nyu-mll/glue, README ``dataset_info``): config ``mnli``
-#: has the splits validation_mismatched and test_mismatched; config ``ax`` has one split, ``test`` (1,104
-#: rows, labels hidden as -1), with the columns premise, hypothesis, label (0 entailment, 1 neutral,
-#: 2 contradiction, MNLI's order) and idx; the card says to predict it with a model trained on MultiNLI.
+#: What the one MNLI head is also scored on: the mismatched dev and test sets, and the diagnostic set
+#: (config ``ax``, one ``test`` split in MNLI's columns and label order; nyu-mll/glue's card).
 _MNLI_VIEWS: dict[str, dict[str, Any]] = {
     "glue_mnli_mm": {"files": {"dev": "validation_mismatched", "test": "test_mismatched"}},
     "glue_ax": {
@@ -135,14 +131,8 @@ _MNLI_VIEWS: dict[str, dict[str, Any]] = {
     },
 }
 
-#: The GLUE tasks, read through ``datasets`` from ``nyu-mll/glue`` (hub columns and label orders checked
-#: against the dataset card), each with GLUE's metric(s): CoLA Matthews correlation, MRPC and QQP accuracy
-#: and F1, STS-B Pearson and Spearman, the others accuracy. ``glue_mnli`` is one MNLI head scored on the
-#: matched dev set (``val/glue_mnli/accuracy``) and, through its :attr:`TaskSpec.eval_views`, on the
-#: mismatched one (``val/glue_mnli_mm/accuracy``); ``predict`` also runs it on both test sets and on the
-#: diagnostic set ``glue_ax``. Labels as the hub has them: MNLI 0 entailment, 1 neutral, 2 contradiction;
-#: QNLI and RTE 0 entailment, 1 not_entailment; WNLI 0 not_entailment, 1 entailment (the other way round);
-#: CoLA 1 acceptable; MRPC and QQP 1 paraphrase.
+#: The GLUE tasks from ``nyu-mll/glue``, each with GLUE's metric(s) and the hub's label order (WNLI:
+#: 0 not_entailment, 1 entailment). ``glue_mnli`` is one MNLI head whose views score the other MNLI sets.
 GLUE_TASKS: dict[str, TaskSpec] = {
     "glue_cola": _glue("glue_cola", "cola", ("sentence",), metrics=("matthews",)),
     "glue_sst2": _glue("glue_sst2", "sst2", ("sentence",)),
@@ -160,13 +150,10 @@ GLUE_TASKS: dict[str, TaskSpec] = {
     "glue_mnli": _mnli("glue_mnli", "matched", eval_views=_MNLI_VIEWS),
     "glue_qnli": _glue("glue_qnli", "qnli", ("question", "sentence")),
     "glue_rte": _glue("glue_rte", "rte", _PAIR_COLUMNS),
-    # config wnli: sentence1, sentence2, label (0 not_entailment, 1 entailment), idx; train 635, validation
-    # 71, test 146 (labels hidden), from the card
     "glue_wnli": _glue("glue_wnli", "wnli", _PAIR_COLUMNS),
 }
-#: The eight tasks of the paper's GLUE setting, in GLUE's order (MNLI scored on both dev sets; no WNLI,
-#: which the paper left out).
-GLUE_EIGHT: tuple[str, ...] = (
+#: The eight tasks of the paper's GLUE setting, in GLUE's order (no WNLI, which the paper left out).
+GLUE_EIGHT = (
     "glue_cola",
     "glue_sst2",
     "glue_mrpc",
@@ -180,7 +167,7 @@ GLUE_EIGHT: tuple[str, ...] = (
 for _spec in (*BUILTIN_TASKS.values(), *GLUE_TASKS.values()):
     register_task(_spec)
 
-#: The tasks whose presence makes the overall score the CS224N one (``pal_lightning.tasks.metrics.overall_score``).
+#: The tasks whose presence makes the overall score the CS224N one.
 CS224N_TASKS = ("sst", "qqp", "sts")
 
 

@@ -1,28 +1,12 @@
 """The built-in GLUE tasks read from the files of GLUE's own download (``glue_data/<TASK>/*.tsv``).
 
-GLUE's download script (``download_glue_data.py``) writes one folder per task, ``CoLA``, ``SST-2``, ``MRPC``,
-``QQP``, ``STS-B``, ``MNLI``, ``QNLI``, ``RTE``, ``WNLI`` and ``diagnostic``, each with ``train.tsv``,
-``dev.tsv`` and ``test.tsv`` (MNLI: ``dev_matched.tsv``, ``dev_mismatched.tsv``, ``test_matched.tsv``,
-``test_mismatched.tsv``; the diagnostic set: ``diagnostic.tsv``). When the data folder holds one of these task
-folders, every built-in GLUE task (:data:`pal_lightning.tasks.specs.GLUE_TASKS`, unchanged) and its evaluation
-views read their splits from there instead of the hub's ``nyu-mll/glue``; a task whose files are missing then
-stops the run with one line naming the folder and the files expected. Without such a folder the tasks read
-the hub's layout as before (:mod:`pal_lightning.data.sources.hf`).
-
-A task's folder is ``<data folder>/<TASK>``, else a sibling folder ``glue-<task>`` beside the data folder (the
-shared data folder keeps SST-2 in ``glue-sst-2/``, beside ``glue/``). A train file is ``train.tsv``, else
-``train_full.tsv`` (the name SST-2's full train file has in that copy).
-
-The rows come out in the hub's columns (its text columns, ``label`` as the hub's class number, ``idx``), so
-the task specs and the row checks of :mod:`pal_lightning.data.sources.readers` are the same for both layouts.
-The files' quirks, as GLUE's own readers handle them:
-
-* no quote processing (``csv.QUOTE_NONE``): a quote character is text (MRPC: ``" the witness "``);
-* CoLA's train and dev files have no header (source, label, original mark, sentence), its test file has one;
-* MRPC's train and dev headers start with a UTF-8 byte-order mark (read as ``utf-8-sig``);
-* RTE, QNLI and MNLI give their labels as names, mapped to the hub's class order (``entailment`` 0);
-* the id is the ``index`` (QQP: ``id``) column where a file has one, else the 0-based row number (what the
-  hub's ``idx`` is for those files); the test files' ids are what GLUE's submission files name.
+When the data folder holds a task folder of that download (``CoLA``, ``SST-2``, ``MRPC``, ..., ``diagnostic``),
+every unchanged built-in GLUE task and view reads its splits there (``<data folder>/<TASK>``, else a sibling
+``glue-<task>``; a train file is ``train.tsv``, else ``train_full.tsv``) instead of the hub's ``nyu-mll/glue``.
+The rows come out in the hub's columns (text columns, ``label`` as the hub's class number, ``idx``), so the
+specs and row checks are the same for both. The files' quirks, as GLUE's own readers handle them: no quote
+processing; CoLA's train and dev files have no header; MRPC's headers start with a byte-order mark; RTE,
+QNLI and MNLI write label names; the id is the ``index`` (QQP: ``id``) column, else the 0-based row number.
 """
 
 from __future__ import annotations
@@ -38,16 +22,6 @@ from pal_lightning.data.sources.locate import Location
 from pal_lightning.data.sources.registry import Row, RowSource
 from pal_lightning.tasks.glue import is_glue_task
 from pal_lightning.tasks.specs import TaskSpec
-
-__all__ = [
-    "GLUE_LAYOUTS",
-    "GlueDownload",
-    "GlueLayout",
-    "is_glue_folder",
-    "iter_rows",
-    "local_file",
-    "missing_hint",
-]
 
 _NLI = ("entailment", "neutral", "contradiction")
 _ENTAILMENT = ("entailment", "not_entailment")

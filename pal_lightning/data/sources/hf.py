@@ -1,20 +1,8 @@
-"""``format: hf`` sources read through ``datasets``: hub datasets, ``save_to_disk`` folders, and the
-public Hugging Face copies of the built-in tasks when no data folder is given.
-
-A task's ``hf_path`` is
-
-* a hub dataset id (``SetFit/sst5``, with ``hf_name`` its configuration): read with
-  :func:`datasets.load_dataset`, which downloads it once into the Hugging Face cache
-  (``HF_DATASETS_CACHE``) and reads it from there afterwards, offline too;
-* a local folder written by ``Dataset.save_to_disk``/``DatasetDict.save_to_disk``
-  (:func:`dataset_task` writes one from a ``DatasetDict`` in memory): read with
-  :func:`datasets.load_from_disk`;
-* any other local folder (data files in the hub's layout, e.g. ``train-00000-of-00001.parquet``):
-  read with :func:`datasets.load_dataset` as a local dataset.
-
-A relative folder is looked up in the working directory, then in the data directory. A split a task
-asks for that the dataset lacks stops the run with one line naming the splits there are. Local files
-(``hf_path`` a file builder, or none) are :mod:`~pal_lightning.data.sources.hf_files`'.
+"""``format: hf`` datasets: a hub id (``hf_name`` its configuration; downloaded once into the Hugging Face
+cache, then read offline too), a folder written by ``save_to_disk`` (:func:`dataset_task`), or another local
+folder of data files in the hub's layout; and the public copies of the built-in tasks, read when no data
+folder is given. A relative folder is looked up in the working directory, then in the data folder.
+Local files (``hf_path`` a file builder, or none) are :mod:`~pal_lightning.data.sources.hf_files`'.
 """
 
 from __future__ import annotations
@@ -55,7 +43,7 @@ def _hub_copy(
         format="hf",
         hf_path=hf_path,
         hf_name=hf_name,
-        files={"train": "train", "dev": "validation", "test": "test"},
+        files=dict(HF_DEFAULT_SPLITS),
         text_columns=text_columns,
         label_column="label",
         **kw,
@@ -65,15 +53,12 @@ def _hub_copy(
 #: The public Hugging Face dataset of each built-in task that has one, as a ``format="hf"`` task of the same
 #: name, read when no data folder is given (:func:`with_hub_copies`); their splits are not the CS224N files'.
 HUB_COPIES: dict[str, TaskSpec] = {
-    # SetFit/sst5: text, label (0..4), label_text; train 8,544 / validation 1,101 / test 2,210, test labelled
+    # test labels: SetFit/sst5's are given; GLUE hides them as -1
     "sst": _hub_copy("sst", "SetFit/sst5", None, ("text",), id_column=None),
-    # GLUE: question1, question2, label, idx; the test split's labels are hidden (-1)
     "qqp": _hub_copy(
         "qqp", "nyu-mll/glue", "qqp", ("question1", "question2"), id_column="idx", unquote=False
     ),
-    # GLUE STS-B: sentence1, sentence2, label (a float 0..5), idx; test labels hidden (-1)
     "sts": _hub_copy("sts", "nyu-mll/glue", "stsb", ("sentence1", "sentence2"), id_column="idx"),
-    # GLUE SST-2: sentence, label, idx; test labels hidden (-1)
     "sst2": _hub_copy("sst2", "nyu-mll/glue", "sst2", ("sentence",), id_column="idx"),
 }
 

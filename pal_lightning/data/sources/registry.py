@@ -19,17 +19,6 @@ from pal_lightning.data.sources.labels import names_of_values
 from pal_lightning.data.sources.locate import Location, looked_for, resolve_file
 from pal_lightning.tasks.specs import TaskSpec
 
-__all__ = [
-    "Row",
-    "RowSource",
-    "check_files_exist",
-    "register_source",
-    "resolve_source",
-    "source_exists",
-    "source_for",
-    "split_fingerprint",
-]
-
 #: One row as a source yields it: (line number in the file, or 1-based row number; the row by column name,
 #: extra fields under ``None``; the column names).
 Row = tuple[int, dict[str | None, Any], list[str]]

@@ -34,14 +34,11 @@ BAD_ROW_POLICIES = ("skip", "error")
 #: How many bad line numbers a skip warning lists.
 MAX_REPORTED_BAD_ROWS = 5
 
-#: The share of a split's rows that may be bad (skipped with a warning) before the run stops. Real files
-#: hold far fewer (the CS224N Quora train file: 2 of 14,139 rows); a wrong setting (a label range, a column,
-#: a delimiter) makes a large share bad. 5 %, not less, so that a small file with one or two broken rows
-#: (2 of 42) still trains.
+#: The share of a split's rows that may be bad (skipped with a warning) before the run stops: a wrong
+#: setting (a label range, a column, a delimiter) makes a large share bad, real files very few.
 DEFAULT_MAX_BAD_FRACTION = 0.05
 
-#: Bad rows a split may always hold, whatever its size: one or two broken rows of a tiny file (1 of 10 is
-#: 10 %) are a warning, not a wrong setting.
+#: Bad rows a split may always hold, whatever its size (one or two of a tiny file are no wrong setting).
 ALWAYS_TOLERATED_BAD_ROWS = 2
 
 #: What undecodable bytes become when a file is read with ``errors="surrogateescape"``.
@@ -146,8 +143,11 @@ class SplitRows:
 
 
 def _encoding_problem(row: dict[str | None, Any]) -> str | None:
-    if _undecodable(row):
-        return "bytes that are not valid UTF-8 (save the file as UTF-8)"
+    """Bytes that were not valid UTF-8 (kept as surrogate escapes by the readers)."""
+    for value in row.values():
+        values = value if isinstance(value, list) else [value]
+        if any(isinstance(v, str) and _UNDECODABLE.search(v) for v in values):
+            return "bytes that are not valid UTF-8 (save the file as UTF-8)"
     return None
 
 
@@ -242,15 +242,6 @@ def _is_unlabelled_marker(value: Any, spec: TaskSpec) -> bool:
     except (TypeError, ValueError):
         return False
     return number == -1 and spec.label_range[0] > -1
-
-
-def _undecodable(row: dict[str | None, Any]) -> bool:
-    """Whether a row holds bytes that were not valid UTF-8."""
-    for value in row.values():
-        values = value if isinstance(value, list) else [value]
-        if any(isinstance(v, str) and _UNDECODABLE.search(v) for v in values):
-            return True
-    return False
 
 
 def _clean_text(text: str, spec: TaskSpec, detokenize: bool) -> str:
