@@ -132,8 +132,8 @@ def label_names_for(spec: TaskSpec, data_dir: Path) -> tuple[str, ...]:
         return ()
     # size and modification time: cheap, and enough to see a file replaced within one process
     stamp = f"{os.stat(loc.location).st_size}:{os.stat(loc.location).st_mtime_ns}" if loc.is_file else ""
-    key = (spec.name, spec.format, loc.location, str(loc.hf_split), str(spec.label_column), stamp)
-    key += (repr(spec.delimiter), repr(spec.quoting))
+    reading = (spec.format, str(spec.label_column), repr(spec.delimiter), repr(spec.quoting))
+    key = (spec.name, loc.location, str(loc.hf_split), stamp, *reading)
     if key not in _FOUND_NAMES:
         _FOUND_NAMES[key] = reader_of(loc).label_names(spec, loc, data_dir)
     names = _FOUND_NAMES[key]
