@@ -5,6 +5,7 @@ directory (never inside the packaged demo folder), and a missing one is named as
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -159,3 +160,40 @@ def test_a_tab_separated_csv_is_one_line_saying_how_to_read_it(
     ):
         read_split(_pair({"train": "bad.csv"}), "train", tmp_path)
     assert "error" not in capfd.readouterr().err.lower()
+
+
+def test_local_csv_and_json(tmp_path: Path) -> None:
+    (tmp_path / "train.csv").write_text(
+        "premise,hypothesis,label\nA cat,A pet,1\nA dog,,0\nSky,Blue,2\nX,Y,9\n"
+    )
+    rows = [{"q": "first", "score": 0.5, "uid": "u1"}, {"q": "second", "score": "oops", "uid": "u2"}]
+    (tmp_path / "dev.json").write_text("\n".join(json.dumps(r) for r in rows))
+    spec = TaskSpec(
+        name="nli",
+        kind="pair_classification",
+        num_labels=3,
+        label_range=(0, 2),
+        format="hf",
+        hf_path="csv",
+        files={"train": "train.csv"},
+        text_columns=("premise", "hypothesis"),
+        label_column="label",
+        id_column=None,
+    )
+    train = read_split(spec, "train", tmp_path, max_bad_fraction=1)
+    assert train.texts == [["A cat", "Sky"], ["A pet", "Blue"]]
+    assert train.labels.tolist() == [1, 2] and train.skipped == 2
+    reg = TaskSpec(
+        name="reg",
+        kind="pair_regression",
+        num_labels=1,
+        label_range=(0, 1),
+        metrics=("pearson",),
+        format="hf",
+        files={"dev": "dev.json"},
+        text_columns=("q", "q"),
+        label_column="score",
+        id_column="uid",
+    )
+    dev = read_split(reg, "dev", tmp_path, max_bad_fraction=1)
+    assert dev.ids == ["u1"] and dev.labels.tolist() == [0.5]

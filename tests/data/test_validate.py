@@ -15,12 +15,12 @@ from pal_lightning.data.sources.readers import DEFAULT_MAX_BAD_FRACTION, read_sp
 from pal_lightning.tasks.specs import TaskSpec
 
 
-def topics() -> TaskSpec:
+def topics(files: dict[str, str] | None = None) -> TaskSpec:
     return TaskSpec(
         name="topics",
         num_labels=4,
         format="hf",
-        files={"train": "train.csv", "dev": "dev.csv"},
+        files=files or {"train": "train.csv", "dev": "dev.csv"},
         text_columns=("text",),
         label_column="label",
         id_column=None,
@@ -93,26 +93,13 @@ def test_an_empty_label_cell_of_a_csv_is_named_as_such(tmp_path: Path) -> None:
     assert raw.bad_rows == [(42, "no label (an empty or missing field)")]
 
 
-def _topics(files: dict[str, str]) -> TaskSpec:
-    return TaskSpec(
-        name="topics",
-        kind="single_classification",
-        num_labels=2,
-        format="hf",
-        files=files,
-        text_columns=("text",),
-        label_column="label",
-        id_column=None,
-    )
-
-
 def test_the_first_data_row_of_a_csv_is_line_2(tmp_path: Path) -> None:
     (tmp_path / "train.csv").write_text("text,label\n,1\na fine film,0\n")
     with pytest.raises(PalUserError, match=r"train\.csv, line 2: bad row \(missing field .text.\)"):
-        read_split(_topics({"train": "train.csv"}), "train", tmp_path, on_bad_row="error")
+        read_split(topics({"train": "train.csv"}), "train", tmp_path, on_bad_row="error")
 
 
 def test_json_lines_count_from_line_1(tmp_path: Path) -> None:
     (tmp_path / "train.jsonl").write_text('{"text": "", "label": 1}\n{"text": "ok", "label": 0}\n')
     with pytest.raises(PalUserError, match=r"train\.jsonl, line 1: bad row"):
-        read_split(_topics({"train": "train.jsonl"}), "train", tmp_path, on_bad_row="error")
+        read_split(topics({"train": "train.jsonl"}), "train", tmp_path, on_bad_row="error")
