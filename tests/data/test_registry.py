@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 
 from pal_lightning.core.errors import PalUserError
+from pal_lightning.data.options import DataConfig
 from pal_lightning.data.sources import RowSource, register_source
 from pal_lightning.data.sources.locate import Location
 from pal_lightning.data.sources.readers import read_split
 from pal_lightning.data.sources.registry import _SOURCES, Row, source_for
-from pal_lightning.tasks.specs import TaskSpec
+from pal_lightning.tasks.specs import TaskSpec, task_to_dict
 
 PACKAGE = Path(__file__).resolve().parents[2] / "pal_lightning"
 
@@ -27,6 +28,8 @@ def test_an_unknown_format_is_one_line_naming_the_formats() -> None:
     ) as err:
         source_for(spec)
     assert "\n" not in str(err.value)
+    with pytest.raises(PalUserError, match="unknown format 'xml'"):  # before any file is read
+        DataConfig(tasks=[task_to_dict(spec)])
 
 
 class _Lines(RowSource):
