@@ -51,18 +51,10 @@ class TaskSpec:
 
     Example (a user task read from local csv files through ``datasets``)::
 
-        TaskSpec(
-            name="mnli_small",
-            kind="pair_classification",
-            num_labels=3,
-            label_names=("entailment", "neutral", "contradiction"),
-            metrics=("accuracy",),
-            format="hf",
-            hf_path="csv",
-            files={"train": "mnli/train.csv", "dev": "mnli/dev.csv"},
-            text_columns=("premise", "hypothesis"),
-            label_column="label",
-        )
+        TaskSpec(name="mnli_small", kind="pair_classification", num_labels=3, format="hf",
+                 label_names=("entailment", "neutral", "contradiction"),
+                 files={"train": "mnli/train.csv", "dev": "mnli/dev.csv"},
+                 text_columns=("premise", "hypothesis"), label_column="label")
     """
 
     name: str
@@ -322,12 +314,8 @@ def task_names(tasks: Sequence[TaskSpec]) -> list[str]:
 
 
 def task_to_hparam(spec: TaskSpec) -> str | dict[str, object]:
-    """A task in plain, checkpoint-safe form: its name when registered unchanged, else a dict.
-
-    Model and data module both store their tasks this way, so Lightning's check that the two
-    agree on shared hyper-parameters compares equal values (lists, not tuples; the kind's string
-    value, not the enum), and checkpoints load with ``weights_only``.
-    """
+    """A task in plain, checkpoint-safe form (``weights_only``): its name when registered unchanged, else
+    :func:`task_to_dict`; model and data module store their tasks so, and Lightning finds them equal."""
     if _REGISTRY.get(spec.name) == spec:
         return spec.name
     return task_to_dict(spec)
