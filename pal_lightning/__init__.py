@@ -22,7 +22,7 @@ _EXPORTS: dict[str, str] = {
     "register_task": "pal_lightning.tasks.specs",
     "get_task": "pal_lightning.tasks.specs",
     "available_tasks": "pal_lightning.tasks.specs",
-    "BUILTIN_TASKS": "pal_lightning.tasks.specs",
+    "BUILTIN_TASKS": "pal_lightning.tasks.catalogue",
     "PalUserError": "pal_lightning.core.errors",
     "resolve_encoder": "pal_lightning.core.hub",
     "DEFAULT_ENCODER": "pal_lightning.core.hub",
@@ -126,10 +126,10 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     )
     from pal_lightning.module.multitask import MultiTaskModule
     from pal_lightning.pretraining import MLMDataModule, MLMPretrainModule
+    from pal_lightning.tasks.catalogue import BUILTIN_TASKS
     from pal_lightning.tasks.continual_metrics import continual_metrics
     from pal_lightning.tasks.metrics import cs224n_overall, overall_score
     from pal_lightning.tasks.specs import (
-        BUILTIN_TASKS,
         TaskKind,
         TaskSpec,
         available_tasks,

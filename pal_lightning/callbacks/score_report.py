@@ -24,8 +24,8 @@ from pal_lightning.core.contracts import ParameterReporter, ScoredTasks, last_st
 from pal_lightning.core.distributed import is_main_process
 from pal_lightning.core.files import atomic_write_text
 from pal_lightning.core.private_api import validate_during_fit
+from pal_lightning.tasks.catalogue import overall_name
 from pal_lightning.tasks.metrics import PARTIAL_SUFFIX
-from pal_lightning.tasks.specs import overall_name
 
 SCORES_FILE = "scores.json"
 

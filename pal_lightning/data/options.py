@@ -20,7 +20,9 @@ from pal_lightning.core.hub import DEFAULT_ENCODER
 from pal_lightning.data.sampling.per_task import BATCH_MIXINGS, MIXED
 from pal_lightning.data.sampling.phase_plan import SEQUENTIAL, check_task_schedule
 from pal_lightning.data.sampling.schedules import SAMPLING_SCHEDULES, SamplingSchedule
-from pal_lightning.data.sources.readers import BAD_ROW_POLICIES, DEFAULT_MAX_BAD_FRACTION, SPLITS
+from pal_lightning.data.sources.locate import SPLITS
+from pal_lightning.data.sources.registry import source_for
+from pal_lightning.data.sources.validate import BAD_ROW_POLICIES, DEFAULT_MAX_BAD_FRACTION
 from pal_lightning.data.tokenize import default_cache_dir
 from pal_lightning.tasks.specs import TaskSpec, resolve_tasks, task_to_hparam
 
@@ -32,8 +34,8 @@ class DataConfig:
     """The data module's options, as given (the data module resolves them against the tasks).
 
     Raises:
-        PalUserError: for an unknown ``sampling``, ``on_bad_row``, ``schedule``, ``batch_mixing`` or predict
-            split, a size below its minimum, options of one task schedule given to the other, or mixed batches
+        PalUserError: for an unknown ``sampling``, ``on_bad_row``, ``schedule``, ``batch_mixing``, task format or
+            predict split, a size below its minimum, options of one task schedule given to the other, or mixed batches
             with an option they have no form of.
     """
 
@@ -161,6 +163,8 @@ class DataConfig:
             raise PalUserError(
                 f"Unknown sampling {self.sampling!r}; choose one of {', '.join(SAMPLING_SCHEDULES)}."
             )
+        for spec in resolve_tasks(self.tasks) if self.tasks else ():
+            source_for(spec)  # an unknown format stops here, before any file is read
         if self.on_bad_row not in BAD_ROW_POLICIES:
             raise PalUserError(f"on_bad_row must be one of {BAD_ROW_POLICIES}, got {self.on_bad_row!r}.")
         if not 0 <= self.max_bad_rows_fraction <= 1:

@@ -9,15 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from pal_lightning.core.distributed import is_main_process
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.core.files import file_fingerprint
-from pal_lightning.data.sources import hf as hf_sources
-from pal_lightning.data.sources.readers import (
-    check_bad_rows,
-    label_names_for,
-    read_split,
-    resolve_source,
-    source_exists,
-)
+from pal_lightning.data.sources.readers import check_bad_rows, label_names_for, read_split
+from pal_lightning.data.sources.registry import resolve_source, source_exists, split_fingerprint
 from pal_lightning.data.tokenize import (
     TokenizedSplit,
     cache_key,
@@ -49,6 +42,8 @@ _SPEC_FIELDS = (
     "hf_name",
     "ptb_detokenize",
     "unquote",
+    "delimiter",
+    "quoting",
 )
 
 
@@ -143,20 +138,14 @@ class SplitCache:
         """The class names of ``spec`` (given, or its train split's words), ``()`` for class numbers."""
         return label_names_for(spec, self.data_dir)
 
-    def _source_fingerprint(self, spec: TaskSpec, split: str) -> str:
-        src = resolve_source(spec, split, self.data_dir)
-        assert src is not None
-        if src.is_file:
-            return "file:" + file_fingerprint(src.location)
-        assert src.hf_split is not None
-        return "hf:" + hf_sources.fingerprint(spec, src.hf_split, self.data_dir, split)
-
     def _cache_file(self, spec: TaskSpec, split: str) -> Path | None:
         if self.cache_dir is None:
             return None
         if self._tokenizer_fp is None:
             self._tokenizer_fp = tokenizer_fingerprint(self.tokenizer)
-        key = cache_key(self._source_fingerprint(spec, split), self._tokenizer_fp, self.settings(spec, split))
+        key = cache_key(
+            split_fingerprint(spec, split, self.data_dir), self._tokenizer_fp, self.settings(spec, split)
+        )
         return cache_path(self.cache_dir, spec.name, split, key)
 
     def load(self, task: str, split: str, report: bool = True) -> TokenizedSplit:

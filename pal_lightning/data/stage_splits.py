@@ -189,9 +189,7 @@ class StageSplits:
         pairs = [
             (spec.name, "test")
             for spec in self.evaluated("test")
-            if ("test" in spec.files or spec.format == "hf")
-            and self.splits.exists(spec, "test")
-            and self.splits.load(spec.name, "test").labels is not None
+            if self.splits.exists(spec, "test") and self.splits.load(spec.name, "test").labels is not None
         ]
         if not pairs:
             raise PalUserError(

@@ -43,7 +43,8 @@ from pal_lightning.core.files import staged_folder
 from pal_lightning.core.plain import to_plain
 from pal_lightning.core.version import reads_files_of, version_mismatch
 from pal_lightning.module.inference import DEFAULT_MAX_LENGTH
-from pal_lightning.tasks.specs import overall_name, task_to_dict
+from pal_lightning.tasks.catalogue import overall_name
+from pal_lightning.tasks.specs import task_to_dict
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

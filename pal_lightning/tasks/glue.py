@@ -1,36 +1,14 @@
 """GLUE: the benchmark's average score and its test-server submission files.
 
-The tasks themselves are :data:`pal_lightning.tasks.specs.GLUE_TASKS` (``nyu-mll/glue`` through ``datasets``);
-``glue_mnli`` is one MNLI head scored on both dev sets, the mismatched one and the diagnostic set AX as its
-evaluation views ``glue_mnli_mm`` and ``glue_ax`` (:mod:`pal_lightning.tasks.views`).
+**The GLUE score** (Wang et al., 2019, section 4) is the unweighted mean over tasks of each task's score,
+the mean of its metrics (MRPC and QQP ``(accuracy + F1) / 2``, STS-B ``(Pearson + Spearman) / 2``, CoLA
+Matthews, the others accuracy). MNLI is one task: its matched and mismatched accuracies are averaged; the
+diagnostic set AX is not scored. Correlations enter as they are; the score stays on the 0..1 scale.
 
-**The GLUE score** (Wang et al., 2019, section 4) is the unweighted mean over tasks of each task's score, a
-task's score being the mean of its metrics: MRPC and QQP ``(accuracy + F1) / 2``, STS-B ``(Pearson +
-Spearman) / 2``, CoLA the Matthews correlation, the others accuracy. MNLI is one task of the nine: its
-matched and mismatched accuracies are averaged into one MNLI score, and the diagnostic set AX is not part
-of the score. Checked by arithmetic on the leaderboard's BERT-large row (CoLA 60.5, SST-2 94.9, MRPC
-89.3/85.4, STS-B 87.6/86.5, QQP 72.1/89.3, MNLI-m 86.7, MNLI-mm 85.9, QNLI 92.7, RTE 70.1, WNLI 65.1,
-AX 39.6; score 80.5): nine task scores with MNLI (86.7 + 85.9) / 2 give 80.52, while MNLI-m and MNLI-mm as
-two tasks would give 81.1 and AX as a tenth task 76.4. (The first metric of each task is as the BERT paper
-and torchdistill's README table quote it; the second metrics, WNLI, AX and the 80.5 are the leaderboard's,
-not found in a searchable copy when this was written.) Correlations enter as they are (not mapped to
-0..1). The leaderboard prints it times 100; here it stays on the 0..1 scale of the other scores, and
-:func:`pal_lightning.tasks.metrics.overall_score` returns it as ``val/overall`` when every evaluated task is a
-GLUE task.
-
-**Submission files**: the server (gluebenchmark.com/submit) takes a zip of eleven tab-separated files, no
-sub-folders, named as in :data:`SUBMISSION_FILES` (``CoLA.tsv``, ``SST-2.tsv``, ``MRPC.tsv``, ``STS-B.tsv``,
-``QQP.tsv``, ``MNLI-m.tsv``, ``MNLI-mm.tsv``, ``QNLI.tsv``, ``RTE.tsv``, ``WNLI.tsv``, ``AX.tsv``), each a
-header ``index\tprediction`` and one row per test example: the example's ``idx`` (the hub's copy of the
-index column of GLUE's test files) and its prediction, an integer class for CoLA, SST-2, MRPC, QQP and
-WNLI (1 = acceptable / positive / paraphrase / entailment: the hub's class order, WNLI's being
-not_entailment, entailment), a float for STS-B, and the label *name* for MNLI and AX (``entailment``,
-``neutral``, ``contradiction``), QNLI and RTE (``entailment``, ``not_entailment``). Where each fact comes
-from: the eleven names, the header line, one ``id<TAB>label`` row per test example and the flat zip are the
-GLUE site's submission instructions (as quoted in a public copy of that page); the label names and
-orders are the nyu-mll/glue card's and ``datasets``' GLUE builder's ``label_classes``; label names for the
-NLI files and 0/1 for WNLI are what public submission scripts write. Not checked here: a submission to
-the server itself.
+**Submission files**: a flat zip of the eleven tab-separated files of :data:`SUBMISSION_FILES`, each a
+header ``index\tprediction`` and one row per test example: its ``idx`` and the prediction, an integer class
+(CoLA, SST-2, MRPC, QQP, WNLI, in the hub's class order), a float (STS-B) or the label name (MNLI, AX,
+QNLI, RTE).
 """
 
 from __future__ import annotations
@@ -43,7 +21,8 @@ from typing import Any
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.files import atomic_write
-from pal_lightning.tasks.specs import GLUE_TASKS, TaskSpec
+from pal_lightning.tasks.catalogue import GLUE_TASKS
+from pal_lightning.tasks.specs import TaskSpec
 
 _NLI = ("entailment", "neutral", "contradiction")
 _QNLI_RTE = ("entailment", "not_entailment")

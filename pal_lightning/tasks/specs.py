@@ -1,30 +1,11 @@
-"""Task specifications: what a task is, independent of model and data code.
+"""What a task is: :class:`TaskSpec` (kind, labels, metrics, and where its rows come from) and the
+registry of tasks by name.
 
-A :class:`TaskSpec` says what kind of prediction a task asks for, how many
-labels it has, which metrics judge it and where its data lives. The model reads
-``kind``/``num_labels``/``loss``/``metrics``; the data module reads the file and
-column fields. Users add their own tasks by building a ``TaskSpec`` (in Python
-or in a YAML config) or by calling :func:`register_task`; the library never
-needs editing.
-
-Built-in tasks (the CS224N minBERT workload and two extras):
-
-======== ======================= ====== ============ ====================
-name     kind                    labels range        metrics
-======== ======================= ====== ============ ====================
-sst      single classification   5      0..4         accuracy
-qqp      pair classification     2      0..1         accuracy, f1
-sts      pair regression         1      0..5         pearson, spearman
-cfimdb   single classification   2      0..1         accuracy
-sst2     single classification   2      0..1         accuracy
-======== ======================= ====== ============ ====================
-
-The GLUE tasks (:data:`GLUE_TASKS`: ``glue_cola``, ``glue_sst2``, ``glue_mrpc``, ``glue_qqp``, ``glue_stsb``,
-``glue_mnli`` (scored on both MNLI dev sets), ``glue_qnli``, ``glue_rte``, ``glue_wnli``) read ``nyu-mll/glue``
-through ``datasets``.
-
-Each built-in task's ``source`` says where its data comes from; :data:`HUB_COPIES` holds the public
-Hugging Face copy of those that have one (read when no data folder is given).
+The model reads ``kind``/``num_labels``/``loss``/``metrics``; the data module hands the reading fields
+(``format``, ``files``, the columns, ``hf_*``, ``delimiter``, ``quoting``) to the source registered under
+``format`` (:mod:`pal_lightning.data.sources`). The built-in tasks are registered by
+:mod:`pal_lightning.tasks.catalogue`; users add theirs with a ``TaskSpec`` (Python or YAML) or
+:func:`register_task`.
 """
 
 from __future__ import annotations
@@ -62,28 +43,18 @@ class TaskKind(str, Enum):
 KNOWN_METRICS = ("accuracy", "f1", "pearson", "spearman", "matthews")
 #: Loss names understood by the module.
 KNOWN_LOSSES = ("cross_entropy", "bce", "mse")
-#: File formats understood by the data readers.
-KNOWN_FORMATS = ("cs224n", "glue_tsv", "hf")
 
 
 @dataclass
 class TaskSpec:
     """Everything the library needs to know about one task.
 
-    Example (a user task read from local CSV files through ``datasets``)::
+    Example (a user task read from local csv files through ``datasets``)::
 
-        TaskSpec(
-            name="mnli_small",
-            kind="pair_classification",
-            num_labels=3,
-            label_names=("entailment", "neutral", "contradiction"),
-            metrics=("accuracy",),
-            format="hf",
-            hf_path="csv",
-            files={"train": "mnli/train.csv", "dev": "mnli/dev.csv"},
-            text_columns=("premise", "hypothesis"),
-            label_column="label",
-        )
+        TaskSpec(name="mnli_small", kind="pair_classification", num_labels=3, format="hf",
+                 label_names=("entailment", "neutral", "contradiction"),
+                 files={"train": "mnli/train.csv", "dev": "mnli/dev.csv"},
+                 text_columns=("premise", "hypothesis"), label_column="label")
     """
 
     name: str
@@ -108,7 +79,9 @@ class TaskSpec:
     loss: str | None = None
     """Loss from :data:`KNOWN_LOSSES`; ``None`` picks cross-entropy for classification, mse for regression."""
     format: str = "cs224n"
-    """File format: ``cs224n`` (tab-separated minBERT files), ``glue_tsv`` or ``hf`` (any ``datasets`` source)."""
+    """The source that reads the rows, by its registered name (:mod:`pal_lightning.data.sources`): ``cs224n``
+    (the minBERT files: tab-separated, CSV quoting), ``glue_tsv`` (tab-separated, no quoting) or ``hf`` (any
+    ``datasets`` source: a hub id, a saved folder, local csv/tsv/json/parquet files)."""
     files: dict[str, str] = field(default_factory=dict)
     """File name per split (``train``, ``dev``, ``test``), relative to the data directory."""
     text_columns: tuple[str, ...] = ("sentence",)
@@ -121,6 +94,12 @@ class TaskSpec:
     """For ``format='hf'``: a hub id or a builder name (``csv``, ``json``, ``parquet``) for ``datasets.load_dataset``."""
     hf_name: str | None = None
     """For ``format='hf'``: the dataset configuration name, if any."""
+    delimiter: str | None = None
+    """For local csv/tsv files of ``format='hf'``: the field separator; ``None``: a tab for ``.tsv``/``.tab``
+    files, else a comma."""
+    quoting: bool | None = None
+    """For local csv/tsv files of ``format='hf'``: whether ``"`` quotes fields (CSV quoting); ``None``: yes for
+    comma-separated files, no for tab-separated ones (a ``"`` is then text, as GLUE's files have it)."""
     ptb_detokenize: bool = False
     """Undo Penn-Treebank tokens (``-LRB-``, ````` ``, ``\\/``) in the text (SST)."""
     unquote: bool = False
@@ -163,10 +142,6 @@ class TaskSpec:
             raise ValueError(f"Task {self.name!r}: unknown loss {self.loss!r}; choose from {KNOWN_LOSSES}.")
         if self.loss == "bce" and self.num_labels != 2:
             raise ValueError(f"Task {self.name!r}: loss 'bce' needs a binary task (num_labels=2).")
-        if self.format not in KNOWN_FORMATS:
-            raise ValueError(
-                f"Task {self.name!r}: unknown format {self.format!r}; choose from {KNOWN_FORMATS}."
-            )
         expected = 2 if self.kind.is_pair else 1
         if len(self.text_columns) != expected:
             raise ValueError(
@@ -261,206 +236,8 @@ class TaskSpec:
         return out
 
 
-#: Where the CS224N files come from (the starter code's ``data/`` folder).
-_STARTER = (
-    "CS224N minBERT default final project, the starter code's data/ folder "
-    "(github.com/gpoesia/minbert-default-final-project):"
-)
-_PAIR_COLUMNS = ("sentence1", "sentence2")
-
-
-def _cs224n(name: str, prefix: str, source: str, **kw: Any) -> TaskSpec:
-    """A task read from the CS224N files ``<prefix>-{train,dev,test-student}.csv``; ``kw``: the fields that
-    differ from :class:`TaskSpec`'s defaults (one sentence, two classes 0..1, accuracy, ``sentiment``)."""
-    files = {"train": f"{prefix}-train.csv", "dev": f"{prefix}-dev.csv", "test": f"{prefix}-test-student.csv"}
-    return TaskSpec(name=name, files=files, format="cs224n", source=_STARTER + source, **kw)
-
-
-BUILTIN_TASKS: dict[str, TaskSpec] = {
-    "sst": _cs224n(
-        "sst",
-        "ids-sst",
-        " ids-sst-{train,dev,test-student}.csv: the Stanford Sentiment Treebank, 5 classes (Socher et al., "
-        "2013). Public copy: the Hugging Face dataset SetFit/sst5.",
-        num_labels=5,
-        label_range=(0, 4),
-        ptb_detokenize=True,
-    ),
-    "qqp": _cs224n(
-        "qqp",
-        "quora",
-        " quora-{train,dev,test-student}.csv: Quora Question Pairs (2017), the course's own split. Public "
-        "copy: the Hugging Face dataset nyu-mll/glue, config qqp (GLUE's split).",
-        kind=TaskKind.PAIR_CLASSIFICATION,
-        metrics=("accuracy", "f1"),
-        text_columns=_PAIR_COLUMNS,
-        label_column="is_duplicate",
-        unquote=True,
-    ),
-    "sts": _cs224n(
-        "sts",
-        "sts",
-        " sts-{train,dev,test-student}.csv: the STS benchmark (Cer et al., 2017), reshuffled by the course. "
-        "Public copy: the Hugging Face dataset nyu-mll/glue, config stsb (GLUE's split).",
-        kind=TaskKind.PAIR_REGRESSION,
-        num_labels=1,
-        label_range=(0, 5),
-        metrics=("pearson", "spearman"),
-        text_columns=_PAIR_COLUMNS,
-        label_column="similarity",
-    ),
-    "cfimdb": _cs224n(
-        "cfimdb",
-        "ids-cfimdb",
-        " ids-cfimdb-{train,dev,test-student}.csv: IMDB movie reviews, positive or negative. No public "
-        "Hugging Face copy of this selection: the folder is needed.",
-    ),
-    "sst2": TaskSpec(
-        name="sst2",
-        format="glue_tsv",
-        files={"train": "train_full.tsv", "dev": "dev.tsv", "test": "test.tsv"},
-        label_column="label",
-        id_column=None,
-        source="GLUE SST-2 (Wang et al., 2019) as GLUE distributes it: train_full.tsv (GLUE's train.tsv, "
-        "67,349 phrases), dev.tsv, test.tsv (no labels). Public copy: the Hugging Face dataset nyu-mll/glue, "
-        "config sst2.",
-    ),
-}
-
-
-def _hub_copy(
-    name: str, hf_path: str, hf_name: str | None, text_columns: tuple[str, ...], **kw: object
-) -> TaskSpec:
-    """Built-in task ``name`` read from its public Hugging Face copy (same kind, labels and metrics)."""
-    return BUILTIN_TASKS[name].replace(
-        format="hf",
-        hf_path=hf_path,
-        hf_name=hf_name,
-        files={"train": "train", "dev": "validation", "test": "test"},
-        text_columns=text_columns,
-        label_column="label",
-        **kw,
-    )
-
-
-#: The public Hugging Face dataset of each built-in task that has one, as a ``format="hf"`` task of the same
-#: name. The data module reads these when no data folder is given (see ``pal_lightning.data.sources.hf``);
-#: their splits are not the CS224N files' (README, "Data").
-HUB_COPIES: dict[str, TaskSpec] = {
-    # SetFit/sst5: text, label (0..4), label_text; train 8,544 / validation 1,101 / test 2,210, test labelled
-    "sst": _hub_copy("sst", "SetFit/sst5", None, ("text",), id_column=None),
-    # GLUE: question1, question2, label, idx; the test split's labels are hidden (-1)
-    "qqp": _hub_copy(
-        "qqp", "nyu-mll/glue", "qqp", ("question1", "question2"), id_column="idx", unquote=False
-    ),
-    # GLUE STS-B: sentence1, sentence2, label (a float 0..5), idx; test labels hidden (-1)
-    "sts": _hub_copy("sts", "nyu-mll/glue", "stsb", ("sentence1", "sentence2"), id_column="idx"),
-    # GLUE SST-2: sentence, label, idx; test labels hidden (-1)
-    "sst2": _hub_copy("sst2", "nyu-mll/glue", "sst2", ("sentence",), id_column="idx"),
-}
-
-_GLUE_SOURCE = "GLUE (Wang et al., 2019), the Hugging Face dataset nyu-mll/glue, config "
-
-
-def _glue(name: str, config: str, text_columns: tuple[str, ...], labels: int = 2, **kw: object) -> TaskSpec:
-    """GLUE task ``config`` read from ``nyu-mll/glue`` (splits train/validation/test, label and idx columns;
-    the test labels are hidden as -1); ``kw``: the fields that differ (kind, metrics, splits)."""
-    kind = TaskKind.PAIR_CLASSIFICATION if len(text_columns) == 2 else TaskKind.SINGLE_CLASSIFICATION
-    fields: dict[str, Any] = {
-        "kind": kind,
-        "num_labels": labels,
-        "label_range": (0, labels - 1),
-        "format": "hf",
-        "hf_path": "nyu-mll/glue",
-        "hf_name": config,
-        "files": {"train": "train", "dev": "validation", "test": "test"},
-        "text_columns": text_columns,
-        "label_column": "label",
-        "id_column": "idx",
-        "source": _GLUE_SOURCE + config + ".",
-        **kw,
-    }
-    return TaskSpec(name=name, **fields)
-
-
-def _mnli(name: str, genres: str, **kw: Any) -> TaskSpec:
-    """MNLI trained on its train split and scored on its ``genres`` (``matched``/``mismatched``) dev and test."""
-    files = {"train": "train", "dev": f"validation_{genres}", "test": f"test_{genres}"}
-    return _glue(name, "mnli", ("premise", "hypothesis"), labels=3, files=files, **kw)
-
-
-#: What the one MNLI head is also scored on (GLUE's setting: one model trained on MNLI's train split, scored
-#: on both dev sets and submitted for both test sets and the diagnostic set). Checked against the
-#: nyu-mll/glue dataset card (huggingface.co/datasets/nyu-mll/glue, README ``dataset_info``): config ``mnli``
-#: has the splits validation_mismatched and test_mismatched; config ``ax`` has one split, ``test`` (1,104
-#: rows, labels hidden as -1), with the columns premise, hypothesis, label (0 entailment, 1 neutral,
-#: 2 contradiction, MNLI's order) and idx; the card says to predict it with a model trained on MultiNLI.
-_MNLI_VIEWS: dict[str, dict[str, Any]] = {
-    "glue_mnli_mm": {"files": {"dev": "validation_mismatched", "test": "test_mismatched"}},
-    "glue_ax": {
-        "hf_name": "ax",
-        "files": {"test": "test"},
-        "source": _GLUE_SOURCE + "ax: GLUE's diagnostic set, predicted by the MNLI head.",
-    },
-}
-
-#: The GLUE tasks, read through ``datasets`` from ``nyu-mll/glue`` (hub columns and label orders checked
-#: against the dataset card), each with GLUE's metric(s): CoLA Matthews correlation, MRPC and QQP accuracy
-#: and F1, STS-B Pearson and Spearman, the others accuracy. ``glue_mnli`` is one MNLI head scored on the
-#: matched dev set (``val/glue_mnli/accuracy``) and, through its :attr:`TaskSpec.eval_views`, on the
-#: mismatched one (``val/glue_mnli_mm/accuracy``); ``predict`` also runs it on both test sets and on the
-#: diagnostic set ``glue_ax``. Labels as the hub has them: MNLI 0 entailment, 1 neutral, 2 contradiction;
-#: QNLI and RTE 0 entailment, 1 not_entailment; WNLI 0 not_entailment, 1 entailment (the other way round);
-#: CoLA 1 acceptable; MRPC and QQP 1 paraphrase.
-GLUE_TASKS: dict[str, TaskSpec] = {
-    "glue_cola": _glue("glue_cola", "cola", ("sentence",), metrics=("matthews",)),
-    "glue_sst2": _glue("glue_sst2", "sst2", ("sentence",)),
-    "glue_mrpc": _glue("glue_mrpc", "mrpc", _PAIR_COLUMNS, metrics=("accuracy", "f1")),
-    "glue_qqp": _glue("glue_qqp", "qqp", ("question1", "question2"), metrics=("accuracy", "f1")),
-    "glue_stsb": _glue(
-        "glue_stsb",
-        "stsb",
-        _PAIR_COLUMNS,
-        labels=1,
-        kind=TaskKind.PAIR_REGRESSION,
-        label_range=(0, 5),
-        metrics=("pearson", "spearman"),
-    ),
-    "glue_mnli": _mnli("glue_mnli", "matched", eval_views=_MNLI_VIEWS),
-    "glue_qnli": _glue("glue_qnli", "qnli", ("question", "sentence")),
-    "glue_rte": _glue("glue_rte", "rte", _PAIR_COLUMNS),
-    # config wnli: sentence1, sentence2, label (0 not_entailment, 1 entailment), idx; train 635, validation
-    # 71, test 146 (labels hidden), from the card
-    "glue_wnli": _glue("glue_wnli", "wnli", _PAIR_COLUMNS),
-}
-#: The eight tasks of the paper's GLUE setting, in GLUE's order (MNLI scored on both dev sets; no WNLI,
-#: which the paper left out).
-GLUE_EIGHT: tuple[str, ...] = (
-    "glue_cola",
-    "glue_sst2",
-    "glue_mrpc",
-    "glue_stsb",
-    "glue_qqp",
-    "glue_mnli",
-    "glue_qnli",
-    "glue_rte",
-)
-
-_REGISTRY: dict[str, TaskSpec] = {**BUILTIN_TASKS, **GLUE_TASKS}
-
-#: The tasks whose presence makes the overall score the CS224N one (``pal_lightning.tasks.metrics.overall_score``).
-CS224N_TASKS = ("sst", "qqp", "sts")
-
-
-def overall_name(tasks: Sequence[str]) -> str:
-    """What the overall score of ``tasks`` is called, as ``overall_score`` computes it: ``CS224N overall``
-    when SST, Quora and STS are among them, ``GLUE score`` when all are GLUE tasks, else ``Overall`` (the
-    mean of the tasks' main metrics)."""
-    if tasks and all(t in tasks for t in CS224N_TASKS):
-        return "CS224N overall"
-    if tasks and all(t in GLUE_TASKS for t in tasks):
-        return "GLUE score"
-    return "Overall"
+#: The tasks by name (the built-in ones are registered by :mod:`pal_lightning.tasks.catalogue`).
+_REGISTRY: dict[str, TaskSpec] = {}
 
 
 def register_task(spec: TaskSpec, *, overwrite: bool = False) -> TaskSpec:
@@ -537,12 +314,8 @@ def task_names(tasks: Sequence[TaskSpec]) -> list[str]:
 
 
 def task_to_hparam(spec: TaskSpec) -> str | dict[str, object]:
-    """A task in plain, checkpoint-safe form: its name when registered unchanged, else a dict.
-
-    Model and data module both store their tasks this way, so Lightning's check that the two
-    agree on shared hyper-parameters compares equal values (lists, not tuples; the kind's string
-    value, not the enum), and checkpoints load with ``weights_only``.
-    """
+    """A task in plain, checkpoint-safe form (``weights_only``): its name when registered unchanged, else
+    :func:`task_to_dict`; model and data module store their tasks so, and Lightning finds them equal."""
     if _REGISTRY.get(spec.name) == spec:
         return spec.name
     return task_to_dict(spec)

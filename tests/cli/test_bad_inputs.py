@@ -202,7 +202,7 @@ CASES: dict[str, Case] = {
         "bad_rows_skipped",
         ("ids-sst-train.csv: skipped 1 bad row(s) of 24", "5 (label '7' outside the range [0, 4])"),
         exit_code=0,
-        fix=("on_bad_row='error'",),
+        fix=("--data.on_bad_row error",),
     ),
     "label out of range, on_bad_row error": Case(
         "the same row with --data.on_bad_row error",

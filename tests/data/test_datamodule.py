@@ -312,7 +312,8 @@ def test_bad_row_warning_is_the_same_from_the_file_and_from_the_cache(data_dir, 
     # the fixture's sst train file: 42 data rows, line 42 has label 7 (classes 0..4), line 43 no text
     expected = (
         "ids-sst-train.csv: skipped 2 bad row(s) of 42 (task sst, train); lines 42 (label '7' outside the "
-        "range [0, 4]), 43 (empty text in 'sentence'). Pass on_bad_row='error' to stop instead."
+        "range [0, 4]), 43 (empty text in 'sentence'). Pass --data.on_bad_row error (on_bad_row='error' in "
+        "Python) to stop instead."
     )
 
     def sst_warnings() -> list[str]:

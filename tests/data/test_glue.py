@@ -20,9 +20,10 @@ datasets = pytest.importorskip("datasets")
 from pal_lightning.core.errors import PalUserError  # noqa: E402
 from pal_lightning.data.sources import hf as hf_sources  # noqa: E402
 from pal_lightning.data.sources.readers import read_split  # noqa: E402
+from pal_lightning.tasks.catalogue import GLUE_EIGHT, GLUE_TASKS  # noqa: E402
 from pal_lightning.tasks.glue import glue_average, missing_submission_files, write_submission_file  # noqa: E402
 from pal_lightning.tasks.metrics import build_metric, overall_score  # noqa: E402
-from pal_lightning.tasks.specs import GLUE_EIGHT, GLUE_TASKS, get_task  # noqa: E402
+from pal_lightning.tasks.specs import get_task  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 

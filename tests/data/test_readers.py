@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 
 import numpy as np
@@ -11,7 +10,7 @@ import pytest
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.data.sources.readers import read_split
 from pal_lightning.data.sources.text import ptb_detokenize, undo_double_quoting
-from pal_lightning.tasks.specs import TaskSpec, get_task
+from pal_lightning.tasks.specs import get_task
 from pal_lightning.testing import write_lines
 
 
@@ -36,7 +35,7 @@ def test_ptb_detokenize():
 
 
 def test_cs224n_reader_skips_every_bad_row_kind(data_dir, caplog):
-    with caplog.at_level(logging.WARNING, logger="pal_lightning.data.sources.readers"):
+    with caplog.at_level(logging.WARNING, logger="pal_lightning.data.sources.validate"):
         sst = read_split(get_task("sst"), "train", data_dir)
         qqp = read_split(get_task("qqp"), "train", data_dir)
         sts = read_split(get_task("sts"), "train", data_dir)
@@ -117,44 +116,6 @@ def test_glue_tsv_reader(tmp_path):
     assert train.ids == ["0", "1"]  # row numbers when the task has no id column
     test = read_split(spec, "test", tmp_path)
     assert test.labels is None and test.texts[0] == ["first", "second"]
-
-
-def test_hf_reader_local_csv_and_json(tmp_path):
-    pytest.importorskip("datasets")
-    (tmp_path / "train.csv").write_text(
-        "premise,hypothesis,label\nA cat,A pet,1\nA dog,,0\nSky,Blue,2\nX,Y,9\n"
-    )
-    rows = [{"q": "first", "score": 0.5, "uid": "u1"}, {"q": "second", "score": "oops", "uid": "u2"}]
-    (tmp_path / "dev.json").write_text("\n".join(json.dumps(r) for r in rows))
-    spec = TaskSpec(
-        name="nli",
-        kind="pair_classification",
-        num_labels=3,
-        label_range=(0, 2),
-        format="hf",
-        hf_path="csv",
-        files={"train": "train.csv"},
-        text_columns=("premise", "hypothesis"),
-        label_column="label",
-        id_column=None,
-    )
-    train = read_split(spec, "train", tmp_path, max_bad_fraction=1)
-    assert train.texts == [["A cat", "Sky"], ["A pet", "Blue"]]
-    assert train.labels.tolist() == [1, 2] and train.skipped == 2
-    reg = TaskSpec(
-        name="reg",
-        kind="pair_regression",
-        num_labels=1,
-        label_range=(0, 1),
-        metrics=("pearson",),
-        format="hf",
-        files={"dev": "dev.json"},
-        text_columns=("q", "q"),
-        label_column="score",
-        id_column="uid",
-    )
-    dev = read_split(reg, "dev", tmp_path, max_bad_fraction=1)
-    assert dev.ids == ["u1"] and dev.labels.tolist() == [0.5]
 
 
 def test_hidden_test_labels_make_an_unlabelled_split(tmp_path):

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.data.sources.readers import read_split
-from pal_lightning.tasks.specs import BUILTIN_TASKS, GLUE_TASKS, TaskSpec
+from pal_lightning.tasks.catalogue import BUILTIN_TASKS, GLUE_TASKS
+from pal_lightning.tasks.specs import TaskSpec
 
 #: One task per file layout: cs224n single sentence, cs224n pair with quote undoing, regression; GLUE TSV.
 SPECS = {name: {**BUILTIN_TASKS, **GLUE_TASKS}[name] for name in ("sst", "qqp", "sts", "sst2")}

@@ -9,7 +9,7 @@ import pytest
 
 from pal_lightning.data import MultiTaskDataModule
 from pal_lightning.data.sources.readers import read_split
-from pal_lightning.tasks.specs import get_task
+from pal_lightning.tasks.specs import TaskSpec, get_task
 
 pytestmark = pytest.mark.integration
 
@@ -76,3 +76,22 @@ def test_fit_setup_and_steps(real_dm):
     assert real_dm.steps_per_epoch == 267 + 442 + 189
     batch = next(iter(real_dm.train_dataloader()))
     assert batch["input_ids"].shape[1] <= 128
+
+
+def test_glue_mrpc_train_tsv_reads_as_an_own_task() -> None:
+    """GLUE's own MRPC train.tsv holds ``"`` in its texts: read as a tab-separated file, without quoting."""
+    path = Path(DATA or "").parent / "glue" / "MRPC" / "train.tsv"
+    if not DATA or not path.is_file():
+        pytest.skip("no GLUE MRPC files beside PAL_DATA_DIR")
+    spec = TaskSpec(
+        name="mrpc",
+        kind="pair_classification",
+        format="hf",
+        files={"train": str(path)},
+        text_columns=("#1 String", "#2 String"),
+        label_column="Quality",
+        id_column=None,
+    )
+    raw = read_split(spec, "train", path.parent)
+    assert (raw.rows, raw.skipped) == (3668, 0)  # ../shared/data/glue/SOURCES.md
+    assert raw.texts[0][0].startswith('Amrozi accused his brother , whom he called " the witness "')

@@ -49,7 +49,7 @@ def worker(rank: int, out: str, port: int) -> None:
         simcse_batch_loss,
         simcse_loss,
     )
-    from pal_lightning.tasks.specs import BUILTIN_TASKS
+    from pal_lightning.tasks.catalogue import BUILTIN_TASKS
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)

@@ -17,7 +17,7 @@ from pal_lightning.modeling.simcse import (
     simcse_loss,
     split_cross_pairs,
 )
-from pal_lightning.tasks.specs import BUILTIN_TASKS
+from pal_lightning.tasks.catalogue import BUILTIN_TASKS
 
 
 def _cos(a: list[float], b: list[float]) -> float:

@@ -1,28 +1,12 @@
 """The built-in GLUE tasks read from the files of GLUE's own download (``glue_data/<TASK>/*.tsv``).
 
-GLUE's download script (``download_glue_data.py``) writes one folder per task, ``CoLA``, ``SST-2``, ``MRPC``,
-``QQP``, ``STS-B``, ``MNLI``, ``QNLI``, ``RTE``, ``WNLI`` and ``diagnostic``, each with ``train.tsv``,
-``dev.tsv`` and ``test.tsv`` (MNLI: ``dev_matched.tsv``, ``dev_mismatched.tsv``, ``test_matched.tsv``,
-``test_mismatched.tsv``; the diagnostic set: ``diagnostic.tsv``). When the data folder holds one of these task
-folders, every built-in GLUE task (:data:`pal_lightning.tasks.specs.GLUE_TASKS`, unchanged) and its evaluation
-views read their splits from there instead of the hub's ``nyu-mll/glue``; a task whose files are missing then
-stops the run with one line naming the folder and the files expected. Without such a folder the tasks read
-the hub's layout as before (:mod:`pal_lightning.data.sources.hf`).
-
-A task's folder is ``<data folder>/<TASK>``, else a sibling folder ``glue-<task>`` beside the data folder (the
-shared data folder keeps SST-2 in ``glue-sst-2/``, beside ``glue/``). A train file is ``train.tsv``, else
-``train_full.tsv`` (the name SST-2's full train file has in that copy).
-
-The rows come out in the hub's columns (its text columns, ``label`` as the hub's class number, ``idx``), so
-the task specs and the row checks of :mod:`pal_lightning.data.sources.readers` are the same for both layouts.
-The files' quirks, as GLUE's own readers handle them:
-
-* no quote processing (``csv.QUOTE_NONE``): a quote character is text (MRPC: ``" the witness "``);
-* CoLA's train and dev files have no header (source, label, original mark, sentence), its test file has one;
-* MRPC's train and dev headers start with a UTF-8 byte-order mark (read as ``utf-8-sig``);
-* RTE, QNLI and MNLI give their labels as names, mapped to the hub's class order (``entailment`` 0);
-* the id is the ``index`` (QQP: ``id``) column where a file has one, else the 0-based row number (what the
-  hub's ``idx`` is for those files); the test files' ids are what GLUE's submission files name.
+When the data folder holds a task folder of that download (``CoLA``, ``SST-2``, ``MRPC``, ..., ``diagnostic``),
+every unchanged built-in GLUE task and view reads its splits there (``<data folder>/<TASK>``, else a sibling
+``glue-<task>``; a train file is ``train.tsv``, else ``train_full.tsv``) instead of the hub's ``nyu-mll/glue``.
+The rows come out in the hub's columns (text columns, ``label`` as the hub's class number, ``idx``), so the
+specs and row checks are the same for both. The files' quirks, as GLUE's own readers handle them: no quote
+processing; CoLA's train and dev files have no header; MRPC's headers start with a byte-order mark; RTE,
+QNLI and MNLI write label names; the id is the ``index`` (QQP: ``id``) column, else the 0-based row number.
 """
 
 from __future__ import annotations
@@ -34,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from pal_lightning.core.errors import PalUserError
+from pal_lightning.data.sources.locate import Location
+from pal_lightning.data.sources.registry import Row, RowSource
 from pal_lightning.tasks.glue import is_glue_task
 from pal_lightning.tasks.specs import TaskSpec
-
-__all__ = ["GLUE_LAYOUTS", "GlueLayout", "is_glue_folder", "iter_rows", "local_file", "missing_hint"]
 
 _NLI = ("entailment", "neutral", "contradiction")
 _ENTAILMENT = ("entailment", "not_entailment")
@@ -137,13 +121,31 @@ def missing_hint(data_dir: Path) -> str:
     )
 
 
+class GlueDownload(RowSource):
+    """The files of GLUE's download, for the built-in GLUE tasks (chosen by the ``hf`` format's source)."""
+
+    kind = "glue_data"
+
+    def locate(self, spec: TaskSpec, split: str, data_dir: Path) -> Location | None:
+        path = local_file(spec, split, data_dir)
+        return None if path is None else Location(self.kind, str(path), reader=self)
+
+    def rows(self, spec: TaskSpec, loc: Location, data_dir: Path, split: str) -> Iterator[Row]:
+        return iter_rows(spec, loc.location, split)
+
+    def missing(self, spec: TaskSpec, split: str, loc: Location, data_dir: Path) -> str | None:
+        path = Path(loc.location)
+        return None if path.is_file() else f"{spec.name}/{split}: {path.relative_to(data_dir)}"
+
+    def missing_hint(self, spec: TaskSpec, data_dir: Path) -> str:
+        return missing_hint(data_dir)
+
+
 def _hub_split(spec: TaskSpec, split: str) -> str:
     return spec.files.get(split, split)
 
 
-def iter_rows(
-    spec: TaskSpec, path: str, split: str
-) -> Iterator[tuple[int, dict[str | None, Any], list[str]]]:
+def iter_rows(spec: TaskSpec, path: str, split: str) -> Iterator[Row]:
     """Yield ``(line number, row, columns)`` of a GLUE file in the hub's columns (module docstring).
 
     Raises:

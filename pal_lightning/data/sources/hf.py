@@ -1,24 +1,8 @@
-"""``format: hf`` sources read through ``datasets``: hub datasets, ``save_to_disk`` folders, and the
-public Hugging Face copies of the built-in tasks when no data folder is given.
-
-A task's ``hf_path`` is
-
-* a hub dataset id (``SetFit/sst5``, with ``hf_name`` its configuration): read with
-  :func:`datasets.load_dataset`, which downloads it once into the Hugging Face cache
-  (``HF_DATASETS_CACHE``) and reads it from there afterwards, offline too;
-* a local folder written by ``Dataset.save_to_disk``/``DatasetDict.save_to_disk``
-  (:func:`dataset_task` writes one from a ``DatasetDict`` in memory): read with
-  :func:`datasets.load_from_disk`;
-* any other local folder (data files in the hub's layout, e.g. ``train-00000-of-00001.parquet``):
-  read with :func:`datasets.load_dataset` as a local dataset.
-
-A relative folder is looked up in the working directory, then in the data directory. Only the
-splits the dataset has are served; a split a task asks for that the dataset lacks stops the run
-with one line naming the splits there are.
-
-The tokenisation cache keys such a source by the content of the files the dataset is read from
-(``Dataset.cache_files``: the Hugging Face cache's Arrow files, or the ``save_to_disk`` folder's), so
-a new version of the dataset is tokenised again and an unchanged one never is.
+"""``format: hf`` datasets: a hub id (``hf_name`` its configuration; downloaded once into the Hugging Face
+cache, then read offline too), a folder written by ``save_to_disk`` (:func:`dataset_task`), or another local
+folder of data files in the hub's layout; and the public copies of the built-in tasks, read when no data
+folder is given. A relative folder is looked up in the working directory, then in the data folder.
+Local files (``hf_path`` a file builder, or none) are :mod:`~pal_lightning.data.sources.hf_files`'.
 """
 
 from __future__ import annotations
@@ -26,24 +10,57 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.files import file_fingerprint
-from pal_lightning.tasks.specs import BUILTIN_TASKS, HUB_COPIES, TaskSpec
+from pal_lightning.data.sources.delimited import STARTER_DATA
+from pal_lightning.data.sources.labels import names_of_values
+from pal_lightning.data.sources.locate import Location
+from pal_lightning.data.sources.registry import Row, RowSource
+from pal_lightning.tasks.catalogue import BUILTIN_TASKS
+from pal_lightning.tasks.specs import TaskSpec
 
 log = logging.getLogger(__name__)
 
-#: Where the CS224N files are, for messages.
-STARTER_DATA = (
-    "the data/ folder of the CS224N starter code (github.com/gpoesia/minbert-default-final-project)"
-)
+#: Builders of ``datasets`` that read local files (an ``hf_path`` that names one reads ``files``).
+HF_FILE_BUILDERS = ("csv", "json", "parquet", "text")
+#: Default hub split name for each of our splits.
+HF_DEFAULT_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
 #: Files that mark a folder written by ``save_to_disk`` (a ``DatasetDict``'s, a ``Dataset``'s).
 _SAVED_MARKERS = ("dataset_dict.json", "state.json")
 #: Loaded datasets by (location, configuration): every split of one source is read once per process.
 _LOADED: dict[tuple[str, str | None], Mapping[str, Any]] = {}
+
+
+def _hub_copy(
+    name: str, hf_path: str, hf_name: str | None, text_columns: tuple[str, ...], **kw: object
+) -> TaskSpec:
+    """Built-in task ``name`` read from its public Hugging Face copy (same kind, labels and metrics)."""
+    return BUILTIN_TASKS[name].replace(
+        format="hf",
+        hf_path=hf_path,
+        hf_name=hf_name,
+        files=dict(HF_DEFAULT_SPLITS),
+        text_columns=text_columns,
+        label_column="label",
+        **kw,
+    )
+
+
+#: The public Hugging Face dataset of each built-in task that has one, as a ``format="hf"`` task of the same
+#: name, read when no data folder is given (:func:`with_hub_copies`); their splits are not the CS224N files'.
+HUB_COPIES: dict[str, TaskSpec] = {
+    # test labels: SetFit/sst5's are given; GLUE hides them as -1
+    "sst": _hub_copy("sst", "SetFit/sst5", None, ("text",), id_column=None),
+    "qqp": _hub_copy(
+        "qqp", "nyu-mll/glue", "qqp", ("question1", "question2"), id_column="idx", unquote=False
+    ),
+    "sts": _hub_copy("sts", "nyu-mll/glue", "stsb", ("sentence1", "sentence2"), id_column="idx"),
+    "sst2": _hub_copy("sst2", "nyu-mll/glue", "sst2", ("sentence",), id_column="idx"),
+}
 
 
 def data_folder_given(data_dir: str | os.PathLike[str] | None) -> bool:
@@ -178,13 +195,9 @@ def load_split(spec: TaskSpec, hf_split: str, data_dir: Path, our_split: str) ->
 
 
 def fingerprint(spec: TaskSpec, hf_split: str, data_dir: Path, our_split: str) -> str:
-    """What identifies the rows of a split: the SHA-256 of the files ``datasets`` reads it from.
-
-    Those are the Hugging Face cache's Arrow files of a hub dataset (their folder names the hub
-    revision) or the files of a ``save_to_disk`` folder, so this reuses the hub's own cache and no
-    private ``datasets`` state. A dataset held only in memory is hashed through its Arrow table.
-    """
-
+    """What identifies the rows of a split: the SHA-256 of the files ``datasets`` reads it from (the Hugging
+    Face cache's Arrow files, whose folder names the hub revision, or a ``save_to_disk`` folder's); a
+    dataset held only in memory is hashed through its Arrow table."""
     ds = load_split(spec, hf_split, data_dir, our_split)
     digest = hashlib.sha256(f"{spec.hf_path}\0{spec.hf_name}\0{hf_split}".encode())
     files = [f["filename"] for f in ds.cache_files]
@@ -199,6 +212,53 @@ def fingerprint(spec: TaskSpec, hf_split: str, data_dir: Path, our_split: str) -
             writer.write_table(ds.data.table)
         digest.update(sink.getvalue().to_pybytes())
     return digest.hexdigest()
+
+
+def dataset_rows(ds: Any, first: int) -> Iterator[Row]:
+    """The rows of a ``datasets.Dataset``, numbered from ``first``."""
+    columns = list(ds.column_names)
+    for i, row in enumerate(ds):
+        yield i + first, row, columns
+
+
+def dataset_label_names(ds: Any, column: str) -> tuple[str, ...]:
+    """The class names of a dataset's label ``column``: a ``ClassLabel``'s names, else its words sorted."""
+    if ds is None or column not in ds.column_names:
+        return ()
+    names = getattr(ds.features.get(column), "names", None)
+    return tuple(str(n) for n in names) if names else names_of_values(ds[column])
+
+
+class HubDataset(RowSource):
+    """A hub dataset or a local dataset folder, one split per our split (``files`` maps them)."""
+
+    kind = "hub"
+
+    def locate(self, spec: TaskSpec, split: str, data_dir: Path) -> Location | None:
+        assert spec.hf_path is not None
+        hf_split = spec.files.get(split, HF_DEFAULT_SPLITS[split] if not spec.files else None)
+        return None if hf_split is None else Location(self.kind, spec.hf_path, hf_split, reader=self)
+
+    def rows(self, spec: TaskSpec, loc: Location, data_dir: Path, split: str) -> Iterator[Row]:
+        assert loc.hf_split is not None
+        return dataset_rows(load_split(spec, loc.hf_split, data_dir, split), 1)
+
+    def exists(self, spec: TaskSpec, loc: Location, data_dir: Path) -> bool:
+        assert loc.hf_split is not None
+        return has_split(spec, loc.hf_split, data_dir)
+
+    def missing(self, spec: TaskSpec, split: str, loc: Location, data_dir: Path) -> str | None:
+        assert loc.hf_split is not None
+        load_split(spec, loc.hf_split, data_dir, split)  # one line when the split is missing
+        return None
+
+    def fingerprint(self, spec: TaskSpec, loc: Location, data_dir: Path, split: str) -> str:
+        assert loc.hf_split is not None
+        return "hf:" + fingerprint(spec, loc.hf_split, data_dir, split)
+
+    def label_names(self, spec: TaskSpec, loc: Location, data_dir: Path) -> tuple[str, ...]:
+        assert loc.hf_split is not None
+        return dataset_label_names(load_split(spec, loc.hf_split, data_dir, "train"), str(spec.label_column))
 
 
 def dataset_task(dataset: Any, folder: str | os.PathLike[str], **fields: Any) -> TaskSpec:

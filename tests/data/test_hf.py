@@ -19,8 +19,10 @@ datasets = pytest.importorskip("datasets")
 from pal_lightning.core.errors import PalUserError  # noqa: E402
 from pal_lightning.data import MultiTaskDataModule  # noqa: E402
 from pal_lightning.data.sources import hf as hf_sources  # noqa: E402
+from pal_lightning.data.sources.hf import HUB_COPIES  # noqa: E402
 from pal_lightning.data.sources.readers import check_files_exist, read_split  # noqa: E402
-from pal_lightning.tasks.specs import BUILTIN_TASKS, HUB_COPIES, TaskSpec, get_task  # noqa: E402
+from pal_lightning.tasks.catalogue import BUILTIN_TASKS  # noqa: E402
+from pal_lightning.tasks.specs import TaskSpec, get_task  # noqa: E402
 
 STARTER = "github.com/gpoesia/minbert-default-final-project"
 

@@ -15,7 +15,7 @@ import yaml
 from pal_lightning.data.sampling.schedules import SamplingSchedule
 from pal_lightning.data.stage_splits import carve
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 #: train rows of GLUE's download (../shared/data/README.md)
 TRAIN_ROWS = {"glue_cola": 8551, "glue_sst2": 67349, "glue_mrpc": 3668, "glue_stsb": 5749, "glue_rte": 2490}
 #: what the separate configs' headers say, per task

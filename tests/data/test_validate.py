@@ -1,4 +1,5 @@
-"""max_bad_rows_fraction: a split with too many unusable rows stops the run with one line; fewer warn."""
+"""The row checks (pal_lightning.data.sources.validate): a bad row is reported at the file's own line number,
+and a split with more unusable rows than max_bad_rows_fraction stops the run with one line; fewer warn."""
 
 from __future__ import annotations
 
@@ -14,12 +15,12 @@ from pal_lightning.data.sources.readers import DEFAULT_MAX_BAD_FRACTION, read_sp
 from pal_lightning.tasks.specs import TaskSpec
 
 
-def topics() -> TaskSpec:
+def topics(files: dict[str, str] | None = None) -> TaskSpec:
     return TaskSpec(
         name="topics",
         num_labels=4,
         format="hf",
-        files={"train": "train.csv", "dev": "dev.csv"},
+        files=files or {"train": "train.csv", "dev": "dev.csv"},
         text_columns=("text",),
         label_column="label",
         id_column=None,
@@ -53,6 +54,7 @@ def test_below_the_threshold_a_warning_and_the_rows_are_counted(
         raw = read_split(topics(), "train", tmp_path)
     assert len(raw) == 99 and raw.skipped == 1 and raw.rows == 100
     assert "skipped 1 bad row(s) of 100" in caplog.text and "lines 101 (" in caplog.text
+    assert "Pass --data.on_bad_row error" in caplog.text  # the command line's spelling first
     assert DEFAULT_MAX_BAD_FRACTION == 0.05
     # the option raises the threshold, or lowers it (never below 2 rows: a tiny file's stray rows warn)
     write_rows(tmp_path / "train.csv", good=51, bad=49)
@@ -89,3 +91,15 @@ def test_an_empty_label_cell_of_a_csv_is_named_as_such(tmp_path: Path) -> None:
     )
     raw = read_split(topics(), "train", tmp_path)
     assert raw.bad_rows == [(42, "no label (an empty or missing field)")]
+
+
+def test_the_first_data_row_of_a_csv_is_line_2(tmp_path: Path) -> None:
+    (tmp_path / "train.csv").write_text("text,label\n,1\na fine film,0\n")
+    with pytest.raises(PalUserError, match=r"train\.csv, line 2: bad row \(missing field .text.\)"):
+        read_split(topics({"train": "train.csv"}), "train", tmp_path, on_bad_row="error")
+
+
+def test_json_lines_count_from_line_1(tmp_path: Path) -> None:
+    (tmp_path / "train.jsonl").write_text('{"text": "", "label": 1}\n{"text": "ok", "label": 0}\n')
+    with pytest.raises(PalUserError, match=r"train\.jsonl, line 1: bad row"):
+        read_split(topics({"train": "train.jsonl"}), "train", tmp_path, on_bad_row="error")

@@ -1,0 +1,68 @@
+"""Where a task's rows are: the data folder, a file named in a task, and the place a split is read from.
+
+A relative file name is looked up in the data folder, then in the working directory; with the packaged
+demo set as the data folder, files that are not the demo's own are read from the working directory.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pal_lightning.data.sources.demo import DEMO_DATA, demo_data_dir
+
+if TYPE_CHECKING:
+    from pal_lightning.data.sources.registry import RowSource
+
+#: Split names used throughout the data code.
+SPLITS = ("train", "dev", "test")
+
+
+@dataclass
+class Location:
+    """Where one split of one task is read from, and the source that reads it."""
+
+    kind: str
+    """``file`` (a local path), ``glue_data`` (a file of GLUE's download) or ``hub`` (a ``datasets`` hub id
+    or folder)."""
+    location: str
+    """The local path, or the hub id."""
+    hf_split: str | None = None
+    """For hub sources: the split name on the hub."""
+    reader: RowSource | None = None
+    """The source that reads the rows (:mod:`pal_lightning.data.sources.registry`)."""
+
+    @property
+    def is_file(self) -> bool:
+        return self.kind != "hub"
+
+
+def resolve_data_dir(data_dir: str | os.PathLike[str] | None) -> Path:
+    """The data directory: the argument, else ``$PAL_DATA_DIR``, else ``./data``; ``demo`` is the small
+    demo set shipped with the package (:mod:`pal_lightning.data.sources.demo`)."""
+    value = str(data_dir) if data_dir is not None and str(data_dir) != "" else None
+    if value is None:
+        value = os.environ.get("PAL_DATA_DIR", "").strip() or "data"
+    return demo_data_dir() if value == DEMO_DATA else Path(value).expanduser()
+
+
+def looked_for(name: str, data_dir: Path) -> list[Path]:
+    """The places a task's file ``name`` is looked for, in order: an absolute path as it is; a relative one
+    in ``data_dir``, then in the working directory (only there beside the packaged demo, which holds only
+    the demo's files)."""
+    path = Path(name).expanduser()
+    if path.is_absolute():
+        return [path]
+    here = Path.cwd() / path
+    if data_dir == demo_data_dir() and not (data_dir / path).is_file():
+        return [here]
+    return [data_dir / path, here]
+
+
+def resolve_file(name: str, data_dir: Path) -> Path:
+    """Where a task's file ``name`` is (:func:`looked_for`): the first place it exists, else the first
+    place looked (so that messages name where it belongs)."""
+    places = looked_for(name, data_dir)
+    return next((p for p in places if p.is_file()), places[0])

@@ -1,0 +1,151 @@
+"""The sources of rows, one per ``TaskSpec.format``, registered by name.
+
+A :class:`RowSource` says where a split of a task is (:meth:`RowSource.locate`) and reads its rows; the
+built-in ones (``cs224n``, ``glue_tsv``, ``hf``) are registered when :mod:`pal_lightning.data.sources` is
+imported, and :func:`register_source` adds another. The functions below are what the data module asks;
+they never look at a format themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from pal_lightning.core.errors import PalUserError
+from pal_lightning.core.files import file_fingerprint
+from pal_lightning.data.sources.demo import demo_data_dir
+from pal_lightning.data.sources.labels import names_of_values
+from pal_lightning.data.sources.locate import Location, looked_for, resolve_file
+from pal_lightning.tasks.specs import TaskSpec
+
+#: One row as a source yields it: (line number in the file, or 1-based row number; the row by column name,
+#: extra fields under ``None``; the column names).
+Row = tuple[int, dict[str | None, Any], list[str]]
+
+
+class RowSource:
+    """Reads the rows of one format. The defaults serve a local file named in ``TaskSpec.files``."""
+
+    kind = "file"
+    """The :attr:`~pal_lightning.data.sources.locate.Location.kind` of what :meth:`locate` finds."""
+
+    def locate(self, spec: TaskSpec, split: str, data_dir: Path) -> Location | None:
+        """Where ``split`` of ``spec`` is read from, or ``None`` when the task has no such split."""
+        name = spec.files.get(split)
+        if not name:
+            return None
+        return Location(self.kind, str(resolve_file(name, data_dir)), reader=self)
+
+    def rows(self, spec: TaskSpec, loc: Location, data_dir: Path, split: str) -> Iterator[Row]:
+        """The rows of the split at ``loc``, in order."""
+        raise NotImplementedError
+
+    def exists(self, spec: TaskSpec, loc: Location, data_dir: Path) -> bool:
+        """Whether the split at ``loc`` is there."""
+        return Path(loc.location).is_file()
+
+    def missing(self, spec: TaskSpec, split: str, loc: Location, data_dir: Path) -> str | None:
+        """How a missing split is named in the message listing them (``None``: it is there)."""
+        if self.exists(spec, loc, data_dir):
+            return None
+        given = spec.files[split]
+        if data_dir == demo_data_dir() and not Path(given).expanduser().is_absolute():
+            return f"{spec.name}/{split}: {given} (looked for {looked_for(given, data_dir)[0]})"
+        return f"{spec.name}/{split}: {given}"
+
+    def missing_hint(self, spec: TaskSpec, data_dir: Path) -> str:
+        """Where a missing file of ``spec`` can be had (a sentence, or ``""``)."""
+        return ""
+
+    def fingerprint(self, spec: TaskSpec, loc: Location, data_dir: Path, split: str) -> str:
+        """What identifies the rows at ``loc``: a changed one is read and tokenised again."""
+        return "file:" + file_fingerprint(loc.location)
+
+    def label_names(self, spec: TaskSpec, loc: Location, data_dir: Path) -> tuple[str, ...]:
+        """The class names the training split at ``loc`` spells (:func:`~.labels.names_of_values`)."""
+        column = spec.label_column
+        return names_of_values(row.get(column) for _, row, _ in self.rows(spec, loc, data_dir, "train"))
+
+    def has_header(self, loc: Location) -> bool:
+        """Whether the file at ``loc`` has a header row (asked when it has no data row)."""
+        return True
+
+
+_SOURCES: dict[str, RowSource] = {}
+
+
+def register_source(name: str, source: RowSource, *, overwrite: bool = False) -> RowSource:
+    """Make ``source`` read the tasks whose ``format`` is ``name``.
+
+    Raises:
+        ValueError: if the name is taken and ``overwrite`` is false.
+    """
+    if name in _SOURCES and not overwrite:
+        raise ValueError(f"Source format {name!r} is already registered; pass overwrite=True to replace it.")
+    _SOURCES[name] = source
+    return source
+
+
+def source_for(spec: TaskSpec) -> RowSource:
+    """The source registered under ``spec.format``.
+
+    Raises:
+        PalUserError: for a format no source is registered under.
+    """
+    try:
+        return _SOURCES[spec.format]
+    except KeyError:
+        raise PalUserError(
+            f"Task {spec.name!r}: unknown format {spec.format!r}; choose from {sorted(_SOURCES)} "
+            "(or register a source with pal_lightning.data.sources.register_source)."
+        ) from None
+
+
+def resolve_source(spec: TaskSpec, split: str, data_dir: Path) -> Location | None:
+    """Where ``split`` of ``spec`` comes from, or ``None`` when the task has no such split."""
+    return source_for(spec).locate(spec, split, data_dir)
+
+
+def reader_of(loc: Location) -> RowSource:
+    assert loc.reader is not None, loc
+    return loc.reader
+
+
+def source_exists(spec: TaskSpec, loc: Location | None, data_dir: Path) -> bool:
+    """Whether a split's source is there: its file exists, or its dataset has the split."""
+    return loc is not None and reader_of(loc).exists(spec, loc, data_dir)
+
+
+def split_fingerprint(spec: TaskSpec, split: str, data_dir: Path) -> str:
+    """What identifies the rows of ``split`` of ``spec`` (:meth:`RowSource.fingerprint`)."""
+    loc = resolve_source(spec, split, data_dir)
+    assert loc is not None
+    return reader_of(loc).fingerprint(spec, loc, data_dir, split)
+
+
+def check_files_exist(requests: Sequence[tuple[TaskSpec, str]], data_dir: Path) -> None:
+    """Raise one :class:`PalUserError` listing every missing split of ``requests`` (task, split).
+
+    Raises:
+        PalUserError: naming each file as given, where it was looked for and how to point at it.
+    """
+    missing: list[str] = []
+    hints: dict[str, None] = {}
+    for spec, split in requests:
+        loc = resolve_source(spec, split, data_dir)
+        entry = None if loc is None else reader_of(loc).missing(spec, split, loc, data_dir)
+        if loc is not None and entry is not None:
+            missing.append(entry)
+            hints[reader_of(loc).missing_hint(spec, data_dir)] = None
+    if not missing:
+        return
+    where = f" in {data_dir.resolve()} (nor in the working directory {Path.cwd()})"
+    where = "" if data_dir == demo_data_dir() else where  # the demo's own folder is no place for the user's
+    raise PalUserError(
+        f"Data files not found{where}: "
+        + "; ".join(missing)
+        + ". Point at the folder holding them with --data.data_dir PATH (data_dir=... in Python) "
+        "or the environment variable PAL_DATA_DIR; without either, ./data is searched. A relative name "
+        "in a task's files is looked up in that folder, then in the working directory." + "".join(hints)
+    )

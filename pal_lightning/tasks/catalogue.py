@@ -1,0 +1,182 @@
+"""The built-in tasks: the CS224N minBERT workload, SST-2 and the nine GLUE tasks, registered by name.
+
+======== ======================= ====== ============ ====================
+name     kind                    labels range        metrics
+======== ======================= ====== ============ ====================
+sst      single classification   5      0..4         accuracy
+qqp      pair classification     2      0..1         accuracy, f1
+sts      pair regression         1      0..5         pearson, spearman
+cfimdb   single classification   2      0..1         accuracy
+sst2     single classification   2      0..1         accuracy
+======== ======================= ====== ============ ====================
+
+The GLUE tasks (:data:`GLUE_TASKS`) read ``nyu-mll/glue`` through ``datasets``. Each task's ``source``
+says where its data comes from, for people; :mod:`pal_lightning.data.sources` reads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pal_lightning.tasks.specs import TaskKind, TaskSpec, register_task
+
+__all__ = ["BUILTIN_TASKS", "CS224N_TASKS", "GLUE_EIGHT", "GLUE_TASKS", "overall_name"]
+
+#: Where the CS224N files come from (the starter code's ``data/`` folder).
+_STARTER = (
+    "CS224N minBERT default final project, the starter code's data/ folder "
+    "(github.com/gpoesia/minbert-default-final-project):"
+)
+_PAIR_COLUMNS = ("sentence1", "sentence2")
+
+
+def _cs224n(name: str, prefix: str, source: str, **kw: Any) -> TaskSpec:
+    """A task read from the CS224N files ``<prefix>-{train,dev,test-student}.csv``; ``kw``: the fields that
+    differ from :class:`TaskSpec`'s defaults (one sentence, two classes 0..1, accuracy, ``sentiment``)."""
+    files = {"train": f"{prefix}-train.csv", "dev": f"{prefix}-dev.csv", "test": f"{prefix}-test-student.csv"}
+    return TaskSpec(name=name, files=files, format="cs224n", source=_STARTER + source, **kw)
+
+
+BUILTIN_TASKS: dict[str, TaskSpec] = {
+    "sst": _cs224n(
+        "sst",
+        "ids-sst",
+        " ids-sst-{train,dev,test-student}.csv: the Stanford Sentiment Treebank, 5 classes (Socher et al., "
+        "2013). Public copy: the Hugging Face dataset SetFit/sst5.",
+        num_labels=5,
+        label_range=(0, 4),
+        ptb_detokenize=True,
+    ),
+    "qqp": _cs224n(
+        "qqp",
+        "quora",
+        " quora-{train,dev,test-student}.csv: Quora Question Pairs (2017), the course's own split. Public "
+        "copy: the Hugging Face dataset nyu-mll/glue, config qqp (GLUE's split).",
+        kind=TaskKind.PAIR_CLASSIFICATION,
+        metrics=("accuracy", "f1"),
+        text_columns=_PAIR_COLUMNS,
+        label_column="is_duplicate",
+        unquote=True,
+    ),
+    "sts": _cs224n(
+        "sts",
+        "sts",
+        " sts-{train,dev,test-student}.csv: the STS benchmark (Cer et al., 2017), reshuffled by the course. "
+        "Public copy: the Hugging Face dataset nyu-mll/glue, config stsb (GLUE's split).",
+        kind=TaskKind.PAIR_REGRESSION,
+        num_labels=1,
+        label_range=(0, 5),
+        metrics=("pearson", "spearman"),
+        text_columns=_PAIR_COLUMNS,
+        label_column="similarity",
+    ),
+    "cfimdb": _cs224n(
+        "cfimdb",
+        "ids-cfimdb",
+        " ids-cfimdb-{train,dev,test-student}.csv: IMDB movie reviews, positive or negative. No public "
+        "Hugging Face copy of this selection: the folder is needed.",
+    ),
+    "sst2": TaskSpec(
+        name="sst2",
+        format="glue_tsv",
+        files={"train": "train_full.tsv", "dev": "dev.tsv", "test": "test.tsv"},
+        label_column="label",
+        id_column=None,
+        source="GLUE SST-2 (Wang et al., 2019) as GLUE distributes it: train_full.tsv (GLUE's train.tsv, "
+        "67,349 phrases), dev.tsv, test.tsv (no labels). Public copy: the Hugging Face dataset nyu-mll/glue, "
+        "config sst2.",
+    ),
+}
+
+
+_GLUE_SOURCE = "GLUE (Wang et al., 2019), the Hugging Face dataset nyu-mll/glue, config "
+
+
+def _glue(name: str, config: str, text_columns: tuple[str, ...], labels: int = 2, **kw: object) -> TaskSpec:
+    """GLUE task ``config`` read from ``nyu-mll/glue`` (splits train/validation/test, label and idx columns;
+    the test labels are hidden as -1); ``kw``: the fields that differ (kind, metrics, splits)."""
+    kind = TaskKind.PAIR_CLASSIFICATION if len(text_columns) == 2 else TaskKind.SINGLE_CLASSIFICATION
+    fields: dict[str, Any] = {
+        "kind": kind,
+        "num_labels": labels,
+        "label_range": (0, labels - 1),
+        "format": "hf",
+        "hf_path": "nyu-mll/glue",
+        "hf_name": config,
+        "files": {"train": "train", "dev": "validation", "test": "test"},
+        "text_columns": text_columns,
+        "label_column": "label",
+        "id_column": "idx",
+        "source": _GLUE_SOURCE + config + ".",
+        **kw,
+    }
+    return TaskSpec(name=name, **fields)
+
+
+def _mnli(name: str, genres: str, **kw: Any) -> TaskSpec:
+    """MNLI trained on its train split and scored on its ``genres`` (``matched``/``mismatched``) dev and test."""
+    files = {"train": "train", "dev": f"validation_{genres}", "test": f"test_{genres}"}
+    return _glue(name, "mnli", ("premise", "hypothesis"), labels=3, files=files, **kw)
+
+
+#: What the one MNLI head is also scored on: the mismatched dev and test sets, and the diagnostic set
+#: (config ``ax``, one ``test`` split in MNLI's columns and label order; nyu-mll/glue's card).
+_MNLI_VIEWS: dict[str, dict[str, Any]] = {
+    "glue_mnli_mm": {"files": {"dev": "validation_mismatched", "test": "test_mismatched"}},
+    "glue_ax": {
+        "hf_name": "ax",
+        "files": {"test": "test"},
+        "source": _GLUE_SOURCE + "ax: GLUE's diagnostic set, predicted by the MNLI head.",
+    },
+}
+
+#: The GLUE tasks from ``nyu-mll/glue``, each with GLUE's metric(s) and the hub's label order (WNLI:
+#: 0 not_entailment, 1 entailment). ``glue_mnli`` is one MNLI head whose views score the other MNLI sets.
+GLUE_TASKS: dict[str, TaskSpec] = {
+    "glue_cola": _glue("glue_cola", "cola", ("sentence",), metrics=("matthews",)),
+    "glue_sst2": _glue("glue_sst2", "sst2", ("sentence",)),
+    "glue_mrpc": _glue("glue_mrpc", "mrpc", _PAIR_COLUMNS, metrics=("accuracy", "f1")),
+    "glue_qqp": _glue("glue_qqp", "qqp", ("question1", "question2"), metrics=("accuracy", "f1")),
+    "glue_stsb": _glue(
+        "glue_stsb",
+        "stsb",
+        _PAIR_COLUMNS,
+        labels=1,
+        kind=TaskKind.PAIR_REGRESSION,
+        label_range=(0, 5),
+        metrics=("pearson", "spearman"),
+    ),
+    "glue_mnli": _mnli("glue_mnli", "matched", eval_views=_MNLI_VIEWS),
+    "glue_qnli": _glue("glue_qnli", "qnli", ("question", "sentence")),
+    "glue_rte": _glue("glue_rte", "rte", _PAIR_COLUMNS),
+    "glue_wnli": _glue("glue_wnli", "wnli", _PAIR_COLUMNS),
+}
+#: The eight tasks of the paper's GLUE setting, in GLUE's order (no WNLI, which the paper left out).
+GLUE_EIGHT = (
+    "glue_cola",
+    "glue_sst2",
+    "glue_mrpc",
+    "glue_stsb",
+    "glue_qqp",
+    "glue_mnli",
+    "glue_qnli",
+    "glue_rte",
+)
+
+for _spec in (*BUILTIN_TASKS.values(), *GLUE_TASKS.values()):
+    register_task(_spec)
+
+#: The tasks whose presence makes the overall score the CS224N one.
+CS224N_TASKS = ("sst", "qqp", "sts")
+
+
+def overall_name(tasks: Sequence[str]) -> str:
+    """What the overall score of ``tasks`` is called, as ``overall_score`` computes it: ``CS224N overall``
+    when SST, Quora and STS are among them, ``GLUE score`` when all are GLUE tasks, else ``Overall`` (the
+    mean of the tasks' main metrics)."""
+    if tasks and all(t in tasks for t in CS224N_TASKS):
+        return "CS224N overall"
+    if tasks and all(t in GLUE_TASKS for t in tasks):
+        return "GLUE score"
+    return "Overall"
