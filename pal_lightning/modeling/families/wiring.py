@@ -70,20 +70,20 @@ class Part(NamedTuple):
 class TaskCall:
     """What the hooks need during one forward of one task (or, with :attr:`segments`, of several)."""
 
-    adapter: nn.Module | None
-    """The task's module beside (``forward(layer, hidden, mask)``) or inside the layers, or ``None``."""
-    layers: frozenset[int]
-    """The layers the adapter acts in."""
-    mask: torch.Tensor | None
-    """The additive padding mask ``[B, 1, 1, T]`` of the PAL attention, built once per forward."""
+    beside: nn.Module | None = None
+    """The task's module beside the layers (``forward(layer, hidden, mask)``), or ``None``."""
+    inside: nn.Module | None = None
+    """The task's module on the layers' sites (``delta(layer, site, x, y)``), or ``None``."""
     top: nn.Module | None = None
-    """The task's block after the last layer (variants on top)."""
+    """The task's block after the last layer, or ``None``."""
+    layers: frozenset[int] = frozenset()
+    """The layers ``beside`` or ``inside`` acts in."""
+    mask: torch.Tensor | None = None
+    """The additive padding mask ``[B, 1, 1, T]`` of the PAL attention, built once per forward."""
     last: int = -1
     """The index of the last layer."""
     individual: nn.ModuleDict | None = None
     """The task's copies of the individual layers, keyed by layer index (``None``: no I layer)."""
-    inside: bool = False
-    """Whether ``adapter`` acts on the layers' sites (``delta``) rather than beside them."""
     terms: dict[int, torch.Tensor] = field(default_factory=dict)
     """The BESIDE terms, computed on each layer's entry."""
     last_arguments: tuple[tuple[Any, ...], dict[str, Any]] = ((), {})
@@ -94,34 +94,10 @@ class TaskCall:
     """A mixed call's groups of rows for the individual layers (empty: no individual layer)."""
 
 
-def task_call(
-    adapter: nn.Module | None,
-    where: str,
-    layers: Iterable[int],
-    num_layers: int,
-    mask: torch.Tensor | None,
-    individual: nn.ModuleDict | None,
-) -> TaskCall:
-    """The call of a task whose ``adapter`` acts ``where`` (a :class:`~pal_lightning.modeling.methods.Where`
-    value) in ``layers`` of ``num_layers``; ``individual``: its copies of the individual layers."""
-    on_top = where == "top"
-    return TaskCall(
-        None if on_top else adapter,
-        frozenset(layers),
-        mask,
-        top=adapter if on_top else None,
-        last=num_layers - 1,
-        individual=individual,
-        inside=where == "inside",
-    )
-
-
 def mixed_call(segments: Iterable[Segment], num_layers: int, parts: Iterable[Part] = ()) -> TaskCall:
     """The call of a batch whose rows, sorted by task, are ``segments`` (contiguous, from row 0);
     ``parts``: its groups of rows for the individual layers."""
-    return TaskCall(
-        None, frozenset(), None, last=num_layers - 1, segments=tuple(segments), parts=tuple(parts)
-    )
+    return TaskCall(last=num_layers - 1, segments=tuple(segments), parts=tuple(parts))
 
 
 def narrowed(call: TaskCall, start: int, stop: int) -> TaskCall:
@@ -135,7 +111,7 @@ def narrowed(call: TaskCall, start: int, stop: int) -> TaskCall:
 
 
 class Wiring:
-    """The active call of one encoder, read by the hooks :func:`place_hooks` put on its layers."""
+    """The active call of one encoder, read by the hooks its method's placement puts on its layers."""
 
     def __init__(self, family_pre_norm: bool = False) -> None:
         self.call: TaskCall | None = None
@@ -229,7 +205,7 @@ class _Hook:
         self.index = index
 
 
-class _LayerPreHook(_Hook):
+class LayerPreHook(_Hook):
     """On a layer's entry: TS_t(l, h) of a BESIDE method; the last layer's arguments for a block on top."""
 
     def __call__(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -239,8 +215,8 @@ class _LayerPreHook(_Hook):
         if call.segments:
             self.mixed(call, args, kwargs)
             return
-        if call.adapter is not None and not call.inside and self.index in call.layers:
-            call.terms[self.index] = call.adapter(self.index, _hidden_argument(args, kwargs), call.mask)
+        if call.beside is not None and self.index in call.layers:
+            call.terms[self.index] = call.beside(self.index, _hidden_argument(args, kwargs), call.mask)
         if call.top is not None and self.index == call.last:
             call.last_arguments = (args[1:], dict(kwargs))
 
@@ -252,8 +228,8 @@ class _LayerPreHook(_Hook):
         acting = tops = False
         for start, stop, sub in call.segments:
             rows = hidden[start:stop]
-            if sub is not None and sub.adapter is not None and not sub.inside and self.index in sub.layers:
-                pieces.append(sub.adapter(self.index, rows, sub.mask))
+            if sub is not None and sub.beside is not None and self.index in sub.layers:
+                pieces.append(sub.beside(self.index, rows, sub.mask))
                 acting = True
             else:
                 pieces.append(torch.zeros_like(rows))
@@ -264,7 +240,7 @@ class _LayerPreHook(_Hook):
             call.last_arguments = (args[1:], dict(kwargs))
 
 
-class _JoinNormHook(_Hook):
+class JoinNormHook(_Hook):
     """Before the join LayerNorm of a post-LN layer: the kept term joins the FFN's residual sum."""
 
     def __call__(self, module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
@@ -276,7 +252,7 @@ class _JoinNormHook(_Hook):
         return (args[0] + call.terms[self.index], *args[1:])
 
 
-class _LayerHook(_Hook):
+class LayerHook(_Hook):
     """After a layer: a pre-LN family's term joins the residual stream; the block on top runs."""
 
     def __call__(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> Any:
@@ -324,7 +300,7 @@ def _run_top(
     return top(hidden, run, mask)
 
 
-class _SiteHook(_Hook):
+class SiteHook(_Hook):
     """After a site's Linear: ``y + A_t(l, site, x, y)`` for each site it holds (a fused Linear holds three,
     each a slice of its output)."""
 
@@ -338,9 +314,9 @@ class _SiteHook(_Hook):
             return None
         if call.segments:
             return self.mixed(call, args[0], output)
-        if not call.inside or call.adapter is None or self.index not in call.layers:
+        if call.inside is None or self.index not in call.layers:
             return None
-        return self.apply(call.adapter, args[0], output)
+        return self.apply(call.inside, args[0], output)
 
     def mixed(self, call: TaskCall, x: torch.Tensor, output: torch.Tensor) -> torch.Tensor | None:
         """Each task's deltas on its rows (rows of tasks without as they are)."""
@@ -348,10 +324,10 @@ class _SiteHook(_Hook):
         acting = False
         for start, stop, sub in call.segments:
             rows = output[start:stop]
-            if sub is not None and sub.inside and sub.adapter is not None and self.index in sub.layers:
+            if sub is not None and sub.inside is not None and self.index in sub.layers:
                 if not acting:
                     _check_rows(call, output, f"a site Linear of layer {self.index}")
-                rows = self.apply(sub.adapter, x[start:stop], rows)
+                rows = self.apply(sub.inside, x[start:stop], rows)
                 acting = True
             pieces.append(rows)
         return torch.cat(pieces) if acting else None
@@ -373,28 +349,6 @@ class _SiteHook(_Hook):
                 [output[..., :start], part + delta(self.index, site, x, part), output[..., stop:]], -1
             )
         return output
-
-
-def place_hooks(
-    layer: nn.Module, index: int, family: EncoderFamily, wiring: Wiring, where: str, sites: Iterable[str]
-) -> None:
-    """Put on ``layer`` (layer ``index`` of a ``family`` encoder) the hooks a method acting ``where`` needs.
-
-    ``sites``: the sites an INSIDE method may act on (every site its modules name).
-    """
-    if where in ("beside", "top"):
-        layer.register_forward_pre_hook(_LayerPreHook(wiring, index), with_kwargs=True)
-    if where == "top" or (where == "beside" and family.join_norm is None):
-        layer.register_forward_hook(_LayerHook(wiring, index), with_kwargs=True)
-    if where == "beside" and family.join_norm is not None:
-        layer.get_submodule(family.join_norm).register_forward_pre_hook(_JoinNormHook(wiring, index))
-    if where == "inside":
-        by_linear: dict[str, list[tuple[str, tuple[int, int] | None]]] = {}
-        for site in sites:
-            path, chunk = family.sites[site]
-            by_linear.setdefault(path, []).append((site, chunk))
-        for path, linear_sites in by_linear.items():
-            layer.get_submodule(path).register_forward_hook(_SiteHook(wiring, index, linear_sites))
 
 
 class IndividualLayerSlot(nn.Module):

@@ -21,7 +21,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.modeling.methods.base import SITES, AdapterMethod, Where
+from pal_lightning.modeling.methods.base import SITES, AdapterMethod
+from pal_lightning.modeling.methods.where import Where
 
 if TYPE_CHECKING:
     from pal_lightning.modeling.methods.config import AdapterConfig

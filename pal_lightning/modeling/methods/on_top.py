@@ -27,7 +27,6 @@ handles "a task's own parameters" (accounting, task-only weights, export, parame
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -36,15 +35,12 @@ from torch import nn
 from transformers import PretrainedConfig
 
 from pal_lightning.modeling.families import family_of
-from pal_lightning.modeling.methods.base import AdapterMethod, Where
+from pal_lightning.modeling.methods.base import AdapterMethod
+from pal_lightning.modeling.methods.pals import INIT_STD, ProjectedAttention, init_like_bert, zero_linears
+from pal_lightning.modeling.methods.where import LayerRunner, Where
 
 if TYPE_CHECKING:
     from pal_lightning.modeling.methods.config import AdapterConfig
-
-from pal_lightning.modeling.methods.pals import INIT_STD, ProjectedAttention, init_like_bert, zero_linears
-
-#: Runs an encoder layer on new hidden states as the encoder ran its last layer.
-LayerRunner = Callable[[nn.Module, torch.Tensor], torch.Tensor]
 
 TOP_ATTENTION_BLOCKS = 6
 """K, the projected attention blocks stacked by ``pa_on_top`` (the reference code uses 6)."""
