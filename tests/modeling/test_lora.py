@@ -20,7 +20,7 @@ from pal_lightning.modeling import MultiTaskBert, load_task_weights, parameter_r
 from pal_lightning.modeling.accounting import task_weight_formula
 from pal_lightning.modeling.methods import SITES, AdapterConfig, Where, get_method
 from pal_lightning.modeling.methods.lora import LoraAdapter
-from pal_lightning.testing import FAMILY_TYPES, TINY_BERT_3_LAYERS, tiny_family_config, without_dropout
+from pal_lightning.testing import TINY_BERT_3_LAYERS, without_dropout
 
 D, D_FF, LAYERS = 32, 40, 3
 ENCODER = BertConfig(
@@ -230,20 +230,6 @@ def _hidden(model: nn.Module, batch: dict[str, torch.Tensor], task: str) -> torc
         return model(**batch, task=task)
 
 
-def test_a_new_lora_task_is_the_plain_encoder(batch: dict[str, torch.Tensor]) -> None:
-    model = _encoder(AdapterConfig(method="lora", targets=list(SITES)))
-    plain = MultiTaskBert.from_config(TINY_NO_DROPOUT, ["a"], adapter="none").eval()
-    plain.bert.load_state_dict(model.bert.state_dict())
-    expected = _hidden(plain, batch, "a")
-    for task in ("a", "b"):
-        torch.testing.assert_close(_hidden(model, batch, task), expected, atol=1e-6, rtol=0)
-    # a non-zero B changes the output, of its own task only (the comparison above can fail)
-    with torch.no_grad():
-        model.adapters["a"].up["1"]["value"].weight.normal_(0, 0.5)
-    assert not torch.allclose(_hidden(model, batch, "a"), expected, atol=1e-3)
-    torch.testing.assert_close(_hidden(model, batch, "b"), expected, atol=1e-6, rtol=0)
-
-
 def test_training_with_a_frozen_encoder_changes_only_the_tasks_lora_and_head(batch) -> None:
     model = _encoder("lora").train()
     model.bert.requires_grad_(False)
@@ -315,46 +301,6 @@ def test_lora_equals_peft_on_the_same_tiny_bert(batch: dict[str, torch.Tensor]) 
         theirs = peft_model(**batch).last_hidden_state
     torch.testing.assert_close(_hidden(ours, batch, "a"), theirs, atol=1e-5, rtol=1e-5)
     assert not torch.allclose(theirs, plain, atol=1e-3)  # the updates act: the comparison can fail
-
-
-# ------------------------------------------------------------------ every encoder family
-def _family_batch() -> dict[str, torch.Tensor]:
-    gen = torch.Generator().manual_seed(3)
-    mask = torch.ones(2, 6, dtype=torch.long)
-    mask[1, 4:] = 0
-    return {"input_ids": torch.randint(5, 90, (2, 6), generator=gen), "attention_mask": mask}
-
-
-@pytest.mark.parametrize("model_type", FAMILY_TYPES)
-def test_lora_in_every_family_starts_plain_and_folds_into_the_site_weights(model_type: str) -> None:
-    config = without_dropout(tiny_family_config(model_type))
-    torch.manual_seed(0)
-    model = MultiTaskBert.from_config(
-        config, ["a"], adapter=AdapterConfig(method="lora", targets=list(SITES))
-    )
-    model.eval()
-    plain = MultiTaskBert.from_config(config, ["a"], adapter="none").eval()
-    plain.bert.load_state_dict(model.bert.state_dict())
-    batch = _family_batch()
-    unmerged = _hidden(plain, batch, "a")
-    torch.testing.assert_close(_hidden(model, batch, "a"), unmerged, atol=1e-6, rtol=0)
-    # with every B non-zero, adding weight_delta to each site's rows of its Linear (a fused query/key/
-    # value Linear: the site's slice) gives the same encoder: what merge and export do
-    adapter = model.adapters["a"]
-    family = model.family
-    with torch.no_grad():
-        for p in adapter.up.parameters():
-            p.normal_(0, 0.1)
-        for i, layer in enumerate(family.layer_list(plain.bert)):
-            for site in SITES:
-                path, chunk = family.sites[site]
-                weight = layer.get_submodule(path).weight
-                rows = weight.shape[0] // chunk[1] if chunk else weight.shape[0]
-                start = chunk[0] * rows if chunk else 0
-                weight[start : start + rows] += adapter.weight_delta(i, site)
-    merged = _hidden(plain, batch, "a")
-    assert not torch.allclose(merged, unmerged, atol=1e-3)  # the updates act: the comparison can fail
-    torch.testing.assert_close(_hidden(model, batch, "a"), merged, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize(

@@ -61,6 +61,9 @@ class AdapterMethod:
     placeable: bool = True
     """Whether ``placement`` (all / top / bottom layers) applies."""
 
+    starts_as_encoder: bool = True
+    """Whether a new task's module (``init="zero"``) leaves the encoder's output unchanged."""
+
     # ------------------------------------------------------------------ configuration
     def check(self, config: AdapterConfig) -> None:
         """Refuse options this method cannot honour (after the generic checks of the config).

@@ -186,6 +186,7 @@ class BertLayerOnTopMethod(AdapterMethod):
     where = Where.TOP
     size_at_768 = None
     placeable = False
+    starts_as_encoder = False  # a copy of the last layer, applied once more
 
     def build(
         self, config: AdapterConfig, encoder_config: PretrainedConfig, size: int, layers: tuple[int, ...]
