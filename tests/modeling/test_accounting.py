@@ -38,12 +38,11 @@ def test_default_size_for_bert_base_is_204():
 
 def test_variant_formulas():
     d, L, ds = 768, 12, 84
-    assert parameter_report(_on_meta(adapter={"method": "pals_no_sharing", "size": ds})).adapter_weights[
-        "a"
-    ] == L * (2 * d * ds + 3 * ds**2)
+    assert parameter_report(_on_meta(adapter={"method": "pals_no_sharing", "size": ds})).adapter_weights["a"] == L * (
+        2 * d * ds + 3 * ds**2
+    )
     assert (
-        parameter_report(_on_meta(adapter={"method": "low_rank", "size": 100})).adapter_weights["a"]
-        == L * 2 * d * 100
+        parameter_report(_on_meta(adapter={"method": "low_rank", "size": 100})).adapter_weights["a"] == L * 2 * d * 100
     )
     report = parameter_report(_on_meta(adapter="pals", placement="top", num_layers=6))
     assert report.adapter_size == 276

@@ -62,7 +62,9 @@ def test_fp32_is_torchs_sdpa_and_half_on_the_cpu_runs_in_fp32(monkeypatch: pytes
 
 def test_the_encoder_uses_it_for_berts_attention_and_the_pals(monkeypatch: pytest.MonkeyPatch) -> None:
     torch.manual_seed(0)
-    model = MultiTaskBert.from_config(TINY_BERT, ["a"], adapter="pals", size=8, num_heads=2, init="random")
+    model = MultiTaskBert.from_config(
+        TINY_BERT, ["a"], adapter="pals", size=8, num_heads=2, init="random"
+    )
     model.eval()
     assert model.config._attn_implementation == A.NAME
     ids = torch.randint(5, 90, (3, 7))

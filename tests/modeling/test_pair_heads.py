@@ -131,11 +131,7 @@ def test_module_builds_the_chosen_heads_and_a_checkpoint_remembers_them() -> Non
     assert isinstance(module.heads["sts"], RescaledCosineHead) and isinstance(
         module.heads["qqp"], SumPairHead
     )
-    saved = {
-        VERSION_KEY: __version__,
-        "hyper_parameters": dict(module.hparams),
-        "state_dict": module.state_dict(),
-    }
+    saved = {VERSION_KEY: __version__, "hyper_parameters": dict(module.hparams), "state_dict": module.state_dict()}
     with pytest.raises(PalUserError, match="heads is .* in the checkpoint but None here"):
         MultiTaskModule(**kw).on_load_checkpoint(saved)
 
