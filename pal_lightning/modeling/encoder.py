@@ -1,52 +1,13 @@
-"""``MultiTaskBert``: a pretrained encoder of any family with a task-specific function TS_t beside its layers.
+"""``MultiTaskBert``: a pretrained encoder of any family with per-task modules (PALs, LoRA, ...).
 
-Wiring of one selected layer l for the active task t (Stickland & Murray 2019; docs/design.md §2)::
-
-                  h  (layer input, [B, T, d])
-                  |
-        +---------+-----------------------------+
-        |         |                             |
-        |    SA (BERT self-attention)      V^E_t (d -> d_s)       shared by all layers (pals)
-        |         |                             |
-        +-------> + (residual)             g_{l,t}: multi-head attention in d_s
-                  |                             |       (identity for low_rank)
-                 LN1                       V^D_t (d_s -> d)
-                  |                             |
-                h_att ------+                   |
-                  |         |                   |
-                 FFN        |                   |
-                  |         |                   |
-                  +-------> + <-----------------+   TS_t(h)
-                            |
-                           LN2
-                            |
-                         h^{l+1} = LN2( h_att + FFN(h_att) + TS_t(h) )
-
-TS_t reads the layer *input* h and is added into the residual sum right before the FFN's output LayerNorm
-(LN2), as the reference code does (a pre-LN family such as ModernBERT adds it to the layer's output
-instead). Layers outside the placement, and every layer with ``adapter="none"``,
-are the unchanged BERT layer. The variants on top (``pa_on_top``, ``bert_layer_on_top``;
-:mod:`pal_lightning.modeling.methods.on_top`) change no layer: the last layer hands its output to the task's block,
-with the attention mask BERT built for its own layers.
-
-Layer-sharing regimes (:mod:`pal_lightning.modeling.sharing`, ``layer_sharing="FFSSII"``): a frozen (F)
-layer's parameters do not require gradients; an individual (I) layer is copied once per task into
-``individual.<task>.<layer>`` (hooked like the shared layers, so PALs in that layer still apply) and its place in
-``bert.encoder.layer`` holds an :class:`IndividualLayerSlot` without parameters that calls the active task's
-copy. The pretrained ``encoder.layer.<i>.*`` weights are loaded into every task's copy. With
-``task_groups`` the copies belong to groups of tasks (``individual.sst+qqp.<layer>``) instead.
-
-Implementation: the family's ``transformers`` model stays as it is (same modules, same parameter names, so
-``from_pretrained`` loads every pretrained weight), and forward hooks placed once on its layers, join
-norms and site Linears (:mod:`~pal_lightning.modeling.families.wiring`, where the family record says)
-read the active task's call, which each forward makes and scopes to itself (``wiring.active(call)``).
-Scoping the call to the forward, instead of storing the task on the layers, keeps gradient checkpointing
-correct (the recomputation gets the same call back) and lets one model run two forwards of different
-inputs before a backward (siamese pairs).
-
-Per-example task routing (``forward(..., tasks=...)``): a batch whose rows belong to several tasks runs in
-one pass; the rows are grouped by task once and every hooked place runs each present task's module on
-its rows (:mod:`~pal_lightning.modeling.families.routing`, :class:`RoutedForward`).
+For the active task t, a selected layer computes ``LN2(h_att + FFN(h_att) + TS_t(h))`` (PALs; the
+diagram is docs/design.md §2). The family's ``transformers`` model stays as it is (so ``from_pretrained``
+loads every weight); hooks placed once (:mod:`~pal_lightning.modeling.methods.where`) read the call each
+forward scopes to itself (``wiring.active(call)``), which keeps activation checkpointing and siamese
+pairs correct. Layer sharing (``layer_sharing="FFSSII"``, :mod:`pal_lightning.modeling.sharing`): an
+individual (I) layer is copied per task (or task group) into ``individual.<group>.<layer>``, its place
+holding a parameter-free :class:`IndividualLayerSlot`. Rows of several tasks run in one pass with
+``forward(..., tasks=...)`` (:mod:`~pal_lightning.modeling.families.routed`).
 """
 
 from __future__ import annotations

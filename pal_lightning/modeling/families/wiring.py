@@ -1,33 +1,14 @@
 """How a task's modules enter an encoder's layers: forward hooks placed once, an active :class:`TaskCall`.
 
-The encoder (:class:`~pal_lightning.modeling.encoder.MultiTaskBert`) keeps the ``transformers`` model of
-its family untouched (same modules, same parameter names, so pretrained checkpoints load as they are) and
-places hooks on its layers where the family says (:mod:`pal_lightning.modeling.families`)::
-
-    layer l, with task t active                     hook                      method kind
-    ───────────────────────────────────────────     ─────────────────────     ──────────────
-    on entry: h ──> TS_t(l, h) kept for l           layer pre-hook            BESIDE (PALs)
-    join_norm(x) ──> join_norm(x + TS_t(l, h))      join-norm pre-hook        BESIDE, post-LN
-    layer output y ──> y + TS_t(l, h)               layer hook                BESIDE, pre-LN
-    site Linear: y = f(x) ──> y + A_t(l, s, x, y)   Linear hook               INSIDE (LoRA, ...)
-    last layer output y ──> Top_t(y, ...)           layer hook                TOP
-
-Only the hooks the encoder's method needs are placed. Each forward makes a :class:`TaskCall` the hooks
-read from the encoder's :class:`Wiring` while that forward runs (``with wiring.active(call):``); outside
-it (no task) every hook passes its input through, so the layers are exactly the family's layers.
-
-Why a call scoped to one forward rather than state set on the layers: two forwards of different tasks may
-run before one backward (siamese pairs), and autograd keeps what each forward computed, so nothing has to
-outlive the forward. Activation checkpointing recomputes a layer in the backward pass: its recomputation
-gets the call back through checkpointing's ``context_fn`` (:meth:`Wiring.checkpoint_contexts`). An individual (I) layer's place in the layer list holds an
-:class:`IndividualLayerSlot`, which runs the active task's copy of the layer (hooked the same way).
-
-A *mixed* call (:func:`mixed_call`) serves rows of several tasks in one forward: the rows arrive sorted by
-task (:mod:`~pal_lightning.modeling.families.routing`), and the call holds, per task present, the slice of
-rows it owns and that task's own call (:class:`Segment`). Each hook loops over the segments, runs the
-task's module on its slice with the single-task code, and concatenates the slices; an individual layer
-runs each group's copy on the group's slice under a call narrowed to those rows (:class:`Part`). A call
-of one task has no segments and takes the single-task code alone (one attribute read more per hook).
+The family's model is kept as it is; its method's placement (:mod:`~pal_lightning.modeling.methods.where`)
+hooks the layers: a layer pre-hook computes a BESIDE term on entry, a join-norm pre-hook (post-LN) or a
+layer hook (pre-LN) adds it, site-Linear hooks add INSIDE deltas, the last layer's hook runs a TOP block.
+Each forward makes the call the hooks read (``with wiring.active(call):``); with none active the layers
+are the family's own. A call scoped to one forward keeps siamese pairs (two forwards, one backward) and
+activation checkpointing (the recomputation gets the call back: :meth:`Wiring.checkpoint_contexts`)
+correct. A *mixed* call (:func:`mixed_call`) holds, per task present, its slice of the rows sorted by
+task and its own call (:class:`Segment`); every hook runs each slice with the single-task code and joins
+them; individual layers run each group's copy on its slice (:class:`Part`).
 """
 
 from __future__ import annotations
