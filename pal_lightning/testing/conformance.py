@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -17,7 +17,7 @@ from transformers import AutoConfig, AutoModel
 
 from pal_lightning.modeling import MultiTaskBert, load_task_weights, save_task_weights
 from pal_lightning.modeling.accounting import task_weight_formula
-from pal_lightning.modeling.methods import SITES, MergeableModule, Where, get_method
+from pal_lightning.modeling.methods import SITES, AdapterConfig, MergeableModule, Where, get_method
 from pal_lightning.modeling.methods.inside import InsideMethod
 from pal_lightning.testing.encoders import BERT_VOCAB_SIZE, tiny_family_config, without_dropout
 
@@ -85,10 +85,35 @@ def move(module: torch.nn.Module, scale: float = 0.2) -> None:
             p.add_(torch.randn_like(p) * scale)
 
 
-def predictions(module: MultiTaskModule) -> dict[str, list[Any]]:
+def predictions(module: MultiTaskModule) -> dict[str, Any]:
     """The module's sst, qqp and sts predictions of fixed sentences."""
-    sst, qqp, sts = (module.predict(t, x) for t, x in (("sst", SENTENCES), ("qqp", PAIRS), ("sts", PAIRS)))
+    sst, qqp, sts = (
+        cast(Any, module.predict(t, x)) for t, x in (("sst", SENTENCES), ("qqp", PAIRS), ("sts", PAIRS))
+    )
     return {"sst": sst.probabilities.tolist(), "qqp": qqp.probabilities.tolist(), "sts": sts.scores}
+
+
+def check_round_trips(
+    model: MultiTaskBert, model_type: str, method: str, inputs: dict[str, torch.Tensor], folder: Path
+) -> None:
+    """``model``'s whole state through safetensors into a moved twin, and task ``a``'s weights alone into
+    another encoder (task ``b`` there untouched)."""
+    moved = run(model, inputs, "a")
+    # the whole state through safetensors (which refuses shared tensors), into a zeroed twin
+    save_file(model.state_dict(), str(folder / "all.safetensors"))
+    twin = build(model_type, method, seed=1)
+    move(twin, 1.0)
+    twin.load_state_dict(load_file(str(folder / "all.safetensors")))
+    assert torch.equal(run(twin, inputs, "a"), moved)
+    # task-only weights: only task a's modules travel
+    path = save_task_weights(model, folder / "a.safetensors", tasks=["a"])
+    other = build(model_type, method, seed=2)
+    other.bert.load_state_dict(model.bert.state_dict())
+    move(other.adapters)
+    b_before = run(other, inputs, "b")
+    assert load_task_weights(other, path) == ["a"]
+    assert torch.equal(run(other, inputs, "a"), moved)
+    assert torch.equal(run(other, inputs, "b"), b_before)
 
 
 def check_method(method: str, model_type: str, folder: Path) -> None:
@@ -121,21 +146,7 @@ def check_method(method: str, model_type: str, folder: Path) -> None:
     altered["input_ids"][2, 4:] = torch.arange(5, 10)
     torch.testing.assert_close(run(model, altered, "a")[2, :4], moved[2, :4], atol=1e-5, rtol=0)
 
-    # the whole state through safetensors (which refuses shared tensors), into a zeroed twin
-    save_file(model.state_dict(), str(folder / "all.safetensors"))
-    twin = build(model_type, method, seed=1)
-    move(twin, 1.0)
-    twin.load_state_dict(load_file(str(folder / "all.safetensors")))
-    assert torch.equal(run(twin, inputs, "a"), moved)
-    # task-only weights: only task a's modules travel
-    path = save_task_weights(model, folder / "a.safetensors", tasks=["a"])
-    other = build(model_type, method, seed=2)
-    other.bert.load_state_dict(model.bert.state_dict())
-    move(other.adapters)
-    b_before = run(other, inputs, "b")
-    assert load_task_weights(other, path) == ["a"]
-    assert torch.equal(run(other, inputs, "a"), moved)
-    assert torch.equal(run(other, inputs, "b"), b_before)
+    check_round_trips(model, model_type, method, inputs, folder)
 
     # steps with a frozen encoder move task a's modules only, and no gradient reaches task b's
     model.train()
@@ -164,7 +175,7 @@ def check_method_in_module(method: str, model_type: str, folder: Path) -> None:
     """Method ``method`` through a ``MultiTaskModule`` on a tiny ``model_type`` encoder with the packaged
     tokenizer: ``save_pretrained``/``from_pretrained`` give identical predictions, and the single-task
     ONNX graph (needs ``onnxruntime``) computes what the module does."""
-    import onnxruntime as ort
+    import onnxruntime as ort  # type: ignore[import-untyped]
 
     from pal_lightning.module.export import SingleTaskModel, export_onnx
     from pal_lightning.module.multitask import MultiTaskModule
@@ -172,16 +183,10 @@ def check_method_in_module(method: str, model_type: str, folder: Path) -> None:
     torch.manual_seed(0)
     module = MultiTaskModule(
         bert_config=tiny_family_config(model_type, vocab_size=BERT_VOCAB_SIZE, max_positions=128),
-        adapter={"method": method, "init": "random", **tiny_options(method)},
+        adapter=AdapterConfig.coerce({"method": method, "init": "random", **tiny_options(method)}),
         pair_encoding={"sts": "siamese", "default": "cross"},
     ).eval()
     move(module.encoder.adapters, 0.1)
-
-    def predictions(module: MultiTaskModule) -> dict[str, list]:
-        sst, qqp, sts = (
-            module.predict(t, x) for t, x in (("sst", SENTENCES), ("qqp", PAIRS), ("sts", PAIRS))
-        )
-        return {"sst": sst.probabilities.tolist(), "qqp": qqp.probabilities.tolist(), "sts": sts.scores}
 
     before = predictions(module)
     loaded = MultiTaskModule.from_pretrained(module.save_pretrained(folder / "model"))

@@ -94,10 +94,10 @@ class Placement:
         individual: nn.ModuleDict | None,
     ) -> TaskCall:
         """The call of one task whose ``module`` acts in ``layers``; ``individual``: its I-layer copies."""
-        modules = {} if self.slot is None else {self.slot: module}
-        return TaskCall(
-            **modules, layers=frozenset(layers), mask=mask, last=num_layers - 1, individual=individual
-        )
+        call = TaskCall(layers=frozenset(layers), mask=mask, last=num_layers - 1, individual=individual)
+        if self.slot is not None:
+            setattr(call, self.slot, module)
+        return call
 
     def __repr__(self) -> str:
         return f"Where.{type(self).__name__.upper()}"
