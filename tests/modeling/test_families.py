@@ -11,36 +11,12 @@ from transformers import AutoModel
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling import MultiTaskBert
 from pal_lightning.modeling.families import FAMILIES, supported_model_types
-from pal_lightning.testing import FAMILY_TYPES, save_tiny_encoder, tiny_family_config
-
-
-def no_dropout(config: dict) -> dict:
-    names = (
-        "hidden_dropout_prob",
-        "attention_probs_dropout_prob",
-        "dropout",
-        "attention_dropout",
-        "embedding_dropout",
-        "mlp_dropout",
-        "hidden_dropout",
-        "attention_dropout_prob",
-    )
-    return {**config, **{n: 0.0 for n in names}}
+from pal_lightning.testing import FAMILY_TYPES, save_tiny_encoder, tiny_family_config, without_dropout
+from pal_lightning.testing.conformance import batch
 
 
 def tiny(model_type: str) -> dict:
-    return no_dropout(tiny_family_config(model_type))
-
-
-def batch(model_type: str, seed: int = 0) -> dict[str, torch.Tensor]:
-    gen = torch.Generator().manual_seed(seed)
-    ids = torch.randint(3, 100, (3, 9), generator=gen)
-    mask = torch.ones_like(ids)
-    mask[1, 6:] = 0
-    mask[2, 4:] = 0
-    ids[mask == 0] = 1 if model_type in ("roberta", "xlm-roberta", "mpnet") else 0
-    types = torch.zeros_like(ids)
-    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+    return without_dropout(tiny_family_config(model_type))
 
 
 def test_every_family_is_registered_and_an_unknown_one_is_refused():
