@@ -129,12 +129,22 @@ def individual_copies(
 def task_adapters(
     config: AdapterConfig, encoder_config: PretrainedConfig, names: Sequence[str], size: int
 ) -> nn.ModuleDict:
-    """Per task, its module of width ``size`` as the config's method builds it (none for ``none``)."""
+    """Per task, its module of width ``size`` as the config's method builds it (none for ``none``).
+
+    Raises:
+        PalUserError: for a module that does not follow its placement's Protocol.
+    """
     method = config.adapter_method
+    protocol = method.where.protocol
     layers = config.layer_indices(int(encoder_config.num_hidden_layers))
     adapters = nn.ModuleDict()
     for name in names:
         module = method.build(config, encoder_config, size, layers)
+        if module is not None and protocol is not None and not isinstance(module, protocol):
+            raise PalUserError(
+                f"Method {method.name!r} built a {type(module).__name__}, which is not a {protocol.__name__} "
+                f"(its placement is {method.where!r}): give the module what docs/extending.md lists."
+            )
         if module is not None:
             adapters[name] = module
     return adapters

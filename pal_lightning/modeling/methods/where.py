@@ -1,5 +1,5 @@
 """Where a method's per-task module acts: a :class:`Placement` object that places the hooks and fills the
-task's call, and a Protocol for the module of each kind.
+task's call, and a Protocol for the module of each kind::
 
     BESIDE   inside each selected layer l, a term added to the residual sum before the output LayerNorm
              (after the layer in a pre-LN family): h^{l+1} = LN2(h_att + FFN(h_att) + A_t(l, h^l))  (PALs)
@@ -80,6 +80,9 @@ class Placement:
     slot: str | None = None
     """The :class:`~pal_lightning.modeling.families.wiring.TaskCall` field that holds the module."""
 
+    protocol: type | None = None
+    """The Protocol a task's module follows (checked when the encoder builds it)."""
+
     def place(
         self, layer: nn.Module, index: int, family: EncoderFamily, wiring: Wiring, sites: Iterable[str]
     ) -> None:
@@ -108,6 +111,7 @@ class Beside(Placement):
 
     in_layers = reads_mask = True
     slot = "beside"
+    protocol = BesideModule
 
     def place(
         self, layer: nn.Module, index: int, family: EncoderFamily, wiring: Wiring, sites: Iterable[str]
@@ -124,6 +128,7 @@ class Inside(Placement):
 
     in_layers = True
     slot = "inside"
+    protocol = InsideModule
 
     def place(
         self, layer: nn.Module, index: int, family: EncoderFamily, wiring: Wiring, sites: Iterable[str]
@@ -141,6 +146,7 @@ class Top(Placement):
 
     reads_mask = True
     slot = "top"
+    protocol = TopModule
 
     def place(
         self, layer: nn.Module, index: int, family: EncoderFamily, wiring: Wiring, sites: Iterable[str]
