@@ -21,6 +21,7 @@ from pal_lightning.modeling.accounting import task_weight_formula
 from pal_lightning.modeling.methods import SITES, AdapterConfig, Where, get_method
 from pal_lightning.modeling.methods.lora import LoraAdapter
 from pal_lightning.testing import TINY_BERT_3_LAYERS, without_dropout
+from pal_lightning.testing.conformance import run
 
 D, D_FF, LAYERS = 32, 40, 3
 ENCODER = BertConfig(
@@ -225,11 +226,6 @@ def _encoder(adapter: AdapterConfig | str, seed: int = 0) -> MultiTaskBert:
     return MultiTaskBert.from_config(TINY_NO_DROPOUT, ["a", "b"], adapter=adapter).eval()
 
 
-def _hidden(model: nn.Module, batch: dict[str, torch.Tensor], task: str) -> torch.Tensor:
-    with torch.no_grad():
-        return model(**batch, task=task)
-
-
 def test_training_with_a_frozen_encoder_changes_only_the_tasks_lora_and_head(batch) -> None:
     model = _encoder("lora").train()
     model.bert.requires_grad_(False)
@@ -269,10 +265,10 @@ def test_task_weights_round_trip(tmp_path, batch) -> None:
     model = _encoder(config)
     save_task_weights(model, tmp_path / "a.safetensors", tasks=["a"])
     fresh = _encoder(config, seed=1)
-    assert not torch.allclose(_hidden(fresh, batch, "a"), _hidden(model, batch, "a"))
+    assert not torch.allclose(run(fresh, batch, "a"), run(model, batch, "a"))
     fresh.bert.load_state_dict(model.bert.state_dict())
     load_task_weights(fresh, tmp_path / "a.safetensors")
-    torch.testing.assert_close(_hidden(fresh, batch, "a"), _hidden(model, batch, "a"), atol=0, rtol=0)
+    torch.testing.assert_close(run(fresh, batch, "a"), run(model, batch, "a"), atol=0, rtol=0)
     # another rank does not fit: the signature differs
     with pytest.raises(PalUserError):
         load_task_weights(_encoder(config.replace(size=4)), tmp_path / "a.safetensors")
@@ -299,7 +295,7 @@ def test_lora_equals_peft_on_the_same_tiny_bert(batch: dict[str, torch.Tensor]) 
                 getattr(attention, site).lora_A["default"].weight.copy_(a.weight)
                 getattr(attention, site).lora_B["default"].weight.copy_(b.weight)
         theirs = peft_model(**batch).last_hidden_state
-    torch.testing.assert_close(_hidden(ours, batch, "a"), theirs, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(run(ours, batch, "a"), theirs, atol=1e-5, rtol=1e-5)
     assert not torch.allclose(theirs, plain, atol=1e-3)  # the updates act: the comparison can fail
 
 
@@ -324,6 +320,6 @@ def test_save_pretrained_and_from_pretrained_keep_the_method(adapter: dict[str, 
     assert loaded.encoder.adapter_config == module.encoder.adapter_config == AdapterConfig.coerce(adapter)
     batch = {"input_ids": torch.randint(5, 90, (2, 6)), "attention_mask": torch.ones(2, 6, dtype=torch.long)}
     for task in ("sst", "sts"):
-        torch.testing.assert_close(_hidden(loaded.encoder, batch, task), _hidden(module.encoder, batch, task))
+        torch.testing.assert_close(run(loaded.encoder, batch, task), run(module.encoder, batch, task))
     saved, reloaded = module.state_dict(), loaded.state_dict()
     assert saved.keys() == reloaded.keys() and all(torch.equal(saved[k], reloaded[k]) for k in saved)

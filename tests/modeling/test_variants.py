@@ -19,6 +19,7 @@ from pal_lightning.modeling import (
 from pal_lightning.modeling.accounting import task_weight_formula
 from pal_lightning.testing import TINY_BERT_3_LAYERS as TINY
 from pal_lightning.testing import without_dropout
+from pal_lightning.testing.conformance import run
 
 TINY_NO_DROPOUT = without_dropout(TINY)
 
@@ -39,22 +40,17 @@ def _model(adapter: str, init: str = "random", **kw) -> MultiTaskBert:
     return MultiTaskBert.from_config(TINY_NO_DROPOUT, ["a", "b"], adapter=adapter, init=init, **kw).eval()
 
 
-def _run(model: MultiTaskBert, batch: dict[str, torch.Tensor], task: str) -> torch.Tensor:
-    with torch.no_grad():
-        return model(**batch, task=task)
-
-
 @pytest.mark.parametrize("adapter", ["pff", "pa_on_top"])
 @pytest.mark.parametrize("activation", ["none", "gelu"])
 def test_zero_init_starts_as_the_pretrained_encoder(adapter, activation, batch):
     model = _model(adapter, init="zero", activation=activation)
     plain = MultiTaskBert.from_config(TINY_NO_DROPOUT, ["a"], adapter="none").eval()
     plain.bert.load_state_dict(model.bert.state_dict())
-    expected = _run(plain, batch, "a")
+    expected = run(plain, batch, "a")
     for task in ("a", "b"):
-        assert torch.equal(_run(model, batch, task), expected)
+        assert torch.equal(run(model, batch, task), expected)
     # the random init does change the output (the comparison above can fail)
-    assert not torch.allclose(_run(_model(adapter, init="random"), batch, "a"), expected, atol=1e-4)
+    assert not torch.allclose(run(_model(adapter, init="random"), batch, "a"), expected, atol=1e-4)
 
 
 def _deeper(model: MultiTaskBert, top: dict[str, torch.Tensor]) -> BertModel:
@@ -72,13 +68,13 @@ def test_bert_layer_on_top_starts_as_the_last_pretrained_layer_applied_twice(bat
     with torch.no_grad():
         expected = _deeper(model, model.bert.encoder.layer[L - 1].state_dict())(**batch).last_hidden_state
     for task in ("a", "b"):
-        torch.testing.assert_close(_run(model, batch, task), expected, rtol=0, atol=1e-5)
+        torch.testing.assert_close(run(model, batch, task), expected, rtol=0, atol=1e-5)
     # init random: a fresh BERT layer (unit LayerNorms, biases 0), not the copy, applied after the last
     randomised = _model("bert_layer_on_top", init="random")
     with torch.no_grad():
         top = randomised.adapters["b"].layer.state_dict()
         expected = _deeper(randomised, top)(**batch).last_hidden_state
-    torch.testing.assert_close(_run(randomised, batch, "b"), expected, rtol=0, atol=1e-5)
+    torch.testing.assert_close(run(randomised, batch, "b"), expected, rtol=0, atol=1e-5)
     fresh = randomised.adapters["a"].layer
     assert torch.equal(fresh.output.LayerNorm.weight, torch.ones(D))
     assert torch.equal(fresh.attention.self.query.bias, torch.zeros(D))
