@@ -1,5 +1,6 @@
 """The guide's worked example (docs/extending.md, "Adding a per-task method"), run as written: its method is
-registered from the page's own code block, trained for a few steps, counted, saved and loaded."""
+registered from the page's own code block, passes the conformance check on every family, and is trained
+for a few steps, counted, saved and loaded."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from pal_lightning.modeling import parameter_report
 from pal_lightning.modeling.accounting import task_weight_formula
 from pal_lightning.modeling.methods import METHODS, AdapterConfig, get_method, unregister_method
 from pal_lightning.module.multitask import MultiTaskModule
-from pal_lightning.testing import TINY_BERT, quiet_trainer
+from pal_lightning.testing import FAMILY_TYPES, TINY_BERT, quiet_trainer
+from pal_lightning.testing.conformance import check_method, check_method_in_module
 
 GUIDE = Path(__file__).resolve().parents[1] / "docs" / "extending.md"
 
@@ -49,6 +51,16 @@ def test_the_guides_method_registers_with_one_line(tiny_mlp: dict[str, Any]) -> 
         tiny_mlp["register_method"](tiny_mlp["TinyMLPMethod"]())
     # scaled like the built-in methods: 64 at width 768 is 32 at 384
     assert AdapterConfig(method="tiny_mlp").resolved_size(384) == 32
+
+
+@pytest.mark.parametrize("model_type", FAMILY_TYPES)
+def test_the_guides_method_passes_the_conformance_check(
+    tiny_mlp: dict[str, Any], model_type: str, tmp_path: Path
+) -> None:
+    check_method("tiny_mlp", model_type, tmp_path)
+    if model_type == "bert":
+        pytest.importorskip("onnxruntime", reason="the export extra is not installed")
+        check_method_in_module("tiny_mlp", model_type, tmp_path)
 
 
 def test_the_guides_method_starts_as_the_encoder_counts_trains_saves_and_loads(

@@ -1,70 +1,29 @@
-"""``MultiTaskBert``: a pretrained encoder of any family with a task-specific function TS_t beside its layers.
+"""``MultiTaskBert``: a pretrained encoder of any family with per-task modules (PALs, LoRA, ...).
 
-Wiring of one selected layer l for the active task t (Stickland & Murray 2019; docs/design.md §2)::
-
-                  h  (layer input, [B, T, d])
-                  |
-        +---------+-----------------------------+
-        |         |                             |
-        |    SA (BERT self-attention)      V^E_t (d -> d_s)       shared by all layers (pals)
-        |         |                             |
-        +-------> + (residual)             g_{l,t}: multi-head attention in d_s
-                  |                             |       (identity for low_rank)
-                 LN1                       V^D_t (d_s -> d)
-                  |                             |
-                h_att ------+                   |
-                  |         |                   |
-                 FFN        |                   |
-                  |         |                   |
-                  +-------> + <-----------------+   TS_t(h)
-                            |
-                           LN2
-                            |
-                         h^{l+1} = LN2( h_att + FFN(h_att) + TS_t(h) )
-
-TS_t reads the layer *input* h and is added into the residual sum right before the FFN's output LayerNorm
-(LN2), as the reference code does (a pre-LN family such as ModernBERT adds it to the layer's output
-instead). Layers outside the placement, and every layer with ``adapter="none"``,
-are the unchanged BERT layer. The variants on top (``pa_on_top``, ``bert_layer_on_top``;
-:mod:`pal_lightning.modeling.methods.on_top`) change no layer: the last layer hands its output to the task's block,
-with the attention mask BERT built for its own layers.
-
-Layer-sharing regimes (:mod:`pal_lightning.modeling.sharing`, ``layer_sharing="FFSSII"``): a frozen (F)
-layer's parameters do not require gradients; an individual (I) layer is copied once per task into
-``individual.<task>.<layer>`` (hooked like the shared layers, so PALs in that layer still apply) and its place in
-``bert.encoder.layer`` holds an :class:`IndividualLayerSlot` without parameters that calls the active task's
-copy. The pretrained ``encoder.layer.<i>.*`` weights are loaded into every task's copy. With
-``task_groups`` the copies belong to groups of tasks (``individual.sst+qqp.<layer>``) instead.
-
-Implementation: the family's ``transformers`` model stays as it is (same modules, same parameter names, so
-``from_pretrained`` loads every pretrained weight), and forward hooks placed once on its layers, join
-norms and site Linears (:mod:`~pal_lightning.modeling.families.wiring`, where the family record says)
-read the active task's call, which each forward makes and scopes to itself (``wiring.active(call)``).
-Scoping the call to the forward, instead of storing the task on the layers, keeps gradient checkpointing
-correct (the recomputation gets the same call back) and lets one model run two forwards of different
-inputs before a backward (siamese pairs).
-
-Per-example task routing (``forward(..., tasks=...)``): a batch whose rows belong to several tasks runs in
-one pass; the rows are grouped by task once and every hooked place runs each present task's module on
-its rows (:mod:`~pal_lightning.modeling.families.routing`, :class:`RoutedForward`).
+For the active task t, a selected layer computes ``LN2(h_att + FFN(h_att) + TS_t(h))`` (PALs; the
+diagram is docs/design.md §2). The family's ``transformers`` model stays as it is (so ``from_pretrained``
+loads every weight); hooks placed once (:mod:`~pal_lightning.modeling.methods.where`) read the call each
+forward scopes to itself (``wiring.active(call)``), which keeps activation checkpointing and siamese
+pairs correct. Layer sharing (``layer_sharing="FFSSII"``, :mod:`pal_lightning.modeling.sharing`): an
+individual (I) layer is copied per task (or task group) into ``individual.<group>.<layer>``, its place
+holding a parameter-free :class:`IndividualLayerSlot`. Rows of several tasks run in one pass with
+``forward(..., tasks=...)`` (:mod:`~pal_lightning.modeling.families.routed`).
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import torch
 from torch import nn
-from transformers import AutoConfig, AutoModel, BertConfig, PretrainedConfig, PreTrainedModel
+from transformers import PretrainedConfig
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.hub import resolve_encoder
-from pal_lightning.modeling.attention import register as register_attention
 from pal_lightning.modeling.encoder_files import local_encoder_dir, read_encoder_config, read_encoder_weights
 from pal_lightning.modeling.encoder_state import (
     ADAPTERS_PREFIX,
@@ -74,22 +33,20 @@ from pal_lightning.modeling.encoder_state import (
     plan_pretrained_load,
 )
 from pal_lightning.modeling.families import EncoderFamily, family_of
-from pal_lightning.modeling.families.routing import RowTasks, TaskRouting, route_rows
-from pal_lightning.modeling.families.wiring import (
-    IndividualLayerSlot,
-    Part,
-    Segment,
-    TaskCall,
-    Wiring,
-    enable_checkpointing,
-    fold_deltas,
-    mixed_call,
-    narrowed,
-    place_hooks,
-    task_call,
+from pal_lightning.modeling.families.build import (
+    TaskParameters,
+    backbone,
+    encoder_config,
+    hook_layers,
+    individual_copies,
+    merge_adapter,
+    parameter_safe_names,
+    task_adapters,
 )
-from pal_lightning.modeling.methods import AdapterConfig, Where
-from pal_lightning.modeling.methods.pals import additive_mask, scores_dtype
+from pal_lightning.modeling.families.routed import RoutedForward
+from pal_lightning.modeling.families.routing import RowTasks, TaskRouting
+from pal_lightning.modeling.families.wiring import IndividualLayerSlot, Wiring, enable_checkpointing
+from pal_lightning.modeling.methods import AdapterConfig
 from pal_lightning.modeling.sharing import (
     FROZEN,
     INDIVIDUAL,
@@ -97,7 +54,6 @@ from pal_lightning.modeling.sharing import (
     parse_layer_sharing,
     resolve_task_groups,
 )
-from pal_lightning.tasks.specs import repeated_names, task_name_of
 
 __all__ = [
     "ADAPTERS_PREFIX",
@@ -110,365 +66,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-
-def _parameter_safe_names(tasks: Sequence[Any] | str) -> list[str]:
-    """The names of ``tasks`` (:func:`~pal_lightning.tasks.specs.task_name_of`), each once and usable as a key of
-    the encoder's ``nn.ModuleDict`` objects (it becomes part of parameter names).
-
-    Raises:
-        PalUserError: for no task, a task listed twice or a name that cannot be a parameter name.
-    """
-    names = [task_name_of(t) for t in ([tasks] if isinstance(tasks, str) else tasks)]
-    if not names:
-        raise PalUserError("MultiTaskBert needs at least one task; pass tasks=['sst', ...].")
-    for name in names:
-        if not name or "." in name or hasattr(nn.ModuleDict(), name):
-            raise PalUserError(
-                f"Task name {name!r} cannot be used as a parameter name: use a non-empty name without '.' "
-                "that is not a torch.nn.ModuleDict attribute (such as 'keys' or 'train')."
-            )
-    dupes = repeated_names(names)
-    if dupes:
-        raise PalUserError(f"Tasks listed twice: {dupes}. List each task once.")
-    return names
-
-
-def encoder_config(config: PretrainedConfig | Mapping[str, Any]) -> PretrainedConfig:
-    """A copy of ``config`` (or the config the keyword arguments describe, by their ``model_type``,
-    BERT when absent) with the width names every family answers to (``intermediate_size``).
-
-    Raises:
-        PalUserError: for a decoder config or a model type no family wires.
-    """
-    if isinstance(config, Mapping):
-        options = dict(config)
-        model_type = options.pop("model_type", "bert")
-        config = (
-            BertConfig(**options) if model_type == "bert" else AutoConfig.for_model(model_type, **options)
-        )
-    config = copy.deepcopy(config)
-    family_of(config)
-    if getattr(config, "is_decoder", False) or getattr(config, "add_cross_attention", False):
-        raise PalUserError(
-            "MultiTaskBert needs an encoder config: set is_decoder=False and no cross-attention."
-        )
-    if not hasattr(config, "intermediate_size") and hasattr(config, "hidden_dim"):
-        config.intermediate_size = config.hidden_dim  # DistilBERT's name for the FFN width
-    if getattr(config, "chunk_size_feed_forward", 0):
-        config.chunk_size_feed_forward = 0  # a chunked FFN would see a slice of the PAL term
-    return config
-
-
-def backbone(
-    config: PretrainedConfig, family: EncoderFamily, attn_implementation: str | None = None
-) -> PreTrainedModel:
-    """A random model of ``config`` (the family's base model, no pooler), with the attention
-    implementation asked for: ``sdpa`` (the default where the family has it) becomes ``pal_sdpa``
-    (torch's SDPA, in fp32 on a CPU under autocast: modeling/attention.py).
-
-    Raises:
-        PalUserError: for an attention implementation that is not available.
-    """
-    options: dict[str, Any] = {"add_pooling_layer": False} if family.pooler_option else {}
-    model: PreTrainedModel = AutoModel.from_config(config, **options)
-    if attn_implementation is None and model.config._attn_implementation == "sdpa":
-        attn_implementation = "sdpa"
-    if attn_implementation == "sdpa":
-        attn_implementation = register_attention()
-    if attn_implementation is not None:
-        try:
-            model.set_attn_implementation(attn_implementation)
-        except (ValueError, ImportError) as err:
-            if attn_implementation != "pal_sdpa":
-                raise PalUserError(
-                    f"Attention implementation {attn_implementation!r} is not available: {err} "
-                    "Use 'sdpa' or 'eager'."
-                ) from err
-    return model
-
-
-def layer_copy(family: EncoderFamily, config: PretrainedConfig, layer: nn.Module, index: int) -> nn.Module:
-    """A new layer of ``family`` with ``layer``'s weights that reads ``config`` itself (the encoder's config
-    object, not a copy), so a later ``set_attn_implementation`` on the encoder reaches it too."""
-    new = family.new_layer(config, index)
-    new.load_state_dict(layer.state_dict())
-    return new
-
-
-def individual_copies(
-    model: PreTrainedModel,
-    family: EncoderFamily,
-    wiring: Wiring,
-    layers: Sequence[int],
-    groups: Iterable[str],
-) -> nn.ModuleDict:
-    """Per group of tasks, its copies of ``model``'s individual ``layers`` (keyed by layer index, each with
-    the layer's current weights); their places in the layer list become parameter-free slots."""
-    shared = family.layer_list(model)
-    config: PretrainedConfig = model.config
-    copies = nn.ModuleDict()
-    if layers:
-        for group in dict.fromkeys(groups):
-            copies[group] = nn.ModuleDict({str(i): layer_copy(family, config, shared[i], i) for i in layers})
-        for i in layers:
-            shared[i] = IndividualLayerSlot(i, wiring, shared[i])  # the copies replace the shared layer
-    return copies
-
-
-def task_adapters(
-    config: AdapterConfig, encoder_config: PretrainedConfig, names: Sequence[str], size: int
-) -> nn.ModuleDict:
-    """Per task, its module of width ``size`` as the config's method builds it (none for ``none``)."""
-    method = config.adapter_method
-    layers = config.layer_indices(int(encoder_config.num_hidden_layers))
-    adapters = nn.ModuleDict()
-    for name in names:
-        module = method.build(config, encoder_config, size, layers)
-        if module is not None:
-            adapters[name] = module
-    return adapters
-
-
-def hook_layers(encoder: MultiTaskBert) -> None:
-    """Hook every layer of ``encoder`` (the shared ones and the copies of individual ones) where its
-    method acts (:func:`~pal_lightning.modeling.families.wiring.place_hooks`)."""
-    where = encoder.adapter_config.adapter_method.where.value
-    if where == "nowhere":
-        return  # individual layers need no hook: their slots read the call themselves
-    sites = sorted({site for adapter in encoder.adapters.values() for site in getattr(adapter, "sites", ())})
-    layers: list[tuple[int, nn.Module]] = list(enumerate(encoder.family.layer_list(encoder.bert)))
-    for copies in encoder.individual.values():
-        layers += [(int(i), layer) for i, layer in cast(nn.ModuleDict, copies).items()]
-    for index, layer in layers:
-        if not isinstance(layer, IndividualLayerSlot):
-            place_hooks(layer, index, encoder.family, encoder.wiring, where, sites)
-
-
-def merge_adapter(encoder: MultiTaskBert, task: str) -> None:
-    """Fold ``task``'s module into the weights of the layers it acts in (shared ones and the task's copies
-    of individual ones); :meth:`MultiTaskBert.merge`.
-
-    Raises:
-        PalUserError: for a method whose modules have no ``weight_delta``.
-    """
-    adapter = encoder.adapters[task]
-    if not hasattr(adapter, "weight_delta"):
-        raise PalUserError(
-            f"Method {encoder.adapter_config.method!r} cannot be merged into the encoder's weights (only "
-            "methods whose per-task change is linear in the weights, such as lora, can). Export it unmerged."
-        )
-    family = encoder.family
-    fold_deltas(dict(enumerate(family.layer_list(encoder.bert))), family, adapter)
-    copies = encoder._copies_of(task)  # an I layer's copy takes the task's delta too
-    if copies is not None:
-        fold_deltas({int(i): layer for i, layer in copies.items()}, family, adapter)
-
-
-class TaskParameters:
-    """The encoder's parameters by role (shared, per task, pretrained, new), for optimiser groups, GEM and
-    accounting. Mixed into :class:`MultiTaskBert`, which provides ``bert``, ``individual``, ``adapters``,
-    ``task_group`` and ``check_task``."""
-
-    bert: PreTrainedModel
-    individual: nn.ModuleDict
-    adapters: nn.ModuleDict
-    task_group: dict[str, str]
-
-    def check_task(self, task: str) -> None:  # pragma: no cover - MultiTaskBert's
-        raise NotImplementedError
-
-    def pretrained_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
-        """(name, parameter) of every weight that starts from the pretrained encoder: the shared encoder
-        (``bert.*``) and the per-task copies of individual layers (``individual.*``). They train at the
-        encoder's learning rate and ``freeze_encoder`` freezes them."""
-        yield from self.bert.named_parameters(prefix="bert")
-        yield from self.individual.named_parameters(prefix=INDIVIDUAL_PREFIX)
-
-    def shared_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
-        """(name, parameter) of the encoder every task uses (``bert.*``: embeddings, F and S layers)."""
-        yield from self.bert.named_parameters(prefix="bert")
-
-    def individual_parameters(self, task: str) -> Iterator[tuple[str, nn.Parameter]]:
-        """(name, parameter) of the copies of the individual layers ``task`` uses (its group's; nothing
-        without I layers)."""
-        self.check_task(task)
-        group = self.task_group[task]
-        if group in self.individual:
-            yield from self.individual[group].named_parameters(prefix=f"{INDIVIDUAL_PREFIX}.{group}")
-
-    def adapter_parameters(self, task: str) -> Iterator[tuple[str, nn.Parameter]]:
-        """(name, parameter) of ``task``'s adapter (nothing with ``adapter="none"``)."""
-        self.check_task(task)
-        if task in self.adapters:
-            yield from self.adapters[task].named_parameters(prefix=f"{ADAPTERS_PREFIX}.{task}")
-
-    def new_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
-        """(name, parameter) of every task-specific adapter (``adapters.*``)."""
-        yield from self.adapters.named_parameters(prefix=ADAPTERS_PREFIX)
-
-    def task_parameters(self, task: str) -> Iterator[tuple[str, nn.Parameter]]:
-        """(name, parameter) of everything ``task`` uses beside the shared encoder: its adapter and its
-        (group's) individual layers."""
-        yield from self.adapter_parameters(task)
-        yield from self.individual_parameters(task)
-
-
-class RoutedForward:
-    """The mixed-task forward of :class:`MultiTaskBert` (rows of several tasks in one pass: ``tasks=``), and
-    the calls the hooks read. Mixed into :class:`MultiTaskBert`, which provides the attributes below."""
-
-    bert: PreTrainedModel
-    family: EncoderFamily
-    wiring: Wiring
-    adapters: nn.ModuleDict
-    individual: nn.ModuleDict
-    adapter_config: AdapterConfig
-    adapter_layers: tuple[int, ...]
-    individual_layers: tuple[int, ...]
-    task_group: dict[str, str]
-    takes_token_types: bool
-    _task_names: tuple[str, ...]
-
-    if TYPE_CHECKING:  # MultiTaskBert's
-
-        @property
-        def num_layers(self) -> int: ...
-
-        def _copies_of(self, task: str) -> nn.ModuleDict | None: ...
-
-        def forward(
-            self,
-            input_ids: torch.Tensor,
-            attention_mask: torch.Tensor | None = None,
-            token_type_ids: torch.Tensor | None = None,
-            *,
-            task: str | None = None,
-            tasks: TaskRouting | RowTasks | None = None,
-        ) -> torch.Tensor: ...
-
-    @property
-    def mixed_by_task(self) -> bool:
-        """Whether a mixed-task batch runs one forward per task present rather than one routed pass: the
-        method acts on a site the family also feeds row-shared tensors (``EncoderFamily.row_shared_sites``)."""
-        sites = {site for adapter in self.adapters.values() for site in getattr(adapter, "sites", ())}
-        return bool(sites & set(self.family.row_shared_sites))
-
-    def route(self, tasks: RowTasks, device: torch.device | str | None = None) -> TaskRouting:
-        """Each row's task (indices into :attr:`task_names`, or names) grouped by task once
-        (:func:`~pal_lightning.modeling.families.routing.route_rows`): pass it as ``tasks=`` to
-        :meth:`forward`, and read each task's rows with :meth:`TaskRouting.rows`. ``device``: the inputs'.
-
-        Raises:
-            PalUserError: for an unknown task or index, or no row.
-        """
-        return route_rows(
-            tasks, self._task_names, self.task_group if self.individual_layers else None, device
-        )
-
-    def _forward_mixed(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        token_type_ids: torch.Tensor | None,
-        tasks: TaskRouting | RowTasks | None,
-        task: str | None = None,
-    ) -> torch.Tensor:
-        """:meth:`forward` of rows of several tasks: sorted by task, one pass, back in the input order."""
-        if tasks is None or task is not None:
-            raise PalUserError(
-                "MultiTaskBert needs the rows' task: task='sst' for every row, or tasks=[...] with one per "
-                "row (not both)."
-            )
-        routing = tasks if isinstance(tasks, TaskRouting) else self.route(tasks, input_ids.device)
-        if routing.size != input_ids.shape[0]:
-            raise PalUserError(
-                f"tasks names {routing.size} rows but input_ids has {input_ids.shape[0]}: give one task per row."
-            )
-        if len(routing.tasks) == 1:  # one task: the single-task path, rows in place
-            return self.forward(input_ids, attention_mask, token_type_ids, task=routing.tasks[0])
-        mask = None if attention_mask is None else routing.sort(attention_mask)
-        if self.mixed_by_task:
-            return routing.unsort(self._forward_by_task(routing, input_ids, mask, token_type_ids))
-        call = self.mixed_task_call(routing, mask)
-        if call is None:  # no task present has a module: the shared encoder, rows in place
-            inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
-        else:
-            inputs = {"input_ids": routing.sort(input_ids), "attention_mask": mask}
-        if self.takes_token_types:
-            inputs["token_type_ids"] = (
-                token_type_ids if call is None or token_type_ids is None else routing.sort(token_type_ids)
-            )
-        with self.wiring.active(call):
-            out = self.bert(**inputs).last_hidden_state
-        return out if call is None else routing.unsort(out)
-
-    def _forward_by_task(
-        self,
-        routing: TaskRouting,
-        input_ids: torch.Tensor,
-        mask: torch.Tensor | None,
-        token_type_ids: torch.Tensor | None,
-    ) -> torch.Tensor:
-        """The sorted rows' hidden states from one single-task forward per task present, on its slice."""
-        ids = routing.sort(input_ids)
-        types = None if token_type_ids is None else routing.sort(token_type_ids)
-        return torch.cat(
-            [
-                self.forward(
-                    ids[start:stop],
-                    None if mask is None else mask[start:stop],
-                    None if types is None else types[start:stop],
-                    task=task,
-                )
-                for task, start, stop in routing.slices()
-            ]
-        )
-
-    def mixed_task_call(self, routing: TaskRouting, attention_mask: torch.Tensor | None) -> TaskCall | None:
-        """What the hooks need for one forward of ``routing``'s rows (sorted by task, as is
-        ``attention_mask``): each present task's call on its slice (``None``: nothing task-specific)."""
-        pal_mask = self._pal_mask(attention_mask)
-        segments = [
-            Segment(
-                start, stop, self._call_with_mask(task, None if pal_mask is None else pal_mask[start:stop])
-            )
-            for task, start, stop in routing.slices()
-        ]
-        if all(segment.call is None for segment in segments):
-            return None
-        call = mixed_call(segments, self.num_layers)
-        parts = [
-            Part(start, stop, cast(nn.ModuleDict, self.individual[group]), narrowed(call, start, stop))
-            for group, start, stop in routing.groups
-        ]
-        return mixed_call(segments, self.num_layers, parts) if parts else call
-
-    def task_call(self, task: str, attention_mask: torch.Tensor | None) -> TaskCall | None:
-        """What the hooks need for one forward of ``task`` (``None``: nothing task-specific)."""
-        # the PAL mask, once per forward, for a task with a module that reads it
-        return self._call_with_mask(task, self._pal_mask(attention_mask) if task in self.adapters else None)
-
-    def _pal_mask(self, attention_mask: torch.Tensor | None) -> torch.Tensor | None:
-        """The PAL mask of a forward whose method reads one (BESIDE, TOP), else ``None``."""
-        if not len(self.adapters) or self.adapter_config.adapter_method.where not in (
-            Where.BESIDE,
-            Where.TOP,
-        ):
-            return None
-        weight = self.bert.get_input_embeddings().weight
-        assert isinstance(weight, torch.Tensor)
-        return additive_mask(attention_mask, scores_dtype(weight.dtype, weight.device))
-
-    def _call_with_mask(self, task: str, pal_mask: torch.Tensor | None) -> TaskCall | None:
-        """:meth:`task_call` with the PAL mask made already (a slice of a mixed batch's)."""
-        adapter = self.adapters[task] if task in self.adapters else None
-        individual = self._copies_of(task)
-        if adapter is None and individual is None:
-            return None
-        where = self.adapter_config.adapter_method.where.value
-        mask = pal_mask if adapter is not None else None
-        return task_call(adapter, where, self.adapter_layers, self.num_layers, mask, individual)
 
 
 class MultiTaskBert(RoutedForward, TaskParameters, nn.Module):
@@ -502,7 +99,7 @@ class MultiTaskBert(RoutedForward, TaskParameters, nn.Module):
         task_groups: Sequence[Sequence[str]] | None = None,
     ) -> None:
         super().__init__()
-        names = _parameter_safe_names(tasks)
+        names = parameter_safe_names(tasks)
         self.adapter_config = AdapterConfig.coerce(adapter)
         self._task_names: tuple[str, ...] = tuple(names)
         config = encoder_config(bert_config)

@@ -17,7 +17,8 @@ from pal_lightning.modeling import MultiTaskBert, load_task_weights, parameter_r
 from pal_lightning.modeling.accounting import task_weight_formula
 from pal_lightning.modeling.methods import SITES, AdapterConfig, Where, get_method
 from pal_lightning.modeling.methods.bottleneck import BottleneckAdapter
-from pal_lightning.testing import FAMILY_TYPES, TINY_BERT_3_LAYERS, tiny_family_config, without_dropout
+from pal_lightning.testing import TINY_BERT_3_LAYERS, without_dropout
+from pal_lightning.testing.conformance import run
 
 D, D_FF, LAYERS = 32, 40, 3
 ENCODER = BertConfig(
@@ -187,19 +188,14 @@ def _encoder(adapter: AdapterConfig | str, seed: int = 0) -> MultiTaskBert:
     return MultiTaskBert.from_config(TINY_NO_DROPOUT, ["a", "b"], adapter=adapter).eval()
 
 
-def _hidden(model: nn.Module, batch: dict[str, torch.Tensor], task: str) -> torch.Tensor:
-    with torch.no_grad():
-        return model(**batch, task=task)
-
-
 @pytest.mark.parametrize("method", ["houlsby", "pfeiffer"])
 def test_a_new_bottleneck_task_is_the_plain_encoder(method: str, batch: dict[str, torch.Tensor]) -> None:
     model = _encoder(AdapterConfig(method=method, targets=list(SITES)))
     plain = MultiTaskBert.from_config(TINY_NO_DROPOUT, ["a"], adapter="none").eval()
     plain.bert.load_state_dict(model.bert.state_dict())
-    expected = _hidden(plain, batch, "a")
+    expected = run(plain, batch, "a")
     for task in ("a", "b"):
-        torch.testing.assert_close(_hidden(model, batch, task), expected, atol=1e-6, rtol=0)
+        torch.testing.assert_close(run(model, batch, task), expected, atol=1e-6, rtol=0)
     # each site is wired: large D and U there change task a's output alone (by little for query and
     # key: the tiny random encoder's attention is nearly uniform, its N(0, 0.02) queries near zero)
     for site in SITES:
@@ -207,8 +203,8 @@ def test_a_new_bottleneck_task_is_the_plain_encoder(method: str, batch: dict[str
         with torch.no_grad():
             for p in (*down.parameters(), *up.parameters()):
                 p.normal_(0, 1.0)
-        assert not torch.allclose(_hidden(model, batch, "a"), expected, atol=1e-5), site
-        torch.testing.assert_close(_hidden(model, batch, "b"), expected, atol=1e-6, rtol=0)
+        assert not torch.allclose(run(model, batch, "a"), expected, atol=1e-5), site
+        torch.testing.assert_close(run(model, batch, "b"), expected, atol=1e-6, rtol=0)
         with torch.no_grad():
             up.weight.zero_()
             up.bias.zero_()
@@ -249,34 +245,9 @@ def test_task_weights_round_trip_and_the_alias(tmp_path, batch) -> None:
     save_task_weights(model, tmp_path / "b.safetensors", tasks=["b"])
     alias = _encoder(AdapterConfig(method="bottleneck", init="random"), seed=1)
     alias.bert.load_state_dict(model.bert.state_dict())
-    assert not torch.allclose(_hidden(alias, batch, "b"), _hidden(model, batch, "b"))
+    assert not torch.allclose(run(alias, batch, "b"), run(model, batch, "b"))
     load_task_weights(alias, tmp_path / "b.safetensors")  # the alias's weights are pfeiffer's
-    torch.testing.assert_close(_hidden(alias, batch, "b"), _hidden(model, batch, "b"), atol=0, rtol=0)
+    torch.testing.assert_close(run(alias, batch, "b"), run(model, batch, "b"), atol=0, rtol=0)
     for other in (config.replace(method="houlsby"), config.replace(nonlinearity="gelu")):
         with pytest.raises(PalUserError):
             load_task_weights(_encoder(other), tmp_path / "b.safetensors")
-
-
-@pytest.mark.parametrize("model_type", FAMILY_TYPES)
-def test_bottleneck_adapters_in_every_family(model_type: str) -> None:
-    config = without_dropout(tiny_family_config(model_type))
-    torch.manual_seed(0)
-    model = MultiTaskBert.from_config(
-        config, ["a", "b"], adapter=AdapterConfig(method="houlsby", targets=list(SITES))
-    )
-    model.eval()
-    plain = MultiTaskBert.from_config(config, ["a"], adapter="none").eval()
-    plain.bert.load_state_dict(model.bert.state_dict())
-    mask = torch.ones(2, 6, dtype=torch.long)
-    mask[1, 4:] = 0
-    batch = {
-        "input_ids": torch.randint(5, 90, (2, 6), generator=torch.Generator().manual_seed(3)),
-        "attention_mask": mask,
-    }
-    expected = _hidden(plain, batch, "a")
-    torch.testing.assert_close(_hidden(model, batch, "a"), expected, atol=1e-6, rtol=0)
-    with torch.no_grad():  # every site's module non-zero (each site's width must fit its Linear's)
-        for p in model.adapters["a"].parameters():
-            p.normal_(0, 0.5)
-    assert not torch.allclose(_hidden(model, batch, "a"), expected, atol=1e-3)
-    torch.testing.assert_close(_hidden(model, batch, "b"), expected, atol=1e-6, rtol=0)

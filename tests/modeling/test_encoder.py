@@ -115,7 +115,7 @@ def test_pal_term_enters_before_the_output_layernorm(batch):
         out = layer.output.dense(layer.intermediate(h_att))
         expected = layer.output.LayerNorm(h_att + out + ts)
 
-        with model.wiring.active(TaskCall(model.adapters["a"], frozenset({0}), None)):
+        with model.wiring.active(TaskCall(beside=model.adapters["a"], layers=frozenset({0}))):
             got = layer(h, None)
         assert layer(h, None).sub(got).abs().max() > 0  # no active call: the plain layer
     torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)

@@ -20,7 +20,8 @@ from pal_lightning.modeling import MultiTaskBert, load_task_weights, parameter_r
 from pal_lightning.modeling.accounting import task_weight_formula
 from pal_lightning.modeling.methods import SITES, AdapterConfig, Where, get_method
 from pal_lightning.modeling.methods.lora import LoraAdapter
-from pal_lightning.testing import FAMILY_TYPES, TINY_BERT_3_LAYERS, tiny_family_config, without_dropout
+from pal_lightning.testing import TINY_BERT_3_LAYERS, without_dropout
+from pal_lightning.testing.conformance import run
 
 D, D_FF, LAYERS = 32, 40, 3
 ENCODER = BertConfig(
@@ -225,25 +226,6 @@ def _encoder(adapter: AdapterConfig | str, seed: int = 0) -> MultiTaskBert:
     return MultiTaskBert.from_config(TINY_NO_DROPOUT, ["a", "b"], adapter=adapter).eval()
 
 
-def _hidden(model: nn.Module, batch: dict[str, torch.Tensor], task: str) -> torch.Tensor:
-    with torch.no_grad():
-        return model(**batch, task=task)
-
-
-def test_a_new_lora_task_is_the_plain_encoder(batch: dict[str, torch.Tensor]) -> None:
-    model = _encoder(AdapterConfig(method="lora", targets=list(SITES)))
-    plain = MultiTaskBert.from_config(TINY_NO_DROPOUT, ["a"], adapter="none").eval()
-    plain.bert.load_state_dict(model.bert.state_dict())
-    expected = _hidden(plain, batch, "a")
-    for task in ("a", "b"):
-        torch.testing.assert_close(_hidden(model, batch, task), expected, atol=1e-6, rtol=0)
-    # a non-zero B changes the output, of its own task only (the comparison above can fail)
-    with torch.no_grad():
-        model.adapters["a"].up["1"]["value"].weight.normal_(0, 0.5)
-    assert not torch.allclose(_hidden(model, batch, "a"), expected, atol=1e-3)
-    torch.testing.assert_close(_hidden(model, batch, "b"), expected, atol=1e-6, rtol=0)
-
-
 def test_training_with_a_frozen_encoder_changes_only_the_tasks_lora_and_head(batch) -> None:
     model = _encoder("lora").train()
     model.bert.requires_grad_(False)
@@ -283,10 +265,10 @@ def test_task_weights_round_trip(tmp_path, batch) -> None:
     model = _encoder(config)
     save_task_weights(model, tmp_path / "a.safetensors", tasks=["a"])
     fresh = _encoder(config, seed=1)
-    assert not torch.allclose(_hidden(fresh, batch, "a"), _hidden(model, batch, "a"))
+    assert not torch.allclose(run(fresh, batch, "a"), run(model, batch, "a"))
     fresh.bert.load_state_dict(model.bert.state_dict())
     load_task_weights(fresh, tmp_path / "a.safetensors")
-    torch.testing.assert_close(_hidden(fresh, batch, "a"), _hidden(model, batch, "a"), atol=0, rtol=0)
+    torch.testing.assert_close(run(fresh, batch, "a"), run(model, batch, "a"), atol=0, rtol=0)
     # another rank does not fit: the signature differs
     with pytest.raises(PalUserError):
         load_task_weights(_encoder(config.replace(size=4)), tmp_path / "a.safetensors")
@@ -313,48 +295,8 @@ def test_lora_equals_peft_on_the_same_tiny_bert(batch: dict[str, torch.Tensor]) 
                 getattr(attention, site).lora_A["default"].weight.copy_(a.weight)
                 getattr(attention, site).lora_B["default"].weight.copy_(b.weight)
         theirs = peft_model(**batch).last_hidden_state
-    torch.testing.assert_close(_hidden(ours, batch, "a"), theirs, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(run(ours, batch, "a"), theirs, atol=1e-5, rtol=1e-5)
     assert not torch.allclose(theirs, plain, atol=1e-3)  # the updates act: the comparison can fail
-
-
-# ------------------------------------------------------------------ every encoder family
-def _family_batch() -> dict[str, torch.Tensor]:
-    gen = torch.Generator().manual_seed(3)
-    mask = torch.ones(2, 6, dtype=torch.long)
-    mask[1, 4:] = 0
-    return {"input_ids": torch.randint(5, 90, (2, 6), generator=gen), "attention_mask": mask}
-
-
-@pytest.mark.parametrize("model_type", FAMILY_TYPES)
-def test_lora_in_every_family_starts_plain_and_folds_into_the_site_weights(model_type: str) -> None:
-    config = without_dropout(tiny_family_config(model_type))
-    torch.manual_seed(0)
-    model = MultiTaskBert.from_config(
-        config, ["a"], adapter=AdapterConfig(method="lora", targets=list(SITES))
-    )
-    model.eval()
-    plain = MultiTaskBert.from_config(config, ["a"], adapter="none").eval()
-    plain.bert.load_state_dict(model.bert.state_dict())
-    batch = _family_batch()
-    unmerged = _hidden(plain, batch, "a")
-    torch.testing.assert_close(_hidden(model, batch, "a"), unmerged, atol=1e-6, rtol=0)
-    # with every B non-zero, adding weight_delta to each site's rows of its Linear (a fused query/key/
-    # value Linear: the site's slice) gives the same encoder: what merge and export do
-    adapter = model.adapters["a"]
-    family = model.family
-    with torch.no_grad():
-        for p in adapter.up.parameters():
-            p.normal_(0, 0.1)
-        for i, layer in enumerate(family.layer_list(plain.bert)):
-            for site in SITES:
-                path, chunk = family.sites[site]
-                weight = layer.get_submodule(path).weight
-                rows = weight.shape[0] // chunk[1] if chunk else weight.shape[0]
-                start = chunk[0] * rows if chunk else 0
-                weight[start : start + rows] += adapter.weight_delta(i, site)
-    merged = _hidden(plain, batch, "a")
-    assert not torch.allclose(merged, unmerged, atol=1e-3)  # the updates act: the comparison can fail
-    torch.testing.assert_close(_hidden(model, batch, "a"), merged, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize(
@@ -378,6 +320,6 @@ def test_save_pretrained_and_from_pretrained_keep_the_method(adapter: dict[str, 
     assert loaded.encoder.adapter_config == module.encoder.adapter_config == AdapterConfig.coerce(adapter)
     batch = {"input_ids": torch.randint(5, 90, (2, 6)), "attention_mask": torch.ones(2, 6, dtype=torch.long)}
     for task in ("sst", "sts"):
-        torch.testing.assert_close(_hidden(loaded.encoder, batch, task), _hidden(module.encoder, batch, task))
+        torch.testing.assert_close(run(loaded.encoder, batch, task), run(module.encoder, batch, task))
     saved, reloaded = module.state_dict(), loaded.state_dict()
     assert saved.keys() == reloaded.keys() and all(torch.equal(saved[k], reloaded[k]) for k in saved)

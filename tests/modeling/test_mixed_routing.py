@@ -13,9 +13,7 @@ from pal_lightning.modeling import MultiTaskBert
 from pal_lightning.modeling.families.routing import route_rows
 from pal_lightning.modeling.methods import METHODS
 from pal_lightning.testing import FAMILY_TYPES, tiny_family_config
-
-SIZES = {"pals": 8, "pals_no_sharing": 8, "pa_on_top": 8, "low_rank": 8, "pff": 8}
-"""d_s of the methods with a projected space (the others take their default at width 32)."""
+from pal_lightning.testing.conformance import tiny_options
 
 ROW_TASKS = ["b", "a", "c", "a", "b", "a"]
 """Interleaved, so that sorting is not the identity; ``c`` loses its adapter (its rows pass through)."""
@@ -27,15 +25,8 @@ DEVICES = [
 
 
 def options(method: str) -> dict:
-    size = SIZES.get(method)
-    return (
-        {}
-        if size is None
-        else {
-            "size": size,
-            **({"num_heads": 2} if method in ("pals", "pals_no_sharing", "pa_on_top") else {}),
-        }
-    )
+    """The conformance check's small options, with the method's default targets."""
+    return {k: v for k, v in tiny_options(method).items() if k != "targets"}
 
 
 def no_dropout(config: dict) -> dict:
@@ -86,8 +77,9 @@ def check_rows_as_alone(model: MultiTaskBert, model_type: str, device: str = "cp
     for task, out in alone.items():
         rows = [i for i, t in enumerate(ROW_TASKS) if t == task]
         torch.testing.assert_close(mixed[rows], out[rows], atol=1e-5, rtol=1e-5, msg=f"rows of {task}")
-    acting = model.adapter_config.method != "none" or model.individual_layers
-    if acting:  # the tasks differ, so the equality above routed each row
+    if (
+        len(model.adapters) or model.individual_layers
+    ):  # the tasks differ, so the equality above routed each row
         assert (alone["a"] - alone["b"]).abs().max() > 1e-3
 
 

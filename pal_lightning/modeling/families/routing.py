@@ -1,27 +1,8 @@
-"""Per-example task routing: the rows of a mixed batch grouped by task once, for every layer to use.
-
-A mixed batch holds rows of several tasks (``tasks[i]``: row i's task). Each layer must apply each row's
-own task module, with batched kernels: the rows are sorted by task **once per batch** (a stable sort), so
-that every task's rows are one contiguous slice; each hook then runs each present task's module on its
-slice and concatenates the slices back, and the encoder's output is put back in the input order once at
-the end::
-
-    input rows     sorted once (order)          every hooked place, per task present     output rows
-    ─────────────  ───────────────────────      ─────────────────────────────────────    ─────────────
-    0  sst         0 sst ┐ rows[0:2]            A_sst(h[0:2])  ┐                          0  sst
-    1  sts         2 sst ┘                      A_sts(h[2:4])  ├─ cat ─> next layer ...    1  sts
-    2  sst   ──>   1 sts ┐ rows[2:4]     ──>    h[4:5] as is   ┘ (task without module)    2  sst
-    3  qqp         4 sts ┘                                                       ──>      3  qqp
-    4  sts         3 qqp ] rows[4:5]                                  unsort (inverse)    4  sts
-
-The work per hook is a loop over the tasks present, never over rows, and slicing a contiguous block is
-free (a view). Tasks that share copies of individual (I) layers (``task_groups``) are sorted next to each
-other (:attr:`TaskRouting.groups`), so an individual layer runs each group's copy on one slice too.
-
-The grouping is host work on ``B`` integers: task indices on a device are copied to the host once (one
-synchronisation per batch, which the slice bounds need anyway). :mod:`~pal_lightning.modeling.families.wiring`
-reads the slices; :class:`~pal_lightning.modeling.encoder.MultiTaskBert` builds a routing with
-:meth:`~pal_lightning.modeling.encoder.MultiTaskBert.route`.
+"""Per-example task routing: the rows of a mixed batch sorted by task once (stable), so that each task's
+rows are one contiguous slice every hooked place runs its module on, and put back in the input order once
+at the end (the diagram: docs/design.md §2, "Mixed-task batches"). Tasks sharing individual layers are
+sorted next to each other (:attr:`TaskRouting.groups`). Task indices on a device are copied to the host
+once per batch, which the slice bounds need anyway.
 """
 
 from __future__ import annotations

@@ -1,33 +1,14 @@
 """How a task's modules enter an encoder's layers: forward hooks placed once, an active :class:`TaskCall`.
 
-The encoder (:class:`~pal_lightning.modeling.encoder.MultiTaskBert`) keeps the ``transformers`` model of
-its family untouched (same modules, same parameter names, so pretrained checkpoints load as they are) and
-places hooks on its layers where the family says (:mod:`pal_lightning.modeling.families`)::
-
-    layer l, with task t active                     hook                      method kind
-    ───────────────────────────────────────────     ─────────────────────     ──────────────
-    on entry: h ──> TS_t(l, h) kept for l           layer pre-hook            BESIDE (PALs)
-    join_norm(x) ──> join_norm(x + TS_t(l, h))      join-norm pre-hook        BESIDE, post-LN
-    layer output y ──> y + TS_t(l, h)               layer hook                BESIDE, pre-LN
-    site Linear: y = f(x) ──> y + A_t(l, s, x, y)   Linear hook               INSIDE (LoRA, ...)
-    last layer output y ──> Top_t(y, ...)           layer hook                TOP
-
-Only the hooks the encoder's method needs are placed. Each forward makes a :class:`TaskCall` the hooks
-read from the encoder's :class:`Wiring` while that forward runs (``with wiring.active(call):``); outside
-it (no task) every hook passes its input through, so the layers are exactly the family's layers.
-
-Why a call scoped to one forward rather than state set on the layers: two forwards of different tasks may
-run before one backward (siamese pairs), and autograd keeps what each forward computed, so nothing has to
-outlive the forward. Activation checkpointing recomputes a layer in the backward pass: its recomputation
-gets the call back through checkpointing's ``context_fn`` (:meth:`Wiring.checkpoint_contexts`). An individual (I) layer's place in the layer list holds an
-:class:`IndividualLayerSlot`, which runs the active task's copy of the layer (hooked the same way).
-
-A *mixed* call (:func:`mixed_call`) serves rows of several tasks in one forward: the rows arrive sorted by
-task (:mod:`~pal_lightning.modeling.families.routing`), and the call holds, per task present, the slice of
-rows it owns and that task's own call (:class:`Segment`). Each hook loops over the segments, runs the
-task's module on its slice with the single-task code, and concatenates the slices; an individual layer
-runs each group's copy on the group's slice under a call narrowed to those rows (:class:`Part`). A call
-of one task has no segments and takes the single-task code alone (one attribute read more per hook).
+The family's model is kept as it is; its method's placement (:mod:`~pal_lightning.modeling.methods.where`)
+hooks the layers: a layer pre-hook computes a BESIDE term on entry, a join-norm pre-hook (post-LN) or a
+layer hook (pre-LN) adds it, site-Linear hooks add INSIDE deltas, the last layer's hook runs a TOP block.
+Each forward makes the call the hooks read (``with wiring.active(call):``); with none active the layers
+are the family's own. A call scoped to one forward keeps siamese pairs (two forwards, one backward) and
+activation checkpointing (the recomputation gets the call back: :meth:`Wiring.checkpoint_contexts`)
+correct. A *mixed* call (:func:`mixed_call`) holds, per task present, its slice of the rows sorted by
+task and its own call (:class:`Segment`); every hook runs each slice with the single-task code and joins
+them; individual layers run each group's copy on its slice (:class:`Part`).
 """
 
 from __future__ import annotations
@@ -70,20 +51,20 @@ class Part(NamedTuple):
 class TaskCall:
     """What the hooks need during one forward of one task (or, with :attr:`segments`, of several)."""
 
-    adapter: nn.Module | None
-    """The task's module beside (``forward(layer, hidden, mask)``) or inside the layers, or ``None``."""
-    layers: frozenset[int]
-    """The layers the adapter acts in."""
-    mask: torch.Tensor | None
-    """The additive padding mask ``[B, 1, 1, T]`` of the PAL attention, built once per forward."""
+    beside: nn.Module | None = None
+    """The task's module beside the layers (``forward(layer, hidden, mask)``), or ``None``."""
+    inside: nn.Module | None = None
+    """The task's module on the layers' sites (``delta(layer, site, x, y)``), or ``None``."""
     top: nn.Module | None = None
-    """The task's block after the last layer (variants on top)."""
+    """The task's block after the last layer, or ``None``."""
+    layers: frozenset[int] = frozenset()
+    """The layers ``beside`` or ``inside`` acts in."""
+    mask: torch.Tensor | None = None
+    """The additive padding mask ``[B, 1, 1, T]`` of the PAL attention, built once per forward."""
     last: int = -1
     """The index of the last layer."""
     individual: nn.ModuleDict | None = None
     """The task's copies of the individual layers, keyed by layer index (``None``: no I layer)."""
-    inside: bool = False
-    """Whether ``adapter`` acts on the layers' sites (``delta``) rather than beside them."""
     terms: dict[int, torch.Tensor] = field(default_factory=dict)
     """The BESIDE terms, computed on each layer's entry."""
     last_arguments: tuple[tuple[Any, ...], dict[str, Any]] = ((), {})
@@ -94,34 +75,10 @@ class TaskCall:
     """A mixed call's groups of rows for the individual layers (empty: no individual layer)."""
 
 
-def task_call(
-    adapter: nn.Module | None,
-    where: str,
-    layers: Iterable[int],
-    num_layers: int,
-    mask: torch.Tensor | None,
-    individual: nn.ModuleDict | None,
-) -> TaskCall:
-    """The call of a task whose ``adapter`` acts ``where`` (a :class:`~pal_lightning.modeling.methods.Where`
-    value) in ``layers`` of ``num_layers``; ``individual``: its copies of the individual layers."""
-    on_top = where == "top"
-    return TaskCall(
-        None if on_top else adapter,
-        frozenset(layers),
-        mask,
-        top=adapter if on_top else None,
-        last=num_layers - 1,
-        individual=individual,
-        inside=where == "inside",
-    )
-
-
 def mixed_call(segments: Iterable[Segment], num_layers: int, parts: Iterable[Part] = ()) -> TaskCall:
     """The call of a batch whose rows, sorted by task, are ``segments`` (contiguous, from row 0);
     ``parts``: its groups of rows for the individual layers."""
-    return TaskCall(
-        None, frozenset(), None, last=num_layers - 1, segments=tuple(segments), parts=tuple(parts)
-    )
+    return TaskCall(last=num_layers - 1, segments=tuple(segments), parts=tuple(parts))
 
 
 def narrowed(call: TaskCall, start: int, stop: int) -> TaskCall:
@@ -135,7 +92,7 @@ def narrowed(call: TaskCall, start: int, stop: int) -> TaskCall:
 
 
 class Wiring:
-    """The active call of one encoder, read by the hooks :func:`place_hooks` put on its layers."""
+    """The active call of one encoder, read by the hooks its method's placement puts on its layers."""
 
     def __init__(self, family_pre_norm: bool = False) -> None:
         self.call: TaskCall | None = None
@@ -229,7 +186,7 @@ class _Hook:
         self.index = index
 
 
-class _LayerPreHook(_Hook):
+class LayerPreHook(_Hook):
     """On a layer's entry: TS_t(l, h) of a BESIDE method; the last layer's arguments for a block on top."""
 
     def __call__(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -239,8 +196,8 @@ class _LayerPreHook(_Hook):
         if call.segments:
             self.mixed(call, args, kwargs)
             return
-        if call.adapter is not None and not call.inside and self.index in call.layers:
-            call.terms[self.index] = call.adapter(self.index, _hidden_argument(args, kwargs), call.mask)
+        if call.beside is not None and self.index in call.layers:
+            call.terms[self.index] = call.beside(self.index, _hidden_argument(args, kwargs), call.mask)
         if call.top is not None and self.index == call.last:
             call.last_arguments = (args[1:], dict(kwargs))
 
@@ -252,8 +209,8 @@ class _LayerPreHook(_Hook):
         acting = tops = False
         for start, stop, sub in call.segments:
             rows = hidden[start:stop]
-            if sub is not None and sub.adapter is not None and not sub.inside and self.index in sub.layers:
-                pieces.append(sub.adapter(self.index, rows, sub.mask))
+            if sub is not None and sub.beside is not None and self.index in sub.layers:
+                pieces.append(sub.beside(self.index, rows, sub.mask))
                 acting = True
             else:
                 pieces.append(torch.zeros_like(rows))
@@ -264,7 +221,7 @@ class _LayerPreHook(_Hook):
             call.last_arguments = (args[1:], dict(kwargs))
 
 
-class _JoinNormHook(_Hook):
+class JoinNormHook(_Hook):
     """Before the join LayerNorm of a post-LN layer: the kept term joins the FFN's residual sum."""
 
     def __call__(self, module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
@@ -276,7 +233,7 @@ class _JoinNormHook(_Hook):
         return (args[0] + call.terms[self.index], *args[1:])
 
 
-class _LayerHook(_Hook):
+class LayerHook(_Hook):
     """After a layer: a pre-LN family's term joins the residual stream; the block on top runs."""
 
     def __call__(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> Any:
@@ -324,7 +281,7 @@ def _run_top(
     return top(hidden, run, mask)
 
 
-class _SiteHook(_Hook):
+class SiteHook(_Hook):
     """After a site's Linear: ``y + A_t(l, site, x, y)`` for each site it holds (a fused Linear holds three,
     each a slice of its output)."""
 
@@ -338,9 +295,9 @@ class _SiteHook(_Hook):
             return None
         if call.segments:
             return self.mixed(call, args[0], output)
-        if not call.inside or call.adapter is None or self.index not in call.layers:
+        if call.inside is None or self.index not in call.layers:
             return None
-        return self.apply(call.adapter, args[0], output)
+        return self.apply(call.inside, args[0], output)
 
     def mixed(self, call: TaskCall, x: torch.Tensor, output: torch.Tensor) -> torch.Tensor | None:
         """Each task's deltas on its rows (rows of tasks without as they are)."""
@@ -348,10 +305,10 @@ class _SiteHook(_Hook):
         acting = False
         for start, stop, sub in call.segments:
             rows = output[start:stop]
-            if sub is not None and sub.inside and sub.adapter is not None and self.index in sub.layers:
+            if sub is not None and sub.inside is not None and self.index in sub.layers:
                 if not acting:
                     _check_rows(call, output, f"a site Linear of layer {self.index}")
-                rows = self.apply(sub.adapter, x[start:stop], rows)
+                rows = self.apply(sub.inside, x[start:stop], rows)
                 acting = True
             pieces.append(rows)
         return torch.cat(pieces) if acting else None
@@ -373,28 +330,6 @@ class _SiteHook(_Hook):
                 [output[..., :start], part + delta(self.index, site, x, part), output[..., stop:]], -1
             )
         return output
-
-
-def place_hooks(
-    layer: nn.Module, index: int, family: EncoderFamily, wiring: Wiring, where: str, sites: Iterable[str]
-) -> None:
-    """Put on ``layer`` (layer ``index`` of a ``family`` encoder) the hooks a method acting ``where`` needs.
-
-    ``sites``: the sites an INSIDE method may act on (every site its modules name).
-    """
-    if where in ("beside", "top"):
-        layer.register_forward_pre_hook(_LayerPreHook(wiring, index), with_kwargs=True)
-    if where == "top" or (where == "beside" and family.join_norm is None):
-        layer.register_forward_hook(_LayerHook(wiring, index), with_kwargs=True)
-    if where == "beside" and family.join_norm is not None:
-        layer.get_submodule(family.join_norm).register_forward_pre_hook(_JoinNormHook(wiring, index))
-    if where == "inside":
-        by_linear: dict[str, list[tuple[str, tuple[int, int] | None]]] = {}
-        for site in sites:
-            path, chunk = family.sites[site]
-            by_linear.setdefault(path, []).append((site, chunk))
-        for path, linear_sites in by_linear.items():
-            layer.get_submodule(path).register_forward_hook(_SiteHook(wiring, index, linear_sites))
 
 
 class IndividualLayerSlot(nn.Module):

@@ -5,50 +5,25 @@ of the encoder, ... Each method is one :class:`AdapterMethod` object in the regi
 (:mod:`pal_lightning.modeling.methods`); nothing else in the library branches on a method's name. Adding
 one is a new file with a subclass and one registry line (``docs/extending.md``).
 
-Where a method acts in the encoder (:class:`Where`)::
-
-    BESIDE   inside each selected layer l, a term added into the residual sum before the output
-             LayerNorm:  h^{l+1} = LN2(h_att + FFN(h_att) + A_t(l, h^l))       (PALs and variants)
-             module API: forward(layer, hidden, pal_mask) -> [B, T, d]; attribute ``layers``
-    TOP      once, after the last layer:  h_out = A_t(h^L)                       (pa_on_top, ...)
-             module API: forward(hidden, run_layer, pal_mask) -> [B, T, d]; ``run_layer(layer, h)``
-             runs an encoder layer with the arguments the last layer received
-    INSIDE   on named sites of each selected layer's own sublayers: the output ``y = f(x)`` of a site
-             (a projection or a sublayer's output Linear) becomes ``y + A_t(l, site, x, y)``
-                                                                             (LoRA, bottleneck adapters)
-             module API: delta(layer, site, x, y) -> tensor shaped like y; attributes ``layers`` (the
-             layer indices) and ``sites`` (names from :data:`SITES`); optionally
-             weight_delta(layer, site) -> [out, in] for a delta linear in x (folded by ``merge``)
-    NOWHERE  no module: only the heads are task-specific                         (none)
-
-``pal_mask`` is the additive padding mask ``[B, 1, 1, T]`` the encoder builds once per forward
-(:func:`~pal_lightning.modeling.methods.pals.additive_mask`). A method that needs the pretrained weights at its start (a copy of the last layer)
-gives its module a ``start_from(last_layer)`` method; the encoder calls it after loading them.
+Where a method's module acts, and the Protocol that module follows, is its :attr:`AdapterMethod.where`
+(:mod:`~pal_lightning.modeling.methods.where`). A module that needs the pretrained weights at its start
+(a copy of the last layer) has a ``start_from(last_layer)`` method; the encoder calls it after loading them.
 """
 
 from __future__ import annotations
 
 import math
-from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
 from pal_lightning.core.errors import PalUserError
+from pal_lightning.modeling.methods.where import Placement, Where
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
     from pal_lightning.modeling.methods.config import AdapterConfig
-
-
-class Where(str, Enum):
-    """Where a method's per-task module acts in the encoder (see the module docstring)."""
-
-    BESIDE = "beside"
-    TOP = "top"
-    INSIDE = "inside"
-    NOWHERE = "nowhere"
 
 
 #: The sites an ``INSIDE`` method may act on, in every encoder family's layers: the attention's query, key,
@@ -67,8 +42,8 @@ class AdapterMethod:
     name: str = ""
     """The name users write (``adapter.method: <name>``)."""
 
-    where: Where = Where.BESIDE
-    """Where the per-task module acts."""
+    where: Placement = Where.BESIDE
+    """Where the per-task module acts (:mod:`~pal_lightning.modeling.methods.where`)."""
 
     size_at_768: int | None = None
     """d_s the literature uses at width 768; the default size scales it to the encoder's width
@@ -85,6 +60,9 @@ class AdapterMethod:
 
     placeable: bool = True
     """Whether ``placement`` (all / top / bottom layers) applies."""
+
+    starts_as_encoder: bool = True
+    """Whether a new task's module (``init="zero"``) leaves the encoder's output unchanged."""
 
     # ------------------------------------------------------------------ configuration
     def check(self, config: AdapterConfig) -> None:
@@ -138,7 +116,7 @@ class AdapterMethod:
         Raises:
             PalUserError: when ``num_layers`` of the config exceeds the encoder's depth.
         """
-        if self.where not in (Where.BESIDE, Where.INSIDE):
+        if not self.where.in_layers:
             return ()
         if config.placement == "all":
             return tuple(range(num_layers))

@@ -1,25 +1,10 @@
-"""Bottleneck adapters per task (Houlsby et al., 2019; Pfeiffer et al., 2021).
+"""Bottleneck adapters per task (Houlsby et al., 2019; Pfeiffer et al., 2021): a targeted site's output
+y (width n) becomes ``y + U act(D y + b_D) + b_U`` (D: [m, n], U: [n, m]), U starting at zero.
 
-For task t, layer l and a targeted site s whose output is y (width n)::
-
-    y'  =  y + U_{l,s,t} act( D_{l,s,t} y + b_D ) + b_U          D: [m, n],  U: [n, m]
-
-a bottleneck of width m read from the site's output and added back to it, before the sublayer's
-residual sum and LayerNorm. U (weight and bias) starts at zero, so a new task starts as the pretrained
-encoder; D is N(0, 0.02) with a zero bias, BERT's initialisation (``init="random"`` draws U N(0, 0.02)
-too).
-
-* ``houlsby``: two adapters per layer, after the attention's output projection (``attention_output``)
-  and after the feed-forward block's output Linear (``ffn_output``), as Houlsby et al. place them.
-* ``pfeiffer``: one adapter per layer, after the feed-forward output (``ffn_output``); ``bottleneck``
-  names the same method. Pfeiffer et al. read the adapter's input after the feed-forward block's
-  residual LayerNorm; here it reads the output Linear's output, as Houlsby's second adapter does, so
-  that both variants act on one site vocabulary that every encoder family maps.
-
-m is ``size`` when set, else ``round(d / reduction_factor)`` with reduction factor 16 (m = 48 at width
-768), the default of both configurations in AdapterHub's ``adapters``, the reference implementation.
-The non-linearity defaults to AdapterHub's choice per variant: swish for ``houlsby``, ReLU for
-``pfeiffer``.
+``houlsby`` acts after the attention output and the feed-forward output, ``pfeiffer`` (alias
+``bottleneck``) after the feed-forward output only (read before the residual LayerNorm, so both act on the
+sites every family maps). m is ``size``, else ``round(d / reduction_factor)`` with factor 16; the
+non-linearity defaults to AdapterHub's per variant (swish for ``houlsby``, ReLU for ``pfeiffer``).
 """
 
 from __future__ import annotations
@@ -54,18 +39,10 @@ NONLINEARITIES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 
 
 class BottleneckAdapter(nn.Module):
-    """One task's bottleneck adapters, for every selected layer and targeted site.
-
-    Parameter names: ``down.<layer>.<site>`` (D, ``[m, n]`` with a bias) and ``up.<layer>.<site>`` (U,
-    ``[n, m]`` with a bias).
-
-    Args:
-        layers: the layers it acts in.
-        widths: per targeted site, n, the width of the site's output.
-        size: m, the bottleneck width.
-        nonlinearity: a key of :data:`NONLINEARITIES`.
-        init: ``"zero"`` (U starts at 0) or ``"random"`` (U N(0, 0.02)).
-    """
+    """One task's bottleneck adapters in ``layers`` (an
+    :class:`~pal_lightning.modeling.methods.where.InsideModule`): ``down.<layer>.<site>`` (D, ``[size, n]``)
+    and ``up.<layer>.<site>`` (U, ``[n, size]``) with biases, n the site's output width (``widths``); U is
+    zero unless ``init="random"``."""
 
     def __init__(
         self,
@@ -96,14 +73,7 @@ class BottleneckAdapter(nn.Module):
             zero_linears(self.up)
 
     def delta(self, layer: int, site: str, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """``U act(D y)``, added to the site's output ``y`` (the site's input ``x`` is not read).
-
-        Args:
-            layer: the layer index (one of :attr:`layers`).
-            site: the site (one of :attr:`sites`).
-            x: the site Linear's input.
-            y: the site Linear's output, ``[..., n]``.
-        """
+        """``U act(D y)`` for the site Linear's output ``y`` (its input ``x`` is not read)."""
         down = cast(nn.ModuleDict, self.down[str(layer)])[site]
         up = cast(nn.ModuleDict, self.up[str(layer)])[site]
         return up(self._act(down(y)))
@@ -172,10 +142,7 @@ class _Bottleneck(InsideMethod):
 
 
 class Houlsby(_Bottleneck):
-    """``houlsby``: adapters after the attention output and after the feed-forward output.
-
-    Weights per task: ``k · 2 · 2 d m`` (2 d m per site and layer; 1,769,472 at BERT-base with m = 48,
-    k = 12)."""
+    """``houlsby``: adapters after the attention output and the feed-forward output (``k 2 2 d m``)."""
 
     name = "houlsby"
     default_targets = ("attention_output", "ffn_output")
@@ -183,9 +150,7 @@ class Houlsby(_Bottleneck):
 
 
 class Pfeiffer(_Bottleneck):
-    """``pfeiffer``: one adapter after the feed-forward output.
-
-    Weights per task: ``k · 2 d m`` (884,736 at BERT-base with m = 48, k = 12)."""
+    """``pfeiffer``: one adapter after the feed-forward output (``k 2 d m`` weights)."""
 
     name = "pfeiffer"
     default_targets = ("ffn_output",)

@@ -1,27 +1,9 @@
 """The configuration of a model's per-task modules (adapters): which method, and its options.
 
-:class:`AdapterConfig` says *what* each task adds to the shared encoder; the method it names
-(:mod:`pal_lightning.modeling.methods`) says how that is built, where it acts and what it costs. The
-encoder resolves the config against a concrete shape with :meth:`AdapterConfig.resolved_size` and
-:meth:`AdapterConfig.layer_indices`.
-
-Default sizes follow Stickland & Murray (2019), scaled to the encoder width d by the ratio the paper uses
-for BERT-base (d = 768)::
-
-    method                       d_s at 768   default for width d
-    pals, all layers             204          round(d * 204 / 768)   (102 for 384)
-    pals, top/bottom half        276          round(d * 276 / 768)   (138 for 384)
-    pals_no_sharing              84           round(d * 84 / 768)    (42 for 384)
-    low_rank                     100          round(d * 100 / 768)   (50 for 384)
-    pff (projected FFN)          204          round(d * 204 / 768)   (102 for 384)
-    pa_on_top                    204          round(d * 204 / 768)   (102 for 384)
-    bert_layer_on_top            -            (a full encoder layer of width d: no d_s)
-    lora (rank r)                8            8 at every width (the rank does not scale)
-    houlsby, pfeiffer (width m)  48           round(d / reduction_factor), factor 16 (24 for 384)
-
-For the attention methods the result is then moved to the nearest multiple of ``num_heads`` (at least
-``num_heads``), because the attention splits d_s into equal heads. Rounding is "half up", never Python's
-banker's rounding.
+Default sizes follow Stickland & Murray (2019), scaled from BERT-base (d = 768) to the width d, half up:
+``pals`` 204 (276 on half the layers), ``pals_no_sharing`` 84, ``low_rank`` 100, ``pff`` and ``pa_on_top``
+204, each ``* d / 768`` (102 at 384), attention methods then to a multiple of ``num_heads``; ``lora``
+rank 8 at every width; ``houlsby``/``pfeiffer`` ``d / 16`` (48 at 768); ``bert_layer_on_top`` none.
 """
 
 from __future__ import annotations
@@ -61,10 +43,6 @@ def _is_int(value: object) -> bool:
 class AdapterConfig:
     """Which per-task module (adapter) each task adds to the shared encoder, and its options.
 
-    For PALs, inside a selected layer l for the active task t (docs/design.md §2)::
-
-        h^{l+1} = LN2( h_att + FFN(h_att) + TS_t(h) ),   TS_t(h) = V^D_t g_{l,t}( V^E_t h )
-
     Raises:
         PalUserError: for an unknown method, placement or init, a non-positive size or head count, a
             ``size`` that ``num_heads`` does not divide, ``num_layers`` without top/bottom placement, or an
@@ -72,72 +50,55 @@ class AdapterConfig:
     """
 
     method: str = "pals"
-    """The method (:data:`pal_lightning.modeling.methods.METHODS`). ``"pals"``: V^E/V^D (d -> d_s -> d)
-    shared by all layers of a task, plus a per-layer multi-head self-attention g in d_s.
-    ``"pals_no_sharing"``: the same with V^E/V^D per layer. ``"low_rank"``: g = identity, V^E/V^D per
-    layer. ``"pff"``: as ``"pals"`` with g a per-layer feed-forward network in d_s (``W_2 GELU(W_1 x)``,
-    inner width ``3 d_s / 2`` so that it costs what the PAL attention costs). ``"pa_on_top"``: nothing
-    inside the layers; after the last layer h becomes ``h + V^D_t B_t(V^E_t h)``, B_t a stack of projected
-    attention blocks in d_s. ``"bert_layer_on_top"``: a whole encoder layer per task after the last layer.
-    ``"lora"``: a low-rank update ``(alpha / r) B A`` of the ``targets`` projections of each layer
-    (rank r = ``size``, 8 by default). ``"houlsby"``: bottleneck adapters after the attention output and
-    after the feed-forward output of each layer; ``"pfeiffer"`` (also named ``"bottleneck"``): after the
-    feed-forward output only (width m = ``size``, or d / ``reduction_factor``). ``"none"``: no
-    task-specific module (the paper's "shared" baseline: only the heads differ)."""
+    """The method (:data:`pal_lightning.modeling.methods.METHODS`): ``pals`` (V^E/V^D shared by a task's
+    layers, a projected attention g per layer), ``pals_no_sharing`` (V^E/V^D per layer), ``low_rank`` (g
+    the identity), ``pff`` (g a feed-forward network), ``pa_on_top`` (projected attention blocks after the
+    last layer), ``bert_layer_on_top`` (a whole layer per task after the last), ``lora`` (rank ``size``
+    updates of the ``targets``), ``houlsby`` and ``pfeiffer``/``bottleneck`` (bottleneck adapters), or
+    ``none`` (only the heads differ: the paper's "shared" baseline)."""
 
     size: int | None = None
-    """d_s, the width of the projected space. ``None`` picks the paper's size for the method scaled to
-    the encoder width (204 for 768 and 102 for 384 with ``pals``; see the module docstring)."""
+    """d_s, the width of the projected space (LoRA's rank, a bottleneck's width). ``None``: the method's
+    default scaled to the encoder width (102 at 384 with ``pals``)."""
 
     num_heads: int = 6
-    """Heads of the projected attention (the reference uses 6). Must divide ``size``. Unused by methods
-    without attention (``low_rank``, ``pff``, ``none``)."""
+    """Heads of the projected attention (the reference uses 6); must divide ``size``."""
 
     placement: Placement = "all"
-    """Which layers get the module: ``"all"``, the ``"top"`` k or the ``"bottom"`` k layers. Must be
-    ``"all"`` for the methods on top (``pa_on_top``, ``bert_layer_on_top``), which sit after the layers."""
+    """Which layers get the module: ``"all"``, the ``"top"`` k or the ``"bottom"`` k (``"all"`` for the
+    methods on top)."""
 
     num_layers: int | None = None
-    """k for ``placement="top"``/``"bottom"``; ``None`` means half of the layers (rounded up). Must be left
-    ``None`` with ``placement="all"``."""
+    """k for ``placement="top"``/``"bottom"``; ``None``: half of the layers, rounded up."""
 
     init: InitKind = "zero"
-    """``"zero"`` (default): V^D starts at zero, so the module adds 0 and step 0 is exactly the pretrained
-    encoder; the other weights are N(0, 0.02). ``"random"``: every weight N(0, 0.02) as the reference code
-    does. Biases start at zero in both cases. ``bert_layer_on_top`` has no V^D: ``"zero"`` copies the
-    encoder's last (pretrained) layer into each task's top layer, the closest start to the pretrained
-    encoder a full layer allows; ``"random"`` draws a fresh layer as the reference code does."""
+    """``"zero"``: the output projection (V^D, LoRA's B) starts at zero, so step 0 is the pretrained
+    encoder (``bert_layer_on_top``: a copy of the last layer); ``"random"``: N(0, 0.02) as the reference
+    code draws it."""
 
     activation: ActivationKind = "none"
-    """What follows V^D: ``"none"`` (default) adds V^D g(V^E h) as the equation states; ``"gelu"`` applies a
-    GELU after V^D as the reference code does for PALs (GELU(0) = 0, so a zero V^D still starts at the
-    pretrained encoder). Only for methods with a V^D (not ``none`` or ``bert_layer_on_top``). The bottleneck
-    adapters' own non-linearity is ``nonlinearity``."""
+    """What follows V^D: ``"none"`` (the equation as stated) or ``"gelu"`` (the reference code's PALs).
+    Only for methods with a V^D."""
 
     targets: tuple[str, ...] | None = None
-    """The sites of each selected layer that ``lora``, ``houlsby`` and ``pfeiffer`` act on, among
-    ``query``, ``key``, ``value``, ``attention_output`` (the attention's projections), ``ffn_input`` and
-    ``ffn_output`` (the feed-forward block's Linears). ``None``: the method's default, ``[query, value]``
-    for ``lora`` (the LoRA paper's), ``[attention_output, ffn_output]`` for ``houlsby`` and
-    ``[ffn_output]`` for ``pfeiffer``. Only for those methods."""
+    """The sites ``lora``, ``houlsby`` and ``pfeiffer`` act on, among ``query``, ``key``, ``value``,
+    ``attention_output``, ``ffn_input`` and ``ffn_output``. ``None``: the method's default (``[query,
+    value]`` for ``lora``, ``[attention_output, ffn_output]`` for ``houlsby``, ``[ffn_output]`` for
+    ``pfeiffer``)."""
 
     alpha: float | None = None
-    """LoRA's scale numerator: the update ``B A x`` is multiplied by ``alpha / r`` (r = ``size``, the
-    rank). ``None``: 8, the LoRA paper's and ``peft``'s default. Only for ``lora``."""
+    """LoRA's scale numerator (the update is scaled by ``alpha / size``); ``None``: 8. Only for ``lora``."""
 
     dropout: float | None = None
-    """Dropout probability on a LoRA site's input before A (training only). ``None``: 0, no dropout (the
-    LoRA paper's GLUE runs and ``peft``'s default). Only for ``lora``."""
+    """Dropout on a LoRA site's input before A (training only); ``None``: 0. Only for ``lora``."""
 
     reduction_factor: float | None = None
-    """d / m for the bottleneck adapters (``houlsby``, ``pfeiffer``): the bottleneck width m is
-    ``round(hidden_size / reduction_factor)``. ``None``: 16 (m = 48 at width 768), unless ``size`` sets
-    m directly (set one of the two). Only for those methods."""
+    """d / m for ``houlsby`` and ``pfeiffer`` (m = ``round(hidden_size / reduction_factor)``); ``None``:
+    16, unless ``size`` sets m (set one of the two)."""
 
     nonlinearity: NonlinearityKind | None = None
-    """The bottleneck adapters' non-linearity between their down and up projections: ``"relu"``,
-    ``"gelu"``, ``"swish"`` (x sigmoid(x)) or ``"tanh"``. ``None``: the variant's default in AdapterHub's
-    ``adapters``, ``"swish"`` for ``houlsby`` and ``"relu"`` for ``pfeiffer``. Only for those methods."""
+    """The bottleneck adapters' non-linearity (``relu``, ``gelu``, ``swish``, ``tanh``); ``None``:
+    ``swish`` for ``houlsby``, ``relu`` for ``pfeiffer`` (AdapterHub's)."""
 
     def __post_init__(self) -> None:
         method = get_method(self.method)

@@ -1,19 +1,11 @@
-"""What the methods acting *inside* a layer's sublayers share: site widths, targets, counts, signatures.
-
-An ``INSIDE`` method (:class:`~pal_lightning.modeling.methods.base.Where`) puts a per-task module on named
-*sites* of each selected layer (:data:`~pal_lightning.modeling.methods.base.SITES`); the encoder replaces
-a site's output ``y = f(x)`` with ``y + delta(layer, site, x, y)``. The width of each site's input and
-output follows from the encoder's width d and feed-forward width d_ff alone, in every family::
+"""What the methods acting *inside* a layer share (LoRA, bottleneck adapters): the sites' widths, the
+targets a config selects, a per-site parameter formula summed over sites and layers, and a signature
+that records the targets. Site widths in every family::
 
     site                                 in      out
     query, key, value, attention_output  d       d
     ffn_input                            d       d_ff
     ffn_output                           d_ff    d
-
-:class:`InsideMethod` is the base of LoRA (:mod:`~pal_lightning.modeling.methods.lora`) and the
-bottleneck adapters (:mod:`~pal_lightning.modeling.methods.bottleneck`): the targets a config selects,
-their validation, the per-site parameter formula summed over sites and layers, and a signature that
-records the targets.
 """
 
 from __future__ import annotations
@@ -21,7 +13,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.modeling.methods.base import SITES, AdapterMethod, Where
+from pal_lightning.modeling.methods.base import SITES, AdapterMethod
+from pal_lightning.modeling.methods.where import Where
 
 if TYPE_CHECKING:
     from pal_lightning.modeling.methods.config import AdapterConfig

@@ -1,19 +1,9 @@
-"""LoRA per task: a low-rank update of chosen projections of each selected layer (Hu et al., 2021).
+"""LoRA per task (Hu et al., 2021): a targeted site's output ``y = W x + b`` becomes
+``y + (alpha / r) B A dropout(x)`` (A: [r, in], B: [out, r]).
 
-For task t, layer l and a targeted site s whose Linear maps x to ``y = W x + b``::
-
-    y'  =  y + (alpha / r) · B_{l,s,t} A_{l,s,t} dropout(x)        A: [r, in],  B: [out, r]
-
-so the site's weight becomes ``W + (alpha / r) B A`` while W stays shared (and usually frozen). B starts
-at zero, so a new task starts as the pretrained encoder; A is drawn as ``nn.Linear`` draws its weights
-(Kaiming-uniform with a = sqrt(5)), what the LoRA reference code and ``peft`` do. ``init="random"``
-draws B N(0, 0.02) too (the update is then non-zero from the start).
-
-Defaults are the LoRA paper's GLUE configuration for RoBERTa and DeBERTa, which are also ``peft``'s:
-rank r = 8, alpha = 8 (scale 1), no dropout, targets query and value. The rank does not scale with the
-encoder's width (the paper uses r = 8 at widths 768 and 1024 alike); ``size`` sets it. The update is
-linear in x, so :meth:`LoraAdapter.weight_delta` gives it as a matrix that the encoder's ``merge``
-folds into W for inference and export.
+B starts at zero (a new task is the pretrained encoder), A as ``nn.Linear`` draws it, as ``peft`` does.
+Defaults are the paper's GLUE runs and ``peft``'s: r = 8 at any width, alpha = 8, no dropout, targets
+query and value. The update is linear in x: :meth:`LoraAdapter.weight_delta` is what ``merge`` folds in.
 """
 
 from __future__ import annotations
@@ -42,19 +32,9 @@ DEFAULT_ALPHA = 8.0
 
 
 class LoraAdapter(nn.Module):
-    """One task's LoRA matrices, for every selected layer and targeted site.
-
-    Parameter names (what ``state_dict`` and the task-weights files contain): ``down.<layer>.<site>.weight``
-    (A, ``[r, in]``) and ``up.<layer>.<site>.weight`` (B, ``[out, r]``); no biases.
-
-    Args:
-        layers: the layers it acts in.
-        features: per targeted site, ``(in_features, out_features)`` of its Linear.
-        rank: r.
-        alpha: the scale's numerator (the update is multiplied by ``alpha / rank``).
-        dropout: dropout probability on the site's input before A (training only).
-        init: ``"zero"`` (B starts at 0) or ``"random"`` (B N(0, 0.02)).
-    """
+    """One task's LoRA in ``layers`` (a :class:`~pal_lightning.modeling.methods.where.MergeableModule`):
+    ``down.<layer>.<site>`` (A, ``[rank, in]``) and ``up.<layer>.<site>`` (B, ``[out, rank]``), no biases,
+    for each site of ``features`` (its Linear's ``(in, out)``); B is zero unless ``init="random"``."""
 
     def __init__(
         self,
@@ -109,14 +89,7 @@ class LoraAdapter(nn.Module):
         return cast(nn.Linear, down[site]), cast(nn.Linear, up[site])
 
     def delta(self, layer: int, site: str, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """``(alpha / r) B A dropout(x)``, added to the site's output ``y`` (which it does not read).
-
-        Args:
-            layer: the layer index (one of :attr:`layers`).
-            site: the site (one of :attr:`sites`).
-            x: the site Linear's input, ``[..., in]``.
-            y: the site Linear's output, ``[..., out]``.
-        """
+        """``(alpha / r) B A dropout(x)`` for the site Linear's input ``x`` (its output ``y`` is not read)."""
         a, b = self.pair(layer, site)
         return b(a(self.dropout(x))) * self.scaling
 
@@ -127,10 +100,7 @@ class LoraAdapter(nn.Module):
 
 
 class LoraMethod(InsideMethod):
-    """``lora``: :class:`LoraAdapter` on the targeted sites of the selected layers.
-
-    Weights per task: ``k · sum over targeted sites of r (in + out)``; ``k · 2 · 2 d r`` for the default
-    targets query and value (294,912 at BERT-base with r = 8, k = 12)."""
+    """``lora``: :class:`LoraAdapter` on the targeted sites: ``k sum_sites r (in + out)`` weights."""
 
     name = "lora"
     size_at_768 = DEFAULT_RANK

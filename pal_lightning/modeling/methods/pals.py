@@ -1,29 +1,12 @@
-"""Task-specific functions TS_t: Projected Attention Layers and their variants.
+"""Projected Attention Layers and their variants: ``TS_{l,t}(h) = V^D_t g_{l,t}(V^E_t h)`` (Stickland &
+Murray, ICML 2019; docs/design.md §2).
 
-For task t and layer l (Stickland & Murray, ICML 2019; docs/design.md §2)::
-
-    TS_{l,t}(h) = V^D_t · g_{l,t}( V^E_t · h )          h: [B, T, d]
-
-* ``V^E`` ("down", d -> d_s) and ``V^D`` ("up", d_s -> d) are linear maps with bias.
-* ``g`` is a multi-head self-attention in d_s with its own fused Q, K, V per layer and task and **no
-  output projection** (``pals``, ``pals_no_sharing``), a small feed-forward network
-  ``W_2 GELU(W_1 x)`` in d_s (``pff``, the "projected feed-forward" variant), or the identity (``low_rank``).
-* ``pals`` and ``pff`` share V^E/V^D across all layers of a task; ``pals_no_sharing`` and ``low_rank`` keep
-  one pair per layer.
-
-Activation: the reference code applies a GELU after V^D. By default we implement the equation as stated
-(no activation after V^D, no dropout on TS): TS is an additive correction to the residual stream, and a
-GELU would bound it below by about -0.17 for no stated reason. ``AdapterConfig.activation="gelu"`` restores the
-reference's GELU so that its effect can be measured. With the default zero-initialised V^D both choices
-start at TS = 0 (GELU(0) = 0); the difference only matters during training.
-
-The four methods (:class:`Pals`, :class:`PalsNoSharing`, :class:`LowRank`, :class:`ProjectedFFN`) differ
-only in those two choices and in their default size; they are registered in
-:mod:`pal_lightning.modeling.methods`.
-
-All modules of a task live in one :class:`TaskAdapter`, stored once in the encoder's ``adapters``
-ModuleDict keyed by task; the BERT layers receive the adapter at forward time and never register it, so
-no tensor is shared between modules (safetensors refuses to save shared tensors).
+V^E (d -> d_s) and V^D (d_s -> d) are linear maps with bias; g is a multi-head self-attention in d_s
+without output projection (``pals``, ``pals_no_sharing``), a feed-forward network in d_s (``pff``) or the
+identity (``low_rank``). ``pals`` and ``pff`` share V^E/V^D across a task's layers. By default no GELU
+follows V^D (the equation as stated; ``activation="gelu"`` is the reference code's choice). A task's
+modules live in one :class:`TaskAdapter` in the encoder's ``adapters`` ModuleDict, which the layers never
+register (safetensors refuses shared tensors).
 """
 
 from __future__ import annotations
@@ -75,17 +58,8 @@ def zero_linears(root: nn.Module) -> None:
 
 
 class ProjectedAttention(nn.Module):
-    """g_{l,t}: multi-head self-attention in d_s without output projection.
-
-    ``g(x) = concat_i softmax(Q_i K_i^T / sqrt(d_s / heads) + mask) V_i`` with ``[Q, K, V] = x W_qkv + b``.
-    Q, K and V are one fused ``Linear(d_s, 3 d_s)`` so the projection is a single matmul; the attention
-    itself is :func:`torch.nn.functional.scaled_dot_product_attention` (through
-    :func:`~pal_lightning.modeling.attention.attention`: in fp32 on a CPU under autocast, where it is faster).
-
-    Args:
-        size: d_s.
-        num_heads: number of heads; must divide ``size``.
-    """
+    """g_{l,t}: multi-head self-attention in d_s (``size``, ``num_heads`` dividing it) with a fused
+    ``Linear(d_s, 3 d_s)`` for Q, K, V and no output projection."""
 
     def __init__(self, size: int, num_heads: int) -> None:
         super().__init__()
@@ -96,25 +70,13 @@ class ProjectedAttention(nn.Module):
         self.qkv = nn.Linear(size, 3 * size)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        """Attend over the sequence.
-
-        Args:
-            x: ``[B, T, d_s]``.
-            mask: additive float mask broadcastable to ``[B, heads, T, T]`` (0 keep, large negative drop),
-                or ``None`` when every position is real.
-
-        Returns:
-            ``[B, T, d_s]``.
-        """
+        """``[B, T, d_s] -> [B, T, d_s]``; ``mask``: additive, broadcastable to ``[B, heads, T, T]``."""
         b, t, _ = x.shape
         return self.attend_rows(x.reshape(b * t, self.size), b, t, mask).view(b, t, self.size)
 
     def attend_rows(self, x: torch.Tensor, b: int, t: int, mask: torch.Tensor | None) -> torch.Tensor:
-        """:meth:`forward` on the ``B x T`` positions as rows, ``[B T, d_s] -> [B T, d_s]``.
-
-        A PAL keeps its positions as rows from V^E to V^D: a linear map of a 3-D tensor dispatches a view
-        before and after its matmul, one more pair of operators per projection on the host.
-        """
+        """:meth:`forward` on the positions as rows, ``[B T, d_s] -> [B T, d_s]`` (a PAL keeps rows from V^E
+        to V^D: a 3-D Linear dispatches two more views on the host)."""
         head_dim = self.size // self.num_heads
         qkv = self.qkv(x)
         dtype = qkv.dtype
@@ -135,21 +97,13 @@ class ProjectedAttention(nn.Module):
 
 
 def pff_inner_size(size: int) -> int:
-    """Inner width of the projected feed-forward g of ``pff``: ``3 d_s / 2`` (rounded down).
-
-    Two ``d_s x 3 d_s / 2`` matrices hold 3 d_s^2 weights, what the PAL attention's fused Q, K, V hold, so
-    ``pff`` and ``pals`` of one d_s cost the same and compare attention against a feed-forward g at equal
-    size.
-    """
+    """Inner width of ``pff``'s g, ``floor(3 d_s / 2)``: its two matrices then cost what the PAL attention's
+    fused Q, K, V cost."""
     return max(1, (3 * size) // 2)
 
 
 class ProjectedFeedForward(nn.Module):
-    """g_{l,t} of ``pff``: ``W_2 GELU(W_1 x + b_1) + b_2`` in d_s (inner width :func:`pff_inner_size`).
-
-    Args:
-        size: d_s.
-    """
+    """g_{l,t} of ``pff``: ``W_2 GELU(W_1 x + b_1) + b_2`` in d_s (``size``; inner :func:`pff_inner_size`)."""
 
     def __init__(self, size: int) -> None:
         super().__init__()
@@ -163,26 +117,10 @@ class ProjectedFeedForward(nn.Module):
 
 
 class TaskAdapter(nn.Module):
-    """All task-specific parameters of one task t, for every selected layer.
-
-    Parameter layout (names are what ``state_dict`` and the task-weights files contain)::
-
-        pals:             down (V^E), up (V^D), attention.<layer>.qkv
-        pals_no_sharing:  down.<layer>, up.<layer>, attention.<layer>.qkv
-        low_rank:         down.<layer>, up.<layer>
-        pff:              down (V^E), up (V^D), ffn.<layer>.fc1, ffn.<layer>.fc2
-
-    Args:
-        hidden_size: d, the encoder width.
-        size: d_s, already resolved (:meth:`~pal_lightning.modeling.methods.config.AdapterConfig.resolved_size`).
-        layers: indices of the layers that get TS_t.
-        shared: one V^E/V^D pair for all layers (``pals``, ``pff``) rather than one per layer.
-        inner: g: ``"attention"`` (:class:`ProjectedAttention`), ``"ffn"`` (:class:`ProjectedFeedForward`)
-            or ``"identity"``.
-        num_heads: heads of the attention g.
-        init: ``"zero"`` (V^D starts at 0) or ``"random"``.
-        gelu_after_up: a GELU after V^D (the reference code's choice).
-    """
+    """One task's PALs in ``layers`` (a :class:`~pal_lightning.modeling.methods.where.BesideModule`):
+    ``down`` (V^E) and ``up`` (V^D), one pair or, unless ``shared``, one per layer (``down.<layer>``), and
+    g per layer, ``attention.<layer>.qkv`` or ``ffn.<layer>.fc1/fc2`` (``inner``). ``init="zero"`` starts
+    V^D at zero; ``gelu_after_up`` is the reference code's GELU after V^D."""
 
     def __init__(
         self,
@@ -227,16 +165,7 @@ class TaskAdapter(nn.Module):
         return which[str(layer)] if isinstance(which, nn.ModuleDict) else which  # per layer unless shared
 
     def forward(self, layer: int, hidden: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        """TS_{l,t}(h) = V^D g_l(V^E h) for layer ``layer``.
-
-        Args:
-            layer: index of the BERT layer (must be one of ``self.layers``).
-            hidden: the layer input h, ``[B, T, d]``.
-            mask: the PAL attention mask (see :func:`additive_mask`), or ``None``.
-
-        Returns:
-            ``[B, T, d]``, to be added into the residual sum before the layer's output LayerNorm.
-        """
+        """TS_{l,t}(h) = V^D g_l(V^E h), ``[B, T, d]``, for the input h of layer ``layer``."""
         b, t, d = hidden.shape
         x = self._proj(self.down, layer)(hidden.reshape(b * t, d))  # positions as rows until V^D
         if self.attention is not None:
@@ -254,23 +183,10 @@ the value stays finite in float16/bfloat16 after an autocast cast, so all-paddin
 
 
 def additive_mask(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
-    """The PAL attention mask, built once per forward from the 2-D padding mask.
-
-    The PAL attention builds its own mask instead of reusing BERT's, whose format depends on the attention
-    implementation (sdpa, eager, flash) in transformers 5.x.
-
-    Args:
-        attention_mask: ``[B, T]`` with 1 for real tokens and 0 for padding, or ``None``.
-        dtype: dtype of the attention scores (under autocast the autocast dtype, so that no layer casts
-            the mask again: :func:`scores_dtype`).
-
-    Returns:
-        ``[B, 1, 1, T]`` with 0 where a key may be attended and :data:`MASK_VALUE` where not, or ``None``
-        when no padding mask is given. A mask without padding is still returned as zeros: asking the
-        device whether every token is real would wait for it (one host synchronisation per forward) and
-        break a ``torch.compile`` graph, for a faster SDPA kernel in the rare batch without padding. An
-        additive mask (not a boolean one) keeps rows that are entirely padding finite instead of NaN.
-    """
+    """The PAL attention mask ``[B, 1, 1, T]`` of ``dtype`` (:func:`scores_dtype`) from the ``[B, T]`` padding
+    mask: 0 for a real key, :data:`MASK_VALUE` for padding; ``None`` without a mask. Its own mask, since
+    BERT's format depends on the attention implementation; zeros without padding rather than a check that
+    would wait for the device and break a compiled graph."""
     if attention_mask is None:
         return None
     if attention_mask.dim() != 2:
@@ -313,9 +229,7 @@ class _BesideLayers(AdapterMethod):
 
 
 class Pals(_BesideLayers):
-    """``pals``: V^E/V^D shared by a task's layers, a multi-head attention g per layer.
-
-    Weights per task: ``2 d d_s + k 3 d_s^2`` (1,811,520 at BERT-base with d_s = 204, k = 12)."""
+    """``pals``: V^E/V^D shared by a task's layers, an attention g per layer: ``2 d d_s + k 3 d_s^2``."""
 
     name = "pals"
     size_at_768 = 204

@@ -1,13 +1,17 @@
 """The registry of per-task methods: name -> :class:`~pal_lightning.modeling.methods.base.AdapterMethod`.
 
-Filled by :mod:`pal_lightning.modeling.methods` (one line per built-in method); a user's method is one
-:func:`register_method` call in their own code.
+The built-in methods are registered here, one line each, so any import of the registry sees them all; a
+user's method is one :func:`register_method` call in their own code.
 """
 
 from __future__ import annotations
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.modeling.methods.base import AdapterMethod
+from pal_lightning.modeling.methods.base import AdapterMethod, NoAdapter
+from pal_lightning.modeling.methods.bottleneck import BottleneckAlias, Houlsby, Pfeiffer
+from pal_lightning.modeling.methods.lora import LoraMethod
+from pal_lightning.modeling.methods.on_top import BertLayerOnTopMethod, ProjectedAttentionOnTopMethod
+from pal_lightning.modeling.methods.pals import LowRank, Pals, PalsNoSharing, ProjectedFFN
 
 METHODS: dict[str, AdapterMethod] = {}
 """Every registered method by name, in registration order."""
@@ -47,3 +51,16 @@ def get_method(name: str) -> AdapterMethod:
 def unregister_method(name: str) -> None:
     """Remove ``name`` from the registry (tests that register a method of their own)."""
     METHODS.pop(name, None)
+
+
+register_method(Pals())
+register_method(PalsNoSharing())
+register_method(LowRank())
+register_method(ProjectedFFN())
+register_method(ProjectedAttentionOnTopMethod())
+register_method(BertLayerOnTopMethod())
+register_method(LoraMethod())
+register_method(Houlsby())
+register_method(Pfeiffer())
+register_method(BottleneckAlias())
+register_method(NoAdapter())

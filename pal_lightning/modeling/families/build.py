@@ -1,0 +1,233 @@
+"""How :class:`~pal_lightning.modeling.encoder.MultiTaskBert` is built: the family's model, the copies of
+individual layers, each task's module and its hooks, LoRA's merge, and the parameters by role."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+from torch import nn
+from transformers import AutoConfig, AutoModel, BertConfig, PretrainedConfig, PreTrainedModel
+
+from pal_lightning.core.errors import PalUserError
+from pal_lightning.modeling.attention import register as register_attention
+from pal_lightning.modeling.encoder_state import ADAPTERS_PREFIX, INDIVIDUAL_PREFIX
+from pal_lightning.modeling.families import EncoderFamily, family_of
+from pal_lightning.modeling.families.wiring import IndividualLayerSlot, Wiring, fold_deltas
+from pal_lightning.modeling.methods import AdapterConfig, MergeableModule
+from pal_lightning.tasks.specs import repeated_names, task_name_of
+
+if TYPE_CHECKING:
+    from pal_lightning.modeling.encoder import MultiTaskBert
+
+
+def parameter_safe_names(tasks: Sequence[Any] | str) -> list[str]:
+    """The names of ``tasks`` (:func:`~pal_lightning.tasks.specs.task_name_of`), each once and usable as a key of
+    the encoder's ``nn.ModuleDict`` objects (it becomes part of parameter names).
+
+    Raises:
+        PalUserError: for no task, a task listed twice or a name that cannot be a parameter name.
+    """
+    names = [task_name_of(t) for t in ([tasks] if isinstance(tasks, str) else tasks)]
+    if not names:
+        raise PalUserError("MultiTaskBert needs at least one task; pass tasks=['sst', ...].")
+    for name in names:
+        if not name or "." in name or hasattr(nn.ModuleDict(), name):
+            raise PalUserError(
+                f"Task name {name!r} cannot be used as a parameter name: use a non-empty name without '.' "
+                "that is not a torch.nn.ModuleDict attribute (such as 'keys' or 'train')."
+            )
+    dupes = repeated_names(names)
+    if dupes:
+        raise PalUserError(f"Tasks listed twice: {dupes}. List each task once.")
+    return names
+
+
+def encoder_config(config: PretrainedConfig | Mapping[str, Any]) -> PretrainedConfig:
+    """A copy of ``config`` (or the config the keyword arguments describe, by their ``model_type``,
+    BERT when absent) with the width names every family answers to (``intermediate_size``).
+
+    Raises:
+        PalUserError: for a decoder config or a model type no family wires.
+    """
+    if isinstance(config, Mapping):
+        options = dict(config)
+        model_type = options.pop("model_type", "bert")
+        config = (
+            BertConfig(**options) if model_type == "bert" else AutoConfig.for_model(model_type, **options)
+        )
+    config = copy.deepcopy(config)
+    family_of(config)
+    if getattr(config, "is_decoder", False) or getattr(config, "add_cross_attention", False):
+        raise PalUserError(
+            "MultiTaskBert needs an encoder config: set is_decoder=False and no cross-attention."
+        )
+    if not hasattr(config, "intermediate_size") and hasattr(config, "hidden_dim"):
+        config.intermediate_size = config.hidden_dim  # DistilBERT's name for the FFN width
+    if getattr(config, "chunk_size_feed_forward", 0):
+        config.chunk_size_feed_forward = 0  # a chunked FFN would see a slice of the PAL term
+    return config
+
+
+def backbone(
+    config: PretrainedConfig, family: EncoderFamily, attn_implementation: str | None = None
+) -> PreTrainedModel:
+    """A random model of ``config`` (the family's base model, no pooler), with the attention
+    implementation asked for: ``sdpa`` (the default where the family has it) becomes ``pal_sdpa``
+    (torch's SDPA, in fp32 on a CPU under autocast: modeling/attention.py).
+
+    Raises:
+        PalUserError: for an attention implementation that is not available.
+    """
+    options: dict[str, Any] = {"add_pooling_layer": False} if family.pooler_option else {}
+    model: PreTrainedModel = AutoModel.from_config(config, **options)
+    if attn_implementation is None and model.config._attn_implementation == "sdpa":
+        attn_implementation = "sdpa"
+    if attn_implementation == "sdpa":
+        attn_implementation = register_attention()
+    if attn_implementation is not None:
+        try:
+            model.set_attn_implementation(attn_implementation)
+        except (ValueError, ImportError) as err:
+            if attn_implementation != "pal_sdpa":
+                raise PalUserError(
+                    f"Attention implementation {attn_implementation!r} is not available: {err} "
+                    "Use 'sdpa' or 'eager'."
+                ) from err
+    return model
+
+
+def layer_copy(family: EncoderFamily, config: PretrainedConfig, layer: nn.Module, index: int) -> nn.Module:
+    """A new layer of ``family`` with ``layer``'s weights that reads ``config`` itself (the encoder's config
+    object, not a copy), so a later ``set_attn_implementation`` on the encoder reaches it too."""
+    new = family.new_layer(config, index)
+    new.load_state_dict(layer.state_dict())
+    return new
+
+
+def individual_copies(
+    model: PreTrainedModel,
+    family: EncoderFamily,
+    wiring: Wiring,
+    layers: Sequence[int],
+    groups: Iterable[str],
+) -> nn.ModuleDict:
+    """Per group of tasks, its copies of ``model``'s individual ``layers`` (keyed by layer index, each with
+    the layer's current weights); their places in the layer list become parameter-free slots."""
+    shared = family.layer_list(model)
+    config: PretrainedConfig = model.config
+    copies = nn.ModuleDict()
+    if layers:
+        for group in dict.fromkeys(groups):
+            copies[group] = nn.ModuleDict({str(i): layer_copy(family, config, shared[i], i) for i in layers})
+        for i in layers:
+            shared[i] = IndividualLayerSlot(i, wiring, shared[i])  # the copies replace the shared layer
+    return copies
+
+
+def task_adapters(
+    config: AdapterConfig, encoder_config: PretrainedConfig, names: Sequence[str], size: int
+) -> nn.ModuleDict:
+    """Per task, its module of width ``size`` as the config's method builds it (none for ``none``).
+
+    Raises:
+        PalUserError: for a module that does not follow its placement's Protocol.
+    """
+    method = config.adapter_method
+    protocol = method.where.protocol
+    layers = config.layer_indices(int(encoder_config.num_hidden_layers))
+    adapters = nn.ModuleDict()
+    for name in names:
+        module = method.build(config, encoder_config, size, layers)
+        if module is not None and protocol is not None and not isinstance(module, protocol):
+            raise PalUserError(
+                f"Method {method.name!r} built a {type(module).__name__}, which is not a {protocol.__name__} "
+                f"(its placement is {method.where!r}): give the module what docs/extending.md lists."
+            )
+        if module is not None:
+            adapters[name] = module
+    return adapters
+
+
+def hook_layers(encoder: MultiTaskBert) -> None:
+    """Hook every layer of ``encoder`` (the shared ones and the copies of individual ones) where its
+    method acts (:meth:`~pal_lightning.modeling.methods.where.Placement.place`)."""
+    where = encoder.adapter_config.adapter_method.where
+    sites = sorted({site for adapter in encoder.adapters.values() for site in getattr(adapter, "sites", ())})
+    layers: list[tuple[int, nn.Module]] = list(enumerate(encoder.family.layer_list(encoder.bert)))
+    for copies in encoder.individual.values():
+        layers += [(int(i), layer) for i, layer in cast(nn.ModuleDict, copies).items()]
+    for index, layer in layers:
+        if not isinstance(layer, IndividualLayerSlot):
+            where.place(layer, index, encoder.family, encoder.wiring, sites)
+
+
+def merge_adapter(encoder: MultiTaskBert, task: str) -> None:
+    """Fold ``task``'s module into the weights of the layers it acts in (shared ones and the task's copies
+    of individual ones); :meth:`MultiTaskBert.merge`.
+
+    Raises:
+        PalUserError: for a method whose modules are not a
+            :class:`~pal_lightning.modeling.methods.where.MergeableModule`.
+    """
+    adapter = encoder.adapters[task]
+    if not isinstance(adapter, MergeableModule):
+        raise PalUserError(
+            f"Method {encoder.adapter_config.method!r} cannot be merged into the encoder's weights (only "
+            "methods whose per-task change is linear in the weights, such as lora, can). Export it unmerged."
+        )
+    family = encoder.family
+    fold_deltas(dict(enumerate(family.layer_list(encoder.bert))), family, adapter)
+    copies = encoder._copies_of(task)  # an I layer's copy takes the task's delta too
+    if copies is not None:
+        fold_deltas({int(i): layer for i, layer in copies.items()}, family, adapter)
+
+
+class TaskParameters:
+    """The encoder's parameters by role (shared, per task, pretrained, new), for optimiser groups, GEM and
+    accounting. Mixed into :class:`MultiTaskBert`, which provides ``bert``, ``individual``, ``adapters``,
+    ``task_group`` and ``check_task``."""
+
+    bert: PreTrainedModel
+    individual: nn.ModuleDict
+    adapters: nn.ModuleDict
+    task_group: dict[str, str]
+
+    def check_task(self, task: str) -> None:  # pragma: no cover - MultiTaskBert's
+        raise NotImplementedError
+
+    def pretrained_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
+        """(name, parameter) of every weight that starts from the pretrained encoder: the shared encoder
+        (``bert.*``) and the per-task copies of individual layers (``individual.*``). They train at the
+        encoder's learning rate and ``freeze_encoder`` freezes them."""
+        yield from self.bert.named_parameters(prefix="bert")
+        yield from self.individual.named_parameters(prefix=INDIVIDUAL_PREFIX)
+
+    def shared_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
+        """(name, parameter) of the encoder every task uses (``bert.*``: embeddings, F and S layers)."""
+        yield from self.bert.named_parameters(prefix="bert")
+
+    def individual_parameters(self, task: str) -> Iterator[tuple[str, nn.Parameter]]:
+        """(name, parameter) of the copies of the individual layers ``task`` uses (its group's; nothing
+        without I layers)."""
+        self.check_task(task)
+        group = self.task_group[task]
+        if group in self.individual:
+            yield from self.individual[group].named_parameters(prefix=f"{INDIVIDUAL_PREFIX}.{group}")
+
+    def adapter_parameters(self, task: str) -> Iterator[tuple[str, nn.Parameter]]:
+        """(name, parameter) of ``task``'s adapter (nothing with ``adapter="none"``)."""
+        self.check_task(task)
+        if task in self.adapters:
+            yield from self.adapters[task].named_parameters(prefix=f"{ADAPTERS_PREFIX}.{task}")
+
+    def new_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
+        """(name, parameter) of every task-specific adapter (``adapters.*``)."""
+        yield from self.adapters.named_parameters(prefix=ADAPTERS_PREFIX)
+
+    def task_parameters(self, task: str) -> Iterator[tuple[str, nn.Parameter]]:
+        """(name, parameter) of everything ``task`` uses beside the shared encoder: its adapter and its
+        (group's) individual layers."""
+        yield from self.adapter_parameters(task)
+        yield from self.individual_parameters(task)
