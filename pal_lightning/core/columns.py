@@ -1,8 +1,5 @@
-"""Column names of the prediction files: one rule for ``predict``'s files and ``--predict.input``'s.
-
-Here, in the lowest layer and without Lightning, so that the command line's fast paths (help, reading
-an input file) use the same rule as the prediction writer.
-"""
+"""Column names of the prediction files: one rule for ``predict``'s files and ``--predict.input``'s
+(here, without Lightning, for the command line's fast paths)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.hub import resolve_encoder
-from pal_lightning.core.plain import to_plain
+from pal_lightning.core.plain_values import to_plain
 from pal_lightning.core.version import __version__, reads_files_of, version_mismatch
 from pal_lightning.module.hparams import ARCHITECTURE_HPARAMS, OPTIMIZER_HPARAMS, STARTING_VALUES_ONLY
 from pal_lightning.tasks.specs import TaskSpec, task_name_of, task_to_dict, task_to_hparam

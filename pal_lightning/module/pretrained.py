@@ -40,7 +40,7 @@ import torch
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.files import staged_folder
-from pal_lightning.core.plain import to_plain
+from pal_lightning.core.plain_values import to_plain
 from pal_lightning.core.version import reads_files_of, version_mismatch
 from pal_lightning.module.inference import DEFAULT_MAX_LENGTH
 from pal_lightning.tasks.specs import overall_name, task_to_dict
