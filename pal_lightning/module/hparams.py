@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-#: Hyper-parameters that fix the shape or meaning of the weights: a checkpoint must agree on them
-#: (``adapter`` compared without its ``init``, which only picks the starting values).
+#: Hyper-parameters that fix the shape or meaning of the weights: a checkpoint must agree on them.
 ARCHITECTURE_HPARAMS: tuple[str, ...] = (
     "encoder",
     "bert_config",
@@ -15,8 +14,7 @@ ARCHITECTURE_HPARAMS: tuple[str, ...] = (
     "heads",
 )
 
-#: Adapter options that only pick the starting values, not the weights' shape or meaning: a
-#: checkpoint trained with another ``init`` still fits.
+#: Adapter options that only pick the starting values: a checkpoint trained with another still fits.
 STARTING_VALUES_ONLY: frozenset[str] = frozenset({"init"})
 
 #: Hyper-parameters that also fix the optimizer's parameter groups: a resumed ``fit`` needs them equal.

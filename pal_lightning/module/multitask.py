@@ -68,12 +68,9 @@ from pal_lightning.module.compile import (
 )
 from pal_lightning.module.encoding import PairEncodingMixin, TaskRows
 from pal_lightning.module.evaluation import EvaluationMixin
-from pal_lightning.module.nonfinite_guard import (
-    NonFiniteGuardMixin,
-    check_max_nonfinite_steps,
-)
 from pal_lightning.module.inference import InferenceMixin, probabilities_from_output
 from pal_lightning.module.init_weights import load_initial_weights
+from pal_lightning.module.nonfinite_guard import NonFiniteGuardMixin, check_max_nonfinite_steps
 from pal_lightning.module.optim import (
     OptimizerMixin,
     check_rates,
