@@ -64,13 +64,6 @@ def check_is_checkpoint(path: str | os.PathLike[str]) -> None:
         )
 
 
-def atomic_torch_save(obj: Any, path: str | os.PathLike[str]) -> None:
-    """``torch.save(obj, path)`` that never leaves a partly written ``path`` behind."""
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)  # serialise first: a failure here touches no file
-    atomic_write_bytes(path, buffer.getbuffer())
-
-
 class AtomicCheckpointIO(TorchCheckpointIO):
     """``TorchCheckpointIO`` with atomic local writes and one-line errors for unreadable files.
 
@@ -84,7 +77,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         if storage_options is not None or "://" in str(path):
             super().save_checkpoint(checkpoint, os.fspath(path), storage_options)
             return
-        atomic_torch_save(checkpoint, path)
+        buffer = io.BytesIO()
+        torch.save(checkpoint, buffer)  # serialised first: a failure here touches no file
+        atomic_write_bytes(path, buffer.getbuffer())
 
     def load_checkpoint(
         self, path: str | os.PathLike[str], map_location: Any | None = None, weights_only: bool | None = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, TypeVar
 
 from pal_lightning.core.errors import PalUserError
 
@@ -49,14 +49,12 @@ C = TypeVar("C")
 # data module (``trainer.datamodule``)
 
 
-@runtime_checkable
 class TrainBatchSource(Protocol):
     """Rebuilds a training batch of ``task`` from positions in its train split (GEM's memories)."""
 
     def train_batch(self, task: str, indices: Sequence[int]) -> dict[str, Any]: ...
 
 
-@runtime_checkable
 class EpochSteps(Protocol):
     """Knows the training batches per epoch per rank (valid after ``setup("fit")``)."""
 
@@ -64,7 +62,6 @@ class EpochSteps(Protocol):
     def steps_per_epoch(self) -> int: ...
 
 
-@runtime_checkable
 class PhasedData(EpochSteps, Protocol):
     """A sequential schedule's phases and loaders of labelled splits (continual evaluation)."""
 
@@ -76,14 +73,12 @@ class PhasedData(EpochSteps, Protocol):
     ) -> Iterable[Any]: ...
 
 
-@runtime_checkable
 class EpochTaskProbabilities(Protocol):
     """The task sampling probabilities of a (0-based) epoch (the training log)."""
 
     def task_probabilities_for_epoch(self, epoch: int) -> dict[str, float]: ...
 
 
-@runtime_checkable
 class PredictionLayout(Protocol):
     """The tasks and splits ``predict`` serves, hence the prediction files a run writes."""
 
@@ -94,14 +89,12 @@ class PredictionLayout(Protocol):
     def predict_splits(self) -> Sequence[str]: ...
 
 
-@runtime_checkable
 class ExampleOrder(Protocol):
     """The ids of a split in file order (the prediction writer writes its rows in this order)."""
 
     def example_ids(self, task: str, split: str) -> list[str]: ...
 
 
-@runtime_checkable
 class MaxLength(Protocol):
     """The longest tokenised sequence, saved with a pretrained folder for prediction."""
 
@@ -112,14 +105,12 @@ class MaxLength(Protocol):
 # module (``pl_module``)
 
 
-@runtime_checkable
 class BatchLossModel(Protocol):
     """The training loss of one batch, differentiable (GEM's memory gradients)."""
 
     def batch_loss(self, batch: Mapping[str, Any]) -> Tensor: ...
 
 
-@runtime_checkable
 class TaskPredictor(Protocol):
     """The task specifications and the prediction from a task's output."""
 
@@ -129,7 +120,6 @@ class TaskPredictor(Protocol):
     def predict_from_output(self, task: str, output: Tensor) -> Tensor: ...
 
 
-@runtime_checkable
 class LastScores(Protocol):
     """The scores of the latest evaluation of each stage, ``{stage: {key: value}}``."""
 
@@ -137,7 +127,6 @@ class LastScores(Protocol):
     def last_scores(self) -> Mapping[str, Mapping[str, float]]: ...
 
 
-@runtime_checkable
 class ScoredTasks(Protocol):
     """The tasks whose scores make the overall score (the auxiliary ones are left out)."""
 
@@ -145,14 +134,12 @@ class ScoredTasks(Protocol):
     def scored_tasks(self) -> list[str]: ...
 
 
-@runtime_checkable
 class ParameterReporter(Protocol):
     """The parameter counts of the model (total, trainable, per part)."""
 
     def parameter_report(self) -> Any: ...
 
 
-@runtime_checkable
 class PretrainedSaver(Protocol):
     """Saves a folder that ``from_pretrained`` loads back (the arguments the callback passes)."""
 

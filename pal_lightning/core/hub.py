@@ -61,20 +61,16 @@ def _snapshot(name: str, revision: str | None, local_only: bool) -> Path | None:
 
 @dataclass(frozen=True)
 class PartedEncoder:
-    """An encoder shipped as one zip of its model folder, split over several packages of the index."""
+    """An encoder shipped as one zip of its model folder ``folder``, split over the distributions ``parts``
+    (in the order they concatenate) of the pal-lightning extra ``extra``; ``weights_md5`` is checked once,
+    when the folder is assembled. ``hub_id`` and the lower-case ``aliases`` name it."""
 
     hub_id: str
-    """The hub id it is a copy of (``owner/name``)."""
     aliases: tuple[str, ...]
-    """Other names that mean it, in lower case."""
     parts: tuple[str, ...]
-    """The part distributions, in the order their files concatenate into the zip."""
     folder: str
-    """The model folder inside the zip, and the name of the folder it is assembled into."""
     weights_md5: str
-    """The md5 of ``model.safetensors``, checked once, when the folder is assembled."""
     extra: str
-    """The pal-lightning extra that lists the parts."""
 
     def names(self) -> set[str]:
         """Every name (lower case) that means this encoder."""

@@ -21,25 +21,6 @@ from pal_lightning.core.distributed import is_launched_rank
 if TYPE_CHECKING:
     import lightning.pytorch as pl
 
-__all__ = [
-    "COMPILER_MODULES",
-    "CLIHooks",
-    "LightningPrecision",
-    "TorchDispatchMode",
-    "foreach_add_",
-    "CheckpointHooks",
-    "ProgressBarHooks",
-    "attached_trainer",
-    "clip_gradients_unchecked",
-    "cpu_bf16_instructions",
-    "optimizer_unscales_itself",
-    "decided_by_rank_zero",
-    "last_saved",
-    "subcommand_help_actions",
-    "subcommand_parsers",
-    "disable_distributed_sampler",
-]
-
 
 class CheckpointHooks(ModelCheckpoint):
     """``ModelCheckpoint`` with public hooks for ``_save_topk_checkpoint`` (where the monitored value is
@@ -192,7 +173,7 @@ def cpu_bf16_instructions() -> str:
 
 #: A mode that sees every ATen operator as it is dispatched (benchmarks/op_count.py). Public replacement:
 #: none in torch 2.13.
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode as TorchDispatchMode  # noqa: E402
 
 #: ``torch._foreach_add_(xs, ys)``: every ``x += y`` of two lists in one operator (GEM's write-back).
 #: Public replacement: none in torch 2.13.

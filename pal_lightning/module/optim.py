@@ -62,6 +62,21 @@ def fused_allowed(trainer: Any) -> bool:
     return getattr(getattr(trainer, "precision_plugin", None), "scaler", None) is None
 
 
+def warmup_decay_optimizer(
+    module: Any, groups: Any, total: int, warmup: int, **options: Any
+) -> dict[str, Any]:
+    """``configure_optimizers``' result: :func:`adamw` over ``groups`` (fused where ``module``'s precision
+    allows, :func:`fused_allowed`) with a per-step :func:`linear_warmup_decay` schedule."""
+    optimizer = adamw(groups, fused=fused_allowed(attached_trainer(module)), **options)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, partial(linear_warmup_decay, warmup=warmup, total=total)
+    )
+    return {
+        "optimizer": optimizer,
+        "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1},
+    }
+
+
 def clips_unscaled(plugin: Any, optimizer: Any) -> bool:
     """Whether Lightning would refuse to clip a fused ``optimizer``'s gradients needlessly (no scaler)."""
     from lightning.pytorch.plugins.precision import MixedPrecision
@@ -183,14 +198,8 @@ class OptimizerMixin(FusedClippingMixin):
                 "No trainable parameters: freeze_encoder with adapter='none' and frozen heads?"
             )
         hp = self.hparams
-        fused = fused_allowed(attached_trainer(self))
-        optimizer = adamw(groups, fused=fused, lr=hp["lr"], weight_decay=hp["weight_decay"])
         total = self.total_training_steps()
         warmup = warmup_steps_of(total, hp["warmup_steps"], hp["warmup_ratio"])
-        scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, partial(linear_warmup_decay, warmup=warmup, total=total)
+        return warmup_decay_optimizer(
+            self, groups, total, warmup, lr=hp["lr"], weight_decay=hp["weight_decay"]
         )
-        return {
-            "optimizer": optimizer,
-            "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1},
-        }

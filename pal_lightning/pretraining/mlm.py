@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import math
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +24,7 @@ from pal_lightning.core.distributed import is_main_process, rank
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.files import staged_folder
 from pal_lightning.core.hub import DEFAULT_ENCODER, resolve_encoder
-from pal_lightning.core.private_api import attached_trainer
-from pal_lightning.module.optim import (
-    FusedClippingMixin,
-    adamw,
-    fused_allowed,
-    linear_warmup_decay,
-    warmup_steps_of,
-)
+from pal_lightning.module.optim import FusedClippingMixin, warmup_decay_optimizer, warmup_steps_of
 from pal_lightning.pretraining.data import WORD_IDS, load_tokenizer
 from pal_lightning.pretraining.masking import IGNORE_INDEX, mask_tokens, maskable_positions
 
@@ -207,19 +199,12 @@ class MLMPretrainModule(FusedClippingMixin, pl.LightningModule):
         for name, p in self.model.named_parameters():
             if p.requires_grad:
                 (no_decay if name.endswith("bias") or "LayerNorm" in name else decay).append(p)
-        optimizer = adamw(
-            [
-                {"params": decay, "weight_decay": self.hparams["weight_decay"]},
-                {"params": no_decay, "weight_decay": 0.0},
-            ],
-            fused=fused_allowed(attached_trainer(self)),  # as MultiTaskModule.configure_optimizers
-            lr=self.hparams["lr"],
-        )
+        groups = [
+            {"params": decay, "weight_decay": self.hparams["weight_decay"]},
+            {"params": no_decay, "weight_decay": 0.0},
+        ]
         warmup = warmup_steps_of(int(max_steps), None, self.hparams["warmup_ratio"])
-        scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, partial(linear_warmup_decay, warmup=warmup, total=int(max_steps))
-        )
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        return warmup_decay_optimizer(self, groups, int(max_steps), warmup, lr=self.hparams["lr"])
 
     def on_fit_end(self) -> None:
         """Write the encoder (with its head) and the tokenizer into ``output_dir`` (rank 0)."""
