@@ -21,6 +21,7 @@ from pal_lightning.modeling.param_groups import GroupRates, build_parameter_grou
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
+    from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
 
     from pal_lightning.modeling.encoder import MultiTaskBert
 
@@ -64,7 +65,7 @@ def fused_allowed(trainer: Any) -> bool:
 
 def warmup_decay_optimizer(
     module: Any, groups: Any, total: int, warmup: int, **options: Any
-) -> dict[str, Any]:
+) -> OptimizerLRSchedulerConfig:
     """``configure_optimizers``' result: :func:`adamw` over ``groups`` (fused where ``module``'s precision
     allows, :func:`fused_allowed`) with a per-step :func:`linear_warmup_decay` schedule."""
     optimizer = adamw(groups, fused=fused_allowed(attached_trainer(module)), **options)
