@@ -14,8 +14,6 @@ import textwrap
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["args_section", "bind_fields", "field_docs", "fields_signature", "takes_fields"]
-
 C = TypeVar("C", bound=type)
 T = TypeVar("T")
 

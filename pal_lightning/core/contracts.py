@@ -23,26 +23,6 @@ if TYPE_CHECKING:
     from pal_lightning.data.batch_samplers import Phase
     from pal_lightning.tasks.specs import TaskSpec
 
-__all__ = [
-    "BatchLossModel",
-    "EpochSteps",
-    "EpochTaskProbabilities",
-    "ExampleOrder",
-    "LastScores",
-    "MaxLength",
-    "ParameterReporter",
-    "PhasedData",
-    "PredictionLayout",
-    "PretrainedSaver",
-    "ScoredTasks",
-    "TaskPredictor",
-    "TrainBatchSource",
-    "datamodule_of",
-    "last_stage_scores",
-    "missing_members",
-    "require",
-    "satisfies",
-]
 
 C = TypeVar("C")
 

@@ -17,21 +17,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-__all__ = [
-    "all_reduce_sum",
-    "barrier",
-    "broadcast",
-    "close_process_group",
-    "gather_objects",
-    "gather_tensors",
-    "is_distributed",
-    "is_launched_rank",
-    "is_main_process",
-    "launcher_world_size",
-    "rank",
-    "world_size",
-]
-
 
 def is_distributed() -> bool:
     """Whether ``torch.distributed`` is available and a process group is initialised."""

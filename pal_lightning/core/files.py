@@ -17,21 +17,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = [
-    "atomic_link_or_copy",
-    "atomic_write",
-    "atomic_write_bytes",
-    "atomic_write_text",
-    "atomic_write_via",
-    "current_umask",
-    "free_name",
-    "fsync_dir",
-    "move_into_place",
-    "naming_the_target",
-    "new_file_mode",
-    "staged_folder",
-]
-
 
 def current_umask() -> int:
     """The process's umask: from ``/proc`` on Linux, else by setting and restoring it."""
