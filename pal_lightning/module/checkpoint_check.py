@@ -10,7 +10,6 @@ from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.hub import resolve_encoder
 from pal_lightning.core.plain_values import to_plain
 from pal_lightning.core.version import __version__, reads_files_of, version_mismatch
-from pal_lightning.module.hparams import ARCHITECTURE_HPARAMS, OPTIMIZER_HPARAMS, STARTING_VALUES_ONLY
 from pal_lightning.tasks.specs import TaskSpec, task_name_of, task_to_dict, task_to_hparam
 
 if TYPE_CHECKING:
@@ -20,6 +19,24 @@ if TYPE_CHECKING:
 else:
     _ModuleBase = object
 
+
+#: Hyper-parameters that fix the shape or meaning of the weights: a checkpoint must agree on them.
+ARCHITECTURE_HPARAMS: tuple[str, ...] = (
+    "encoder",
+    "bert_config",
+    "adapter",
+    "layer_sharing",
+    "task_groups",
+    "pooling",
+    "pair_encoding",
+    "heads",
+)
+
+#: Adapter options that only pick the starting values: a checkpoint trained with another still fits.
+STARTING_VALUES_ONLY: frozenset[str] = frozenset({"init"})
+
+#: Hyper-parameters that also fix the optimizer's parameter groups: a resumed ``fit`` needs them equal.
+OPTIMIZER_HPARAMS: tuple[str, ...] = ("freeze_encoder", "freeze_embeddings", "adapter_lr", "layer_lr_decay")
 
 #: The checkpoint key holding the version of pal-lightning that wrote it.
 VERSION_KEY = "pal_lightning_version"
