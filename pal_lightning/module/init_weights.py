@@ -5,7 +5,7 @@ stage 2 of "joint, then specialise" copies stage 1's weights; optimizer, schedul
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pal_lightning.core.errors import PalUserError
 
@@ -13,29 +13,19 @@ if TYPE_CHECKING:
     from pal_lightning.module.multitask import MultiTaskModule
 
 
-def check_init_from(path: str | None) -> None:
-    """Fail with one line when ``init_from`` names no file."""
-    if path is not None and not Path(path).expanduser().is_file():
+def load_initial_weights(module: MultiTaskModule, path: str) -> None:
+    """Copy the weights of checkpoint ``path`` into ``module`` (strict: every key, every shape), after
+    :meth:`checkpoint_differences` found none."""
+    if not Path(path).expanduser().is_file():
         raise PalUserError(
             f"init_from checkpoint {path} does not exist. Pass the .ckpt file of the run to start from "
             "(e.g. the best checkpoint of the joint stage: runs/<name>/version_N/checkpoints/best-*.ckpt)."
         )
+    from pal_lightning.core.checkpoint_io import AtomicCheckpointIO  # one-line errors for unreadable files
 
-
-def read_checkpoint(path: str) -> dict[str, Any]:
-    """The checkpoint at ``path`` loaded on the CPU with ``weights_only=True`` (one-line errors)."""
-    from pal_lightning.core.checkpoint_io import AtomicCheckpointIO
-
-    return AtomicCheckpointIO().load_checkpoint(
+    checkpoint = AtomicCheckpointIO().load_checkpoint(
         str(Path(path).expanduser()), map_location="cpu", weights_only=True
     )
-
-
-def load_initial_weights(module: MultiTaskModule, path: str) -> None:
-    """Copy the weights of checkpoint ``path`` into ``module`` (strict: every key, every shape), after
-    :meth:`checkpoint_differences` found none."""
-    check_init_from(path)
-    checkpoint = read_checkpoint(path)
     state = checkpoint.get("state_dict")
     if not isinstance(state, dict):
         raise PalUserError(
