@@ -80,10 +80,7 @@ def _publish(tmp: str, path: Path) -> None:
 
 @contextmanager
 def atomic_write(
-    path: str | os.PathLike[str],
-    mode: str = "w",
-    encoding: str | None = None,
-    newline: str | None = None,
+    path: str | os.PathLike[str], mode: str = "w", encoding: str | None = None, newline: str | None = None
 ) -> Iterator[IO[Any]]:
     """Open a temporary file beside ``path`` (``mode`` ``"w"`` or ``"wb"``, UTF-8 by default; parents
     created); when the block ends without an error it replaces ``path`` atomically."""

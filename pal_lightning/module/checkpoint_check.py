@@ -73,10 +73,7 @@ def _plain_task(task: Any) -> Any:
 
 
 def checkpoint_differences(
-    saved: Mapping[str, Any],
-    ours: Mapping[str, Any],
-    tasks: Sequence[TaskSpec],
-    resuming: bool = False,
+    saved: Mapping[str, Any], ours: Mapping[str, Any], tasks: Sequence[TaskSpec], resuming: bool = False
 ) -> list[str]:
     """What a checkpoint's hyper-parameters ``saved`` say differently from ``ours``, as phrases: the tasks,
     the architecture hyper-parameters and, when ``resuming`` a fit, the optimizer's."""

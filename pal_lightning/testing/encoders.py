@@ -10,11 +10,7 @@ BERT_VOCAB_SIZE = 30522
 
 
 def tiny_bert_config(
-    *,
-    layers: int = 2,
-    heads: int = 2,
-    vocab_size: int = BERT_VOCAB_SIZE,
-    max_positions: int = 128,
+    *, layers: int = 2, heads: int = 2, vocab_size: int = BERT_VOCAB_SIZE, max_positions: int = 128
 ) -> dict[str, Any]:
     """The ``bert_config`` of a random encoder of width 32 (feed-forward 37: no size equals another)."""
     return {
