@@ -89,20 +89,14 @@ def encoder_revision(name: str, revision: str | None = None) -> str | None:
     return assembled_revision(resolved)  # None for a plain folder
 
 
-def task_scores(scores: Mapping[str, float]) -> dict[str, dict[str, float]]:
-    """``{"val/sst/accuracy": x, ...}`` as ``{"sst": {"accuracy": x}}`` (losses left out)."""
-    out: dict[str, dict[str, float]] = {}
-    for key, value in scores.items():
-        parts = key.split("/")
-        if len(parts) == 3 and parts[2] != "loss":
-            out.setdefault(parts[1], {})[parts[2]] = float(value)
-    return out
-
-
 def card_task_rows(config: Mapping[str, Any]) -> list[str]:
     """One Markdown table row per task of a saved model's config: name, kind, labels, dev scores."""
     labels = config.get("label_names") or {}
-    per_task = task_scores(config.get("scores") or {})
+    per_task: dict[str, dict[str, float]] = {}  # {"val/sst/accuracy": x} as {"sst": {"accuracy": x}}
+    for key, value in (config.get("scores") or {}).items():
+        parts = key.split("/")
+        if len(parts) == 3 and parts[2] != "loss":
+            per_task.setdefault(parts[1], {})[parts[2]] = float(value)
     rows = []
     for t in config["tasks"]:
         names = ", ".join(labels.get(t["name"], [])) or (
