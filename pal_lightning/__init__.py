@@ -1,13 +1,8 @@
-"""pal-lightning: parameter-efficient multi-task fine-tuning of BERT encoders.
-
-One pretrained encoder shared by all tasks, small task-specific Projected
-Attention Layers (PALs) beside every layer, one head per task, annealed task
-sampling, on PyTorch Lightning.
-
-The public API is re-exported here. Heavy modules (torch, transformers,
-lightning) are imported on first use, so ``pal-lightning --help`` starts fast.
+"""pal-lightning: parameter-efficient multi-task fine-tuning of BERT encoders with Projected Attention
+Layers, on PyTorch Lightning. The public API is re-exported here, imported on first use (a fast ``--help``).
 """
 
+# ruff: noqa: F401  (the TYPE_CHECKING imports are the exports, for type checkers)
 from __future__ import annotations
 
 import importlib
@@ -17,81 +12,28 @@ from pal_lightning.core.version import __version__
 
 # public name -> module that defines it
 _EXPORTS: dict[str, str] = {
-    "TaskSpec": "pal_lightning.tasks.specs",
-    "TaskKind": "pal_lightning.tasks.specs",
-    "register_task": "pal_lightning.tasks.specs",
-    "get_task": "pal_lightning.tasks.specs",
-    "available_tasks": "pal_lightning.tasks.specs",
-    "BUILTIN_TASKS": "pal_lightning.tasks.catalogue",
-    "PalUserError": "pal_lightning.core.errors",
-    "resolve_encoder": "pal_lightning.core.hub",
-    "DEFAULT_ENCODER": "pal_lightning.core.hub",
-    "MultiTaskBert": "pal_lightning.modeling",
-    "AdapterConfig": "pal_lightning.modeling",
-    "parameter_report": "pal_lightning.modeling",
-    "ParameterReport": "pal_lightning.modeling",
-    "MultiTaskModule": "pal_lightning.module.multitask",
-    "save_task_weights": "pal_lightning.modeling",
-    "load_task_weights": "pal_lightning.modeling",
-    "MultiTaskDataModule": "pal_lightning.data",
-    "DataConfig": "pal_lightning.data",
-    "MLMPretrainModule": "pal_lightning.pretraining",
-    "MLMDataModule": "pal_lightning.pretraining",
-    "task_probabilities": "pal_lightning.data.sampling.schedules",
-    "annealed_alpha": "pal_lightning.data.sampling.schedules",
-    "PredictionWriter": "pal_lightning.callbacks",
-    "GEMCallback": "pal_lightning.gem",
-    "EpisodicMemory": "pal_lightning.gem",
-    "ContinualEvaluation": "pal_lightning.callbacks",
-    "RNGStateCallback": "pal_lightning.callbacks",
-    "AtomicCheckpointIO": "pal_lightning.core.checkpoint_io",
-    "project_gradient": "pal_lightning.gem",
-    "agem_project": "pal_lightning.gem",
-    "continual_metrics": "pal_lightning.tasks.continual_metrics",
-    "cs224n_overall": "pal_lightning.tasks.metrics",
-    "overall_score": "pal_lightning.tasks.metrics",
-    "pipeline": "pal_lightning.inference.pipeline",
-    "TaskPipeline": "pal_lightning.inference.pipeline",
+    name: module
+    for module, names in {
+        "pal_lightning.tasks.specs": "TaskSpec TaskKind register_task get_task available_tasks",
+        "pal_lightning.tasks.catalogue": "BUILTIN_TASKS",
+        "pal_lightning.core.errors": "PalUserError",
+        "pal_lightning.core.hub": "resolve_encoder DEFAULT_ENCODER",
+        "pal_lightning.modeling": "MultiTaskBert AdapterConfig parameter_report ParameterReport "
+        "save_task_weights load_task_weights",
+        "pal_lightning.module.multitask": "MultiTaskModule",
+        "pal_lightning.data": "MultiTaskDataModule DataConfig",
+        "pal_lightning.pretraining": "MLMPretrainModule MLMDataModule",
+        "pal_lightning.data.sampling.schedules": "task_probabilities annealed_alpha",
+        "pal_lightning.callbacks": "PredictionWriter ContinualEvaluation RNGStateCallback",
+        "pal_lightning.gem": "GEMCallback EpisodicMemory project_gradient agem_project",
+        "pal_lightning.core.checkpoint_io": "AtomicCheckpointIO",
+        "pal_lightning.tasks.continual_metrics": "continual_metrics",
+        "pal_lightning.tasks.metrics": "cs224n_overall overall_score",
+        "pal_lightning.inference.pipeline": "pipeline TaskPipeline",
+    }.items()
+    for name in names.split()
 }
-
-__all__ = [
-    "AtomicCheckpointIO",
-    "BUILTIN_TASKS",
-    "ContinualEvaluation",
-    "DEFAULT_ENCODER",
-    "DataConfig",
-    "EpisodicMemory",
-    "GEMCallback",
-    "MLMDataModule",
-    "MLMPretrainModule",
-    "MultiTaskBert",
-    "MultiTaskDataModule",
-    "MultiTaskModule",
-    "AdapterConfig",
-    "PalUserError",
-    "ParameterReport",
-    "PredictionWriter",
-    "RNGStateCallback",
-    "TaskKind",
-    "TaskPipeline",
-    "TaskSpec",
-    "agem_project",
-    "annealed_alpha",
-    "available_tasks",
-    "continual_metrics",
-    "cs224n_overall",
-    "get_task",
-    "load_task_weights",
-    "overall_score",
-    "parameter_report",
-    "pipeline",
-    "project_gradient",
-    "register_task",
-    "resolve_encoder",
-    "save_task_weights",
-    "task_probabilities",
-    "__version__",
-]
+__all__ = [*_EXPORTS, "__version__"]
 
 
 def __getattr__(name: str) -> Any:
@@ -107,7 +49,7 @@ def __dir__() -> list[str]:
     return __all__
 
 
-if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs: the names above, typed
     from pal_lightning.callbacks import ContinualEvaluation, PredictionWriter, RNGStateCallback
     from pal_lightning.core.checkpoint_io import AtomicCheckpointIO
     from pal_lightning.core.errors import PalUserError

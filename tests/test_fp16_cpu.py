@@ -15,8 +15,8 @@ from test_module import TinyData
 from test_module_guard import NaNAtSteps
 
 from pal_lightning.gem import GEMCallback
-from pal_lightning.module.guard import NonFiniteTrainingError
 from pal_lightning.module.multitask import MultiTaskModule
+from pal_lightning.module.nonfinite_guard import NonFiniteTrainingError
 from pal_lightning.testing import TINY_BERT, quiet_trainer, write_cs224n_data
 
 KW = dict(

@@ -16,8 +16,8 @@ from torch import Tensor
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.version import __version__
 from pal_lightning.module.checkpoint_check import VERSION_KEY
-from pal_lightning.module.guard import NonFiniteTrainingError
 from pal_lightning.module.multitask import MultiTaskModule
+from pal_lightning.module.nonfinite_guard import NonFiniteTrainingError
 from pal_lightning.testing import quiet_trainer
 
 

@@ -14,10 +14,13 @@ from torch import Tensor, nn
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling.methods.config import AdapterConfig
-from pal_lightning.module.checkpoint_check import checkpoint_differences
+from pal_lightning.module.checkpoint_check import (
+    ARCHITECTURE_HPARAMS,
+    STARTING_VALUES_ONLY,
+    checkpoint_differences,
+)
 from pal_lightning.module.evaluation import TaskScorer, eval_mode, score_batch
-from pal_lightning.module.guard import all_finite, nonfinite_message
-from pal_lightning.module.hparams import ARCHITECTURE_HPARAMS, STARTING_VALUES_ONLY
+from pal_lightning.module.nonfinite_guard import all_finite, nonfinite_message
 from pal_lightning.module.optim import adamw, fused_allowed, warmup_steps_of
 from pal_lightning.tasks.specs import TaskSpec, get_task
 

@@ -2,7 +2,7 @@
 
 ``python -m mypy`` from the repository root reads ``[tool.mypy]`` in pyproject.toml: it checks the
 package and this file, whose ``_*_contracts`` functions are never called but make mypy prove that
-``MultiTaskModule``, ``MultiTaskBert`` and ``MultiTaskDataModule`` satisfy every protocol the callbacks
+``MultiTaskModule`` and ``MultiTaskDataModule`` satisfy every protocol the callbacks
 rely on. A cold run (no ``.mypy_cache/``) takes about 20 s of CPU, transformers and peft not followed
 (pyproject.toml says why; 40 s when they were); with the cache, a few seconds.
 """
@@ -23,7 +23,6 @@ from pal_lightning.core.contracts import (
     PredictionLayout,
     PretrainedSaver,
     ScoredTasks,
-    SharedParameterEncoder,
     TaskPredictor,
     TrainBatchSource,
     missing_members,
@@ -32,7 +31,6 @@ from pal_lightning.core.contracts import (
 )
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.data.datamodule import MultiTaskDataModule
-from pal_lightning.modeling.encoder import MultiTaskBert
 from pal_lightning.modeling.methods import AdapterConfig
 from pal_lightning.module.multitask import MultiTaskModule
 from pal_lightning.testing import TINY_BERT, write_cs224n_data
@@ -63,10 +61,6 @@ def _module_contracts(
     module: MultiTaskModule,
 ) -> tuple[BatchLossModel, TaskPredictor, LastScores, ScoredTasks, ParameterReporter, PretrainedSaver]:
     return module, module, module, module, module, module
-
-
-def _encoder_contracts(encoder: MultiTaskBert) -> SharedParameterEncoder:
-    return encoder
 
 
 def _data_contracts(
@@ -109,7 +103,6 @@ def test_the_built_in_classes_meet_every_contract_at_run_time(data: MultiTaskDat
     module = MultiTaskModule(bert_config=TINY_BERT, adapter=AdapterConfig(size=8, num_heads=2))
     for contract in MODULE_CONTRACTS:
         assert missing_members(module, contract) == [], contract.__name__
-    assert missing_members(module.encoder, SharedParameterEncoder) == []
     # before setup("fit") the data module's steps_per_epoch raises: the check must not run properties
     with pytest.raises(RuntimeError):
         _ = data.steps_per_epoch

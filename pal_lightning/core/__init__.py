@@ -1,3 +1,1 @@
-"""Core: what every layer above may use: the user-error type, file writes, distributed helpers, the
-private-API compatibility layer, the contracts between components, plain values, the batch keys and
-where encoder weights come from. Imports nothing else of the package."""
+"""Core: what every layer may use; imports nothing else of the package."""

@@ -1,45 +1,16 @@
-"""The batch contract between the data module and the model.
+"""The batch contract between the data module and the model: a plain ``dict`` of one task's examples.
 
-Every batch holds examples of exactly one task and is a plain ``dict``:
+* always: ``task`` (the task's name), ``ids`` (example ids), ``indices`` (positions in the split, what
+  episodic memories store), ``split``;
+* ``labels`` when the split is labelled: ``LongTensor[B]`` classes, or ``FloatTensor[B]`` scores on the
+  task's own scale;
+* ``input_ids``, ``attention_mask``, ``token_type_ids`` (``[B, T]``, padded per batch) for single
+  sentences and ``cross`` pairs; a ``siamese`` pair holds them once per sentence, as ``*_a`` and ``*_b``.
 
-================== ============================ ==========================================
-key                type                         present
-================== ============================ ==========================================
-``task``           ``str``                      always: the task's name
-``ids``            ``list[str]``                always: example ids (for prediction files)
-``indices``        ``list[int]``                always: positions of the examples in their split
-                                                (what episodic memories store)
-``split``          ``str``                      always: the split the examples come from
-``labels``         ``LongTensor[B]`` (classes)  when the split is labelled
-                   ``FloatTensor[B]`` (scores,
-                   on the task's own scale,
-                   e.g. 0..5 for STS)
-``input_ids``      ``LongTensor[B, T]``         single sentences, and pairs encoded ``cross``
-``attention_mask`` ``LongTensor[B, T]``         with ``input_ids``
-``token_type_ids`` ``LongTensor[B, T]``         with ``input_ids``
-``*_a`` / ``*_b``  as above, one per sentence   pairs encoded ``siamese``
-================== ============================ ==========================================
-
-Padding is per batch (``T`` is the longest sequence of the batch).
-
-A *mixed* batch (per-example task routing: ``MultiTaskModule.forward_mixed``) holds rows of several tasks:
-
-================== ============================ ==========================================
-``tasks``          ``list[str]`` or             always: each row's task (names, or indices
-                   ``LongTensor[B]``            into the model's task list)
-``input_ids``,     ``LongTensor[B, T]``         always: each row's sequence; a siamese
-``attention_mask``,                             pair's first sentence
-``token_type_ids``
-``*_b``            ``LongTensor[B, T_b]``       when a row's task encodes pairs ``siamese``:
-                                                its second sentence (other rows: padding,
-                                                never read)
-``labels``         ``FloatTensor[B]``           optional: classes as floats, each task's loss
-                                                casts its rows back
-``ids``,           lists, as above              optional
-``indices``
-================== ============================ ==========================================
-
-:func:`mix_batches` makes one from one-task batches.
+A *mixed* batch (``MultiTaskModule.forward_mixed``, made by :func:`mix_batches`) holds rows of several
+tasks: ``tasks`` (each row's task name, or index into the model's tasks), each row's sequence (a siamese
+pair's first sentence) under the plain keys, its second sentence under ``*_b`` (padding for other rows),
+and optionally ``labels`` (as floats), ``ids`` and ``indices``.
 """
 
 from __future__ import annotations
@@ -80,18 +51,14 @@ def side_keys(side: str) -> tuple[str, str, str]:
 
 
 def side_inputs(batch: Mapping[str, Any], side: str) -> dict[str, Any]:
-    """The encoder inputs of one sentence of ``batch`` under the plain :data:`ENCODING_KEYS` names: ``side``
-    ``"a"`` or ``"b"`` of a siamese pair, ``""`` for the single sentence (or cross pair). Keys the batch
-    lacks (``token_type_ids`` is optional) are left out."""
+    """The encoder inputs of one sentence (``side`` ``"a"``, ``"b"`` or ``""``) under the plain
+    :data:`ENCODING_KEYS` names (keys the batch lacks left out)."""
     return {k: batch[s] for k, s in zip(ENCODING_KEYS, side_keys(side), strict=True) if s in batch}
 
 
 def concat_inputs(parts: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """Sets of sentences' encoder inputs stacked into one batch (rows of ``parts[0]`` first), every key
-    right-padded with 0 to the longest; a key some part lacks (``token_type_ids``) is left out.
-
-    Padding with 0 on the right changes neither mean nor CLS pooling (the mask is 0 there).
-    """
+    """Sets of sentences' encoder inputs stacked into one batch, right-padded with 0 to the longest (a key
+    some part lacks is left out)."""
     length = max(p[INPUT_IDS].shape[1] for p in parts)
     return {
         key: torch.cat([F.pad(p[key], (0, length - p[key].shape[1]), value=0) for p in parts])
@@ -101,10 +68,8 @@ def concat_inputs(parts: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torc
 
 
 def resolve_pair_encoding(pair_encoding: str | dict[str, str], task: str) -> str:
-    """The pair encoding used for ``task``: one value for all tasks, or a per-task mapping.
-
-    A mapping may hold a ``default`` entry; tasks it does not name use ``cross``.
-    """
+    """The pair encoding used for ``task``: one value for all tasks, or a per-task mapping (``default``,
+    else ``cross``, for the tasks it does not name)."""
     if isinstance(pair_encoding, str):
         value = pair_encoding
     else:
@@ -115,15 +80,8 @@ def resolve_pair_encoding(pair_encoding: str | dict[str, str], task: str) -> str
 
 
 def mix_batches(batches: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """One mixed batch (module docstring) of the rows of one-task ``batches``, in their order.
-
-    A siamese batch's first sentences become rows of ``input_ids`` and its second ones rows of
-    ``input_ids_b``; other rows get an all-padding ``*_b`` row of one token. ``labels`` are kept (as floats)
-    when every batch has them; ``ids`` and ``indices`` likewise.
-
-    Raises:
-        ValueError: for no batch.
-    """
+    """One mixed batch of the rows of one-task ``batches``, in their order (``labels``, ``ids`` and
+    ``indices`` kept when every batch has them)."""
     if not batches:
         raise ValueError("mix_batches needs at least one batch")
     firsts: list[dict[str, torch.Tensor]] = []

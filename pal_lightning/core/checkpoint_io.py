@@ -1,22 +1,9 @@
 """Crash-safe checkpoint files, and one clear message for a checkpoint that cannot be read.
 
-Lightning's ``TorchCheckpointIO`` writes through an fsspec transaction whose temporary file lives
-in the system's temporary folder: on another file system the final move is a copy, so a kill
-during it can leave a truncated ``last.ckpt``, and nothing is flushed to disk before the rename.
-:class:`AtomicCheckpointIO` writes
-
-    <folder>/.<name>.<random>.tmp  ->  flush + fsync  ->  os.replace(tmp, <folder>/<name>)  ->  fsync(folder)
-
-(:func:`pal_lightning.core.files.atomic_write`): ``os.replace`` within one folder is atomic on POSIX and
-Windows, so a reader (or a resume) sees the old file or the new one, never half of one; a killed writer
-leaves at most a stray ``.tmp`` file; the checkpoint gets the mode a plain ``open`` would give it.
-
-Loading turns the errors of an unreadable file (truncated, not a checkpoint, or refused by
-``weights_only`` loading) into a :class:`~pal_lightning.core.errors.PalUserError` that names the file and
-what to do, instead of a traceback from deep inside ``torch.load``. A file that is no checkpoint at all (a
-text file, random bytes, an empty file) is recognised by its first bytes (:func:`not_a_checkpoint`) and
-named as such before ``torch.load`` runs: ``weights_only``'s advice ("if you trust this file ...") is
-given only for a real checkpoint that holds objects beyond tensors.
+Lightning's ``TorchCheckpointIO`` writes through a temporary file in the system's temporary folder and
+syncs nothing: a kill can leave a truncated ``last.ckpt``. :class:`AtomicCheckpointIO` writes through
+:func:`pal_lightning.core.files.atomic_write`, and turns ``torch.load``'s errors for a truncated,
+foreign or ``weights_only``-refused file into a :class:`~pal_lightning.core.errors.PalUserError`.
 """
 
 from __future__ import annotations
@@ -41,11 +28,7 @@ _LEGACY_MAGIC = b"\x8a\x0a" + (0x1950A86A20F9469CFC6C).to_bytes(10, "little")
 
 
 def not_a_checkpoint(path: str | os.PathLike[str]) -> str | None:
-    """What ``path`` is when its first bytes show it is not a file ``torch.save`` wrote, else ``None``.
-
-    ``None`` does not promise a readable checkpoint (a cut-short one starts like a whole one): loading
-    reports those.
-    """
+    """What ``path`` is when its first bytes show that ``torch.save`` did not write it, else ``None``."""
     with open(path, "rb") as f:
         head = f.read(512)
     if not head:
@@ -81,18 +64,10 @@ def check_is_checkpoint(path: str | os.PathLike[str]) -> None:
         )
 
 
-def atomic_torch_save(obj: Any, path: str | os.PathLike[str]) -> None:
-    """``torch.save(obj, path)`` that never leaves a partly written ``path`` behind."""
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)  # serialise first: a failure here touches no file
-    atomic_write_bytes(path, buffer.getbuffer())
-
-
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """``TorchCheckpointIO`` with atomic local writes and user-level errors for unreadable files.
+    """``TorchCheckpointIO`` with atomic local writes and one-line errors for unreadable files.
 
-    Remote paths (``s3://`` ...) keep Lightning's own behaviour. The pal-lightning CLI installs this
-    plugin unless the config names another ``CheckpointIO``; in Python pass
+    Remote paths keep Lightning's behaviour. The CLI installs it; in Python pass
     ``Trainer(plugins=[AtomicCheckpointIO()])``.
     """
 
@@ -102,7 +77,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         if storage_options is not None or "://" in str(path):
             super().save_checkpoint(checkpoint, os.fspath(path), storage_options)
             return
-        atomic_torch_save(checkpoint, path)
+        buffer = io.BytesIO()
+        torch.save(checkpoint, buffer)  # serialised first: a failure here touches no file
+        atomic_write_bytes(path, buffer.getbuffer())
 
     def load_checkpoint(
         self, path: str | os.PathLike[str], map_location: Any | None = None, weights_only: bool | None = None

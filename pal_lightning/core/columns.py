@@ -1,8 +1,5 @@
-"""Column names of the prediction files: one rule for ``predict``'s files and ``--predict.input``'s.
-
-Here, in the lowest layer and without Lightning, so that the command line's fast paths (help, reading
-an input file) use the same rule as the prediction writer.
-"""
+"""Column names of the prediction files: one rule for ``predict``'s files and ``--predict.input``'s
+(here, without Lightning, for the command line's fast paths)."""
 
 from __future__ import annotations
 
@@ -15,16 +12,11 @@ def probability_column(label: str) -> str:
     return "p_" + (re.sub(r"[^0-9A-Za-z_]+", "_", str(label)).strip("_") or "label")
 
 
-def unique_names(names: Sequence[str]) -> list[str]:
-    """``names`` with ``_2``, ``_3`` ... added to repeats (two labels that differ only in punctuation)."""
+def probability_columns(names: Sequence[str]) -> list[str]:
+    """The probability columns of classes ``names``: safe, and distinct (``_2``, ``_3`` ... added to repeats)."""
     seen: dict[str, int] = {}
     out = []
-    for name in names:
+    for name in map(probability_column, names):
         seen[name] = seen.get(name, 0) + 1
         out.append(name if seen[name] == 1 else f"{name}_{seen[name]}")
     return out
-
-
-def probability_columns(names: Sequence[str]) -> list[str]:
-    """The probability columns of classes ``names``: safe, and distinct."""
-    return unique_names([probability_column(n) for n in names])

@@ -1,12 +1,8 @@
 """A dataclass of options as a class's keyword arguments, documented once.
 
-An options dataclass documents each field with a string right under it (an attribute docstring, as
-``AdapterConfig`` and ``TaskSpec`` do). Python drops those strings at run time, so the tools that build
-a command line or a help page from a constructor (``inspect.signature``, jsonargparse behind
-LightningCLI, ``help()``) would see neither the fields nor their documentation of a class that takes
-``**options``. :func:`takes_fields` gives such a class the dataclass's fields as its ``__init__``
-signature and appends their docstrings as the ``Args:`` section of the class docstring: every field
-is then one documented argument (``--data.batch_size``), and a new option is added in one place.
+Python drops a field's docstring at run time, so ``inspect.signature``, jsonargparse and ``help()`` would
+see neither the fields nor their documentation of a class taking ``**options``. :func:`takes_fields`
+gives such a class the fields as its ``__init__`` signature and their docstrings as its ``Args:``.
 """
 
 from __future__ import annotations
@@ -18,18 +14,12 @@ import textwrap
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["args_section", "bind_fields", "field_docs", "fields_signature", "takes_fields"]
-
 C = TypeVar("C", bound=type)
 T = TypeVar("T")
 
 
 def field_docs(config_class: type) -> dict[str, str]:
-    """The docstring under each field of ``config_class``, read from its source (``{}`` without one).
-
-    Only the class's own body is read (fields of base classes are not looked up): the options
-    classes here are flat.
-    """
+    """The docstring under each field of ``config_class`` (its own body only), read from its source."""
     try:
         source = textwrap.dedent(inspect.getsource(config_class))
     except (OSError, TypeError):  # no source (a frozen or generated class): no docs, still usable
@@ -54,12 +44,7 @@ def field_docs(config_class: type) -> dict[str, str]:
 
 
 def fields_signature(config_class: type) -> inspect.Signature:
-    """``(self, <every field with its annotation and default>)``: the signature of a constructor
-    that takes the fields of the dataclass ``config_class`` as arguments.
-
-    The annotations are resolved to types (the module may use ``from __future__ import annotations``)
-    so that jsonargparse parses and checks each value as it would for a hand-written signature.
-    """
+    """``(self, <every field with its resolved annotation and default>)`` of the dataclass ``config_class``."""
     import typing
 
     hints = typing.get_type_hints(config_class)
@@ -90,13 +75,8 @@ def args_section(config_class: type, indent: str = "    ") -> str:
 
 
 def takes_fields(config_class: type) -> Callable[[C], C]:
-    """Class decorator: the decorated class's ``__init__(self, *args, **options)`` takes the fields of
-    ``config_class``, as far as signatures and docstrings tell.
-
-    It sets ``__init__.__signature__`` to :func:`fields_signature` and appends :func:`args_section`
-    to the class docstring (which must not hold an ``Args:`` section of its own). The ``__init__``
-    binds its arguments with :func:`bind_fields`.
-    """
+    """Class decorator: ``__init__(self, *args, **options)`` gets the fields of ``config_class`` as its
+    signature, and the class docstring their :func:`args_section` (bind them with :func:`bind_fields`)."""
 
     def decorate(cls: C) -> C:
         target: Any = cls  # mypy refuses `.__init__` on a value typed as a class (unsound in general)
@@ -110,12 +90,7 @@ def takes_fields(config_class: type) -> Callable[[C], C]:
 
 
 def bind_fields(config_class: type[T], args: tuple[Any, ...], options: dict[str, Any]) -> T:
-    """``config_class(...)`` from the positional and keyword arguments of a :func:`takes_fields` class.
-
-    Raises:
-        TypeError: for an unknown argument or one given twice, worded as Python words it for a
-            hand-written signature.
-    """
+    """``config_class(...)`` from the arguments of a :func:`takes_fields` class (``TypeError`` as Python's)."""
     bound = fields_signature(config_class).bind(None, *args, **options)
     values = dict(bound.arguments)
     values.pop("self")

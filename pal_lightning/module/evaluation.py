@@ -1,9 +1,7 @@
 """The one evaluation loop: validation, test and :class:`~pal_lightning.callbacks.ContinualEvaluation`.
 
-:class:`TaskScorer` holds one evaluation's running state (torchmetrics per task, labelled-example
-counts, loss sums) and computes it over all ranks; :func:`score_batch` scores one batch into it.
-Validation and test drive the loop through Lightning's steps (:class:`EvaluationMixin`);
-:func:`evaluate_loader` runs the same loop over a loader inside the training loop.
+:class:`TaskScorer` holds one evaluation's running state; :func:`score_batch` scores one batch into it;
+:class:`EvaluationMixin` drives it through Lightning's steps, :func:`evaluate_loader` over a loader.
 """
 
 from __future__ import annotations
@@ -46,22 +44,16 @@ class EvaluatedModel(TaskPredictor, Protocol):
 
 @dataclass
 class Scores:
-    """What one evaluation computed, for the tasks that had labelled examples on some rank."""
+    """What one evaluation computed (``{task: {metric: value}}``, ``{task: mean loss}``), for the tasks with
+    labelled examples on some rank."""
 
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)
-    """``{task: {metric: value}}``, tasks in the scorer's order."""
     losses: dict[str, float] = field(default_factory=dict)
-    """``{task: mean loss per example}`` (empty when the scorer does not track losses)."""
 
 
 class TaskScorer(nn.Module):
-    """The running state of one evaluation over several tasks.
-
-    Args:
-        specs: the tasks to score, in the order of the results (and of the collective calls).
-        with_loss: also keep each task's summed loss (validation and test log it; continual
-            evaluation does not compute it).
-    """
+    """The running state of one evaluation over the tasks ``specs`` (metrics, counts and, ``with_loss``,
+    loss sums)."""
 
     def __init__(self, specs: Iterable[TaskSpec], with_loss: bool = True) -> None:
         super().__init__()
@@ -88,11 +80,8 @@ class TaskScorer(nn.Module):
             self._loss_sums.setdefault(task, []).append(loss.detach().float() * len(labels))
 
     def compute(self, device: torch.device) -> Scores:
-        """The scores of every task that was updated on any rank, then :meth:`reset`.
-
-        Collective under DDP: the example counts (and loss sums) are summed over ranks first, so that
-        every rank makes the same ``compute()`` calls (which merge the metric states) in the same order.
-        """
+        """The scores of every task that was updated on any rank, then :meth:`reset` (collective under DDP:
+        counts are summed first, so every rank makes the same ``compute()`` calls)."""
         names = list(self.collections.keys())
         counts = torch.tensor([float(self._counts.get(n, 0)) for n in names], device=device)
         losses = torch.stack(
@@ -125,8 +114,7 @@ def score_batch(model: EvaluatedModel, scorer: TaskScorer, batch: Mapping[str, A
 
 @contextmanager
 def eval_mode(module: nn.Module) -> Iterator[None]:
-    """``module`` in eval mode inside, every submodule's own mode restored after (a user may keep
-    parts in eval mode while training)."""
+    """``module`` in eval mode inside, every submodule's own mode restored after."""
     modes = {m: m.training for m in module.modules()}
     module.eval()
     try:
@@ -143,11 +131,8 @@ def evaluate_loader(
     specs: Iterable[TaskSpec],
     forward_context: AbstractContextManager[Any],
 ) -> Scores:
-    """Score ``module`` on every batch of ``loader`` with fresh metrics, from inside the training loop.
-
-    In eval mode, without gradients, inside ``forward_context`` (the trainer's precision context).
-    Collective under DDP (see :meth:`TaskScorer.compute`): call it on every rank at the same point.
-    """
+    """Score ``module`` on every batch of ``loader`` with fresh metrics, from inside the training loop
+    (eval mode, no gradients, inside ``forward_context``; collective under DDP)."""
     model = require(module, EvaluatedModel, "evaluation", "evaluate a MultiTaskModule (or a subclass).")
     scorer = TaskScorer(specs, with_loss=False).to(module.device)
     with eval_mode(module), forward_context:
@@ -157,12 +142,8 @@ def evaluate_loader(
 
 
 class EvaluationMixin(_ModuleBase):
-    """Validation and test for the module: one :class:`TaskScorer` per stage, logged at the epoch's end.
-
-    Logs ``<stage>/<task>/<metric>``, ``<stage>/<task>/loss`` and ``<stage>/overall`` (or
-    ``<stage>/overall_partial`` when only some of the ``scored_tasks`` were evaluated), and keeps the
-    last values in ``last_scores``.
-    """
+    """Validation and test: one :class:`TaskScorer` per stage; logs ``<stage>/<task>/<metric>``, ``.../loss``
+    and ``<stage>/overall`` (``overall_partial`` for some of the ``scored_tasks``), kept in ``last_scores``."""
 
     task_specs: dict[str, TaskSpec]
 
@@ -175,20 +156,17 @@ class EvaluationMixin(_ModuleBase):
         def compute_loss(self, task: str, output: Tensor, labels: Tensor) -> Tensor: ...
 
     def evaluated_specs(self) -> list[TaskSpec]:
-        """The tasks and their evaluation views (``eval_views``, when the module has them): what is scored."""
+        """The tasks and their evaluation views: what is scored."""
         views = getattr(self, "eval_views", {})
         return [*self.task_specs.values(), *(v.spec for v in views.values())]
 
     def _init_evaluation(self) -> None:
         self.scorers = nn.ModuleDict({stage: TaskScorer(self.evaluated_specs()) for stage in STAGES})
-        self.last_scores: dict[str, dict[str, float]] = {}
-        """The last computed ``{stage/task/metric: value}`` per stage (``val``, ``test``), for inspection."""
+        self.last_scores: dict[str, dict[str, float]] = {}  # {stage: {stage/task/metric: value}}
 
     @property
     def scored_tasks(self) -> list[str]:
-        """The tasks the overall score covers: all tasks except auxiliary ones (an ``auxiliary``
-        attribute or hyper-parameter listing task names, or ``TaskSpec.auxiliary``), each followed by
-        its evaluation views that have a dev set (those of an auxiliary task are left out with it)."""
+        """The tasks the overall score covers: all but the auxiliary ones, each with its evaluated views."""
         auxiliary = getattr(self, "auxiliary", None)
         if auxiliary is None:
             auxiliary = self.hparams.get("auxiliary")
@@ -234,21 +212,17 @@ class EvaluationMixin(_ModuleBase):
             values.update({f"{stage}/{name}/{k}": v for k, v in metrics.items()})
             values[f"{stage}/{name}/loss"] = scores.losses[name]
         overall = overall_over(scores.metrics, self.evaluated_specs(), self.scored_tasks)
-        # The values are already identical on every rank (torchmetrics merged the states, the
-        # counts were reduced); sync_dist=True only averages equal numbers and keeps Lightning's
-        # epoch-level logging consistent under DDP. Every rank logs the same keys.
+        # equal on every rank already; sync_dist keeps Lightning's epoch logging consistent under DDP
         if values:
             self.log_dict(values, sync_dist=True)
             if stage == "val" and self.trainer.state.fn == "fit":
-                # Lightning logs a validation inside fit at the steps done minus one (its logging step
-                # moves on after validation); a logged "step" sets the row's step: the steps done, as in
-                # the checkpoint's name. "epoch" too, which Lightning then no longer adds.
+                # Lightning would log this at the steps done minus one: a logged "step" (and "epoch")
+                # sets the row's to the steps done, as in the checkpoint's name
                 self.log_dict(
                     {"step": float(self.global_step), "epoch": float(self.current_epoch)}, sync_dist=True
                 )
         if overall.value is not None:
-            # a partial mean gets its own name: a checkpoint monitoring <stage>/overall never
-            # compares it with (or prefers it over) the score of a complete evaluation
+            # a partial mean has its own name: a checkpoint monitoring <stage>/overall never sees it
             self.log(overall.key(stage), overall.value, prog_bar=True, sync_dist=True)
             values[overall.key(stage)] = overall.value
         self.last_scores[stage] = values

@@ -1,17 +1,11 @@
-"""Start a ``fit`` from another run's weights without resuming it (``MultiTaskModule(init_from=...)``).
-
-The two-stage recipe "joint, then specialise" trains all tasks with a shared encoder (stage 1),
-then freezes the encoder and trains each task's adapter and head from stage 1's weights (stage 2).
-Stage 2 is a new run, not a resume: its optimizer, learning-rate schedule and step count start
-fresh; only the weights are copied. The checkpoint must fit the model (same tasks, encoder and
-adapter shape), checked by :meth:`MultiTaskModule.checkpoint_differences`, the check every
-``--ckpt_path`` load goes through.
+"""Start a ``fit`` from another run's weights without resuming it (``MultiTaskModule(init_from=...)``):
+stage 2 of "joint, then specialise" copies stage 1's weights; optimizer, schedule and step count start fresh.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pal_lightning.core.errors import PalUserError
 
@@ -19,43 +13,19 @@ if TYPE_CHECKING:
     from pal_lightning.module.multitask import MultiTaskModule
 
 
-def check_init_from(path: str | None) -> None:
-    """Fail with one line when ``init_from`` names no file.
-
-    Raises:
-        PalUserError: naming the path and what to pass instead.
-    """
-    if path is not None and not Path(path).expanduser().is_file():
+def load_initial_weights(module: MultiTaskModule, path: str) -> None:
+    """Copy the weights of checkpoint ``path`` into ``module`` (strict: every key, every shape), after
+    :meth:`checkpoint_differences` found none."""
+    if not Path(path).expanduser().is_file():
         raise PalUserError(
             f"init_from checkpoint {path} does not exist. Pass the .ckpt file of the run to start from "
             "(e.g. the best checkpoint of the joint stage: runs/<name>/version_N/checkpoints/best-*.ckpt)."
         )
+    from pal_lightning.core.checkpoint_io import AtomicCheckpointIO  # one-line errors for unreadable files
 
-
-def read_checkpoint(path: str) -> dict[str, Any]:
-    """The checkpoint at ``path`` loaded on the CPU with ``weights_only=True``.
-
-    Raises:
-        PalUserError: for a missing, truncated or unsafe file (messages of the CLI's checkpoint reader).
-    """
-    # the CLI's checkpoint reader turns torch.load's tracebacks into one-line user errors; it has no
-    # dependency on the module (imported here, not at the top, to keep the module layer light)
-    from pal_lightning.core.checkpoint_io import AtomicCheckpointIO
-
-    return AtomicCheckpointIO().load_checkpoint(
+    checkpoint = AtomicCheckpointIO().load_checkpoint(
         str(Path(path).expanduser()), map_location="cpu", weights_only=True
     )
-
-
-def load_initial_weights(module: MultiTaskModule, path: str) -> None:
-    """Copy the weights of checkpoint ``path`` into ``module`` (strict: every key, every shape).
-
-    Raises:
-        PalUserError: when the checkpoint was trained for other tasks, another encoder or adapter shape
-            (each difference named), or holds no ``state_dict``.
-    """
-    check_init_from(path)
-    checkpoint = read_checkpoint(path)
     state = checkpoint.get("state_dict")
     if not isinstance(state, dict):
         raise PalUserError(

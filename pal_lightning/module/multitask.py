@@ -19,7 +19,7 @@ e.g. to try another head or loss without touching the library.
 
 The training concerns live in :mod:`pal_lightning.module`, one unit each, mixed in here: the optimizer
 and its schedule (:mod:`~pal_lightning.module.optim`), the numerical guard
-(:mod:`~pal_lightning.module.guard`), the checkpoint check
+(:mod:`~pal_lightning.module.nonfinite_guard`), the checkpoint check
 (:mod:`~pal_lightning.module.checkpoint_check`), evaluation (:mod:`~pal_lightning.module.evaluation`)
 and SimCSE (:mod:`~pal_lightning.module.simcse_step`).
 
@@ -68,12 +68,9 @@ from pal_lightning.module.compile import (
 )
 from pal_lightning.module.encoding import PairEncodingMixin, TaskRows
 from pal_lightning.module.evaluation import EvaluationMixin
-from pal_lightning.module.guard import (
-    NonFiniteGuardMixin,
-    check_max_nonfinite_steps,
-)
 from pal_lightning.module.inference import InferenceMixin, probabilities_from_output
 from pal_lightning.module.init_weights import load_initial_weights
+from pal_lightning.module.nonfinite_guard import NonFiniteGuardMixin, check_max_nonfinite_steps
 from pal_lightning.module.optim import (
     OptimizerMixin,
     check_rates,

@@ -1,8 +1,4 @@
-"""The optimizer and its learning-rate schedule: AdamW over per-kind parameter groups, warmup then decay.
-
-:func:`linear_warmup_decay` and :func:`total_training_steps` are the pure parts; :class:`OptimizerMixin`
-gives the module ``parameter_groups``, ``total_training_steps`` and ``configure_optimizers``.
-"""
+"""The optimizer and its schedule: AdamW over per-kind parameter groups, linear warmup then decay."""
 
 from __future__ import annotations
 
@@ -25,6 +21,7 @@ from pal_lightning.modeling.param_groups import GroupRates, build_parameter_grou
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
+    from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
 
     from pal_lightning.modeling.encoder import MultiTaskBert
 
@@ -34,21 +31,8 @@ else:
 
 
 def linear_warmup_decay(step: int, warmup: int, total: int) -> float:
-    """Learning-rate factor at optimizer step ``step`` (0-based): linear warmup, then linear decay to 0.
-
-    ::
-
-        f(s) = (s + 1) / (warmup + 1)                 for s < warmup
-        f(s) = (total - s) / (total - warmup)         for warmup <= s < total
-        f(s) = 0                                      for s >= total
-
-    Unlike the common ``s / warmup`` this never gives the first step a zero
-    learning rate, and the last of the ``total`` steps still moves the weights
-    (``f(total - 1) = 1 / (total - warmup) > 0``); the peak ``f(warmup) = 1``.
-
-    Raises:
-        ValueError: for ``total < 1`` or a negative ``warmup``.
-    """
+    """Learning-rate factor at optimizer step ``step`` (0-based): ``(s + 1) / (warmup + 1)`` while
+    warming up, then ``(total - s) / (total - warmup)``, 0 from ``total`` on (no step gets a zero rate)."""
     if total < 1 or warmup < 0:
         raise ValueError(
             f"linear_warmup_decay needs total >= 1 and warmup >= 0, got total={total}, warmup={warmup}"
@@ -61,48 +45,41 @@ def linear_warmup_decay(step: int, warmup: int, total: int) -> float:
 
 
 def adamw(params: Iterable[Any], fused: bool = True, **options: Any) -> torch.optim.AdamW:
-    """``torch.optim.AdamW(params, **options)``, with torch's fused kernel where the parameters' device has one.
-
-    Why: on the CPU torch's default is the for-loop AdamW, a dozen element-wise passes over every
-    tensor; the fused kernel makes one, which is far faster on a CPU (benchmarks/RESULTS.md, CPU profile).
-    The update is the same AdamW; its float rounding differs from the for-loop's in the last bits.
-    Where the kernel is missing (torch < 2.4 on the CPU, other devices), torch refuses ``fused=True``
-    at construction and the multi-tensor (``foreach``) implementation is used; ``fused=False`` asks for
-    it directly (with a loss scaler, under ``16-mixed``: see :func:`fused_allowed`).
-    """
+    """``torch.optim.AdamW(params, **options)``, fused where the device has the kernel (one pass over each
+    tensor instead of a dozen), else (or with ``fused=False``) the multi-tensor ``foreach`` one."""
     params = list(params)
     if fused:
         try:
             return torch.optim.AdamW(params, fused=True, **options)
         except RuntimeError:  # "`fused=True` requires all the params to be ... of supported devices"
             pass
-    # Not fused (a mixed-precision plugin, or no kernel): the multi-tensor implementation, a few
-    # passes over all tensors at once, rather than the CPU's default for-loop over each tensor.
     options.setdefault("foreach", True)
     return torch.optim.AdamW(params, **options)
 
 
 def fused_allowed(trainer: Any) -> bool:
-    """Whether ``trainer``'s precision plugin works with a fused optimizer (``True`` without a trainer).
-
-    A fused optimizer unscales fp16 gradients inside ``step()``; under ``16-mixed`` Lightning's plugin
-    would then not unscale before ``on_before_optimizer_step``, and GEM and the non-finite guard would
-    see scaled gradients. So: not with a loss scaler. ``32-true``, the ``*-true`` half precisions and
-    ``bf16-mixed`` (a ``scaler`` attribute that is ``None``) scale nothing, and the fused kernel is
-    used; Lightning's refusal to clip gradients with it under ``bf16-mixed`` is lifted by
-    :meth:`FusedClippingMixin.configure_gradient_clipping`.
-    """
+    """Whether ``trainer``'s precision plugin has no loss scaler (a fused optimizer would unscale inside
+    ``step()``, after GEM and the non-finite guard saw scaled gradients)."""
     return getattr(getattr(trainer, "precision_plugin", None), "scaler", None) is None
 
 
-def clips_unscaled(plugin: Any, optimizer: Any) -> bool:
-    """Whether Lightning's mixed-precision check would refuse to clip ``optimizer``'s gradients needlessly.
+def warmup_decay_optimizer(
+    module: Any, groups: Any, total: int, warmup: int, **options: Any
+) -> OptimizerLRSchedulerConfig:
+    """``configure_optimizers``' result: :func:`adamw` over ``groups`` (fused where ``module``'s precision
+    allows, :func:`fused_allowed`) with a per-step :func:`linear_warmup_decay` schedule."""
+    optimizer = adamw(groups, fused=fused_allowed(attached_trainer(module)), **options)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, partial(linear_warmup_decay, warmup=warmup, total=total)
+    )
+    return {
+        "optimizer": optimizer,
+        "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1},
+    }
 
-    ``MixedPrecision.clip_gradients`` refuses any optimizer that "unscales inside ``step()``" (fused
-    ones), because under fp16 the gradients it would clip are still multiplied by the loss scale.
-    With no scaler (``bf16-mixed``) nothing is scaled: the gradients are the true ones, and clipping
-    them is exactly what ``32-true`` does.
-    """
+
+def clips_unscaled(plugin: Any, optimizer: Any) -> bool:
+    """Whether Lightning would refuse to clip a fused ``optimizer``'s gradients needlessly (no scaler)."""
     from lightning.pytorch.plugins.precision import MixedPrecision
 
     return (
@@ -111,11 +88,7 @@ def clips_unscaled(plugin: Any, optimizer: Any) -> bool:
 
 
 def check_schedule_options(warmup_ratio: float, warmup_steps: int | None, layer_lr_decay: float) -> None:
-    """Refuse schedule options outside their range, at construction rather than when ``fit`` starts.
-
-    Raises:
-        PalUserError: naming the option, its range and the value given.
-    """
+    """Refuse schedule options outside their range, at construction."""
     if not 0.0 <= warmup_ratio <= 1.0:
         raise PalUserError(f"warmup_ratio must lie in [0, 1], got {warmup_ratio}.")
     if warmup_steps is not None and warmup_steps < 0:
@@ -125,14 +98,8 @@ def check_schedule_options(warmup_ratio: float, warmup_steps: int | None, layer_
 
 
 def check_rates(**rates: float | None) -> None:
-    """Refuse a learning rate that is not a finite number > 0 (``None`` allowed: it means a default).
-
-    ``weight_decay`` may be 0 and ``dropout`` must lie in [0, 1). A NaN passes every ``<``/``>``
-    comparison as false, so each check is written as what a good value satisfies.
-
-    Raises:
-        PalUserError: naming the option, its range and the value given.
-    """
+    """Refuse a rate that is not a finite number > 0 (``weight_decay`` >= 0, ``dropout`` in [0, 1); ``None``
+    means a default). Each check says what a good value satisfies, so NaN fails."""
     for name, value in rates.items():
         if value is None:
             continue
@@ -147,16 +114,10 @@ def check_rates(**rates: float | None) -> None:
 
 
 def total_training_steps(trainer: pl.Trainer) -> int:
-    """Optimizer steps of the whole run: ``max_steps`` if set, else from the DataModule.
+    """Optimizer steps of the whole run: ``max_steps``, else ``ceil(steps_per_epoch / accumulate) * max_epochs``.
 
-    ``ceil(steps_per_epoch / accumulate_grad_batches) * max_epochs`` (Lightning steps the
-    optimizer on the last batch of an epoch even when the accumulation window is not full).
-    ``trainer.estimated_stepping_batches`` is deliberately not used: it loads the train
-    dataloader inside ``configure_optimizers`` and breaks mid-epoch resume (Lightning #20550).
-
-    Raises:
-        PalUserError: when neither ``max_steps`` nor a DataModule with ``steps_per_epoch`` and
-            ``max_epochs`` is available.
+    Not ``trainer.estimated_stepping_batches``: it loads the train dataloader and breaks mid-epoch
+    resume (Lightning #20550).
     """
     if trainer.max_steps is not None and trainer.max_steps > 0:
         return int(trainer.max_steps)
@@ -180,7 +141,7 @@ def warmup_steps_of(total: int, warmup_steps: int | None, warmup_ratio: float) -
 
 
 class FusedClippingMixin(_ModuleBase):
-    """A LightningModule mixin: gradient clipping that also works with the fused AdamW under ``bf16-mixed``."""
+    """Gradient clipping that also works with the fused AdamW under ``bf16-mixed``."""
 
     def configure_gradient_clipping(
         self,
@@ -188,7 +149,7 @@ class FusedClippingMixin(_ModuleBase):
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: str | None = None,
     ) -> None:
-        """Lightning's clipping, also for the fused AdamW under ``bf16-mixed`` (see :func:`clips_unscaled`)."""
+        """Lightning's clipping, also for the fused AdamW under ``bf16-mixed``."""
         plugin = self.trainer.precision_plugin
         if gradient_clip_val and clips_unscaled(plugin, optimizer):
             clip_gradients_unchecked(plugin, optimizer, gradient_clip_val, gradient_clip_algorithm)
@@ -197,25 +158,14 @@ class FusedClippingMixin(_ModuleBase):
 
 
 class OptimizerMixin(FusedClippingMixin):
-    """AdamW with per-kind parameter groups and a per-step warmup/decay schedule, for the module.
-
-    Reads the hyper-parameters ``lr``, ``head_lr``, ``adapter_lr``, ``layer_lr_decay``, ``weight_decay``,
-    ``warmup_steps`` and ``warmup_ratio``, and the module's ``encoder`` (a
-    :class:`~pal_lightning.modeling.MultiTaskBert`).
-    """
+    """AdamW with per-kind parameter groups and a per-step warmup/decay schedule, for the module."""
 
     encoder: MultiTaskBert
 
     def parameter_groups(self) -> list[dict[str, Any]]:
-        """AdamW parameter groups of the trainable parameters, each with its peak learning rate.
-
-        By default {pretrained, new} x {decay, no decay}: pretrained encoder weights use ``lr``, new
-        parameters (adapters, heads) ``head_lr``. ``adapter_lr`` gives the adapters their own groups and
-        ``layer_lr_decay < 1`` one group per encoder layer
-        (:func:`pal_lightning.modeling.param_groups.build_parameter_groups`). Biases and LayerNorm
-        weights get no weight decay (decaying a LayerNorm gain towards 0 shrinks the activations, and
-        biases do not scale with the input).
-        """
+        """AdamW parameter groups of the trainable parameters (``build_parameter_groups``): pretrained
+        weights at ``lr``, new ones at ``head_lr`` (adapters at ``adapter_lr``), no decay on biases and
+        LayerNorms."""
         hp = self.hparams
         encoder = self.encoder
         adapter_lr = hp.get("adapter_lr")
@@ -238,7 +188,7 @@ class OptimizerMixin(FusedClippingMixin):
         )
 
     def total_training_steps(self) -> int:
-        """Optimizer steps of the whole run (:func:`total_training_steps` of this module's trainer)."""
+        """Optimizer steps of the whole run."""
         return total_training_steps(self.trainer)
 
     def configure_optimizers(self) -> Any:
@@ -249,14 +199,8 @@ class OptimizerMixin(FusedClippingMixin):
                 "No trainable parameters: freeze_encoder with adapter='none' and frozen heads?"
             )
         hp = self.hparams
-        fused = fused_allowed(attached_trainer(self))
-        optimizer = adamw(groups, fused=fused, lr=hp["lr"], weight_decay=hp["weight_decay"])
         total = self.total_training_steps()
         warmup = warmup_steps_of(total, hp["warmup_steps"], hp["warmup_ratio"])
-        scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, partial(linear_warmup_decay, warmup=warmup, total=total)
+        return warmup_decay_optimizer(
+            self, groups, total, warmup, lr=hp["lr"], weight_decay=hp["weight_decay"]
         )
-        return {
-            "optimizer": optimizer,
-            "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1},
-        }

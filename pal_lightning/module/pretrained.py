@@ -1,29 +1,14 @@
 """Models saved and loaded like Hugging Face models: ``save_pretrained``, ``from_pretrained``, ``push_to_hub``.
 
-:class:`PretrainedMixin` gives :class:`~pal_lightning.module.multitask.MultiTaskModule` a self-contained folder
-format::
+A saved folder holds ``config.json`` (everything needed to rebuild the module: hyper-parameters, the
+encoder's id, revision and full config, adapters, pair encodings, complete task specifications, label
+names, prediction length, scores), ``model.safetensors`` (the full state dict), the tokenizer and a
+model card. ``from_pretrained`` builds a random encoder of the saved shape and loads the state dict
+strictly, needing neither the original weights nor a network.
 
-    my-model/
-      config.json         everything needed to rebuild the module (see below)
-      model.safetensors   the full state dict: encoder, PALs, heads
-      tokenizer.json, tokenizer_config.json, ...   the encoder's tokenizer
-      README.md           a model card: tasks, label names, scores of the run, how to load it
-
-``config.json`` holds the library name and version, the module's class and hyper-parameters, the
-encoder's id, revision and full ``BertConfig`` (so loading never needs the original encoder weights
-or a network), the adapter configuration, pooling, the pair encoding of each task, the complete task
-specifications (a user's own task needs no registration to load), the label names, the sequence
-length used for prediction and the scores of the run.
-
-``MultiTaskModule.from_pretrained(folder_or_hub_id)`` rebuilds the module from that folder alone: a
-random encoder of the saved shape is built and the saved state dict is loaded strictly, so the
-outputs are identical to the saved module's.
-
-Why not ``huggingface_hub.ModelHubMixin``: it records the ``__init__`` arguments by wrapping
-construction, while this format also needs the resolved encoder config, full task specs, the
-tokenizer and label names, and LightningModule already keeps the hyper-parameters. The hub's own
-pieces are used where they fit: ``ModelCard``/``ModelCardData`` for the card, ``snapshot_download``
-for hub ids (its cache, ``HF_HUB_OFFLINE`` and revision handling), ``HfApi`` for uploads.
+Not ``huggingface_hub.ModelHubMixin``: it records only the ``__init__`` arguments, while this format also
+needs the resolved encoder config, task specs, tokenizer and label names. The hub's own ``ModelCard``,
+``snapshot_download`` and ``HfApi`` are used.
 """
 
 from __future__ import annotations
@@ -40,8 +25,8 @@ import torch
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.files import staged_folder
-from pal_lightning.core.plain import to_plain
-from pal_lightning.core.version import reads_files_of, version_mismatch
+from pal_lightning.core.plain_values import to_plain
+from pal_lightning.core.version import __version__, reads_files_of, version_mismatch
 from pal_lightning.module.inference import DEFAULT_MAX_LENGTH
 from pal_lightning.tasks.catalogue import overall_name
 from pal_lightning.tasks.specs import task_to_dict
@@ -61,28 +46,20 @@ else:
 log = logging.getLogger(__name__)
 
 FORMAT = "pal-lightning-model"
-#: Bump when a saved folder can no longer be read by older code.
 FORMAT_VERSION = 1
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 CARD_NAME = "README.md"
-#: Files a folder must hold to be loadable (the tokenizer writes more, e.g. vocab.txt).
+#: Files a folder must hold to be loadable.
 REQUIRED_FILES = (CONFIG_NAME, WEIGHTS_NAME, "tokenizer.json", "tokenizer_config.json")
-#: Keys of ``BertConfig.to_dict()`` that describe where a config came from, not the network's shape.
+#: Keys of an encoder config that say where it came from, not the network's shape.
 _CONFIG_PROVENANCE = ("_name_or_path", "transformers_version", "architectures")
 
 M = TypeVar("M", bound="PretrainedMixin")
 
 
-def library_version() -> str:
-    from pal_lightning.core.version import __version__
-
-    return __version__
-
-
 def encoder_config_dict(config: Any) -> dict[str, Any]:
-    """An encoder config as keyword arguments that rebuild the same network (provenance keys dropped; the
-    ``model_type`` kept for a family other than BERT, the default)."""
+    """An encoder config as keyword arguments that rebuild the same network (``model_type`` for non-BERT)."""
     return {
         k: v
         for k, v in config.to_dict().items()
@@ -91,13 +68,8 @@ def encoder_config_dict(config: Any) -> dict[str, Any]:
 
 
 def encoder_revision(name: str, revision: str | None = None) -> str | None:
-    """What pins the encoder's weights: the hub commit of a cached snapshot, or the offline package version.
-
-    For an encoder assembled from part packages (:func:`pal_lightning.core.hub.assembled_revision`): the
-    parts' versions and the md5 of the weights.
-
-    ``None`` for a plain local folder or an unresolvable name (the saved folder holds the weights anyway).
-    """
+    """What pins the encoder's weights: a snapshot's hub commit, the offline package's version or the
+    assembled parts' versions; ``None`` for a plain local folder or an unresolvable name."""
     from pal_lightning.core.hub import assembled_revision, packaged_minilm_dir, resolve_encoder
 
     try:
@@ -118,25 +90,14 @@ def encoder_revision(name: str, revision: str | None = None) -> str | None:
     return assembled_revision(resolved)  # None for a plain folder
 
 
-def holds_model(folder: Path) -> bool:
-    """Whether ``folder`` already holds a saved model (its config or weights)."""
-    return (folder / CONFIG_NAME).exists() or (folder / WEIGHTS_NAME).exists()
-
-
-def task_scores(scores: Mapping[str, float]) -> dict[str, dict[str, float]]:
-    """``{"val/sst/accuracy": x, ...}`` as ``{"sst": {"accuracy": x}}`` (losses left out)."""
-    out: dict[str, dict[str, float]] = {}
-    for key, value in scores.items():
-        parts = key.split("/")
-        if len(parts) == 3 and parts[2] != "loss":
-            out.setdefault(parts[1], {})[parts[2]] = float(value)
-    return out
-
-
 def card_task_rows(config: Mapping[str, Any]) -> list[str]:
     """One Markdown table row per task of a saved model's config: name, kind, labels, dev scores."""
     labels = config.get("label_names") or {}
-    per_task = task_scores(config.get("scores") or {})
+    per_task: dict[str, dict[str, float]] = {}  # {"val/sst/accuracy": x} as {"sst": {"accuracy": x}}
+    for key, value in (config.get("scores") or {}).items():
+        parts = key.split("/")
+        if len(parts) == 3 and parts[2] != "loss":
+            per_task.setdefault(parts[1], {})[parts[2]] = float(value)
     rows = []
     for t in config["tasks"]:
         names = ", ".join(labels.get(t["name"], [])) or (
@@ -209,14 +170,11 @@ Everything needed to rebuild the model is in `config.json` (encoder config, revi
 
 
 def check_save_target(target: Path, overwrite: bool) -> None:
-    """Refuse a file, or a folder that already holds a saved model unless ``overwrite``.
-
-    Raises:
-        PalUserError: naming the path and what to do instead.
-    """
+    """Refuse a file, or a folder that already holds a saved model unless ``overwrite``."""
     if target.exists() and not target.is_dir():
         raise PalUserError(f"{target} is a file, not a folder. Pass a folder to save the model into.")
-    if target.is_dir() and holds_model(target) and not overwrite:
+    holds_model = (target / CONFIG_NAME).exists() or (target / WEIGHTS_NAME).exists()
+    if target.is_dir() and holds_model and not overwrite:
         raise PalUserError(
             f"{target} already holds a saved model. Nothing was written. Choose another folder or pass "
             "overwrite=True to replace it."
@@ -226,11 +184,7 @@ def check_save_target(target: Path, overwrite: bool) -> None:
 def weights_to_save(
     own: Mapping[str, torch.Tensor], given: Mapping[str, torch.Tensor] | None
 ) -> dict[str, torch.Tensor]:
-    """``given`` when it has exactly the module's keys (``own``), else ``own``; CPU copies either way.
-
-    Raises:
-        PalUserError: when ``given`` misses keys of the module or has others.
-    """
+    """CPU copies of ``given`` (which must have exactly the module's keys ``own``), else of ``own``."""
     if given is not None:
         missing, extra = sorted(set(own) - set(given)), sorted(set(given) - set(own))
         if missing or extra:
@@ -245,7 +199,7 @@ class PretrainedMixin(_ModuleBase):
     """``save_pretrained`` / ``from_pretrained`` / ``push_to_hub`` for :class:`MultiTaskModule`."""
 
     predict_max_length: int
-    """Longest prediction input (the inference mixin's default; ``from_pretrained`` sets the saved one)."""
+    """Longest prediction input (``from_pretrained`` sets the saved one)."""
 
     if TYPE_CHECKING:  # provided by the module and its other mixins
         encoder: MultiTaskBert
@@ -257,11 +211,9 @@ class PretrainedMixin(_ModuleBase):
 
         def set_label_names(self, names: Mapping[str, Sequence[str]]) -> None: ...
 
-    # ------------------------------------------------------------------ tokenizer
-
     @property
     def tokenizer(self) -> Any:
-        """The encoder's fast tokenizer: the saved one after ``from_pretrained``, else loaded from ``encoder``."""
+        """The encoder's fast tokenizer (the saved one after ``from_pretrained``)."""
         tok = self.__dict__.get("_pal_tokenizer")
         if tok is None:
             from transformers import AutoTokenizer
@@ -277,12 +229,10 @@ class PretrainedMixin(_ModuleBase):
     def tokenizer(self, value: Any) -> None:
         self.__dict__["_pal_tokenizer"] = value
 
-    # ------------------------------------------------------------------ config
-
     def pretrained_config(
         self, scores: Mapping[str, float] | None = None, max_length: int | None = None
     ) -> dict[str, Any]:
-        """The ``config.json`` content of this module (see the module docstring)."""
+        """The ``config.json`` content of this module."""
         # keys with "_" are LightningCLI's bookkeeping (_class_path, _instantiator), not __init__ arguments
         hp = {k: v for k, v in self.hparams.items() if not k.startswith("_")}
         hp.pop("tasks", None)
@@ -298,7 +248,7 @@ class PretrainedMixin(_ModuleBase):
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
             "library_name": "pal-lightning",
-            "library_version": library_version(),
+            "library_version": __version__,
             "model_class": f"{type(self).__module__}.{type(self).__qualname__}",
             "encoder": {
                 "name": str(hp.get("encoder")),
@@ -337,8 +287,6 @@ class PretrainedMixin(_ModuleBase):
             "scores": dict(scores) if scores else None,
         }
 
-    # ------------------------------------------------------------------ save
-
     def save_pretrained(
         self,
         save_directory: str | os.PathLike[str],
@@ -352,21 +300,12 @@ class PretrainedMixin(_ModuleBase):
         """Write the weights, ``config.json``, the tokenizer and a model card into ``save_directory``.
 
         Args:
-            save_directory: the folder (created; may hold other files, but not another model).
-            overwrite: replace a model already saved there (refused by default).
-            scores: ``{"val/<task>/<metric>": value, "val/overall": value}`` for the card and config;
-                default the module's last validation scores (``last_scores["val"]``), if any.
-            max_length: sequence length for :meth:`predict` after loading (default: the module's
-                ``predict_max_length``, which ``fit`` sets from the data module).
+            save_directory: the folder (created; it may hold other files, but not another model).
+            overwrite: replace a model already saved there.
+            scores: ``{"val/<task>/<metric>": value, ...}`` for card and config; default ``last_scores["val"]``.
+            max_length: sequence length for :meth:`predict` after loading (default ``predict_max_length``).
             state_dict: weights to write instead of the module's own (same keys), e.g. a best checkpoint's.
             scores_note: one sentence for the card about where the scores come from.
-
-        Returns:
-            The folder written.
-
-        Raises:
-            PalUserError: when the folder already holds a model and ``overwrite`` is false, when the path
-                is a file, or when ``state_dict`` does not have the module's keys.
         """
         from safetensors.torch import save_file
 
@@ -379,16 +318,13 @@ class PretrainedMixin(_ModuleBase):
         config = self.pretrained_config(scores=scores, max_length=max_length)
         if scores_note:
             config["scores_note"] = scores_note
-        # whole files replace whole files (synced, with the modes open() gives): a reader never sees a
-        # half-written one, and a failure leaves the folder as it was
+        # a reader never sees a half-written file; a failure leaves the folder as it was
         with staged_folder(target) as tmp:
             save_file(own, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
             self.tokenizer.save_pretrained(str(tmp))
             (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=False) + "\n")
             model_card(config).save(str(tmp / CARD_NAME))
         return target
-
-    # ------------------------------------------------------------------ load
 
     @classmethod
     def from_pretrained(
@@ -401,16 +337,7 @@ class PretrainedMixin(_ModuleBase):
     ) -> M:
         """Rebuild a module saved by :meth:`save_pretrained` from a folder or a hub id, in eval mode.
 
-        Args:
-            name_or_path: a local folder, or a hub repository id (``user/model``) fetched with
-                ``huggingface_hub.snapshot_download`` (its cache is used; ``HF_HUB_OFFLINE`` honoured).
-            revision: hub branch, tag or commit (hub ids only).
-            map_location: device of the returned module.
-            token: hub token for private repositories.
-
-        Raises:
-            PalUserError: for a missing folder or file, a folder of another format or another major
-                library version, or a hub id that cannot be fetched.
+        ``name_or_path`` is a local folder or a hub repository id (at ``revision``, with ``token``).
         """
         from safetensors.torch import load_file
         from transformers import AutoTokenizer
@@ -419,8 +346,7 @@ class PretrainedMixin(_ModuleBase):
         config = read_pretrained_config(folder)
         hparams = dict(config["hparams"])
         original_bert_config = hparams.get("bert_config")
-        # build a random encoder of the saved shape (no download, no original weights needed); the
-        # saved state dict then replaces every weight
+        # a random encoder of the saved shape; the saved state dict replaces every weight
         hparams["bert_config"] = config["encoder"]["config"]
         hparams["tasks"] = config["tasks"]
         try:
@@ -453,8 +379,6 @@ class PretrainedMixin(_ModuleBase):
         module.eval()
         return module
 
-    # ------------------------------------------------------------------ hub
-
     def push_to_hub(
         self,
         repo_id: str,
@@ -465,14 +389,8 @@ class PretrainedMixin(_ModuleBase):
         commit_message: str = "Upload pal-lightning model",
         scores: Mapping[str, float] | None = None,
     ) -> str:
-        """Save the model into a temporary folder and upload it to the hub repository ``repo_id``.
-
-        Creates the repository when it does not exist (needs a hub account and a token with write
-        access: ``huggingface-cli login`` or ``token=``).
-
-        Returns:
-            The URL of the commit.
-        """
+        """Save the model into a temporary folder and upload it to the hub repository ``repo_id`` (created
+        when missing); the URL of the commit."""
         from huggingface_hub import HfApi
 
         api = HfApi(token=token)
@@ -492,11 +410,7 @@ class PretrainedMixin(_ModuleBase):
 def resolve_pretrained(
     name_or_path: str | os.PathLike[str], revision: str | None = None, token: str | bool | None = None
 ) -> Path:
-    """A local folder for ``name_or_path``: the folder itself, or the hub snapshot of a repository id.
-
-    Raises:
-        PalUserError: when it is neither an existing folder nor a fetchable hub repository.
-    """
+    """A local folder for ``name_or_path``: the folder itself, or the hub snapshot of a repository id."""
     from pal_lightning.core.hub import looks_like_hub_id
 
     raw = str(name_or_path)
@@ -525,11 +439,7 @@ def resolve_pretrained(
 
 
 def read_pretrained_config(folder: Path) -> dict[str, Any]:
-    """The checked ``config.json`` of a saved model folder.
-
-    Raises:
-        PalUserError: for missing files, a config of another format, or another major library version.
-    """
+    """The checked ``config.json`` of a saved model folder (files, format and library version)."""
     missing = [name for name in REQUIRED_FILES if not (folder / name).is_file()]
     if missing:
         raise PalUserError(
@@ -548,12 +458,9 @@ def read_pretrained_config(folder: Path) -> dict[str, Any]:
             f"{config.get('format') if isinstance(config, dict) else None!r}, expected {FORMAT!r}). A plain "
             "encoder folder goes to --model.encoder instead."
         )
-    ours = library_version()
-    if (
-        not reads_files_of(config.get("library_version"), ours)
-        or int(config.get("format_version", 0)) > FORMAT_VERSION
-    ):
-        raise PalUserError(version_mismatch(str(folder), config.get("library_version"), ours))
+    saved = config.get("library_version")
+    if not reads_files_of(saved) or int(config.get("format_version", 0)) > FORMAT_VERSION:
+        raise PalUserError(version_mismatch(str(folder), saved))
     for key in ("hparams", "encoder", "tasks"):
         if key not in config:
             raise PalUserError(f"{folder / CONFIG_NAME} lacks {key!r}. Save the model again.")

@@ -1,10 +1,5 @@
-"""SimCSE as an auxiliary loss of the training step (:class:`~pal_lightning.modeling.simcse.SimCSEConfig`).
-
-The task forward's pooled sentence vectors (with their dropout) serve as SimCSE's first view, so
-SimCSE adds one forward/backward of the sentences (none in ``sup`` mode), not two: the module's
-``encode`` hands its pooled vectors to :meth:`SimCSEStepMixin._capture_simcse_view` while the
-training step captures.
-"""
+"""SimCSE as an auxiliary loss of the training step: the task forward's pooled sentence vectors serve as
+its first view, so it adds one forward of the sentences (none in ``sup`` mode), not two."""
 
 from __future__ import annotations
 
@@ -32,7 +27,7 @@ else:
 
 
 class SimCSEStepMixin(_ModuleBase):
-    """The SimCSE part of the module: which steps add it, its loss, and the reuse of the task's view."""
+    """The SimCSE part of the module: which steps add it, its loss, the reuse of the task's view."""
 
     simcse: SimCSEConfig | None
     task_specs: dict[str, TaskSpec]
@@ -45,18 +40,14 @@ class SimCSEStepMixin(_ModuleBase):
         def _is_siamese(self, task: str) -> bool: ...
 
     def _init_simcse(self) -> None:
-        """Check the SimCSE setting against the heads (built by now) and set up the view capture."""
         if self.simcse is not None:
             self._check_simcse_pairs()
             self._check_simcse_dropout()
-        # SimCSE reuses the training step's own sentence vectors as its first view (see training_step)
         self._simcse_capturing = False
         self._simcse_view: Tensor | None = None
 
     def _check_simcse_dropout(self) -> None:
-        """Unsupervised SimCSE's two views differ only by the encoder's dropout: refuse an encoder whose
-        dropout is off everywhere (ModernBERT's checkpoints set every rate to 0), where both views would
-        be the same vector and the objective would only push different sentences apart."""
+        """Refuse unsupervised SimCSE on an encoder without dropout (its two views would be equal)."""
         assert self.simcse is not None
         if self.simcse.mode != "unsup":
             return
@@ -73,7 +64,7 @@ class SimCSEStepMixin(_ModuleBase):
         )
 
     def _check_simcse_pairs(self) -> None:
-        """Supervised SimCSE needs each sentence of a pair alone: refuse ``cross`` pairs for it."""
+        """Refuse supervised SimCSE on ``cross`` pairs (it needs each sentence alone)."""
         assert self.simcse is not None
         if self.simcse.mode != "sup":
             return
@@ -85,7 +76,7 @@ class SimCSEStepMixin(_ModuleBase):
             )
 
     def simcse_active(self, task: str) -> bool:
-        """Whether this training step adds the SimCSE loss (configured, weight > 0, task and step chosen)."""
+        """Whether this training step adds the SimCSE loss."""
         cfg = self.simcse
         if cfg is None or cfg.weight == 0 or task not in cfg.active_tasks(self.task_specs):
             return False
@@ -94,7 +85,6 @@ class SimCSEStepMixin(_ModuleBase):
 
     @contextmanager
     def _simcse_view_capture(self, active: bool) -> Iterator[None]:
-        """While inside, ``encode`` keeps its pooled sentence vectors as SimCSE's first view (if ``active``)."""
         self._simcse_capturing, self._simcse_view = active, None
         try:
             yield
@@ -102,12 +92,10 @@ class SimCSEStepMixin(_ModuleBase):
             self._simcse_capturing = False
 
     def _capture_simcse_view(self, pooled: Tensor) -> None:
-        """Keep the training step's pooled sentence vectors for SimCSE (only while training_step asks)."""
         if self._simcse_capturing:
             self._simcse_view = pooled
 
     def _simcse_term(self, batch: Mapping[str, Any], batch_size: int) -> Tensor:
-        """The weighted SimCSE loss this step adds, on the captured view (logged unweighted)."""
         assert self.simcse is not None
         view, self._simcse_view = self._simcse_view, None
         auxiliary = self.simcse_loss(batch, first_view=view)
@@ -115,12 +103,7 @@ class SimCSEStepMixin(_ModuleBase):
         return self.simcse.weight * auxiliary
 
     def simcse_loss(self, batch: Mapping[str, Any], first_view: Tensor | None = None) -> Tensor:
-        """The SimCSE loss of a batch's sentences, with the batch's task active and the module's pooling.
-
-        Dropout must be on (training mode) for unsupervised SimCSE: the two views differ only by it.
-        ``first_view``: the batch's sentences already pooled by this step's task forward (see
-        :func:`~pal_lightning.modeling.simcse.simcse_batch_loss`); ``None`` encodes both views here.
-        """
+        """The SimCSE loss of a batch's sentences (``first_view``: already pooled by the task forward)."""
         assert self.simcse is not None, "simcse_loss needs a SimCSEConfig (--model.simcse)"
         spec = self._spec(batch)
         mode = self.hparams["pooling"]

@@ -1,12 +1,6 @@
-"""Text for masked-language-model pre-training: the sentences of chosen tasks, tokenised once.
-
-Every text column of every chosen task is used (both sentences of a pair, each as its own
-sequence: within-task, in-domain text, as in Sun et al. 2019), read with the same validating
-readers as fine-tuning, de-duplicated in first-seen order. Training uses the ``train`` splits,
-validation the ``dev`` splits (at most ``max_val_sentences``). Batches hold ``input_ids``,
-``attention_mask`` and ``word_ids`` (the word each token belongs to, ``-1`` for special tokens and
-padding) for whole-word masking; the masking itself happens in the module
-(:mod:`pal_lightning.pretraining.masking`), seeded per step.
+"""Text for masked-language-model pre-training: every text column of the chosen tasks (train for
+training, dev for validation), read with fine-tuning's readers, de-duplicated, tokenised once; batches
+carry ``word_ids`` for whole-word masking.
 """
 
 from __future__ import annotations
@@ -32,16 +26,12 @@ from pal_lightning.tasks.specs import TaskSpec, resolve_tasks, task_to_hparam
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "spiece.model", "merges.txt")
 
 
+#: Key of an MLM batch: the word of each token (-1 for special tokens and padding).
 WORD_IDS = "word_ids"
-"""Key of an MLM batch: the word of each token (-1 for special tokens and padding), for whole-word masking."""
 
 
 def load_tokenizer(encoder: str) -> Any:
-    """The fast tokenizer saved with ``encoder`` (a folder or hub id, resolved offline-first).
-
-    Raises:
-        PalUserError: when the encoder folder holds no tokenizer files or no fast tokenizer loads.
-    """
+    """The fast tokenizer (with a mask token) saved with ``encoder``, a folder or hub id."""
     from transformers import AutoTokenizer
 
     path = resolve_encoder(encoder)
@@ -118,8 +108,8 @@ class MLMDataModule(pl.LightningDataModule):
         max_length: longest tokenised sentence (special tokens included); longer ones are truncated.
         batch_size: sentences per training batch (per device).
         eval_batch_size: sentences per validation batch.
-        max_val_sentences: validate on at most this many dev sentences (the first ones).
-        limit_examples: keep only the first N training sentences (quick runs).
+        max_val_sentences: validate on at most this many (the first) dev sentences.
+        limit_examples: keep only the first N training sentences.
         detokenize: undo PTB tokens for tasks that ask for it (SST).
         num_workers: DataLoader worker processes.
         seed: seed of the training order.

@@ -1,13 +1,5 @@
-"""BERT's masked-language-model corruption, as a pure function of the token ids and a generator.
-
-Devlin et al. (2019): choose 15 % of the tokens that may be predicted; of those, replace 80 % by
-``[MASK]``, 10 % by a random token and leave 10 % unchanged; the model predicts the original token at
-every chosen position and nothing elsewhere (label ``-100``, ignored by the cross-entropy).
-Special tokens (``[CLS]``, ``[SEP]``) and padding are never chosen.
-
-Whole-word masking chooses *words* with probability ``p`` and then every piece of a chosen word
-(``##ing`` goes with its stem); the 80/10/10 decision is still made per token, as in the
-reference implementation.
+"""BERT's masked-language-model corruption (Devlin et al. 2019), a pure function of the ids and a generator:
+15 % of the maskable tokens (or whole words) chosen, of those 80 % ``[MASK]``, 10 % random, 10 % kept.
 """
 
 from __future__ import annotations
@@ -17,7 +9,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-#: Label of the positions that are not predicted (``torch.nn.CrossEntropyLoss``'s ``ignore_index``).
+#: Label of the positions that are not predicted (cross-entropy's ``ignore_index``).
 IGNORE_INDEX = -100
 #: Fractions of the chosen tokens that become ``[MASK]`` and a random token (the rest stay unchanged).
 MASK_FRACTION = 0.8
@@ -42,23 +34,16 @@ def mask_tokens(
     generator: torch.Generator | None = None,
     word_ids: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """BERT masking of a batch: ``(corrupted input_ids, labels)``.
+    """BERT masking of a batch: ``(corrupted input_ids, labels)`` (labels ``-100`` where not chosen).
 
     Args:
         input_ids: ``[B, T]`` token ids (on the CPU, like ``generator``).
         maskable: ``[B, T]`` bool, the positions that may be chosen (:func:`maskable_positions`).
         mask_token_id: id of ``[MASK]``.
-        random_ids: 1-D ids a "random token" is drawn from, uniformly (the tokenizer's non-special ids).
+        random_ids: 1-D ids a random replacement is drawn from, uniformly.
         probability: chance that a maskable token (or, with ``word_ids``, a word) is chosen.
-        generator: the random stream; the result is a pure function of the inputs and its state.
-        word_ids: ``[B, T]`` index of the word each token belongs to (``-1`` outside words); given,
-            whole words are chosen.
-
-    Returns:
-        The corrupted ids and the labels: the original id at chosen positions, ``-100`` elsewhere.
-
-    Raises:
-        ValueError: for a probability outside (0, 1] or no ``random_ids``.
+        generator: the random stream.
+        word_ids: ``[B, T]`` word of each token (``-1`` outside words): whole words are chosen.
     """
     if not 0.0 < probability <= 1.0:
         raise ValueError(f"The masking probability must lie in (0, 1], got {probability}.")

@@ -1,26 +1,15 @@
-"""Further pre-training of the encoder with masked language modelling on the tasks' own text.
-
-Sun et al. (2019) found that continuing BERT's masked-language-model pre-training on in-domain or
-within-task text before fine-tuning helps text classification. :class:`MLMPretrainModule` does that
-for any encoder folder or hub id: it loads the encoder with a masked-language-model head
-(``AutoModelForMaskedLM``: the checkpoint's own head where it has one, e.g. ``bert-base-uncased``;
-a new head on the encoder's weights otherwise, e.g. all-MiniLM-L6-v2, a sentence encoder saved
-without one), trains it on the sentences of :class:`~pal_lightning.pretraining.data.MLMDataModule`
-with BERT's 80/10/10 masking (optionally whole words), and at the end of ``fit`` writes a folder in
-``save_pretrained`` layout (weights, config, tokenizer) that ``--model.encoder`` then takes::
+"""Further pre-training of the encoder with masked language modelling on the tasks' own text (Sun et al.
+2019): :class:`MLMPretrainModule` trains any encoder with a masked-language-model head (the checkpoint's,
+or a new one) and writes a ``save_pretrained`` folder that ``--model.encoder`` takes::
 
     pal-lightning pretrain --config configs/pretrain_mlm.yaml
     pal-lightning fit --config configs/quickstart.yaml --model.encoder runs/pretrain_mlm/version_0/encoder
-
-The masks of a step are a pure function of ``(seed, step, rank)``; validation masks are the same at
-every validation, so ``val/mlm_loss`` values compare across a run.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -35,34 +24,26 @@ from pal_lightning.core.distributed import is_main_process, rank
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.files import staged_folder
 from pal_lightning.core.hub import DEFAULT_ENCODER, resolve_encoder
-from pal_lightning.core.private_api import attached_trainer
-from pal_lightning.module.optim import FusedClippingMixin, adamw, fused_allowed, linear_warmup_decay
+from pal_lightning.module.optim import FusedClippingMixin, warmup_decay_optimizer, warmup_steps_of
 from pal_lightning.pretraining.data import WORD_IDS, load_tokenizer
 from pal_lightning.pretraining.masking import IGNORE_INDEX, mask_tokens, maskable_positions
 
 log = logging.getLogger(__name__)
 
 _TRAIN_STREAM, _VAL_STREAM = 1, 2
-#: Name of the encoder folder written into the run's log directory when ``output_dir`` is not given.
+#: The encoder folder in the run folder when ``output_dir`` is not given.
 ENCODER_FOLDER = "encoder"
 
 
 def load_mlm_model(encoder: str) -> tuple[Any, bool]:
-    """``(model, head_from_checkpoint)``: ``encoder`` with a masked-language-model head.
-
-    The head comes from the checkpoint when it has one; otherwise ``transformers`` builds a new one
-    (its decoder tied to the word embeddings) and ``head_from_checkpoint`` is ``False``.
-
-    Raises:
-        PalUserError: when the folder holds no masked-language-model architecture or weights.
-    """
+    """``(model, head_from_checkpoint)``: ``encoder`` with the checkpoint's masked-language-model head, or
+    a new one (``False``)."""
     from transformers import AutoModelForMaskedLM
     from transformers.utils import logging as hf_logging
 
     path = resolve_encoder(encoder)
     verbosity = hf_logging.get_verbosity()
-    # transformers prints a load report for every missing or unused key (the new head, the pooler);
-    # what matters is summarised below in one line
+    # not transformers' report of every missing key: one line below says what matters
     hf_logging.set_verbosity_error()
     try:
         model, info = AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True)
@@ -92,10 +73,12 @@ def empty_or_missing(path: Path) -> bool:
 class MLMPretrainModule(FusedClippingMixin, pl.LightningModule):
     """Masked-language-model pre-training of an encoder; writes the result in ``save_pretrained`` layout.
 
+    A step's masks are a pure function of ``(seed, step, rank)``; validation's are the same every time.
+
     Args:
         encoder: folder or hub id of the encoder (and its tokenizer) to continue pre-training.
-        output_dir: where the trained encoder and its tokenizer are written at the end of ``fit``;
-            ``None`` = ``<run folder>/encoder``. Must not exist yet, or be empty (nothing is overwritten).
+        output_dir: where the encoder and tokenizer are written at the end of ``fit`` (missing or empty);
+            ``None``: ``<run folder>/encoder``.
         mlm_probability: share of the maskable tokens (or words) chosen for prediction (BERT: 0.15).
         whole_word: choose whole words (every piece of a word together) instead of single tokens.
         lr: peak learning rate of AdamW.
@@ -128,8 +111,7 @@ class MLMPretrainModule(FusedClippingMixin, pl.LightningModule):
             )
         self.tokenizer = load_tokenizer(encoder)
         self.model, self.head_from_checkpoint = load_mlm_model(encoder)
-        # from_pretrained returns the model in eval mode, and Lightning keeps the modes it finds:
-        # without this, dropout would stay off for the whole of training
+        # from_pretrained returns it in eval mode, which Lightning would keep (no dropout)
         self.model.train()
         special = set(self.tokenizer.all_special_ids)
         self.special_ids = sorted(special)
@@ -137,10 +119,7 @@ class MLMPretrainModule(FusedClippingMixin, pl.LightningModule):
         self.random_ids = torch.tensor([i for i in range(vocab) if i not in special], dtype=torch.long)
         self._masked_batches = 0
         self._val_batches = 0
-        self.output_path: Path | None = None
-        """Where the encoder folder was written (set at the end of ``fit``)."""
-
-    # ------------------------------------------------------------------ masking
+        self.output_path: Path | None = None  # set at the end of fit
 
     def _generator(self, stream: int, index: int) -> torch.Generator:
         words = [int(self.hparams["seed"]) % (1 << 63), stream, index, rank()]
@@ -162,7 +141,7 @@ class MLMPretrainModule(FusedClippingMixin, pl.LightningModule):
         return {INPUT_IDS: corrupted, ATTENTION_MASK: batch[ATTENTION_MASK], LABELS: labels}
 
     def _masked(self, batch: dict[str, Tensor], training: bool) -> dict[str, Tensor]:
-        """The batch masked on the CPU (the masks do not depend on the device), then moved back."""
+        # masked on the CPU, so that the masks do not depend on the device
         if training:
             generator = self._generator(_TRAIN_STREAM, self._masked_batches)
             self._masked_batches += 1
@@ -180,8 +159,6 @@ class MLMPretrainModule(FusedClippingMixin, pl.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self._masked_batches = int(checkpoint.get("mlm_masked_batches", 0))
-
-    # ------------------------------------------------------------------ steps
 
     def _loss(self, batch: dict[str, Tensor]) -> tuple[Tensor, int]:
         labels = batch[LABELS]
@@ -211,7 +188,7 @@ class MLMPretrainModule(FusedClippingMixin, pl.LightningModule):
             self.log("val/perplexity", math.exp(min(float(value), 50.0)), sync_dist=True)
 
     def configure_optimizers(self) -> OptimizerLRScheduler:
-        """AdamW (no decay on biases and LayerNorm weights), linear warmup then decay to 0 at ``max_steps``."""
+        """AdamW (no decay on biases and LayerNorms), linear warmup then decay to 0 at ``max_steps``."""
         max_steps = self.trainer.max_steps
         if max_steps is None or max_steps < 1:
             raise PalUserError(
@@ -222,21 +199,12 @@ class MLMPretrainModule(FusedClippingMixin, pl.LightningModule):
         for name, p in self.model.named_parameters():
             if p.requires_grad:
                 (no_decay if name.endswith("bias") or "LayerNorm" in name else decay).append(p)
-        optimizer = adamw(
-            [
-                {"params": decay, "weight_decay": self.hparams["weight_decay"]},
-                {"params": no_decay, "weight_decay": 0.0},
-            ],
-            fused=fused_allowed(attached_trainer(self)),  # as MultiTaskModule.configure_optimizers
-            lr=self.hparams["lr"],
-        )
-        warmup = int(round(self.hparams["warmup_ratio"] * max_steps))
-        scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, partial(linear_warmup_decay, warmup=warmup, total=int(max_steps))
-        )
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
-
-    # ------------------------------------------------------------------ the encoder folder
+        groups = [
+            {"params": decay, "weight_decay": self.hparams["weight_decay"]},
+            {"params": no_decay, "weight_decay": 0.0},
+        ]
+        warmup = warmup_steps_of(int(max_steps), None, self.hparams["warmup_ratio"])
+        return warmup_decay_optimizer(self, groups, int(max_steps), warmup, lr=self.hparams["lr"])
 
     def on_fit_end(self) -> None:
         """Write the encoder (with its head) and the tokenizer into ``output_dir`` (rank 0)."""
@@ -252,11 +220,7 @@ class MLMPretrainModule(FusedClippingMixin, pl.LightningModule):
         self.trainer.strategy.barrier()
 
     def save_encoder(self, path: str | Path) -> Path:
-        """The model (encoder + masked-language-model head) and tokenizer in ``save_pretrained`` layout.
-
-        Raises:
-            PalUserError: when ``path`` holds files already.
-        """
+        """Write the model (with its head) and tokenizer into the new or empty folder ``path``."""
         path = Path(path)
         if not empty_or_missing(path):
             raise PalUserError(

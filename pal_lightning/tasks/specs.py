@@ -17,7 +17,7 @@ from enum import Enum
 from typing import Any
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.core.plain import to_plain
+from pal_lightning.core.plain_values import to_plain
 
 
 class TaskKind(str, Enum):

@@ -1,12 +1,5 @@
-"""Callbacks for tests that run the CLI in a subprocess, named in a config's ``trainer.callbacks`` as
-``pal_lightning.testing.callbacks.KillAtStep`` / ``pal_lightning.testing.callbacks.RankRecorder``.
-
-* :class:`KillAtStep`: the process dies at a given optimizer step (or in the middle of that step's
-  checkpoint write), as a crash or a power cut would, for resume tests;
-* :class:`SignalAtStep`: the process receives SIGTERM or SIGINT at a given step (a clean stop to test);
-* :class:`RankRecorder`: what each rank trained on and ended with, for DDP and resume comparisons;
-* :class:`ConstraintRows`: the rows of ``G`` a :class:`~pal_lightning.gem.GEMCallback` computed last.
-"""
+"""Callbacks for tests that run the CLI in a subprocess, named in a config's ``trainer.callbacks``
+(``pal_lightning.testing.callbacks.KillAtStep`` ...)."""
 
 from __future__ import annotations
 
@@ -30,12 +23,8 @@ if TYPE_CHECKING:
 
 
 class KillAtStep(Callback):
-    """SIGKILL this process at the end of the training batch that completes optimizer step ``step``.
-
-    With ``during_save=True`` it dies instead in the middle of the checkpoint written at that batch
-    end: the first ``os.fsync`` (on the temporary file of the atomic writer) cuts the file to half
-    its length and kills the process, as a power cut during the write would.
-    """
+    """SIGKILL this process at the end of optimizer step ``step`` (``during_save``: halfway through the
+    checkpoint written then, at its first ``os.fsync``, as a power cut would)."""
 
     def __init__(self, step: int, during_save: bool = False) -> None:
         self.step = step
@@ -56,13 +45,12 @@ class KillAtStep(Callback):
 
 
 class SignalAtStep(Callback):
-    """Send this process ``signal_name`` (``SIGTERM``, ``SIGINT``) at the end of optimizer step ``step``, as
-    a cluster scheduler or a Ctrl-C would; the process handles it (unlike :class:`KillAtStep`'s SIGKILL)."""
+    """Send this process (on ``rank``, default every one) ``signal_name`` at the end of optimizer step ``step``."""
 
     def __init__(self, step: int, signal_name: str = "SIGTERM", rank: int | None = None) -> None:
         self.step = step
         self.signum = signal.Signals[signal_name]
-        self.rank = rank  # only this rank's process (None: every process)
+        self.rank = rank
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
         if trainer.global_step == self.step and self.rank in (None, trainer.global_rank):
@@ -109,15 +97,11 @@ class RankRecorder(Callback):
 
 
 class ConstraintRows:
-    """The memory gradients (rows of ``G``) a GEM callback computed last, for checks after its step.
-
-    Wraps the callback's ``_constraint_gradients`` so that every computation is seen, whatever
-    ``refresh_every`` caches; a test checking a step reads :attr:`rows` and then sets it to ``None``.
-    """
+    """The memory gradients (rows of ``G``) a GEM callback computed last (``None`` before one; a test
+    resets it), whatever ``refresh_every`` caches."""
 
     def __init__(self, gem: GEMCallback) -> None:
         self.rows: list | None = None
-        """The rows of the last computation (``None`` until one happens, or after a reset)."""
         compute = gem._constraint_gradients
 
         def recording(*args: Any, **kwargs: Any) -> Any:

@@ -1,12 +1,16 @@
-"""Config files and checkpoints for tests of the ``pal-lightning`` CLI on a tiny random encoder."""
+"""A quiet ``Trainer``, and config files and checkpoints for tests of the ``pal-lightning`` CLI on a tiny
+random encoder."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pal_lightning.testing.encoders import TINY_BERT
+
+if TYPE_CHECKING:
+    import lightning.pytorch as pl
 
 #: A GEM callback sized for the tiny model, as it appears under ``trainer.callbacks`` in a config.
 TINY_GEM: dict[str, Any] = {
@@ -15,19 +19,30 @@ TINY_GEM: dict[str, Any] = {
 }
 
 
+#: What :func:`quiet_trainer` passes to ``Trainer`` unless overridden: one CPU device, nothing logged,
+#: saved or printed.
+QUIET_TRAINER = {
+    "accelerator": "cpu",
+    "devices": 1,
+    "logger": False,
+    "enable_checkpointing": False,
+    "enable_progress_bar": False,
+    "enable_model_summary": False,
+    "num_sanity_val_steps": 0,
+}
+
+
+def quiet_trainer(**overrides: Any) -> pl.Trainer:
+    """A ``Trainer`` with :data:`QUIET_TRAINER`'s settings; ``overrides`` win."""
+    import lightning.pytorch as pl
+
+    return pl.Trainer(**{**QUIET_TRAINER, **overrides})
+
+
 def _quiet_trainer_settings(folder: Path, **settings: Any) -> dict[str, Any]:
-    """The ``trainer`` block of a test config: one CPU device, runs under ``<folder>/runs``, a log line
-    every step, no progress bar, model summary or sanity validation; ``settings`` add to it."""
-    return {
-        "accelerator": "cpu",
-        "devices": 1,
-        "default_root_dir": str(folder / "runs"),
-        "enable_progress_bar": False,
-        "enable_model_summary": False,
-        "log_every_n_steps": 1,
-        "num_sanity_val_steps": 0,
-        **settings,
-    }
+    # a CLI run logs (a line every step) and checkpoints under <folder>/runs
+    quiet = {k: v for k, v in QUIET_TRAINER.items() if k not in ("logger", "enable_checkpointing")}
+    return {**quiet, "default_root_dir": str(folder / "runs"), "log_every_n_steps": 1, **settings}
 
 
 def _dump(config: dict[str, Any], path: Path) -> Path:
@@ -40,9 +55,7 @@ def _dump(config: dict[str, Any], path: Path) -> Path:
 def write_tiny_fit_config(
     folder: str | os.PathLike[str], data_dir: str | os.PathLike[str], tasks: list[Any] | None = None
 ) -> Path:
-    """``<folder>/tiny.yaml``: a complete ``fit`` config of 4 steps of a :data:`TINY_BERT` model with
-    small PALs on the data in ``data_dir`` (e.g. :func:`~pal_lightning.testing.write_cs224n_data`), runs
-    under ``<folder>/runs``, no data cache; returns its path."""
+    """``<folder>/tiny.yaml``: a ``fit`` config of 4 steps of a :data:`TINY_BERT` model on ``data_dir``."""
     folder = Path(folder)
     config = {
         "seed_everything": 7,
@@ -77,9 +90,8 @@ def write_tiny_pretrain_config(
     data_dir: str | os.PathLike[str],
     **model: Any,
 ) -> Path:
-    """``<folder>/pretrain.yaml``: a ``pretrain`` config of 3 steps of the encoder folder ``encoder``
-    (e.g. :func:`~pal_lightning.testing.save_tiny_encoder` with a head) on the data in ``data_dir``,
-    validated at the end; ``model`` adds module arguments; returns its path."""
+    """``<folder>/pretrain.yaml``: a ``pretrain`` config of 3 steps of ``encoder`` on ``data_dir`` (``model``:
+    more module arguments)."""
     folder = Path(folder)
     config = {
         "seed_everything": 3,
@@ -98,8 +110,8 @@ def write_tiny_pretrain_config(
 
 
 def save_stage1_checkpoint(path: str | os.PathLike[str], model_args: dict[str, Any], seed: int = 11) -> Path:
-    """A stand-in stage-1 checkpoint for ``init_from``: the weights and hyper-parameters of a new
-    ``MultiTaskModule(**model_args)``, as ``fit`` writes them; returns ``path``."""
+    """A stand-in stage-1 checkpoint for ``init_from``: a new ``MultiTaskModule(**model_args)``'s weights and
+    hyper-parameters."""
     import torch
 
     from pal_lightning.module.multitask import MultiTaskModule

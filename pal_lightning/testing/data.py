@@ -1,12 +1,5 @@
-"""Small data folders in the CS224N minBERT starter layout for tests: tab-separated files with a leftover
-pandas index column, for ``sst`` (``ids-sst-*``), ``qqp`` (``quora-*``) and ``sts`` (``sts-*``).
-
-Two folders, each pinned by the tests that count its rows, lengths and ids (so neither may change):
-
-* :func:`write_cs224n_data`: a clean, short set for models and the CLI (sentences of 3-9 words);
-* :func:`write_cs224n_quirks`: the starter files' quirks for the readers and the data module (PTB
-  brackets in SST, a triple-quoted Quora row, sentences of 3-13 words) and, with ``bad_rows``, one row
-  of every kind the readers skip.
+"""Small data folders in the CS224N minBERT starter layout for tests (``sst``, ``qqp``, ``sts``). Tests
+count their rows, lengths and ids: neither may change.
 """
 
 from __future__ import annotations
@@ -24,8 +17,7 @@ REVIEW_WORDS = tuple(
 
 
 def sentence(i: int, words: Sequence[str] = REVIEW_WORDS, length: int | None = None) -> str:
-    """The ``i``-th deterministic sentence: ``length`` words of ``words`` from position ``3 i`` on
-    (cyclically); by default 3 to 13 words, varying with ``i``."""
+    """The ``i``-th deterministic sentence: ``length`` (default 3 to 13) words of ``words`` from ``3 i`` on."""
     n = length if length is not None else 3 + (i * 7) % 11
     return " ".join(words[(i * 3 + k) % len(words)] for k in range(n))
 
@@ -37,15 +29,13 @@ def write_lines(path: Path, lines: Sequence[str]) -> Path:
 
 
 def _short(i: int) -> str:
-    """The sentences of :func:`write_cs224n_data`: 3 to 9 movie words."""
     return sentence(i, MOVIE_WORDS, 3 + (i * 5) % 7)
 
 
 def write_cs224n_data(
     root: str | os.PathLike[str], n_train: int = 24, n_dev: int = 10, n_test: int = 6
 ) -> Path:
-    """A clean data folder of ``n_train`` / ``n_dev`` / ``n_test`` rows per task; returns the folder.
-    The STS test file carries labels, so that ``pal-lightning test`` has a labelled split to score."""
+    """A clean data folder of ``n_train`` / ``n_dev`` / ``n_test`` rows per task (STS's test split labelled)."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     sst_h, pair_h = "\tid\tsentence\tsentiment", "\tid\tsentence1\tsentence2\t{label}"
@@ -85,12 +75,8 @@ def write_cs224n_data(
 def write_cs224n_quirks(
     root: str | os.PathLike[str], n_sst: int = 40, n_qqp: int = 60, n_sts: int = 30, bad_rows: bool = True
 ) -> Path:
-    """A data folder with the starter files' quirks; returns the folder.
-
-    With ``bad_rows`` the train files also hold, in this order: a Quora row with an unclosed triple
-    quote (sentence2 and label empty, like the real file), a Quora row with a non-numeric label, an SST
-    row with an out-of-range label, an SST row with empty text and an STS row with an out-of-range score.
-    """
+    """A data folder with the starter files' quirks (and, with ``bad_rows``, one row of every kind the
+    readers skip)."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     sst_h, pair_h = "\tid\tsentence\tsentiment", "\tid\tsentence1\tsentence2"

@@ -1,24 +1,18 @@
-"""Tiny random encoders (BERT, and one config per encoder family) for tests: a config built in code, and one saved as an encoder folder."""
+"""Tiny random encoders (BERT, and one config per encoder family) for tests."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-#: The vocabulary of BERT and all-MiniLM-L6-v2, so that the packaged offline tokenizer can feed a tiny
-#: encoder.
+#: The vocabulary of BERT and all-MiniLM-L6-v2 (the offline tokenizer's).
 BERT_VOCAB_SIZE = 30522
 
 
 def tiny_bert_config(
-    *,
-    layers: int = 2,
-    heads: int = 2,
-    vocab_size: int = BERT_VOCAB_SIZE,
-    max_positions: int = 128,
+    *, layers: int = 2, heads: int = 2, vocab_size: int = BERT_VOCAB_SIZE, max_positions: int = 128
 ) -> dict[str, Any]:
-    """The ``bert_config`` of a random encoder of width 32 (feed-forward width 37, so that no size is
-    accidentally equal to another)."""
+    """The ``bert_config`` of a random encoder of width 32 (feed-forward 37: no size equals another)."""
     return {
         "hidden_size": 32,
         "num_hidden_layers": layers,
@@ -34,12 +28,11 @@ def without_dropout(bert_config: dict[str, Any]) -> dict[str, Any]:
     return {**bert_config, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
 
 
-#: A random 2-layer encoder of width 32 with the real (MiniLM/BERT) vocabulary, so the real offline
-#: tokenizer can feed it: ``MultiTaskModule(bert_config=TINY_BERT, adapter={"size": 8, "num_heads": 2})``.
+#: A random 2-layer encoder of width 32 with the real vocabulary:
+#: ``MultiTaskModule(bert_config=TINY_BERT, adapter={"size": 8, "num_heads": 2})``.
 TINY_BERT = tiny_bert_config()
 
-#: Three layers, so that top-half / bottom-half placements differ from "all"; 100 token ids, for
-#: batches of random ids without a tokenizer.
+#: Three layers (top/bottom-half placements differ from "all"), 100 token ids (no tokenizer needed).
 TINY_BERT_3_LAYERS = tiny_bert_config(layers=3, heads=4, vocab_size=100, max_positions=64)
 
 
@@ -59,20 +52,16 @@ FAMILY_TYPES = (
 def tiny_family_config(
     model_type: str, *, layers: int = 2, heads: int = 2, vocab_size: int = 100, max_positions: int = 64
 ) -> dict[str, Any]:
-    """The ``bert_config`` (with its ``model_type``) of a random encoder of width 32 of one family, built
-    as its checkpoints are: RoBERTa's padding offset, ELECTRA's narrower embeddings, DeBERTa-v3's
-    relative attention, ModernBERT's alternating local/global attention."""
+    """The ``bert_config`` (with ``model_type``) of a random width-32 encoder of one family, shaped as its
+    checkpoints are."""
     base: dict[str, Any] = tiny_bert_config(
         layers=layers, heads=heads, vocab_size=vocab_size, max_positions=max_positions
     )
+    roberta = {"pad_token_id": 1, "max_position_embeddings": max_positions + 2, "type_vocab_size": 1}
     extras: dict[str, dict[str, Any]] = {
         "bert": {},
-        "roberta": {"pad_token_id": 1, "max_position_embeddings": max_positions + 2, "type_vocab_size": 1},
-        "xlm-roberta": {
-            "pad_token_id": 1,
-            "max_position_embeddings": max_positions + 2,
-            "type_vocab_size": 1,
-        },
+        "roberta": roberta,
+        "xlm-roberta": roberta,
         "electra": {"embedding_size": 16},
         "distilbert": {},
         "mpnet": {"pad_token_id": 1, "max_position_embeddings": max_positions + 2},
@@ -112,12 +101,8 @@ def tiny_family_config(
 def save_tiny_encoder(
     folder: str | Path, with_head: bool = False, seed: int = 0, bert_config: dict[str, Any] | None = None
 ) -> Path:
-    """A random :data:`TINY_BERT` (or ``bert_config``, e.g. ``tiny_bert_config(layers=6)``) saved as an
-    encoder folder (``save_pretrained``) with the packaged MiniLM tokenizer, with or without a
-    masked-language-model head; returns the folder.
-
-    Skips the calling test when the offline MiniLM package (the tokenizer's source) is not installed.
-    """
+    """A random :data:`TINY_BERT` (or ``bert_config``) saved as an encoder folder with the offline MiniLM
+    tokenizer, ``with_head`` a masked-language-model head (skips the test without that package)."""
     import torch
     from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer
 

@@ -1,8 +1,5 @@
-"""Several local processes for distributed tests: a free TCP port and a spawn-and-collect helper.
-
-Gloo needs a rendezvous port that no other test holds; ``spawn`` (not ``fork``) is used because a forked
-child inherits the parent's torch threads and any initialised process group.
-"""
+"""Several local processes for distributed tests: a free TCP port for gloo, and spawned (not forked:
+no inherited threads or process group) workers."""
 
 from __future__ import annotations
 
@@ -20,11 +17,8 @@ def free_port() -> int:
 
 
 def run_spawned(worker: Callable[..., None], world_size: int, timeout: float = 120.0) -> list[Any]:
-    """Run ``worker(rank, world_size, port, queue)`` in ``world_size`` spawned processes.
-
-    Each worker puts its results on ``queue``; this returns everything put there (one item per process,
-    in arrival order) after checking that every process exited with status 0.
-    """
+    """Run ``worker(rank, world_size, port, queue)`` in ``world_size`` spawned processes; what they put on
+    ``queue`` (one item each, in arrival order), once every one exited with status 0."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()

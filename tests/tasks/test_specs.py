@@ -9,7 +9,7 @@ from enum import Enum
 import pytest
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.core.plain import to_plain
+from pal_lightning.core.plain_values import to_plain
 from pal_lightning.tasks.specs import TaskKind, TaskSpec, get_task, repeated_names, task_name_of, task_to_dict
 
 

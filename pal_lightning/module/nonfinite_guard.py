@@ -1,9 +1,5 @@
-"""The numerical guard: an optimizer step whose gradients are not all finite is skipped, not taken.
-
-``max_nonfinite_steps`` skipped steps in a row stop the run with a :class:`NonFiniteTrainingError`
-naming the tasks and the step. :func:`all_finite` is the check; :class:`NonFiniteGuardMixin` keeps the
-counts and runs it in ``on_before_optimizer_step``.
-"""
+"""The numerical guard: an optimizer step whose gradients are not all finite is skipped, and too many in a
+row stop the run with a :class:`NonFiniteTrainingError`."""
 
 from __future__ import annotations
 
@@ -29,11 +25,7 @@ class NonFiniteTrainingError(PalUserError):
 
 
 def check_max_nonfinite_steps(max_nonfinite_steps: int) -> None:
-    """Refuse a tolerance below one step (every step would stop the run).
-
-    Raises:
-        PalUserError: naming the value given.
-    """
+    """Refuse a tolerance below one step."""
     if max_nonfinite_steps < 1:
         raise PalUserError(f"max_nonfinite_steps must be >= 1, got {max_nonfinite_steps}.")
 
@@ -41,11 +33,8 @@ def check_max_nonfinite_steps(max_nonfinite_steps: int) -> None:
 def all_finite(grads: Sequence[Tensor]) -> bool:
     """Whether every element of every tensor in ``grads`` is finite (``True`` for none).
 
-    Checked tensor by tensor (a norm of all gradients could overflow to inf on large but finite values),
-    each through its smallest and largest element: ``aminmax`` propagates NaN and an infinity is its
-    own extreme, so both are finite exactly when every element is. One read of each tensor and no
-    temporary of its size, where ``isfinite(g).all()`` wrote two (on 2 CPU cores this check of the
-    22.8 M gradients of MiniLM with PALs took several times longer than a read of them).
+    Per tensor (a norm of all could overflow on finite values), through ``aminmax``: NaN propagates and
+    an infinity is its own extreme, and no temporary of the tensor's size is written.
     """
     if not grads:
         return True
@@ -53,7 +42,6 @@ def all_finite(grads: Sequence[Tensor]) -> bool:
 
 
 def _finite(g: Tensor) -> Tensor:
-    """A 0-dim bool tensor: whether every element of ``g`` is finite (on ``g``'s device, no sync)."""
     if g.is_sparse:
         g = g.coalesce().values()
     if g.numel() == 0:
@@ -62,7 +50,7 @@ def _finite(g: Tensor) -> Tensor:
 
 
 def nonfinite_message(in_a_row: int, loss_bad: bool, tasks: Sequence[str], step: int) -> str:
-    """The message of the :class:`NonFiniteTrainingError` that stops a run: what happened, where, what to do."""
+    """The message of the :class:`NonFiniteTrainingError` that stops a run."""
     what = "loss" if loss_bad else "gradients"
     return (
         f"Training stopped: {in_a_row} consecutive steps with non-finite "
@@ -75,43 +63,30 @@ def nonfinite_message(in_a_row: int, loss_bad: bool, tasks: Sequence[str], step:
 
 
 class NonFiniteGuardMixin(_ModuleBase):
-    """Skips optimizer steps with non-finite gradients and stops after ``max_nonfinite_steps`` in a row.
-
-    The module calls :meth:`_init_guard` in ``__init__`` and :meth:`_note_training_loss` with every
-    training step's loss; the counts are plain attributes (``nonfinite_in_a_row``, ``nonfinite_steps``).
-    """
+    """Skips optimizer steps with non-finite gradients and stops after ``max_nonfinite_steps`` in a row
+    (the module calls :meth:`_init_guard` and, with every training loss, :meth:`_note_training_loss`)."""
 
     nonfinite_in_a_row: int
     nonfinite_steps: int
 
     def _init_guard(self) -> None:
-        # tasks of the current accumulation window, whether one of its losses was non-finite (a
-        # tensor, so that no step waits for the device), skipped steps in a row and in all
+        # the accumulation window's tasks and whether a loss was non-finite (a tensor: no device sync)
         self._window_tasks: list[str] = []
         self._window_bad_loss: Tensor | None = None
         self.nonfinite_in_a_row = 0
         self.nonfinite_steps = 0
 
     def _note_training_loss(self, task: str, loss: Tensor) -> None:
-        """Remember the task and whether its loss was finite, for the message of a later stop."""
         if task not in self._window_tasks:
             self._window_tasks.append(task)
         bad = ~torch.isfinite(loss.detach())
         self._window_bad_loss = bad if self._window_bad_loss is None else self._window_bad_loss | bad
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """Skip an optimizer step whose gradients are not all finite; stop after too many in a row.
+        """Skip an optimizer step whose gradients are not all finite (every gradient set to ``None``);
+        raise :class:`NonFiniteTrainingError` after ``max_nonfinite_steps`` in a row.
 
-        Runs once per accumulation window, after the callbacks' hooks (e.g. a GEM projection), with
-        complete, unscaled and (under DDP) all-reduced gradients: every rank sees the same
-        non-finiteness and takes the same decision, without a collective of its own. A skipped step
-        sets every gradient to ``None``, so AdamW moves no weight and keeps its moments, and gradient
-        clipping has nothing to clip. The check costs one device synchronisation per optimizer step.
-
-        Raises:
-            NonFiniteTrainingError: after ``max_nonfinite_steps`` consecutive skipped steps; the
-                exception ends ``fit`` before any later checkpoint is saved, so the last good
-                checkpoint stays the newest.
+        The gradients are unscaled and all-reduced here, so every rank takes the same decision.
         """
         tasks, bad_loss = self._window_tasks, self._window_bad_loss
         self._window_tasks, self._window_bad_loss = [], None
@@ -135,11 +110,7 @@ class NonFiniteGuardMixin(_ModuleBase):
             raise NonFiniteTrainingError(nonfinite_message(self.nonfinite_in_a_row, loss_bad, tasks, step))
 
     def _scaler_handles_overflow(self) -> bool:
-        """Whether an fp16 ``GradScaler`` at a loss scale >= 1 skips this step anyway (and lowers the scale).
-
-        A genuinely non-finite loss keeps overflowing until the halved scale falls below 1; from
-        then on the steps count towards ``max_nonfinite_steps``.
-        """
+        """Whether an fp16 ``GradScaler`` at a scale >= 1 skips this step anyway (and lowers the scale)."""
         if attached_trainer(self) is None:
             return False
         scaler = getattr(self.trainer.precision_plugin, "scaler", None)
