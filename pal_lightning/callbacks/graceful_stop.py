@@ -18,8 +18,6 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from pal_lightning.core.distributed import all_reduce_sum, is_main_process
 from pal_lightning.core.private_api import CheckpointHooks, last_saved
 
-__all__ = ["StopOnSignal", "TrainingStopped", "stop_message", "stop_status"]
-
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 

@@ -89,7 +89,8 @@ class PalLightningCLI(CLIHooks):
     ) -> None:
         chosen = named_subcommand(sys.argv[1:] if args is None else args, type(self).subcommands())
         if chosen is not None:
-            # building a subcommand's parser is most of the start-up: build only the named one
+            # building a subcommand's parser is most of the start-up: build only the named one (an
+            # instance attribute shadows the static method)
             only = {chosen: type(self).subcommands()[chosen]}
             self.subcommands = lambda: only  # type: ignore[method-assign]
         if model_class is None:
@@ -130,6 +131,7 @@ class PalLightningCLI(CLIHooks):
         )
 
     def set_default_classes(self, parser: LightningArgumentParser) -> None:
+        """The CLI's model and data classes as the defaults of ``--model`` and ``--data``."""
         parser.set_defaults(
             {
                 "model": {"class_path": _class_path(self.model_class)},
@@ -184,7 +186,7 @@ class PalLightningCLI(CLIHooks):
             # checkpoints can run code when unpickled: load only tensors and plain values by default
             parser.set_defaults(weights_only=True)
         if subcommand in ("validate", "test"):
-            # ScoreReport prints the table
+            # ScoreReport prints the table; Lightning's would repeat it
             parser.set_defaults(verbose=False)
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
@@ -288,7 +290,7 @@ class PalLightningCLI(CLIHooks):
             self.trainer_defaults = {**defaults, "callbacks": callbacks_default}
         if config.get("logger") in (None, True) and getattr(self, "_no_logs", False):
             kwargs["logger"] = False
-            self.save_config_callback = None
+            self.save_config_callback = None  # it would write config.yaml into default_root_dir
         elif config.get("logger") in (None, True):
             root = getattr(self, "_log_root", None) or config.get("default_root_dir") or DEFAULT_ROOT_DIR
             kwargs["logger"] = run_loggers(root)
