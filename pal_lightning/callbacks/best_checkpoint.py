@@ -1,15 +1,4 @@
-"""Checkpoint callbacks of the CLI: Lightning's ``ModelCheckpoint`` with what a multi-task run needs.
-
-* :class:`BestCheckpoint` never ranks a partial evaluation (``val/overall_partial``, e.g. under
-  ``--trainer.limit_val_batches 2``): Lightning would stop the run ("could not find the monitored key")
-  or rank it with a stale complete score. It keeps ``best.ckpt`` (:data:`BEST_ALIAS`), a link to the
-  best checkpoint, for ``--ckpt_path best``.
-* :class:`LastCheckpoint` writes ``last.ckpt``, as a hard link when another callback has just saved
-  the same step (one file, not two identical ones).
-
-Neither warns "The dirpath has changed" when a resumed run (a new ``version_N`` on purpose) loads its
-state, nor "could not find the monitored key" before the fit's first validation.
-"""
+"""The CLI's ``ModelCheckpoint`` subclasses: :class:`BestCheckpoint` and :class:`LastCheckpoint`."""
 
 from __future__ import annotations
 
@@ -27,13 +16,12 @@ from pal_lightning.core.files import atomic_link_or_copy
 from pal_lightning.core.private_api import CheckpointHooks, last_saved
 from pal_lightning.tasks.metrics import PARTIAL_SUFFIX
 
-#: File name of the alias of the best checkpoint, beside it.
 BEST_ALIAS = "best.ckpt"
 
 
 def is_partial_evaluation(pl_module: Any, monitor: str | None) -> bool:
-    """Whether the module's latest scores (``last_scores``, replaced at every evaluation, unlike
-    ``trainer.callback_metrics``) of ``monitor``'s stage hold ``<monitor>_partial`` and not ``monitor``."""
+    """Whether the latest evaluation of ``monitor``'s stage has only ``<monitor>_partial``."""
+    # last_scores, not trainer.callback_metrics: those keep keys of earlier evaluations
     if not monitor or "/" not in monitor:
         return False
     stage_scores = last_stage_scores(pl_module, monitor.split("/", 1)[0])
@@ -43,7 +31,7 @@ def is_partial_evaluation(pl_module: Any, monitor: str | None) -> bool:
 
 
 class _ResumeIntoNewFolder(CheckpointHooks):
-    """Load a checkpoint callback's state without warning that its folder changed (see the module doc)."""
+    # a resumed run logs into a new version_N on purpose: no "dirpath has changed" warning
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         with warnings.catch_warnings():
@@ -52,8 +40,8 @@ class _ResumeIntoNewFolder(CheckpointHooks):
 
 
 class BestCheckpoint(_ResumeIntoNewFolder):
-    """``ModelCheckpoint`` that does not rank partial evaluations; with a ``monitor`` it also keeps
-    ``<dirpath>/best.ckpt``, the alias of :attr:`best_model_path`."""
+    """``ModelCheckpoint`` that never ranks a partial evaluation (Lightning would stop on the missing key
+    or rank a stale score); with a ``monitor`` it keeps ``best.ckpt``, a link to the best checkpoint."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -69,9 +57,7 @@ class BestCheckpoint(_ResumeIntoNewFolder):
             self._validated = True
         super().on_validation_end(trainer, pl_module)
 
-    # the one place where the monitored value is looked up and ranked; every rank reaches it with
-    # the same last_scores (computed identically on all ranks), so skipping it keeps DDP's
-    # collectives in step
+    # every rank has the same last_scores, so skipping here keeps DDP's collectives in step
     def rank_checkpoint(self, trainer: pl.Trainer, monitor_candidates: dict[str, Any]) -> None:
         if self.monitor is not None and self.monitor not in monitor_candidates and not self._validated:
             return  # a training epoch ended before any validation of this fit: nothing to rank yet
@@ -87,8 +73,7 @@ class BestCheckpoint(_ResumeIntoNewFolder):
 
     def write_checkpoint(self, trainer: pl.Trainer, filepath: str) -> None:
         super().write_checkpoint(trainer, filepath)
-        # ModelCheckpoint sets best_model_path before saving; the save ends with a barrier, so the
-        # file exists when rank 0 links it
+        # the save ends with a barrier: the file exists when rank 0 links it
         if self.monitor is not None and filepath == self.best_model_path and is_main_process(trainer):
             alias = os.path.join(os.path.dirname(filepath), BEST_ALIAS)
             if os.path.abspath(alias) != os.path.abspath(filepath):
@@ -96,12 +81,10 @@ class BestCheckpoint(_ResumeIntoNewFolder):
 
 
 class LastCheckpoint(_ResumeIntoNewFolder):
-    """:class:`~lightning.pytorch.callbacks.ModelCheckpoint` for ``last.ckpt`` that links instead of
-    writing a second copy of a checkpoint another callback saved at the same step."""
+    """``ModelCheckpoint`` for ``last.ckpt`` that links to a checkpoint another callback saved at the same step."""
 
     def _same_state_saved(self, trainer: pl.Trainer) -> str | None:
-        # attributes only (no file check): every rank must take the same branch, because a real
-        # save is a collective (it ends with a barrier)
+        # attributes only, no file check: every rank must take the same branch (a save is a collective)
         for callback in trainer.checkpoint_callbacks:
             if callback is self or not isinstance(callback, ModelCheckpoint):
                 continue

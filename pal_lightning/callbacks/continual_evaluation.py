@@ -1,14 +1,8 @@
-"""The accuracy matrix R of the GEM paper during a sequential run (:class:`ContinualEvaluation`).
-
-Every phase task is scored on its dev split before training (baseline row) and after each phase
-(row ``R[i]``) with its main metric; average accuracy, backward/forward transfer and forgetting follow
-(:func:`~pal_lightning.tasks.continual_metrics.continual_metrics`). Logged as
-``continual/R/<after>/<task>`` and ``continual/<metric>``, written to ``continual.csv``/``.json``
-(a free name such as ``continual_1.csv`` when taken) in the run folder.
-"""
+"""The accuracy matrix R of the GEM paper during a sequential run (:class:`ContinualEvaluation`)."""
 
 from __future__ import annotations
 
+import copy
 import csv
 import json
 import logging
@@ -30,9 +24,13 @@ log = logging.getLogger(__name__)
 BASELINE = "baseline"
 
 
-def _finite_or_none(value: float) -> float | None:
-    """JSON has no NaN: a non-finite score is written as null."""
-    return value if math.isfinite(value) else None
+def _finite_or_none(value: Any) -> Any:
+    """``value`` with every non-finite float of it replaced by ``None`` (JSON has no NaN)."""
+    if isinstance(value, dict):
+        return {k: _finite_or_none(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite_or_none(v) for v in value]
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def _task_predictor(pl_module: pl.LightningModule) -> TaskPredictor:
@@ -40,15 +38,14 @@ def _task_predictor(pl_module: pl.LightningModule) -> TaskPredictor:
 
 
 class ContinualEvaluation(pl.Callback):
-    """Evaluate every task before training and after each phase of a sequential schedule.
+    """Score every phase task before training and after each phase of a sequential schedule.
 
-    Every rank evaluates (fresh torchmetrics merge the ranks' states); the rows so far are in the
-    callback's ``state_dict``, so a resumed run neither repeats nor skips an evaluation.
+    Logs ``continual/R/<after>/<task>`` and ``continual/<metric>`` (ACC, BWT, FWT, forgetting) and writes
+    ``<filename>.csv``/``.json`` into the run folder; the rows so far are checkpointed (exact resume).
 
     Args:
-        limit_eval_examples: score each task on the first N examples of its split (``None``: all).
-            Evaluation runs ``T + 1`` times, so full dev sets (15k Quora pairs) get expensive.
-        split: the labelled split to score (``dev``).
+        limit_eval_examples: score each task on its split's first N examples (``None``: all).
+        split: the labelled split to score.
         filename: stem of the CSV and JSON files written into ``trainer.log_dir``.
     """
 
@@ -60,39 +57,23 @@ class ContinualEvaluation(pl.Callback):
         self.limit_eval_examples = limit_eval_examples
         self.split = split
         self.filename = filename
-        #: Tasks of the phases, in order: the columns of R.
-        self.tasks: list[str] = []
-        #: Phases as ``[task, start, end]`` (training batches).
-        self.phases: list[list[Any]] = []
-        #: The baseline row (scores before training), or ``None`` before it was evaluated.
+        self.tasks: list[str] = []  # the columns of R
+        self.phases: list[list[Any]] = []  # [task, start, end] in training batches
         self.baseline: list[float] | None = None
-        #: ``R[i][j]``: main metric of task j after phase i, for the phases evaluated so far.
-        self.R: list[list[float]] = []
-        #: Every metric of every evaluation: ``{"after": ..., "scores": {task: {metric: value}}}``.
-        self.history: list[dict[str, Any]] = []
+        self.R: list[list[float]] = []  # R[i][j]: main metric of task j after phase i
+        self.history: list[dict[str, Any]] = []  # {"after": ..., "scores": {task: {metric: value}}}
         self._paths: tuple[str, str] | None = None
-        self._data: PhasedData | None = None  # the fit's data module, checked once in on_train_start
-
-    # ------------------------------------------------------------------ state
+        self._data: PhasedData | None = None
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            "tasks": list(self.tasks),
-            "phases": [list(p) for p in self.phases],
-            "baseline": None if self.baseline is None else list(self.baseline),
-            "R": [list(r) for r in self.R],
-            "history": list(self.history),
-        }
+        return copy.deepcopy({k: getattr(self, k) for k in ("tasks", "phases", "baseline", "R", "history")})
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.tasks = list(state_dict.get("tasks", []))
+        self.tasks, self.history = list(state_dict.get("tasks", [])), list(state_dict.get("history", []))
         self.phases = [list(p) for p in state_dict.get("phases", [])]
         baseline = state_dict.get("baseline")
         self.baseline = None if baseline is None else [float(x) for x in baseline]
         self.R = [[float(x) for x in row] for row in state_dict.get("R", [])]
-        self.history = list(state_dict.get("history", []))
-
-    # ------------------------------------------------------------------ hooks
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._data = self._phased_data(trainer)
@@ -107,9 +88,7 @@ class ContinualEvaluation(pl.Callback):
         self.tasks = [p.task for p in data_phases]
         self._paths = self._free_paths(trainer)
         if self.baseline is None:
-            scores = self.evaluate(trainer, pl_module)
-            self.baseline = self._row(pl_module, scores)
-            self._record(trainer, BASELINE, scores, self.baseline)
+            self._score(trainer, pl_module, BASELINE)
         elif is_main_process(trainer):
             self._write()  # a resumed run: the new run directory gets the rows so far
 
@@ -118,20 +97,22 @@ class ContinualEvaluation(pl.Callback):
     ) -> None:
         if not self.phases or len(self.R) >= len(self.phases):
             return
-        # Global training batches finished: the same count the data module's phases use.
-        assert self._data is not None  # set in on_train_start, with the phases
+        assert self._data is not None
         done = trainer.current_epoch * int(self._data.steps_per_epoch) + batch_idx + 1
         phase = self.phases[len(self.R)]
         if done == phase[2]:
-            scores = self.evaluate(trainer, pl_module)
-            row = self._row(pl_module, scores)
-            self.R.append(row)
-            self._record(trainer, phase[0], scores, row)
+            self._score(trainer, pl_module, phase[0])
 
-    # ------------------------------------------------------------------ evaluation
+    def _score(self, trainer: pl.Trainer, pl_module: pl.LightningModule, after: str) -> None:
+        scores = self.evaluate(trainer, pl_module)
+        row = self._row(pl_module, scores)
+        if self.baseline is None:
+            self.baseline = row
+        else:
+            self.R.append(row)
+        self._record(trainer, after, scores, row)
 
     def _phased_data(self, trainer: pl.Trainer) -> PhasedData:
-        """The trainer's data module, checked to have the phases of a sequential schedule."""
         fix = "use a MultiTaskDataModule with schedule='sequential' (--data.init_args.schedule sequential)."
         data = require(datamodule_of(trainer), PhasedData, "ContinualEvaluation", fix)
         if not data.phases:
@@ -139,8 +120,7 @@ class ContinualEvaluation(pl.Callback):
         return data
 
     def evaluate(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, dict[str, float]]:
-        """Every metric of every phase task on the evaluation split: ``{task: {metric: value}}`` (collective
-        under DDP: every rank calls it at the same point)."""
+        """``{task: {metric: value}}`` on the evaluation split (a collective under DDP)."""
         data = self._data if self._data is not None else self._phased_data(trainer)
         loader = data.eval_dataloader(self.split, self.tasks, self.limit_eval_examples)
         specs = [_task_predictor(pl_module).task_specs[t] for t in self.tasks]
@@ -148,11 +128,8 @@ class ContinualEvaluation(pl.Callback):
         return evaluate_loader(pl_module, loader, specs, forward_context).metrics
 
     def _row(self, pl_module: pl.LightningModule, scores: dict[str, dict[str, float]]) -> list[float]:
-        # a task without a labelled example in the split has no score: NaN (null in the JSON)
         specs = _task_predictor(pl_module).task_specs
         return [scores.get(t, {}).get(specs[t].main_metric, math.nan) for t in self.tasks]
-
-    # ------------------------------------------------------------------ output
 
     @property
     def metrics(self) -> dict[str, float] | None:
@@ -182,7 +159,6 @@ class ContinualEvaluation(pl.Callback):
             self._write()
 
     def _free_paths(self, trainer: pl.Trainer) -> tuple[str, str]:
-        """``<log_dir>/<filename>[_k].csv`` and ``.json`` with the smallest free k (every rank: a broadcast)."""
         log_dir = trainer.log_dir or trainer.default_root_dir
         stem = self.filename
         if is_main_process(trainer):
@@ -207,20 +183,12 @@ class ContinualEvaluation(pl.Callback):
             "split": self.split,
             "limit_eval_examples": self.limit_eval_examples,
             "phases": self.phases,
-            "baseline": None if self.baseline is None else [_finite_or_none(v) for v in self.baseline],
-            "R": [[_finite_or_none(v) for v in r] for r in self.R],
+            "baseline": self.baseline,
+            "R": self.R,
             "complete": summary is not None,
-            "metrics": None if summary is None else {k: _finite_or_none(v) for k, v in summary.items()},
-            "history": [
-                {
-                    "after": h["after"],
-                    "scores": {
-                        t: {m: _finite_or_none(v) for m, v in s.items()} for t, s in h["scores"].items()
-                    },
-                }
-                for h in self.history
-            ],
+            "metrics": summary,
+            "history": [{"after": h["after"], "scores": h["scores"]} for h in self.history],
         }
         with atomic_write(json_path, "w", encoding="utf-8") as f:
-            json.dump(payload, f, indent=2)
+            json.dump(_finite_or_none(payload), f, indent=2)
             f.write("\n")

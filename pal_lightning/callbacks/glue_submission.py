@@ -1,12 +1,4 @@
-"""GLUE test-server submission files from ``predict`` (:mod:`pal_lightning.tasks.glue` for the format).
-
-With it in the trainer's callbacks, ``pal-lightning predict`` also writes one server file per GLUE task
-of the test split (``CoLA.tsv``, ``MNLI-m.tsv``, ``MNLI-mm.tsv``, ``AX.tsv`` ...) into
-``<run>/glue_submission`` and warns about the files a complete submission still lacks::
-
-    trainer.callbacks:
-      - class_path: pal_lightning.callbacks.glue_submission.GlueSubmissionWriter
-"""
+"""GLUE test-server submission files from ``predict`` (:class:`GlueSubmissionWriter`)."""
 
 from __future__ import annotations
 
@@ -22,12 +14,12 @@ from pal_lightning.tasks.glue import SUBMISSION_FILES, missing_submission_files,
 
 log = logging.getLogger(__name__)
 
-#: The split the GLUE server scores.
 SUBMITTED_SPLIT = "test"
 
 
 class GlueSubmissionWriter(PredictionWriter):
-    """Write the GLUE server's ``<Task>.tsv`` files of the test predictions of GLUE tasks.
+    """Write the GLUE server's ``<Task>.tsv`` files of the test predictions, warning about missing ones
+    (``trainer.callbacks: [{class_path: pal_lightning.callbacks.glue_submission.GlueSubmissionWriter}]``).
 
     Args:
         output_dir: folder of the files; default ``<trainer.log_dir>/glue_submission``.
@@ -38,7 +30,7 @@ class GlueSubmissionWriter(PredictionWriter):
         super().__init__(output_dir=output_dir, overwrite=overwrite)
 
     def resolve_output_dir(self, trainer: pl.Trainer) -> Path:
-        """``output_dir``; else ``glue_submission`` beside the ordinary prediction files, else in the log folder."""
+        """``output_dir``, else ``glue_submission`` beside the prediction files or in the log folder."""
         if self.output_dir is not None:
             return self.output_dir
         for callback in trainer.callbacks:  # type: ignore[attr-defined]
@@ -53,7 +45,7 @@ class GlueSubmissionWriter(PredictionWriter):
         if SUBMITTED_SPLIT not in dm.predict_splits:
             return []
         out_dir = self.resolve_output_dir(trainer)
-        # with the evaluation views that predict serves (glue_mnli's: MNLI-mm.tsv and AX.tsv), when it says
+        # with the evaluation views predict serves (glue_mnli's MNLI-mm.tsv and AX.tsv)
         pairs = (
             dm.predicted_pairs()
             if hasattr(dm, "predicted_pairs")

@@ -1,10 +1,7 @@
-"""A clean stop on SIGTERM (a scheduler's notice) or Ctrl-C during ``fit``: :class:`StopOnSignal`.
+"""A clean stop on SIGTERM or Ctrl-C during ``fit`` (:class:`StopOnSignal`).
 
-Lightning exits 0 on SIGTERM (as if training had finished) and 1 mid-step on Ctrl-C, without a
-checkpoint. Here the handler only notes the signal; at the end of the step ``last.ckpt`` is written
-where a periodic one would be (``--ckpt_path last`` resumes exactly), one line says how to resume, and
-the command exits ``128 + signal`` (143, 130). A second Ctrl-C stops at once. Under DDP the ranks agree
-on the signal at every step, so all stop at the same step with one ``last.ckpt``.
+Lightning exits 0 on SIGTERM and 1 mid-step on Ctrl-C, without a checkpoint; here the step ends,
+``last.ckpt`` is written, one line says how to resume and the command exits ``128 + signal``.
 """
 
 from __future__ import annotations
@@ -21,9 +18,6 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from pal_lightning.core.distributed import all_reduce_sum, is_main_process
 from pal_lightning.core.private_api import CheckpointHooks, last_saved
 
-__all__ = ["StopOnSignal", "TrainingStopped", "stop_message", "stop_status"]
-
-#: The signals that request a clean stop.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
@@ -32,12 +26,12 @@ class TrainingStopped(SystemExit):
 
 
 def stop_status(signum: int) -> int:
-    """The exit status of a command stopped by signal ``signum`` (the shell's ``128 + n``)."""
+    """The shell's exit status ``128 + signum``."""
     return 128 + int(signum)
 
 
 def stop_message(signame: str, step: int, checkpoint: str | None) -> str:
-    """The one line printed when ``fit`` stops on ``signame`` after optimizer step ``step``."""
+    """The line printed when ``fit`` stops on ``signame`` after optimizer step ``step``."""
     if checkpoint is None:
         return (
             f"pal-lightning: stopped by {signame} after step {step}; no checkpoint was written (no "
@@ -49,18 +43,10 @@ def stop_message(signame: str, step: int, checkpoint: str | None) -> str:
     )
 
 
-def last_checkpoint_callback(trainer: pl.Trainer) -> ModelCheckpoint | None:
-    """The checkpoint callback that writes ``last.ckpt`` (``save_last``), if any."""
-    for callback in trainer.checkpoint_callbacks:
-        if isinstance(callback, ModelCheckpoint) and callback.save_last:
-            return callback
-    return None
-
-
 def save_last_now(trainer: pl.Trainer) -> str | None:
-    """Write ``last.ckpt`` for the current step through its callback (unless it already holds this step);
-    the file, or ``None`` without a ``save_last`` callback."""
-    callback = last_checkpoint_callback(trainer)
+    """Write ``last.ckpt`` of this step through the ``save_last`` callback; its path, or ``None`` without one."""
+    found = (c for c in trainer.checkpoint_callbacks if isinstance(c, ModelCheckpoint) and c.save_last)
+    callback = next(found, None)
     if callback is None:
         return None
     path = callback.format_checkpoint_name({}, callback.CHECKPOINT_NAME_LAST)
@@ -74,8 +60,8 @@ def save_last_now(trainer: pl.Trainer) -> str | None:
 
 
 class StopOnSignal(Callback):
-    """Stop ``fit`` cleanly at the end of a step on SIGTERM or SIGINT, with a resumable ``last.ckpt``
-    (add it after every other callback that changes state at a batch end)."""
+    """Stop ``fit`` at the end of a step on SIGTERM or SIGINT with a resumable ``last.ckpt``; a second
+    Ctrl-C stops at once (add it after every callback that changes state at a batch end)."""
 
     def __init__(self) -> None:
         self.received: int | None = None
@@ -87,8 +73,7 @@ class StopOnSignal(Callback):
         self.received = signum
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        # after Lightning's signal connector (registered just before training starts): ours replaces its
-        # SIGTERM handler, whose SystemExit carries no status; Lightning restores the original at teardown
+        # after Lightning's signal connector: ours replaces its SIGTERM handler (a SystemExit without status)
         self.received = None
         for signum in STOP_SIGNALS:
             try:
@@ -108,10 +93,9 @@ class StopOnSignal(Callback):
         self._restore()
 
     def agreed_signal(self, trainer: pl.Trainer) -> int | None:
-        """The signal any rank received (SIGTERM first), the same on every rank: one small all-reduce per
-        step under DDP, so that every rank saves and stops at the same step whichever rank was signalled."""
+        """The signal any rank received (SIGTERM first), agreed by an all-reduce so all ranks stop together."""
         if trainer.world_size == 1:
-            return self.received  # no tensor: a GPU run would wait for the device at every step
+            return self.received  # no tensor: a GPU run would synchronise at every step
         votes = torch.tensor(
             [float(self.received == s) for s in STOP_SIGNALS], device=trainer.strategy.root_device
         )

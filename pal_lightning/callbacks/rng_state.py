@@ -1,10 +1,4 @@
-"""Every rank's random generators in checkpoints, restored on resume (:class:`RNGStateCallback`).
-
-Lightning restores weights, optimizer and loop position but not the generators, so a resumed run
-would draw other dropout masks. The torch, numpy, python (and CUDA) states of every rank are
-gathered to rank 0 when a checkpoint is written, and each rank restores its own at the first training
-hook of the resumed fit. Stored as plain values: loadable with ``torch.load(weights_only=True)``.
-"""
+"""Every rank's random generators in checkpoints, restored on resume (:class:`RNGStateCallback`)."""
 
 from __future__ import annotations
 
@@ -60,13 +54,12 @@ def apply_rng_state(state: dict[str, Any]) -> None:
 class RNGStateCallback(Callback):
     """Checkpoint the torch, numpy, python and CUDA generators of every rank; restore them on resume.
 
-    The CLI adds it to every run; in Python: ``Trainer(callbacks=[RNGStateCallback()])``. A checkpoint
-    of another number of ranks restores what exists and warns that the run is not exact.
+    Lightning restores weights, optimizer and loop position but not the generators, so a resumed run
+    would draw other dropout masks. States are plain values (``torch.load(weights_only=True)``).
     """
 
     def __init__(self) -> None:
         self._pending: dict[str, Any] | None = None
-        #: Whether a resumed fit restored the generators (for tests and logs).
         self.restored = False
 
     def state_dict(self) -> dict[str, Any]:

@@ -1,8 +1,4 @@
-"""``<run>/model/``, a ``save_pretrained`` folder of the best checkpoint, written when ``fit`` ends.
-
-Loadable with ``MultiTaskModule.from_pretrained("<run>/model")``; its card carries the best validation's
-dev scores. Without a best checkpoint the final weights are saved and the card says so.
-"""
+"""``<run>/model/``: a ``save_pretrained`` folder of the best checkpoint, written when ``fit`` ends."""
 
 from __future__ import annotations
 
@@ -32,7 +28,6 @@ def best_checkpoint_path(trainer: pl.Trainer) -> str | None:
 
 def best_scores(trainer: pl.Trainer) -> dict[str, float] | None:
     """The dev scores of the best validation as recorded by a ``ScoreReport`` callback, if any."""
-    # Trainer.__init__ sets `callbacks`; Lightning's Trainer type does not declare it
     for cb in trainer.callbacks:  # type: ignore[attr-defined]
         best = getattr(cb, "best", None)
         if callable(best) and hasattr(cb, "history"):
@@ -43,7 +38,7 @@ def best_scores(trainer: pl.Trainer) -> dict[str, float] | None:
 
 
 class SavePretrainedModel(Callback):
-    """Save the best checkpoint as a ``save_pretrained`` folder at the end of ``fit``.
+    """Save the best checkpoint (else the final weights) as a ``save_pretrained`` folder at the end of ``fit``.
 
     Args:
         dirname: folder name inside the run's log directory (``<run>/<dirname>``).
@@ -53,11 +48,10 @@ class SavePretrainedModel(Callback):
     def __init__(self, dirname: str = "model", enabled: bool = True) -> None:
         self.dirname = dirname
         self.enabled = enabled
-        #: The folder written by the last fit (rank 0), or ``None``.
         self.saved: Path | None = None
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        # every rank reads log_dir: under DDP it is a broadcast that rank 0 alone would wait on
+        # every rank reads log_dir: a broadcast under DDP
         log_dir = trainer.log_dir or trainer.default_root_dir
         if not self.enabled or not is_main_process(trainer) or not satisfies(pl_module, PretrainedSaver):
             return

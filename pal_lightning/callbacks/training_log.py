@@ -1,13 +1,4 @@
-"""``metrics.csv`` rows that show a multi-task run at work (:class:`TrainingLog`).
-
-Every ``trainer.log_every_n_steps`` optimizer steps (global rank 0), at the step it describes:
-``train/task_index`` and ``train/<task>/loss`` of the trained task alone (of every task a mixed
-batch holds), ``train/<task>/accuracy`` of a classification batch, ``train/steps/<task>`` (resumed
-runs included), ``train/examples_per_s`` and ``train/tokens_per_s`` of all processes,
-``train/grad_norm`` (after GEM's projection, before clipping) and ``lr/<group>`` (not again for an
-equal ``_no_decay`` twin; Lightning's LearningRateMonitor would log all four). At every epoch start:
-``sampling/p_<task>``, the data module's task probabilities.
-"""
+"""``metrics.csv`` rows that show a multi-task run at work (:class:`TrainingLog`)."""
 
 from __future__ import annotations
 
@@ -28,7 +19,7 @@ NO_DECAY = "_no_decay"
 
 
 def distinct_learning_rates(param_groups: Sequence[Mapping[str, Any]]) -> dict[str, float]:
-    """``{group name: lr}``, leaving out a ``<name>_no_decay`` group whose ``<name>`` twin has the same rate."""
+    """``{group name: lr}`` without ``<name>_no_decay`` groups of the same rate as ``<name>``."""
     rates = {str(g.get("name", f"group{i}")): float(g["lr"]) for i, g in enumerate(param_groups)}
     return {
         name: lr
@@ -40,32 +31,27 @@ def distinct_learning_rates(param_groups: Sequence[Mapping[str, Any]]) -> dict[s
 def gradient_norm(parameters: Sequence[torch.nn.Parameter]) -> float | None:
     """The L2 norm of all gradients together (``None`` when no parameter has one)."""
     grads = [p.grad.detach().float().norm() for p in parameters if p.grad is not None]
-    if not grads:
-        return None
-    return float(torch.stack(grads).norm())
+    return float(torch.stack(grads).norm()) if grads else None
 
 
 def _log_every_n_steps(trainer: pl.Trainer) -> int:
-    # Lightning sets trainer.log_every_n_steps at run time (Trainer(log_every_n_steps=...)): the
-    # Trainer type does not declare it
+    # set at run time: the Trainer type does not declare it
     return max(1, int(getattr(trainer, "log_every_n_steps", 1)))
 
 
 def batch_accuracy(pl_module: Any, task: str, output: torch.Tensor | None, labels: Any) -> float | None:
-    """Accuracy of a classification batch from the head ``output`` (``None`` for regression or unknown)."""
-    if output is None or not satisfies(pl_module, TaskPredictor):
-        return None
-    spec = pl_module.task_specs.get(task)
-    if spec is None or spec.is_regression:
-        return None
-    if not isinstance(labels, torch.Tensor) or labels.numel() == 0:
+    """Accuracy of a classification batch from the head ``output``, else ``None``."""
+    spec = (
+        pl_module.task_specs.get(task) if output is not None and satisfies(pl_module, TaskPredictor) else None
+    )
+    if spec is None or spec.is_regression or not isinstance(labels, torch.Tensor) or labels.numel() == 0:
         return None
     predicted = pl_module.predict_from_output(task, output)
     return float((predicted.reshape(-1) == labels.reshape(-1).to(predicted.device)).float().mean())
 
 
 def batch_tasks(pl_module: Any, batch: Any) -> list[str]:
-    """The tasks a mixed batch holds rows of, in order of first appearance (``[]`` for any other batch)."""
+    """The tasks a mixed batch holds, in order of first appearance (``[]`` for another batch)."""
     if not isinstance(batch, Mapping) or TASKS not in batch:
         return []
     tasks = batch[TASKS]
@@ -76,20 +62,19 @@ def batch_tasks(pl_module: Any, batch: Any) -> list[str]:
 
 
 def _tokens(batch: Mapping[str, Any]) -> torch.Tensor | int:
-    """The batch's non-padding tokens, left on the device (read only when a row is written)."""
-    total: torch.Tensor | int = 0
-    for key, value in batch.items():
-        if key.startswith(ATTENTION_MASK) and isinstance(value, torch.Tensor):
-            total = total + value.sum()
-    return total
+    # left on the device: read only when a row is written
+    masks = (v for k, v in batch.items() if k.startswith(ATTENTION_MASK) and isinstance(v, torch.Tensor))
+    return sum((mask.sum() for mask in masks), 0)
 
 
 class TrainingLog(Callback):
-    """Write the per-step training row and the per-epoch sampling probabilities (see the module doc)."""
+    """Log every ``log_every_n_steps`` optimizer steps (rank 0) the step's task index, per-task losses,
+    accuracy and step counts, examples and tokens per second, ``train/grad_norm`` (after GEM, before
+    clipping) and ``lr/<group>`` (one of equal ``_no_decay`` twins); ``sampling/p_<task>`` at epoch starts."""
 
     def __init__(self) -> None:
         self.steps_per_task: dict[str, int] = {}
-        self._restored: dict[str, int] = {}  # counts read from the checkpoint a resumed fit starts from
+        self._restored: dict[str, int] = {}  # counts of the checkpoint a resumed fit starts from
         self._grad_norm: float | None = None
         self._rates: dict[str, float] = {}
         self._stepped = False
@@ -103,13 +88,12 @@ class TrainingLog(Callback):
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         tasks = getattr(pl_module, "task_specs", {}) or {}
         self.steps_per_task = {t: self._restored.get(t, 0) for t in tasks}
-        self._restored = {}  # a later fit without a checkpoint starts from zero again
+        self._restored = {}
         self._since = time.perf_counter()
         if self._hook is None:
             self._hook = pl_module.register_forward_hook(self._capture)
 
     def state_dict(self) -> dict[str, Any]:
-        # Lightning restores callback states before on_train_start: a resumed fit continues the counts
         return {"steps_per_task": dict(self.steps_per_task)}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -142,7 +126,7 @@ class TrainingLog(Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
     ) -> None:
         self._stepped = True
-        # the rates this step uses: by the end of the batch the scheduler has moved to the next step's
+        # this step's rates: by the batch end the scheduler has moved on
         self._rates = distinct_learning_rates(optimizer.param_groups)
         # only on logging steps: the norm costs a device synchronisation
         self._grad_norm = gradient_norm(list(pl_module.parameters())) if self._logging_step(trainer) else None
@@ -164,7 +148,7 @@ class TrainingLog(Callback):
             return
         for name in present:
             self.steps_per_task[name] = self.steps_per_task.get(name, 0) + 1
-        if not self._stepped:  # inside a gradient-accumulation window: no optimizer step yet
+        if not self._stepped:  # inside a gradient-accumulation window
             return
         self._stepped = False
         # global_step already counts this batch's optimizer step: the row describes step - 1

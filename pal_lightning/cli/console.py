@@ -1,10 +1,4 @@
-"""A quiet console: :func:`quiet_lightning` drops the lines of Lightning a user cannot act on.
-
-Those are an advertisement for a logging service, "GPU available: ..." and the like, torch's
-``LeafSpec`` ``FutureWarning`` raised inside Lightning, "Restoring states from the checkpoint path ..."
-after the CLI said which checkpoint it loads, and the ``datasets`` library's "Generating train split"
-bars (``HF_DATASETS_DISABLE_PROGRESS_BARS=0`` shows them). Every other message still reaches the user.
-"""
+"""A quiet console: :func:`quiet_lightning` drops the lines of Lightning a user cannot act on."""
 
 from __future__ import annotations
 
@@ -13,7 +7,6 @@ import os
 import sys
 import warnings
 
-#: Beginnings of Lightning info lines that :func:`quiet_lightning` drops.
 DROPPED_PREFIXES = (
     "💡 Tip:",  # the LitLogger advertisement
     "GPU available:",
@@ -40,7 +33,8 @@ class DropLightningChatter(logging.Filter):
 
 
 def quiet_lightning() -> None:
-    """Install the filters (idempotent). Call before the Trainer is built."""
+    """Drop Lightning's chatter, torch's ``LeafSpec`` warning and ``datasets``' progress bars (idempotent;
+    before the Trainer is built; ``HF_DATASETS_DISABLE_PROGRESS_BARS=0`` keeps the bars)."""
     for name in _LIGHTNING_LOGGERS:
         logger = logging.getLogger(name)
         if not any(isinstance(f, DropLightningChatter) for f in logger.filters):

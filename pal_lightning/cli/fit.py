@@ -1,16 +1,4 @@
-"""The ``pal-lightning`` command line: LightningCLI with ``fit``, ``validate``, ``test`` and ``predict``.
-
-Usage::
-
-    pal-lightning fit --config configs/quickstart.yaml --trainer.max_steps 2000 --data.data_dir ~/data
-    pal-lightning predict --config runs/quickstart/version_0/config.yaml --ckpt_path best
-
-What it adds to a plain ``LightningCLI``: model and data in subclass mode; the encoder, tasks and
-pair encoding given once on the model and linked to the data module; the module's own optimizer;
-a fresh run folder per run (:mod:`~pal_lightning.cli.run_folders`); a best checkpoint on
-``val/overall``, a ``last.ckpt`` for exact kill-and-resume (``--ckpt_path last``) and the score
-report; checkpoints loaded with ``weights_only=True``; user mistakes as one line and exit status 2.
-"""
+"""``pal-lightning fit|validate|test|predict``: LightningCLI with run folders, checkpoints and the score report."""
 
 from __future__ import annotations
 
@@ -34,11 +22,9 @@ from pal_lightning.callbacks.training_log import TrainingLog
 from pal_lightning.cli.console import quiet_lightning
 from pal_lightning.cli.help import SUBCOMMAND_HELP, set_subcommand_help
 from pal_lightning.cli.precision import PalTrainer
-from pal_lightning.cli.run_folders import (  # noqa: F401 - _NEW_FOLDERS, discard_new_folders: cli.main's
-    _NEW_FOLDERS,
+from pal_lightning.cli.run_folders import (
     NAMED_CHECKPOINTS,
     RunConfigSaver,
-    discard_new_folders,
     evaluation_log_root,
     resolve_named_checkpoint,
     run_folder_of,
@@ -49,28 +35,20 @@ from pal_lightning.core.distributed import is_launched_rank, launcher_world_size
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.private_api import CLIHooks, decided_by_rank_zero
 
-#: The exit status for user mistakes (bad option, missing data, unknown encoder ...).
 USER_ERROR_EXIT = 2
-
 _UNION_ERROR = "Does not validate against any of the Union subtypes"
-#: Where runs go when a config sets no ``trainer.default_root_dir``.
 DEFAULT_ROOT_DIR = "runs"
-#: The CS224N score that picks the best checkpoint.
 MONITOR = "val/overall"
-#: Name under which rank 0 passes the resumed checkpoint to the DDP processes it launches.
 _SHARED_RESUME = "RESUME_CKPT"
 
 
 def default_trainer_settings() -> dict[str, Any]:
-    """Trainer defaults of the CLI (a config or the command line can override every one but the callbacks).
-
-    ``use_distributed_sampler=False``: the data module's task batch sampler already shards per rank.
-    """
+    """Trainer defaults of the CLI (a config can override every one but the callbacks)."""
     # rich assumes 80 columns when the output is a file or a pipe and wraps the metrics under the bar
     wide = not sys.stdout.isatty() and not os.environ.get("COLUMNS")
     return {
         "default_root_dir": DEFAULT_ROOT_DIR,
-        "use_distributed_sampler": False,
+        "use_distributed_sampler": False,  # the task batch sampler shards per rank
         "callbacks": [
             RichProgressBar(leave=True, console_kwargs={"width": 200} if wide else None),
             TrainingLog(),
@@ -82,21 +60,18 @@ def default_trainer_settings() -> dict[str, Any]:
 
 
 def _class_path(cls: Any) -> str:
-    """``module.QualifiedName`` of a class, as a config's ``class_path`` names it."""
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def named_subcommand(args: Any, subcommands: Mapping[str, Any]) -> str | None:
-    """The subcommand a command line names first (``fit`` of ``fit --config x``), ``None`` when it names none
-    (``--help``, ``--version``) or ``args`` is not a list of strings."""
+    """The subcommand ``args`` names first (``fit`` of ``fit --config x``), else ``None``."""
     if isinstance(args, list | tuple) and args and isinstance(args[0], str) and args[0] in subcommands:
         return args[0]
     return None
 
 
 class PalLightningCLI(CLIHooks):
-    """LightningCLI for :class:`~pal_lightning.module.multitask.MultiTaskModule` and
-    :class:`~pal_lightning.data.MultiTaskDataModule` (both in subclass mode).
+    """LightningCLI for ``MultiTaskModule`` and ``MultiTaskDataModule`` (both in subclass mode).
 
     Args:
         model_class: base class of the model (``MultiTaskModule`` unless given).
@@ -114,8 +89,8 @@ class PalLightningCLI(CLIHooks):
     ) -> None:
         chosen = named_subcommand(sys.argv[1:] if args is None else args, type(self).subcommands())
         if chosen is not None:
-            # building a subcommand's parser is most of the start-up: only the named one is built (an
-            # instance attribute shadows the static method for every lookup Lightning makes)
+            # building a subcommand's parser is most of the start-up: build only the named one (an
+            # instance attribute shadows the static method)
             only = {chosen: type(self).subcommands()[chosen]}
             self.subcommands = lambda: only  # type: ignore[method-assign]
         if model_class is None:
@@ -140,7 +115,7 @@ class PalLightningCLI(CLIHooks):
         }
         parser_kwargs.update(kwargs.pop("parser_kwargs", {}))
         kwargs.setdefault("seed_everything_default", 42)
-        kwargs.setdefault("trainer_class", PalTrainer)  # Lightning's Trainer, with trainer.precision: auto
+        kwargs.setdefault("trainer_class", PalTrainer)  # precision: auto
         kwargs.setdefault("save_config_callback", RunConfigSaver)
         kwargs.setdefault("save_config_kwargs", {"overwrite": False})
         super().__init__(
@@ -165,7 +140,6 @@ class PalLightningCLI(CLIHooks):
         )
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        """Default classes, the model -> data links, the checkpoint and the prediction writer."""
         from pal_lightning.callbacks.prediction_writer import PredictionWriter
         from pal_lightning.callbacks.save_pretrained import SavePretrainedModel
 
@@ -176,7 +150,6 @@ class PalLightningCLI(CLIHooks):
         parser.link_arguments("model.init_args.tasks", "data.init_args.tasks")
         parser.link_arguments("model.init_args.pair_encoding", "data.init_args.pair_encoding")
 
-        # BestCheckpoint: a ModelCheckpoint that never ranks a partial validation (val/overall_partial)
         parser.add_lightning_class_args(BestCheckpoint, "checkpoint")
         parser.set_defaults(
             {
@@ -187,9 +160,8 @@ class PalLightningCLI(CLIHooks):
                 "checkpoint.auto_insert_metric_name": False,
             }
         )
-        # a second ModelCheckpoint owns last.ckpt (the one above keeps save_last off, so that two
-        # callbacks never write the same file): after every validation by default, or every N steps
-        parser.add_lightning_class_args(LastCheckpoint, "last_checkpoint")  # links to best at the same step
+        # a second ModelCheckpoint owns last.ckpt, so that two callbacks never write the same file
+        parser.add_lightning_class_args(LastCheckpoint, "last_checkpoint")
         parser.set_defaults(
             {
                 "last_checkpoint.monitor": None,
@@ -198,7 +170,6 @@ class PalLightningCLI(CLIHooks):
             }
         )
         parser.add_lightning_class_args(PredictionWriter, "predictions")
-        # <run>/model: a save_pretrained folder of the best checkpoint when fit ends
         parser.add_lightning_class_args(SavePretrainedModel, "save_model")
 
     def setup_parser(
@@ -206,7 +177,7 @@ class PalLightningCLI(CLIHooks):
     ) -> None:
         super().setup_parser(add_subcommands, main_kwargs, subparser_kwargs)
         if add_subcommands:
-            set_subcommand_help(self.parser)  # whole sentences instead of Trainer docstrings cut in half
+            set_subcommand_help(self.parser)
 
     def configure_subcommand_parser(
         self, parser: LightningArgumentParser, subcommand: str, method_arguments: list[str]
@@ -215,12 +186,11 @@ class PalLightningCLI(CLIHooks):
             # checkpoints can run code when unpickled: load only tensors and plain values by default
             parser.set_defaults(weights_only=True)
         if subcommand in ("validate", "test"):
-            # ScoreReport prints the score table (Lightning's would repeat it)
+            # ScoreReport prints the table; Lightning's would repeat it
             parser.set_defaults(verbose=False)
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
-        """Parse ``args`` when given, else ``sys.argv`` (without LightningCLI's warning that ``sys.argv``
-        holds arguments too: in-process calls pass ``args`` on purpose)."""
+        # without LightningCLI's warning that sys.argv holds arguments too: in-process calls pass args
         if args is None:
             super().parse_arguments(parser, args)
         elif isinstance(args, (dict, Namespace)):
@@ -229,7 +199,7 @@ class PalLightningCLI(CLIHooks):
             self.config = parser.parse_args(args)
 
     def before_instantiate_classes(self) -> None:
-        """Check the config, and point validate/test/predict of a checkpoint back at that checkpoint's run."""
+        """Check the config, and point validate/test/predict of a checkpoint at that checkpoint's run."""
         if self.subcommand is None:
             return
         config = self.config[self.subcommand]
@@ -246,12 +216,10 @@ class PalLightningCLI(CLIHooks):
             )
         ckpt = self._resolve_ckpt_path(config)
         self._log_root = None
-        # predict into a folder of the user's choice: no log folders (predict logs no metrics), neither
-        # in the checkpoint's run nor anywhere else
+        # predict into a folder of the user's choice: no log folders (predict logs no metrics)
         self._no_logs = self.subcommand == "predict" and config.get("predictions.output_dir") is not None
         if self.subcommand == "fit" or not ckpt:
             return
-        # evaluations of a run's checkpoint log into that run (<run>/validate/version_N ...)
         self._log_root = evaluation_log_root(ckpt, self.subcommand)
         ckpt_dir = Path(ckpt).parent  # as written: ModelCheckpoint compares its dirpath literally
         for group in ("checkpoint", "last_checkpoint"):
@@ -259,16 +227,14 @@ class PalLightningCLI(CLIHooks):
                 config[f"{group}.dirpath"] = str(ckpt_dir)
         if self.subcommand == "predict" and config.get("predictions.output_dir") is None:
             run_dir = ckpt_dir.parent if ckpt_dir.name == "checkpoints" else ckpt_dir
-            if os.access(run_dir, os.W_OK):  # else: <new run folder>/predictions (a read-only run)
+            if os.access(run_dir, os.W_OK):
                 config["predictions.output_dir"] = str(run_dir / "predictions")
 
-    #: The config says what the model is: LightningCLI would silently put a ``--ckpt_path`` file's
-    #: hyper-parameters over it (``MultiTaskModule.on_load_checkpoint`` names the differences instead).
+    # the config says what the model is (MultiTaskModule.on_load_checkpoint names the differences)
     merge_checkpoint_hparams = False
 
     def _resolve_ckpt_path(self, config: Any) -> str | None:
-        """Resolve ``--ckpt_path last`` / ``best`` (:func:`~pal_lightning.cli.run_folders.resolve_named_checkpoint`)
-        and check that a given file is a checkpoint; ``None`` without one or for Lightning's special values."""
+        """Resolve ``--ckpt_path last`` / ``best`` and check a given file; ``None`` without one or for Lightning's values."""
         ckpt = config.get("ckpt_path")
         if not ckpt:
             return None
@@ -289,7 +255,7 @@ class PalLightningCLI(CLIHooks):
             config["ckpt_path"] = str(found)
             return str(found)
         if ckpt in ("hpc", "registry") or ckpt.startswith("registry:") or "://" in ckpt:
-            return None  # Lightning's own special values and remote files
+            return None
         if Path(ckpt).is_dir():
             raise PalUserError(
                 f"Checkpoint path {ckpt} is a folder, not a file: --ckpt_path takes a .ckpt file (e.g. "
@@ -301,12 +267,11 @@ class PalLightningCLI(CLIHooks):
                 f"Checkpoint {ckpt} does not exist. Pass the path of a .ckpt file to --ckpt_path, or "
                 "--ckpt_path last for the newest last.ckpt under trainer.default_root_dir."
             )
-        check_is_checkpoint(ckpt)  # README.md, an empty file ...: said before the model is built
+        check_is_checkpoint(ckpt)  # said before the model is built
         return ckpt
 
     def instantiate_classes(self) -> None:
-        """Instantiate model, data and trainer; jsonargparse's "Does not validate against any of the Union
-        subtypes" (a rejected ``__init__`` value) becomes a one-line :class:`PalUserError` (``PAL_DEBUG=1``: traceback)."""
+        """Instantiate the classes; a rejected ``__init__`` value becomes a :class:`PalUserError` (``PAL_DEBUG=1``: traceback)."""
         try:
             super().instantiate_classes()
         except ValueError as exc:
@@ -315,13 +280,12 @@ class PalLightningCLI(CLIHooks):
             raise PalUserError(f"Invalid configuration:\n{exc}") from exc
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
-        """The Trainer, logging into a fresh run folder (:func:`~pal_lightning.cli.run_folders.run_loggers`)
-        and writing checkpoints atomically, unless the configuration names its own loggers or checkpoint I/O."""
+        """The Trainer, logging into a fresh run folder and writing checkpoints atomically unless configured otherwise."""
         trainer_key = f"{self.subcommand}.trainer" if self.subcommand else "trainer"
         config = {**(self.config_init.get(trainer_key) or {}), **kwargs}
         defaults = self.trainer_defaults
         if config.get("enable_progress_bar") is False:
-            # a progress bar callback with enable_progress_bar=False is an error in Lightning
+            # Lightning rejects a progress bar callback with enable_progress_bar=False
             callbacks_default = [c for c in defaults.get("callbacks", []) if not isinstance(c, ProgressBar)]
             self.trainer_defaults = {**defaults, "callbacks": callbacks_default}
         if config.get("logger") in (None, True) and getattr(self, "_no_logs", False):
@@ -335,7 +299,7 @@ class PalLightningCLI(CLIHooks):
             [] if plugins is None else list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
         )
         if not any(isinstance(p, CheckpointIO) for p in plugins):
-            plugins.append(AtomicCheckpointIO())  # crash-safe writes, one-line errors for bad files
+            plugins.append(AtomicCheckpointIO())
         kwargs["plugins"] = plugins
         try:
             trainer = super().instantiate_trainer(**kwargs)
@@ -350,4 +314,3 @@ class PalLightningCLI(CLIHooks):
                 "--nproc_per_node, SLURM --ntasks-per-node) and --trainer.num_nodes to the number of nodes."
             )
         return trainer
-

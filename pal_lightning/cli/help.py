@@ -1,8 +1,4 @@
-"""The hand-written parts of the help: ``pal-lightning --help``, whole-sentence subcommand descriptions, the
-registered methods, encoder families and tasks, and "did you mean" for a mistyped option.
-
-Every other help screen (``fit --help``, ``--model.help [CLASS]``, ``pretrain --help``) is LightningCLI's.
-"""
+"""The hand-written parts of the help (every other screen is LightningCLI's) and "did you mean"."""
 
 from __future__ import annotations
 
@@ -11,17 +7,6 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = [
-    "SUBCOMMAND_HELP",
-    "config_syntax_error",
-    "did_you_mean",
-    "registered",
-    "set_subcommand_help",
-    "suggest",
-    "top_level_help",
-]
-
-#: One whole sentence per subcommand (``pretrain`` is a command of its own: :mod:`pal_lightning.cli.pretrain`).
 SUBCOMMAND_HELP = {
     "fit": "Train a model on its tasks, validate it, and save checkpoints and the CS224N scores.",
     "validate": "Score a checkpoint on the dev sets and print the CS224N table.",
@@ -49,8 +34,7 @@ def registered() -> str:
 
 
 def set_subcommand_help(parser: Any) -> None:
-    """Whole sentences instead of LightningCLI's cut-off subcommand descriptions, and :func:`registered`
-    under each subcommand's ``--help``."""
+    """Whole-sentence subcommand descriptions, and :func:`registered` under each subcommand's ``--help``."""
     from pal_lightning.core.private_api import subcommand_help_actions, subcommand_parsers
 
     for choice in subcommand_help_actions(parser):
@@ -61,7 +45,7 @@ def set_subcommand_help(parser: Any) -> None:
 
 
 def top_level_help() -> str:
-    """``pal-lightning --help``: the commands, in whole sentences (without torch: instantly)."""
+    """``pal-lightning --help`` (without importing torch)."""
     commands = {**SUBCOMMAND_HELP, "pretrain": _PRETRAIN_HELP}
     return "\n".join(
         [
@@ -83,8 +67,7 @@ def top_level_help() -> str:
 
 
 def suggest(unknown: str, accepted: Sequence[str], n: int = 2) -> list[str]:
-    """Accepted option names close to ``unknown``: the same word initials (``learning_rate`` -> ``lr``),
-    then string similarity."""
+    """Accepted names close to ``unknown``: the same word initials (``learning_rate`` -> ``lr``), then similar ones."""
 
     def initials(name: str) -> str:
         return "".join(word[0] for word in name.split("_") if word)
@@ -94,17 +77,13 @@ def suggest(unknown: str, accepted: Sequence[str], n: int = 2) -> list[str]:
     return list(dict.fromkeys(by_initials + close))[:n]
 
 
-#: jsonargparse's messages for an unknown option: "Option 'x' is not accepted" under a group, or
-#: "unrecognized arguments: --group.x ...".
+# jsonargparse's messages for an unknown option
 _NOT_ACCEPTED = re.compile(r"Parser key \"(\w+)\".*?Option '(\w+)' is not accepted")
 _UNRECOGNIZED = re.compile(r"unrecognized arguments: --(\w+)\.(?:[\w.]*\.)?(\w+)", re.IGNORECASE)
 
 
 def did_you_mean(message: str, options_of: Callable[[str], Sequence[str] | None]) -> str:
-    """`` Did you mean --model.lr?`` for an unknown-option ``message``, or ``""``.
-
-    ``options_of(group)`` returns the accepted names of a group (``model``, ``trainer``, ...), or ``None``.
-    """
+    """`` Did you mean --model.lr?`` for an unknown-option ``message`` (``options_of(group)``: its names), or ``""``."""
     match = _NOT_ACCEPTED.search(message) or _UNRECOGNIZED.search(message)
     if not match:
         return ""
@@ -114,8 +93,8 @@ def did_you_mean(message: str, options_of: Callable[[str], Sequence[str] | None]
 
 
 def config_syntax_error(argv: Sequence[str]) -> str | None:
-    """For a YAML syntax error in a ``--config`` file of ``argv``, a message naming the file, line and
-    column (jsonargparse names ``"<unicode string>"``), else ``None``."""
+    """The file, line and column of a YAML syntax error in a ``--config`` file of ``argv`` (jsonargparse
+    names ``"<unicode string>"``), else ``None``."""
     import yaml
 
     paths = [b for a, b in zip(argv, argv[1:], strict=False) if a in ("--config", "-c")]

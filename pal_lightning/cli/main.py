@@ -1,17 +1,11 @@
-"""``pal-lightning``: the command dispatcher and its one-line error handling.
-
-``pal-lightning fit|validate|test|predict`` go to :class:`~pal_lightning.cli.fit.PalLightningCLI`,
-``pal-lightning pretrain`` to :func:`~pal_lightning.cli.pretrain.run_pretrain`, and
-``pal-lightning predict --predict.input FILE`` to :mod:`~pal_lightning.cli.text_predict`. User mistakes
-(a :class:`~pal_lightning.core.errors.PalUserError`, an invalid option or config value, a Trainer setting
-this machine cannot honour, a full or read-only disk) end with one line on stderr and exit status 2.
-"""
+"""``pal-lightning``: the command dispatcher; user mistakes end with one line on stderr and exit status 2."""
 
 from __future__ import annotations
 
 import errno
 import signal
 import sys
+from argparse import ArgumentError  # jsonargparse's ArgumentError is argparse's
 from typing import Any
 
 from pal_lightning.cli.help import config_syntax_error, did_you_mean, top_level_help
@@ -19,17 +13,13 @@ from pal_lightning.cli.text_predict import run as run_text_predict
 from pal_lightning.cli.text_predict import wants_text_predict
 from pal_lightning.core.errors import PalUserError
 
-# torch, Lightning and jsonargparse are imported where a command needs them, not here: --version
-# starts in a fraction of a second
+# torch, Lightning and jsonargparse are imported where a command needs them: --version starts at once
 
-#: The exit status for user mistakes (bad option, missing data, unknown encoder ...);
-#: the same as :data:`pal_lightning.cli.fit.USER_ERROR_EXIT`.
 USER_ERROR_EXIT = 2
-#: jsonargparse's line for a value no subclass accepted (``pal_lightning.cli.fit._UNION_ERROR``).
-_UNION_ERROR = "Does not validate against any of the Union subtypes"
 
+# jsonargparse's lines around a rejected value that do not say what is wrong
 _NOISE = (
-    _UNION_ERROR,
+    "Does not validate against any of the Union subtypes",
     "Subtypes:",
     "Errors:",
     "Expected a <class 'NoneType'>",
@@ -39,11 +29,7 @@ _NOISE = (
 
 
 def _one_line(message: str) -> str:
-    """The error message on one line.
-
-    jsonargparse nests the cause of a rejected ``model``/``data`` value over several indented lines,
-    including the ``None`` alternative of the optional subclass; keep the lines that say what is wrong.
-    """
+    """The error message on one line, without jsonargparse's nesting (and its ``None`` alternative)."""
     lines = [line.strip(" -") for line in str(message).splitlines() if line.strip(" -")]
     kept = [line for line in lines if not line.startswith(_NOISE)]
     return (
@@ -52,7 +38,6 @@ def _one_line(message: str) -> str:
     )
 
 
-#: ``errno`` values of a file-system fault the user fixes, with what to do about it.
 _FS_FAULTS = {
     errno.ENOSPC: "free some disk space",
     getattr(errno, "EDQUOT", errno.ENOSPC): "free some of your disk quota",
@@ -63,7 +48,6 @@ _FS_FAULTS = {
 
 
 def _fs_fault_message(err: OSError) -> str:
-    """``<file>: <cause>`` and what to do, for a disk that is full, read-only or not ours."""
     where = f"{err.filename}: " if err.filename else ""
     return (
         f"{where}{err.strerror or err}. pal-lightning replaces files atomically, so earlier versions are "
@@ -72,13 +56,13 @@ def _fs_fault_message(err: OSError) -> str:
 
 
 def _user_error(exc: BaseException) -> BaseException | None:
-    """The :class:`PalUserError`, argument error or file-system fault behind ``exc`` (its causes followed)."""
+    """The user error (or file-system fault) behind ``exc``, its causes followed."""
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         if (
             isinstance(current, PalUserError)
-            or _is_argument_error(current)
+            or isinstance(current, ArgumentError)
             or _is_misconfiguration(current)
             or (isinstance(current, OSError) and current.errno in _FS_FAULTS)
         ):
@@ -89,10 +73,9 @@ def _user_error(exc: BaseException) -> BaseException | None:
 
 
 def _discard_new_folders() -> None:
-    """A failed command leaves no empty run folder behind (nothing to do before the CLI was loaded)."""
     if "pal_lightning.cli.fit" not in sys.modules:
         return
-    from pal_lightning.cli.fit import discard_new_folders
+    from pal_lightning.cli.run_folders import discard_new_folders
     from pal_lightning.core.distributed import is_launched_rank
 
     if not is_launched_rank():
@@ -100,8 +83,8 @@ def _discard_new_folders() -> None:
 
 
 def _interrupted() -> int:
-    """Ctrl-C outside a training step (a step's first Ctrl-C is StopOnSignal's): one line, status 130."""
-    _discard_new_folders()  # as for a failed command: no empty run folder
+    # Ctrl-C outside a training step (a step's first Ctrl-C is StopOnSignal's)
+    _discard_new_folders()
     print(
         "pal-lightning: interrupted (Ctrl-C); no checkpoint was written at this point "
         "(a fit resumes from its last last.ckpt with --ckpt_path last).",
@@ -112,12 +95,7 @@ def _interrupted() -> int:
 
 
 def main(args: list[str] | None = None) -> int:
-    """Run the ``pal-lightning`` command line and return its exit status.
-
-    User mistakes (a :class:`PalUserError`, an invalid option/config value, or a Trainer setting this
-    machine cannot honour, e.g. ``accelerator: gpu`` without a GPU) print one line,
-    ``pal-lightning: error: <what is wrong and how to fix it>``, to stderr and return 2.
-    """
+    """Run the ``pal-lightning`` command line and return its exit status (2 for a user mistake, said in one line)."""
     try:
         argv = list(sys.argv[1:] if args is None else args)
         if wants_text_predict(argv):  # predict --predict.input FILE: the user's own sentences
@@ -130,14 +108,14 @@ def main(args: list[str] | None = None) -> int:
         if argv[:1] in (["--help"], ["-h"]):  # LightningCLI's would build every subcommand's parser
             print(top_level_help(), flush=True)
             return 0
-        if argv[:1] == ["pretrain"]:  # masked-language pre-training of the encoder
+        if argv[:1] == ["pretrain"]:
             from pal_lightning.cli.pretrain import run_pretrain
 
             run_pretrain(argv[1:])
         else:
             from pal_lightning.cli.fit import PalLightningCLI
 
-            PalLightningCLI(args=args)  # args None: sys.argv
+            PalLightningCLI(args=args)
     except KeyboardInterrupt:  # Ctrl-C outside Lightning's Trainer (parsing, building the model)
         return _interrupted()
     except SystemExit as exc:  # --help / --print_config exit early on purpose
@@ -146,7 +124,7 @@ def main(args: list[str] | None = None) -> int:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
     except Exception as exc:
-        _discard_new_folders()  # a failed command leaves no empty run folder behind
+        _discard_new_folders()
         found = _user_error(exc)
         if found is None:
             raise
@@ -155,10 +133,8 @@ def main(args: list[str] | None = None) -> int:
         if syntax is not None:  # jsonargparse names "<unicode string>", not the file
             print(f"pal-lightning: error: {syntax}", file=sys.stderr, flush=True)
             return USER_ERROR_EXIT
-        if _is_argument_error(found) and "--help" not in message:
-            command = next(
-                (a for a in (args if args is not None else sys.argv[1:]) if not a.startswith("-")), ""
-            )
+        if isinstance(found, ArgumentError) and "--help" not in message:
+            command = next((a for a in argv if not a.startswith("-")), "")
             message += (
                 "."
                 + did_you_mean(message, _accepted_options)  # " Did you mean --model.lr?"
@@ -171,7 +147,7 @@ def main(args: list[str] | None = None) -> int:
         print(f"pal-lightning: error: {message}", file=sys.stderr, flush=True)
         return USER_ERROR_EXIT
     if "pal_lightning.cli.fit" in sys.modules:
-        from pal_lightning.cli.fit import _NEW_FOLDERS
+        from pal_lightning.cli.run_folders import _NEW_FOLDERS
         from pal_lightning.core.distributed import close_process_group
 
         _NEW_FOLDERS.clear()  # the run succeeded: its folders are results
@@ -179,24 +155,15 @@ def main(args: list[str] | None = None) -> int:
     return 0
 
 
-def _is_argument_error(found: BaseException) -> bool:
-    """An invalid option or value (argparse's or jsonargparse's)."""
-    from argparse import ArgumentError as _StdArgumentError
-
-    from jsonargparse import ArgumentError as _JsonArgumentError
-
-    return isinstance(found, (_JsonArgumentError, _StdArgumentError))
-
-
 def _is_misconfiguration(found: BaseException) -> bool:
-    """A Trainer setting this machine cannot honour (only Lightning raises it: not imported to ask)."""
+    # only Lightning raises it: not imported to ask
     module = sys.modules.get("lightning.pytorch.utilities.exceptions")
     misconfiguration = getattr(module, "MisconfigurationException", None)
     return misconfiguration is not None and isinstance(found, misconfiguration)
 
 
 def _predict_splits_hint(argv: list[str], message: str) -> str:
-    """For ``predict`` without a split's files (the demo set has no test files): the option that leaves it out."""
+    """For ``predict`` without a split's files: the option that leaves that split out."""
     if argv[:1] != ["predict"] or not message.startswith("Data files not found"):
         return ""
     missing = {split for split in ("train", "dev", "test") if f"/{split}: " in message}
@@ -206,12 +173,11 @@ def _predict_splits_hint(argv: list[str], message: str) -> str:
     return f' To predict only the {served[0]} split: --data.predict_splits "[{served[0]}]".'
 
 
-#: Data-module arguments set through the model (the links of ``add_arguments_to_parser``).
+# data-module arguments set through the model (the CLI's links)
 _LINKED = ("tokenizer", "tasks", "pair_encoding")
 
 
 def _accepted_options(group: str) -> list[str] | None:
-    """The option names of a command-line group, for "did you mean" (``None`` for an unknown group)."""
     import inspect
 
     from lightning.pytorch import Trainer
@@ -225,10 +191,8 @@ def _accepted_options(group: str) -> list[str] | None:
         "model": MultiTaskModule,
         "data": MultiTaskDataModule,
         "trainer": Trainer,
-        "checkpoint": ModelCheckpoint,
-        "last_checkpoint": ModelCheckpoint,
-        "predictions": PredictionWriter,
     }
+    classes.update(checkpoint=ModelCheckpoint, last_checkpoint=ModelCheckpoint, predictions=PredictionWriter)
     cls = classes.get(group)
     if cls is None:
         return None

@@ -1,19 +1,7 @@
 """``precision: auto``: the fastest arithmetic the device runs natively, chosen when the Trainer is built.
 
-The right mixed precision depends on the machine, not the recipe (benchmarks/RESULTS.md, "bf16 on the
-CPU"), so one config runs fast everywhere. :func:`choose_precision` decides, :func:`device_capabilities` reads the machine and
-:class:`PalTrainer` is Lightning's ``Trainer`` with ``"auto"`` accepted (the CLI's trainer class).
-
-::
-
-    device                          capability                      auto becomes
-    ------------------------------  ------------------------------  ------------
-    CUDA GPU                        bf16 (compute capability >= 8)  bf16-mixed
-    CUDA GPU                        tensor cores (>= 7.0), no bf16  16-mixed
-    CUDA GPU                        older                           32-true
-    CPU                             avx512_bf16 or AMX              bf16-mixed
-    CPU                             neither (bf16 emulated)         32-true
-    anything else (MPS, TPU, ...)   not measured here               32-true
+bf16-mixed on a CUDA GPU of compute capability >= 8 or a CPU with avx512_bf16/AMX, 16-mixed on a GPU with
+tensor cores (>= 7.0), else 32-true (also on MPS, TPU and other devices).
 """
 
 from __future__ import annotations
@@ -32,32 +20,27 @@ AUTO = "auto"
 
 @dataclass(frozen=True)
 class DeviceCapabilities:
-    """What the device that will train can do natively, as :func:`choose_precision` needs it."""
+    """What the device that will train can do natively."""
 
     device: str
-    """``"cuda"``, ``"cpu"`` or another accelerator name (``"mps"``, ...)."""
+    """``"cuda"``, ``"cpu"`` or another accelerator name."""
     bf16: bool = False
-    """bf16 matrix arithmetic in hardware: CUDA compute capability >= 8.0, or a CPU with ``avx512_bf16``/AMX."""
+    """bf16 matrix arithmetic in hardware."""
     fp16_tensor_cores: bool = False
-    """CUDA compute capability >= 7.0 (V100, T4): fp16 matmuls on tensor cores."""
+    """fp16 matmuls on tensor cores (CUDA compute capability >= 7.0)."""
     detail: str = ""
-    """What was detected, for the log line (``"NVIDIA T4, compute capability 7.5"``, ``"avx512_bf16"``)."""
+    """What was detected, for the log line."""
 
 
 def choose_precision(caps: DeviceCapabilities) -> str:
-    """The Lightning precision that ``auto`` stands for on a device with ``caps`` (see the module table)."""
-    if caps.device == "cuda":
-        if caps.bf16:
-            return "bf16-mixed"
-        return "16-mixed" if caps.fp16_tensor_cores else "32-true"
-    if caps.device == "cpu":
-        return "bf16-mixed" if caps.bf16 else "32-true"
-    return "32-true"
+    """The Lightning precision that ``auto`` stands for on a device with ``caps``."""
+    if caps.device in ("cuda", "cpu") and caps.bf16:
+        return "bf16-mixed"
+    return "16-mixed" if caps.device == "cuda" and caps.fp16_tensor_cores else "32-true"
 
 
 def target_device(accelerator: Any) -> str:
-    """The device type a Trainer with ``accelerator`` trains on: ``"cuda"``, ``"cpu"`` or another name
-    (``auto``/``gpu`` resolve as Lightning does; an ``Accelerator`` instance by its class name)."""
+    """The device type a Trainer with ``accelerator`` (a name or an ``Accelerator``) trains on."""
     name = accelerator if isinstance(accelerator, str) else type(accelerator).__name__
     name = name.lower().replace("accelerator", "")
     if name in ("auto", "gpu", "cuda"):
@@ -71,7 +54,7 @@ def target_device(accelerator: Any) -> str:
 
 
 def device_capabilities(accelerator: Any = "auto") -> DeviceCapabilities:
-    """Read what the device of ``accelerator`` can do (the first CUDA device stands for all of them)."""
+    """What the device of ``accelerator`` can do (the first CUDA device stands for all)."""
     device = target_device(accelerator)
     if device == "cuda" and torch.cuda.is_available():
         major, minor = torch.cuda.get_device_capability(0)
@@ -98,10 +81,7 @@ def resolve_precision(precision: Any, accelerator: Any = "auto") -> Any:
 
 
 class PalTrainer(Trainer):
-    """Lightning's :class:`~lightning.pytorch.Trainer`, with ``precision="auto"`` (see the module docstring).
-
-    In Python, ``Trainer(precision=resolve_precision("auto"))`` does the same.
-    """
+    """Lightning's ``Trainer`` accepting ``precision="auto"`` (``Trainer(precision=resolve_precision("auto"))``)."""
 
     def __init__(
         self, *args: Any, precision: LightningPrecision | Literal["auto"] | None = None, **kwargs: Any

@@ -1,19 +1,8 @@
 """``pal-lightning pretrain``: masked-language pre-training through a LightningCLI of its own.
 
-It is a separate command rather than ``pal-lightning fit --config ...`` because the ``fit`` CLI is
-built around :class:`~pal_lightning.module.multitask.MultiTaskModule` (subclass mode on that base, task and
-pair-encoding links, a checkpoint on ``val/overall``). This one shares everything else: run folders
-(``<default_root_dir>/version_N``), the saved config, atomic checkpoint writes and the one-line
-errors of :func:`pal_lightning.cli.main.main`, which dispatches ``pretrain`` here.
-
-Usage::
-
-    pal-lightning pretrain --config configs/pretrain_mlm.yaml
-    pal-lightning pretrain --config configs/pretrain_mlm.yaml --trainer.max_steps 200 --data.init_args.tasks "[sst]"
-    pal-lightning pretrain --config configs/pretrain_mlm.yaml --ckpt_path last   # continue the newest run
-
-A resumed run continues the step count, the learning-rate schedule and the mask stream; the order of
-the sentences restarts its epoch (plain shuffled loaders), so it is not bit-exact mid-epoch.
+A command of its own because the ``fit`` CLI is built around ``MultiTaskModule``; it shares the run
+folders, saved config, atomic checkpoints and one-line errors. A resumed run continues the steps, the
+schedule and the mask stream, but restarts its epoch's sentence order (not bit-exact mid-epoch).
 """
 
 from __future__ import annotations
@@ -25,13 +14,11 @@ from lightning.pytorch.cli import LightningArgumentParser
 
 from pal_lightning.cli.fit import PalLightningCLI
 
-#: The loss the checkpoint of ``pretrain`` keeps the best of.
 MONITOR = "val/mlm_loss"
 
 
 class PretrainCLI(PalLightningCLI):
-    """The ``pretrain`` command: :class:`~pal_lightning.pretraining.MLMPretrainModule` on
-    :class:`~pal_lightning.pretraining.MLMDataModule`, no subcommands (it always fits)."""
+    """The ``pretrain`` command: ``MLMPretrainModule`` on ``MLMDataModule``, no subcommands (it always fits)."""
 
     def __init__(self, args: list[str] | None = None, **kwargs: Any) -> None:
         from pal_lightning.pretraining import MLMDataModule, MLMPretrainModule
@@ -60,7 +47,6 @@ class PretrainCLI(PalLightningCLI):
         return {}
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        """Default classes, the encoder -> tokenizer link and a checkpoint on ``val/mlm_loss``."""
         self.set_default_classes(parser)
         parser.link_arguments("model.init_args.encoder", "data.init_args.tokenizer")
         parser.add_argument(
@@ -82,11 +68,10 @@ class PretrainCLI(PalLightningCLI):
         )
 
     def before_instantiate_classes(self) -> None:
-        """Resolve ``--ckpt_path last`` and check that a given checkpoint exists (before any work)."""
         self.ckpt_path = self._resolve_ckpt_path(self.config)
 
 
 def run_pretrain(args: list[str]) -> None:
     """Parse ``args`` (what follows ``pal-lightning pretrain``), fit, and write the encoder folder."""
-    cli = PretrainCLI(args=args)  # parse_arguments takes args as given (no warning about sys.argv)
+    cli = PretrainCLI(args=args)
     cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=cli.ckpt_path)

@@ -1,12 +1,4 @@
-"""Where a command's files go, and which checkpoint ``--ckpt_path last`` / ``best`` means.
-
-A *run folder* is ``<default_root_dir>/version_N``: ``config.yaml``, ``metrics.csv``, ``tensorboard/``,
-``checkpoints/`` (``best-step...ckpt``, its alias ``best.ckpt``, ``last.ckpt``) and predictions.
-Evaluations of a run's checkpoint log into ``<run>/<subcommand>/version_N`` (:func:`evaluation_log_root`);
-``--ckpt_path last``/``best`` resolve within the run of a run's own ``config.yaml``, else under the root
-(:func:`resolve_named_checkpoint`); a folder a failed command created is removed unless it holds results
-(:func:`discard_new_folders`).
-"""
+"""Run folders (``<default_root_dir>/version_N``) and which checkpoint ``--ckpt_path last`` / ``best`` means."""
 
 from __future__ import annotations
 
@@ -26,9 +18,7 @@ from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.files import atomic_write_via, free_name
 from pal_lightning.core.private_api import decided_by_rank_zero
 
-#: ``--ckpt_path`` values that name a checkpoint of a run rather than a file.
 NAMED_CHECKPOINTS = {"last": "last*.ckpt", "best": "best.ckpt"}
-#: Sub-folders of a run that hold results a user keeps, even from a failed command.
 _KEEP = ("*.ckpt", "predictions/*")
 
 
@@ -38,15 +28,14 @@ def _version(path: Path) -> int:
 
 
 def next_version_dir(root: str | os.PathLike[str]) -> str:
-    """The ``version_N`` name after the highest one used under ``root`` (``version_0`` for a new root)."""
+    """The ``version_N`` name after the highest one used under ``root``."""
     root = Path(root)
     used = [_version(child) for child in root.iterdir()] if root.is_dir() else []
     return f"version_{max(used, default=-1) + 1}"
 
 
 def claim_version_dir(root: str | os.PathLike[str]) -> Path:
-    """Create the next free ``<root>/version_N`` folder and return it (``mkdir`` fails for a taken name, so
-    two runs started at the same moment get different folders)."""
+    """Create and return the next free ``<root>/version_N`` (``mkdir`` fails on a taken name: no race)."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     while True:
@@ -59,8 +48,7 @@ def claim_version_dir(root: str | os.PathLike[str]) -> Path:
 
 
 def find_newest(root: str | os.PathLike[str], pattern: str) -> Path | None:
-    """The newest file (by time, then ``version_N``) matching ``pattern`` in ``<root>/*/checkpoints/`` or
-    ``<root>/checkpoints/``."""
+    """The newest file (by time, then ``version_N``) matching ``pattern`` in ``<root>/[*/]checkpoints/``."""
     root = Path(root)
     found = [p for sub in (f"*/checkpoints/{pattern}", f"checkpoints/{pattern}") for p in root.glob(sub)]
     files = [p for p in found if p.is_file()]
@@ -68,18 +56,13 @@ def find_newest(root: str | os.PathLike[str], pattern: str) -> Path | None:
 
 
 def run_folder_of(config_files: Iterable[str | os.PathLike[str]]) -> Path | None:
-    """The run folder (one holding ``checkpoints/``) the last such ``--config`` file was saved into, if any."""
-    found = None
-    for config in config_files:
-        folder = Path(config).resolve().parent
-        if (folder / "checkpoints").is_dir():
-            found = folder
-    return found
+    """The run folder (with ``checkpoints/``) of the last such ``--config`` file, if any."""
+    runs = [folder for c in config_files if ((folder := Path(c).resolve().parent) / "checkpoints").is_dir()]
+    return runs[-1] if runs else None
 
 
 def resolve_named_checkpoint(name: str, root: str | os.PathLike[str], run: Path | None) -> Path:
-    """The file ``--ckpt_path last`` / ``best`` stands for: in ``run`` when given, else newest under ``root``
-    (:class:`PalUserError` saying where it looked when there is none)."""
+    """The file ``--ckpt_path last`` / ``best`` stands for: in ``run`` when given, else the newest under ``root``."""
     pattern = NAMED_CHECKPOINTS[name]
     if run is not None:
         files = [p for p in (run / "checkpoints").glob(pattern) if p.is_file()]
@@ -105,8 +88,7 @@ def resolve_named_checkpoint(name: str, root: str | os.PathLike[str], run: Path 
 
 
 def evaluation_log_root(ckpt: str | os.PathLike[str], subcommand: str) -> Path | None:
-    """``<run>/<subcommand>`` for a checkpoint in ``<run>/checkpoints/`` this user can write into, else
-    ``None`` (the evaluation logs into a new run folder)."""
+    """``<run>/<subcommand>`` for a checkpoint in a writable ``<run>/checkpoints/``, else ``None``."""
     folder = Path(ckpt).resolve().parent
     if folder.name != "checkpoints" or not os.access(folder.parent, os.W_OK):
         return None
@@ -114,8 +96,7 @@ def evaluation_log_root(ckpt: str | os.PathLike[str], subcommand: str) -> Path |
 
 
 def discard_unused(folder: str | os.PathLike[str], stop: str | os.PathLike[str] | None = None) -> bool:
-    """Remove ``folder`` (made by a failed command) and its empty parents below ``stop`` unless it holds
-    results: checkpoints, predictions, a ``metrics.csv`` with a row. Whether it was removed."""
+    """Remove ``folder`` and its empty parents below ``stop`` unless it holds results; whether it was removed."""
     folder = Path(folder)
     if not folder.is_dir() or any(any(folder.rglob(pattern)) for pattern in _KEEP):
         return False
@@ -130,7 +111,6 @@ def discard_unused(folder: str | os.PathLike[str], stop: str | os.PathLike[str] 
 
 
 def _has_rows(csv_file: Path) -> bool:
-    """Whether a CSV file holds a row below its header."""
     try:
         with open(csv_file, encoding="utf-8") as f:
             return sum(1 for line in f if line.strip()) > 1
@@ -138,28 +118,21 @@ def _has_rows(csv_file: Path) -> bool:
         return False
 
 
-def find_last_checkpoint(root: str | os.PathLike[str]) -> Path | None:
-    """The newest ``last*.ckpt`` in ``<root>/*/checkpoints/`` (or ``<root>/checkpoints/``), or ``None``."""
-    return find_newest(root, "last*.ckpt")
-
-
-#: Name under which rank 0 passes the run version to the DDP processes it launches (``PAL_RUN_VERSION``).
 _SHARED_VERSION = "RUN_VERSION"
-#: Log folders this process created, with the topmost folder it created for each (removed on failure).
+# log folders this process created, with the topmost folder it created for each (removed on failure)
 _NEW_FOLDERS: list[tuple[Path, Path]] = []
 
 
 def run_loggers(root_dir: str | os.PathLike[str]) -> list[Any]:
     """CSV and TensorBoard loggers writing into the same fresh ``<root_dir>/version_N`` folder."""
-    # absolute: the checkpoint folder recorded in checkpoints must match the one validate/test/predict
-    # later derive from --ckpt_path (ModelCheckpoint makes given paths absolute)
+    # absolute: ModelCheckpoint records absolute folders, compared later with --ckpt_path's
     root = os.path.abspath(root_dir)
-    # a rank > 0 that torchrun/srun started only peeks: claiming would leave an empty folder behind
+    # a rank > 0 that torchrun/srun started only peeks: claiming would leave an empty folder
     peek = lambda: next_version_dir(root).split("_")[-1]  # noqa: E731
     version = int(decided_by_rank_zero(_SHARED_VERSION, root, lambda: _new_version(root), peek))
     return [
         CSVLogger(save_dir=root, name="", version=version),
-        # no hp_metric: it would stay at its placeholder -1 (the scores are the val/* metrics)
+        # no hp_metric: it would stay at its placeholder -1
         TensorBoardLogger(
             save_dir=root, name="", version=version, sub_dir="tensorboard", default_hp_metric=False
         ),
@@ -167,7 +140,6 @@ def run_loggers(root_dir: str | os.PathLike[str]) -> list[Any]:
 
 
 def _new_version(root: str) -> str:
-    """Claim the next ``version_N`` folder under ``root`` (remembered for removal if the command fails)."""
     top = Path(root)
     while not top.parent.exists() and top.parent != top:
         top = top.parent  # the topmost folder this run creates, when root does not exist yet
@@ -178,17 +150,14 @@ def _new_version(root: str) -> str:
 
 
 def discard_new_folders() -> None:
-    """Remove the log folders this failed command created, unless they hold checkpoints or predictions."""
+    """Remove the log folders this failed command created, unless they hold results."""
     while _NEW_FOLDERS:
         folder, top = _NEW_FOLDERS.pop()
         discard_unused(folder, stop=top.parent)
 
 
 class RunConfigSaver(SaveConfigCallback):
-    """Save the resolved config into the run's folder atomically, never overwriting a file.
-
-    When a user logger makes two runs share a folder, the second config is ``config_1.yaml`` (...).
-    """
+    """Save the resolved config into the run folder atomically, as ``config_1.yaml`` ... when taken."""
 
     def setup(self, trainer: Trainer, pl_module: Any, stage: str) -> None:
         log_dir = None if self.already_saved or not self.save_to_log_dir else trainer.log_dir
@@ -202,12 +171,12 @@ class RunConfigSaver(SaveConfigCallback):
                 name = free_name(log_dir, stem, (suffix,)) + suffix
             self.config_filename = name
 
-            def write(tmp: str) -> None:  # what Lightning's setup writes, into a temporary file
+            def write(tmp: str) -> None:  # what Lightning's setup writes
                 self.parser.save(self.config, tmp, skip_none=False, overwrite=True, multifile=False)
 
             atomic_write_via(os.path.join(log_dir, name), write)
             self.save_config(trainer, pl_module, stage)
             self.already_saved = True
-        # every rank, as Lightning's setup does: the same name and state on all ranks
+        # every rank, as Lightning's setup does
         self.config_filename = trainer.strategy.broadcast(self.config_filename)
         self.already_saved = trainer.strategy.broadcast(self.already_saved)

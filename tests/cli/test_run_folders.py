@@ -20,7 +20,7 @@ from pal_lightning.cli.main import USER_ERROR_EXIT, main
 from pal_lightning.cli.run_folders import (
     claim_version_dir,
     discard_unused,
-    find_last_checkpoint,
+    find_newest,
     next_version_dir,
 )
 from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
@@ -189,8 +189,8 @@ def test_a_full_disk_while_saving_a_checkpoint_is_one_line(
     assert not any(checkpoints.glob("*.ckpt")) and not any(checkpoints.glob(".*.tmp"))
 
 
-def test_find_last_checkpoint_takes_the_newest(tmp_path: Path) -> None:
-    assert find_last_checkpoint(tmp_path) is None
+def test_find_newest_last_checkpoint(tmp_path: Path) -> None:
+    assert find_newest(tmp_path, "last*.ckpt") is None
     paths = []
     for version, mtime in ((0, 100), (1, 300), (2, 200)):
         path = tmp_path / f"version_{version}" / "checkpoints" / "last.ckpt"
@@ -199,7 +199,7 @@ def test_find_last_checkpoint_takes_the_newest(tmp_path: Path) -> None:
         os.utime(path, ns=(mtime * 10**9, mtime * 10**9))
         paths.append(path)
     (tmp_path / "version_2" / "checkpoints" / ".last.ckpt.abc.tmp").write_bytes(b"half")
-    assert find_last_checkpoint(tmp_path) == paths[1]
+    assert find_newest(tmp_path, "last*.ckpt") == paths[1]
 
 
 def _trained_steps(metrics: Path) -> list[int]:
