@@ -22,7 +22,7 @@ export HF_HUB_OFFLINE=1 HYPOTHESIS_PROFILE=mutation OMP_NUM_THREADS=1 MKL_NUM_TH
 # target -> "module(s) to mutate | tests that must kill the mutants"
 declare -A MODULES TESTS MUTANTS
 MODULES[sampling]="pal_lightning/data/schedules.py"
-TESTS[sampling]="tests/data/test_sampling.py tests/data/test_sampling_properties.py tests/auxiliary/test_auxiliary.py tests/data/test_options.py::test_annealing_horizon"
+TESTS[sampling]="tests/data/test_sampling.py tests/data/test_sampling_properties.py tests/tasks/test_auxiliary.py tests/data/test_options.py::test_annealing_horizon"
 MODULES[samplers]="pal_lightning/data/batch_samplers.py"
 # the mixed sampler's own tests (not the file's data-module and module tests: seconds each per mutant)
 MIXED_SAMPLER_TESTS=$(printf 'tests/data/test_mixed_sampling.py::%s ' \
@@ -46,7 +46,7 @@ TESTS[gem_maths]="tests/callbacks/test_gem_projection.py tests/callbacks/test_ge
 # mutants the unit tests let through. The DDP tests (spawned processes) are not in the list: the
 # rank/world-size arithmetic is checked in one process (test_gem_callback.py, ranks summed by hand).
 MODULES[gem_callback]="pal_lightning/gem/memory.py pal_lightning/gem/gram.py pal_lightning/gem/gradients.py pal_lightning/gem/gradients.py pal_lightning/gem/sparse_embeddings.py pal_lightning/gem/callback.py"
-TESTS[gem_callback]="tests/callbacks/test_gem_callback.py tests/callbacks/test_gem_batched.py tests/callbacks/test_gem_sparse_embeddings.py tests/test_fp16_cpu.py::test_fp16_training_with_gem_projects_and_stays_finite tests/test_simcse_module.py::test_gem_memories_use_the_task_loss_without_simcse tests/test_sharing_module.py::test_gem_shared_parameters_are_the_embeddings_and_the_s_layers"
+TESTS[gem_callback]="tests/callbacks/test_gem_callback.py tests/callbacks/test_gem_batched.py tests/callbacks/test_gem_sparse_embeddings.py tests/module/test_guard.py::test_fp16_training_with_gem_projects_and_stays_finite tests/module/test_simcse_step.py::test_gem_memories_use_the_task_loss_without_simcse tests/test_sharing_module.py::test_gem_shared_parameters_are_the_embeddings_and_the_s_layers"
 # A-GEM's sparse embedding-table gradients (c5cf636): the functions that commit added or changed only
 MODULES[gem_sparse]="pal_lightning/gem/sparse_embeddings.py pal_lightning/gem/gram.py pal_lightning/gem/gradients.py"
 MUTANTS[gem_sparse]="*x__compiling__* *x_sparse_embedding_gradients__* *x__dot__* *x_add_rows__* *x_memory_gradient__* *x_constraint_gradients__*"

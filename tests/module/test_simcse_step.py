@@ -8,13 +8,13 @@ from typing import Any
 import lightning.pytorch as pl
 import pytest
 import torch
-from test_module import TinyData, make_batch, tiny_module
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling.heads import pool
 from pal_lightning.modeling.simcse import SimCSEConfig
 from pal_lightning.module.multitask import MultiTaskModule
 from pal_lightning.testing import quiet_trainer
+from pal_lightning.testing.batches import TinyData, make_batch, tiny_module
 
 
 @pytest.fixture(autouse=True)

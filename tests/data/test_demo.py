@@ -14,14 +14,14 @@ from pal_lightning.data.sources.demo import demo_data_dir  # noqa: E402
 from pal_lightning.data.sources.readers import read_split, resolve_data_dir  # noqa: E402
 from pal_lightning.tasks.specs import get_task  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXPECTED_ROWS = {"train": 400, "dev": 200}
 
 
 def test_demo_resolves_from_any_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "demo").mkdir()  # a local folder of that name is "./demo", not the packaged set
-    folder = Path(__file__).resolve().parents[1] / "pal_lightning" / "data" / "sources" / "demo"
+    folder = Path(__file__).resolve().parents[2] / "pal_lightning" / "data" / "sources" / "demo"
     assert resolve_data_dir("demo") == folder == demo_data_dir()
     assert resolve_data_dir("./demo") == Path("demo")
     monkeypatch.setenv("PAL_DATA_DIR", "demo")
