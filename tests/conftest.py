@@ -51,8 +51,9 @@ SLOW_FILES = (
     # workers first, longest first, so that the run ends with short tests on both workers rather than one
     # long file on one. By CPU seconds of the file's process tree (the worker and every process it starts,
     # forked CLI children included), measured 2026-11-28 on the 2-core machine with -n 2: torchrun ~32,
-    # readme_blocks ~20, compile_option ~17, peers ~17, readers_fuzz ~17, ..., ddp_stage2 ~3 (its ranks
-    # forked: tests/cli/cli_driver.py, listed for its DDP ranks); every file not listed takes ~7 or less
+    # readme ~20 (then without its real-encoder fit), compile ~17, peers ~17, readers_fuzz ~17, ...,
+    # ddp_stage2 ~3 (its ranks forked: tests/cli/cli_driver.py, listed for its DDP ranks); every file not
+    # listed takes ~7 or less
     "tests/cli/test_torchrun_cli.py",
     "tests/docs/test_readme.py",
     "tests/module/test_compile.py",
@@ -81,7 +82,6 @@ SLOW_FILES = (
     "tests/benchmarks/test_loop_overhead.py",
     "tests/cli/test_console_leftovers.py",
     "tests/modeling/test_simcse_ddp.py",
-    "tests/cli/test_short_fit_scores.py",
     "tests/cli/test_ddp_cli.py",
     "tests/cli/test_ddp_stage2_pretrain.py",
 )

@@ -13,6 +13,8 @@ other part of the package (``from pal_lightning.testing import TINY_BERT, quiet_
   :func:`save_stage1_checkpoint`, :data:`TINY_GEM`;
 * callbacks for CLI subprocesses, named by their full path in a config (not imported here: they need
   Lightning): ``pal_lightning.testing.callbacks.KillAtStep`` and ``...RankRecorder``.
+* tiny token-id batches and a module that trains on them without tokenizer or files (not imported
+  here either): ``pal_lightning.testing.batches`` (``tiny_module``, ``make_batch``, ``TinyData``).
 """
 
 from __future__ import annotations

@@ -96,6 +96,11 @@ def make_batch(
 FIXED = [make_batch(t, seed=s) for s in range(2) for t in ("sst", "qqp", "sts")]
 
 
+def _loader(batches: list[dict[str, Any]]) -> DataLoader:
+    """The batches as they are, one per step (a list is a map-style dataset to torch, not to its stubs)."""
+    return DataLoader(batches, batch_size=None)  # type: ignore[arg-type]
+
+
 class TinyData(pl.LightningDataModule):
     """Train: the 6 fixed batches cycled to 20 steps; val: one loader per task (dataloader_idx 0..2)."""
 
@@ -106,17 +111,13 @@ class TinyData(pl.LightningDataModule):
         return self.steps
 
     def train_dataloader(self) -> DataLoader:
-        return DataLoader([FIXED[i % len(FIXED)] for i in range(self.steps)], batch_size=None)
+        return _loader([FIXED[i % len(FIXED)] for i in range(self.steps)])
 
     def val_dataloader(self) -> list[DataLoader]:
-        return [
-            DataLoader([b for b in FIXED if b["task"] == t], batch_size=None) for t in ("sst", "qqp", "sts")
-        ]
+        return [_loader([b for b in FIXED if b["task"] == t]) for t in ("sst", "qqp", "sts")]
 
     def test_dataloader(self) -> DataLoader:
-        return DataLoader(FIXED + [make_batch("sst", seed=9, split="test", labelled=False)], batch_size=None)
+        return _loader(FIXED + [make_batch("sst", seed=9, split="test", labelled=False)])
 
     def predict_dataloader(self) -> DataLoader:
-        return DataLoader(
-            [make_batch(t, seed=5, split="test", labelled=False) for t in ("sst", "sts")], batch_size=None
-        )
+        return _loader([make_batch(t, seed=5, split="test", labelled=False) for t in ("sst", "sts")])
