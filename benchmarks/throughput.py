@@ -12,7 +12,7 @@ For an encoder of ``L`` layers, width ``d``, ``P`` parameters in its linear laye
 token positions, the counted training FLOPs (forward + backward) of a shared step are
 ``6 P T + 12 L s d T``: 2 per multiply-add, backward twice the forward (gradients of the input and the
 weights), and the two attention products ``Q K^T`` and ``A V`` of ``2 s d`` multiply-adds per position
-and layer. ``tests/cli/test_step_time_benchmark.py`` checks the counter against this formula.
+and layer. ``tests/benchmarks/test_step_time.py`` checks the counter against this formula.
 """
 
 from __future__ import annotations

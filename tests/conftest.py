@@ -51,12 +51,13 @@ SLOW_FILES = (
     # workers first, longest first, so that the run ends with short tests on both workers rather than one
     # long file on one. By CPU seconds of the file's process tree (the worker and every process it starts,
     # forked CLI children included), measured 2026-11-28 on the 2-core machine with -n 2: torchrun ~32,
-    # readme_blocks ~20, compile_option ~17, peers ~17, readers_fuzz ~17, ..., ddp_stage2 ~3 (its ranks
-    # forked: tests/cli/cli_driver.py, listed for its DDP ranks); every file not listed takes ~7 or less
+    # readme ~20 (then without its real-encoder fit), compile ~17, peers ~17, readers_fuzz ~17, ...,
+    # ddp_stage2 ~3 (its ranks forked: tests/cli/cli_driver.py, listed for its DDP ranks); every file not
+    # listed takes ~7 or less
     "tests/cli/test_torchrun_cli.py",
-    "tests/cli/test_readme_blocks.py",
-    "tests/test_compile_option.py",
-    "tests/cli/test_peers.py",
+    "tests/docs/test_readme.py",
+    "tests/module/test_compile.py",
+    "tests/benchmarks/test_peers.py",
     "tests/data/test_readers_fuzz.py",
     "tests/cli/test_resume.py",
     "tests/cli/test_cli.py",
@@ -67,9 +68,9 @@ SLOW_FILES = (
     "tests/cli/test_text_predict.py",
     "tests/cli/test_signals.py",
     "tests/cli/test_console.py",
-    "tests/test_notebook.py",
-    "tests/test_demo.py",
-    "tests/test_pretrained.py",
+    "tests/docs/test_notebook.py",
+    "tests/data/test_demo.py",
+    "tests/module/test_pretrained.py",
     "tests/gem/test_gem_ddp.py",
     "tests/cli/test_first_hour.py",
     "tests/test_families_module.py",
@@ -78,11 +79,9 @@ SLOW_FILES = (
     "tests/cli/test_sharing_ddp_resume.py",
     "tests/cli/test_run_folders.py",
     "tests/data/test_real_data.py",
-    "tests/cli/test_loop_overhead.py",
+    "tests/benchmarks/test_loop_overhead.py",
     "tests/modeling/test_simcse_ddp.py",
-    "tests/cli/test_short_fit_scores.py",
     "tests/cli/test_ddp_cli.py",
-    "tests/cli/test_disk_faults.py",
     "tests/cli/test_ddp_stage2_pretrain.py",
 )
 
@@ -258,3 +257,19 @@ def forked_cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     cli = ForkedCli(tmp_path_factory.mktemp("forked_cli"))
     yield cli
     cli.close()
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    """A clean CS224N-layout data folder (``write_cs224n_data``; tests/data overrides it with the quirks)."""
+    from pal_lightning.testing import write_cs224n_data
+
+    return write_cs224n_data(tmp_path / "data")
+
+
+@pytest.fixture
+def tiny_yaml(tmp_path: Path, data_dir: Path) -> Path:
+    """A complete 4-step ``fit`` config of a tiny model on ``data_dir`` (``write_tiny_fit_config``)."""
+    from pal_lightning.testing import write_tiny_fit_config
+
+    return write_tiny_fit_config(tmp_path, data_dir)

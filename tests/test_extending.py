@@ -12,7 +12,6 @@ from typing import Any
 import lightning.pytorch as pl
 import pytest
 import torch
-from test_module import FIXED, PAIR_ENCODING, TinyData
 from test_pretrained import all_predictions
 
 from pal_lightning.core.errors import PalUserError
@@ -21,6 +20,7 @@ from pal_lightning.modeling.accounting import task_weight_formula
 from pal_lightning.modeling.methods import METHODS, AdapterConfig, get_method, unregister_method
 from pal_lightning.module.multitask import MultiTaskModule
 from pal_lightning.testing import FAMILY_TYPES, TINY_BERT, quiet_trainer
+from pal_lightning.testing.batches import FIXED, PAIR_ENCODING, TinyData
 from pal_lightning.testing.conformance import check_method, check_method_in_module
 
 GUIDE = Path(__file__).resolve().parents[1] / "docs" / "extending.md"

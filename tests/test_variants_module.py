@@ -10,13 +10,13 @@ from typing import Any
 import lightning.pytorch as pl
 import pytest
 import torch
-from test_module import FIXED, TinyData, tiny_module
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.version import __version__
 from pal_lightning.module.checkpoint_check import VERSION_KEY
 from pal_lightning.module.multitask import MultiTaskModule
 from pal_lightning.testing import quiet_trainer
+from pal_lightning.testing.batches import FIXED, TinyData, tiny_module
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANTS = sorted((ROOT / "configs" / "variants").glob("*.yaml"))

@@ -24,7 +24,7 @@ VENV=${VENV:-$(mktemp -d /tmp/pal-floors.XXXXXX)/venv}
 FLOORS=${FLOORS:-key}
 # Fast tests that exercise each floored library: Lightning + jsonargparse (the CLI, resume, checkpoints),
 # transformers (the encoder, tokenizer, from_pretrained), torchmetrics (scores), datasets (hub sources).
-TESTS=${TESTS:-"tests/test_compat.py tests/test_metrics.py tests/test_module.py tests/test_pretrained.py \
+TESTS=${TESTS:-"tests/test_compat.py tests/test_metrics.py tests/module/test_multitask.py tests/module/test_pretrained.py \
 tests/modeling/test_encoder.py tests/data/test_hf_sources.py tests/data/test_datamodule.py \
 tests/cli/test_cli.py tests/cli/test_resume.py tests/cli/test_bad_inputs.py"}
 

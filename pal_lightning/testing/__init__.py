@@ -2,6 +2,8 @@
 tiny random encoders (:data:`TINY_BERT` has the real BERT vocabulary, so the offline tokenizer feeds it),
 fixture data in the CS224N layout, a quiet ``Trainer``, CLI configs, spawned processes, and callbacks for
 CLI subprocesses (``pal_lightning.testing.callbacks``, not imported here: they need Lightning).
+``pal_lightning.testing.batches`` (not imported here either): tiny token-id batches and a module that
+trains on them without tokenizer or files.
 """
 
 from __future__ import annotations

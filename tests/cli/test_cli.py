@@ -1,22 +1,28 @@
 """The CLI driven in-process through ``main(args=[...])``: every config parses, a tiny model fits,
-validates, tests and predicts on fixture data, reruns never overwrite, user mistakes give one line."""
+validates, tests and predicts on fixture data, reruns never overwrite, user mistakes and disk faults
+give one line."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import csv
+import errno
 import functools
 import hashlib
+import io
 import json
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
+import pal_lightning.core.files as files
 from pal_lightning.cli.fit import USER_ERROR_EXIT, PalLightningCLI, RunConfigSaver
 from pal_lightning.cli.main import main
 from pal_lightning.cli.run_folders import next_version_dir
-from pal_lightning.testing import write_tiny_fit_config
+from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
 
 ROOT = Path(__file__).resolve().parents[2]
 ALL_CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
@@ -59,9 +65,6 @@ def _single_error_line(err: str) -> str:
 def _resolved(path: Path) -> dict:
     """``fit --config PATH --print_config`` as a dict, once per file (read without capsys, so that two
     tests share it; callers must not change it)."""
-    import contextlib
-    import io
-
     import yaml
 
     out = io.StringIO()
@@ -172,12 +175,20 @@ def test_links_give_encoder_tasks_and_pair_encoding_once(
     assert list(cli.model.task_specs) == ["sst", "sts"]
 
 
-def test_fit_validate_test_predict_and_reruns(
-    tiny_yaml: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    runs = tmp_path / "runs"
-    assert main(["fit", "--config", str(tiny_yaml)]) == 0
-    out = capsys.readouterr().out
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One fit of the tiny config (4 steps, validated after steps 2 and 4) with what it printed, shared by
+    the fit test and the disk-fault tests after it (in file order: they evaluate its checkpoints)."""
+    root = tmp_path_factory.mktemp("fit")
+    config = write_tiny_fit_config(root, write_cs224n_data(root / "data"))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["fit", "--config", str(config)]) == 0
+    return {"root": root, "config": config, "out": out.getvalue()}
+
+
+def test_fit_validate_test_predict_and_reruns(fitted: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    tiny_yaml, runs, out = fitted["config"], fitted["root"] / "runs", fitted["out"]
     assert "CS224N overall (dev):" in out and "sts" in out and "pearson" in out
     run0 = runs / "version_0"
     for name in ("config.yaml", "metrics.csv", "scores.json", "hparams.yaml"):
@@ -191,6 +202,8 @@ def test_fit_validate_test_predict_and_reruns(
         "val/sts/pearson",
     }
     assert scores["steps"] == 4
+    # its own validations (2 epochs of 2 steps) reach its end: no extra one at the end
+    assert [h["step"] for h in scores["history"]] == [2, 4]
     (ckpt,) = (run0 / "checkpoints").glob("best-*.ckpt")
     # "best" is the validation with the highest val/overall, by the logger's own record (metrics.csv
     # logs a validation at the steps done); here the first of two, so neither min nor last passes
@@ -335,3 +348,129 @@ def test_custom_task_given_as_a_dict_in_the_config(
     # the report leaves out, so check its loss)
     assert "val/my_sts/loss" in scores["best"]["scores"]
     assert "my_sts" in (run / "hparams.yaml").read_text()
+
+
+# ---------------------------------------------------------------- disk faults while evaluations write
+# A full, read-only or forbidden disk while ``predict`` writes predictions or ``validate``/``test`` write
+# ``scores.json`` (issue 13, item 2; the checkpoint case is in test_run_folders.py): exit status 2, one
+# line naming the file, its cause and the fix, no traceback, every earlier file unchanged (hashes), no
+# temporary file left behind, and nothing new but the failed evaluation's own run folder when it logged
+# scores (the run-folder rule: a folder with metrics.csv rows is a result). The faults are injected in
+# pal_lightning.core.files (tests run as root here, where chmod does not stop a write): ``_temp_beside``
+# (creating the temporary file: a read-only or forbidden folder) or ``_publish`` (moving the finished
+# file into place: the disk fills up).
+
+
+@pytest.fixture(scope="module")
+def trained(fitted: dict[str, Any]) -> dict[str, Path]:
+    """The shared fit, with predictions (those of the fit test above, else written here)."""
+    run = fitted["root"] / "runs" / "version_0"
+    ckpt = run / "checkpoints" / "last.ckpt"
+    if not (run / "predictions").is_dir():
+        assert main(["predict", "--config", str(fitted["config"]), "--ckpt_path", str(ckpt)]) == 0
+    return {"root": fitted["root"], "config": fitted["config"], "ckpt": ckpt}
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    } | {str(p.relative_to(folder)) + "/": "" for p in folder.rglob("*") if p.is_dir()}
+
+
+def _inject(monkeypatch: pytest.MonkeyPatch, name: str, code: int, where: str) -> list[str]:
+    """Make writes of files called ``name`` fail with ``code`` at ``where``; returns the files refused."""
+    refused: list[str] = []
+    original: Any = getattr(files, where)
+
+    def faulty(tmp_or_path: Any, path: Any = None) -> Any:
+        target = Path(path if path is not None else tmp_or_path)
+        if target.name == name:
+            refused.append(str(target))
+            raise OSError(code, "refused", str(tmp_or_path))  # names the temporary file, as the OS would
+        return original(tmp_or_path) if path is None else original(tmp_or_path, path)
+
+    monkeypatch.setattr(files, where, faulty)
+    return refused
+
+
+FIXES = {
+    errno.ENOSPC: "free some disk space",
+    errno.EROFS: "pick a writable folder",
+    errno.EACCES: "check the folder's permissions",
+}
+
+CASES = [
+    ("predict", ["--predictions.overwrite", "true"], "sts-dev-output.csv", errno.ENOSPC, "_publish"),
+    ("predict", ["--predictions.overwrite", "true"], "sst-dev-output.csv", errno.EROFS, "_temp_beside"),
+    ("validate", [], "scores.json", errno.EROFS, "_temp_beside"),
+    ("validate", [], "scores.json", errno.ENOSPC, "_publish"),
+    ("test", [], "scores.json", errno.EACCES, "_publish"),
+]
+
+
+@pytest.mark.parametrize(
+    ("command", "extra", "name", "code", "where"),
+    CASES,
+    ids=[f"{c[0]}-{c[2]}-{errno.errorcode[c[3]]}" for c in CASES],
+)
+def test_a_disk_fault_is_one_line_and_changes_nothing(
+    trained: dict[str, Path],
+    command: str,
+    extra: list[str],
+    name: str,
+    code: int,
+    where: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    runs = trained["root"] / "runs"
+    if name.endswith(".csv"):  # an earlier prediction file the failed write must not touch
+        (runs / "version_0" / "predictions" / name).write_text("earlier\n")
+    before = _digests(runs)
+    capsys.readouterr()
+
+    refused = _inject(monkeypatch, name, code, where)
+    args = [command, "--config", str(trained["config"]), "--ckpt_path", str(trained["ckpt"]), *extra]
+    assert main(args) == USER_ERROR_EXIT
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("pal-lightning: error:")]
+    assert len(lines) == 1, err[-2000:]
+    assert len(refused) == 1
+    assert f"{refused[0]}: refused" in lines[0]  # the file itself, not its temporary name
+    assert FIXES[code] in lines[0]
+    after = _digests(runs)
+    assert {k: after.get(k) for k in before} == before  # every earlier file unchanged
+    added = sorted(set(after) - set(before))
+    assert not [k for k in added if k.endswith(".tmp") or "/.tmp" in k or ".tmp-" in k]  # no temporary file
+    # at most the failed command's own new run folder, kept when it holds logged scores (metrics.csv rows)
+    own = f"version_0/{command}/"
+    assert all(k.startswith(own) for k in added), added
+    if added:
+        assert any(k.endswith("metrics.csv") for k in added)
+
+
+# ---------------------------------------------------------------- bad auxiliary-task and two-stage options
+
+
+@pytest.mark.parametrize(
+    ("option", "fragment"),
+    [
+        ("--model.init_args.auxiliary=[snli]", "auxiliary names ['snli'], which are not among the tasks"),
+        (
+            "--model.init_args.init_from=nowhere/joint.ckpt",
+            "init_from checkpoint nowhere/joint.ckpt does not exist",
+        ),
+        ("--data.init_args.task_multipliers={snli: 0.5}", "task_multipliers name unknown tasks ['snli']"),
+    ],
+)
+def test_auxiliary_and_two_stage_errors_are_one_line(
+    tiny_yaml: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, fragment: str
+) -> None:
+    assert main(["fit", "--config", str(tiny_yaml), option]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("pal-lightning: error:") and fragment in err
+    assert "\n" not in err and "Traceback" not in err
+    assert not (tmp_path / "runs").exists()  # nothing written

@@ -1,4 +1,6 @@
-"""The CLI as a user runs it: ``python -m pal_lightning`` / ``pal-lightning`` in a subprocess."""
+"""The CLI as a user runs it: the ``pal-lightning`` console script in a subprocess (``python -m
+pal_lightning`` where it is not installed; torchrun and DDP's rank 1 start that form), and a command
+forked from the CLI driver (``forked_cli``: what the console script runs, ``sys.exit(main())``)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ import textwrap
 from pathlib import Path
 
 import yaml
+
+from .conftest import ForkedCli
 
 USER_MODULE = '''
 """A user's own module, loaded by the CLI through class_path."""
@@ -49,8 +53,9 @@ def _env(tmp_path: Path) -> dict[str, str]:
 def test_fit_a_user_subclass_through_class_path(tiny_yaml: Path, tmp_path: Path) -> None:
     (tmp_path / "user_models.py").write_text(textwrap.dedent(USER_MODULE))
     marker = tmp_path / "marker.txt"
+    script = shutil.which("pal-lightning", path=str(Path(sys.executable).parent))
     cmd = [
-        sys.executable, "-m", "pal_lightning", "fit", "--config", str(tiny_yaml),
+        *([script] if script else [sys.executable, "-m", "pal_lightning"]), "fit", "--config", str(tiny_yaml),
         "--model.class_path", "user_models.ScaledLossModule",
         "--model.init_args.loss_scale", "0.5", "--model.init_args.marker", str(marker),
     ]  # fmt: skip
@@ -64,15 +69,12 @@ def test_fit_a_user_subclass_through_class_path(tiny_yaml: Path, tmp_path: Path)
     assert saved["model"]["init_args"]["adapter"]["num_heads"] == 2  # the config's other values carried over
 
 
-def test_console_script_reports_an_unknown_key_in_one_line(tiny_yaml: Path, tmp_path: Path) -> None:
-    script = shutil.which("pal-lightning", path=str(Path(sys.executable).parent))
-    cmd = [script] if script else [sys.executable, "-m", "pal_lightning"]
+def test_console_script_reports_an_unknown_key_in_one_line(
+    tiny_yaml: Path, tmp_path: Path, forked_cli: ForkedCli
+) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"model": {"init_args": {"learning_rate_typo": 0.1}}}))
-    proc = subprocess.run(
-        [*cmd, "fit", "--config", str(tiny_yaml), "--config", str(bad)],
-        env=_env(tmp_path), cwd=tmp_path, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    (proc,) = forked_cli.run([(tmp_path, ["fit", "--config", str(tiny_yaml), "--config", str(bad)])])
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("pal-lightning: error:")]

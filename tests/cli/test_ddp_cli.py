@@ -6,7 +6,7 @@ process is forked from the session's CLI driver (``forked_cli``); Lightning star
 One fit, with GEM: every check of a plain DDP fit (the same task at every step, disjoint examples,
 bit-identical weights, one run folder) holds for it too, and GEM adds identical memories. A second, plain
 fit cost one more fresh interpreter (its rank 1) and its training; plain DDP fits through the CLI
-still run in test_short_fit_scores.py and test_signals.py, and test_torchrun_cli.py checks a plain one for
+still run in test_signals.py, and test_torchrun_cli.py checks a plain one for
 the same tasks, disjoint examples and identical weights."""
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """DDP (2 gloo processes) through the command line for the new training paths: a stage-2 fit
-(``init_from``, frozen encoder, an auxiliary task with a sampling multiplier) and ``pretrain``. Each
+(``init_from``, frozen encoder, an auxiliary task with a sampling multiplier; too short for its configured
+validation, so validated once at its end by both ranks) and ``pretrain``. Each
 command's rank 0 is forked from the session's CLI driver (``forked_cli``); Lightning starts rank 1 as
 from ``python -m pal_lightning``."""
 
@@ -26,6 +27,8 @@ from .conftest import ForkedCli
 pytestmark = pytest.mark.ddp
 
 DDP = ["--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy"]
+#: stage 2 stops before its configured validation: validated once at its end, by both ranks
+SHORT = ["--trainer.max_steps", "3", "--trainer.check_val_every_n_epoch", "4"]
 
 
 def _stage2_config(folder: Path, data: Path) -> Path:
@@ -53,7 +56,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory, forked_cli: ForkedCli) -> dic
     stage2.mkdir()
     pretrain.mkdir()
     jobs = {
-        "stage2": (stage2, ["fit", "--config", str(_stage2_config(stage2, data)), *DDP, "ddp_find_unused_parameters_true"]),
+        "stage2": (stage2, ["fit", "--config", str(_stage2_config(stage2, data)), *DDP, "ddp_find_unused_parameters_true", *SHORT]),
         "pretrain": (
             pretrain,
             ["pretrain", "--config", str(write_tiny_pretrain_config(pretrain, save_tiny_encoder(pretrain / "bert", False), data)), *DDP, "ddp"],
@@ -68,7 +71,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory, forked_cli: ForkedCli) -> dic
 def test_stage2_ranks_agree_and_the_encoder_stays_frozen(runs: dict[str, Any]) -> None:
     folder = runs["stage2"]
     r0, r1 = (json.loads((folder / "record" / f"fit_rank{r}.json").read_text()) for r in (0, 1))
-    assert r0["world"] == 2 and len(r0["tasks"]) == 4
+    assert r0["world"] == 2 and len(r0["tasks"]) == 3
     for (step0, task0, ids0), (step1, task1, ids1) in zip(r0["tasks"], r1["tasks"], strict=True):
         assert (step0, task0) == (step1, task1)  # the same task at every step on both ranks
         assert not set(ids0) & set(ids1)
@@ -82,6 +85,15 @@ def test_stage2_ranks_agree_and_the_encoder_stays_frozen(runs: dict[str, Any]) -
     # val/overall leaves the auxiliary task out: here the mean of SST and Quora accuracy
     val = r0["val"]
     assert val["val/overall"] == pytest.approx((val["val/sst/accuracy"] + val["val/qqp/accuracy"]) / 2)
+
+
+def test_every_rank_takes_part_in_the_final_validation(runs: dict[str, Any]) -> None:
+    run = runs["stage2"] / "runs" / "version_0"
+    scores = json.loads((run / "scores.json").read_text())
+    assert scores["complete"] is True and [h["step"] for h in scores["history"]] == [3]
+    assert (run / "checkpoints" / "best.ckpt").is_file() and (run / "checkpoints" / "last.ckpt").is_file()
+    # the score table, printed by rank 0 alone (its overall leaves the auxiliary task out: "Overall")
+    assert runs["procs"]["stage2"].stdout.count("Overall (dev):") == 1
 
 
 def test_pretrain_under_ddp_writes_one_loadable_encoder(runs: dict[str, Any]) -> None:

@@ -1,5 +1,6 @@
 """``pal-lightning pretrain`` end to end on a tiny encoder folder: MLM on the fixture data writes an
-encoder folder (``save_pretrained`` layout) that ``MultiTaskModule(encoder=folder)`` loads."""
+encoder folder (``save_pretrained`` layout) that ``MultiTaskModule(encoder=folder)`` loads, and resumes from
+its last checkpoint."""
 
 from __future__ import annotations
 
@@ -43,6 +44,22 @@ def test_pretrain_writes_an_encoder_that_fine_tuning_loads(
     loaded = dict(model.encoder.bert.named_parameters())
     assert torch.equal(loaded[key.removeprefix("bert.")], saved[key])
     assert model.encoder.loading_info.missing_new  # only the new PAL weights were missing
+    if not with_head:
+        _resumes_from_last(tmp_path, config, capsys)
+
+
+def _resumes_from_last(tmp_path: Path, config: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The run above continued from its last checkpoint two steps further, into version_1."""
+    first = torch.load(tmp_path / "runs" / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert first["global_step"] == 3
+    capsys.readouterr()
+    args = ["pretrain", "--config", str(config)]
+    assert main([*args, "--ckpt_path", "last", "--trainer.max_steps", "5"]) == 0
+    assert "last.ckpt" in capsys.readouterr().err  # it says which checkpoint it continues from
+    second = torch.load(tmp_path / "runs" / "version_1" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert second["global_step"] == 5 and second["mlm_masked_batches"] == 5  # continued, not restarted
+    assert (tmp_path / "runs" / "version_1" / "encoder" / "model.safetensors").is_file()
+    assert main([*args, "--ckpt_path", str(tmp_path / "nothing.ckpt")]) == 2
 
 
 def test_pretrain_on_a_folder_without_tokenizer_is_one_line(
@@ -72,19 +89,3 @@ def test_pretrain_never_overwrites_output_dir(tmp_path: Path, capsys: pytest.Cap
     assert main(["pretrain", "--config", str(config)]) == 2
     assert "already holds files" in capsys.readouterr().err
     assert (taken / "model.safetensors").read_bytes() == before
-
-
-def test_pretrain_resumes_from_last(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    data = write_cs224n_data(tmp_path / "data")
-    encoder = save_tiny_encoder(tmp_path / "tiny_bert", with_head=False)
-    config = str(write_tiny_pretrain_config(tmp_path, encoder, data))
-    assert main(["pretrain", "--config", config]) == 0
-    first = torch.load(tmp_path / "runs" / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)
-    assert first["global_step"] == 3
-    capsys.readouterr()
-    assert main(["pretrain", "--config", config, "--ckpt_path", "last", "--trainer.max_steps", "5"]) == 0
-    assert "last.ckpt" in capsys.readouterr().err  # it says which checkpoint it continues from
-    second = torch.load(tmp_path / "runs" / "version_1" / "checkpoints" / "last.ckpt", weights_only=True)
-    assert second["global_step"] == 5 and second["mlm_masked_batches"] == 5  # continued, not restarted
-    assert (tmp_path / "runs" / "version_1" / "encoder" / "model.safetensors").is_file()
-    assert main(["pretrain", "--config", config, "--ckpt_path", str(tmp_path / "nothing.ckpt")]) == 2

@@ -1,6 +1,8 @@
 """A fit always ends with dev scores: a run too short to reach a configured validation is validated once
 at its end (issue "A user's own task, end to end", item 5), with the score table, scores.json and the
-best and last checkpoints as after any validation; under DDP every rank takes part."""
+best and last checkpoints as after any validation (under DDP, where every rank takes part: the stage-2 run
+of test_ddp_stage2_pretrain.py; a fit whose own validations reach its end is not validated again: the fit
+test of test_cli.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +12,6 @@ from pathlib import Path
 import pytest
 
 from pal_lightning.cli.main import main
-from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
-
-from .conftest import ForkedCli
 
 STALE_ADVICE = ("no validation ran", "set it to at most", "could not find the monitored key")
 
@@ -51,12 +50,6 @@ def test_a_short_fit_is_validated_once_at_its_end(
         assert stale not in out + err, stale
 
 
-def test_a_fit_validated_at_its_end_is_not_validated_again(tmp_path: Path, tiny_yaml: Path) -> None:
-    # its own validations (2 epochs of 2 steps) reach its end: no extra one (once, not per short case)
-    assert main(["fit", "--config", str(tiny_yaml)]) == 0
-    assert [h["step"] for h in _scores(tmp_path / "runs" / "version_0")["history"]] == [2, 4]
-
-
 def test_validation_turned_off_says_so(
     tmp_path: Path, tiny_yaml: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -67,28 +60,3 @@ def test_validation_turned_off_says_so(
     for stale in STALE_ADVICE:
         assert stale not in out + err, stale
     assert _scores(tmp_path / "runs" / "version_0")["overall"] is None
-
-
-@pytest.mark.ddp
-def test_every_rank_takes_part_in_the_final_validation(tmp_path: Path, forked_cli: ForkedCli) -> None:
-    """Two CPU processes (gloo): rank 0 forked from the session's CLI driver, rank 1 started by
-    Lightning as from ``python -m pal_lightning``."""
-    data = write_cs224n_data(tmp_path / "data")
-    config = write_tiny_fit_config(tmp_path, data)
-    ddp = ["--trainer.devices", "2", "--trainer.strategy", "ddp_find_unused_parameters_true"]
-    fit = [
-        "fit",
-        "--config",
-        str(config),
-        "--trainer.max_steps",
-        "3",
-        "--trainer.check_val_every_n_epoch",
-        "4",
-    ]
-    (proc,) = forked_cli.run([(tmp_path, [*fit, *ddp])])
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    run = tmp_path / "runs" / "version_0"
-    scores = _scores(run)
-    assert scores["complete"] is True and [h["step"] for h in scores["history"]] == [3]
-    assert (run / "checkpoints" / "best.ckpt").is_file() and (run / "checkpoints" / "last.ckpt").is_file()
-    assert proc.stdout.count("CS224N overall (dev):") == 1  # printed by rank 0 alone

@@ -22,7 +22,7 @@ export HF_HUB_OFFLINE=1 HYPOTHESIS_PROFILE=mutation OMP_NUM_THREADS=1 MKL_NUM_TH
 # target -> "module(s) to mutate | tests that must kill the mutants"
 declare -A MODULES TESTS MUTANTS
 MODULES[sampling]="pal_lightning/data/sampling/schedules.py"
-TESTS[sampling]="tests/data/test_schedules.py tests/auxiliary/test_auxiliary.py tests/data/test_options.py::test_annealing_horizon"
+TESTS[sampling]="tests/data/test_schedules.py tests/tasks/test_auxiliary.py tests/data/test_options.py::test_annealing_horizon"
 MODULES[samplers]="pal_lightning/data/sampling/per_task.py pal_lightning/data/sampling/mixed.py pal_lightning/data/sampling/streams.py"
 # the mixed sampler's own tests (not the file's data-module and module tests: seconds each per mutant)
 MIXED_SAMPLER_TESTS=$(printf 'tests/data/test_mixed_sampler.py::%s ' \
@@ -44,7 +44,7 @@ TESTS[gem_maths]="tests/gem/test_projection.py tests/gem/test_qp.py"
 # mutants the unit tests let through. The DDP tests (spawned processes) are not in the list: the
 # rank/world-size arithmetic is checked in one process (tests/gem/test_callback.py, ranks summed by hand).
 MODULES[gem_callback]="pal_lightning/gem/memory.py pal_lightning/gem/gram.py pal_lightning/gem/rows.py pal_lightning/gem/callback.py"
-TESTS[gem_callback]="tests/gem/test_callback.py tests/gem/test_rows.py tests/gem/test_gram.py tests/test_fp16_cpu.py::test_fp16_training_with_gem_projects_and_stays_finite tests/test_simcse_module.py::test_gem_memories_use_the_task_loss_without_simcse tests/test_sharing_module.py::test_gem_shared_parameters_are_the_embeddings_and_the_s_layers"
+TESTS[gem_callback]="tests/gem/test_callback.py tests/gem/test_rows.py tests/gem/test_gram.py tests/module/test_guard.py::test_fp16_training_with_gem_projects_and_stays_finite tests/module/test_simcse_step.py::test_gem_memories_use_the_task_loss_without_simcse tests/test_sharing_module.py::test_gem_shared_parameters_are_the_embeddings_and_the_s_layers"
 # A-GEM's sparse embedding-table gradients (c5cf636): the functions that commit added or changed only
 MODULES[gem_sparse]="pal_lightning/gem/rows.py pal_lightning/gem/gram.py"
 MUTANTS[gem_sparse]="*x__compiling__* *x_sparse_embedding_gradients__* *x__dot__* *x_add_rows__* *x_memory_gradient__* *x_constraint_gradients__*"

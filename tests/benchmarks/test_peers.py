@@ -11,7 +11,9 @@ import nbformat
 import numpy as np
 import pytest
 
-from .conftest import TINY_BERT, load_benchmark
+from pal_lightning.testing import TINY_BERT
+
+from .conftest import load_benchmark
 
 matplotlib.use("Agg")  # no display; the figures are read back, not shown
 

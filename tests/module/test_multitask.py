@@ -10,113 +10,21 @@ import lightning.pytorch as pl
 import pytest
 import torch
 from torch import Tensor, nn
-from torch.utils.data import DataLoader
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling.heads import CosineSimilarityHead, LinearHead, SiameseClassificationHead
 from pal_lightning.module.multitask import MultiTaskModule
 from pal_lightning.module.optim import linear_warmup_decay
 from pal_lightning.tasks.specs import TaskSpec
-from pal_lightning.testing import quiet_trainer, tiny_bert_config
-
-VOCAB = 60
-TINY_BERT = tiny_bert_config(heads=4, vocab_size=VOCAB, max_positions=64)
-PAIR_ENCODING = {"sts": "siamese", "default": "cross"}
-CLS, SEP = 1, 2
-
-
-def tiny_module(adapter: str | dict[str, Any] = "pals", **kw: Any) -> MultiTaskModule:
-    """A tiny random module; ``adapter``: a method name or AdapterConfig fields (2 heads unless given)."""
-    options = {"method": adapter} if isinstance(adapter, str) else adapter
-    args: dict[str, Any] = dict(
-        tasks=("sst", "qqp", "sts"),
-        bert_config=TINY_BERT,
-        adapter={"num_heads": 2, **options},
-        pair_encoding=PAIR_ENCODING,
-        dropout=0.0,
-    )
-    args.update(kw)
-    return MultiTaskModule(**args)
-
-
-# ---------------------------------------------------------------- tiny batches (the batch contract)
-
-
-def _sentences(g: torch.Generator, n: int) -> list[list[int]]:
-    lengths = torch.randint(2, 7, (n,), generator=g).tolist()
-    return [torch.randint(3, VOCAB, (k,), generator=g).tolist() for k in lengths]
-
-
-def _encode(seqs: list[list[int]], types: list[list[int]]) -> dict[str, Tensor]:
-    length = max(len(s) for s in seqs)
-    ids = torch.zeros(len(seqs), length, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    tt = torch.zeros_like(ids)
-    for i, (s, t) in enumerate(zip(seqs, types, strict=True)):
-        ids[i, : len(s)] = torch.tensor(s)
-        mask[i, : len(s)] = 1
-        tt[i, : len(t)] = torch.tensor(t)
-    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": tt}
-
-
-def make_batch(task: str, size: int = 8, seed: int = 0, split: str = "train", labelled: bool = True) -> dict:
-    g = torch.Generator().manual_seed(seed)
-    a = [[CLS, *s, SEP] for s in _sentences(g, size)]
-    batch: dict[str, Any] = {"task": task, "split": split, "ids": [f"{task}-{seed}-{i}" for i in range(size)]}
-    if task == "sst":
-        batch.update(_encode(a, [[0] * len(s) for s in a]))
-        labels: Tensor = torch.randint(0, 5, (size,), generator=g)
-    else:
-        b = [[*s, SEP] for s in _sentences(g, size)]
-        if PAIR_ENCODING.get(task, PAIR_ENCODING["default"]) == "siamese":
-            for side, seqs in (("a", a), ("b", [[CLS, *s] for s in b])):
-                batch.update(
-                    {f"{k}_{side}": v for k, v in _encode(seqs, [[0] * len(s) for s in seqs]).items()}
-                )
-        else:
-            batch.update(
-                _encode(
-                    [x + y for x, y in zip(a, b, strict=True)],
-                    [[0] * len(x) + [1] * len(y) for x, y in zip(a, b, strict=True)],
-                )
-            )
-        if task == "qqp":
-            labels = torch.randint(0, 2, (size,), generator=g)
-        else:
-            labels = torch.randint(0, 11, (size,), generator=g).float() / 2
-    if labelled:
-        batch["labels"] = labels
-    return batch
-
-
-FIXED = [make_batch(t, seed=s) for s in range(2) for t in ("sst", "qqp", "sts")]
-
-
-class TinyData(pl.LightningDataModule):
-    """Train: the 6 fixed batches cycled to 20 steps; val: one loader per task (dataloader_idx 0..2)."""
-
-    steps = 20
-
-    @property
-    def steps_per_epoch(self) -> int:
-        return self.steps
-
-    def train_dataloader(self) -> DataLoader:
-        return DataLoader([FIXED[i % len(FIXED)] for i in range(self.steps)], batch_size=None)
-
-    def val_dataloader(self) -> list[DataLoader]:
-        return [
-            DataLoader([b for b in FIXED if b["task"] == t], batch_size=None) for t in ("sst", "qqp", "sts")
-        ]
-
-    def test_dataloader(self) -> DataLoader:
-        return DataLoader(FIXED + [make_batch("sst", seed=9, split="test", labelled=False)], batch_size=None)
-
-    def predict_dataloader(self) -> DataLoader:
-        return DataLoader(
-            [make_batch(t, seed=5, split="test", labelled=False) for t in ("sst", "sts")], batch_size=None
-        )
-
+from pal_lightning.testing import quiet_trainer
+from pal_lightning.testing.batches import (
+    FIXED,
+    PAIR_ENCODING,
+    TINY_BATCH_BERT,
+    TinyData,
+    make_batch,
+    tiny_module,
+)
 
 # ---------------------------------------------------------------- schedule
 
@@ -283,7 +191,7 @@ def test_hyperparameters_saved_and_rebuild() -> None:
     hp = dict(module.hparams)
     assert hp["tasks"] == ["sst", {**hp["tasks"][1], "name": "toy"}]
     assert isinstance(hp["tasks"][1], dict) and hp["tasks"][1]["kind"] == "single_classification"
-    assert hp["lr"] == 1e-4 and hp["bert_config"] == TINY_BERT
+    assert hp["lr"] == 1e-4 and hp["bert_config"] == TINY_BATCH_BERT
     rebuilt = MultiTaskModule(**hp)
     assert rebuilt.task_specs["toy"] == custom
 
@@ -325,7 +233,7 @@ class CustomModule(MultiTaskModule):
 
 def test_subclass_replaces_head_and_loss() -> None:
     module = CustomModule(
-        tasks=("sst", "sts"), bert_config=TINY_BERT, adapter={"num_heads": 2}, pair_encoding=PAIR_ENCODING
+        tasks=("sst", "sts"), bert_config=TINY_BATCH_BERT, adapter={"num_heads": 2}, pair_encoding=PAIR_ENCODING
     )
     assert isinstance(module.heads["sst"], MLPHead)
     assert any(n.startswith("heads.sst.net.") for n, _ in module.named_parameters())

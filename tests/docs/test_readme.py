@@ -10,8 +10,9 @@ in order, so that a block sees what the commands before it wrote (``runs/demo/ve
 page (the home page repeats the README's install and demo) runs once. What cannot run in CI is listed
 with the reason in :data:`NOT_RUN_COMMANDS` and :data:`BLOCKS` and checked another way (``--print_config``,
 the script's own argument parser, the test that runs it); a block or a command line that is neither run
-nor listed fails :func:`test_every_doc_block_is_run_or_listed`. The helpers here (:func:`doc_blocks`,
-:func:`section`, :func:`command_lines`) are shared by the other ``test_readme_*`` files.
+nor listed fails :func:`test_every_doc_block_is_run_or_listed`. Also here: the main job with the real
+encoder, then the task-only weights block; what the pages name exists; CI runs the README's install and
+test commands.
 """
 
 from __future__ import annotations
@@ -30,11 +31,10 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from benchmarks.conftest import load_benchmark
 
 from pal_lightning.cli.main import main
 from pal_lightning.testing import save_tiny_encoder, tiny_bert_config, write_cs224n_data
-
-from .conftest import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -170,7 +170,7 @@ def _test_defined(where: str) -> None:
 
 
 def _site_test(args: list[str], ws: Workspace) -> None:
-    _test_defined("tests/test_docs_site.py::test_the_site_builds_strictly")
+    _test_defined("tests/docs/test_docs_site.py::test_the_site_builds_strictly")
 
 
 #: Commands not run here, by how they start: why, and the check made instead (``None``: none possible).
@@ -187,27 +187,27 @@ NOT_RUN_COMMANDS: dict[str, tuple[str, Callable[[list[str], Workspace], None] | 
     ),
     "FLOORS=all ": ("builds an environment from the package index (minutes)", _script_exists),
     "mkdocs build --strict": (
-        "the docs site; tests/test_docs_site.py builds it into a temporary folder",
+        "the docs site; tests/docs/test_docs_site.py builds it into a temporary folder",
         _site_test,
     ),
     "python benchmarks/reproduce.py": (
-        "a benchmark grid of full runs (minutes to hours); end to end on a tiny model in test_reproduce.py",
+        "a benchmark grid of full runs (minutes to hours); end to end on a tiny model in tests/benchmarks/test_reproduce.py",
         _benchmark_arguments,
     ),
     "python benchmarks/grid.py": (
-        "methods x seeds of full runs (minutes to hours); tests/cli/test_benchmark_specs.py runs its parts",
+        "methods x seeds of full runs (minutes to hours); tests/benchmarks/test_grid_specs.py runs its parts",
         _benchmark_arguments,
     ),
     "python benchmarks/peers.py": (
-        "peer systems on the real encoder; --quick end to end in tests/cli/test_peers.py",
+        "peer systems on the real encoder; --quick end to end in tests/benchmarks/test_peers.py",
         _benchmark_arguments,
     ),
     "python benchmarks/two_stage.py": (
-        "two full runs in subprocesses; end to end on a tiny model in tests/cli/test_two_stage.py",
+        "two full runs in subprocesses; end to end on a tiny model in tests/benchmarks/test_two_stage.py",
         _benchmark_arguments,
     ),
     "python benchmarks/continual.py": (
-        "three continual runs in subprocesses; end to end in tests/cli/test_continual_benchmark.py",
+        "three continual runs in subprocesses; end to end in tests/benchmarks/test_continual.py",
         _benchmark_arguments,
     ),
     "torchrun ": ("GPUs and nodes; tests/cli/test_torchrun_cli.py launches 2 CPU processes", _print_config),
@@ -218,11 +218,11 @@ NOT_RUN_COMMANDS: dict[str, tuple[str, Callable[[list[str], Workspace], None] | 
         _print_config,
     ),
     "pal-lightning fit --config configs/quickstart.yaml --config configs/aux_cfimdb_sst2.yaml": (
-        "needs the CFIMDB and GLUE SST-2 files; trained on fixtures in tests/auxiliary/test_aux_configs.py",
+        "needs the CFIMDB and GLUE SST-2 files; trained on fixtures in tests/tasks/test_auxiliary.py",
         _print_config,
     ),
     "pal-lightning fit --config configs/quickstart.yaml --config configs/aux_snli.yaml": (
-        "SNLI from the hub; a local copy in the hub layout in tests/auxiliary/test_aux_configs.py",
+        "SNLI from the hub; a local copy in the hub layout in tests/tasks/test_auxiliary.py",
         _print_config,
     ),
 }
@@ -495,7 +495,7 @@ BLOCKS: dict[str, Callable[[Block, Workspace], None]] = {
     ),
     # the quickstart's own encoder (MiniLM) is needed: a fresh model is built with the default encoder
     "docs/models.md | Task-only weights | from pal_lightning import MultiTaskModule, load_task_weights, save_task_weights": (
-        _elsewhere("tests/cli/test_readme_commands.py::test_quickstart_then_task_weights_as_written")
+        _elsewhere("tests/docs/test_readme.py::test_quickstart_then_task_weights_as_written")
     ),
     "docs/models.md | Your own module | import torch.nn.functional as F": _subclass,
     "docs/models.md | Your own module | from pal_lightning.core.batch import INPUT_IDS, LABELS, TASK, side_inputs, side_keys": (
@@ -564,3 +564,82 @@ def test_the_pages_run_in_order(
     assert len(focal) == 1 and focal[0]["init_args"]["gamma"] == 1.5
     assert len(ws.ran) >= 15
     print("\n".join(["Page commands run (wall time):", *ws.ran]))  # shown with -s or on failure
+
+
+# --- the main job with the real encoder, then docs/models.md's task-only weights block ------------
+
+
+def test_quickstart_then_task_weights_as_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    data = write_cs224n_data(tmp_path / "data")
+    short = {
+        "trainer": {"accelerator": "cpu", "max_steps": 2, "check_val_every_n_epoch": 1},
+        "data": {
+            "init_args": {
+                "data_dir": str(data),
+                "batch_size": 4,
+                "eval_batch_size": 16,
+                "max_length": 32,
+                "steps_per_epoch": 2,
+                "cache_dir": False,
+            }
+        },
+    }
+    (tmp_path / "short.yaml").write_text(yaml.safe_dump(short))
+    (fit,) = [c for b in fenced(section("The main job"), "bash") for c in command_lines(b) if "fit" in c]
+    words = shlex.split(fit)
+    assert words[0] == "pal-lightning", fit
+    assert main([*Workspace.repo_paths(words[1:]), "--config", "short.yaml"]) == 0
+    assert "CS224N overall (dev):" in capsys.readouterr().out
+    assert (tmp_path / "runs" / "quickstart" / "version_0" / "checkpoints" / "best.ckpt").is_file()
+
+    (weights_block,) = fenced(section("Task-only weights"), "python")
+    exec(compile(weights_block, "docs/models.md (Task-only weights)", "exec"), {})  # noqa: S102 - the page's code
+    assert (tmp_path / "sts-adapter.safetensors").is_file()
+
+
+def test_task_weights_of_another_pair_encoding_name_the_option(tmp_path: Path) -> None:
+    from pal_lightning import MultiTaskModule, PalUserError, load_task_weights, save_task_weights
+    from pal_lightning.testing import TINY_BERT
+
+    tiny = {"bert_config": TINY_BERT, "adapter": {"size": 8, "num_heads": 2}, "tasks": ["sst", "qqp", "sts"]}
+    saved = save_task_weights(MultiTaskModule(**tiny, pair_encoding="siamese"), tmp_path / "w.safetensors")
+    with pytest.raises(PalUserError, match="pair_encoding it was trained with .*this model has 'cross'"):
+        load_task_weights(MultiTaskModule(**tiny), saved)
+    assert load_task_weights(MultiTaskModule(**tiny, pair_encoding="siamese"), saved) == ["sst", "qqp", "sts"]
+
+
+# --- what the pages name exists; CI performs the README's install and test commands ---------------
+
+
+def test_pages_name_shipped_configs() -> None:
+    named = {n for page in PAGES for n in re.findall(r"configs/([a-z][\w/]*\.yaml)", page_text(page))}
+    assert {"quickstart.yaml", "ddp.yaml", "demo.yaml"} <= named
+    missing = sorted(n for n in named if not (ROOT / "configs" / n).is_file())
+    assert not missing
+
+
+def _words(lines: list[str]) -> list[tuple[str, ...]]:
+    return [tuple(shlex.split(line)) for line in lines]
+
+
+def _ci_block(name: str) -> list[tuple[str, ...]]:
+    """The commands after ``# --- <name>`` in ``.ci/run``, up to its next ``# ---`` marker, as words."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    match = re.search(rf"^# --- {name}.*?\n(.*?)(?=^# ---|\Z)", ci, re.S | re.M)
+    assert match, f"no '# --- {name}' block in .ci/run"
+    return _words(command_lines(match.group(1)))
+
+
+def test_ci_performs_the_readmes_install_and_test_commands() -> None:
+    install = _words([c for b in fenced(section("Install"), "bash") for c in command_lines(b)])
+    contributor = ("pip", "install", "-e", ".[dev,offline,export,peers]")
+    assert contributor in install
+    ci_install = _ci_block("README install")
+    assert contributor in ci_install
+    assert set(ci_install) <= set(install), "an install line of .ci/run that the README does not show"
+    (test,) = [c for b in fenced(section("Test"), "bash") for c in command_lines(b)]
+    assert test == "python -m pytest -q"
+    assert tuple(shlex.split(test)) in _ci_block("README test command")

@@ -14,11 +14,11 @@ from typing import Any
 import lightning.pytorch as pl
 import pytest
 import torch
-from test_module import FIXED, TinyData, tiny_module
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.module.compile import EncoderCall, compile_backend, is_compile_failure
 from pal_lightning.testing import TINY_BERT, quiet_trainer, without_dropout
+from pal_lightning.testing.batches import FIXED, TinyData, tiny_module
 
 
 def _pair(**kw: Any) -> tuple[pl.LightningModule, pl.LightningModule]:

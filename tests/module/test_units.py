@@ -263,10 +263,9 @@ def test_fused_adamw_is_clipped_under_bf16_mixed_and_still_refused_with_a_loss_s
 
 
 def test_evaluate_loader_gives_validation_scores_and_a_hand_count() -> None:
-    from test_module import FIXED, TinyData, tiny_module
-
     from pal_lightning.module.evaluation import evaluate_loader
     from pal_lightning.testing import quiet_trainer
+    from pal_lightning.testing.batches import FIXED, TinyData, tiny_module
 
     torch.manual_seed(0)
     module = tiny_module(dropout=0.1)  # dropout on: both paths must switch it off

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from test_module import tiny_module
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling.param_groups import encoder_depth
+from pal_lightning.testing.batches import tiny_module
 
 
 def _expected_lr(name: str, lr: float, adapter_lr: float, head_lr: float, decay: float, layers: int) -> float:

@@ -24,7 +24,7 @@ jupyter_client = pytest.importorskip("jupyter_client")
 pytest.importorskip("matplotlib")
 pytest.importorskip("pandas")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "notebooks" / "results.ipynb"
 COMMITTED = ROOT / "benchmarks" / "results_cpu.csv"
 #: The variables the notebook reads (its first cell): each run sets or unsets every one.

@@ -8,13 +8,13 @@ from typing import Any
 import lightning.pytorch as pl
 import pytest
 import torch
-from test_module import TinyData, make_batch, tiny_module
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling.heads import pool
 from pal_lightning.modeling.simcse import SimCSEConfig
 from pal_lightning.module.multitask import MultiTaskModule
 from pal_lightning.testing import quiet_trainer
+from pal_lightning.testing.batches import TinyData, make_batch, tiny_module
 
 
 @pytest.fixture(autouse=True)
@@ -39,6 +39,16 @@ def _hand_loss(
         }
         total += -(sims[i] - math.log(sum(math.exp(s) for s in sims.values())))
     return total / len(z1)
+
+
+def _pair_skips(ids: torch.Tensor, mask: torch.Tensor) -> set[tuple[int, int]]:
+    """The (row, column) pairs that are no negatives: a pair's other sentence (rows ``n/2`` apart) and
+    identical sentences."""
+    n = len(ids)
+    tokens = [ids[r][mask[r].bool()].tolist() for r in range(n)]
+    return {
+        (i, j) for i in range(n) for j in range(n) if i != j and (abs(i - j) == n // 2 or tokens[i] == tokens[j])
+    }
 
 
 def test_two_dropout_passes_differ_and_agree_in_eval() -> None:
@@ -86,15 +96,8 @@ def test_unsupervised_loss_equals_hand_computation(task: str) -> None:
     assert not torch.allclose(z1, z2)  # two dropout masks
     skip: set[tuple[int, int]] = set()
     if task != "sst":  # a pair's other sentence, and identical sentences, are not negatives
-        n = len(ids)
-        tokens = [ids[r][mask[r].bool()].tolist() for r in range(n)]
-        skip = {
-            (i, j)
-            for i in range(n)
-            for j in range(n)
-            if i != j and (abs(i - j) == n // 2 or tokens[i] == tokens[j])
-        }
-        assert len(skip) >= n
+        skip = _pair_skips(ids, mask)
+        assert len(skip) >= len(ids)
     expected = _hand_loss(z1.detach(), z2.detach(), 0.1, skip)
     assert float(got.detach()) == pytest.approx(expected, rel=1e-4)
     if task != "sst":  # the masked partners matter: the plain loss differs
@@ -273,12 +276,5 @@ def test_first_view_is_the_given_vectors_and_the_second_a_new_pass() -> None:
     mask = torch.cat([pad(batch["attention_mask_a"]), pad(batch["attention_mask_b"])])
     torch.manual_seed(2)
     second = pool(module.encoder(ids, mask, torch.zeros_like(ids), task="sts"), mask).detach()
-    n = len(ids)
-    tokens = [ids[r][mask[r].bool()].tolist() for r in range(n)]
-    skip = {
-        (i, j)
-        for i in range(n)
-        for j in range(n)
-        if i != j and (abs(i - j) == n // 2 or tokens[i] == tokens[j])
-    }
-    assert float(got.detach()) == pytest.approx(_hand_loss(view, second, 0.2, skip), rel=1e-4)
+    expected = _hand_loss(view, second, 0.2, _pair_skips(ids, mask))
+    assert float(got.detach()) == pytest.approx(expected, rel=1e-4)

@@ -1,4 +1,4 @@
-"""The packaged demo set (data_dir: demo) and configs/demo.yaml on a tiny budget."""
+"""The packaged demo set (data_dir: demo) and configs/demo.yaml on a tiny budget, then its predict command."""
 
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ from pal_lightning.data.sources.demo import demo_data_dir  # noqa: E402
 from pal_lightning.data.sources.readers import read_split, resolve_data_dir  # noqa: E402
 from pal_lightning.tasks.specs import get_task  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXPECTED_ROWS = {"train": 400, "dev": 200}
 
 
 def test_demo_resolves_from_any_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "demo").mkdir()  # a local folder of that name is "./demo", not the packaged set
-    folder = Path(__file__).resolve().parents[1] / "pal_lightning" / "data" / "sources" / "demo"
+    folder = Path(__file__).resolve().parents[2] / "pal_lightning" / "data" / "sources" / "demo"
     assert resolve_data_dir("demo") == folder == demo_data_dir()
     assert resolve_data_dir("./demo") == Path("demo")
     monkeypatch.setenv("PAL_DATA_DIR", "demo")
@@ -81,3 +81,8 @@ def test_demo_config_fits_on_a_tiny_budget(
     scores = json.loads((run / "scores.json").read_text())["best"]["scores"]
     assert {"val/sst/accuracy", "val/qqp/accuracy", "val/sts/pearson", "val/overall"} <= set(scores)
     assert (run / "model" / "model.safetensors").is_file()
+    # the predict command that configs/demo.yaml's header gives: the dev sets (the demo has no test split)
+    assert main(["predict", "--config", str(run / "config.yaml"), "--ckpt_path", "best"]) == 0
+    written = sorted(p.name for p in (run / "predictions").iterdir())
+    assert written == ["para-dev-output.csv", "sst-dev-output.csv", "sts-dev-output.csv"]
+    assert "pal-lightning: wrote 3 prediction file(s)" in capsys.readouterr().out
