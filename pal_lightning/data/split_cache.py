@@ -1,5 +1,5 @@
-"""Every split read, validated and tokenised once: in memory for the run, on disk across runs (keyed by the
-source's and the tokenizer's fingerprints and every setting that changes the tokens, so never stale)."""
+"""Every split read, validated and tokenised once: in memory for the run, on disk across runs (keyed by
+everything that changes the tokens)."""
 
 from __future__ import annotations
 
@@ -37,23 +37,14 @@ __all__ = ["SplitCache", "load_fast_tokenizer"]
 log = logging.getLogger(__name__)
 
 #: The TaskSpec fields that decide how a split is read, hence part of the cache key.
-_SPEC_FIELDS = (
-    "format",
-    "kind",
-    "num_labels",
-    "label_range",
-    "text_columns",
-    "label_column",
-    "id_column",
-    "hf_path",
-    "hf_name",
-    "ptb_detokenize",
-    "unquote",
+_FIELDS = (
+    "format kind num_labels label_range text_columns label_column id_column hf_path hf_name ptb_detokenize"
 )
+_SPEC_FIELDS = (*_FIELDS.split(), "unquote")
 
 
 def load_fast_tokenizer(name: str, revision: str | None) -> Any:
-    """The fast (Rust) tokenizer of encoder ``name`` (offline-safe via ``resolve_encoder``).
+    """The fast (Rust) tokenizer of encoder ``name``.
 
     Raises:
         PalUserError: when the encoder has no fast tokenizer.
@@ -65,8 +56,8 @@ def load_fast_tokenizer(name: str, revision: str | None) -> Any:
     tok = AutoTokenizer.from_pretrained(resolve_encoder(name, revision))
     if not getattr(tok, "is_fast", False):
         raise PalUserError(
-            f"The tokenizer of {name!r} has no fast (Rust) version; pal-lightning needs "
-            "one. Save the encoder with a tokenizer.json, or pick another encoder."
+            f"The tokenizer of {name!r} has no fast (Rust) version; pal-lightning needs one. Save the encoder "
+            "with a tokenizer.json, or pick another encoder."
         )
     return tok
 
@@ -75,15 +66,13 @@ class SplitCache:
     """Reads, validates and tokenises the splits of some tasks, each once.
 
     Args:
-        specs: the tasks, as read (built-in tasks may read their hub copy).
+        specs: the tasks, as read.
         data_dir: the data folder.
         cache_dir: the disk cache folder; ``None`` keeps splits in memory only.
-        tokenizer: name (or path) and revision of the encoder whose tokenizer is used (loaded on
-            first use).
+        tokenizer: name (or path) and revision of the encoder whose tokenizer is used.
         max_length: longest tokenised sequence.
         pair_encodings: ``cross`` or ``siamese`` per task.
-        options: the data options; ``on_bad_row``, ``max_bad_rows_fraction``, ``detokenize`` and
-            ``limit_examples`` are used.
+        options: the data options (bad rows, ``detokenize``, ``limit_examples``).
     """
 
     def __init__(
@@ -106,7 +95,6 @@ class SplitCache:
         self._tokenizer: Any = None
         self._tokenizer_fp: str | None = None
         self._loaded: dict[tuple[str, str], TokenizedSplit] = {}
-        # splits whose bad rows were already reported (prepare_data reads, setup reloads from the cache)
         self._bad_rows_reported: set[tuple[str, str]] = set()
 
     @property
@@ -117,11 +105,11 @@ class SplitCache:
         return self._tokenizer
 
     def exists(self, spec: TaskSpec, split: str) -> bool:
-        """Whether ``split`` of ``spec`` is there (its file exists, or its dataset has the split)."""
+        """Whether ``split`` of ``spec`` is there."""
         return source_exists(spec, resolve_source(spec, split, self.data_dir), self.data_dir)
 
     def forget(self) -> None:
-        """Drop the splits held in memory (the disk cache keeps them)."""
+        """Drop the splits held in memory."""
         self._loaded.clear()
 
     def settings(self, spec: TaskSpec, split: str) -> dict[str, Any]:
@@ -134,8 +122,7 @@ class SplitCache:
             pair_encoding=self.pair_encodings[spec.name] if spec.is_pair else None,
             detokenize=self.detokenize,
             on_bad_row=self.on_bad_row,
-            # the classes' names: given, or the train split's (so a changed train file re-reads dev too)
-            label_names=list(self.label_names(spec)),
+            label_names=list(self.label_names(spec)),  # the train split's, if not given: it re-reads dev too
         )
         return out
 
@@ -161,8 +148,7 @@ class SplitCache:
 
     def load(self, task: str, split: str, report: bool = True) -> TokenizedSplit:
         """Read, validate and tokenise one split (from the cache when possible), cut to ``limit_examples``;
-        logs row counts. ``report=False`` (``prepare_data``) leaves a cached split's bad-row warning to the
-        command that first uses it."""
+        ``report=False`` leaves a cached split's bad-row warning to the command that first uses it."""
         if (task, split) in self._loaded:
             return self._loaded[(task, split)]
         path = self._cache_file(self.specs[task], split)
@@ -170,7 +156,7 @@ class SplitCache:
         cached = data is not None
         if data is None:
             data = self._read_and_encode(task, split, path)
-        else:  # too many bad rows stop the run however the split is read; the warning is given once
+        else:  # too many bad rows stop the run however the split is read; the warning comes once
             warn = report and (task, split) not in self._bad_rows_reported
             check_bad_rows(data.source, data.bad_rows, data.rows, task, split, self.max_bad_fraction, warn)
             if warn:
