@@ -1,5 +1,4 @@
-"""The dataset that builds whole padded batches, and the DataLoaders the data module serves: evaluation
-batches planned once, and training batches whose position :class:`TrainSampling` carries across loaders."""
+"""The dataset that builds whole padded batches, and what the data module's DataLoaders share."""
 
 from __future__ import annotations
 
@@ -12,20 +11,15 @@ from torch.utils.data import DataLoader, Dataset
 
 from pal_lightning.core.batch import IDS, INDICES, LABELS, SPLIT, TASK, mix_batches
 from pal_lightning.data.sampling.mixed import MixedBatch
-from pal_lightning.data.sampling.per_task import MultiTaskBatchSampler, TaskBatch, eval_batches
+from pal_lightning.data.sampling.per_task import MultiTaskBatchSampler, TaskBatch
 from pal_lightning.data.tokenize import TokenizedSplit, pad_batch
 
-__all__ = ["MultiTaskDataset", "ResumableDataLoader", "TrainSampling", "eval_loader", "loader_options"]
+__all__ = ["BatchListDataset", "MultiTaskDataset", "ResumableDataLoader", "TrainSampling", "loader_options"]
 
 
 class MultiTaskDataset(Dataset):
-    """Tokenised splits of several tasks, addressed by :class:`TaskBatch` (or :class:`MixedBatch`).
-
-    Args:
-        splits: ``(task, split) -> TokenizedSplit``.
-        pad_token_id: id used to pad ``input_ids``.
-        pad_to_multiple_of: sequence lengths are rounded up to a multiple of this.
-    """
+    """Tokenised ``(task, split)`` splits, addressed by :class:`TaskBatch` (or :class:`MixedBatch`), padded with
+    ``pad_token_id`` to a multiple of ``pad_to_multiple_of``."""
 
     def __init__(
         self, splits: Mapping[tuple[str, str], TokenizedSplit], pad_token_id: int, pad_to_multiple_of: int = 1
@@ -105,22 +99,6 @@ def loader_options(num_workers: int, seed: int) -> dict[str, Any]:
         # at every validation or epoch start, so a resumed run could not repeat the uninterrupted one.
         "generator": torch.Generator().manual_seed(seed),
     }
-
-
-def eval_loader(
-    splits: Mapping[tuple[str, str], TokenizedSplit],
-    batch_sizes: Mapping[str, int],
-    world: int,
-    rank: int,
-    pad_token_id: int,
-    options: dict[str, Any],
-    pad_to_multiple_of: int = 1,
-) -> DataLoader:
-    """This rank's share of every example of ``splits``, one task per batch, longest batches first."""
-    lengths = {p: d.lengths for p, d in splits.items()}
-    batches = eval_batches({p: len(d) for p, d in splits.items()}, batch_sizes, world, rank, lengths)
-    dataset = BatchListDataset(MultiTaskDataset(splits, pad_token_id, pad_to_multiple_of), batches)
-    return DataLoader(dataset, batch_size=None, shuffle=False, **options)
 
 
 class TrainSampling:

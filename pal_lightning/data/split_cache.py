@@ -37,10 +37,8 @@ __all__ = ["SplitCache", "load_fast_tokenizer"]
 log = logging.getLogger(__name__)
 
 #: The TaskSpec fields that decide how a split is read, hence part of the cache key.
-_FIELDS = (
-    "format kind num_labels label_range text_columns label_column id_column hf_path hf_name ptb_detokenize"
-)
-_SPEC_FIELDS = (*_FIELDS.split(), "unquote")
+_SPEC_FIELDS: tuple[str, ...] = ("format", "kind", "num_labels", "label_range", "text_columns")
+_SPEC_FIELDS += ("label_column", "id_column", "hf_path", "hf_name", "ptb_detokenize", "unquote")
 
 
 def load_fast_tokenizer(name: str, revision: str | None) -> Any:
@@ -63,17 +61,8 @@ def load_fast_tokenizer(name: str, revision: str | None) -> Any:
 
 
 class SplitCache:
-    """Reads, validates and tokenises the splits of some tasks, each once.
-
-    Args:
-        specs: the tasks, as read.
-        data_dir: the data folder.
-        cache_dir: the disk cache folder; ``None`` keeps splits in memory only.
-        tokenizer: name (or path) and revision of the encoder whose tokenizer is used.
-        max_length: longest tokenised sequence.
-        pair_encodings: ``cross`` or ``siamese`` per task.
-        options: the data options (bad rows, ``detokenize``, ``limit_examples``).
-    """
+    """Reads, validates and tokenises the splits of ``specs``, each once (``cache_dir=None``: in memory only);
+    ``tokenizer`` is the encoder's name and revision, ``options`` the data options."""
 
     def __init__(
         self,
@@ -162,24 +151,16 @@ class SplitCache:
             if warn:
                 self._bad_rows_reported.add((task, split))
         if is_main_process():
-            log.info(
-                "%s %s: %d rows loaded, %d skipped, of %d in %s%s",
-                task,
-                split,
-                len(data),
-                data.skipped,
-                data.rows,
-                data.source,
-                " (tokenised, from cache)" if cached else "",
-            )
+            note = " (tokenised, from cache)" if cached else ""
+            counts = (len(data), data.skipped, data.rows, data.source, note)
+            log.info("%s %s: %d rows loaded, %d skipped, of %d in %s%s", task, split, *counts)
         data = data.head(self.limit_examples)
         self._loaded[(task, split)] = data
         return data
 
     def _read_and_encode(self, task: str, split: str, path: Path | None) -> TokenizedSplit:
-        raw = read_split(
-            self.specs[task], split, self.data_dir, self.on_bad_row, self.detokenize, self.max_bad_fraction
-        )
+        options = (self.on_bad_row, self.detokenize, self.max_bad_fraction)
+        raw = read_split(self.specs[task], split, self.data_dir, *options)
         self._bad_rows_reported.add((task, split))  # read_split warned about its bad rows
         data = encode_split(raw, self.tokenizer, self.max_length, self.pair_encodings[task])
         if path is not None:

@@ -16,8 +16,9 @@ import numpy as np
 from torch.utils.data import DataLoader
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.data.loaders import eval_loader
+from pal_lightning.data.loaders import BatchListDataset, MultiTaskDataset
 from pal_lightning.data.options import DataConfig, check_at_least
+from pal_lightning.data.sampling.per_task import eval_batches
 from pal_lightning.data.sources.readers import SPLITS, check_files_exist
 from pal_lightning.data.split_cache import SplitCache
 from pal_lightning.data.tokenize import Encoded, TokenizedSplit
@@ -211,5 +212,7 @@ class StageSplits:
     ) -> DataLoader:
         """This rank's share (``shard``: world size, rank) of the splits ``pairs``, each cut to ``limit_examples``."""
         splits = {p: self.load(*p).head(limit_examples) for p in pairs}
-        pad = (pad_token_id, options, self.config.pad_to_multiple_of)
-        return eval_loader(splits, self.eval_batch_sizes, *shard, *pad)
+        sizes, lengths = {p: len(d) for p, d in splits.items()}, {p: d.lengths for p, d in splits.items()}
+        batches = eval_batches(sizes, self.eval_batch_sizes, *shard, lengths)
+        dataset = MultiTaskDataset(splits, pad_token_id, self.config.pad_to_multiple_of)
+        return DataLoader(BatchListDataset(dataset, batches), batch_size=None, shuffle=False, **options)

@@ -1,12 +1,5 @@
-"""Mixed-task batches (``data.batch_mixing: mixed``, pal_lightning.data.sampling.mixed): every row draws its
-task from the schedule.
-
-The sampler (row frequencies follow each epoch's annealed ``p_t``; task streams without replacement; exact
-resume; disjoint DDP shares and no repeat inside a global batch), the refusals, and the module's step on a
-real mixed batch (siamese pairs as in the quickstart): the loss is the row mean, equal to the one-task
-losses of the same rows weighted by their counts; a tiny fit logs each present task; GEM is refused.
-One real 2-process gloo run checks the shares under DDP (``ddp_script.py mixed``).
-"""
+"""Mixed-task batches (pal_lightning.data.sampling.mixed): the sampler, its refusals, and the module's step
+on a real mixed batch (the row mean loss; a tiny fit; GEM refused)."""
 
 from __future__ import annotations
 
@@ -30,17 +23,9 @@ def make(
     world: int = 1, rank: int = 0, seed: int = 5, steps: int | None = None, **kw
 ) -> MixedTaskBatchSampler:
     schedule = kw.pop("schedule", SamplingSchedule("annealed", num_epochs=3))
-    sizes = kw.pop("sizes", SIZES)
-    return MixedTaskBatchSampler(
-        sizes,
-        dict.fromkeys(sizes, kw.pop("batch_size", 2)),
-        schedule,
-        steps_per_epoch=steps,
-        num_replicas=world,
-        rank=rank,
-        seed=seed,
-        **kw,
-    )
+    sizes, batch = kw.pop("sizes", SIZES), kw.pop("batch_size", 2)
+    kw.update(steps_per_epoch=steps, num_replicas=world, rank=rank, seed=seed)
+    return MixedTaskBatchSampler(sizes, dict.fromkeys(sizes, batch), schedule, **kw)
 
 
 def widths(sizes: dict[str, int] = SIZES, seed: int = 0) -> dict[str, np.ndarray]:

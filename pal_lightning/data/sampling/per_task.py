@@ -164,13 +164,16 @@ class MultiTaskBatchSampler(Sampler[TaskBatch]):
                 "batch_size and number of devices."
             )
         if state["num_replicas"] != self.num_replicas or state["steps_per_epoch"] != self.steps_per_epoch:
-            log.warning(
-                "Resuming with a different world size or steps_per_epoch (saved %s/%s, now %s/%s): the task "
-                "order is kept but the examples seen will differ from the uninterrupted run.",
+            saved_now = (
                 state["num_replicas"],
                 state["steps_per_epoch"],
                 self.num_replicas,
                 self.steps_per_epoch,
+            )
+            log.warning(
+                "Resuming with a different world size or steps_per_epoch (saved %s/%s, now %s/%s): the task "
+                "order is kept but the examples seen will differ from the uninterrupted run.",
+                *saved_now,
             )
         self.seed = int(state["seed"])
         self._offset_cache.clear()
