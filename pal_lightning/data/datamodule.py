@@ -23,7 +23,7 @@ from pal_lightning.data.sampling.per_task import MIXED, MultiTaskBatchSampler, T
 from pal_lightning.data.sampling.phase_plan import Phase, per_task, plan_phases
 from pal_lightning.data.sampling.schedules import SamplingSchedule, annealing_horizon
 from pal_lightning.data.sources.hf import with_hub_copies
-from pal_lightning.data.sources.readers import resolve_data_dir
+from pal_lightning.data.sources.readers import label_names_for, resolve_data_dir
 from pal_lightning.data.split_cache import SplitCache
 from pal_lightning.data.stage_splits import PREPARE, StageSplits
 from pal_lightning.data.tokenize import TokenizedSplit
@@ -156,7 +156,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
 
     def label_names(self) -> dict[str, list[str]]:
         """The class names of each task whose labels have names."""
-        found = {s.name: self.splits.label_names(s) for s in self.task_specs}
+        found = {s.name: label_names_for(s, self.data_dir) for s in self.task_specs}
         return {task: list(names) for task, names in found.items() if names}
 
     def prepare_data(self) -> None:

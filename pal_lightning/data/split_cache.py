@@ -111,13 +111,10 @@ class SplitCache:
             pair_encoding=self.pair_encodings[spec.name] if spec.is_pair else None,
             detokenize=self.detokenize,
             on_bad_row=self.on_bad_row,
-            label_names=list(self.label_names(spec)),  # the train split's, if not given: it re-reads dev too
+            # given, or the train split's (so a changed train file re-reads dev too)
+            label_names=list(label_names_for(spec, self.data_dir)),
         )
         return out
-
-    def label_names(self, spec: TaskSpec) -> tuple[str, ...]:
-        """The class names of ``spec`` (given, or its train split's words), ``()`` for class numbers."""
-        return label_names_for(spec, self.data_dir)
 
     def _source_fingerprint(self, spec: TaskSpec, split: str) -> str:
         src = resolve_source(spec, split, self.data_dir)
