@@ -42,11 +42,7 @@ _SPEC_FIELDS += ("label_column", "id_column", "hf_path", "hf_name", "ptb_detoken
 
 
 def load_fast_tokenizer(name: str, revision: str | None) -> Any:
-    """The fast (Rust) tokenizer of encoder ``name``.
-
-    Raises:
-        PalUserError: when the encoder has no fast tokenizer.
-    """
+    """The fast (Rust) tokenizer of encoder ``name``; a PalUserError when the encoder has no fast tokenizer."""
     from transformers import AutoTokenizer
 
     from pal_lightning.core.hub import resolve_encoder

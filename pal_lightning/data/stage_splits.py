@@ -1,8 +1,5 @@
-"""Which splits each stage serves, the check that their files are there, and the evaluation loaders.
-
-With ``validation_fraction`` a seeded share of each train split is served as :data:`VALIDATION`, and the dev
-files are read by ``test`` alone, so that checkpoint selection and early stopping never see them.
-"""
+"""Which splits each stage serves, the check that their files are there, and the evaluation loaders. With
+``validation_fraction``, validation is carved out of train and the dev files are read by ``test`` alone."""
 
 from __future__ import annotations
 
@@ -34,12 +31,8 @@ VALIDATION = "validation"
 
 
 def carve(size: int, fraction: float, seed: int, task: str) -> tuple[np.ndarray, np.ndarray]:
-    """The rows ``(kept for training, held out)`` of a train split, each in file order: ``round(fraction * size)``
-    held out (at least one, and one left), seeded by ``seed`` and the task name's CRC-32.
-
-    Raises:
-        PalUserError: for a split of fewer than two rows.
-    """
+    """The rows ``(kept, held out)`` of a train split in file order: ``round(fraction * size)`` held out (at
+    least one, one left), seeded by ``seed`` and the task's CRC-32; a PalUserError under two rows."""
     if size < 2:
         raise PalUserError(
             f"Task {task!r} has {size} training row(s): too few to carve a validation split from. Give it "
@@ -124,11 +117,7 @@ class StageSplits:
         return with_views(self.task_specs, self.eval_views, split)
 
     def check_files(self, stage: str | None) -> None:
-        """Check that the files ``stage`` reads are there (``None``: ``fit``).
-
-        Raises:
-            PalUserError: listing every missing file of the first group found wanting.
-        """
+        """Check that the files ``stage`` (``None``: fit) reads are there; a PalUserError lists the missing."""
         train = [(s, "train") for s in self.task_specs]
         dev = [(s, "dev") for s in self.evaluated("dev")]
         groups = []
@@ -159,11 +148,7 @@ class StageSplits:
     def requested(
         self, split: str, tasks: Sequence[str] | None, limit_examples: int | None
     ) -> list[tuple[str, str]]:
-        """``split`` of ``tasks`` (default every task), checked.
-
-        Raises:
-            PalUserError: for a task the data module does not serve, or ``limit_examples < 1``.
-        """
+        """``split`` of ``tasks`` (default all); a PalUserError for an unknown task or ``limit_examples < 1``."""
         served = [s.name for s in self.task_specs]
         names = list(tasks) if tasks is not None else served
         unknown = [t for t in names if t not in served]
@@ -173,11 +158,7 @@ class StageSplits:
         return [(t, split) for t in names]
 
     def labelled_test(self) -> list[tuple[str, str]]:
-        """The test splits that exist and carry labels, in order.
-
-        Raises:
-            PalUserError: when there is none.
-        """
+        """The test splits that exist and carry labels, in order; a PalUserError when there is none."""
         pairs = [
             (spec.name, "test")
             for spec in self.evaluated("test")
@@ -210,7 +191,7 @@ class StageSplits:
         options: dict[str, Any],
         limit_examples: int | None = None,
     ) -> DataLoader:
-        """This rank's share (``shard``: world size, rank) of the splits ``pairs``, each cut to ``limit_examples``."""
+        """This rank's share (``shard``: world, rank) of the splits ``pairs``, each cut to ``limit_examples``."""
         splits = {p: self.load(*p).head(limit_examples) for p in pairs}
         sizes, lengths = {p: len(d) for p, d in splits.items()}, {p: d.lengths for p, d in splits.items()}
         batches = eval_batches(sizes, self.eval_batch_sizes, *shard, lengths)

@@ -26,11 +26,7 @@ class MixedBatch(NamedTuple):
 
 
 def one_batch_size(batch_sizes: Mapping[str, int]) -> int:
-    """The one per-rank batch size of mixed batches.
-
-    Raises:
-        PalUserError: for per-task batch sizes that differ.
-    """
+    """The one per-rank batch size of mixed batches; a PalUserError for per-task batch sizes that differ."""
     sizes = {int(b) for b in batch_sizes.values()}
     if len(sizes) != 1:
         raise PalUserError(
@@ -41,14 +37,9 @@ def one_batch_size(batch_sizes: Mapping[str, int]) -> int:
 
 
 class MixedTaskBatchSampler(MultiTaskBatchSampler):
-    """Yields :class:`MixedBatch` es whose rows draw their tasks by the schedule.
-
-    Takes the per-task sampler's arguments (by keyword after ``schedule``) except ``phases``; ``lengths`` are
-    each example's padded width (a siamese pair's longer side).
-
-    Raises:
-        PalUserError: for per-task batch sizes that differ, or the ``round_robin`` schedule.
-    """
+    """Yields :class:`MixedBatch` es whose rows draw their tasks by the schedule: the per-task sampler's
+    arguments (by keyword after ``schedule``) but ``phases``, with ``lengths`` each example's padded width;
+    a PalUserError for per-task batch sizes that differ, or the ``round_robin`` schedule."""
 
     batch_mixing = MIXED
 

@@ -137,11 +137,7 @@ class MultiTaskBatchSampler(Sampler[TaskBatch]):
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue from ``state``: the next iteration starts at the saved step of the saved epoch.
-
-        Raises:
-            PalUserError: when the tasks, their sizes, batch sizes, batch mixing or phases differ.
-        """
+        """Continue from ``state``'s step; a PalUserError when sizes, batch sizes, mixing or phases differ."""
         why = "Cannot resume the task sampler:"
         if dict(state["sizes"]) != self.sizes or dict(state["batch_sizes"]) != self.batch_sizes:
             raise PalUserError(

@@ -28,11 +28,7 @@ class Phase(NamedTuple):
 
 def per_task(value: int | Mapping[str, int], tasks: Sequence[str], what: str) -> dict[str, int]:
     """An int, or a ``task -> int`` mapping naming each task or a ``default``, for every task of ``tasks``
-    (``what``: the option, for messages).
-
-    Raises:
-        PalUserError: for an unknown or missing task, or a value below 1.
-    """
+    (``what``: the option, for messages); a PalUserError for an unknown or missing task, or a value below 1."""
     if isinstance(value, Mapping):
         default = value.get("default")
         unknown = [k for k in value if k != "default" and k not in tasks]

@@ -47,11 +47,7 @@ def task_probabilities(
 def apply_multipliers(
     probs: Mapping[str, float], multipliers: Mapping[str, float] | None
 ) -> dict[str, float]:
-    """``p'_i = m_i p_i / sum_j m_j p_j`` (tasks not named: ``m_i = 1``).
-
-    Raises:
-        PalUserError: for an unknown task, a negative or non-finite multiplier, or no task left to draw.
-    """
+    """``p'_i = m_i p_i / sum_j m_j p_j`` (not named: ``m_i = 1``); a PalUserError for a bad multiplier or task."""
     if not multipliers:
         return dict(probs)
     unknown = [t for t in multipliers if t not in probs]
@@ -140,11 +136,7 @@ class SamplingSchedule:
         return None
 
     def probabilities(self, sizes: Mapping[str, int], epoch: int) -> dict[str, float]:
-        """Per-task probabilities at 0-based ``epoch`` (round-robin: ``1 / T``).
-
-        Raises:
-            PalUserError: when ``weights`` names unknown tasks or misses some.
-        """
+        """Per-task probabilities at 0-based ``epoch``; a PalUserError when ``weights`` misnames the tasks."""
         if self.name == "weights":
             assert self.weights is not None
             missing = [t for t in sizes if t not in self.weights]
