@@ -1,12 +1,4 @@
-"""Data: readers with row validation, tokenisation cache, task sampling and the DataModule.
-
-Public entry points:
-
-* :class:`MultiTaskDataModule` - the LightningDataModule; :class:`DataConfig` - its options.
-* :func:`~pal_lightning.data.sources.hf.dataset_task` - a task reading a ``datasets.DatasetDict``.
-* :func:`task_probabilities`, :func:`annealed_alpha` - the sampling maths (:mod:`.sampling.schedules`).
-* :class:`MultiTaskBatchSampler` - one task per step, DDP-consistent, resumable (:mod:`.sampling`).
-"""
+"""Data: readers with row validation, tokenisation cache, task sampling and the DataModule."""
 
 from __future__ import annotations
 
@@ -26,9 +18,7 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    # Only the DataModule needs Lightning, whose import is most of a fresh interpreter's start-up: it loads
-    # on first use, so that the readers, the sampling maths and the splits (a DDP rank's or a script's
-    # `pal_lightning.data.stage_splits`) load without it.
+    # Only the DataModule needs Lightning (slow to import): the rest loads without it.
     if name == "MultiTaskDataModule":
         return importlib.import_module("pal_lightning.data.datamodule").MultiTaskDataModule
     raise AttributeError(f"module 'pal_lightning.data' has no attribute {name!r}")

@@ -1,11 +1,6 @@
-"""The multi-task LightningDataModule: reads and validates every task's files, tokenises them once (cached
-on disk), and serves training batches drawn by the task schedule (:mod:`pal_lightning.data.sampling`: one
-task per step, or mixed rows; the same on every rank; resumable mid-epoch) and evaluation batches covering
-every example once across ranks. Batch sizes are per rank; the module shards by itself, so it turns the
-Trainer's ``use_distributed_sampler`` off. It wires together the options (:mod:`.options`), the
-split cache (:mod:`.split_cache`), the splits of each stage (:mod:`.stage_splits`) and the loaders
-(:mod:`.loaders`).
-"""
+"""The multi-task LightningDataModule: it wires the options (:mod:`.options`), the split cache
+(:mod:`.split_cache`), each stage's splits (:mod:`.stage_splits`), the samplers (:mod:`.sampling`) and the
+loaders (:mod:`.loaders`). Batch sizes are per rank: the module shards by itself."""
 
 from __future__ import annotations
 
@@ -16,29 +11,69 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
+from pal_lightning.core import distributed
 from pal_lightning.core.batch import resolve_pair_encoding
 from pal_lightning.core.config_fields import bind_fields, takes_fields
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.data.dataset import MultiTaskDataset
-from pal_lightning.data.loaders import ResumableDataLoader, TrainSampling, loader_options
+from pal_lightning.core.private_api import disable_distributed_sampler
+from pal_lightning.data.loaders import MultiTaskDataset, ResumableDataLoader, TrainSampling, loader_options
 from pal_lightning.data.options import DataConfig, resolve_cache_dir
 from pal_lightning.data.sampling.mixed import MixedTaskBatchSampler, one_batch_size
 from pal_lightning.data.sampling.per_task import MIXED, MultiTaskBatchSampler, TaskBatch
-from pal_lightning.data.sampling.phase_plan import Phase, plan_phases
+from pal_lightning.data.sampling.phase_plan import Phase, per_task, plan_phases
 from pal_lightning.data.sampling.schedules import SamplingSchedule, annealing_horizon
-from pal_lightning.data.sampling.sharding import fit_batches_consumed, shard_of, turn_off_distributed_sampler
 from pal_lightning.data.sources.hf import with_hub_copies
-from pal_lightning.data.sources.readers import resolve_data_dir
+from pal_lightning.data.sources.readers import label_names_for, resolve_data_dir
 from pal_lightning.data.split_cache import SplitCache
 from pal_lightning.data.stage_splits import PREPARE, StageSplits
-from pal_lightning.data.task_values import per_task
 from pal_lightning.data.tokenize import TokenizedSplit
 from pal_lightning.tasks.specs import TaskSpec, resolve_tasks
 from pal_lightning.tasks.views import eval_views
 
-__all__ = ["MultiTaskDataModule"]
+__all__ = ["MultiTaskDataModule", "fit_batches_consumed", "shard_of", "turn_off_distributed_sampler"]
 
 log = logging.getLogger(__name__)
+
+
+def shard_of(trainer: pl.Trainer | None) -> tuple[int, int]:
+    """``(world size, global rank)``: the trainer's, else the process group's, else ``(1, 0)``."""
+    if trainer is not None:
+        return int(trainer.world_size), int(trainer.global_rank)
+    if distributed.is_distributed():
+        return distributed.world_size(), distributed.rank()
+    return 1, 0
+
+
+def turn_off_distributed_sampler(trainer: pl.Trainer | None) -> None:
+    """Switch the trainer's ``use_distributed_sampler`` off: a ``DistributedSampler`` would duplicate
+    evaluation examples and break the task schedule.
+
+    Raises:
+        PalUserError: under DDP, when this Lightning version has no such switch to turn off.
+    """
+    if trainer is None:
+        return
+    was_on = disable_distributed_sampler(trainer)  # a private Lightning setting (compat.py says why)
+    if was_on:
+        if distributed.is_main_process():
+            log.info("MultiTaskDataModule shards data itself: set Trainer(use_distributed_sampler=False).")
+    elif was_on is None and trainer.world_size > 1:
+        raise PalUserError(
+            "MultiTaskDataModule needs Trainer(use_distributed_sampler=False) under DDP; pass it to the "
+            "Trainer (--trainer.use_distributed_sampler false)."
+        )
+
+
+def fit_batches_consumed(trainer: pl.Trainer | None) -> int | None:
+    """Training batches of the epoch the Trainer has processed (it prefetches past them), ``None`` outside fit."""
+    if trainer is None:
+        return None
+    try:
+        if trainer.state.fn != "fit":
+            return None
+        return int(trainer.fit_loop.epoch_loop.batch_progress.current.processed)  # type: ignore[attr-defined]
+    except AttributeError:  # another Lightning layout: the sampler keeps its own count
+        return None
 
 
 @takes_fields(DataConfig)
@@ -50,18 +85,15 @@ class MultiTaskDataModule(pl.LightningDataModule):
     """
 
     def __init__(self, *args: Any, **options: Any) -> None:
-        # Not super(): it gives methods a __class__ cell, and save_hyperparameters would then read this
-        # frame's arguments by the class's signature (the options are not local variables here).
+        # Not super(): its __class__ cell would make save_hyperparameters read this frame by the signature.
         pl.LightningDataModule.__init__(self)
         #: The options as given.
         self.config = config = bind_fields(DataConfig, args, options)
         given_specs = resolve_tasks(config.tasks)
         self.task_names: list[str] = [t.name for t in given_specs]
-        #: The tasks as read: without a data folder, the built-in tasks that have a public Hugging
-        #: Face copy read it (pal_lightning.data.sources.hf); the hyper-parameters keep them as given.
+        #: The tasks as read (without a data folder, built-in tasks read their Hugging Face copy).
         self.task_specs: list[TaskSpec] = with_hub_copies(given_specs, config.data_dir)
-        #: More dev/test sets scored by a task's head, by name (pal_lightning.tasks.views: glue_mnli's
-        #: mismatched sets and GLUE's diagnostic set); served under their own names, never trained.
+        #: More dev/test sets scored by a task's head, by name; never trained.
         self.eval_views = eval_views(self.task_specs)
         self.phase_plan = plan_phases(
             config.schedule, config.task_order, config.steps_per_task, config.epochs_per_task, self.task_names
@@ -77,19 +109,15 @@ class MultiTaskDataModule(pl.LightningDataModule):
         self.tokenizer_name, self.tokenizer_revision = str(config.tokenizer), config.tokenizer_revision
         self.max_length = int(config.max_length)
         self.predict_splits = tuple(config.predict_splits)
-        #: ``interleaved`` or ``sequential`` (the ``schedule`` option), and the sequential phases' tasks.
+        #: ``interleaved`` or ``sequential``, and the sequential phases' tasks.
         self.task_schedule, self.task_order = config.schedule, list(self.phase_plan.order)
-        #: Every split read, validated and tokenised once (``load_split``).
+        #: Every split read, validated and tokenised once.
+        specs = [*self.task_specs, *(v.spec for v in self.eval_views.values())]
+        tokenizer = (self.tokenizer_name, self.tokenizer_revision)
         self.splits = SplitCache(
-            [*self.task_specs, *(v.spec for v in self.eval_views.values())],
-            self.data_dir,
-            self.cache_dir,
-            (self.tokenizer_name, self.tokenizer_revision),
-            self.max_length,
-            self.pair_encodings,
-            config,
+            specs, self.data_dir, self.cache_dir, tokenizer, self.max_length, self.pair_encodings, config
         )
-        #: Which splits each stage serves (``evaluated``, ``predicted_pairs``) and the check of their files.
+        #: Which splits each stage serves.
         self.stages = StageSplits(
             self.task_specs, self.eval_views, self.splits, self.data_dir, self.eval_batch_sizes, config
         )
@@ -99,9 +127,8 @@ class MultiTaskDataModule(pl.LightningDataModule):
         )
         if config.batch_mixing == MIXED:
             one_batch_size(self.batch_sizes)
-        # Plain values only, so checkpoints load with weights_only=True.
-        self.save_hyperparameters(config.hparams())
-        #: Training examples per task (after validation and ``limit_examples``), set by ``setup("fit")``.
+        self.save_hyperparameters(config.hparams())  # plain values: checkpoints load with weights_only=True
+        #: Training examples per task, set by ``setup("fit")``.
         self.train_sizes: dict[str, int] = {}
         #: How tasks are drawn at each step, set by ``setup("fit")``.
         self.sampling_schedule: SamplingSchedule | None = None
@@ -113,11 +140,9 @@ class MultiTaskDataModule(pl.LightningDataModule):
         """The data module of the options ``config``."""
         return cls(**{name: getattr(config, name) for name in config.__dataclass_fields__})
 
-    # ------------------------------------------------------------------ tokenizer and loading
-
     @property
     def tokenizer(self) -> Any:
-        """The encoder's fast tokenizer (loaded on first use, offline-safe via ``resolve_encoder``)."""
+        """The encoder's fast tokenizer (loaded on first use)."""
         return self.splits.tokenizer
 
     @property
@@ -126,17 +151,13 @@ class MultiTaskDataModule(pl.LightningDataModule):
         return int(pad) if pad is not None else 0
 
     def load_split(self, task: str, split: str, report: bool = True) -> TokenizedSplit:
-        """Read, validate and tokenise one split (from the cache when possible); with ``validation_fraction``,
-        ``train`` is what the carve-out leaves and ``validation`` the carved share."""
+        """Read, validate and tokenise one split (from the cache when possible)."""
         return self.stages.load(task, split, report=report)
 
     def label_names(self) -> dict[str, list[str]]:
-        """The class names of each task whose labels have names: its ``label_names``, else its train split's
-        (``ClassLabel`` names, or the label column's words sorted); tasks labelled by numbers are left out."""
-        found = {s.name: self.splits.label_names(s) for s in self.task_specs}
+        """The class names of each task whose labels have names."""
+        found = {s.name: label_names_for(s, self.data_dir) for s in self.task_specs}
         return {task: list(names) for task, names in found.items() if names}
-
-    # ------------------------------------------------------------------ Lightning hooks
 
     def prepare_data(self) -> None:
         """Tokenise and cache every split once (Lightning calls this on one process per node)."""
@@ -145,8 +166,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
         self.stages.check_files(PREPARE)
         for task, split in self.stages.cached():
             self.load_split(task, split, report=False)
-        # Other processes read the cache files; keep nothing tokenised in memory twice.
-        self.stages.forget()
+        self.stages.forget()  # other processes read the cache files
 
     def setup(self, stage: str | None = None) -> None:
         """Load the splits the stage needs and build the training schedule (``fit``)."""
@@ -154,31 +174,28 @@ class MultiTaskDataModule(pl.LightningDataModule):
         self.stages.check_files(stage)
         if stage in ("fit", None):
             self.train_sizes = {t: len(self.load_split(t, "train")) for t in self.task_names}
+        if stage in ("fit", None, "validate"):
             for pair in self.stages.validation_pairs():
                 self.load_split(*pair)
+        if stage in ("fit", None):
             empty = [t for t, n in self.train_sizes.items() if n == 0]
             if empty:
                 raise PalUserError(f"Tasks {empty} have no valid training rows; check their train files.")
             self.sampling_schedule = self.config.sampling_schedule(self._resolve_anneal_epochs())
-        elif stage == "validate":
-            for pair in self.stages.validation_pairs():
-                self.load_split(*pair)
 
     def _resolve_anneal_epochs(self) -> int:
         if self.config.anneal_epochs is not None:
             return int(self.config.anneal_epochs)
-        trainer = self.trainer
-        if trainer is None:
+        if self.trainer is None:
             return 1
-        # called by setup("fit") once the training sizes are known, so steps_per_epoch can be computed
-        return annealing_horizon(trainer.max_epochs, trainer.max_steps, lambda: self.steps_per_epoch)
+        return annealing_horizon(
+            self.trainer.max_epochs, self.trainer.max_steps, lambda: self.steps_per_epoch
+        )
 
     @property
     def phases(self) -> list[Phase]:
-        """The phases of a sequential schedule, ``Phase(task, start, end)`` in training batches (empty for the
-        interleaved schedule; with ``epochs_per_task`` valid after ``setup("fit")``)."""
-        world, _ = shard_of(self.trainer)
-        return self.phase_plan.phases(self.train_sizes, self.batch_sizes, world)
+        """The phases of a sequential schedule in training batches (empty when interleaved)."""
+        return self.phase_plan.phases(self.train_sizes, self.batch_sizes, shard_of(self.trainer)[0])
 
     @property
     def steps_per_epoch(self) -> int:
@@ -187,7 +204,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
             raise RuntimeError(
                 "steps_per_epoch is known after setup('fit') (the training data must be loaded)."
             )
-        world, _ = shard_of(self.trainer)
+        world = shard_of(self.trainer)[0]
         return self.phase_plan.steps_per_epoch(
             self.config.steps_per_epoch, self.train_sizes, self.batch_sizes, world
         )
@@ -197,8 +214,6 @@ class MultiTaskDataModule(pl.LightningDataModule):
         if self.sampling_schedule is None or not self.train_sizes:
             raise RuntimeError("task_probabilities_for_epoch needs setup('fit') first.")
         return self.sampling_schedule.probabilities(self.train_sizes, epoch)
-
-    # ------------------------------------------------------------------ loaders
 
     def _loader_kwargs(self) -> dict[str, Any]:
         return loader_options(int(self.config.num_workers), int(self.config.seed))
@@ -210,16 +225,6 @@ class MultiTaskDataModule(pl.LightningDataModule):
         assert self.sampling_schedule is not None
         world, rank = shard_of(self.trainer)
         splits = {(t, "train"): self.load_split(t, "train") for t in self.task_names}
-        sampler = self._train_sampler(splits, world, rank)
-        sampler.position_fn = lambda: fit_batches_consumed(self.trainer)
-        dataset = MultiTaskDataset(splits, self.pad_token_id, self.config.pad_to_multiple_of)
-        epoch = None if self.trainer is None else self.trainer.current_epoch
-        return self.train_sampling.loader(sampler, dataset, epoch, self._loader_kwargs())
-
-    def _train_sampler(
-        self, splits: dict[tuple[str, str], TokenizedSplit], world: int, rank: int
-    ) -> MultiTaskBatchSampler:
-        assert self.sampling_schedule is not None
         common: dict[str, Any] = {
             "steps_per_epoch": self.config.steps_per_epoch,
             "num_replicas": world,
@@ -228,16 +233,23 @@ class MultiTaskDataModule(pl.LightningDataModule):
         }
         args = (self.train_sizes, self.batch_sizes, self.sampling_schedule)
         by_length = self.config.group_by_length
-        if self.config.batch_mixing == MIXED:
-            # a mixed batch pads to its longest row, so the key is each example's longer side
+        sampler: MultiTaskBatchSampler
+        if (
+            self.config.batch_mixing == MIXED
+        ):  # a mixed batch pads to its longest row: each example's longer side
             widths = {t: splits[(t, "train")].widths for t in self.task_names} if by_length else None
-            return MixedTaskBatchSampler(*args, **common, lengths=widths)
-        return MultiTaskBatchSampler(
-            *args,
-            **common,
-            lengths={t: splits[(t, "train")].lengths for t in self.task_names} if by_length else None,
-            phases=self.phase_plan.lengths(self.train_sizes, self.batch_sizes, world) or None,
-        )
+            sampler = MixedTaskBatchSampler(*args, **common, lengths=widths)
+        else:
+            sampler = MultiTaskBatchSampler(
+                *args,
+                **common,
+                lengths={t: splits[(t, "train")].lengths for t in self.task_names} if by_length else None,
+                phases=self.phase_plan.lengths(self.train_sizes, self.batch_sizes, world) or None,
+            )
+        sampler.position_fn = lambda: fit_batches_consumed(self.trainer)
+        dataset = MultiTaskDataset(splits, self.pad_token_id, self.config.pad_to_multiple_of)
+        epoch = None if self.trainer is None else self.trainer.current_epoch
+        return self.train_sampling.loader(sampler, dataset, epoch, self._loader_kwargs())
 
     def _eval_loader(
         self, pairs: Sequence[tuple[str, str]], limit_examples: int | None = None
@@ -246,20 +258,17 @@ class MultiTaskDataModule(pl.LightningDataModule):
         return self.stages.loader(pairs, shard, self.pad_token_id, self._loader_kwargs(), limit_examples)
 
     def val_dataloader(self) -> torch.utils.data.DataLoader:
-        """Every dev example exactly once across ranks, one task (or evaluation view) per batch; with
-        ``validation_fraction``, the carved validation share of every task instead."""
+        """Every dev example (or carved validation row) exactly once across ranks, one task per batch."""
         return self._eval_loader(self.stages.validation_pairs())
 
     def eval_dataloader(
         self, split: str = "dev", tasks: Sequence[str] | None = None, limit_examples: int | None = None
     ) -> torch.utils.data.DataLoader:
-        """Like :meth:`val_dataloader` for any labelled ``split`` and some ``tasks`` (default all), each cut
-        to its first ``limit_examples`` (the continual evaluation's cheap score after each phase)."""
+        """Like :meth:`val_dataloader` for any labelled ``split`` of ``tasks``, each cut to ``limit_examples``."""
         return self._eval_loader(self.stages.requested(split, tasks, limit_examples), limit_examples)
 
     def test_dataloader(self) -> torch.utils.data.DataLoader:
-        """The labelled ``test`` splits (unlabelled test-student files are for ``predict``); with
-        ``validation_fraction``, the dev sets (scored once, at the end).
+        """The labelled ``test`` splits (with ``validation_fraction``: the dev sets).
 
         Raises:
             PalUserError: when no task has a labelled test split (and no carve-out).
@@ -267,13 +276,11 @@ class MultiTaskDataModule(pl.LightningDataModule):
         return self._eval_loader(self.stages.test_pairs())
 
     def predict_dataloader(self) -> torch.utils.data.DataLoader:
-        """The ``predict_splits`` (default dev and test) of every task and evaluation view that has them,
-        each example once across ranks."""
+        """The ``predict_splits`` of every task and evaluation view that has them, once across ranks."""
         return self._eval_loader(self.predicted_pairs())
 
     def predicted_pairs(self) -> list[tuple[str, str]]:
-        """``(task or view, split)`` of everything ``predict`` serves: each task's ``predict_splits``, then
-        those of its evaluation views that the view has."""
+        """``(task or view, split)`` of everything ``predict`` serves."""
         return self.stages.predicted()
 
     def train_batch(self, task: str, indices: Sequence[int]) -> dict[str, Any]:
@@ -287,10 +294,8 @@ class MultiTaskDataModule(pl.LightningDataModule):
         return dataset.__getitems__(TaskBatch(task, "train", tuple(int(i) for i in indices)))
 
     def example_ids(self, task: str, split: str) -> list[str]:
-        """Ids of a loaded split in file order (the prediction writer writes rows in this order)."""
+        """Ids of a loaded split in file order."""
         return self.load_split(task, split).ids.tolist()
-
-    # ------------------------------------------------------------------ resume
 
     @property
     def train_batch_sampler(self) -> MultiTaskBatchSampler | None:
@@ -298,11 +303,11 @@ class MultiTaskDataModule(pl.LightningDataModule):
         return self.train_sampling.sampler
 
     def state_dict(self) -> dict[str, Any]:
-        """The training sampler's position (also saved through the train loader)."""
+        """The training sampler's position."""
         return self.train_sampling.state_dict()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore the sampler position (applied when the train loader is built, or now if it exists)."""
+        """Restore the sampler position (now, or when the train loader is built)."""
         self.train_sampling.load_state_dict(state_dict)
 
     def __repr__(self) -> str:

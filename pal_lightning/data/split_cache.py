@@ -1,5 +1,5 @@
-"""Every split read, validated and tokenised once: in memory for the run, on disk across runs (keyed by the
-source's and the tokenizer's fingerprints and every setting that changes the tokens, so never stale)."""
+"""Every split read, validated and tokenised once: in memory for the run, on disk across runs (keyed by
+everything that changes the tokens)."""
 
 from __future__ import annotations
 
@@ -30,29 +30,13 @@ __all__ = ["SplitCache", "load_fast_tokenizer"]
 log = logging.getLogger(__name__)
 
 #: The TaskSpec fields that decide how a split is read, hence part of the cache key.
-_SPEC_FIELDS = (
-    "format",
-    "kind",
-    "num_labels",
-    "label_range",
-    "text_columns",
-    "label_column",
-    "id_column",
-    "hf_path",
-    "hf_name",
-    "ptb_detokenize",
-    "unquote",
-    "delimiter",
-    "quoting",
-)
+_SPEC_FIELDS: tuple[str, ...] = ("format", "kind", "num_labels", "label_range", "text_columns")
+_SPEC_FIELDS += ("label_column", "id_column", "hf_path", "hf_name", "ptb_detokenize", "unquote")
+_SPEC_FIELDS += ("delimiter", "quoting")
 
 
 def load_fast_tokenizer(name: str, revision: str | None) -> Any:
-    """The fast (Rust) tokenizer of encoder ``name`` (offline-safe via ``resolve_encoder``).
-
-    Raises:
-        PalUserError: when the encoder has no fast tokenizer.
-    """
+    """The fast (Rust) tokenizer of encoder ``name``; a PalUserError when the encoder has no fast tokenizer."""
     from transformers import AutoTokenizer
 
     from pal_lightning.core.hub import resolve_encoder
@@ -60,26 +44,15 @@ def load_fast_tokenizer(name: str, revision: str | None) -> Any:
     tok = AutoTokenizer.from_pretrained(resolve_encoder(name, revision))
     if not getattr(tok, "is_fast", False):
         raise PalUserError(
-            f"The tokenizer of {name!r} has no fast (Rust) version; pal-lightning needs "
-            "one. Save the encoder with a tokenizer.json, or pick another encoder."
+            f"The tokenizer of {name!r} has no fast (Rust) version; pal-lightning needs one. Save the encoder "
+            "with a tokenizer.json, or pick another encoder."
         )
     return tok
 
 
 class SplitCache:
-    """Reads, validates and tokenises the splits of some tasks, each once.
-
-    Args:
-        specs: the tasks, as read (built-in tasks may read their hub copy).
-        data_dir: the data folder.
-        cache_dir: the disk cache folder; ``None`` keeps splits in memory only.
-        tokenizer: name (or path) and revision of the encoder whose tokenizer is used (loaded on
-            first use).
-        max_length: longest tokenised sequence.
-        pair_encodings: ``cross`` or ``siamese`` per task.
-        options: the data options; ``on_bad_row``, ``max_bad_rows_fraction``, ``detokenize`` and
-            ``limit_examples`` are used.
-    """
+    """Reads, validates and tokenises the splits of ``specs``, each once (``cache_dir=None``: in memory only);
+    ``tokenizer`` is the encoder's name and revision, ``options`` the data options."""
 
     def __init__(
         self,
@@ -101,7 +74,6 @@ class SplitCache:
         self._tokenizer: Any = None
         self._tokenizer_fp: str | None = None
         self._loaded: dict[tuple[str, str], TokenizedSplit] = {}
-        # splits whose bad rows were already reported (prepare_data reads, setup reloads from the cache)
         self._bad_rows_reported: set[tuple[str, str]] = set()
 
     @property
@@ -112,11 +84,11 @@ class SplitCache:
         return self._tokenizer
 
     def exists(self, spec: TaskSpec, split: str) -> bool:
-        """Whether ``split`` of ``spec`` is there (its file exists, or its dataset has the split)."""
+        """Whether ``split`` of ``spec`` is there."""
         return source_exists(spec, resolve_source(spec, split, self.data_dir), self.data_dir)
 
     def forget(self) -> None:
-        """Drop the splits held in memory (the disk cache keeps them)."""
+        """Drop the splits held in memory."""
         self._loaded.clear()
 
     def settings(self, spec: TaskSpec, split: str) -> dict[str, Any]:
@@ -129,14 +101,11 @@ class SplitCache:
             pair_encoding=self.pair_encodings[spec.name] if spec.is_pair else None,
             detokenize=self.detokenize,
             on_bad_row=self.on_bad_row,
-            # the classes' names: given, or the train split's (so a changed train file re-reads dev too)
-            label_names=list(self.label_names(spec)),
+            # given, or the train split's (so a changed train file re-reads dev too)
+            label_names=list(label_names_for(spec, self.data_dir)),
         )
         return out
 
-    def label_names(self, spec: TaskSpec) -> tuple[str, ...]:
-        """The class names of ``spec`` (given, or its train split's words), ``()`` for class numbers."""
-        return label_names_for(spec, self.data_dir)
 
     def _cache_file(self, spec: TaskSpec, split: str) -> Path | None:
         if self.cache_dir is None:
@@ -150,8 +119,7 @@ class SplitCache:
 
     def load(self, task: str, split: str, report: bool = True) -> TokenizedSplit:
         """Read, validate and tokenise one split (from the cache when possible), cut to ``limit_examples``;
-        logs row counts. ``report=False`` (``prepare_data``) leaves a cached split's bad-row warning to the
-        command that first uses it."""
+        ``report=False`` leaves a cached split's bad-row warning to the command that first uses it."""
         if (task, split) in self._loaded:
             return self._loaded[(task, split)]
         path = self._cache_file(self.specs[task], split)
@@ -159,30 +127,22 @@ class SplitCache:
         cached = data is not None
         if data is None:
             data = self._read_and_encode(task, split, path)
-        else:  # too many bad rows stop the run however the split is read; the warning is given once
+        else:  # too many bad rows stop the run however the split is read; the warning comes once
             warn = report and (task, split) not in self._bad_rows_reported
             check_bad_rows(data.source, data.bad_rows, data.rows, task, split, self.max_bad_fraction, warn)
             if warn:
                 self._bad_rows_reported.add((task, split))
         if is_main_process():
-            log.info(
-                "%s %s: %d rows loaded, %d skipped, of %d in %s%s",
-                task,
-                split,
-                len(data),
-                data.skipped,
-                data.rows,
-                data.source,
-                " (tokenised, from cache)" if cached else "",
-            )
+            note = " (tokenised, from cache)" if cached else ""
+            counts = (len(data), data.skipped, data.rows, data.source, note)
+            log.info("%s %s: %d rows loaded, %d skipped, of %d in %s%s", task, split, *counts)
         data = data.head(self.limit_examples)
         self._loaded[(task, split)] = data
         return data
 
     def _read_and_encode(self, task: str, split: str, path: Path | None) -> TokenizedSplit:
-        raw = read_split(
-            self.specs[task], split, self.data_dir, self.on_bad_row, self.detokenize, self.max_bad_fraction
-        )
+        options = (self.on_bad_row, self.detokenize, self.max_bad_fraction)
+        raw = read_split(self.specs[task], split, self.data_dir, *options)
         self._bad_rows_reported.add((task, split))  # read_split warned about its bad rows
         data = encode_split(raw, self.tokenizer, self.max_length, self.pair_encodings[task])
         if path is not None:

@@ -1,11 +1,5 @@
-"""Which splits each stage serves, the check that their files are there, and the evaluation loaders.
-
-``fit`` trains on the train splits and scores the dev sets, ``validate`` scores the dev sets, ``test`` the
-labelled test splits, ``predict`` the ``predict_splits``; a task's evaluation views come right after it.
-With ``validation_fraction`` a seeded share of each train split (:func:`carve`: the same on every rank and
-resumed run) is served as :data:`VALIDATION` for ``fit`` and ``validate``, and the dev files are read by
-``test`` alone, so that checkpoint selection and early stopping never see them.
-"""
+"""Which splits each stage serves, the check that their files are there, and the evaluation loaders. With
+``validation_fraction``, validation is carved out of train and the dev files are read by ``test`` alone."""
 
 from __future__ import annotations
 
@@ -19,8 +13,9 @@ import numpy as np
 from torch.utils.data import DataLoader
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.data.loaders import eval_loader
+from pal_lightning.data.loaders import BatchListDataset, MultiTaskDataset
 from pal_lightning.data.options import DataConfig, check_at_least
+from pal_lightning.data.sampling.per_task import eval_batches
 from pal_lightning.data.sources.readers import SPLITS, check_files_exist
 from pal_lightning.data.split_cache import SplitCache
 from pal_lightning.data.tokenize import Encoded, TokenizedSplit
@@ -31,22 +26,17 @@ __all__ = ["PREPARE", "VALIDATION", "StageSplits", "carve", "take_rows"]
 
 #: The pseudo-stage of ``prepare_data``: only the tasks' own train and dev files must be there.
 PREPARE = "prepare"
-#: The split carved out of train by ``validation_fraction`` (what the validation loop scores then).
+#: The split carved out of train by ``validation_fraction``.
 VALIDATION = "validation"
 
 
 def carve(size: int, fraction: float, seed: int, task: str) -> tuple[np.ndarray, np.ndarray]:
-    """The rows ``(kept for training, held out for validation)`` of a train split, each in file order:
-    ``round(fraction * size)`` rows (at least one, and one left to train on) drawn by a generator seeded with
-    ``seed`` and the task name's CRC-32 (stable across processes, unlike ``hash``).
-
-    Raises:
-        PalUserError: for a split of fewer than two rows.
-    """
+    """The rows ``(kept, held out)`` of a train split in file order: ``round(fraction * size)`` held out (at
+    least one, one left), seeded by ``seed`` and the task's CRC-32; a PalUserError under two rows."""
     if size < 2:
         raise PalUserError(
-            f"Task {task!r} has {size} training row(s): too few to carve a validation split from. Give it more "
-            "rows, or set --data.validation_fraction null to validate on the dev files."
+            f"Task {task!r} has {size} training row(s): too few to carve a validation split from. Give it "
+            "more rows, or set --data.validation_fraction null to validate on the dev files."
         )
     held = min(size - 1, max(1, round(fraction * size)))
     order = np.random.default_rng([int(seed), zlib.crc32(task.encode())]).permutation(size)
@@ -60,7 +50,7 @@ def take_rows(data: TokenizedSplit, rows: np.ndarray, split: str) -> TokenizedSp
         starts, lengths = enc.offsets[rows], enc.offsets[rows + 1] - enc.offsets[rows]
         offsets = np.zeros(len(rows) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        # position j of the new flat array comes from starts[i] + (j - offsets[i]) for the example i holding it
+        # token j of the new flat array is starts[i] + (j - offsets[i]) of the example i holding it
         flat = np.repeat(starts - offsets[:-1], lengths) + np.arange(int(offsets[-1]), dtype=np.int64)
         encodings[key] = Encoded(enc.input_ids[flat], enc.token_type_ids[flat], offsets)
     labels = None if data.labels is None else data.labels[rows]
@@ -79,12 +69,11 @@ class StageSplits:
     splits: SplitCache
     """Where the splits are read from."""
     data_dir: Path
-    """The data folder (named when a file is missing)."""
+    """The data folder."""
     eval_batch_sizes: dict[str, int]
     """Evaluation batch size per rank of every task and view."""
     config: DataConfig
-    """The data options; ``predict_splits``, ``pad_to_multiple_of``, ``validation_fraction``,
-    ``validation_seed`` and ``seed`` are used."""
+    """The data options."""
     _carved: dict[tuple[str, str], TokenizedSplit] = field(default_factory=dict, repr=False)
 
     @property
@@ -93,8 +82,8 @@ class StageSplits:
         return self.config.validation_fraction is not None
 
     def load(self, task: str, split: str, report: bool = True) -> TokenizedSplit:
-        """A split, read through the cache: with the carve-out, ``train`` is what is left of the train file
-        and :data:`VALIDATION` the carved share; otherwise, and for every other split, the file's rows."""
+        """A split through the cache; with the carve-out, ``train`` is what it leaves and :data:`VALIDATION` the
+        carved share."""
         if not self.carves or split not in ("train", VALIDATION):
             return self.splits.load(task, split, report=report)
         if (task, split) not in self._carved:
@@ -107,35 +96,28 @@ class StageSplits:
         return self._carved[(task, split)]
 
     def forget(self) -> None:
-        """Drop the splits held in memory (the disk cache keeps them)."""
+        """Drop the splits held in memory."""
         self.splits.forget()
         self._carved.clear()
 
     def validation_pairs(self) -> list[tuple[str, str]]:
-        """What the validation loop scores: the carved share of every task, or the dev sets."""
+        """What the validation loop scores: the carved shares, or the dev sets."""
         if self.carves:
             return [(s.name, VALIDATION) for s in self.task_specs]
         return [(s.name, "dev") for s in self.evaluated("dev")]
 
     def test_pairs(self) -> list[tuple[str, str]]:
-        """What ``test`` scores: with the carve-out the dev sets (once, at the end), else the labelled test
-        splits."""
+        """What ``test`` scores: with the carve-out the dev sets, else the labelled test splits."""
         if self.carves:
             return [(s.name, "dev") for s in self.evaluated("dev")]
         return self.labelled_test()
 
     def evaluated(self, split: str) -> list[TaskSpec]:
-        """The tasks, each followed by its evaluation views that have ``split``: what ``split`` serves."""
+        """The tasks, each followed by its evaluation views that have ``split``."""
         return with_views(self.task_specs, self.eval_views, split)
 
     def check_files(self, stage: str | None) -> None:
-        """Check that the files ``stage`` reads are there (``None``: ``fit``; :data:`PREPARE`: the tasks'
-        train and dev files, what ``prepare_data`` needs).
-
-        Raises:
-            PalUserError: listing every missing file of the first group found wanting (the tasks'
-                train and dev files are checked before the views' dev files).
-        """
+        """Check that the files ``stage`` (``None``: fit) reads are there; a PalUserError lists the missing."""
         train = [(s, "train") for s in self.task_specs]
         dev = [(s, "dev") for s in self.evaluated("dev")]
         groups = []
@@ -157,8 +139,8 @@ class StageSplits:
             check_files_exist(group, self.data_dir)
 
     def cached(self) -> list[tuple[str, str]]:
-        """What ``prepare_data`` tokenises once: every split a task has, and its views' dev sets (their
-        test sets only when predicting); with the carve-out no dev set (read by ``test`` alone)."""
+        """What ``prepare_data`` tokenises: every split a task has and its views' dev sets (with the carve-out
+        no dev set)."""
         splits = [sp for sp in SPLITS if not (self.carves and sp == "dev")]
         pairs = [(s.name, sp) for s in self.task_specs for sp in splits if self.splits.exists(s, sp)]
         return pairs + [(v.name, "dev") for v in self.eval_views.values() if v.has("dev") and not self.carves]
@@ -166,11 +148,7 @@ class StageSplits:
     def requested(
         self, split: str, tasks: Sequence[str] | None, limit_examples: int | None
     ) -> list[tuple[str, str]]:
-        """``split`` of ``tasks`` (default every task), checked: what ``eval_dataloader`` serves.
-
-        Raises:
-            PalUserError: for a task the data module does not serve, or ``limit_examples < 1``.
-        """
+        """``split`` of ``tasks`` (default all); a PalUserError for an unknown task or ``limit_examples < 1``."""
         served = [s.name for s in self.task_specs]
         names = list(tasks) if tasks is not None else served
         unknown = [t for t in names if t not in served]
@@ -180,12 +158,7 @@ class StageSplits:
         return [(t, split) for t in names]
 
     def labelled_test(self) -> list[tuple[str, str]]:
-        """The test splits that exist and carry labels, in order.
-
-        Raises:
-            PalUserError: when there is none (CS224N's test-student files carry no labels: they are for
-                ``predict``, never for ``test``).
-        """
+        """The test splits that exist and carry labels, in order; a PalUserError when there is none."""
         pairs = [
             (spec.name, "test")
             for spec in self.evaluated("test")
@@ -199,8 +172,7 @@ class StageSplits:
         return pairs
 
     def predicted(self) -> list[tuple[str, str]]:
-        """Everything ``predict`` serves: each task's ``predict_splits``, then those of its evaluation
-        views that the view has."""
+        """Each task's ``predict_splits``, then those of its evaluation views that the view has."""
         pairs = []
         for spec in self.task_specs:
             pairs += [(spec.name, split) for split in self.config.predict_splits]
@@ -217,10 +189,9 @@ class StageSplits:
         options: dict[str, Any],
         limit_examples: int | None = None,
     ) -> DataLoader:
-        """This rank's share (``shard``: world size, rank) of every example of the splits ``pairs`` (each cut
-        to its first ``limit_examples``), one task per batch; ``options`` are the DataLoader's."""
+        """This rank's share (``shard``: world, rank) of the splits ``pairs``, each cut to ``limit_examples``."""
         splits = {p: self.load(*p).head(limit_examples) for p in pairs}
-        world, rank = shard
-        return eval_loader(
-            splits, self.eval_batch_sizes, world, rank, pad_token_id, options, self.config.pad_to_multiple_of
-        )
+        sizes, lengths = {p: len(d) for p, d in splits.items()}, {p: d.lengths for p, d in splits.items()}
+        batches = eval_batches(sizes, self.eval_batch_sizes, *shard, lengths)
+        dataset = MultiTaskDataset(splits, pad_token_id, self.config.pad_to_multiple_of)
+        return DataLoader(BatchListDataset(dataset, batches), batch_size=None, shuffle=False, **options)

@@ -18,7 +18,7 @@ from pal_lightning.core.batch import (
     side_inputs,
     side_keys,
 )
-from pal_lightning.data.dataset import MultiTaskDataset
+from pal_lightning.data.loaders import MultiTaskDataset
 from pal_lightning.data.sampling.per_task import TaskBatch
 from pal_lightning.data.tokenize import Encoded, TokenizedSplit
 

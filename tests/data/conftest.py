@@ -30,3 +30,15 @@ def tokenizer():
     except Exception as err:  # noqa: BLE001
         pytest.skip(f"offline encoder package missing: {err}")
     return AutoTokenizer.from_pretrained(path)
+
+
+@pytest.fixture
+def make_dm(tmp_path: Path):
+    """Builds a MultiTaskDataModule over a data folder: batch size 4, eval batch size 5, a cache in tmp_path."""
+    from pal_lightning.data import MultiTaskDataModule
+
+    def make(data_dir: Path, **kw):  # noqa: ANN202
+        kw = {"cache_dir": tmp_path / "cache", "batch_size": 4, "eval_batch_size": 5, **kw}
+        return MultiTaskDataModule(data_dir=str(data_dir), **kw)
+
+    return make

@@ -1,11 +1,5 @@
-"""Run by test_ddp.py: 2-process gloo DDP fit + validate + predict on fixture files, then a fit on mixed-task
-batches by the same two ranks (one launch, one process-group set-up, for both).
-
-Every rank writes ``rank<r>.json`` with the training batches (epoch, task, ids) and the validation ids it
-saw; prediction files go to ``<out>/preds``. The mixed fit (one epoch, each step's row tasks recorded
-instead of the batch's task, no prediction) writes its ``rank<r>.json`` to ``<out>/mixed``.
-Usage: python ddp_script.py OUT_DIR
-"""
+"""Run by test_ddp.py (python ddp_script.py OUT_DIR): a 2-process gloo fit, validate and predict, then a fit on
+mixed batches; each rank writes rank<r>.json (and mixed/rank<r>.json) with the batches it saw."""
 
 from __future__ import annotations
 
@@ -46,17 +40,10 @@ class Recorder(pl.LightningModule):
     def on_fit_end(self) -> None:
         path = Path(self.out) / f"rank{self.global_rank}.json"
         state = self.trainer.datamodule.train_batch_sampler
-        path.write_text(
-            json.dumps(
-                {
-                    "train": self.train_seen,
-                    "val": self.val_seen,
-                    "world": self.trainer.world_size,
-                    "sampler_world": state.num_replicas,
-                    "use_distributed_sampler": self.trainer._accelerator_connector.use_distributed_sampler,
-                }
-            )
-        )
+        use_distributed_sampler = self.trainer._accelerator_connector.use_distributed_sampler
+        record = {"train": self.train_seen, "val": self.val_seen, "world": self.trainer.world_size}
+        record.update(sampler_world=state.num_replicas, use_distributed_sampler=use_distributed_sampler)
+        path.write_text(json.dumps(record))
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.1)
@@ -65,14 +52,8 @@ class Recorder(pl.LightningModule):
 def fit(root: Path, out: Path, mixing: str) -> None:
     """One DDP fit of ``mixing`` batches on ``root``'s fixture data, the ranks' records in ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    dm = MultiTaskDataModule(
-        data_dir=str(root / "data"),
-        cache_dir=str(root / "cache"),
-        batch_size=3,
-        eval_batch_size=4,
-        sampling="sqrt",
-        batch_mixing=mixing,
-    )
+    options = {"batch_size": 3, "eval_batch_size": 4, "sampling": "sqrt", "batch_mixing": mixing}
+    dm = MultiTaskDataModule(data_dir=str(root / "data"), cache_dir=str(root / "cache"), **options)
     mixed = mixing == "mixed"
     trainer = quiet_trainer(
         devices=2,

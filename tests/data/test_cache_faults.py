@@ -1,7 +1,5 @@
-"""The tokenisation cache under faults from outside the process (issue 13, item 2): a file truncated by a
-crash, damaged on disk or with arrays that do not fit together is detected, rebuilt with a warning and
-never served; writers racing on one file never leave a torn file; a cache that cannot be written (full
-or read-only disk) slows the run down but does not stop it, and leaves no temporary file."""
+"""The tokenisation cache under outside faults: damaged files are rebuilt with a warning, racing writers
+leave no torn file, and an unwritable cache slows the run but does not stop it."""
 
 from __future__ import annotations
 

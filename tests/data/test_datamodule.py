@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import lightning.pytorch as pl
 import pytest
@@ -18,15 +17,8 @@ from pal_lightning.data.sampling.phase_plan import Phase
 from pal_lightning.testing import quiet_trainer
 
 
-def make_dm(data_dir: Path, tmp_path: Path, **kw) -> MultiTaskDataModule:
-    kw.setdefault("cache_dir", tmp_path / "cache")
-    kw.setdefault("batch_size", 4)
-    kw.setdefault("eval_batch_size", 5)
-    return MultiTaskDataModule(data_dir=str(data_dir), **kw)
-
-
-def test_train_batches_follow_the_contract(data_dir, tmp_path, tokenizer):
-    dm = make_dm(data_dir, tmp_path, batch_size={"sst": 4, "qqp": 6, "sts": 3}, sampling="round_robin")
+def test_train_batches_follow_the_contract(data_dir, tokenizer, make_dm):
+    dm = make_dm(data_dir, batch_size={"sst": 4, "qqp": 6, "sts": 3}, sampling="round_robin")
     dm.setup("fit")
     assert dm.train_sizes == {"sst": 40, "qqp": 61, "sts": 30}
     assert dm.steps_per_epoch == 10 + 11 + 10
@@ -50,8 +42,8 @@ def test_train_batches_follow_the_contract(data_dir, tmp_path, tokenizer):
     assert "lrb" not in text and "( x )" in text
 
 
-def test_siamese_pairs_and_limit_examples(data_dir, tmp_path):
-    dm = make_dm(data_dir, tmp_path, pair_encoding={"sts": "siamese"}, limit_examples=10, sampling="uniform")
+def test_siamese_pairs_and_limit_examples(data_dir, make_dm):
+    dm = make_dm(data_dir, pair_encoding={"sts": "siamese"}, limit_examples=10, sampling="uniform")
     dm.setup("fit")
     assert dm.train_sizes == {"sst": 10, "qqp": 10, "sts": 10}
     seen = set()
@@ -65,19 +57,19 @@ def test_siamese_pairs_and_limit_examples(data_dir, tmp_path):
     assert seen == {"sst", "qqp", "sts"}
 
 
-def test_group_by_length_reduces_padding(data_dir, tmp_path):
+def test_group_by_length_reduces_padding(data_dir, make_dm):
     def padding(dm):
         dm.setup("fit")
         return sum((1 - b["attention_mask"]).sum().item() for b in dm.train_dataloader())
 
-    plain = padding(make_dm(data_dir, tmp_path, sampling="round_robin"))
-    grouped_dm = make_dm(data_dir, tmp_path, sampling="round_robin", group_by_length=True)
+    plain = padding(make_dm(data_dir, sampling="round_robin"))
+    grouped_dm = make_dm(data_dir, sampling="round_robin", group_by_length=True)
     assert padding(grouped_dm) < 0.6 * plain
     assert grouped_dm.train_batch_sampler.lengths is not None
 
 
-def test_cache_hit_skips_reading_and_tokenising(data_dir, tmp_path, monkeypatch):
-    first = make_dm(data_dir, tmp_path)
+def test_cache_hit_skips_reading_and_tokenising(data_dir, tmp_path, monkeypatch, make_dm):
+    first = make_dm(data_dir)
     first.setup("fit")
     files = sorted((tmp_path / "cache" / "tokenized").glob("*.npz"))
     assert len(files) == 6  # train + dev of three tasks
@@ -87,7 +79,7 @@ def test_cache_hit_skips_reading_and_tokenising(data_dir, tmp_path, monkeypatch)
 
     monkeypatch.setattr(split_cache_mod, "read_split", boom)
     monkeypatch.setattr(split_cache_mod, "encode_split", boom)
-    second = make_dm(data_dir, tmp_path)
+    second = make_dm(data_dir)
     second.setup("fit")
     for t in ("sst", "qqp", "sts"):
         a, b = first.load_split(t, "train"), second.load_split(t, "train")
@@ -95,10 +87,10 @@ def test_cache_hit_skips_reading_and_tokenising(data_dir, tmp_path, monkeypatch)
     assert second.load_split("qqp", "train").skipped == 2  # counts survive the cache
     # a changed setting or file is a different key: the reader runs again
     with pytest.raises(AssertionError, match="cache miss"):
-        make_dm(data_dir, tmp_path, max_length=16).setup("fit")
+        make_dm(data_dir, max_length=16).setup("fit")
     (data_dir / "sts-dev.csv").write_text((data_dir / "sts-dev.csv").read_text() + "99\tnew\ta b\tc d\t1.0\n")
     with pytest.raises(AssertionError, match="cache miss"):
-        make_dm(data_dir, tmp_path).setup("validate")
+        make_dm(data_dir).setup("validate")
 
 
 def test_missing_files_single_error(tmp_path, monkeypatch):
@@ -115,7 +107,7 @@ def test_missing_files_single_error(tmp_path, monkeypatch):
     assert "github.com/gpoesia/minbert-default-final-project" in msg  # where the CS224N files come from
 
 
-def test_data_dir_from_env(data_dir, tmp_path, monkeypatch):
+def test_data_dir_from_env(data_dir, monkeypatch):
     monkeypatch.setenv("PAL_DATA_DIR", str(data_dir))
     dm = MultiTaskDataModule(cache_dir=False, tasks=["sst"])
     assert dm.data_dir == data_dir
@@ -134,13 +126,13 @@ def test_bad_arguments_raise_user_errors(data_dir):
         MultiTaskDataModule(data_dir=str(data_dir), on_bad_row="ignore")
 
 
-def test_on_bad_row_error_stops_setup(data_dir, tmp_path):
+def test_on_bad_row_error_stops_setup(data_dir, make_dm):
     with pytest.raises(PalUserError, match="line"):
-        make_dm(data_dir, tmp_path, on_bad_row="error").setup("fit")
+        make_dm(data_dir, on_bad_row="error").setup("fit")
 
 
-def test_eval_and_predict_loaders(data_dir, tmp_path):
-    dm = make_dm(data_dir, tmp_path)
+def test_eval_and_predict_loaders(data_dir, make_dm):
+    dm = make_dm(data_dir)
     dm.setup("validate")
     val = list(dm.val_dataloader())
     assert sorted(i for b in val if b["task"] == "sst" for i in b["ids"]) == [
@@ -165,8 +157,8 @@ def test_eval_and_predict_loaders(data_dir, tmp_path):
         dm.test_dataloader()
 
 
-def test_task_probabilities_for_epoch_and_anneal_horizon(data_dir, tmp_path):
-    dm = make_dm(data_dir, tmp_path, anneal_epochs=3)
+def test_task_probabilities_for_epoch_and_anneal_horizon(data_dir, make_dm):
+    dm = make_dm(data_dir, anneal_epochs=3)
     dm.setup("fit")
     p0, p2 = dm.task_probabilities_for_epoch(0), dm.task_probabilities_for_epoch(2)
     assert p0["qqp"] == pytest.approx(61 / 131)
@@ -207,11 +199,11 @@ def fit(dm, tmp_path, ckpt_path=None, callbacks=(), max_epochs=2, **trainer_kw):
     return model, trainer
 
 
-def test_trainer_epochs_reach_sampler_and_resume_mid_epoch(data_dir, tmp_path):
+def test_trainer_epochs_reach_sampler_and_resume_mid_epoch(data_dir, tmp_path, make_dm):
     # group_by_length (on in most shipped configs) orders examples by length within pools: a resumed run
     # must still see exactly the batches the uninterrupted run saw from that step on
     kw = dict(limit_examples=12, sampling="annealed", group_by_length=True)
-    full, trainer = fit(make_dm(data_dir, tmp_path, **kw), tmp_path / "a")
+    full, trainer = fit(make_dm(data_dir, **kw), tmp_path / "a")
     assert trainer.datamodule.train_batch_sampler.lengths is not None
     steps = len(full.seen) // 2
     assert steps == 9  # 3 tasks x ceil(12 / 4)
@@ -220,16 +212,16 @@ def test_trainer_epochs_reach_sampler_and_resume_mid_epoch(data_dir, tmp_path):
     assert trainer._accelerator_connector.use_distributed_sampler is False
     assert trainer.datamodule.sampling_schedule.num_epochs == 2  # anneal_epochs=None -> trainer.max_epochs
     # rebuilding the loader every epoch gives the same sequence
-    reloaded, _ = fit(make_dm(data_dir, tmp_path, **kw), tmp_path / "r", reload_dataloaders_every_n_epochs=1)
+    reloaded, _ = fit(make_dm(data_dir, **kw), tmp_path / "r", reload_dataloaders_every_n_epochs=1)
     assert reloaded.seen == full.seen
 
     ckpt = pl.callbacks.ModelCheckpoint(
         dirpath=tmp_path / "ck", every_n_train_steps=1, save_top_k=-1, filename="{step}"
     )
-    fit(make_dm(data_dir, tmp_path, **kw), tmp_path / "b", callbacks=[ckpt])
+    fit(make_dm(data_dir, **kw), tmp_path / "b", callbacks=[ckpt])
     for k in (4, steps, steps + 3):  # mid epoch 0, end of epoch 0, mid epoch 1
         resumed, _ = fit(
-            make_dm(data_dir, tmp_path, **kw), tmp_path / "c", ckpt_path=tmp_path / "ck" / f"step={k}.ckpt"
+            make_dm(data_dir, **kw), tmp_path / "c", ckpt_path=tmp_path / "ck" / f"step={k}.ckpt"
         )
         assert resumed.seen == full.seen[k:], f"resume from step {k}"
 
@@ -244,10 +236,10 @@ class PositionSpy(pl.Callback):
         self.checks.append((batch_idx + 1, saved, sampler._position))
 
 
-def test_saved_position_counts_consumed_batches_not_worker_prefetch(data_dir, tmp_path):
+def test_saved_position_counts_consumed_batches_not_worker_prefetch(data_dir, make_dm):
     # A worker process pulls batches ahead of the training step; the saved position must not.
     spy = PositionSpy()
-    dm = make_dm(data_dir, tmp_path, limit_examples=12, num_workers=1)
+    dm = make_dm(data_dir, limit_examples=12, num_workers=1)
     model = Recorder()
     trainer = quiet_trainer(max_epochs=1, limit_val_batches=0, callbacks=[spy])
     trainer.fit(model, datamodule=dm)
@@ -270,7 +262,7 @@ def test_cache_dir_default_from_env(data_dir, tmp_path, monkeypatch):
     assert MultiTaskDataModule(data_dir=str(data_dir), cache_dir="null").cache_dir == tmp_path / "envcache"
 
 
-def test_annealing_horizon_from_max_steps_reaches_the_sampler(tmp_path):
+def test_annealing_horizon_from_max_steps_reaches_the_sampler(tmp_path, make_dm):
     """Training sized by ``max_steps`` anneals over ``ceil(max_steps / steps_per_epoch)`` epochs.
 
     Very unequal tasks (qqp 401 examples, sst and sts 8) make alpha visible in the draws: the share
@@ -280,7 +272,7 @@ def test_annealing_horizon_from_max_steps_reaches_the_sampler(tmp_path):
     from pal_lightning.testing import write_cs224n_quirks
 
     data = write_cs224n_quirks(tmp_path / "data", n_sst=8, n_qqp=400, n_sts=8, bad_rows=False)
-    dm = make_dm(data, tmp_path, sampling="annealed", steps_per_epoch=50, cache_dir=False)
+    dm = make_dm(data, sampling="annealed", steps_per_epoch=50, cache_dir=False)
     model, trainer = fit(dm, tmp_path / "run", max_epochs=None, max_steps=200)
     assert trainer.global_step == 200 and trainer.current_epoch == 4
     # ceil(200 / 50), not 1 (which would be proportional sampling)
@@ -308,7 +300,7 @@ def test_annealing_horizon_from_max_steps_reaches_the_sampler(tmp_path):
     assert abs(sum(per_epoch) - mean) <= 3 * sd, (per_epoch, mean, sd)
 
 
-def test_bad_row_warning_is_the_same_from_the_file_and_from_the_cache(data_dir, tmp_path, caplog):
+def test_bad_row_warning_is_the_same_from_the_file_and_from_the_cache(data_dir, caplog, make_dm):
     # the fixture's sst train file: 42 data rows, line 42 has label 7 (classes 0..4), line 43 no text
     expected = (
         "ids-sst-train.csv: skipped 2 bad row(s) of 42 (task sst, train); lines 42 (label '7' outside the "
@@ -322,12 +314,12 @@ def test_bad_row_warning_is_the_same_from_the_file_and_from_the_cache(data_dir, 
         return found
 
     with caplog.at_level("WARNING"):
-        read = make_dm(data_dir, tmp_path)
+        read = make_dm(data_dir)
         read.setup("fit")  # reads the file
         assert sst_warnings() == [expected]
         read.load_split("sst", "train")
         assert sst_warnings() == []  # once per split
-        cached = make_dm(data_dir, tmp_path)
+        cached = make_dm(data_dir)
         cached.prepare_data()  # from the cache, quietly: the command has not used the split yet
         assert sst_warnings() == []
         cached.setup("fit")  # first use by this command: the same words as when read
@@ -337,10 +329,9 @@ def test_bad_row_warning_is_the_same_from_the_file_and_from_the_cache(data_dir, 
 # --------------------------------------------------------------------------- the sequential schedule
 
 
-def test_datamodule_options_phases_and_errors(data_dir, tmp_path):
+def test_datamodule_options_phases_and_errors(data_dir, make_dm):
     dm = make_dm(
         data_dir,
-        tmp_path,
         schedule="sequential",
         task_order=["qqp", "sst"],
         steps_per_task={"qqp": 3, "sst": 2},
@@ -352,13 +343,13 @@ def test_datamodule_options_phases_and_errors(data_dir, tmp_path):
     assert dm.hparams["schedule"] == "sequential" and dm.hparams["task_order"] == ["qqp", "sst"]
     assert dm.hparams["steps_per_task"] == {"qqp": 3, "sst": 2}
     # epochs_per_task (default 1): one pass = ceil(N_t / B_t) batches per task, in the task list order
-    dm = make_dm(data_dir, tmp_path, schedule="sequential", epochs_per_task=1.5)
+    dm = make_dm(data_dir, schedule="sequential", epochs_per_task=1.5)
     dm.setup("fit")
     sizes = {"sst": 40, "qqp": 61, "sts": 30}
     lengths = [math.ceil(1.5 * math.ceil(sizes[t] / 4)) for t in ("sst", "qqp", "sts")]
     assert [p.end - p.start for p in dm.phases] == lengths == [15, 24, 12]
     assert [p.task for p in dm.phases] == ["sst", "qqp", "sts"]
-    assert make_dm(data_dir, tmp_path).phases == []  # interleaved has no phases
+    assert make_dm(data_dir).phases == []  # interleaved has no phases
     bad = [
         (dict(schedule="curriculum"), "Unknown schedule"),
         (dict(task_order=["sst"]), "only apply to schedule='sequential'"),
@@ -370,21 +361,21 @@ def test_datamodule_options_phases_and_errors(data_dir, tmp_path):
     ]
     for kw, match in bad:
         with pytest.raises(PalUserError, match=match):
-            make_dm(data_dir, tmp_path, **kw)
+            make_dm(data_dir, **kw)
 
 
-def test_trainer_runs_phases_in_order_and_resumes_mid_phase(data_dir, tmp_path):
+def test_trainer_runs_phases_in_order_and_resumes_mid_phase(data_dir, tmp_path, make_dm):
     import lightning.pytorch as pl
 
     kw = dict(limit_examples=12, schedule="sequential", task_order=["sts", "sst", "qqp"], steps_per_task=3)
-    full, _ = fit(make_dm(data_dir, tmp_path, **kw), tmp_path / "a", max_epochs=1)
+    full, _ = fit(make_dm(data_dir, **kw), tmp_path / "a", max_epochs=1)
     assert [s[1] for s in full.seen] == ["sts"] * 3 + ["sst"] * 3 + ["qqp"] * 3
     ckpt = pl.callbacks.ModelCheckpoint(
         dirpath=tmp_path / "ck", every_n_train_steps=1, save_top_k=-1, filename="{step}"
     )
-    fit(make_dm(data_dir, tmp_path, **kw), tmp_path / "b", callbacks=[ckpt], max_epochs=1)
+    fit(make_dm(data_dir, **kw), tmp_path / "b", callbacks=[ckpt], max_epochs=1)
     resumed, _ = fit(
-        make_dm(data_dir, tmp_path, **kw),
+        make_dm(data_dir, **kw),
         tmp_path / "c",
         ckpt_path=tmp_path / "ck" / "step=4.ckpt",
         max_epochs=1,

@@ -30,8 +30,7 @@ def ranks(tmp_path_factory: pytest.TempPathFactory, forked_cli: Any) -> Path:
 
 
 def test_two_process_ddp(ranks: Path) -> None:
-    tmp_path = ranks
-    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    r0, r1 = (json.loads((ranks / f"rank{r}.json").read_text()) for r in (0, 1))
     assert r0["world"] == r1["world"] == r0["sampler_world"] == 2
     assert r0["use_distributed_sampler"] is False  # switched off by the data module
     # training: equal lengths, same task each step, disjoint examples
@@ -54,7 +53,7 @@ def test_two_process_ddp(ranks: Path) -> None:
     val = [(t, i) for r in (r0, r1) for t, ids in r["val"] for i in ids]
     assert len(val) == 2 * (12 + 14 + 10) and len(set(val)) == 12 + 14 + 10
     # predictions: gathered by rank 0, each id exactly once
-    preds = tmp_path / "preds"
+    preds = ranks / "preds"
     lines = (preds / "para-test-output.csv").read_text().splitlines()
     assert lines[0] == "id \t Predicted_Is_Paraphrase "
     ids = [line.split(" , ")[0] for line in lines[1:]]

@@ -1,12 +1,5 @@
-"""Mixed-task batches (``data.batch_mixing: mixed``, pal_lightning.data.sampling.mixed): every row draws its
-task from the schedule.
-
-The sampler (row frequencies follow each epoch's annealed ``p_t``; task streams without replacement; exact
-resume; disjoint DDP shares and no repeat inside a global batch), the refusals, and the module's step on a
-real mixed batch (siamese pairs as in the quickstart): the loss is the row mean, equal to the one-task
-losses of the same rows weighted by their counts; a tiny fit logs each present task; GEM is refused.
-One real 2-process gloo run checks the shares under DDP (``ddp_script.py mixed``).
-"""
+"""Mixed-task batches (pal_lightning.data.sampling.mixed): the sampler, its refusals, and the module's step
+on a real mixed batch (the row mean loss; a tiny fit; GEM refused)."""
 
 from __future__ import annotations
 
@@ -30,17 +23,9 @@ def make(
     world: int = 1, rank: int = 0, seed: int = 5, steps: int | None = None, **kw
 ) -> MixedTaskBatchSampler:
     schedule = kw.pop("schedule", SamplingSchedule("annealed", num_epochs=3))
-    sizes = kw.pop("sizes", SIZES)
-    return MixedTaskBatchSampler(
-        sizes,
-        dict.fromkeys(sizes, kw.pop("batch_size", 2)),
-        schedule,
-        steps_per_epoch=steps,
-        num_replicas=world,
-        rank=rank,
-        seed=seed,
-        **kw,
-    )
+    sizes, batch = kw.pop("sizes", SIZES), kw.pop("batch_size", 2)
+    kw.update(steps_per_epoch=steps, num_replicas=world, rank=rank, seed=seed)
+    return MixedTaskBatchSampler(sizes, dict.fromkeys(sizes, batch), schedule, **kw)
 
 
 def widths(sizes: dict[str, int] = SIZES, seed: int = 0) -> dict[str, np.ndarray]:
@@ -162,9 +147,8 @@ def test_report_sequence_split_and_pool_size() -> None:
     assert list(make(steps=12, **GROUPED).batches(0)) == epoch(make(steps=12, **GROUPED), 0)
     one = make(steps=5, lengths=widths(), pool_batches=1)  # a pool of one step: its own order
     assert sum(len(p.indices) for b in epoch(one, 0) for p in b.parts) == 10
-    assert epoch(make(seed=1, **GROUPED), 0) != epoch(
-        make(seed=2, **GROUPED), 0
-    )  # the seed reaches the streams
+    # the seed reaches the streams
+    assert epoch(make(seed=1, **GROUPED), 0) != epoch(make(seed=2, **GROUPED), 0)
     default = MixedTaskBatchSampler(SIZES, dict.fromkeys(SIZES, 2), SamplingSchedule())
     assert (default.num_replicas, default.rank, default.seed, default.pool_batches) == (1, 0, 42, 50)
     assert (default.split, default.lengths) == ("train", None)
@@ -225,13 +209,8 @@ def mixed_data(tmp_path_factory: pytest.TempPathFactory):
     from pal_lightning.testing import write_cs224n_data
 
     folder = write_cs224n_data(tmp_path_factory.mktemp("mixed") / "data")
-    options = {
-        "batch_size": 6,
-        "max_length": 32,
-        "steps_per_epoch": 2,
-        "cache_dir": False,
-        "pair_encoding": PAIRS,
-    }
+    options = {"batch_size": 6, "max_length": 32, "steps_per_epoch": 2, "cache_dir": False}
+    options["pair_encoding"] = PAIRS
     return folder, options, MultiTaskDataModule(data_dir=str(folder), batch_mixing="mixed", **options)
 
 
@@ -240,13 +219,8 @@ def tiny_module(**kw):
     from pal_lightning.testing import TINY_BERT, without_dropout
 
     torch.manual_seed(0)
-    return MultiTaskModule(
-        bert_config=without_dropout(TINY_BERT),
-        adapter={"num_heads": 2, "size": 8},
-        pair_encoding=PAIRS,
-        dropout=0.0,
-        **kw,
-    )
+    kw.update(adapter={"num_heads": 2, "size": 8}, pair_encoding=PAIRS, dropout=0.0)
+    return MultiTaskModule(bert_config=without_dropout(TINY_BERT), **kw)
 
 
 def test_the_data_module_groups_mixed_batches_by_each_examples_longer_side(mixed_data) -> None:
@@ -255,9 +229,7 @@ def test_the_data_module_groups_mixed_batches_by_each_examples_longer_side(mixed
     folder, options, plain = mixed_data
     plain.setup("fit")
     assert plain.train_dataloader().batch_sampler.lengths is None  # the fixture's group_by_length: off
-    dm = MultiTaskDataModule(
-        data_dir=str(folder), batch_mixing="mixed", **{**options, "group_by_length": True}
-    )
+    dm = MultiTaskDataModule(data_dir=str(folder), batch_mixing="mixed", group_by_length=True, **options)
     dm.setup("fit")
     sampler = dm.train_dataloader().batch_sampler
     assert isinstance(sampler, MixedTaskBatchSampler)

@@ -25,29 +25,14 @@ def test_pad_batch_rounds_the_width_up_and_masks_the_extra_positions() -> None:
     assert plain[INPUT_IDS].shape == (2, 4) and padded[INPUT_IDS].shape == (2, 8)
     for key in plain:
         assert torch.equal(padded[key][:, :4], plain[key]) and not padded[key][:, 4:].any()
-    assert pad_batch(enc, np.array([0]), pad_id=0, multiple_of=4)[INPUT_IDS].shape == (
-        1,
-        4,
-    )  # already a multiple
+    already = pad_batch(enc, np.array([0]), pad_id=0, multiple_of=4)
+    assert already[INPUT_IDS].shape == (1, 4)
 
 
-def _datamodule(data_dir: Path, tmp_path: Path, multiple: int) -> MultiTaskDataModule:
-    dm = MultiTaskDataModule(
-        data_dir=str(data_dir),
-        cache_dir=tmp_path / "cache",
-        batch_size=4,
-        eval_batch_size=5,
-        sampling="round_robin",
-        pad_to_multiple_of=multiple,
-    )
-    dm.setup("fit")
-    return dm
-
-
-def test_every_loader_pads_to_the_multiple_and_the_model_scores_the_same(
-    data_dir: Path, tmp_path: Path
-) -> None:
-    plain, padded = _datamodule(data_dir, tmp_path, 1), _datamodule(data_dir, tmp_path, 8)
+def test_every_loader_pads_to_the_multiple_and_the_model_scores_the_same(data_dir: Path, make_dm) -> None:
+    plain, padded = (make_dm(data_dir, sampling="round_robin", pad_to_multiple_of=m) for m in (1, 8))
+    plain.setup("fit")
+    padded.setup("fit")
     widths = set()
     for batch in [
         *list(padded.train_dataloader())[:6],

@@ -1,8 +1,4 @@
-"""Properties of the sampling maths (hypothesis), and the error messages a user sees.
-
-The probabilities are checked against the formula written out in the test (N^alpha normalised),
-the schedule against its end points and monotonicity, for many random task sizes.
-"""
+"""Properties of the sampling maths (hypothesis), and the error messages a user sees."""
 
 from __future__ import annotations
 

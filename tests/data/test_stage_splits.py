@@ -1,7 +1,5 @@
-"""A validation split carved from train by a seeded fraction (``validation_fraction``): its size, no overlap
-with the rows left to train on, the same rows in another process and for another data module (every DDP
-rank builds its own), other rows for another seed or task; fitting never reads the dev files, whose rows
-``test`` then scores."""
+"""A validation split carved from train by a seeded fraction (``validation_fraction``): sizes, no overlap,
+the same rows in every process and data module; fitting never reads the dev files, which ``test`` scores."""
 
 from __future__ import annotations
 
@@ -14,7 +12,6 @@ import numpy as np
 import pytest
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.data import MultiTaskDataModule
 from pal_lightning.data.split_cache import SplitCache
 from pal_lightning.data.stage_splits import VALIDATION, carve, take_rows
 from pal_lightning.testing import write_cs224n_data
@@ -64,15 +61,8 @@ def test_take_rows_keeps_each_examples_tokens() -> None:
     assert tokens.input_ids.tolist() == [2, 7, 8, 9] and tokens.offsets.tolist() == [0, 1, 4]
 
 
-def _dm(data_dir: Path, tmp_path: Path, **kw: object) -> MultiTaskDataModule:
-    kw.setdefault("validation_fraction", 0.25)
-    return MultiTaskDataModule(
-        data_dir=str(data_dir), cache_dir=tmp_path / "cache", batch_size=4, eval_batch_size=5, **kw
-    )
-
-
 def test_fit_trains_on_the_rest_validates_on_the_carved_rows_and_never_reads_dev(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make_dm
 ) -> None:
     data_dir = write_cs224n_data(tmp_path / "data", n_train=24, n_dev=10)
     read: list[tuple[str, str]] = []
@@ -83,7 +73,7 @@ def test_fit_trains_on_the_rest_validates_on_the_carved_rows_and_never_reads_dev
         return real_load(self, task, split, report)
 
     monkeypatch.setattr(SplitCache, "load", load)
-    dm = _dm(data_dir, tmp_path)
+    dm = make_dm(data_dir, validation_fraction=0.25)
     dm.prepare_data()
     dm.setup("fit")
     assert dm.train_sizes == {"sst": 18, "qqp": 18, "sts": 18}
@@ -104,21 +94,24 @@ def test_fit_trains_on_the_rest_validates_on_the_carved_rows_and_never_reads_dev
     assert sum(len(b["ids"]) for b in dm.test_dataloader()) == 30
 
 
-def test_every_data_module_carves_the_same_rows_and_validation_seed_others(tmp_path: Path) -> None:
+def test_every_data_module_carves_the_same_rows_and_validation_seed_others(tmp_path: Path, make_dm) -> None:
     data_dir = write_cs224n_data(tmp_path / "data", n_train=40)
-    one, two = _dm(data_dir, tmp_path), _dm(data_dir, tmp_path)  # two ranks, or a resumed run
-    other = _dm(data_dir, tmp_path, validation_seed=5)
+    one, two = (
+        make_dm(data_dir, validation_fraction=0.25),
+        make_dm(data_dir, validation_fraction=0.25),
+    )  # two ranks, or a resumed run
+    other = make_dm(data_dir, validation_fraction=0.25, validation_seed=5)
     held = one.load_split("qqp", VALIDATION).ids.tolist()
     assert held == two.load_split("qqp", VALIDATION).ids.tolist() and len(held) == 10
     assert other.load_split("qqp", VALIDATION).ids.tolist() != held
-    by_seed = _dm(data_dir, tmp_path, seed=5).load_split("qqp", VALIDATION).ids.tolist()
+    by_seed = make_dm(data_dir, validation_fraction=0.25, seed=5).load_split("qqp", VALIDATION).ids.tolist()
     assert by_seed == other.load_split("qqp", VALIDATION).ids.tolist()  # validation_seed defaults to seed
 
 
-def test_without_a_fraction_validation_is_dev_and_a_bad_fraction_is_one_line(tmp_path: Path) -> None:
+def test_without_a_fraction_validation_is_dev_and_a_bad_fraction_is_one_line(tmp_path: Path, make_dm) -> None:
     data_dir = write_cs224n_data(tmp_path / "data")
-    dm = _dm(data_dir, tmp_path, validation_fraction=None)
+    dm = make_dm(data_dir, validation_fraction=None)
     assert {b["split"] for b in dm.val_dataloader()} == {"dev"}
     for bad in (0, 1, 1.5):
         with pytest.raises(PalUserError, match="validation_fraction is the share"):
-            _dm(data_dir, tmp_path, validation_fraction=bad)
+            make_dm(data_dir, validation_fraction=bad)

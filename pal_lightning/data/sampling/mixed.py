@@ -1,11 +1,5 @@
-"""Mixed batches (``--data.batch_mixing mixed``): every row of a step draws its task by the schedule.
-
-Row tasks are drawn i.i.d. with the epoch's probabilities by a generator seeded by ``(seed, epoch)``; task
-``t``'s rows take the next positions of its example stream, in step order then row order, and rank ``r``
-keeps global rows ``r * B .. (r + 1) * B - 1`` of each step. The loss of a mixed batch is the plain mean
-over its rows, whose expected gradient is the per-task schedule's, ``sum_t p_t grad L_t``.
-``docs/design.md`` §3 has the argument, and how length grouping deals a pool's examples to its steps.
-"""
+"""Mixed batches (``--data.batch_mixing mixed``): every row of a step draws its task by the schedule, and the
+plain mean loss over rows has the per-task schedule's expected gradient (``docs/design.md`` §3)."""
 
 from __future__ import annotations
 
@@ -21,8 +15,8 @@ from pal_lightning.data.sampling.schedules import SamplingSchedule
 
 
 class MixedBatch(NamedTuple):
-    """What the mixed sampler yields: one :class:`TaskBatch` per task present, in the tasks' order; the
-    dataset pads each and stacks them into one mixed batch (:func:`pal_lightning.core.batch.mix_batches`)."""
+    """What the mixed sampler yields: one :class:`TaskBatch` per task present, in the tasks' order (the
+    dataset stacks them with :func:`pal_lightning.core.batch.mix_batches`)."""
 
     parts: tuple[TaskBatch, ...]
 
@@ -32,11 +26,7 @@ class MixedBatch(NamedTuple):
 
 
 def one_batch_size(batch_sizes: Mapping[str, int]) -> int:
-    """The one per-rank batch size of mixed batches (every task's ``B_t`` must be the same).
-
-    Raises:
-        PalUserError: for per-task batch sizes that differ.
-    """
+    """The one per-rank batch size of mixed batches; a PalUserError for per-task batch sizes that differ."""
     sizes = {int(b) for b in batch_sizes.values()}
     if len(sizes) != 1:
         raise PalUserError(
@@ -47,17 +37,9 @@ def one_batch_size(batch_sizes: Mapping[str, int]) -> int:
 
 
 class MixedTaskBatchSampler(MultiTaskBatchSampler):
-    """Yields :class:`MixedBatch` es whose rows draw their tasks by the schedule.
-
-    Takes the per-task sampler's arguments (by keyword after ``schedule``), except ``phases``. ``lengths``
-    are each example's padded width in a mixed batch (a siamese pair's longer side); given, every pool of
-    ``pool_batches`` steps deals long examples to the same steps. ``steps_per_epoch`` defaults to the
-    per-task sampler's one pass.
-
-    Raises:
-        PalUserError: for per-task batch sizes that differ, or the ``round_robin`` schedule (a cycle of
-            whole batches; ``uniform`` draws rows with the same frequencies).
-    """
+    """Yields :class:`MixedBatch` es whose rows draw their tasks by the schedule: the per-task sampler's
+    arguments (by keyword after ``schedule``) but ``phases``, with ``lengths`` each example's padded width;
+    a PalUserError for per-task batch sizes that differ, or the ``round_robin`` schedule."""
 
     batch_mixing = MIXED
 
@@ -88,17 +70,14 @@ class MixedTaskBatchSampler(MultiTaskBatchSampler):
         return self.batch_size * self.num_replicas
 
     def row_tasks(self, epoch: int) -> np.ndarray:
-        """``[S, B * W]``: the task index (into :attr:`tasks`) of every global row of ``epoch``, the same
-        on every rank."""
+        """``[S, B * W]``: the task index of every global row of ``epoch``, the same on every rank."""
         key = streams.schedule_key(self.sizes, self.schedule)
         return streams.row_draws(self.seed, epoch, self.steps_per_epoch, self.global_batch, key)
 
     def task_sequence(self, epoch: int) -> np.ndarray:
-        """The task of most rows of each step (ties: the first in :attr:`tasks`); for reports only, since
-        every row has its own task (:meth:`row_tasks`)."""
+        """The task of most rows of each step (ties: the first), for reports only."""
         draws = self.row_tasks(epoch)
-        counts = np.stack([(draws == i).sum(axis=1) for i in range(len(self.tasks))], axis=1)
-        return counts.argmax(axis=1)
+        return np.stack([(draws == i).sum(axis=1) for i in range(len(self.tasks))], axis=1).argmax(axis=1)
 
     def _positions_used(self, epoch: int, steps: int) -> dict[str, int]:
         counts = np.bincount(self.row_tasks(epoch)[:steps].ravel(), minlength=len(self.tasks))
@@ -109,8 +88,7 @@ class MixedTaskBatchSampler(MultiTaskBatchSampler):
 
     def batches(self, epoch: int, start: int = 0) -> Iterator[MixedBatch]:  # type: ignore[override]
         """This rank's mixed batches of ``epoch`` from step ``start`` on (pure: no state is changed)."""
-        draws = self.row_tasks(epoch)
-        pool = self.pool_batches
+        draws, pool = self.row_tasks(epoch), self.pool_batches
         first = start - start % pool  # pools start at multiples of pool_batches
         offsets = dict(self._epoch_offsets(epoch))
         for t, used in self._positions_used(epoch, first).items():
@@ -122,9 +100,9 @@ class MixedTaskBatchSampler(MultiTaskBatchSampler):
             for step in range(max(p0, start), p1):
                 row, parts = draws[step], []
                 for i, t in enumerate(self.tasks):
-                    before = int(np.count_nonzero(row[:lo] == i))
                     mine = int(np.count_nonzero(row[lo:hi] == i))
                     if mine:
+                        before = int(np.count_nonzero(row[:lo] == i))
                         idx = dealt[t][step - p0][before : before + mine]
                         parts.append(TaskBatch(t, self.split, tuple(int(j) for j in idx)))
                 yield MixedBatch(tuple(parts))
@@ -132,15 +110,9 @@ class MixedTaskBatchSampler(MultiTaskBatchSampler):
     def _pool_examples(
         self, epoch: int, p0: int, draws: np.ndarray, offsets: dict[str, int]
     ) -> dict[str, list[np.ndarray]]:
-        """``{task: [examples of each step of the pool]}``, each step's in its rows' order, for the pool of
-        steps ``p0 ..`` whose row draws are ``draws`` (tasks with no row in the pool are left out); advances
-        ``offsets`` past the pool's stream positions.
-
-        Each task's examples of the pool are its next stream positions: ungrouped, dealt in stream order to
-        the steps in step order; grouped, sorted longest first and dealt to the steps in a random order.
-        """
+        """``{task: [examples of each step of the pool from p0]}``; advances ``offsets`` past the pool."""
         order = np.arange(len(draws))
-        if self.lengths is not None:
+        if self.lengths is not None:  # grouped: sorted longest first, dealt to the steps in a random order
             order = streams.pool_order(self.seed, epoch, p0, len(draws))
         place = np.argsort(order)  # step s is dealt the place[s]-th slice
         dealt: dict[str, list[np.ndarray]] = {}

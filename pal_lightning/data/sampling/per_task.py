@@ -1,12 +1,5 @@
-"""The per-task batch sampler (one task per training step, the same on every rank, exactly resumable) and
-the evaluation batches (every example once across ranks).
-
-Epoch ``e`` has ``S`` steps; the task of each step is drawn by the sampling schedule (or follows the
-phases of a sequential schedule), and takes the next ``B_t * W`` positions of its example stream
-(:mod:`~pal_lightning.data.sampling.streams`), of which rank ``r`` keeps the ``r``-th ``B_t``. The plan is a
-pure function of ``(seed, epoch, step)``, so the sampler's state is ``(epoch, steps consumed)``.
-``docs/design.md`` §3 has the maths.
-"""
+"""The per-task batch sampler (one task per step, alike on every rank, resumable) and the evaluation batches
+(every example once across ranks). ``docs/design.md`` §3 has the maths."""
 
 from __future__ import annotations
 
@@ -26,8 +19,7 @@ from pal_lightning.data.sampling.schedules import SamplingSchedule
 
 log = logging.getLogger(__name__)
 
-#: The values of ``--data.batch_mixing``: every batch holds one task's rows (``per_task``), or every row's
-#: task is drawn on its own (``mixed``, :class:`~pal_lightning.data.sampling.mixed.MixedTaskBatchSampler`).
+#: The values of ``--data.batch_mixing``: one task's rows per batch, or every row's task drawn on its own.
 PER_TASK, MIXED = "per_task", "mixed"
 BATCH_MIXINGS = (PER_TASK, MIXED)
 
@@ -41,8 +33,7 @@ class TaskBatch(NamedTuple):
 
 
 class EpochHandle:
-    """What Lightning finds at ``batch_sampler.sampler`` (it calls ``set_epoch`` there and on
-    ``dataloader.sampler`` only): forwards ``set_epoch`` to the batch sampler."""
+    """Lightning calls ``set_epoch`` on ``batch_sampler.sampler`` only: this forwards it to the batch sampler."""
 
     def __init__(self, owner: MultiTaskBatchSampler) -> None:
         self._owner = owner
@@ -59,14 +50,14 @@ class MultiTaskBatchSampler(Sampler[TaskBatch]):
         batch_sizes: per-rank batch size per task (``B_t``).
         schedule: how tasks are drawn.
         steps_per_epoch: steps per epoch per rank; ``None`` = one pass over the data.
-        num_replicas: world size ``W`` (number of ranks).
+        num_replicas: world size ``W``.
         rank: this process's rank.
         seed: base seed of every generator.
         lengths: token counts per example per task; given, batches are grouped by length.
         pool_batches: global batches per length-grouping pool.
         split: split name put in each :class:`TaskBatch`.
-        phases: ``(task, batches)`` pairs of a sequential (continual) schedule; given, ``schedule``
-            is not used and ``steps_per_epoch`` defaults to the sum of the phase lengths.
+        phases: ``(task, batches)`` of a sequential schedule; given, ``schedule`` is not used and
+            ``steps_per_epoch`` defaults to their sum.
     """
 
     #: How a batch is made: rows of one task (this class) or of several (``mixed``).
@@ -89,53 +80,42 @@ class MultiTaskBatchSampler(Sampler[TaskBatch]):
         if num_replicas < 1 or not 0 <= rank < num_replicas:
             raise ValueError(f"Need 0 <= rank < num_replicas, got rank={rank}, num_replicas={num_replicas}.")
         self.sizes = {t: int(n) for t, n in sizes.items()}
-        if not self.sizes or all(n == 0 for n in self.sizes.values()):
+        if not any(self.sizes.values()):
             raise PalUserError(f"No training examples in any task (sizes {self.sizes}).")
         self.tasks = list(self.sizes)
         self.batch_sizes = {t: int(batch_sizes[t]) for t in self.tasks}
         if any(b < 1 for b in self.batch_sizes.values()):
             raise PalUserError(f"Batch sizes must be >= 1, got {self.batch_sizes}.")
-        self.schedule = schedule
-        self.num_replicas = num_replicas
-        self.rank = rank
-        self.seed = int(seed)
-        self.lengths = dict(lengths) if lengths is not None else None
         if pool_batches < 1:
             raise PalUserError(f"pool_batches must be >= 1, got {pool_batches}.")
-        self.pool_batches = pool_batches
-        self.split = split
+        self.schedule, self.num_replicas, self.rank, self.seed = schedule, num_replicas, rank, int(seed)
+        self.lengths = dict(lengths) if lengths is not None else None
+        self.pool_batches, self.split = pool_batches, split
         #: The sequential schedule's phases (empty for interleaved sampling).
         self.phases: list[Phase] = make_phases(phases) if phases else []
         unknown = sorted({p.task for p in self.phases} - set(self.tasks))
         if unknown:
             raise PalUserError(f"Continual phases name unknown tasks {unknown}; the tasks are {self.tasks}.")
-        self.steps_per_epoch = int(
-            steps_per_epoch
-            if steps_per_epoch is not None
-            else self.phases[-1].end
-            if self.phases
-            else default_steps_per_epoch(self.sizes, self.batch_sizes, num_replicas)
-        )
+        if steps_per_epoch is None and self.phases:
+            steps_per_epoch = self.phases[-1].end
+        elif steps_per_epoch is None:
+            steps_per_epoch = default_steps_per_epoch(self.sizes, self.batch_sizes, num_replicas)
+        self.steps_per_epoch = int(steps_per_epoch)
         if self.steps_per_epoch < 1:
             raise PalUserError(f"steps_per_epoch must be >= 1, got {self.steps_per_epoch}.")
         self.epoch = 0
         self.sampler = EpochHandle(self)
-        #: Optional callable giving the number of batches of the current epoch the consumer has
-        #: really used (the Trainer prefetches, so what was yielded can run ahead of that).
+        #: Batches of the epoch the consumer really used (the Trainer prefetches past what it used).
         self.position_fn: Callable[[], int | None] | None = None
-        self._resume_position = 0
-        self._position = 0
+        self._resume_position = self._position = 0
         self._offset_cache: dict[int, dict[str, int]] = {}
         self._cycles: dict[tuple[int, str, int], np.ndarray] = {}
-
-    # ----------------------------------------------------------------- epoch and state
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch the next iteration yields; a new epoch starts at its first step."""
         if epoch != self.epoch:
             self.epoch = int(epoch)
-            self._resume_position = 0
-            self._position = 0
+            self._resume_position = self._position = 0
 
     def __len__(self) -> int:
         return self.steps_per_epoch
@@ -143,11 +123,9 @@ class MultiTaskBatchSampler(Sampler[TaskBatch]):
     def state_dict(self) -> dict[str, Any]:
         """Where the current epoch stands: enough to continue exactly (everything else is seeded)."""
         position = self.position_fn() if self.position_fn is not None else None
-        if position is None:
-            position = self._position
         return {
             "epoch": self.epoch,
-            "position": int(position),
+            "position": int(self._position if position is None else position),
             "seed": self.seed,
             "sizes": dict(self.sizes),
             "batch_sizes": dict(self.batch_sizes),
@@ -159,50 +137,46 @@ class MultiTaskBatchSampler(Sampler[TaskBatch]):
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue from ``state``: the next iteration starts at the saved step of the saved epoch.
-
-        Raises:
-            PalUserError: when the tasks, their sizes or batch sizes differ from the saved run.
-        """
+        """Continue from ``state``'s step; a PalUserError when sizes, batch sizes, mixing or phases differ."""
+        why = "Cannot resume the task sampler:"
         if dict(state["sizes"]) != self.sizes or dict(state["batch_sizes"]) != self.batch_sizes:
             raise PalUserError(
-                "Cannot resume the task sampler: the training data or batch sizes changed since the checkpoint "
-                f"(saved sizes {state['sizes']}, batch sizes {state['batch_sizes']}; now {self.sizes}, "
-                f"{self.batch_sizes}). Resume with the same tasks, files, limit_examples and batch_size."
+                f"{why} the training data or batch sizes changed since the checkpoint (saved sizes "
+                f"{state['sizes']}, batch sizes {state['batch_sizes']}; now {self.sizes}, {self.batch_sizes}). "
+                "Resume with the same tasks, files, limit_examples and batch_size."
             )
         saved_mixing = str(state.get("batch_mixing", PER_TASK))
         if saved_mixing != self.batch_mixing:
             raise PalUserError(
-                f"Cannot resume the task sampler: the checkpoint trained with batch_mixing {saved_mixing!r}, this "
-                f"run asks for {self.batch_mixing!r} (their batches differ). Resume with "
-                f"--data.batch_mixing {saved_mixing}, or start a new fit without --ckpt_path."
+                f"{why} the checkpoint trained with batch_mixing {saved_mixing!r}, this run asks for "
+                f"{self.batch_mixing!r}. Resume with --data.batch_mixing {saved_mixing}, or start a new fit "
+                "without --ckpt_path."
             )
-        saved_phases = [list(p) for p in state.get("phases") or []]
-        if saved_phases != [list(p) for p in self.phases]:
+        saved_phases, phases = [list(p) for p in state.get("phases") or []], [list(p) for p in self.phases]
+        if saved_phases != phases:
             raise PalUserError(
-                "Cannot resume the task sampler: the continual schedule changed since the checkpoint "
-                f"(saved phases {saved_phases}, now {[list(p) for p in self.phases]}). Resume with the same "
-                "schedule, task_order, steps_per_task/epochs_per_task, batch_size and number of devices."
+                f"{why} the continual schedule changed since the checkpoint (saved phases {saved_phases}, now "
+                f"{phases}). Resume with the same schedule, task_order, steps_per_task/epochs_per_task, "
+                "batch_size and number of devices."
             )
         if state["num_replicas"] != self.num_replicas or state["steps_per_epoch"] != self.steps_per_epoch:
-            log.warning(
-                "Resuming with a different world size or steps_per_epoch (saved %s/%s, now %s/%s): the task "
-                "order is kept but the examples seen will differ from the uninterrupted run.",
+            saved_now = (
                 state["num_replicas"],
                 state["steps_per_epoch"],
                 self.num_replicas,
                 self.steps_per_epoch,
+            )
+            log.warning(
+                "Resuming with a different world size or steps_per_epoch (saved %s/%s, now %s/%s): the task "
+                "order is kept but the examples seen will differ from the uninterrupted run.",
+                *saved_now,
             )
         self.seed = int(state["seed"])
         self._offset_cache.clear()
         epoch, position = int(state["epoch"]), int(state["position"])
         if position >= self.steps_per_epoch:  # saved at the very end of an epoch
             epoch, position = epoch + 1, 0
-        self.epoch = epoch
-        self._resume_position = position
-        self._position = position
-
-    # ----------------------------------------------------------------- the plan
+        self.epoch, self._resume_position, self._position = epoch, position, position
 
     def task_sequence(self, epoch: int) -> np.ndarray:
         """Task index (into :attr:`tasks`) of every step of ``epoch``; the same on every rank."""
@@ -216,24 +190,21 @@ class MultiTaskBatchSampler(Sampler[TaskBatch]):
         """Stream position of every task at the start of ``epoch`` (replays earlier epochs)."""
         if epoch in self._offset_cache:
             return self._offset_cache[epoch]
-        known = [e for e in self._offset_cache if e < epoch]
-        start = max(known) if known else 0
+        start = max((e for e in self._offset_cache if e < epoch), default=0)
         offsets = dict(self._offset_cache.get(start, dict.fromkeys(self.tasks, 0)))
         for e in range(start, epoch):
-            used = self._positions_used(e, self.steps_per_epoch)
-            for t in self.tasks:
-                offsets[t] += used[t]
+            for t, used in self._positions_used(e, self.steps_per_epoch).items():
+                offsets[t] += used
             self._offset_cache[e + 1] = dict(offsets)
         self._offset_cache.setdefault(epoch, dict(offsets))
         return offsets
 
     def _positions_used(self, epoch: int, steps: int) -> dict[str, int]:
-        """Stream positions of every task that the first ``steps`` steps of ``epoch`` use, all ranks together."""
+        """Stream positions per task that the first ``steps`` steps of ``epoch`` use, all ranks together."""
         counts = np.bincount(self.task_sequence(epoch)[:steps], minlength=len(self.tasks))
         return {t: int(counts[i]) * self.batch_sizes[t] * self.num_replicas for i, t in enumerate(self.tasks)}
 
     def _cycle(self, task: str, cycle: int) -> np.ndarray:
-        """Example order of one full pass (``cycle``) over ``task``'s examples (cached)."""
         key = (self.seed, task, cycle)
         if key not in self._cycles:
             if len(self._cycles) >= 4 * len(self.tasks):  # keep memory bounded
@@ -245,14 +216,13 @@ class MultiTaskBatchSampler(Sampler[TaskBatch]):
         global_batch = self.batch_sizes[task] * self.num_replicas
         if self.lengths is None:
             return streams.plain_cycle(self.seed, task, cycle, self.sizes[task], global_batch)
-        args = (self.pool_batches, self.lengths[task])
-        return streams.grouped_cycle(self.seed, task, cycle, self.sizes[task], global_batch, *args)
+        return streams.grouped_cycle(
+            self.seed, task, cycle, self.sizes[task], global_batch, self.pool_batches, self.lengths[task]
+        )
 
     def _take(self, task: str, start: int, count: int) -> np.ndarray:
         """Stream positions ``start .. start + count - 1`` of ``task`` as example indices."""
-        n = self.sizes[task]
-        out = []
-        pos, end = start, start + count
+        n, out, pos, end = self.sizes[task], [], start, start + count
         while pos < end:
             cycle, within = divmod(pos, n)
             chunk = min(end - pos, n - within)
@@ -264,21 +234,18 @@ class MultiTaskBatchSampler(Sampler[TaskBatch]):
         """This rank's batches of ``epoch`` from step ``start`` on (pure: no state is changed)."""
         seq = self.task_sequence(epoch)
         offsets = dict(self._epoch_offsets(epoch))
-        # Stream positions consumed inside the epoch before ``start``.
         for t, used in self._positions_used(epoch, start).items():
             offsets[t] += used
         for step in range(start, self.steps_per_epoch):
             t = self.tasks[int(seq[step])]
             b = self.batch_sizes[t]
-            global_start = offsets[t]
+            idx = self._take(t, offsets[t] + self.rank * b, b)
             offsets[t] += b * self.num_replicas
-            idx = self._take(t, global_start + self.rank * b, b)
             yield TaskBatch(t, self.split, tuple(int(i) for i in idx))
 
     def __iter__(self) -> Iterator[TaskBatch]:
         epoch, start = self.epoch, self._resume_position
-        self._resume_position = 0
-        self._position = start
+        self._resume_position, self._position = 0, start
         for batch in self.batches(epoch, start):
             self._position += 1
             yield batch
@@ -293,12 +260,9 @@ def eval_batches(
 ) -> list[TaskBatch]:
     """This rank's evaluation batches: every example of every split exactly once across ranks.
 
-    Rank ``r`` takes the contiguous block ``[r N / W, (r + 1) N / W)`` of each split,
-    sorted by length (longest first) when ``lengths`` is given, cut into
-    ``ceil(ceil(N / W) / B)`` near-equal batches, a number that is the same on every rank
-    (as long as ``N >= W``), so ranks run the same number of evaluation steps and the same
-    task at each step. Splits are interleaved batch by batch, so a cap on the number of
-    evaluation batches (``limit_val_batches``) still sees every task.
+    Rank ``r`` takes the block ``[r N / W, (r + 1) N / W)`` of each split (longest first with ``lengths``) in
+    ``ceil(ceil(N / W) / B)`` batches, the same number on every rank; splits are interleaved batch by batch
+    so that ``limit_val_batches`` still sees every task.
     """
     per_split: list[list[TaskBatch]] = []
     for (task, split), n in splits.items():
@@ -308,9 +272,7 @@ def eval_batches(
         idx = np.arange(lo, hi)
         if lengths is not None:
             idx = idx[np.argsort(-lengths[(task, split)][lo:hi], kind="stable")]
-        per_rank = math.ceil(n / num_replicas)
-        num_batches = math.ceil(per_rank / batch_sizes[task])
+        num_batches = math.ceil(math.ceil(n / num_replicas) / batch_sizes[task])
         chunks = np.array_split(idx, min(num_batches, max(len(idx), 1)))
         per_split.append([TaskBatch(task, split, tuple(int(i) for i in c)) for c in chunks if len(c)])
-    # Interleave the splits (a, b, c, a, b, c, ...) so that limit_val_batches keeps every task.
     return [b for group in itertools.zip_longest(*per_split) for b in group if b is not None]

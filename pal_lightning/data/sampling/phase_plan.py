@@ -1,6 +1,4 @@
-"""The task schedule: every task interleaved (drawn per step by the sampling schedule), or the tasks of
-``task_order`` one after another in phases (continual learning), each ``steps_per_task`` training batches
-or ``epochs_per_task`` passes of ``ceil(N_t / (B_t W))`` global batches."""
+"""The task schedule: every task interleaved, or the tasks of ``task_order`` one after another in phases."""
 
 from __future__ import annotations
 
@@ -10,7 +8,6 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.data.task_values import per_task
 from pal_lightning.tasks.specs import repeated_names
 
 INTERLEAVED = "interleaved"
@@ -18,26 +15,43 @@ SEQUENTIAL = "sequential"
 #: Values of ``schedule`` (the task schedule, not the sampling schedule of ``sampling``).
 TASK_SCHEDULES = (INTERLEAVED, SEQUENTIAL)
 
-#: Options that only mean something for the sequential schedule.
 _SEQUENTIAL_ONLY = ("task_order", "steps_per_task", "epochs_per_task")
 
 
 class Phase(NamedTuple):
-    """One phase of a sequential schedule: ``task`` trains on global training batches ``start .. end - 1``
-    (per rank, ``epoch * steps_per_epoch + batch_idx``; with ``accumulate_grad_batches = k`` a phase of
-    ``n`` batches is ``n / k`` optimizer steps)."""
+    """``task`` trains on training batches ``start .. end - 1`` (``epoch * steps_per_epoch + batch_idx``)."""
 
     task: str
     start: int
     end: int
 
 
-def make_phases(plan: Sequence[tuple[str, int]]) -> list[Phase]:
-    """Consecutive :class:`Phase` s from ``(task, batches)`` pairs.
+def per_task(value: int | Mapping[str, int], tasks: Sequence[str], what: str) -> dict[str, int]:
+    """An int, or a ``task -> int`` mapping naming each task or a ``default``, for every task of ``tasks``
+    (``what``: the option, for messages); a PalUserError for an unknown or missing task, or a value below 1."""
+    if isinstance(value, Mapping):
+        default = value.get("default")
+        unknown = [k for k in value if k != "default" and k not in tasks]
+        missing = [t for t in tasks if t not in value and default is None]
+        if unknown or missing:
+            raise PalUserError(
+                f"{what} (--data.{what}) per task must name the tasks {list(tasks)} (or give a 'default'); "
+                f"unknown {unknown}, missing {missing}."
+            )
+        out = {t: int(value.get(t, default)) for t in tasks}  # type: ignore[arg-type]
+    else:
+        out = dict.fromkeys(tasks, int(value))
+    bad = {t: b for t, b in out.items() if b < 1}
+    if bad:
+        given = bad if isinstance(value, Mapping) else value  # the value as the user wrote it
+        raise PalUserError(
+            f"{what} (--data.{what}) must be at least 1, got {given!r}. Give a positive number."
+        )
+    return out
 
-    Raises:
-        PalUserError: a phase with fewer than one batch.
-    """
+
+def make_phases(plan: Sequence[tuple[str, int]]) -> list[Phase]:
+    """Consecutive :class:`Phase` s from ``(task, batches)`` pairs; raises PalUserError for an empty phase."""
     phases, start = [], 0
     for task, n in plan:
         if int(n) < 1:
@@ -61,9 +75,9 @@ class PhasePlan:
     order: tuple[str, ...] = ()
     """The tasks trained one after another, in order."""
     steps_per_task: Mapping[str, int] | None = None
-    """Training batches of each phase, when given in batches."""
+    """Training batches of each phase, if given so."""
     epochs_per_task: float | None = None
-    """Passes over each phase's training data, when given in passes (the default: 1)."""
+    """Passes over each phase's training data, if given so."""
 
     @property
     def sequential(self) -> bool:
@@ -73,42 +87,27 @@ class PhasePlan:
     def lengths(
         self, train_sizes: Mapping[str, int], batch_sizes: Mapping[str, int], world: int
     ) -> list[tuple[str, int]]:
-        """``(task, training batches)`` of every phase in order (empty for the interleaved schedule).
-
-        Raises:
-            RuntimeError: for phases given in passes before the training sizes are known.
-        """
+        """``(task, training batches)`` of every phase (empty when interleaved); needs the sizes for passes."""
         if not self.sequential:
             return []
         if self.steps_per_task is not None:
             return [(t, self.steps_per_task[t]) for t in self.order]
         if not train_sizes:
             raise RuntimeError("The phases of epochs_per_task are known after setup('fit') (they need N_t).")
-        assert self.epochs_per_task is not None
-        passes = default_steps_per_epoch
-        # the 1e-9 keeps e.g. 1.5 * 4 at 6
-        return [
-            (
-                t,
-                max(
-                    1,
-                    math.ceil(self.epochs_per_task * passes({t: train_sizes[t]}, batch_sizes, world) - 1e-9),
-                ),
-            )
-            for t in self.order
-        ]
+        epochs = float(self.epochs_per_task or 1)
+        one_pass = {t: default_steps_per_epoch({t: train_sizes[t]}, batch_sizes, world) for t in self.order}
+        return [(t, max(1, math.ceil(epochs * one_pass[t] - 1e-9))) for t in self.order]  # 1.5 * 4 stays 6
 
     def phases(
         self, train_sizes: Mapping[str, int], batch_sizes: Mapping[str, int], world: int
     ) -> list[Phase]:
-        """The phases with their start and end in training batches (empty for the interleaved schedule)."""
+        """The phases, start and end in training batches (empty when interleaved)."""
         return make_phases(self.lengths(train_sizes, batch_sizes, world))
 
     def steps_per_epoch(
         self, given: int | None, train_sizes: Mapping[str, int], batch_sizes: Mapping[str, int], world: int
     ) -> int:
-        """Training batches per epoch per rank: ``given`` when set, else the whole continual run (the sum of
-        the phases), else one pass over every task."""
+        """Training batches per epoch per rank: ``given``, else the whole continual run, else one pass."""
         if given is not None:
             return int(given)
         if self.sequential:
@@ -122,12 +121,7 @@ def check_task_schedule(
     steps_per_task: int | Mapping[str, int] | None,
     epochs_per_task: float | None,
 ) -> None:
-    """The checks that need no task list: a known schedule, sequential-only options only with it,
-    steps or passes per phase (not both), and a positive number of passes.
-
-    Raises:
-        PalUserError: naming the option and the fix.
-    """
+    """The task-schedule checks that need no task list; raises PalUserError naming the option and the fix."""
     if schedule not in TASK_SCHEDULES:
         raise PalUserError(f"Unknown schedule {schedule!r}; choose one of {', '.join(TASK_SCHEDULES)}.")
     if schedule != SEQUENTIAL:
@@ -152,18 +146,15 @@ def plan_phases(
     epochs_per_task: float | None,
     task_names: Sequence[str],
 ) -> PhasePlan:
-    """Check the task-schedule options against the tasks and return the plan: ``task_order`` (default every
-    task) names each task at most once; a sequential phase is one pass unless told otherwise.
-
-    Raises:
-        PalUserError: naming the option and the fix.
-    """
+    """The checked plan of the task-schedule options; raises PalUserError naming the option and the fix."""
     check_task_schedule(schedule, task_order, steps_per_task, epochs_per_task)
     if schedule != SEQUENTIAL:
         return PhasePlan()
-    if isinstance(task_order, str):
-        task_order = [task_order]
-    order = list(task_order) if task_order is not None else list(task_names)
+    order = (
+        [task_order]
+        if isinstance(task_order, str)
+        else list(task_names if task_order is None else task_order)
+    )
     unknown = [t for t in order if t not in task_names]
     repeated = repeated_names(order)
     if not order or unknown or repeated:

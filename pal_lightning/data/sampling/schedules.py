@@ -1,21 +1,15 @@
-"""Task sampling schedules: the probability of drawing each task at each epoch.
-
-``p_i = N_i^alpha / sum_j N_j^alpha``, with alpha fixed (proportional 1, sqrt 0.5, uniform 0) or annealed
-per epoch, fixed ``weights``, or ``round_robin``; ``multipliers`` rescale any random schedule
-(``docs/design.md`` §3). Pure: the samplers (:mod:`pal_lightning.data.sampling`) draw from these.
-"""
+"""Task sampling schedules: the probability of drawing each task at each epoch (``docs/design.md`` §3)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import overload
 
 from pal_lightning.core.errors import PalUserError
 
-#: Sampling schedules understood by :class:`SamplingSchedule` (the values of ``--data.sampling``; not
-#: to be confused with the task schedule ``--data.schedule``, interleaved or sequential).
+#: The values of ``--data.sampling`` (not the task schedule ``--data.schedule``).
 SAMPLING_SCHEDULES = ("proportional", "sqrt", "uniform", "round_robin", "annealed", "weights")
 #: Fixed alpha of the non-annealed random schedules.
 FIXED_ALPHA = {"proportional": 1.0, "sqrt": 0.5, "uniform": 0.0}
@@ -28,8 +22,7 @@ def task_probabilities(sizes: Sequence[float], alpha: float) -> list[float]: ...
 def task_probabilities(
     sizes: Mapping[str, float] | Sequence[float], alpha: float
 ) -> dict[str, float] | list[float]:
-    """Sampling probabilities ``p_i = N_i^alpha / sum_j N_j^alpha`` (alpha 1 proportional, 0.5 square
-    root, 0 uniform), in the shape of ``sizes``: a dict with the same keys in order, or a list.
+    """Sampling probabilities ``p_i = N_i^alpha / sum_j N_j^alpha``, a dict or list like ``sizes``.
 
     Raises:
         ValueError: for no tasks, a negative size, all sizes zero, or a non-finite alpha.
@@ -54,13 +47,7 @@ def task_probabilities(
 def apply_multipliers(
     probs: Mapping[str, float], multipliers: Mapping[str, float] | None
 ) -> dict[str, float]:
-    """Scale probabilities by per-task multipliers and renormalise: ``p'_i = m_i p_i / sum_j m_j p_j``
-    (tasks not named keep ``m_i = 1``).
-
-    Raises:
-        PalUserError: for a multiplier naming a task not in ``probs``, a negative or non-finite one,
-            or multipliers that leave no task with a positive probability.
-    """
+    """``p'_i = m_i p_i / sum_j m_j p_j`` (not named: ``m_i = 1``); a PalUserError for a bad multiplier or task."""
     if not multipliers:
         return dict(probs)
     unknown = [t for t in multipliers if t not in probs]
@@ -84,8 +71,7 @@ def _multiplier(multipliers: Mapping[str, float], task: str) -> float:
 
 
 def annealed_alpha(epoch: int, num_epochs: int) -> float:
-    """Alpha of annealed sampling at 1-based ``epoch`` of ``num_epochs``: ``1 - 0.8 (e - 1) / (E - 1)``
-    (1 when ``E = 1``; epochs past ``E`` keep 0.2).
+    """Alpha of annealed sampling at 1-based ``epoch`` of ``E``: ``1 - 0.8 (e - 1) / (E - 1)`` (0.2 past ``E``).
 
     Raises:
         ValueError: if ``epoch < 1`` or ``num_epochs < 1``.
@@ -94,26 +80,21 @@ def annealed_alpha(epoch: int, num_epochs: int) -> float:
         raise ValueError(f"num_epochs must be >= 1, got {num_epochs}.")
     if epoch < 1:
         raise ValueError(f"epoch is 1-based and must be >= 1, got {epoch}.")
-    if num_epochs == 1:
-        return 1.0
-    e = min(epoch, num_epochs)
-    return 1.0 - 0.8 * (e - 1) / (num_epochs - 1)
+    return 1.0 if num_epochs == 1 else 1.0 - 0.8 * (min(epoch, num_epochs) - 1) / (num_epochs - 1)
 
 
 @dataclass
 class SamplingSchedule:
-    """A named task-sampling schedule, turned into probabilities per epoch:
-    ``SamplingSchedule("annealed", num_epochs=10).probabilities({"sst": 8544, "qqp": 14137}, epoch=0)``."""
+    """A named task-sampling schedule: ``SamplingSchedule("annealed", num_epochs=10).probabilities(sizes, 0)``."""
 
     name: str = "annealed"
     """One of :data:`SAMPLING_SCHEDULES`."""
     num_epochs: int = 1
     """Annealing horizon ``E`` (only used by ``annealed``)."""
-    weights: dict[str, float] | None = field(default=None)
+    weights: dict[str, float] | None = None
     """Fixed per-task weights (only for ``weights``); normalised to sum to one."""
-    multipliers: dict[str, float] | None = field(default=None)
-    """Per-task factors on the probabilities of any random schedule (tasks not named: 1), renormalised;
-    ``{sst2: 0.1}`` draws a large auxiliary task a tenth as often."""
+    multipliers: dict[str, float] | None = None
+    """Per-task factors on a random schedule's probabilities (not named: 1), renormalised."""
 
     def __post_init__(self) -> None:
         if self.name not in SAMPLING_SCHEDULES:
@@ -155,11 +136,7 @@ class SamplingSchedule:
         return None
 
     def probabilities(self, sizes: Mapping[str, int], epoch: int) -> dict[str, float]:
-        """Per-task probabilities at 0-based ``epoch`` (round-robin: the long-run frequency ``1 / T``).
-
-        Raises:
-            PalUserError: when ``weights`` names unknown tasks or misses some.
-        """
+        """Per-task probabilities at 0-based ``epoch``; a PalUserError when ``weights`` misnames the tasks."""
         if self.name == "weights":
             assert self.weights is not None
             missing = [t for t in sizes if t not in self.weights]
@@ -173,16 +150,13 @@ class SamplingSchedule:
             return apply_multipliers({t: float(self.weights[t]) / total for t in sizes}, self.multipliers)
         if self.name == "round_robin":
             return {t: 1.0 / len(sizes) for t in sizes}
-        alpha = self.alpha(epoch)
-        assert alpha is not None
-        return apply_multipliers(task_probabilities(dict(sizes), alpha), self.multipliers)
+        return apply_multipliers(task_probabilities(dict(sizes), self.alpha(epoch) or 0.0), self.multipliers)
 
 
 def annealing_horizon(
     max_epochs: int | None, max_steps: int | None, steps_per_epoch: Callable[[], int]
 ) -> int:
-    """The annealing horizon ``E`` a Trainer implies: ``max_epochs`` when set, else the epochs that
-    ``max_steps`` spans (``ceil(max_steps / steps_per_epoch())``, at least 1), else 1."""
+    """The annealing horizon ``E``: ``max_epochs``, else the epochs ``max_steps`` spans, else 1."""
     if max_epochs is not None and max_epochs > 0:
         return int(max_epochs)
     if max_steps and max_steps > 0:

@@ -1,9 +1,5 @@
-"""The seeded draws behind the batch samplers: pure functions of ``(seed, epoch, ...)``, alike on every rank.
-
-A task's *example stream* is one random permutation of its examples after another (pass ``c`` seeded by
-``(seed, task, c)``); the task of a step (or, for mixed batches, of a row) is drawn with a generator seeded
-by ``(seed, epoch)``. ``docs/design.md`` §3 has the maths.
-"""
+"""The seeded draws behind the batch samplers: pure functions of ``(seed, epoch, ...)``, alike on every rank
+(``docs/design.md`` §3)."""
 
 from __future__ import annotations
 
@@ -20,15 +16,14 @@ _EXAMPLE_STREAM = 2
 _ROW_STREAM = 3
 _POOL_STREAM = 4
 
-#: What :func:`task_sequence` and :func:`row_draws` need of a schedule, hashable:
-#: ``(tasks, sizes, name, num_epochs, sorted weights, sorted multipliers)``.
+#: ``(tasks, sizes, name, num_epochs, sorted weights, sorted multipliers)``: a schedule, hashable.
 ScheduleKey = tuple[
     tuple[str, ...], tuple[int, ...], str, int, tuple[tuple[str, float], ...], tuple[tuple[str, float], ...]
 ]
 
 
 def schedule_key(sizes: Mapping[str, int], schedule: SamplingSchedule) -> ScheduleKey:
-    """The hashable form of ``schedule`` over tasks of ``sizes`` (the draws are cached by it)."""
+    """The hashable form of ``schedule`` over tasks of ``sizes``."""
     return (
         tuple(sizes),
         tuple(sizes.values()),
@@ -72,8 +67,11 @@ def task_sequence(seed: int, epoch: int, steps: int, key: ScheduleKey) -> np.nda
 @functools.lru_cache(maxsize=16)
 def row_draws(seed: int, epoch: int, steps: int, global_batch: int, key: ScheduleKey) -> np.ndarray:
     """``[steps, global_batch]``: the task index of every row of ``epoch``, drawn i.i.d. by the schedule."""
-    rng = generator(seed, _ROW_STREAM, epoch)
-    draws = rng.choice(len(key[0]), size=(steps, global_batch), p=_probabilities(key, epoch)).astype(np.int32)
+    draws = (
+        generator(seed, _ROW_STREAM, epoch)
+        .choice(len(key[0]), size=(steps, global_batch), p=_probabilities(key, epoch))
+        .astype(np.int32)
+    )
     draws.setflags(write=False)
     return draws
 
@@ -88,7 +86,7 @@ def phase_sequence(epoch: int, steps: int, task_ids: tuple[int, ...], ends: tupl
 
 
 def pool_order(seed: int, epoch: int, first_step: int, steps: int) -> np.ndarray:
-    """The random order in which a pool of mixed ``steps`` starting at ``first_step`` is dealt examples."""
+    """The order in which a pool of mixed ``steps`` from ``first_step`` is dealt examples."""
     return generator(seed, _POOL_STREAM, epoch, first_step).permutation(np.arange(steps))
 
 
@@ -107,12 +105,8 @@ def _swap_out(perm: np.ndarray, head: int, stop: int, avoid: set[int]) -> np.nda
 
 
 def plain_cycle(seed: int, task: str, cycle: int, n: int, global_batch: int) -> np.ndarray:
-    """Pass ``cycle`` of the example stream, with no example twice in the global batch that straddles the
-    boundary with pass ``cycle - 1``.
-
-    Clashes swap with examples from the middle of the pass, never its tail, so each pass depends on the
-    previous raw one only. A task of fewer than two global batches of examples keeps its raw permutations.
-    """
+    """Pass ``cycle`` of the example stream, no example twice in the global batch straddling the previous pass
+    (clashes swap with the middle of the pass; under two global batches of examples: the raw permutation)."""
     perm = raw_cycle(seed, task, cycle, n)
     head = (-cycle * n) % global_batch
     if cycle == 0 or head == 0 or n < 2 * global_batch:
@@ -124,14 +118,13 @@ def plain_cycle(seed: int, task: str, cycle: int, n: int, global_batch: int) -> 
 def grouped_cycle(
     seed: int, task: str, cycle: int, n: int, global_batch: int, pool_batches: int, lengths: np.ndarray
 ) -> np.ndarray:
-    """:func:`plain_cycle` with each pool of ``pool_batches`` whole global batches sorted longest first and
-    its global batches shuffled (the partial batches at either end stay as they are)."""
+    """:func:`plain_cycle` with each pool of ``pool_batches`` global batches sorted longest first and its
+    global batches shuffled (partial batches at either end stay)."""
     perm = plain_cycle(seed, task, cycle, n, global_batch)
     rng = generator(seed, _EXAMPLE_STREAM, zlib.crc32(task.encode()), cycle, 1)
     # Global batches start at multiples of global_batch; this pass starts at position cycle * n.
     head = min((-cycle * n) % global_batch, n)
-    parts = [perm[:head]]
-    body = perm[head:]
+    parts, body = [perm[:head]], perm[head:]
     full = (len(body) // global_batch) * global_batch
     pool = pool_batches * global_batch
     for start in range(0, full, pool):
@@ -144,12 +137,8 @@ def grouped_cycle(
 
 
 def spaced_cycle(seed: int, task: str, cycle: int, n: int, window: int) -> np.ndarray:
-    """Pass ``cycle`` with its first ``window`` positions disjoint from the last ``window`` of the previous
-    pass (a mixed global batch holds up to ``window`` consecutive positions of a task's stream).
-
-    Clashes swap with the middle of the pass, never its last ``window``; with ``n < 3 * window`` not every
-    clash may find a partner, and with ``n < 2 * window`` the pass is the raw permutation.
-    """
+    """Pass ``cycle`` with its first ``window`` positions disjoint from the previous pass's last ``window``
+    (a mixed global batch holds up to ``window`` consecutive positions; ``n < 2 * window``: raw)."""
     perm = raw_cycle(seed, task, cycle, n)
     if cycle == 0 or n < 2 * window:
         return perm
@@ -158,13 +147,8 @@ def spaced_cycle(seed: int, task: str, cycle: int, n: int, window: int) -> np.nd
 
 
 def deal_apart(examples: np.ndarray, ends: np.ndarray) -> list[np.ndarray]:
-    """``examples`` cut at ``ends`` (slice ``k`` is ``examples[ends[k-1]:ends[k]]``), with no example twice
-    in one slice where a swap with a neighbouring slice avoids it.
-
-    Sorted by length, two copies of an example (drawn on both sides of a pass boundary) are neighbours:
-    each repeated copy swaps with the nearest position of another slice whose example is new to this slice
-    and whose slice lacks the copy. The multiset of examples does not change.
-    """
+    """``examples`` cut at ``ends``, each repeat within a slice swapped with the nearest position of another
+    slice whose example is new to it and which lacks the repeat (the multiset is unchanged)."""
     out = examples.copy()
     starts = np.concatenate([[0], ends[:-1]]).astype(np.int64)
     slice_of = np.repeat(np.arange(len(ends)), ends - starts)
