@@ -73,7 +73,7 @@ def test_nonfinite_steps_are_skipped_then_stop_with_the_last_checkpoint_intact(t
     assert "2 consecutive steps with non-finite loss/gradients" in message
     assert "step 6" in message and "task sst" in message  # TinyData's step 6 is an sst batch
     assert "learning rate" in message
-    assert module.nonfinite_steps == 3 and module.nonfinite_in_a_row == 2
+    assert module.guard.steps == 3 and module.guard.in_a_row == 2
 
     after = snaps.after  # after[s] = parameters once step s finished
     assert len(after) == 6  # steps 0..5 finished; step 6 raised before its batch end
