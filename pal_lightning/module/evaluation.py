@@ -21,7 +21,7 @@ from pal_lightning.core.contracts import TaskPredictor, require
 from pal_lightning.core.distributed import all_reduce_sum
 from pal_lightning.tasks.metrics import build_task_metrics, overall_over, scored_task_names
 from pal_lightning.tasks.specs import TaskSpec
-from pal_lightning.tasks.views import with_views
+from pal_lightning.tasks.views import EvalView, with_views
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
@@ -137,7 +137,7 @@ def evaluate_loader(
         return scorer.compute(module.device)
 
 
-def scored_tasks(specs: Iterable[TaskSpec], views: Mapping[str, Any], auxiliary: Any) -> list[str]:
+def scored_tasks(specs: Iterable[TaskSpec], views: dict[str, EvalView], auxiliary: Any) -> list[str]:
     """The tasks the overall score covers: all but the ``auxiliary`` ones, each with its evaluated views."""
     left_out = {*([auxiliary] if isinstance(auxiliary, str) else auxiliary or ())}
     left_out |= {v.name for v in views.values() if v.parent in left_out}
