@@ -1,28 +1,11 @@
-"""Sentence vectors: of a batch (one sequence per example, or each side of a siamese pair alone), and of
-plain sentences, as sentence-transformers' ``encode`` gives them.
+"""Sentence vectors and mixed batches.
 
-``module.encode(["a fine film", "a dull one"])`` returns one vector per sentence (``float32 [N, d]``):
-the sentences are tokenised by the model's tokenizer (cut at ``predict_max_length`` tokens), run in
-batches of similar length on the module's device in eval mode without gradients, and pooled as the
-model pools (``mean`` or ``cls``). ``task=None`` runs the shared encoder alone, without any task's
-modules: for an unchanged pretrained encoder, the pretrained model's own embeddings. ``task="sst"``
-runs it with that task's modules active (its PALs, its individual layers), as the task's head sees it.
-``normalize_embeddings=True`` scales each vector to length 1, as sentence-transformers' models that end
-in a ``Normalize`` module (all-MiniLM-L6-v2) do.
-
-``module.forward_mixed(batch)`` runs a *mixed* batch, rows of several tasks
-(:mod:`pal_lightning.core.batch`), in one encoder pass: each row gets its own task's modules (per-example
-task routing, :mod:`pal_lightning.modeling.families.routing`) and its own task's head. Heads differ in
-output width, so the result is per task: ``{task: TaskRows(rows, output)}``, ``rows`` the task's row
-indices in the batch and ``output`` what :meth:`forward` gives a one-task batch of those rows. A siamese
-task's second sentences (``input_ids_b``) join the same encoder pass as extra rows::
-
-    rows 0..B-1  (every row; a siamese row's first sentence)  ┐  one encoder pass,   pooled ─┬─ head_sst(u[rows_sst])
-    rows B..     (second sentences of the siamese rows)       ┘  tasks=<row tasks>           └─ head_sts(u[rows_sts], v[...])
-
-How a pair task is encoded is decided per task by its head (``cross``: both sentences in one sequence;
-``siamese``: each sentence alone, :mod:`pal_lightning.modeling.pair_heads`), and a batch must be laid out
-the same way (the data module's ``pair_encoding``); a mismatch is one clear error, not a shape error.
+:func:`encode_sentences` embeds plain sentences as sentence-transformers' ``encode`` does (``task=None``: the
+shared encoder alone; ``task="sst"``: with that task's modules). :func:`encode_cross` and
+:func:`encode_siamese` pool a one-task batch, laid out as the task's head encodes pairs (``cross``: one
+sequence; ``siamese``: each sentence alone), a mismatch being one clear error. :func:`forward_mixed` runs
+a batch of several tasks' rows in one encoder pass, each row with its own task's modules and head (a
+siamese row's second sentence joins the pass as an extra row): ``{task: TaskRows(rows, output)}``.
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
 """Predictions on new text: one core, :func:`predict_items`, from ``(task, input)`` pairs to :class:`Prediction`s.
 
-Every inference surface is an adapter over it: ``module.predict(task, texts)`` (a :class:`TaskPredictions`),
-``module.predict([(task, text), ...])``, :func:`pal_lightning.pipeline` and ``pal-lightning predict
---predict.input FILE``. Each input is tokenised as training tokenises its task (:func:`encode_split`: a
-cross pair is one sequence, a siamese pair two); all inputs are sorted by length once (stable), cut into
-batches of ``batch_size`` whatever their tasks, and each batch is one encoder pass with per-row task routing
-(:meth:`~pal_lightning.module.multitask.MultiTaskModule.forward_mixed`), in eval mode without gradients::
-
-    inputs (input order)       sorted by length        batches of batch_size      one pass each
-    0 (sst, "a fine film")     1 qqp  ┐                [1 qqp, 0 sst, 3 sst]  ->  forward_mixed -> sst rows, qqp rows
-    1 (qqp, ("a?", "b?"))  ->  0 sst  ├─ batch 0   ->
-    2 (sts, ("x", "y"))        3 sst  ┘
-    3 (sst, "dull")            2 sts  ]  batch 1   ->  [2 sts]                ->  forward_mixed -> sts rows
-
-Classification gives the class, its name where known, and ``probabilities`` (softmax; ``[1 - p, p]`` for a
-single ``bce`` logit); regression a score on the task's scale (0..5 for STS).
+``module.predict``, :func:`pal_lightning.pipeline` and ``pal-lightning predict`` are adapters over it. Each
+input is tokenised as training tokenises its task; all inputs are sorted by length once (stable) and cut into
+batches whatever their tasks, each one encoder pass with per-row task routing (``forward_mixed``), in eval
+mode without gradients. Classification gives the class, its name where known and ``probabilities``;
+regression a score on the task's scale.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """Models saved and loaded like Hugging Face models: ``save_pretrained``, ``from_pretrained``, ``push_to_hub``.
 
-A saved folder holds ``config.json`` (everything needed to rebuild the module: hyper-parameters, the
-encoder's id, revision and full config, adapters, pair encodings, complete task specifications, label
-names, prediction length, scores), ``model.safetensors`` (the full state dict), the tokenizer and a
-model card. ``from_pretrained`` builds a random encoder of the saved shape and loads the state dict
-strictly, needing neither the original weights nor a network.
-
-Not ``huggingface_hub.ModelHubMixin``: it records only the ``__init__`` arguments, while this format also
-needs the resolved encoder config, task specs, tokenizer and label names. The hub's own ``ModelCard``,
-``snapshot_download`` and ``HfApi`` are used.
+A saved folder holds ``config.json`` (hyper-parameters, the encoder's id, revision and config, adapters,
+tasks, label names, prediction length, scores), ``model.safetensors``, the tokenizer and a model card;
+``from_pretrained`` builds a random encoder of the saved shape and loads the state dict strictly. Not
+``huggingface_hub.ModelHubMixin``: it records only ``__init__`` arguments, not the rest of that.
 """
 
 from __future__ import annotations
