@@ -325,7 +325,7 @@ class MultiTaskModule(optim.FusedClippingMixin):
         """Whether this training step of ``task`` adds the SimCSE loss."""
         trainer = attached_trainer(self)
         return simcse_step.simcse_active(
-            self.simcse, self.task_specs, task, trainer.global_step if trainer else 0
+            self.simcse, self.task_specs, task, trainer.global_step if trainer is not None else 0
         )
 
     def simcse_loss(self, batch: Mapping[str, Any], first_view: Tensor | None = None) -> Tensor:
