@@ -4,21 +4,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.hub import resolve_encoder
 from pal_lightning.core.plain_values import to_plain
-from pal_lightning.core.version import __version__, reads_files_of, version_mismatch
+from pal_lightning.core.version import reads_files_of, version_mismatch
 from pal_lightning.tasks.specs import TaskSpec, task_name_of, task_to_dict, task_to_hparam
-
-if TYPE_CHECKING:
-    import lightning.pytorch as pl
-
-    _ModuleBase = pl.LightningModule
-else:
-    _ModuleBase = object
-
 
 #: Hyper-parameters that fix the shape or meaning of the weights: a checkpoint must agree on them.
 ARCHITECTURE_HPARAMS: tuple[str, ...] = (
@@ -112,33 +104,24 @@ def _same_encoder(a: str, b: str) -> bool:
         return False
 
 
-class CheckpointCompatMixin(_ModuleBase):
-    """Refuses, in ``on_load_checkpoint``, a checkpoint whose tasks, encoder or adapter shape differ."""
-
-    task_specs: dict[str, TaskSpec]
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Refuse a checkpoint of another library series, or whose tasks, encoder or adapter shape differ
-        (a resumed ``fit`` also needs the same task order and freezing options)."""
-        saved = checkpoint.get("hyper_parameters")
-        if not isinstance(saved, Mapping):
-            return  # not written by this module (a user's own checkpoint): the weights decide
-        if not reads_files_of(checkpoint.get(VERSION_KEY)):
-            raise PalUserError(version_mismatch("The checkpoint", checkpoint.get(VERSION_KEY)))
-        differences = self.checkpoint_differences(saved, resuming=bool(checkpoint.get("optimizer_states")))
-        if differences:
-            raise PalUserError(
-                "The checkpoint does not fit this model: "
-                + "; ".join(differences)
-                + ". Use the configuration the checkpoint was trained with (the config.yaml in its run "
-                "folder, e.g. --config runs/<name>/version_N/config.yaml), or pick a checkpoint trained "
-                "with this configuration."
-            )
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Record the library version that wrote the checkpoint (checked when it is loaded)."""
-        checkpoint[VERSION_KEY] = __version__
-
-    def checkpoint_differences(self, saved: Mapping[str, Any], resuming: bool = False) -> list[str]:
-        """What a checkpoint's ``hyper_parameters`` ``saved`` say differently from this model, as phrases."""
-        return checkpoint_differences(saved, self.hparams, list(self.task_specs.values()), resuming)
+def check_checkpoint(
+    checkpoint: Mapping[str, Any], ours: Mapping[str, Any], tasks: Sequence[TaskSpec]
+) -> None:
+    """Refuse a checkpoint of another library series, or whose tasks, encoder or adapter shape differ from
+    ``ours`` (a resumed ``fit`` also needs the same task order and freezing options)."""
+    saved = checkpoint.get("hyper_parameters")
+    if not isinstance(saved, Mapping):
+        return  # not written by this module (a user's own checkpoint): the weights decide
+    if not reads_files_of(checkpoint.get(VERSION_KEY)):
+        raise PalUserError(version_mismatch("The checkpoint", checkpoint.get(VERSION_KEY)))
+    differences = checkpoint_differences(
+        saved, ours, tasks, resuming=bool(checkpoint.get("optimizer_states"))
+    )
+    if differences:
+        raise PalUserError(
+            "The checkpoint does not fit this model: "
+            + "; ".join(differences)
+            + ". Use the configuration the checkpoint was trained with (the config.yaml in its run "
+            "folder, e.g. --config runs/<name>/version_N/config.yaml), or pick a checkpoint trained "
+            "with this configuration."
+        )

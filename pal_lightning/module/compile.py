@@ -1,14 +1,9 @@
 """``MultiTaskModule(compile=...)``: the encoder called through ``torch.compile``, or eagerly where it cannot be.
 
-Only the encoder is compiled (where the time goes), with ``dynamic=True``: batches are padded to their
-longest example, so one graph per task serves every length (static shapes would recompile). Heads,
-losses and GEM stay eager. ``compile_mode="reduce-overhead"`` records CUDA graphs, one per batch
-shape: pad to a few lengths (``data.pad_to_multiple_of``). A CUDA graph's output made without grad is
-overwritten by the next call, so :class:`EncoderCall` copies it (a siamese pair calls twice).
-
-Compiling is lazy; when ``torch.compile`` is unsupported or the backend fails it warns once and runs
-eagerly (an error of the model itself is raised as usual). The compiled function lives outside the
-module tree: state-dict names, and so checkpoints, are those of an eager run.
+Only the encoder is compiled, with ``dynamic=True`` (batches are padded to their longest example: one graph
+per task serves every length). Compiling is lazy; where it is unsupported or the backend fails, one warning
+and the eager encoder. The compiled function lives outside the module tree, so checkpoints are an eager run's.
+A CUDA graph's output made without grad is overwritten by the next call, so :class:`EncoderCall` copies it.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The one evaluation loop: validation, test and :class:`~pal_lightning.callbacks.ContinualEvaluation`.
 
 :class:`TaskScorer` holds one evaluation's running state; :func:`score_batch` scores one batch into it;
-:class:`EvaluationMixin` drives it through Lightning's steps, :func:`evaluate_loader` over a loader.
+:func:`log_scores` logs it for Lightning's steps, :func:`evaluate_loader` runs it over a loader.
 """
 
 from __future__ import annotations
@@ -21,14 +21,10 @@ from pal_lightning.core.contracts import TaskPredictor, require
 from pal_lightning.core.distributed import all_reduce_sum
 from pal_lightning.tasks.metrics import build_task_metrics, overall_over, scored_task_names
 from pal_lightning.tasks.specs import TaskSpec
-from pal_lightning.tasks.views import with_views
+from pal_lightning.tasks.views import EvalView, with_views
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
-
-    _ModuleBase = pl.LightningModule
-else:
-    _ModuleBase = object
 
 #: The evaluation stages Lightning drives through the module's steps.
 STAGES = ("val", "test")
@@ -141,88 +137,34 @@ def evaluate_loader(
         return scorer.compute(module.device)
 
 
-class EvaluationMixin(_ModuleBase):
-    """Validation and test: one :class:`TaskScorer` per stage; logs ``<stage>/<task>/<metric>``, ``.../loss``
-    and ``<stage>/overall`` (``overall_partial`` for some of the ``scored_tasks``), kept in ``last_scores``."""
+def scored_tasks(specs: Iterable[TaskSpec], views: dict[str, EvalView], auxiliary: Any) -> list[str]:
+    """The tasks the overall score covers: all but the ``auxiliary`` ones, each with its evaluated views."""
+    left_out = {*([auxiliary] if isinstance(auxiliary, str) else auxiliary or ())}
+    left_out |= {v.name for v in views.values() if v.parent in left_out}
+    return scored_task_names(with_views(specs, views, "dev"), tuple(left_out))
 
-    task_specs: dict[str, TaskSpec]
 
-    if TYPE_CHECKING:  # provided by the module
-
-        def _spec(self, batch: Mapping[str, Any]) -> TaskSpec: ...
-
-        def predict_from_output(self, task: str, output: Tensor) -> Tensor: ...
-
-        def compute_loss(self, task: str, output: Tensor, labels: Tensor) -> Tensor: ...
-
-    def evaluated_specs(self) -> list[TaskSpec]:
-        """The tasks and their evaluation views: what is scored."""
-        views = getattr(self, "eval_views", {})
-        return [*self.task_specs.values(), *(v.spec for v in views.values())]
-
-    def _init_evaluation(self) -> None:
-        self.scorers = nn.ModuleDict({stage: TaskScorer(self.evaluated_specs()) for stage in STAGES})
-        self.last_scores: dict[str, dict[str, float]] = {}  # {stage: {stage/task/metric: value}}
-
-    @property
-    def scored_tasks(self) -> list[str]:
-        """The tasks the overall score covers: all but the auxiliary ones, each with its evaluated views."""
-        auxiliary = getattr(self, "auxiliary", None)
-        if auxiliary is None:
-            auxiliary = self.hparams.get("auxiliary")
-        if isinstance(auxiliary, str):
-            auxiliary = [auxiliary]
-        views = getattr(self, "eval_views", {})
-        left_out = {*(auxiliary or ())}
-        left_out |= {v.name for v in views.values() if v.parent in left_out}
-        return scored_task_names(with_views(self.task_specs.values(), views, "dev"), tuple(left_out))
-
-    def _eval_step(self, batch: dict[str, Any], stage: str) -> None:
-        self._spec(batch)  # a task the model was not built for stops here, with a clear message
-        score_batch(self, self._scorer(stage), batch)
-
-    def _scorer(self, stage: str) -> TaskScorer:
-        scorer = self.scorers[stage]
-        assert isinstance(scorer, TaskScorer)
-        return scorer
-
-    def validation_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
-        self._eval_step(batch, "val")
-
-    def test_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
-        self._eval_step(batch, "test")
-
-    def on_validation_epoch_start(self) -> None:
-        self._scorer("val").reset()
-
-    def on_test_epoch_start(self) -> None:
-        self._scorer("test").reset()
-
-    def on_validation_epoch_end(self) -> None:
-        self._end_eval_epoch("val")
-
-    def on_test_epoch_end(self) -> None:
-        self._end_eval_epoch("test")
-
-    def _end_eval_epoch(self, stage: str) -> None:
-        """Compute, log and reset the metrics of every task that was scored on any rank."""
-        scores = self._scorer(stage).compute(self.device)
-        values: dict[str, float] = {}
-        for name, metrics in scores.metrics.items():
-            values.update({f"{stage}/{name}/{k}": v for k, v in metrics.items()})
-            values[f"{stage}/{name}/loss"] = scores.losses[name]
-        overall = overall_over(scores.metrics, self.evaluated_specs(), self.scored_tasks)
-        # equal on every rank already; sync_dist keeps Lightning's epoch logging consistent under DDP
-        if values:
-            self.log_dict(values, sync_dist=True)
-            if stage == "val" and self.trainer.state.fn == "fit":
-                # Lightning would log this at the steps done minus one: a logged "step" (and "epoch")
-                # sets the row's to the steps done, as in the checkpoint's name
-                self.log_dict(
-                    {"step": float(self.global_step), "epoch": float(self.current_epoch)}, sync_dist=True
-                )
-        if overall.value is not None:
-            # a partial mean has its own name: a checkpoint monitoring <stage>/overall never sees it
-            self.log(overall.key(stage), overall.value, prog_bar=True, sync_dist=True)
-            values[overall.key(stage)] = overall.value
-        self.last_scores[stage] = values
+def log_scores(
+    module: pl.LightningModule, stage: str, scores: Scores, specs: list[TaskSpec], scored: list[str]
+) -> dict[str, float]:
+    """Log one evaluation's ``<stage>/<task>/<metric>``, ``.../loss`` and ``<stage>/overall`` (``overall_partial``
+    for some of the ``scored`` tasks) through ``module``; the values logged."""
+    values: dict[str, float] = {}
+    for name, metrics in scores.metrics.items():
+        values.update({f"{stage}/{name}/{k}": v for k, v in metrics.items()})
+        values[f"{stage}/{name}/loss"] = scores.losses[name]
+    overall = overall_over(scores.metrics, specs, scored)
+    # equal on every rank already; sync_dist keeps Lightning's epoch logging consistent under DDP
+    if values:
+        module.log_dict(values, sync_dist=True)
+        if stage == "val" and module.trainer.state.fn == "fit":
+            # Lightning would log this at the steps done minus one: a logged "step" (and "epoch")
+            # sets the row's to the steps done, as in the checkpoint's name
+            module.log_dict(
+                {"step": float(module.global_step), "epoch": float(module.current_epoch)}, sync_dist=True
+            )
+    if overall.value is not None:
+        # a partial mean has its own name: a checkpoint monitoring <stage>/overall never sees it
+        module.log(overall.key(stage), overall.value, prog_bar=True, sync_dist=True)
+        values[overall.key(stage)] = overall.value
+    return values

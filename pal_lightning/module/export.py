@@ -1,24 +1,13 @@
 """One task, or every task, of a trained model as a plain ``torch.nn.Module``, and its ONNX export.
 
-:class:`SingleTaskModel` copies the encoder (with only that task's modules), the pooling and the task's
-head; it needs no Lightning and maps token tensors to what ``MultiTaskModule.forward`` gives a batch of
-that task (logits, or a regression score in 0..1)::
-
-    model(input_ids, attention_mask, token_type_ids[, input_ids_b, attention_mask_b, token_type_ids_b])
-
-(a cross pair is one sequence with token types 0/1; a siamese pair passes its second sentence as ``*_b``).
-
-:class:`MixedTaskModel` keeps every task: each row names its task (``task_ids``, indices into
-:attr:`~MixedTaskModel.task_names`), and the output is one ``float [B, W]`` tensor, ``W`` the widest head:
-row ``i`` of task ``t`` holds its head's output in columns ``0 .. widths[t] - 1`` and zeros after. Eagerly it
-runs as ``MultiTaskModule.forward_mixed`` does (one encoder pass, per-row task routing); a trace cannot keep
-routing whose slice bounds are host integers, so the traced graph gathers each task's rows (plus one spare
-row, as the encoder's reshapes refuse zero rows), runs them with that task's modules and scatters them back.
-
-:func:`export_onnx` writes either with ``torch.onnx.export`` (TorchScript exporter, eager attention: plain
-ONNX ops on any runtime) with dynamic batch and sequence axes; a mixed model's file names its tasks and
-widths in its metadata (``pal_lightning.task_names``, ``pal_lightning.widths``). It needs the ``export``
-extra (``pip install "pal-lightning[export]"``).
+:class:`SingleTaskModel` keeps one task's encoder modules, pooling and head, and maps token tensors
+(``input_ids, attention_mask, token_type_ids``, plus ``*_b`` for a siamese pair's second sentence) to what
+``MultiTaskModule.forward`` gives. :class:`MixedTaskModel` keeps every task: each row names its task
+(``task_ids``) and the output is ``float [B, W]``, row ``i`` holding its head's output in the first
+``widths[t]`` columns. Eagerly it routes rows in one encoder pass as ``forward_mixed`` does; a trace gathers
+each task's rows (plus one spare row: the encoder's reshapes refuse zero rows) and scatters them back.
+:func:`export_onnx` writes either (TorchScript exporter, eager attention, dynamic batch and sequence axes;
+a mixed model's tasks and widths in its metadata); it needs the ``export`` extra.
 """
 
 from __future__ import annotations

@@ -1,27 +1,17 @@
 """Predictions on new text: one core, :func:`predict_items`, from ``(task, input)`` pairs to :class:`Prediction`s.
 
-Every inference surface is an adapter over it: ``module.predict(task, texts)`` (a :class:`TaskPredictions`),
-``module.predict([(task, text), ...])``, :func:`pal_lightning.pipeline` and ``pal-lightning predict
---predict.input FILE``. Each input is tokenised as training tokenises its task (:func:`encode_split`: a
-cross pair is one sequence, a siamese pair two); all inputs are sorted by length once (stable), cut into
-batches of ``batch_size`` whatever their tasks, and each batch is one encoder pass with per-row task routing
-(:meth:`~pal_lightning.module.encoding.PairEncodingMixin.forward_mixed`), in eval mode without gradients::
-
-    inputs (input order)       sorted by length        batches of batch_size      one pass each
-    0 (sst, "a fine film")     1 qqp  ┐                [1 qqp, 0 sst, 3 sst]  ->  forward_mixed -> sst rows, qqp rows
-    1 (qqp, ("a?", "b?"))  ->  0 sst  ├─ batch 0   ->
-    2 (sts, ("x", "y"))        3 sst  ┘
-    3 (sst, "dull")            2 sts  ]  batch 1   ->  [2 sts]                ->  forward_mixed -> sts rows
-
-Classification gives the class, its name where known, and ``probabilities`` (softmax; ``[1 - p, p]`` for a
-single ``bce`` logit); regression a score on the task's scale (0..5 for STS).
+``module.predict``, :func:`pal_lightning.pipeline` and ``pal-lightning predict`` are adapters over it. Each
+input is tokenised as training tokenises its task; all inputs are sorted by length once (stable) and cut into
+batches whatever their tasks, each one encoder pass with per-row task routing (``forward_mixed``), in eval
+mode without gradients. Classification gives the class, its name where known and ``probabilities``;
+regression a score on the task's scale.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -31,13 +21,7 @@ from pal_lightning.core.errors import PalUserError
 from pal_lightning.tasks.specs import TaskKind, TaskSpec
 
 if TYPE_CHECKING:
-    import lightning.pytorch as pl
-
     from pal_lightning.data.tokenize import TokenizedSplit
-
-    _ModuleBase = pl.LightningModule  # the host, for the type checker; a plain mixin at run time
-else:
-    _ModuleBase = object
 
 #: Label names of the built-in classification tasks (class index -> name).
 BUILTIN_LABEL_NAMES: dict[str, list[str]] = {
@@ -273,116 +257,61 @@ def predict_items(module: Any, items: Sequence[Any], batch_size: int = 64) -> li
     return predictions
 
 
-class InferenceMixin(_ModuleBase):
-    """``predict`` and class names for a module with ``task_specs``, ``tokenizer``, ``forward_mixed`` and heads."""
-
-    task_specs: dict[str, TaskSpec]
-    tokenizer: Any
-
-    #: Longest tokenised sequence at prediction time (the training data module's ``max_length`` when
-    #: known: set by ``from_pretrained`` and at the end of ``fit``).
-    predict_max_length: int = DEFAULT_MAX_LENGTH
-
-    @property
-    def label_names(self) -> dict[str, list[str]]:
-        """Class names per classification task: given ones (:meth:`set_label_names`, or found in the data by
-        :meth:`adopt_label_names`), else the task's ``label_names``, else the built-in ones."""
-        given: dict[str, list[str]] = getattr(self, "_label_names", {})
-        out = {}
-        for name, spec in self.task_specs.items():
-            names = given.get(name) or list(spec.label_names) or default_label_names(spec)
-            if names:
-                out[name] = list(names)
-        return out
-
-    def adopt_label_names(self, datamodule: Any = None) -> None:
-        """Name the classes as the data module read them (its ``label_names()``), keeping names given with
-        :meth:`set_label_names`; ``datamodule`` defaults to the attached trainer's."""
-        if datamodule is None:
-            try:
-                datamodule = getattr(self.trainer, "datamodule", None)
-            except RuntimeError:  # not attached to a Trainer
-                return
-        found = getattr(datamodule, "label_names", None)
-        if not callable(found):
-            return
-        given = getattr(self, "_label_names", {})
-        names = {t: n for t, n in found().items() if t in self.task_specs and t not in given}
+def label_names_of(specs: Mapping[str, TaskSpec], given: Mapping[str, list[str]]) -> dict[str, list[str]]:
+    """Class names per classification task: ``given`` ones, else the task's ``label_names``, else built-in ones."""
+    out = {}
+    for name, spec in specs.items():
+        names = given.get(name) or list(spec.label_names) or default_label_names(spec)
         if names:
-            self.set_label_names(names)
+            out[name] = list(names)
+    return out
 
-    def set_label_names(self, names: Mapping[str, Sequence[str]]) -> None:
-        """Name the classes of tasks (``{"my_task": ["no", "yes"]}``); saved by ``save_pretrained``.
 
-        Raises:
-            PalUserError: for an unknown task, a regression task or a wrong number of names.
-        """
-        current = dict(getattr(self, "_label_names", {}))
-        for task, labels in names.items():
-            spec = self.predict_spec(task)
-            if spec.is_regression or len(labels) != spec.num_labels:
-                raise PalUserError(
-                    f"Task {task!r} has {spec.num_labels} label(s) ({TaskKind(spec.kind).value}); got names "
-                    f"{list(labels)}. Give one name per class of a classification task."
-                )
-            current[task] = [str(n) for n in labels]
-        self._label_names = current
+def checked_label_names(
+    specs: Mapping[str, TaskSpec], names: Mapping[str, Sequence[str]]
+) -> dict[str, list[str]]:
+    """``names`` as lists of strings, each checked against its task.
 
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Keep the class names set on this module (:data:`LABEL_NAMES_KEY`) beside the other hooks' data."""
-        super().on_save_checkpoint(checkpoint)
-        given: dict[str, list[str]] = getattr(self, "_label_names", {})
-        if given:
-            checkpoint[LABEL_NAMES_KEY] = {task: list(names) for task, names in given.items()}
-
-    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """Take back the class names a checkpoint keeps, for the tasks this module has."""
-        super().on_load_checkpoint(checkpoint)
-        saved = checkpoint.get(LABEL_NAMES_KEY)
-        if isinstance(saved, Mapping):
-            self.set_label_names({t: list(n) for t, n in saved.items() if t in self.task_specs})
-
-    def predict_spec(self, task: str) -> TaskSpec:
-        """The :class:`~pal_lightning.tasks.specs.TaskSpec` of ``task``; an unknown task is one user error."""
-        if task not in self.task_specs:
+    Raises:
+        PalUserError: for an unknown task, a regression task or a wrong number of names.
+    """
+    out = {}
+    for task, labels in names.items():
+        spec = predict_spec(specs, task)
+        if spec.is_regression or len(labels) != spec.num_labels:
             raise PalUserError(
-                f"Unknown task {task!r}: this model predicts {', '.join(self.task_specs)}. Pick one of those."
+                f"Task {task!r} has {spec.num_labels} label(s) ({TaskKind(spec.kind).value}); got names "
+                f"{list(labels)}. Give one name per class of a classification task."
             )
-        return self.task_specs[task]
+        out[task] = [str(n) for n in labels]
+    return out
 
-    @overload
-    def predict(
-        self, task: str, texts: Sequence[str] | Sequence[tuple[str, str]] | str, batch_size: int = 64
-    ) -> TaskPredictions: ...
 
-    @overload
-    def predict(
-        self, task: Sequence[tuple[str, str | tuple[str, str]]], texts: None = None, batch_size: int = 64
-    ) -> list[Prediction]: ...
+def predict_spec(specs: Mapping[str, TaskSpec], task: str) -> TaskSpec:
+    """The spec of ``task``; an unknown task is one user error naming the known ones."""
+    if task not in specs:
+        raise PalUserError(
+            f"Unknown task {task!r}: this model predicts {', '.join(specs)}. Pick one of those."
+        )
+    return specs[task]
 
-    def predict(
-        self, task: Any, texts: Any = None, batch_size: int = 64
-    ) -> TaskPredictions | list[Prediction]:
-        """Predict ``task`` for new sentences (pairs as ``(sentence1, sentence2)`` tuples): a
-        :class:`TaskPredictions`; or, given one list of ``(task, text)`` pairs, one :class:`Prediction` per
-        input, each with its own task (:func:`predict_items`).
 
-        Raises:
-            PalUserError: for an unknown task, no input, or inputs of the wrong shape for the task.
-        """
-        if not isinstance(task, str):
-            if texts is not None:
-                raise PalUserError(
-                    "predict takes either (task, texts) or one list of (task, text) pairs, not both: "
-                    "e.g. predict('sst', ['a fine film']) or predict([('sst', 'a fine film')])."
-                )
-            return predict_items(self, task, batch_size)
-        if texts is None:
+def predict(
+    module: Any, task: Any, texts: Any = None, batch_size: int = 64
+) -> TaskPredictions | list[Prediction]:
+    """``module.predict``: :class:`TaskPredictions` of ``texts`` for ``task``, or one :class:`Prediction` per
+    ``(task, text)`` pair of the list ``task``."""
+    if not isinstance(task, str):
+        if texts is not None:
             raise PalUserError(
-                f"Nothing to predict for task {task!r}: pass the texts, predict({task!r}, [...])."
+                "predict takes either (task, texts) or one list of (task, text) pairs, not both: "
+                "e.g. predict('sst', ['a fine film']) or predict([('sst', 'a fine film')])."
             )
-        texts = [texts] if isinstance(texts, (str, tuple)) else list(texts)
-        self.predict_spec(task)
-        if not texts:
-            raise PalUserError(f"Nothing to predict for task {task!r}: the input holds no sentences.")
-        return TaskPredictions.of(task, predict_items(self, [(task, t) for t in texts], batch_size))
+        return predict_items(module, task, batch_size)
+    if texts is None:
+        raise PalUserError(f"Nothing to predict for task {task!r}: pass the texts, predict({task!r}, [...]).")
+    texts = [texts] if isinstance(texts, (str, tuple)) else list(texts)
+    module.predict_spec(task)
+    if not texts:
+        raise PalUserError(f"Nothing to predict for task {task!r}: the input holds no sentences.")
+    return TaskPredictions.of(task, predict_items(module, [(task, t) for t in texts], batch_size))

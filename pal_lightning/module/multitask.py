@@ -1,299 +1,96 @@
 """The multi-task LightningModule: one PAL-augmented encoder, one head per task.
 
-Every batch holds one task (see :mod:`pal_lightning.core.batch`); the module reads
-``batch["task"]``, runs the encoder with that task's adapter, pools, applies
-the task's head and its loss. A mixed training batch (``data.batch_mixing: mixed``) holds rows of
-several tasks and trains on the mean of its rows' losses (:class:`MixedStepMixin`). Validation and test keep one torchmetrics
-collection per task and stage and log ``val/<task>/<metric>`` and
-``val/overall`` (``test/...`` likewise) at the end of the epoch; an evaluation that reached only
-some of the :attr:`~MultiTaskModule.scored_tasks` logs ``val/overall_partial`` instead.
-
-Subclassing: override any of
-
-* :meth:`MultiTaskModule.build_heads` -> ``nn.ModuleDict`` of heads keyed by task,
-* :meth:`MultiTaskModule.encode` -> pooled vectors ``(u, v)`` (``v`` only for siamese pairs),
-* :meth:`MultiTaskModule.forward` -> the head's output,
-* :meth:`MultiTaskModule.compute_loss` -> the loss of one batch,
-
-e.g. to try another head or loss without touching the library.
-
-The training concerns live in :mod:`pal_lightning.module`, one unit each, mixed in here: the optimizer
-and its schedule (:mod:`~pal_lightning.module.optim`), the numerical guard
-(:mod:`~pal_lightning.module.nonfinite_guard`), the checkpoint check
-(:mod:`~pal_lightning.module.checkpoint_check`), evaluation (:mod:`~pal_lightning.module.evaluation`)
-and SimCSE (:mod:`~pal_lightning.module.simcse_step`).
-
-Two safety nets:
-
-* a numerical guard: an optimizer step whose gradients are not all finite is skipped (no weight
-  moves) and counted; ``max_nonfinite_steps`` such steps in a row stop the run with a
-  :class:`NonFiniteTrainingError` naming the tasks and the step;
-* a checkpoint check: loading a checkpoint trained for other tasks, another encoder or another
-  adapter shape stops with a message saying what differs (:meth:`MultiTaskModule.on_load_checkpoint`).
+A batch holds one task (:mod:`pal_lightning.core.batch`), or rows of several (:mod:`~pal_lightning.module.mixed`).
+Override :meth:`~MultiTaskModule.build_heads`, :meth:`~MultiTaskModule.encode`, :meth:`~MultiTaskModule.forward`
+or :meth:`~MultiTaskModule.compute_loss` to try another head or loss. The training concerns are parts in
+:mod:`pal_lightning.module`, plain objects and functions that take what they need: ``optim``, ``nonfinite_guard``,
+``checkpoint_check``, ``evaluation``, ``simcse_step``, ``encoding``, ``inference``, ``pretrained``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, TypeVar, overload
 
-import lightning.pytorch as pl
+import torch
 from torch import Tensor, nn
 
-from pal_lightning.core.batch import (
-    IDS,
-    LABELS,
-    PREDICTIONS,
-    PROBABILITIES,
-    SPLIT,
-    TASK,
-    TASKS,
-)
+from pal_lightning.core.batch import IDS, LABELS, PREDICTIONS, PROBABILITIES, SPLIT, TASK
 from pal_lightning.core.contracts import datamodule_of
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.hub import DEFAULT_ENCODER, resolve_encoder
+from pal_lightning.core.private_api import attached_trainer
+from pal_lightning.core.version import __version__
 from pal_lightning.modeling.encoder import MultiTaskBert
-from pal_lightning.modeling.heads import POOLING_MODES, check_loss, predict, task_loss
+from pal_lightning.modeling.heads import predict, task_loss
 from pal_lightning.modeling.methods import AdapterConfig
 from pal_lightning.modeling.methods.config import DEFAULT_ADAPTER
 from pal_lightning.modeling.pair_heads import build_task_heads
 from pal_lightning.modeling.simcse import SimCSEConfig, as_simcse_config
-from pal_lightning.module.checkpoint_check import CheckpointCompatMixin
-from pal_lightning.module.compile import (
-    EncoderCall,
-    check_compile_options,
-    compile_backend,
-    warn_cuda_graphs_without_buckets,
-)
-from pal_lightning.module.encoding import PairEncodingMixin, TaskRows
-from pal_lightning.module.evaluation import EvaluationMixin
-from pal_lightning.module.inference import InferenceMixin, probabilities_from_output
+from pal_lightning.module import compile as compiling
+from pal_lightning.module import encoding, evaluation, inference, mixed, optim, pretrained, simcse_step
+from pal_lightning.module.checkpoint_check import VERSION_KEY, check_checkpoint, checkpoint_differences
+from pal_lightning.module.checks import check_model_options
 from pal_lightning.module.init_weights import load_initial_weights
-from pal_lightning.module.nonfinite_guard import NonFiniteGuardMixin, check_max_nonfinite_steps
-from pal_lightning.module.optim import (
-    OptimizerMixin,
-    check_rates,
-    check_schedule_options,
-)
-from pal_lightning.module.pretrained import PretrainedMixin
-from pal_lightning.module.simcse_step import SimCSEStepMixin
+from pal_lightning.module.mixed import TASK_LOSSES, check_mixed_training, is_mixed_batch
+from pal_lightning.module.nonfinite_guard import NonFiniteGuard
 from pal_lightning.tasks.auxiliary import check_auxiliary
 from pal_lightning.tasks.specs import TaskSpec, resolve_tasks, task_to_hparam
 from pal_lightning.tasks.views import eval_views
 
 __all__ = ["TASK_LOSSES", "MultiTaskModule", "check_mixed_training", "check_model_options", "is_mixed_batch"]
 
-
-def check_model_options(
-    specs: Mapping[str, TaskSpec],
-    simcse: SimCSEConfig | None,
-    pooling: str,
-    freeze_encoder: bool,
-    layer_sharing: str | None,
-    max_nonfinite_steps: int,
-) -> None:
-    """Refuse model options that cannot work together, at construction rather than at the first batch.
-
-    Raises:
-        PalUserError: naming the option and the fix.
-    """
-    if pooling not in POOLING_MODES:
-        raise PalUserError(f"Unknown pooling {pooling!r}: choose one of {POOLING_MODES}.")
-    if simcse is not None:
-        simcse.check(specs)
-    if freeze_encoder and isinstance(layer_sharing, str) and "I" in layer_sharing.upper():
-        raise PalUserError(
-            f"layer_sharing {layer_sharing!r} has individual (I) layers, which freeze_encoder would freeze: "
-            "set freeze_encoder: false (mark the layers to keep fixed with F), or use F/S letters only."
-        )
-    check_max_nonfinite_steps(max_nonfinite_steps)
-    for spec in specs.values():
-        check_loss(spec)
+M = TypeVar("M", bound="MultiTaskModule")
 
 
-if TYPE_CHECKING:
-    _MixinBase = pl.LightningModule
-else:
-    _MixinBase = object
-
-#: The key of the present tasks' detached losses in what a mixed training step returns (``{"loss", TASK_LOSSES}``).
-TASK_LOSSES = "task_losses"
-
-
-def is_mixed_batch(batch: Any) -> bool:
-    """Whether ``batch`` holds rows of several tasks (a ``tasks`` key) rather than one task's."""
-    return isinstance(batch, Mapping) and TASKS in batch
-
-
-def check_mixed_training(batch_mixing: str, simcse: object | None, callbacks: Iterable[object]) -> None:
-    """Refuse what cannot train on mixed batches: GEM / A-GEM callbacks and SimCSE.
-
-    Raises:
-        PalUserError: naming the feature and the fix.
-    """
-    if batch_mixing != "mixed":
-        return
-    from pal_lightning.gem.callback import GEMCallback
-
-    if any(isinstance(cb, GEMCallback) for cb in callbacks):
-        raise PalUserError(
-            "GEM and A-GEM project each step's gradient against the memories of the tasks that step does not "
-            "train; a mixed batch trains every task it holds, usually all of them, so nothing is left to project "
-            "against. Drop the GEM callback (configs/gem.yaml), or use --data.batch_mixing per_task."
-        )
-    if simcse is not None:
-        raise PalUserError(
-            "SimCSE's auxiliary loss is computed on a one-task batch's sentence vectors; a mixed batch runs "
-            "several tasks in one pass. Drop --model.simcse, or use --data.batch_mixing per_task."
-        )
-
-
-class MixedStepMixin(_MixinBase):
-    """The training step of a mixed batch (``--data.batch_mixing mixed``): rows of several tasks in one step.
-
-    The batch comes from :class:`~pal_lightning.data.sampling.mixed.MixedTaskBatchSampler` (every row's
-    task drawn from the schedule's ``p_t``) and runs through one encoder pass with per-example task routing
-    (:meth:`forward_mixed`). The step's loss is the mean of the rows' losses, ``sum_t (n_t / B) L_t`` with
-    ``L_t`` the mean loss of task ``t``'s ``n_t`` rows: its expected gradient is the per-task schedule's
-    ``sum_t p_t grad L_t`` (the argument is in ``docs/design.md`` §3, "Mixed
-    batches"). Each present task's ``L_t`` is logged as ``train/<task>/loss``, the total as ``train/loss``.
-
-    Two training features need one task per batch, so a fit with mixed batches refuses them at setup
-    (:func:`check_mixed_training`): GEM and A-GEM project the step's gradient against the memories of the
-    tasks *not* being trained, and a mixed batch usually holds every task (nothing would be left to
-    protect); SimCSE's auxiliary loss reads the pooled vectors of a one-task forward.
-    """
-
-    if TYPE_CHECKING:  # provided by the module
-        simcse: Any
-
-        def forward_mixed(self, batch: Mapping[str, Any]) -> dict[str, TaskRows]: ...
-
-        def compute_loss(self, task: str, output: Tensor, labels: Tensor) -> Tensor: ...
-
-        def _note_training_loss(self, task: str, loss: Tensor) -> None: ...
-
-    def _check_mixed_training(self) -> None:
-        """At ``setup("fit")``: refuse GEM and SimCSE when the data module serves mixed batches."""
-        trainer = self._trainer
-        if trainer is None:
-            return
-        config = getattr(datamodule_of(trainer), "config", None)
-        mixing = str(getattr(config, "batch_mixing", "per_task"))
-        check_mixed_training(mixing, self.simcse, getattr(trainer, "callbacks", []))
-
-    def _mixed_training_step(self, batch: Mapping[str, Any]) -> dict[str, Any]:
-        """The loss of a mixed batch, the mean over its rows; logs each present task's loss and the total."""
-        if LABELS not in batch:
-            raise PalUserError(
-                "A mixed batch without labels cannot be trained on: add 'labels' (one per row)."
-            )
-        if self.simcse is not None:
-            check_mixed_training("mixed", self.simcse, ())
-        labels = batch[LABELS]
-        rows = len(batch[TASKS])
-        total: Tensor | None = None
-        losses: dict[str, Tensor] = {}
-        for task, out in self.forward_mixed(batch).items():
-            loss = self.compute_loss(task, out.output, labels.to(out.rows.device)[out.rows])
-            count = int(out.rows.numel())
-            # logger=False, as for a one-task batch: TrainingLog writes each present task's loss once
-            self.log(f"train/{task}/loss", loss, batch_size=count, logger=False)
-            self._note_training_loss(task, loss)
-            losses[task] = loss.detach()
-            part = loss * (count / rows)
-            total = part if total is None else total + part
-        assert total is not None  # a batch has at least one row
-        self.log("train/loss", total, prog_bar=True, batch_size=rows)
-        # Always the loss, even a NaN one (the guard decides): see MultiTaskModule.training_step
-        return {"loss": total, TASK_LOSSES: losses}
-
-
-class MultiTaskModule(
-    MixedStepMixin,
-    PairEncodingMixin,
-    PretrainedMixin,
-    InferenceMixin,
-    SimCSEStepMixin,
-    NonFiniteGuardMixin,
-    CheckpointCompatMixin,
-    EvaluationMixin,
-    OptimizerMixin,
-    pl.LightningModule,
-):
+class MultiTaskModule(optim.FusedClippingMixin):
     """Multi-task fine-tuning of a BERT encoder with task-specific adapters (PALs) and heads.
 
     Args:
         tasks: task names (``sst``, ``qqp``, ``sts``, ...) or :class:`~pal_lightning.tasks.specs.TaskSpec` objects.
-        encoder: hub id or local directory of a BERT-family encoder (resolved offline by
-            :func:`pal_lightning.core.hub.resolve_encoder`); ignored when ``bert_config`` is given.
-        adapter: the per-task modules (:class:`~pal_lightning.modeling.methods.config.AdapterConfig`):
-            ``method`` (``pals``, ``pals_no_sharing``, ``low_rank``, ``pff`` beside each layer; ``pa_on_top``,
-            ``bert_layer_on_top`` after the last; ``none``: only the heads are task-specific), ``size``
-            (d_s; ``null`` scales the paper's 204 at width 768), ``num_heads``, ``placement`` (``all``,
-            ``top``, ``bottom``), ``num_layers``, ``init`` (``zero``: step 0 is exactly the pretrained
-            encoder; ``random``) and ``activation`` (``none``, ``gelu``). On the command line:
-            ``--model.adapter.method low_rank --model.adapter.size 50``. From Python a method name
-            (``adapter="low_rank"``) or a mapping of the fields is accepted too
-            (:meth:`~pal_lightning.modeling.methods.config.AdapterConfig.coerce`).
-        layer_sharing: layer-sharing regime, one letter per encoder layer, bottom first: ``F`` frozen,
-            ``S`` shared, ``I`` individual (a copy per task starting from the pretrained layer), e.g.
-            ``FFSSII``; ``None``: all shared (:mod:`pal_lightning.modeling.sharing`).
-        task_groups: groups of related tasks that share their copies of the ``I`` layers, e.g.
-            ``[[sst, qqp]]``; a task in no group has its own copies.
-        pooling: sentence vector: ``mean`` over non-padding tokens (what all-MiniLM-L6-v2 was trained
-            with) or ``cls``.
-        pair_encoding: ``cross`` (both sentences in one sequence) or ``siamese`` (each alone), or a
-            per-task mapping with an optional ``default``; must match the data module's setting.
-        heads: per-task head other than the default of the task's kind and pair encoding, e.g.
-            ``{sts: cosine_rescaled, qqp: concat}``: ``cosine_rescaled``, ``concat`` (``[u, v]``) or ``sum``
-            (``u + v``), all on siamese pairs (:mod:`pal_lightning.modeling.pair_heads`); ``None``: defaults.
+        encoder: hub id or local directory of a BERT-family encoder; ignored when ``bert_config`` is given.
+        adapter: the per-task modules (:class:`~pal_lightning.modeling.methods.config.AdapterConfig`, or from
+            Python a method name or a mapping of its fields), e.g. ``--model.adapter.method low_rank``.
+        layer_sharing: one letter per encoder layer, bottom first: ``F`` frozen, ``S`` shared, ``I`` individual
+            (a copy per task), e.g. ``FFSSII``; ``None``: all shared (:mod:`pal_lightning.modeling.sharing`).
+        task_groups: groups of tasks that share their copies of the ``I`` layers, e.g. ``[[sst, qqp]]``.
+        pooling: sentence vector: ``mean`` over non-padding tokens or ``cls``.
+        pair_encoding: ``cross`` (both sentences in one sequence) or ``siamese`` (each alone), or a per-task
+            mapping with an optional ``default``; must match the data module's setting.
+        heads: per-task head other than the default, e.g. ``{sts: cosine_rescaled, qqp: concat}``
+            (:mod:`pal_lightning.modeling.pair_heads`); ``None``: defaults.
         dropout: dropout before each head's linear layer.
         lr: peak learning rate of the pretrained encoder weights.
-        head_lr: peak learning rate of the new parameters (heads, and adapters unless ``adapter_lr`` is
-            set), which start from scratch.
-        adapter_lr: peak learning rate of the adapters (PALs); ``None`` means ``head_lr``.
-        layer_lr_decay: layer-wise learning-rate decay of the encoder: layer ``l`` (0-based) of ``L``
-            gets ``lr * layer_lr_decay**(L - l)``, the embeddings ``lr * layer_lr_decay**(L + 1)``;
-            1.0 = one rate (see :mod:`pal_lightning.modeling.param_groups`).
+        head_lr: peak learning rate of the new parameters (heads, and adapters unless ``adapter_lr`` is set).
+        adapter_lr: peak learning rate of the adapters; ``None`` means ``head_lr``.
+        layer_lr_decay: layer ``l`` of ``L`` gets ``lr * layer_lr_decay**(L - l)``, the embeddings
+            ``lr * layer_lr_decay**(L + 1)``; 1.0 = one rate (:mod:`pal_lightning.modeling.param_groups`).
         weight_decay: AdamW decoupled weight decay, not applied to biases and LayerNorm weights.
         warmup_ratio: fraction of the total optimizer steps spent warming up linearly.
         warmup_steps: absolute number of warmup steps; overrides ``warmup_ratio`` when set.
         freeze_embeddings: keep the pretrained embedding layer fixed.
-        freeze_encoder: keep every pretrained weight fixed and train only adapters and heads (the paper's
-            parameter-efficient setting).
+        freeze_encoder: keep every pretrained weight fixed and train only adapters and heads.
         attn_implementation: transformers attention kernel (``sdpa``, ``eager``); ``None`` = library default.
-        bert_config: keyword arguments of a ``transformers.BertConfig``; when given, a randomly initialised
-            encoder of that shape is built instead of loading ``encoder`` (tests, parameter counting).
-        max_nonfinite_steps: how many optimizer steps in a row may have a non-finite gradient (NaN or
-            inf, from a non-finite loss or an overflow) before training stops with a
-            :class:`NonFiniteTrainingError`. Each such step is skipped: every gradient is dropped, so
-            AdamW moves no weight and leaves its moments alone (the learning-rate schedule still
-            advances). Under fp16 mixed precision, overflows at a loss scale >= 1 are the
-            ``GradScaler``'s ordinary work (it halves the scale and retries) and do not count.
-        simcse: SimCSE as an auxiliary loss on the text of chosen tasks
-            (:class:`~pal_lightning.modeling.simcse.SimCSEConfig`); ``None`` = off.
-        auxiliary: tasks trained (sampled, with heads and adapters) but left out of ``val/overall`` and
-            ``test/overall``; their own metrics are still logged. The model owns this list because it
-            owns the task list and computes the overall score (the data module only samples; a task's
-            sampling weight is ``data.task_multipliers``).
-        init_from: a checkpoint of this module (e.g. the best one of a joint stage-1 run) whose weights
-            are copied in when ``fit`` starts: weights only, not a resume (no optimizer, schedule or step
-            count); checked like any checkpoint (same tasks, encoder and adapter shape). Used by the
-            two-stage recipe "joint, then specialise" with ``freeze_encoder``. The file is read only
-            then, so a stage-2 checkpoint still loads (validate, predict) where it is gone.
-        encoder_revision: hub branch, tag or commit of ``encoder`` to use (pins the weights; the data
-            module's tokenizer follows through the CLI link); ``None``: the packaged or cached copy, else
-            the hub's default branch.
-        compile: call the encoder through ``torch.compile`` (:mod:`pal_lightning.module.compile`):
-            ``true`` with torch's default backend (inductor: fastest on GPUs, needs a C compiler), a
-            backend name such as ``aot_eager`` or ``cudagraphs``, ``false`` (default) eagerly. Where
-            compiling fails, one warning and the eager encoder. Checkpoints are the same either way.
-        compile_mode: ``torch.compile``'s ``mode`` with ``compile`` on inductor: ``reduce-overhead``
-            records CUDA graphs on a GPU (pad batches to a few lengths with ``data.pad_to_multiple_of``),
-            ``max-autotune`` searches kernels longer; ``null`` (default) is torch's default mode.
+        bert_config: keyword arguments of a ``transformers.BertConfig``: a random encoder of that shape instead
+            of loading ``encoder``.
+        max_nonfinite_steps: optimizer steps in a row with a non-finite gradient (each skipped; fp16 overflows
+            at a loss scale >= 1 do not count) before training stops with a ``NonFiniteTrainingError``.
+        simcse: SimCSE as an auxiliary loss (:class:`~pal_lightning.modeling.simcse.SimCSEConfig`); ``None`` = off.
+        auxiliary: tasks trained but left out of ``val/overall`` and ``test/overall``.
+        init_from: a checkpoint of this module whose weights are copied in when ``fit`` starts (not a resume:
+            no optimizer, schedule or step count); checked like any checkpoint.
+        encoder_revision: hub branch, tag or commit of ``encoder``; ``None``: the packaged or cached copy.
+        compile: call the encoder through ``torch.compile`` (:mod:`pal_lightning.module.compile`): ``true``
+            (inductor), a backend name such as ``aot_eager``, or ``false`` (eager).
+        compile_mode: ``torch.compile``'s ``mode`` with inductor, e.g. ``reduce-overhead`` (CUDA graphs: set
+            ``data.pad_to_multiple_of``); ``null``: torch's default.
     """
+
+    #: Longest tokenised sequence at prediction time (the data module's ``max_length`` when known).
+    predict_max_length: int = inference.DEFAULT_MAX_LENGTH
 
     def __init__(
         self,
@@ -342,52 +139,47 @@ class MultiTaskModule(
                 "auxiliary": check_auxiliary(auxiliary, list(self.task_specs)),
             }
         )
-        check_compile_options(compile, compile_mode)
-        check_schedule_options(warmup_ratio, warmup_steps, layer_lr_decay)
-        check_rates(lr=lr, head_lr=head_lr, adapter_lr=adapter_lr, weight_decay=weight_decay, dropout=dropout)
-        check_model_options(
-            self.task_specs, self.simcse, pooling, freeze_encoder, layer_sharing, max_nonfinite_steps
-        )
-
+        check_model_options(self.hparams, self.task_specs, self.simcse)
         self.encoder = self.build_encoder()
         self.heads = self.build_heads()
-        self._encoder_call = EncoderCall(self.encoder, compile_backend(compile), mode=compile_mode)
+        self._encoder_call = compiling.EncoderCall(
+            self.encoder, compiling.compile_backend(compile), mode=compile_mode
+        )
         missing = sorted(set(self.task_specs) - set(self.heads.keys()))
         if missing:
             raise PalUserError(f"build_heads() returned no head for task(s) {missing}.")
-        self._init_simcse()
-        self._init_evaluation()
-        self._init_guard()
-        self._apply_freezing()
-
-    # ------------------------------------------------------------------ building
+        if self.simcse is not None:
+            simcse_step.check_simcse(self.simcse, self.task_specs, self.encoder, self._is_siamese)
+        self._simcse_view = simcse_step.ViewCapture()
+        self.scorers = nn.ModuleDict(
+            {s: evaluation.TaskScorer(self.evaluated_specs()) for s in evaluation.STAGES}
+        )
+        self.last_scores: dict[str, dict[str, float]] = {}  # {stage: {stage/task/metric: value}}
+        self.guard = NonFiniteGuard(max_nonfinite_steps)
+        self._label_names: dict[str, list[str]] = {}  # given, or found in the data
+        if freeze_encoder:
+            for _, p in self.encoder.pretrained_parameters():
+                p.requires_grad_(False)
+        elif freeze_embeddings:
+            for p in self.encoder.embeddings.parameters():
+                p.requires_grad_(False)
 
     def build_encoder(self) -> MultiTaskBert:
         """The shared encoder: ``MultiTaskBert`` loaded from ``encoder``, or random from ``bert_config``."""
-
         hp = self.hparams
-        specs = list(self.task_specs.values())
-        if hp["bert_config"] is not None:
-            return MultiTaskBert.from_config(
-                dict(hp["bert_config"]),
-                specs,
-                self.adapter_config,
-                attn_implementation=hp["attn_implementation"],
-                layer_sharing=hp.get("layer_sharing"),
-                task_groups=hp.get("task_groups"),
-            )
-        return MultiTaskBert.from_pretrained(
-            resolve_encoder(hp["encoder"], hp.get("encoder_revision")),
-            specs,
-            self.adapter_config,
+        options = dict(
             attn_implementation=hp["attn_implementation"],
             layer_sharing=hp.get("layer_sharing"),
             task_groups=hp.get("task_groups"),
         )
+        specs = list(self.task_specs.values())
+        if hp["bert_config"] is not None:
+            return MultiTaskBert.from_config(dict(hp["bert_config"]), specs, self.adapter_config, **options)
+        path = resolve_encoder(hp["encoder"], hp.get("encoder_revision"))
+        return MultiTaskBert.from_pretrained(path, specs, self.adapter_config, **options)
 
     def build_heads(self) -> nn.ModuleDict:
-        """One head per task, keyed by task name: the default of its kind, or the one ``heads`` names
-        (:func:`pal_lightning.modeling.pair_heads.build_task_heads`)."""
+        """One head per task, keyed by task name (:func:`pal_lightning.modeling.pair_heads.build_task_heads`)."""
         hp = self.hparams
         specs = list(self.task_specs.values())
         return nn.ModuleDict(
@@ -396,14 +188,6 @@ class MultiTaskModule(
             )
         )
 
-    def _apply_freezing(self) -> None:
-        if self.hparams["freeze_encoder"]:
-            for _, p in self.encoder.pretrained_parameters():
-                p.requires_grad_(False)
-        elif self.hparams["freeze_embeddings"]:
-            for p in self.encoder.embeddings.parameters():
-                p.requires_grad_(False)
-
     def parameter_report(self) -> Any:
         """Shared, per-task and total parameter counts (:func:`pal_lightning.modeling.parameter_report`)."""
         from pal_lightning.modeling import parameter_report
@@ -411,21 +195,16 @@ class MultiTaskModule(
         return parameter_report(self)
 
     def setup(self, stage: str) -> None:
-        """Copy ``init_from``'s weights in before ``fit`` (a resumed fit then restores its own over them);
-        name the classes as the data module read them (:meth:`adopt_label_names`); refuse what cannot train
-        on mixed batches when the data module serves them (:class:`MixedStepMixin`); warn where CUDA graphs
-        (``compile_mode``) would meet batches of every length."""
-        if stage == "fit":
-            self._check_mixed_training()
-        warn_cuda_graphs_without_buckets(self._trainer, self._encoder_call)
+        """Refuse what cannot train on mixed batches, warn about CUDA graphs over unbucketed lengths, copy
+        ``init_from``'s weights in before ``fit`` and name the classes as the data module read them."""
+        trainer = self._trainer
+        if stage == "fit" and trainer is not None:
+            mixing = str(getattr(getattr(datamodule_of(trainer), "config", None), "batch_mixing", "per_task"))
+            check_mixed_training(mixing, self.simcse, getattr(trainer, "callbacks", []))
+        compiling.warn_cuda_graphs_without_buckets(trainer, self._encoder_call)
         if stage == "fit" and self.hparams.get("init_from"):
             load_initial_weights(self, self.hparams["init_from"])
         self.adopt_label_names()
-
-    # ------------------------------------------------------------------ model
-
-    def _spec(self, batch: Mapping[str, Any]) -> TaskSpec:
-        return self.spec_of(batch[TASK])
 
     def spec_of(self, task: str) -> TaskSpec:
         """The spec of a task, or of an evaluation view (scored by its task's head), by name."""
@@ -439,18 +218,70 @@ class MultiTaskModule(
                 "Use the same task list for the model and the data."
             ) from None
 
+    def _is_siamese(self, task: str) -> bool:
+        return bool(getattr(self.heads[task], "siamese", False))
+
+    @overload
+    def encode(self, sentences: Mapping[str, Any]) -> tuple[Tensor, Tensor | None]: ...
+
+    @overload
+    def encode(self, sentences: str | Sequence[str], task: str | None = None, **options: Any) -> Any: ...
+
+    def encode(
+        self, sentences: Mapping[str, Any] | str | Sequence[str], task: str | None = None, **options: Any
+    ) -> Any:
+        """The pooled vectors ``(u, None)`` of a batch (``(u, v)`` for a siamese pair), which :meth:`forward`
+        calls; or embeddings of plain sentences, as sentence-transformers' ``encode``
+        (:func:`~pal_lightning.module.encoding.encode_sentences`: ``task``, ``batch_size``,
+        ``normalize_embeddings``, ``convert_to_numpy``, ``convert_to_tensor``)."""
+        if isinstance(sentences, Mapping):
+            return (
+                self._encode_siamese(sentences)
+                if self._is_siamese(sentences[TASK])
+                else self._encode_batch(sentences)
+            )
+        return encoding.encode_sentences(self, sentences, task, **options)
+
+    def _encode_batch(self, batch: Mapping[str, Any]) -> tuple[Tensor, None]:
+        pooled = encoding.encode_cross(self._encoder_call, batch, self.hparams["pooling"])
+        if not self.task_specs[batch[TASK]].is_pair:  # a cross pair's vector is not a sentence's
+            self._simcse_view.offer(pooled)
+        return pooled, None
+
+    def _encode_siamese(self, batch: Mapping[str, Any]) -> tuple[Tensor, Tensor]:
+        pooled = encoding.encode_siamese(self._encoder_call, batch, self.hparams["pooling"])
+        self._simcse_view.offer(pooled)  # [a; b]: the sentence order SimCSE uses
+        u, v = pooled.chunk(2)
+        return u, v
+
     def forward(self, batch: Mapping[str, Any]) -> Tensor:
         """The head output of one batch: logits ``[B, C]`` (``[B, 1]`` for bce), or scores ``[B]`` in 0..1."""
-        spec = self._spec(batch)
+        spec = self.spec_of(batch[TASK])
         if spec.name in self.eval_views:  # a view's batch goes through its task's adapters and head
             batch = {**batch, TASK: self.eval_views[spec.name].parent}
         u, v = self.encode(batch)
         task = batch[TASK]
         return self.heads[task](u, v) if self._is_siamese(task) else self.heads[task](u)
 
+    def forward_mixed(self, batch: Mapping[str, Any]) -> dict[str, encoding.TaskRows]:
+        """Each row's head output of a mixed batch (rows of several tasks), from one eager encoder pass with
+        per-row task routing: ``{task: TaskRows(rows, output)}`` in the order tasks first appear (a view's
+        rows keyed by the view)."""
+        return encoding.forward_mixed(
+            self.encoder, self.heads, self.hparams["pooling"], batch, self._parent_task
+        )
+
+    def _parent_task(self, name: str) -> str:
+        self.spec_of(name)  # an unknown name: one message naming the model's tasks
+        return str(self.eval_views[name].parent) if name in self.eval_views else name
+
     def compute_loss(self, task: str, output: Tensor, labels: Tensor) -> Tensor:
         """The loss of one batch of ``task`` (:func:`pal_lightning.modeling.heads.task_loss`)."""
         return task_loss(self.spec_of(task), output, labels)
+
+    def mixed_losses(self, batch: Mapping[str, Any]) -> dict[str, Tensor]:
+        """Per task present in a labelled mixed batch, the loss of its rows."""
+        return {task: loss for task, (loss, _) in mixed.mixed_losses(self, batch).items()}
 
     def predict_from_output(self, task: str, output: Tensor) -> Tensor:
         """Class indices, or scores on the task's scale (:func:`pal_lightning.modeling.heads.predict`)."""
@@ -458,42 +289,207 @@ class MultiTaskModule(
 
     def batch_loss(self, batch: Mapping[str, Any]) -> Tensor:
         """Forward and loss of a labelled batch (also what GEM-style callbacks call on memory batches)."""
-        spec = self._spec(batch)
+        spec = self.spec_of(batch[TASK])
         if LABELS not in batch:
             raise PalUserError(f"A {spec.name!r} batch without labels cannot be trained on.")
         return self.compute_loss(spec.name, self(batch), batch[LABELS])
 
-    # ------------------------------------------------------------------ steps
-
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor | dict[str, Any]:
-        """The loss of one task's batch; a mixed batch (rows of several tasks, ``data.batch_mixing: mixed``)
-        returns ``{"loss", "task_losses"}`` (:class:`MixedStepMixin`)."""
+        """The loss of one task's batch; a mixed batch returns ``{"loss", "task_losses"}``
+        (:func:`~pal_lightning.module.mixed.mixed_training_step`)."""
         if is_mixed_batch(batch):
             return self._mixed_training_step(batch)
-        task = self._spec(batch).name
+        task = self.spec_of(batch[TASK]).name
         use_simcse = self.simcse_active(task)
-        with self._simcse_view_capture(use_simcse):
+        with self._simcse_view.capture(use_simcse):
             loss = self.batch_loss(batch)
         size = len(batch[IDS])
         # logger=False: Lightning would repeat every task's last loss on every metrics.csv row;
         # TrainingLog writes the trained task's loss alone
         self.log(f"train/{task}/loss", loss, batch_size=size, logger=False)
-        if use_simcse:
-            # part of this step's gradient only: GEM's memories call batch_loss, without it
-            loss = loss + self._simcse_term(batch, size)
+        if use_simcse:  # part of this step's gradient only: GEM's memories call batch_loss, without it
+            assert self.simcse is not None
+            auxiliary = self.simcse_loss(batch, first_view=self._simcse_view.take())
+            self.log("train/simcse_loss", auxiliary, batch_size=size)
+            loss = loss + self.simcse.weight * auxiliary
         self.log("train/loss", loss, prog_bar=True, batch_size=size)
         # Always return the loss, even a NaN one: returning None would skip backward on this rank
         # only and hang DDP's gradient all-reduce. The guard in on_before_optimizer_step decides.
-        self._note_training_loss(task, loss)
+        self.guard.note(task, loss)
         return loss
 
+    def _mixed_training_step(self, batch: Mapping[str, Any]) -> dict[str, Any]:
+        return mixed.mixed_training_step(self, batch)
+
+    def simcse_active(self, task: str) -> bool:
+        """Whether this training step of ``task`` adds the SimCSE loss."""
+        trainer = attached_trainer(self)
+        return simcse_step.simcse_active(
+            self.simcse, self.task_specs, task, trainer.global_step if trainer is not None else 0
+        )
+
+    def simcse_loss(self, batch: Mapping[str, Any], first_view: Tensor | None = None) -> Tensor:
+        """The SimCSE loss of a batch's sentences (``first_view``: already pooled by the task forward)."""
+        assert self.simcse is not None, "simcse_loss needs a SimCSEConfig (--model.simcse)"
+        spec = self.spec_of(batch[TASK])
+        return simcse_step.simcse_loss(
+            self.encoder, self.hparams["pooling"], spec, self.simcse, batch, first_view
+        )
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Skip a step whose gradients are not all finite (:class:`~pal_lightning.module.nonfinite_guard.NonFiniteGuard`)."""
+        self.guard.before_optimizer_step(self)
+
+    def parameter_groups(self) -> list[dict[str, Any]]:
+        """AdamW parameter groups (:func:`pal_lightning.module.optim.parameter_groups`)."""
+        return optim.parameter_groups(self, self.encoder, self.hparams)
+
+    def total_training_steps(self) -> int:
+        """Optimizer steps of the whole run."""
+        return optim.total_training_steps(self.trainer)
+
+    def configure_optimizers(self) -> Any:
+        """AdamW over :meth:`parameter_groups` with a per-step linear warmup and decay."""
+        return optim.configure_optimizers(
+            self, self.parameter_groups(), self.total_training_steps, self.hparams
+        )
+
+    def evaluated_specs(self) -> list[TaskSpec]:
+        """The tasks and their evaluation views: what is scored."""
+        return [*self.task_specs.values(), *(v.spec for v in self.eval_views.values())]
+
+    @property
+    def scored_tasks(self) -> list[str]:
+        """The tasks the overall score covers: all but the auxiliary ones, each with its evaluated views."""
+        auxiliary = getattr(self, "auxiliary", None)
+        auxiliary = self.hparams.get("auxiliary") if auxiliary is None else auxiliary
+        return evaluation.scored_tasks(self.task_specs.values(), self.eval_views, auxiliary)
+
+    def _scorer(self, stage: str) -> evaluation.TaskScorer:
+        scorer = self.scorers[stage]
+        assert isinstance(scorer, evaluation.TaskScorer)
+        return scorer
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
+        self.spec_of(batch[TASK])  # a task the model was not built for stops here, with a clear message
+        evaluation.score_batch(self, self._scorer("val"), batch)
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> None:
+        self.spec_of(batch[TASK])
+        evaluation.score_batch(self, self._scorer("test"), batch)
+
+    def on_validation_epoch_start(self) -> None:
+        self._scorer("val").reset()
+
+    def on_test_epoch_start(self) -> None:
+        self._scorer("test").reset()
+
+    def on_validation_epoch_end(self) -> None:
+        self._end_eval_epoch("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._end_eval_epoch("test")
+
+    def _end_eval_epoch(self, stage: str) -> None:
+        scores, specs = self._scorer(stage).compute(self.device), self.evaluated_specs()
+        self.last_scores[stage] = evaluation.log_scores(self, stage, scores, specs, self.scored_tasks)
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Record the library version and the class names set on this module."""
+        checkpoint[VERSION_KEY] = __version__
+        if self._label_names:
+            checkpoint[inference.LABEL_NAMES_KEY] = {task: list(n) for task, n in self._label_names.items()}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Refuse a checkpoint that does not fit this model; take back its class names."""
+        check_checkpoint(checkpoint, self.hparams, list(self.task_specs.values()))
+        saved = checkpoint.get(inference.LABEL_NAMES_KEY)
+        if isinstance(saved, Mapping):
+            self.set_label_names({t: list(n) for t, n in saved.items() if t in self.task_specs})
+
+    def checkpoint_differences(self, saved: Mapping[str, Any], resuming: bool = False) -> list[str]:
+        """What a checkpoint's ``hyper_parameters`` ``saved`` say differently from this model, as phrases."""
+        return checkpoint_differences(saved, self.hparams, list(self.task_specs.values()), resuming)
+
+    @property
+    def label_names(self) -> dict[str, list[str]]:
+        """Class names per classification task: given or found in the data, else the task's, else built-in."""
+        return inference.label_names_of(self.task_specs, self._label_names)
+
+    def set_label_names(self, names: Mapping[str, Sequence[str]]) -> None:
+        """Name the classes of tasks (``{"my_task": ["no", "yes"]}``); saved by ``save_pretrained``."""
+        self._label_names = {**self._label_names, **inference.checked_label_names(self.task_specs, names)}
+
+    def adopt_label_names(self, datamodule: Any = None) -> None:
+        """Name the classes as the data module (default: the trainer's) read them, keeping given names."""
+        if datamodule is None:
+            try:
+                datamodule = getattr(self.trainer, "datamodule", None)
+            except RuntimeError:  # not attached to a Trainer
+                return
+        found = getattr(datamodule, "label_names", None)
+        if callable(found):
+            names = {t: n for t, n in found().items() if t in self.task_specs and t not in self._label_names}
+            if names:
+                self.set_label_names(names)
+
+    def predict_spec(self, task: str) -> TaskSpec:
+        """The :class:`~pal_lightning.tasks.specs.TaskSpec` of ``task``; an unknown task is one user error."""
+        return inference.predict_spec(self.task_specs, task)
+
+    @overload
+    def predict(
+        self, task: str, texts: Sequence[str] | Sequence[tuple[str, str]] | str, batch_size: int = 64
+    ) -> inference.TaskPredictions: ...
+
+    @overload
+    def predict(
+        self, task: Sequence[tuple[str, str | tuple[str, str]]], texts: None = None, batch_size: int = 64
+    ) -> list[inference.Prediction]: ...
+
+    def predict(
+        self, task: Any, texts: Any = None, batch_size: int = 64
+    ) -> inference.TaskPredictions | list[inference.Prediction]:
+        """Predict ``task`` for sentences (pairs as tuples): :class:`~pal_lightning.module.inference.TaskPredictions`;
+        or one :class:`~pal_lightning.module.inference.Prediction` per pair of a list of ``(task, text)``."""
+        return inference.predict(self, task, texts, batch_size)
+
     def predict_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> dict[str, Any]:
-        """``{"task", "split", "ids", "predictions"}``: class ints, or float scores on the task's scale; a
-        classification task's class probabilities ``[B, C]`` too (``"probabilities"``)."""
-        spec = self._spec(batch)
+        """``{"task", "split", "ids", "predictions"}`` (and class ``"probabilities"`` for classification)."""
+        spec = self.spec_of(batch[TASK])
         output = self(batch)
         predictions = self.predict_from_output(spec.name, output).detach().cpu().tolist()
         out = {TASK: spec.name, SPLIT: batch.get(SPLIT), IDS: list(batch[IDS]), PREDICTIONS: predictions}
         if not spec.is_regression:
-            out[PROBABILITIES] = probabilities_from_output(spec, output.detach()).cpu().tolist()
+            out[PROBABILITIES] = inference.probabilities_from_output(spec, output.detach()).cpu().tolist()
         return out
+
+    @property
+    def tokenizer(self) -> Any:
+        """The encoder's fast tokenizer (the saved one after ``from_pretrained``)."""
+        if self.__dict__.get("_pal_tokenizer") is None:
+            self.__dict__["_pal_tokenizer"] = pretrained.load_tokenizer(self.hparams)
+        return self.__dict__["_pal_tokenizer"]
+
+    @tokenizer.setter
+    def tokenizer(self, value: Any) -> None:
+        self.__dict__["_pal_tokenizer"] = value
+
+    def pretrained_config(
+        self, scores: Mapping[str, float] | None = None, max_length: int | None = None
+    ) -> dict[str, Any]:
+        """The ``config.json`` content of this module."""
+        return pretrained.pretrained_config(self, scores, max_length)
+
+    def save_pretrained(self, save_directory: str | os.PathLike[str], **options: Any) -> Path:
+        """Write the model into ``save_directory`` (:func:`pal_lightning.module.pretrained.save_pretrained`)."""
+        return pretrained.save_pretrained(self, save_directory, **options)
+
+    @classmethod
+    def from_pretrained(cls: type[M], name_or_path: str | os.PathLike[str], **options: Any) -> M:
+        """A saved module from a folder or hub id (:func:`pal_lightning.module.pretrained.from_pretrained`)."""
+        return pretrained.from_pretrained(cls, name_or_path, **options)
+
+    def push_to_hub(self, repo_id: str, **options: Any) -> str:
+        """Upload the model to the hub repository ``repo_id`` (:func:`pal_lightning.module.pretrained.push_to_hub`)."""
+        return pretrained.push_to_hub(self, repo_id, **options)

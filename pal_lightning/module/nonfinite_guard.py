@@ -15,10 +15,6 @@ from pal_lightning.core.private_api import attached_trainer
 if TYPE_CHECKING:
     import lightning.pytorch as pl
 
-    _ModuleBase = pl.LightningModule
-else:
-    _ModuleBase = object
-
 
 class NonFiniteTrainingError(PalUserError):
     """Training stopped after too many consecutive optimizer steps with non-finite gradients."""
@@ -31,11 +27,8 @@ def check_max_nonfinite_steps(max_nonfinite_steps: int) -> None:
 
 
 def all_finite(grads: Sequence[Tensor]) -> bool:
-    """Whether every element of every tensor in ``grads`` is finite (``True`` for none).
-
-    Per tensor (a norm of all could overflow on finite values), through ``aminmax``: NaN propagates and
-    an infinity is its own extreme, and no temporary of the tensor's size is written.
-    """
+    """Whether every element of every tensor in ``grads`` is finite (``True`` for none)."""
+    # per tensor (a norm of all could overflow), through aminmax: NaN propagates, no temporary of its size
     if not grads:
         return True
     return bool(torch.stack([_finite(g).to(grads[0].device) for g in grads]).all())
@@ -62,58 +55,53 @@ def nonfinite_message(in_a_row: int, loss_bad: bool, tasks: Sequence[str], step:
     )
 
 
-class NonFiniteGuardMixin(_ModuleBase):
-    """Skips optimizer steps with non-finite gradients and stops after ``max_nonfinite_steps`` in a row
-    (the module calls :meth:`_init_guard` and, with every training loss, :meth:`_note_training_loss`)."""
+class NonFiniteGuard:
+    """Skips optimizer steps whose gradients are not all finite; ``limit`` such steps in a row raise
+    :class:`NonFiniteTrainingError`."""
 
-    nonfinite_in_a_row: int
-    nonfinite_steps: int
-
-    def _init_guard(self) -> None:
+    def __init__(self, limit: int) -> None:
+        check_max_nonfinite_steps(limit)
+        self.limit = limit
+        self.in_a_row = 0
+        self.steps = 0
         # the accumulation window's tasks and whether a loss was non-finite (a tensor: no device sync)
-        self._window_tasks: list[str] = []
-        self._window_bad_loss: Tensor | None = None
-        self.nonfinite_in_a_row = 0
-        self.nonfinite_steps = 0
+        self._tasks: list[str] = []
+        self._bad_loss: Tensor | None = None
 
-    def _note_training_loss(self, task: str, loss: Tensor) -> None:
-        if task not in self._window_tasks:
-            self._window_tasks.append(task)
+    def note(self, task: str, loss: Tensor) -> None:
+        """Remember a training loss of the current accumulation window."""
+        if task not in self._tasks:
+            self._tasks.append(task)
         bad = ~torch.isfinite(loss.detach())
-        self._window_bad_loss = bad if self._window_bad_loss is None else self._window_bad_loss | bad
+        self._bad_loss = bad if self._bad_loss is None else self._bad_loss | bad
 
-    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """Skip an optimizer step whose gradients are not all finite (every gradient set to ``None``);
-        raise :class:`NonFiniteTrainingError` after ``max_nonfinite_steps`` in a row.
-
-        The gradients are unscaled and all-reduced here, so every rank takes the same decision.
-        """
-        tasks, bad_loss = self._window_tasks, self._window_bad_loss
-        self._window_tasks, self._window_bad_loss = [], None
-        grads = [p.grad for p in self.parameters() if p.grad is not None]
+    def before_optimizer_step(self, module: pl.LightningModule) -> None:
+        """Drop every gradient of ``module`` when one is not finite (the step moves nothing); gradients are
+        unscaled and all-reduced here, so every rank decides alike."""
+        tasks, bad_loss = self._tasks, self._bad_loss
+        self._tasks, self._bad_loss = [], None
+        grads = [p.grad for p in module.parameters() if p.grad is not None]
         if not grads:
             return
         if all_finite(grads):
-            self.nonfinite_in_a_row = 0
-            self.log("train/nonfinite_steps", float(self.nonfinite_steps), on_step=True, on_epoch=False)
+            self.in_a_row = 0
+            module.log("train/nonfinite_steps", float(self.steps), on_step=True, on_epoch=False)
             return
-        for p in self.parameters():
+        for p in module.parameters():
             p.grad = None
-        self.nonfinite_steps += 1
-        if not self._scaler_handles_overflow():
-            self.nonfinite_in_a_row += 1
-        self.log("train/nonfinite_steps", float(self.nonfinite_steps), on_step=True, on_epoch=False)
+        self.steps += 1
+        trainer = attached_trainer(module)
+        if not _scaler_handles_overflow(trainer):
+            self.in_a_row += 1
+        module.log("train/nonfinite_steps", float(self.steps), on_step=True, on_epoch=False)
         loss_bad = bad_loss is not None and bool(bad_loss)
-        self.log("train/nonfinite_loss", float(loss_bad), on_step=True, on_epoch=False)
-        if self.nonfinite_in_a_row >= self.hparams["max_nonfinite_steps"]:
-            step = self.trainer.global_step if attached_trainer(self) is not None else -1
-            raise NonFiniteTrainingError(nonfinite_message(self.nonfinite_in_a_row, loss_bad, tasks, step))
+        module.log("train/nonfinite_loss", float(loss_bad), on_step=True, on_epoch=False)
+        if self.in_a_row >= self.limit:
+            step = trainer.global_step if trainer is not None else -1
+            raise NonFiniteTrainingError(nonfinite_message(self.in_a_row, loss_bad, tasks, step))
 
-    def _scaler_handles_overflow(self) -> bool:
-        """Whether an fp16 ``GradScaler`` at a scale >= 1 skips this step anyway (and lowers the scale)."""
-        if attached_trainer(self) is None:
-            return False
-        scaler = getattr(self.trainer.precision_plugin, "scaler", None)
-        if scaler is None or not scaler.is_enabled():
-            return False
-        return float(scaler.get_scale()) >= 1.0
+
+def _scaler_handles_overflow(trainer: pl.Trainer | None) -> bool:
+    # an fp16 GradScaler at a scale >= 1 skips this step anyway (and lowers the scale)
+    scaler = getattr(getattr(trainer, "precision_plugin", None), "scaler", None)
+    return scaler is not None and scaler.is_enabled() and float(scaler.get_scale()) >= 1.0

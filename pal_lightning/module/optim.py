@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+import lightning.pytorch as pl
 import torch
 from torch import nn
 
@@ -20,14 +21,9 @@ from pal_lightning.core.private_api import (
 from pal_lightning.modeling.param_groups import GroupRates, build_parameter_groups
 
 if TYPE_CHECKING:
-    import lightning.pytorch as pl
     from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
 
     from pal_lightning.modeling.encoder import MultiTaskBert
-
-    _ModuleBase = pl.LightningModule
-else:
-    _ModuleBase = object
 
 
 def linear_warmup_decay(step: int, warmup: int, total: int) -> float:
@@ -114,11 +110,8 @@ def check_rates(**rates: float | None) -> None:
 
 
 def total_training_steps(trainer: pl.Trainer) -> int:
-    """Optimizer steps of the whole run: ``max_steps``, else ``ceil(steps_per_epoch / accumulate) * max_epochs``.
-
-    Not ``trainer.estimated_stepping_batches``: it loads the train dataloader and breaks mid-epoch
-    resume (Lightning #20550).
-    """
+    """Optimizer steps of the whole run: ``max_steps``, else ``ceil(steps_per_epoch / accumulate) * max_epochs``."""
+    # not trainer.estimated_stepping_batches: it loads the train dataloader, breaking mid-epoch resume (#20550)
     if trainer.max_steps is not None and trainer.max_steps > 0:
         return int(trainer.max_steps)
     datamodule = datamodule_of(trainer)
@@ -140,8 +133,8 @@ def warmup_steps_of(total: int, warmup_steps: int | None, warmup_ratio: float) -
     return int(round(warmup_ratio * total))
 
 
-class FusedClippingMixin(_ModuleBase):
-    """Gradient clipping that also works with the fused AdamW under ``bf16-mixed``."""
+class FusedClippingMixin(pl.LightningModule):
+    """A ``LightningModule`` whose gradient clipping also works with the fused AdamW under ``bf16-mixed``."""
 
     def configure_gradient_clipping(
         self,
@@ -157,50 +150,38 @@ class FusedClippingMixin(_ModuleBase):
         super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
 
-class OptimizerMixin(FusedClippingMixin):
-    """AdamW with per-kind parameter groups and a per-step warmup/decay schedule, for the module."""
+def parameter_groups(
+    module: nn.Module, encoder: MultiTaskBert, hp: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """AdamW parameter groups of ``module``'s trainable parameters (``build_parameter_groups``): ``encoder``'s
+    pretrained weights at ``lr``, new ones at ``head_lr`` (adapters at ``adapter_lr``), no decay on biases
+    and LayerNorms."""
+    adapter_lr = hp.get("adapter_lr")
+    rates = GroupRates(
+        lr=hp["lr"],
+        adapter_lr=hp["head_lr"] if adapter_lr is None else adapter_lr,
+        head_lr=hp["head_lr"],
+        weight_decay=hp["weight_decay"],
+        layer_lr_decay=hp.get("layer_lr_decay", 1.0),
+        num_layers=encoder.num_layers,
+    )
+    return build_parameter_groups(
+        module.named_parameters(),
+        pretrained={id(p) for _, p in encoder.pretrained_parameters()},
+        adapters={id(p) for _, p in encoder.new_parameters()},
+        no_decay={
+            id(p) for m in module.modules() if isinstance(m, nn.LayerNorm) for p in m.parameters(False)
+        },
+        rates=rates,
+    )
 
-    encoder: MultiTaskBert
 
-    def parameter_groups(self) -> list[dict[str, Any]]:
-        """AdamW parameter groups of the trainable parameters (``build_parameter_groups``): pretrained
-        weights at ``lr``, new ones at ``head_lr`` (adapters at ``adapter_lr``), no decay on biases and
-        LayerNorms."""
-        hp = self.hparams
-        encoder = self.encoder
-        adapter_lr = hp.get("adapter_lr")
-        rates = GroupRates(
-            lr=hp["lr"],
-            adapter_lr=hp["head_lr"] if adapter_lr is None else adapter_lr,
-            head_lr=hp["head_lr"],
-            weight_decay=hp["weight_decay"],
-            layer_lr_decay=hp.get("layer_lr_decay", 1.0),
-            num_layers=encoder.num_layers,
-        )
-        return build_parameter_groups(
-            self.named_parameters(),
-            pretrained={id(p) for _, p in encoder.pretrained_parameters()},
-            adapters={id(p) for _, p in encoder.new_parameters()},
-            no_decay={
-                id(p) for m in self.modules() if isinstance(m, nn.LayerNorm) for p in m.parameters(False)
-            },
-            rates=rates,
-        )
-
-    def total_training_steps(self) -> int:
-        """Optimizer steps of the whole run."""
-        return total_training_steps(self.trainer)
-
-    def configure_optimizers(self) -> Any:
-        """AdamW over :meth:`parameter_groups` with a per-step :func:`linear_warmup_decay` schedule."""
-        groups = self.parameter_groups()
-        if not groups:
-            raise PalUserError(
-                "No trainable parameters: freeze_encoder with adapter='none' and frozen heads?"
-            )
-        hp = self.hparams
-        total = self.total_training_steps()
-        warmup = warmup_steps_of(total, hp["warmup_steps"], hp["warmup_ratio"])
-        return warmup_decay_optimizer(
-            self, groups, total, warmup, lr=hp["lr"], weight_decay=hp["weight_decay"]
-        )
+def configure_optimizers(
+    module: pl.LightningModule, groups: list[dict[str, Any]], steps: Callable[[], int], hp: Mapping[str, Any]
+) -> OptimizerLRSchedulerConfig:
+    """AdamW over ``groups`` with a per-step :func:`linear_warmup_decay` schedule over ``steps()`` steps."""
+    if not groups:
+        raise PalUserError("No trainable parameters: freeze_encoder with adapter='none' and frozen heads?")
+    total = steps()
+    warmup = warmup_steps_of(total, hp["warmup_steps"], hp["warmup_ratio"])
+    return warmup_decay_optimizer(module, groups, total, warmup, lr=hp["lr"], weight_decay=hp["weight_decay"])

@@ -1,14 +1,9 @@
 """Models saved and loaded like Hugging Face models: ``save_pretrained``, ``from_pretrained``, ``push_to_hub``.
 
-A saved folder holds ``config.json`` (everything needed to rebuild the module: hyper-parameters, the
-encoder's id, revision and full config, adapters, pair encodings, complete task specifications, label
-names, prediction length, scores), ``model.safetensors`` (the full state dict), the tokenizer and a
-model card. ``from_pretrained`` builds a random encoder of the saved shape and loads the state dict
-strictly, needing neither the original weights nor a network.
-
-Not ``huggingface_hub.ModelHubMixin``: it records only the ``__init__`` arguments, while this format also
-needs the resolved encoder config, task specs, tokenizer and label names. The hub's own ``ModelCard``,
-``snapshot_download`` and ``HfApi`` are used.
+A saved folder holds ``config.json`` (hyper-parameters, the encoder's id, revision and config, adapters,
+tasks, label names, prediction length, scores), ``model.safetensors``, the tokenizer and a model card;
+``from_pretrained`` builds a random encoder of the saved shape and loads the state dict strictly. Not
+``huggingface_hub.ModelHubMixin``: it records only ``__init__`` arguments, not the rest of that.
 """
 
 from __future__ import annotations
@@ -32,16 +27,7 @@ from pal_lightning.tasks.catalogue import overall_name
 from pal_lightning.tasks.specs import task_to_dict
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
-    import lightning.pytorch as pl
-
-    from pal_lightning.modeling.encoder import MultiTaskBert
-    from pal_lightning.tasks.specs import TaskSpec
-
-    _ModuleBase = pl.LightningModule  # the host, for the type checker; a plain mixin at run time
-else:
-    _ModuleBase = object
+    from pal_lightning.module.multitask import MultiTaskModule
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +41,7 @@ REQUIRED_FILES = (CONFIG_NAME, WEIGHTS_NAME, "tokenizer.json", "tokenizer_config
 #: Keys of an encoder config that say where it came from, not the network's shape.
 _CONFIG_PROVENANCE = ("_name_or_path", "transformers_version", "architectures")
 
-M = TypeVar("M", bound="PretrainedMixin")
+M = TypeVar("M", bound="MultiTaskModule")
 
 
 def encoder_config_dict(config: Any) -> dict[str, Any]:
@@ -195,216 +181,193 @@ def weights_to_save(
     return {k: v.detach().to("cpu").contiguous().clone() for k, v in own.items()}
 
 
-class PretrainedMixin(_ModuleBase):
-    """``save_pretrained`` / ``from_pretrained`` / ``push_to_hub`` for :class:`MultiTaskModule`."""
+def load_tokenizer(hp: Mapping[str, Any]) -> Any:
+    """The fast tokenizer of the encoder that the hyper-parameters ``hp`` name."""
+    from transformers import AutoTokenizer
 
-    predict_max_length: int
-    """Longest prediction input (``from_pretrained`` sets the saved one)."""
+    from pal_lightning.core.hub import resolve_encoder
 
-    if TYPE_CHECKING:  # provided by the module and its other mixins
-        encoder: MultiTaskBert
-        task_specs: dict[str, TaskSpec]
-        last_scores: dict[str, dict[str, float]]
+    return AutoTokenizer.from_pretrained(resolve_encoder(hp["encoder"], hp.get("encoder_revision")))
 
-        @property
-        def label_names(self) -> dict[str, list[str]]: ...
 
-        def set_label_names(self, names: Mapping[str, Sequence[str]]) -> None: ...
+def pretrained_config(
+    module: MultiTaskModule, scores: Mapping[str, float] | None = None, max_length: int | None = None
+) -> dict[str, Any]:
+    """The ``config.json`` content of ``module``."""
+    # keys with "_" are LightningCLI's bookkeeping (_class_path, _instantiator), not __init__ arguments
+    hp = {k: v for k, v in module.hparams.items() if not k.startswith("_")}
+    hp.pop("tasks", None)
+    if hp.get("init_from"):
+        hp["init_from"] = None  # the saved weights already hold what it copied in at fit start
+    encoder = module.encoder
+    random_encoder = hp.get("bert_config") is not None
+    adapter = encoder.adapter_config
+    from pal_lightning.core.batch import resolve_pair_encoding
 
-    @property
-    def tokenizer(self) -> Any:
-        """The encoder's fast tokenizer (the saved one after ``from_pretrained``)."""
-        tok = self.__dict__.get("_pal_tokenizer")
-        if tok is None:
-            from transformers import AutoTokenizer
+    specs = module.task_specs
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "library_name": "pal-lightning",
+        "library_version": __version__,
+        "model_class": f"{type(module).__module__}.{type(module).__qualname__}",
+        "encoder": {
+            "name": str(hp.get("encoder")),
+            # the commit of the snapshot used (a branch or tag given as encoder_revision resolved)
+            "revision": None
+            if random_encoder
+            else encoder_revision(str(hp.get("encoder")), hp.get("encoder_revision"))
+            or hp.get("encoder_revision"),
+            "random": random_encoder,
+            "config": encoder_config_dict(encoder.config),
+        },
+        "adapter": {
+            **adapter.to_dict(),
+            "size": encoder.adapter_size,
+            "layers": list(encoder.adapter_layers),
+        },
+        "pooling": hp.get("pooling"),
+        "pair_encoding": {
+            name: resolve_pair_encoding(hp.get("pair_encoding", "cross"), name)
+            for name, spec in specs.items()
+            if spec.is_pair
+        },
+        "max_length": int(max_length or module.predict_max_length),
+        "tasks": [task_to_dict(s) for s in specs.values()],
+        "label_names": module.label_names,
+        # transformers' names for the same, per task; not at the top level, where transformers (reading this
+        # file for the tokenizer) would take them for one task's
+        "task_labels": {
+            task: {
+                "id2label": {str(i): n for i, n in enumerate(names)},
+                "label2id": {n: i for i, n in enumerate(names)},
+            }
+            for task, names in module.label_names.items()
+        },
+        "hparams": to_plain(hp),
+        "scores": dict(scores) if scores else None,
+    }
 
-            from pal_lightning.core.hub import resolve_encoder
 
-            hp = self.hparams
-            tok = AutoTokenizer.from_pretrained(resolve_encoder(hp["encoder"], hp.get("encoder_revision")))
-            self.__dict__["_pal_tokenizer"] = tok
-        return tok
+def save_pretrained(
+    module: MultiTaskModule,
+    save_directory: str | os.PathLike[str],
+    *,
+    overwrite: bool = False,
+    scores: Mapping[str, float] | None = None,
+    max_length: int | None = None,
+    state_dict: Mapping[str, torch.Tensor] | None = None,
+    scores_note: str | None = None,
+) -> Path:
+    """Write the weights, ``config.json``, the tokenizer and a model card into ``save_directory``.
 
-    @tokenizer.setter
-    def tokenizer(self, value: Any) -> None:
-        self.__dict__["_pal_tokenizer"] = value
+    Args:
+        save_directory: the folder (created; it may hold other files, but not another model).
+        overwrite: replace a model already saved there.
+        scores: ``{"val/<task>/<metric>": value, ...}`` for card and config; default ``last_scores["val"]``.
+        max_length: sequence length for :meth:`predict` after loading (default ``predict_max_length``).
+        state_dict: weights to write instead of the module's own (same keys), e.g. a best checkpoint's.
+        scores_note: one sentence for the card about where the scores come from.
+    """
+    from safetensors.torch import save_file
 
-    def pretrained_config(
-        self, scores: Mapping[str, float] | None = None, max_length: int | None = None
-    ) -> dict[str, Any]:
-        """The ``config.json`` content of this module."""
-        # keys with "_" are LightningCLI's bookkeeping (_class_path, _instantiator), not __init__ arguments
-        hp = {k: v for k, v in self.hparams.items() if not k.startswith("_")}
-        hp.pop("tasks", None)
-        if hp.get("init_from"):
-            hp["init_from"] = None  # the saved weights already hold what it copied in at fit start
-        encoder = self.encoder
-        random_encoder = hp.get("bert_config") is not None
-        adapter = encoder.adapter_config
-        from pal_lightning.core.batch import resolve_pair_encoding
+    target = Path(save_directory).expanduser()
+    check_save_target(target, overwrite)
+    own = weights_to_save(module.state_dict(), state_dict)
+    if scores is None:
+        last = getattr(module, "last_scores", {}).get("val")
+        scores = dict(last) if last else None
+    config = module.pretrained_config(scores=scores, max_length=max_length)
+    if scores_note:
+        config["scores_note"] = scores_note
+    # a reader never sees a half-written file; a failure leaves the folder as it was
+    with staged_folder(target) as tmp:
+        save_file(own, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
+        module.tokenizer.save_pretrained(str(tmp))
+        (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=False) + "\n")
+        model_card(config).save(str(tmp / CARD_NAME))
+    return target
 
-        specs = self.task_specs
-        return {
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
-            "library_name": "pal-lightning",
-            "library_version": __version__,
-            "model_class": f"{type(self).__module__}.{type(self).__qualname__}",
-            "encoder": {
-                "name": str(hp.get("encoder")),
-                # the commit of the snapshot used (a branch or tag given as encoder_revision resolved)
-                "revision": None
-                if random_encoder
-                else encoder_revision(str(hp.get("encoder")), hp.get("encoder_revision"))
-                or hp.get("encoder_revision"),
-                "random": random_encoder,
-                "config": encoder_config_dict(encoder.config),
-            },
-            "adapter": {
-                **adapter.to_dict(),
-                "size": encoder.adapter_size,
-                "layers": list(encoder.adapter_layers),
-            },
-            "pooling": hp.get("pooling"),
-            "pair_encoding": {
-                name: resolve_pair_encoding(hp.get("pair_encoding", "cross"), name)
-                for name, spec in specs.items()
-                if spec.is_pair
-            },
-            "max_length": int(max_length or self.predict_max_length),
-            "tasks": [task_to_dict(s) for s in specs.values()],
-            "label_names": self.label_names,
-            # transformers' names for the same, per task; not at the top level, where transformers (reading this
-            # file for the tokenizer) would take them for one task's
-            "task_labels": {
-                task: {
-                    "id2label": {str(i): n for i, n in enumerate(names)},
-                    "label2id": {n: i for i, n in enumerate(names)},
-                }
-                for task, names in self.label_names.items()
-            },
-            "hparams": to_plain(hp),
-            "scores": dict(scores) if scores else None,
-        }
 
-    def save_pretrained(
-        self,
-        save_directory: str | os.PathLike[str],
-        *,
-        overwrite: bool = False,
-        scores: Mapping[str, float] | None = None,
-        max_length: int | None = None,
-        state_dict: Mapping[str, torch.Tensor] | None = None,
-        scores_note: str | None = None,
-    ) -> Path:
-        """Write the weights, ``config.json``, the tokenizer and a model card into ``save_directory``.
+def from_pretrained(
+    cls: type[M],
+    name_or_path: str | os.PathLike[str],
+    *,
+    revision: str | None = None,
+    map_location: str | torch.device = "cpu",
+    token: str | bool | None = None,
+) -> M:
+    """Rebuild a module saved by :meth:`save_pretrained` from a folder or a hub id, in eval mode.
 
-        Args:
-            save_directory: the folder (created; it may hold other files, but not another model).
-            overwrite: replace a model already saved there.
-            scores: ``{"val/<task>/<metric>": value, ...}`` for card and config; default ``last_scores["val"]``.
-            max_length: sequence length for :meth:`predict` after loading (default ``predict_max_length``).
-            state_dict: weights to write instead of the module's own (same keys), e.g. a best checkpoint's.
-            scores_note: one sentence for the card about where the scores come from.
-        """
-        from safetensors.torch import save_file
+    ``name_or_path`` is a local folder or a hub repository id (at ``revision``, with ``token``).
+    """
+    from safetensors.torch import load_file
+    from transformers import AutoTokenizer
 
-        target = Path(save_directory).expanduser()
-        check_save_target(target, overwrite)
-        own = weights_to_save(self.state_dict(), state_dict)
-        if scores is None:
-            last = getattr(self, "last_scores", {}).get("val")
-            scores = dict(last) if last else None
-        config = self.pretrained_config(scores=scores, max_length=max_length)
-        if scores_note:
-            config["scores_note"] = scores_note
-        # a reader never sees a half-written file; a failure leaves the folder as it was
-        with staged_folder(target) as tmp:
-            save_file(own, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
-            self.tokenizer.save_pretrained(str(tmp))
-            (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=False) + "\n")
-            model_card(config).save(str(tmp / CARD_NAME))
-        return target
+    folder = resolve_pretrained(name_or_path, revision=revision, token=token)
+    config = read_pretrained_config(folder)
+    hparams = dict(config["hparams"])
+    original_bert_config = hparams.get("bert_config")
+    # a random encoder of the saved shape; the saved state dict replaces every weight
+    hparams["bert_config"] = config["encoder"]["config"]
+    hparams["tasks"] = config["tasks"]
+    try:
+        module = cls(**hparams)
+    except TypeError as err:
+        raise PalUserError(
+            f"{folder} was saved from {config.get('model_class')}; {cls.__qualname__} cannot be built from "
+            f"its settings ({err}). Load it with that class's from_pretrained."
+        ) from err
+    module.hparams["bert_config"] = original_bert_config
+    state = load_file(str(folder / WEIGHTS_NAME))
+    result = module.load_state_dict(state, strict=False)
+    if result.missing_keys or result.unexpected_keys:
+        raise PalUserError(
+            f"{folder / WEIGHTS_NAME} does not match the model described by its config.json: missing "
+            f"{result.missing_keys[:5]}, unexpected {result.unexpected_keys[:5]}. Save the folder again."
+        )
+    module.tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    module.predict_max_length = int(config.get("max_length") or DEFAULT_MAX_LENGTH)
+    names = config.get("label_names") or {
+        task: [labels["id2label"][str(i)] for i in range(len(labels["id2label"]))]
+        for task, labels in (config.get("task_labels") or {}).items()
+    }
+    if names:
+        module.set_label_names(names)
+    scores = config.get("scores")
+    if scores:
+        module.last_scores = {"val": dict(scores)}
+    module.to(map_location)
+    module.eval()
+    return module
 
-    @classmethod
-    def from_pretrained(
-        cls: type[M],
-        name_or_path: str | os.PathLike[str],
-        *,
-        revision: str | None = None,
-        map_location: str | torch.device = "cpu",
-        token: str | bool | None = None,
-    ) -> M:
-        """Rebuild a module saved by :meth:`save_pretrained` from a folder or a hub id, in eval mode.
 
-        ``name_or_path`` is a local folder or a hub repository id (at ``revision``, with ``token``).
-        """
-        from safetensors.torch import load_file
-        from transformers import AutoTokenizer
+def push_to_hub(
+    module: MultiTaskModule,
+    repo_id: str,
+    *,
+    private: bool | None = None,
+    token: str | None = None,
+    revision: str | None = None,
+    commit_message: str = "Upload pal-lightning model",
+    scores: Mapping[str, float] | None = None,
+) -> str:
+    """Save the model into a temporary folder and upload it to the hub repository ``repo_id`` (created
+    when missing); the URL of the commit."""
+    from huggingface_hub import HfApi
 
-        folder = resolve_pretrained(name_or_path, revision=revision, token=token)
-        config = read_pretrained_config(folder)
-        hparams = dict(config["hparams"])
-        original_bert_config = hparams.get("bert_config")
-        # a random encoder of the saved shape; the saved state dict replaces every weight
-        hparams["bert_config"] = config["encoder"]["config"]
-        hparams["tasks"] = config["tasks"]
-        try:
-            module = cls(**hparams)
-        except TypeError as err:
-            raise PalUserError(
-                f"{folder} was saved from {config.get('model_class')}; {cls.__qualname__} cannot be built from "
-                f"its settings ({err}). Load it with that class's from_pretrained."
-            ) from err
-        module.hparams["bert_config"] = original_bert_config
-        state = load_file(str(folder / WEIGHTS_NAME))
-        result = module.load_state_dict(state, strict=False)
-        if result.missing_keys or result.unexpected_keys:
-            raise PalUserError(
-                f"{folder / WEIGHTS_NAME} does not match the model described by its config.json: missing "
-                f"{result.missing_keys[:5]}, unexpected {result.unexpected_keys[:5]}. Save the folder again."
-            )
-        module.tokenizer = AutoTokenizer.from_pretrained(str(folder))
-        module.predict_max_length = int(config.get("max_length") or DEFAULT_MAX_LENGTH)
-        names = config.get("label_names") or {
-            task: [labels["id2label"][str(i)] for i in range(len(labels["id2label"]))]
-            for task, labels in (config.get("task_labels") or {}).items()
-        }
-        if names:
-            module.set_label_names(names)
-        scores = config.get("scores")
-        if scores:
-            module.last_scores = {"val": dict(scores)}
-        module.to(map_location)
-        module.eval()
-        return module
-
-    def push_to_hub(
-        self,
-        repo_id: str,
-        *,
-        private: bool | None = None,
-        token: str | None = None,
-        revision: str | None = None,
-        commit_message: str = "Upload pal-lightning model",
-        scores: Mapping[str, float] | None = None,
-    ) -> str:
-        """Save the model into a temporary folder and upload it to the hub repository ``repo_id`` (created
-        when missing); the URL of the commit."""
-        from huggingface_hub import HfApi
-
-        api = HfApi(token=token)
-        with tempfile.TemporaryDirectory() as tmp:
-            folder = self.save_pretrained(Path(tmp) / "model", scores=scores)
-            # the card names the repository in its usage example
-            model_card(json.loads((folder / CONFIG_NAME).read_text()), repo_id=repo_id).save(
-                str(folder / CARD_NAME)
-            )
-            api.create_repo(repo_id, private=private, exist_ok=True)
-            info = api.upload_folder(
-                repo_id=repo_id, folder_path=str(folder), commit_message=commit_message, revision=revision
-            )
-        return str(getattr(info, "commit_url", info))
+    api = HfApi(token=token)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = module.save_pretrained(Path(tmp) / "model", scores=scores)
+        # the card names the repository in its usage example
+        model_card(json.loads((folder / CONFIG_NAME).read_text()), repo_id=repo_id).save(
+            str(folder / CARD_NAME)
+        )
+        api.create_repo(repo_id, private=private, exist_ok=True)
+        info = api.upload_folder(
+            repo_id=repo_id, folder_path=str(folder), commit_message=commit_message, revision=revision
+        )
+    return str(getattr(info, "commit_url", info))
 
 
 def resolve_pretrained(

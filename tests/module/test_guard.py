@@ -76,7 +76,7 @@ def test_nonfinite_steps_are_skipped_then_stop_with_the_last_checkpoint_intact(t
     assert "2 consecutive steps with non-finite loss/gradients" in message
     assert "step 6" in message and "task sst" in message  # TinyData's step 6 is an sst batch
     assert "learning rate" in message
-    assert module.nonfinite_steps == 3 and module.nonfinite_in_a_row == 2
+    assert module.guard.steps == 3 and module.guard.in_a_row == 2
 
     after = snaps.after  # after[s] = parameters once step s finished
     assert len(after) == 6  # steps 0..5 finished; step 6 raised before its batch end
@@ -211,7 +211,7 @@ def test_scaler_overflows_are_not_counted_until_the_scale_falls_below_one() -> N
     trainer = _trainer(max_steps=20, init_scale=8.0)
     with pytest.raises(NonFiniteTrainingError, match="2 consecutive steps"):
         trainer.fit(module, datamodule=TinyData())
-    assert module.nonfinite_steps == 6 and module.nonfinite_in_a_row == 2
+    assert module.guard.steps == 6 and module.guard.in_a_row == 2
     # halved after steps 0-4; step 5 raised before the scaler's update
     assert trainer.precision_plugin.scaler.get_scale() == pytest.approx(8.0 / 2**5)
     assert all(torch.isfinite(p).all() for p in module.parameters())
@@ -233,7 +233,7 @@ def test_fp16_training_with_gem_projects_and_stays_finite(tmp_path) -> None:  # 
     )
     trainer = _trainer(max_steps=6, init_scale=2.0**8, callbacks=(gem,))
     trainer.fit(module, datamodule=data)
-    assert trainer.global_step == 6 and module.nonfinite_steps == 0
+    assert trainer.global_step == 6 and module.guard.steps == 0
     assert gem.violations >= 1 and gem.projections == gem.violations and gem.fallbacks == 0
     assert all(torch.isfinite(p).all() for p in module.parameters())
     assert any(not torch.equal(a, b) for a, b in zip(before, module.parameters(), strict=True))  # it trained
