@@ -15,6 +15,7 @@ import torch
 from test_module import FIXED, PAIR_ENCODING, TinyData
 from test_pretrained import all_predictions
 
+from pal_lightning.cli.help import registered
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling import parameter_report
 from pal_lightning.modeling.accounting import task_weight_formula
@@ -51,6 +52,17 @@ def test_the_guides_method_registers_with_one_line(tiny_mlp: dict[str, Any]) -> 
         tiny_mlp["register_method"](tiny_mlp["TinyMLPMethod"]())
     # scaled like the built-in methods: 64 at width 768 is 32 at 384
     assert AdapterConfig(method="tiny_mlp").resolved_size(384) == 32
+    # its option is its config's: built by method, as YAML and the command line give it, refused elsewhere
+    config = AdapterConfig.coerce({"method": "tiny_mlp", "scale": 0.5, "alpha": None})
+    assert isinstance(config, tiny_mlp["TinyMLPConfig"]) and config == AdapterConfig(
+        method="tiny_mlp", scale=0.5
+    )
+    assert config.to_dict()["scale"] == 0.5 and "tiny_mlp (scale)" in registered()
+    with pytest.raises(
+        PalUserError,
+        match=r"adapter.scale does not apply to method 'lora' \(scale is an option of tiny_mlp\)",
+    ):
+        AdapterConfig(method="lora", scale=0.5)
 
 
 @pytest.mark.parametrize("model_type", FAMILY_TYPES)
@@ -68,7 +80,9 @@ def test_the_guides_method_starts_as_the_encoder_counts_trains_saves_and_loads(
 ) -> None:
     pl.seed_everything(0, verbose=False)
     options: dict[str, Any] = dict(bert_config=TINY_BERT, pair_encoding=PAIR_ENCODING, lr=3e-3, head_lr=3e-2)
-    module = MultiTaskModule(adapter={"method": "tiny_mlp", "size": 6, "num_heads": 2}, **options)
+    module = MultiTaskModule(
+        adapter={"method": "tiny_mlp", "size": 6, "num_heads": 2, "scale": 0.5}, **options
+    )
     plain = MultiTaskModule(adapter="none", **options).eval()
     module.eval()
     plain.encoder.bert.load_state_dict(module.encoder.bert.state_dict())
@@ -97,7 +111,7 @@ def test_the_guides_method_starts_as_the_encoder_counts_trains_saves_and_loads(
 
     module.eval()
     loaded = MultiTaskModule.from_pretrained(module.save_pretrained(tmp_path / "model"))
-    assert loaded.encoder.adapter_config == AdapterConfig(method="tiny_mlp", size=6, num_heads=2)
+    assert loaded.encoder.adapter_config == AdapterConfig(method="tiny_mlp", size=6, num_heads=2, scale=0.5)
     assert all_predictions(loaded) == all_predictions(module)
 
 

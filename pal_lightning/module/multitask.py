@@ -55,8 +55,7 @@ from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.hub import DEFAULT_ENCODER, resolve_encoder
 from pal_lightning.modeling.encoder import MultiTaskBert
 from pal_lightning.modeling.heads import POOLING_MODES, check_loss, predict, task_loss
-from pal_lightning.modeling.methods import AdapterConfig
-from pal_lightning.modeling.methods.config import DEFAULT_ADAPTER
+from pal_lightning.modeling.methods import AdapterConfig, AdapterSpec
 from pal_lightning.modeling.pair_heads import build_task_heads
 from pal_lightning.modeling.simcse import SimCSEConfig, as_simcse_config
 from pal_lightning.module.checkpoint_check import CheckpointCompatMixin
@@ -228,15 +227,13 @@ class MultiTaskModule(
         tasks: task names (``sst``, ``qqp``, ``sts``, ...) or :class:`~pal_lightning.tasks.specs.TaskSpec` objects.
         encoder: hub id or local directory of a BERT-family encoder (resolved offline by
             :func:`pal_lightning.core.hub.resolve_encoder`); ignored when ``bert_config`` is given.
-        adapter: the per-task modules (:class:`~pal_lightning.modeling.methods.config.AdapterConfig`):
-            ``method`` (``pals``, ``pals_no_sharing``, ``low_rank``, ``pff`` beside each layer; ``pa_on_top``,
-            ``bert_layer_on_top`` after the last; ``none``: only the heads are task-specific), ``size``
-            (d_s; ``null`` scales the paper's 204 at width 768), ``num_heads``, ``placement`` (``all``,
-            ``top``, ``bottom``), ``num_layers``, ``init`` (``zero``: step 0 is exactly the pretrained
-            encoder; ``random``) and ``activation`` (``none``, ``gelu``). On the command line:
-            ``--model.adapter.method low_rank --model.adapter.size 50``. From Python a method name
-            (``adapter="low_rank"``) or a mapping of the fields is accepted too
-            (:meth:`~pal_lightning.modeling.methods.config.AdapterConfig.coerce`).
+        adapter: the per-task modules: ``method`` (``pals``, ``lora``, ... ``none``: only the heads are
+            task-specific; ``pal-lightning fit --help`` lists them with their options) and that method's
+            options (:class:`~pal_lightning.modeling.methods.config.AdapterConfig` and the method's
+            subclass of it): ``size``, ``num_heads``, ``placement``, ``num_layers``, ``init``,
+            ``activation``, and e.g. ``alpha`` for ``lora``; an option the method lacks is refused. On the
+            command line: ``--model.adapter.method lora --model.adapter.size 16``; ``null``: PALs. From
+            Python also a method name or a config.
         layer_sharing: layer-sharing regime, one letter per encoder layer, bottom first: ``F`` frozen,
             ``S`` shared, ``I`` individual (a copy per task starting from the pretrained layer), e.g.
             ``FFSSII``; ``None``: all shared (:mod:`pal_lightning.modeling.sharing`).
@@ -299,7 +296,7 @@ class MultiTaskModule(
         self,
         tasks: Sequence[str | TaskSpec] = ("sst", "qqp", "sts"),
         encoder: str = DEFAULT_ENCODER,
-        adapter: AdapterConfig = DEFAULT_ADAPTER,
+        adapter: AdapterSpec = None,
         layer_sharing: str | None = None,
         task_groups: list[list[str]] | None = None,
         pooling: str = "mean",
