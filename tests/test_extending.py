@@ -118,3 +118,44 @@ def test_the_guides_method_starts_as_the_encoder_counts_trains_saves_and_loads(
 def test_an_unregistered_method_is_one_clear_error() -> None:
     with pytest.raises(PalUserError, match=r"Unknown adapter method 'tiny_mlp'.*docs/extending.md"):
         MultiTaskModule(adapter="tiny_mlp")
+
+
+def test_the_guides_option_on_the_command_line_and_in_layered_yaml(
+    tiny_mlp: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import yaml
+
+    from pal_lightning.cli.main import main
+
+    quickstart = str(Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml")
+    overlay = tmp_path / "tiny.yaml"  # layered over the quickstart's PALs size, as configs/lora.yaml is
+    overlay.write_text("model:\n  init_args:\n    adapter:\n      method: tiny_mlp\n      size: null\n")
+    args = ["fit", "--config", quickstart, "--config", str(overlay), "--model.adapter.scale", "0.5"]
+    assert main([*args, "--print_config"]) == 0
+    adapter = yaml.safe_load(capsys.readouterr().out)["model"]["init_args"]["adapter"]
+    # a nested block replaces the base's adapter block; dotted keys set single options in it
+    assert AdapterConfig.coerce(adapter) == AdapterConfig(method="tiny_mlp", scale=0.5)
+    assert main(["fit", "--config", quickstart, "--model.adapter.method", "tiny_mlp", "--print_config"]) == 0
+    adapter = yaml.safe_load(capsys.readouterr().out)["model"]["init_args"]["adapter"]
+    assert adapter == {"method": "tiny_mlp", "size": None, "num_heads": 6, "placement": "all", "init": "zero"}
+    # an option of another method: one line naming tiny_mlp's options, exit 2
+    assert (
+        main(
+            [
+                "fit",
+                "--config",
+                quickstart,
+                "--model.adapter.method",
+                "tiny_mlp",
+                "--model.adapter.alpha",
+                "4",
+            ]
+        )
+        == 2
+    )
+    error = capsys.readouterr().err.strip()
+    assert (
+        "\n" not in error
+        and "adapter.alpha does not apply to method 'tiny_mlp'" in error
+        and "scale" in error
+    )
