@@ -113,10 +113,8 @@ class _Bottleneck(InsideMethod):
 
     def check(self, config: AdapterConfig) -> None:
         super().check(config)
-        factor, nonlinearity = (
-            cast(BottleneckConfig, config).reduction_factor,
-            cast(BottleneckConfig, config).nonlinearity,
-        )
+        own = cast(BottleneckConfig, config)
+        factor, nonlinearity = own.reduction_factor, own.nonlinearity
         if factor is not None:
             if (
                 isinstance(factor, bool)

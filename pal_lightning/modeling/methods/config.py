@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling.methods.base import CONFIGS, METHODS, AdapterMethod, get_method
@@ -23,10 +23,6 @@ from pal_lightning.modeling.methods.base import CONFIGS, METHODS, AdapterMethod,
 Placement = Literal["all", "top", "bottom"]
 InitKind = Literal["zero", "random"]
 ActivationKind = Literal["none", "gelu"]
-
-PLACEMENTS: tuple[str, ...] = ("all", "top", "bottom")
-INITS: tuple[str, ...] = ("zero", "random")
-ACTIVATIONS: tuple[str, ...] = ("none", "gelu")
 
 
 def _is_int(value: object) -> bool:
@@ -128,11 +124,8 @@ class AdapterConfig:
                 f"{type(self).__name__} is not the config of method {self.method!r}. Use "
                 f"AdapterConfig(method={self.method!r}, ...), which picks {config_class(self.method).__name__}."
             )
-        for name, value, allowed in (
-            ("placement", self.placement, PLACEMENTS),
-            ("init", self.init, INITS),
-            ("activation", self.activation, ACTIVATIONS),
-        ):
+        for name, kind in (("placement", Placement), ("init", InitKind), ("activation", ActivationKind)):
+            value, allowed = getattr(self, name), get_args(kind)
             if value not in allowed:
                 raise PalUserError(f"Unknown adapter.{name} {value!r}. Choose one of {', '.join(allowed)}.")
         if not _is_int(self.num_heads) or self.num_heads < 1:

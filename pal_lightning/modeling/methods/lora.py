@@ -131,7 +131,8 @@ class LoraMethod(InsideMethod):
 
     def check(self, config: AdapterConfig) -> None:
         super().check(config)
-        alpha, dropout = cast(LoraConfig, config).alpha, cast(LoraConfig, config).dropout
+        own = cast(LoraConfig, config)
+        alpha, dropout = own.alpha, own.dropout
         if alpha is not None and (
             isinstance(alpha, bool)
             or not isinstance(alpha, (int, float))
