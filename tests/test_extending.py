@@ -14,6 +14,7 @@ import pytest
 import torch
 from test_pretrained import all_predictions
 
+from pal_lightning.cli.help import registered
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling import parameter_report
 from pal_lightning.modeling.accounting import task_weight_formula
@@ -51,6 +52,17 @@ def test_the_guides_method_registers_with_one_line(tiny_mlp: dict[str, Any]) -> 
         tiny_mlp["register_method"](tiny_mlp["TinyMLPMethod"]())
     # scaled like the built-in methods: 64 at width 768 is 32 at 384
     assert AdapterConfig(method="tiny_mlp").resolved_size(384) == 32
+    # its option is its config's: built by method, as YAML and the command line give it, refused elsewhere
+    config = AdapterConfig.coerce({"method": "tiny_mlp", "scale": 0.5, "alpha": None})
+    assert isinstance(config, tiny_mlp["TinyMLPConfig"]) and config == AdapterConfig(
+        method="tiny_mlp", scale=0.5
+    )
+    assert config.to_dict()["scale"] == 0.5 and "tiny_mlp (scale)" in registered()
+    with pytest.raises(
+        PalUserError,
+        match=r"adapter.scale does not apply to method 'lora' \(scale is an option of tiny_mlp\)",
+    ):
+        AdapterConfig(method="lora", scale=0.5)
 
 
 @pytest.mark.parametrize("model_type", FAMILY_TYPES)
@@ -68,7 +80,9 @@ def test_the_guides_method_starts_as_the_encoder_counts_trains_saves_and_loads(
 ) -> None:
     pl.seed_everything(0, verbose=False)
     options: dict[str, Any] = dict(bert_config=TINY_BERT, pair_encoding=PAIR_ENCODING, lr=3e-3, head_lr=3e-2)
-    module = MultiTaskModule(adapter={"method": "tiny_mlp", "size": 6, "num_heads": 2}, **options)
+    module = MultiTaskModule(
+        adapter={"method": "tiny_mlp", "size": 6, "num_heads": 2, "scale": 0.5}, **options
+    )
     plain = MultiTaskModule(adapter="none", **options).eval()
     module.eval()
     plain.encoder.bert.load_state_dict(module.encoder.bert.state_dict())
@@ -97,10 +111,51 @@ def test_the_guides_method_starts_as_the_encoder_counts_trains_saves_and_loads(
 
     module.eval()
     loaded = MultiTaskModule.from_pretrained(module.save_pretrained(tmp_path / "model"))
-    assert loaded.encoder.adapter_config == AdapterConfig(method="tiny_mlp", size=6, num_heads=2)
+    assert loaded.encoder.adapter_config == AdapterConfig(method="tiny_mlp", size=6, num_heads=2, scale=0.5)
     assert all_predictions(loaded) == all_predictions(module)
 
 
 def test_an_unregistered_method_is_one_clear_error() -> None:
     with pytest.raises(PalUserError, match=r"Unknown adapter method 'tiny_mlp'.*docs/extending.md"):
         MultiTaskModule(adapter="tiny_mlp")
+
+
+def test_the_guides_option_on_the_command_line_and_in_layered_yaml(
+    tiny_mlp: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import yaml
+
+    from pal_lightning.cli.main import main
+
+    quickstart = str(Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml")
+    overlay = tmp_path / "tiny.yaml"  # layered over the quickstart's PALs size, as configs/lora.yaml is
+    overlay.write_text("model:\n  init_args:\n    adapter:\n      method: tiny_mlp\n      size: null\n")
+    args = ["fit", "--config", quickstart, "--config", str(overlay), "--model.adapter.scale", "0.5"]
+    assert main([*args, "--print_config"]) == 0
+    adapter = yaml.safe_load(capsys.readouterr().out)["model"]["init_args"]["adapter"]
+    # a nested block replaces the base's adapter block; dotted keys set single options in it
+    assert AdapterConfig.coerce(adapter) == AdapterConfig(method="tiny_mlp", scale=0.5)
+    assert main(["fit", "--config", quickstart, "--model.adapter.method", "tiny_mlp", "--print_config"]) == 0
+    adapter = yaml.safe_load(capsys.readouterr().out)["model"]["init_args"]["adapter"]
+    assert adapter == {"method": "tiny_mlp", "size": None, "num_heads": 6, "placement": "all", "init": "zero"}
+    # an option of another method: one line naming tiny_mlp's options, exit 2
+    assert (
+        main(
+            [
+                "fit",
+                "--config",
+                quickstart,
+                "--model.adapter.method",
+                "tiny_mlp",
+                "--model.adapter.alpha",
+                "4",
+            ]
+        )
+        == 2
+    )
+    error = capsys.readouterr().err.strip()
+    assert (
+        "\n" not in error
+        and "adapter.alpha does not apply to method 'tiny_mlp'" in error
+        and "scale" in error
+    )

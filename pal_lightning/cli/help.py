@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import fields
 from typing import Any
 
 SUBCOMMAND_HELP = {
@@ -23,11 +24,15 @@ _NEW_SENTENCES = (
 def registered() -> str:
     """The registered adapter methods, encoder model types and tasks, read from their registries."""
     from pal_lightning.modeling.families import supported_model_types
-    from pal_lightning.modeling.methods import METHODS
+    from pal_lightning.modeling.methods import METHODS, AdapterConfig, option_names
     from pal_lightning.tasks.specs import available_tasks
 
+    common = [f.name for f in fields(AdapterConfig) if f.name != "method"]
+    own = [f"{m} ({', '.join(o for o in option_names(m)[1:] if o not in common)})" for m in METHODS]
     return (
-        f"Adapter methods (--model.adapter.method): {', '.join(METHODS)}. "
+        f"Adapter methods (--model.adapter.method): {', '.join(METHODS)}. Each takes "
+        f"--model.adapter.{{{','.join(common)}}}; their own options: "
+        f"{', '.join(o for o in own if not o.endswith('()'))}. "
         f"Encoder model types (--model.encoder): {', '.join(supported_model_types())}. "
         f"Registered tasks (--model.tasks): {', '.join(available_tasks())}."
     )

@@ -26,8 +26,7 @@ from pal_lightning.core.private_api import attached_trainer
 from pal_lightning.core.version import __version__
 from pal_lightning.modeling.encoder import MultiTaskBert
 from pal_lightning.modeling.heads import predict, task_loss
-from pal_lightning.modeling.methods import AdapterConfig
-from pal_lightning.modeling.methods.config import DEFAULT_ADAPTER
+from pal_lightning.modeling.methods import AdapterConfig, AdapterSpec
 from pal_lightning.modeling.pair_heads import build_task_heads
 from pal_lightning.modeling.simcse import SimCSEConfig, as_simcse_config
 from pal_lightning.module import compile as compiling
@@ -51,9 +50,14 @@ class MultiTaskModule(optim.FusedClippingMixin):
 
     Args:
         tasks: task names (``sst``, ``qqp``, ``sts``, ...) or :class:`~pal_lightning.tasks.specs.TaskSpec` objects.
-        encoder: hub id or local directory of a BERT-family encoder; ignored when ``bert_config`` is given.
-        adapter: the per-task modules (:class:`~pal_lightning.modeling.methods.config.AdapterConfig`, or from
-            Python a method name or a mapping of its fields), e.g. ``--model.adapter.method low_rank``.
+        encoder: hub id or local directory of an encoder of a registered family; ignored when ``bert_config``
+            is given.
+        adapter: the per-task method and its options: ``method`` (``pal-lightning fit --help`` lists the
+            registered methods with their options; ``none``: only the heads are task-specific) and that
+            method's fields (:class:`~pal_lightning.modeling.methods.config.AdapterConfig` and the method's
+            subclass of it); an option the method lacks is refused. On the command line:
+            ``--model.adapter.method lora --model.adapter.size 16``; ``null``: PALs. From Python also a method
+            name or a config.
         layer_sharing: one letter per encoder layer, bottom first: ``F`` frozen, ``S`` shared, ``I`` individual
             (a copy per task), e.g. ``FFSSII``; ``None``: all shared (:mod:`pal_lightning.modeling.sharing`).
         task_groups: groups of tasks that share their copies of the ``I`` layers, e.g. ``[[sst, qqp]]``.
@@ -96,7 +100,7 @@ class MultiTaskModule(optim.FusedClippingMixin):
         self,
         tasks: Sequence[str | TaskSpec] = ("sst", "qqp", "sts"),
         encoder: str = DEFAULT_ENCODER,
-        adapter: AdapterConfig = DEFAULT_ADAPTER,
+        adapter: AdapterSpec = None,
         layer_sharing: str | None = None,
         task_groups: list[list[str]] | None = None,
         pooling: str = "mean",

@@ -1,11 +1,15 @@
-"""AdapterConfig: default sizes per variant, validation, layer placement."""
+"""AdapterConfig and the methods' own config classes: default sizes, validation, layer placement, mappings."""
 
 from __future__ import annotations
+
+import copy
+import pickle
 
 import pytest
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling import AdapterConfig
+from pal_lightning.modeling.methods import BottleneckConfig, LoraConfig, config_class, option_names
 
 
 @pytest.mark.parametrize(
@@ -75,3 +79,49 @@ def test_replace_validates_and_rejects_unknown_fields():
         AdapterConfig().replace(pal_size=12)
     with pytest.raises(PalUserError, match="not divisible"):
         AdapterConfig().replace(size=10)
+    # a new method drops the old one's own options, keeps the common ones
+    lora = AdapterConfig(method="lora", alpha=4, size=8, num_heads=2)
+    assert lora.replace(method="pals") == AdapterConfig(size=8, num_heads=2)
+
+
+def test_each_method_has_its_own_config_class_chosen_by_method():
+    assert type(AdapterConfig(method="lora", alpha=4)) is LoraConfig is config_class("lora")
+    assert (
+        type(AdapterConfig(method="houlsby")) is BottleneckConfig and type(AdapterConfig()) is AdapterConfig
+    )
+    assert LoraConfig(alpha=4) == AdapterConfig(method="lora", alpha=4)
+    assert option_names("lora")[-3:] == ("targets", "alpha", "dropout") and "alpha" not in option_names(
+        "pals"
+    )
+    config = AdapterConfig(method="pfeiffer", reduction_factor=4)
+    assert copy.deepcopy(config) == pickle.loads(pickle.dumps(config)) == config
+    with pytest.raises(PalUserError, match="LoraConfig is not the config of method 'pals'"):
+        LoraConfig(method="pals")
+
+
+def test_an_option_the_method_lacks_is_one_line_naming_its_options():
+    with pytest.raises(PalUserError) as err:
+        AdapterConfig(method="lora", rank=16)
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(
+        "adapter.rank does not apply to method 'lora'. Its options"
+    )
+    assert "targets, alpha, dropout: leave adapter.rank unset" in message
+    with pytest.raises(
+        PalUserError, match=r"adapter.alpha does not apply to method 'pals' \(alpha is an option of lora\)"
+    ):
+        AdapterConfig.coerce({"method": "pals", "alpha": 4})
+
+
+def test_mappings_from_yaml_the_command_line_and_earlier_saves():
+    # the command line's dotted keys: jsonargparse hands a null item over as the string "None"
+    assert AdapterConfig.coerce({"method": "lora", "size": "None", "alpha": 4}) == LoraConfig(alpha=4)
+    # an earlier version saved every method's options, null where unset
+    earlier = {**AdapterConfig().to_dict(), "targets": None, "alpha": None, "reduction_factor": None}
+    assert AdapterConfig.coerce(earlier) == AdapterConfig() and "alpha" not in AdapterConfig().to_dict()
+    assert AdapterConfig.coerce({"size": 8, "num_heads": 2}) == AdapterConfig(size=8, num_heads=2)
+    assert AdapterConfig.coerce("lora") == LoraConfig() and AdapterConfig.coerce(None) == AdapterConfig()
+    assert AdapterConfig.coerce({"method": "lora", "targets": ["value", "query"]}).to_dict()["targets"] == [
+        "query",
+        "value",
+    ]

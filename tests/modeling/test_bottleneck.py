@@ -161,7 +161,7 @@ def test_signature_records_what_fixes_the_weights() -> None:
         ({"reduction_factor": "16"}, "adapter.reduction_factor must be a positive number"),
         ({"nonlinearity": "elu"}, "Unknown adapter.nonlinearity 'elu'. Choose one of relu"),
         ({"targets": ["ffn"]}, "Unknown adapter.targets 'ffn'. The sites are"),
-        ({"alpha": 8}, "adapter.alpha does not apply to method 'houlsby' (only to lora)"),
+        ({"alpha": 8}, "adapter.alpha does not apply to method 'houlsby' (alpha is an option of lora)"),
         ({"dropout": 0.1}, "adapter.dropout does not apply to method 'houlsby'"),
         ({"activation": "gelu"}, "follows V^D, which method 'houlsby' does not have"),
     ],

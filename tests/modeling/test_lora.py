@@ -208,13 +208,19 @@ def test_lora_options_are_refused_by_other_methods(option: dict[str, object]) ->
 
 
 def test_unset_method_options_are_none_so_older_checkpoints_compare_equal() -> None:
-    # a checkpoint saved before these fields existed has none of them; the field-by-field check of
-    # the adapter options reads a missing field as None
-    fields = AdapterConfig().to_dict()
+    # a checkpoint saved before these fields existed has none of them, one saved later has every method's
+    # (null); the field-by-field check of the adapter options reads a missing field as None
+    own = ("targets", "alpha", "dropout", "reduction_factor", "nonlinearity")
+    assert not set(own) & set(AdapterConfig().to_dict())
     assert all(
-        fields[name] is None for name in ("targets", "alpha", "dropout", "reduction_factor", "nonlinearity")
+        AdapterConfig(method="lora").to_dict()[name] is None for name in ("targets", "alpha", "dropout")
     )
-    assert AdapterConfig(method="pals", dropout=0).dropout == 0  # no dropout is no dropout for any method
+    earlier = {**AdapterConfig().to_dict(), **dict.fromkeys(own), "dropout": 0}  # no dropout is no dropout
+    assert AdapterConfig.coerce(earlier) == AdapterConfig()
+    with pytest.raises(
+        PalUserError, match=r"adapter.dropout does not apply to method 'pals' \(dropout is an"
+    ):
+        AdapterConfig.coerce({"method": "pals", "dropout": 0.1})
 
 
 # ------------------------------------------------------------------ in the encoder (MultiTaskBert)

@@ -3,12 +3,15 @@ file per family of methods, one line per method there).
 
 Each method is an :class:`~pal_lightning.modeling.methods.base.AdapterMethod`: its default size, how it
 builds a task's module, where that acts (:mod:`~pal_lightning.modeling.methods.where`), its parameter
-formula and its checkpoint signature. :class:`~pal_lightning.modeling.methods.config.AdapterConfig`
-names one by ``method``. Adding a method: ``docs/extending.md``.
+formula and its checkpoint signature; its options are a dataclass registered beside it (an
+:class:`~pal_lightning.modeling.methods.config.AdapterConfig` subclass), chosen by ``method``. Adding a method: ``docs/extending.md``.
 """
 
 from pal_lightning.modeling.methods.base import SITES, AdapterMethod
-from pal_lightning.modeling.methods.config import AdapterConfig
+from pal_lightning.modeling.methods.bottleneck import BottleneckConfig
+from pal_lightning.modeling.methods.config import AdapterConfig, AdapterSpec, config_class, option_names
+from pal_lightning.modeling.methods.inside import InsideConfig
+from pal_lightning.modeling.methods.lora import LoraConfig
 from pal_lightning.modeling.methods.registry import METHODS, get_method, register_method, unregister_method
 from pal_lightning.modeling.methods.where import BesideModule, InsideModule, MergeableModule, TopModule, Where
 
@@ -17,12 +20,18 @@ __all__ = [
     "SITES",
     "AdapterConfig",
     "AdapterMethod",
+    "AdapterSpec",
     "BesideModule",
+    "BottleneckConfig",
+    "InsideConfig",
     "InsideModule",
+    "LoraConfig",
     "MergeableModule",
     "TopModule",
     "Where",
+    "config_class",
     "get_method",
+    "option_names",
     "register_method",
     "unregister_method",
 ]

@@ -156,6 +156,56 @@ class AdapterMethod:
         return signature
 
 
+METHODS: dict[str, AdapterMethod] = {}
+"""Every registered method by name, in registration order (the built-in ones: ``registry.py``)."""
+
+CONFIGS: dict[str, type] = {}
+"""The config dataclass of each method registered with one (the others take ``AdapterConfig``)."""
+
+
+def register_method(
+    method: AdapterMethod, *, config: type | None = None, replace: bool = False
+) -> AdapterMethod:
+    """Add ``method`` under ``method.name``, with ``config``, its options' dataclass (a subclass of
+    :class:`~pal_lightning.modeling.methods.config.AdapterConfig`; ``None``: the common options only).
+
+    Raises:
+        PalUserError: for a method without a name, or a name already taken (unless ``replace``).
+    """
+    if not method.name:
+        raise PalUserError(f"{type(method).__name__} has no name: set the class attribute `name`.")
+    if method.name in METHODS and not replace:
+        raise PalUserError(
+            f"A method named {method.name!r} is already registered. Pick another name, or pass replace=True."
+        )
+    METHODS[method.name] = method
+    CONFIGS.pop(method.name, None)
+    if config is not None:
+        CONFIGS[method.name] = config
+    return method
+
+
+def get_method(name: str) -> AdapterMethod:
+    """The method registered as ``name``.
+
+    Raises:
+        PalUserError: naming the registered methods and the guide for adding one.
+    """
+    try:
+        return METHODS[name]
+    except (KeyError, TypeError):
+        raise PalUserError(
+            f"Unknown adapter method {name!r}. Choose one of {', '.join(METHODS)} "
+            "(or register your own: docs/extending.md)."
+        ) from None
+
+
+def unregister_method(name: str) -> None:
+    """Remove ``name`` from the registry (tests that register a method of their own)."""
+    METHODS.pop(name, None)
+    CONFIGS.pop(name, None)
+
+
 class NoAdapter(AdapterMethod):
     """``none``: no task-specific module; only the heads differ between tasks (the paper's "shared")."""
 

@@ -11,20 +11,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.modeling.methods.inside import InsideMethod, encoder_widths, site_features
+from pal_lightning.modeling.methods.config import AdapterConfig
+from pal_lightning.modeling.methods.inside import InsideConfig, InsideMethod, encoder_widths, site_features
 from pal_lightning.modeling.methods.pals import init_like_bert, zero_linears
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
-
-    from pal_lightning.modeling.methods.config import AdapterConfig
 
 DEFAULT_REDUCTION_FACTOR = 16.0
 """d / m when neither ``size`` nor ``reduction_factor`` is set (AdapterHub's default for both variants)."""
@@ -36,6 +36,22 @@ NONLINEARITIES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "tanh": torch.tanh,
 }
 """The non-linearities a bottleneck adapter may use between D and U, by name (swish is x·sigmoid(x))."""
+
+
+@dataclass(frozen=True)
+class BottleneckConfig(InsideConfig):
+    """The options of ``houlsby`` and ``pfeiffer``/``bottleneck``: the common ones, ``targets``,
+    ``reduction_factor`` and ``nonlinearity``; ``size`` is the bottleneck width m."""
+
+    method: str = "pfeiffer"
+
+    reduction_factor: float | None = None
+    """d / m (m = ``round(hidden_size / reduction_factor)``); ``None``: 16, unless ``size`` sets m (set
+    one of the two)."""
+
+    nonlinearity: Literal["relu", "gelu", "swish", "tanh"] | None = None
+    """The non-linearity between D and U; ``None``: ``swish`` for ``houlsby``, ``relu`` for ``pfeiffer``
+    (AdapterHub's)."""
 
 
 class BottleneckAdapter(nn.Module):
@@ -83,24 +99,22 @@ class _Bottleneck(InsideMethod):
     """The bottleneck adapters: :class:`BottleneckAdapter` on the variant's sites."""
 
     size_at_768 = 48  # 768 / 16; the default is computed from reduction_factor (default_size)
-    options = ("targets", "reduction_factor", "nonlinearity")
     default_nonlinearity = "relu"
     signature_name = ""
     """The name the signature records (an alias records its method's, so weight files interchange)."""
 
     def default_size(self, config: AdapterConfig, hidden_size: int) -> int:
-        factor = (
-            DEFAULT_REDUCTION_FACTOR if config.reduction_factor is None else float(config.reduction_factor)
-        )
+        factor = cast(BottleneckConfig, config).reduction_factor or DEFAULT_REDUCTION_FACTOR
         return max(1, math.floor(hidden_size / factor + 0.5))
 
     def nonlinearity(self, config: AdapterConfig) -> str:
         """The config's non-linearity, or the variant's default."""
-        return self.default_nonlinearity if config.nonlinearity is None else config.nonlinearity
+        return cast(BottleneckConfig, config).nonlinearity or self.default_nonlinearity
 
     def check(self, config: AdapterConfig) -> None:
         super().check(config)
-        factor = config.reduction_factor
+        own = cast(BottleneckConfig, config)
+        factor, nonlinearity = own.reduction_factor, own.nonlinearity
         if factor is not None:
             if (
                 isinstance(factor, bool)
@@ -118,9 +132,9 @@ class _Bottleneck(InsideMethod):
                     f"adapter.size ({config.size}) and adapter.reduction_factor ({factor}) both set the "
                     "bottleneck width. Set one of them and leave the other unset."
                 )
-        if config.nonlinearity is not None and config.nonlinearity not in NONLINEARITIES:
+        if nonlinearity is not None and nonlinearity not in NONLINEARITIES:
             raise PalUserError(
-                f"Unknown adapter.nonlinearity {config.nonlinearity!r}. Choose one of {', '.join(NONLINEARITIES)}."
+                f"Unknown adapter.nonlinearity {nonlinearity!r}. Choose one of {', '.join(NONLINEARITIES)}."
             )
 
     def build(

@@ -1,5 +1,10 @@
 """The configuration of a model's per-task modules (adapters): which method, and its options.
 
+:class:`AdapterConfig` holds the options every method reads; a method with options of its own has a
+subclass (``LoraConfig`` in ``lora.py``, ...) registered beside it, and ``AdapterConfig(method=...)``
+builds the chosen method's class. The command line and YAML give a mapping (``adapter.method: lora``,
+``adapter.alpha: 16``); :meth:`AdapterConfig.coerce` turns it into the method's config.
+
 Default sizes follow Stickland & Murray (2019), scaled from BERT-base (d = 768) to the width d, half up:
 ``pals`` 204 (276 on half the layers), ``pals_no_sharing`` 84, ``low_rank`` 100, ``pff`` and ``pa_on_top``
 204, each ``* d / 768`` (102 at 384), attention methods then to a multiple of ``num_heads``; ``lora``
@@ -8,45 +13,69 @@ rank 8 at every width; ``houlsby``/``pfeiffer`` ``d / 16`` (48 at 768); ``bert_l
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.modeling.methods.base import SITES, AdapterMethod
-from pal_lightning.modeling.methods.registry import METHODS, get_method
+from pal_lightning.modeling.methods.base import CONFIGS, METHODS, AdapterMethod, get_method
 
 Placement = Literal["all", "top", "bottom"]
 InitKind = Literal["zero", "random"]
 ActivationKind = Literal["none", "gelu"]
-NonlinearityKind = Literal["relu", "gelu", "swish", "tanh"]
-
-PLACEMENTS: tuple[str, ...] = ("all", "top", "bottom")
-INITS: tuple[str, ...] = ("zero", "random")
-ACTIVATIONS: tuple[str, ...] = ("none", "gelu")
-
-METHOD_OPTIONS: dict[str, tuple[object, ...]] = {
-    "targets": (None,),
-    "alpha": (None,),
-    "dropout": (None, 0.0),
-    "reduction_factor": (None,),
-    "nonlinearity": (None,),
-}
-"""The fields only some methods read (those listing them in their ``options``), with the values that
-leave them unset (a dropout of 0 is no dropout for any method)."""
 
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-@dataclass(frozen=True)
-class AdapterConfig:
-    """Which per-task module (adapter) each task adds to the shared encoder, and its options.
+def config_class(method: str) -> type[AdapterConfig]:
+    """The options' dataclass of the registered ``method``.
 
     Raises:
-        PalUserError: for an unknown method, placement or init, a non-positive size or head count, a
-            ``size`` that ``num_heads`` does not divide, ``num_layers`` without top/bottom placement, or an
-            option the method cannot honour or does not read (``alpha`` for PALs, ...).
+        PalUserError: for an unregistered method.
+    """
+    get_method(method)
+    return CONFIGS.get(method, AdapterConfig)
+
+
+def option_names(method: str) -> tuple[str, ...]:
+    """The options ``adapter`` accepts with ``method`` (its config's fields)."""
+    return tuple(f.name for f in fields(config_class(method)))
+
+
+def _set(value: Any) -> bool:
+    return value is not None and (isinstance(value, bool) or value != 0)
+
+
+def _check_known(method: str, options: Mapping[str, Any]) -> type[AdapterConfig]:
+    """``method``'s config class, once every name in ``options`` is one of its fields.
+
+    Raises:
+        PalUserError: naming the method's options and the methods that have the foreign one.
+    """
+    cls = config_class(method)
+    accepted = option_names(method)
+    foreign = [k for k in options if k not in accepted]
+    if foreign:
+        users = [m for m in METHODS if foreign[0] in option_names(m)]
+        elsewhere = f" ({foreign[0]} is an option of {', '.join(users)})" if users else ""
+        raise PalUserError(
+            f"adapter.{foreign[0]} does not apply to method {method!r}{elsewhere}. Its options are "
+            f"{', '.join(accepted)}: leave adapter.{foreign[0]} unset, or choose a method that has it."
+        )
+    return cls
+
+
+@dataclass(frozen=True)
+class AdapterConfig:
+    """Which per-task module (adapter) each task adds to the shared encoder, and the options every method
+    reads. ``AdapterConfig(method=name, **options)`` gives the method's own subclass (``LoraConfig``, ...).
+
+    Raises:
+        PalUserError: for an unknown method, placement or init, an option the method does not have, a
+            non-positive size or head count, a ``size`` that ``num_heads`` does not divide, ``num_layers``
+            without top/bottom placement, or a value the method cannot honour.
     """
 
     method: str = "pals"
@@ -80,36 +109,23 @@ class AdapterConfig:
     """What follows V^D: ``"none"`` (the equation as stated) or ``"gelu"`` (the reference code's PALs).
     Only for methods with a V^D."""
 
-    targets: tuple[str, ...] | None = None
-    """The sites ``lora``, ``houlsby`` and ``pfeiffer`` act on, among ``query``, ``key``, ``value``,
-    ``attention_output``, ``ffn_input`` and ``ffn_output``. ``None``: the method's default (``[query,
-    value]`` for ``lora``, ``[attention_output, ffn_output]`` for ``houlsby``, ``[ffn_output]`` for
-    ``pfeiffer``)."""
-
-    alpha: float | None = None
-    """LoRA's scale numerator (the update is scaled by ``alpha / size``); ``None``: 8. Only for ``lora``."""
-
-    dropout: float | None = None
-    """Dropout on a LoRA site's input before A (training only); ``None``: 0. Only for ``lora``."""
-
-    reduction_factor: float | None = None
-    """d / m for ``houlsby`` and ``pfeiffer`` (m = ``round(hidden_size / reduction_factor)``); ``None``:
-    16, unless ``size`` sets m (set one of the two)."""
-
-    nonlinearity: NonlinearityKind | None = None
-    """The bottleneck adapters' non-linearity (``relu``, ``gelu``, ``swish``, ``tanh``); ``None``:
-    ``swish`` for ``houlsby``, ``relu`` for ``pfeiffer`` (AdapterHub's)."""
+    def __new__(cls, *args: Any, **options: Any) -> AdapterConfig:
+        # AdapterConfig(method=...) dispatches to the method's own class; copy and pickle call cls.__new__(cls)
+        method = options.get("method", args[0] if args else None)
+        if method is None:
+            return object.__new__(cls)
+        target = _check_known(method, options)
+        return object.__new__(target if cls is AdapterConfig else cls)
 
     def __post_init__(self) -> None:
         method = get_method(self.method)
-        if self.targets is not None:
-            object.__setattr__(self, "targets", _site_tuple(self.targets))
-        _check_method_options(self, method)
-        for name, value, allowed in (
-            ("placement", self.placement, PLACEMENTS),
-            ("init", self.init, INITS),
-            ("activation", self.activation, ACTIVATIONS),
-        ):
+        if type(self) is not config_class(self.method):
+            raise PalUserError(
+                f"{type(self).__name__} is not the config of method {self.method!r}. Use "
+                f"AdapterConfig(method={self.method!r}, ...), which picks {config_class(self.method).__name__}."
+            )
+        for name, kind in (("placement", Placement), ("init", InitKind), ("activation", ActivationKind)):
+            value, allowed = getattr(self, name), get_args(kind)
             if value not in allowed:
                 raise PalUserError(f"Unknown adapter.{name} {value!r}. Choose one of {', '.join(allowed)}.")
         if not _is_int(self.num_heads) or self.num_heads < 1:
@@ -131,23 +147,32 @@ class AdapterConfig:
         method.check(self)
 
     @classmethod
-    def coerce(cls, value: AdapterConfig | str | Any | None) -> AdapterConfig:
-        """``value`` as a config: a config as it is, a method name, or a mapping of the fields (what a
-        checkpoint's hyper-parameters and a YAML file hold); ``None`` gives the defaults.
+    def coerce(cls, value: AdapterSpec) -> AdapterConfig:
+        """``value`` as the chosen method's config: a config as it is, a method name, or a mapping of its
+        options (what YAML, the command line and a checkpoint's hyper-parameters hold); ``None`` gives the
+        defaults. Another method's option left null (or 0: no dropout is no dropout for any method) is
+        dropped: earlier versions saved every method's options.
 
         Raises:
-            PalUserError: for anything else, or a mapping with unknown fields.
+            PalUserError: for anything else, or an option the chosen method does not have.
         """
         if value is None:
-            return cls()
-        if isinstance(value, cls):
+            return AdapterConfig()
+        if isinstance(value, AdapterConfig):
             return value
         if isinstance(value, str):
-            return cls(method=value)
-        if hasattr(value, "items"):
-            return cls().replace(**dict(value.items()))
+            return AdapterConfig(method=value)
+        if isinstance(value, Mapping):
+            # jsonargparse 4.53 hands `--model.adapter.size null` over as the string "None"
+            options: dict[str, Any] = {k: None if v == "None" else v for k, v in value.items()}
+            method = options.setdefault("method", "pals")
+            known = {name for m in METHODS for name in option_names(m)}
+            accepted = option_names(method)
+            return AdapterConfig(
+                **{k: v for k, v in options.items() if k in accepted or k not in known or _set(v)}
+            )
         raise PalUserError(
-            f"adapter must be a method name, a mapping of AdapterConfig fields or an AdapterConfig, got "
+            f"adapter must be a method name, a mapping of its options or an AdapterConfig, got "
             f"{type(value).__name__}."
         )
 
@@ -174,57 +199,31 @@ class AdapterConfig:
         return self.adapter_method.layer_indices(self, num_hidden_layers)
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields as a plain dict (for metadata and hyper-parameters; ``targets`` as a list, which
-        YAML and JSON write plainly)."""
-        fields = asdict(self)
-        if self.targets is not None:
-            fields["targets"] = list(self.targets)
-        return fields
+        """The fields as a plain dict (for metadata and hyper-parameters; tuples as lists, which YAML
+        and JSON write plainly)."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
     def replace(self, **changes: Any) -> AdapterConfig:
-        """A copy with ``changes`` applied (and validated).
+        """A copy with ``changes`` applied (and validated); a new ``method`` drops the old one's own
+        options that ``changes`` does not set.
 
         Raises:
-            PalUserError: for a field name that does not exist.
+            PalUserError: for an option that no registered method has, or that the method does not have.
         """
-        unknown = sorted(set(changes) - set(self.to_dict()))
+        known = {name for m in METHODS for name in option_names(m)}
+        unknown = sorted(set(changes) - known)
         if unknown:
             raise PalUserError(
-                f"Unknown adapter option(s) {unknown}. Known options: {', '.join(sorted(self.to_dict()))}."
+                f"Unknown adapter option(s) {unknown}. Known options: {', '.join(sorted(known))}."
             )
-        return AdapterConfig(**{**self.to_dict(), **changes})
+        common = {f.name for f in fields(AdapterConfig)}
+        kept = {k: v for k, v in self.to_dict().items() if k in common or "method" not in changes}
+        return AdapterConfig.coerce({**kept, **changes})
 
 
-def _site_tuple(targets: Any) -> tuple[str, ...]:
-    """``targets`` (a list from YAML or JSON, a tuple, or one name) as a tuple in SITES order: hashable,
-    and equal for equal selections however they were written. The method checks the names.
-
-    Raises:
-        PalUserError: for a value that is not a list of strings.
-    """
-    chosen = (targets,) if isinstance(targets, str) else targets
-    if not isinstance(chosen, (list, tuple)) or not all(isinstance(t, str) for t in chosen):
-        raise PalUserError(
-            f"adapter.targets must be a list of site names ({', '.join(SITES)}) or null (the method's "
-            f"default), got {targets!r}."
-        )
-    order = {site: i for i, site in enumerate(SITES)}
-    return tuple(sorted(chosen, key=lambda s: order.get(s, len(SITES))))
-
-
-def _check_method_options(config: AdapterConfig, method: AdapterMethod) -> None:
-    """Refuse a method-specific field set for a method that does not read it (naming those that do)."""
-    reads = getattr(method, "options", ())
-    for name, unset in METHOD_OPTIONS.items():
-        value = getattr(config, name)
-        if name in reads or value in unset:
-            continue
-        users = [m.name for m in METHODS.values() if name in getattr(m, "options", ())]
-        raise PalUserError(
-            f"adapter.{name} does not apply to method {method.name!r} (only to {', '.join(users) or 'none'}). "
-            f"Leave adapter.{name} unset, or choose one of those methods."
-        )
-
-
-DEFAULT_ADAPTER = AdapterConfig()
-"""The defaults: PALs of the paper's size beside every layer, starting at zero."""
+if TYPE_CHECKING:
+    AdapterSpec = AdapterConfig | Mapping[str, Any] | str | None
+else:  # what the command line parses: a method's options as a mapping (dotted keys, layered YAML), or its name
+    AdapterSpec = dict[str, Any] | str | None
+"""What ``adapter`` arguments take: an :class:`AdapterConfig`, a mapping of the method's options, a method
+name, or ``None`` (the defaults)."""

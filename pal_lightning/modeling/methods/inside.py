@@ -10,14 +10,13 @@ that records the targets. Site widths in every family::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling.methods.base import SITES, AdapterMethod
+from pal_lightning.modeling.methods.config import AdapterConfig
 from pal_lightning.modeling.methods.where import Where
-
-if TYPE_CHECKING:
-    from pal_lightning.modeling.methods.config import AdapterConfig
 
 
 def site_features(site: str, d: int, d_ff: int) -> tuple[int, int]:
@@ -58,10 +57,42 @@ def check_targets(targets: Any) -> tuple[str, ...]:
     return chosen
 
 
+@dataclass(frozen=True)
+class InsideConfig(AdapterConfig):
+    """The options of a method on sites: the common ones and ``targets``."""
+
+    targets: tuple[str, ...] | None = None
+    """The sites it acts on, among ``query``, ``key``, ``value``, ``attention_output``, ``ffn_input`` and
+    ``ffn_output``. ``None``: the method's default (``[query, value]`` for ``lora``, ``[attention_output,
+    ffn_output]`` for ``houlsby``, ``[ffn_output]`` for ``pfeiffer``)."""
+
+    def __post_init__(self) -> None:
+        if self.targets is not None:
+            object.__setattr__(self, "targets", _site_tuple(self.targets))
+        super().__post_init__()
+
+
+def _site_tuple(targets: Any) -> tuple[str, ...]:
+    """``targets`` (a list from YAML or JSON, a tuple, or one name) as a tuple in SITES order: hashable,
+    and equal for equal selections however they were written. The method checks the names.
+
+    Raises:
+        PalUserError: for a value that is not a list of strings.
+    """
+    chosen = (targets,) if isinstance(targets, str) else targets
+    if not isinstance(chosen, (list, tuple)) or not all(isinstance(t, str) for t in chosen):
+        raise PalUserError(
+            f"adapter.targets must be a list of site names ({', '.join(SITES)}) or null (the method's "
+            f"default), got {targets!r}."
+        )
+    order = {site: i for i, site in enumerate(SITES)}
+    return tuple(sorted(chosen, key=lambda s: order.get(s, len(SITES))))
+
+
 class InsideMethod(AdapterMethod):
     """A method whose per-task module acts on sites of the selected layers (LoRA, bottleneck adapters).
 
-    Subclasses set :attr:`default_targets` and :attr:`options` and give :meth:`site_weights`, the
+    Subclasses set :attr:`default_targets`, are registered with a subclass of :class:`InsideConfig`, and give :meth:`site_weights`, the
     weight-matrix parameters of one site of one layer.
     """
 
@@ -70,20 +101,18 @@ class InsideMethod(AdapterMethod):
     default_targets: tuple[str, ...] = ()
     """The sites a config with ``targets`` unset acts on."""
 
-    options: tuple[str, ...] = ("targets",)
-    """The method-specific :class:`AdapterConfig` fields this method reads (``targets``, ``alpha``,
-    ``dropout``, ``reduction_factor``, ``nonlinearity``); the config refuses the others when set."""
-
     def targets(self, config: AdapterConfig) -> tuple[str, ...]:
         """The sites ``config`` selects (its ``targets``, else :attr:`default_targets`), in
         :data:`~pal_lightning.modeling.methods.base.SITES` order."""
-        chosen = self.default_targets if config.targets is None else config.targets
+        targets = getattr(config, "targets", None)
+        chosen = self.default_targets if targets is None else targets
         return tuple(s for s in SITES if s in chosen)
 
     def check(self, config: AdapterConfig) -> None:
         super().check(config)
-        if config.targets is not None:
-            check_targets(config.targets)
+        targets = getattr(config, "targets", None)
+        if targets is not None:
+            check_targets(targets)
 
     def site_weights(self, config: AdapterConfig, size: int, in_features: int, out_features: int) -> int:
         """Weight-matrix parameters at one site of one layer whose Linear maps ``in_features`` to

@@ -10,25 +10,39 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.modeling.methods.inside import InsideMethod, encoder_widths, site_features
+from pal_lightning.modeling.methods.config import AdapterConfig
+from pal_lightning.modeling.methods.inside import InsideConfig, InsideMethod, encoder_widths, site_features
 from pal_lightning.modeling.methods.pals import INIT_STD
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
-
-    from pal_lightning.modeling.methods.config import AdapterConfig
 
 DEFAULT_RANK = 8
 """r when ``size`` is unset (the LoRA paper's GLUE runs; ``peft``'s default)."""
 
 DEFAULT_ALPHA = 8.0
 """alpha when ``alpha`` is unset (the LoRA paper's GLUE runs; ``peft``'s default): scale alpha / r = 1."""
+
+
+@dataclass(frozen=True)
+class LoraConfig(InsideConfig):
+    """``lora``'s options: the common ones, ``targets`` (default ``[query, value]``), ``alpha`` and
+    ``dropout``; ``size`` is the rank r (default 8 at every width)."""
+
+    method: str = "lora"
+
+    alpha: float | None = None
+    """The scale numerator (the update is scaled by ``alpha / size``); ``None``: 8."""
+
+    dropout: float | None = None
+    """Dropout on a site's input before A (training only); ``None``: 0."""
 
 
 class LoraAdapter(nn.Module):
@@ -105,7 +119,6 @@ class LoraMethod(InsideMethod):
     name = "lora"
     size_at_768 = DEFAULT_RANK
     default_targets = ("query", "value")
-    options = ("targets", "alpha", "dropout")
 
     def default_size(self, config: AdapterConfig, hidden_size: int) -> int:
         # the rank is a property of the update, not of the width: the paper keeps r = 8 at 768 and 1024
@@ -113,11 +126,13 @@ class LoraMethod(InsideMethod):
 
     def alpha(self, config: AdapterConfig) -> float:
         """The config's alpha, or :data:`DEFAULT_ALPHA`."""
-        return DEFAULT_ALPHA if config.alpha is None else float(config.alpha)
+        alpha = cast(LoraConfig, config).alpha
+        return DEFAULT_ALPHA if alpha is None else float(alpha)
 
     def check(self, config: AdapterConfig) -> None:
         super().check(config)
-        alpha = config.alpha
+        own = cast(LoraConfig, config)
+        alpha, dropout = own.alpha, own.dropout
         if alpha is not None and (
             isinstance(alpha, bool)
             or not isinstance(alpha, (int, float))
@@ -128,7 +143,6 @@ class LoraMethod(InsideMethod):
                 f"adapter.alpha must be a positive number (the update is scaled by alpha / rank), got {alpha!r}. "
                 f"Leave it unset for {DEFAULT_ALPHA:g}."
             )
-        dropout = config.dropout
         if dropout is not None and (
             isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1
         ):
@@ -142,7 +156,7 @@ class LoraMethod(InsideMethod):
     ) -> nn.Module:
         d, d_ff = encoder_widths(encoder_config)
         features = {s: site_features(s, d, d_ff) for s in self.targets(config)}
-        dropout = 0.0 if config.dropout is None else float(config.dropout)
+        dropout = cast(LoraConfig, config).dropout or 0.0
         return LoraAdapter(layers, features, size, self.alpha(config), dropout, config.init)
 
     def site_weights(self, config: AdapterConfig, size: int, in_features: int, out_features: int) -> int:
