@@ -1,9 +1,5 @@
 """Encoder families: which ``transformers`` architectures the library wires, and where (one
-:class:`~pal_lightning.modeling.families.base.EncoderFamily` each, one registry line below).
-
-:func:`family_of` resolves a checkpoint's ``config.json`` ``model_type``; a type no family claims is
-refused with the supported ones and the guide for adding one (``docs/extending.md``).
-"""
+:class:`~pal_lightning.modeling.families.base.EncoderFamily` each, one registry line below)."""
 
 from __future__ import annotations
 
