@@ -22,37 +22,26 @@ class ParameterReport:
 
     method: str
     """The per-task method (``AdapterConfig.method``)."""
-
     adapter_size: int
     """d_s (0 for ``adapter="none"``)."""
-
     shared: int
     """Pretrained encoder parameters stored once and used by every task (``bert.*``)."""
-
     adapter_weights: dict[str, int] = field(default_factory=dict)
     """Per task: weight-matrix parameters of its adapter (tensors of 2 or more dimensions)."""
-
     adapter_biases: dict[str, int] = field(default_factory=dict)
     """Per task: vector parameters of its adapter (biases, LayerNorm gains)."""
-
     heads: dict[str, int] = field(default_factory=dict)
     """Per task: parameters of its output head (0 without one)."""
-
     individual: dict[str, int] = field(default_factory=dict)
     """Per group of tasks (a task alone is a group): parameters of its copies of the I layers."""
-
     layer_sharing: str = ""
     """The layer-sharing regime (F frozen, S shared, I individual per layer)."""
-
     frozen: int = 0
     """Parameters of the frozen (F) layers (part of :attr:`shared`)."""
-
     individual_copy: int = 0
     """Parameters of one copy of the individual (I) layers."""
-
     other: int = 0
     """Parameters that are neither encoder, adapter nor head (e.g. a learnable loss scale)."""
-
     trainable: int = 0
     """Parameters with ``requires_grad`` (after freezing, if any)."""
 

@@ -168,10 +168,8 @@ class MultiTaskBert(RoutedForward, TaskParameters, nn.Module):
     ) -> MultiTaskBert:
         """The pretrained encoder ``name_or_path`` (:func:`~pal_lightning.core.hub.resolve_encoder`) with new
         task modules; other arguments as :meth:`from_config`. Unused checkpoint keys go to ``loading_info``.
-
-        Raises:
-            PalUserError: for an unknown encoder or family, missing encoder weights or mismatching shapes.
-        """
+        Raises ``PalUserError`` for an unknown encoder or family, missing encoder weights or mismatching
+        shapes."""
         directory = local_encoder_dir(resolve_encoder(os.fspath(name_or_path)))
         model = cls.from_config(
             read_encoder_config(directory, name_or_path),
@@ -189,11 +187,9 @@ class MultiTaskBert(RoutedForward, TaskParameters, nn.Module):
     def load_pretrained_state(
         self, state: Mapping[str, torch.Tensor], source: str = "<state dict>"
     ) -> LoadingInfo:
-        """Load pretrained weights into :attr:`bert` (:func:`~pal_lightning.modeling.encoder_state.plan_pretrained_load`).
-
-        Raises:
-            PalUserError: when a non-adapter key is missing or a shape differs.
-        """
+        """Load pretrained weights into :attr:`bert`
+        (:func:`~pal_lightning.modeling.encoder_state.plan_pretrained_load`). Raises ``PalUserError`` when a
+        non-adapter key is missing or a shape differs."""
         # buffers BERT does not save (e.g. embeddings.position_ids, which old transformers versions saved)
         saved = set(self.bert.state_dict(prefix=f"{ENCODER_PREFIX}."))
         buffers = {n for n, _ in self.bert.named_buffers(prefix=ENCODER_PREFIX, remove_duplicate=False)}
@@ -257,21 +253,15 @@ class MultiTaskBert(RoutedForward, TaskParameters, nn.Module):
     ) -> torch.Tensor:
         """The last hidden state ``[B, T, d]`` with ``task``'s modules active, or each row's own task's
         (``tasks``: a ``LongTensor[B]`` of indices into :attr:`task_names`, ``B`` names, or a
-        :class:`TaskRouting` from :meth:`route`); rows come back in the input order.
-
-        Raises:
-            PalUserError: for an unknown task, or not exactly one of ``task`` and ``tasks``.
-        """
+        :class:`TaskRouting` from :meth:`route`); rows come back in the input order. Raises ``PalUserError``
+        for an unknown task, or not exactly one of ``task`` and ``tasks``."""
         if tasks is not None or task is None:
             return self._forward_mixed(input_ids, attention_mask, token_type_ids, tasks, task)
         return self._forward_task(input_ids, attention_mask, token_type_ids, task)
 
     def merge(self, task: str) -> None:
         """Fold ``task``'s LoRA into the encoder's weights and drop every task's module (a single-task copy).
-
-        Raises:
-            PalUserError: when the method's modules cannot be folded (only linear deltas can).
-        """
+        Raises ``PalUserError`` when the method's modules cannot be folded (only linear deltas can)."""
         self.check_task(task)
         if task in self.adapters:
             merge_adapter(self, task)

@@ -24,11 +24,8 @@ def local_encoder_dir(resolved: str) -> str:
 
 
 def read_encoder_config(directory: str | os.PathLike[str], name_or_path: object) -> PretrainedConfig:
-    """The ``transformers`` config in ``directory``.
-
-    Raises:
-        PalUserError: for an unreadable config or a ``model_type`` no family claims.
-    """
+    """The ``transformers`` config in ``directory``. Raises ``PalUserError`` for an unreadable config or a
+    ``model_type`` no family claims."""
     try:
         raw = json.loads((Path(directory) / "config.json").read_text())
     except (OSError, ValueError) as err:
@@ -45,10 +42,7 @@ def read_encoder_config(directory: str | os.PathLike[str], name_or_path: object)
 
 def read_encoder_weights(directory: Path) -> tuple[dict[str, torch.Tensor], str]:
     """The state dict in ``directory`` (safetensors, sharded or not, else pytorch_model.bin) and its source.
-
-    Raises:
-        PalUserError: when the folder holds none of these files.
-    """
+    Raises ``PalUserError`` when the folder holds none of these files."""
     from safetensors.torch import load_file
 
     single = directory / "model.safetensors"

@@ -26,10 +26,8 @@ class LoadingInfo:
 
     source: str
     """The checkpoint file(s) read."""
-
     missing_new: list[str] = field(default_factory=list)
     """Keys absent from the checkpoint that are new task-specific parameters."""
-
     unexpected: list[str] = field(default_factory=list)
     """Checkpoint keys the encoder does not use (pooler, pre-training heads): ignored."""
 
@@ -107,11 +105,8 @@ def plan_pretrained_load(
     layers_path: str = "encoder.layer",
 ) -> tuple[dict[str, torch.Tensor], LoadingInfo]:
     """The tensors of ``state`` to load into an encoder whose state dict is ``expected``, and the
-    :class:`LoadingInfo`; ``not_saved``: buffer keys neither loaded nor reported as unused.
-
-    Raises:
-        PalUserError: when a non-adapter key is missing or a shape differs.
-    """
+    :class:`LoadingInfo`; ``not_saved``: buffer keys neither loaded nor reported as unused. Raises
+    ``PalUserError`` when a non-adapter key is missing or a shape differs."""
     renamed = encoder_keys(state, model_prefix)
     copied = copy_individual_layers(renamed, individual_layers, list(groups), layers_path)
     missing = sorted(set(expected) - set(renamed))

@@ -19,11 +19,7 @@ POOLING_MODES: tuple[str, ...] = ("cls", "mean")
 
 def pool(hidden: Tensor, mask: Tensor | None, mode: str = "mean") -> Tensor:
     """One vector ``[B, H]`` per sequence of ``hidden [B, T, H]``: ``cls`` (``h[:, 0]``) or ``mean`` (over the
-    tokens of ``mask``, 1 = token; ``None``: no padding).
-
-    Raises:
-        PalUserError: for an unknown ``mode``.
-    """
+    tokens of ``mask``, 1 = token; ``None``: no padding). Raises ``PalUserError`` for an unknown ``mode``."""
     if mode == "cls":
         return hidden[:, 0]
     if mode == "mean":
@@ -88,11 +84,8 @@ class CosineSimilarityHead(TaskHead):
 
 
 def check_loss(spec: TaskSpec) -> str:
-    """The loss of ``spec``, checked against the task kind.
-
-    Raises:
-        PalUserError: ``mse`` on a classification task, or ``cross_entropy``/``bce`` on a regression task.
-    """
+    """The loss of ``spec``, checked against the task kind. Raises ``PalUserError`` ``mse`` on a
+    classification task, or ``cross_entropy``/``bce`` on a regression task."""
     loss = spec.resolved_loss
     if spec.is_regression and loss != "mse":
         raise PalUserError(

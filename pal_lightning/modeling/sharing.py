@@ -13,10 +13,7 @@ LETTERS = (FROZEN, SHARED, INDIVIDUAL)
 
 def parse_layer_sharing(spec: str | None, num_layers: int) -> str:
     """The regime as ``num_layers`` upper-case letters (``None``: all shared; spaces, ``-``, ``_`` ignored).
-
-    Raises:
-        PalUserError: for a non-string, another letter, or a length other than ``num_layers``.
-    """
+    Raises ``PalUserError`` for a non-string, another letter, or a length other than ``num_layers``."""
     if spec is None:
         return SHARED * num_layers
     if not isinstance(spec, str):
@@ -66,11 +63,8 @@ def resolve_task_groups(
     groups: Sequence[Sequence[str]] | None, tasks: Sequence[str], regime: str | None = None
 ) -> dict[str, str]:
     """Task -> the name of the group whose copies of the I layers it uses (a task in no group: its own).
-
-    Raises:
-        PalUserError: for groups without I layers in ``regime``, an unknown task, a task in two groups,
-            or an empty group.
-    """
+    Raises ``PalUserError`` for groups without I layers in ``regime``, an unknown task, a task in two groups,
+    or an empty group."""
     if groups and regime is not None and INDIVIDUAL not in regime:
         raise PalUserError(
             f"task_groups {list(groups)} share individual (I) layers, but layer_sharing {regime!r} has "

@@ -119,11 +119,9 @@ def as_simcse_config(value: SimCSEConfig | Mapping[str, Any] | None) -> SimCSECo
 
 
 def split_cross_pairs(inputs: Mapping[str, Tensor]) -> tuple[Inputs, Inputs]:
-    """Cut ``cross`` pairs ``[CLS] a [SEP] b [SEP]`` into ``[CLS] a [SEP]`` and ``[CLS] b [SEP]`` (right-padded).
-
-    Raises:
-        PalUserError: when the batch has no ``token_type_ids`` or a row has no second segment.
-    """
+    """Cut ``cross`` pairs ``[CLS] a [SEP] b [SEP]`` into ``[CLS] a [SEP]`` and ``[CLS] b [SEP]``
+    (right-padded). Raises ``PalUserError`` when the batch has no ``token_type_ids`` or a row has no second
+    segment."""
     ids, mask, types = inputs[INPUT_IDS], inputs[ATTENTION_MASK], inputs.get(TOKEN_TYPE_IDS)
     if types is None:
         raise PalUserError("SimCSE on 'cross' pairs needs token_type_ids to find the two sentences.")
@@ -229,11 +227,8 @@ def simcse_loss(
     ignore: Tensor | None = None,
 ) -> Tensor:
     """Mean InfoNCE of anchors ``z1 [N, H]`` against ``z2 [M, H]`` (+ ``hard_negatives``) by cosine / tau;
-    ``targets``: each anchor's positive row (default ``arange(N)``); ``ignore [N, M + K]``: left out.
-
-    Raises:
-        ValueError: for a non-positive temperature, no anchors, or mismatched widths.
-    """
+    ``targets``: each anchor's positive row (default ``arange(N)``); ``ignore [N, M + K]``: left out. Raises
+    ``ValueError`` for a non-positive temperature, no anchors, or mismatched widths."""
     if temperature <= 0:
         raise ValueError(f"simcse_loss needs temperature > 0, got {temperature}.")
     if z1.ndim != 2 or z2.ndim != 2 or z1.shape[1] != z2.shape[1] or z1.shape[0] == 0:

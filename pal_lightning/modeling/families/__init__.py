@@ -31,11 +31,8 @@ def supported_model_types() -> list[str]:
 
 
 def family_of(config: Any, name_or_path: object = None) -> EncoderFamily:
-    """The family of a ``transformers`` config (its ``model_type``).
-
-    Raises:
-        PalUserError: for a model type no family claims.
-    """
+    """The family of a ``transformers`` config (its ``model_type``). Raises ``PalUserError`` for a model type
+    no family claims."""
     model_type = getattr(config, "model_type", None) or "bert"
     family = FAMILIES.get(model_type)
     if family is None:

@@ -20,32 +20,23 @@ class EncoderFamily:
 
     name: str
     """The family's name (``"bert"``, ``"modernbert"``, ...)."""
-
     model_types: tuple[str, ...]
     """The ``model_type`` values of ``config.json`` that belong to this family."""
-
     layers: str
     """Path from the base model to its ``nn.ModuleList`` of layers (``"encoder.layer"``)."""
-
     layer_class: str
     """``module:Class`` of one layer, to build a fresh one."""
-
     join_norm: str | None
     """Path, inside a post-LN layer, of the LayerNorm whose input a PAL term joins; ``None``: pre-LN (the
     term joins the layer's output)."""
-
     sites: Mapping[str, Site] = field(default_factory=dict)
     """The Linears of :data:`~pal_lightning.modeling.methods.base.SITES` inside a layer."""
-
     token_types: bool = True
     """Whether the model's forward takes ``token_type_ids`` (segment ids of pair encodings)."""
-
     pooler_option: bool = False
     """Whether the model class takes ``add_pooling_layer`` (set to ``False``)."""
-
     layer_index_keyword: str | None = "layer_idx"
     """The layer constructor's keyword for its index (``None``: it takes the config alone)."""
-
     row_shared_sites: tuple[str, ...] = ()
     """Sites whose Linear also projects a tensor shared by the rows (DeBERTa's relative embeddings): a
     mixed-task batch acting there runs one forward per task."""

@@ -22,11 +22,8 @@ if TYPE_CHECKING:
 
 
 def parameter_safe_names(tasks: Sequence[Any] | str) -> list[str]:
-    """The names of ``tasks``, each once and usable as an ``nn.ModuleDict`` key.
-
-    Raises:
-        PalUserError: for no task, a task listed twice or a name that cannot be a parameter name.
-    """
+    """The names of ``tasks``, each once and usable as an ``nn.ModuleDict`` key. Raises ``PalUserError`` for
+    no task, a task listed twice or a name that cannot be a parameter name."""
     names = [task_name_of(t) for t in ([tasks] if isinstance(tasks, str) else tasks)]
     if not names:
         raise PalUserError("MultiTaskBert needs at least one task; pass tasks=['sst', ...].")
@@ -43,11 +40,8 @@ def parameter_safe_names(tasks: Sequence[Any] | str) -> list[str]:
 
 
 def encoder_config(config: PretrainedConfig | Mapping[str, Any]) -> PretrainedConfig:
-    """A copy of ``config`` (or of the config a mapping describes; ``model_type`` defaults to BERT).
-
-    Raises:
-        PalUserError: for a decoder config or a model type no family wires.
-    """
+    """A copy of ``config`` (or of the config a mapping describes; ``model_type`` defaults to BERT). Raises
+    ``PalUserError`` for a decoder config or a model type no family wires."""
     if isinstance(config, Mapping):
         options = dict(config)
         model_type = options.pop("model_type", "bert")
@@ -71,10 +65,7 @@ def backbone(
     config: PretrainedConfig, family: EncoderFamily, attn_implementation: str | None = None
 ) -> PreTrainedModel:
     """A random base model of ``config`` (no pooler); ``sdpa`` becomes ``pal_sdpa`` (modeling/attention.py).
-
-    Raises:
-        PalUserError: for an attention implementation that is not available.
-    """
+    Raises ``PalUserError`` for an attention implementation that is not available."""
     options: dict[str, Any] = {"add_pooling_layer": False} if family.pooler_option else {}
     model: PreTrainedModel = AutoModel.from_config(config, **options)
     if attn_implementation is None and model.config._attn_implementation == "sdpa":
@@ -122,11 +113,8 @@ def individual_copies(
 def task_adapters(
     config: AdapterConfig, encoder_config: PretrainedConfig, names: Sequence[str], size: int
 ) -> nn.ModuleDict:
-    """Per task, its module of width ``size`` as the config's method builds it.
-
-    Raises:
-        PalUserError: for a module that does not follow its placement's Protocol.
-    """
+    """Per task, its module of width ``size`` as the config's method builds it. Raises ``PalUserError`` for a
+    module that does not follow its placement's Protocol."""
     method = config.adapter_method
     protocol = method.where.protocol
     layers = config.layer_indices(int(encoder_config.num_hidden_layers))
@@ -156,11 +144,8 @@ def hook_layers(encoder: MultiTaskBert) -> None:
 
 
 def merge_adapter(encoder: MultiTaskBert, task: str) -> None:
-    """Fold ``task``'s module into the weights of the layers it acts in (:meth:`MultiTaskBert.merge`).
-
-    Raises:
-        PalUserError: for a method whose modules are not a ``MergeableModule``.
-    """
+    """Fold ``task``'s module into the weights of the layers it acts in (:meth:`MultiTaskBert.merge`). Raises
+    ``PalUserError`` for a method whose modules are not a ``MergeableModule``."""
     adapter = encoder.adapters[task]
     if not isinstance(adapter, MergeableModule):
         raise PalUserError(

@@ -68,10 +68,7 @@ class RoutedForward:
 
     def route(self, tasks: RowTasks, device: torch.device | str | None = None) -> TaskRouting:
         """Each row's task (indices or names) grouped by task once, to pass as ``tasks=`` to :meth:`forward`.
-
-        Raises:
-            PalUserError: for an unknown task or index, or no row.
-        """
+        Raises ``PalUserError`` for an unknown task or index, or no row."""
         return route_rows(
             tasks, self._task_names, self.task_group if self.individual_layers else None, device
         )

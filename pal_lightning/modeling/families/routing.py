@@ -40,11 +40,8 @@ class TaskRouting:
             yield task, self.bounds[k], self.bounds[k + 1]
 
     def rows(self, task: str) -> torch.Tensor:
-        """The input-order indices of ``task``'s rows (ascending).
-
-        Raises:
-            PalUserError: for a task with no row in the batch.
-        """
+        """The input-order indices of ``task``'s rows (ascending). Raises ``PalUserError`` for a task with no
+        row in the batch."""
         for name, start, stop in self.slices():
             if name == task:
                 if self.order is None:
@@ -65,11 +62,8 @@ class TaskRouting:
 
 
 def task_indices(tasks: RowTasks, names: Sequence[str]) -> torch.Tensor:
-    """Each row's task as an index into ``names``, on the host.
-
-    Raises:
-        PalUserError: for an empty batch, a name that is not one of ``names`` or an index out of range.
-    """
+    """Each row's task as an index into ``names``, on the host. Raises ``PalUserError`` for an empty batch, a
+    name that is not one of ``names`` or an index out of range."""
     if isinstance(tasks, torch.Tensor):
         if tasks.dim() != 1 or tasks.dtype.is_floating_point or tasks.dtype == torch.bool:
             raise PalUserError(
@@ -103,12 +97,9 @@ def route_rows(
     group_of: Mapping[str, str] | None = None,
     device: torch.device | str | None = None,
 ) -> TaskRouting:
-    """Group the rows of a batch by task with one stable sort; ``group_of`` (task -> group of I layers)
-    keeps a group's tasks together; ``device``: where the order lives.
-
-    Raises:
-        PalUserError: for an unknown task or index, or an empty batch.
-    """
+    """Group the rows of a batch by task with one stable sort; ``group_of`` (task -> group of I layers) keeps
+    a group's tasks together; ``device``: where the order lives. Raises ``PalUserError`` for an unknown task
+    or index, or an empty batch."""
     indices = task_indices(tasks, names)
     # tasks of one group next to each other, groups in the order of their first task
     group_rank: dict[str, int] = {}

@@ -359,10 +359,7 @@ def enable_checkpointing(model: nn.Module, individual: nn.Module, wiring: Wiring
 @torch.no_grad()
 def fold_deltas(layers: Mapping[int, nn.Module], family: EncoderFamily, adapter: nn.Module) -> None:
     """Add an INSIDE ``adapter``'s ``weight_delta`` into the site Linears of ``layers`` (slots skipped).
-
-    Raises:
-        ValueError: when the adapter's delta is not linear in the site's input (no ``weight_delta``).
-    """
+    Raises ``ValueError`` when the adapter's delta is not linear in the site's input (no ``weight_delta``)."""
     weight_delta = getattr(adapter, "weight_delta", None)
     if weight_delta is None:
         raise ValueError(f"{type(adapter).__name__} has no weight_delta: its deltas cannot be merged")

@@ -30,11 +30,8 @@ CONFIG_NAME = "config.json"
 def save_task_folders(
     obj: nn.Module, folder: str | os.PathLike[str], tasks: TaskChoice = None, *, overwrite: bool = False
 ) -> list[Path]:
-    """Write ``<folder>/<task>/`` (weights and ``config.json``) for each of ``tasks`` (default: all).
-
-    Raises:
-        PalUserError: for an unknown task, or existing task folders without ``overwrite=True``.
-    """
+    """Write ``<folder>/<task>/`` (weights and ``config.json``) for each of ``tasks`` (default: all). Raises
+    ``PalUserError`` for an unknown task, or existing task folders without ``overwrite=True``."""
     encoder, heads = encoder_and_heads(obj)
     chosen = choose_tasks(tasks, model_tasks(encoder, heads), "this model")
     root = Path(folder)
@@ -76,11 +73,8 @@ def load_task_folders(
     obj: nn.Module, folder: str | os.PathLike[str], tasks: TaskChoice = None, strict: bool = True
 ) -> list[str]:
     """Load ``<folder>/<task>/`` for each of ``tasks`` (default: all) in place, after checking every folder.
-
-    Raises:
-        PalUserError: for no task folder, an unknown task, another saved task definition, or weights that
-            do not fit.
-    """
+    Raises ``PalUserError`` for no task folder, an unknown task, another saved task definition, or weights
+    that do not fit."""
     root = Path(folder)
     available = sorted(p.name for p in root.iterdir() if (p / CONFIG_NAME).is_file()) if root.is_dir() else []
     if not available:

@@ -16,11 +16,8 @@ HEADS_PREFIX = "heads"
 
 
 def encoder_and_heads(obj: nn.Module) -> tuple[MultiTaskBert, nn.ModuleDict | None]:
-    """The encoder of ``obj`` (itself or its ``.encoder``) and its ``.heads`` (or ``None``).
-
-    Raises:
-        PalUserError: when ``obj`` neither is nor holds a :class:`MultiTaskBert`.
-    """
+    """The encoder of ``obj`` (itself or its ``.encoder``) and its ``.heads`` (or ``None``). Raises
+    ``PalUserError`` when ``obj`` neither is nor holds a :class:`MultiTaskBert`."""
     if isinstance(obj, MultiTaskBert):
         return obj, None
     encoder = getattr(obj, "encoder", None)

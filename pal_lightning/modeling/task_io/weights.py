@@ -40,10 +40,8 @@ def save_task_weights(
     obj: nn.Module, path: str | os.PathLike[str], tasks: TaskChoice = None, *, overwrite: bool = False
 ) -> Path:
     """Write the adapters, individual layers and heads of ``tasks`` (default: all) to a safetensors file.
-
-    Raises:
-        PalUserError: for an existing file without ``overwrite=True``, an unknown task, or nothing to save.
-    """
+    Raises ``PalUserError`` for an existing file without ``overwrite=True``, an unknown task, or nothing to
+    save."""
     encoder, heads = encoder_and_heads(obj)
     path = Path(path)
     if path.exists() and not overwrite:
@@ -73,11 +71,8 @@ def save_task_weights(
 
 
 def read_task_weights_metadata(path: str | os.PathLike[str]) -> dict[str, object]:
-    """The decoded metadata of a task-weights file (tasks, heads, adapter, hidden_size, ...).
-
-    Raises:
-        PalUserError: when the file is missing or is not a pal-lightning task-weights file.
-    """
+    """The decoded metadata of a task-weights file (tasks, heads, adapter, hidden_size, ...). Raises
+    ``PalUserError`` when the file is missing or is not a pal-lightning task-weights file."""
     path = Path(path)
     if not path.is_file():
         raise PalUserError(f"Task-weights file {path} does not exist. Save one with save_task_weights().")
@@ -105,12 +100,8 @@ def load_task_weights(
     obj: nn.Module, path: str | os.PathLike[str], tasks: TaskChoice = None, strict: bool = True
 ) -> list[str]:
     """Load the tensors of ``tasks`` (default: all in the file) into ``obj`` in place; ``strict=False`` skips
-    tensors present on one side only.
-
-    Raises:
-        PalUserError: for a missing or foreign file, other adapter options or width, unknown tasks,
-            missing/unexpected tensors (strict) or differing shapes.
-    """
+    tensors present on one side only. Raises ``PalUserError`` for a missing or foreign file, other adapter
+    options or width, unknown tasks, missing/unexpected tensors (strict) or differing shapes."""
     encoder, heads = encoder_and_heads(obj)
     meta = read_task_weights_metadata(path)
     _check_same_adapters(meta, encoder, path)
