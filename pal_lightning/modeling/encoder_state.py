@@ -67,32 +67,6 @@ def copy_individual_layers(
     return copied
 
 
-def _check_complete(missing: Sequence[str], source: str) -> None:
-    not_new = [k for k in missing if not k.startswith(f"{ADAPTERS_PREFIX}.")]
-    if not_new:
-        shown = ", ".join(not_new[:8]) + (f" and {len(not_new) - 8} more" if len(not_new) > 8 else "")
-        raise PalUserError(
-            f"The checkpoint {source} lacks {len(not_new)} encoder weight(s) that are not new PAL "
-            f"parameters: {shown}. Point the encoder at a complete checkpoint of the encoder's family (a folder saved with "
-            "save_pretrained(), or a hub id)."
-        )
-
-
-def _check_shapes(
-    renamed: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor], source: str
-) -> None:
-    mismatched = [
-        f"{k} (checkpoint {tuple(renamed[k].shape)}, model {tuple(expected[k].shape)})"
-        for k in expected
-        if k in renamed and renamed[k].shape != expected[k].shape
-    ]
-    if mismatched:
-        raise PalUserError(
-            f"Shapes in {source} do not match the encoder config: {', '.join(mismatched[:5])}. "
-            "Check that config.json belongs to these weights."
-        )
-
-
 def plan_pretrained_load(
     state: Mapping[str, torch.Tensor],
     expected: Mapping[str, torch.Tensor],
@@ -110,10 +84,26 @@ def plan_pretrained_load(
     renamed = encoder_keys(state, model_prefix)
     copied = copy_individual_layers(renamed, individual_layers, list(groups), layers_path)
     missing = sorted(set(expected) - set(renamed))
-    _check_complete(missing, source)
+    not_new = [k for k in missing if not k.startswith(f"{ADAPTERS_PREFIX}.")]
+    if not_new:
+        shown = ", ".join(not_new[:8]) + (f" and {len(not_new) - 8} more" if len(not_new) > 8 else "")
+        raise PalUserError(
+            f"The checkpoint {source} lacks {len(not_new)} encoder weight(s) that are not new PAL "
+            f"parameters: {shown}. Point the encoder at a complete checkpoint of the encoder's family (a folder saved with "
+            "save_pretrained(), or a hub id)."
+        )
     ignored = set(not_saved) | copied
     unexpected = sorted(k for k in renamed if k not in expected and k not in ignored)
-    _check_shapes(renamed, expected, source)
+    mismatched = [
+        f"{k} (checkpoint {tuple(renamed[k].shape)}, model {tuple(expected[k].shape)})"
+        for k in expected
+        if k in renamed and renamed[k].shape != expected[k].shape
+    ]
+    if mismatched:
+        raise PalUserError(
+            f"Shapes in {source} do not match the encoder config: {', '.join(mismatched[:5])}. "
+            "Check that config.json belongs to these weights."
+        )
     info = LoadingInfo(
         source=source,
         missing_new=[k for k in missing if k.startswith(f"{ADAPTERS_PREFIX}.")],

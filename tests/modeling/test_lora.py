@@ -14,7 +14,7 @@ import torch
 from transformers import BertConfig, BertModel
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.modeling import load_task_weights, parameter_report, save_task_weights
+from pal_lightning.modeling import parameter_report
 from pal_lightning.modeling.accounting import task_weight_formula
 from pal_lightning.modeling.methods import SITES, AdapterConfig, Where, get_method
 from pal_lightning.modeling.methods.lora import LoraAdapter
@@ -240,20 +240,6 @@ def test_parameter_report_and_formula_for_lora(tiny_encoder) -> None:
         "b": 0,
     }
     assert task_weight_formula(model.adapter_config, d, layers, d_ff) == expected
-
-
-def test_task_weights_round_trip(tmp_path, batch, tiny_encoder) -> None:
-    config = AdapterConfig(method="lora", init="random", alpha=4)
-    model = tiny_encoder(config)
-    save_task_weights(model, tmp_path / "a.safetensors", tasks=["a"])
-    fresh = tiny_encoder(config, seed=1)
-    assert not torch.allclose(run(fresh, batch, "a"), run(model, batch, "a"))
-    fresh.bert.load_state_dict(model.bert.state_dict())
-    load_task_weights(fresh, tmp_path / "a.safetensors")
-    torch.testing.assert_close(run(fresh, batch, "a"), run(model, batch, "a"), atol=0, rtol=0)
-    # another rank does not fit: the signature differs
-    with pytest.raises(PalUserError):
-        load_task_weights(tiny_encoder(config.replace(size=4)), tmp_path / "a.safetensors")
 
 
 def test_lora_equals_peft_on_the_same_tiny_bert(batch: dict[str, torch.Tensor], tiny_encoder) -> None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -113,9 +114,7 @@ def route_rows(
     keys = rank[indices]
     counts = torch.bincount(keys, minlength=len(names)).tolist()
     present = [(names[sequence[k]], count) for k, count in enumerate(counts) if count]
-    bounds = [0]
-    for _, count in present:
-        bounds.append(bounds[-1] + count)
+    bounds = [0, *itertools.accumulate(count for _, count in present)]
     order: torch.Tensor | None = None
     if bool((keys[1:] < keys[:-1]).any()):
         order = torch.sort(keys, stable=True).indices.to(device)
