@@ -27,7 +27,6 @@ from pal_lightning.modeling.encoder_state import (
 )
 from pal_lightning.modeling.families import EncoderFamily, family_of
 from pal_lightning.modeling.families.build import (
-    TaskParameters,
     backbone,
     encoder_config,
     hook_layers,
@@ -61,7 +60,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-class MultiTaskBert(RoutedForward, TaskParameters, nn.Module):
+class MultiTaskBert(RoutedForward, nn.Module):
     """An encoder shared by all tasks with a task-specific module per selected layer (random weights).
 
     Args:

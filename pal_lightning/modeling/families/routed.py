@@ -6,34 +6,27 @@ from typing import Any, cast
 
 import torch
 from torch import nn
-from transformers import PreTrainedModel
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling.families import EncoderFamily
+from pal_lightning.modeling.families.build import TaskParameters
 from pal_lightning.modeling.families.routing import RowTasks, TaskRouting, route_rows
 from pal_lightning.modeling.families.wiring import Part, Segment, TaskCall, Wiring, mixed_call, narrowed
 from pal_lightning.modeling.methods import AdapterConfig
 from pal_lightning.modeling.methods.pals import additive_mask, scores_dtype
 
 
-class RoutedForward:
+class RoutedForward(TaskParameters):
     """The forwards of :class:`MultiTaskBert` (one task, or rows of several: ``tasks=``) and the calls its
     hooks read; mixed into :class:`MultiTaskBert`, which sets the attributes below."""
 
-    bert: PreTrainedModel
     family: EncoderFamily
     wiring: Wiring
-    adapters: nn.ModuleDict
-    individual: nn.ModuleDict
     adapter_config: AdapterConfig
     adapter_layers: tuple[int, ...]
     individual_layers: tuple[int, ...]
-    task_group: dict[str, str]
     takes_token_types: bool
     _task_names: tuple[str, ...]
-
-    def check_task(self, task: str) -> None:  # pragma: no cover - MultiTaskBert's
-        raise NotImplementedError
 
     @property
     def num_layers(self) -> int:

@@ -16,7 +16,6 @@ from torch import nn
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.files import atomic_write_bytes
-from pal_lightning.modeling.encoder import MultiTaskBert
 from pal_lightning.modeling.task_io.state import (
     HEADS_PREFIX,
     adapter_signature,
@@ -104,7 +103,13 @@ def load_task_weights(
     options or width, unknown tasks, missing/unexpected tensors (strict) or differing shapes."""
     encoder, heads = encoder_and_heads(obj)
     meta = read_task_weights_metadata(path)
-    _check_same_adapters(meta, encoder, path)
+    mine = adapter_signature(encoder)
+    if meta["hidden_size"] != encoder.hidden_size or meta["adapter"] != mine:
+        raise PalUserError(
+            f"{path} was saved for width {meta['hidden_size']} with adapter {meta['adapter']}, but this model "
+            f"has width {encoder.hidden_size} with adapter {mine}. Build the model with the same encoder and "
+            "PAL options as the one that saved the file."
+        )
     chosen = choose_tasks(tasks, meta["tasks"], str(path))  # type: ignore[arg-type]
     choose_tasks(chosen, model_tasks(encoder, heads), "this model (build it with the tasks to load)")
     with safe_open(str(path), framework="pt") as f:
@@ -123,18 +128,6 @@ def load_task_weights(
             for key, tensor in targets.items():
                 tensor.copy_(f.get_tensor(key))
     return chosen
-
-
-def _check_same_adapters(
-    meta: dict[str, object], encoder: MultiTaskBert, path: str | os.PathLike[str]
-) -> None:
-    mine = adapter_signature(encoder)
-    if meta["hidden_size"] != encoder.hidden_size or meta["adapter"] != mine:
-        raise PalUserError(
-            f"{path} was saved for width {meta['hidden_size']} with adapter {meta['adapter']}, but this model "
-            f"has width {encoder.hidden_size} with adapter {mine}. Build the model with the same encoder and "
-            "PAL options as the one that saved the file."
-        )
 
 
 def match_task_tensors(
