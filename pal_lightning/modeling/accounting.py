@@ -88,10 +88,8 @@ class ParameterReport:
 
     def __str__(self) -> str:
         name_w = max([len("task"), *(len(t) for t in self.tasks)])
-        cols: tuple[str, ...] = ("adapter W", "adapter b", "head", "stored/task")
         has_individual = any(self.individual.values())
-        if has_individual:
-            cols = ("adapter W", "adapter b", "individual", "head", "stored/task")
+        cols = ("adapter W", "adapter b", *(("individual",) if has_individual else ()), "head", "stored/task")
         regime = set(self.layer_sharing) != {"S"} and self.layer_sharing
         lines = [
             f"Parameters: adapter={self.method}"
@@ -140,9 +138,8 @@ def parameter_report(obj: nn.Module) -> ParameterReport:
             _count(heads[task].named_parameters()) if heads is not None and task in heads else 0
         )
     shared = _count(encoder.shared_parameters())
-    frozen_layers = layers_with(encoder.layer_sharing, FROZEN)
     layers = encoder.family.layer_list(encoder.bert)
-    frozen = sum(_count(layers[i].named_parameters()) for i in frozen_layers)
+    frozen = sum(_count(layers[i].named_parameters()) for i in layers_with(encoder.layer_sharing, FROZEN))
     # count each tensor once even if a module is reachable twice
     all_params = {id(p): p for p in obj.parameters()}
     total = sum(p.numel() for p in all_params.values())
