@@ -1,7 +1,4 @@
-"""The PAL-augmented encoder, its configuration, parameter accounting and task-only weights.
-
-Heads live in :mod:`pal_lightning.modeling.heads` (import it directly).
-"""
+"""The multi-task encoder, its configuration, parameter accounting and task-only weights."""
 
 from pal_lightning.modeling.accounting import ParameterReport, parameter_report
 from pal_lightning.modeling.encoder import MultiTaskBert

@@ -1,13 +1,4 @@
-"""Parameter accounting: what is shared, what each task adds, and what that costs.
-
-The point of PALs is that every task adds few parameters to one shared encoder. With ``pals`` each task
-adds, weights only (docs/design.md §2)::
-
-    2 · d · d_s  +  L · 3 · d_s²          (V^E and V^D, plus fused Q, K, V per layer)
-
-which is 1,811,520 for BERT-base (d = 768, L = 12, d_s = 204); biases are counted separately.
-:func:`task_weight_formula` gives the weights of every variant from the shapes alone (no model built).
-"""
+"""Parameter accounting: what is shared, what each task adds (docs/design.md §2)."""
 
 from __future__ import annotations
 
@@ -27,44 +18,30 @@ def _count(params: Iterable[tuple[str, nn.Parameter]]) -> int:
 
 @dataclass(frozen=True)
 class ParameterReport:
-    """Parameter counts of a :class:`MultiTaskBert` (and its heads, when given a module holding both)."""
+    """Parameter counts of a :class:`MultiTaskBert` (and its heads); ``print()`` it for a table."""
 
     method: str
     """The per-task method (``AdapterConfig.method``)."""
-
     adapter_size: int
     """d_s (0 for ``adapter="none"``)."""
-
     shared: int
-    """Pretrained encoder parameters stored once and used by every task (``encoder.bert``: the embeddings
-    and the frozen and shared layers)."""
-
+    """Pretrained encoder parameters stored once and used by every task (``bert.*``)."""
     adapter_weights: dict[str, int] = field(default_factory=dict)
-    """Per task: weight-matrix parameters of its adapter (V^E, V^D, Q/K/V, ...; tensors of 2 dimensions)."""
-
+    """Per task: weight-matrix parameters of its adapter (tensors of 2 or more dimensions)."""
     adapter_biases: dict[str, int] = field(default_factory=dict)
-    """Per task: vector parameters of its adapter (biases and LayerNorm gains, the terms the paper's
-    formulas leave out)."""
-
+    """Per task: vector parameters of its adapter (biases, LayerNorm gains)."""
     heads: dict[str, int] = field(default_factory=dict)
-    """Per task: parameters of its output head (0 when the object has no head for the task)."""
-
+    """Per task: parameters of its output head (0 without one)."""
     individual: dict[str, int] = field(default_factory=dict)
-    """Per group of tasks sharing copies of the individual (I) layers (a task alone is a group named after
-    it): parameters of those copies. Empty without I layers."""
-
+    """Per group of tasks (a task alone is a group): parameters of its copies of the I layers."""
     layer_sharing: str = ""
-    """The layer-sharing regime, one letter per layer (F frozen, S shared, I individual)."""
-
+    """The layer-sharing regime (F frozen, S shared, I individual per layer)."""
     frozen: int = 0
     """Parameters of the frozen (F) layers (part of :attr:`shared`)."""
-
     individual_copy: int = 0
-    """Parameters of one copy of the individual (I) layers (what one plain encoder holds of them)."""
-
+    """Parameters of one copy of the individual (I) layers."""
     other: int = 0
-    """Parameters of the object that are neither encoder, adapter nor head (e.g. a learnable loss scale)."""
-
+    """Parameters that are neither encoder, adapter nor head (e.g. a learnable loss scale)."""
     trainable: int = 0
     """Parameters with ``requires_grad`` (after freezing, if any)."""
 
@@ -75,8 +52,7 @@ class ParameterReport:
 
     @property
     def base_encoder(self) -> int:
-        """Size of the base (pretrained) encoder, the reference for :attr:`ratio`: the shared part plus one
-        copy of the individual layers."""
+        """Size of the base encoder: :attr:`shared` plus one copy of the individual layers."""
         return self.shared + self.individual_copy
 
     def adapter_params(self, task: str) -> int:
@@ -85,8 +61,7 @@ class ParameterReport:
 
     @property
     def stored_per_task(self) -> dict[str, int]:
-        """What one task costs on disk beside the shared encoder: adapter, head and its own copies of the
-        individual layers (copies a group of tasks shares are in :attr:`individual`, not here)."""
+        """Per task: adapter, head and its own (not a group's) copies of the individual layers."""
         return {
             t: self.adapter_params(t) + self.individual.get(t, 0) + self.heads.get(t, 0) for t in self.tasks
         }
@@ -98,7 +73,7 @@ class ParameterReport:
 
     @property
     def total(self) -> int:
-        """All parameters: shared encoder, every adapter, head and individual layer, and anything else."""
+        """All parameters, each counted once."""
         return self.shared + sum(self.stored_per_task.values()) + self.shared_by_groups + self.other
 
     @property
@@ -108,15 +83,13 @@ class ParameterReport:
 
     @property
     def ratio(self) -> float:
-        """``total / base_encoder``: 1.13 for eight BERT-base PAL tasks (without heads) in the paper."""
+        """``total / base_encoder``."""
         return self.total / self.base_encoder if self.base_encoder else float("nan")
 
     def __str__(self) -> str:
         name_w = max([len("task"), *(len(t) for t in self.tasks)])
-        cols: tuple[str, ...] = ("adapter W", "adapter b", "head", "stored/task")
         has_individual = any(self.individual.values())
-        if has_individual:
-            cols = ("adapter W", "adapter b", "individual", "head", "stored/task")
+        cols = ("adapter W", "adapter b", *(("individual",) if has_individual else ()), "head", "stored/task")
         regime = set(self.layer_sharing) != {"S"} and self.layer_sharing
         lines = [
             f"Parameters: adapter={self.method}"
@@ -147,15 +120,7 @@ class ParameterReport:
 
 
 def parameter_report(obj: nn.Module) -> ParameterReport:
-    """Count shared, per-task and total parameters of ``obj``.
-
-    Args:
-        obj: a :class:`MultiTaskBert`, or a module (e.g. the LightningModule) with an ``encoder``
-            MultiTaskBert and optionally ``heads``, a ModuleDict keyed by task.
-
-    Returns:
-        A :class:`ParameterReport`; ``print()`` it for a table.
-    """
+    """The :class:`ParameterReport` of a :class:`MultiTaskBert` or a module with ``.encoder`` (and ``.heads``)."""
     encoder, heads = encoder_and_heads(obj)
     weights: dict[str, int] = {}
     biases: dict[str, int] = {}
@@ -173,9 +138,8 @@ def parameter_report(obj: nn.Module) -> ParameterReport:
             _count(heads[task].named_parameters()) if heads is not None and task in heads else 0
         )
     shared = _count(encoder.shared_parameters())
-    frozen_layers = layers_with(encoder.layer_sharing, FROZEN)
     layers = encoder.family.layer_list(encoder.bert)
-    frozen = sum(_count(layers[i].named_parameters()) for i in frozen_layers)
+    frozen = sum(_count(layers[i].named_parameters()) for i in layers_with(encoder.layer_sharing, FROZEN))
     # count each tensor once even if a module is reachable twice
     all_params = {id(p): p for p in obj.parameters()}
     total = sum(p.numel() for p in all_params.values())
@@ -199,13 +163,7 @@ def parameter_report(obj: nn.Module) -> ParameterReport:
 def task_weight_formula(
     config: AdapterConfig, hidden_size: int, num_layers: int, intermediate_size: int
 ) -> int:
-    """Weight-matrix parameters one task adds with ``config`` (biases and LayerNorm vectors excluded).
-
-    From the shapes alone, for tables and surveys that should not build a model: the method's own
-    formula (:meth:`~pal_lightning.modeling.methods.base.AdapterMethod.weight_formula`) at d =
-    ``hidden_size``, d_s resolved for that width, k the layers the module acts beside and d_ff =
-    ``intermediate_size``. For PALs at BERT-base: ``2 d d_s + k 3 d_s^2`` = 1,811,520.
-    """
+    """Weight-matrix parameters one task adds with ``config``, from the shapes alone (no model built)."""
     size = config.resolved_size(hidden_size)
     k = len(config.layer_indices(num_layers))
     return config.adapter_method.weight_formula(config, hidden_size, size, k, intermediate_size)

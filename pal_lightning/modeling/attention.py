@@ -1,15 +1,6 @@
-"""Scaled dot-product attention that stays fast under CPU autocast: fp32 where torch's half kernel is slower.
-
-Why: under ``bf16-mixed`` on a CPU, torch's ``scaled_dot_product_attention`` takes its bf16 flash kernel,
-which at a MiniLM layer's size runs forward and backward several times slower than the same product in
-fp32, while the projections around it gain severalfold from bf16 (``python benchmarks/cpu_bf16.py``
-measures both; the figures are in benchmarks/RESULTS.md, "bf16 on the CPU"). So on the CPU the attention product itself runs in fp32, with autocast switched off around it,
-and its output goes back to the autocast dtype; everything else keeps bf16. On a GPU, and for fp32 inputs, nothing changes.
-
-:func:`attention` is the function (the PALs call it); :func:`sdpa_forward` is the same for BERT's own
-attention, registered with transformers' attention interface as ``"pal_sdpa"``
-(:func:`register`), which :func:`~pal_lightning.modeling.encoder.pal_bert` selects in place of ``"sdpa"``.
-"""
+"""Scaled dot-product attention in fp32 for half inputs on the CPU, where torch's bf16 kernel is slower
+(benchmarks/RESULTS.md, "bf16 on the CPU"); elsewhere unchanged. :func:`register` adds it to
+transformers as ``"pal_sdpa"``."""
 
 from __future__ import annotations
 
@@ -24,12 +15,11 @@ _HALF = (torch.bfloat16, torch.float16)
 
 
 def upcast_on_cpu(q: torch.Tensor) -> bool:
-    """Whether attention over ``q`` runs in fp32: half-precision inputs on the CPU."""
+    """Whether attention over ``q`` runs in fp32 (half-precision inputs on the CPU)."""
     return q.device.type == "cpu" and q.dtype in _HALF
 
 
 def _float(mask: torch.Tensor | None) -> torch.Tensor | None:
-    """An additive mask in fp32 (a boolean mask stays boolean)."""
     return mask.float() if mask is not None and mask.is_floating_point() else mask
 
 
@@ -69,11 +59,7 @@ def sdpa_forward(
 
 
 def register() -> str:
-    """Register :func:`sdpa_forward` (and sdpa's mask format) as ``"pal_sdpa"``; returns the name.
-
-    transformers' documented extension point (``AttentionInterface``/``AttentionMaskInterface``);
-    registering again replaces the entry with the same function.
-    """
+    """Register :func:`sdpa_forward` (and sdpa's mask format) as ``"pal_sdpa"``; returns the name."""
     from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 

@@ -1,13 +1,6 @@
 """``MultiTaskBert``: a pretrained encoder of any family with per-task modules (PALs, LoRA, ...).
 
-For the active task t, a selected layer computes ``LN2(h_att + FFN(h_att) + TS_t(h))`` (PALs; the
-diagram is docs/design.md §2). The family's ``transformers`` model stays as it is (so ``from_pretrained``
-loads every weight); hooks placed once (:mod:`~pal_lightning.modeling.methods.where`) read the call each
-forward scopes to itself (``wiring.active(call)``), which keeps activation checkpointing and siamese
-pairs correct. Layer sharing (``layer_sharing="FFSSII"``, :mod:`pal_lightning.modeling.sharing`): an
-individual (I) layer is copied per task (or task group) into ``individual.<group>.<layer>``, its place
-holding a parameter-free :class:`IndividualLayerSlot`. Rows of several tasks run in one pass with
-``forward(..., tasks=...)`` (:mod:`~pal_lightning.modeling.families.routed`).
+The design (hooks, layer sharing, mixed-task batches) is docs/design.md §2.
 """
 
 from __future__ import annotations
@@ -16,7 +9,7 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import torch
 from torch import nn
@@ -34,7 +27,6 @@ from pal_lightning.modeling.encoder_state import (
 )
 from pal_lightning.modeling.families import EncoderFamily, family_of
 from pal_lightning.modeling.families.build import (
-    TaskParameters,
     backbone,
     encoder_config,
     hook_layers,
@@ -68,24 +60,17 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-class MultiTaskBert(RoutedForward, TaskParameters, nn.Module):
-    """A BERT encoder shared by all tasks with a task-specific function TS_t per selected layer.
+class MultiTaskBert(RoutedForward, nn.Module):
+    """An encoder shared by all tasks with a task-specific module per selected layer (random weights).
 
     Args:
-        bert_config: the ``transformers`` config of the encoder, of any family
-            (:mod:`pal_lightning.modeling.families`; copied, not modified).
-        tasks: task names or :class:`~pal_lightning.tasks.specs.TaskSpec` objects (their ``name`` is used).
-        adapter: the per-task modules: an :class:`AdapterConfig`, a method name, or ``None`` for the
-            defaults (PALs).
-        attn_implementation: ``"sdpa"``, ``"eager"``, ... for BERT's own attention; ``None`` keeps the
-            config's choice (transformers' default is sdpa). PALs build their own mask, so any works.
-        layer_sharing: the layer-sharing regime, one letter per layer (F frozen, S shared, I individual),
-            e.g. ``"FFSSII"``; ``None``: every layer shared (:mod:`pal_lightning.modeling.sharing`).
-        task_groups: groups of tasks that share their copies of the individual layers, e.g.
-            ``[["sst", "qqp"]]``; a task in no group has its own. Needs at least one ``I`` layer.
-
-    The weights are random: use :meth:`from_pretrained` for a pretrained encoder and :meth:`from_config`
-    for a random one with keyword overrides.
+        bert_config: the ``transformers`` config of the encoder, of any family (copied).
+        tasks: task names or :class:`~pal_lightning.tasks.specs.TaskSpec` objects.
+        adapter: an :class:`AdapterConfig`, a method name, or ``None`` (PALs).
+        attn_implementation: ``"sdpa"``, ``"eager"``, ...; ``None`` keeps the config's choice.
+        layer_sharing: one letter per layer (F frozen, S shared, I individual), e.g. ``"FFSSII"``;
+            ``None``: all shared.
+        task_groups: groups of tasks sharing their copies of the I layers, e.g. ``[["sst", "qqp"]]``.
     """
 
     def __init__(
@@ -127,11 +112,7 @@ class MultiTaskBert(RoutedForward, TaskParameters, nn.Module):
 
     @torch.no_grad()
     def _start_task_layers(self) -> None:
-        """Start task-specific layers from the encoder's current (pretrained, once loaded) weights.
-
-        Called after construction and again after :meth:`load_pretrained_state`, so a BERT layer on top
-        with ``init="zero"`` is a copy of the *pretrained* last layer.
-        """
+        # again after loading: a BERT layer on top with init="zero" copies the *pretrained* last layer
         top = self.num_layers - 1
         for task, adapter in self.adapters.items():
             start = getattr(adapter, "start_from", None)
@@ -143,7 +124,6 @@ class MultiTaskBert(RoutedForward, TaskParameters, nn.Module):
                     else self.family.layer_list(self.bert)[top]
                 )
 
-    # ------------------------------------------------------------------ construction
     @classmethod
     def from_config(
         cls,
@@ -156,19 +136,8 @@ class MultiTaskBert(RoutedForward, TaskParameters, nn.Module):
         task_groups: Sequence[Sequence[str]] | None = None,
         **adapter_options: Any,
     ) -> MultiTaskBert:
-        """A randomly initialised encoder (tests, parameter counts).
-
-        Args:
-            bert_config: a ``transformers`` config or the keyword arguments of one (e.g.
-                ``{"hidden_size": 32, ...}``; with ``"model_type": "roberta"``, ... for another family).
-            tasks: task names or specs.
-            adapter: an :class:`AdapterConfig`, a method name or ``None`` (the defaults: PALs).
-            attn_implementation: BERT attention implementation (``"sdpa"``, ``"eager"``).
-            layer_sharing: the layer-sharing regime (``None``: all shared), see :class:`MultiTaskBert`.
-            task_groups: tasks sharing their individual layers, see :class:`MultiTaskBert`.
-            **adapter_options: :class:`AdapterConfig` fields that replace ``adapter``'s (``size``,
-                ``num_heads``, ``placement``, ``num_layers``, ``init``, ``activation``).
-        """
+        """A randomly initialised encoder; ``bert_config`` may be a config's keyword arguments
+        (``"model_type"`` picks the family) and ``adapter_options`` replace :class:`AdapterConfig` fields."""
         bert_config = encoder_config(bert_config)
         if isinstance(adapter, Mapping):  # its fields and the options, validated together
             adapter_options = {**adapter, **adapter_options}
@@ -196,18 +165,10 @@ class MultiTaskBert(RoutedForward, TaskParameters, nn.Module):
         task_groups: Sequence[Sequence[str]] | None = None,
         **adapter_options: Any,
     ) -> MultiTaskBert:
-        """The pretrained encoder ``name_or_path`` with new, task-specific PAL parameters.
-
-        The arguments after ``name_or_path`` are those of :meth:`from_config`. The name goes through
-        :func:`pal_lightning.core.hub.resolve_encoder` (offline copies first). The weights are loaded with a
-        strict check: the only keys the checkpoint may lack are the new ``adapters.*`` ones; keys it has
-        that the encoder does not use (pooler, pre-training heads) are reported in ``model.loading_info``
-        and logged at INFO level.
-
-        Raises:
-            PalUserError: for an unknown encoder, a non-BERT config, a checkpoint lacking encoder weights
-                or with mismatching shapes.
-        """
+        """The pretrained encoder ``name_or_path`` (:func:`~pal_lightning.core.hub.resolve_encoder`) with new
+        task modules; other arguments as :meth:`from_config`. Unused checkpoint keys go to ``loading_info``.
+        Raises ``PalUserError`` for an unknown encoder or family, missing encoder weights or mismatching
+        shapes."""
         directory = local_encoder_dir(resolve_encoder(os.fspath(name_or_path)))
         model = cls.from_config(
             read_encoder_config(directory, name_or_path),
@@ -225,14 +186,9 @@ class MultiTaskBert(RoutedForward, TaskParameters, nn.Module):
     def load_pretrained_state(
         self, state: Mapping[str, torch.Tensor], source: str = "<state dict>"
     ) -> LoadingInfo:
-        """Load pretrained BERT weights into :attr:`bert`, checking that only PAL keys are missing.
-
-        Keys may carry a ``bert.`` prefix (``BertFor...`` checkpoints) and old ``LayerNorm.gamma/beta``
-        names; both are normalised (:func:`~pal_lightning.modeling.encoder_state.plan_pretrained_load`).
-
-        Raises:
-            PalUserError: when a non-PAL key is missing or a shape differs.
-        """
+        """Load pretrained weights into :attr:`bert`
+        (:func:`~pal_lightning.modeling.encoder_state.plan_pretrained_load`). Raises ``PalUserError`` when a
+        non-adapter key is missing or a shape differs."""
         # buffers BERT does not save (e.g. embeddings.position_ids, which old transformers versions saved)
         saved = set(self.bert.state_dict(prefix=f"{ENCODER_PREFIX}."))
         buffers = {n for n, _ in self.bert.named_buffers(prefix=ENCODER_PREFIX, remove_duplicate=False)}
@@ -246,9 +202,7 @@ class MultiTaskBert(RoutedForward, TaskParameters, nn.Module):
             model_prefix=str(getattr(self.bert, "base_model_prefix", "")),
             layers_path=self.family.layers,
         )
-        result = self.load_state_dict(own, strict=False)
-        # checked by the plan: only the new adapters are missing
-        assert all(k.startswith(f"{ADAPTERS_PREFIX}.") for k in result.missing_keys), result.missing_keys
+        self.load_state_dict(own, strict=False)  # the plan checked that only adapters.* are missing
         if info.unexpected:
             logger.info(
                 "Ignored %d checkpoint key(s) unused by the encoder: %s",
@@ -259,7 +213,6 @@ class MultiTaskBert(RoutedForward, TaskParameters, nn.Module):
         self._start_task_layers()
         return info
 
-    # ------------------------------------------------------------------ properties
     @property
     def config(self) -> PretrainedConfig:
         """The encoder's ``transformers`` config."""
@@ -267,23 +220,13 @@ class MultiTaskBert(RoutedForward, TaskParameters, nn.Module):
 
     @property
     def embeddings(self) -> nn.Module:
-        """The encoder's embedding block (every family calls it ``embeddings``)."""
+        """The encoder's embedding block."""
         return self.bert.get_submodule("embeddings")
 
     @property
     def hidden_size(self) -> int:
         """d, the encoder width."""
         return int(self.bert.config.hidden_size)
-
-    @property
-    def num_layers(self) -> int:
-        """L, the number of encoder layers."""
-        return int(self.bert.config.num_hidden_layers)
-
-    def _copies_of(self, task: str) -> nn.ModuleDict | None:
-        """The copies of the individual layers ``task`` uses (its group's), ``None`` without I layers."""
-        group = self.task_group[task]
-        return cast(nn.ModuleDict, self.individual[group]) if group in self.individual else None
 
     @property
     def task_names(self) -> tuple[str, ...]:
@@ -298,7 +241,6 @@ class MultiTaskBert(RoutedForward, TaskParameters, nn.Module):
                 "Build the model with that task in its task list."
             )
 
-    # ------------------------------------------------------------------ forward
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -308,42 +250,17 @@ class MultiTaskBert(RoutedForward, TaskParameters, nn.Module):
         task: str | None = None,
         tasks: TaskRouting | RowTasks | None = None,
     ) -> torch.Tensor:
-        """The last hidden state ``[B, T, d]`` of the encoder with ``task``'s TS_t active, or with each row's
-        own task's modules active (``tasks``).
-
-        Args:
-            input_ids: ``[B, T]`` token ids.
-            attention_mask: ``[B, T]``, 1 for tokens and 0 for padding (``None``: no padding).
-            token_type_ids: ``[B, T]`` segment ids (``None``: all zeros).
-            task: the active task of every row; its adapter is used, the others are untouched.
-            tasks: instead of ``task``, each row's task: a ``LongTensor[B]`` of indices into
-                :attr:`task_names`, a sequence of ``B`` names, or a :class:`TaskRouting` of the rows made by
-                :meth:`route` (to reuse its grouping). Rows are grouped by task once; every layer runs each
-                present task's modules on its rows (:mod:`~pal_lightning.modeling.families.routing`). The
-                output is in the input's row order, each row as a forward with ``task=`` its task gives it.
-
-        Raises:
-            PalUserError: for a task the encoder was not built with, or not exactly one of ``task`` and
-                ``tasks``.
-        """
+        """The last hidden state ``[B, T, d]`` with ``task``'s modules active, or each row's own task's
+        (``tasks``: a ``LongTensor[B]`` of indices into :attr:`task_names`, ``B`` names, or a
+        :class:`TaskRouting` from :meth:`route`); rows come back in the input order. Raises ``PalUserError``
+        for an unknown task, or not exactly one of ``task`` and ``tasks``."""
         if tasks is not None or task is None:
             return self._forward_mixed(input_ids, attention_mask, token_type_ids, tasks, task)
-        self.check_task(task)
-        call = self.task_call(task, attention_mask)
-        inputs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask}
-        if self.takes_token_types:
-            inputs["token_type_ids"] = token_type_ids
-        with self.wiring.active(call):
-            out = self.bert(**inputs)
-        return out.last_hidden_state
+        return self._forward_task(input_ids, attention_mask, token_type_ids, task)
 
     def merge(self, task: str) -> None:
-        """Fold ``task``'s LoRA into the encoder's weights and drop every task's module: the encoder then
-        computes ``task``'s outputs with no per-task work (for a single-task copy: export, serving).
-
-        Raises:
-            PalUserError: when the method's modules cannot be folded (only linear deltas can).
-        """
+        """Fold ``task``'s LoRA into the encoder's weights and drop every task's module (a single-task copy).
+        Raises ``PalUserError`` when the method's modules cannot be folded (only linear deltas can)."""
         self.check_task(task)
         if task in self.adapters:
             merge_adapter(self, task)
@@ -351,8 +268,7 @@ class MultiTaskBert(RoutedForward, TaskParameters, nn.Module):
             del self.adapters[name]
 
     def gradient_checkpointing_enable(self) -> None:
-        """Recompute each layer's activations in the backward pass (less memory, a third more compute),
-        with the task's modules active in the recomputation too (non-reentrant checkpointing)."""
+        """Non-reentrant activation checkpointing, with the task's modules active in the recomputation."""
         enable_checkpointing(self.bert, self.individual, self.wiring)
 
     def extra_repr(self) -> str:

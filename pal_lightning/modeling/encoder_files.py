@@ -1,8 +1,4 @@
-"""Reading a pretrained encoder from its folder: the config and the weights, as the files hold them.
-
-What the weights then go into, and the checks on their keys, live in
-:mod:`pal_lightning.modeling.encoder_state`; this module only finds and reads the files.
-"""
+"""Reading a pretrained encoder's config and weights from its folder."""
 
 from __future__ import annotations
 
@@ -19,7 +15,7 @@ from pal_lightning.modeling.families import family_of
 
 
 def local_encoder_dir(resolved: str) -> str:
-    """A local directory for ``resolved`` (downloads a hub id, which resolve_encoder only returns online)."""
+    """A local directory for ``resolved`` (a hub id is downloaded)."""
     if Path(resolved).is_dir():
         return resolved
     from huggingface_hub import snapshot_download
@@ -28,11 +24,8 @@ def local_encoder_dir(resolved: str) -> str:
 
 
 def read_encoder_config(directory: str | os.PathLike[str], name_or_path: object) -> PretrainedConfig:
-    """The ``transformers`` config in ``directory``, refused when no encoder family wires its ``model_type``.
-
-    Raises:
-        PalUserError: for an unreadable config or a ``model_type`` no family claims.
-    """
+    """The ``transformers`` config in ``directory``. Raises ``PalUserError`` for an unreadable config or a
+    ``model_type`` no family claims."""
     try:
         raw = json.loads((Path(directory) / "config.json").read_text())
     except (OSError, ValueError) as err:
@@ -48,12 +41,8 @@ def read_encoder_config(directory: str | os.PathLike[str], name_or_path: object)
 
 
 def read_encoder_weights(directory: Path) -> tuple[dict[str, torch.Tensor], str]:
-    """The state dict in ``directory`` and the file(s) it came from: safetensors (single or sharded) first,
-    then pytorch_model.bin.
-
-    Raises:
-        PalUserError: when the folder holds none of these files.
-    """
+    """The state dict in ``directory`` (safetensors, sharded or not, else pytorch_model.bin) and its source.
+    Raises ``PalUserError`` when the folder holds none of these files."""
     from safetensors.torch import load_file
 
     single = directory / "model.safetensors"

@@ -1,30 +1,5 @@
-"""Heads of sentence pairs that the literature used beside the library's defaults, chosen per task.
-
-The default head of a task follows from its kind and pair encoding (:func:`~pal_lightning.modeling.heads.
-build_head`). The module's ``heads`` option names another one per task::
-
-    heads: {sts: cosine_rescaled, qqp: concat}
-
-================= ============================== ===================================================
-name              tasks                          output
-================= ============================== ===================================================
-``default``       any                            what :func:`~pal_lightning.modeling.heads.build_head`
-                                                 builds (today's behaviour)
-``cosine_rescaled`` pair regression, siamese     ``(cos(u, v) + 1) / 2``: on STS's 0..5 scale the
-                                                 prediction ``2.5 (cos + 1)``
-``concat``        pair tasks, siamese            ``W · dropout([u, v]) + b`` (``W``: ``[C, 2H]``)
-``sum``           pair tasks, siamese            ``W · dropout(u + v) + b`` (``W``: ``[C, H]``)
-================= ============================== ===================================================
-
-Why ``cosine_rescaled`` is the affine map of the cosine and not ``5 · sigmoid(cos)``: the cosine lies in
--1..1, and ``sigmoid`` maps that interval to 0.27..0.73 only, so ``5 · sigmoid(cos)`` can never predict
-a score below 1.34 or above 3.66 (a third of STS's labels lie outside) unless a learned temperature is
-added. ``(cos + 1) / 2`` reaches the whole 0..1 range (0..5 on STS's scale) with no parameter, never
-needs the clamp of :func:`~pal_lightning.modeling.heads.predict` and keeps a gradient everywhere. The
-default siamese STS head, :class:`~pal_lightning.modeling.heads.CosineSimilarityHead`, is the other
-form of the literature (Sentence-BERT's: ``cos`` against ``label / 5``, so prediction ``5 · clamp(cos, 0,
-1)``), which maps every negative cosine to 0.
-"""
+"""Pair heads from the literature beside the defaults, chosen per task with the module's ``heads`` option
+(``{sts: cosine_rescaled, qqp: concat}``; why not ``5 · sigmoid(cos)``: docs/experiments.md)."""
 
 from __future__ import annotations
 
@@ -44,19 +19,18 @@ HEAD_CHOICES: tuple[str, ...] = ("default", "cosine_rescaled", "concat", "sum")
 
 
 def _pair(u: Tensor, v: Tensor | None, head: str) -> Tensor:
-    """``v``, after checking that the head was given the second sentence's vector."""
     if v is None:
         raise ValueError(f"{head} needs both sentence vectors u and v.")
     return v
 
 
 def rescaled_cosine(u: Tensor, v: Tensor) -> Tensor:
-    """``(cos(u, v) + 1) / 2``: the cosine's -1..1 mapped onto the normalised 0..1 score scale."""
+    """``(cos(u, v) + 1) / 2``: the cosine mapped onto the 0..1 score scale."""
     return (F.cosine_similarity(u.float(), v.float(), dim=-1, eps=1e-8) + 1.0) / 2.0
 
 
 class RescaledCosineHead(TaskHead):
-    """Similarity as ``(cos(u, v) + 1) / 2``, shape ``[B]``, no parameters (:func:`rescaled_cosine`)."""
+    """Similarity as :func:`rescaled_cosine`, shape ``[B]``."""
 
     siamese = True
 
@@ -65,11 +39,7 @@ class RescaledCosineHead(TaskHead):
 
 
 class ConcatPairHead(LinearHead):
-    """``output = W · dropout([u, v]) + b`` on two separately encoded sentences (``W``: ``[C, 2H]``).
-
-    Not symmetric: swapping the sentences changes the output (unlike the default ``[u, v, |u-v|, u*v]``
-    head's last two features).
-    """
+    """``output = W · dropout([u, v]) + b`` (not symmetric in the sentences)."""
 
     siamese = True
 
@@ -81,10 +51,7 @@ class ConcatPairHead(LinearHead):
 
 
 class SumPairHead(LinearHead):
-    """``output = W · dropout(u + v) + b`` on two separately encoded sentences (``W``: ``[C, H]``).
-
-    Symmetric in the two sentences, and as small as a single-sentence head.
-    """
+    """``output = W · dropout(u + v) + b`` (symmetric in the sentences)."""
 
     siamese = True
 
@@ -93,12 +60,7 @@ class SumPairHead(LinearHead):
 
 
 def check_head_choice(spec: TaskSpec, head: str, encoding: str) -> None:
-    """Refuse a head that does not fit the task's kind or pair encoding.
-
-    Raises:
-        PalUserError: an unknown name, a pair head on a single-sentence task, ``cosine_rescaled`` on a
-            classification task, or a pair head on a task encoded ``cross``.
-    """
+    """Refuse a head that does not fit the task's kind or pair encoding (:class:`PalUserError`)."""
     if head not in HEAD_CHOICES:
         raise PalUserError(f"Unknown head {head!r} for task {spec.name!r}: choose one of {HEAD_CHOICES}.")
     if head == "default":
@@ -146,11 +108,7 @@ def build_task_heads(
     dropout: float,
     heads: Mapping[str, str] | None = None,
 ) -> dict[str, TaskHead]:
-    """One head per task, keyed by name: the one ``heads`` names, else the task's default.
-
-    Raises:
-        PalUserError: ``heads`` names a task that is not in ``specs``, or a head that does not fit.
-    """
+    """One head per task: the one ``heads`` names, else the task's default (:class:`PalUserError` if unfit)."""
     chosen = dict(heads or {})
     unknown = sorted(set(chosen) - {s.name for s in specs})
     if unknown:

@@ -1,32 +1,5 @@
-"""SimCSE as an auxiliary loss of multi-task training: its configuration and the sentences of a batch.
-
-The sentences come from the current step's batch: a single-sentence task gives its sentences, a pair
-task both sides of every pair (a ``cross`` pair ``[CLS] a [SEP] b [SEP]`` is cut back into
-``[CLS] a [SEP]`` and ``[CLS] b [SEP]`` by its segment ids). The module encodes them with the batch's
-task active (its PAL adapter; the plain encoder with ``adapter: none``) and its own pooling:
-
-* ``unsup``: every sentence twice with independent dropout masks; the two views of a sentence are
-  positives, all other sentences negatives;
-* ``sup``: each pair once; pairs labelled ``positive_label`` give anchor ``a`` and positive ``b``,
-  pairs labelled ``hard_negative_label`` (if set) give their ``b`` as a hard negative for every anchor.
-
-In training the step's own task forward (single sentences, ``siamese`` pairs) is the first view, so
-``unsup`` costs one more forward/backward of the sentences and ``sup`` none; ``cross`` pairs, whose
-task forward sees the pair as one sequence, need both views encoded (in one pass of ``2N``).
-
-The loss is :func:`simcse_loss` at the end of this module, a pure function of embeddings (no model, no
-data code), with :func:`gather_rows`, a gather for DDP that keeps the gradient. It is the SimCSE
-contrastive loss (Gao, Yao & Chen, 2021).
-
-InfoNCE with cosine similarity: anchor ``i`` must pick its own positive among all candidates::
-
-    s_ij   = cos(z1_i, c_j) / tau          c = [z2 ; hard_negatives]   (rows)
-    loss   = mean_i  -log( exp(s_i,t(i)) / sum_{j not ignored} exp(s_ij) )   t(i) = targets[i] (default i)
-
-Unsupervised SimCSE: ``z1``/``z2`` are the same sentences encoded twice with different dropout masks.
-Supervised SimCSE: ``z1`` anchors, ``z2`` their positives, ``hard_negatives`` extra rows that are
-negatives for every anchor.
-"""
+"""SimCSE (Gao, Yao & Chen, 2021) as an auxiliary loss: its configuration, the sentences of a batch,
+and the InfoNCE loss :func:`simcse_loss` (docs/experiments.md, "SimCSE")."""
 
 from __future__ import annotations
 
@@ -59,44 +32,30 @@ Inputs = dict[str, Tensor]
 
 @dataclass
 class SimCSEConfig:
-    """SimCSE (Gao, Yao & Chen 2021) as an auxiliary loss added to the task loss of a training step.
-
-    The step's loss becomes ``task_loss + weight * simcse_loss`` on the steps whose task is in ``tasks``
-    (and whose step number is a multiple of ``every_k_steps``); validation and GEM's memory gradients
-    use the task loss alone.
-    """
+    """SimCSE (Gao, Yao & Chen 2021): a training step's loss becomes ``task_loss + weight * simcse_loss``."""
 
     weight: float = 1.0
-    """Factor of the SimCSE loss in the step's loss. 0 switches SimCSE off (no extra forward pass). 1.0, the
-    plain sum: on all-MiniLM-L6-v2 (already a contrastive sentence encoder) the SimCSE gradient on the
-    encoder is about 1-15 % of the task gradient at weight 1, so 0.1 would make it a near no-op."""
+    """Factor of the SimCSE loss in the step's loss; 0 switches SimCSE off."""
     temperature: float = 0.05
     """Softmax temperature tau of the cosine similarities (the paper's 0.05)."""
     tasks: list[str] | None = None
-    """Tasks whose batches also train SimCSE, on their own text (both sides of a pair). ``None``: every
-    task of the model (in ``sup`` mode: every pair classification task)."""
+    """Tasks whose batches also train SimCSE. ``None``: every task (``sup``: every pair classification task)."""
     every_k_steps: int = 1
-    """Add the loss on optimizer steps ``0, k, 2k, ...`` only (1 = every step); each ``unsup`` SimCSE step
-    costs an extra forward and backward of the batch's sentences (two for ``cross`` pairs)."""
+    """Add the loss on optimizer steps ``0, k, 2k, ...`` only (1 = every step)."""
     mode: SimCSEMode = "unsup"
-    """``unsup``: each sentence encoded twice with dropout, the two views are positives. ``sup``: pairs
-    labelled ``positive_label`` are positives (e.g. Quora duplicates), pairs labelled
-    ``hard_negative_label`` give hard negatives; needs pair classification tasks."""
+    """``unsup``: two dropout views of a sentence are positives. ``sup``: pairs labelled
+    ``positive_label`` are positives (needs pair classification tasks)."""
     positive_label: int = 1
     """``sup`` mode: the class whose pairs are positives (1 = duplicate for ``qqp``)."""
     hard_negative_label: int | None = None
-    """``sup`` mode: the class whose pairs' second sentences are hard negatives (e.g. 0 for ``qqp``,
-    contradiction for NLI); ``None``: only in-batch negatives."""
+    """``sup`` mode: the class whose pairs' second sentences are hard negatives (``None``: none)."""
     mask_pair_partners: bool = True
-    """``unsup`` mode on pair tasks: the other sentence of a sentence's pair, and any identical sentence of
-    the batch, is not used as its negative (paraphrase and STS pairs would otherwise push similar sentences
-    apart). ``False``: every other sentence is a negative, as in the paper's single-sentence setting."""
+    """``unsup`` on pair tasks: a sentence's pair partner and identical sentences are not its negatives."""
     gather_across_ranks: bool = False
-    """Under DDP, use the other ranks' sentences as extra negatives (all-gather of the embeddings;
-    gradients flow into the local ones). Off: each rank contrasts its own batch."""
+    """Under DDP, use the other ranks' sentences as extra negatives."""
 
     def active_tasks(self, specs: Mapping[str, TaskSpec]) -> tuple[str, ...]:
-        """The tasks that get SimCSE, after :meth:`check` (``tasks`` or the default set)."""
+        """The tasks that get SimCSE."""
         if self.tasks is not None:
             return tuple(self.tasks)
         if self.mode == "sup":
@@ -104,11 +63,7 @@ class SimCSEConfig:
         return tuple(specs)
 
     def check(self, specs: Mapping[str, TaskSpec]) -> None:
-        """Refuse settings that cannot work with the model's tasks.
-
-        Raises:
-            PalUserError: one line naming the bad field and the fix.
-        """
+        """Raise :class:`PalUserError` for settings that cannot work with the model's tasks."""
         if self.weight < 0:
             raise PalUserError(f"simcse.weight must be >= 0 (0 switches SimCSE off), got {self.weight}.")
         if self.temperature <= 0:
@@ -152,7 +107,7 @@ class SimCSEConfig:
 
 
 def as_simcse_config(value: SimCSEConfig | Mapping[str, Any] | None) -> SimCSEConfig | None:
-    """A :class:`SimCSEConfig` from itself, a plain mapping (saved hyper-parameters) or ``None``."""
+    """A :class:`SimCSEConfig` from itself, a mapping or ``None``."""
     if value is None or isinstance(value, SimCSEConfig):
         return value
     if isinstance(value, Mapping):
@@ -164,14 +119,9 @@ def as_simcse_config(value: SimCSEConfig | Mapping[str, Any] | None) -> SimCSECo
 
 
 def split_cross_pairs(inputs: Mapping[str, Tensor]) -> tuple[Inputs, Inputs]:
-    """Cut ``cross`` pairs ``[CLS] a [SEP] b [SEP]`` (segments 0 then 1) into ``[CLS] a [SEP]`` and ``[CLS] b [SEP]``.
-
-    The first sentence is the segment-0 prefix of each row; the second gets the row's first token
-    (``[CLS]``) in front of its segment-1 tokens. Both come back right-padded, with segment ids 0.
-
-    Raises:
-        PalUserError: when the batch has no ``token_type_ids`` or a row has no second segment.
-    """
+    """Cut ``cross`` pairs ``[CLS] a [SEP] b [SEP]`` into ``[CLS] a [SEP]`` and ``[CLS] b [SEP]``
+    (right-padded). Raises ``PalUserError`` when the batch has no ``token_type_ids`` or a row has no second
+    segment."""
     ids, mask, types = inputs[INPUT_IDS], inputs[ATTENTION_MASK], inputs.get(TOKEN_TYPE_IDS)
     if types is None:
         raise PalUserError("SimCSE on 'cross' pairs needs token_type_ids to find the two sentences.")
@@ -200,7 +150,7 @@ def split_cross_pairs(inputs: Mapping[str, Tensor]) -> tuple[Inputs, Inputs]:
 
 
 def batch_sentences(batch: Mapping[str, Any], spec: TaskSpec) -> tuple[Inputs, Inputs | None]:
-    """The sentences of a batch: ``(first, None)`` for a single-sentence task, ``(first, second)`` for pairs."""
+    """The sentences of a batch: ``(first, None)``, or ``(first, second)`` for pairs."""
     if not spec.is_pair:
         return side_inputs(batch, ""), None
     if side_keys("a")[0] in batch:  # siamese: each sentence already alone
@@ -215,15 +165,8 @@ def simcse_batch_loss(
     config: SimCSEConfig,
     first_view: Tensor | None = None,
 ) -> Tensor:
-    """SimCSE loss of one training batch; ``encode`` maps encoder inputs to pooled vectors ``[N, H]``.
-
-    ``encode`` must run with dropout on (training mode) and the batch's task active. ``first_view``:
-    the batch's sentences (``[a; b]`` for pairs) already encoded the same way, e.g. by the step's task
-    forward; it is then the first view (``unsup``: one more pass gives the second; ``sup``: no more
-    pass at all). Without it (or with a row count that does not fit) every view is encoded here.
-    Every DDP rank must call this at the same steps when ``config.gather_across_ranks`` is set (the
-    task sampler gives all ranks the same task, so they do).
-    """
+    """SimCSE loss of one batch; ``encode`` maps inputs to pooled vectors (dropout on); ``first_view``: the
+    sentences (``[a; b]`` for pairs) already encoded, used as the first view when the rows fit."""
     first, second = batch_sentences(batch, spec)
     rows = first[INPUT_IDS].shape[0] * (1 if second is None else 2)
     if first_view is not None and first_view.shape[0] != rows:
@@ -264,9 +207,7 @@ def simcse_batch_loss(
 
 
 def not_negatives(sentences: Mapping[str, Tensor]) -> Tensor:
-    """``BoolTensor [2N, 2N]`` for the sentences ``[a_1..a_N, b_1..b_N]`` of N pairs: true where column ``j``
-    is the other sentence of row ``i``'s pair or the same token sequence as row ``i`` (but not ``i``
-    itself, the positive)."""
+    """``[2N, 2N]`` for ``[a_1..a_N, b_1..b_N]``: true where ``j`` is ``i``'s pair partner or the same text."""
     ids = sentences[INPUT_IDS] * sentences[ATTENTION_MASK]
     n2 = ids.shape[0]
     half = n2 // 2
@@ -277,7 +218,6 @@ def not_negatives(sentences: Mapping[str, Tensor]) -> Tensor:
     return (same | partner) & ~torch.eye(n2, dtype=torch.bool, device=ids.device)
 
 
-# ------------------------------------------------------------------ the loss: pure functions of embeddings
 def simcse_loss(
     z1: Tensor,
     z2: Tensor,
@@ -286,25 +226,9 @@ def simcse_loss(
     targets: Tensor | None = None,
     ignore: Tensor | None = None,
 ) -> Tensor:
-    """InfoNCE of anchors ``z1 [N, H]`` against candidates ``z2 [M, H]`` (+ ``hard_negatives [K, H]``).
-
-    Args:
-        z1: anchor embeddings.
-        z2: candidate embeddings; row ``targets[i]`` is anchor ``i``'s positive, every other row a negative.
-        temperature: tau, the softmax temperature of the cosine similarities (0.05 in the paper).
-        hard_negatives: extra negative rows shared by all anchors (supervised SimCSE), or ``None``.
-        targets: index of each anchor's positive in ``z2`` (``LongTensor [N]``); ``None`` means
-            ``arange(N)`` (``z2`` aligned with ``z1``). Under DDP, with ``z2`` gathered from all ranks,
-            it is ``offset + arange(N)``.
-        ignore: ``BoolTensor [N, M + K]``, true where a candidate is neither anchor ``i``'s positive nor a
-            negative (e.g. the other sentence of its pair, a paraphrase): left out of the softmax.
-
-    Returns:
-        The mean loss over the anchors, a scalar.
-
-    Raises:
-        ValueError: for a non-positive temperature, no anchors, or mismatched widths.
-    """
+    """Mean InfoNCE of anchors ``z1 [N, H]`` against ``z2 [M, H]`` (+ ``hard_negatives``) by cosine / tau;
+    ``targets``: each anchor's positive row (default ``arange(N)``); ``ignore [N, M + K]``: left out. Raises
+    ``ValueError`` for a non-positive temperature, no anchors, or mismatched widths."""
     if temperature <= 0:
         raise ValueError(f"simcse_loss needs temperature > 0, got {temperature}.")
     if z1.ndim != 2 or z2.ndim != 2 or z1.shape[1] != z2.shape[1] or z1.shape[0] == 0:
@@ -312,10 +236,8 @@ def simcse_loss(
             f"simcse_loss needs z1 [N>0, H] and z2 [M, H], got {tuple(z1.shape)}, {tuple(z2.shape)}."
         )
     candidates = z2 if hard_negatives is None else torch.cat([z2, hard_negatives.to(z2.dtype)])
-    # in float32 even under bf16/fp16 autocast: at tau = 0.05 a cosine's rounding error of 4e-3 (bf16)
-    # would move a logit by 0.08
+    # fp32 even under autocast: at tau = 0.05 a bf16 rounding error moves a logit noticeably
     with torch.autocast(device_type=z1.device.type, enabled=False):
-        # cosine similarity = dot product of L2-normalised rows (eps guards an all-zero vector)
         sims = F.normalize(z1.float(), dim=-1) @ F.normalize(candidates.float(), dim=-1).T / temperature
     if targets is None:
         targets = torch.arange(z1.shape[0], device=z1.device)
@@ -325,14 +247,8 @@ def simcse_loss(
 
 
 def gather_rows(z: Tensor) -> tuple[Tensor, int]:
-    """Rows of ``z`` from every DDP rank, concatenated in rank order, and the offset of this rank's rows.
-
-    The local rows stay the tensor ``z`` itself, so gradients flow into them; the other ranks' rows are
-    constants here (each rank back-propagates its own anchors' loss into its own embeddings, and DDP
-    averages the gradients). Ranks may hold different numbers of rows (supervised SimCSE keeps only the
-    positive pairs): sizes are exchanged first and rows padded to the largest. Without an initialised
-    process group, or with one process, returns ``(z, 0)``. Every rank must call it at the same step.
-    """
+    """Rows of ``z`` from every DDP rank in rank order (the local ones keep their gradient), and this rank's
+    offset; ``(z, 0)`` with one process."""
     if distributed.world_size() == 1:
         return z, 0
     rank = distributed.rank()

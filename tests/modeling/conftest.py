@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import pytest
 import torch
+import torch.nn.functional as F
+from torch import nn
 
+from pal_lightning.modeling import MultiTaskBert
 from pal_lightning.testing import TINY_BERT_3_LAYERS as TINY
+from pal_lightning.testing import without_dropout
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -33,3 +38,38 @@ def _one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def tiny_encoder() -> Callable[..., MultiTaskBert]:
+    """``build(adapter, seed=0)``: a dropout-free tiny encoder of tasks a and b, in eval mode."""
+
+    def build(adapter: object, seed: int = 0) -> MultiTaskBert:
+        torch.manual_seed(seed)
+        return MultiTaskBert.from_config(without_dropout(TINY), ["a", "b"], adapter=adapter).eval()
+
+    return build
+
+
+@pytest.fixture
+def frozen_steps(batch) -> Callable[[MultiTaskBert, str], tuple[set[str], set[str]]]:
+    """``train(model, task)``: three AdamW steps of ``task`` with a head and the encoder frozen; returns the
+    names of the parameters (``head.*`` included) that changed, and all names."""
+
+    def train(model: MultiTaskBert, task: str) -> tuple[set[str], set[str]]:
+        model.train().bert.requires_grad_(False)
+        head = nn.Linear(model.hidden_size, 2)
+        before = {
+            n: p.detach().clone() for n, p in [*model.named_parameters(), *head.named_parameters("head")]
+        }
+        params = [p for p in [*model.parameters(), *head.parameters()] if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=1e-2)
+        labels = torch.tensor([0, 1, 1])
+        for _ in range(3):
+            optimizer.zero_grad()
+            F.cross_entropy(head(model(**batch, task=task)[:, 0]), labels).backward()
+            optimizer.step()
+        after = dict([*model.named_parameters(), *head.named_parameters("head")])
+        return {n for n, p in after.items() if not torch.equal(p, before[n])}, set(after)
+
+    return train

@@ -9,7 +9,6 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
 from transformers import BertConfig
 
 from pal_lightning.core.errors import PalUserError
@@ -183,14 +182,11 @@ def test_bottleneck_options_are_refused_by_other_methods(option: dict[str, objec
 TINY_NO_DROPOUT = without_dropout(TINY_BERT_3_LAYERS)
 
 
-def _encoder(adapter: AdapterConfig | str, seed: int = 0) -> MultiTaskBert:
-    torch.manual_seed(seed)
-    return MultiTaskBert.from_config(TINY_NO_DROPOUT, ["a", "b"], adapter=adapter).eval()
-
-
 @pytest.mark.parametrize("method", ["houlsby", "pfeiffer"])
-def test_a_new_bottleneck_task_is_the_plain_encoder(method: str, batch: dict[str, torch.Tensor]) -> None:
-    model = _encoder(AdapterConfig(method=method, targets=list(SITES)))
+def test_a_new_bottleneck_task_is_the_plain_encoder(
+    method: str, batch: dict[str, torch.Tensor], tiny_encoder
+) -> None:
+    model = tiny_encoder(AdapterConfig(method=method, targets=list(SITES)))
     plain = MultiTaskBert.from_config(TINY_NO_DROPOUT, ["a"], adapter="none").eval()
     plain.bert.load_state_dict(model.bert.state_dict())
     expected = run(plain, batch, "a")
@@ -210,28 +206,18 @@ def test_a_new_bottleneck_task_is_the_plain_encoder(method: str, batch: dict[str
             up.bias.zero_()
 
 
-def test_training_with_a_frozen_encoder_changes_only_the_tasks_adapters_and_head(batch) -> None:
-    model = _encoder("houlsby").train()
-    model.bert.requires_grad_(False)
-    head = nn.Linear(model.hidden_size, 2)
-    before = {n: p.detach().clone() for n, p in [*model.named_parameters(), *head.named_parameters("head")]}
-    params = [p for p in [*model.parameters(), *head.parameters()] if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=1e-2)
-    labels = torch.tensor([0, 1, 1])
-    for _ in range(3):
-        optimizer.zero_grad()
-        F.cross_entropy(head(model(**batch, task="b")[:, 0]), labels).backward()
-        optimizer.step()
-    after = dict([*model.named_parameters(), *head.named_parameters("head")])
-    changed = {n for n, p in after.items() if not torch.equal(p, before[n])}
+def test_training_with_a_frozen_encoder_changes_only_the_tasks_adapters_and_head(
+    tiny_encoder, frozen_steps
+) -> None:
+    changed, names = frozen_steps(tiny_encoder("houlsby"), "b")
     assert changed and all(n.startswith(("adapters.b.", "head.")) for n in changed), sorted(changed)
     assert {n for n in changed if n.startswith("adapters.b.")} == {
-        n for n in after if n.startswith("adapters.b.")
+        n for n in names if n.startswith("adapters.b.")
     }
 
 
-def test_parameter_report_counts_weights_and_biases() -> None:
-    model = _encoder(AdapterConfig(method="houlsby", size=3))
+def test_parameter_report_counts_weights_and_biases(tiny_encoder) -> None:
+    model = tiny_encoder(AdapterConfig(method="houlsby", size=3))
     report = parameter_report(model)
     d, layers, d_ff = (TINY_NO_DROPOUT[k] for k in ("hidden_size", "num_hidden_layers", "intermediate_size"))
     assert report.adapter_weights["a"] == layers * 2 * (2 * d * 3)
@@ -239,15 +225,15 @@ def test_parameter_report_counts_weights_and_biases() -> None:
     assert task_weight_formula(model.adapter_config, d, layers, d_ff) == report.adapter_weights["a"]
 
 
-def test_task_weights_round_trip_and_the_alias(tmp_path, batch) -> None:
+def test_task_weights_round_trip_and_the_alias(tmp_path, batch, tiny_encoder) -> None:
     config = AdapterConfig(method="pfeiffer", init="random")
-    model = _encoder(config)
+    model = tiny_encoder(config)
     save_task_weights(model, tmp_path / "b.safetensors", tasks=["b"])
-    alias = _encoder(AdapterConfig(method="bottleneck", init="random"), seed=1)
+    alias = tiny_encoder(AdapterConfig(method="bottleneck", init="random"), seed=1)
     alias.bert.load_state_dict(model.bert.state_dict())
     assert not torch.allclose(run(alias, batch, "b"), run(model, batch, "b"))
     load_task_weights(alias, tmp_path / "b.safetensors")  # the alias's weights are pfeiffer's
     torch.testing.assert_close(run(alias, batch, "b"), run(model, batch, "b"), atol=0, rtol=0)
     for other in (config.replace(method="houlsby"), config.replace(nonlinearity="gelu")):
         with pytest.raises(PalUserError):
-            load_task_weights(_encoder(other), tmp_path / "b.safetensors")
+            load_task_weights(tiny_encoder(other), tmp_path / "b.safetensors")

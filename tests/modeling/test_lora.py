@@ -11,12 +11,10 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
-from torch import nn
 from transformers import BertConfig, BertModel
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.modeling import MultiTaskBert, load_task_weights, parameter_report, save_task_weights
+from pal_lightning.modeling import parameter_report
 from pal_lightning.modeling.accounting import task_weight_formula
 from pal_lightning.modeling.methods import SITES, AdapterConfig, Where, get_method
 from pal_lightning.modeling.methods.lora import LoraAdapter
@@ -227,35 +225,19 @@ def test_unset_method_options_are_none_so_older_checkpoints_compare_equal() -> N
 TINY_NO_DROPOUT = without_dropout(TINY_BERT_3_LAYERS)
 
 
-def _encoder(adapter: AdapterConfig | str, seed: int = 0) -> MultiTaskBert:
-    torch.manual_seed(seed)
-    return MultiTaskBert.from_config(TINY_NO_DROPOUT, ["a", "b"], adapter=adapter).eval()
-
-
-def test_training_with_a_frozen_encoder_changes_only_the_tasks_lora_and_head(batch) -> None:
-    model = _encoder("lora").train()
-    model.bert.requires_grad_(False)
-    head = nn.Linear(model.hidden_size, 2)
-    before = {n: p.detach().clone() for n, p in [*model.named_parameters(), *head.named_parameters("head")]}
-    params = [p for p in [*model.parameters(), *head.parameters()] if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=1e-2)
-    labels = torch.tensor([0, 1, 1])
-    for _ in range(3):
-        optimizer.zero_grad()
-        loss = F.cross_entropy(head(model(**batch, task="a")[:, 0]), labels)
-        loss.backward()
-        optimizer.step()
-    after = dict([*model.named_parameters(), *head.named_parameters("head")])
-    changed = {n for n, p in after.items() if not torch.equal(p, before[n])}
+def test_training_with_a_frozen_encoder_changes_only_the_tasks_lora_and_head(
+    tiny_encoder, frozen_steps
+) -> None:
+    changed, names = frozen_steps(tiny_encoder("lora"), "a")
     assert changed and all(n.startswith(("adapters.a.", "head.")) for n in changed), sorted(changed)
     # both A and B of every targeted site of task a moved (B from zero, A through B after step 1)
     assert {n for n in changed if n.startswith("adapters.a.")} == {
-        n for n in after if n.startswith("adapters.a.")
+        n for n in names if n.startswith("adapters.a.")
     }
 
 
-def test_parameter_report_and_formula_for_lora() -> None:
-    model = _encoder(AdapterConfig(method="lora", targets=["query", "ffn_input"], size=4))
+def test_parameter_report_and_formula_for_lora(tiny_encoder) -> None:
+    model = tiny_encoder(AdapterConfig(method="lora", targets=["query", "ffn_input"], size=4))
     report = parameter_report(model)
     d, layers, d_ff = (TINY_NO_DROPOUT[k] for k in ("hidden_size", "num_hidden_layers", "intermediate_size"))
     expected = layers * 4 * ((d + d) + (d + d_ff))
@@ -266,24 +248,10 @@ def test_parameter_report_and_formula_for_lora() -> None:
     assert task_weight_formula(model.adapter_config, d, layers, d_ff) == expected
 
 
-def test_task_weights_round_trip(tmp_path, batch) -> None:
-    config = AdapterConfig(method="lora", init="random", alpha=4)
-    model = _encoder(config)
-    save_task_weights(model, tmp_path / "a.safetensors", tasks=["a"])
-    fresh = _encoder(config, seed=1)
-    assert not torch.allclose(run(fresh, batch, "a"), run(model, batch, "a"))
-    fresh.bert.load_state_dict(model.bert.state_dict())
-    load_task_weights(fresh, tmp_path / "a.safetensors")
-    torch.testing.assert_close(run(fresh, batch, "a"), run(model, batch, "a"), atol=0, rtol=0)
-    # another rank does not fit: the signature differs
-    with pytest.raises(PalUserError):
-        load_task_weights(_encoder(config.replace(size=4)), tmp_path / "a.safetensors")
-
-
-def test_lora_equals_peft_on_the_same_tiny_bert(batch: dict[str, torch.Tensor]) -> None:
+def test_lora_equals_peft_on_the_same_tiny_bert(batch: dict[str, torch.Tensor], tiny_encoder) -> None:
     from peft import LoraConfig, get_peft_model
 
-    ours = _encoder(AdapterConfig(method="lora", init="random", alpha=16, size=4))
+    ours = tiny_encoder(AdapterConfig(method="lora", init="random", alpha=16, size=4))
     bert = BertModel(BertConfig(**TINY_NO_DROPOUT), add_pooling_layer=False).eval()
     bert.load_state_dict(ours.bert.state_dict())  # the encoder keeps transformers' own model and names
     with torch.no_grad():

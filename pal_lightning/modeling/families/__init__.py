@@ -1,9 +1,5 @@
 """Encoder families: which ``transformers`` architectures the library wires, and where (one
-:class:`~pal_lightning.modeling.families.base.EncoderFamily` each, one registry line below).
-
-:func:`family_of` resolves a checkpoint's ``config.json`` ``model_type``; a type no family claims is
-refused with the supported ones and the guide for adding one (``docs/extending.md``).
-"""
+:class:`~pal_lightning.modeling.families.base.EncoderFamily` each, one registry line below)."""
 
 from __future__ import annotations
 
@@ -35,11 +31,8 @@ def supported_model_types() -> list[str]:
 
 
 def family_of(config: Any, name_or_path: object = None) -> EncoderFamily:
-    """The family of a ``transformers`` config (its ``model_type``).
-
-    Raises:
-        PalUserError: for a model type no family claims.
-    """
+    """The family of a ``transformers`` config (its ``model_type``). Raises ``PalUserError`` for a model type
+    no family claims."""
     model_type = getattr(config, "model_type", None) or "bert"
     family = FAMILIES.get(model_type)
     if family is None:

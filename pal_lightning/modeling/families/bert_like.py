@@ -1,9 +1,4 @@
-"""BERT and the families that kept its layer: RoBERTa, XLM-RoBERTa and ELECTRA.
-
-Their layers have the same submodules (``attention.self.{query,key,value}``, ``attention.output.dense``,
-``intermediate.dense``, ``output.dense``, ``output.LayerNorm``): only the module that defines them differs.
-MiniLM checkpoints are BERT (``model_type: bert``).
-"""
+"""BERT and the families that kept its layer: RoBERTa, XLM-RoBERTa and ELECTRA (MiniLM is BERT)."""
 
 from __future__ import annotations
 

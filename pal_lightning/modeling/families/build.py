@@ -1,5 +1,4 @@
-"""How :class:`~pal_lightning.modeling.encoder.MultiTaskBert` is built: the family's model, the copies of
-individual layers, each task's module and its hooks, LoRA's merge, and the parameters by role."""
+"""How :class:`~pal_lightning.modeling.encoder.MultiTaskBert` is built, merged, and its parameters by role."""
 
 from __future__ import annotations
 
@@ -23,12 +22,8 @@ if TYPE_CHECKING:
 
 
 def parameter_safe_names(tasks: Sequence[Any] | str) -> list[str]:
-    """The names of ``tasks`` (:func:`~pal_lightning.tasks.specs.task_name_of`), each once and usable as a key of
-    the encoder's ``nn.ModuleDict`` objects (it becomes part of parameter names).
-
-    Raises:
-        PalUserError: for no task, a task listed twice or a name that cannot be a parameter name.
-    """
+    """The names of ``tasks``, each once and usable as an ``nn.ModuleDict`` key. Raises ``PalUserError`` for
+    no task, a task listed twice or a name that cannot be a parameter name."""
     names = [task_name_of(t) for t in ([tasks] if isinstance(tasks, str) else tasks)]
     if not names:
         raise PalUserError("MultiTaskBert needs at least one task; pass tasks=['sst', ...].")
@@ -45,12 +40,8 @@ def parameter_safe_names(tasks: Sequence[Any] | str) -> list[str]:
 
 
 def encoder_config(config: PretrainedConfig | Mapping[str, Any]) -> PretrainedConfig:
-    """A copy of ``config`` (or the config the keyword arguments describe, by their ``model_type``,
-    BERT when absent) with the width names every family answers to (``intermediate_size``).
-
-    Raises:
-        PalUserError: for a decoder config or a model type no family wires.
-    """
+    """A copy of ``config`` (or of the config a mapping describes; ``model_type`` defaults to BERT). Raises
+    ``PalUserError`` for a decoder config or a model type no family wires."""
     if isinstance(config, Mapping):
         options = dict(config)
         model_type = options.pop("model_type", "bert")
@@ -73,13 +64,8 @@ def encoder_config(config: PretrainedConfig | Mapping[str, Any]) -> PretrainedCo
 def backbone(
     config: PretrainedConfig, family: EncoderFamily, attn_implementation: str | None = None
 ) -> PreTrainedModel:
-    """A random model of ``config`` (the family's base model, no pooler), with the attention
-    implementation asked for: ``sdpa`` (the default where the family has it) becomes ``pal_sdpa``
-    (torch's SDPA, in fp32 on a CPU under autocast: modeling/attention.py).
-
-    Raises:
-        PalUserError: for an attention implementation that is not available.
-    """
+    """A random base model of ``config`` (no pooler); ``sdpa`` becomes ``pal_sdpa`` (modeling/attention.py).
+    Raises ``PalUserError`` for an attention implementation that is not available."""
     options: dict[str, Any] = {"add_pooling_layer": False} if family.pooler_option else {}
     model: PreTrainedModel = AutoModel.from_config(config, **options)
     if attn_implementation is None and model.config._attn_implementation == "sdpa":
@@ -99,8 +85,7 @@ def backbone(
 
 
 def layer_copy(family: EncoderFamily, config: PretrainedConfig, layer: nn.Module, index: int) -> nn.Module:
-    """A new layer of ``family`` with ``layer``'s weights that reads ``config`` itself (the encoder's config
-    object, not a copy), so a later ``set_attn_implementation`` on the encoder reaches it too."""
+    """A new layer with ``layer``'s weights reading ``config`` itself (so ``set_attn_implementation`` reaches it)."""
     new = family.new_layer(config, index)
     new.load_state_dict(layer.state_dict())
     return new
@@ -113,8 +98,7 @@ def individual_copies(
     layers: Sequence[int],
     groups: Iterable[str],
 ) -> nn.ModuleDict:
-    """Per group of tasks, its copies of ``model``'s individual ``layers`` (keyed by layer index, each with
-    the layer's current weights); their places in the layer list become parameter-free slots."""
+    """Per group, its copies of ``model``'s individual ``layers``; their places become parameter-free slots."""
     shared = family.layer_list(model)
     config: PretrainedConfig = model.config
     copies = nn.ModuleDict()
@@ -129,11 +113,8 @@ def individual_copies(
 def task_adapters(
     config: AdapterConfig, encoder_config: PretrainedConfig, names: Sequence[str], size: int
 ) -> nn.ModuleDict:
-    """Per task, its module of width ``size`` as the config's method builds it (none for ``none``).
-
-    Raises:
-        PalUserError: for a module that does not follow its placement's Protocol.
-    """
+    """Per task, its module of width ``size`` as the config's method builds it. Raises ``PalUserError`` for a
+    module that does not follow its placement's Protocol."""
     method = config.adapter_method
     protocol = method.where.protocol
     layers = config.layer_indices(int(encoder_config.num_hidden_layers))
@@ -151,8 +132,7 @@ def task_adapters(
 
 
 def hook_layers(encoder: MultiTaskBert) -> None:
-    """Hook every layer of ``encoder`` (the shared ones and the copies of individual ones) where its
-    method acts (:meth:`~pal_lightning.modeling.methods.where.Placement.place`)."""
+    """Hook every layer of ``encoder`` (shared ones and copies) where its method acts."""
     where = encoder.adapter_config.adapter_method.where
     sites = sorted({site for adapter in encoder.adapters.values() for site in getattr(adapter, "sites", ())})
     layers: list[tuple[int, nn.Module]] = list(enumerate(encoder.family.layer_list(encoder.bert)))
@@ -164,13 +144,8 @@ def hook_layers(encoder: MultiTaskBert) -> None:
 
 
 def merge_adapter(encoder: MultiTaskBert, task: str) -> None:
-    """Fold ``task``'s module into the weights of the layers it acts in (shared ones and the task's copies
-    of individual ones); :meth:`MultiTaskBert.merge`.
-
-    Raises:
-        PalUserError: for a method whose modules are not a
-            :class:`~pal_lightning.modeling.methods.where.MergeableModule`.
-    """
+    """Fold ``task``'s module into the weights of the layers it acts in (:meth:`MultiTaskBert.merge`). Raises
+    ``PalUserError`` for a method whose modules are not a ``MergeableModule``."""
     adapter = encoder.adapters[task]
     if not isinstance(adapter, MergeableModule):
         raise PalUserError(
@@ -185,9 +160,7 @@ def merge_adapter(encoder: MultiTaskBert, task: str) -> None:
 
 
 class TaskParameters:
-    """The encoder's parameters by role (shared, per task, pretrained, new), for optimiser groups, GEM and
-    accounting. Mixed into :class:`MultiTaskBert`, which provides ``bert``, ``individual``, ``adapters``,
-    ``task_group`` and ``check_task``."""
+    """The encoder's parameters by role (shared, per task, pretrained, new); mixed into :class:`MultiTaskBert`."""
 
     bert: PreTrainedModel
     individual: nn.ModuleDict
@@ -198,19 +171,16 @@ class TaskParameters:
         raise NotImplementedError
 
     def pretrained_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
-        """(name, parameter) of every weight that starts from the pretrained encoder: the shared encoder
-        (``bert.*``) and the per-task copies of individual layers (``individual.*``). They train at the
-        encoder's learning rate and ``freeze_encoder`` freezes them."""
+        """(name, parameter) of every pretrained weight: ``bert.*`` and ``individual.*``."""
         yield from self.bert.named_parameters(prefix="bert")
         yield from self.individual.named_parameters(prefix=INDIVIDUAL_PREFIX)
 
     def shared_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
-        """(name, parameter) of the encoder every task uses (``bert.*``: embeddings, F and S layers)."""
+        """(name, parameter) of the encoder every task uses (``bert.*``)."""
         yield from self.bert.named_parameters(prefix="bert")
 
     def individual_parameters(self, task: str) -> Iterator[tuple[str, nn.Parameter]]:
-        """(name, parameter) of the copies of the individual layers ``task`` uses (its group's; nothing
-        without I layers)."""
+        """(name, parameter) of the copies of the individual layers ``task`` uses (its group's)."""
         self.check_task(task)
         group = self.task_group[task]
         if group in self.individual:
@@ -227,7 +197,6 @@ class TaskParameters:
         yield from self.adapters.named_parameters(prefix=ADAPTERS_PREFIX)
 
     def task_parameters(self, task: str) -> Iterator[tuple[str, nn.Parameter]]:
-        """(name, parameter) of everything ``task`` uses beside the shared encoder: its adapter and its
-        (group's) individual layers."""
+        """(name, parameter) of ``task``'s adapter and (group's) individual layers."""
         yield from self.adapter_parameters(task)
         yield from self.individual_parameters(task)

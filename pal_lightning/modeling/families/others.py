@@ -1,10 +1,5 @@
-"""The families whose layers are not BERT's: DistilBERT, MPNet, DeBERTa-v2/v3 and ModernBERT.
-
-Each differs from BERT only in names, except ModernBERT: pre-LayerNorm (no ``join_norm``: a PAL term
-joins the residual stream after the layer) with one fused query/key/value Linear (``attn.Wqkv``, sliced
-in three) and a gated FFN whose input Linear is twice the FFN width (``ffn_input`` is its input half,
-``act(input) * gate``, so that the site has the FFN width as in every other family).
-"""
+"""The families whose layers are not BERT's: DistilBERT, MPNet, DeBERTa-v2/v3 and ModernBERT (pre-LN, a
+fused ``Wqkv`` and a gated FFN whose ``ffn_input`` site is the input half)."""
 
 from __future__ import annotations
 

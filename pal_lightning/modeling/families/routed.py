@@ -1,70 +1,67 @@
-"""The mixed-task forward of :class:`~pal_lightning.modeling.encoder.MultiTaskBert` (rows of several
-tasks in one pass) and the calls its hooks read."""
+"""The forwards of :class:`~pal_lightning.modeling.encoder.MultiTaskBert` and the calls its hooks read."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import Any, cast
 
 import torch
 from torch import nn
-from transformers import PreTrainedModel
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling.families import EncoderFamily
+from pal_lightning.modeling.families.build import TaskParameters
 from pal_lightning.modeling.families.routing import RowTasks, TaskRouting, route_rows
 from pal_lightning.modeling.families.wiring import Part, Segment, TaskCall, Wiring, mixed_call, narrowed
 from pal_lightning.modeling.methods import AdapterConfig
 from pal_lightning.modeling.methods.pals import additive_mask, scores_dtype
 
 
-class RoutedForward:
-    """The mixed-task forward of :class:`MultiTaskBert` (rows of several tasks in one pass: ``tasks=``), and
-    the calls the hooks read. Mixed into :class:`MultiTaskBert`, which provides the attributes below."""
+class RoutedForward(TaskParameters):
+    """The forwards of :class:`MultiTaskBert` (one task, or rows of several: ``tasks=``) and the calls its
+    hooks read; mixed into :class:`MultiTaskBert`, which sets the attributes below."""
 
-    bert: PreTrainedModel
     family: EncoderFamily
     wiring: Wiring
-    adapters: nn.ModuleDict
-    individual: nn.ModuleDict
     adapter_config: AdapterConfig
     adapter_layers: tuple[int, ...]
     individual_layers: tuple[int, ...]
-    task_group: dict[str, str]
     takes_token_types: bool
     _task_names: tuple[str, ...]
 
-    if TYPE_CHECKING:  # MultiTaskBert's
+    @property
+    def num_layers(self) -> int:
+        """L, the number of encoder layers."""
+        return int(self.bert.config.num_hidden_layers)
 
-        @property
-        def num_layers(self) -> int: ...
+    def _copies_of(self, task: str) -> nn.ModuleDict | None:
+        group = self.task_group[task]
+        return cast(nn.ModuleDict, self.individual[group]) if group in self.individual else None
 
-        def _copies_of(self, task: str) -> nn.ModuleDict | None: ...
-
-        def forward(
-            self,
-            input_ids: torch.Tensor,
-            attention_mask: torch.Tensor | None = None,
-            token_type_ids: torch.Tensor | None = None,
-            *,
-            task: str | None = None,
-            tasks: TaskRouting | RowTasks | None = None,
-        ) -> torch.Tensor: ...
+    def _forward_task(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        token_type_ids: torch.Tensor | None,
+        task: str,
+    ) -> torch.Tensor:
+        self.check_task(task)
+        call = self.task_call(task, attention_mask)
+        inputs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if self.takes_token_types:
+            inputs["token_type_ids"] = token_type_ids
+        with self.wiring.active(call):
+            out = self.bert(**inputs)
+        return out.last_hidden_state
 
     @property
     def mixed_by_task(self) -> bool:
-        """Whether a mixed-task batch runs one forward per task present rather than one routed pass: the
-        method acts on a site the family also feeds row-shared tensors (``EncoderFamily.row_shared_sites``)."""
+        """Whether a mixed batch runs one forward per task (the method acts on a ``row_shared_sites`` site)."""
         sites = {site for adapter in self.adapters.values() for site in getattr(adapter, "sites", ())}
         return bool(sites & set(self.family.row_shared_sites))
 
     def route(self, tasks: RowTasks, device: torch.device | str | None = None) -> TaskRouting:
-        """Each row's task (indices into :attr:`task_names`, or names) grouped by task once
-        (:func:`~pal_lightning.modeling.families.routing.route_rows`): pass it as ``tasks=`` to
-        :meth:`forward`, and read each task's rows with :meth:`TaskRouting.rows`. ``device``: the inputs'.
-
-        Raises:
-            PalUserError: for an unknown task or index, or no row.
-        """
+        """Each row's task (indices or names) grouped by task once, to pass as ``tasks=`` to :meth:`forward`.
+        Raises ``PalUserError`` for an unknown task or index, or no row."""
         return route_rows(
             tasks, self._task_names, self.task_group if self.individual_layers else None, device
         )
@@ -77,7 +74,6 @@ class RoutedForward:
         tasks: TaskRouting | RowTasks | None,
         task: str | None = None,
     ) -> torch.Tensor:
-        """:meth:`forward` of rows of several tasks: sorted by task, one pass, back in the input order."""
         if tasks is None or task is not None:
             raise PalUserError(
                 "MultiTaskBert needs the rows' task: task='sst' for every row, or tasks=[...] with one per "
@@ -89,7 +85,7 @@ class RoutedForward:
                 f"tasks names {routing.size} rows but input_ids has {input_ids.shape[0]}: give one task per row."
             )
         if len(routing.tasks) == 1:  # one task: the single-task path, rows in place
-            return self.forward(input_ids, attention_mask, token_type_ids, task=routing.tasks[0])
+            return self._forward_task(input_ids, attention_mask, token_type_ids, routing.tasks[0])
         mask = None if attention_mask is None else routing.sort(attention_mask)
         if self.mixed_by_task:
             return routing.unsort(self._forward_by_task(routing, input_ids, mask, token_type_ids))
@@ -113,24 +109,22 @@ class RoutedForward:
         mask: torch.Tensor | None,
         token_type_ids: torch.Tensor | None,
     ) -> torch.Tensor:
-        """The sorted rows' hidden states from one single-task forward per task present, on its slice."""
         ids = routing.sort(input_ids)
         types = None if token_type_ids is None else routing.sort(token_type_ids)
         return torch.cat(
             [
-                self.forward(
+                self._forward_task(
                     ids[start:stop],
                     None if mask is None else mask[start:stop],
                     None if types is None else types[start:stop],
-                    task=task,
+                    task,
                 )
                 for task, start, stop in routing.slices()
             ]
         )
 
     def mixed_task_call(self, routing: TaskRouting, attention_mask: torch.Tensor | None) -> TaskCall | None:
-        """What the hooks need for one forward of ``routing``'s rows (sorted by task, as is
-        ``attention_mask``): each present task's call on its slice (``None``: nothing task-specific)."""
+        """The hooks' call for ``routing``'s rows sorted by task (``None``: nothing task-specific)."""
         pal_mask = self._pal_mask(attention_mask)
         segments = [
             Segment(
@@ -148,12 +142,10 @@ class RoutedForward:
         return mixed_call(segments, self.num_layers, parts) if parts else call
 
     def task_call(self, task: str, attention_mask: torch.Tensor | None) -> TaskCall | None:
-        """What the hooks need for one forward of ``task`` (``None``: nothing task-specific)."""
-        # the PAL mask, once per forward, for a task with a module that reads it
+        """The hooks' call for one forward of ``task`` (``None``: nothing task-specific)."""
         return self._call_with_mask(task, self._pal_mask(attention_mask) if task in self.adapters else None)
 
     def _pal_mask(self, attention_mask: torch.Tensor | None) -> torch.Tensor | None:
-        """The PAL mask of a forward whose method's modules read one, else ``None``."""
         if not len(self.adapters) or not self.adapter_config.adapter_method.where.reads_mask:
             return None
         weight = self.bert.get_input_embeddings().weight
@@ -161,7 +153,6 @@ class RoutedForward:
         return additive_mask(attention_mask, scores_dtype(weight.dtype, weight.device))
 
     def _call_with_mask(self, task: str, pal_mask: torch.Tensor | None) -> TaskCall | None:
-        """:meth:`task_call` with the PAL mask made already (a slice of a mixed batch's)."""
         adapter = self.adapters[task] if task in self.adapters else None
         individual = self._copies_of(task)
         if adapter is None and individual is None:

@@ -1,12 +1,9 @@
-"""Per-example task routing: the rows of a mixed batch sorted by task once (stable), so that each task's
-rows are one contiguous slice every hooked place runs its module on, and put back in the input order once
-at the end (the diagram: docs/design.md §2, "Mixed-task batches"). Tasks sharing individual layers are
-sorted next to each other (:attr:`TaskRouting.groups`). Task indices on a device are copied to the host
-once per batch, which the slice bounds need anyway.
-"""
+"""Per-example task routing: a mixed batch's rows sorted by task once (stable), put back once at the end
+(docs/design.md §2, "Mixed-task batches")."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -14,29 +11,22 @@ import torch
 
 from pal_lightning.core.errors import PalUserError
 
-#: What names the task of each row: a ``LongTensor[B]`` of indices into the encoder's tasks, or a sequence
-#: of task names (one per row).
+#: Each row's task: a ``LongTensor[B]`` of indices into the encoder's tasks, or one name per row.
 RowTasks = torch.Tensor | Sequence[str]
 
 
 @dataclass(frozen=True)
 class TaskRouting:
-    """The rows of one batch grouped by task (see the module docstring).
-
-    Built by :func:`route_rows` (or :meth:`MultiTaskBert.route`), used by the encoder's mixed forward and by
-    whoever maps the encoder's rows to heads: :meth:`rows` gives a task's rows in the input order.
-    """
+    """The rows of one batch grouped by task (:func:`route_rows`); :meth:`rows` gives a task's rows."""
 
     tasks: tuple[str, ...]
     """The tasks present, in the order their rows are sorted."""
     bounds: tuple[int, ...]
     """``len(tasks) + 1`` offsets: the sorted rows ``bounds[k]:bounds[k + 1]`` are ``tasks[k]``'s."""
     order: torch.Tensor | None
-    """``LongTensor[B]``: sorted row ``r`` is input row ``order[r]``; ``None`` when the input rows are
-    grouped already (sorting is then the identity and is skipped)."""
+    """``LongTensor[B]``: sorted row ``r`` is input row ``order[r]``; ``None`` when already grouped."""
     groups: tuple[tuple[str, int, int], ...] = ()
-    """Per group of tasks sharing individual layers (in sorted order): ``(group, start, stop)`` of its
-    sorted rows; empty without individual layers."""
+    """``(group, start, stop)`` of each group sharing individual layers, over the sorted rows."""
     device: torch.device | None = None
     """Where :meth:`rows` puts its indices (the inputs' device)."""
 
@@ -51,11 +41,8 @@ class TaskRouting:
             yield task, self.bounds[k], self.bounds[k + 1]
 
     def rows(self, task: str) -> torch.Tensor:
-        """The input-order indices of ``task``'s rows (ascending), ``LongTensor``.
-
-        Raises:
-            PalUserError: for a task with no row in the batch.
-        """
+        """The input-order indices of ``task``'s rows (ascending). Raises ``PalUserError`` for a task with no
+        row in the batch."""
         for name, start, stop in self.slices():
             if name == task:
                 if self.order is None:
@@ -64,11 +51,11 @@ class TaskRouting:
         raise PalUserError(f"Task {task!r} has no row in this batch (present: {', '.join(self.tasks)}).")
 
     def sort(self, rows: torch.Tensor) -> torch.Tensor:
-        """``rows`` (input order, rows first) in the sorted order."""
+        """``rows`` (input order) in the sorted order."""
         return rows if self.order is None else rows.index_select(0, self.order.to(rows.device))
 
     def unsort(self, rows: torch.Tensor) -> torch.Tensor:
-        """``rows`` in the sorted order back in the input order (the inverse of :meth:`sort`)."""
+        """The inverse of :meth:`sort`."""
         if self.order is None:
             return rows
         order = self.order.to(rows.device)
@@ -76,11 +63,8 @@ class TaskRouting:
 
 
 def task_indices(tasks: RowTasks, names: Sequence[str]) -> torch.Tensor:
-    """Each row's task as an index into ``names``, a ``LongTensor[B]`` on the host.
-
-    Raises:
-        PalUserError: for an empty batch, a name that is not one of ``names`` or an index out of range.
-    """
+    """Each row's task as an index into ``names``, on the host. Raises ``PalUserError`` for an empty batch, a
+    name that is not one of ``names`` or an index out of range."""
     if isinstance(tasks, torch.Tensor):
         if tasks.dim() != 1 or tasks.dtype.is_floating_point or tasks.dtype == torch.bool:
             raise PalUserError(
@@ -114,18 +98,9 @@ def route_rows(
     group_of: Mapping[str, str] | None = None,
     device: torch.device | str | None = None,
 ) -> TaskRouting:
-    """Group the rows of a batch by task: one stable sort (rows of a task keep their order).
-
-    Args:
-        tasks: each row's task (:data:`RowTasks`).
-        names: the encoder's tasks, in order.
-        group_of: task -> the group whose copies of the individual layers it uses; tasks of a group are
-            sorted next to each other. ``None``: no individual layers.
-        device: where :attr:`TaskRouting.order` lives (the inputs' device).
-
-    Raises:
-        PalUserError: for an unknown task or index, or an empty batch.
-    """
+    """Group the rows of a batch by task with one stable sort; ``group_of`` (task -> group of I layers) keeps
+    a group's tasks together; ``device``: where the order lives. Raises ``PalUserError`` for an unknown task
+    or index, or an empty batch."""
     indices = task_indices(tasks, names)
     # tasks of one group next to each other, groups in the order of their first task
     group_rank: dict[str, int] = {}
@@ -139,9 +114,7 @@ def route_rows(
     keys = rank[indices]
     counts = torch.bincount(keys, minlength=len(names)).tolist()
     present = [(names[sequence[k]], count) for k, count in enumerate(counts) if count]
-    bounds = [0]
-    for _, count in present:
-        bounds.append(bounds[-1] + count)
+    bounds = [0, *itertools.accumulate(count for _, count in present)]
     order: torch.Tensor | None = None
     if bool((keys[1:] < keys[:-1]).any()):
         order = torch.sort(keys, stable=True).indices.to(device)

@@ -1,15 +1,5 @@
-"""How a task's modules enter an encoder's layers: forward hooks placed once, an active :class:`TaskCall`.
-
-The family's model is kept as it is; its method's placement (:mod:`~pal_lightning.modeling.methods.where`)
-hooks the layers: a layer pre-hook computes a BESIDE term on entry, a join-norm pre-hook (post-LN) or a
-layer hook (pre-LN) adds it, site-Linear hooks add INSIDE deltas, the last layer's hook runs a TOP block.
-Each forward makes the call the hooks read (``with wiring.active(call):``); with none active the layers
-are the family's own. A call scoped to one forward keeps siamese pairs (two forwards, one backward) and
-activation checkpointing (the recomputation gets the call back: :meth:`Wiring.checkpoint_contexts`)
-correct. A *mixed* call (:func:`mixed_call`) holds, per task present, its slice of the rows sorted by
-task and its own call (:class:`Segment`); every hook runs each slice with the single-task code and joins
-them; individual layers run each group's copy on its slice (:class:`Part`).
-"""
+"""How a task's modules enter an encoder's layers: hooks placed once read the active :class:`TaskCall`
+(docs/design.md §2; a mixed call holds one :class:`Segment` per task present)."""
 
 from __future__ import annotations
 
@@ -23,13 +13,12 @@ from torch import nn
 
 from pal_lightning.modeling.families.base import EncoderFamily
 
-#: Runs a layer of the encoder on new hidden states with the arguments the last layer was called with.
+#: Runs a layer on new hidden states with the last layer's other arguments.
 LayerRunner = Callable[[nn.Module, torch.Tensor], torch.Tensor]
 
 
 class Segment(NamedTuple):
-    """The rows ``[start, stop)`` of a mixed call's (sorted) batch that belong to one task, and its call
-    (``None``: the task has nothing task-specific, its rows pass through)."""
+    """One task's rows ``[start, stop)`` of a mixed call's sorted batch, and its call (``None``: none)."""
 
     start: int
     stop: int
@@ -37,9 +26,7 @@ class Segment(NamedTuple):
 
 
 class Part(NamedTuple):
-    """The rows ``[start, stop)`` of a mixed call that use one group's copies of the individual layers, and
-    the call those copies run under (the group's segments, shifted to start at 0; one task's own call
-    where the group has one task present)."""
+    """One group's rows ``[start, stop)`` of a mixed call, its copies of the I layers and their call."""
 
     start: int
     stop: int
@@ -52,38 +39,36 @@ class TaskCall:
     """What the hooks need during one forward of one task (or, with :attr:`segments`, of several)."""
 
     beside: nn.Module | None = None
-    """The task's module beside the layers (``forward(layer, hidden, mask)``), or ``None``."""
+    """The task's module beside the layers (``forward(layer, hidden, mask)``)."""
     inside: nn.Module | None = None
-    """The task's module on the layers' sites (``delta(layer, site, x, y)``), or ``None``."""
+    """The task's module on the layers' sites (``delta(layer, site, x, y)``)."""
     top: nn.Module | None = None
-    """The task's block after the last layer, or ``None``."""
+    """The task's block after the last layer."""
     layers: frozenset[int] = frozenset()
     """The layers ``beside`` or ``inside`` acts in."""
     mask: torch.Tensor | None = None
-    """The additive padding mask ``[B, 1, 1, T]`` of the PAL attention, built once per forward."""
+    """The additive padding mask ``[B, 1, 1, T]`` of the PAL attention."""
     last: int = -1
     """The index of the last layer."""
     individual: nn.ModuleDict | None = None
-    """The task's copies of the individual layers, keyed by layer index (``None``: no I layer)."""
+    """The task's copies of the individual layers, keyed by layer index."""
     terms: dict[int, torch.Tensor] = field(default_factory=dict)
     """The BESIDE terms, computed on each layer's entry."""
     last_arguments: tuple[tuple[Any, ...], dict[str, Any]] = ((), {})
-    """The arguments (after the hidden states) the last layer received, for a block on top."""
+    """The last layer's arguments after the hidden states, for a block on top."""
     segments: tuple[Segment, ...] = ()
-    """A mixed call's tasks: their rows, in order and covering the batch (empty: a call of one task)."""
+    """A mixed call's tasks and their rows (empty: a call of one task)."""
     parts: tuple[Part, ...] = ()
-    """A mixed call's groups of rows for the individual layers (empty: no individual layer)."""
+    """A mixed call's groups of rows for the individual layers."""
 
 
 def mixed_call(segments: Iterable[Segment], num_layers: int, parts: Iterable[Part] = ()) -> TaskCall:
-    """The call of a batch whose rows, sorted by task, are ``segments`` (contiguous, from row 0);
-    ``parts``: its groups of rows for the individual layers."""
+    """The call of a batch whose rows, sorted by task, are ``segments``."""
     return TaskCall(last=num_layers - 1, segments=tuple(segments), parts=tuple(parts))
 
 
 def narrowed(call: TaskCall, start: int, stop: int) -> TaskCall:
-    """The mixed ``call`` restricted to its rows ``[start, stop)`` (whole segments), rows renumbered from 0:
-    the one task's own call where a single segment remains."""
+    """``call`` cut to its rows ``[start, stop)``, renumbered from 0 (one task's own call if only it remains)."""
     inside = [s for s in call.segments if start <= s.start and s.stop <= stop]
     if len(inside) == 1 and inside[0].call is not None:
         return inside[0].call
@@ -92,16 +77,16 @@ def narrowed(call: TaskCall, start: int, stop: int) -> TaskCall:
 
 
 class Wiring:
-    """The active call of one encoder, read by the hooks its method's placement puts on its layers."""
+    """The active call of one encoder, read by its hooks."""
 
     def __init__(self, family_pre_norm: bool = False) -> None:
         self.call: TaskCall | None = None
         self.family_pre_norm = family_pre_norm
-        """Whether the layers are pre-LN (the BESIDE term is added to a layer's output)."""
+        """Whether the layers are pre-LN (a BESIDE term joins the layer's output)."""
 
     @contextmanager
     def active(self, call: TaskCall | None) -> Iterator[None]:
-        """Make ``call`` the active call for the duration of the block (restoring the previous one)."""
+        """Make ``call`` the active call inside the block."""
         previous, self.call = self.call, call
         try:
             yield
@@ -109,25 +94,19 @@ class Wiring:
             self.call = previous
 
     def checkpoint_contexts(self) -> tuple[Any, Any]:
-        """``context_fn`` of non-reentrant activation checkpointing: the recomputation in the backward
-        pass runs with the call that was active when the layer first ran (none is active then)."""
+        """Checkpointing's ``context_fn``: the recomputation runs under the call active in the forward."""
         return nullcontext(), self.active(self.call)
 
 
 def _first(output: Any) -> torch.Tensor:
-    """The hidden states of a layer's output (a tensor, or the first item of a tuple)."""
     return output if isinstance(output, torch.Tensor) else output[0]
 
 
 def _with_first(output: Any, hidden: torch.Tensor) -> Any:
-    """``output`` with its hidden states replaced by ``hidden`` (same container)."""
-    if isinstance(output, torch.Tensor):
-        return hidden
-    return (hidden, *output[1:])
+    return hidden if isinstance(output, torch.Tensor) else (hidden, *output[1:])
 
 
 def _hidden_argument(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor:
-    """The hidden states a layer was called with: the first positional argument in every family."""
     if args:
         return args[0]
     for name in ("hidden_states", "hidden_state", "x"):
@@ -137,15 +116,8 @@ def _hidden_argument(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Ten
 
 
 def rows_of(value: Any, start: int, stop: int, batch: int, length: int) -> Any:
-    """``value`` (an argument a layer received) cut to the rows ``[start, stop)`` of a batch of ``batch``
-    sequences of ``length`` tokens: a tensor indexed by row then, last, by key position (attention masks
-    ``[B, 1, T, T]`` or ``[B, T]``, MPNet's position bias ``[B, H, T, T]``) is sliced, inside tuples and
-    lists too; anything else (DeBERTa's relative embeddings, ModernBERT's rotary tables ``[1, T, h]``) is
-    shared by the rows and kept.
-
-    The rule reads shapes, so a row-independent tensor of shape ``[B, ..., T]`` would be sliced too: none of
-    the families passes one (DeBERTa's ``[2k, d]`` relative embeddings match only for ``B = 2k, d = T``).
-    """
+    """A layer argument cut to rows ``[start, stop)``: tensors shaped ``[batch, ..., length]`` (masks,
+    position bias) are sliced, also inside tuples and lists; anything else is shared by the rows."""
     if isinstance(value, torch.Tensor):
         if value.dim() >= 2 and value.shape[0] == batch and value.shape[-1] == length:
             return value[start:stop]
@@ -158,7 +130,6 @@ def rows_of(value: Any, start: int, stop: int, batch: int, length: int) -> Any:
 def _arguments_of(
     args: tuple[Any, ...], kwargs: dict[str, Any], start: int, stop: int, batch: int, length: int
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """A layer's arguments cut to rows ``[start, stop)`` (:func:`rows_of`)."""
     return (
         tuple(rows_of(a, start, stop, batch, length) for a in args),
         {k: rows_of(v, start, stop, batch, length) for k, v in kwargs.items()},
@@ -166,7 +137,6 @@ def _arguments_of(
 
 
 def _check_rows(call: TaskCall, rows: torch.Tensor, where: str) -> None:
-    """Refuse a tensor whose leading dimension is not the mixed call's rows (a family that flattens rows)."""
     if rows.shape[0] != call.segments[-1].stop:
         raise RuntimeError(
             f"a mixed-task forward reached {where} with {rows.shape[0]} rows for a batch of "
@@ -175,11 +145,7 @@ def _check_rows(call: TaskCall, rows: torch.Tensor, where: str) -> None:
 
 
 class _Hook:
-    """A hook of layer ``index`` reading ``wiring``'s active call.
-
-    A callable object, not a closure: ``copy.deepcopy`` of the encoder (export) then gives the copy's hooks
-    the copy's :class:`Wiring` (closures would keep reading the original's).
-    """
+    """A hook of layer ``index``; an object, not a closure, so that ``deepcopy`` rebinds its wiring."""
 
     def __init__(self, wiring: Wiring, index: int) -> None:
         self.wiring = wiring
@@ -187,7 +153,7 @@ class _Hook:
 
 
 class LayerPreHook(_Hook):
-    """On a layer's entry: TS_t(l, h) of a BESIDE method; the last layer's arguments for a block on top."""
+    """On a layer's entry: the BESIDE term; the last layer's arguments for a block on top."""
 
     def __call__(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         call = self.wiring.call
@@ -202,7 +168,7 @@ class LayerPreHook(_Hook):
             call.last_arguments = (args[1:], dict(kwargs))
 
     def mixed(self, call: TaskCall, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """Each task's TS_t(l, h) on its rows, one term for the batch (zero for rows of tasks without)."""
+        """Each task's term on its rows (zero for tasks without)."""
         hidden = _hidden_argument(args, kwargs)
         _check_rows(call, hidden, f"layer {self.index}")
         pieces: list[torch.Tensor] = []
@@ -222,19 +188,18 @@ class LayerPreHook(_Hook):
 
 
 class JoinNormHook(_Hook):
-    """Before the join LayerNorm of a post-LN layer: the kept term joins the FFN's residual sum."""
+    """Before a post-LN layer's join LayerNorm: the term joins the FFN's residual sum."""
 
     def __call__(self, module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
         call = self.wiring.call
         if call is None or self.index not in call.terms:
             return None
-        # the residual sum h_att + FFN(h_att) arrives here; TS_t(h) joins it before the LayerNorm. The term
-        # stays in the call: activation checkpointing recomputes the layer's forward (not its hooks) later
+        # the term stays in the call: checkpointing recomputes the layer's forward, not its pre-hook
         return (args[0] + call.terms[self.index], *args[1:])
 
 
 class LayerHook(_Hook):
-    """After a layer: a pre-LN family's term joins the residual stream; the block on top runs."""
+    """After a layer: a pre-LN family's term joins the output; the block on top runs."""
 
     def __call__(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> Any:
         call = self.wiring.call
@@ -250,7 +215,7 @@ class LayerHook(_Hook):
         return _with_first(output, hidden)
 
     def mixed_top(self, call: TaskCall, hidden: torch.Tensor) -> torch.Tensor:
-        """Each task's block on top on its rows (rows of tasks without one as they are)."""
+        """Each task's block on top on its rows."""
         if not any(sub is not None and sub.top is not None for _, _, sub in call.segments):
             return hidden
         _check_rows(call, hidden, "the block on top")
@@ -272,7 +237,6 @@ def _run_top(
     arguments: tuple[tuple[Any, ...], dict[str, Any]],
     mask: torch.Tensor | None,
 ) -> torch.Tensor:
-    """``top(hidden, run, mask)``, where ``run(layer, h)`` calls a layer with the last layer's ``arguments``."""
     rest, keywords = arguments
 
     def run(layer: nn.Module, states: torch.Tensor) -> torch.Tensor:
@@ -282,8 +246,7 @@ def _run_top(
 
 
 class SiteHook(_Hook):
-    """After a site's Linear: ``y + A_t(l, site, x, y)`` for each site it holds (a fused Linear holds three,
-    each a slice of its output)."""
+    """After a site's Linear: ``y + delta(l, site, x, y)`` for each site (slice) it holds."""
 
     def __init__(self, wiring: Wiring, index: int, sites: list[tuple[str, tuple[int, int] | None]]) -> None:
         super().__init__(wiring, index)
@@ -300,7 +263,7 @@ class SiteHook(_Hook):
         return self.apply(call.inside, args[0], output)
 
     def mixed(self, call: TaskCall, x: torch.Tensor, output: torch.Tensor) -> torch.Tensor | None:
-        """Each task's deltas on its rows (rows of tasks without as they are)."""
+        """Each task's deltas on its rows."""
         pieces: list[torch.Tensor] = []
         acting = False
         for start, stop, sub in call.segments:
@@ -314,7 +277,7 @@ class SiteHook(_Hook):
         return torch.cat(pieces) if acting else None
 
     def apply(self, adapter: nn.Module, x: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
-        """``output`` with ``adapter``'s delta added on each site this Linear holds."""
+        """``output`` plus ``adapter``'s delta on each site this Linear holds."""
         sites: tuple[str, ...] = adapter.sites  # type: ignore[assignment]  # an INSIDE module's attribute
         delta: Callable[..., torch.Tensor] = adapter.delta  # type: ignore[assignment]
         for site, chunk in self.sites:
@@ -333,23 +296,19 @@ class SiteHook(_Hook):
 
 
 class IndividualLayerSlot(nn.Module):
-    """The place of an individual (I) layer in the encoder's layer list: no parameters, it runs the active
-    task's own copy of the layer.
-
-    It carries the plain attributes of the layer it replaces (ModernBERT's encoder reads a layer's
-    ``attention_type``), so the encoder calls it as it called the layer.
-    """
+    """An individual (I) layer's place in the layer list: it runs the active task's copy of the layer."""
 
     def __init__(self, layer_index: int, wiring: Wiring, replaced: nn.Module | None = None) -> None:
         super().__init__()
         self.layer_index = layer_index
         self._wiring = [wiring]  # a list: not a submodule, not a parameter
+        # the replaced layer's plain attributes (ModernBERT's encoder reads a layer's attention_type)
         for key, value in vars(replaced or nn.Module()).items():
             if not key.startswith("_") and key != "training" and isinstance(value, str | int | float | bool):
                 setattr(self, key, value)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        """The active task's copy of layer ``layer_index`` applied to the arguments the encoder passes."""
+        """The active task's copy of layer ``layer_index`` on the encoder's arguments."""
         wiring = self._wiring[0]
         call = wiring.call
         if call is not None and call.parts:
@@ -359,8 +318,7 @@ class IndividualLayerSlot(nn.Module):
         return call.individual[str(self.layer_index)](*args, **kwargs)
 
     def mixed(self, wiring: Wiring, call: TaskCall, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """Each group's copy on the group's rows, under the call narrowed to them; the hidden states joined
-        (other outputs, which the encoder does not ask for, are the first group's)."""
+        """Each group's copy on its rows; the hidden states joined, other outputs the first group's."""
         hidden = _hidden_argument(args, kwargs)
         _check_rows(call, hidden, f"individual layer {self.layer_index}")
         batch, length = hidden.shape[0], hidden.shape[1]
@@ -379,8 +337,7 @@ class IndividualLayerSlot(nn.Module):
 
 
 def enable_checkpointing(model: nn.Module, individual: nn.Module, wiring: Wiring) -> None:
-    """Non-reentrant activation checkpointing of ``model``'s layers and of the copies of individual layers
-    in ``individual`` (outside the model), recomputing with ``wiring``'s call active."""
+    """Non-reentrant checkpointing of ``model``'s layers and the ``individual`` copies, under ``wiring``'s call."""
     options = {"use_reentrant": False, "context_fn": wiring.checkpoint_contexts}
     enable = getattr(model, "activation_checkpointing_enable", None)  # the name since transformers 5.23
     if enable is None:  # transformers 5.0-5.22 (pyproject's floor is 5.0)
@@ -401,13 +358,8 @@ def enable_checkpointing(model: nn.Module, individual: nn.Module, wiring: Wiring
 
 @torch.no_grad()
 def fold_deltas(layers: Mapping[int, nn.Module], family: EncoderFamily, adapter: nn.Module) -> None:
-    """Add an INSIDE ``adapter``'s ``weight_delta`` into the site Linears of ``layers`` (by index; LoRA's
-    merge): afterwards the plain layers compute what the layers with the adapter's hooks computed. Slots
-    of individual layers are skipped (their copies are folded on their own).
-
-    Raises:
-        ValueError: when the adapter's delta is not linear in the site's input (no ``weight_delta``).
-    """
+    """Add an INSIDE ``adapter``'s ``weight_delta`` into the site Linears of ``layers`` (slots skipped).
+    Raises ``ValueError`` when the adapter's delta is not linear in the site's input (no ``weight_delta``)."""
     weight_delta = getattr(adapter, "weight_delta", None)
     if weight_delta is None:
         raise ValueError(f"{type(adapter).__name__} has no weight_delta: its deltas cannot be merged")

@@ -1,15 +1,5 @@
-"""Task-only weights as one folder per task, with the task's config beside its weights.
-
-The same idea as a ``save_pretrained`` folder, for one task's adapter and head::
-
-    adapters/
-      sts/
-        task_weights.safetensors   the task's PALs and head (:func:`save_task_weights` format)
-        config.json                the full task specification, label names, adapter shape, encoder
-
-A folder can be copied, shared or loaded on its own; :func:`load_task_folders` checks that the
-model's definition of the task (kind, labels, columns) matches the saved one before loading.
-"""
+"""Task-only weights as one folder per task: ``<task>/task_weights.safetensors`` and ``<task>/config.json``
+(the task's specification, labels, adapter shape and encoder, checked before loading)."""
 
 from __future__ import annotations
 
@@ -40,22 +30,8 @@ CONFIG_NAME = "config.json"
 def save_task_folders(
     obj: nn.Module, folder: str | os.PathLike[str], tasks: TaskChoice = None, *, overwrite: bool = False
 ) -> list[Path]:
-    """Write ``<folder>/<task>/`` (weights and config) for each of ``tasks`` (default: all).
-
-    Args:
-        obj: a :class:`~pal_lightning.module.multitask.MultiTaskModule` (or a module with ``.encoder``/``.heads``;
-            ``task_specs`` and ``label_names`` are saved when it has them).
-        folder: the parent folder.
-        tasks: task names; ``None`` saves every task.
-        overwrite: replace task folders that already hold saved weights (refused by default, checked
-            for every task before anything is written).
-
-    Returns:
-        The task folders written.
-
-    Raises:
-        PalUserError: for an unknown task, or existing task folders without ``overwrite=True``.
-    """
+    """Write ``<folder>/<task>/`` (weights and ``config.json``) for each of ``tasks`` (default: all). Raises
+    ``PalUserError`` for an unknown task, or existing task folders without ``overwrite=True``."""
     encoder, heads = encoder_and_heads(obj)
     chosen = choose_tasks(tasks, model_tasks(encoder, heads), "this model")
     root = Path(folder)
@@ -76,8 +52,7 @@ def save_task_folders(
 
 
 def task_folder_config(obj: nn.Module, encoder: MultiTaskBert, task: str) -> dict[str, object]:
-    """The ``config.json`` of ``task``'s folder: its full specification and label names when ``obj`` has
-    them, the adapter's shape and the encoder it was trained on."""
+    """The ``config.json`` of ``task``'s folder: its specification, labels, adapter shape and encoder."""
     from pal_lightning.core.version import __version__
 
     specs = getattr(obj, "task_specs", {}) or {}
@@ -97,12 +72,9 @@ def task_folder_config(obj: nn.Module, encoder: MultiTaskBert, task: str) -> dic
 def load_task_folders(
     obj: nn.Module, folder: str | os.PathLike[str], tasks: TaskChoice = None, strict: bool = True
 ) -> list[str]:
-    """Load the weights of ``<folder>/<task>/`` for each of ``tasks`` (default: every task folder) in place.
-
-    Raises:
-        PalUserError: for a folder without task folders, an unknown task, a task whose saved definition
-            differs from the model's, or weights that do not fit (see :func:`load_task_weights`).
-    """
+    """Load ``<folder>/<task>/`` for each of ``tasks`` (default: all) in place, after checking every folder.
+    Raises ``PalUserError`` for no task folder, an unknown task, another saved task definition, or weights
+    that do not fit."""
     root = Path(folder)
     available = sorted(p.name for p in root.iterdir() if (p / CONFIG_NAME).is_file()) if root.is_dir() else []
     if not available:
@@ -112,7 +84,7 @@ def load_task_folders(
         )
     chosen = choose_tasks(tasks, available, str(root))
     specs = getattr(obj, "task_specs", {}) or {}
-    for task in chosen:  # every folder checked before any weight is loaded
+    for task in chosen:
         _check_task_folder(root / task, specs.get(task))
     for task in chosen:
         load_task_weights(obj, root / task / WEIGHTS_NAME, tasks=[task], strict=strict)
@@ -120,8 +92,6 @@ def load_task_folders(
 
 
 def _check_task_folder(folder: Path, spec: TaskSpec | None) -> None:
-    """Refuse a folder that is not a task folder, or whose task was saved with another definition than
-    ``spec`` (the model's; ``None``: not checked)."""
     config = json.loads((folder / CONFIG_NAME).read_text(encoding="utf-8"))
     if config.get("format") != FORMAT:
         raise PalUserError(

@@ -1,9 +1,5 @@
-"""What belongs to one task in a model: its adapter, its (group's) individual layers and its head.
-
-Parameter accounting, task-only weight files and task folders all take "a :class:`MultiTaskBert`, or a
-module holding one as ``.encoder`` beside ``.heads``" and ask the same questions of it: which tasks it
-has, which tensors a task owns, how its adapters are shaped. They answer them here, once.
-"""
+"""What belongs to one task in a :class:`MultiTaskBert` (or a module holding ``.encoder`` and ``.heads``):
+its adapter, its (group's) individual layers and its head."""
 
 from __future__ import annotations
 
@@ -20,11 +16,8 @@ HEADS_PREFIX = "heads"
 
 
 def encoder_and_heads(obj: nn.Module) -> tuple[MultiTaskBert, nn.ModuleDict | None]:
-    """The encoder of ``obj`` (``obj`` itself or its ``.encoder``) and its ``.heads`` (``None`` without).
-
-    Raises:
-        PalUserError: when ``obj`` neither is nor holds a :class:`MultiTaskBert`.
-    """
+    """The encoder of ``obj`` (itself or its ``.encoder``) and its ``.heads`` (or ``None``). Raises
+    ``PalUserError`` when ``obj`` neither is nor holds a :class:`MultiTaskBert`."""
     if isinstance(obj, MultiTaskBert):
         return obj, None
     encoder = getattr(obj, "encoder", None)
@@ -45,11 +38,7 @@ def model_tasks(encoder: MultiTaskBert, heads: nn.ModuleDict | None) -> list[str
 
 
 def choose_tasks(tasks: str | Sequence[str] | None, available: Sequence[str], where: str) -> list[str]:
-    """``tasks`` as a list (``None``: every one of ``available``), each checked to be in ``available``.
-
-    Raises:
-        PalUserError: naming the tasks not in ``where`` and the ones that are.
-    """
+    """``tasks`` as a list (``None``: all of ``available``); :class:`PalUserError` for one not in ``where``."""
     if tasks is None:
         return list(available)
     chosen = [tasks] if isinstance(tasks, str) else list(tasks)
@@ -62,20 +51,19 @@ def choose_tasks(tasks: str | Sequence[str] | None, available: Sequence[str], wh
 
 
 def task_prefixes(encoder: MultiTaskBert, task: str) -> tuple[str, str, str]:
-    """The state-dict prefixes of ``task``'s tensors: its adapter, its group's individual layers, its head."""
+    """The state-dict prefixes of ``task``'s adapter, group's individual layers and head."""
     group = encoder.task_group.get(task, task)
     return f"{ADAPTERS_PREFIX}.{task}.", f"{INDIVIDUAL_PREFIX}.{group}.", f"{HEADS_PREFIX}.{task}."
 
 
 def task_state(encoder: MultiTaskBert, heads: nn.ModuleDict | None, task: str) -> dict[str, torch.Tensor]:
-    """The live tensors (sharing storage with the parameters) of ``task``'s adapter, individual layers and
-    head."""
+    """The live tensors of ``task``'s adapter, individual layers and head."""
     adapter, individual, head = task_prefixes(encoder, task)
     group = encoder.task_group.get(task, task)
     state: dict[str, torch.Tensor] = {}
     if task in encoder.adapters:
         state.update(encoder.adapters[task].state_dict(prefix=adapter))
-    if group in encoder.individual:  # its group's copies (the task's own without task_groups)
+    if group in encoder.individual:
         state.update(encoder.individual[group].state_dict(prefix=individual))
     if heads is not None and task in heads:
         state.update(heads[task].state_dict(prefix=head))
@@ -83,9 +71,7 @@ def task_state(encoder: MultiTaskBert, heads: nn.ModuleDict | None, task: str) -
 
 
 def adapter_signature(encoder: MultiTaskBert) -> dict[str, object]:
-    """The shape-relevant, resolved adapter options (the method's
-    :meth:`~pal_lightning.modeling.methods.base.AdapterMethod.signature`, and the individual layers):
-    equal signatures mean task weights fit."""
+    """The shape-relevant adapter options and individual layers: equal signatures mean task weights fit."""
     cfg = encoder.adapter_config
     signature: dict[str, object] = cfg.adapter_method.signature(
         cfg, encoder.adapter_size, encoder.adapter_layers
@@ -99,5 +85,5 @@ def adapter_signature(encoder: MultiTaskBert) -> dict[str, object]:
 
 
 def encoder_source(encoder: MultiTaskBert) -> str:
-    """The name or path the encoder was loaded from (``""`` for a random one); informative only."""
+    """The name or path the encoder was loaded from (``""`` for a random one)."""
     return str(getattr(encoder.config, "name_or_path", "") or "")

@@ -1,17 +1,6 @@
-"""Save and load only the task-specific weights (adapters and heads) of chosen tasks.
-
-A user keeps one shared pretrained encoder plus a small safetensors file per task set. The file holds
-``adapters.<task>.*`` and, with individual (I) layers, ``individual.<task>.*`` (from the encoder) and
-``heads.<task>.*`` (from ``obj.heads`` when present), and metadata that makes a mismatched load fail
-loudly::
-
-    format             "pal-lightning-task-weights/1"
-    tasks              JSON list of the saved task names
-    heads              JSON list of the tasks whose head was saved
-    adapter            JSON {"method", "size", "num_heads", "layers"} (resolved, shape-relevant), plus
-                       "activation", "individual_layers" and "task_groups" when they are not the defaults
-    hidden_size, num_hidden_layers, encoder (name or path the encoder came from, informative only)
-"""
+"""Save and load only the task-specific weights of chosen tasks: one safetensors file holding
+``adapters.<task>.*``, ``individual.<group>.*`` and ``heads.<task>.*``, with metadata (format, tasks,
+heads, adapter signature, width, encoder) that makes a mismatched load fail."""
 
 from __future__ import annotations
 
@@ -27,7 +16,6 @@ from torch import nn
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.files import atomic_write_bytes
-from pal_lightning.modeling.encoder import MultiTaskBert
 from pal_lightning.modeling.task_io.state import (
     HEADS_PREFIX,
     adapter_signature,
@@ -50,20 +38,9 @@ TaskChoice = str | Sequence[str] | None
 def save_task_weights(
     obj: nn.Module, path: str | os.PathLike[str], tasks: TaskChoice = None, *, overwrite: bool = False
 ) -> Path:
-    """Write the adapters and heads of ``tasks`` (default: all) to a safetensors file.
-
-    Args:
-        obj: a :class:`MultiTaskBert` or a module with ``.encoder`` (and optionally ``.heads``).
-        path: the file to write; its folder is created.
-        tasks: task names; ``None`` saves every task.
-        overwrite: replace an existing file (refused by default).
-
-    Returns:
-        The path written.
-
-    Raises:
-        PalUserError: for an existing file without ``overwrite=True``, an unknown task, or nothing to save.
-    """
+    """Write the adapters, individual layers and heads of ``tasks`` (default: all) to a safetensors file.
+    Raises ``PalUserError`` for an existing file without ``overwrite=True``, an unknown task, or nothing to
+    save."""
     encoder, heads = encoder_and_heads(obj)
     path = Path(path)
     if path.exists() and not overwrite:
@@ -93,11 +70,8 @@ def save_task_weights(
 
 
 def read_task_weights_metadata(path: str | os.PathLike[str]) -> dict[str, object]:
-    """The decoded metadata of a task-weights file (tasks, heads, adapter, hidden_size, ...).
-
-    Raises:
-        PalUserError: when the file is missing or is not a pal-lightning task-weights file.
-    """
+    """The decoded metadata of a task-weights file (tasks, heads, adapter, hidden_size, ...). Raises
+    ``PalUserError`` when the file is missing or is not a pal-lightning task-weights file."""
     path = Path(path)
     if not path.is_file():
         raise PalUserError(f"Task-weights file {path} does not exist. Save one with save_task_weights().")
@@ -124,26 +98,18 @@ def read_task_weights_metadata(path: str | os.PathLike[str]) -> dict[str, object
 def load_task_weights(
     obj: nn.Module, path: str | os.PathLike[str], tasks: TaskChoice = None, strict: bool = True
 ) -> list[str]:
-    """Load the adapters and heads of ``tasks`` (default: every task in the file) into ``obj`` in place.
-
-    Args:
-        obj: a :class:`MultiTaskBert` or a module with ``.encoder`` (and optionally ``.heads``).
-        path: a file written by :func:`save_task_weights`.
-        tasks: which saved tasks to load; each must also exist in ``obj``.
-        strict: require that the file and the model hold exactly the same tensors for those tasks; with
-            ``False`` tensors present on one side only are skipped.
-
-    Returns:
-        The tasks loaded.
-
-    Raises:
-        PalUserError: for a missing or foreign file, an adapter configuration or width that differs from
-            the model's, unknown tasks, missing/unexpected tensors (strict) or differing shapes.
-    """
+    """Load the tensors of ``tasks`` (default: all in the file) into ``obj`` in place; ``strict=False`` skips
+    tensors present on one side only. Raises ``PalUserError`` for a missing or foreign file, other adapter
+    options or width, unknown tasks, missing/unexpected tensors (strict) or differing shapes."""
     encoder, heads = encoder_and_heads(obj)
     meta = read_task_weights_metadata(path)
-    _check_same_adapters(meta, encoder, path)
-    # the metadata is decoded JSON (typed object): its "tasks" is the saved list of names
+    mine = adapter_signature(encoder)
+    if meta["hidden_size"] != encoder.hidden_size or meta["adapter"] != mine:
+        raise PalUserError(
+            f"{path} was saved for width {meta['hidden_size']} with adapter {meta['adapter']}, but this model "
+            f"has width {encoder.hidden_size} with adapter {mine}. Build the model with the same encoder and "
+            "PAL options as the one that saved the file."
+        )
     chosen = choose_tasks(tasks, meta["tasks"], str(path))  # type: ignore[arg-type]
     choose_tasks(chosen, model_tasks(encoder, heads), "this model (build it with the tasks to load)")
     with safe_open(str(path), framework="pt") as f:
@@ -164,18 +130,6 @@ def load_task_weights(
     return chosen
 
 
-def _check_same_adapters(
-    meta: dict[str, object], encoder: MultiTaskBert, path: str | os.PathLike[str]
-) -> None:
-    mine = adapter_signature(encoder)
-    if meta["hidden_size"] != encoder.hidden_size or meta["adapter"] != mine:
-        raise PalUserError(
-            f"{path} was saved for width {meta['hidden_size']} with adapter {meta['adapter']}, but this model "
-            f"has width {encoder.hidden_size} with adapter {mine}. Build the model with the same encoder and "
-            "PAL options as the one that saved the file."
-        )
-
-
 def match_task_tensors(
     task: str,
     target: dict[str, torch.Tensor],
@@ -183,13 +137,7 @@ def match_task_tensors(
     prefixes: tuple[str, ...],
     strict: bool,
 ) -> tuple[dict[str, torch.Tensor], list[str]]:
-    """Pair ``task``'s tensors ``target`` with the file's (``file_shapes``: key -> shape), among the file
-    keys under the task's ``prefixes``.
-
-    Returns:
-        The model tensors to fill, by file key (those on both sides), and the problems: keys on one side
-        only (with ``strict``), then differing shapes.
-    """
+    """The model tensors to fill, by file key (those under ``prefixes`` on both sides), and the problems."""
     in_file = {k for k in file_shapes if k.startswith(prefixes)}
     missing, unexpected = sorted(set(target) - in_file), sorted(in_file - set(target))
     problems = []
@@ -205,11 +153,8 @@ def match_task_tensors(
 
 
 def _mismatch_error(obj: nn.Module, path: str | os.PathLike[str], problems: list[str]) -> PalUserError:
-    """The error for tensors that do not fit, with the usual cause when a head differs."""
     hint = ""
     if any(f"{HEADS_PREFIX}." in p for p in problems):
-        # the usual cause: a pair task's head is built for pair_encoding (siamese heads read
-        # [u, v, |u-v|, u*v], siamese STS has none), which the file does not record
         ours = getattr(getattr(obj, "hparams", None), "get", lambda _k: None)("pair_encoding")
         hint = (
             " The heads differ: heads of pair tasks depend on pair_encoding; build the model with the "
