@@ -71,7 +71,7 @@ from throughput import Precision  # noqa: E402
 from torch import nn  # noqa: E402
 
 from pal_lightning.gem import GEMCallback  # noqa: E402
-from pal_lightning.modeling import MultiTaskBert  # noqa: E402
+from pal_lightning.modeling import MultiTaskEncoder  # noqa: E402
 from pal_lightning.module.compile import EncoderCall  # noqa: E402
 from pal_lightning.module.optim import adamw  # noqa: E402
 
@@ -96,7 +96,7 @@ TARGETS = {"pals/shared": 1.10, "gem/pals": 1.6, "agem/pals": 1.3}
 class _CompiledEncoder(nn.Module):
     """The encoder called through :class:`EncoderCall` (what ``--model.compile`` does), same parameters."""
 
-    def __init__(self, encoder: MultiTaskBert, backend: str, mode: str | None = None) -> None:
+    def __init__(self, encoder: MultiTaskEncoder, backend: str, mode: str | None = None) -> None:
         super().__init__()
         self.inner = encoder
         # outside the module tree, as the module keeps it
@@ -107,7 +107,7 @@ class _CompiledEncoder(nn.Module):
         return self.call(*args, **kwargs)
 
 
-def bert_config(shape: str, width: int, seq_len: int, vocab: int) -> dict:
+def encoder_config(shape: str, width: int, seq_len: int, vocab: int) -> dict:
     """A random BERT of ``shape``'s layers and heads at ``width`` (feed-forward 4x, as BERT's)."""
     layers, heads = SHAPES[shape]
     if width % heads:
@@ -128,12 +128,12 @@ class System:
     def __init__(self, row: str, precision: str, mode: str, args: argparse.Namespace, device: torch.device):
         self.row, self.precision, self.mode = row, precision, mode
         self.name = f"{row}/{precision}/{mode}"
-        config = bert_config(args.shape, args.width, args.seq_len, args.vocab)
+        config = encoder_config(args.shape, args.width, args.seq_len, args.vocab)
         torch.manual_seed(args.seed)
         self.callback: GEMCallback | None = None
         model: nn.Module
         if row in GEM_ROWS:
-            model = _MultiTaskClassifier(MultiTaskBert.from_config(config, list(GEM_TASKS), adapter="pals"))
+            model = _MultiTaskClassifier(MultiTaskEncoder.from_config(config, list(GEM_TASKS), adapter="pals"))
             self.callback = GEMCallback(
                 memory_size=MEMORY_EXAMPLES,
                 memory_batch_size=args.memory_batch_size,
@@ -146,7 +146,7 @@ class System:
                 self.callback.memory.add(task, range(MEMORY_EXAMPLES))
         else:
             model = _Classifier(
-                MultiTaskBert.from_config(config, [TASK], adapter="pals" if row != "shared" else "none")
+                MultiTaskEncoder.from_config(config, [TASK], adapter="pals" if row != "shared" else "none")
             )
         if mode == "compiled":
             model.encoder = _CompiledEncoder(model.encoder, args.backend, args.compile_mode)

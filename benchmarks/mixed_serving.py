@@ -146,7 +146,7 @@ def build_module(encoder: str) -> Any:
     torch.manual_seed(0)
     kwargs: dict[str, Any] = {"pair_encoding": "siamese"}
     if encoder == TINY:
-        kwargs.update(bert_config=TINY_BERT, adapter={"size": 8, "num_heads": 2, "init": "random"})
+        kwargs.update(encoder_config=TINY_BERT, adapter={"size": 8, "num_heads": 2, "init": "random"})
     else:
         kwargs.update(encoder=DEFAULT_ENCODER if encoder == "minilm" else encoder, adapter={"init": "random"})
     return MultiTaskModule(tasks=list(TASKS), **kwargs).eval()

@@ -36,7 +36,7 @@ import torch  # noqa: E402
 from step_time import SHAPES, TASK, _Classifier  # noqa: E402
 
 from pal_lightning.core.private_api import TorchDispatchMode  # noqa: E402
-from pal_lightning.modeling import MultiTaskBert  # noqa: E402
+from pal_lightning.modeling import MultiTaskEncoder  # noqa: E402
 from pal_lightning.module.optim import adamw  # noqa: E402
 
 ROWS = {"shared": "none", "pals": "pals"}
@@ -112,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, int]]:
     results: dict[str, dict[str, int]] = {}
     for row, adapter in ROWS.items():
         torch.manual_seed(0)
-        model = _Classifier(MultiTaskBert.from_config(config, [TASK], adapter=adapter)).train()
+        model = _Classifier(MultiTaskEncoder.from_config(config, [TASK], adapter=adapter)).train()
         optimizer = adamw(model.parameters(), lr=1e-4)  # the library's choice on this device
         for precision, dtype in PRECISIONS.items():
             count_step(model, optimizer, dtype)  # the first step creates the optimizer's state

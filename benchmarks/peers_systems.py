@@ -103,7 +103,7 @@ def _frozen_head(model: Any) -> int:
 
 
 def load_tuned_encoder(model: Any, state: dict[str, Any]) -> None:
-    """Put a fine-tuned pal-lightning encoder's weights (``MultiTaskBert.bert.state_dict()``, no pooler)
+    """Put a fine-tuned pal-lightning encoder's weights (``MultiTaskEncoder.bert.state_dict()``, no pooler)
     into a ``BertForSequenceClassification``'s ``bert``, keeping its pretrained pooler; anything else
     missing or left over is an error, so no layer silently stays pretrained."""
     result = model.bert.load_state_dict(state, strict=False)

@@ -99,13 +99,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     kwargs: dict[str, Any] = {"encoder": args.encoder or DEFAULT_ENCODER, "adapter": {"init": "random"}}
-    if args.bert_config:
-        kwargs.update(bert_config=json.loads(args.bert_config), adapter={"size": 8, "num_heads": 2})
+    if args.encoder_config:
+        kwargs.update(encoder_config=json.loads(args.encoder_config), adapter={"size": 8, "num_heads": 2})
     module = MultiTaskModule(tasks=["sst", "qqp", "sts"], **kwargs).to(args.device)
     sentences = sst_sentences(args.data_dir, args.n)
     result = {
         "benchmark": "predict_speed",
-        "encoder": "random " + args.bert_config if args.bert_config else kwargs["encoder"],
+        "encoder": "random " + args.encoder_config if args.encoder_config else kwargs["encoder"],
         "device": str(module.device),
         "machine": platform.machine(),
         "cpu_count": os.cpu_count(),

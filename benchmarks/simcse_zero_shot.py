@@ -74,8 +74,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     pl.seed_everything(args.seed, verbose=False)
     device = ("gpu" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     common: dict[str, Any] = dict(adapter="none", pair_encoding="siamese", pooling="mean")
-    if args.bert_config:
-        common["bert_config"] = json.loads(args.bert_config)
+    if args.encoder_config:
+        common["encoder_config"] = json.loads(args.encoder_config)
     else:
         common["encoder"] = args.encoder
     data_args: dict[str, Any] = dict(
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     after = sts_pearson(evaluator, sts_data, device)
     tenth = max(1, len(losses) // 10)
     result = {
-        "encoder": args.encoder if not args.bert_config else "random (bert_config)",
+        "encoder": args.encoder if not args.encoder_config else "random (encoder_config)",
         "tasks": tasks,
         "steps": len(losses),
         "batch_size": args.batch_size,

@@ -90,7 +90,7 @@ from torch.profiler import record_function  # noqa: E402
 
 from pal_lightning.core.hub import DEFAULT_ENCODER  # noqa: E402
 from pal_lightning.gem import GEMCallback  # noqa: E402
-from pal_lightning.modeling import MultiTaskBert  # noqa: E402
+from pal_lightning.modeling import MultiTaskEncoder  # noqa: E402
 from pal_lightning.modeling.heads import pool  # noqa: E402
 from pal_lightning.modeling.simcse import SimCSEConfig, simcse_batch_loss  # noqa: E402
 from pal_lightning.module.optim import adamw  # noqa: E402
@@ -179,7 +179,7 @@ ROOF_SIZE = {"cuda": 8192, "cpu": 2048}
 class _Classifier(nn.Module):
     """Encoder + mean pooling + one linear head: the smallest complete training model."""
 
-    def __init__(self, encoder: MultiTaskBert, num_labels: int = 2) -> None:
+    def __init__(self, encoder: MultiTaskEncoder, num_labels: int = 2) -> None:
         super().__init__()
         self.encoder = encoder
         self.head = nn.Linear(encoder.hidden_size, num_labels)
@@ -194,7 +194,7 @@ class _Classifier(nn.Module):
 class _MultiTaskClassifier(nn.Module):
     """The PAL encoder with one adapter and one head per task, and ``batch_loss`` for GEM's memories."""
 
-    def __init__(self, encoder: MultiTaskBert, num_labels: int = 2) -> None:
+    def __init__(self, encoder: MultiTaskEncoder, num_labels: int = 2) -> None:
         super().__init__()
         self.encoder = encoder
         self.heads = nn.ModuleDict(
@@ -408,17 +408,17 @@ def optimizer_kind(optimizer: torch.optim.Optimizer) -> str:
 def build(args: argparse.Namespace) -> Bench:
     """The rows ``args.rows`` (pals always), on ``args``' device, shape and precision."""
     rows = {"pals", *args.rows.split(",")}
-    bert_config, default_batch, default_seq = SHAPES[args.shape]
+    encoder_config, default_batch, default_seq = SHAPES[args.shape]
     args.batch_size = args.batch_size or default_batch
     args.seq_len = args.seq_len or default_seq
 
-    def build_encoder(tasks: list[str], adapter: str) -> MultiTaskBert:
-        if bert_config is None:
-            return MultiTaskBert.from_pretrained(
+    def build_encoder(tasks: list[str], adapter: str) -> MultiTaskEncoder:
+        if encoder_config is None:
+            return MultiTaskEncoder.from_pretrained(
                 args.encoder, tasks, adapter=adapter, attn_implementation=args.attn_implementation
             )
-        return MultiTaskBert.from_config(
-            bert_config, tasks, adapter=adapter, attn_implementation=args.attn_implementation
+        return MultiTaskEncoder.from_config(
+            encoder_config, tasks, adapter=adapter, attn_implementation=args.attn_implementation
         )
 
     if args.device == "auto":

@@ -344,7 +344,7 @@ def quick_extra() -> list[str]:
     from pal_lightning.testing import tiny_bert_config
 
     return [
-        f"{M}bert_config={json.dumps(tiny_bert_config(layers=6))}",
+        f"{M}encoder_config={json.dumps(tiny_bert_config(layers=6))}",
         f"{M}adapter.num_heads={QUICK_HEADS}",
         "data.init_args.batch_size=4",
         "data.init_args.eval_batch_size=16",

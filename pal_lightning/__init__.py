@@ -1,5 +1,5 @@
-"""pal-lightning: parameter-efficient multi-task fine-tuning of BERT encoders with Projected Attention
-Layers, on PyTorch Lightning. The public API is re-exported here, imported on first use (a fast ``--help``).
+"""pal-lightning: parameter-efficient multi-task fine-tuning of Transformer encoders (one shared encoder,
+a per-task method such as Projected Attention Layers, one head per task), on PyTorch Lightning. The public API is re-exported here, imported on first use (a fast ``--help``).
 """
 
 # ruff: noqa: F401  (the TYPE_CHECKING imports are the exports, for type checkers)
@@ -18,7 +18,7 @@ _EXPORTS: dict[str, str] = {
         "pal_lightning.tasks.catalogue": "BUILTIN_TASKS",
         "pal_lightning.core.errors": "PalUserError",
         "pal_lightning.core.hub": "resolve_encoder DEFAULT_ENCODER",
-        "pal_lightning.modeling": "MultiTaskBert AdapterConfig parameter_report ParameterReport "
+        "pal_lightning.modeling": "MultiTaskEncoder AdapterConfig parameter_report ParameterReport "
         "save_task_weights load_task_weights",
         "pal_lightning.module.multitask": "MultiTaskModule",
         "pal_lightning.data": "MultiTaskDataModule DataConfig",
@@ -60,7 +60,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs: the names ab
     from pal_lightning.inference.pipeline import TaskPipeline, pipeline
     from pal_lightning.modeling import (
         AdapterConfig,
-        MultiTaskBert,
+        MultiTaskEncoder,
         ParameterReport,
         load_task_weights,
         parameter_report,

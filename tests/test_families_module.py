@@ -50,9 +50,9 @@ def test_a_fit_with_gem_and_simcse(model_type: str, tmp_path: Path) -> None:
     adapter = {"method": METHOD[model_type], **SIZES[METHOD[model_type]]}
     if model_type == "modernbert":  # its checkpoints turn dropout off: unsupervised SimCSE is refused
         with pytest.raises(PalUserError, match="every dropout rate of this modernbert encoder is 0"):
-            MultiTaskModule(bert_config=config, adapter=adapter, simcse=SimCSEConfig())
+            MultiTaskModule(encoder_config=config, adapter=adapter, simcse=SimCSEConfig())
         config = {**config, "mlp_dropout": 0.1}  # the fix the message names: a config with dropout
-    model = MultiTaskModule(bert_config=config, adapter=adapter, simcse=SimCSEConfig())
+    model = MultiTaskModule(encoder_config=config, adapter=adapter, simcse=SimCSEConfig())
     ids = torch.randint(5, 100, (2, 12))
     model.train()
     views = [model.encoder(ids, torch.ones_like(ids), task="sst") for _ in range(2)]
@@ -72,12 +72,12 @@ def test_a_fit_with_gem_and_simcse(model_type: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("model_type", FAMILY_TYPES)
 def test_mlm_pretraining_loads_the_family_with_a_head(model_type: str, tmp_path: Path) -> None:
-    from pal_lightning.modeling import MultiTaskBert
+    from pal_lightning.modeling import MultiTaskEncoder
     from pal_lightning.pretraining.mlm import load_mlm_model
     from pal_lightning.testing import save_tiny_encoder
 
     config = tiny_family_config(model_type, vocab_size=BERT_VOCAB_SIZE, max_positions=128)
-    folder = save_tiny_encoder(tmp_path / "enc", bert_config=config)
+    folder = save_tiny_encoder(tmp_path / "enc", encoder_config=config)
     model, _ = load_mlm_model(str(folder))
     ids = torch.randint(1000, 2000, (2, 10))
     labels = torch.full_like(ids, -100)
@@ -86,6 +86,6 @@ def test_mlm_pretraining_loads_the_family_with_a_head(model_type: str, tmp_path:
     loss.backward()
     assert torch.isfinite(loss)
     model.save_pretrained(tmp_path / "pretrained")  # what `pal-lightning pretrain` writes, head included
-    encoder = MultiTaskBert.from_pretrained(tmp_path / "pretrained", ["a"])
+    encoder = MultiTaskEncoder.from_pretrained(tmp_path / "pretrained", ["a"])
     assert encoder.family.name == model_type
     assert encoder.loading_info is not None and encoder.loading_info.unexpected  # the head, reported

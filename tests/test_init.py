@@ -23,7 +23,7 @@ BASES = {
     "RNGStateCallback": "lightning.pytorch.Callback",
     "PredictionWriter": "lightning.pytorch.Callback",
     "AtomicCheckpointIO": "lightning.pytorch.plugins.io.CheckpointIO",
-    "MultiTaskBert": "torch.nn.Module",
+    "MultiTaskEncoder": "torch.nn.Module",
     "PalUserError": "builtins.Exception",
     "TaskKind": "enum.Enum",
 }

@@ -16,7 +16,19 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "pal_lightning"
 
 #: The top-level packages, lowest first: a module may import its own layer and the layers before it.
-LAYERS = ("core", "tasks", "data", "modeling", "gem", "module", "inference", "callbacks", "pretraining", "cli", "testing")
+LAYERS = (
+    "core",
+    "tasks",
+    "data",
+    "modeling",
+    "gem",
+    "module",
+    "inference",
+    "callbacks",
+    "pretraining",
+    "cli",
+    "testing",
+)
 
 MAX_MODULE_LINES = 500
 
@@ -197,7 +209,11 @@ def test_no_function_over_sixty_lines() -> None:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 body = node.body
-                if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
+                if (
+                    body
+                    and isinstance(body[0], ast.Expr)
+                    and isinstance(getattr(body[0], "value", None), ast.Constant)
+                ):
                     body = body[1:]
                 if not body:
                     continue

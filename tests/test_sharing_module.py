@@ -49,7 +49,7 @@ def test_the_cli_reports_a_bad_regime_in_one_line_with_exit_2(
         yaml.safe_dump(
             {
                 "trainer": {"accelerator": "cpu", "max_steps": 1, "default_root_dir": str(tmp_path / "runs")},
-                "model": {"init_args": {"bert_config": TINY_BERT, "adapter": {"num_heads": 2}}},
+                "model": {"init_args": {"encoder_config": TINY_BERT, "adapter": {"num_heads": 2}}},
                 "data": {"init_args": {"data_dir": str(write_cs224n_data(tmp_path / "data"))}},
             }
         )
@@ -66,7 +66,11 @@ def test_the_cli_reports_a_bad_regime_in_one_line_with_exit_2(
 
 def test_checkpoint_of_another_regime_is_refused() -> None:
     saved = tiny_module(layer_sharing="SI")
-    checkpoint: dict[str, Any] = {VERSION_KEY: __version__, "hyper_parameters": dict(saved.hparams), "state_dict": saved.state_dict()}
+    checkpoint: dict[str, Any] = {
+        VERSION_KEY: __version__,
+        "hyper_parameters": dict(saved.hparams),
+        "state_dict": saved.state_dict(),
+    }
     with pytest.raises(
         PalUserError, match=re.escape("layer_sharing is 'SI' in the checkpoint but 'IS' here")
     ):
@@ -177,7 +181,7 @@ def test_saved_model_folder_round_trip(tmp_path: Path, options: dict[str, Any]) 
     torch.manual_seed(0)
     options = {**options, "adapter": {"num_heads": 2, **_fields(options.get("adapter", "pals"))}}
     module = MultiTaskModule(
-        bert_config=TINY_BERT, pair_encoding={"sts": "siamese", "default": "cross"}, **options
+        encoder_config=TINY_BERT, pair_encoding={"sts": "siamese", "default": "cross"}, **options
     ).eval()
     before = all_predictions(module)
     loaded = MultiTaskModule.from_pretrained(module.save_pretrained(tmp_path / "model"))
@@ -199,8 +203,11 @@ def test_onnx_export_of_a_regime_or_a_variant_on_top(tmp_path: Path, options: di
     from pal_lightning.testing import TINY_BERT
 
     torch.manual_seed(0)
-    options = {**options, "adapter": {"num_heads": 2, "init": "random", **_fields(options.get("adapter", "pals"))}}
-    module = MultiTaskModule(bert_config=TINY_BERT, **options).eval()
+    options = {
+        **options,
+        "adapter": {"num_heads": 2, "init": "random", **_fields(options.get("adapter", "pals"))},
+    }
+    module = MultiTaskModule(encoder_config=TINY_BERT, **options).eval()
     single = SingleTaskModel(module, "qqp")
     path = export_onnx(single, tmp_path / "qqp.onnx", single.example_inputs(module.tokenizer))
     inputs = batch_inputs(module, "qqp")

@@ -100,7 +100,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> MultiTaskDataModule:
 
 
 def test_the_built_in_classes_meet_every_contract_at_run_time(data: MultiTaskDataModule) -> None:
-    module = MultiTaskModule(bert_config=TINY_BERT, adapter=AdapterConfig(size=8, num_heads=2))
+    module = MultiTaskModule(encoder_config=TINY_BERT, adapter=AdapterConfig(size=8, num_heads=2))
     for contract in MODULE_CONTRACTS:
         assert missing_members(module, contract) == [], contract.__name__
     # before setup("fit") the data module's steps_per_epoch raises: the check must not run properties

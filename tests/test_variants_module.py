@@ -23,7 +23,11 @@ VARIANTS = sorted((ROOT / "configs" / "variants").glob("*.yaml"))
 
 
 def _checkpoint(module: MultiTaskModule) -> dict[str, Any]:
-    return {VERSION_KEY: __version__, "hyper_parameters": dict(module.hparams), "state_dict": module.state_dict()}
+    return {
+        VERSION_KEY: __version__,
+        "hyper_parameters": dict(module.hparams),
+        "state_dict": module.state_dict(),
+    }
 
 
 @pytest.mark.parametrize(
@@ -54,7 +58,11 @@ def test_each_variant_fits_and_trains_its_own_parameters(adapter: str, extra: di
 @pytest.mark.parametrize(
     ("trained", "now", "message"),
     [
-        ({"adapter": "pals"}, {"adapter": "pff"}, "adapter.method is 'pals' in the checkpoint but 'pff' here"),
+        (
+            {"adapter": "pals"},
+            {"adapter": "pff"},
+            "adapter.method is 'pals' in the checkpoint but 'pff' here",
+        ),
         (
             {"adapter": "pa_on_top"},
             {"adapter": "bert_layer_on_top"},
@@ -126,7 +134,9 @@ def test_a_variant_overlay_fits_a_tiny_model_through_the_cli(tmp_path: Path) -> 
             "enable_progress_bar": False,
             "num_sanity_val_steps": 0,
         },
-        "model": {"init_args": {"tasks": ["sst", "sts"], "bert_config": TINY_BERT, "adapter": {"num_heads": 2}}},
+        "model": {
+            "init_args": {"tasks": ["sst", "sts"], "encoder_config": TINY_BERT, "adapter": {"num_heads": 2}}
+        },
         "data": {
             "init_args": {"data_dir": str(data), "batch_size": 4, "steps_per_epoch": 2, "cache_dir": False}
         },

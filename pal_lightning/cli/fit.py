@@ -103,7 +103,7 @@ class PalLightningCLI(CLIHooks):
         parser_kwargs = {
             "exit_on_error": False,
             "prog": "pal-lightning",
-            "description": "Multi-task fine-tuning of BERT encoders with Projected Attention Layers, "
+            "description": "Multi-task fine-tuning of Transformer encoders with per-task methods, "
             "e.g. pal-lightning fit --config configs/quickstart.yaml (masked-language pre-training of the "
             "encoder: pal-lightning pretrain --help)",
             # allow_abbrev=False: argparse would take --trainer.max_step 7 as --trainer.max_steps

@@ -106,7 +106,6 @@ class SplitCache:
         )
         return out
 
-
     def _cache_file(self, spec: TaskSpec, split: str) -> Path | None:
         if self.cache_dir is None:
             return None

@@ -205,7 +205,7 @@ class GEMCallback(pl.Callback):
         if encoder is None or not callable(shared):
             raise PalUserError(
                 "GEMCallback(parameters='shared') needs module.encoder.pretrained_parameters() "
-                "(pal_lightning.modeling.MultiTaskBert): use parameters='all' for another model."
+                "(pal_lightning.modeling.MultiTaskEncoder): use parameters='all' for another model."
             )
         return [p for _, p in shared() if p.requires_grad]
 

@@ -18,7 +18,7 @@ def _count(params: Iterable[tuple[str, nn.Parameter]]) -> int:
 
 @dataclass(frozen=True)
 class ParameterReport:
-    """Parameter counts of a :class:`MultiTaskBert` (and its heads); ``print()`` it for a table."""
+    """Parameter counts of a :class:`MultiTaskEncoder` (and its heads); ``print()`` it for a table."""
 
     method: str
     """The per-task method (``AdapterConfig.method``)."""
@@ -120,7 +120,7 @@ class ParameterReport:
 
 
 def parameter_report(obj: nn.Module) -> ParameterReport:
-    """The :class:`ParameterReport` of a :class:`MultiTaskBert` or a module with ``.encoder`` (and ``.heads``)."""
+    """The :class:`ParameterReport` of a :class:`MultiTaskEncoder` or a module with ``.encoder`` (and ``.heads``)."""
     encoder, heads = encoder_and_heads(obj)
     weights: dict[str, int] = {}
     biases: dict[str, int] = {}

@@ -1,4 +1,4 @@
-"""``MultiTaskBert``: a pretrained encoder of any family with per-task modules (PALs, LoRA, ...).
+"""``MultiTaskEncoder``: a pretrained encoder of any family with per-task modules (PALs, LoRA, ...).
 
 The design (hooks, layer sharing, mixed-task batches) is docs/design.md §2.
 """
@@ -27,8 +27,8 @@ from pal_lightning.modeling.encoder_state import (
 )
 from pal_lightning.modeling.families import EncoderFamily, family_of
 from pal_lightning.modeling.families.build import (
+    as_encoder_config,
     backbone,
-    encoder_config,
     hook_layers,
     individual_copies,
     merge_adapter,
@@ -52,7 +52,6 @@ __all__ = [
     "INDIVIDUAL_PREFIX",
     "IndividualLayerSlot",
     "LoadingInfo",
-    "MultiTaskBert",
     "MultiTaskEncoder",
     "TaskRouting",
 ]
@@ -60,11 +59,11 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-class MultiTaskBert(RoutedForward, nn.Module):
+class MultiTaskEncoder(RoutedForward, nn.Module):
     """An encoder shared by all tasks with a task-specific module per selected layer (random weights).
 
     Args:
-        bert_config: the ``transformers`` config of the encoder, of any family (copied).
+        encoder_config: the ``transformers`` config of the encoder, of any family (copied).
         tasks: task names or :class:`~pal_lightning.tasks.specs.TaskSpec` objects.
         adapter: an :class:`AdapterConfig`, a method name, or ``None`` (PALs).
         attn_implementation: ``"sdpa"``, ``"eager"``, ...; ``None`` keeps the config's choice.
@@ -75,7 +74,7 @@ class MultiTaskBert(RoutedForward, nn.Module):
 
     def __init__(
         self,
-        bert_config: PretrainedConfig,
+        encoder_config: PretrainedConfig,
         tasks: Sequence[Any],
         adapter: AdapterConfig | str | None = None,
         *,
@@ -87,7 +86,7 @@ class MultiTaskBert(RoutedForward, nn.Module):
         names = parameter_safe_names(tasks)
         self.adapter_config = AdapterConfig.coerce(adapter)
         self._task_names: tuple[str, ...] = tuple(names)
-        config = encoder_config(bert_config)
+        config = as_encoder_config(encoder_config)
         self.family: EncoderFamily = family_of(config)
         self.wiring = Wiring(family_pre_norm=self.family.join_norm is None)
         # RoBERTa and DeBERTa checkpoints have one segment (or none): their token types are all 0
@@ -127,7 +126,7 @@ class MultiTaskBert(RoutedForward, nn.Module):
     @classmethod
     def from_config(
         cls,
-        bert_config: PretrainedConfig | Mapping[str, Any],
+        encoder_config: PretrainedConfig | Mapping[str, Any],
         tasks: Sequence[Any],
         adapter: AdapterConfig | str | None = None,
         *,
@@ -135,10 +134,10 @@ class MultiTaskBert(RoutedForward, nn.Module):
         layer_sharing: str | None = None,
         task_groups: Sequence[Sequence[str]] | None = None,
         **adapter_options: Any,
-    ) -> MultiTaskBert:
-        """A randomly initialised encoder; ``bert_config`` may be a config's keyword arguments
+    ) -> MultiTaskEncoder:
+        """A randomly initialised encoder; ``encoder_config`` may be a config's keyword arguments
         (``"model_type"`` picks the family) and ``adapter_options`` replace :class:`AdapterConfig` fields."""
-        bert_config = encoder_config(bert_config)
+        encoder_config = as_encoder_config(encoder_config)
         if isinstance(adapter, Mapping):  # its fields and the options, validated together
             adapter_options = {**adapter, **adapter_options}
             adapter = None
@@ -146,7 +145,7 @@ class MultiTaskBert(RoutedForward, nn.Module):
         if adapter_options:
             config = config.replace(**adapter_options)
         return cls(
-            bert_config,
+            encoder_config,
             tasks,
             config,
             attn_implementation=attn_implementation,
@@ -164,7 +163,7 @@ class MultiTaskBert(RoutedForward, nn.Module):
         layer_sharing: str | None = None,
         task_groups: Sequence[Sequence[str]] | None = None,
         **adapter_options: Any,
-    ) -> MultiTaskBert:
+    ) -> MultiTaskEncoder:
         """The pretrained encoder ``name_or_path`` (:func:`~pal_lightning.core.hub.resolve_encoder`) with new
         task modules; other arguments as :meth:`from_config`. Unused checkpoint keys go to ``loading_info``.
         Raises ``PalUserError`` for an unknown encoder or family, missing encoder weights or mismatching
@@ -280,5 +279,4 @@ class MultiTaskBert(RoutedForward, nn.Module):
         )
 
 
-MultiTaskEncoder = MultiTaskBert
 """The same class under a name that says what it holds: an encoder of any family."""

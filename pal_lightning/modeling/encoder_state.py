@@ -1,4 +1,4 @@
-"""The state-dict layout of :class:`~pal_lightning.modeling.encoder.MultiTaskBert` (``bert.*``,
+"""The state-dict layout of :class:`~pal_lightning.modeling.encoder.MultiTaskEncoder` (``bert.*``,
 ``individual.<group>.<layer>.*``, ``adapters.<task>.*``) and how a pretrained checkpoint maps onto it."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch
 from pal_lightning.core.errors import PalUserError
 
 ADAPTERS_PREFIX = "adapters"
-"""State-dict prefix of every new (task-specific) parameter of :class:`MultiTaskBert`."""
+"""State-dict prefix of every new (task-specific) parameter of :class:`MultiTaskEncoder`."""
 
 INDIVIDUAL_PREFIX = "individual"
 """State-dict prefix of the copies of individual (I) layers: ``individual.<group>.<layer>.*``."""
@@ -22,7 +22,7 @@ ENCODER_PREFIX = "bert"
 
 @dataclass
 class LoadingInfo:
-    """What :meth:`MultiTaskBert.from_pretrained` found in the checkpoint."""
+    """What :meth:`MultiTaskEncoder.from_pretrained` found in the checkpoint."""
 
     source: str
     """The checkpoint file(s) read."""

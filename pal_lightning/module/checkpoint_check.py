@@ -15,7 +15,7 @@ from pal_lightning.tasks.specs import TaskSpec, task_name_of, task_to_dict, task
 #: Hyper-parameters that fix the shape or meaning of the weights: a checkpoint must agree on them.
 ARCHITECTURE_HPARAMS: tuple[str, ...] = (
     "encoder",
-    "bert_config",
+    "encoder_config",
     "adapter",
     "layer_sharing",
     "task_groups",
@@ -75,8 +75,10 @@ def checkpoint_differences(
         out += task_differences(saved_tasks, [task_to_hparam(s) for s in tasks], resuming)
     keys = ARCHITECTURE_HPARAMS + (OPTIMIZER_HPARAMS if resuming else ())
     for key in keys:
-        if key == "encoder" and (saved.get("bert_config") is not None or ours.get("bert_config") is not None):
-            continue  # a random encoder of bert_config's shape: the name is not used
+        if key == "encoder" and (
+            saved.get("encoder_config") is not None or ours.get("encoder_config") is not None
+        ):
+            continue  # a random encoder of encoder_config's shape: the name is not used
         a, b = to_plain(saved.get(key)), to_plain(ours.get(key))
         if key == "adapter" and isinstance(a, dict) and isinstance(b, dict):
             out += _field_differences("adapter", a, b, skip=STARTING_VALUES_ONLY)

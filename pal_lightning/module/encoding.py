@@ -31,7 +31,7 @@ from pal_lightning.modeling.heads import pool
 from pal_lightning.module.compile import EncoderCall
 
 if TYPE_CHECKING:
-    from pal_lightning.modeling.encoder import MultiTaskBert
+    from pal_lightning.modeling.encoder import MultiTaskEncoder
     from pal_lightning.module.multitask import MultiTaskModule
 
 
@@ -143,7 +143,7 @@ def encode_siamese(call: EncoderCall, batch: Mapping[str, Any], pooling: str) ->
 
 
 def forward_mixed(
-    encoder: MultiTaskBert,
+    encoder: MultiTaskEncoder,
     heads: nn.ModuleDict,
     pooling: str,
     batch: Mapping[str, Any],
@@ -179,7 +179,7 @@ def forward_mixed(
 
 
 def mixed_head_outputs(
-    encoder: MultiTaskBert,
+    encoder: MultiTaskEncoder,
     heads: nn.ModuleDict,
     pooling: str,
     first: dict[str, Tensor],

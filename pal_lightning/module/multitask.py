@@ -24,7 +24,7 @@ from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.hub import DEFAULT_ENCODER, resolve_encoder
 from pal_lightning.core.private_api import attached_trainer
 from pal_lightning.core.version import __version__
-from pal_lightning.modeling.encoder import MultiTaskBert
+from pal_lightning.modeling.encoder import MultiTaskEncoder
 from pal_lightning.modeling.heads import predict, task_loss
 from pal_lightning.modeling.methods import AdapterConfig, AdapterSpec
 from pal_lightning.modeling.pair_heads import build_task_heads
@@ -46,22 +46,20 @@ M = TypeVar("M", bound="MultiTaskModule")
 
 
 class MultiTaskModule(optim.FusedClippingMixin):
-    """Multi-task fine-tuning of a BERT encoder with task-specific adapters (PALs) and heads.
+    """Multi-task fine-tuning of one pretrained encoder with a per-task method (PALs, LoRA, ...) and heads.
 
     Args:
         tasks: task names (``sst``, ``qqp``, ``sts``, ...) or :class:`~pal_lightning.tasks.specs.TaskSpec` objects.
-        encoder: hub id or local directory of an encoder of a registered family; ignored when ``bert_config``
-            is given.
+        encoder: hub id or local folder of an encoder of a registered family; unused with ``encoder_config``.
         adapter: the per-task method and its options: ``method`` (``pal-lightning fit --help`` lists the
             registered methods with their options; ``none``: only the heads are task-specific) and that
             method's fields (:class:`~pal_lightning.modeling.methods.config.AdapterConfig` and the method's
             subclass of it); an option the method lacks is refused. On the command line:
-            ``--model.adapter.method lora --model.adapter.size 16``; ``null``: PALs. From Python also a method
-            name or a config.
+            ``--model.adapter.method lora --model.adapter.size 16``; ``null``: PALs.
         layer_sharing: one letter per encoder layer, bottom first: ``F`` frozen, ``S`` shared, ``I`` individual
             (a copy per task), e.g. ``FFSSII``; ``None``: all shared (:mod:`pal_lightning.modeling.sharing`).
         task_groups: groups of tasks that share their copies of the ``I`` layers, e.g. ``[[sst, qqp]]``.
-        pooling: sentence vector: ``mean`` over non-padding tokens or ``cls``.
+        pooling: the sentence vector: ``mean`` over non-padding tokens, or ``cls``.
         pair_encoding: ``cross`` (both sentences in one sequence) or ``siamese`` (each alone), or a per-task
             mapping with an optional ``default``; must match the data module's setting.
         heads: per-task head other than the default, e.g. ``{sts: cosine_rescaled, qqp: concat}``
@@ -78,8 +76,8 @@ class MultiTaskModule(optim.FusedClippingMixin):
         freeze_embeddings: keep the pretrained embedding layer fixed.
         freeze_encoder: keep every pretrained weight fixed and train only adapters and heads.
         attn_implementation: transformers attention kernel (``sdpa``, ``eager``); ``None`` = library default.
-        bert_config: keyword arguments of a ``transformers.BertConfig``: a random encoder of that shape instead
-            of loading ``encoder``.
+        encoder_config: keyword arguments of the encoder's ``transformers`` config (``model_type`` picks the
+            family, BERT by default): a random encoder of that shape instead of loading ``encoder``.
         max_nonfinite_steps: optimizer steps in a row with a non-finite gradient (each skipped; fp16 overflows
             at a loss scale >= 1 do not count) before training stops with a ``NonFiniteTrainingError``.
         simcse: SimCSE as an auxiliary loss (:class:`~pal_lightning.modeling.simcse.SimCSEConfig`); ``None`` = off.
@@ -117,7 +115,7 @@ class MultiTaskModule(optim.FusedClippingMixin):
         freeze_embeddings: bool = False,
         freeze_encoder: bool = False,
         attn_implementation: str | None = None,
-        bert_config: dict[str, Any] | None = None,
+        encoder_config: dict[str, Any] | None = None,
         max_nonfinite_steps: int = 10,
         simcse: SimCSEConfig | None = None,
         auxiliary: Sequence[str] | None = None,
@@ -168,8 +166,8 @@ class MultiTaskModule(optim.FusedClippingMixin):
             for p in self.encoder.embeddings.parameters():
                 p.requires_grad_(False)
 
-    def build_encoder(self) -> MultiTaskBert:
-        """The shared encoder: ``MultiTaskBert`` loaded from ``encoder``, or random from ``bert_config``."""
+    def build_encoder(self) -> MultiTaskEncoder:
+        """The shared encoder: ``MultiTaskEncoder`` loaded from ``encoder``, or random from ``encoder_config``."""
         hp = self.hparams
         options = dict(
             attn_implementation=hp["attn_implementation"],
@@ -177,10 +175,12 @@ class MultiTaskModule(optim.FusedClippingMixin):
             task_groups=hp.get("task_groups"),
         )
         specs = list(self.task_specs.values())
-        if hp["bert_config"] is not None:
-            return MultiTaskBert.from_config(dict(hp["bert_config"]), specs, self.adapter_config, **options)
+        if hp["encoder_config"] is not None:
+            return MultiTaskEncoder.from_config(
+                dict(hp["encoder_config"]), specs, self.adapter_config, **options
+            )
         path = resolve_encoder(hp["encoder"], hp.get("encoder_revision"))
-        return MultiTaskBert.from_pretrained(path, specs, self.adapter_config, **options)
+        return MultiTaskEncoder.from_pretrained(path, specs, self.adapter_config, **options)
 
     def build_heads(self) -> nn.ModuleDict:
         """One head per task, keyed by task name (:func:`pal_lightning.modeling.pair_heads.build_task_heads`)."""

@@ -23,7 +23,7 @@ from pal_lightning.modeling.param_groups import GroupRates, build_parameter_grou
 if TYPE_CHECKING:
     from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
 
-    from pal_lightning.modeling.encoder import MultiTaskBert
+    from pal_lightning.modeling.encoder import MultiTaskEncoder
 
 
 def linear_warmup_decay(step: int, warmup: int, total: int) -> float:
@@ -151,7 +151,7 @@ class FusedClippingMixin(pl.LightningModule):
 
 
 def parameter_groups(
-    module: nn.Module, encoder: MultiTaskBert, hp: Mapping[str, Any]
+    module: nn.Module, encoder: MultiTaskEncoder, hp: Mapping[str, Any]
 ) -> list[dict[str, Any]]:
     """AdamW parameter groups of ``module``'s trainable parameters (``build_parameter_groups``): ``encoder``'s
     pretrained weights at ``lr``, new ones at ``head_lr`` (adapters at ``adapter_lr``), no decay on biases

@@ -127,7 +127,7 @@ def model_card(config: Mapping[str, Any], repo_id: str | None = None) -> Any:
     body = f"""
 # pal-lightning multi-task model
 
-A BERT encoder (`{encoder["name"]}`) shared by {len(tasks)} task(s), with task-specific
+An encoder (`{encoder["name"]}`) shared by {len(tasks)} task(s), with task-specific
 adapters (`{adapter["method"]}`, d_s = {adapter["size"]}, layers {adapter["layers"]}) and one head per task,
 saved with pal-lightning {config["library_version"]}.
 Pooling: `{hp["pooling"]}`; pair encoding: {json.dumps(config["pair_encoding"])}.
@@ -200,7 +200,7 @@ def pretrained_config(
     if hp.get("init_from"):
         hp["init_from"] = None  # the saved weights already hold what it copied in at fit start
     encoder = module.encoder
-    random_encoder = hp.get("bert_config") is not None
+    random_encoder = hp.get("encoder_config") is not None
     adapter = encoder.adapter_config
     from pal_lightning.core.batch import resolve_pair_encoding
 
@@ -307,9 +307,9 @@ def from_pretrained(
     folder = resolve_pretrained(name_or_path, revision=revision, token=token)
     config = read_pretrained_config(folder)
     hparams = dict(config["hparams"])
-    original_bert_config = hparams.get("bert_config")
+    original_encoder_config = hparams.get("encoder_config")
     # a random encoder of the saved shape; the saved state dict replaces every weight
-    hparams["bert_config"] = config["encoder"]["config"]
+    hparams["encoder_config"] = config["encoder"]["config"]
     hparams["tasks"] = config["tasks"]
     try:
         module = cls(**hparams)
@@ -318,7 +318,7 @@ def from_pretrained(
             f"{folder} was saved from {config.get('model_class')}; {cls.__qualname__} cannot be built from "
             f"its settings ({err}). Load it with that class's from_pretrained."
         ) from err
-    module.hparams["bert_config"] = original_bert_config
+    module.hparams["encoder_config"] = original_encoder_config
     state = load_file(str(folder / WEIGHTS_NAME))
     result = module.load_state_dict(state, strict=False)
     if result.missing_keys or result.unexpected_keys:

@@ -16,13 +16,13 @@ from pal_lightning.modeling.simcse import SimCSEConfig, simcse_batch_loss
 from pal_lightning.tasks.specs import TaskSpec
 
 if TYPE_CHECKING:
-    from pal_lightning.modeling.encoder import MultiTaskBert
+    from pal_lightning.modeling.encoder import MultiTaskEncoder
 
 
 def check_simcse(
     config: SimCSEConfig,
     specs: Mapping[str, TaskSpec],
-    encoder: MultiTaskBert,
+    encoder: MultiTaskEncoder,
     siamese: Callable[[str], bool],
 ) -> None:
     """Refuse supervised SimCSE on ``cross`` pairs, and unsupervised SimCSE on an encoder without dropout."""
@@ -53,7 +53,7 @@ def simcse_active(config: SimCSEConfig | None, specs: Mapping[str, TaskSpec], ta
 
 
 def simcse_loss(
-    encoder: MultiTaskBert,
+    encoder: MultiTaskEncoder,
     pooling: str,
     spec: TaskSpec,
     config: SimCSEConfig,

@@ -66,7 +66,7 @@ def write_tiny_fit_config(
                 "tasks": tasks if tasks is not None else ["sst", "qqp", "sts"],
                 "adapter": {"num_heads": 2, "size": 8},
                 "pair_encoding": {"sts": "siamese", "default": "cross"},
-                "bert_config": TINY_BERT,
+                "encoder_config": TINY_BERT,
             },
         },
         "data": {

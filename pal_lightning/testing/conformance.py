@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoConfig, AutoModel
 
-from pal_lightning.modeling import MultiTaskBert, load_task_weights, save_task_weights
+from pal_lightning.modeling import MultiTaskEncoder, load_task_weights, save_task_weights
 from pal_lightning.modeling.accounting import task_weight_formula
 from pal_lightning.modeling.methods import SITES, AdapterConfig, MergeableModule, Where, get_method
 from pal_lightning.modeling.methods.inside import InsideMethod
@@ -42,11 +42,11 @@ def tiny_options(name: str) -> dict[str, Any]:
     return options
 
 
-def build(model_type: str, method: str, seed: int = 0) -> MultiTaskBert:
+def build(model_type: str, method: str, seed: int = 0) -> MultiTaskEncoder:
     """A tiny encoder of ``model_type`` without dropout, tasks ``a`` and ``b`` with ``method``'s modules."""
     torch.manual_seed(seed)
     config = without_dropout(tiny_family_config(model_type))
-    return MultiTaskBert.from_config(
+    return MultiTaskEncoder.from_config(
         config, ["a", "b"], adapter=method, attn_implementation="eager", **tiny_options(method)
     ).eval()
 
@@ -62,7 +62,7 @@ def batch(model_type: str, seed: int = 0) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
 
 
-def plain_output(model: MultiTaskBert, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+def plain_output(model: MultiTaskEncoder, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
     """The family's own transformers model with the encoder's weights (no hooks, no per-task module)."""
     plain = AutoModel.from_config(AutoConfig.for_model(**model.config.to_dict()), attn_implementation="eager")
     missing, _ = plain.load_state_dict(model.bert.state_dict(), strict=False)
@@ -72,7 +72,7 @@ def plain_output(model: MultiTaskBert, inputs: dict[str, torch.Tensor]) -> torch
         return plain.eval()(**{k: inputs[k] for k in keys}).last_hidden_state
 
 
-def run(model: MultiTaskBert, inputs: dict[str, torch.Tensor], task: str) -> torch.Tensor:
+def run(model: MultiTaskEncoder, inputs: dict[str, torch.Tensor], task: str) -> torch.Tensor:
     """``task``'s last hidden state, without gradients."""
     with torch.no_grad():
         return model(**inputs, task=task)
@@ -94,7 +94,7 @@ def predictions(module: MultiTaskModule) -> dict[str, Any]:
 
 
 def check_round_trips(
-    model: MultiTaskBert, model_type: str, method: str, inputs: dict[str, torch.Tensor], folder: Path
+    model: MultiTaskEncoder, model_type: str, method: str, inputs: dict[str, torch.Tensor], folder: Path
 ) -> None:
     """``model``'s whole state through safetensors into a moved twin, and task ``a``'s weights alone into
     another encoder (task ``b`` there untouched)."""
@@ -182,7 +182,7 @@ def check_method_in_module(method: str, model_type: str, folder: Path) -> None:
 
     torch.manual_seed(0)
     module = MultiTaskModule(
-        bert_config=tiny_family_config(model_type, vocab_size=BERT_VOCAB_SIZE, max_positions=128),
+        encoder_config=tiny_family_config(model_type, vocab_size=BERT_VOCAB_SIZE, max_positions=128),
         adapter=AdapterConfig.coerce({"method": method, "init": "random", **tiny_options(method)}),
         pair_encoding={"sts": "siamese", "default": "cross"},
     ).eval()

@@ -12,7 +12,7 @@ BERT_VOCAB_SIZE = 30522
 def tiny_bert_config(
     *, layers: int = 2, heads: int = 2, vocab_size: int = BERT_VOCAB_SIZE, max_positions: int = 128
 ) -> dict[str, Any]:
-    """The ``bert_config`` of a random encoder of width 32 (feed-forward 37: no size equals another)."""
+    """The ``encoder_config`` of a random encoder of width 32 (feed-forward 37: no size equals another)."""
     return {
         "hidden_size": 32,
         "num_hidden_layers": layers,
@@ -23,13 +23,13 @@ def tiny_bert_config(
     }
 
 
-def without_dropout(bert_config: dict[str, Any]) -> dict[str, Any]:
-    """``bert_config`` with both dropout rates zero, for exact comparisons in training mode."""
-    return {**bert_config, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+def without_dropout(encoder_config: dict[str, Any]) -> dict[str, Any]:
+    """``encoder_config`` with both dropout rates zero, for exact comparisons in training mode."""
+    return {**encoder_config, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
 
 
 #: A random 2-layer encoder of width 32 with the real vocabulary:
-#: ``MultiTaskModule(bert_config=TINY_BERT, adapter={"size": 8, "num_heads": 2})``.
+#: ``MultiTaskModule(encoder_config=TINY_BERT, adapter={"size": 8, "num_heads": 2})``.
 TINY_BERT = tiny_bert_config()
 
 #: Three layers (top/bottom-half placements differ from "all"), 100 token ids (no tokenizer needed).
@@ -52,7 +52,7 @@ FAMILY_TYPES = (
 def tiny_family_config(
     model_type: str, *, layers: int = 2, heads: int = 2, vocab_size: int = 100, max_positions: int = 64
 ) -> dict[str, Any]:
-    """The ``bert_config`` (with ``model_type``) of a random width-32 encoder of one family, shaped as its
+    """The ``encoder_config`` (with ``model_type``) of a random width-32 encoder of one family, shaped as its
     checkpoints are."""
     base: dict[str, Any] = tiny_bert_config(
         layers=layers, heads=heads, vocab_size=vocab_size, max_positions=max_positions
@@ -99,9 +99,9 @@ def tiny_family_config(
 
 
 def save_tiny_encoder(
-    folder: str | Path, with_head: bool = False, seed: int = 0, bert_config: dict[str, Any] | None = None
+    folder: str | Path, with_head: bool = False, seed: int = 0, encoder_config: dict[str, Any] | None = None
 ) -> Path:
-    """A random :data:`TINY_BERT` (or ``bert_config``) saved as an encoder folder with the offline MiniLM
+    """A random :data:`TINY_BERT` (or ``encoder_config``) saved as an encoder folder with the offline MiniLM
     tokenizer, ``with_head`` a masked-language-model head (skips the test without that package)."""
     import torch
     from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoTokenizer
@@ -114,7 +114,7 @@ def save_tiny_encoder(
 
         pytest.skip("the offline MiniLM package (its tokenizer) is not installed")
     torch.manual_seed(seed)
-    options = dict(TINY_BERT if bert_config is None else bert_config)
+    options = dict(TINY_BERT if encoder_config is None else encoder_config)
     config = AutoConfig.for_model(options.pop("model_type", "bert"), **options)
     model = AutoModelForMaskedLM.from_config(config) if with_head else AutoModel.from_config(config)
     model.save_pretrained(folder)

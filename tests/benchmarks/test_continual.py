@@ -42,7 +42,7 @@ def test_naive_and_gem_end_to_end_on_a_tiny_model(
         "--steps-per-task", "2", "--limit-eval", "6", "--only", "continual_naive,continual_gem",
         "--out", str(out), "--data-dir", str(data_dir), "--max-length", "32", "--batch-size", "4",
         "--json", str(tmp_path / "c.json"), "--results-md", str(tmp_path / "R.md"),
-        "--", f"--model.init_args.bert_config={tiny}", "--model.init_args.adapter.num_heads=2",
+        "--", f"--model.init_args.encoder_config={tiny}", "--model.init_args.adapter.num_heads=2",
         "--model.init_args.adapter.size=8", "--data.init_args.cache_dir=false",
     ]  # fmt: skip
     assert bench.main(argv) == 0

@@ -81,7 +81,7 @@ def test_gpu_check_compiled_run_asks_for_cuda_graphs_when_given_seconds(tmp_path
 
     host_cost = load_benchmark("host_cost")
     args = host_cost.parser().parse_args(["--compile-mode", "reduce-overhead"])
-    config = host_cost.bert_config("minilm", 48, 16, 128)
-    encoder = host_cost.MultiTaskBert.from_config(config, ["t"], adapter="pals")
+    config = host_cost.encoder_config("minilm", 48, 16, 128)
+    encoder = host_cost.MultiTaskEncoder.from_config(config, ["t"], adapter="pals")
     wrapped = host_cost._CompiledEncoder(encoder, args.backend, args.compile_mode)
     assert (wrapped.call.backend, wrapped.call.mode) == ("inductor", "reduce-overhead")

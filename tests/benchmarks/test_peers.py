@@ -65,11 +65,11 @@ def test_lora_tuned_starts_from_the_fine_tuned_encoder_and_keeps_the_pretrained_
     import torch
     from transformers import BertConfig, BertForSequenceClassification
 
-    from pal_lightning.modeling.encoder import MultiTaskBert
+    from pal_lightning.modeling.encoder import MultiTaskEncoder
 
     torch.manual_seed(0)
     classifier = BertForSequenceClassification(BertConfig(**TINY_BERT, num_labels=2))
-    tuned = MultiTaskBert.from_config(TINY_BERT, ["sst"], adapter="none")  # another random draw
+    tuned = MultiTaskEncoder.from_config(TINY_BERT, ["sst"], adapter="none")  # another random draw
     pooler = classifier.bert.pooler.dense.weight.clone()
     peers.load_tuned_encoder(classifier, tuned.bert.state_dict())
     for name, value in tuned.bert.state_dict().items():

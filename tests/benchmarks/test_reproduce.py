@@ -69,7 +69,7 @@ def test_grid_end_to_end_on_a_tiny_model(
     argv = [
         "--steps", "2", "--epochs", "1", "--only", "shared,pals_annealed", "--out", str(out),
         "--data-dir", str(data_dir), "--qqp-dev-limit", "5", "--max-length", "32",
-        "--", f"--model.init_args.bert_config={tiny}", "--model.init_args.adapter.num_heads=2",
+        "--", f"--model.init_args.encoder_config={tiny}", "--model.init_args.adapter.num_heads=2",
         "--model.init_args.adapter.size=8", "--data.init_args.batch_size=4", "--data.init_args.cache_dir=false",
     ]  # fmt: skip
     assert reproduce.main(argv) == 0
@@ -98,7 +98,6 @@ def test_grid_end_to_end_on_a_tiny_model(
     md = (out / "results.md").read_text()
     assert "| pals_annealed |" in md and "course winner" in md and "pals_annealed vs shared overall" in md
     assert (out / "logs" / "shared.log").is_file()
-
 
 
 def test_paired_difference_by_hand() -> None:
@@ -214,7 +213,7 @@ def test_defined_method_runs_through_the_cli(
     argv = _args(
         data_dir, out, "--only", "shared_simcse", "--qqp-dev-limit", "5", "--max-length", "32",
         "--method", "shared_simcse=shared+simcse --model.init_args.simcse.weight=0.5",
-        "--", f"--model.init_args.bert_config={tiny}", "--data.init_args.batch_size=4",
+        "--", f"--model.init_args.encoder_config={tiny}", "--data.init_args.batch_size=4",
         "--data.init_args.cache_dir=false", "--trainer.log_every_n_steps=1",
     )  # fmt: skip
     assert reproduce.main(argv) == 0

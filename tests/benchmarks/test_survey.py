@@ -22,7 +22,7 @@ def quickstart_module(**overrides: object) -> object:
 
     args = dict(yaml.safe_load((ROOT / "configs" / "quickstart.yaml").read_text())["model"]["init_args"])
     method = overrides.pop("adapter", args["adapter"]["method"])
-    args.update(bert_config=tiny_bert_config(layers=6), **overrides)
+    args.update(encoder_config=tiny_bert_config(layers=6), **overrides)
     args["adapter"] = {**args["adapter"], "method": method, "num_heads": 2}
     return MultiTaskModule(**args)
 
@@ -85,7 +85,11 @@ def test_quick_survey_writes_one_consistent_row_per_configuration_and_snapshot(t
 
 def test_quick_overrides_scale_explicit_adapter_sizes_to_the_tiny_width() -> None:
     # 48 * 32 / 384 = 4 and 204 * 32 / 384 = 17 -> 16 (a multiple of the 2 heads); other keys untouched
-    given = ("model.init_args.adapter.size=48", "model.init_args.adapter.size=204", "model.init_args.adapter=pff")
+    given = (
+        "model.init_args.adapter.size=48",
+        "model.init_args.adapter.size=204",
+        "model.init_args.adapter=pff",
+    )
     assert survey.quick_overrides(given) == (
         "model.init_args.adapter.size=4",
         "model.init_args.adapter.size=16",

@@ -55,7 +55,9 @@ def _fit(data_dir: Path, root: Path, callback: ContinualEvaluation, ckpt_path=No
     pl.seed_everything(3)
     # no dropout: a resumed run then matches the uninterrupted one without restoring RNG states
     no_dropout = {**TINY_BERT, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
-    model = MultiTaskModule(bert_config=no_dropout, adapter={"size": 8, "num_heads": 2}, dropout=0.0, head_lr=1e-2)
+    model = MultiTaskModule(
+        encoder_config=no_dropout, adapter={"size": 8, "num_heads": 2}, dropout=0.0, head_lr=1e-2
+    )
     dm = MultiTaskDataModule(
         data_dir=str(data_dir),
         cache_dir=False,
@@ -135,7 +137,7 @@ def test_continual_evaluation_in_trainer_fit(tmp_path):
 
 def test_needs_a_sequential_schedule(tmp_path):
     data_dir = write_cs224n_data(tmp_path / "data", n_train=8, n_dev=4)
-    model = MultiTaskModule(bert_config=TINY_BERT, adapter={"size": 8, "num_heads": 2})
+    model = MultiTaskModule(encoder_config=TINY_BERT, adapter={"size": 8, "num_heads": 2})
     dm = MultiTaskDataModule(data_dir=str(data_dir), cache_dir=False, batch_size=4, max_length=32)
     trainer = quiet_trainer(
         max_steps=1, limit_val_batches=0, default_root_dir=tmp_path, callbacks=[ContinualEvaluation()]

@@ -163,7 +163,9 @@ def test_each_rank_gathers_and_restores_its_own_states(
     rank0 = collect_rng_state()
     _draw()
     fake = _FakeDist(rank=1, world=2, others=[rank0, None])
-    monkeypatch.setattr(pal_lightning.core.distributed, "dist", fake)  # the one place that calls torch.distributed
+    monkeypatch.setattr(
+        pal_lightning.core.distributed, "dist", fake
+    )  # the one place that calls torch.distributed
     cb = RNGStateCallback()
     assert cb.restored is False
     saved = cb.state_dict()  # rank 1 gathers: rank 0's states first, its own second

@@ -143,14 +143,14 @@ RUNS: dict[str, Run] = {
     "unknown_encoder": Run(
         (
             "fit",
-            "--model.init_args.bert_config",
+            "--model.init_args.encoder_config",
             "null",
             "--model.init_args.encoder",
             "nobody/no-such-encoder",
         )
     ),
     "encoder_without_weights": Run(
-        ("fit", "--model.init_args.bert_config", "null", "--model.init_args.encoder", "{dir}/encoder"),
+        ("fit", "--model.init_args.encoder_config", "null", "--model.init_args.encoder", "{dir}/encoder"),
         prepare=_encoder_without_weights,
     ),
     "other_task_set": Run(

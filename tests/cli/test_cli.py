@@ -187,7 +187,9 @@ def fitted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"root": root, "config": config, "out": out.getvalue()}
 
 
-def test_fit_validate_test_predict_and_reruns(fitted: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+def test_fit_validate_test_predict_and_reruns(
+    fitted: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
     tiny_yaml, runs, out = fitted["config"], fitted["root"] / "runs", fitted["out"]
     assert "CS224N overall (dev):" in out and "sts" in out and "pearson" in out
     run0 = runs / "version_0"
@@ -264,7 +266,12 @@ def test_fit_validate_test_predict_and_reruns(fitted: dict[str, Any], capsys: py
         (["--trainer.max_stepz", "3"], "max_stepz"),
         (["--data.init_args.data_dir", "{missing}"], "missing-data"),
         (
-            ["--model.init_args.bert_config", "null", "--model.init_args.encoder", "nobody/no-such-encoder"],
+            [
+                "--model.init_args.encoder_config",
+                "null",
+                "--model.init_args.encoder",
+                "nobody/no-such-encoder",
+            ],
             "no-such-encoder",
         ),
         (["--model.tasks", "[sst, no_such_task]"], "Unknown task 'no_such_task'"),

@@ -37,7 +37,7 @@ def test_quickstart_console_is_quiet_and_complete(tmp_path: Path, capfd: pytest.
     train.write_text(train.read_text() + "99\tbad\tno label here\tX\n")  # one bad row: one warning
     tiny = {
         "trainer": {"accelerator": "cpu", "max_steps": 4, "check_val_every_n_epoch": 1},
-        "model": {"init_args": {"bert_config": TINY_BERT, "adapter": {"size": 8, "num_heads": 2}}},
+        "model": {"init_args": {"encoder_config": TINY_BERT, "adapter": {"size": 8, "num_heads": 2}}},
         "data": {
             "init_args": {
                 "data_dir": str(data),

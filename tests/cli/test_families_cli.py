@@ -26,10 +26,10 @@ def test_fit_a_local_encoder_of_another_family(
     model_type: str, method: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = tiny_family_config(model_type, vocab_size=BERT_VOCAB_SIZE, max_positions=128)
-    encoder = save_tiny_encoder(tmp_path / model_type, bert_config=config)
+    encoder = save_tiny_encoder(tmp_path / model_type, encoder_config=config)
     tiny = write_tiny_fit_config(tmp_path, write_cs224n_data(tmp_path / "data"))
     settings = yaml.safe_load(tiny.read_text())
-    del settings["model"]["init_args"]["bert_config"]  # the encoder comes from the folder
+    del settings["model"]["init_args"]["encoder_config"]  # the encoder comes from the folder
     del settings["model"]["init_args"]["adapter"]
     tiny.write_text(yaml.safe_dump(settings))
     args = ["fit", "--config", str(QUICKSTART), "--config", str(tiny), "--model.encoder", str(encoder)]

@@ -89,7 +89,7 @@ def saved_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     torch.manual_seed(0)
     module = MultiTaskModule(
         tasks=["sst", "qqp", "sts"],
-        bert_config=TINY_BERT,
+        encoder_config=TINY_BERT,
         adapter={"size": 8, "num_heads": 2, "init": "random"},
         pair_encoding={"sts": "siamese", "default": "cross"},
     )

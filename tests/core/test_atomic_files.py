@@ -117,7 +117,7 @@ def test_checkpoints_predictions_and_task_weights_are_readable_by_others(tmp_pat
         AtomicCheckpointIO().save_checkpoint({"state_dict": {"w": torch.ones(2)}}, ckpt)
         preds = tmp_path / "predictions" / "sst-dev-output.csv"
         write_prediction_file(preds, "Predicted_Sentiment", [("a", 1), ("b", 3)])
-        model = MultiTaskModule(tasks=["sst"], bert_config=TINY_BERT, adapter={"size": 8, "num_heads": 2})
+        model = MultiTaskModule(tasks=["sst"], encoder_config=TINY_BERT, adapter={"size": 8, "num_heads": 2})
         weights = save_task_weights(model, tmp_path / "sst.safetensors")
         pretrained = model.save_pretrained(tmp_path / "model")
     finally:

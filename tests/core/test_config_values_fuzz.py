@@ -54,7 +54,7 @@ def _builds_or_refuses(build: Any, **option: Any) -> bool:
 def _tiny_model(**option: Any) -> MultiTaskModule:
     """A random 2-layer model (no files read) with one option changed."""
     return MultiTaskModule(
-        **{"bert_config": TINY_BERT, "tasks": ["sst"], "adapter": {"size": 8, "num_heads": 2}, **option}
+        **{"encoder_config": TINY_BERT, "tasks": ["sst"], "adapter": {"size": 8, "num_heads": 2}, **option}
     )
 
 

@@ -300,7 +300,9 @@ def test_the_module_loads_the_pinned_weights_and_records_the_commit(hub_cache: P
 
     snapshot_a = hub_cache / "models--acme--tiny-bert" / "snapshots" / SHA_A
     expected = load_file(str(snapshot_a / "model.safetensors"))
-    module = MultiTaskModule(tasks=["sst"], encoder=REPO, encoder_revision="v1", adapter={"size": 8, "num_heads": 2})
+    module = MultiTaskModule(
+        tasks=["sst"], encoder=REPO, encoder_revision="v1", adapter={"size": 8, "num_heads": 2}
+    )
     bert = module.encoder.bert.state_dict()
     assert all(torch.equal(bert[k], v) for k, v in expected.items() if k in bert)
     other = MultiTaskModule(tasks=["sst"], encoder=REPO, adapter={"size": 8, "num_heads": 2})  # main = SHA_B

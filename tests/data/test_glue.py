@@ -244,7 +244,7 @@ def test_one_mnli_head_scores_both_dev_sets_and_writes_three_files(
     from pal_lightning.testing import TINY_BERT, quiet_trainer
 
     tasks = ["glue_mnli", "glue_rte"]
-    module = MultiTaskModule(tasks=tasks, bert_config=TINY_BERT, adapter={"size": 8, "num_heads": 2})
+    module = MultiTaskModule(tasks=tasks, encoder_config=TINY_BERT, adapter={"size": 8, "num_heads": 2})
     assert list(module.heads) == tasks  # one MNLI head: no second head for the mismatched sets
     with torch.no_grad():
         for task, answer in (("glue_mnli", 1), ("glue_rte", 0)):
@@ -393,7 +393,7 @@ def test_the_papers_glue_setting_stores_1_13x_one_bert_base(
     }
     args = {k: v for k, v in args.items() if k not in ("encoder", "encoder_revision", "init_from")}
     with torch.device("meta"):
-        module = MultiTaskModule(**{**args, "bert_config": bert_base})
+        module = MultiTaskModule(**{**args, "encoder_config": bert_base})
     report = module.parameter_report()
     assert report.shared > 108_000_000  # BERT-base with its 30,522-token vocabulary
     assert sorted(report.adapter_weights) == sorted(tasks)  # no adapters for glue_mnli_mm or glue_ax

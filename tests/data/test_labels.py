@@ -179,7 +179,9 @@ def topics_task(folder: Path) -> TaskSpec:
 
 def tiny(spec: TaskSpec) -> MultiTaskModule:
     torch.manual_seed(0)
-    return MultiTaskModule(tasks=[spec], bert_config=TINY_BERT, adapter={"size": 8, "num_heads": 2}, lr=1e-3)
+    return MultiTaskModule(
+        tasks=[spec], encoder_config=TINY_BERT, adapter={"size": 8, "num_heads": 2}, lr=1e-3
+    )
 
 
 def test_probability_columns_are_safe_and_distinct() -> None:

@@ -220,7 +220,7 @@ def tiny_module(**kw):
 
     torch.manual_seed(0)
     kw.update(adapter={"num_heads": 2, "size": 8}, pair_encoding=PAIRS, dropout=0.0)
-    return MultiTaskModule(bert_config=without_dropout(TINY_BERT), **kw)
+    return MultiTaskModule(encoder_config=without_dropout(TINY_BERT), **kw)
 
 
 def test_the_data_module_groups_mixed_batches_by_each_examples_longer_side(mixed_data) -> None:

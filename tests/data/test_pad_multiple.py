@@ -45,7 +45,7 @@ def test_every_loader_pads_to_the_multiple_and_the_model_scores_the_same(data_di
                 widths.add(value.shape[1])
     assert widths
     torch.manual_seed(0)
-    model = MultiTaskModule(bert_config=TINY_BERT, adapter={"size": 8, "num_heads": 2}).eval()
+    model = MultiTaskModule(encoder_config=TINY_BERT, adapter={"size": 8, "num_heads": 2}).eval()
     for a, b in zip(plain.val_dataloader(), padded.val_dataloader(), strict=True):
         assert a["task"] == b["task"] and a[INPUT_IDS].shape[1] <= b[INPUT_IDS].shape[1]
         assert torch.equal(a[ATTENTION_MASK].sum(1), b[ATTENTION_MASK].sum(1))

@@ -540,7 +540,7 @@ def test_the_pages_run_in_order(
     monkeypatch.setenv("PAL_DATA_DIR", str(write_cs224n_data(tmp_path / "data")))
     monkeypatch.setenv("PAL_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(sys, "argv", ["pal-lightning"])
-    encoder = save_tiny_encoder(tmp_path / "encoder", bert_config=tiny_bert_config(layers=6))
+    encoder = save_tiny_encoder(tmp_path / "encoder", encoder_config=tiny_bert_config(layers=6))
     ws = Workspace(tmp_path, encoder, capsys, monkeypatch)
     try:
         for block in doc_blocks():
@@ -604,7 +604,11 @@ def test_task_weights_of_another_pair_encoding_name_the_option(tmp_path: Path) -
     from pal_lightning import MultiTaskModule, PalUserError, load_task_weights, save_task_weights
     from pal_lightning.testing import TINY_BERT
 
-    tiny = {"bert_config": TINY_BERT, "adapter": {"size": 8, "num_heads": 2}, "tasks": ["sst", "qqp", "sts"]}
+    tiny = {
+        "encoder_config": TINY_BERT,
+        "adapter": {"size": 8, "num_heads": 2},
+        "tasks": ["sst", "qqp", "sts"],
+    }
     saved = save_task_weights(MultiTaskModule(**tiny, pair_encoding="siamese"), tmp_path / "w.safetensors")
     with pytest.raises(PalUserError, match="pair_encoding it was trained with .*this model has 'cross'"):
         load_task_weights(MultiTaskModule(**tiny), saved)

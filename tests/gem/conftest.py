@@ -21,7 +21,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[MultiTaskModule, Mu
     """A tiny PAL model in training mode (dropout on) and a data module set up on fixture files."""
     data_dir = write_cs224n_data(tmp_path_factory.mktemp("gem_rows") / "data")
     torch.manual_seed(0)
-    model = MultiTaskModule(bert_config=TINY_BERT, adapter={"size": 8, "num_heads": 2}).train()
+    model = MultiTaskModule(encoder_config=TINY_BERT, adapter={"size": 8, "num_heads": 2}).train()
     dm = MultiTaskDataModule(data_dir=str(data_dir), cache_dir=False, batch_size=4, max_length=32)
     dm.setup("fit")
     return model, dm

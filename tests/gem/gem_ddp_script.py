@@ -110,7 +110,7 @@ def main(data_dir: str, out: str, mode: str = "interleaved", model_type: str = "
     tiny = TINY_BERT if model_type == "bert" else tiny_family_config(model_type, vocab_size=BERT_VOCAB_SIZE)
     config = without_dropout(tiny) if exact else tiny
     model = MultiTaskModule(
-        bert_config=config, adapter={"size": 8, "num_heads": 2}, dropout=0.0 if exact else 0.1
+        encoder_config=config, adapter={"size": 8, "num_heads": 2}, dropout=0.0 if exact else 0.1
     )
     continual = None
     if mode == "continual":

@@ -476,7 +476,7 @@ def test_shared_parameters_come_from_the_encoder() -> None:
     assert GEMCallback().participating_parameters(both) == []
     message = (
         "GEMCallback(parameters='shared') needs module.encoder.pretrained_parameters() "
-        "(pal_lightning.modeling.MultiTaskBert): use parameters='all' for another model."
+        "(pal_lightning.modeling.MultiTaskEncoder): use parameters='all' for another model."
     )
     for module in (_Toy(), SimpleNamespace(encoder=SimpleNamespace())):
         with pytest.raises(PalUserError, match=f"^{re.escape(message)}$"):
@@ -536,7 +536,7 @@ def _fit(
     # binds); whether a given seed does depends on the random initialisation, which the encoder
     # families' construction changed (seed 0 stopped binding then)
     pl.seed_everything(1)
-    model = MultiTaskModule(bert_config=TINY_BERT, adapter={"size": 8, "num_heads": 2})
+    model = MultiTaskModule(encoder_config=TINY_BERT, adapter={"size": 8, "num_heads": 2})
     dm = MultiTaskDataModule(data_dir=str(data_dir), cache_dir=False, batch_size=4, max_length=32)
     trainer = quiet_trainer(
         max_steps=max_steps,
@@ -655,7 +655,7 @@ def test_fit_without_train_batch_fails_clearly(data_dir: Path) -> None:
         train_batch = None  # type: ignore[assignment]
 
     cb = GEMCallback()
-    model = MultiTaskModule(bert_config=TINY_BERT, adapter={"size": 8, "num_heads": 2})
+    model = MultiTaskModule(encoder_config=TINY_BERT, adapter={"size": 8, "num_heads": 2})
     dm = NoMemoryData(data_dir=str(data_dir), cache_dir=False, batch_size=4, max_length=32)
     trainer = quiet_trainer(max_steps=1, callbacks=[cb])
     with pytest.raises(PalUserError, match=r"train_batch\(task, indices\)"):

@@ -82,7 +82,7 @@ def test_continual_gem_two_process_ddp_matches_a_single_process_evaluation(
     assert r0["memory"]["task_order"] == ["sst", "qqp", "sts"]
     assert [s["gem/constraints"] for s in r0["stats"]] == [0, 0, 1, 1, 2, 2]
     # each example scored once across the ranks: one process scoring every example agrees
-    model = MultiTaskModule(bert_config=TINY_BERT, adapter={"size": 8, "num_heads": 2})
+    model = MultiTaskModule(encoder_config=TINY_BERT, adapter={"size": 8, "num_heads": 2})
     model.load_state_dict(torch.load(root / "continual" / "final.pt", weights_only=True))
     dm = MultiTaskDataModule(data_dir=data, cache_dir=False, batch_size=3, max_length=32)
     trainer = quiet_trainer()

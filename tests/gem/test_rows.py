@@ -247,7 +247,7 @@ def eval_setup(eval_data_dir: Path) -> Iterator[tuple[MultiTaskModule, MultiTask
     """A tiny PAL model (``sts`` siamese) in eval mode, and its data module on fixture files."""
     torch.manual_seed(0)
     model = MultiTaskModule(
-        bert_config=TINY_BERT, adapter={"size": 8, "num_heads": 2}, pair_encoding=PAIRS
+        encoder_config=TINY_BERT, adapter={"size": 8, "num_heads": 2}, pair_encoding=PAIRS
     ).eval()
     dm = MultiTaskDataModule(
         data_dir=str(eval_data_dir), cache_dir=False, batch_size=4, max_length=32, pair_encoding=PAIRS
@@ -371,7 +371,7 @@ def test_per_task_where_one_pass_does_not_apply(
     _rows(model, dm, memory, "gem", params, tasks=["qqp"], mbs=1)  # one task: nothing to mix
     _rows(model, dm, memory, "agem", params, tasks=["qqp"], mbs=1)
     assert spy == []
-    own = _OwnLoss(bert_config=TINY_BERT, pair_encoding=PAIRS)
+    own = _OwnLoss(encoder_config=TINY_BERT, pair_encoding=PAIRS)
     assert not memory_gradients.one_pass_applies(own)
     assert not memory_gradients.one_pass_applies(nn.Linear(2, 2))  # no mixed_losses
     with monkeypatch.context() as m:  # an encoder that routes a mixed batch one task at a time

@@ -28,7 +28,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     torch.manual_seed(0)
     module = MultiTaskModule(
         tasks=["sst", "sts", TOPIC],
-        bert_config=TINY_BERT,
+        encoder_config=TINY_BERT,
         adapter={"size": 8, "num_heads": 2, "init": "random"},
         pair_encoding={"sts": "siamese", "default": "cross"},
     )
@@ -82,7 +82,7 @@ def test_pairs_and_regression_give_scores(folder: Path, reference: MultiTaskModu
 
 def test_unknown_labels_are_class_indices_and_a_module_in_memory_works() -> None:
     torch.manual_seed(0)
-    module = MultiTaskModule(tasks=[TOPIC], bert_config=TINY_BERT, adapter={"size": 8, "num_heads": 2})
+    module = MultiTaskModule(tasks=[TOPIC], encoder_config=TINY_BERT, adapter={"size": 8, "num_heads": 2})
     out = pal_lightning.pipeline(module)(SENTENCES)  # one task: no need to name it
     assert all(isinstance(o["label"], int) and 0 <= o["label"] < 4 for o in out)
 

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pal_lightning.modeling import MultiTaskBert
+from pal_lightning.modeling import MultiTaskEncoder
 from pal_lightning.testing import TINY_BERT_3_LAYERS as TINY
 from pal_lightning.testing import without_dropout
 
@@ -41,22 +41,22 @@ def _one_torch_thread():
 
 
 @pytest.fixture
-def tiny_encoder() -> Callable[..., MultiTaskBert]:
+def tiny_encoder() -> Callable[..., MultiTaskEncoder]:
     """``build(adapter, seed=0)``: a dropout-free tiny encoder of tasks a and b, in eval mode."""
 
-    def build(adapter: object, seed: int = 0) -> MultiTaskBert:
+    def build(adapter: object, seed: int = 0) -> MultiTaskEncoder:
         torch.manual_seed(seed)
-        return MultiTaskBert.from_config(without_dropout(TINY), ["a", "b"], adapter=adapter).eval()
+        return MultiTaskEncoder.from_config(without_dropout(TINY), ["a", "b"], adapter=adapter).eval()
 
     return build
 
 
 @pytest.fixture
-def frozen_steps(batch) -> Callable[[MultiTaskBert, str], tuple[set[str], set[str]]]:
+def frozen_steps(batch) -> Callable[[MultiTaskEncoder, str], tuple[set[str], set[str]]]:
     """``train(model, task)``: three AdamW steps of ``task`` with a head and the encoder frozen; returns the
     names of the parameters (``head.*`` included) that changed, and all names."""
 
-    def train(model: MultiTaskBert, task: str) -> tuple[set[str], set[str]]:
+    def train(model: MultiTaskEncoder, task: str) -> tuple[set[str], set[str]]:
         model.train().bert.requires_grad_(False)
         head = nn.Linear(model.hidden_size, 2)
         before = {

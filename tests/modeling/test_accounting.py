@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from pal_lightning.modeling import MultiTaskBert, ParameterReport, parameter_report
+from pal_lightning.modeling import MultiTaskEncoder, ParameterReport, parameter_report
 from pal_lightning.testing import TINY_BERT_3_LAYERS as TINY
 
 BERT_BASE = {
@@ -17,10 +17,10 @@ BERT_BASE = {
 }
 
 
-def _on_meta(**kwargs) -> MultiTaskBert:
+def _on_meta(**kwargs) -> MultiTaskEncoder:
     # shapes only: no memory, no initialisation cost
     with torch.device("meta"):
-        return MultiTaskBert.from_config(BERT_BASE, ["a", "b"], **kwargs)
+        return MultiTaskEncoder.from_config(BERT_BASE, ["a", "b"], **kwargs)
 
 
 def test_bert_base_pal_weights_match_the_paper():
@@ -38,11 +38,12 @@ def test_default_size_for_bert_base_is_204():
 
 def test_variant_formulas():
     d, L, ds = 768, 12, 84
-    assert parameter_report(_on_meta(adapter={"method": "pals_no_sharing", "size": ds})).adapter_weights["a"] == L * (
-        2 * d * ds + 3 * ds**2
-    )
+    assert parameter_report(_on_meta(adapter={"method": "pals_no_sharing", "size": ds})).adapter_weights[
+        "a"
+    ] == L * (2 * d * ds + 3 * ds**2)
     assert (
-        parameter_report(_on_meta(adapter={"method": "low_rank", "size": 100})).adapter_weights["a"] == L * 2 * d * 100
+        parameter_report(_on_meta(adapter={"method": "low_rank", "size": 100})).adapter_weights["a"]
+        == L * 2 * d * 100
     )
     report = parameter_report(_on_meta(adapter="pals", placement="top", num_layers=6))
     assert report.adapter_size == 276
@@ -54,7 +55,7 @@ def test_variant_formulas():
 class _WithHeads(nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.encoder = MultiTaskBert.from_config(TINY, ["a", "b"], size=8, num_heads=2)
+        self.encoder = MultiTaskEncoder.from_config(TINY, ["a", "b"], size=8, num_heads=2)
         self.heads = nn.ModuleDict({"a": nn.Linear(32, 5), "b": nn.Linear(32, 1)})
         self.log_temperature = nn.Parameter(torch.zeros(()))
 
@@ -78,7 +79,7 @@ def test_module_with_heads():
 
 
 def test_plain_encoder_report_matches_the_model():
-    model = MultiTaskBert.from_config(TINY, ["a"], adapter="low_rank", size=3)
+    model = MultiTaskEncoder.from_config(TINY, ["a"], adapter="low_rank", size=3)
     report = parameter_report(model)
     assert report.heads == {"a": 0} and report.other == 0
     assert report.total == sum(p.numel() for p in model.parameters())

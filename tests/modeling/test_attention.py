@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from pal_lightning.modeling import attention as A
-from pal_lightning.modeling.encoder import MultiTaskBert
+from pal_lightning.modeling.encoder import MultiTaskEncoder
 from pal_lightning.testing import TINY_BERT
 
 
@@ -62,9 +62,7 @@ def test_fp32_is_torchs_sdpa_and_half_on_the_cpu_runs_in_fp32(monkeypatch: pytes
 
 def test_the_encoder_uses_it_for_berts_attention_and_the_pals(monkeypatch: pytest.MonkeyPatch) -> None:
     torch.manual_seed(0)
-    model = MultiTaskBert.from_config(
-        TINY_BERT, ["a"], adapter="pals", size=8, num_heads=2, init="random"
-    )
+    model = MultiTaskEncoder.from_config(TINY_BERT, ["a"], adapter="pals", size=8, num_heads=2, init="random")
     model.eval()
     assert model.config._attn_implementation == A.NAME
     ids = torch.randint(5, 90, (3, 7))
@@ -81,5 +79,5 @@ def test_the_encoder_uses_it_for_berts_attention_and_the_pals(monkeypatch: pytes
     assert {(q, on) for q, _, on in spy.calls} == {(torch.float32, False)}
     assert all(m in (None, torch.float32, torch.bool) for _, m, _ in spy.calls)
     torch.testing.assert_close(out.float(), reference, rtol=0.05, atol=0.05)  # bf16 projections only
-    explicit = MultiTaskBert.from_config(TINY_BERT, ["a"], attn_implementation="eager")
+    explicit = MultiTaskEncoder.from_config(TINY_BERT, ["a"], attn_implementation="eager")
     assert explicit.config._attn_implementation == "eager"  # a named other kernel is kept

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from transformers import BertConfig
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.modeling import MultiTaskBert, load_task_weights, parameter_report, save_task_weights
+from pal_lightning.modeling import MultiTaskEncoder, load_task_weights, parameter_report, save_task_weights
 from pal_lightning.modeling.accounting import task_weight_formula
 from pal_lightning.modeling.methods import SITES, AdapterConfig, Where, get_method
 from pal_lightning.modeling.methods.bottleneck import BottleneckAdapter
@@ -178,7 +178,7 @@ def test_bottleneck_options_are_refused_by_other_methods(option: dict[str, objec
         AdapterConfig(method="lora", **option)  # type: ignore[arg-type]
 
 
-# ------------------------------------------------------------------ in the encoder (MultiTaskBert)
+# ------------------------------------------------------------------ in the encoder (MultiTaskEncoder)
 TINY_NO_DROPOUT = without_dropout(TINY_BERT_3_LAYERS)
 
 
@@ -187,7 +187,7 @@ def test_a_new_bottleneck_task_is_the_plain_encoder(
     method: str, batch: dict[str, torch.Tensor], tiny_encoder
 ) -> None:
     model = tiny_encoder(AdapterConfig(method=method, targets=list(SITES)))
-    plain = MultiTaskBert.from_config(TINY_NO_DROPOUT, ["a"], adapter="none").eval()
+    plain = MultiTaskEncoder.from_config(TINY_NO_DROPOUT, ["a"], adapter="none").eval()
     plain.bert.load_state_dict(model.bert.state_dict())
     expected = run(plain, batch, "a")
     for task in ("a", "b"):

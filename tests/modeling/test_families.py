@@ -9,7 +9,7 @@ import torch
 from transformers import AutoModel
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.modeling import MultiTaskBert
+from pal_lightning.modeling import MultiTaskEncoder
 from pal_lightning.modeling.families import FAMILIES, supported_model_types
 from pal_lightning.testing import FAMILY_TYPES, save_tiny_encoder, tiny_family_config, without_dropout
 from pal_lightning.testing.conformance import batch
@@ -23,12 +23,12 @@ def test_every_family_is_registered_and_an_unknown_one_is_refused():
     assert set(FAMILY_TYPES) == set(supported_model_types())
     assert {FAMILIES[t].name for t in FAMILY_TYPES} == set(FAMILY_TYPES)
     with pytest.raises(PalUserError, match=r"'gpt2' model, which pal-lightning does not wire\. Supported"):
-        MultiTaskBert.from_config({"model_type": "gpt2", "n_embd": 32, "n_layer": 2, "n_head": 2}, ["a"])
+        MultiTaskEncoder.from_config({"model_type": "gpt2", "n_embd": 32, "n_layer": 2, "n_head": 2}, ["a"])
 
 
 @pytest.mark.parametrize("model_type", FAMILY_TYPES)
 def test_frozen_and_individual_layers(model_type):
-    model = MultiTaskBert.from_config(
+    model = MultiTaskEncoder.from_config(
         tiny(model_type),
         ["a", "b"],
         adapter="pals",
@@ -55,8 +55,8 @@ def test_frozen_and_individual_layers(model_type):
 @pytest.mark.parametrize("with_head", [False, True])
 def test_a_saved_checkpoint_loads_under_the_family_names(model_type, with_head, tmp_path):
     config = {**tiny(model_type), "vocab_size": 100}
-    folder = save_tiny_encoder(tmp_path / "enc", with_head=with_head, bert_config=config)
-    model = MultiTaskBert.from_pretrained(
+    folder = save_tiny_encoder(tmp_path / "enc", with_head=with_head, encoder_config=config)
+    model = MultiTaskEncoder.from_pretrained(
         folder, ["a"], adapter="pals", size=8, num_heads=2, attn_implementation="eager"
     ).eval()
     assert model.family.name == model_type
@@ -70,6 +70,6 @@ def test_a_saved_checkpoint_loads_under_the_family_names(model_type, with_head, 
 
 
 def test_a_bottleneck_adapter_cannot_be_merged():
-    model = MultiTaskBert.from_config(tiny("bert"), ["a"], adapter="pfeiffer")
+    model = MultiTaskEncoder.from_config(tiny("bert"), ["a"], adapter="pfeiffer")
     with pytest.raises(PalUserError, match="cannot be merged"):
         model.merge("a")

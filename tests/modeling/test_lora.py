@@ -221,7 +221,7 @@ def test_unset_method_options_are_none_so_older_checkpoints_compare_equal() -> N
         AdapterConfig.coerce({"method": "pals", "dropout": 0.1})
 
 
-# ------------------------------------------------------------------ in the encoder (MultiTaskBert)
+# ------------------------------------------------------------------ in the encoder (MultiTaskEncoder)
 TINY_NO_DROPOUT = without_dropout(TINY_BERT_3_LAYERS)
 
 
@@ -286,7 +286,7 @@ def test_save_pretrained_and_from_pretrained_keep_the_method(adapter: dict[str, 
     from pal_lightning.testing import TINY_BERT
 
     torch.manual_seed(0)
-    module = MultiTaskModule(tasks=["sst", "sts"], bert_config=TINY_BERT, adapter=adapter).eval()
+    module = MultiTaskModule(tasks=["sst", "sts"], encoder_config=TINY_BERT, adapter=adapter).eval()
     with torch.no_grad():  # non-zero updates, so that a lost or misplaced weight shows
         for p in module.encoder.adapters.parameters():
             p.normal_(0, 0.2)

@@ -1,4 +1,4 @@
-"""Per-example task routing in the encoder (``MultiTaskBert.forward(..., tasks=...)``): every method of the
+"""Per-example task routing in the encoder (``MultiTaskEncoder.forward(..., tasks=...)``): every method of the
 registry on every family's tiny config, with shared and frozen/individual layers, gives each row of a mixed
 batch what a forward of its own task gives it; gradients reach the present tasks' modules only; the
 ``task=`` path is untouched; the grouping itself (:mod:`pal_lightning.modeling.families.routing`)."""
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.modeling import MultiTaskBert
+from pal_lightning.modeling import MultiTaskEncoder
 from pal_lightning.modeling.families.routing import route_rows
 from pal_lightning.modeling.methods import METHODS
 from pal_lightning.testing import FAMILY_TYPES, tiny_family_config
@@ -34,11 +34,13 @@ def no_dropout(config: dict) -> dict:
     return {**config, **{n: 0.0 for n in names}, **{n: 0.0 for n in ("embedding_dropout", "mlp_dropout")}}
 
 
-def build(model_type: str, method: str, sharing: str | None, device: str = "cpu", **kwargs) -> MultiTaskBert:
+def build(
+    model_type: str, method: str, sharing: str | None, device: str = "cpu", **kwargs
+) -> MultiTaskEncoder:
     """A tiny encoder whose task modules (and individual copies) are moved away from their start, so that
     every task computes something else; task ``c`` has no adapter."""
     torch.manual_seed(0)
-    model = MultiTaskBert.from_config(
+    model = MultiTaskEncoder.from_config(
         no_dropout(tiny_family_config(model_type)),
         ["a", "b", "c"],
         adapter=method,
@@ -69,7 +71,7 @@ def inputs(model_type: str, device: str = "cpu") -> tuple[torch.Tensor, torch.Te
     return ids.to(device), mask.to(device), types.to(device)
 
 
-def check_rows_as_alone(model: MultiTaskBert, model_type: str, device: str = "cpu") -> None:
+def check_rows_as_alone(model: MultiTaskEncoder, model_type: str, device: str = "cpu") -> None:
     ids, mask, types = inputs(model_type, device)
     with torch.no_grad():
         mixed = model(ids, mask, types, tasks=ROW_TASKS)

@@ -126,12 +126,16 @@ def test_module_builds_the_chosen_heads_and_a_checkpoint_remembers_them() -> Non
     from pal_lightning.module.multitask import MultiTaskModule
     from pal_lightning.testing import TINY_BERT
 
-    kw = dict(bert_config=TINY_BERT, adapter={"num_heads": 2}, pair_encoding=SIAMESE)
+    kw = dict(encoder_config=TINY_BERT, adapter={"num_heads": 2}, pair_encoding=SIAMESE)
     module = MultiTaskModule(heads={"sts": "cosine_rescaled", "qqp": "sum"}, **kw)
     assert isinstance(module.heads["sts"], RescaledCosineHead) and isinstance(
         module.heads["qqp"], SumPairHead
     )
-    saved = {VERSION_KEY: __version__, "hyper_parameters": dict(module.hparams), "state_dict": module.state_dict()}
+    saved = {
+        VERSION_KEY: __version__,
+        "hyper_parameters": dict(module.hparams),
+        "state_dict": module.state_dict(),
+    }
     with pytest.raises(PalUserError, match="heads is .* in the checkpoint but None here"):
         MultiTaskModule(**kw).on_load_checkpoint(saved)
 
@@ -154,7 +158,7 @@ def test_pair_heads_fit_from_the_cli(tmp_path: Path) -> None:
     assert main(["fit", "--config", str(config)]) == 0
     (last,) = (tmp_path / "runs" / "version_0" / "checkpoints").glob("last*.ckpt")
     state = torch.load(last, map_location="cpu", weights_only=True)["state_dict"]
-    width = tree["model"]["init_args"]["bert_config"]["hidden_size"]
+    width = tree["model"]["init_args"]["encoder_config"]["hidden_size"]
     assert state["heads.qqp.linear.weight"].shape == (2, 2 * width)
     assert not any(k.startswith("heads.sts.") for k in state)
     assert all(math.isfinite(float(v.float().abs().sum())) for v in state.values() if v.is_floating_point())

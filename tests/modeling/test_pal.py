@@ -97,7 +97,9 @@ def test_low_rank_is_up_of_down():
     h = torch.randn(2, 3, 16)
     torch.testing.assert_close(adapter(1, h, None), adapter.up["1"](adapter.down["1"](h)))
     assert adapter.attention is None
-    assert not isinstance(_task_adapter(AdapterConfig(method="pa_on_top", num_heads=2), 16, 4, []), TaskAdapter)
+    assert not isinstance(
+        _task_adapter(AdapterConfig(method="pa_on_top", num_heads=2), 16, 4, []), TaskAdapter
+    )
 
 
 def test_pals_share_projections_across_layers():

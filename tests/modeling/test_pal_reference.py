@@ -17,7 +17,7 @@ import torch
 from torch.nn import functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from pal_lightning.modeling import AdapterConfig, MultiTaskBert
+from pal_lightning.modeling import AdapterConfig, MultiTaskEncoder
 from pal_lightning.modeling.methods.on_top import ProjectedAttentionBlock, ProjectedAttentionOnTop
 from pal_lightning.modeling.methods.pals import scores_dtype
 from pal_lightning.testing import TINY_BERT_3_LAYERS as TINY
@@ -45,7 +45,7 @@ def _linear(x: torch.Tensor, state: dict, name: str) -> torch.Tensor:
     return x @ state[f"{name}.weight"].T + state[f"{name}.bias"]
 
 
-def _reference(model: MultiTaskBert, batch: dict, task: str, adapter: str) -> torch.Tensor:
+def _reference(model: MultiTaskEncoder, batch: dict, task: str, adapter: str) -> torch.Tensor:
     """h^{l+1} = LN2(h_att + FFN(h_att) + V^D g_l(V^E h)) with h_att = LN1(h + SA(h)), every layer."""
     state = {k: v.detach() for k, v in model.state_dict().items()}
     keep = batch["attention_mask"].bool()
@@ -95,7 +95,7 @@ EXPECTED_KEYS = {
 @pytest.mark.parametrize("adapter", ["pals", "pals_no_sharing", "low_rank"])
 def test_encoder_equals_the_papers_formula_and_keeps_its_saved_names(adapter, batch):
     torch.manual_seed(0)
-    model = MultiTaskBert.from_config(
+    model = MultiTaskEncoder.from_config(
         TINY_NO_DROPOUT, ["a", "b"], adapter=adapter, size=PAL_SIZE, num_heads=PAL_HEADS, init="random"
     ).eval()
     with torch.no_grad():
@@ -110,7 +110,7 @@ def test_encoder_equals_the_papers_formula_and_keeps_its_saved_names(adapter, ba
         assert model.adapters["a"].attention["0"].qkv.weight.shape == (3 * PAL_SIZE, PAL_SIZE)
 
 
-def _on_top_reference(model: MultiTaskBert, batch: dict, task: str, gelu: bool) -> torch.Tensor:
+def _on_top_reference(model: MultiTaskEncoder, batch: dict, task: str, gelu: bool) -> torch.Tensor:
     """pa_on_top: h + act(V^D B(V^E h)), B = 6 blocks x -> LN(x + W_O Attn(x)) in d_s, on the plain encoder's
     output h (module docstring of :mod:`pal_lightning.modeling.methods.on_top`)."""
     state = {k: v.detach() for k, v in model.state_dict().items()}
@@ -134,7 +134,7 @@ def test_projected_attention_on_top_equals_its_formula(activation, batch):
     # a large LayerNorm epsilon, so that a block using another one shows
     config = {**TINY_NO_DROPOUT, "layer_norm_eps": 0.1}
     torch.manual_seed(0)
-    model = MultiTaskBert.from_config(
+    model = MultiTaskEncoder.from_config(
         config,
         ["a", "b"],
         adapter="pa_on_top",
@@ -174,7 +174,7 @@ class _OpCount(TorchDispatchMode):
 
 def test_one_pal_is_at_most_five_kernels_and_a_forward_waits_for_the_device_no_more_than_bert(batch):
     torch.manual_seed(0)
-    model = MultiTaskBert.from_config(TINY, ["a"], size=PAL_SIZE, num_heads=PAL_HEADS, init="random")
+    model = MultiTaskEncoder.from_config(TINY, ["a"], size=PAL_SIZE, num_heads=PAL_HEADS, init="random")
     h = torch.randn(3, 7, TINY["hidden_size"])
     mask = torch.zeros(3, 1, 1, 7)
     with torch.no_grad(), _OpCount() as count:
@@ -185,7 +185,7 @@ def test_one_pal_is_at_most_five_kernels_and_a_forward_waits_for_the_device_no_m
     assert sum("addmm" in op for op in count.computing()) == 3
     assert sum("scaled_dot_product" in op for op in count.computing()) == 1
 
-    plain = MultiTaskBert.from_config(TINY, ["a"], adapter="none")
+    plain = MultiTaskEncoder.from_config(TINY, ["a"], adapter="none")
     syncs = {}
     for name, encoder in (("pals", model), ("none", plain)):
         with _OpCount() as count:
@@ -210,7 +210,7 @@ class _CastShapes(TorchDispatchMode):
 def test_the_mask_is_built_in_the_autocast_dtype_once(batch):
     cpu = torch.device("cpu")
     assert scores_dtype(torch.float32, cpu) == torch.float32
-    model = MultiTaskBert.from_config(TINY, ["a"], size=PAL_SIZE, num_heads=PAL_HEADS, init="random")
+    model = MultiTaskEncoder.from_config(TINY, ["a"], size=PAL_SIZE, num_heads=PAL_HEADS, init="random")
     with torch.autocast("cpu", dtype=torch.bfloat16):
         # the CPU computes the attention product in fp32 under autocast (modeling/attention.py)
         assert scores_dtype(torch.float32, cpu) == torch.float32

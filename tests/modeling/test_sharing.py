@@ -7,7 +7,7 @@ import torch
 from safetensors import safe_open
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.modeling import MultiTaskBert, load_task_weights, parameter_report, save_task_weights
+from pal_lightning.modeling import MultiTaskEncoder, load_task_weights, parameter_report, save_task_weights
 from pal_lightning.modeling.sharing import parse_layer_sharing, resolve_task_groups, stored_parameters
 from pal_lightning.testing import TINY_BERT_3_LAYERS as TINY
 from pal_lightning.testing import without_dropout
@@ -21,24 +21,24 @@ EMBEDDINGS = (TINY["vocab_size"] + TINY["max_position_embeddings"] + 2) * D + 2 
 TASKS = ["a", "b", "c"]
 
 
-def _donor() -> MultiTaskBert:
+def _donor() -> MultiTaskEncoder:
     """A 'pretrained' encoder: random, then shifted, so a copy is distinguishable from a fresh layer."""
     torch.manual_seed(1)
-    donor = MultiTaskBert.from_config(TINY_NO_DROPOUT, ["x"], adapter="none")
+    donor = MultiTaskEncoder.from_config(TINY_NO_DROPOUT, ["x"], adapter="none")
     with torch.no_grad():
         for p in donor.bert.parameters():
             p.add_(0.01 * torch.randn_like(p))
     return donor
 
 
-def _model(spec: str | None, adapter: str = "none", tasks=TASKS, **kw) -> MultiTaskBert:
+def _model(spec: str | None, adapter: str = "none", tasks=TASKS, **kw) -> MultiTaskEncoder:
     torch.manual_seed(0)
-    model = MultiTaskBert.from_config(TINY_NO_DROPOUT, tasks, adapter=adapter, layer_sharing=spec, **kw)
+    model = MultiTaskEncoder.from_config(TINY_NO_DROPOUT, tasks, adapter=adapter, layer_sharing=spec, **kw)
     model.load_pretrained_state(_donor().bert.state_dict())
     return model.eval()
 
 
-def _out(model: MultiTaskBert, batch, task: str) -> torch.Tensor:
+def _out(model: MultiTaskEncoder, batch, task: str) -> torch.Tensor:
     with torch.no_grad():
         return model(**batch, task=task)
 
@@ -66,7 +66,7 @@ def test_bad_specs_name_the_problem(spec, message):
         parse_layer_sharing(spec, 3)
     assert str(err.value) == message
     with pytest.raises(PalUserError) as err:
-        MultiTaskBert.from_config(TINY, ["a"], layer_sharing=spec)
+        MultiTaskEncoder.from_config(TINY, ["a"], layer_sharing=spec)
     assert str(err.value) == message
 
 
@@ -105,7 +105,9 @@ def test_individual_layers_start_as_the_pretrained_layer_and_step_0_is_the_share
     for task in TASKS:
         assert torch.equal(_out(model, batch, task), _out(shared, batch, task))
     # the slot has no weights of its own: without a task it cannot run
-    with pytest.raises(RuntimeError, match=r"^layer 2 is individual: call MultiTaskBert with task=\.\.\.$"):
+    with pytest.raises(
+        RuntimeError, match=r"^layer 2 is individual: call MultiTaskEncoder with task=\.\.\.$"
+    ):
         model.bert(**batch)
 
 
@@ -142,7 +144,7 @@ def test_all_individual_equals_separate_single_task_models(batch):
     gen = torch.Generator().manual_seed(3)
     steps = [(TASKS[i % 3], torch.randn(3, 7, D, generator=gen)) for i in range(6)]
 
-    def train(model: MultiTaskBert, schedule) -> MultiTaskBert:
+    def train(model: MultiTaskEncoder, schedule) -> MultiTaskEncoder:
         model.bert.embeddings.requires_grad_(False)
         opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
         model.train()
@@ -228,7 +230,7 @@ def test_state_dict_round_trip_and_parameter_names(tmp_path, batch):
 
     model = _model("FIS", adapter={"method": "pals", "size": 8}, num_heads=2, init="random")
     save_file(model.state_dict(), str(tmp_path / "m.safetensors"))  # no shared tensors
-    twin = MultiTaskBert.from_config(TINY_NO_DROPOUT, TASKS, layer_sharing="FIS", size=8, num_heads=2)
+    twin = MultiTaskEncoder.from_config(TINY_NO_DROPOUT, TASKS, layer_sharing="FIS", size=8, num_heads=2)
     twin.load_state_dict(load_file(str(tmp_path / "m.safetensors")))
     for task in TASKS:
         assert torch.equal(_out(twin.eval(), batch, task), _out(model, batch, task))
@@ -296,7 +298,7 @@ def test_task_groups_share_individual_layers_within_a_group_only(batch, tmp_path
 )
 def test_bad_task_groups_name_the_problem(spec, groups, message):
     with pytest.raises(PalUserError) as err:
-        MultiTaskBert.from_config(TINY, TASKS, layer_sharing=spec, task_groups=groups)
+        MultiTaskEncoder.from_config(TINY, TASKS, layer_sharing=spec, task_groups=groups)
     assert str(err.value) == message
 
 

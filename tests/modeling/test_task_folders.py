@@ -20,9 +20,9 @@ def tiny(seed: int, tasks: list | None = None) -> MultiTaskModule:
     torch.manual_seed(seed)
     return MultiTaskModule(
         tasks=tasks or ["sst", "qqp", "sts"],
-        bert_config=TINY_BERT,
+        encoder_config=TINY_BERT,
         adapter={"size": 8, "num_heads": 2, "init": "random"},
-        )
+    )
 
 
 def task_state(module: MultiTaskModule, task: str) -> dict[str, torch.Tensor]:

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.modeling import MultiTaskBert
+from pal_lightning.modeling import MultiTaskEncoder
 from pal_lightning.modeling.task_io.state import (
     choose_tasks,
     encoder_and_heads,
@@ -19,8 +19,8 @@ from pal_lightning.modeling.task_io.weights import match_task_tensors
 from pal_lightning.testing import TINY_BERT_3_LAYERS as TINY
 
 
-def _encoder(**options) -> MultiTaskBert:
-    return MultiTaskBert.from_config(TINY, ["a", "b", "c"], size=8, num_heads=2, **options)
+def _encoder(**options) -> MultiTaskEncoder:
+    return MultiTaskEncoder.from_config(TINY, ["a", "b", "c"], size=8, num_heads=2, **options)
 
 
 def test_choose_tasks_defaults_to_all_and_names_the_unknown_ones():
@@ -37,7 +37,7 @@ def test_model_tasks_lists_the_encoder_tasks_then_head_only_tasks():
     encoder, heads = encoder_and_heads(holder)
     assert encoder is holder.encoder and heads is holder.heads
     assert model_tasks(encoder, heads) == ["a", "b", "c", "extra"]
-    with pytest.raises(PalUserError, match="MultiTaskBert"):
+    with pytest.raises(PalUserError, match="MultiTaskEncoder"):
         encoder_and_heads(nn.Linear(2, 2))
 
 

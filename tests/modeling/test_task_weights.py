@@ -8,7 +8,7 @@ from safetensors.torch import save_file
 from torch import nn
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.modeling import MultiTaskBert, load_task_weights, save_task_weights
+from pal_lightning.modeling import MultiTaskEncoder, load_task_weights, save_task_weights
 from pal_lightning.modeling.task_io.weights import read_task_weights_metadata
 from pal_lightning.testing import TINY_BERT_3_LAYERS as TINY
 
@@ -19,7 +19,7 @@ class _Model(nn.Module):
     def __init__(self, tasks=("a", "b"), heads=True, **pal) -> None:
         super().__init__()
         pal = {"size": 8, "num_heads": 2, "init": "random", **pal}
-        self.encoder = MultiTaskBert.from_config(TINY, list(tasks), **pal)
+        self.encoder = MultiTaskEncoder.from_config(TINY, list(tasks), **pal)
         if heads:
             self.heads = nn.ModuleDict({t: nn.Linear(32, 3) for t in tasks})
 
@@ -75,7 +75,7 @@ def test_loading_a_subset_leaves_other_tasks_alone(tmp_path):
 
 
 def test_encoder_only_round_trip(tmp_path):
-    source = MultiTaskBert.from_config(TINY, ["a"], size=8, num_heads=2, init="random")
+    source = MultiTaskEncoder.from_config(TINY, ["a"], size=8, num_heads=2, init="random")
     path = save_task_weights(source, tmp_path / "enc.safetensors")
     target = _Model(tasks=("a",), heads=False)
     load_task_weights(target, path)
@@ -137,6 +137,8 @@ def test_missing_or_foreign_files(tmp_path):
     with pytest.raises(PalUserError, match="not a pal-lightning"):
         load_task_weights(model, foreign)
     with pytest.raises(PalUserError, match="nothing to save"):
-        save_task_weights(MultiTaskBert.from_config(TINY, ["a"], adapter="none"), tmp_path / "n.safetensors")
-    with pytest.raises(PalUserError, match="MultiTaskBert"):
+        save_task_weights(
+            MultiTaskEncoder.from_config(TINY, ["a"], adapter="none"), tmp_path / "n.safetensors"
+        )
+    with pytest.raises(PalUserError, match="MultiTaskEncoder"):
         save_task_weights(nn.Linear(2, 2), tmp_path / "l.safetensors")

@@ -11,7 +11,7 @@ from transformers import BertConfig, BertModel
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling import (
     AdapterConfig,
-    MultiTaskBert,
+    MultiTaskEncoder,
     load_task_weights,
     parameter_report,
     save_task_weights,
@@ -34,17 +34,17 @@ BERT_BASE = {
 MINILM = {"hidden_size": 384, "num_hidden_layers": 6, "num_attention_heads": 12, "intermediate_size": 1536}
 
 
-def _model(adapter: str, init: str = "random", **kw) -> MultiTaskBert:
+def _model(adapter: str, init: str = "random", **kw) -> MultiTaskEncoder:
     torch.manual_seed(0)
     kw.setdefault("num_heads", 2)
-    return MultiTaskBert.from_config(TINY_NO_DROPOUT, ["a", "b"], adapter=adapter, init=init, **kw).eval()
+    return MultiTaskEncoder.from_config(TINY_NO_DROPOUT, ["a", "b"], adapter=adapter, init=init, **kw).eval()
 
 
 @pytest.mark.parametrize("adapter", ["pff", "pa_on_top"])
 @pytest.mark.parametrize("activation", ["none", "gelu"])
 def test_zero_init_starts_as_the_pretrained_encoder(adapter, activation, batch):
     model = _model(adapter, init="zero", activation=activation)
-    plain = MultiTaskBert.from_config(TINY_NO_DROPOUT, ["a"], adapter="none").eval()
+    plain = MultiTaskEncoder.from_config(TINY_NO_DROPOUT, ["a"], adapter="none").eval()
     plain.bert.load_state_dict(model.bert.state_dict())
     expected = run(plain, batch, "a")
     for task in ("a", "b"):
@@ -53,7 +53,7 @@ def test_zero_init_starts_as_the_pretrained_encoder(adapter, activation, batch):
     assert not torch.allclose(run(_model(adapter, init="random"), batch, "a"), expected, atol=1e-4)
 
 
-def _deeper(model: MultiTaskBert, top: dict[str, torch.Tensor]) -> BertModel:
+def _deeper(model: MultiTaskEncoder, top: dict[str, torch.Tensor]) -> BertModel:
     """A plain (L+1)-layer BertModel: the encoder's L layers, then a layer with the weights ``top``."""
     deeper = BertModel(BertConfig(**{**TINY_NO_DROPOUT, "num_hidden_layers": L + 1}), add_pooling_layer=False)
     state = {k[len("bert.") :]: v for k, v in model.state_dict().items() if k.startswith("bert.")}
@@ -82,15 +82,15 @@ def test_bert_layer_on_top_starts_as_the_last_pretrained_layer_applied_twice(bat
         fresh.attention.self.query.weight, model.bert.encoder.layer[L - 1].attention.self.query.weight
     )
     # drawn with the encoder's initializer_range (BERT's init), not a fixed 0.02
-    wide = MultiTaskBert.from_config(
+    wide = MultiTaskEncoder.from_config(
         {**TINY, "initializer_range": 0.5}, ["a"], adapter="bert_layer_on_top", init="random"
     )
     assert wide.adapters["a"].layer.intermediate.dense.weight.std().item() == pytest.approx(0.5, rel=0.1)
 
 
 def test_bert_layer_on_top_copies_the_pretrained_layer_after_loading():
-    model = MultiTaskBert.from_config(TINY, ["a"], adapter="bert_layer_on_top")
-    donor = MultiTaskBert.from_config(TINY, ["a"], adapter="none")
+    model = MultiTaskEncoder.from_config(TINY, ["a"], adapter="bert_layer_on_top")
+    donor = MultiTaskEncoder.from_config(TINY, ["a"], adapter="none")
     with torch.no_grad():
         for p in donor.bert.parameters():
             p.add_(1.0)
@@ -137,12 +137,12 @@ def test_parameter_counts_equal_hand_formulas():
 def test_paper_sizes_and_the_eight_task_ratios_at_bert_base():
     """Weights per task at BERT-base and MiniLM (hand arithmetic), and the paper's 1.13x / 1.10x."""
     with torch.device("meta"):
-        base = MultiTaskBert.from_config({**BERT_BASE, "vocab_size": 30522}, [f"t{i}" for i in range(8)])
-        top = MultiTaskBert.from_config(
+        base = MultiTaskEncoder.from_config({**BERT_BASE, "vocab_size": 30522}, [f"t{i}" for i in range(8)])
+        top = MultiTaskEncoder.from_config(
             {**BERT_BASE, "vocab_size": 30522}, [f"t{i}" for i in range(8)], adapter="pa_on_top"
         )
     assert parameter_report(top).adapter_weights["t0"] == 2 * 768 * 204 + 6 * 4 * 204**2 == 1_312_128
-    # the paper's encoder count includes the pooler (768 * 768 + 768), which MultiTaskBert leaves out
+    # the paper's encoder count includes the pooler (768 * 768 + 768), which MultiTaskEncoder leaves out
     pooler = 768 * 768 + 768
     for model, paper in ((base, 1.13), (top, 1.10)):
         report = parameter_report(model)

@@ -35,7 +35,7 @@ def module() -> MultiTaskModule:
     bce = TaskSpec(name="binary", num_labels=2, loss="bce", text_columns=("sentence",))
     module = MultiTaskModule(
         tasks=["sst", "qqp", "sts", bce],
-        bert_config=TINY_BERT,
+        encoder_config=TINY_BERT,
         adapter={"size": 8, "num_heads": 2, "init": "random"},
         pair_encoding={"sts": "siamese", "default": "cross"},
     )

@@ -24,9 +24,9 @@ from pal_lightning.testing.batches import FIXED, TinyData, tiny_module
 def _pair(**kw: Any) -> tuple[pl.LightningModule, pl.LightningModule]:
     """An eager and a compiled module with the same weights and no dropout."""
     torch.manual_seed(0)
-    eager = tiny_module(bert_config=without_dropout(TINY_BERT), adapter={"init": "random"}, **kw)
+    eager = tiny_module(encoder_config=without_dropout(TINY_BERT), adapter={"init": "random"}, **kw)
     compiled = tiny_module(
-        bert_config=without_dropout(TINY_BERT), adapter={"init": "random"}, compile="aot_eager", **kw
+        encoder_config=without_dropout(TINY_BERT), adapter={"init": "random"}, compile="aot_eager", **kw
     )
     compiled.load_state_dict(eager.state_dict())
     return eager, compiled
@@ -86,10 +86,10 @@ def test_errors_of_the_model_are_not_taken_for_compile_failures() -> None:
 
 
 def _encoder(adapter: str) -> Any:
-    from pal_lightning.modeling import MultiTaskBert
+    from pal_lightning.modeling import MultiTaskEncoder
 
     torch.manual_seed(0)
-    return MultiTaskBert.from_config(without_dropout(TINY_BERT), ["a", "b"], adapter=adapter).train()
+    return MultiTaskEncoder.from_config(without_dropout(TINY_BERT), ["a", "b"], adapter=adapter).train()
 
 
 def _batch(size: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -148,7 +148,7 @@ def test_compile_mode_is_checked_against_torch_and_the_backend() -> None:
     with pytest.raises(
         PalUserError, match="compile_mode 'reduce-overhead' is set but model.compile is false"
     ):
-        tiny_module(bert_config=TINY_BERT, compile_mode="reduce-overhead")
+        tiny_module(encoder_config=TINY_BERT, compile_mode="reduce-overhead")
 
 
 def test_compile_mode_reaches_torch_compile(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -161,7 +161,7 @@ def test_compile_mode_reaches_torch_compile(monkeypatch: pytest.MonkeyPatch) -> 
         return module
 
     monkeypatch.setattr(torch, "compile", fake_compile)
-    module = tiny_module(bert_config=TINY_BERT, compile=True, compile_mode="reduce-overhead")
+    module = tiny_module(encoder_config=TINY_BERT, compile=True, compile_mode="reduce-overhead")
     assert module.hparams["compile_mode"] == "reduce-overhead"
     ids, mask = _batch(2, 8)
     module._encoder_call(ids, mask, task="sst")
@@ -181,7 +181,7 @@ def test_cuda_graphs_over_unbucketed_lengths_warn_at_setup() -> None:
     assert cuda_graph_padding_warning("max-autotune-no-cudagraphs", 1, on_cuda=True) is None
     assert cuda_graph_padding_warning(None, 1, on_cuda=True) is None
 
-    module = tiny_module(bert_config=TINY_BERT, compile=True, compile_mode="reduce-overhead")
+    module = tiny_module(encoder_config=TINY_BERT, compile=True, compile_mode="reduce-overhead")
 
     def attach(pad: int, device: str, global_zero: bool = True) -> None:
         module._trainer = SimpleNamespace(  # type: ignore[assignment]

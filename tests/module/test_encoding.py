@@ -51,7 +51,9 @@ def test_encode_equals_a_manual_forward_and_mean_pooling(module: MultiTaskModule
 
 def test_a_tasks_modules_change_the_vectors_and_none_is_the_shared_encoder() -> None:
     torch.manual_seed(0)
-    zero = MultiTaskModule(tasks=["sst", "qqp"], bert_config=TINY_BERT, adapter={"size": 8, "num_heads": 2})
+    zero = MultiTaskModule(
+        tasks=["sst", "qqp"], encoder_config=TINY_BERT, adapter={"size": 8, "num_heads": 2}
+    )
     plain = zero.encode(SENTENCES)
     # PALs start at zero: every task's vectors are the shared encoder's
     np.testing.assert_allclose(zero.encode(SENTENCES, task="sst"), plain, atol=1e-6)
@@ -138,7 +140,7 @@ def module_of(method: str, sharing: str | None = "SI") -> MultiTaskModule:
     torch.manual_seed(0)
     module = MultiTaskModule(
         tasks=TASK_LIST,
-        bert_config=without_dropout(tiny_bert_config(vocab_size=100, max_positions=64)),
+        encoder_config=without_dropout(tiny_bert_config(vocab_size=100, max_positions=64)),
         adapter={"method": method, **SIZES[method]},
         layer_sharing=sharing,
         pair_encoding={"sts": "siamese", "default": "cross"},

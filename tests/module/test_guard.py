@@ -59,7 +59,7 @@ def test_nonfinite_steps_are_skipped_then_stop_with_the_last_checkpoint_intact(t
         bad_steps=(3, *range(5, 20)),
         max_nonfinite_steps=2,
         tasks=("sst", "qqp", "sts"),
-        bert_config=tiny_module().hparams.bert_config,
+        encoder_config=tiny_module().hparams.encoder_config,
         adapter={"num_heads": 2},
         pair_encoding={"sts": "siamese", "default": "cross"},
         lr=1e-3,
@@ -99,7 +99,11 @@ def test_max_nonfinite_steps_must_be_positive() -> None:
 
 
 def _checkpoint(module: MultiTaskModule, optimizer: bool = False) -> dict[str, Any]:
-    out: dict[str, Any] = {VERSION_KEY: __version__, "hyper_parameters": dict(module.hparams), "state_dict": module.state_dict()}
+    out: dict[str, Any] = {
+        VERSION_KEY: __version__,
+        "hyper_parameters": dict(module.hparams),
+        "state_dict": module.state_dict(),
+    }
     if optimizer:
         out["optimizer_states"] = [{"state": {}, "param_groups": []}]
     return out
@@ -161,10 +165,15 @@ def test_checkpoint_with_other_pooling_pair_encoding_or_placement_is_refused(
 def test_checkpoint_of_another_pretrained_encoder_is_refused() -> None:
     """A real encoder (the offline all-MiniLM-L6-v2): a checkpoint naming another one does not fit."""
     module = MultiTaskModule(tasks=("sst",), adapter={"size": 8, "num_heads": 2})
-    saved = {VERSION_KEY: __version__, "hyper_parameters": {**dict(module.hparams), "encoder": "bert-base-uncased"}}
+    saved = {
+        VERSION_KEY: __version__,
+        "hyper_parameters": {**dict(module.hparams), "encoder": "bert-base-uncased"},
+    }
     with pytest.raises(PalUserError, match=r"encoder is 'bert-base-uncased' in the checkpoint but '.*MiniLM"):
         module.on_load_checkpoint(saved)
-    module.on_load_checkpoint({VERSION_KEY: __version__, "hyper_parameters": dict(module.hparams)})  # its own name fits
+    module.on_load_checkpoint(
+        {VERSION_KEY: __version__, "hyper_parameters": dict(module.hparams)}
+    )  # its own name fits
 
 
 def test_a_checkpoint_records_its_version_and_another_series_is_refused_by_name() -> None:
@@ -173,7 +182,10 @@ def test_a_checkpoint_records_its_version_and_another_series_is_refused_by_name(
     module.on_save_checkpoint(checkpoint)
     assert checkpoint[VERSION_KEY] == __version__
     module.on_load_checkpoint(checkpoint)  # its own version reads
-    for saved, named in (("0.0.9", "pal-lightning 0.0.9"), (None, "a pal-lightning version that did not record itself")):
+    for saved, named in (
+        ("0.0.9", "pal-lightning 0.0.9"),
+        (None, "a pal-lightning version that did not record itself"),
+    ):
         old = {**checkpoint, VERSION_KEY: saved}
         with pytest.raises(PalUserError, match=f"written by {named}.*no compatibility promise before 1.0"):
             module.on_load_checkpoint(old)
@@ -184,7 +196,7 @@ def test_a_checkpoint_records_its_version_and_another_series_is_refused_by_name(
 
 KW = dict(
     tasks=("sst", "qqp", "sts"),
-    bert_config=TINY_BERT,
+    encoder_config=TINY_BERT,
     adapter={"num_heads": 2},
     pair_encoding={"sts": "siamese", "default": "cross"},
     lr=1e-3,

@@ -23,7 +23,11 @@ TASKS = ["sst", "qqp", "sts"]
 
 def tiny(**kw: Any) -> MultiTaskModule:
     args: dict[str, Any] = dict(
-        tasks=TASKS, bert_config=TINY_BERT, adapter={"size": 8, "num_heads": 2}, pair_encoding="siamese", head_lr=1e-2
+        tasks=TASKS,
+        encoder_config=TINY_BERT,
+        adapter={"size": 8, "num_heads": 2},
+        pair_encoding="siamese",
+        head_lr=1e-2,
     )
     args.update(kw)
     return MultiTaskModule(**args)

@@ -191,7 +191,7 @@ def test_hyperparameters_saved_and_rebuild() -> None:
     hp = dict(module.hparams)
     assert hp["tasks"] == ["sst", {**hp["tasks"][1], "name": "toy"}]
     assert isinstance(hp["tasks"][1], dict) and hp["tasks"][1]["kind"] == "single_classification"
-    assert hp["lr"] == 1e-4 and hp["bert_config"] == TINY_BATCH_BERT
+    assert hp["lr"] == 1e-4 and hp["encoder_config"] == TINY_BATCH_BERT
     rebuilt = MultiTaskModule(**hp)
     assert rebuilt.task_specs["toy"] == custom
 
@@ -233,7 +233,10 @@ class CustomModule(MultiTaskModule):
 
 def test_subclass_replaces_head_and_loss() -> None:
     module = CustomModule(
-        tasks=("sst", "sts"), bert_config=TINY_BATCH_BERT, adapter={"num_heads": 2}, pair_encoding=PAIR_ENCODING
+        tasks=("sst", "sts"),
+        encoder_config=TINY_BATCH_BERT,
+        adapter={"num_heads": 2},
+        pair_encoding=PAIR_ENCODING,
     )
     assert isinstance(module.heads["sst"], MLPHead)
     assert any(n.startswith("heads.sst.net.") for n, _ in module.named_parameters())

@@ -28,7 +28,7 @@ def tiny_module(**kwargs: object) -> MultiTaskModule:
     torch.manual_seed(0)
     kwargs.setdefault("tasks", ["sst", "qqp", "sts"])
     return MultiTaskModule(
-        bert_config=TINY_BERT,
+        encoder_config=TINY_BERT,
         adapter={"size": 8, "num_heads": 2, "init": "random"},
         # non-zero adapters, so that a lost adapter weight changes the outputs
         pair_encoding={"sts": "siamese", "default": "cross"},
@@ -71,7 +71,7 @@ def test_round_trip_gives_identical_outputs_and_a_complete_folder(tmp_path: Path
     own, theirs = module.state_dict(), loaded.state_dict()
     assert own.keys() == theirs.keys()
     assert all(torch.equal(own[k], theirs[k]) for k in own)
-    assert loaded.hparams.bert_config == TINY_BERT  # the hyper-parameters are the saved module's
+    assert loaded.hparams.encoder_config == TINY_BERT  # the hyper-parameters are the saved module's
 
 
 def test_a_new_process_loads_with_no_configuration(tmp_path: Path) -> None:

@@ -47,7 +47,10 @@ def _pair_skips(ids: torch.Tensor, mask: torch.Tensor) -> set[tuple[int, int]]:
     n = len(ids)
     tokens = [ids[r][mask[r].bool()].tolist() for r in range(n)]
     return {
-        (i, j) for i in range(n) for j in range(n) if i != j and (abs(i - j) == n // 2 or tokens[i] == tokens[j])
+        (i, j)
+        for i in range(n)
+        for j in range(n)
+        if i != j and (abs(i - j) == n // 2 or tokens[i] == tokens[j])
     }
 
 
@@ -218,7 +221,9 @@ def test_gem_memories_use_the_task_loss_without_simcse(tmp_path, monkeypatch) ->
     monkeypatch.setattr(MultiTaskModule, "simcse_loss", spy)
     monkeypatch.setattr(MultiTaskModule, "batch_loss", spy_batch_loss)
     pl.seed_everything(0, verbose=False)
-    model = MultiTaskModule(bert_config=TINY_BERT, adapter={"size": 8, "num_heads": 2}, simcse=SimCSEConfig())
+    model = MultiTaskModule(
+        encoder_config=TINY_BERT, adapter={"size": 8, "num_heads": 2}, simcse=SimCSEConfig()
+    )
     data = MultiTaskDataModule(
         data_dir=str(write_cs224n_data(tmp_path / "data")), cache_dir=False, batch_size=4, max_length=32
     )

@@ -95,7 +95,7 @@ def test_eval_mode_restores_each_submodules_own_mode() -> None:
 
 def _hparams(**kw: Any) -> dict[str, Any]:
     adapter = AdapterConfig(size=8, num_heads=2).replace(**kw.pop("adapter", {}))
-    hp: dict[str, Any] = dict(encoder="some/encoder", bert_config=None, adapter=adapter.to_dict())
+    hp: dict[str, Any] = dict(encoder="some/encoder", encoder_config=None, adapter=adapter.to_dict())
     hp.update(freeze_encoder=False, tasks=["sst", "qqp"])
     hp.update(kw)
     return hp
@@ -104,7 +104,9 @@ def _hparams(**kw: Any) -> dict[str, Any]:
 def test_checkpoint_differences_name_shape_options_not_starting_values() -> None:
     ours = _hparams()
     saved = _hparams(adapter={"num_heads": 4, "init": "random"})
-    assert checkpoint_differences(saved, ours, [SST, QQP]) == ["adapter.num_heads is 4 in the checkpoint but 2 here"]
+    assert checkpoint_differences(saved, ours, [SST, QQP]) == [
+        "adapter.num_heads is 4 in the checkpoint but 2 here"
+    ]
 
 
 def test_checkpoint_differences_tasks_order_matters_only_when_resuming() -> None:
@@ -123,12 +125,14 @@ def test_checkpoint_differences_tasks_order_matters_only_when_resuming() -> None
 
 
 def test_checkpoint_differences_ignore_the_encoder_name_of_a_random_encoder_and_tuple_vs_list() -> None:
-    ours = _hparams(bert_config={"hidden_size": 32}, task_groups=(("sst", "qqp"),))
-    saved = _hparams(encoder="another/encoder", bert_config={"hidden_size": 32}, task_groups=[["sst", "qqp"]])
+    ours = _hparams(encoder_config={"hidden_size": 32}, task_groups=(("sst", "qqp"),))
+    saved = _hparams(
+        encoder="another/encoder", encoder_config={"hidden_size": 32}, task_groups=[["sst", "qqp"]]
+    )
     assert checkpoint_differences(saved, ours, [SST, QQP]) == []
-    saved["bert_config"] = {"hidden_size": 64}
+    saved["encoder_config"] = {"hidden_size": 64}
     assert checkpoint_differences(saved, ours, [SST, QQP]) == [
-        "bert_config is {'hidden_size': 64} in the checkpoint but {'hidden_size': 32} here"
+        "encoder_config is {'hidden_size': 64} in the checkpoint but {'hidden_size': 32} here"
     ]
 
 

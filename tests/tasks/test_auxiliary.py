@@ -38,7 +38,7 @@ def write_cfimdb(root: Path, n_train: int = 12, n_dev: int = 9) -> None:
 def tiny(tasks: list[str], **kw: object) -> MultiTaskModule:
     return MultiTaskModule(
         tasks=tasks,
-        bert_config=TINY_BERT,
+        encoder_config=TINY_BERT,
         adapter={"size": 8, "num_heads": 2},
         dropout=0.0,
         pair_encoding="siamese",
@@ -275,7 +275,9 @@ def test_snli_overlay_trains_as_an_auxiliary_task(tmp_path: Path) -> None:
     write_snli_copy(tmp_path / "snli")
     (snli,) = [t for t in overlay_tasks("aux_snli.yaml") if t.name == "snli"]
     tasks = ["sst", snli.replace(hf_path=str(tmp_path / "snli"))]
-    model = MultiTaskModule(tasks=tasks, bert_config=TINY_BERT, adapter={"size": 8, "num_heads": 2}, auxiliary=["snli"])
+    model = MultiTaskModule(
+        tasks=tasks, encoder_config=TINY_BERT, adapter={"size": 8, "num_heads": 2}, auxiliary=["snli"]
+    )
     dm = MultiTaskDataModule(tasks=tasks, data_dir=data, batch_size=2, steps_per_epoch=3, cache_dir=False)
     trainer = quiet_trainer(max_steps=3)
     trainer.fit(model, datamodule=dm)

@@ -1,4 +1,4 @@
-"""How :class:`~pal_lightning.modeling.encoder.MultiTaskBert` is built, merged, and its parameters by role."""
+"""How :class:`~pal_lightning.modeling.encoder.MultiTaskEncoder` is built, merged, and its parameters by role."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from pal_lightning.modeling.methods import AdapterConfig, MergeableModule
 from pal_lightning.tasks.specs import repeated_names, task_name_of
 
 if TYPE_CHECKING:
-    from pal_lightning.modeling.encoder import MultiTaskBert
+    from pal_lightning.modeling.encoder import MultiTaskEncoder
 
 
 def parameter_safe_names(tasks: Sequence[Any] | str) -> list[str]:
@@ -26,7 +26,7 @@ def parameter_safe_names(tasks: Sequence[Any] | str) -> list[str]:
     no task, a task listed twice or a name that cannot be a parameter name."""
     names = [task_name_of(t) for t in ([tasks] if isinstance(tasks, str) else tasks)]
     if not names:
-        raise PalUserError("MultiTaskBert needs at least one task; pass tasks=['sst', ...].")
+        raise PalUserError("MultiTaskEncoder needs at least one task; pass tasks=['sst', ...].")
     for name in names:
         if not name or "." in name or hasattr(nn.ModuleDict(), name):
             raise PalUserError(
@@ -39,7 +39,7 @@ def parameter_safe_names(tasks: Sequence[Any] | str) -> list[str]:
     return names
 
 
-def encoder_config(config: PretrainedConfig | Mapping[str, Any]) -> PretrainedConfig:
+def as_encoder_config(config: PretrainedConfig | Mapping[str, Any]) -> PretrainedConfig:
     """A copy of ``config`` (or of the config a mapping describes; ``model_type`` defaults to BERT). Raises
     ``PalUserError`` for a decoder config or a model type no family wires."""
     if isinstance(config, Mapping):
@@ -52,7 +52,7 @@ def encoder_config(config: PretrainedConfig | Mapping[str, Any]) -> PretrainedCo
     family_of(config)
     if getattr(config, "is_decoder", False) or getattr(config, "add_cross_attention", False):
         raise PalUserError(
-            "MultiTaskBert needs an encoder config: set is_decoder=False and no cross-attention."
+            "MultiTaskEncoder needs an encoder config: set is_decoder=False and no cross-attention."
         )
     if not hasattr(config, "intermediate_size") and hasattr(config, "hidden_dim"):
         config.intermediate_size = config.hidden_dim  # DistilBERT's name for the FFN width
@@ -131,7 +131,7 @@ def task_adapters(
     return adapters
 
 
-def hook_layers(encoder: MultiTaskBert) -> None:
+def hook_layers(encoder: MultiTaskEncoder) -> None:
     """Hook every layer of ``encoder`` (shared ones and copies) where its method acts."""
     where = encoder.adapter_config.adapter_method.where
     sites = sorted({site for adapter in encoder.adapters.values() for site in getattr(adapter, "sites", ())})
@@ -143,8 +143,8 @@ def hook_layers(encoder: MultiTaskBert) -> None:
             where.place(layer, index, encoder.family, encoder.wiring, sites)
 
 
-def merge_adapter(encoder: MultiTaskBert, task: str) -> None:
-    """Fold ``task``'s module into the weights of the layers it acts in (:meth:`MultiTaskBert.merge`). Raises
+def merge_adapter(encoder: MultiTaskEncoder, task: str) -> None:
+    """Fold ``task``'s module into the weights of the layers it acts in (:meth:`MultiTaskEncoder.merge`). Raises
     ``PalUserError`` for a method whose modules are not a ``MergeableModule``."""
     adapter = encoder.adapters[task]
     if not isinstance(adapter, MergeableModule):
@@ -160,14 +160,14 @@ def merge_adapter(encoder: MultiTaskBert, task: str) -> None:
 
 
 class TaskParameters:
-    """The encoder's parameters by role (shared, per task, pretrained, new); mixed into :class:`MultiTaskBert`."""
+    """The encoder's parameters by role (shared, per task, pretrained, new); mixed into :class:`MultiTaskEncoder`."""
 
     bert: PreTrainedModel
     individual: nn.ModuleDict
     adapters: nn.ModuleDict
     task_group: dict[str, str]
 
-    def check_task(self, task: str) -> None:  # pragma: no cover - MultiTaskBert's
+    def check_task(self, task: str) -> None:  # pragma: no cover - MultiTaskEncoder's
         raise NotImplementedError
 
     def pretrained_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:

@@ -1,4 +1,4 @@
-"""The forwards of :class:`~pal_lightning.modeling.encoder.MultiTaskBert` and the calls its hooks read."""
+"""The forwards of :class:`~pal_lightning.modeling.encoder.MultiTaskEncoder` and the calls its hooks read."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from pal_lightning.modeling.methods.pals import additive_mask, scores_dtype
 
 
 class RoutedForward(TaskParameters):
-    """The forwards of :class:`MultiTaskBert` (one task, or rows of several: ``tasks=``) and the calls its
-    hooks read; mixed into :class:`MultiTaskBert`, which sets the attributes below."""
+    """The forwards of :class:`MultiTaskEncoder` (one task, or rows of several: ``tasks=``) and the calls its
+    hooks read; mixed into :class:`MultiTaskEncoder`, which sets the attributes below."""
 
     family: EncoderFamily
     wiring: Wiring
@@ -76,7 +76,7 @@ class RoutedForward(TaskParameters):
     ) -> torch.Tensor:
         if tasks is None or task is not None:
             raise PalUserError(
-                "MultiTaskBert needs the rows' task: task='sst' for every row, or tasks=[...] with one per "
+                "MultiTaskEncoder needs the rows' task: task='sst' for every row, or tasks=[...] with one per "
                 "row (not both)."
             )
         routing = tasks if isinstance(tasks, TaskRouting) else self.route(tasks, input_ids.device)
@@ -125,10 +125,12 @@ class RoutedForward(TaskParameters):
 
     def mixed_task_call(self, routing: TaskRouting, attention_mask: torch.Tensor | None) -> TaskCall | None:
         """The hooks' call for ``routing``'s rows sorted by task (``None``: nothing task-specific)."""
-        pal_mask = self._pal_mask(attention_mask)
+        attention_bias = self._attention_bias(attention_mask)
         segments = [
             Segment(
-                start, stop, self._call_with_mask(task, None if pal_mask is None else pal_mask[start:stop])
+                start,
+                stop,
+                self._call_with_mask(task, None if attention_bias is None else attention_bias[start:stop]),
             )
             for task, start, stop in routing.slices()
         ]
@@ -143,20 +145,22 @@ class RoutedForward(TaskParameters):
 
     def task_call(self, task: str, attention_mask: torch.Tensor | None) -> TaskCall | None:
         """The hooks' call for one forward of ``task`` (``None``: nothing task-specific)."""
-        return self._call_with_mask(task, self._pal_mask(attention_mask) if task in self.adapters else None)
+        return self._call_with_mask(
+            task, self._attention_bias(attention_mask) if task in self.adapters else None
+        )
 
-    def _pal_mask(self, attention_mask: torch.Tensor | None) -> torch.Tensor | None:
+    def _attention_bias(self, attention_mask: torch.Tensor | None) -> torch.Tensor | None:
         if not len(self.adapters) or not self.adapter_config.adapter_method.where.reads_mask:
             return None
         weight = self.bert.get_input_embeddings().weight
         assert isinstance(weight, torch.Tensor)
         return additive_mask(attention_mask, scores_dtype(weight.dtype, weight.device))
 
-    def _call_with_mask(self, task: str, pal_mask: torch.Tensor | None) -> TaskCall | None:
+    def _call_with_mask(self, task: str, attention_bias: torch.Tensor | None) -> TaskCall | None:
         adapter = self.adapters[task] if task in self.adapters else None
         individual = self._copies_of(task)
         if adapter is None and individual is None:
             return None
-        mask = pal_mask if adapter is not None else None
+        mask = attention_bias if adapter is not None else None
         where = self.adapter_config.adapter_method.where
         return where.call(adapter, self.adapter_layers, self.num_layers, mask, individual)

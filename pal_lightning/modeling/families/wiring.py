@@ -314,7 +314,7 @@ class IndividualLayerSlot(nn.Module):
         if call is not None and call.parts:
             return self.mixed(wiring, call, args, kwargs)
         if call is None or call.individual is None:
-            raise RuntimeError(f"layer {self.layer_index} is individual: call MultiTaskBert with task=...")
+            raise RuntimeError(f"layer {self.layer_index} is individual: call MultiTaskEncoder with task=...")
         return call.individual[str(self.layer_index)](*args, **kwargs)
 
     def mixed(self, wiring: Wiring, call: TaskCall, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

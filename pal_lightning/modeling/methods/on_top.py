@@ -64,26 +64,26 @@ class ProjectedAttentionOnTop(nn.Module):
             zero_linears(self.up)
 
     def forward(
-        self, hidden: torch.Tensor, run_layer: LayerRunner, pal_mask: torch.Tensor | None
+        self, hidden: torch.Tensor, run_layer: LayerRunner, attention_bias: torch.Tensor | None
     ) -> torch.Tensor:
         """The task's output from the last layer's ``hidden`` (``run_layer`` is unused)."""
         x = self.down(hidden)
         for block in self.blocks:
-            x = block(x, pal_mask)
+            x = block(x, attention_bias)
         x = self.up(x)
         return hidden + (F.gelu(x) if self.gelu_after_up else x)
 
 
 class BertLayerOnTop(nn.Module):
     """``bert_layer_on_top`` for one task (a :class:`~pal_lightning.modeling.methods.where.TopModule`): a
-    ``layer`` of the encoder's family (``bert_config``) after the last one (``layer_index``)."""
+    ``layer`` of the encoder's family (``encoder_config``) after the last one (``layer_index``)."""
 
-    def __init__(self, config: AdapterConfig, bert_config: PretrainedConfig, layer_index: int) -> None:
+    def __init__(self, config: AdapterConfig, encoder_config: PretrainedConfig, layer_index: int) -> None:
         super().__init__()
         # a pre-LN family's layer index picks its attention kind (ModernBERT); the last layer's kind
-        self.layer = family_of(bert_config).new_layer(bert_config, layer_index - 1)
+        self.layer = family_of(encoder_config).new_layer(encoder_config, layer_index - 1)
         self.init = config.init
-        self.initializer_range = float(getattr(bert_config, "initializer_range", INIT_STD))
+        self.initializer_range = float(getattr(encoder_config, "initializer_range", INIT_STD))
         self.reset_parameters()
 
     @torch.no_grad()
@@ -98,7 +98,7 @@ class BertLayerOnTop(nn.Module):
             self.layer.load_state_dict(last_layer.state_dict())
 
     def forward(
-        self, hidden: torch.Tensor, run_layer: LayerRunner, pal_mask: torch.Tensor | None
+        self, hidden: torch.Tensor, run_layer: LayerRunner, attention_bias: torch.Tensor | None
     ) -> torch.Tensor:
         """``Layer_t(hidden)``, with the arguments the encoder's last layer received."""
         return run_layer(self.layer, hidden)

@@ -33,7 +33,7 @@ from pal_lightning.modeling.families.wiring import (
 
 @runtime_checkable
 class BesideModule(Protocol):
-    """A task's module beside the layers: ``module(layer, hidden [B, T, d], pal_mask) -> [B, T, d]``."""
+    """A task's module beside the layers: ``module(layer, hidden [B, T, d], attention_bias) -> [B, T, d]``."""
 
     layers: tuple[int, ...]
 
@@ -53,18 +53,18 @@ class InsideModule(Protocol):
 @runtime_checkable
 class MergeableModule(InsideModule, Protocol):
     """An :class:`InsideModule` linear in x: ``weight_delta(layer, site)`` is the ``[out, in]`` matrix that
-    ``MultiTaskBert.merge`` adds to the site's weight."""
+    ``MultiTaskEncoder.merge`` adds to the site's weight."""
 
     def weight_delta(self, layer: int, site: str) -> torch.Tensor: ...
 
 
 @runtime_checkable
 class TopModule(Protocol):
-    """A task's block after the last layer: ``module(hidden, run_layer, pal_mask) -> [B, T, d]``;
+    """A task's block after the last layer: ``module(hidden, run_layer, attention_bias) -> [B, T, d]``;
     ``run_layer(layer, h)`` runs an encoder layer with the arguments the last layer received."""
 
     def __call__(
-        self, hidden: torch.Tensor, run_layer: LayerRunner, pal_mask: torch.Tensor | None
+        self, hidden: torch.Tensor, run_layer: LayerRunner, attention_bias: torch.Tensor | None
     ) -> torch.Tensor: ...
 
 

@@ -11,7 +11,7 @@ from torch import nn
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.files import atomic_write_text
-from pal_lightning.modeling.encoder import MultiTaskBert
+from pal_lightning.modeling.encoder import MultiTaskEncoder
 from pal_lightning.modeling.task_io.state import (
     adapter_signature,
     choose_tasks,
@@ -51,7 +51,7 @@ def save_task_folders(
     return written
 
 
-def task_folder_config(obj: nn.Module, encoder: MultiTaskBert, task: str) -> dict[str, object]:
+def task_folder_config(obj: nn.Module, encoder: MultiTaskEncoder, task: str) -> dict[str, object]:
     """The ``config.json`` of ``task``'s folder: its specification, labels, adapter shape and encoder."""
     from pal_lightning.core.version import __version__
 

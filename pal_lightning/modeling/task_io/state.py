@@ -1,4 +1,4 @@
-"""What belongs to one task in a :class:`MultiTaskBert` (or a module holding ``.encoder`` and ``.heads``):
+"""What belongs to one task in a :class:`MultiTaskEncoder` (or a module holding ``.encoder`` and ``.heads``):
 its adapter, its (group's) individual layers and its head."""
 
 from __future__ import annotations
@@ -9,27 +9,27 @@ import torch
 from torch import nn
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.modeling.encoder import ADAPTERS_PREFIX, INDIVIDUAL_PREFIX, MultiTaskBert
+from pal_lightning.modeling.encoder import ADAPTERS_PREFIX, INDIVIDUAL_PREFIX, MultiTaskEncoder
 
 HEADS_PREFIX = "heads"
 """State-dict prefix of the task heads of a module holding ``.encoder`` and ``.heads``."""
 
 
-def encoder_and_heads(obj: nn.Module) -> tuple[MultiTaskBert, nn.ModuleDict | None]:
+def encoder_and_heads(obj: nn.Module) -> tuple[MultiTaskEncoder, nn.ModuleDict | None]:
     """The encoder of ``obj`` (itself or its ``.encoder``) and its ``.heads`` (or ``None``). Raises
-    ``PalUserError`` when ``obj`` neither is nor holds a :class:`MultiTaskBert`."""
-    if isinstance(obj, MultiTaskBert):
+    ``PalUserError`` when ``obj`` neither is nor holds a :class:`MultiTaskEncoder`."""
+    if isinstance(obj, MultiTaskEncoder):
         return obj, None
     encoder = getattr(obj, "encoder", None)
-    if not isinstance(encoder, MultiTaskBert):
+    if not isinstance(encoder, MultiTaskEncoder):
         raise PalUserError(
-            f"Expected a MultiTaskBert or a module with an `.encoder` MultiTaskBert, got {type(obj).__name__}."
+            f"Expected a MultiTaskEncoder or a module with an `.encoder` MultiTaskEncoder, got {type(obj).__name__}."
         )
     heads = getattr(obj, "heads", None)
     return encoder, heads if isinstance(heads, nn.ModuleDict) else None
 
 
-def model_tasks(encoder: MultiTaskBert, heads: nn.ModuleDict | None) -> list[str]:
+def model_tasks(encoder: MultiTaskEncoder, heads: nn.ModuleDict | None) -> list[str]:
     """The encoder's tasks in order, then any task that only has a head."""
     tasks = list(encoder.task_names)
     if heads is not None:
@@ -50,13 +50,13 @@ def choose_tasks(tasks: str | Sequence[str] | None, available: Sequence[str], wh
     return chosen
 
 
-def task_prefixes(encoder: MultiTaskBert, task: str) -> tuple[str, str, str]:
+def task_prefixes(encoder: MultiTaskEncoder, task: str) -> tuple[str, str, str]:
     """The state-dict prefixes of ``task``'s adapter, group's individual layers and head."""
     group = encoder.task_group.get(task, task)
     return f"{ADAPTERS_PREFIX}.{task}.", f"{INDIVIDUAL_PREFIX}.{group}.", f"{HEADS_PREFIX}.{task}."
 
 
-def task_state(encoder: MultiTaskBert, heads: nn.ModuleDict | None, task: str) -> dict[str, torch.Tensor]:
+def task_state(encoder: MultiTaskEncoder, heads: nn.ModuleDict | None, task: str) -> dict[str, torch.Tensor]:
     """The live tensors of ``task``'s adapter, individual layers and head."""
     adapter, individual, head = task_prefixes(encoder, task)
     group = encoder.task_group.get(task, task)
@@ -70,7 +70,7 @@ def task_state(encoder: MultiTaskBert, heads: nn.ModuleDict | None, task: str) -
     return state
 
 
-def adapter_signature(encoder: MultiTaskBert) -> dict[str, object]:
+def adapter_signature(encoder: MultiTaskEncoder) -> dict[str, object]:
     """The shape-relevant adapter options and individual layers: equal signatures mean task weights fit."""
     cfg = encoder.adapter_config
     signature: dict[str, object] = cfg.adapter_method.signature(
@@ -84,6 +84,6 @@ def adapter_signature(encoder: MultiTaskBert) -> dict[str, object]:
     return signature
 
 
-def encoder_source(encoder: MultiTaskBert) -> str:
+def encoder_source(encoder: MultiTaskEncoder) -> str:
     """The name or path the encoder was loaded from (``""`` for a random one)."""
     return str(getattr(encoder.config, "name_or_path", "") or "")
