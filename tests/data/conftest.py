@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -36,24 +34,23 @@ def tokenizer():
 
 @pytest.fixture
 def serve_hub(monkeypatch: pytest.MonkeyPatch):
-    """``serve_hub(local)`` makes ``datasets.load_dataset`` read a hub id from ``local(path, name)`` (the
-    arguments of the real call, or ``None``: the id fails as offline); local files and folders as they are."""
+    """``serve_hub(local)``: ``datasets.load_dataset`` reads a hub id as ``local(path, name)`` says (the real
+    call's arguments; ``None``: offline), local files and folders as they are."""
     datasets = pytest.importorskip("datasets")
-    from pal_lightning.data.sources import hf as hf_sources
+    from pal_lightning.data.sources.hf import clear_loaded
 
     real = datasets.load_dataset
 
-    def serve(local: Callable[[str, str | None], tuple[Any, ...] | None]) -> None:
-        def load_dataset(path: str, name: str | None = None, **kwargs: Any) -> Any:
-            if path in ("csv", "json", "parquet") or Path(path).is_dir():
-                return real(path, name, **kwargs)
-            found = local(path, name)
+    def serve(local):
+        def load_dataset(path, name=None, **kwargs):
+            files = path in ("csv", "json", "parquet") or Path(path).is_dir()
+            found = (path, name) if files else local(path, name)
             if found is None:
                 raise ConnectionError(f"Couldn't reach '{path}' on the Hub (LocalEntryNotFoundError)")
             return real(*found, **kwargs)
 
         monkeypatch.setattr(datasets, "load_dataset", load_dataset)
-        hf_sources.clear_loaded()
+        clear_loaded()
 
     yield serve
-    hf_sources.clear_loaded()
+    clear_loaded()
