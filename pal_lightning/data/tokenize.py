@@ -192,8 +192,8 @@ def save_cached(path: Path, data: TokenizedSplit) -> None:
         arrays[f"input_ids{side}"] = enc.input_ids
         arrays[f"token_type_ids{side}"] = enc.token_type_ids
         arrays[f"offsets{side}"] = enc.offsets
-    meta = {"task": data.task, "split": data.split, "rows": data.rows, "bad_rows": data.bad_rows}
-    meta.update({"source": data.source, "sides": list(data.encodings)})
+    meta = {f: getattr(data, f) for f in ("task", "split", "rows", "bad_rows", "source")}
+    meta["sides"] = list(data.encodings)
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     with atomic_write(path, "wb") as f:
         # numeric arrays only, never pickled (naming allow_pickle also keeps mypy from matching **arrays to it)
@@ -229,15 +229,9 @@ def load_cached(path: Path) -> TokenizedSplit | None:
             }
             labels = z["labels"] if "labels" in z.files else None
             bad = [tuple(b) for b in meta["bad_rows"]]
+            ids, source = z["ids"], meta.get("source", "")
             data = TokenizedSplit(
-                meta["task"],
-                meta["split"],
-                z["ids"],
-                labels,
-                encodings,
-                int(meta["rows"]),
-                bad,
-                meta.get("source", ""),
+                meta["task"], meta["split"], ids, labels, encodings, int(meta["rows"]), bad, source
             )
         check_consistent(data)
         return data

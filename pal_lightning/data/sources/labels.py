@@ -42,9 +42,5 @@ def describe_names(names: Sequence[str]) -> str:
 
 def name_index(value: Any, names: Sequence[str]) -> int | None:
     """The class index of a label given by name, or ``None``."""
-    if not names or not isinstance(value, str):
-        return None
-    try:
-        return list(names).index(value.strip())
-    except ValueError:
-        return None
+    stripped = value.strip() if isinstance(value, str) else ""
+    return list(names).index(stripped) if stripped and stripped in names else None

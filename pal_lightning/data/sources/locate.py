@@ -35,9 +35,7 @@ class Location:
 
 def resolve_data_dir(data_dir: str | os.PathLike[str] | None) -> Path:
     """The data directory: the argument, else ``$PAL_DATA_DIR``, else ``./data``; ``demo``: the packaged demo."""
-    value = str(data_dir) if data_dir is not None and str(data_dir) != "" else None
-    if value is None:
-        value = os.environ.get("PAL_DATA_DIR", "").strip() or "data"
+    value = str(data_dir or "") or os.environ.get("PAL_DATA_DIR", "").strip() or "data"
     return demo_data_dir() if value == DEMO_DATA else Path(value).expanduser()
 
 

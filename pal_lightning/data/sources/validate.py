@@ -210,8 +210,17 @@ def check_bad_rows(
 ) -> None:
     """Stop when more than ``max_fraction`` of ``rows`` (and more than 2) are bad; else warn when ``warn``."""
     if len(bad_rows) <= max(max_fraction * rows, ALWAYS_TOLERATED_BAD_ROWS):
-        if warn:
-            warn_bad_rows(Path(where).name, bad_rows, rows, task, split)
+        if warn and bad_rows and is_main_process():
+            log.warning(
+                "%s: skipped %d bad row(s) of %d (task %s, %s); lines %s. Pass --data.on_bad_row error "
+                "(on_bad_row='error' in Python) to stop instead.",
+                Path(where).name,
+                len(bad_rows),
+                rows,
+                task,
+                split,
+                _shown_lines(bad_rows),
+            )
         return
     raise PalUserError(
         f"{where}: {len(bad_rows)} of {rows} rows ({len(bad_rows) / rows:.0%}) of task {task!r} ({split}) cannot "
@@ -226,18 +235,3 @@ def _shown_lines(bad_rows: Sequence[tuple[int, str]]) -> str:
     shown = ", ".join(f"{ln} ({why})" for ln, why in bad_rows[:MAX_REPORTED_BAD_ROWS])
     extra = len(bad_rows) - MAX_REPORTED_BAD_ROWS
     return shown + (f" and {extra} more" if extra > 0 else "")
-
-
-def warn_bad_rows(name: str, bad_rows: Sequence[tuple[int, str]], rows: int, task: str, split: str) -> None:
-    """The one warning (on rank 0) about the skipped ``(line, reason)`` rows of a split."""
-    if not bad_rows or not is_main_process():
-        return
-    log.warning(
-        "%s: skipped %d bad row(s) of %d (task %s, %s); lines %s. Pass --data.on_bad_row error (on_bad_row='error' in Python) to stop instead.",
-        name,
-        len(bad_rows),
-        rows,
-        task,
-        split,
-        _shown_lines(bad_rows),
-    )
