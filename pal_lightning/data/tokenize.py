@@ -1,29 +1,18 @@
 """Tokenisation with the encoder's fast tokenizer, ragged numpy storage and an on-disk cache.
 
-A split is tokenised once with one batched call of the fast (Rust) tokenizer and
-stored ragged: all token ids of all examples in one flat ``int32`` array plus
-``offsets`` (example ``i`` owns ``flat[offsets[i]:offsets[i + 1]]``). Padding
-happens per batch in :func:`pad_batch`, so a batch is only as long as its longest
-example.
-
-Pairs are encoded ``cross`` (one sequence ``[CLS] a [SEP] b [SEP]`` with token
-types 0/1) or ``siamese`` (two sequences, one per sentence; batch keys ``*_a`` and
-``*_b``).
-
-The cache holds one uncompressed ``.npz`` file per (task, split) whose name is a
-SHA-256 of everything that determines its content: the bytes of the source file
-(or the ``datasets`` fingerprint of a hub split), the tokenizer (its full
-serialised vocabulary and rules), ``max_length``, the pair encoding, the row
-handling settings and :data:`CACHE_VERSION`. Files are written atomically
-(temporary file + rename), so concurrent processes never read half a file.
+A split is tokenised with one batched call and stored ragged (one flat ``int32`` array plus ``offsets``);
+padding happens per batch (:func:`pad_batch`). Pairs are ``cross`` (``[CLS] a [SEP] b [SEP]``) or
+``siamese`` (two sequences, keys ``*_a``/``*_b``). The cache holds one ``.npz`` per split named by a
+SHA-256 of everything that determines it (source, tokenizer, settings, :data:`CACHE_VERSION`), written
+atomically.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,13 +36,12 @@ class Encoded:
     input_ids: np.ndarray
     """All token ids, concatenated (int32)."""
     token_type_ids: np.ndarray
-    """Token types aligned with ``input_ids`` (int8)."""
+    """int8, aligned with ``input_ids``."""
     offsets: np.ndarray
     """int64 ``[n + 1]``: example ``i`` is ``input_ids[offsets[i]:offsets[i + 1]]``."""
 
     @property
     def lengths(self) -> np.ndarray:
-        """Number of tokens of each example."""
         return np.diff(self.offsets)
 
     def __len__(self) -> int:
@@ -70,11 +58,8 @@ class TokenizedSplit:
     """One split of one task, tokenised: what the datasets and samplers work on."""
 
     task: str
-    """Task name."""
     split: str
-    """``train``, ``dev`` or ``test``."""
     ids: np.ndarray
-    """Example ids (numpy unicode array)."""
     labels: np.ndarray | None
     """int64 classes or float64 scores; ``None`` when unlabelled."""
     encodings: dict[str, Encoded]
@@ -82,9 +67,7 @@ class TokenizedSplit:
     rows: int = 0
     """Data rows in the source (loaded + skipped)."""
     bad_rows: list[tuple[int, str]] = field(default_factory=list)
-    """(line, reason) of skipped rows."""
     source: str = ""
-    """Where the rows came from."""
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -95,36 +78,24 @@ class TokenizedSplit:
 
     @property
     def lengths(self) -> np.ndarray:
-        """Total tokens per example (both sides for siamese pairs): the key of length grouping."""
-        total = None
-        for enc in self.encodings.values():
-            total = enc.lengths if total is None else total + enc.lengths
-        assert total is not None
-        return total
+        """Total tokens per example (both sides for siamese pairs)."""
+        return np.sum([enc.lengths for enc in self.encodings.values()], axis=0)
 
     @property
     def widths(self) -> np.ndarray:
-        """Tokens of each example's longest sequence (a siamese pair's longer side): the width it pads a
-        mixed batch to, where both sides run as rows of one pass; the key of mixed length grouping."""
+        """Tokens of each example's longest sequence (a siamese pair's longer side)."""
         return np.maximum.reduce([enc.lengths for enc in self.encodings.values()])
 
     def head(self, n: int | None) -> TokenizedSplit:
         """The first ``n`` examples (all when ``n`` is ``None`` or larger than the split)."""
         if n is None or n >= len(self):
             return self
-        return TokenizedSplit(
-            self.task,
-            self.split,
-            self.ids[:n],
-            None if self.labels is None else self.labels[:n],
-            {k: v.select(n) for k, v in self.encodings.items()},
-            self.rows,
-            self.bad_rows,
-            self.source,
+        return dataclasses.replace(
+            self,
+            ids=self.ids[:n],
+            labels=None if self.labels is None else self.labels[:n],
+            encodings={k: v.select(n) for k, v in self.encodings.items()},
         )
-
-
-# --------------------------------------------------------------------------- encoding
 
 
 def _ragged(seqs: list[list[int]], types: list[list[int]] | None) -> Encoded:
@@ -142,15 +113,8 @@ def _ragged(seqs: list[list[int]], types: list[list[int]] | None) -> Encoded:
 def encode_split(
     raw: RawSplit, tokenizer: Any, max_length: int, pair_encoding: str = "cross"
 ) -> TokenizedSplit:
-    """Tokenise a validated split with one batched call per sequence side.
-
-    Args:
-        raw: the rows (one or two text columns).
-        tokenizer: a Hugging Face *fast* tokenizer.
-        max_length: longest sequence kept, special tokens included (longer ones are truncated;
-            cross pairs truncate the longer sentence first).
-        pair_encoding: ``cross`` or ``siamese`` (ignored for single sentences).
-    """
+    """Tokenise a validated split with a fast tokenizer, one batched call per side, truncating to
+    ``max_length`` (cross pairs: the longer sentence first)."""
     kwargs = dict(
         truncation=True, max_length=max_length, return_attention_mask=False, return_token_type_ids=True
     )
@@ -162,26 +126,17 @@ def encode_split(
         for side, texts in zip("ab", raw.texts, strict=True):
             out = tokenizer(texts, **kwargs)
             encodings[side] = _ragged(out["input_ids"], None)
+    ids = np.asarray(raw.ids, dtype=np.str_)
     return TokenizedSplit(
-        raw.task,
-        raw.split,
-        np.asarray(raw.ids, dtype=np.str_),
-        raw.labels,
-        encodings,
-        raw.rows,
-        list(raw.bad_rows),
-        raw.source,
+        raw.task, raw.split, ids, raw.labels, encodings, raw.rows, list(raw.bad_rows), raw.source
     )
 
 
 def pad_batch(
     enc: Encoded, index: np.ndarray, pad_id: int, suffix: str = "", multiple_of: int = 1
 ) -> dict[str, Any]:
-    """Pad the examples ``index`` of ``enc`` to the longest of them, rounded up to a multiple of ``multiple_of``.
-
-    Returns ``input_ids``/``attention_mask``/``token_type_ids`` (LongTensor ``[B, T]``),
-    with ``suffix`` (``_a``/``_b``) appended to the keys for siamese sides.
-    """
+    """The examples ``index`` of ``enc`` padded to the longest (rounded up to ``multiple_of``): LongTensor
+    ``input_ids``/``attention_mask``/``token_type_ids`` with ``suffix`` (``_a``/``_b``) on the keys."""
     import torch
 
     starts = enc.offsets[index]
@@ -190,7 +145,6 @@ def pad_batch(
     width = -(-width // multiple_of) * multiple_of  # ceil to the multiple (masked positions: no effect)
     ids = np.full((len(index), width), pad_id, dtype=np.int64)
     types = np.zeros((len(index), width), dtype=np.int64)
-    # The mask is 1 on real tokens: position j < length.
     mask = (np.arange(width)[None, :] < lengths[:, None]).astype(np.int64)
     for row, (start, length) in enumerate(zip(starts.tolist(), lengths.tolist(), strict=True)):
         ids[row, :length] = enc.input_ids[start : start + length]
@@ -202,15 +156,8 @@ def pad_batch(
     }
 
 
-# --------------------------------------------------------------------------- cache
-
-
 def tokenizer_fingerprint(tokenizer: Any) -> str:
-    """SHA-256 of the tokenizer's full serialised state (vocabulary, normaliser, special tokens).
-
-    Two tokenizers with the same fingerprint turn every text into the same ids, whatever
-    their name or path.
-    """
+    """SHA-256 of the tokenizer's full serialised state (vocabulary, normaliser, special tokens)."""
     digest = hashlib.sha256(type(tokenizer).__name__.encode())
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:
@@ -222,7 +169,7 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
 
 
 def cache_key(source_fingerprint: str, tokenizer_fp: str, settings: dict[str, Any]) -> str:
-    """The cache file name stem for one split: a hash of content, tokenizer and settings."""
+    """The cache file name stem of one split."""
     payload = json.dumps(
         {"version": CACHE_VERSION, "source": source_fingerprint, "tokenizer": tokenizer_fp, **settings},
         sort_keys=True,
@@ -231,17 +178,8 @@ def cache_key(source_fingerprint: str, tokenizer_fp: str, settings: dict[str, An
     return hashlib.sha256(payload.encode()).hexdigest()[:32]
 
 
-def default_cache_dir() -> Path:
-    """``$PAL_CACHE_DIR``, else ``$XDG_CACHE_HOME/pal_lightning``, else ``~/.cache/pal_lightning``."""
-    env = os.environ.get("PAL_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "pal_lightning"
-
-
 def cache_path(cache_dir: Path, task: str, split: str, key: str) -> Path:
-    """File of one cached split: readable task/split prefix, then the key."""
+    """File of one cached split."""
     return cache_dir / "tokenized" / f"{task}-{split}-{key}.npz"
 
 
@@ -254,8 +192,8 @@ def save_cached(path: Path, data: TokenizedSplit) -> None:
         arrays[f"input_ids{side}"] = enc.input_ids
         arrays[f"token_type_ids{side}"] = enc.token_type_ids
         arrays[f"offsets{side}"] = enc.offsets
-    meta = {"task": data.task, "split": data.split, "rows": data.rows, "bad_rows": data.bad_rows}
-    meta.update({"source": data.source, "sides": list(data.encodings)})
+    meta = {f: getattr(data, f) for f in ("task", "split", "rows", "bad_rows", "source")}
+    meta["sides"] = list(data.encodings)
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     with atomic_write(path, "wb") as f:
         # numeric arrays only, never pickled (naming allow_pickle also keeps mypy from matching **arrays to it)
@@ -263,12 +201,8 @@ def save_cached(path: Path, data: TokenizedSplit) -> None:
 
 
 def check_consistent(data: TokenizedSplit) -> None:
-    """Raise ``ValueError`` unless the arrays of ``data`` fit together (lengths, offsets from 0 to the end).
-
-    A cache file damaged on disk fails zip's CRC check when read; this catches a file that reads but
-    does not fit together (written by another version, or edited), which would otherwise pair
-    examples with the wrong tokens or labels, or fail later in the middle of training.
-    """
+    """Raise ``ValueError`` unless the arrays of ``data`` fit together (a file that reads but was edited or
+    written by another version would pair examples with the wrong tokens)."""
     n = len(data.ids)
     if data.labels is not None and len(data.labels) != n:
         raise ValueError(f"{len(data.labels)} labels for {n} examples")
@@ -294,15 +228,10 @@ def load_cached(path: Path) -> TokenizedSplit | None:
                 for side in meta["sides"]
             }
             labels = z["labels"] if "labels" in z.files else None
+            bad = [tuple(b) for b in meta["bad_rows"]]
+            ids, source = z["ids"], meta.get("source", "")
             data = TokenizedSplit(
-                meta["task"],
-                meta["split"],
-                z["ids"],
-                labels,
-                encodings,
-                int(meta["rows"]),
-                [tuple(b) for b in meta["bad_rows"]],
-                meta.get("source", ""),
+                meta["task"], meta["split"], ids, labels, encodings, int(meta["rows"]), bad, source
             )
         check_consistent(data)
         return data

@@ -1,11 +1,5 @@
-"""Auxiliary tasks: trained for their effect on the shared encoder, left out of the overall score.
-
-A task named in ``MultiTaskModule(auxiliary=[...])`` is sampled, trained and evaluated like any
-other (its ``val/<task>/<metric>`` values are logged), but ``val/overall`` and ``test/overall``
-cover only the other tasks, so adding CFIMDB, SST-2 or SNLI as extra training data never changes
-what the overall score means: it stays comparable with a run without them. How often an auxiliary
-task is drawn is the data module's ``task_multipliers`` (see :mod:`pal_lightning.data.sampling.schedules`).
-"""
+"""Auxiliary tasks: trained and evaluated like any other, but left out of ``val/overall`` and
+``test/overall``, so extra training data never changes what the overall score means."""
 
 from __future__ import annotations
 
@@ -16,11 +10,10 @@ from pal_lightning.tasks.specs import repeated_names
 
 
 def check_auxiliary(auxiliary: Sequence[str] | str | None, tasks: Sequence[str]) -> list[str]:
-    """The auxiliary task names as a plain list, checked against the model's ``tasks``.
+    """The auxiliary task names as a list, checked against the model's ``tasks``.
 
     Raises:
-        PalUserError: a name that is not one of the tasks, a name given twice, or every task auxiliary
-            (then nothing is left for the overall score).
+        PalUserError: a name not among the tasks, a name given twice, or every task auxiliary.
     """
     if auxiliary is None:
         return []

@@ -1,18 +1,5 @@
-"""The built-in tasks: the CS224N minBERT workload, SST-2 and the nine GLUE tasks, registered by name.
-
-======== ======================= ====== ============ ====================
-name     kind                    labels range        metrics
-======== ======================= ====== ============ ====================
-sst      single classification   5      0..4         accuracy
-qqp      pair classification     2      0..1         accuracy, f1
-sts      pair regression         1      0..5         pearson, spearman
-cfimdb   single classification   2      0..1         accuracy
-sst2     single classification   2      0..1         accuracy
-======== ======================= ====== ============ ====================
-
-The GLUE tasks (:data:`GLUE_TASKS`) read ``nyu-mll/glue`` through ``datasets``. Each task's ``source``
-says where its data comes from, for people; :mod:`pal_lightning.data.sources` reads it.
-"""
+"""The built-in tasks, registered by name: the CS224N minBERT workload (sst, qqp, sts, cfimdb), SST-2 and
+the GLUE tasks (:data:`GLUE_TASKS`, read from ``nyu-mll/glue``); docs/data.md lists them."""
 
 from __future__ import annotations
 
@@ -23,7 +10,6 @@ from pal_lightning.tasks.specs import TaskKind, TaskSpec, register_task
 
 __all__ = ["BUILTIN_TASKS", "CS224N_TASKS", "GLUE_EIGHT", "GLUE_TASKS", "overall_name"]
 
-#: Where the CS224N files come from (the starter code's ``data/`` folder).
 _STARTER = (
     "CS224N minBERT default final project, the starter code's data/ folder "
     "(github.com/gpoesia/minbert-default-final-project):"
@@ -32,8 +18,6 @@ _PAIR_COLUMNS = ("sentence1", "sentence2")
 
 
 def _cs224n(name: str, prefix: str, source: str, **kw: Any) -> TaskSpec:
-    """A task read from the CS224N files ``<prefix>-{train,dev,test-student}.csv``; ``kw``: the fields that
-    differ from :class:`TaskSpec`'s defaults (one sentence, two classes 0..1, accuracy, ``sentiment``)."""
     files = {"train": f"{prefix}-train.csv", "dev": f"{prefix}-dev.csv", "test": f"{prefix}-test-student.csv"}
     return TaskSpec(name=name, files=files, format="cs224n", source=_STARTER + source, **kw)
 
@@ -94,8 +78,6 @@ _GLUE_SOURCE = "GLUE (Wang et al., 2019), the Hugging Face dataset nyu-mll/glue,
 
 
 def _glue(name: str, config: str, text_columns: tuple[str, ...], labels: int = 2, **kw: object) -> TaskSpec:
-    """GLUE task ``config`` read from ``nyu-mll/glue`` (splits train/validation/test, label and idx columns;
-    the test labels are hidden as -1); ``kw``: the fields that differ (kind, metrics, splits)."""
     kind = TaskKind.PAIR_CLASSIFICATION if len(text_columns) == 2 else TaskKind.SINGLE_CLASSIFICATION
     fields: dict[str, Any] = {
         "kind": kind,
@@ -115,13 +97,11 @@ def _glue(name: str, config: str, text_columns: tuple[str, ...], labels: int = 2
 
 
 def _mnli(name: str, genres: str, **kw: Any) -> TaskSpec:
-    """MNLI trained on its train split and scored on its ``genres`` (``matched``/``mismatched``) dev and test."""
     files = {"train": "train", "dev": f"validation_{genres}", "test": f"test_{genres}"}
     return _glue(name, "mnli", ("premise", "hypothesis"), labels=3, files=files, **kw)
 
 
-#: What the one MNLI head is also scored on: the mismatched dev and test sets, and the diagnostic set
-#: (config ``ax``, one ``test`` split in MNLI's columns and label order; nyu-mll/glue's card).
+#: The one MNLI head also scores the mismatched sets and the diagnostic set (config ``ax``).
 _MNLI_VIEWS: dict[str, dict[str, Any]] = {
     "glue_mnli_mm": {"files": {"dev": "validation_mismatched", "test": "test_mismatched"}},
     "glue_ax": {
@@ -131,8 +111,7 @@ _MNLI_VIEWS: dict[str, dict[str, Any]] = {
     },
 }
 
-#: The GLUE tasks from ``nyu-mll/glue``, each with GLUE's metric(s) and the hub's label order (WNLI:
-#: 0 not_entailment, 1 entailment). ``glue_mnli`` is one MNLI head whose views score the other MNLI sets.
+#: The GLUE tasks from ``nyu-mll/glue``, with GLUE's metrics and the hub's label order.
 GLUE_TASKS: dict[str, TaskSpec] = {
     "glue_cola": _glue("glue_cola", "cola", ("sentence",), metrics=("matthews",)),
     "glue_sst2": _glue("glue_sst2", "sst2", ("sentence",)),
@@ -142,7 +121,7 @@ GLUE_TASKS: dict[str, TaskSpec] = {
         "glue_stsb",
         "stsb",
         _PAIR_COLUMNS,
-        labels=1,
+        1,
         kind=TaskKind.PAIR_REGRESSION,
         label_range=(0, 5),
         metrics=("pearson", "spearman"),
@@ -153,16 +132,7 @@ GLUE_TASKS: dict[str, TaskSpec] = {
     "glue_wnli": _glue("glue_wnli", "wnli", _PAIR_COLUMNS),
 }
 #: The eight tasks of the paper's GLUE setting, in GLUE's order (no WNLI, which the paper left out).
-GLUE_EIGHT = (
-    "glue_cola",
-    "glue_sst2",
-    "glue_mrpc",
-    "glue_stsb",
-    "glue_qqp",
-    "glue_mnli",
-    "glue_qnli",
-    "glue_rte",
-)
+GLUE_EIGHT = tuple(f"glue_{t}" for t in ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"))
 
 for _spec in (*BUILTIN_TASKS.values(), *GLUE_TASKS.values()):
     register_task(_spec)
@@ -172,9 +142,7 @@ CS224N_TASKS = ("sst", "qqp", "sts")
 
 
 def overall_name(tasks: Sequence[str]) -> str:
-    """What the overall score of ``tasks`` is called, as ``overall_score`` computes it: ``CS224N overall``
-    when SST, Quora and STS are among them, ``GLUE score`` when all are GLUE tasks, else ``Overall`` (the
-    mean of the tasks' main metrics)."""
+    """The name of the overall score of ``tasks``: ``CS224N overall``, ``GLUE score`` or ``Overall``."""
     if tasks and all(t in tasks for t in CS224N_TASKS):
         return "CS224N overall"
     if tasks and all(t in GLUE_TASKS for t in tasks):

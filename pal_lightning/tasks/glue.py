@@ -1,15 +1,6 @@
-"""GLUE: the benchmark's average score and its test-server submission files.
-
-**The GLUE score** (Wang et al., 2019, section 4) is the unweighted mean over tasks of each task's score,
-the mean of its metrics (MRPC and QQP ``(accuracy + F1) / 2``, STS-B ``(Pearson + Spearman) / 2``, CoLA
-Matthews, the others accuracy). MNLI is one task: its matched and mismatched accuracies are averaged; the
-diagnostic set AX is not scored. Correlations enter as they are; the score stays on the 0..1 scale.
-
-**Submission files**: a flat zip of the eleven tab-separated files of :data:`SUBMISSION_FILES`, each a
-header ``index\tprediction`` and one row per test example: its ``idx`` and the prediction, an integer class
-(CoLA, SST-2, MRPC, QQP, WNLI, in the hub's class order), a float (STS-B) or the label name (MNLI, AX,
-QNLI, RTE).
-"""
+"""GLUE: the benchmark's score (Wang et al., 2019, section 4: the mean over tasks of the mean of each task's
+metrics; MNLI matched and mismatched count as one task, AX is not scored) and the test-server submission
+files (``index\tprediction`` per test example, a zip of :data:`SUBMISSION_FILES`)."""
 
 from __future__ import annotations
 
@@ -35,33 +26,30 @@ SUBMISSION_FILES: dict[str, tuple[str, tuple[str, ...] | None]] = {
     "glue_qqp": ("QQP.tsv", None),
     "glue_stsb": ("STS-B.tsv", None),
     "glue_mnli": ("MNLI-m.tsv", _NLI),
-    "glue_mnli_mm": ("MNLI-mm.tsv", _NLI),  # the view of glue_mnli (its mismatched dev and test sets)
+    "glue_mnli_mm": ("MNLI-mm.tsv", _NLI),
     "glue_qnli": ("QNLI.tsv", _QNLI_RTE),
     "glue_rte": ("RTE.tsv", _QNLI_RTE),
     "glue_wnli": ("WNLI.tsv", None),
-    "glue_ax": ("AX.tsv", _NLI),  # the view of glue_mnli: the diagnostic set, predicted by the MNLI head
+    "glue_ax": ("AX.tsv", _NLI),
 }
-#: Tasks that count as one in the GLUE score (MNLI's matched and mismatched evaluations).
 _SAME_TASK = {"glue_mnli_mm": "glue_mnli"}
-#: Evaluations outside the GLUE score (the diagnostic set).
 _NOT_SCORED = frozenset({"glue_ax"})
-#: The built-in GLUE evaluation views (``glue_mnli_mm``, ``glue_ax``) as specs, by name.
 GLUE_VIEWS: dict[str, TaskSpec] = {v.name: v for spec in GLUE_TASKS.values() for v in spec.views()}
 
 
 def is_glue_task(spec: TaskSpec) -> bool:
-    """Whether ``spec`` is one of the built-in GLUE tasks or their evaluation views, unchanged."""
+    """Whether ``spec`` is a built-in GLUE task or view, unchanged."""
     return GLUE_TASKS.get(spec.name) == spec or GLUE_VIEWS.get(spec.name) == spec
 
 
 def missing_submission_files(written: Iterable[str]) -> list[str]:
-    """The server's files (:data:`SUBMISSION_FILES`) not among the file names ``written``, in GLUE's order."""
+    """The server's files not among ``written``, in GLUE's order."""
     done = set(written)
     return [name for name, _ in SUBMISSION_FILES.values() if name not in done]
 
 
 def glue_task_score(spec: TaskSpec, scores: Mapping[str, float]) -> float:
-    """A task's GLUE score: the mean of its metrics (``nan`` when one of them was not computed)."""
+    """The mean of a task's metrics (``nan`` when one is missing)."""
     values = [float(scores.get(metric, math.nan)) for metric in spec.metrics]
     return math.fsum(values) / len(values)
 
@@ -69,7 +57,7 @@ def glue_task_score(spec: TaskSpec, scores: Mapping[str, float]) -> float:
 def glue_average(
     scores_by_task: Mapping[str, Mapping[str, float]], specs: Sequence[TaskSpec]
 ) -> float | None:
-    """The GLUE score of the evaluated tasks (module docstring), or ``None`` when none was evaluated."""
+    """The GLUE score of the evaluated tasks, or ``None`` when none was evaluated."""
     by_name = {s.name: s for s in specs}
     grouped: dict[str, list[float]] = {}
     for task, scores in scores_by_task.items():
@@ -81,7 +69,7 @@ def glue_average(
 
 
 def submission_value(task: str, prediction: Any) -> str:
-    """One prediction as the server reads it: a label name (MNLI, QNLI, RTE), an int class or a float."""
+    """One prediction as the server reads it: a label name, an int class or a float (STS-B)."""
     _, names = SUBMISSION_FILES[task]
     if names is not None:
         return names[int(prediction)]
@@ -93,7 +81,7 @@ def submission_value(task: str, prediction: Any) -> str:
 def write_submission_file(
     folder: str | os.PathLike[str], task: str, rows: Sequence[tuple[str, Any]], overwrite: bool = False
 ) -> Path:
-    """``<folder>/<server name>`` with ``index\\tprediction`` and one row per ``(idx, prediction)``.
+    """Write ``<folder>/<server name>``, one row per ``(idx, prediction)``.
 
     Raises:
         PalUserError: ``task`` is not a GLUE task, or the file exists and ``overwrite`` is false.

@@ -1,34 +1,14 @@
-"""Per-task evaluation metrics and the overall score.
-
-One :class:`torchmetrics.MetricCollection` per task and stage (val, test):
-metric objects accumulate their state over the whole evaluation set and
-``compute()`` merges the states of all DDP ranks before computing, so the
-numbers are the full-set values, not averages of per-batch values.
-
-Metric names (``TaskSpec.metrics``):
-
-============ =========================================================== ==================
-name         definition                                                  input
-============ =========================================================== ==================
-accuracy     ``mean(ŷ == y)`` over all examples (micro)                  class indices
-f1           binary F1 of class 1 (``2PR/(P+R)``); macro F1 for C > 2    class indices
-pearson      ``cov(ŷ, y) / (σ_ŷ σ_y)``                                   scores, task scale
-spearman     Pearson correlation of the ranks (ties get average ranks)   scores, task scale
-matthews     ``(TP TN - FP FN) / sqrt((TP+FP)(TP+FN)(TN+FP)(TN+FN))``    class indices
-             (CoLA's GLUE metric; the multiclass R_K for C > 2)
-============ =========================================================== ==================
-
-The overall score: see :func:`overall_score`. An evaluation that reached only some of the scored
-tasks (e.g. ``--trainer.limit_val_batches 2``) gives a *partial* overall, logged as
-``<stage>/overall_partial`` and never as ``<stage>/overall`` (:func:`overall_over`), so a partial mean
-is never compared with, or chosen as best over, a complete one.
-"""
+"""Per-task metrics (one :class:`torchmetrics.MetricCollection` per task and stage, full-set values merged
+over DDP ranks) and the overall score. ``accuracy`` (micro), ``f1`` (binary F1 of class 1, macro for more
+classes), ``matthews`` (CoLA's) take class indices; ``pearson``, ``spearman`` scores on the task's scale.
+An evaluation that reached only some scored tasks logs ``<stage>/overall_partial``, never
+``<stage>/overall`` (:func:`overall_over`)."""
 
 from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from torchmetrics import Metric, MetricCollection
@@ -46,12 +26,11 @@ from pal_lightning.tasks.glue import glue_average, is_glue_task
 from pal_lightning.tasks.specs import TaskSpec
 
 _CLASSIFICATION_ONLY = ("accuracy", "f1", "matthews")
-#: Metrics in -1..1 (correlations), mapped to 0..1 by :func:`normalised_main_score`.
 _CORRELATIONS = ("pearson", "spearman", "matthews")
 
 
 def build_metric(name: str, spec: TaskSpec) -> Metric:
-    """One torchmetrics object for metric ``name`` of task ``spec``.
+    """The torchmetrics object of metric ``name`` of task ``spec``.
 
     Raises:
         PalUserError: an unknown name, or accuracy/F1 asked of a regression task.
@@ -60,37 +39,26 @@ def build_metric(name: str, spec: TaskSpec) -> Metric:
         raise PalUserError(
             f"Task {spec.name!r} is a regression task: metric {name!r} needs classes. Use 'pearson' or 'spearman'."
         )
-    if name == "accuracy":
-        return MulticlassAccuracy(num_classes=spec.num_labels, average="micro")
-    if name == "f1":
-        if spec.num_labels == 2:
-            return BinaryF1Score()
-        return MulticlassF1Score(num_classes=spec.num_labels, average="macro")
-    if name == "pearson":
-        return PearsonCorrCoef()
-    if name == "spearman":
-        # Spearman keeps every prediction (ranks need the whole set); torchmetrics warns about
-        # memory, which is irrelevant at dev-set sizes, so the warning is silenced here.
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*will save all targets and predictions.*")
-            return SpearmanCorrCoef()
-    if name == "matthews":
-        if spec.num_labels == 2:
-            return BinaryMatthewsCorrCoef()
-        return MulticlassMatthewsCorrCoef(num_classes=spec.num_labels)
-    raise PalUserError(
-        f"Task {spec.name!r}: unknown metric {name!r}; choose from accuracy, f1, pearson, spearman, matthews."
-    )
+    n = spec.num_labels
+    factories: dict[str, Callable[[], Metric]] = {
+        "accuracy": lambda: MulticlassAccuracy(num_classes=n, average="micro"),
+        "f1": lambda: BinaryF1Score() if n == 2 else MulticlassF1Score(num_classes=n, average="macro"),
+        "pearson": PearsonCorrCoef,
+        "spearman": SpearmanCorrCoef,
+        "matthews": lambda: BinaryMatthewsCorrCoef() if n == 2 else MulticlassMatthewsCorrCoef(num_classes=n),
+    }
+    if name not in factories:
+        raise PalUserError(
+            f"Task {spec.name!r}: unknown metric {name!r}; choose from accuracy, f1, pearson, spearman, matthews."
+        )
+    with warnings.catch_warnings():  # Spearman's memory warning is irrelevant at dev-set sizes
+        warnings.filterwarnings("ignore", message=".*will save all targets and predictions.*")
+        return factories[name]()
 
 
 def build_task_metrics(spec: TaskSpec, prefix: str = "") -> MetricCollection:
-    """The metrics of one task, keyed by metric name (output keys get ``prefix``, e.g. ``"val/sst/"``).
-
-    ``update(preds, target)`` takes the output of :func:`pal_lightning.modeling.heads.predict`
-    (class indices, or scores on the task's scale) and the batch labels.
-    """
-    # compute_groups=False: each metric keeps its own state, which is cheap
-    # here and avoids torchmetrics' group detection on the first update.
+    """The metrics of one task by name (keys prefixed with ``prefix``, e.g. ``"val/sst/"``)."""
+    # compute_groups=False: own states are cheap, and skip group detection on the first update
     return MetricCollection(
         {name: build_metric(name, spec) for name in spec.metrics}, prefix=prefix, compute_groups=False
     )
@@ -111,26 +79,10 @@ def normalised_main_score(spec: TaskSpec, value: float) -> float:
 def overall_score(
     scores_by_task: Mapping[str, Mapping[str, float]], specs: Sequence[TaskSpec]
 ) -> float | None:
-    """One number summarising all evaluated tasks (higher is better).
+    """One number summarising ``{task: {metric: value}}`` (``None`` when no task was evaluated).
 
-    * When ``sst`` (accuracy), ``qqp`` (accuracy) and ``sts`` (pearson) were all
-      evaluated, it is :func:`cs224n_overall`, whatever other tasks are present,
-      so numbers compare with the CS224N leaderboard.
-    * Otherwise, when every evaluated task is a built-in GLUE task, it is the GLUE score
-      (:func:`pal_lightning.tasks.glue.glue_average`: the mean of each task's metrics, then over tasks).
-    * Otherwise it is the mean over evaluated tasks of each task's main metric
-      (the first of ``TaskSpec.metrics``) mapped to 0..1 by
-      :func:`normalised_main_score` (``pearson -> (r + 1) / 2``).
-
-    NaN scores (e.g. a correlation over constant predictions) count as they are,
-    so the overall is NaN too: a broken task is not hidden.
-
-    Args:
-        scores_by_task: ``{task: {metric: value}}`` for the tasks evaluated.
-        specs: the task specs (tasks not in ``scores_by_task`` are skipped).
-
-    Returns:
-        The score, or ``None`` when no task was evaluated.
+    :func:`cs224n_overall` when sst, qqp and sts were evaluated; else the GLUE score when every task is a
+    built-in GLUE task; else the mean of each task's :func:`normalised_main_score`. NaN stays NaN.
     """
     by_name = {s.name: s for s in specs}
     try:
@@ -154,47 +106,36 @@ def overall_score(
     return math.fsum(values) / len(values)
 
 
-#: Suffix of the key under which a partial overall is logged (``val/overall_partial``).
 PARTIAL_SUFFIX = "_partial"
 
 
 def scored_task_names(specs: Iterable[TaskSpec], auxiliary: Collection[str] = ()) -> list[str]:
-    """The tasks an overall score must cover: every task except auxiliary ones, in task order.
-
-    A task is auxiliary when its name is in ``auxiliary`` or its spec says ``auxiliary=True`` (trained
-    for its effect on the encoder, deliberately left out of the overall).
-    """
+    """The tasks an overall score covers: all but the auxiliary ones (named, or ``auxiliary=True``)."""
     return [s.name for s in specs if s.name not in auxiliary and not getattr(s, "auxiliary", False)]
 
 
 @dataclass(frozen=True)
 class Overall:
-    """The overall score of one evaluation and which of the scored tasks it covers."""
+    """The overall score of one evaluation, the scored tasks it covers and those it misses."""
 
     value: float | None
-    """:func:`overall_score` over the covered tasks; ``None`` when none of them was evaluated."""
     covered: tuple[str, ...]
-    """Scored tasks that were evaluated (in task order)."""
     missing: tuple[str, ...]
-    """Scored tasks that were not evaluated: the value leaves them out."""
 
     @property
     def complete(self) -> bool:
-        """Whether the value covers every scored task (only then is it *the* overall score)."""
+        """Whether the value covers every scored task."""
         return self.value is not None and not self.missing
 
     def key(self, stage: str) -> str:
-        """The logged name: ``<stage>/overall`` when complete, ``<stage>/overall_partial`` otherwise."""
+        """``<stage>/overall`` when complete, else ``<stage>/overall_partial``."""
         return f"{stage}/overall" + ("" if self.complete else PARTIAL_SUFFIX)
 
 
 def overall_over(
     scores_by_task: Mapping[str, Mapping[str, float]], specs: Sequence[TaskSpec], scored: Sequence[str]
 ) -> Overall:
-    """:func:`overall_score` over the ``scored`` tasks that were evaluated, and whether that is all of them.
-
-    Tasks outside ``scored`` (auxiliary tasks) never enter the value.
-    """
+    """:func:`overall_score` over the evaluated ``scored`` tasks (auxiliary ones never enter)."""
     covered = tuple(t for t in scored if t in scores_by_task)
     missing = tuple(t for t in scored if t not in scores_by_task)
     value = overall_score({t: scores_by_task[t] for t in covered}, specs) if covered else None

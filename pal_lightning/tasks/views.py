@@ -1,15 +1,6 @@
-"""Evaluation views: more dev and test sets scored by one task's head, each under a name of its own.
-
-A task's :attr:`~pal_lightning.tasks.specs.TaskSpec.eval_views` name sets that its head (and its adapters or
-individual layers) is scored on besides the task's own dev and test splits, with no head, parameters or
-training of their own: GLUE's MNLI is one head trained on one train split and scored on the matched dev set
-(``glue_mnli``) and on the mismatched one (the view ``glue_mnli_mm``), and it predicts the diagnostic set
-(the view ``glue_ax``). The data module serves a view's splits under the view's name; the module runs
-such a batch through the parent task's head and logs it under the view's name (``val/glue_mnli_mm/accuracy``);
-``predict`` writes it under the view's name too.
-
-A view whose name is also a listed task is left out: the listed task is trained and scored by its own head.
-"""
+"""Evaluation views: more dev and test sets scored by one task's head under a name of their own, with no
+head or training of their own (MNLI's mismatched sets ``glue_mnli_mm``, the diagnostic set ``glue_ax``).
+A view whose name is also a listed task is left out: that task has its own head."""
 
 from __future__ import annotations
 
@@ -24,25 +15,22 @@ __all__ = ["EvalView", "eval_views", "with_views"]
 
 @dataclass(frozen=True)
 class EvalView:
-    """One evaluation view: its spec (the parent's, renamed, with the view's files) and its parent task."""
+    """One evaluation view: its spec (the parent's, renamed, with the view's fields) and its parent task."""
 
     spec: TaskSpec
-    """The view as a task spec: what the data module reads and the metrics are built from."""
     parent: str
-    """The task whose head scores the view."""
 
     @property
     def name(self) -> str:
-        """The view's name: its batches' task, its metrics' prefix (``val/<name>/...``), its files' name."""
         return self.spec.name
 
     def has(self, split: str) -> bool:
-        """Whether the view names a ``split`` (``dev``, ``test``) of its own."""
+        """Whether the view names a ``split`` of its own."""
         return split in self.spec.files
 
 
 def eval_views(specs: Iterable[TaskSpec]) -> dict[str, EvalView]:
-    """The views of ``specs`` by name, in task order (a view named like a listed task is left out).
+    """The views of ``specs`` by name, in task order.
 
     Raises:
         PalUserError: when two tasks define a view of the same name.
@@ -64,7 +52,7 @@ def eval_views(specs: Iterable[TaskSpec]) -> dict[str, EvalView]:
 
 
 def with_views(specs: Iterable[TaskSpec], views: dict[str, EvalView], split: str) -> list[TaskSpec]:
-    """``specs`` followed, each, by its views that have ``split`` (``dev``: what validation scores)."""
+    """``specs``, each followed by its views that have ``split``."""
     out = []
     for spec in specs:
         out.append(spec)

@@ -42,3 +42,27 @@ def make_dm(tmp_path: Path):
         return MultiTaskDataModule(data_dir=str(data_dir), **kw)
 
     return make
+
+
+@pytest.fixture
+def serve_hub(monkeypatch: pytest.MonkeyPatch):
+    """``serve_hub(local)``: ``datasets.load_dataset`` reads a hub id as ``local(path, name)`` says (the real
+    call's arguments; ``None``: offline), local files and folders as they are."""
+    datasets = pytest.importorskip("datasets")
+    from pal_lightning.data.sources.hf import clear_loaded
+
+    real = datasets.load_dataset
+
+    def serve(local):
+        def load_dataset(path, name=None, **kwargs):
+            files = path in ("csv", "json", "parquet") or Path(path).is_dir()
+            found = (path, name) if files else local(path, name)
+            if found is None:
+                raise ConnectionError(f"Couldn't reach '{path}' on the Hub (LocalEntryNotFoundError)")
+            return real(*found, **kwargs)
+
+        monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+        clear_loaded()
+
+    yield serve
+    clear_loaded()

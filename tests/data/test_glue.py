@@ -88,31 +88,20 @@ def write_glue_copy(root: Path, n: int = 8, skip: tuple[str, str] | None = None)
     return root
 
 
-def _serve(monkeypatch: pytest.MonkeyPatch, root: Path) -> None:
-    """``datasets.load_dataset('nyu-mll/glue', config)`` reads ``root``; other hub ids fail as offline."""
-    real = datasets.load_dataset
-
-    def load_dataset(path: str, name: str | None = None, **kwargs: Any) -> Any:
-        if path == "nyu-mll/glue":
-            return real(str(root), name, **kwargs)
-        if Path(path).is_dir() or path in ("csv", "json", "parquet"):
-            return real(path, name, **kwargs)
-        raise ConnectionError(f"Couldn't reach '{path}' on the Hub (LocalEntryNotFoundError)")
-
-    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
-    hf_sources.clear_loaded()
-
-
 @pytest.fixture(scope="module")
 def glue_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_glue_copy(tmp_path_factory.mktemp("hub") / "glue")
 
 
+def _glue_at(root: Path) -> Any:
+    """``nyu-mll/glue`` (and its config) read from ``root``."""
+    return lambda path, name: (str(root), name) if path == "nyu-mll/glue" else None
+
+
 @pytest.fixture
-def glue(glue_root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    _serve(monkeypatch, glue_root)
-    yield glue_root
-    hf_sources.clear_loaded()
+def glue(glue_root: Path, serve_hub: Any) -> Path:
+    serve_hub(_glue_at(glue_root))
+    return glue_root
 
 
 def test_glue_task_specs_by_hand() -> None:
@@ -343,7 +332,7 @@ def test_glue_tasks_fit_and_predict_submission_files(glue: Path, tmp_path: Path)
 )
 def test_a_glue_task_whose_split_is_missing_is_one_line(
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    serve_hub: Any,
     capsys: pytest.CaptureFixture[str],
     task: str,
     skip: tuple[str, str],
@@ -351,7 +340,7 @@ def test_a_glue_task_whose_split_is_missing_is_one_line(
 ) -> None:
     from pal_lightning.cli.main import USER_ERROR_EXIT, main
 
-    _serve(monkeypatch, write_glue_copy(tmp_path / "glue", n=4, skip=skip))
+    serve_hub(_glue_at(write_glue_copy(tmp_path / "glue", n=4, skip=skip)))
     config = _tiny_glue_config(tmp_path, [task])
     assert main(["fit", "--config", str(config)]) == USER_ERROR_EXIT
     err = capsys.readouterr().err

@@ -88,24 +88,17 @@ def write_hub_copies(root: Path) -> None:
 
 
 @pytest.fixture
-def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def hub(tmp_path: Path, serve_hub: Any) -> Path:
     """``datasets.load_dataset`` with the hub replaced by local copies; other hub ids fail as offline."""
     root = tmp_path / "hub"
     write_hub_copies(root)
-    real = datasets.load_dataset
 
-    def load_dataset(path: str, name: str | None = None, **kwargs: Any) -> Any:
-        if path in ("csv", "json", "parquet") or Path(path).is_dir():  # local files or a folder: as they are
-            return real(path, name, **kwargs)
-        local = root / path / (name or "")
-        if path in ("SetFit/sst5", "nyu-mll/glue") and local.is_dir():
-            return real(str(local), **kwargs)
-        raise ConnectionError(f"Couldn't reach '{path}' on the Hub (LocalEntryNotFoundError)")
+    def local(path: str, name: str | None) -> tuple[str] | None:
+        folder = root / path / (name or "")
+        return (str(folder),) if path in ("SetFit/sst5", "nyu-mll/glue") and folder.is_dir() else None
 
-    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
-    hf_sources.clear_loaded()
-    yield root
-    hf_sources.clear_loaded()
+    serve_hub(local)
+    return root
 
 
 @pytest.fixture

@@ -96,6 +96,8 @@ def test_hyperparameters_are_plain_values(tmp_path: Path) -> None:
     [
         (dict(sampling="nope"), "Unknown sampling 'nope'"),
         (dict(on_bad_row="ignore"), "on_bad_row must be one of"),
+        (dict(max_bad_rows_fraction=-0.1), "max_bad_rows_fraction is a share of the rows"),
+        (dict(max_bad_rows_fraction=1.5), "max_bad_rows_fraction is a share of the rows"),
         (dict(predict_splits=["train", "val"]), "predict_splits must be among"),
         (dict(max_length=4), "max_length must be >= 8, got 4"),
         (dict(limit_examples=0), "limit_examples must be >= 1 or None, got 0"),

@@ -10,7 +10,6 @@ import pytest
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.data import MultiTaskDataModule
-from pal_lightning.data.options import DataConfig
 from pal_lightning.data.sources.readers import DEFAULT_MAX_BAD_FRACTION, read_split
 from pal_lightning.tasks.specs import TaskSpec
 
@@ -76,12 +75,6 @@ def test_the_data_module_option_applies_to_cached_splits_too(tmp_path: Path) -> 
     with pytest.raises(PalUserError, match="3 of 30 rows"):
         strict.load_split("topics", "train")  # served from the cache: still refused
     assert strict.hparams["max_bad_rows_fraction"] == DEFAULT_MAX_BAD_FRACTION
-
-
-@pytest.mark.parametrize("value", [-0.1, 1.5])
-def test_the_option_is_a_share(value: float) -> None:
-    with pytest.raises(PalUserError, match="max_bad_rows_fraction is a share of the rows"):
-        DataConfig(max_bad_rows_fraction=value)
 
 
 def test_an_empty_label_cell_of_a_csv_is_named_as_such(tmp_path: Path) -> None:

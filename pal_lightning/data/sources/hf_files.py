@@ -1,18 +1,14 @@
-"""The ``hf`` format: which reader serves a ``format: hf`` task, and local files read through ``datasets``.
-
-A ``format: hf`` task reads GLUE's download when it is a built-in GLUE task and the data folder holds one
-(:mod:`~pal_lightning.data.sources.glue_data`); a hub dataset or dataset folder when ``hf_path`` names one
-(:mod:`~pal_lightning.data.sources.hf`); else the local files of ``files`` (:class:`DatasetFiles`), each
-read by the builder ``hf_path`` names or its suffix (``.csv``/``.tsv``/``.tab``, ``.json``/``.jsonl``,
-``.parquet``). A tab-separated file is read without quote processing (a ``"`` is text, as in GLUE's
-files); ``delimiter`` and ``quoting`` set both for any csv/tsv file.
-"""
+"""The ``hf`` format: GLUE's download for an unchanged built-in GLUE task (:mod:`.glue_data`), a hub dataset
+or folder when ``hf_path`` names one (:mod:`.hf`), else the local files of ``files`` read through
+``datasets`` by the builder ``hf_path`` names or by suffix (a tab-separated file without quote processing,
+unless ``delimiter``/``quoting`` say otherwise)."""
 
 from __future__ import annotations
 
 import csv
 import logging
 from collections.abc import Iterator
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +29,7 @@ _TAB_SUFFIXES = (".tsv", ".tab")
 
 
 class DatasetFiles(RowSource):
-    """Local csv/tsv/json/parquet files read through ``datasets`` (line numbers as in the file)."""
+    """Local csv/tsv/json/parquet files read through ``datasets``."""
 
     def rows(self, spec: TaskSpec, loc: Location, data_dir: Path, split: str) -> Iterator[Row]:
         ds, first = load_file(spec, loc.location, split)
@@ -44,7 +40,7 @@ class DatasetFiles(RowSource):
 
 
 class HFFormat(RowSource):
-    """The source of ``format: hf``: GLUE's download, a hub dataset or local files (module docstring)."""
+    """The source of ``format: hf`` (module docstring)."""
 
     def __init__(self) -> None:
         self.glue, self.hub, self.files = glue_data.GlueDownload(), HubDataset(), DatasetFiles()
@@ -59,13 +55,11 @@ class HFFormat(RowSource):
 
 
 def load_file(spec: TaskSpec, path: str, split: str) -> tuple[Any, int]:
-    """The ``datasets.Dataset`` of a local file and the line of its first row (``None`` for a header and no
-    rows). A csv file's first row is line 2 (after its header), a json-lines file's line 1; for parquet the
-    number is the row's. ``datasets`` reports no lines: exact for files without multi-line fields.
+    """The ``datasets.Dataset`` of a local file (``None``: a header and no rows) and its first row's line
+    (exact for files without multi-line fields).
 
     Raises:
-        PalUserError: for an empty file, a ``.csv`` file that looks tab-separated, or one ``datasets`` cannot
-            read (one line, not its traceback).
+        PalUserError: an empty file, a ``.csv`` file that looks tab-separated, or one ``datasets`` cannot read.
     """
     import datasets
 
@@ -99,12 +93,6 @@ def load_file(spec: TaskSpec, path: str, split: str) -> tuple[Any, int]:
 
 
 def _csv_options(spec: TaskSpec, path: str, header: str, where: str) -> dict[str, Any]:
-    """The ``datasets`` csv options of a file: its delimiter and quoting (:class:`TaskSpec` fields, or by
-    its suffix).
-
-    Raises:
-        PalUserError: for a comma-separated file (by suffix) whose header holds tabs and no comma.
-    """
     tabbed = Path(path).suffix.lower() in _TAB_SUFFIXES
     delimiter = spec.delimiter or ("\t" if tabbed else ",")
     if spec.delimiter is None and not tabbed and "\t" in header and "," not in header:
@@ -118,27 +106,23 @@ def _csv_options(spec: TaskSpec, path: str, header: str, where: str) -> dict[str
 
 
 def _first_lines(path: str, builder: str) -> list[str]:
-    """The first two non-blank lines of a local text file (two placeholders for a binary format)."""
-    if builder not in ("csv", "json"):
+    if builder not in ("csv", "json"):  # a binary format: two placeholders
         return ["", ""] if Path(path).stat().st_size else []
-    lines: list[str] = []
     with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            if line.strip():
-                lines.append(line)
-            if len(lines) == 2:
-                break
-    return lines
+        return list(islice((line for line in f if line.strip()), 2))
+
+
+_BUILDERS = dict.fromkeys((".csv", *_TAB_SUFFIXES), "csv") | {
+    ".json": "json",
+    ".jsonl": "json",
+    ".parquet": "parquet",
+}
 
 
 def _builder_for(path: str) -> str:
-    ext = Path(path).suffix.lower()
-    if ext in (".csv", *_TAB_SUFFIXES):
-        return "csv"
-    if ext in (".json", ".jsonl"):
-        return "json"
-    if ext == ".parquet":
-        return "parquet"
+    builder = _BUILDERS.get(Path(path).suffix.lower())
+    if builder:
+        return builder
     raise PalUserError(
         f"Cannot tell the format of {path}: set hf_path to 'csv', 'json' or 'parquet' in the TaskSpec."
     )

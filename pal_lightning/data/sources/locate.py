@@ -1,8 +1,5 @@
-"""Where a task's rows are: the data folder, a file named in a task, and the place a split is read from.
-
-A relative file name is looked up in the data folder, then in the working directory; with the packaged
-demo set as the data folder, files that are not the demo's own are read from the working directory.
-"""
+"""Where a task's rows are: the data folder, and a relative file name looked up there, then in the working
+directory (only there beside the packaged demo set)."""
 
 from __future__ import annotations
 
@@ -16,7 +13,6 @@ from pal_lightning.data.sources.demo import DEMO_DATA, demo_data_dir
 if TYPE_CHECKING:
     from pal_lightning.data.sources.registry import RowSource
 
-#: Split names used throughout the data code.
 SPLITS = ("train", "dev", "test")
 
 
@@ -25,14 +21,12 @@ class Location:
     """Where one split of one task is read from, and the source that reads it."""
 
     kind: str
-    """``file`` (a local path), ``glue_data`` (a file of GLUE's download) or ``hub`` (a ``datasets`` hub id
-    or folder)."""
+    """``file``, ``glue_data`` (a file of GLUE's download) or ``hub`` (a hub id or dataset folder)."""
     location: str
     """The local path, or the hub id."""
     hf_split: str | None = None
     """For hub sources: the split name on the hub."""
     reader: RowSource | None = None
-    """The source that reads the rows (:mod:`pal_lightning.data.sources.registry`)."""
 
     @property
     def is_file(self) -> bool:
@@ -40,18 +34,13 @@ class Location:
 
 
 def resolve_data_dir(data_dir: str | os.PathLike[str] | None) -> Path:
-    """The data directory: the argument, else ``$PAL_DATA_DIR``, else ``./data``; ``demo`` is the small
-    demo set shipped with the package (:mod:`pal_lightning.data.sources.demo`)."""
-    value = str(data_dir) if data_dir is not None and str(data_dir) != "" else None
-    if value is None:
-        value = os.environ.get("PAL_DATA_DIR", "").strip() or "data"
+    """The data directory: the argument, else ``$PAL_DATA_DIR``, else ``./data``; ``demo``: the packaged demo."""
+    value = str(data_dir or "") or os.environ.get("PAL_DATA_DIR", "").strip() or "data"
     return demo_data_dir() if value == DEMO_DATA else Path(value).expanduser()
 
 
 def looked_for(name: str, data_dir: Path) -> list[Path]:
-    """The places a task's file ``name`` is looked for, in order: an absolute path as it is; a relative one
-    in ``data_dir``, then in the working directory (only there beside the packaged demo, which holds only
-    the demo's files)."""
+    """The places a task's file ``name`` is looked for, in order."""
     path = Path(name).expanduser()
     if path.is_absolute():
         return [path]
@@ -62,7 +51,6 @@ def looked_for(name: str, data_dir: Path) -> list[Path]:
 
 
 def resolve_file(name: str, data_dir: Path) -> Path:
-    """Where a task's file ``name`` is (:func:`looked_for`): the first place it exists, else the first
-    place looked (so that messages name where it belongs)."""
+    """The first place ``name`` exists, else the first place looked (so messages name where it belongs)."""
     places = looked_for(name, data_dir)
     return next((p for p in places if p.is_file()), places[0])

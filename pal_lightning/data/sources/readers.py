@@ -1,10 +1,5 @@
-"""Reading one split of one task: its rows from the source its format names
-(:mod:`~pal_lightning.data.sources.registry`), checked row by row
-(:mod:`~pal_lightning.data.sources.validate`), and the class names its labels may use.
-
-The names the data code has always imported from here are kept (``read_split``, ``RawSplit``,
-``check_files_exist``, ``resolve_data_dir``, ...).
-"""
+"""Reading one split of one task: its rows from the source its format names, checked row by row
+(:mod:`.validate`), and the class names its labels may use."""
 
 from __future__ import annotations
 
@@ -13,7 +8,7 @@ from pathlib import Path
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.data.sources.labels import describe_names
-from pal_lightning.data.sources.locate import SPLITS, Location, resolve_data_dir, resolve_file
+from pal_lightning.data.sources.locate import SPLITS, resolve_data_dir
 from pal_lightning.data.sources.registry import (
     check_files_exist,
     reader_of,
@@ -27,12 +22,10 @@ from pal_lightning.data.sources.validate import (
     SplitRows,
     check_bad_rows,
     check_header,
-    warn_bad_rows,
 )
 from pal_lightning.tasks.specs import TaskSpec
 
-__all__ = [
-    "BAD_ROW_POLICIES",
+__all__ = [  # what the data code imports from here
     "DEFAULT_MAX_BAD_FRACTION",
     "SPLITS",
     "RawSplit",
@@ -41,10 +34,7 @@ __all__ = [
     "label_names_for",
     "read_split",
     "resolve_data_dir",
-    "resolve_file",
     "resolve_source",
-    "source_exists",
-    "warn_bad_rows",
 ]
 
 
@@ -56,15 +46,7 @@ def read_split(
     detokenize: bool = True,
     max_bad_fraction: float = DEFAULT_MAX_BAD_FRACTION,
 ) -> RawSplit:
-    """Read and validate one split of one task.
-
-    Args:
-        spec: the task.
-        split: ``train``, ``dev`` or ``test``.
-        data_dir: directory that relative file names are resolved against.
-        on_bad_row: ``skip`` (drop bad rows, warn once with count and first lines) or ``error``.
-        detokenize: undo PTB tokens for tasks with ``ptb_detokenize``.
-        max_bad_fraction: the share of the rows that may be skipped; more stops the run.
+    """Read and validate ``split`` of ``spec``; ``on_bad_row``: ``skip`` (warn once) or ``error``.
 
     Raises:
         PalUserError: missing or empty file, missing column, a bad row with ``on_bad_row="error"``, or
@@ -91,7 +73,16 @@ def read_split(
                 )
             rows.bad.append((line, reason))
     if rows.labelled is None:  # no data row at all
-        _check_not_empty(spec, split, loc, where)
+        if not reader_of(loc).has_header(loc):
+            raise PalUserError(
+                f"{where} (task {spec.name!r}, {split}) is empty: not even a header row. Restore the file "
+                "(a header row, then one example per line), or point --data.data_dir at a complete copy."
+            )
+        if split != "test":
+            raise PalUserError(
+                f"{where} (task {spec.name!r}, {split}) has a header but no rows. Restore the file, or "
+                "point --data.data_dir at a complete copy of the data."
+            )
     name = Path(loc.location).name if loc.is_file else where
     out = RawSplit(
         spec.name, split, where, rows.ids, rows.texts, rows.label_array(name), rows.count, rows.bad
@@ -100,27 +91,11 @@ def read_split(
     return out
 
 
-def _check_not_empty(spec: TaskSpec, split: str, loc: Location, where: str) -> None:
-    """Stop on a source without a data row, unless it is a test split (a header alone is allowed)."""
-    if not reader_of(loc).has_header(loc):
-        raise PalUserError(
-            f"{where} (task {spec.name!r}, {split}) is empty: not even a header row. Restore the file "
-            "(a header row, then one example per line), or point --data.data_dir at a complete copy."
-        )
-    if split != "test":
-        raise PalUserError(
-            f"{where} (task {spec.name!r}, {split}) has a header but no rows. Restore the file, or "
-            "point --data.data_dir at a complete copy of the data."
-        )
-
-
-#: The class names found in training splits, by (task, source, label column, file size and time).
 _FOUND_NAMES: dict[tuple[str, ...], tuple[str, ...]] = {}
 
 
 def label_names_for(spec: TaskSpec, data_dir: Path) -> tuple[str, ...]:
-    """The class names of ``spec``: its ``label_names``, else those of its training split (a ``ClassLabel``
-    feature's names, or the label column's words sorted), else ``()`` (labels are class indices).
+    """``spec.label_names``, else those its training split spells, else ``()`` (class indices).
 
     Raises:
         PalUserError: when the training split names more or fewer classes than ``num_labels``.
@@ -130,7 +105,7 @@ def label_names_for(spec: TaskSpec, data_dir: Path) -> tuple[str, ...]:
     loc = resolve_source(spec, "train", data_dir)
     if loc is None or spec.label_column is None or not source_exists(spec, loc, data_dir):
         return ()
-    # size and modification time: cheap, and enough to see a file replaced within one process
+    # size and time: cheap, and enough to see a file replaced within one process
     stamp = f"{os.stat(loc.location).st_size}:{os.stat(loc.location).st_mtime_ns}" if loc.is_file else ""
     reading = (spec.format, str(spec.label_column), repr(spec.delimiter), repr(spec.quoting))
     key = (spec.name, loc.location, str(loc.hf_split), stamp, *reading)

@@ -1,10 +1,5 @@
-"""The sources of rows, one per ``TaskSpec.format``, registered by name.
-
-A :class:`RowSource` says where a split of a task is (:meth:`RowSource.locate`) and reads its rows; the
-built-in ones (``cs224n``, ``glue_tsv``, ``hf``) are registered when :mod:`pal_lightning.data.sources` is
-imported, and :func:`register_source` adds another. The functions below are what the data module asks;
-they never look at a format themselves.
-"""
+"""The sources of rows, one per ``TaskSpec.format``, registered by name (:func:`register_source`). The
+functions below are what the data module asks; they never look at a format themselves."""
 
 from __future__ import annotations
 
@@ -19,16 +14,15 @@ from pal_lightning.data.sources.labels import names_of_values
 from pal_lightning.data.sources.locate import Location, looked_for, resolve_file
 from pal_lightning.tasks.specs import TaskSpec
 
-#: One row as a source yields it: (line number in the file, or 1-based row number; the row by column name,
-#: extra fields under ``None``; the column names).
+#: (line number, or 1-based row number; the row by column name, extra fields under ``None``; the columns)
 Row = tuple[int, dict[str | None, Any], list[str]]
 
 
 class RowSource:
-    """Reads the rows of one format. The defaults serve a local file named in ``TaskSpec.files``."""
+    """Reads the rows of one format; subclass it and :func:`register_source` it. The defaults serve a local
+    file named in ``TaskSpec.files``."""
 
     kind = "file"
-    """The :attr:`~pal_lightning.data.sources.locate.Location.kind` of what :meth:`locate` finds."""
 
     def locate(self, spec: TaskSpec, split: str, data_dir: Path) -> Location | None:
         """Where ``split`` of ``spec`` is read from, or ``None`` when the task has no such split."""
@@ -46,7 +40,7 @@ class RowSource:
         return Path(loc.location).is_file()
 
     def missing(self, spec: TaskSpec, split: str, loc: Location, data_dir: Path) -> str | None:
-        """How a missing split is named in the message listing them (``None``: it is there)."""
+        """The split as the missing-files message names it (``None``: it is there)."""
         if self.exists(spec, loc, data_dir):
             return None
         given = spec.files[split]
@@ -55,15 +49,15 @@ class RowSource:
         return f"{spec.name}/{split}: {given}"
 
     def missing_hint(self, spec: TaskSpec, data_dir: Path) -> str:
-        """Where a missing file of ``spec`` can be had (a sentence, or ``""``)."""
+        """Where missing files of ``spec`` can be had (a sentence, or ``""``)."""
         return ""
 
     def fingerprint(self, spec: TaskSpec, loc: Location, data_dir: Path, split: str) -> str:
-        """What identifies the rows at ``loc``: a changed one is read and tokenised again."""
+        """What identifies the rows at ``loc`` (a changed one is tokenised again)."""
         return "file:" + file_fingerprint(loc.location)
 
     def label_names(self, spec: TaskSpec, loc: Location, data_dir: Path) -> tuple[str, ...]:
-        """The class names the training split at ``loc`` spells (:func:`~.labels.names_of_values`)."""
+        """The class names the training split at ``loc`` spells."""
         column = spec.label_column
         return names_of_values(row.get(column) for _, row, _ in self.rows(spec, loc, data_dir, "train"))
 
@@ -88,11 +82,7 @@ def register_source(name: str, source: RowSource, *, overwrite: bool = False) ->
 
 
 def source_for(spec: TaskSpec) -> RowSource:
-    """The source registered under ``spec.format``.
-
-    Raises:
-        PalUserError: for a format no source is registered under.
-    """
+    """The source registered under ``spec.format`` (PalUserError for an unknown one)."""
     try:
         return _SOURCES[spec.format]
     except KeyError:
@@ -103,7 +93,7 @@ def source_for(spec: TaskSpec) -> RowSource:
 
 
 def resolve_source(spec: TaskSpec, split: str, data_dir: Path) -> Location | None:
-    """Where ``split`` of ``spec`` comes from, or ``None`` when the task has no such split."""
+    """Where ``split`` of ``spec`` comes from (``None``: no such split)."""
     return source_for(spec).locate(spec, split, data_dir)
 
 
@@ -113,23 +103,19 @@ def reader_of(loc: Location) -> RowSource:
 
 
 def source_exists(spec: TaskSpec, loc: Location | None, data_dir: Path) -> bool:
-    """Whether a split's source is there: its file exists, or its dataset has the split."""
+    """Whether the split at ``loc`` is there."""
     return loc is not None and reader_of(loc).exists(spec, loc, data_dir)
 
 
 def split_fingerprint(spec: TaskSpec, split: str, data_dir: Path) -> str:
-    """What identifies the rows of ``split`` of ``spec`` (:meth:`RowSource.fingerprint`)."""
+    """What identifies the rows of ``split`` of ``spec``."""
     loc = resolve_source(spec, split, data_dir)
     assert loc is not None
     return reader_of(loc).fingerprint(spec, loc, data_dir, split)
 
 
 def check_files_exist(requests: Sequence[tuple[TaskSpec, str]], data_dir: Path) -> None:
-    """Raise one :class:`PalUserError` listing every missing split of ``requests`` (task, split).
-
-    Raises:
-        PalUserError: naming each file as given, where it was looked for and how to point at it.
-    """
+    """Raise one :class:`PalUserError` listing every missing split of ``requests`` (task, split)."""
     missing: list[str] = []
     hints: dict[str, None] = {}
     for spec, split in requests:
@@ -141,7 +127,7 @@ def check_files_exist(requests: Sequence[tuple[TaskSpec, str]], data_dir: Path) 
     if not missing:
         return
     where = f" in {data_dir.resolve()} (nor in the working directory {Path.cwd()})"
-    where = "" if data_dir == demo_data_dir() else where  # the demo's own folder is no place for the user's
+    where = "" if data_dir == demo_data_dir() else where
     raise PalUserError(
         f"Data files not found{where}: "
         + "; ".join(missing)

@@ -1,19 +1,12 @@
-"""The checks every row goes through, and the one warning (or error) about the rows that fail them.
-
-Every row is checked (text present, id present and unique, label parseable, integral for classes and
-inside ``TaskSpec.label_range``); a classification label may be a class name
-(:mod:`~pal_lightning.data.sources.labels`). Bad rows are skipped with one warning per file naming the
-count and the first line numbers, or stop the run (``on_bad_row="error"``); a split with more bad rows
-than ``max_bad_fraction`` of its rows (:data:`DEFAULT_MAX_BAD_FRACTION`) stops the run, since that many
-usually means a wrong setting (columns, labels) rather than a few broken rows.
-"""
+"""The checks every row goes through (text present, id present and unique, label a class or inside
+``label_range``), and the one warning (or error) about the rows that fail them. A split with more bad rows
+than ``max_bad_fraction`` stops the run: that many usually means a wrong setting, not broken rows."""
 
 from __future__ import annotations
 
 import logging
-import math
 import re
-from collections.abc import Container, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,26 +15,21 @@ import numpy as np
 
 from pal_lightning.core.distributed import is_main_process
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.data.sources.labels import describe_names, is_number, name_index
+from pal_lightning.data.sources.labels import describe_names, is_empty, is_number, name_index
 from pal_lightning.data.sources.text import ptb_detokenize, undo_double_quoting
 from pal_lightning.tasks.specs import TaskSpec
 
 log = logging.getLogger(__name__)
 
-#: Values of ``on_bad_row``.
 BAD_ROW_POLICIES = ("skip", "error")
 
-#: How many bad line numbers a skip warning lists.
 MAX_REPORTED_BAD_ROWS = 5
 
-#: The share of a split's rows that may be bad (skipped with a warning) before the run stops: a wrong
-#: setting (a label range, a column, a delimiter) makes a large share bad, real files very few.
 DEFAULT_MAX_BAD_FRACTION = 0.05
 
-#: Bad rows a split may always hold, whatever its size (one or two of a tiny file are no wrong setting).
+#: bad rows a split may always hold, whatever its size
 ALWAYS_TOLERATED_BAD_ROWS = 2
 
-#: What undecodable bytes become when a file is read with ``errors="surrogateescape"``.
 _UNDECODABLE = re.compile("[\udc80-\udcff]")
 
 
@@ -50,15 +38,12 @@ class RawSplit:
     """The validated rows of one split of one task, column by column."""
 
     task: str
-    """Task name."""
     split: str
-    """``train``, ``dev`` or ``test``."""
     source: str
     """Where the rows came from (a file path or a hub id), for messages."""
     ids: list[str]
-    """Example ids (the id column, or the 0-based row number when the task has none)."""
     texts: list[list[str]]
-    """One list per text column (one for single sentences, two for pairs), cleaned."""
+    """One list per text column, cleaned."""
     labels: np.ndarray | None
     """int64 classes or float64 scores; ``None`` for an unlabelled split."""
     rows: int = 0
@@ -68,24 +53,21 @@ class RawSplit:
 
     @property
     def skipped(self) -> int:
-        """Number of rows dropped by validation."""
         return len(self.bad_rows)
 
     def __len__(self) -> int:
         return len(self.ids)
 
 
-class SplitRows:
-    """The valid rows of a split so far, column by column, and the line and reason of each bad one.
+class _BadRow(Exception):
+    pass
 
-    Each row goes through the checks in order; the first that fails names the row's problem:
-    undecodable bytes, too many fields, a missing or empty text, a bad label (labelled splits), an
-    empty or repeated id (tasks with an id column).
-    """
+
+class SplitRows:
+    """The valid rows of a split so far, and the line and reason of each bad one."""
 
     def __init__(self, spec: TaskSpec, split: str, detokenize: bool, names: Sequence[str] = ()) -> None:
         self.spec, self.split, self.detokenize = spec, split, detokenize
-        #: The class names a label may be given by (:func:`label_names_for`).
         self.names = tuple(names)
         self.ids: list[str] = []
         self.seen: set[str] = set()
@@ -93,26 +75,16 @@ class SplitRows:
         self.labels: list[float | int | None] = []
         self.bad: list[tuple[int, str]] = []
         self.count = 0
-        #: Whether the split has a label column (``None`` until the header is read).
+        #: ``None`` until the header is read
         self.labelled: bool | None = None
 
     def add(self, row: dict[str | None, Any], header: Sequence[str]) -> str | None:
-        """Keep ``row`` if it passes every check; else return why not (the row is not kept)."""
+        """Keep ``row`` if it passes every check (in order); else return why not."""
         self.count += 1
-        reason = _encoding_problem(row) or _field_count_problem(row, header)
-        if reason is not None:
-            return reason
-        texts, reason = _row_texts(row, self.spec, self.detokenize)
-        if reason is not None:
-            return reason
-        label = None
-        if self.labelled:
-            label, reason = _row_label(row, self.spec, self.split, self.names)
-            if reason is not None:
-                return reason
-        ex_id, reason = _row_id(row, self.spec, self.count - 1, self.seen)
-        if reason is not None:
-            return reason
+        try:
+            texts, label, ex_id = self._check(row, header)
+        except _BadRow as bad:
+            return str(bad)
         self.seen.add(ex_id)
         self.ids.append(ex_id)
         for column, text in zip(self.texts, texts, strict=True):
@@ -121,12 +93,39 @@ class SplitRows:
             self.labels.append(label)
         return None
 
-    def label_array(self, name: str) -> np.ndarray | None:
-        """The labels as an array, or ``None`` for an unlabelled split.
+    def _check(self, row: dict[str | None, Any], header: Sequence[str]) -> tuple[list[str], Any, str]:
+        spec = self.spec
+        for value in row.values():
+            values = value if isinstance(value, list) else [value]
+            if any(isinstance(v, str) and _UNDECODABLE.search(v) for v in values):
+                raise _BadRow("bytes that are not valid UTF-8 (save the file as UTF-8)")
+        extra = row.get(None)
+        if extra is not None and any(v not in ("", None) for v in extra):
+            raise _BadRow(f"{len(header) + len(extra)} fields, the header has {len(header)}")
+        texts = []
+        for col in spec.text_columns:
+            if row.get(col) is None:
+                raise _BadRow(f"missing field {col!r}")
+            text = _clean_text(str(row[col]), spec, self.detokenize)
+            if not text:
+                raise _BadRow(f"empty text in {col!r}")
+            texts.append(text)
+        label, raw = None, row.get(spec.label_column)
+        # a hidden test label (empty, or GLUE's -1) is None and not a bad row
+        if self.labelled and not (self.split == "test" and _is_unlabelled_marker(raw, spec)):
+            label = _parse_label(raw, spec, self.names)
+        if spec.id_column is None:
+            return texts, label, str(self.count - 1)
+        raw_id = row.get(spec.id_column)
+        ex_id = "" if raw_id is None else str(raw_id).strip()
+        if not ex_id:
+            raise _BadRow("empty id")
+        if ex_id in self.seen:
+            raise _BadRow(f"duplicate id {ex_id!r}")
+        return texts, label, ex_id
 
-        A test split where some rows hide their label (GLUE writes -1) is unlabelled as a whole,
-        with a warning when other rows do carry one.
-        """
+    def label_array(self, name: str) -> np.ndarray | None:
+        """The labels, or ``None`` for an unlabelled split (a test split where some rows hide theirs)."""
         if not self.labelled:
             return None
         if self.split == "test" and any(v is None for v in self.labels):
@@ -142,106 +141,39 @@ class SplitRows:
         return np.asarray(self.labels, dtype=np.float64 if self.spec.is_regression else np.int64)
 
 
-def _encoding_problem(row: dict[str | None, Any]) -> str | None:
-    """Bytes that were not valid UTF-8 (kept as surrogate escapes by the readers)."""
-    for value in row.values():
-        values = value if isinstance(value, list) else [value]
-        if any(isinstance(v, str) and _UNDECODABLE.search(v) for v in values):
-            return "bytes that are not valid UTF-8 (save the file as UTF-8)"
-    return None
-
-
-def _field_count_problem(row: dict[str | None, Any], header: Sequence[str]) -> str | None:
-    """More non-empty fields than the header names (``csv.DictReader`` puts them under ``None``)."""
-    extra = row.get(None)
-    if extra is not None and any(v not in ("", None) for v in extra):
-        return f"{len(header) + len(extra)} fields, the header has {len(header)}"
-    return None
-
-
-def _row_texts(row: dict[str | None, Any], spec: TaskSpec, detokenize: bool) -> tuple[list[str], str | None]:
-    """The cleaned texts of the task's text columns, or the first missing or empty one."""
-    texts: list[str] = []
-    for col in spec.text_columns:
-        raw = row.get(col)
-        if raw is None:
-            return texts, f"missing field {col!r}"
-        text = _clean_text(str(raw), spec, detokenize)
-        if not text:
-            return texts, f"empty text in {col!r}"
-        texts.append(text)
-    return texts, None
-
-
-def _row_label(
-    row: dict[str | None, Any], spec: TaskSpec, split: str, names: Sequence[str] = ()
-) -> tuple[float | int | None, str | None]:
-    """The row's label; a hidden test label (empty, or GLUE's -1) is ``None`` and not a bad row."""
-    raw_label = row.get(spec.label_column)
-    if split == "test" and _is_unlabelled_marker(raw_label, spec):
-        return None, None
-    return _parse_label(raw_label, spec, names)
-
-
-def _row_id(
-    row: dict[str | None, Any], spec: TaskSpec, index: int, seen: Container[str]
-) -> tuple[str, str | None]:
-    """The row's id: its id column (present, unique), or its 0-based row number without one."""
-    if spec.id_column is None:
-        return str(index), None
-    raw_id = row.get(spec.id_column)
-    ex_id = "" if raw_id is None else str(raw_id).strip()
-    if not ex_id:
-        return ex_id, "empty id"
-    if ex_id in seen:
-        return ex_id, f"duplicate id {ex_id!r}"
-    return ex_id, None
-
-
-def _parse_label(
-    value: Any, spec: TaskSpec, names: Sequence[str] = ()
-) -> tuple[float | int | None, str | None]:
-    """Parse one label: ``(value, None)`` or ``(None, reason)``; a class is one of ``names`` or an index."""
+def _parse_label(value: Any, spec: TaskSpec, names: Sequence[str]) -> float | int:
     if value is None:
-        return None, "no label (an empty or missing field)"
+        raise _BadRow("no label (an empty or missing field)")
     if isinstance(value, bool):
         value = int(value)
     if isinstance(value, str):
         value = value.strip()
         if not value:
-            return None, "empty label"
+            raise _BadRow("empty label")
     index = name_index(value, names)
     if index is not None:
-        return index, None
-    if names and not is_number(value):
-        return None, f"label {str(value)[:30]!r} is not one of the task's classes ({describe_names(names)})"
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None, f"non-numeric label {str(value)[:30]!r}"
-    if not math.isfinite(number):
-        return None, f"non-numeric label {str(value)[:30]!r}"
+        return index
+    if not is_number(value):
+        if names:
+            raise _BadRow(
+                f"label {str(value)[:30]!r} is not one of the task's classes ({describe_names(names)})"
+            )
+        raise _BadRow(f"non-numeric label {str(value)[:30]!r}")
+    number = float(value)
     low, high = spec.label_range
     if not low <= number <= high:
-        return None, f"label {value!r} outside the range [{low:g}, {high:g}]"
+        raise _BadRow(f"label {value!r} outside the range [{low:g}, {high:g}]")
     if spec.is_regression:
-        return number, None
+        return number
     if not number.is_integer():
-        return None, f"class label {value!r} is not an integer"
+        raise _BadRow(f"class label {value!r} is not an integer")
     if not 0 <= number < spec.num_labels:
-        return None, f"class label {value!r} outside 0..{spec.num_labels - 1}"
-    return int(number), None
+        raise _BadRow(f"class label {value!r} outside 0..{spec.num_labels - 1}")
+    return int(number)
 
 
 def _is_unlabelled_marker(value: Any, spec: TaskSpec) -> bool:
-    """Empty, missing, or -1 outside the label range: how test files hide their labels."""
-    if value is None or (isinstance(value, str) and not value.strip()):
-        return True
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return False
-    return number == -1 and spec.label_range[0] > -1
+    return is_empty(value) or (is_number(value) and float(value) == -1 and spec.label_range[0] > -1)
 
 
 def _clean_text(text: str, spec: TaskSpec, detokenize: bool) -> str:
@@ -253,7 +185,7 @@ def _clean_text(text: str, spec: TaskSpec, detokenize: bool) -> str:
 
 
 def check_header(spec: TaskSpec, split: str, header: Sequence[str], where: str) -> bool:
-    """Check the required columns exist; return whether the split carries labels."""
+    """Check the required columns exist; whether the split carries labels."""
     required = list(spec.text_columns) + ([spec.id_column] if spec.id_column else [])
     missing = [c for c in required if c not in header]
     has_label = spec.label_column is not None and spec.label_column in header
@@ -276,15 +208,19 @@ def check_bad_rows(
     max_fraction: float,
     warn: bool = True,
 ) -> None:
-    """Stop when more than ``max_fraction`` of a split's ``rows``, and more than
-    :data:`ALWAYS_TOLERATED_BAD_ROWS`, are bad; else warn about them (:func:`warn_bad_rows`) when ``warn``.
-
-    Raises:
-        PalUserError: naming the count, the file, the first bad lines and the fix.
-    """
+    """Stop when more than ``max_fraction`` of ``rows`` (and more than 2) are bad; else warn when ``warn``."""
     if len(bad_rows) <= max(max_fraction * rows, ALWAYS_TOLERATED_BAD_ROWS):
-        if warn:
-            warn_bad_rows(Path(where).name, bad_rows, rows, task, split)
+        if warn and bad_rows and is_main_process():
+            log.warning(
+                "%s: skipped %d bad row(s) of %d (task %s, %s); lines %s. Pass --data.on_bad_row error "
+                "(on_bad_row='error' in Python) to stop instead.",
+                Path(where).name,
+                len(bad_rows),
+                rows,
+                task,
+                split,
+                _shown_lines(bad_rows),
+            )
         return
     raise PalUserError(
         f"{where}: {len(bad_rows)} of {rows} rows ({len(bad_rows) / rows:.0%}) of task {task!r} ({split}) cannot "
@@ -296,28 +232,6 @@ def check_bad_rows(
 
 
 def _shown_lines(bad_rows: Sequence[tuple[int, str]]) -> str:
-    """The first :data:`MAX_REPORTED_BAD_ROWS` bad lines with their reasons, and how many more."""
     shown = ", ".join(f"{ln} ({why})" for ln, why in bad_rows[:MAX_REPORTED_BAD_ROWS])
     extra = len(bad_rows) - MAX_REPORTED_BAD_ROWS
     return shown + (f" and {extra} more" if extra > 0 else "")
-
-
-def warn_bad_rows(name: str, bad_rows: Sequence[tuple[int, str]], rows: int, task: str, split: str) -> None:
-    """The one warning about the skipped rows of a split (on rank 0; nothing when none was skipped).
-
-    Args:
-        name: the file name (or hub id) to show.
-        bad_rows: ``(line, reason)`` of every skipped row; the first :data:`MAX_REPORTED_BAD_ROWS` are named.
-        rows: data rows in the source, loaded and skipped.
-    """
-    if not bad_rows or not is_main_process():
-        return
-    log.warning(
-        "%s: skipped %d bad row(s) of %d (task %s, %s); lines %s. Pass --data.on_bad_row error (on_bad_row='error' in Python) to stop instead.",
-        name,
-        len(bad_rows),
-        rows,
-        task,
-        split,
-        _shown_lines(bad_rows),
-    )
