@@ -196,8 +196,8 @@ def make_record(
 ) -> dict[str, Any]:
     """The raw record of one (system, seed) from its fits' ``parts``: GLUE average on dev when every test
     ran, stored parameters, wall time (the sum of its units' when they ran side by side), device, commit."""
-    from pal_lightning.tasks.glue import glue_average
     from pal_lightning.tasks.catalogue import GLUE_TASKS
+    from pal_lightning.tasks.glue import glue_average
 
     dev = dev_scores(parts)
     ok = all(p.get("test_status") == "ok" for p in parts) and set(dev) == set(TASKS)

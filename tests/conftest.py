@@ -73,7 +73,7 @@ SLOW_FILES = (
     "tests/module/test_pretrained.py",
     "tests/gem/test_gem_ddp.py",
     "tests/cli/test_first_hour.py",
-    "tests/test_families_module.py",
+    "tests/module/test_families_module.py",
     "tests/data/test_stage_splits.py",
     "tests/data/test_ddp.py",
     "tests/cli/test_sharing_ddp_resume.py",

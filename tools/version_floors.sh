@@ -9,7 +9,7 @@
 #   VENV=/tmp/floors KEEP_VENV=1 tools/version_floors.sh   # reuse/keep the environment
 #
 # Found on 2026-11-26 (Python 3.11, torch 2.13.0+cpu, transformers 5.0.0, datasets 2.18.0, torchmetrics 1.3.0
-# passed at their floors): lightning 2.4.0 lacks LightningCLI._parse_ckpt_path (tests/test_compat.py) and
+# passed at their floors): lightning 2.4.0 lacks LightningCLI._parse_ckpt_path (tests/core/test_private_api.py) and
 # logs metrics.csv steps as floats ('2.0'); 2.5.5 has no weights_only in TorchCheckpointIO.load_checkpoint;
 # 2.6.0 passes -> floor 2.6.0. jsonargparse 4.32-4.40 fail to apply overlays that extend
 # trainer.callbacks ('str' object has no attribute 'append') and 4.43-4.45 refuse or mis-merge
@@ -24,7 +24,7 @@ VENV=${VENV:-$(mktemp -d /tmp/pal-floors.XXXXXX)/venv}
 FLOORS=${FLOORS:-key}
 # Fast tests that exercise each floored library: Lightning + jsonargparse (the CLI, resume, checkpoints),
 # transformers (the encoder, tokenizer, from_pretrained), torchmetrics (scores), datasets (hub sources).
-TESTS=${TESTS:-"tests/test_compat.py tests/test_metrics.py tests/module/test_multitask.py tests/module/test_pretrained.py \
+TESTS=${TESTS:-"tests/core/test_private_api.py tests/test_metrics.py tests/module/test_multitask.py tests/module/test_pretrained.py \
 tests/modeling/test_encoder.py tests/data/test_hf_sources.py tests/data/test_datamodule.py \
 tests/cli/test_cli.py tests/cli/test_resume.py tests/cli/test_bad_inputs.py"}
 

@@ -1,7 +1,7 @@
 """Every use of a private Lightning, jsonargparse or torch name, in one place, each with why the public API
 does not do the job and what would replace it. The rest of the package uses the public names defined here.
 
-Written against Lightning 2.6 and jsonargparse 4.46+; ``tests/test_compat.py`` checks that each private
+Written against Lightning 2.6 and jsonargparse 4.46+; ``tests/core/test_private_api.py`` checks that each private
 name still exists, so that a breaking upgrade fails one clear test.
 """
 

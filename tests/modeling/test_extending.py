@@ -24,7 +24,7 @@ from pal_lightning.testing import FAMILY_TYPES, TINY_BERT, quiet_trainer
 from pal_lightning.testing.batches import FIXED, PAIR_ENCODING, TinyData
 from pal_lightning.testing.conformance import check_method, check_method_in_module
 
-GUIDE = Path(__file__).resolve().parents[1] / "docs" / "extending.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "extending.md"
 
 
 def guide_block(heading: str) -> str:
@@ -129,7 +129,7 @@ def test_the_guides_option_on_the_command_line_and_in_layered_yaml(
 
     from pal_lightning.cli.main import main
 
-    quickstart = str(Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml")
+    quickstart = str(Path(__file__).resolve().parents[2] / "configs" / "quickstart.yaml")
     overlay = tmp_path / "tiny.yaml"  # layered over the quickstart's PALs size, as configs/lora.yaml is
     overlay.write_text("model:\n  init_args:\n    adapter:\n      method: tiny_mlp\n      size: null\n")
     args = ["fit", "--config", quickstart, "--config", str(overlay), "--model.adapter.scale", "0.5"]

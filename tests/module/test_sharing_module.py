@@ -18,7 +18,7 @@ from pal_lightning.module.checkpoint_check import VERSION_KEY
 from pal_lightning.testing import quiet_trainer
 from pal_lightning.testing.batches import FIXED, TinyData, tiny_module
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _fields(adapter: str | dict[str, Any]) -> dict[str, Any]:

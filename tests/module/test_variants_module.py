@@ -18,7 +18,7 @@ from pal_lightning.module.multitask import MultiTaskModule
 from pal_lightning.testing import quiet_trainer
 from pal_lightning.testing.batches import FIXED, TinyData, tiny_module
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 VARIANTS = sorted((ROOT / "configs" / "variants").glob("*.yaml"))
 
 
@@ -95,7 +95,7 @@ def test_shipped_variant_overlays_print_on_the_quickstart(capsys: pytest.Capture
     from pal_lightning.cli.main import main
 
     names = {p.stem for p in VARIANTS}
-    # layer_sharing.yaml: tests/test_sharing_module.py
+    # layer_sharing.yaml: tests/module/test_sharing_module.py
     assert names == {
         "pals_top_half",
         "pals_bottom_half",
