@@ -185,7 +185,7 @@ def test_project_step_matches_flat_projection(mode: str) -> None:
         params = [p for p in model.parameters()]
         loss = model.batch_loss(data.train_batch("t0", list(range(10))))
         loss.backward()
-        g = [p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in params]
+        g = _flat_row([p.grad for p in params], params)
         # the memory gradients the callback will compute (same draws), flattened by hand
         tasks = cb.constraining_tasks(["t0"])
         assert tasks == ["t1", "t2"]
@@ -198,11 +198,7 @@ def test_project_step_matches_flat_projection(mode: str) -> None:
             total = sum(len(i) for i in draw.values())
             mem_loss = sum(model.batch_loss(data.train_batch(t, i)) * len(i) / total for t, i in draw.items())
             grads = torch.autograd.grad(mem_loss, params, allow_unused=True)
-            rows.append(
-                _flat(
-                    [x if x is not None else torch.zeros_like(p) for x, p in zip(grads, params, strict=True)]
-                )
-            )
+            rows.append(_flat_row(list(grads), params))
         G = torch.stack(rows)
         stats = cb.project_step(model, data, step=5, current=["t0"])
         if stats["gem/violated"]:
@@ -212,9 +208,9 @@ def test_project_step_matches_flat_projection(mode: str) -> None:
     assert stats["gem/constraints"] == len(rows)
     got = _flat([p.grad for p in params])
     if mode == "gem":
-        expected = project_gradient(_flat(g), G, margin=0.5, eps=cb.eps)
+        expected = project_gradient(g, G, margin=0.5, eps=cb.eps)
     else:
-        expected = projection.agem_project(_flat(g), G[0])
+        expected = projection.agem_project(g, G[0])
     np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-5, atol=1e-6)
     # the constraints hold after projection (up to the ridge)
     cos = (G @ got) / (G.norm(dim=1) * got.norm())
@@ -259,19 +255,9 @@ def test_rank_shares_sum_to_the_whole_draw(batch_tasks: bool) -> None:
         whole = memory_gradients.constraint_gradients(
             MemorySource(model, data), memory, mode, tasks, 4, 2 * mbs, params, batch_tasks
         )
-        ranks = [
-            memory_gradients.constraint_gradients(
-                MemorySource(model, data, rank=r, world_size=2),
-                memory,
-                mode,
-                tasks,
-                4,
-                mbs,
-                params,
-                batch_tasks,
-            )
-            for r in (0, 1)
-        ]
+        args = (memory, mode, tasks, 4, mbs, params, batch_tasks)
+        sources = (MemorySource(model, data, rank=r, world_size=2) for r in (0, 1))
+        ranks = [memory_gradients.constraint_gradients(source, *args) for source in sources]
         if mode == "gem":  # 2 ranks x 3 examples per task
             counts = [6, 6, 6]
             draws = [{t: draw_of(t, 6, 4)} for t in tasks]
@@ -304,12 +290,7 @@ def test_rank_shares_sum_to_the_whole_draw(batch_tasks: bool) -> None:
 
 
 def test_non_finite_gradient_is_left_alone() -> None:
-    data = _Data()
-    model = _Toy()
-    cb = GEMCallback(memory_size=50, memory_batch_size=4, parameters="all")
-    for t in ("t0", "t1"):
-        cb.task_order.append(t)
-        cb.memory.add(t, range(50))
+    cb, model, data = _toy_callback()
     model.batch_loss(data.train_batch("t0", [0, 1])).backward()
     model.a.weight.grad[0, 0] = float("nan")
     before = [p.grad.clone() for p in model.parameters() if p.grad is not None]
@@ -333,27 +314,8 @@ def _backward(model: _Toy, data: _Data, task: str = "t0") -> None:
     model.batch_loss(data.train_batch(task, list(range(10)))).backward()
 
 
-def test_non_finite_steps_are_counted_and_drop_the_cached_rows() -> None:
-    cb, model, data = _toy_callback(refresh_every=4)
-    computed: list[int] = []
-    compute = cb._constraint_gradients
-
-    def counting(source, tasks, step, params):  # noqa: ANN001, ANN202
-        computed.append(step)
-        return compute(source, tasks, step, params)
-
-    cb._constraint_gradients = counting  # type: ignore[method-assign]
-    for step in (0, 1, 2):
-        _backward(model, data)
-        if step < 2:
-            model.a.weight.grad[0, 0] = float("inf")
-        stats = cb.project_step(model, data, step=step, current=["t0"])
-    assert cb.skipped_nonfinite == 2 and stats["gem/skipped_nonfinite"] == 2.0
-    assert computed == [0, 1, 2]  # a skipped step's rows are not reused (refresh_every=4 would)
-
-
-def test_refresh_every_reuses_the_rows_while_the_tasks_are_the_same() -> None:
-    cb, model, data = _toy_callback(refresh_every=2)
+def _count_rows(cb: GEMCallback) -> list[tuple[int, tuple[str, ...]]]:
+    """Record (step, tasks) each time ``cb`` computes its memory gradients."""
     computed: list[tuple[int, tuple[str, ...]]] = []
     compute = cb._constraint_gradients
 
@@ -362,6 +324,25 @@ def test_refresh_every_reuses_the_rows_while_the_tasks_are_the_same() -> None:
         return compute(source, tasks, step, params)
 
     cb._constraint_gradients = counting  # type: ignore[method-assign]
+    return computed
+
+
+def test_non_finite_steps_are_counted_and_drop_the_cached_rows() -> None:
+    cb, model, data = _toy_callback(refresh_every=4)
+    computed = _count_rows(cb)
+    for step in (0, 1, 2):
+        _backward(model, data)
+        if step < 2:
+            model.a.weight.grad[0, 0] = float("inf")
+        stats = cb.project_step(model, data, step=step, current=["t0"])
+    assert cb.skipped_nonfinite == 2 and stats["gem/skipped_nonfinite"] == 2.0
+    # a skipped step's rows are not reused (refresh_every=4 would)
+    assert [step for step, _ in computed] == [0, 1, 2]
+
+
+def test_refresh_every_reuses_the_rows_while_the_tasks_are_the_same() -> None:
+    cb, model, data = _toy_callback(refresh_every=2)
+    computed = _count_rows(cb)
     for step, current in ((0, "t0"), (1, "t0"), (2, "t0"), (3, "t0"), (4, "t1"), (5, "t0")):
         _backward(model, data, current)
         cb.project_step(model, data, step=step, current=[current])
@@ -437,22 +418,11 @@ def test_project_step_statistics_and_counters(monkeypatch: pytest.MonkeyPatch) -
 
 def test_defaults_as_documented() -> None:
     cb = GEMCallback()
-    assert (cb.memory_size, cb.memory_batch_size, cb.margin, cb.mode, cb.constraints, cb.parameters) == (
-        256,
-        16,
-        0.5,
-        "gem",
-        "others",
-        "shared",
-    )
-    assert (cb.refresh_every, cb.eps, cb.seed, cb.batch_tasks, cb.flat_rows, cb.last_stats) == (
-        1,
-        projection.DEFAULT_EPS,
-        0,
-        True,
-        None,
-        {},
-    )
+    defaults = (256, 16, 0.5, "gem", "others", "shared", 1, projection.DEFAULT_EPS, 0, True, None, {})
+    assert (
+        *(cb.memory_size, cb.memory_batch_size, cb.margin, cb.mode, cb.constraints, cb.parameters),
+        *(cb.refresh_every, cb.eps, cb.seed, cb.batch_tasks, cb.flat_rows, cb.last_stats),
+    ) == defaults
     assert (cb.memory.size, cb.memory.seed) == (256, 0) and EpisodicMemory(4).seed == 0
     cb = GEMCallback(
         memory_size=np.int64(7), eps=np.float32(0.5), seed=np.int64(3), batch_tasks=0, flat_rows=1
