@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import json
 from pathlib import Path
 
@@ -250,23 +252,40 @@ def _quick(systems: str, out: Path, *extra: str) -> list[str]:
     return ["--quick", "--seeds", "1", "--lrs", "1", "--systems", systems, "--out", str(out), *extra]
 
 
+def _copy(source: Path, target: Path) -> Path:
+    """A results file (``.csv`` and ``.json``) copied to ``target``."""
+    for suffix in (".csv", ".json"):
+        target.with_suffix(suffix).write_bytes(source.with_suffix(suffix).read_bytes())
+    return target
+
+
+@pytest.fixture(scope="module")
+def resumed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
+    """A quick pal_shared run (``common``), a copy resumed with st_multitask, and what the resume printed;
+    the tests read them or work on copies."""
+    root = tmp_path_factory.mktemp("peers")
+    common = root / "common.csv"
+    assert peers.main(_quick("pal_shared", common)) == 0
+    out, printed = _copy(common, root / "resumed.csv"), io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert peers.main(_quick("pal_shared,st_multitask", out, "--resume")) == 0
+    return common, out, printed.getvalue()
+
+
 def test_resume_keeps_finished_runs_and_refuses_another_budget(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], resumed: tuple[Path, Path, str]
 ) -> None:
     """--resume: a second call keeps the first's finished run (the same row, not a rerun), runs only what
     is missing and summarises both; a call that measures otherwise (other dev sets) is refused with
     exit 2, the file untouched."""
-    out = tmp_path / "peers.csv"
-    assert peers.main(_quick("pal_shared", out)) == 0
-    first = json.loads(out.with_suffix(".json").read_text())["runs"]
-    capsys.readouterr()
-    assert peers.main(_quick("pal_shared,st_multitask", out, "--resume")) == 0
-    printed = capsys.readouterr().out
+    common, out, printed = resumed
+    first = json.loads(common.with_suffix(".json").read_text())["runs"]
     assert "--resume: 1 finished runs kept" in printed and "[1/1] st_multitask" in printed
     record = json.loads(out.with_suffix(".json").read_text())
     runs = {r["system"]: r for r in record["runs"]}
     assert set(runs) == {"pal_shared", "st_multitask"} and runs["pal_shared"] == first[0]
     assert set(record["summary"]["systems"]) == {"pal_shared", "st_multitask"}
+    out = _copy(out, tmp_path / "peers.csv")
     before = out.read_bytes()
     assert peers.main(_quick("pal_shared,st_multitask", out, "--resume", "--dev-limit", "4")) == 2
     assert "other dev_limit" in capsys.readouterr().err and out.read_bytes() == before
@@ -362,21 +381,15 @@ def test_figure_labels_a_system_with_fewer_seeds(tmp_path: Path) -> None:
 
 
 def test_merge_joins_parts_run_apart_and_refuses_what_does_not_join(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], resumed: tuple[Path, Path, str]
 ) -> None:
-    """--merge: two parts resumed from one common file (as on two machines) join into one file holding
-    every run once, summarised again, with both parts' commands; a part that scored a shared run
-    otherwise, a part measured on other dev sets, and an --out that is not among the parts but exists
-    are each refused with exit 2, nothing written."""
-    common = tmp_path / "common.csv"
-    assert peers.main(_quick("pal_shared", common)) == 0
-    parts = []
-    for name, system in (("a", "st_multitask"), ("b", "trainer")):
-        part = tmp_path / f"{name}.csv"
-        for suffix in (".csv", ".json"):
-            part.with_suffix(suffix).write_bytes(common.with_suffix(suffix).read_bytes())
-        assert peers.main(_quick(f"pal_shared,{system}", part, "--resume")) == 0
-        parts.append(part)
+    """--merge: two parts resumed from one common file (as on two machines: st_multitask, the fixture's,
+    and trainer) join into one file holding every run once, summarised again, with both parts' commands;
+    a part that scored a shared run otherwise, a part measured on other dev sets, and an --out that is not
+    among the parts but exists are each refused with exit 2, nothing written."""
+    common, with_st, _ = resumed
+    parts = [_copy(with_st, tmp_path / "a.csv"), _copy(common, tmp_path / "b.csv")]
+    assert peers.main(_quick("pal_shared,trainer", parts[1], "--resume")) == 0
     capsys.readouterr()
     out = tmp_path / "all.csv"
     assert peers.main(["--merge", *map(str, parts), "--out", str(out)]) == 0
