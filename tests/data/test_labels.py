@@ -166,15 +166,7 @@ def topics_task(folder: Path) -> TaskSpec:
             writer = csv.writer(f)
             writer.writerow(["text", "label"])
             writer.writerows(rows)
-    return TaskSpec(
-        name="topics",
-        num_labels=4,
-        format="hf",
-        files={"train": "train.csv", "dev": "dev.csv"},
-        text_columns=("text",),
-        label_column="label",
-        id_column=None,
-    )
+    return topics()
 
 
 def tiny(spec: TaskSpec) -> MultiTaskModule:

@@ -225,15 +225,16 @@ def test_unset_method_options_are_none_so_older_checkpoints_compare_equal() -> N
 TINY_NO_DROPOUT = without_dropout(TINY_BERT_3_LAYERS)
 
 
-def test_training_with_a_frozen_encoder_changes_only_the_tasks_lora_and_head(
-    tiny_encoder, frozen_steps
+@pytest.mark.parametrize(("adapter", "task"), [("lora", "a"), ("houlsby", "b")])
+def test_training_with_a_frozen_encoder_changes_only_the_tasks_adapter_and_head(
+    tiny_encoder, frozen_steps, adapter: str, task: str
 ) -> None:
-    changed, names = frozen_steps(tiny_encoder("lora"), "a")
-    assert changed and all(n.startswith(("adapters.a.", "head.")) for n in changed), sorted(changed)
-    # both A and B of every targeted site of task a moved (B from zero, A through B after step 1)
-    assert {n for n in changed if n.startswith("adapters.a.")} == {
-        n for n in names if n.startswith("adapters.a.")
-    }
+    """LoRA and a bottleneck adapter: every weight of the task's adapter moved (LoRA's B from zero, its A
+    through B after step 1), nothing else but the head."""
+    changed, names = frozen_steps(tiny_encoder(adapter), task)
+    assert changed and all(n.startswith((f"adapters.{task}.", "head.")) for n in changed), sorted(changed)
+    own = {n for n in names if n.startswith(f"adapters.{task}.")}
+    assert {n for n in changed if n.startswith(f"adapters.{task}.")} == own
 
 
 def test_parameter_report_and_formula_for_lora(tiny_encoder) -> None:
@@ -241,10 +242,8 @@ def test_parameter_report_and_formula_for_lora(tiny_encoder) -> None:
     report = parameter_report(model)
     d, layers, d_ff = (TINY_NO_DROPOUT[k] for k in ("hidden_size", "num_hidden_layers", "intermediate_size"))
     expected = layers * 4 * ((d + d) + (d + d_ff))
-    assert report.adapter_weights == {"a": expected, "b": expected} and report.adapter_biases == {
-        "a": 0,
-        "b": 0,
-    }
+    assert report.adapter_weights == {"a": expected, "b": expected}
+    assert report.adapter_biases == {"a": 0, "b": 0}
     assert task_weight_formula(model.adapter_config, d, layers, d_ff) == expected
 
 
