@@ -504,7 +504,7 @@ BLOCKS: dict[str, Callable[[Block, Workspace], None]] = {
     "docs/models.md | Your own module | from my_models import FocalLossModule": _exec,
     # registered, trained, counted, saved and loaded by the guide's own test
     "docs/extending.md | Adding a per-task method | from dataclasses import dataclass": _elsewhere(
-        "tests/modeling/test_extending.py::test_the_guides_method_starts_as_the_encoder_counts_trains_saves_and_loads"
+        "tests/module/test_extending.py::test_the_guides_method_starts_as_the_encoder_counts_trains_saves_and_loads"
     ),
     "docs/extending.md | Adding a task | from pal_lightning.tasks import TaskSpec, register_task": _register_task,
     # mixed-task batches: a tiny random module, run as written (and by tests/test_mixed_forward.py)
