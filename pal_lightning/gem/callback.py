@@ -93,14 +93,14 @@ class GEMCallback(pl.Callback):
         ):
             if value not in choices:
                 raise PalUserError(f"GEMCallback {name}={value!r} is not supported: choose one of {choices}.")
-        if memory_batch_size < 1:
-            raise PalUserError(f"GEMCallback memory_batch_size must be >= 1, got {memory_batch_size}.")
-        if refresh_every < 1:
-            raise PalUserError(f"GEMCallback refresh_every must be >= 1, got {refresh_every}.")
-        if not (margin >= 0 and np.isfinite(margin)):
-            raise PalUserError(f"GEMCallback margin must be a finite number >= 0, got {margin}.")
-        if not (eps > 0 and np.isfinite(eps)):
-            raise PalUserError(f"GEMCallback eps must be a finite number > 0, got {eps}.")
+        for name, value, ok, need in (
+            ("memory_batch_size", memory_batch_size, memory_batch_size >= 1, "be >= 1"),
+            ("refresh_every", refresh_every, refresh_every >= 1, "be >= 1"),
+            ("margin", margin, margin >= 0 and np.isfinite(margin), "be a finite number >= 0"),
+            ("eps", eps, eps > 0 and np.isfinite(eps), "be a finite number > 0"),
+        ):
+            if not ok:
+                raise PalUserError(f"GEMCallback {name} must {need}, got {value}.")
         self.memory_size = int(memory_size)
         self.memory_batch_size = int(memory_batch_size)
         self.margin = float(margin)
@@ -116,10 +116,7 @@ class GEMCallback(pl.Callback):
         self.memory = EpisodicMemory(memory_size, seed)
         self.task_order: list[str] = []
         """Tasks in the order they were first trained on (what ``constraints="past"`` looks at)."""
-        self.fallbacks = 0
-        self.skipped_nonfinite = 0
-        self.violations = 0
-        self.projections = 0
+        self.fallbacks = self.skipped_nonfinite = self.violations = self.projections = 0
         #: ``((tasks, is_gem), step, rows, GG^T)`` of the last rows, kept only when ``refresh_every > 1``
         self._cache: tuple[tuple[tuple[str, ...], bool], int, Rows, Tensor] | None = None
         self._gram = GramRows()

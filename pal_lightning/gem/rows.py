@@ -111,11 +111,11 @@ def constraint_gradients(
         owners = task_owners(source.module, tasks) if mixed else None
         if owners is not None:
             rows = mixed_task_gradients(source, draws, params, owners)
-            return sum_rows_across_ranks(rows, params) if source.world_size > 1 else rows
-        if batch_tasks and len(tasks) > 1 and can_alias(source.module, params):
+        elif batch_tasks and len(tasks) > 1 and can_alias(source.module, params):
             rows = task_gradients(source, draws, params)
-            return sum_rows_across_ranks(rows, params) if source.world_size > 1 else rows
-        return [memory_gradient(source, {task: draw}, params) for task, draw in draws.items()]
+        else:
+            return [memory_gradient(source, {task: draw}, params) for task, draw in draws.items()]
+        return sum_rows_across_ranks(rows, params) if source.world_size > 1 else rows
     counts = [want // len(tasks) + (i < want % len(tasks)) for i in range(len(tasks))]
     draws = {task: memory.sample(task, n, step) for task, n in zip(tasks, counts, strict=True)}
     # sparse embedding rows on a CPU only: on a GPU a dense table costs nothing beside the launches sparse
