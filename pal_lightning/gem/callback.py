@@ -16,7 +16,7 @@ from torch.profiler import record_function
 from pal_lightning.core import contracts, distributed
 from pal_lightning.core.batch import INDICES, TASK
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.gem.gram import Grads, GramRows, Rows, wants_flat_rows
+from pal_lightning.gem.gram import Grads, GramRows, Rows
 from pal_lightning.gem.memory import EpisodicMemory
 from pal_lightning.gem.projection import DEFAULT_EPS, step_coefficients
 from pal_lightning.gem.rows import MemorySource, constraint_gradients
@@ -222,10 +222,6 @@ class GEMCallback(pl.Callback):
         """Rows of ``G``: one per task (GEM), or the single A-GEM reference gradient."""
         options = (self.memory_batch_size, params, self.batch_tasks, self.one_pass)
         return constraint_gradients(source, self.memory, self.mode, tasks, step, *options)
-
-    def wants_flat_rows(self, params: list[nn.Parameter]) -> bool:
-        """Whether a step over ``params`` takes the flat path: as ``flat_rows`` says, or on a CUDA device."""
-        return wants_flat_rows(self.flat_rows, params)
 
     def project_step(
         self,

@@ -183,13 +183,12 @@ def memory_gradient(
     with sparse_embedding_gradients(source.module, params) if sparse else contextlib.nullcontext():
         if shares:
             losses = mixed_memory_losses(source, shares) if one_pass else None
-            loss: Tensor | None = None
-            for task, share in shares.items():
-                part = (source.loss_of(source.batch(task, share)) if losses is None else losses[task]) * (
-                    len(share) / total
-                )
-                loss = part if loss is None else loss + part
-            assert loss is not None
+            parts = [
+                (source.loss_of(source.batch(task, share)) if losses is None else losses[task])
+                * (len(share) / total)
+                for task, share in shares.items()
+            ]
+            loss = sum(parts[1:], start=parts[0])  # ((p0 + p1) + p2) ...
             grads = list(torch.autograd.grad(loss.float(), params, allow_unused=True))
     if sparse:  # each table's rows summed once here, not in every dot product
         grads = [g.coalesce() if g is not None and g.is_sparse else g for g in grads]
