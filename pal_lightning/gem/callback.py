@@ -93,14 +93,14 @@ class GEMCallback(pl.Callback):
         ):
             if value not in choices:
                 raise PalUserError(f"GEMCallback {name}={value!r} is not supported: choose one of {choices}.")
-        for name, value, ok, need in (
+        for name, number, ok, need in (
             ("memory_batch_size", memory_batch_size, memory_batch_size >= 1, "be >= 1"),
             ("refresh_every", refresh_every, refresh_every >= 1, "be >= 1"),
             ("margin", margin, margin >= 0 and np.isfinite(margin), "be a finite number >= 0"),
             ("eps", eps, eps > 0 and np.isfinite(eps), "be a finite number > 0"),
         ):
             if not ok:
-                raise PalUserError(f"GEMCallback {name} must {need}, got {value}.")
+                raise PalUserError(f"GEMCallback {name} must {need}, got {number}.")
         self.memory_size = int(memory_size)
         self.memory_batch_size = int(memory_batch_size)
         self.margin = float(margin)
