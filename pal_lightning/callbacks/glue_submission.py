@@ -8,7 +8,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from pal_lightning.callbacks.prediction_writer import PredictionWriter
+from pal_lightning.callbacks.prediction_writer import PredictionWriter, predicted_pairs
 from pal_lightning.core.contracts import PredictionLayout, datamodule_of, satisfies
 from pal_lightning.tasks.glue import SUBMISSION_FILES, missing_submission_files, write_submission_file
 
@@ -46,15 +46,11 @@ class GlueSubmissionWriter(PredictionWriter):
             return []
         out_dir = self.resolve_output_dir(trainer)
         # with the evaluation views predict serves (glue_mnli's MNLI-mm.tsv and AX.tsv)
-        pairs = (
-            dm.predicted_pairs()
-            if hasattr(dm, "predicted_pairs")
-            else [(t, SUBMITTED_SPLIT) for t in dm.task_names]
-        )
+        pairs = predicted_pairs(dm)
         return [
             out_dir / SUBMISSION_FILES[t][0]
-            for t, split in pairs
-            if split == SUBMITTED_SPLIT and t in SUBMISSION_FILES
+            for t, s in pairs
+            if s == SUBMITTED_SPLIT and t in SUBMISSION_FILES
         ]
 
     def _write_all(

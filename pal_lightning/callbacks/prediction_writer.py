@@ -102,6 +102,30 @@ def write_named_file(
     write_csv(path, header, lines)
 
 
+def predicted_pairs(dm: PredictionLayout) -> list[tuple[str, str]]:
+    """The ``(task, split)`` pairs ``dm`` predicts: its ``predicted_pairs()`` where it has one (with evaluation
+    views, as ``MultiTaskDataModule``), else every task with every split."""
+    if hasattr(dm, "predicted_pairs"):
+        return list(dm.predicted_pairs())
+    return [(t, s) for t in dm.task_names for s in dm.predict_splits]
+
+
+def _as_list(values: Any) -> Any:
+    return values.detach().cpu().tolist() if isinstance(values, torch.Tensor) else values
+
+
+def _merge_ranks(local: dict[Any, Any]) -> dict[Any, Any]:
+    """Every rank's ``{key: list or dict}``, merged in rank order (lists extended, dicts updated)."""
+    merged: dict[Any, Any] = {}
+    for part in gather_objects(local):
+        for key, values in part.items():
+            if isinstance(values, list):
+                merged.setdefault(key, []).extend(values)
+            else:
+                merged.setdefault(key, {}).update(values)
+    return merged
+
+
 class PredictionWriter(BasePredictionWriter):
     """Collect predictions and write ``<task>-<split>-output.csv`` files (CS224N format).
 
@@ -142,19 +166,9 @@ class PredictionWriter(BasePredictionWriter):
     def expected_files(self, trainer: pl.Trainer) -> list[Path] | None:
         """Files the run will write, when the data module tells which tasks and splits it serves."""
         dm = datamodule_of(trainer)
-        if not satisfies(dm, PredictionLayout):
+        if not satisfies(dm, PredictionLayout) or not dm.task_names or not dm.predict_splits:
             return None
-        tasks, splits = dm.task_names, dm.predict_splits
-        if not tasks or not splits:
-            return None
-        out_dir = self.resolve_output_dir(trainer)
-        # what the data module serves, evaluation views included, when it says (MultiTaskDataModule does)
-        pairs = (
-            dm.predicted_pairs()
-            if hasattr(dm, "predicted_pairs")
-            else [(t, s) for t in tasks for s in splits]
-        )
-        return [out_dir / output_file_name(t, s) for t, s in pairs]
+        return [self.resolve_output_dir(trainer) / output_file_name(t, s) for t, s in predicted_pairs(dm)]
 
     def _check_no_overwrite(self, paths: Sequence[Path], out_dir: Path) -> None:
         existing = [p for p in paths if p.exists()]
@@ -199,24 +213,16 @@ class PredictionWriter(BasePredictionWriter):
                 "PredictionWriter needs predict_step to return {'task', 'split', 'ids', 'predictions'}; "
                 f"got {type(prediction).__name__}."
             )
-        preds = prediction[PREDICTIONS]
-        if isinstance(preds, torch.Tensor):
-            preds = preds.detach().cpu().tolist()
         split = prediction.get(SPLIT) or (batch.get(SPLIT) if isinstance(batch, Mapping) else None) or "test"
         key = (str(prediction[TASK]), str(split))
         ids = [str(i) for i in prediction[IDS]]
-        self._rows.setdefault(key, []).extend(zip(ids, preds, strict=True))
-        probs = prediction.get(PROBABILITIES)
-        if probs is not None:
-            probs = probs.detach().cpu().tolist() if isinstance(probs, torch.Tensor) else probs
-            self._probs.setdefault(key, {}).update(zip(ids, probs, strict=True))
+        self._rows.setdefault(key, []).extend(zip(ids, _as_list(prediction[PREDICTIONS]), strict=True))
+        if (probs := prediction.get(PROBABILITIES)) is not None:
+            self._probs.setdefault(key, {}).update(zip(ids, _as_list(probs), strict=True))
 
     def on_predict_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        gathered = self._gather(self._rows)
-        self._gathered_probs = {}
-        for part in gather_objects(self._probs):  # every rank takes part in the gather
-            for key, values in part.items():
-                self._gathered_probs.setdefault(key, {}).update(values)
+        # every rank takes part in both gathers
+        gathered, self._gathered_probs = _merge_ranks(self._rows), _merge_ranks(self._probs)
         if is_main_process(trainer):
             self.written = self._write_all(trainer, gathered)
         self._rows, self._probs, self._gathered_probs = {}, {}, {}
@@ -246,19 +252,6 @@ class PredictionWriter(BasePredictionWriter):
         return {task: list(n) for task, n in found.items() if task not in STARTER_HEADERS and n}
 
     # ------------------------------------------------------------------ gather and write
-
-    @staticmethod
-    def _gather(
-        rows: dict[tuple[str, str], list[tuple[str, Any]]],
-    ) -> dict[tuple[str, str], list[tuple[str, Any]]]:
-        parts = gather_objects(rows)
-        if len(parts) == 1:
-            return rows
-        merged: dict[tuple[str, str], list[tuple[str, Any]]] = {}
-        for part in parts:
-            for key, values in part.items():
-                merged.setdefault(key, []).extend(values)
-        return merged
 
     def _order(
         self, trainer: pl.Trainer, task: str, split: str, rows: list[tuple[str, Any]]

@@ -34,11 +34,6 @@ def gradient_norm(parameters: Sequence[torch.nn.Parameter]) -> float | None:
     return float(torch.stack(grads).norm()) if grads else None
 
 
-def _log_every_n_steps(trainer: pl.Trainer) -> int:
-    # set at run time: the Trainer type does not declare it
-    return max(1, int(getattr(trainer, "log_every_n_steps", 1)))
-
-
 def batch_accuracy(pl_module: Any, task: str, output: torch.Tensor | None, labels: Any) -> float | None:
     """Accuracy of a classification batch from the head ``output``, else ``None``."""
     spec = (
@@ -119,8 +114,10 @@ class TrainingLog(Callback):
             return
         self._write(trainer, {f"sampling/p_{task}": float(v) for task, v in p.items()})
 
-    def _logging_step(self, trainer: pl.Trainer) -> bool:
-        return is_main_process(trainer) and trainer.global_step % _log_every_n_steps(trainer) == 0
+    @staticmethod
+    def _logging_step(trainer: pl.Trainer, step: int) -> bool:
+        # log_every_n_steps is set at run time: the Trainer type does not declare it
+        return is_main_process(trainer) and step % max(1, int(getattr(trainer, "log_every_n_steps", 1))) == 0
 
     def on_before_optimizer_step(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, optimizer: torch.optim.Optimizer
@@ -129,7 +126,8 @@ class TrainingLog(Callback):
         # this step's rates: by the batch end the scheduler has moved on
         self._rates = distinct_learning_rates(optimizer.param_groups)
         # only on logging steps: the norm costs a device synchronisation
-        self._grad_norm = gradient_norm(list(pl_module.parameters())) if self._logging_step(trainer) else None
+        log_now = self._logging_step(trainer, trainer.global_step)
+        self._grad_norm = gradient_norm(list(pl_module.parameters())) if log_now else None
 
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
@@ -153,7 +151,7 @@ class TrainingLog(Callback):
         self._stepped = False
         # global_step already counts this batch's optimizer step: the row describes step - 1
         step = trainer.global_step - 1
-        if not is_main_process(trainer) or step % _log_every_n_steps(trainer) != 0:
+        if not self._logging_step(trainer, step):
             return
         now = time.perf_counter()
         elapsed = max(now - self._since, 1e-9)

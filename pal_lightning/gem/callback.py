@@ -16,7 +16,7 @@ from torch.profiler import record_function
 from pal_lightning.core import contracts, distributed
 from pal_lightning.core.batch import INDICES, TASK
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.gem.gram import Grads, GramRows, Rows, wants_flat_rows
+from pal_lightning.gem.gram import Grads, GramRows, Rows
 from pal_lightning.gem.memory import EpisodicMemory
 from pal_lightning.gem.projection import DEFAULT_EPS, step_coefficients
 from pal_lightning.gem.rows import MemorySource, constraint_gradients
@@ -93,14 +93,14 @@ class GEMCallback(pl.Callback):
         ):
             if value not in choices:
                 raise PalUserError(f"GEMCallback {name}={value!r} is not supported: choose one of {choices}.")
-        if memory_batch_size < 1:
-            raise PalUserError(f"GEMCallback memory_batch_size must be >= 1, got {memory_batch_size}.")
-        if refresh_every < 1:
-            raise PalUserError(f"GEMCallback refresh_every must be >= 1, got {refresh_every}.")
-        if not (margin >= 0 and np.isfinite(margin)):
-            raise PalUserError(f"GEMCallback margin must be a finite number >= 0, got {margin}.")
-        if not (eps > 0 and np.isfinite(eps)):
-            raise PalUserError(f"GEMCallback eps must be a finite number > 0, got {eps}.")
+        for name, number, ok, need in (
+            ("memory_batch_size", memory_batch_size, memory_batch_size >= 1, "be >= 1"),
+            ("refresh_every", refresh_every, refresh_every >= 1, "be >= 1"),
+            ("margin", margin, margin >= 0 and np.isfinite(margin), "be a finite number >= 0"),
+            ("eps", eps, eps > 0 and np.isfinite(eps), "be a finite number > 0"),
+        ):
+            if not ok:
+                raise PalUserError(f"GEMCallback {name} must {need}, got {number}.")
         self.memory_size = int(memory_size)
         self.memory_batch_size = int(memory_batch_size)
         self.margin = float(margin)
@@ -116,10 +116,7 @@ class GEMCallback(pl.Callback):
         self.memory = EpisodicMemory(memory_size, seed)
         self.task_order: list[str] = []
         """Tasks in the order they were first trained on (what ``constraints="past"`` looks at)."""
-        self.fallbacks = 0
-        self.skipped_nonfinite = 0
-        self.violations = 0
-        self.projections = 0
+        self.fallbacks = self.skipped_nonfinite = self.violations = self.projections = 0
         #: ``((tasks, is_gem), step, rows, GG^T)`` of the last rows, kept only when ``refresh_every > 1``
         self._cache: tuple[tuple[tuple[str, ...], bool], int, Rows, Tensor] | None = None
         self._gram = GramRows()
@@ -225,10 +222,6 @@ class GEMCallback(pl.Callback):
         """Rows of ``G``: one per task (GEM), or the single A-GEM reference gradient."""
         options = (self.memory_batch_size, params, self.batch_tasks, self.one_pass)
         return constraint_gradients(source, self.memory, self.mode, tasks, step, *options)
-
-    def wants_flat_rows(self, params: list[nn.Parameter]) -> bool:
-        """Whether a step over ``params`` takes the flat path: as ``flat_rows`` says, or on a CUDA device."""
-        return wants_flat_rows(self.flat_rows, params)
 
     def project_step(
         self,

@@ -180,10 +180,7 @@ def add_flat_rows(
     params: Sequence[nn.Parameter], F: Tensor, v: Sequence[float], layout: FlatLayout | None = None
 ) -> None:
     """``p.grad += (F^T v)[p's elements]`` in place for every parameter (each must have a gradient)."""
-    grads = [p.grad for p in params]
-    if any(x is None for x in grads):
-        raise ValueError("add_flat_rows needs every parameter's gradient (see can_flatten)")
-    dense = cast("list[Tensor]", grads)
+    dense = cast("list[Tensor]", [p.grad for p in params])  # all present: GramRows.bordered saw to it
     delta = torch.tensor(list(v), dtype=torch.float64, device=F.device) @ F
     if layout is not None:
         layout.add_into(dense, delta)

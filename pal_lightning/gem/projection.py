@@ -159,8 +159,8 @@ def project_gradient(g: Tensor, G: Tensor, margin: float = 0.0, eps: float | Non
 def agem_project(g: Tensor, g_ref: Tensor) -> Tensor:
     """A-GEM's projection: ``g - (g^T g_ref / g_ref^T g_ref) g_ref`` when ``g^T g_ref < 0``, else (and for a
     zero or non-finite ``g_ref``) a copy of ``g``."""
-    dot = torch.dot(g.double().reshape(-1), g_ref.double().reshape(-1))
-    ref_sq = torch.dot(g_ref.double().reshape(-1), g_ref.double().reshape(-1))
+    flat_ref = g_ref.double().reshape(-1)
+    dot, ref_sq = torch.dot(g.double().reshape(-1), flat_ref), torch.dot(flat_ref, flat_ref)
     if not (torch.isfinite(dot) and torch.isfinite(ref_sq)) or ref_sq <= 0 or dot >= 0:
         return g.clone()
     return (g.double() - (dot / ref_sq) * g_ref.double()).to(g.dtype)

@@ -111,11 +111,11 @@ def constraint_gradients(
         owners = task_owners(source.module, tasks) if mixed else None
         if owners is not None:
             rows = mixed_task_gradients(source, draws, params, owners)
-            return sum_rows_across_ranks(rows, params) if source.world_size > 1 else rows
-        if batch_tasks and len(tasks) > 1 and can_alias(source.module, params):
+        elif batch_tasks and len(tasks) > 1 and can_alias(source.module, params):
             rows = task_gradients(source, draws, params)
-            return sum_rows_across_ranks(rows, params) if source.world_size > 1 else rows
-        return [memory_gradient(source, {task: draw}, params) for task, draw in draws.items()]
+        else:
+            return [memory_gradient(source, {task: draw}, params) for task, draw in draws.items()]
+        return sum_rows_across_ranks(rows, params) if source.world_size > 1 else rows
     counts = [want // len(tasks) + (i < want % len(tasks)) for i in range(len(tasks))]
     draws = {task: memory.sample(task, n, step) for task, n in zip(tasks, counts, strict=True)}
     # sparse embedding rows on a CPU only: on a GPU a dense table costs nothing beside the launches sparse
@@ -183,13 +183,12 @@ def memory_gradient(
     with sparse_embedding_gradients(source.module, params) if sparse else contextlib.nullcontext():
         if shares:
             losses = mixed_memory_losses(source, shares) if one_pass else None
-            loss: Tensor | None = None
-            for task, share in shares.items():
-                part = (source.loss_of(source.batch(task, share)) if losses is None else losses[task]) * (
-                    len(share) / total
-                )
-                loss = part if loss is None else loss + part
-            assert loss is not None
+            parts = [
+                (source.loss_of(source.batch(task, share)) if losses is None else losses[task])
+                * (len(share) / total)
+                for task, share in shares.items()
+            ]
+            loss = sum(parts[1:], start=parts[0])  # ((p0 + p1) + p2) ...
             grads = list(torch.autograd.grad(loss.float(), params, allow_unused=True))
     if sparse:  # each table's rows summed once here, not in every dot product
         grads = [g.coalesce() if g is not None and g.is_sparse else g for g in grads]

@@ -79,43 +79,8 @@ def load_model(model: str | None, ckpt: str | None) -> MultiTaskModule:
     return module
 
 
-def load_pipeline_model(model: Any, device: torch.device | None) -> MultiTaskModule:
-    """The module of ``model`` (a module, a ``save_pretrained`` folder or hub id, or a ``.ckpt`` file) in eval
-    mode on ``device`` (``None``: where it is; a loaded model is on the CPU)."""
-    from pal_lightning.module.multitask import MultiTaskModule
-
-    if isinstance(model, MultiTaskModule):
-        module = model
-    elif isinstance(model, (str, os.PathLike)):
-        path = Path(model)
-        module = load_model(None, str(path)) if path.suffix == ".ckpt" else load_model(str(model), None)
-    else:
-        raise PalUserError(
-            f"pipeline takes a saved model (a folder written by save_pretrained or fit, a hub id, a .ckpt file) "
-            f"or a MultiTaskModule, not {type(model).__name__}."
-        )
-    return (module if device is None else module.to(device)).eval()
-
-
-def pick_task(module: MultiTaskModule, task: str | None) -> str:
-    """``task`` checked against the model's tasks; ``None`` is the model's only task.
-
-    Raises:
-        PalUserError: for an unknown task, or no task for a model of several.
-    """
-    if task is None:
-        if len(module.task_specs) == 1:
-            return next(iter(module.task_specs))
-        raise PalUserError(
-            f"This model has several tasks ({', '.join(module.task_specs)}): name one, e.g. "
-            f"pipeline(..., task={next(iter(module.task_specs))!r})."
-        )
-    module.predict_spec(task)  # one line naming the model's tasks
-    return task
-
-
 def _as_pair(item: Any) -> Any:
-    """transformers' ``{"text": a, "text_pair": b}`` as the pair ``(a, b)``; anything else unchanged."""
+    # transformers' {"text": a, "text_pair": b} as the pair (a, b)
     if isinstance(item, Mapping) and set(item) == {"text", "text_pair"}:
         return (item["text"], item["text_pair"])
     return item
@@ -131,9 +96,15 @@ class TaskPipeline:
     """
 
     def __init__(self, model: MultiTaskModule, task: str | None, batch_size: int = 64) -> None:
-        self.model = model
-        self.task = pick_task(model, task)
-        self.batch_size = batch_size
+        if task is None and len(model.task_specs) != 1:
+            raise PalUserError(
+                f"This model has several tasks ({', '.join(model.task_specs)}): name one, e.g. "
+                f"pipeline(..., task={next(iter(model.task_specs))!r})."
+            )
+        if task is not None:
+            model.predict_spec(task)  # one line naming the model's tasks
+        self.model, self.batch_size = model, batch_size
+        self.task = task if task is not None else next(iter(model.task_specs))
 
     @property
     def device(self) -> torch.device:
@@ -198,7 +169,17 @@ def pipeline(
     Raises:
         PalUserError: for a model that cannot be loaded, an unknown task, or a ``batch_size`` below 1.
     """
+    from pal_lightning.module.multitask import MultiTaskModule
+
     if batch_size < 1:
         raise PalUserError(f"batch_size must be >= 1, got {batch_size}.")
     target = None if device is None else torch_device(device)
-    return TaskPipeline(load_pipeline_model(model, target), task, batch_size)
+    if isinstance(model, (str, os.PathLike)):
+        ckpt = Path(model).suffix == ".ckpt"
+        model = load_model(None, str(model)) if ckpt else load_model(str(model), None)
+    elif not isinstance(model, MultiTaskModule):
+        raise PalUserError(
+            f"pipeline takes a saved model (a folder written by save_pretrained or fit, a hub id, a .ckpt file) "
+            f"or a MultiTaskModule, not {type(model).__name__}."
+        )
+    return TaskPipeline((model if target is None else model.to(target)).eval(), task, batch_size)

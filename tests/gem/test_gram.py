@@ -26,6 +26,7 @@ from pal_lightning.gem.gram import (
     flatten_rows,
     gram_matrix,
     unflatten_rows,
+    wants_flat_rows,
 )
 from pal_lightning.gem.memory import EpisodicMemory
 from pal_lightning.testing import TINY_BERT
@@ -153,10 +154,9 @@ def test_default_is_per_tensor_on_a_cpu_and_cached_flat_rows_survive_a_missing_g
 ) -> None:
     model, dm = setup
     params = GEMCallback().participating_parameters(model)
-    assert not GEMCallback().wants_flat_rows(params)  # default None: CUDA only
-    assert GEMCallback(flat_rows=True).wants_flat_rows(params) and not GEMCallback(
-        flat_rows=False
-    ).wants_flat_rows(params)
+    assert not wants_flat_rows(GEMCallback().flat_rows, params)  # default None: CUDA only
+    assert wants_flat_rows(GEMCallback(flat_rows=True).flat_rows, params)
+    assert not wants_flat_rows(GEMCallback(flat_rows=False).flat_rows, params)
     # step 7 leaves flat rows in the cache (refresh_every=2); at step 8 one parameter has no gradient:
     # the cached rows go back to tensors and the write-back creates that gradient, as per tensor
     outcomes = []
