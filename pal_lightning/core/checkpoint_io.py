@@ -84,12 +84,12 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def load_checkpoint(
         self, path: str | os.PathLike[str], map_location: Any | None = None, weights_only: bool | None = None
     ) -> dict[str, Any]:
-        if "://" not in str(path) and not Path(path).is_file():
-            raise PalUserError(
-                f"Checkpoint {path} does not exist. Pass the path of a .ckpt file to --ckpt_path "
-                "(or --ckpt_path last for the newest last.ckpt of this run folder)."
-            )
         if "://" not in str(path):
+            if not Path(path).is_file():
+                raise PalUserError(
+                    f"Checkpoint {path} does not exist. Pass the path of a .ckpt file to --ckpt_path "
+                    "(or --ckpt_path last for the newest last.ckpt of this run folder)."
+                )
             check_is_checkpoint(path)  # before torch.load: its errors for such files mislead
         try:
             return super().load_checkpoint(
