@@ -1,10 +1,5 @@
-"""Crash-safe checkpoint files, and one clear message for a checkpoint that cannot be read.
-
-Lightning's ``TorchCheckpointIO`` writes through a temporary file in the system's temporary folder and
-syncs nothing: a kill can leave a truncated ``last.ckpt``. :class:`AtomicCheckpointIO` writes through
-:func:`pal_lightning.core.files.atomic_write`, and turns ``torch.load``'s errors for a truncated,
-foreign or ``weights_only``-refused file into a :class:`~pal_lightning.core.errors.PalUserError`.
-"""
+"""Crash-safe checkpoint files (Lightning's ``TorchCheckpointIO`` syncs nothing: a kill can leave a truncated
+``last.ckpt``), and one :class:`~pal_lightning.core.errors.PalUserError` for a file that cannot be read."""
 
 from __future__ import annotations
 

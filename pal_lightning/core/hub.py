@@ -107,10 +107,7 @@ def pal_cache_dir() -> Path:
 
 
 def part_files(spec: PartedEncoder) -> list[Path] | None:
-    """The installed part files of ``spec`` in order, or ``None`` when a part is not installed.
-
-    Found through each distribution's file list: the parts' folders are not importable names.
-    """
+    """The installed part files of ``spec`` in order (from each distribution's file list), or ``None``."""
     found = []
     for name in spec.parts:
         try:
@@ -148,11 +145,7 @@ def _extract(archive: zipfile.ZipFile, folder: str, into: Path) -> str | None:
 
 
 def _assemble(spec: PartedEncoder, parts: list[Path], work: Path, target: Path) -> Path:
-    """Concatenate ``parts`` into a zip in ``work``, extract its model folder, check the weights' md5.
-
-    Raises:
-        PalUserError: when the parts are not one zip, hold no model.safetensors or its md5 differs.
-    """
+    """Concatenate ``parts`` into a zip in ``work``, extract its model folder, check the weights' md5."""
     whole = work / f"{spec.folder}.zip"
     with whole.open("wb") as out:
         for part in parts:
@@ -221,12 +214,9 @@ def _check_assembled(spec: PartedEncoder, folder: Path) -> None:
 def assembled_encoder_dir(spec: PartedEncoder = MPNET_BASE, cache_dir: Path | None = None) -> Path | None:
     """The model folder of ``spec`` assembled from its installed parts, or ``None`` when a part is missing.
 
-    The first call assembles and checks it in a partial folder, then renames it to
-    ``<cache_dir>/<spec.folder>`` (default ``encoders/`` in :func:`pal_cache_dir`): a failed or killed assembly
-    leaves no cache folder. Later calls check its stamp and weights' size only.
-
-    Raises:
-        PalUserError: when the assembled weights fail the md5 check, or an existing folder is damaged.
+    The first call assembles and md5-checks it in a partial folder renamed to ``<cache_dir>/<spec.folder>``
+    (default ``encoders/`` in :func:`pal_cache_dir`); later calls check its stamp and weights' size only.
+    A :class:`PalUserError` says when the weights fail the check or an existing folder is damaged.
     """
     parts = part_files(spec)
     if parts is None:
