@@ -74,12 +74,14 @@ def resolve_named_checkpoint(name: str, root: str | os.PathLike[str], run: Path 
         if found is not None:
             return found
         where = f"under {Path(root)} (--ckpt_path {name} looks for */checkpoints/{pattern} there)"
-    what, why = {
-        "best": ("best.ckpt to load from", "a validation that covers every scored task improves val/overall"),
-        "last": ("last.ckpt to resume from", "every validation"),
-    }[name]
+    why = (
+        "best.ckpt is written when a validation that covers every scored task improves val/overall"
+        if name == "best"
+        else "last.ckpt is written at every validation"
+    )
+    what = "last.ckpt to resume from" if name == "last" else "best.ckpt to load from"
     raise PalUserError(
-        f"No {what} {where}: {name}.ckpt is written at {why}. Pass a checkpoint file to --ckpt_path, point "
+        f"No {what} {where}: {why}. Pass a checkpoint file to --ckpt_path, point "
         "--trainer.default_root_dir at the folder holding the run's version_N folders, or use the "
         "config.yaml saved in the run folder."
     )
