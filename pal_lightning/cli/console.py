@@ -25,20 +25,15 @@ _LIGHTNING_LOGGERS = (
 )
 
 
-class DropLightningChatter(logging.Filter):
-    """Drop log records whose message starts with one of :data:`DROPPED_PREFIXES`."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith(DROPPED_PREFIXES)
+def _keep(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith(DROPPED_PREFIXES)
 
 
 def quiet_lightning() -> None:
     """Drop Lightning's chatter, torch's ``LeafSpec`` warning and ``datasets``' progress bars (idempotent;
     before the Trainer is built; ``HF_DATASETS_DISABLE_PROGRESS_BARS=0`` keeps the bars)."""
     for name in _LIGHTNING_LOGGERS:
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, DropLightningChatter) for f in logger.filters):
-            logger.addFilter(DropLightningChatter())
+        logging.getLogger(name).addFilter(_keep)  # a filter already there is not added again
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
     # read when datasets is imported (by DDP's processes too); the user's to set otherwise
     os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")

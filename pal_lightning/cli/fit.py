@@ -151,24 +151,13 @@ class PalLightningCLI(CLIHooks):
         parser.link_arguments("model.init_args.pair_encoding", "data.init_args.pair_encoding")
 
         parser.add_lightning_class_args(BestCheckpoint, "checkpoint")
-        parser.set_defaults(
-            {
-                "checkpoint.monitor": MONITOR,
-                "checkpoint.mode": "max",
-                "checkpoint.save_top_k": 1,
-                "checkpoint.filename": "best-step{step}-overall{val/overall:.4f}",
-                "checkpoint.auto_insert_metric_name": False,
-            }
-        )
+        best = {"monitor": MONITOR, "mode": "max", "save_top_k": 1, "auto_insert_metric_name": False}
+        best["filename"] = "best-step{step}-overall{val/overall:.4f}"
+        parser.set_defaults({f"checkpoint.{k}": v for k, v in best.items()})
         # a second ModelCheckpoint owns last.ckpt, so that two callbacks never write the same file
         parser.add_lightning_class_args(LastCheckpoint, "last_checkpoint")
-        parser.set_defaults(
-            {
-                "last_checkpoint.monitor": None,
-                "last_checkpoint.save_top_k": 0,
-                "last_checkpoint.save_last": True,
-            }
-        )
+        last = {"monitor": None, "save_top_k": 0, "save_last": True}
+        parser.set_defaults({f"last_checkpoint.{k}": v for k, v in last.items()})
         parser.add_lightning_class_args(PredictionWriter, "predictions")
         parser.add_lightning_class_args(SavePretrainedModel, "save_model")
 
@@ -296,7 +285,7 @@ class PalLightningCLI(CLIHooks):
             kwargs["logger"] = run_loggers(root)
         plugins = config.get("plugins")
         plugins = (
-            [] if plugins is None else list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
+            list(plugins) if isinstance(plugins, (list, tuple)) else [] if plugins is None else [plugins]
         )
         if not any(isinstance(p, CheckpointIO) for p in plugins):
             plugins.append(AtomicCheckpointIO())

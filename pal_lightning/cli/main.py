@@ -60,12 +60,9 @@ def _user_error(exc: BaseException) -> BaseException | None:
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
-        if (
-            isinstance(current, PalUserError)
-            or isinstance(current, ArgumentError)
-            or _is_misconfiguration(current)
-            or (isinstance(current, OSError) and current.errno in _FS_FAULTS)
-        ):
+        if isinstance(current, (PalUserError, ArgumentError)) or _is_misconfiguration(current):
+            return current
+        if isinstance(current, OSError) and current.errno in _FS_FAULTS:
             return current
         seen.add(id(current))
         current = current.__cause__ or current.__context__
@@ -187,12 +184,10 @@ def _accepted_options(group: str) -> list[str] | None:
     from pal_lightning.data import MultiTaskDataModule
     from pal_lightning.module.multitask import MultiTaskModule
 
-    classes: dict[str, type[Any]] = {
-        "model": MultiTaskModule,
-        "data": MultiTaskDataModule,
-        "trainer": Trainer,
-    }
-    classes.update(checkpoint=ModelCheckpoint, last_checkpoint=ModelCheckpoint, predictions=PredictionWriter)
+    classes: dict[str, type[Any]] = dict(
+        model=MultiTaskModule, data=MultiTaskDataModule, trainer=Trainer, checkpoint=ModelCheckpoint
+    )
+    classes.update(last_checkpoint=ModelCheckpoint, predictions=PredictionWriter)
     cls = classes.get(group)
     if cls is None:
         return None

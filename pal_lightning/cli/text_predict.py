@@ -28,10 +28,9 @@ from pal_lightning.inference.files import (
 INPUT_OPTION = "--predict.input"
 
 
-def wants_text_predict(argv: Sequence[str]) -> bool:
+def wants_text_predict(argv: list[str]) -> bool:
     """Whether a command line is ``predict`` with ``--predict.input``."""
-    args = list(argv)
-    return bool(args) and args[0] == "predict" and any(a.split("=", 1)[0] == INPUT_OPTION for a in args)
+    return argv[:1] == ["predict"] and any(a.split("=", 1)[0] == INPUT_OPTION for a in argv)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -61,11 +60,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def run(argv: Sequence[str]) -> int:
-    """Run ``pal-lightning predict --predict.input ...`` (``argv`` starts with ``predict``).
-
-    Raises:
-        PalUserError: for every user mistake (the caller prints it on one line and exits with 2).
-    """
+    """Run ``pal-lightning predict --predict.input ...`` (``argv`` starts with ``predict``); user mistakes raise
+    :class:`PalUserError`."""
     args = list(argv)[1:]
     if "--config" in args or any(a.startswith("--config=") for a in args):
         raise PalUserError(

@@ -1,10 +1,5 @@
-"""Crash-safe checkpoint files, and one clear message for a checkpoint that cannot be read.
-
-Lightning's ``TorchCheckpointIO`` writes through a temporary file in the system's temporary folder and
-syncs nothing: a kill can leave a truncated ``last.ckpt``. :class:`AtomicCheckpointIO` writes through
-:func:`pal_lightning.core.files.atomic_write`, and turns ``torch.load``'s errors for a truncated,
-foreign or ``weights_only``-refused file into a :class:`~pal_lightning.core.errors.PalUserError`.
-"""
+"""Crash-safe checkpoint files (Lightning's ``TorchCheckpointIO`` syncs nothing: a kill can leave a truncated
+``last.ckpt``), and one :class:`~pal_lightning.core.errors.PalUserError` for a file that cannot be read."""
 
 from __future__ import annotations
 
@@ -84,12 +79,12 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def load_checkpoint(
         self, path: str | os.PathLike[str], map_location: Any | None = None, weights_only: bool | None = None
     ) -> dict[str, Any]:
-        if "://" not in str(path) and not Path(path).is_file():
-            raise PalUserError(
-                f"Checkpoint {path} does not exist. Pass the path of a .ckpt file to --ckpt_path "
-                "(or --ckpt_path last for the newest last.ckpt of this run folder)."
-            )
         if "://" not in str(path):
+            if not Path(path).is_file():
+                raise PalUserError(
+                    f"Checkpoint {path} does not exist. Pass the path of a .ckpt file to --ckpt_path "
+                    "(or --ckpt_path last for the newest last.ckpt of this run folder)."
+                )
             check_is_checkpoint(path)  # before torch.load: its errors for such files mislead
         try:
             return super().load_checkpoint(

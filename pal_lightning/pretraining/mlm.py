@@ -1,10 +1,5 @@
-"""Further pre-training of the encoder with masked language modelling on the tasks' own text (Sun et al.
-2019): :class:`MLMPretrainModule` trains any encoder with a masked-language-model head (the checkpoint's,
-or a new one) and writes a ``save_pretrained`` folder that ``--model.encoder`` takes::
-
-    pal-lightning pretrain --config configs/pretrain_mlm.yaml
-    pal-lightning fit --config configs/quickstart.yaml --model.encoder runs/pretrain_mlm/version_0/encoder
-"""
+"""Masked-language pre-training of any encoder on the tasks' own text (Sun et al. 2019), with the
+checkpoint's masked-language-model head or a new one."""
 
 from __future__ import annotations
 
@@ -57,11 +52,8 @@ def load_mlm_model(encoder: str) -> tuple[Any, bool]:
     missing = set(info.get("missing_keys", ()))
     # the decoder's bias may be absent even from a checkpoint with a head: it is tied to another tensor
     head_from_checkpoint = not any(k.startswith("cls.") and not k.endswith("bias") for k in missing)
-    log.info(
-        "%s: %s masked-language-model head",
-        encoder,
-        "the checkpoint's" if head_from_checkpoint else "no head in the checkpoint, training a new",
-    )
+    what = "the checkpoint's" if head_from_checkpoint else "no head in the checkpoint, training a new"
+    log.info("%s: %s masked-language-model head", encoder, what)
     return model, head_from_checkpoint
 
 

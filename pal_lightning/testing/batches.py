@@ -1,11 +1,5 @@
-"""Tiny batches in the batch contract and a tiny module that trains on them, for in-process tests
-without tokenizer or data files (not imported by ``pal_lightning.testing``: they need torch and Lightning).
-
-:func:`tiny_module` builds a :class:`MultiTaskModule` for ``sst``, ``qqp`` and ``sts`` on
-:data:`TINY_BATCH_BERT` (a vocabulary of :data:`VOCAB` ids); :func:`make_batch` draws a seeded batch of
-a task (STS siamese, the others cross-encoded: :data:`PAIR_ENCODING`); :data:`FIXED` holds six of them
-and :class:`TinyData` serves them to a ``Trainer``.
-"""
+"""Tiny token-id batches of ``sst``, ``qqp`` and ``sts``, a tiny module and a data module serving them, for
+in-process tests without tokenizer or data files (not imported by ``pal_lightning.testing``)."""
 
 from __future__ import annotations
 
