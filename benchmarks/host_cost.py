@@ -133,7 +133,9 @@ class System:
         self.callback: GEMCallback | None = None
         model: nn.Module
         if row in GEM_ROWS:
-            model = _MultiTaskClassifier(MultiTaskEncoder.from_config(config, list(GEM_TASKS), adapter="pals"))
+            model = _MultiTaskClassifier(
+                MultiTaskEncoder.from_config(config, list(GEM_TASKS), adapter="pals")
+            )
             self.callback = GEMCallback(
                 memory_size=MEMORY_EXAMPLES,
                 memory_batch_size=args.memory_batch_size,

@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--encoder", default=None, help="encoder (default: the packaged all-MiniLM-L6-v2)")
     parser.add_argument(
-        "--bert-config", default=None, help="JSON BertConfig kwargs: a random encoder (tests)"
+        "--encoder-config", default=None, help="JSON BertConfig kwargs: a random encoder (tests)"
     )
     parser.add_argument("--device", default="cpu", help="cpu, cuda, ...")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")

@@ -54,7 +54,7 @@ def sts_pearson(module: MultiTaskModule, data: MultiTaskDataModule, device: str)
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--encoder", default=DEFAULT_ENCODER)
-    parser.add_argument("--bert-config", default=None, help="JSON of a random BertConfig (tests)")
+    parser.add_argument("--encoder-config", default=None, help="JSON of a random BertConfig (tests)")
     parser.add_argument("--tasks", default="sst,qqp,sts", help="whose training text SimCSE reads")
     parser.add_argument("--steps", type=int, default=200, help="SimCSE optimizer steps")
     parser.add_argument(

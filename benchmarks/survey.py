@@ -96,10 +96,14 @@ CONFIGURATIONS: tuple[Configuration, ...] = (
     ),
     Configuration("pals", (f"{M}adapter.method=pals",), "PALs in every layer, d_s = 102 (the quickstart)"),
     Configuration(
-        "FFSSII", (f"{M}adapter.method=none", f"{M}layer_sharing=FFSSII"), "2 frozen, 2 shared, 2 individual layers"
+        "FFSSII",
+        (f"{M}adapter.method=none", f"{M}layer_sharing=FFSSII"),
+        "2 frozen, 2 shared, 2 individual layers",
     ),
     Configuration(
-        "FFFFSS", (f"{M}adapter.method=none", f"{M}layer_sharing=FFFFSS"), "bottom 4 layers frozen, top 2 shared"
+        "FFFFSS",
+        (f"{M}adapter.method=none", f"{M}layer_sharing=FFFFSS"),
+        "bottom 4 layers frozen, top 2 shared",
     ),
     Configuration("pff", (f"{M}adapter.method=pff",), "projected feed-forward in every layer, d_s = 102"),
     Configuration("pa_on_top", (f"{M}adapter.method=pa_on_top",), "projected attention on top, d_s = 102"),
@@ -112,7 +116,9 @@ CONFIGURATIONS: tuple[Configuration, ...] = (
         "SSSSII", (f"{M}adapter.method=none", f"{M}layer_sharing=SSSSII"), "4 shared, top 2 layers individual"
     ),
     Configuration("pals_ds48", (f"{M}adapter.method=pals", f"{M}adapter.size=48"), "PALs, smaller d_s = 48"),
-    Configuration("pals_ds204", (f"{M}adapter.method=pals", f"{M}adapter.size=204"), "PALs, larger d_s = 204"),
+    Configuration(
+        "pals_ds204", (f"{M}adapter.method=pals", f"{M}adapter.size=204"), "PALs, larger d_s = 204"
+    ),
 )
 
 #: Columns of survey.csv: one row per configuration and snapshot.

@@ -15,7 +15,7 @@ zero_shot = load_benchmark("simcse_zero_shot")
 def test_scores_before_and_after_simcse_steps(tmp_path: Path, data_dir: Path) -> None:
     out = tmp_path / "zs.json"
     argv = [
-        "--bert-config", json.dumps(TINY_BERT), "--data-dir", str(data_dir), "--tasks", "sst",
+        "--encoder-config", json.dumps(TINY_BERT), "--data-dir", str(data_dir), "--tasks", "sst",
         "--steps", "4", "--batch-size", "8", "--lr", "1e-3", "--max-length", "32", "--device", "cpu",
         "--json", str(out),
     ]  # fmt: skip

@@ -24,7 +24,7 @@ def test_predict_speed_reports_both_ways_and_writes_json(data_dir: Path, tmp_pat
             "12",
             "--batch-size",
             "4",
-            "--bert-config",
+            "--encoder-config",
             json.dumps(TINY_BERT),
             "--json",
             str(out),
@@ -35,4 +35,4 @@ def test_predict_speed_reports_both_ways_and_writes_json(data_dir: Path, tmp_pat
     assert result["ratio"] == pytest.approx(result["one_per_call_s"] / result["batched_s"])
     assert result["max_abs_prob_diff"] < 1e-5  # both ways predict the same probabilities
     with pytest.raises(SystemExit, match="only 16 SST sentences"):
-        bench.main(["--data-dir", str(data_dir), "--n", "100", "--bert-config", json.dumps(TINY_BERT)])
+        bench.main(["--data-dir", str(data_dir), "--n", "100", "--encoder-config", json.dumps(TINY_BERT)])

@@ -104,9 +104,9 @@ def test_an_option_the_method_lacks_is_one_line_naming_its_options():
         AdapterConfig(method="lora", rank=16)
     message = str(err.value)
     assert "\n" not in message and message.startswith(
-        "adapter.rank does not apply to method 'lora'. Its options"
+        "Unknown adapter option adapter.rank: no registered method has it. Check its spelling"
     )
-    assert "targets, alpha, dropout: leave adapter.rank unset" in message
+    assert message.endswith("targets, alpha, dropout.")
     with pytest.raises(
         PalUserError, match=r"adapter.alpha does not apply to method 'pals' \(alpha is an option of lora\)"
     ):

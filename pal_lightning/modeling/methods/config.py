@@ -59,10 +59,15 @@ def _check_known(method: str, options: Mapping[str, Any]) -> type[AdapterConfig]
     foreign = [k for k in options if k not in accepted]
     if foreign:
         users = [m for m in METHODS if foreign[0] in option_names(m)]
-        elsewhere = f" ({foreign[0]} is an option of {', '.join(users)})" if users else ""
+        if not users:
+            raise PalUserError(
+                f"Unknown adapter option adapter.{foreign[0]}: no registered method has it. Check its spelling: the "
+                f"options of method {method!r} are {', '.join(accepted)}."
+            )
         raise PalUserError(
-            f"adapter.{foreign[0]} does not apply to method {method!r}{elsewhere}. Its options are "
-            f"{', '.join(accepted)}: leave adapter.{foreign[0]} unset, or choose a method that has it."
+            f"adapter.{foreign[0]} does not apply to method {method!r} ({foreign[0]} is an option of "
+            f"{', '.join(users)}). Its options are {', '.join(accepted)}: leave adapter.{foreign[0]} unset, "
+            "or choose a method that has it."
         )
     return cls
 
