@@ -1,9 +1,6 @@
-"""``MultiTaskModule(compile=...)``: the encoder called through ``torch.compile``, or eagerly where it cannot be.
-
-Only the encoder is compiled, with ``dynamic=True`` (batches are padded to their longest example: one graph
-per task serves every length). Compiling is lazy; where it is unsupported or the backend fails, one warning
-and the eager encoder. The compiled function lives outside the module tree, so checkpoints are an eager run's.
-A CUDA graph's output made without grad is overwritten by the next call, so :class:`EncoderCall` copies it.
+"""``MultiTaskModule(compile=...)``: the encoder (only it, ``dynamic=True``: one graph per task serves every
+padded length) called through ``torch.compile``, lazily; where that fails, one warning and the eager encoder.
+The compiled function lives outside the module tree, so checkpoints are an eager run's.
 """
 
 from __future__ import annotations
@@ -123,19 +120,16 @@ class EncoderCall:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not self.compiling:
             return self.module(*args, **kwargs)
-        if self._compiled is None:
-            assert self.backend is not None  # compiling
-            try:
+        try:
+            if self._compiled is None:
+                assert self.backend is not None  # compiling
                 self._compiled = torch.compile(
                     self.module, backend=self.backend, dynamic=self.dynamic, mode=self.mode
                 )
-            except RuntimeError as err:  # compile is not supported on this Python / platform
-                self._fall_back(err)
-                return self.module(*args, **kwargs)
-        try:
             output = self._compiled(*args, **kwargs)
         except Exception as err:
-            if not is_compile_failure(err):
+            # from torch.compile itself, a RuntimeError: compiling is not supported on this Python / platform
+            if not (isinstance(err, RuntimeError) if self._compiled is None else is_compile_failure(err)):
                 raise
             self._fall_back(err)
             return self.module(*args, **kwargs)
@@ -146,5 +140,5 @@ class EncoderCall:
         return output
 
     def __getstate__(self) -> dict[str, Any]:
-        # the compiled function holds code caches that do not pickle (ddp_spawn, deepcopy): rebuilt lazily
+        # the compiled function's code caches do not pickle (ddp_spawn, deepcopy): rebuilt lazily
         return {**self.__dict__, "_compiled": None}

@@ -20,12 +20,6 @@ class NonFiniteTrainingError(PalUserError):
     """Training stopped after too many consecutive optimizer steps with non-finite gradients."""
 
 
-def check_max_nonfinite_steps(max_nonfinite_steps: int) -> None:
-    """Refuse a tolerance below one step."""
-    if max_nonfinite_steps < 1:
-        raise PalUserError(f"max_nonfinite_steps must be >= 1, got {max_nonfinite_steps}.")
-
-
 def all_finite(grads: Sequence[Tensor]) -> bool:
     """Whether every element of every tensor in ``grads`` is finite (``True`` for none)."""
     # per tensor (a norm of all could overflow), through aminmax: NaN propagates, no temporary of its size
@@ -60,7 +54,6 @@ class NonFiniteGuard:
     :class:`NonFiniteTrainingError`."""
 
     def __init__(self, limit: int) -> None:
-        check_max_nonfinite_steps(limit)
         self.limit = limit
         self.in_a_row = 0
         self.steps = 0

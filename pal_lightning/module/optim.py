@@ -83,32 +83,6 @@ def clips_unscaled(plugin: Any, optimizer: Any) -> bool:
     )
 
 
-def check_schedule_options(warmup_ratio: float, warmup_steps: int | None, layer_lr_decay: float) -> None:
-    """Refuse schedule options outside their range, at construction."""
-    if not 0.0 <= warmup_ratio <= 1.0:
-        raise PalUserError(f"warmup_ratio must lie in [0, 1], got {warmup_ratio}.")
-    if warmup_steps is not None and warmup_steps < 0:
-        raise PalUserError(f"warmup_steps must be >= 0 (or None to use warmup_ratio), got {warmup_steps}.")
-    if not 0.0 < layer_lr_decay <= 1.0:
-        raise PalUserError(f"layer_lr_decay must lie in (0, 1] (1 = no decay), got {layer_lr_decay}.")
-
-
-def check_rates(**rates: float | None) -> None:
-    """Refuse a rate that is not a finite number > 0 (``weight_decay`` >= 0, ``dropout`` in [0, 1); ``None``
-    means a default). Each check says what a good value satisfies, so NaN fails."""
-    for name, value in rates.items():
-        if value is None:
-            continue
-        if name == "dropout":
-            good, what = 0.0 <= value < 1.0, "a probability in [0, 1)"
-        elif name == "weight_decay":
-            good, what = math.isfinite(value) and value >= 0.0, "a finite number >= 0"
-        else:
-            good, what = math.isfinite(value) and value > 0.0, "a finite number > 0"
-        if not good:
-            raise PalUserError(f"{name} must be {what}, got {value} (--model.{name}).")
-
-
 def total_training_steps(trainer: pl.Trainer) -> int:
     """Optimizer steps of the whole run: ``max_steps``, else ``ceil(steps_per_epoch / accumulate) * max_epochs``."""
     # not trainer.estimated_stepping_batches: it loads the train dataloader, breaking mid-epoch resume (#20550)
