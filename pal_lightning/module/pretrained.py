@@ -65,6 +65,27 @@ def encoder_revision(name: str, revision: str | None = None) -> str | None:
     return assembled_revision(resolved)  # None for a plain folder
 
 
+def _card_rows(config: Mapping[str, Any]) -> list[str]:
+    # one Markdown table row per task: name, kind, labels, dev scores
+    labels = config.get("label_names") or {}
+    per_task: dict[str, dict[str, float]] = {}  # {"val/sst/accuracy": x} as {"sst": {"accuracy": x}}
+    for key, value in (config.get("scores") or {}).items():
+        parts = key.split("/")
+        if len(parts) == 3 and parts[2] != "loss":
+            per_task.setdefault(parts[1], {})[parts[2]] = float(value)
+    rows = []
+    for t in config["tasks"]:
+        names = ", ".join(labels.get(t["name"], [])) or (
+            f"score {t['label_range'][0]:g}..{t['label_range'][1]:g}"
+            if t["kind"] == "pair_regression"
+            else f"{t['num_labels']} classes"
+        )
+        got = per_task.get(t["name"], {})
+        shown = ", ".join(f"{m} {got[m]:.4f}" for m in t["metrics"] if m in got) or "not measured"
+        rows.append(f"| {t['name']} | {t['kind']} | {names} | {shown} |")
+    return rows
+
+
 def model_card(config: Mapping[str, Any], repo_id: str | None = None) -> Any:
     """The ``huggingface_hub.ModelCard`` of a saved model: metadata header plus a readable summary."""
     from huggingface_hub import ModelCard, ModelCardData
@@ -79,22 +100,7 @@ def model_card(config: Mapping[str, Any], repo_id: str | None = None) -> Any:
         tags=["pal-lightning", "multi-task", "projected-attention-layers", *[t["name"] for t in tasks]],
         metrics=sorted({m for t in tasks for m in t["metrics"]}),
     )
-    labels = config.get("label_names") or {}
-    per_task: dict[str, dict[str, float]] = {}  # {"val/sst/accuracy": x} as {"sst": {"accuracy": x}}
-    for key, value in scores.items():
-        parts = key.split("/")
-        if len(parts) == 3 and parts[2] != "loss":
-            per_task.setdefault(parts[1], {})[parts[2]] = float(value)
-    rows = []  # one per task: name, kind, labels, dev scores
-    for t in tasks:
-        names = ", ".join(labels.get(t["name"], [])) or (
-            f"score {t['label_range'][0]:g}..{t['label_range'][1]:g}"
-            if t["kind"] == "pair_regression"
-            else f"{t['num_labels']} classes"
-        )
-        got = per_task.get(t["name"], {})
-        shown = ", ".join(f"{m} {got[m]:.4f}" for m in t["metrics"] if m in got) or "not measured"
-        rows.append(f"| {t['name']} | {t['kind']} | {names} | {shown} |")
+    rows = _card_rows(config)
     hp = config["hparams"]
     adapter = config["adapter"]
     name = repo_id or "path/to/this/folder"
