@@ -32,15 +32,13 @@ def compile_backend(option: bool | str) -> str | None:
 
 def check_compile_options(option: bool | str, mode: str | None) -> None:
     """Refuse a ``compile_mode`` that cannot act: an unknown one, or one without inductor (others ignore it)."""
-    if mode is None:
-        return
-    if mode not in COMPILE_MODES:
+    if mode is not None and mode not in COMPILE_MODES:
         raise PalUserError(
             f"model.compile_mode {mode!r} is not a torch.compile mode. Use one of {', '.join(COMPILE_MODES)}, "
             "or leave it null."
         )
     backend = compile_backend(option)
-    if backend != "inductor":
+    if mode is not None and backend != "inductor":
         what = "model.compile is false" if backend is None else f"model.compile names the {backend!r} backend"
         raise PalUserError(
             f"model.compile_mode {mode!r} is set but {what}: only inductor applies a mode. Set "
@@ -66,7 +64,7 @@ def cuda_graph_padding_warning(mode: str | None, pad_to_multiple_of: int | None,
 
 
 def warn_cuda_graphs_without_buckets(trainer: Any, call: EncoderCall) -> None:
-    """At the module's ``setup``: :func:`cuda_graph_padding_warning` once, on rank 0 (``trainer`` may be ``None``)."""
+    """:func:`cuda_graph_padding_warning` once, on rank 0 (``trainer`` may be ``None``)."""
     if trainer is None or not call.compiling:
         return
     config = getattr(datamodule_of(trainer), "config", None)
@@ -99,7 +97,7 @@ class EncoderCall:
         self.dynamic = dynamic
         self.mode = mode
         self._compiled: Callable[..., Any] | None = None
-        self.fell_back = False  # compiling failed: the encoder runs eagerly
+        self.fell_back = False
 
     @property
     def compiling(self) -> bool:

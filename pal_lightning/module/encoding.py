@@ -66,13 +66,8 @@ def encode_sentences(
     vectors = _sentence_vectors(module, texts, task, batch_size)
     if normalize_embeddings:
         vectors = torch.nn.functional.normalize(vectors, p=2.0, dim=-1)
-    if isinstance(sentences, str):
-        vectors = vectors[0]
-    if convert_to_tensor:
-        return vectors
-    if convert_to_numpy:
-        return vectors.cpu().numpy()
-    return list(vectors)
+    vectors = vectors[0] if isinstance(sentences, str) else vectors
+    return vectors if convert_to_tensor else vectors.cpu().numpy() if convert_to_numpy else list(vectors)
 
 
 def pooled(call: Callable[..., Tensor], inputs: Mapping[str, Any], pooling: str, **route: Any) -> Tensor:
@@ -120,7 +115,7 @@ def _sentence_vectors(module: MultiTaskModule, texts: list[Any], task: str | Non
 
 
 def encode_cross(call: EncoderCall, batch: Mapping[str, Any], pooling: str) -> Tensor:
-    """The pooled vectors of a batch with one sequence per example."""
+    """The pooled vectors of a one-task batch with one sequence per example."""
     if INPUT_IDS not in batch:
         raise PalUserError(
             f"Task {batch[TASK]!r}: the model encodes pairs 'cross' but the batch is 'siamese'. "
@@ -130,8 +125,7 @@ def encode_cross(call: EncoderCall, batch: Mapping[str, Any], pooling: str) -> T
 
 
 def encode_siamese(call: EncoderCall, batch: Mapping[str, Any], pooling: str) -> Tensor:
-    """The pooled vectors ``[a; b]`` of both sentences of a siamese pair batch, padded to one length and
-    encoded in one pass of ``2B`` sequences (padding does not change mean or CLS pooling)."""
+    """The pooled vectors ``[a; b]`` of a siamese pair batch's sentences, in one pass of ``2B`` sequences."""
     side_a, side_b = side_inputs(batch, "a"), side_inputs(batch, "b")
     if INPUT_IDS not in side_a:
         raise PalUserError(
@@ -148,8 +142,7 @@ def forward_mixed(
     batch: Mapping[str, Any],
     parent_of: Callable[[str], str],
 ) -> dict[str, TaskRows]:
-    """Each row's head output of a mixed batch from one eager encoder pass with per-row task routing;
-    ``parent_of`` maps a row's name to the task whose modules and head serve it (a view's task)."""
+    """``MultiTaskModule.forward_mixed``; ``parent_of`` maps a row's name to the task that serves it."""
     tasks = batch[TASKS]
     if isinstance(tasks, Tensor):  # indices into the model's tasks
         known, indices = encoder.task_names, tasks.tolist()

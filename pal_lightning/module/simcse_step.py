@@ -1,5 +1,4 @@
-"""SimCSE as an auxiliary loss of the training step: the task forward's pooled sentence vectors serve as
-its first view, so it adds one forward of the sentences (none in ``sup`` mode), not two."""
+"""SimCSE as an auxiliary loss of the training step; the task forward's pooled vectors are its first view."""
 
 from __future__ import annotations
 
