@@ -129,6 +129,7 @@ def probabilities_from_output(spec: TaskSpec, output: torch.Tensor) -> torch.Ten
 
 
 def _to_predictions(spec: TaskSpec, output: torch.Tensor, names: Sequence[str] | None) -> list[Prediction]:
+    # one Prediction per row of the task's head output; names: its class names
     from pal_lightning.modeling.heads import predict as head_predict
 
     values = head_predict(spec, output).tolist()

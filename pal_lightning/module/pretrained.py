@@ -281,10 +281,8 @@ def from_pretrained(
     map_location: str | torch.device = "cpu",
     token: str | bool | None = None,
 ) -> M:
-    """Rebuild a module saved by :meth:`save_pretrained` from a folder or a hub id, in eval mode.
-
-    ``name_or_path`` is a local folder or a hub repository id (at ``revision``, with ``token``).
-    """
+    """Rebuild a module saved by :meth:`save_pretrained` from a local folder or a hub repository id (at
+    ``revision``, with ``token``), in eval mode."""
     from safetensors.torch import load_file
     from transformers import AutoTokenizer
 
@@ -336,8 +334,7 @@ def push_to_hub(
     commit_message: str = "Upload pal-lightning model",
     scores: Mapping[str, float] | None = None,
 ) -> str:
-    """Save the model into a temporary folder and upload it to the hub repository ``repo_id`` (created
-    when missing); the URL of the commit."""
+    """Upload the model to the hub repository ``repo_id`` (created when missing); the commit's URL."""
     from huggingface_hub import HfApi
 
     api = HfApi(token=token)
