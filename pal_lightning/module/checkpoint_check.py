@@ -1,5 +1,4 @@
-"""The checkpoint check: refuse a checkpoint trained for other tasks, another encoder or adapter shape
-(``on_load_checkpoint``: every ``--ckpt_path`` load, ``load_from_checkpoint`` and ``init_from``)."""
+"""Refuse a checkpoint trained for other tasks, another encoder or adapter shape (every load)."""
 
 from __future__ import annotations
 
@@ -81,21 +80,15 @@ def checkpoint_differences(
             continue  # a random encoder of encoder_config's shape: the name is not used
         a, b = to_plain(saved.get(key)), to_plain(ours.get(key))
         if key == "adapter" and isinstance(a, dict) and isinstance(b, dict):
-            out += _field_differences("adapter", a, b, skip=STARTING_VALUES_ONLY)
+            fields = [k for k in dict.fromkeys([*a, *b]) if k not in STARTING_VALUES_ONLY]
+            out += [
+                f"adapter.{k} is {a.get(k)!r} in the checkpoint but {b.get(k)!r} here"
+                for k in fields
+                if a.get(k) != b.get(k)
+            ]
         elif a != b and not (key == "encoder" and _same_encoder(str(a), str(b))):
             out.append(f"{key} is {a!r} in the checkpoint but {b!r} here")
     return out
-
-
-def _field_differences(
-    name: str, saved: Mapping[str, Any], ours: Mapping[str, Any], skip: frozenset[str]
-) -> list[str]:
-    fields = [k for k in dict.fromkeys([*saved, *ours]) if k not in skip]
-    return [
-        f"{name}.{k} is {saved.get(k)!r} in the checkpoint but {ours.get(k)!r} here"
-        for k in fields
-        if saved.get(k) != ours.get(k)
-    ]
 
 
 def _same_encoder(a: str, b: str) -> bool:

@@ -1,9 +1,6 @@
-"""``MultiTaskModule(compile=...)``: the encoder called through ``torch.compile``, or eagerly where it cannot be.
-
-Only the encoder is compiled, with ``dynamic=True`` (batches are padded to their longest example: one graph
-per task serves every length). Compiling is lazy; where it is unsupported or the backend fails, one warning
-and the eager encoder. The compiled function lives outside the module tree, so checkpoints are an eager run's.
-A CUDA graph's output made without grad is overwritten by the next call, so :class:`EncoderCall` copies it.
+"""``MultiTaskModule(compile=...)``: the encoder (only it, ``dynamic=True``: one graph per task serves every
+padded length) called through ``torch.compile``, lazily; where that fails, one warning and the eager encoder.
+The compiled function lives outside the module tree, so checkpoints are an eager run's.
 """
 
 from __future__ import annotations
@@ -35,15 +32,13 @@ def compile_backend(option: bool | str) -> str | None:
 
 def check_compile_options(option: bool | str, mode: str | None) -> None:
     """Refuse a ``compile_mode`` that cannot act: an unknown one, or one without inductor (others ignore it)."""
-    if mode is None:
-        return
-    if mode not in COMPILE_MODES:
+    if mode is not None and mode not in COMPILE_MODES:
         raise PalUserError(
             f"model.compile_mode {mode!r} is not a torch.compile mode. Use one of {', '.join(COMPILE_MODES)}, "
             "or leave it null."
         )
     backend = compile_backend(option)
-    if backend != "inductor":
+    if mode is not None and backend != "inductor":
         what = "model.compile is false" if backend is None else f"model.compile names the {backend!r} backend"
         raise PalUserError(
             f"model.compile_mode {mode!r} is set but {what}: only inductor applies a mode. Set "
@@ -69,7 +64,7 @@ def cuda_graph_padding_warning(mode: str | None, pad_to_multiple_of: int | None,
 
 
 def warn_cuda_graphs_without_buckets(trainer: Any, call: EncoderCall) -> None:
-    """At the module's ``setup``: :func:`cuda_graph_padding_warning` once, on rank 0 (``trainer`` may be ``None``)."""
+    """:func:`cuda_graph_padding_warning` once, on rank 0 (``trainer`` may be ``None``)."""
     if trainer is None or not call.compiling:
         return
     config = getattr(datamodule_of(trainer), "config", None)
@@ -102,7 +97,7 @@ class EncoderCall:
         self.dynamic = dynamic
         self.mode = mode
         self._compiled: Callable[..., Any] | None = None
-        self.fell_back = False  # compiling failed: the encoder runs eagerly
+        self.fell_back = False
 
     @property
     def compiling(self) -> bool:
@@ -123,19 +118,16 @@ class EncoderCall:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not self.compiling:
             return self.module(*args, **kwargs)
-        if self._compiled is None:
-            assert self.backend is not None  # compiling
-            try:
+        try:
+            if self._compiled is None:
+                assert self.backend is not None  # compiling
                 self._compiled = torch.compile(
                     self.module, backend=self.backend, dynamic=self.dynamic, mode=self.mode
                 )
-            except RuntimeError as err:  # compile is not supported on this Python / platform
-                self._fall_back(err)
-                return self.module(*args, **kwargs)
-        try:
             output = self._compiled(*args, **kwargs)
         except Exception as err:
-            if not is_compile_failure(err):
+            # from torch.compile itself, a RuntimeError: compiling is not supported on this Python / platform
+            if not (isinstance(err, RuntimeError) if self._compiled is None else is_compile_failure(err)):
                 raise
             self._fall_back(err)
             return self.module(*args, **kwargs)
@@ -146,5 +138,5 @@ class EncoderCall:
         return output
 
     def __getstate__(self) -> dict[str, Any]:
-        # the compiled function holds code caches that do not pickle (ddp_spawn, deepcopy): rebuilt lazily
+        # the compiled function's code caches do not pickle (ddp_spawn, deepcopy): rebuilt lazily
         return {**self.__dict__, "_compiled": None}

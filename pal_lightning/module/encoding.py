@@ -1,12 +1,6 @@
-"""Sentence vectors and mixed batches.
-
-:func:`encode_sentences` embeds plain sentences as sentence-transformers' ``encode`` does (``task=None``: the
-shared encoder alone; ``task="sst"``: with that task's modules). :func:`encode_cross` and
-:func:`encode_siamese` pool a one-task batch, laid out as the task's head encodes pairs (``cross``: one
-sequence; ``siamese``: each sentence alone), a mismatch being one clear error. :func:`forward_mixed` runs
-a batch of several tasks' rows in one encoder pass, each row with its own task's modules and head (a
-siamese row's second sentence joins the pass as an extra row): ``{task: TaskRows(rows, output)}``.
-"""
+"""Sentence vectors and mixed batches: :func:`encode_sentences` (as sentence-transformers' ``encode``),
+:func:`encode_cross` and :func:`encode_siamese` (a one-task batch, as its head encodes pairs) and
+:func:`forward_mixed` (several tasks' rows in one encoder pass)."""
 
 from __future__ import annotations
 
@@ -29,6 +23,7 @@ from pal_lightning.core.batch import (
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling.heads import pool
 from pal_lightning.module.compile import EncoderCall
+from pal_lightning.module.inference import predict_spec
 
 if TYPE_CHECKING:
     from pal_lightning.modeling.encoder import MultiTaskEncoder
@@ -71,18 +66,20 @@ def encode_sentences(
     vectors = _sentence_vectors(module, texts, task, batch_size)
     if normalize_embeddings:
         vectors = torch.nn.functional.normalize(vectors, p=2.0, dim=-1)
-    if isinstance(sentences, str):
-        vectors = vectors[0]
-    if convert_to_tensor:
-        return vectors
-    if convert_to_numpy:
-        return vectors.cpu().numpy()
-    return list(vectors)
+    vectors = vectors[0] if isinstance(sentences, str) else vectors
+    return vectors if convert_to_tensor else vectors.cpu().numpy() if convert_to_numpy else list(vectors)
+
+
+def pooled(call: Callable[..., Tensor], inputs: Mapping[str, Any], pooling: str, **route: Any) -> Tensor:
+    """The pooled vectors of ``inputs`` (``input_ids``, ``attention_mask``, optional ``token_type_ids``)
+    encoded by ``call`` with the task routing ``route`` (``task=`` or ``tasks=``)."""
+    mask = inputs[ATTENTION_MASK]
+    return pool(call(inputs[INPUT_IDS], mask, inputs.get(TOKEN_TYPE_IDS), **route), mask, pooling)
 
 
 def _sentence_vectors(module: MultiTaskModule, texts: list[Any], task: str | None, batch_size: int) -> Tensor:
-    if task is not None and task not in module.task_specs:
-        raise PalUserError(f"Unknown task {task!r}: this model has {', '.join(module.task_specs)}. Pick one.")
+    if task is not None:
+        predict_spec(module.task_specs, task)  # unknown: one error naming the known tasks
     bad = next((i for i, t in enumerate(texts) if not isinstance(t, str)), None)
     if bad is not None:
         raise PalUserError(f"encode takes sentences (strings), but input {bad} is {texts[bad]!r}.")
@@ -118,28 +115,24 @@ def _sentence_vectors(module: MultiTaskModule, texts: list[Any], task: str | Non
 
 
 def encode_cross(call: EncoderCall, batch: Mapping[str, Any], pooling: str) -> Tensor:
-    """The pooled vectors of a batch with one sequence per example."""
+    """The pooled vectors of a one-task batch with one sequence per example."""
     if INPUT_IDS not in batch:
         raise PalUserError(
             f"Task {batch[TASK]!r}: the model encodes pairs 'cross' but the batch is 'siamese'. "
             "Set the same pair_encoding for the model and the data."
         )
-    mask = batch[ATTENTION_MASK]
-    return pool(call(batch[INPUT_IDS], mask, batch.get(TOKEN_TYPE_IDS), task=batch[TASK]), mask, pooling)
+    return pooled(call, batch, pooling, task=batch[TASK])
 
 
 def encode_siamese(call: EncoderCall, batch: Mapping[str, Any], pooling: str) -> Tensor:
-    """The pooled vectors ``[a; b]`` of both sentences of a siamese pair batch, padded to one length and
-    encoded in one pass of ``2B`` sequences (padding does not change mean or CLS pooling)."""
+    """The pooled vectors ``[a; b]`` of a siamese pair batch's sentences, in one pass of ``2B`` sequences."""
     side_a, side_b = side_inputs(batch, "a"), side_inputs(batch, "b")
     if INPUT_IDS not in side_a:
         raise PalUserError(
             f"Task {batch[TASK]!r}: the model encodes pairs 'siamese' but the batch is 'cross'. "
             "Set the same pair_encoding for the model and the data."
         )
-    stacked = concat_inputs([side_a, side_b])  # token_type_ids are optional
-    mask = stacked[ATTENTION_MASK]
-    return pool(call(stacked[INPUT_IDS], mask, stacked.get(TOKEN_TYPE_IDS), task=batch[TASK]), mask, pooling)
+    return pooled(call, concat_inputs([side_a, side_b]), pooling, task=batch[TASK])
 
 
 def forward_mixed(
@@ -149,8 +142,7 @@ def forward_mixed(
     batch: Mapping[str, Any],
     parent_of: Callable[[str], str],
 ) -> dict[str, TaskRows]:
-    """Each row's head output of a mixed batch from one eager encoder pass with per-row task routing;
-    ``parent_of`` maps a row's name to the task whose modules and head serve it (a view's task)."""
+    """``MultiTaskModule.forward_mixed``; ``parent_of`` maps a row's name to the task that serves it."""
     tasks = batch[TASKS]
     if isinstance(tasks, Tensor):  # indices into the model's tasks
         known, indices = encoder.task_names, tasks.tolist()
@@ -187,11 +179,9 @@ def mixed_head_outputs(
     row_tasks: Sequence[str],
     keys: Sequence[str] | None = None,
 ) -> dict[str, TaskRows]:
-    """Each row's head output from one encoder pass with per-row task routing: ``{key: TaskRows}`` per key
-    (``keys``: a name per row, default its task) in order of first appearance. ``first``: every row's
-    sequence; ``second``: every row's second sentence, used for the rows of siamese heads only (their
-    second sentences join the pass as extra rows). Shared by ``forward_mixed`` and the exported
-    :class:`~pal_lightning.module.export.MixedTaskModel`."""
+    """``{key: TaskRows}`` (``keys``: a name per row, default its task) from one encoder pass with per-row
+    routing; the rows of siamese heads add their ``second`` sentence as extra rows. Shared by
+    ``forward_mixed`` and :class:`~pal_lightning.module.export.MixedTaskModel`."""
     keys = list(row_tasks) if keys is None else list(keys)
     tasks = list(row_tasks)
     siamese = [i for i, task in enumerate(tasks) if getattr(heads[task], "siamese", False)]
@@ -204,20 +194,18 @@ def mixed_head_outputs(
             b.setdefault(TOKEN_TYPE_IDS, torch.zeros_like(b[INPUT_IDS]))
         inputs = concat_inputs([first, b])
         tasks += [tasks[i] for i in siamese]
-    mask = inputs[ATTENTION_MASK]
-    hidden = encoder(inputs[INPUT_IDS], mask, inputs.get(TOKEN_TYPE_IDS), tasks=tasks)
-    pooled = pool(hidden, mask, pooling)
+    vectors = pooled(encoder, inputs, pooling, tasks=tasks)
     rows_of: dict[str, list[int]] = {}
     for i, key in enumerate(keys):
         rows_of.setdefault(key, []).append(i)
     second_row = {i: len(keys) + k for k, i in enumerate(siamese)}
     outputs: dict[str, TaskRows] = {}
     for key, rows in rows_of.items():
-        task, index = tasks[rows[0]], torch.tensor(rows, device=pooled.device)
-        u = pooled.index_select(0, index)
+        task, index = tasks[rows[0]], torch.tensor(rows, device=vectors.device)
+        u = vectors.index_select(0, index)
         if rows[0] in second_row:
-            at = torch.tensor([second_row[i] for i in rows], device=pooled.device)
-            outputs[key] = TaskRows(index, heads[task](u, pooled.index_select(0, at)))
+            at = torch.tensor([second_row[i] for i in rows], device=vectors.device)
+            outputs[key] = TaskRows(index, heads[task](u, vectors.index_select(0, at)))
         else:
             outputs[key] = TaskRows(index, heads[task](u))
     return outputs

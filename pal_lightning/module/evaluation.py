@@ -1,8 +1,5 @@
-"""The one evaluation loop: validation, test and :class:`~pal_lightning.callbacks.ContinualEvaluation`.
-
-:class:`TaskScorer` holds one evaluation's running state; :func:`score_batch` scores one batch into it;
-:func:`log_scores` logs it for Lightning's steps, :func:`evaluate_loader` runs it over a loader.
-"""
+"""The one evaluation loop (validation, test, :class:`~pal_lightning.callbacks.ContinualEvaluation`): a
+:class:`TaskScorer` fed by :func:`score_batch`, logged by :func:`log_scores` or run by :func:`evaluate_loader`."""
 
 from __future__ import annotations
 
@@ -40,16 +37,14 @@ class EvaluatedModel(TaskPredictor, Protocol):
 
 @dataclass
 class Scores:
-    """What one evaluation computed (``{task: {metric: value}}``, ``{task: mean loss}``), for the tasks with
-    labelled examples on some rank."""
+    """One evaluation's ``{task: {metric: value}}`` and ``{task: mean loss}`` (tasks with labelled examples)."""
 
     metrics: dict[str, dict[str, float]] = field(default_factory=dict)
     losses: dict[str, float] = field(default_factory=dict)
 
 
 class TaskScorer(nn.Module):
-    """The running state of one evaluation over the tasks ``specs`` (metrics, counts and, ``with_loss``,
-    loss sums)."""
+    """One evaluation's running state over the tasks ``specs``: metrics, counts and (``with_loss``) loss sums."""
 
     def __init__(self, specs: Iterable[TaskSpec], with_loss: bool = True) -> None:
         super().__init__()
@@ -127,8 +122,8 @@ def evaluate_loader(
     specs: Iterable[TaskSpec],
     forward_context: AbstractContextManager[Any],
 ) -> Scores:
-    """Score ``module`` on every batch of ``loader`` with fresh metrics, from inside the training loop
-    (eval mode, no gradients, inside ``forward_context``; collective under DDP)."""
+    """Score ``module`` on ``loader`` with fresh metrics from inside the training loop (eval mode, no
+    gradients, inside ``forward_context``; collective under DDP)."""
     model = require(module, EvaluatedModel, "evaluation", "evaluate a MultiTaskModule (or a subclass).")
     scorer = TaskScorer(specs, with_loss=False).to(module.device)
     with eval_mode(module), forward_context:
@@ -147,8 +142,8 @@ def scored_tasks(specs: Iterable[TaskSpec], views: dict[str, EvalView], auxiliar
 def log_scores(
     module: pl.LightningModule, stage: str, scores: Scores, specs: list[TaskSpec], scored: list[str]
 ) -> dict[str, float]:
-    """Log one evaluation's ``<stage>/<task>/<metric>``, ``.../loss`` and ``<stage>/overall`` (``overall_partial``
-    for some of the ``scored`` tasks) through ``module``; the values logged."""
+    """Log (and return) one evaluation's ``<stage>/<task>/<metric>``, ``.../loss`` and ``<stage>/overall``
+    (``overall_partial`` for some of the ``scored`` tasks)."""
     values: dict[str, float] = {}
     for name, metrics in scores.metrics.items():
         values.update({f"{stage}/{name}/{k}": v for k, v in metrics.items()})
@@ -158,8 +153,7 @@ def log_scores(
     if values:
         module.log_dict(values, sync_dist=True)
         if stage == "val" and module.trainer.state.fn == "fit":
-            # Lightning would log this at the steps done minus one: a logged "step" (and "epoch")
-            # sets the row's to the steps done, as in the checkpoint's name
+            # Lightning would log this at the steps done minus one: a logged "step" sets the steps done
             module.log_dict(
                 {"step": float(module.global_step), "epoch": float(module.current_epoch)}, sync_dist=True
             )

@@ -1,13 +1,11 @@
 """One task, or every task, of a trained model as a plain ``torch.nn.Module``, and its ONNX export.
 
-:class:`SingleTaskModel` keeps one task's encoder modules, pooling and head, and maps token tensors
-(``input_ids, attention_mask, token_type_ids``, plus ``*_b`` for a siamese pair's second sentence) to what
-``MultiTaskModule.forward`` gives. :class:`MixedTaskModel` keeps every task: each row names its task
-(``task_ids``) and the output is ``float [B, W]``, row ``i`` holding its head's output in the first
-``widths[t]`` columns. Eagerly it routes rows in one encoder pass as ``forward_mixed`` does; a trace gathers
-each task's rows (plus one spare row: the encoder's reshapes refuse zero rows) and scatters them back.
-:func:`export_onnx` writes either (TorchScript exporter, eager attention, dynamic batch and sequence axes;
-a mixed model's tasks and widths in its metadata); it needs the ``export`` extra.
+:class:`SingleTaskModel` maps token tensors (``input_ids, attention_mask, token_type_ids``, plus ``*_b`` for
+a siamese pair's second sentence) to what ``MultiTaskModule.forward`` gives. :class:`MixedTaskModel` keeps
+every task: each row names its task (``task_ids``); row ``i`` of the ``float [B, W]`` output holds its head's
+output in the first ``widths[t]`` columns. Eagerly it routes rows in one encoder pass as ``forward_mixed``
+does; a trace gathers each task's rows (plus one spare row: the encoder's reshapes refuse zero rows) and
+scatters them back. :func:`export_onnx` needs the ``export`` extra.
 """
 
 from __future__ import annotations
@@ -32,6 +30,10 @@ from pal_lightning.module.encoding import mixed_head_outputs
 #: ONNX input names: one sequence, or two for a siamese pair.
 SINGLE_INPUTS = ENCODING_KEYS
 SIAMESE_INPUTS = (*SINGLE_INPUTS, *side_keys("b"))
+#: The input naming each row's task (indices into the model's ``task_names``).
+TASK_IDS = "task_ids"
+MIXED_INPUTS = (*ENCODING_KEYS, TASK_IDS)
+MIXED_SIAMESE_INPUTS = (*MIXED_INPUTS, *side_keys("b"))
 #: The example sentences a trace runs on (two lengths, so that every batch has padding).
 EXAMPLE_A = ["A gripping and beautifully acted film.", "Too long."]
 EXAMPLE_B = ["An absorbing, well acted movie.", "It goes on and on."]
@@ -48,7 +50,33 @@ def encoder_of(module: Any, tasks: Sequence[str]) -> Any:
     return encoder
 
 
-class SingleTaskModel(nn.Module):
+def _is_siamese(module: Any, task: str) -> bool:
+    return bool(getattr(module.heads[task], "siamese", False))
+
+
+class _TaskModel(nn.Module):
+    """What both exported models share: the kept tasks' encoder copy and the pooling."""
+
+    def __init__(self, module: Any, tasks: Sequence[str]) -> None:
+        super().__init__()
+        self.pooling: str = module.hparams.pooling
+        self.encoder = encoder_of(module, tasks)
+
+    def _pooled(self, inputs: Sequence[Tensor], task: str) -> Tensor:
+        ids, mask, types = inputs
+        return pool(self.encoder(ids, mask, types, task=task), mask, self.pooling)
+
+    @staticmethod
+    def _second(tasks: list[str], *b: Tensor | None) -> tuple[Tensor, ...]:
+        if any(x is None for x in b):
+            raise PalUserError(
+                f"Task(s) {tasks} encode pairs siamese: pass the second sentences' tensors "
+                "(input_ids_b, attention_mask_b, token_type_ids_b)."
+            )
+        return b  # type: ignore[return-value]
+
+
+class SingleTaskModel(_TaskModel):
     """One task's encoder (its modules; LoRA merged), pooling and head, as a self-contained module.
 
     Args:
@@ -60,19 +88,16 @@ class SingleTaskModel(nn.Module):
     """
 
     def __init__(self, module: Any, task: str) -> None:
-        super().__init__()
         if task not in module.task_specs:
             raise PalUserError(
                 f"Unknown task {task!r}: the model has {', '.join(module.task_specs)}. Pick one of those."
             )
+        super().__init__(module, [task])
         self.task = task
         self.spec = module.task_specs[task]
-        self.pooling: str = module.hparams.pooling
-        self.siamese = bool(getattr(module.heads[task], "siamese", False))
-        encoder = encoder_of(module, [task])
-        if task in encoder.adapters and hasattr(encoder.adapters[task], "weight_delta"):
-            encoder.merge(task)  # LoRA folded into the weights: the plain layers, no per-task work
-        self.encoder = encoder
+        self.siamese = _is_siamese(module, task)
+        if task in self.encoder.adapters and hasattr(self.encoder.adapters[task], "weight_delta"):
+            self.encoder.merge(task)  # LoRA folded into the weights: the plain layers, no per-task work
         self.head = copy.deepcopy(module.heads[task])
         self.eval()
 
@@ -80,9 +105,6 @@ class SingleTaskModel(nn.Module):
     def input_names(self) -> tuple[str, ...]:
         """The forward arguments, in order (and the ONNX input names)."""
         return SIAMESE_INPUTS if self.siamese else SINGLE_INPUTS
-
-    def _pooled(self, ids: Tensor, mask: Tensor, types: Tensor) -> Tensor:
-        return pool(self.encoder(ids, mask, types, task=self.task), mask, self.pooling)
 
     def forward(
         self,
@@ -94,39 +116,25 @@ class SingleTaskModel(nn.Module):
         token_type_ids_b: Tensor | None = None,
     ) -> Tensor:
         """The head's output for one batch (see the module docstring)."""
-        u = self._pooled(input_ids, attention_mask, token_type_ids)
+        u = self._pooled((input_ids, attention_mask, token_type_ids), self.task)
         if not self.siamese:
             return self.head(u)
-        if input_ids_b is None or attention_mask_b is None or token_type_ids_b is None:
-            raise PalUserError(
-                f"Task {self.task!r} encodes pairs siamese: pass the second sentence's tensors."
-            )
-        v = self._pooled(input_ids_b, attention_mask_b, token_type_ids_b)
-        return self.head(u, v)
+        second = self._second([self.task], input_ids_b, attention_mask_b, token_type_ids_b)
+        return self.head(u, self._pooled(second, self.task))
 
     def example_inputs(self, tokenizer: Any, max_length: int = 128) -> tuple[Tensor, ...]:
         """Token tensors of two short example inputs, in :attr:`input_names` order (tracing, tests)."""
         kw: dict[str, Any] = dict(return_tensors="pt", padding=True, truncation=True, max_length=max_length)
-        a, b = EXAMPLE_A, EXAMPLE_B
-        if self.spec.is_pair and not self.siamese:
-            enc = tokenizer(a, b, **kw)
-            return tuple(enc[k] for k in SINGLE_INPUTS)
-        first = tokenizer(a, **kw)
+        cross = self.spec.is_pair and not self.siamese
+        first = tokenizer(EXAMPLE_A, EXAMPLE_B, **kw) if cross else tokenizer(EXAMPLE_A, **kw)
         out = tuple(first[k] for k in SINGLE_INPUTS)
         if self.siamese:
-            second = tokenizer(b, **kw)
+            second = tokenizer(EXAMPLE_B, **kw)
             out += tuple(second[k] for k in SINGLE_INPUTS)
         return out
 
 
-#: The input naming each row's task (indices into the model's ``task_names``).
-TASK_IDS = "task_ids"
-#: ONNX inputs without and with a siamese task's second sentences.
-MIXED_INPUTS = (*ENCODING_KEYS, TASK_IDS)
-MIXED_SIAMESE_INPUTS = (*MIXED_INPUTS, *side_keys("b"))
-
-
-class MixedTaskModel(nn.Module):
+class MixedTaskModel(_TaskModel):
     """The encoder with every kept task's modules, pooling and heads; each row names its task (``task_ids``).
 
     Args:
@@ -138,7 +146,6 @@ class MixedTaskModel(nn.Module):
     """
 
     def __init__(self, module: Any, tasks: Sequence[str] | None = None) -> None:
-        super().__init__()
         names = list(module.task_specs) if tasks is None else list(tasks)
         unknown = [t for t in names if t not in module.task_specs]
         if unknown or not names or len(set(names)) != len(names):
@@ -146,13 +153,10 @@ class MixedTaskModel(nn.Module):
                 f"MixedTaskModel takes distinct tasks of the model ({', '.join(module.task_specs)}); got "
                 f"{names}. Pick some of those, or leave tasks out for all."
             )
+        super().__init__(module, names)
         self.task_names: tuple[str, ...] = tuple(names)
-        self.pooling: str = module.hparams.pooling
         self.pairs: tuple[bool, ...] = tuple(bool(module.task_specs[t].is_pair) for t in names)
-        self.siamese: tuple[bool, ...] = tuple(
-            bool(getattr(module.heads[t], "siamese", False)) for t in names
-        )
-        self.encoder = encoder_of(module, names)
+        self.siamese: tuple[bool, ...] = tuple(_is_siamese(module, t) for t in names)
         self.heads = nn.ModuleDict({t: copy.deepcopy(module.heads[t]) for t in names})
         self.eval()
         self.widths: tuple[int, ...] = tuple(
@@ -161,8 +165,7 @@ class MixedTaskModel(nn.Module):
 
     def _head_width(self, task: str, siamese: bool) -> int:
         """Columns of ``task``'s head output (1 for a score or a single logit), from a forward of zeros."""
-        hidden = int(self.encoder.hidden_size)
-        u = torch.zeros(2, hidden)
+        u = torch.zeros(2, int(self.encoder.hidden_size))
         with torch.no_grad():
             out = self.heads[task](u, u.clone()) if siamese else self.heads[task](u)
         return int(out.reshape(2, -1).shape[1])
@@ -197,58 +200,43 @@ class MixedTaskModel(nn.Module):
         """``float [B, W]``: each row's head output, padded with zeros (module docstring)."""
         second = None
         if any(self.siamese):
-            if input_ids_b is None or attention_mask_b is None or token_type_ids_b is None:
-                raise PalUserError(
-                    f"Tasks {[t for t, s in zip(self.task_names, self.siamese, strict=True) if s]} encode pairs "
-                    "siamese: pass the second sentences' tensors (input_ids_b, attention_mask_b, token_type_ids_b)."
-                )
-            second = (input_ids_b, attention_mask_b, token_type_ids_b)
+            siamese = [t for t, s in zip(self.task_names, self.siamese, strict=True) if s]
+            second = self._second(siamese, input_ids_b, attention_mask_b, token_type_ids_b)
         first = (input_ids, attention_mask, token_type_ids)
         if torch.jit.is_tracing():
             return self._partitioned(first, second, task_ids)
         return self._routed(first, second, task_ids)
 
-    def _check_task_ids(self, task_ids: Tensor, rows: int) -> list[int]:
-        """``task_ids`` as host integers, or one user error for a wrong length or an index out of range."""
+    def _routed(self, first: Sequence[Tensor], second: Sequence[Tensor] | None, task_ids: Tensor) -> Tensor:
+        """Eager: one encoder pass over every row, routed as ``forward_mixed`` routes it."""
+        rows = first[0].shape[0]
         ids = task_ids.reshape(-1).tolist()
         if len(ids) != rows:
-            raise PalUserError(
-                f"task_ids has {len(ids)} entries for {rows} rows: give one task index per row."
-            )
+            raise PalUserError(f"task_ids has {len(ids)} entries for {rows} rows: give one per row.")
         bad = sorted({i for i in ids if not 0 <= i < len(self.task_names)})
         if bad:
             raise PalUserError(
                 f"task_ids {bad} are out of range: this model's tasks are "
                 f"{', '.join(f'{i}={n}' for i, n in enumerate(self.task_names))}."
             )
-        return [int(i) for i in ids]
-
-    def _routed(
-        self, first: tuple[Tensor, Tensor, Tensor], second: tuple[Tensor, ...] | None, task_ids: Tensor
-    ) -> Tensor:
-        """Eager: one encoder pass over every row (and the siamese rows' second sentences), routed per row
-        as ``MultiTaskModule.forward_mixed`` routes it (:func:`~pal_lightning.module.encoding.mixed_head_outputs`)."""
-        rows = first[0].shape[0]
-        tasks = [self.task_names[i] for i in self._check_task_ids(task_ids, rows)]
         b = None if second is None else dict(zip(ENCODING_KEYS, second, strict=True))
-        outputs = mixed_head_outputs(
-            self.encoder, self.heads, self.pooling, dict(zip(ENCODING_KEYS, first, strict=True)), b, tasks
-        )
+        first_d = dict(zip(ENCODING_KEYS, first, strict=True))
+        tasks = [self.task_names[int(i)] for i in ids]
+        outputs = mixed_head_outputs(self.encoder, self.heads, self.pooling, first_d, b, tasks)
         out = first[0].new_zeros(rows, self.width, dtype=torch.float32)
         for task, (index, value) in outputs.items():
             out[index, : self.widths[self.task_names.index(task)]] = value.reshape(len(index), -1).float()
         return out
 
     def _partitioned(
-        self, first: tuple[Tensor, Tensor, Tensor], second: tuple[Tensor, ...] | None, task_ids: Tensor
+        self, first: tuple[Tensor, ...], second: tuple[Tensor, ...] | None, task_ids: Tensor
     ) -> Tensor:
         """Traced: per task, its rows gathered, encoded with its modules, headed and scattered back."""
         out = torch.zeros(first[0].shape[0], self.width, dtype=torch.float32, device=first[0].device)
         spare = torch.zeros(1, dtype=torch.long, device=first[0].device)
         for t, task in enumerate(self.task_names):
             index = torch.nonzero(task_ids.reshape(-1) == t)[:, 0]
-            # one spare row (row 0, whatever its task) after the task's rows: a task absent from the batch
-            # then runs on one row instead of none, as the encoder's reshapes (-1 with a 0 batch) cannot
+            # row 0 as a spare after the task's rows: an absent task runs on one row, not on none
             picked = torch.cat([index, spare])
             u = self._pooled([x.index_select(0, picked) for x in first], task)
             if self.siamese[t]:
@@ -260,32 +248,23 @@ class MixedTaskModel(nn.Module):
             out = out.index_put((index,), F.pad(value, (0, self.width - self.widths[t])))
         return out
 
-    def _pooled(self, inputs: Sequence[Tensor], task: str) -> Tensor:
-        ids, mask, types = inputs
-        return pool(self.encoder(ids, mask, types, task=task), mask, self.pooling)
-
     def example_inputs(self, tokenizer: Any, max_length: int = 128) -> tuple[Tensor, ...]:
-        """Token tensors of a short and a long row per task, in :attr:`input_names` order: a trace records
-        the branches its example takes, so every task must be present and padded."""
-        a, b = EXAMPLE_A, EXAMPLE_B
+        """Token tensors of a short and a long row per task, in :attr:`input_names` order (a trace records
+        the branches its example takes: every task present and padded)."""
         kw: dict[str, Any] = dict(truncation=True, max_length=max_length)
         firsts: list[dict[str, list[int]]] = []
         seconds: list[dict[str, list[int]]] = []
         for t in range(len(self.task_names)):
             cross = self.pairs[t] and not self.siamese[t]
-            for k in range(2):
-                firsts.append(dict(tokenizer(a[k], b[k], **kw) if cross else tokenizer(a[k], **kw)))
-                seconds.append(dict(tokenizer(b[k] if self.siamese[t] else "", **kw)))
-        out = _padded(tokenizer, firsts)
+            for a, b in zip(EXAMPLE_A, EXAMPLE_B, strict=True):
+                firsts.append(dict(tokenizer(a, b, **kw) if cross else tokenizer(a, **kw)))
+                seconds.append(dict(tokenizer(b if self.siamese[t] else "", **kw)))
         task_ids = torch.arange(len(self.task_names)).repeat_interleave(2)
-        result: tuple[Tensor, ...] = (*out, task_ids)
-        if any(self.siamese):
-            result += _padded(tokenizer, seconds)
-        return result
+        result: tuple[Tensor, ...] = (*_padded(tokenizer, firsts), task_ids)
+        return result + _padded(tokenizer, seconds) if any(self.siamese) else result
 
 
 def _padded(tokenizer: Any, rows: list[dict[str, list[int]]]) -> tuple[Tensor, Tensor, Tensor]:
-    """``input_ids``, ``attention_mask``, ``token_type_ids`` of tokenised rows, right-padded to the longest."""
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
 
     def column(key: str, value: int) -> Tensor:
@@ -301,18 +280,16 @@ def export_onnx(
     example_inputs: tuple[Tensor, ...],
     opset_version: int = 17,
 ) -> Path:
-    """Write ``model`` as an ONNX file with dynamic batch and sequence axes (a :class:`MixedTaskModel`'s
-    tasks and output widths in its metadata).
+    """Write ``model`` as an ONNX file (TorchScript exporter, eager attention) with dynamic batch and sequence
+    axes; a :class:`MixedTaskModel`'s tasks and output widths go into its metadata.
 
     Raises:
         PalUserError: when ``onnx`` is not installed (``pip install "pal-lightning[export]"``).
     """
     try:
-        import onnx  # noqa: F401  (the exporter needs it)
+        import onnx
     except ImportError:
-        raise PalUserError(
-            'ONNX export needs the onnx package: pip install "pal-lightning[export]".'
-        ) from None
+        raise PalUserError('ONNX export needs onnx: pip install "pal-lightning[export]".') from None
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     exported = copy.deepcopy(model).eval()
@@ -324,25 +301,19 @@ def export_onnx(
         # the trace records the branch taken: a batch without padding would drop the padding mask
         raise ValueError("export_onnx needs example inputs with padding (sentences of different lengths).")
     # each sentence of a siamese pair has its own length; a mixed model's task_ids has no sequence axis
-    axes: dict[str, dict[int, str]] = {
-        name: {0: "batch", 1: "sequence_b" if name.endswith("_b") else "sequence"}
-        if t.dim() > 1
-        else {0: "batch"}
-        for name, t in zip(names, example_inputs, strict=True)
-    }
-    axes["output"] = {0: "batch"}
+    axes: dict[str, dict[int, str]] = {name: {0: "batch"} for name in [*names, "output"]}
+    for name, t in zip(names, example_inputs, strict=True):
+        if t.dim() > 1:
+            axes[name][1] = "sequence_b" if name.endswith("_b") else "sequence"
     metadata = {} if isinstance(model, SingleTaskModel) else model.onnx_metadata()
 
     def write(tmp: str) -> None:
-        # the tracer warns about every data-dependent branch; the one that matters (the padding mask) is
-        # the one the check above makes the example take, so the warnings are noise on every export
+        # the tracer's warnings (data-dependent branches, advanced indexing, unfoldable slices) are noise:
+        # the branch that matters, the padding mask, is the one the check above makes the example take
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore", torch.jit.TracerWarning)
-            warnings.filterwarnings("ignore", message=r"Exporting aten::index operator of advanced indexing")
-            # a mixed model's per-task gathers leave slices the exporter cannot fold: slower to fold, not wrong
-            warnings.filterwarnings(
-                "ignore", message=r"Constant folding - Only steps=1 can be constant folded"
-            )
+            for message in (r"Exporting aten::index operator", r"Constant folding - Only steps=1"):
+                warnings.filterwarnings("ignore", message=message)
             torch.onnx.export(
                 exported,
                 example_inputs,
@@ -354,19 +325,12 @@ def export_onnx(
                 dynamo=False,
             )
         if metadata:
-            _add_metadata(tmp, metadata)
+            graph = onnx.load(tmp)
+            for key, value in metadata.items():
+                entry = graph.metadata_props.add()
+                entry.key, entry.value = key, value
+            onnx.save(graph, tmp)
 
     # one file below protobuf's 2 GB limit (no external data files): written whole or not at all
     atomic_write_via(path, write)
     return path
-
-
-def _add_metadata(path: str, metadata: dict[str, str]) -> None:
-    """Add ``metadata`` to the ONNX file at ``path`` (its ``metadata_props``), in place."""
-    import onnx
-
-    graph = onnx.load(path)
-    for key, value in metadata.items():
-        entry = graph.metadata_props.add()
-        entry.key, entry.value = key, value
-    onnx.save(graph, path)

@@ -1,10 +1,6 @@
 """Predictions on new text: one core, :func:`predict_items`, from ``(task, input)`` pairs to :class:`Prediction`s.
 
-``module.predict``, :func:`pal_lightning.pipeline` and ``pal-lightning predict`` are adapters over it. Each
-input is tokenised as training tokenises its task; all inputs are sorted by length once (stable) and cut into
-batches whatever their tasks, each one encoder pass with per-row task routing (``forward_mixed``), in eval
-mode without gradients. Classification gives the class, its name where known and ``probabilities``;
-regression a score on the task's scale.
+``module.predict``, :func:`pal_lightning.pipeline` and ``pal-lightning predict`` are adapters over it.
 """
 
 from __future__ import annotations
@@ -34,14 +30,6 @@ BUILTIN_LABEL_NAMES: dict[str, list[str]] = {
 DEFAULT_MAX_LENGTH = 128
 #: The checkpoint key of the class names given or found in the data (``__init__`` takes no names).
 LABEL_NAMES_KEY = "pal_lightning_label_names"
-
-
-def default_label_names(spec: TaskSpec) -> list[str] | None:
-    """The label names of a built-in classification task with its usual labels, else ``None``."""
-    names = BUILTIN_LABEL_NAMES.get(spec.name)
-    if names is None or spec.is_regression or len(names) != spec.num_labels:
-        return None
-    return list(names)
 
 
 @dataclass
@@ -112,13 +100,8 @@ class TaskPredictions:
         ]
 
 
-def check_inputs(spec: TaskSpec, texts: Sequence[Any], positions: Sequence[int]) -> list[list[str]]:
-    """The inputs of one task as text columns (one list for single sentences, two for pairs);
-    ``positions``: each text's index in the caller's input, for messages.
-
-    Raises:
-        PalUserError: for a pair task given single sentences or the reverse, or a non-string text.
-    """
+def _columns(spec: TaskSpec, texts: Sequence[Any], positions: Sequence[int]) -> list[list[str]]:
+    # one task's inputs as text columns (two for pairs); positions: their indices in the input, for messages
     width = 2 if spec.is_pair else 1
     columns: list[list[str]] = [[] for _ in range(width)]
     for i, item in zip(positions, texts, strict=True):
@@ -145,8 +128,8 @@ def probabilities_from_output(spec: TaskSpec, output: torch.Tensor) -> torch.Ten
     return torch.softmax(output.float(), dim=-1)
 
 
-def to_predictions(spec: TaskSpec, output: torch.Tensor, names: Sequence[str] | None) -> list[Prediction]:
-    """One :class:`Prediction` per row of a task's head output ``output`` (``names``: its class names)."""
+def _to_predictions(spec: TaskSpec, output: torch.Tensor, names: Sequence[str] | None) -> list[Prediction]:
+    # one Prediction per row of the task's head output; names: its class names
     from pal_lightning.modeling.heads import predict as head_predict
 
     values = head_predict(spec, output).tolist()
@@ -160,30 +143,8 @@ def to_predictions(spec: TaskSpec, output: torch.Tensor, names: Sequence[str] | 
     ]
 
 
-def split_by_task(items: Sequence[Any]) -> dict[str, list[int]]:
-    """The positions of each task's inputs in ``items`` (tasks in order of first appearance).
-
-    Raises:
-        PalUserError: for no input, or an item that is not a ``(task, text)`` pair.
-    """
-    if isinstance(items, (str, bytes)) or not isinstance(items, Sequence) or not items:
-        raise PalUserError(
-            "Nothing to predict: pass predict(task, texts) or a non-empty list of (task, text) pairs, "
-            "e.g. predict([('sst', 'a fine film'), ('qqp', ('a?', 'b?'))])."
-        )
-    positions: dict[str, list[int]] = {}
-    for i, item in enumerate(items):
-        if not isinstance(item, (tuple, list)) or len(item) != 2 or not isinstance(item[0], str):
-            raise PalUserError(
-                f"A mixed predict takes (task, text) pairs, but input {i} is {item!r}. Pass e.g. "
-                "[('sst', 'a fine film'), ('qqp', ('How do I cook rice?', 'How is rice cooked?'))]."
-            )
-        positions.setdefault(item[0], []).append(i)
-    return positions
-
-
-def tokenize_task(module: Any, task: str, columns: list[list[str]]) -> TokenizedSplit:
-    """``columns`` tokenised as training tokenises ``task`` (its pair encoding), cut at ``predict_max_length``."""
+def _tokenize(module: Any, task: str, columns: list[list[str]]) -> TokenizedSplit:
+    # as training tokenises the task (its pair encoding), cut at predict_max_length
     from pal_lightning.data.sources.readers import RawSplit
     from pal_lightning.data.tokenize import encode_split
 
@@ -193,11 +154,10 @@ def tokenize_task(module: Any, task: str, columns: list[list[str]]) -> Tokenized
     return encode_split(raw, module.tokenizer, int(module.predict_max_length), encoding)
 
 
-def mixed_batch(
+def _mixed_batch(
     splits: dict[str, TokenizedSplit], members: list[tuple[str, int]], pad_id: int
 ) -> tuple[dict[str, Any], list[tuple[str, int]]]:
-    """One mixed batch of ``members`` (``(task, index in its task's split)``), and the members in the
-    batch's row order (grouped by task, so that the encoder's routing need not sort them)."""
+    # the batch of members ((task, index in its split)) and the members in row order (grouped by task)
     from pal_lightning.data.tokenize import pad_batch
 
     by_task: dict[str, list[int]] = {}
@@ -215,19 +175,35 @@ def mixed_batch(
 
 @torch.no_grad()
 def predict_items(module: Any, items: Sequence[Any], batch_size: int = 64) -> list[Prediction]:
-    """One :class:`Prediction` per ``(task, text or (sentence1, sentence2))`` of ``items``, in input order
-    (module docstring); ``module``'s train/eval mode is restored after.
+    """One :class:`Prediction` per ``(task, text or (sentence1, sentence2))`` of ``items``, in input order.
+
+    Each input is tokenised as training tokenises its task; all are sorted by length once and batched whatever
+    their tasks, one encoder pass per batch with per-row routing (``forward_mixed``), in eval mode without
+    gradients (``module``'s mode restored after). Classification gives the class, its name where known and
+    ``probabilities``; regression a score on the task's scale.
 
     Raises:
         PalUserError: for no input, a malformed item, an unknown task, a text of the wrong shape for its
             task, or a ``batch_size`` below 1.
     """
-    positions = split_by_task(items)
+    if isinstance(items, (str, bytes)) or not isinstance(items, Sequence) or not items:
+        raise PalUserError(
+            "Nothing to predict: pass predict(task, texts) or a non-empty list of (task, text) pairs, "
+            "e.g. predict([('sst', 'a fine film'), ('qqp', ('a?', 'b?'))])."
+        )
+    positions: dict[str, list[int]] = {}
+    for i, item in enumerate(items):
+        if not isinstance(item, (tuple, list)) or len(item) != 2 or not isinstance(item[0], str):
+            raise PalUserError(
+                f"A mixed predict takes (task, text) pairs, but input {i} is {item!r}. Pass e.g. "
+                "[('sst', 'a fine film'), ('qqp', ('How do I cook rice?', 'How is rice cooked?'))]."
+            )
+        positions.setdefault(item[0], []).append(i)
     specs = {task: module.predict_spec(task) for task in positions}  # unknown task: names the known ones
     if batch_size < 1:
         raise PalUserError(f"batch_size must be >= 1, got {batch_size}.")
     splits = {
-        task: tokenize_task(module, task, check_inputs(specs[task], [items[i][1] for i in at], at))
+        task: _tokenize(module, task, _columns(specs[task], [items[i][1] for i in at], at))
         for task, at in positions.items()
     }
     members = [(task, local) for task, at in positions.items() for local in range(len(at))]
@@ -240,7 +216,9 @@ def predict_items(module: Any, items: Sequence[Any], batch_size: int = 64) -> li
     module.eval()
     try:
         for start in range(0, len(members), batch_size):
-            batch, rows = mixed_batch(splits, [members[i] for i in order[start : start + batch_size]], pad_id)
+            batch, rows = _mixed_batch(
+                splits, [members[i] for i in order[start : start + batch_size]], pad_id
+            )
             batch = {k: v.to(module.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
             for out in module.forward_mixed(batch).values():
                 for row, value in zip(out.rows.tolist(), out.output.float().cpu(), strict=True):
@@ -251,7 +229,7 @@ def predict_items(module: Any, items: Sequence[Any], batch_size: int = 64) -> li
     predictions: list[Prediction] = [None] * len(items)  # type: ignore[list-item]
     names = module.label_names
     for task, at in positions.items():
-        rows_of_task = to_predictions(specs[task], torch.stack(outputs[task]), names.get(task))
+        rows_of_task = _to_predictions(specs[task], torch.stack(outputs[task]), names.get(task))
         for i, prediction in zip(at, rows_of_task, strict=True):
             predictions[i] = prediction
     return predictions
@@ -261,7 +239,9 @@ def label_names_of(specs: Mapping[str, TaskSpec], given: Mapping[str, list[str]]
     """Class names per classification task: ``given`` ones, else the task's ``label_names``, else built-in ones."""
     out = {}
     for name, spec in specs.items():
-        names = given.get(name) or list(spec.label_names) or default_label_names(spec)
+        builtin = BUILTIN_LABEL_NAMES.get(name, [])  # only for a built-in task with its usual labels
+        builtin = builtin if not spec.is_regression and len(builtin) == spec.num_labels else []
+        names = given.get(name) or list(spec.label_names) or builtin
         if names:
             out[name] = list(names)
     return out

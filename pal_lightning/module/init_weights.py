@@ -1,6 +1,5 @@
-"""Start a ``fit`` from another run's weights without resuming it (``MultiTaskModule(init_from=...)``):
-stage 2 of "joint, then specialise" copies stage 1's weights; optimizer, schedule and step count start fresh.
-"""
+"""``MultiTaskModule(init_from=...)``: a ``fit`` starts from another run's weights (optimizer, schedule and
+step count fresh), e.g. stage 2 of "joint, then specialise"."""
 
 from __future__ import annotations
 
@@ -14,18 +13,16 @@ if TYPE_CHECKING:
 
 
 def load_initial_weights(module: MultiTaskModule, path: str) -> None:
-    """Copy the weights of checkpoint ``path`` into ``module`` (strict: every key, every shape), after
-    :meth:`checkpoint_differences` found none."""
-    if not Path(path).expanduser().is_file():
+    """Copy the weights of checkpoint ``path`` into ``module`` (every key, every shape; settings checked)."""
+    file = Path(path).expanduser()
+    if not file.is_file():
         raise PalUserError(
             f"init_from checkpoint {path} does not exist. Pass the .ckpt file of the run to start from "
             "(e.g. the best checkpoint of the joint stage: runs/<name>/version_N/checkpoints/best-*.ckpt)."
         )
     from pal_lightning.core.checkpoint_io import AtomicCheckpointIO  # one-line errors for unreadable files
 
-    checkpoint = AtomicCheckpointIO().load_checkpoint(
-        str(Path(path).expanduser()), map_location="cpu", weights_only=True
-    )
+    checkpoint = AtomicCheckpointIO().load_checkpoint(str(file), map_location="cpu", weights_only=True)
     state = checkpoint.get("state_dict")
     if not isinstance(state, dict):
         raise PalUserError(

@@ -1,10 +1,5 @@
-"""Mixed batches (``--data.batch_mixing mixed``): rows of several tasks trained in one step.
-
-The step's loss is the mean of the rows' losses, ``sum_t (n_t / B) L_t`` with ``L_t`` the mean loss of task
-``t``'s ``n_t`` rows: its expected gradient is the per-task schedule's ``sum_t p_t grad L_t`` (``docs/design.md``
-§3, "Mixed batches"). GEM / A-GEM (nothing is left to project against when a batch trains every task) and
-SimCSE (its loss reads a one-task forward's vectors) need one task per batch and are refused.
-"""
+"""Mixed batches (``--data.batch_mixing mixed``): rows of several tasks trained in one step, the loss the mean
+of the rows' losses (``docs/design.md`` §3, "Mixed batches"). GEM / A-GEM and SimCSE need one task per batch."""
 
 from __future__ import annotations
 
@@ -30,20 +25,16 @@ def is_mixed_batch(batch: Any) -> bool:
 
 
 def check_mixed_training(batch_mixing: str, simcse: object | None, callbacks: Iterable[object]) -> None:
-    """Refuse what cannot train on mixed batches: GEM / A-GEM callbacks and SimCSE.
-
-    Raises:
-        PalUserError: naming the feature and the fix.
-    """
+    """Refuse what cannot train on mixed batches (GEM / A-GEM callbacks, SimCSE) with one user error."""
     if batch_mixing != "mixed":
         return
     from pal_lightning.gem.callback import GEMCallback
 
     if any(isinstance(cb, GEMCallback) for cb in callbacks):
         raise PalUserError(
-            "GEM and A-GEM project each step's gradient against the memories of the tasks that step does not "
-            "train; a mixed batch trains every task it holds, usually all of them, so nothing is left to project "
-            "against. Drop the GEM callback (configs/gem.yaml), or use --data.batch_mixing per_task."
+            "GEM and A-GEM project a step's gradient against the memories of the tasks it does not train; a "
+            "mixed batch trains every task it holds, leaving nothing to project against. Drop the GEM callback "
+            "(configs/gem.yaml), or use --data.batch_mixing per_task."
         )
     if simcse is not None:
         raise PalUserError(
@@ -53,8 +44,7 @@ def check_mixed_training(batch_mixing: str, simcse: object | None, callbacks: It
 
 
 def mixed_losses(module: MultiTaskModule, batch: Mapping[str, Any]) -> dict[str, tuple[Tensor, int]]:
-    """Per task present in a labelled mixed batch, the loss of its rows (``compute_loss`` of a one-task batch
-    of them) and their count."""
+    """Per task present in a labelled mixed batch, the loss of its rows and their count."""
     if LABELS not in batch:
         raise PalUserError("A mixed batch without labels has no loss: add 'labels' (one per row).")
     labels = torch.as_tensor(batch[LABELS])

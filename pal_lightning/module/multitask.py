@@ -51,44 +51,32 @@ class MultiTaskModule(optim.FusedClippingMixin):
     Args:
         tasks: task names (``sst``, ``qqp``, ``sts``, ...) or :class:`~pal_lightning.tasks.specs.TaskSpec` objects.
         encoder: hub id or local folder of an encoder of a registered family; unused with ``encoder_config``.
-        adapter: the per-task method and its options: ``method`` (``pal-lightning fit --help`` lists the
-            registered methods with their options; ``none``: only the heads are task-specific) and that
-            method's fields (:class:`~pal_lightning.modeling.methods.config.AdapterConfig` and the method's
-            subclass of it); an option the method lacks is refused. On the command line:
-            ``--model.adapter.method lora --model.adapter.size 16``; ``null``: PALs.
-        layer_sharing: one letter per encoder layer, bottom first: ``F`` frozen, ``S`` shared, ``I`` individual
-            (a copy per task), e.g. ``FFSSII``; ``None``: all shared (:mod:`pal_lightning.modeling.sharing`).
+        adapter: the per-task method (``method``: ``pal-lightning fit --help`` lists them; ``none``: heads only)
+            and its fields (:class:`~pal_lightning.modeling.methods.config.AdapterConfig`); ``null``: PALs.
+        layer_sharing: a letter per encoder layer, bottom first: ``F`` frozen, ``S`` shared, ``I`` one per task.
         task_groups: groups of tasks that share their copies of the ``I`` layers, e.g. ``[[sst, qqp]]``.
         pooling: the sentence vector: ``mean`` over non-padding tokens, or ``cls``.
-        pair_encoding: ``cross`` (both sentences in one sequence) or ``siamese`` (each alone), or a per-task
-            mapping with an optional ``default``; must match the data module's setting.
-        heads: per-task head other than the default, e.g. ``{sts: cosine_rescaled, qqp: concat}``
-            (:mod:`pal_lightning.modeling.pair_heads`); ``None``: defaults.
+        pair_encoding: ``cross`` (one sequence) or ``siamese`` (each sentence alone), or per task; as the data's.
+        heads: per-task head other than the default, e.g. ``{sts: cosine_rescaled}`` (``modeling.pair_heads``).
         dropout: dropout before each head's linear layer.
         lr: peak learning rate of the pretrained encoder weights.
         head_lr: peak learning rate of the new parameters (heads, and adapters unless ``adapter_lr`` is set).
         adapter_lr: peak learning rate of the adapters; ``None`` means ``head_lr``.
-        layer_lr_decay: layer ``l`` of ``L`` gets ``lr * layer_lr_decay**(L - l)``, the embeddings
-            ``lr * layer_lr_decay**(L + 1)``; 1.0 = one rate (:mod:`pal_lightning.modeling.param_groups`).
+        layer_lr_decay: layer ``l`` of ``L`` gets ``lr * layer_lr_decay**(L - l)``; 1.0 = one rate.
         weight_decay: AdamW decoupled weight decay, not applied to biases and LayerNorm weights.
         warmup_ratio: fraction of the total optimizer steps spent warming up linearly.
         warmup_steps: absolute number of warmup steps; overrides ``warmup_ratio`` when set.
         freeze_embeddings: keep the pretrained embedding layer fixed.
         freeze_encoder: keep every pretrained weight fixed and train only adapters and heads.
         attn_implementation: transformers attention kernel (``sdpa``, ``eager``); ``None`` = library default.
-        encoder_config: keyword arguments of the encoder's ``transformers`` config (``model_type`` picks the
-            family, BERT by default): a random encoder of that shape instead of loading ``encoder``.
-        max_nonfinite_steps: optimizer steps in a row with a non-finite gradient (each skipped; fp16 overflows
-            at a loss scale >= 1 do not count) before training stops with a ``NonFiniteTrainingError``.
+        encoder_config: a ``transformers`` config's keyword arguments: a random encoder of that shape.
+        max_nonfinite_steps: skipped non-finite steps in a row before a ``NonFiniteTrainingError``.
         simcse: SimCSE as an auxiliary loss (:class:`~pal_lightning.modeling.simcse.SimCSEConfig`); ``None`` = off.
         auxiliary: tasks trained but left out of ``val/overall`` and ``test/overall``.
-        init_from: a checkpoint of this module whose weights are copied in when ``fit`` starts (not a resume:
-            no optimizer, schedule or step count); checked like any checkpoint.
+        init_from: a checkpoint of this module whose weights ``fit`` starts from (not a resume).
         encoder_revision: hub branch, tag or commit of ``encoder``; ``None``: the packaged or cached copy.
-        compile: call the encoder through ``torch.compile`` (:mod:`pal_lightning.module.compile`): ``true``
-            (inductor), a backend name such as ``aot_eager``, or ``false`` (eager).
-        compile_mode: ``torch.compile``'s ``mode`` with inductor, e.g. ``reduce-overhead`` (CUDA graphs: set
-            ``data.pad_to_multiple_of``); ``null``: torch's default.
+        compile: ``torch.compile`` the encoder: ``true`` (inductor), a backend name, or ``false`` (eager).
+        compile_mode: ``torch.compile``'s ``mode`` with inductor, e.g. ``reduce-overhead``; ``null``: default.
     """
 
     #: Longest tokenised sequence at prediction time (the data module's ``max_length`` when known).

@@ -20,12 +20,6 @@ class NonFiniteTrainingError(PalUserError):
     """Training stopped after too many consecutive optimizer steps with non-finite gradients."""
 
 
-def check_max_nonfinite_steps(max_nonfinite_steps: int) -> None:
-    """Refuse a tolerance below one step."""
-    if max_nonfinite_steps < 1:
-        raise PalUserError(f"max_nonfinite_steps must be >= 1, got {max_nonfinite_steps}.")
-
-
 def all_finite(grads: Sequence[Tensor]) -> bool:
     """Whether every element of every tensor in ``grads`` is finite (``True`` for none)."""
     # per tensor (a norm of all could overflow), through aminmax: NaN propagates, no temporary of its size
@@ -60,7 +54,6 @@ class NonFiniteGuard:
     :class:`NonFiniteTrainingError`."""
 
     def __init__(self, limit: int) -> None:
-        check_max_nonfinite_steps(limit)
         self.limit = limit
         self.in_a_row = 0
         self.steps = 0
@@ -83,25 +76,23 @@ class NonFiniteGuard:
         grads = [p.grad for p in module.parameters() if p.grad is not None]
         if not grads:
             return
-        if all_finite(grads):
-            self.in_a_row = 0
-            module.log("train/nonfinite_steps", float(self.steps), on_step=True, on_epoch=False)
-            return
-        for p in module.parameters():
-            p.grad = None
-        self.steps += 1
+        finite = all_finite(grads)
         trainer = attached_trainer(module)
-        if not _scaler_handles_overflow(trainer):
-            self.in_a_row += 1
+        if finite:
+            self.in_a_row = 0
+        else:
+            for p in module.parameters():
+                p.grad = None
+            self.steps += 1
+            # an fp16 GradScaler at a scale >= 1 skips this step anyway (and lowers the scale)
+            scaler = getattr(getattr(trainer, "precision_plugin", None), "scaler", None)
+            if not (scaler is not None and scaler.is_enabled() and float(scaler.get_scale()) >= 1.0):
+                self.in_a_row += 1
         module.log("train/nonfinite_steps", float(self.steps), on_step=True, on_epoch=False)
+        if finite:
+            return
         loss_bad = bad_loss is not None and bool(bad_loss)
         module.log("train/nonfinite_loss", float(loss_bad), on_step=True, on_epoch=False)
         if self.in_a_row >= self.limit:
             step = trainer.global_step if trainer is not None else -1
             raise NonFiniteTrainingError(nonfinite_message(self.in_a_row, loss_bad, tasks, step))
-
-
-def _scaler_handles_overflow(trainer: pl.Trainer | None) -> bool:
-    # an fp16 GradScaler at a scale >= 1 skips this step anyway (and lowers the scale)
-    scaler = getattr(getattr(trainer, "precision_plugin", None), "scaler", None)
-    return scaler is not None and scaler.is_enabled() and float(scaler.get_scale()) >= 1.0

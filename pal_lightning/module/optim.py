@@ -41,8 +41,8 @@ def linear_warmup_decay(step: int, warmup: int, total: int) -> float:
 
 
 def adamw(params: Iterable[Any], fused: bool = True, **options: Any) -> torch.optim.AdamW:
-    """``torch.optim.AdamW(params, **options)``, fused where the device has the kernel (one pass over each
-    tensor instead of a dozen), else (or with ``fused=False``) the multi-tensor ``foreach`` one."""
+    """``torch.optim.AdamW(params, **options)``, fused where the device has the kernel, else (or with
+    ``fused=False``) the multi-tensor ``foreach`` one."""
     params = list(params)
     if fused:
         try:
@@ -62,8 +62,8 @@ def fused_allowed(trainer: Any) -> bool:
 def warmup_decay_optimizer(
     module: Any, groups: Any, total: int, warmup: int, **options: Any
 ) -> OptimizerLRSchedulerConfig:
-    """``configure_optimizers``' result: :func:`adamw` over ``groups`` (fused where ``module``'s precision
-    allows, :func:`fused_allowed`) with a per-step :func:`linear_warmup_decay` schedule."""
+    """``configure_optimizers``' result: :func:`adamw` over ``groups`` (fused where :func:`fused_allowed`)
+    with a per-step :func:`linear_warmup_decay` schedule."""
     optimizer = adamw(groups, fused=fused_allowed(attached_trainer(module)), **options)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, partial(linear_warmup_decay, warmup=warmup, total=total)
@@ -81,32 +81,6 @@ def clips_unscaled(plugin: Any, optimizer: Any) -> bool:
     return (
         isinstance(plugin, MixedPrecision) and plugin.scaler is None and optimizer_unscales_itself(optimizer)
     )
-
-
-def check_schedule_options(warmup_ratio: float, warmup_steps: int | None, layer_lr_decay: float) -> None:
-    """Refuse schedule options outside their range, at construction."""
-    if not 0.0 <= warmup_ratio <= 1.0:
-        raise PalUserError(f"warmup_ratio must lie in [0, 1], got {warmup_ratio}.")
-    if warmup_steps is not None and warmup_steps < 0:
-        raise PalUserError(f"warmup_steps must be >= 0 (or None to use warmup_ratio), got {warmup_steps}.")
-    if not 0.0 < layer_lr_decay <= 1.0:
-        raise PalUserError(f"layer_lr_decay must lie in (0, 1] (1 = no decay), got {layer_lr_decay}.")
-
-
-def check_rates(**rates: float | None) -> None:
-    """Refuse a rate that is not a finite number > 0 (``weight_decay`` >= 0, ``dropout`` in [0, 1); ``None``
-    means a default). Each check says what a good value satisfies, so NaN fails."""
-    for name, value in rates.items():
-        if value is None:
-            continue
-        if name == "dropout":
-            good, what = 0.0 <= value < 1.0, "a probability in [0, 1)"
-        elif name == "weight_decay":
-            good, what = math.isfinite(value) and value >= 0.0, "a finite number >= 0"
-        else:
-            good, what = math.isfinite(value) and value > 0.0, "a finite number > 0"
-        if not good:
-            raise PalUserError(f"{name} must be {what}, got {value} (--model.{name}).")
 
 
 def total_training_steps(trainer: pl.Trainer) -> int:
@@ -128,9 +102,7 @@ def total_training_steps(trainer: pl.Trainer) -> int:
 
 def warmup_steps_of(total: int, warmup_steps: int | None, warmup_ratio: float) -> int:
     """Warmup length in optimizer steps: ``warmup_steps`` when set, else ``round(warmup_ratio * total)``."""
-    if warmup_steps is not None:
-        return warmup_steps
-    return int(round(warmup_ratio * total))
+    return warmup_steps if warmup_steps is not None else int(round(warmup_ratio * total))
 
 
 class FusedClippingMixin(pl.LightningModule):
@@ -153,9 +125,7 @@ class FusedClippingMixin(pl.LightningModule):
 def parameter_groups(
     module: nn.Module, encoder: MultiTaskEncoder, hp: Mapping[str, Any]
 ) -> list[dict[str, Any]]:
-    """AdamW parameter groups of ``module``'s trainable parameters (``build_parameter_groups``): ``encoder``'s
-    pretrained weights at ``lr``, new ones at ``head_lr`` (adapters at ``adapter_lr``), no decay on biases
-    and LayerNorms."""
+    """AdamW parameter groups of ``module``'s trainable parameters (``build_parameter_groups``)."""
     adapter_lr = hp.get("adapter_lr")
     rates = GroupRates(
         lr=hp["lr"],

@@ -1,9 +1,7 @@
 """Models saved and loaded like Hugging Face models: ``save_pretrained``, ``from_pretrained``, ``push_to_hub``.
 
-A saved folder holds ``config.json`` (hyper-parameters, the encoder's id, revision and config, adapters,
-tasks, label names, prediction length, scores), ``model.safetensors``, the tokenizer and a model card;
-``from_pretrained`` builds a random encoder of the saved shape and loads the state dict strictly. Not
-``huggingface_hub.ModelHubMixin``: it records only ``__init__`` arguments, not the rest of that.
+A folder holds ``config.json`` (everything that rebuilds the model), ``model.safetensors``, the tokenizer and
+a model card. Not ``huggingface_hub.ModelHubMixin``: it records only ``__init__`` arguments.
 """
 
 from __future__ import annotations
@@ -44,15 +42,6 @@ _CONFIG_PROVENANCE = ("_name_or_path", "transformers_version", "architectures")
 M = TypeVar("M", bound="MultiTaskModule")
 
 
-def encoder_config_dict(config: Any) -> dict[str, Any]:
-    """An encoder config as keyword arguments that rebuild the same network (``model_type`` for non-BERT)."""
-    return {
-        k: v
-        for k, v in config.to_dict().items()
-        if k not in _CONFIG_PROVENANCE and not k.startswith("_") and (k != "model_type" or v != "bert")
-    }
-
-
 def encoder_revision(name: str, revision: str | None = None) -> str | None:
     """What pins the encoder's weights: a snapshot's hub commit, the offline package's version or the
     assembled parts' versions; ``None`` for a plain local folder or an unresolvable name."""
@@ -76,8 +65,8 @@ def encoder_revision(name: str, revision: str | None = None) -> str | None:
     return assembled_revision(resolved)  # None for a plain folder
 
 
-def card_task_rows(config: Mapping[str, Any]) -> list[str]:
-    """One Markdown table row per task of a saved model's config: name, kind, labels, dev scores."""
+def _card_rows(config: Mapping[str, Any]) -> list[str]:
+    # one Markdown table row per task: name, kind, labels, dev scores
     labels = config.get("label_names") or {}
     per_task: dict[str, dict[str, float]] = {}  # {"val/sst/accuracy": x} as {"sst": {"accuracy": x}}
     for key, value in (config.get("scores") or {}).items():
@@ -111,7 +100,7 @@ def model_card(config: Mapping[str, Any], repo_id: str | None = None) -> Any:
         tags=["pal-lightning", "multi-task", "projected-attention-layers", *[t["name"] for t in tasks]],
         metrics=sorted({m for t in tasks for m in t["metrics"]}),
     )
-    rows = card_task_rows(config)
+    rows = _card_rows(config)
     hp = config["hparams"]
     adapter = config["adapter"]
     name = repo_id or "path/to/this/folder"
@@ -155,32 +144,6 @@ Everything needed to rebuild the model is in `config.json` (encoder config, revi
     return ModelCard(f"---\n{data.to_yaml()}\n---\n{body}")
 
 
-def check_save_target(target: Path, overwrite: bool) -> None:
-    """Refuse a file, or a folder that already holds a saved model unless ``overwrite``."""
-    if target.exists() and not target.is_dir():
-        raise PalUserError(f"{target} is a file, not a folder. Pass a folder to save the model into.")
-    holds_model = (target / CONFIG_NAME).exists() or (target / WEIGHTS_NAME).exists()
-    if target.is_dir() and holds_model and not overwrite:
-        raise PalUserError(
-            f"{target} already holds a saved model. Nothing was written. Choose another folder or pass "
-            "overwrite=True to replace it."
-        )
-
-
-def weights_to_save(
-    own: Mapping[str, torch.Tensor], given: Mapping[str, torch.Tensor] | None
-) -> dict[str, torch.Tensor]:
-    """CPU copies of ``given`` (which must have exactly the module's keys ``own``), else of ``own``."""
-    if given is not None:
-        missing, extra = sorted(set(own) - set(given)), sorted(set(given) - set(own))
-        if missing or extra:
-            raise PalUserError(
-                f"The weights to save do not fit this module: missing {missing[:5]}, unexpected {extra[:5]}."
-            )
-        own = given
-    return {k: v.detach().to("cpu").contiguous().clone() for k, v in own.items()}
-
-
 def load_tokenizer(hp: Mapping[str, Any]) -> Any:
     """The fast tokenizer of the encoder that the hyper-parameters ``hp`` name."""
     from transformers import AutoTokenizer
@@ -219,7 +182,14 @@ def pretrained_config(
             else encoder_revision(str(hp.get("encoder")), hp.get("encoder_revision"))
             or hp.get("encoder_revision"),
             "random": random_encoder,
-            "config": encoder_config_dict(encoder.config),
+            # keyword arguments that rebuild the same network (model_type for non-BERT)
+            "config": {
+                k: v
+                for k, v in encoder.config.to_dict().items()
+                if k not in _CONFIG_PROVENANCE
+                and not k.startswith("_")
+                and (k != "model_type" or v != "bert")
+            },
         },
         "adapter": {
             **adapter.to_dict(),
@@ -272,8 +242,22 @@ def save_pretrained(
     from safetensors.torch import save_file
 
     target = Path(save_directory).expanduser()
-    check_save_target(target, overwrite)
-    own = weights_to_save(module.state_dict(), state_dict)
+    if target.exists() and not target.is_dir():
+        raise PalUserError(f"{target} is a file, not a folder. Pass a folder to save the model into.")
+    if ((target / CONFIG_NAME).exists() or (target / WEIGHTS_NAME).exists()) and not overwrite:
+        raise PalUserError(
+            f"{target} already holds a saved model. Nothing was written. Choose another folder or pass "
+            "overwrite=True to replace it."
+        )
+    own: Mapping[str, torch.Tensor] = module.state_dict()
+    if state_dict is not None:
+        missing, extra = sorted(set(own) - set(state_dict)), sorted(set(state_dict) - set(own))
+        if missing or extra:
+            raise PalUserError(
+                f"The weights to save do not fit this module: missing {missing[:5]}, unexpected {extra[:5]}."
+            )
+        own = state_dict
+    weights = {k: v.detach().to("cpu").contiguous().clone() for k, v in own.items()}
     if scores is None:
         last = getattr(module, "last_scores", {}).get("val")
         scores = dict(last) if last else None
@@ -282,7 +266,7 @@ def save_pretrained(
         config["scores_note"] = scores_note
     # a reader never sees a half-written file; a failure leaves the folder as it was
     with staged_folder(target) as tmp:
-        save_file(own, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
+        save_file(weights, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
         module.tokenizer.save_pretrained(str(tmp))
         (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=False) + "\n")
         model_card(config).save(str(tmp / CARD_NAME))
@@ -297,15 +281,13 @@ def from_pretrained(
     map_location: str | torch.device = "cpu",
     token: str | bool | None = None,
 ) -> M:
-    """Rebuild a module saved by :meth:`save_pretrained` from a folder or a hub id, in eval mode.
-
-    ``name_or_path`` is a local folder or a hub repository id (at ``revision``, with ``token``).
-    """
+    """Rebuild a module saved by :meth:`save_pretrained` from a local folder or a hub repository id (at
+    ``revision``, with ``token``), in eval mode."""
     from safetensors.torch import load_file
     from transformers import AutoTokenizer
 
-    folder = resolve_pretrained(name_or_path, revision=revision, token=token)
-    config = read_pretrained_config(folder)
+    folder = _folder_of(name_or_path, revision=revision, token=token)
+    config = _read_config(folder)
     hparams = dict(config["hparams"])
     original_encoder_config = hparams.get("encoder_config")
     # a random encoder of the saved shape; the saved state dict replaces every weight
@@ -352,8 +334,7 @@ def push_to_hub(
     commit_message: str = "Upload pal-lightning model",
     scores: Mapping[str, float] | None = None,
 ) -> str:
-    """Save the model into a temporary folder and upload it to the hub repository ``repo_id`` (created
-    when missing); the URL of the commit."""
+    """Upload the model to the hub repository ``repo_id`` (created when missing); the commit's URL."""
     from huggingface_hub import HfApi
 
     api = HfApi(token=token)
@@ -370,10 +351,10 @@ def push_to_hub(
     return str(getattr(info, "commit_url", info))
 
 
-def resolve_pretrained(
+def _folder_of(
     name_or_path: str | os.PathLike[str], revision: str | None = None, token: str | bool | None = None
 ) -> Path:
-    """A local folder for ``name_or_path``: the folder itself, or the hub snapshot of a repository id."""
+    # the folder itself, or the hub snapshot of a repository id
     from pal_lightning.core.hub import looks_like_hub_id
 
     raw = str(name_or_path)
@@ -401,8 +382,8 @@ def resolve_pretrained(
         ) from None
 
 
-def read_pretrained_config(folder: Path) -> dict[str, Any]:
-    """The checked ``config.json`` of a saved model folder (files, format and library version)."""
+def _read_config(folder: Path) -> dict[str, Any]:
+    # config.json, checked: the files, the format and the library version
     missing = [name for name in REQUIRED_FILES if not (folder / name).is_file()]
     if missing:
         raise PalUserError(

@@ -1,18 +1,17 @@
-"""SimCSE as an auxiliary loss of the training step: the task forward's pooled sentence vectors serve as
-its first view, so it adds one forward of the sentences (none in ``sup`` mode), not two."""
+"""SimCSE as an auxiliary loss of the training step; the task forward's pooled vectors are its first view."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from torch import Tensor, nn
 
-from pal_lightning.core.batch import ATTENTION_MASK, INPUT_IDS, TOKEN_TYPE_IDS
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.modeling.heads import pool
 from pal_lightning.modeling.simcse import SimCSEConfig, simcse_batch_loss
+from pal_lightning.module.encoding import pooled
 from pal_lightning.tasks.specs import TaskSpec
 
 if TYPE_CHECKING:
@@ -61,13 +60,9 @@ def simcse_loss(
     first_view: Tensor | None = None,
 ) -> Tensor:
     """The SimCSE loss of a batch's sentences (``first_view``: already pooled by the task forward)."""
-
-    def encode(inputs: Mapping[str, Tensor]) -> Tensor:
-        mask = inputs[ATTENTION_MASK]
-        hidden = encoder(inputs[INPUT_IDS], mask, inputs.get(TOKEN_TYPE_IDS), task=spec.name)
-        return pool(hidden, mask, pooling)
-
-    return simcse_batch_loss(encode, batch, spec, config, first_view=first_view)
+    return simcse_batch_loss(
+        partial(pooled, encoder, pooling=pooling, task=spec.name), batch, spec, config, first_view=first_view
+    )
 
 
 class ViewCapture:

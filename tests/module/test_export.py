@@ -52,7 +52,7 @@ def test_single_task_module_equals_the_multitask_forward(module: MultiTaskModule
     with torch.no_grad():
         out = single(*inputs)
     torch.testing.assert_close(out, module_output(module, task, inputs), rtol=0, atol=1e-6)
-    assert "lightning" not in type(single).__mro__[1].__module__
+    assert not any(c.__module__.startswith("lightning") for c in type(single).__mro__)  # plain torch
     # copies: training the multi-task module further does not change the exported one
     assert not any(p is q for p in single.parameters() for q in module.parameters())
 
