@@ -475,7 +475,7 @@ def _register_task(block: Block, ws: Workspace) -> None:
 
 #: Non-bash blocks by :attr:`Block.key`: how each is run (or why not, and what checks it).
 BLOCKS: dict[str, Callable[[Block, Workspace], None]] = {
-    "README.md | The main job | CS224N overall (dev): 0.7511  [best validation at step 1200, 1200 steps, 389 s]": (
+    "README.md | The main job | CS224N overall (dev): 0.7577  [best validation at step 1200, 1200 steps, 6504 s]": (
         _score_table
     ),
     "docs/data.md | Your own task: `format: hf` | # my_tasks.yaml": lambda b, ws: (
