@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from lightning.fabric.connector import _PRECISION_INPUT
-from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from pal_lightning.core.distributed import is_launched_rank
@@ -58,20 +58,6 @@ def last_saved(callback: ModelCheckpoint) -> tuple[str, int]:
     path = getattr(callback, "_last_checkpoint_saved", "") or ""
     step = getattr(callback, "_last_global_step_saved", -1)
     return str(path), int(step if step is not None else -1)
-
-
-class ProgressBarHooks(RichProgressBar):
-    """``RichProgressBar`` with a public hook for the training label (``_get_train_description``).
-
-    Public replacement: none (Lightning shows "Epoch 0/-2" for a ``max_steps`` run).
-    """
-
-    def epoch_description(self, current_epoch: int) -> str:
-        """The label left of the training bar (``train_description`` is taken by Lightning's tqdm bar)."""
-        return super()._get_train_description(current_epoch)
-
-    def _get_train_description(self, current_epoch: int) -> str:
-        return self.epoch_description(current_epoch)
 
 
 class CLIHooks(LightningCLI):

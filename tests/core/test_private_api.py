@@ -82,14 +82,6 @@ def test_last_saved_and_record_saved() -> None:
     assert compat.last_saved(cb) == ("/x/best.ckpt", 7)
 
 
-def test_progress_bar_hook_replaces_the_label() -> None:
-    class Bar(compat.ProgressBarHooks):
-        def epoch_description(self, current_epoch: int) -> str:
-            return f"E{current_epoch}"
-
-    assert Bar()._get_train_description(3) == "E3"
-
-
 def test_attached_trainer_and_distributed_sampler() -> None:
     model = BoringModel()
     assert compat.attached_trainer(model) is None

@@ -507,7 +507,7 @@ BLOCKS: dict[str, Callable[[Block, Workspace], None]] = {
         "tests/module/test_extending.py::test_the_guides_method_starts_as_the_encoder_counts_trains_saves_and_loads"
     ),
     "docs/extending.md | Adding a task | from pal_lightning.tasks import TaskSpec, register_task": _register_task,
-    # mixed-task batches: a tiny random module, run as written (and by tests/test_mixed_forward.py)
+    # mixed-task batches: a tiny random module, run as written (and by tests/module/test_encoding.py)
     "docs/extending.md | Adding a per-task method | import torch": _exec,
 }
 

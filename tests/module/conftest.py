@@ -46,3 +46,12 @@ def module() -> MultiTaskModule:
 @pytest.fixture
 def items() -> list[tuple[str, Any]]:
     return list(MIXED_ITEMS)
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Tiny models gain nothing from intra-op threads, which contend on a busy machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

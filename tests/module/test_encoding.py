@@ -127,13 +127,7 @@ DEVICES = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """Tiny models gain nothing from intra-op threads, which contend on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def module_of(method: str, sharing: str | None = "SI") -> MultiTaskModule:

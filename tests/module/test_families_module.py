@@ -36,7 +36,9 @@ SIZES = {
 }
 
 
-@pytest.mark.parametrize("model_type", [t for t in FAMILY_TYPES if t != "bert"])  # BERT's: test_simcse_module
+@pytest.mark.parametrize(
+    "model_type", [t for t in FAMILY_TYPES if t != "bert"]
+)  # BERT's: tests/module/test_simcse_step.py
 def test_a_fit_with_gem_and_simcse(model_type: str, tmp_path: Path) -> None:
     """GEM's memories and SimCSE's views on every family; SimCSE needs the family's own dropout to act in
     training mode (its fields are named per family), so two training-mode passes must differ."""

@@ -16,13 +16,7 @@ from pal_lightning.module.multitask import MultiTaskModule
 from pal_lightning.testing import quiet_trainer
 from pal_lightning.testing.batches import TinyData, make_batch, tiny_module
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _hand_loss(
