@@ -189,7 +189,7 @@ class MultiTaskModule(optim.FusedClippingMixin):
     def setup(self, stage: str) -> None:
         """Refuse what cannot train on mixed batches, warn about CUDA graphs over unbucketed lengths, copy
         ``init_from``'s weights in before ``fit`` and name the classes as the data module read them."""
-        trainer = self._trainer
+        trainer = attached_trainer(self)
         if stage == "fit" and trainer is not None:
             mixing = str(getattr(getattr(datamodule_of(trainer), "config", None), "batch_mixing", "per_task"))
             check_mixed_training(mixing, self.simcse, getattr(trainer, "callbacks", []))
