@@ -69,7 +69,7 @@ class RNGStateCallback(Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         states = state_dict.get("states") or []
         rank, world = distributed.rank(), distributed.world_size()
-        if len(states) != world and rank == 0:
+        if len(states) != world and distributed.is_main_process():
             log.warning(
                 "The checkpoint holds the random states of %d rank(s) but this run has %d: the resumed "
                 "run will not repeat the original one exactly.",

@@ -15,7 +15,7 @@ core's (:func:`~pal_lightning.module.inference.predict_items`); nothing heavy is
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -80,9 +80,15 @@ def load_model(model: str | None, ckpt: str | None) -> MultiTaskModule:
 
 
 def _as_pair(item: Any) -> Any:
-    # transformers' {"text": a, "text_pair": b} as the pair (a, b)
-    if isinstance(item, Mapping) and set(item) == {"text", "text_pair"}:
-        return (item["text"], item["text_pair"])
+    # transformers' {"text": a, "text_pair": b} as the pair (a, b), and {"text": a} as the sentence a
+    if isinstance(item, Mapping):
+        if set(item) == {"text", "text_pair"}:
+            return (item["text"], item["text_pair"])
+        if set(item) == {"text"}:
+            return item["text"]
+        raise PalUserError(
+            f"An input mapping must have the keys text (and text_pair for a pair), got {sorted(item)}."
+        )
     return item
 
 
@@ -131,6 +137,11 @@ class TaskPipeline:
             raise PalUserError(f"top_k must be >= 1 (or None for every class), got {top_k}.")
         inputs = _as_pair(inputs)
         single = isinstance(inputs, (str, tuple))
+        if not single and not isinstance(inputs, Iterable):
+            raise PalUserError(
+                f"Cannot predict a {type(inputs).__name__}: pass a sentence, a (sentence1, sentence2) pair "
+                "or a list of them."
+            )
         items = [(self.task, x) for x in ([inputs] if single else map(_as_pair, inputs))]
         if not items:
             raise PalUserError(

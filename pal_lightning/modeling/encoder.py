@@ -277,6 +277,3 @@ class MultiTaskEncoder(RoutedForward, nn.Module):
             f"num_heads={p.num_heads}, layers={list(self.adapter_layers)}, init={p.init!r}, "
             f"layer_sharing={self.layer_sharing!r}"
         )
-
-
-"""The same class under a name that says what it holds: an encoder of any family."""

@@ -131,6 +131,10 @@ class TaskSpec:
             raise ValueError(
                 f"Task {self.name!r} ({self.kind.value}) needs {expected} text column(s), got {self.text_columns}."
             )
+        if self.delimiter is not None and not (isinstance(self.delimiter, str) and len(self.delimiter) == 1):
+            raise ValueError(f"Task {self.name!r}: delimiter must be one character, got {self.delimiter!r}.")
+        if self.quoting is not None and not isinstance(self.quoting, bool):
+            raise ValueError(f"Task {self.name!r}: quoting must be true or false, got {self.quoting!r}.")
         self.views()  # a bad view fails with its task
 
     def _check_classes(self) -> None:

@@ -139,6 +139,10 @@ def test_a_tab_separated_file_is_read_without_quote_processing(tmp_path: Path) -
     (tmp_path / "semi.csv").write_text('Quality;#1 ID;#1 String;#2 String\n0;8;say "hi";"x;y"\n')
     semi = read_split(_pair({"train": "semi.csv"}, delimiter=";"), "train", tmp_path)
     assert semi.texts == [['say "hi"'], ["x;y"]] and semi.ids == ["8"]
+    with pytest.raises(ValueError, match="delimiter must be one character, got ';;'"):
+        _pair({"train": "semi.csv"}, delimiter=";;")
+    with pytest.raises(ValueError, match="quoting must be true or false, got 'false'"):
+        _pair({"train": "semi.csv"}, quoting="false")
 
 
 def test_a_tab_separated_csv_is_one_line_saying_how_to_read_it(

@@ -70,6 +70,13 @@ def test_a_list_keeps_its_order_and_names_a_tasks_own_classes(
     assert [e["label"] for e in one] == [e["label"] for e in topic(["ok"], top_k=None)[0]]
     assert [e["label"] for e in topic("ok", top_k=2)] == [e["label"] for e in one[:2]]
     assert len(topic("ok")) == 1 and topic("ok")[0]["label"] == one[0]["label"]  # top_k=1: a list of one dict
+    assert topic({"text": "ok"}) == topic("ok") and topic([{"text": "ok"}]) == topic(
+        ["ok"]
+    )  # transformers' form
+    with pytest.raises(PalUserError, match=r"keys text \(and text_pair for a pair\), got \['sentence'\]"):
+        topic({"sentence": "ok"})
+    with pytest.raises(PalUserError, match="Cannot predict a int: pass a sentence"):
+        topic(5)
 
 
 def test_pairs_and_regression_give_scores(folder: Path, reference: MultiTaskModule) -> None:

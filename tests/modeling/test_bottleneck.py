@@ -159,6 +159,7 @@ def test_signature_records_what_fixes_the_weights() -> None:
         ({"reduction_factor": 0}, "adapter.reduction_factor must be a positive number"),
         ({"reduction_factor": "16"}, "adapter.reduction_factor must be a positive number"),
         ({"nonlinearity": "elu"}, "Unknown adapter.nonlinearity 'elu'. Choose one of relu"),
+        ({"nonlinearity": ["relu"]}, "Unknown adapter.nonlinearity ['relu']. Choose one of relu"),
         ({"targets": ["ffn"]}, "Unknown adapter.targets 'ffn'. The sites are"),
         ({"alpha": 8}, "adapter.alpha does not apply to method 'houlsby' (alpha is an option of lora)"),
         ({"dropout": 0.1}, "adapter.dropout does not apply to method 'houlsby'"),

@@ -132,7 +132,9 @@ class _Bottleneck(InsideMethod):
                     f"adapter.size ({config.size}) and adapter.reduction_factor ({factor}) both set the "
                     "bottleneck width. Set one of them and leave the other unset."
                 )
-        if nonlinearity is not None and nonlinearity not in NONLINEARITIES:
+        if nonlinearity is not None and (
+            not isinstance(nonlinearity, str) or nonlinearity not in NONLINEARITIES
+        ):
             raise PalUserError(
                 f"Unknown adapter.nonlinearity {nonlinearity!r}. Choose one of {', '.join(NONLINEARITIES)}."
             )

@@ -58,7 +58,6 @@ class MergeableModule(InsideModule, Protocol):
     def weight_delta(self, layer: int, site: str) -> torch.Tensor: ...
 
 
-@runtime_checkable
 class TopModule(Protocol):
     """A task's block after the last layer: ``module(hidden, run_layer, attention_bias) -> [B, T, d]``;
     ``run_layer(layer, h)`` runs an encoder layer with the arguments the last layer received."""
@@ -66,6 +65,12 @@ class TopModule(Protocol):
     def __call__(
         self, hidden: torch.Tensor, run_layer: LayerRunner, attention_bias: torch.Tensor | None
     ) -> torch.Tensor: ...
+
+
+def _wrap_layer(layer: nn.Module, index: int, wiring: Wiring) -> None:
+    """Hooks on a layer's entry (its arguments kept) and exit (its output rewritten)."""
+    layer.register_forward_pre_hook(LayerPreHook(wiring, index), with_kwargs=True)
+    layer.register_forward_hook(LayerHook(wiring, index), with_kwargs=True)
 
 
 class Placement:
@@ -116,10 +121,10 @@ class Beside(Placement):
     def place(
         self, layer: nn.Module, index: int, family: EncoderFamily, wiring: Wiring, sites: Iterable[str]
     ) -> None:
-        layer.register_forward_pre_hook(LayerPreHook(wiring, index), with_kwargs=True)
         if family.join_norm is None:
-            layer.register_forward_hook(LayerHook(wiring, index), with_kwargs=True)
+            _wrap_layer(layer, index, wiring)
         else:
+            layer.register_forward_pre_hook(LayerPreHook(wiring, index), with_kwargs=True)
             layer.get_submodule(family.join_norm).register_forward_pre_hook(JoinNormHook(wiring, index))
 
 
@@ -146,13 +151,12 @@ class Top(Placement):
 
     reads_mask = True
     slot = "top"
-    protocol = TopModule
+    protocol = None  # TopModule is a call signature, which isinstance cannot check: typing alone holds it
 
     def place(
         self, layer: nn.Module, index: int, family: EncoderFamily, wiring: Wiring, sites: Iterable[str]
     ) -> None:
-        layer.register_forward_pre_hook(LayerPreHook(wiring, index), with_kwargs=True)
-        layer.register_forward_hook(LayerHook(wiring, index), with_kwargs=True)
+        _wrap_layer(layer, index, wiring)
 
 
 class Nowhere(Placement):
