@@ -64,6 +64,7 @@ class ContinualEvaluation(pl.Callback):
         self.history: list[dict[str, Any]] = []  # {"after": ..., "scores": {task: {metric: value}}}
         self._paths: tuple[str, str] | None = None
         self._data: PhasedData | None = None
+        self._steps_per_epoch = 0  # read once per fit: the data module computes it from its phase plan
 
     def state_dict(self) -> dict[str, Any]:
         return copy.deepcopy({k: getattr(self, k) for k in ("tasks", "phases", "baseline", "R", "history")})
@@ -77,6 +78,7 @@ class ContinualEvaluation(pl.Callback):
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._data = self._phased_data(trainer)
+        self._steps_per_epoch = int(self._data.steps_per_epoch)
         data_phases = self._data.phases
         phases: list[list[Any]] = [[p.task, int(p.start), int(p.end)] for p in data_phases]
         if self.phases and self.phases != phases:
@@ -97,8 +99,7 @@ class ContinualEvaluation(pl.Callback):
     ) -> None:
         if not self.phases or len(self.R) >= len(self.phases):
             return
-        assert self._data is not None
-        done = trainer.current_epoch * int(self._data.steps_per_epoch) + batch_idx + 1
+        done = trainer.current_epoch * self._steps_per_epoch + batch_idx + 1
         phase = self.phases[len(self.R)]
         if done == phase[2]:
             self._score(trainer, pl_module, phase[0])

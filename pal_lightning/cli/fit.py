@@ -31,9 +31,9 @@ from pal_lightning.cli.run_folders import (
     run_loggers,
 )
 from pal_lightning.core.checkpoint_io import AtomicCheckpointIO, check_is_checkpoint
-from pal_lightning.core.distributed import is_launched_rank, launcher_world_size
+from pal_lightning.core.distributed import decided_by_rank_zero, is_launched_rank, launcher_world_size
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.core.private_api import CLIHooks, decided_by_rank_zero
+from pal_lightning.core.private_api import CLIHooks
 
 USER_ERROR_EXIT = 2
 _UNION_ERROR = "Does not validate against any of the Union subtypes"

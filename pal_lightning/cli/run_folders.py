@@ -13,10 +13,9 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
-from pal_lightning.core.distributed import is_main_process
+from pal_lightning.core.distributed import decided_by_rank_zero, is_main_process
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.files import atomic_write_via, free_name
-from pal_lightning.core.private_api import decided_by_rank_zero
 
 NAMED_CHECKPOINTS = {"last": "last*.ckpt", "best": "best.ckpt"}
 _KEEP = ("*.ckpt", "predictions/*")

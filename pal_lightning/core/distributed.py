@@ -7,6 +7,7 @@ collective ones must be called by every rank at the same point.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
@@ -53,6 +54,29 @@ def is_launched_rank() -> bool:
     process group exists)."""
     value = next((os.environ[k] for k in _RANK_VARIABLES if os.environ.get(k, "") != ""), "0")
     return value != "0"
+
+
+def decided_by_rank_zero(
+    name: str, scope: str, decide: Callable[[], str], peek: Callable[[], str] | None = None
+) -> str:
+    """A value rank 0 decides before ``fit`` (a run folder, a checkpoint) that every rank must share.
+
+    No process group exists yet: rank 0 calls ``decide()`` and leaves the value in ``PAL_<name>``, which
+    the ranks Lightning's DDP launcher starts inherit (when decided for the same ``scope``); ranks of
+    ``torchrun`` or ``srun`` call ``peek()`` (a value without side effects), else ``decide()``. (Lightning
+    has no hook to broadcast it before the loggers are built.)
+    """
+    key = f"PAL_{name}"
+    prefix = scope + os.pathsep
+    inherited = os.environ.get(key, "")
+    if is_launched_rank():
+        if inherited.startswith(prefix):
+            return inherited[len(prefix) :]
+        if peek is not None:  # an external launcher's rank > 0
+            return peek()
+    value = decide()
+    os.environ[key] = prefix + value
+    return value
 
 
 def launcher_world_size() -> int | None:

@@ -7,16 +7,12 @@ name still exists, so that a breaking upgrade fails one clear test.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
 from lightning.fabric.connector import _PRECISION_INPUT
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
-
-from pal_lightning.core.distributed import is_launched_rank
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl
@@ -164,29 +160,6 @@ from torch.utils._python_dispatch import TorchDispatchMode as TorchDispatchMode 
 #: ``torch._foreach_add_(xs, ys)``: every ``x += y`` of two lists in one operator (GEM's write-back).
 #: Public replacement: none in torch 2.13.
 foreach_add_ = torch._foreach_add_
-
-
-def decided_by_rank_zero(
-    name: str, scope: str, decide: Callable[[], str], peek: Callable[[], str] | None = None
-) -> str:
-    """A value rank 0 decides before ``fit`` (a run folder, a checkpoint) that every rank must share.
-
-    No process group exists yet: rank 0 calls ``decide()`` and leaves the value in ``PAL_<name>``, which
-    the ranks Lightning's DDP launcher starts inherit (when decided for the same ``scope``); ranks of
-    ``torchrun`` or ``srun`` call ``peek()`` (a value without side effects), else ``decide()``. Public
-    replacement: ``trainer.strategy.broadcast`` from a CLI hook before the loggers are built (none in 2.6).
-    """
-    key = f"PAL_{name}"
-    prefix = scope + os.pathsep
-    inherited = os.environ.get(key, "")
-    if is_launched_rank():
-        if inherited.startswith(prefix):
-            return inherited[len(prefix) :]
-        if peek is not None:  # an external launcher's rank > 0
-            return peek()
-    value = decide()
-    os.environ[key] = prefix + value
-    return value
 
 
 #: torch's private compiler packages, to tell "compiling failed" from "the model raised". Public

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from pal_lightning.core.private_api import foreach_add_
+from pal_lightning.gem.projection import flat_bordered_gram
 
 __all__ = ["Grads", "GramRows", "Rows", "add_rows", "bordered_gram", "gram_matrix", "wants_flat_rows"]
 
@@ -38,41 +39,32 @@ def _dot(a: Tensor, b: Tensor) -> Tensor:
     return torch.dot(a.reshape(-1), b.reshape(-1))
 
 
+def _row_dot(x: Grads, y: Grads) -> Tensor | None:
+    """``<x, y>`` summed over the tensors both rows have (float64), ``None`` when they share none."""
+    parts = [_dot(a, b) for a, b in zip(x, y, strict=True) if a is not None and b is not None]
+    return torch.stack(parts).double().sum() if parts else None
+
+
 def gram_matrix(rows: Sequence[Grads]) -> Tensor:
     """``M[i, j] = sum over tensors of <rows[i][k], rows[j][k]>`` (``None`` = zero), float64 on the device."""
     n = len(rows)
     device = next((x.device for row in rows for x in row if x is not None), torch.device("cpu"))
-    parts: list[list[Tensor]] = [[] for _ in range(n * n)]
-    for k in range(len(rows[0]) if rows else 0):
-        present = [(i, x) for i, row in enumerate(rows) if (x := row[k]) is not None]
-        for a, (i, x) in enumerate(present):
-            for j, y in present[a:]:
-                parts[i * n + j].append(_dot(x, y))
     M = torch.zeros(n, n, dtype=torch.float64, device=device)
     for i in range(n):
         for j in range(i, n):
-            if parts[i * n + j]:
-                M[i, j] = M[j, i] = torch.stack(parts[i * n + j]).double().sum()
+            if (d := _row_dot(rows[i], rows[j])) is not None:
+                M[i, j] = M[j, i] = d
     return M
 
 
 def bordered_gram(g: Grads, rows: Sequence[Grads], GGt: Tensor) -> Tensor:
     """``gram_matrix([g, *rows])`` from ``GGt = gram_matrix(rows)`` (the same products in the same order)."""
-    n = len(rows)
     device = next((x.device for x in g if x is not None), GGt.device)  # GGt of all-None rows is on the CPU
-    M = torch.zeros(n + 1, n + 1, dtype=torch.float64, device=device)
+    M = torch.zeros(len(rows) + 1, len(rows) + 1, dtype=torch.float64, device=device)
     M[1:, 1:] = GGt.to(device)
-    parts: list[list[Tensor]] = [[] for _ in range(n + 1)]
-    for k, x in enumerate(g):
-        if x is None:
-            continue
-        parts[0].append(_dot(x, x))
-        for i, row in enumerate(rows):
-            if (y := row[k]) is not None:
-                parts[i + 1].append(_dot(x, y))
-    for i, part in enumerate(parts):
-        if part:
-            M[0, i] = M[i, 0] = torch.stack(part).double().sum()
+    for i, row in enumerate([g, *rows]):
+        if (d := _row_dot(g, row)) is not None:
+            M[0, i] = M[i, 0] = d
     return M
 
 
@@ -162,18 +154,6 @@ def unflatten_rows(F: Tensor, params: Sequence[nn.Parameter]) -> list[Grads]:
         [x.view_as(p).to(p.dtype) for x, p in zip(row.split(sizes), params, strict=True)]
         for row in F.unbind(0)
     ]
-
-
-def flat_bordered_gram(g: Tensor, F: Tensor, GGt: Tensor) -> Tensor:
-    """``M = [g, G][g, G]^T`` from the flat ``g`` (``n``), ``F`` (``t x n``) and ``GGt = F F^T``."""
-    t = F.shape[0]
-    M = torch.empty(t + 1, t + 1, dtype=torch.float64, device=F.device)
-    M[0, 0] = g @ g
-    Fg = F @ g
-    M[0, 1:] = Fg
-    M[1:, 0] = Fg
-    M[1:, 1:] = GGt
-    return M
 
 
 def add_flat_rows(

@@ -135,6 +135,26 @@ def step_coefficients(
     return ProjectionResult(v, violated, 0, min_cosine, int(ref_sq > 0))
 
 
+def flat_bordered_gram(g: Tensor, F: Tensor, GGt: Tensor) -> Tensor:
+    """``M = [g, G][g, G]^T`` from the flat ``g`` (``n``), ``F`` (``t x n``) and ``GGt = F F^T``."""
+    top = torch.cat([(g @ g).reshape(1), F @ g])
+    return torch.cat([top[None], torch.cat([top[1:, None], GGt], dim=1)])
+
+
+def _project_flat(g: Tensor, G: Tensor, mode: str, margin: float = 0.0, eps: float | None = None) -> Tensor:
+    """``g + G^T v`` in ``g``'s shape and dtype, ``v`` from :func:`step_coefficients` on ``[g, G][g, G]^T``;
+    a copy of ``g`` when nothing is projected or a product it needs is not finite (A-GEM needs no ``|g|^2``)."""
+    g64, G64 = g.detach().double().reshape(-1), G.detach().double().to(g.device)
+    M = flat_bordered_gram(g64, G64, G64 @ G64.T).cpu().numpy()
+    if not np.all(np.isfinite(M if mode == "gem" else M[1:])):
+        return g.clone()
+    result = step_coefficients(M, mode, margin=margin, eps=eps)
+    if result.v is None:
+        return g.clone()
+    v = torch.as_tensor(result.v, dtype=torch.float64, device=g.device)
+    return (g64 + G64.T @ v).reshape(g.shape).to(g.dtype)
+
+
 def project_gradient(g: Tensor, G: Tensor, margin: float = 0.0, eps: float | None = None) -> Tensor:
     """GEM's projection of a flat gradient ``g`` (``[p]``) against ``G`` (``[t, p]``): the ``g~ = g + G^T v``
     closest to ``g`` with ``G g~ >= 0`` (:func:`gem_coefficients`), in ``g``'s dtype. A copy of ``g`` when
@@ -143,24 +163,10 @@ def project_gradient(g: Tensor, G: Tensor, margin: float = 0.0, eps: float | Non
         raise ValueError(
             f"project_gradient needs g [p] and G [t, p], got {tuple(g.shape)} and {tuple(G.shape)}"
         )
-    g64, G64 = g.detach().double(), G.detach().double().to(g.device)
-    gg = float(g64 @ g64)
-    GGt = (G64 @ G64.T).cpu().numpy()
-    Gg = (G64 @ g64).cpu().numpy()
-    if not (np.isfinite(gg) and np.all(np.isfinite(GGt)) and np.all(np.isfinite(Gg))):
-        return g.clone()
-    result = gem_coefficients(GGt, Gg, gg, margin=margin, eps=eps)
-    if result.v is None:
-        return g.clone()
-    v = torch.as_tensor(result.v, dtype=torch.float64, device=g.device)
-    return (g64 + G64.T @ v).to(g.dtype)
+    return _project_flat(g, G, "gem", margin, eps)
 
 
 def agem_project(g: Tensor, g_ref: Tensor) -> Tensor:
     """A-GEM's projection: ``g - (g^T g_ref / g_ref^T g_ref) g_ref`` when ``g^T g_ref < 0``, else (and for a
     zero or non-finite ``g_ref``) a copy of ``g``."""
-    flat_ref = g_ref.double().reshape(-1)
-    dot, ref_sq = torch.dot(g.double().reshape(-1), flat_ref), torch.dot(flat_ref, flat_ref)
-    if not (torch.isfinite(dot) and torch.isfinite(ref_sq)) or ref_sq <= 0 or dot >= 0:
-        return g.clone()
-    return (g.double() - (dot / ref_sq) * g_ref.double()).to(g.dtype)
+    return _project_flat(g, g_ref.reshape(1, -1), "agem")

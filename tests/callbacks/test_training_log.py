@@ -121,10 +121,18 @@ def _rows(run: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def test_validation_is_logged_at_the_steps_done(tmp_path: Path) -> None:
-    config = write_tiny_fit_config(tmp_path, write_cs224n_data(tmp_path / "data"))
-    assert main(["fit", "--config", str(config)]) == 0  # 4 steps, 2 per epoch, a validation per epoch
-    run = tmp_path / "runs" / "version_0"
+@pytest.fixture(scope="module")
+def resumed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fit of 4 steps (2 per epoch, a validation per epoch, last.ckpt after the 4th), resumed to 8."""
+    root = tmp_path_factory.mktemp("training_log")
+    config = write_tiny_fit_config(root, write_cs224n_data(root / "data"))
+    assert main(["fit", "--config", str(config)]) == 0
+    assert main(["fit", "--config", str(config), "--ckpt_path", "last", "--trainer.max_steps", "8"]) == 0
+    return root / "runs"
+
+
+def test_validation_is_logged_at_the_steps_done(resumed: Path) -> None:
+    run = resumed / "version_0"
     rows = _rows(run)
     validations = {int(r["step"]): r for r in rows if r.get("val/overall")}
     assert sorted(validations) == [2, 4]  # after the 2nd and the 4th optimizer step
@@ -142,14 +150,10 @@ def test_validation_is_logged_at_the_steps_done(tmp_path: Path) -> None:
     assert [e.step for e in events.Scalars("val/overall")] == [2, 4]
 
 
-def test_steps_per_task_continue_after_a_resume(tmp_path: Path) -> None:
-    config = write_tiny_fit_config(tmp_path, write_cs224n_data(tmp_path / "data"))
-    assert main(["fit", "--config", str(config)]) == 0  # 4 steps; last.ckpt after the 4th
-    resume = ["fit", "--config", str(config), "--ckpt_path", "last", "--trainer.max_steps", "8"]
-    assert main(resume) == 0
+def test_steps_per_task_continue_after_a_resume(resumed: Path) -> None:
     trained = []  # (step, task) of every training row of both runs, in order
     for version in ("version_0", "version_1"):
-        rows = [r for r in _rows(tmp_path / "runs" / version) if r["train/task_index"]]
+        rows = [r for r in _rows(resumed / version) if r["train/task_index"]]
         trained += [(int(r["step"]), TASKS[int(float(r["train/task_index"]))], r) for r in rows]
     assert [s for s, _, _ in trained] == list(range(8))
     # by hand: each row's count of a task is how often it was trained up to that step, both runs together

@@ -98,3 +98,25 @@ def test_two_gloo_processes() -> None:
         assert summed == [3.0, 4.0]  # (1 + 2), (2 + 2)
         assert sent == [1.0]
         assert rows == [[[0.0, 0.0]], [[1.0, 1.0], [1.0, 1.0]]]  # uneven lengths, padding dropped
+
+
+def test_rank_zero_decides_launched_ranks_inherit_and_external_ones_peek(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for key in ("LOCAL_RANK", "PAL_TEST_VALUE", "PAL_TEST_PEEK"):
+        monkeypatch.delenv(key, raising=False)
+    assert D.decided_by_rank_zero("TEST_VALUE", "/root", lambda: "3") == "3"
+    assert os.environ["PAL_TEST_VALUE"] == "/root" + os.pathsep + "3"
+    monkeypatch.setenv("LOCAL_RANK", "1")  # a rank the launcher started: takes rank 0's value
+    assert D.decided_by_rank_zero("TEST_VALUE", "/root", lambda: "9") == "3"
+    # decided for another scope (another run root): this rank decides for itself
+    assert D.decided_by_rank_zero("TEST_VALUE", "/other", lambda: "5") == "5"
+    monkeypatch.setenv("LOCAL_RANK", "0")  # rank 0 always decides anew
+    assert D.decided_by_rank_zero("TEST_VALUE", "/other", lambda: "6") == "6"
+    monkeypatch.delenv("LOCAL_RANK")
+    monkeypatch.setenv("RANK", "1")  # torchrun's rank 1: nothing inherited from rank 0
+    decided: list[str] = []
+    value = D.decided_by_rank_zero("TEST_PEEK", "/root", lambda: decided.append("x") or "4", lambda: "7")
+    assert (value, decided) == ("7", [])  # peeked, decide() (which would claim a folder) not called
+    monkeypatch.setenv("RANK", "0")  # rank 0 decides (and never peeks)
+    assert D.decided_by_rank_zero("TEST_PEEK", "/root", lambda: "4", lambda: "7") == "4"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 
-import pytest
 from jsonargparse import ArgumentParser
 from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
 from lightning.pytorch.cli import LightningCLI
@@ -102,27 +101,3 @@ def test_subcommand_help_actions() -> None:
     assert compat.subcommand_help_actions(ArgumentParser()) == []
     assert list(compat.subcommand_parsers(parser)) == ["fit"]
     assert compat.subcommand_parsers(ArgumentParser()) == {}
-
-
-def test_rank_zero_decides_and_launched_ranks_inherit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("LOCAL_RANK", raising=False)
-    monkeypatch.delenv("PAL_TEST_VALUE", raising=False)
-    assert compat.decided_by_rank_zero("TEST_VALUE", "/root", lambda: "3") == "3"
-    assert os.environ["PAL_TEST_VALUE"] == "/root" + os.pathsep + "3"
-    monkeypatch.setenv("LOCAL_RANK", "1")  # a rank the launcher started: takes rank 0's value
-    assert compat.decided_by_rank_zero("TEST_VALUE", "/root", lambda: "9") == "3"
-    # decided for another scope (another run root): this rank decides for itself
-    assert compat.decided_by_rank_zero("TEST_VALUE", "/other", lambda: "5") == "5"
-    monkeypatch.setenv("LOCAL_RANK", "0")  # rank 0 always decides anew
-    assert compat.decided_by_rank_zero("TEST_VALUE", "/other", lambda: "6") == "6"
-
-
-def test_external_launchers_ranks_peek_instead_of_deciding(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("LOCAL_RANK", raising=False)
-    monkeypatch.delenv("PAL_TEST_PEEK", raising=False)
-    monkeypatch.setenv("RANK", "1")  # torchrun's rank 1: nothing inherited from rank 0
-    decided: list[str] = []
-    value = compat.decided_by_rank_zero("TEST_PEEK", "/root", lambda: decided.append("x") or "4", lambda: "7")
-    assert (value, decided) == ("7", [])  # peeked, decide() (which would claim a folder) not called
-    monkeypatch.setenv("RANK", "0")  # rank 0 decides (and never peeks)
-    assert compat.decided_by_rank_zero("TEST_PEEK", "/root", lambda: "4", lambda: "7") == "4"
