@@ -159,6 +159,23 @@ COUNTS = {
 }
 
 
+def _payload(stage: str | None = "val", **fields: Any) -> dict[str, Any]:
+    """A ``scores.json`` payload by hand: an evaluation's (``stage``) or, with ``stage=None``, a fit's,
+    every field empty unless given."""
+    monitor = f"{stage or 'val'}/overall"
+    overall = {
+        "complete": False,
+        "overall": None,
+        "overall_partial": None,
+        "tasks_covered": [],
+        "tasks_missing": [],
+    }
+    if stage:
+        return {"stage": stage, "monitor": monitor, **overall, "ckpt_path": None, "scores": {}, **fields}
+    fit = {"tasks_auxiliary": [], "parameters": None, "best": None, "last": None, "history": [], "steps": 0}
+    return {"monitor": monitor, **overall, **fit, "best_model_path": None, **fields}
+
+
 def test_parameter_counts() -> None:
     assert parameter_counts(SimpleNamespace(parameter_report=lambda: REPORT)) == COUNTS
 
@@ -310,21 +327,23 @@ def test_fit_records_validations_and_saves_the_best(
     report.on_fit_end(trainer, module)
     payload = json.loads((tmp_path / "scores.json").read_text())
     assert 100.4 <= payload.pop("wall_s") < 100.4 + 60
-    assert payload == {
-        "monitor": "val/overall",
-        "complete": True,
-        "overall": 0.75,
-        "overall_partial": None,
+    history, ckpt = report.history, "/runs/best.ckpt"
+    tasks = {
         "tasks_covered": ["sst", "qqp"],
-        "tasks_missing": [],
         "tasks_auxiliary": ["cfimdb"],
         "parameters": COUNTS,
-        "best": report.history[2],
-        "last": report.history[3],
-        "history": report.history,
         "steps": 40,
-        "best_model_path": "/runs/best.ckpt",
     }
+    assert payload == _payload(
+        None,
+        complete=True,
+        overall=0.75,
+        best=history[2],
+        last=history[3],
+        history=history,
+        best_model_path=ckpt,
+        **tasks,
+    )
     assert _printed(report, trainer, module, capsys) == (
         "\nOverall (dev): 0.7500  [best validation at step 30, 40 steps, 100 s]\n"
         "  task       metric          dev\n"
@@ -394,21 +413,7 @@ def test_fit_without_validation(tmp_path: Path, capsys: pytest.CaptureFixture[st
         )
         payload = json.loads((tmp_path / "scores.json").read_text())
         assert 3.4 <= payload.pop("wall_s") < 60
-        assert payload == {
-            "monitor": "val/overall",
-            "complete": False,
-            "overall": None,
-            "overall_partial": None,
-            "tasks_covered": [],
-            "tasks_missing": [],
-            "tasks_auxiliary": [],
-            "parameters": None,
-            "best": None,
-            "last": None,
-            "history": [],
-            "steps": steps,
-            "best_model_path": None,
-        }
+        assert payload == _payload(None, steps=steps)
 
 
 def test_fit_without_a_log_dir_or_off_rank_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -442,17 +447,9 @@ def test_validate_and_test_write_their_scores(tmp_path: Path, capsys: pytest.Cap
     assert report.history == []  # not a fit: nothing recorded
     text = (tmp_path / "scores.json").read_text()
     assert text.startswith('{\n  "stage": "val",\n  "monitor": "val/overall",\n')  # indented by two, to read
-    assert json.loads(text) == {
-        "stage": "val",
-        "monitor": "val/overall",
-        "complete": True,
-        "overall": 0.625,
-        "overall_partial": None,
-        "tasks_covered": ["sst", "qqp"],
-        "tasks_missing": [],
-        "ckpt_path": "/ckpt/best.ckpt",
-        "scores": scores,
-    }
+    assert json.loads(text) == _payload(
+        complete=True, overall=0.625, tasks_covered=["sst", "qqp"], ckpt_path="/ckpt/best.ckpt", scores=scores
+    )
     assert _printed(report, trainer, module, capsys) == (
         "\nOverall (dev): 0.6250  [dev set, checkpoint /ckpt/best.ckpt]\n"
         "  task       metric          dev\n"
@@ -472,17 +469,9 @@ def test_validate_and_test_write_their_scores(tmp_path: Path, capsys: pytest.Cap
     trainer = _trainer(tmp_path / "t", TrainerFn.TESTING, ckpt_path=None)
     (tmp_path / "t").mkdir()
     report.on_test_end(trainer, _module(test_scores, "test"))
-    assert json.loads((tmp_path / "t" / "scores.json").read_text()) == {
-        "stage": "test",
-        "monitor": "test/overall",
-        "complete": False,
-        "overall": None,
-        "overall_partial": 0.5,
-        "tasks_covered": ["sst"],
-        "tasks_missing": ["qqp"],
-        "ckpt_path": None,
-        "scores": test_scores,
-    }
+    assert json.loads((tmp_path / "t" / "scores.json").read_text()) == _payload(
+        "test", overall_partial=0.5, tasks_covered=["sst"], tasks_missing=["qqp"], scores=test_scores
+    )
     assert _printed(report, trainer, module, capsys) == (
         "\nNo overall score: the test evaluation did not reach qqp (--trainer.limit_test_batches 3 stopped the "
         "evaluation before them; leave it at 1.0 for the overall score). Partial mean over sst: 0.5000"
