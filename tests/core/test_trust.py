@@ -9,6 +9,7 @@ reads the package's source with ``ast``, so a new unsafe call fails here before 
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -25,14 +26,20 @@ class Payload:
     """An object that only a pickle can hold."""
 
 
-def _calls(name: str) -> list[tuple[Path, ast.Call]]:
-    """Every call ``<module>.<attr>(...)`` in the package whose dotted name ends with ``name``."""
+@functools.cache
+def _all_calls() -> list[tuple[Path, ast.Call, str]]:
+    """Every call in the package with its dotted name (the package is parsed once per session)."""
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Call) and ast.unparse(node.func).endswith(name):
-                found.append((path, node))
+            if isinstance(node, ast.Call):
+                found.append((path, node, ast.unparse(node.func)))
     return found
+
+
+def _calls(name: str) -> list[tuple[Path, ast.Call]]:
+    """Every call ``<module>.<attr>(...)`` in the package whose dotted name ends with ``name``."""
+    return [(path, node) for path, node, func in _all_calls() if func.endswith(name)]
 
 
 def _keyword(call: ast.Call, key: str) -> ast.expr | None:

@@ -3,8 +3,8 @@ an independent brute-force solution of the dual (every active set tried, least s
 
 from __future__ import annotations
 
-import itertools
 import zlib
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -16,33 +16,11 @@ from pal_lightning.gem.qp import solve_gem_dual, solve_gem_dual_exact
 TOL = 1e-9
 
 
-def reference_projection(g: np.ndarray, G: np.ndarray, margin: float) -> np.ndarray:
-    """The exact GEM update by brute force: for every set S of rows with ``v_k > margin``, solve
-    ``(G G^T v + G g)_S = 0`` with ``v = margin`` elsewhere (least squares), keep the KKT points
-    (``v >= margin``, ``G g~ >= 0``), and return the one with the smallest dual objective. A ``g``
-    that violates nothing is returned as it is."""
-    P, q = G @ G.T, G @ g
-    if np.all(q >= 0):  # GEM leaves a feasible g alone, whatever the margin
-        return g.copy()
-    t = len(q)
-    best, best_obj = None, np.inf
-    scale = max(float(np.abs(P).max()), float(np.abs(q).max()), 1e-300)
-    for size in range(t + 1):
-        for S in itertools.combinations(range(t), size):
-            v = np.full(t, margin, dtype=np.float64)
-            S = list(S)
-            F = [k for k in range(t) if k not in S]
-            if S:
-                rhs = -(q[S] + P[np.ix_(S, F)] @ v[F])
-                v[S] = np.linalg.lstsq(P[np.ix_(S, S)], rhs, rcond=None)[0]
-            c = q + P @ v
-            if np.any(v < margin - 1e-9 * max(1.0, abs(margin))) or np.any(c < -1e-9 * scale):
-                continue
-            obj = 0.5 * v @ P @ v + q @ v
-            if obj < best_obj:
-                best, best_obj = v, obj
-    assert best is not None
-    return g + G.T @ best
+def reference_projection(dual: Callable, g: np.ndarray, G: np.ndarray, margin: float) -> np.ndarray:
+    """The exact GEM update from the brute-force ``dual`` (conftest); a ``g`` that violates nothing is
+    returned as it is, whatever the margin."""
+    q = G @ g
+    return g.copy() if np.all(q >= 0) else g + G.T @ dual(G @ G.T, q, margin)
 
 
 def relative_violation(x: np.ndarray, G: np.ndarray, g: np.ndarray, v: np.ndarray | None = None) -> float:
@@ -108,7 +86,7 @@ def project(g: np.ndarray, G: np.ndarray, margin: float) -> np.ndarray:
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_no_violation_and_equal_to_brute_force(family: str) -> None:
+def test_no_violation_and_equal_to_brute_force(family: str, brute_force_dual: Callable) -> None:
     rng = np.random.default_rng(zlib.crc32(family.encode()))  # a fixed seed per family (hash() is salted)
     for _ in range(40):
         g, G, margin = random_problem(rng, family)
@@ -119,7 +97,7 @@ def test_no_violation_and_equal_to_brute_force(family: str) -> None:
             x, g + G.T @ v, rtol=0, atol=1e-9 * (np.linalg.norm(g) + np.abs(v) @ np.linalg.norm(G, axis=1))
         )
         assert relative_violation(x, G, g, v) <= TOL, family
-        ref = reference_projection(g, G, margin)
+        ref = reference_projection(brute_force_dual, g, G, margin)
         assert np.linalg.norm(x - ref) <= 1e-6 * max(np.linalg.norm(ref), np.linalg.norm(g)), family
 
 
@@ -139,7 +117,7 @@ def test_ten_thousand_seeded_problems_have_no_violation_above_tolerance() -> Non
     assert worst <= TOL
 
 
-def test_exact_dual_removes_the_ridge_violation_of_nearly_collinear_rows() -> None:
+def test_exact_dual_removes_the_ridge_violation_of_nearly_collinear_rows(brute_force_dual: Callable) -> None:
     """The case that motivated it: two memory gradients 1e-4 apart, both against g. The ridged
     dual alone leaves a violation of the order of the ridge; the exact one none."""
     rng = np.random.default_rng(3)
@@ -154,7 +132,9 @@ def test_exact_dual_removes_the_ridge_violation_of_nearly_collinear_rows() -> No
     assert relative_violation(g + G.T @ v, G, g) <= TOL
     result = gem_coefficients(P, q, float(g @ g))
     assert result.violation is not None and result.violation <= TOL
-    np.testing.assert_allclose(g + G.T @ result.v, reference_projection(g, G, 0.0), rtol=0, atol=1e-8 * b)
+    np.testing.assert_allclose(
+        g + G.T @ result.v, reference_projection(brute_force_dual, g, G, 0.0), rtol=0, atol=1e-8 * b
+    )
 
 
 def test_exact_dual_by_hand() -> None:
@@ -249,7 +229,7 @@ def test_exact_dual_frees_one_coefficient_per_outer_iteration(monkeypatch: pytes
         assert len(calls) == sum(v > 0 for v in expected)
 
 
-def test_exact_dual_alone_meets_kkt_and_equals_brute_force() -> None:
+def test_exact_dual_alone_meets_kkt_and_equals_brute_force(brute_force_dual: Callable) -> None:
     """The exact solver by itself (inside gem_coefficients a wrong exact answer would be hidden:
     the ridged one is kept whenever it violates less). 2,000 seeded O(1) problems, a third with two
     nearly collinear rows, where Lawson-Hanson's inner loop has to step back (a wrong step back
@@ -270,7 +250,7 @@ def test_exact_dual_alone_meets_kkt_and_equals_brute_force() -> None:
         assert np.all(v >= margin) and np.all(c >= -tol), i
         assert np.all(np.abs(c[v > margin]) <= tol), i  # complementary slackness
         if i < 100 and np.any(q < 0):  # brute force leaves a feasible g alone; GEM never asks then
-            x, ref = g + G.T @ v, reference_projection(g, G, margin)
+            x, ref = g + G.T @ v, reference_projection(brute_force_dual, g, G, margin)
             np.testing.assert_allclose(
                 x, ref, rtol=0, atol=1e-8 * max(np.linalg.norm(ref), np.linalg.norm(g))
             )
