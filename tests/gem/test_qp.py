@@ -137,20 +137,6 @@ def test_exact_dual_removes_the_ridge_violation_of_nearly_collinear_rows(brute_f
     )
 
 
-def test_exact_dual_by_hand() -> None:
-    """One row against g: v = -<g, g_1> / |g_1|^2 (the A-GEM formula); with a margin above that
-    value, v = margin."""
-    P, q = np.array([[4.0]]), np.array([-2.0])
-    np.testing.assert_allclose(solve_gem_dual_exact(P, q, 0.0), [0.5])
-    np.testing.assert_allclose(solve_gem_dual_exact(P, q, 0.8), [0.8])
-    # two orthogonal rows, both violated: independent one-row answers
-    P, q = np.diag([1.0, 4.0]), np.array([-3.0, -2.0])
-    np.testing.assert_allclose(solve_gem_dual_exact(P, q, 0.0), [3.0, 0.5])
-    # the second row satisfied once the first is fixed: its coefficient stays 0
-    P, q = np.array([[1.0, 1.0], [1.0, 2.0]]), np.array([-1.0, 0.5])
-    np.testing.assert_allclose(solve_gem_dual_exact(P, q, 0.0), [1.0, 0.0])
-
-
 def test_a_failing_exact_solve_keeps_the_ridged_solution(monkeypatch: pytest.MonkeyPatch) -> None:
     """If the exact solver's SVD does not converge, the step still gets the ridged projection."""
     import pal_lightning.gem.projection as gem
@@ -206,9 +192,13 @@ def test_exact_dual_of_no_rows_and_of_float32_inputs() -> None:
     np.testing.assert_allclose(solve_gem_dual_exact(P32, q32, 0.05), expected, rtol=1e-13, atol=0)
 
 
-def test_exact_dual_frees_one_coefficient_per_outer_iteration(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Lawson-Hanson frees the most violated coefficient, solves, and stops at the KKT point: as
-    many inner solves as coefficients that end up above the margin (no stepping back here)."""
+def test_exact_dual_frees_one_coefficient_per_outer_iteration(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """By hand: one row against g gives v = -<g, g_1> / |g_1|^2 (the A-GEM formula), or the margin above
+    it; two orthogonal violated rows, independent one-row answers; a second row satisfied once the first is
+    fixed keeps 0. Lawson-Hanson frees the most violated coefficient, solves, and stops at the KKT point:
+    as many inner solves as coefficients that end up above the margin (no stepping back here)."""
     from pal_lightning.gem import qp
 
     calls: list[int] = []
@@ -219,14 +209,16 @@ def test_exact_dual_frees_one_coefficient_per_outer_iteration(monkeypatch: pytes
         return inner(*args, **kwargs)
 
     monkeypatch.setattr(qp, "_keep_free_positive", counting)
-    for P, q, expected in (
-        (np.eye(2), np.array([-1.0, 1.0]), [1.0, 0.0]),
-        (np.diag([1.0, 4.0]), np.array([-3.0, -2.0]), [3.0, 0.5]),
-        (np.array([[1.0, 1.0], [1.0, 2.0]]), np.array([-1.0, 0.5]), [1.0, 0.0]),
+    for P, q, margin, expected in (
+        (np.array([[4.0]]), np.array([-2.0]), 0.0, [0.5]),
+        (np.array([[4.0]]), np.array([-2.0]), 0.8, [0.8]),
+        (np.eye(2), np.array([-1.0, 1.0]), 0.0, [1.0, 0.0]),
+        (np.diag([1.0, 4.0]), np.array([-3.0, -2.0]), 0.0, [3.0, 0.5]),
+        (np.array([[1.0, 1.0], [1.0, 2.0]]), np.array([-1.0, 0.5]), 0.0, [1.0, 0.0]),
     ):
         calls.clear()
-        np.testing.assert_allclose(qp.solve_gem_dual_exact(P, q, 0.0), expected, rtol=1e-12, atol=1e-15)
-        assert len(calls) == sum(v > 0 for v in expected)
+        np.testing.assert_allclose(qp.solve_gem_dual_exact(P, q, margin), expected, rtol=1e-12, atol=1e-15)
+        assert len(calls) == sum(v > margin for v in expected)
 
 
 def test_exact_dual_alone_meets_kkt_and_equals_brute_force(brute_force_dual: Callable) -> None:
