@@ -1,15 +1,10 @@
 """Gradient Episodic Memory (GEM, Lopez-Paz & Ranzato, 2017) and A-GEM (Chaudhry et al., 2019).
 
-At each optimizer step with gradient ``g`` GEM takes one memory gradient ``g_k`` per constraining task
-(rows of ``G``) and, if some ``<g, g_k> < 0``, replaces ``g`` by the closest ``g~`` with ``G g~ >= 0``,
-``g~ = g + G^T v`` from a ``t x t`` dual QP; A-GEM projects against one reference gradient.
-
-Modules: :mod:`~pal_lightning.gem.qp` and :mod:`~pal_lightning.gem.projection` (the maths, on small
-matrices or flat tensors), :mod:`~pal_lightning.gem.memory` (:class:`EpisodicMemory`),
-:mod:`~pal_lightning.gem.rows` (the rows of ``G`` from remembered examples),
-:mod:`~pal_lightning.gem.gram` (their Gram matrix and the write-back) and
-:mod:`~pal_lightning.gem.callback` (:class:`GEMCallback` and its step's state). The first three import
-no Lightning.
+Each optimizer step, a gradient ``g`` with some ``<g, g_k> < 0`` against a constraining task's memory
+gradient ``g_k`` (rows of ``G``) becomes the closest ``g~ = g + G^T v`` with ``G g~ >= 0`` (GEM, a
+``t x t`` dual QP), or is projected against one reference gradient (A-GEM). The maths (:mod:`.qp`,
+:mod:`.projection`) and :mod:`.memory` import no Lightning; :mod:`.rows`, :mod:`.gram` and
+:mod:`.callback` (:class:`GEMCallback`) build on them.
 """
 
 from __future__ import annotations

