@@ -132,7 +132,13 @@ def test_a_task_without_examples_gets_no_row_and_strangers_are_refused(setup: tu
         task_gradients(MemorySource(model, dm), {"sst": [0]}, [nn.Parameter(torch.ones(1))])
 
 
-def test_fallback_and_single_process_reduction() -> None:
+def test_a_tensor_missing_here_but_present_on_another_rank_is_that_rank_s(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One process: the rows unchanged; can_alias refuses parameters not the module's. Two ranks simulated
+    in one process: the all-reduce adds the other rank's contribution, written out by hand. This rank has
+    no gradient for the bias in row 0 (its heads were unused here) but the other rank has one: this rank
+    must send zeros, and the sum is the other rank's tensor."""
     module = nn.Linear(3, 2)
     stranger = nn.Parameter(torch.ones(2))
     assert can_alias(module, list(module.parameters()))
@@ -141,15 +147,6 @@ def test_fallback_and_single_process_reduction() -> None:
     rows = [[torch.ones(2, 3), None], [None, None]]
     summed = sum_rows_across_ranks(rows, list(module.parameters()))  # one process: unchanged
     assert torch.equal(summed[0][0], torch.ones(2, 3)) and summed[0][1] is None and summed[1] == [None, None]
-
-
-def test_a_tensor_missing_here_but_present_on_another_rank_is_that_rank_s(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Two ranks simulated in one process: the all-reduce adds the other rank's contribution, written
-    out by hand. This rank has no gradient for the bias in row 0 (its heads were unused here) but the
-    other rank has one: this rank must send zeros, and the sum is the other rank's tensor."""
-    module = nn.Linear(3, 2)
     other_bias = torch.tensor([1.5, -2.0])
     other_weight = torch.full((2, 3), 0.25)
     calls: list[tuple[int, ...]] = []
