@@ -1,17 +1,12 @@
-"""Run by test_gem_ddp.py: a 2-process gloo DDP fit with GEMCallback on fixture files.
+"""Run by test_gem_ddp.py: 2-process gloo DDP fits with GEMCallback on fixture files, each rank writing
+``rank<r>.json`` (a fingerprint of its parameters, its memories, GEM's counters).
 
-Every rank writes ``rank<r>.json`` with a fingerprint of its parameters, its memories and
-GEM's counters. Usage: python gem_ddp_script.py DATA_DIR OUT_DIR [interleaved|continual] [MODEL_TYPE]
-or python gem_ddp_script.py DATA_DIR OUT_DIR MODE MODEL_TYPE OUT_DIR MODE MODEL_TYPE ...: several fits,
-one after the other, in the same two processes (Lightning starts rank 1 at the first fit, with this
-command line, and the later fits find the process group there): each fresh interpreter costs its
-imports, about 6 s of CPU.
-
-MODEL_TYPE: the encoder family of the tiny random encoder (``bert``, ``modernbert``, ...).
-
-``continual``: a sequential schedule (SST, Quora, STS; 2 batches each) with GEM constraining
-on the past tasks and :class:`ContinualEvaluation`; the ranks also record the R matrix, and
-rank 0 saves the final weights to ``final.pt``.
+Usage: python gem_ddp_script.py DATA_DIR OUT_DIR [MODE [MODEL_TYPE]], or DATA_DIR then OUT_DIR MODE
+MODEL_TYPE for each of several fits, run one after the other in the same two processes (a fresh interpreter
+costs about 6 s of imports). MODE ``interleaved``, or
+``continual``: a sequential schedule (SST, Quora, STS; 2 batches each), GEM on the past tasks and
+:class:`ContinualEvaluation` (the ranks also record R; rank 0 saves ``final.pt``). MODEL_TYPE: the family of
+the tiny random encoder (``bert``, ``modernbert``, ...).
 """
 
 from __future__ import annotations

@@ -162,10 +162,7 @@ def test_fallbacks_larger_eps_then_agem(monkeypatch: pytest.MonkeyPatch) -> None
     assert r.fallbacks == 2 and r.v is not None
     np.testing.assert_allclose(calls, [1e-3, 1e-2, 1e-1])
 
-    def always_fail(P, q, margin, eps):  # noqa: ANN001, ANN202
-        raise ValueError("constraints are inconsistent, no solution")
-
-    monkeypatch.setattr(qp, "solve_gem_dual", always_fail)
+    _always_fail(monkeypatch)
     r = gem_coefficients(GGt, Gg, gg, margin=0.0)
     assert r.fallbacks == EPS_RETRIES + 1 and r.v is not None
     # the A-GEM fallback against the violated rows: g~ orthogonal to their mean, finite
