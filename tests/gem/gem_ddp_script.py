@@ -3,10 +3,9 @@
 
 Usage: python gem_ddp_script.py DATA_DIR OUT_DIR [MODE [MODEL_TYPE]], or DATA_DIR then OUT_DIR MODE
 MODEL_TYPE for each of several fits, run one after the other in the same two processes (a fresh interpreter
-costs about 6 s of imports). MODE ``interleaved``, or
-``continual``: a sequential schedule (SST, Quora, STS; 2 batches each), GEM on the past tasks and
-:class:`ContinualEvaluation` (the ranks also record R; rank 0 saves ``final.pt``). MODEL_TYPE: the family of
-the tiny random encoder (``bert``, ``modernbert``, ...).
+costs about 6 s of imports). MODE ``interleaved``, or ``continual``: a sequential schedule (SST, Quora,
+STS; 2 batches each), GEM on the past tasks and :class:`ContinualEvaluation` (the ranks also record R; rank
+0 saves ``final.pt``). MODEL_TYPE: the family of the tiny random encoder (``bert``, ``modernbert``, ...).
 """
 
 from __future__ import annotations
