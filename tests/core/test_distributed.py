@@ -39,21 +39,13 @@ def test_main_process_asks_the_trainer_when_given() -> None:
 
 
 @pytest.mark.parametrize(
-    ("value", "expected"), [(None, False), ("", False), ("0", False), ("1", True), ("3", True)]
-)
-def test_launched_rank_reads_local_rank(
-    monkeypatch: pytest.MonkeyPatch, value: str | None, expected: bool
-) -> None:
-    if value is None:
-        monkeypatch.delenv("LOCAL_RANK", raising=False)
-    else:
-        monkeypatch.setenv("LOCAL_RANK", value)
-    assert D.is_launched_rank() is expected
-
-
-@pytest.mark.parametrize(
     ("env", "expected"),
     [
+        ({}, False),
+        ({"LOCAL_RANK": ""}, False),
+        ({"LOCAL_RANK": "0"}, False),
+        ({"LOCAL_RANK": "1"}, True),  # Lightning's launcher
+        ({"LOCAL_RANK": "3"}, True),
         ({"RANK": "2", "LOCAL_RANK": "0"}, True),  # torchrun, first process of the second node
         ({"RANK": "0", "LOCAL_RANK": "0"}, False),
         ({"SLURM_PROCID": "3"}, True),  # srun
@@ -61,7 +53,7 @@ def test_launched_rank_reads_local_rank(
         ({"LOCAL_RANK": "1", "SLURM_PROCID": "0"}, True),  # Lightning's launcher inside a SLURM allocation
     ],
 )
-def test_launched_rank_reads_external_launchers(
+def test_launched_rank_reads_the_launchers_variables(
     monkeypatch: pytest.MonkeyPatch, env: dict[str, str], expected: bool
 ) -> None:
     for key in ("RANK", "LOCAL_RANK", "SLURM_PROCID"):
