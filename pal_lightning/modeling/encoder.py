@@ -159,25 +159,14 @@ class MultiTaskEncoder(RoutedForward, nn.Module):
         name_or_path: str | os.PathLike[str],
         tasks: Sequence[Any],
         adapter: AdapterConfig | str | None = None,
-        attn_implementation: str | None = None,
-        layer_sharing: str | None = None,
-        task_groups: Sequence[Sequence[str]] | None = None,
-        **adapter_options: Any,
+        **options: Any,
     ) -> MultiTaskEncoder:
         """The pretrained encoder ``name_or_path`` (:func:`~pal_lightning.core.hub.resolve_encoder`) with new
-        task modules; other arguments as :meth:`from_config`. Unused checkpoint keys go to ``loading_info``.
-        Raises ``PalUserError`` for an unknown encoder or family, missing encoder weights or mismatching
-        shapes."""
+        task modules; ``options`` (``attn_implementation``, ``layer_sharing``, ``task_groups``, adapter
+        options) as :meth:`from_config`. Unused checkpoint keys go to ``loading_info``. Raises
+        ``PalUserError`` for an unknown encoder or family, missing encoder weights or mismatching shapes."""
         directory = local_encoder_dir(resolve_encoder(os.fspath(name_or_path)))
-        model = cls.from_config(
-            read_encoder_config(directory, name_or_path),
-            tasks,
-            adapter,
-            attn_implementation=attn_implementation,
-            layer_sharing=layer_sharing,
-            task_groups=task_groups,
-            **adapter_options,
-        )
+        model = cls.from_config(read_encoder_config(directory, name_or_path), tasks, adapter, **options)
         state, source = read_encoder_weights(Path(directory))
         model.load_pretrained_state(state, source=source)
         return model
