@@ -1,11 +1,7 @@
 """Bottleneck adapters per task (Houlsby et al., 2019; Pfeiffer et al., 2021): a targeted site's output
 y (width n) becomes ``y + U act(D y + b_D) + b_U`` (D: [m, n], U: [n, m]), U starting at zero.
-
-``houlsby`` acts after the attention output and the feed-forward output, ``pfeiffer`` (alias
-``bottleneck``) after the feed-forward output only (read before the residual LayerNorm, so both act on the
-sites every family maps). m is ``size``, else ``round(d / reduction_factor)`` with factor 16; the
-non-linearity defaults to AdapterHub's per variant (swish for ``houlsby``, ReLU for ``pfeiffer``).
-"""
+``houlsby`` acts after the attention and feed-forward outputs, ``pfeiffer`` (alias ``bottleneck``) after
+the feed-forward output; m is ``size``, else ``round(d / 16)``; act is AdapterHub's per variant."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
 """LoRA per task (Hu et al., 2021): a targeted site's output ``y = W x + b`` becomes
-``y + (alpha / r) B A dropout(x)`` (A: [r, in], B: [out, r]).
-
-B starts at zero (a new task is the pretrained encoder), A as ``nn.Linear`` draws it, as ``peft`` does.
+``y + (alpha / r) B A dropout(x)`` (A: [r, in], B: [out, r]; B starts at zero, A as ``peft`` draws it).
 Defaults are the paper's GLUE runs and ``peft``'s: r = 8 at any width, alpha = 8, no dropout, targets
-query and value. The update is linear in x: :meth:`LoraAdapter.weight_delta` is what ``merge`` folds in.
-"""
+query and value. The update is linear in x: ``merge`` folds :meth:`LoraAdapter.weight_delta` in."""
 
 from __future__ import annotations
 
