@@ -377,3 +377,5 @@ def test_bottleneck_task_weights_round_trip_and_the_alias(tmp_path, batch, tiny_
     for other in (config.replace(method="houlsby"), config.replace(nonlinearity="gelu")):
         with pytest.raises(PalUserError):
             load_task_weights(tiny_encoder(other), tmp_path / "b.safetensors")
+    with pytest.raises(PalUserError, match="cannot be merged"):  # a bottleneck is not linear in x
+        model.merge("a")
