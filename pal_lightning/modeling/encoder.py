@@ -18,13 +18,7 @@ from transformers import PretrainedConfig
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.hub import resolve_encoder
 from pal_lightning.modeling.encoder_files import local_encoder_dir, read_encoder_config, read_encoder_weights
-from pal_lightning.modeling.encoder_state import (
-    ADAPTERS_PREFIX,
-    ENCODER_PREFIX,
-    INDIVIDUAL_PREFIX,
-    LoadingInfo,
-    plan_pretrained_load,
-)
+from pal_lightning.modeling.encoder_state import ENCODER_PREFIX, LoadingInfo, plan_pretrained_load
 from pal_lightning.modeling.families import EncoderFamily, family_of
 from pal_lightning.modeling.families.build import (
     as_encoder_config,
@@ -37,7 +31,7 @@ from pal_lightning.modeling.families.build import (
 )
 from pal_lightning.modeling.families.routed import RoutedForward
 from pal_lightning.modeling.families.routing import RowTasks, TaskRouting
-from pal_lightning.modeling.families.wiring import IndividualLayerSlot, Wiring, enable_checkpointing
+from pal_lightning.modeling.families.wiring import Wiring, enable_checkpointing
 from pal_lightning.modeling.methods import AdapterConfig
 from pal_lightning.modeling.sharing import (
     FROZEN,
@@ -46,15 +40,6 @@ from pal_lightning.modeling.sharing import (
     parse_layer_sharing,
     resolve_task_groups,
 )
-
-__all__ = [
-    "ADAPTERS_PREFIX",
-    "INDIVIDUAL_PREFIX",
-    "IndividualLayerSlot",
-    "LoadingInfo",
-    "MultiTaskEncoder",
-    "TaskRouting",
-]
 
 logger = logging.getLogger(__name__)
 

@@ -229,8 +229,8 @@ class Pals(_BesideLayers):
     headed = True
 
     def size_at_768_for(self, config: AdapterConfig) -> int:
-        # the paper widens d_s to 276 when only half of the layers get PALs (about the same budget)
-        return 204 if config.placement == "all" else 276
+        # the paper widens shared PALs' d_s to 276 when only half of the layers get them (the same budget)
+        return super().size_at_768_for(config) if config.placement == "all" or not self.shared else 276
 
     def weight_formula(self, config: AdapterConfig, d: int, size: int, k: int, d_ff: int) -> int:
         return 2 * d * size + k * 3 * size**2
@@ -242,9 +242,6 @@ class PalsNoSharing(Pals):
     name = "pals_no_sharing"
     size_at_768 = 84
     shared = False
-
-    def size_at_768_for(self, config: AdapterConfig) -> int:
-        return 84
 
     def weight_formula(self, config: AdapterConfig, d: int, size: int, k: int, d_ff: int) -> int:
         return k * (2 * d * size + 3 * size**2)
