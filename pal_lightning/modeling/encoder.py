@@ -18,13 +18,7 @@ from transformers import PretrainedConfig
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.hub import resolve_encoder
 from pal_lightning.modeling.encoder_files import local_encoder_dir, read_encoder_config, read_encoder_weights
-from pal_lightning.modeling.encoder_state import (
-    ADAPTERS_PREFIX,
-    ENCODER_PREFIX,
-    INDIVIDUAL_PREFIX,
-    LoadingInfo,
-    plan_pretrained_load,
-)
+from pal_lightning.modeling.encoder_state import ENCODER_PREFIX, LoadingInfo, plan_pretrained_load
 from pal_lightning.modeling.families import EncoderFamily, family_of
 from pal_lightning.modeling.families.build import (
     as_encoder_config,
@@ -37,7 +31,7 @@ from pal_lightning.modeling.families.build import (
 )
 from pal_lightning.modeling.families.routed import RoutedForward
 from pal_lightning.modeling.families.routing import RowTasks, TaskRouting
-from pal_lightning.modeling.families.wiring import IndividualLayerSlot, Wiring, enable_checkpointing
+from pal_lightning.modeling.families.wiring import Wiring, enable_checkpointing
 from pal_lightning.modeling.methods import AdapterConfig
 from pal_lightning.modeling.sharing import (
     FROZEN,
@@ -46,15 +40,6 @@ from pal_lightning.modeling.sharing import (
     parse_layer_sharing,
     resolve_task_groups,
 )
-
-__all__ = [
-    "ADAPTERS_PREFIX",
-    "INDIVIDUAL_PREFIX",
-    "IndividualLayerSlot",
-    "LoadingInfo",
-    "MultiTaskEncoder",
-    "TaskRouting",
-]
 
 logger = logging.getLogger(__name__)
 
@@ -159,25 +144,14 @@ class MultiTaskEncoder(RoutedForward, nn.Module):
         name_or_path: str | os.PathLike[str],
         tasks: Sequence[Any],
         adapter: AdapterConfig | str | None = None,
-        attn_implementation: str | None = None,
-        layer_sharing: str | None = None,
-        task_groups: Sequence[Sequence[str]] | None = None,
-        **adapter_options: Any,
+        **options: Any,
     ) -> MultiTaskEncoder:
         """The pretrained encoder ``name_or_path`` (:func:`~pal_lightning.core.hub.resolve_encoder`) with new
-        task modules; other arguments as :meth:`from_config`. Unused checkpoint keys go to ``loading_info``.
-        Raises ``PalUserError`` for an unknown encoder or family, missing encoder weights or mismatching
-        shapes."""
+        task modules; ``options`` (``attn_implementation``, ``layer_sharing``, ``task_groups``, adapter
+        options) as :meth:`from_config`. Unused checkpoint keys go to ``loading_info``. Raises
+        ``PalUserError`` for an unknown encoder or family, missing encoder weights or mismatching shapes."""
         directory = local_encoder_dir(resolve_encoder(os.fspath(name_or_path)))
-        model = cls.from_config(
-            read_encoder_config(directory, name_or_path),
-            tasks,
-            adapter,
-            attn_implementation=attn_implementation,
-            layer_sharing=layer_sharing,
-            task_groups=task_groups,
-            **adapter_options,
-        )
+        model = cls.from_config(read_encoder_config(directory, name_or_path), tasks, adapter, **options)
         state, source = read_encoder_weights(Path(directory))
         model.load_pretrained_state(state, source=source)
         return model

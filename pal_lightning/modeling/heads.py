@@ -1,8 +1,5 @@
-"""Sentence pooling, per-task output heads, losses and predictions.
-
-Classification heads give logits ``[B, C]`` (one logit ``[B, 1]`` for ``bce``); regression heads a
-score ``[B]`` on the 0..1 scale ``(label - low) / (high - low)``.
-"""
+"""Sentence pooling, per-task output heads, losses and predictions: classification heads give logits
+``[B, C]`` (``[B, 1]`` for ``bce``), regression heads a score ``[B]`` on the 0..1 scale."""
 
 from __future__ import annotations
 
@@ -30,6 +27,13 @@ def pool(hidden: Tensor, mask: Tensor | None, mode: str = "mean") -> Tensor:
     raise PalUserError(
         f"Unknown pooling {mode!r}: choose one of {POOLING_MODES} (e.g. --model.pooling mean)."
     )
+
+
+def second(v: Tensor | None, head: str) -> Tensor:
+    """``v``, the second sentence's vector, which the pair head ``head`` needs (``ValueError`` if ``None``)."""
+    if v is None:
+        raise ValueError(f"{head} needs both sentence vectors u and v.")
+    return v
 
 
 class TaskHead(nn.Module):
@@ -66,8 +70,7 @@ class SiameseClassificationHead(TaskHead):
         self.linear = nn.Linear(4 * hidden_size, out_features)
 
     def forward(self, u: Tensor, v: Tensor | None = None) -> Tensor:
-        if v is None:
-            raise ValueError("SiameseClassificationHead needs both sentence vectors u and v.")
+        v = second(v, "SiameseClassificationHead")
         features = torch.cat([u, v, (u - v).abs(), u * v], dim=-1)
         return self.linear(self.dropout(features))
 
@@ -78,9 +81,7 @@ class CosineSimilarityHead(TaskHead):
     siamese = True
 
     def forward(self, u: Tensor, v: Tensor | None = None) -> Tensor:
-        if v is None:
-            raise ValueError("CosineSimilarityHead needs both sentence vectors u and v.")
-        return F.cosine_similarity(u.float(), v.float(), dim=-1, eps=1e-8)
+        return F.cosine_similarity(u.float(), second(v, "CosineSimilarityHead").float(), dim=-1, eps=1e-8)
 
 
 def check_loss(spec: TaskSpec) -> str:
@@ -120,18 +121,6 @@ def build_head(
     return LinearHead(hidden_size, out, dropout, squeeze=spec.is_regression)
 
 
-def scale_labels(spec: TaskSpec, labels: Tensor) -> Tensor:
-    """``(label - low) / (high - low)``: a regression label in the normalised 0..1 scale."""
-    low, high = spec.label_range
-    return (labels.float() - low) / (high - low)
-
-
-def unscale_scores(spec: TaskSpec, scores: Tensor) -> Tensor:
-    """``low + clamp(score, 0, 1) * (high - low)``: a 0..1 score back on the task's own scale."""
-    low, high = spec.label_range
-    return low + scores.float().clamp(0.0, 1.0) * (high - low)
-
-
 def task_loss(spec: TaskSpec, output: Tensor, labels: Tensor) -> Tensor:
     """The training loss of one batch of ``spec`` (cross-entropy, BCE or MSE on the 0..1 scale), in fp32."""
     loss = check_loss(spec)
@@ -140,7 +129,8 @@ def task_loss(spec: TaskSpec, output: Tensor, labels: Tensor) -> Tensor:
         return F.cross_entropy(output, labels.long())
     if loss == "bce":
         return F.binary_cross_entropy_with_logits(binary_logit(output), labels.float())
-    return F.mse_loss(output.reshape(-1), scale_labels(spec, labels))
+    low, high = spec.label_range  # a regression label on the 0..1 scale
+    return F.mse_loss(output.reshape(-1), (labels.float() - low) / (high - low))
 
 
 def binary_logit(output: Tensor) -> Tensor:
@@ -153,7 +143,8 @@ def binary_logit(output: Tensor) -> Tensor:
 def predict(spec: TaskSpec, output: Tensor) -> Tensor:
     """Class indices ``[B]``, or regression scores on the task's scale (clamped to ``label_range``)."""
     if spec.is_regression:
-        return unscale_scores(spec, output.reshape(-1))
+        low, high = spec.label_range
+        return low + output.reshape(-1).float().clamp(0.0, 1.0) * (high - low)
     if output.dim() == 1 or output.shape[-1] == 1:
         return (output.reshape(-1) > 0).long()
     return output.argmax(dim=-1)

@@ -11,17 +11,11 @@ from torch import Tensor
 
 from pal_lightning.core.batch import resolve_pair_encoding
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.modeling.heads import LinearHead, TaskHead, build_head, output_size
+from pal_lightning.modeling.heads import LinearHead, TaskHead, build_head, output_size, second
 from pal_lightning.tasks.specs import TaskSpec
 
 #: Head names a task may be given through the module's ``heads`` option.
 HEAD_CHOICES: tuple[str, ...] = ("default", "cosine_rescaled", "concat", "sum")
-
-
-def _pair(u: Tensor, v: Tensor | None, head: str) -> Tensor:
-    if v is None:
-        raise ValueError(f"{head} needs both sentence vectors u and v.")
-    return v
 
 
 def rescaled_cosine(u: Tensor, v: Tensor) -> Tensor:
@@ -35,7 +29,7 @@ class RescaledCosineHead(TaskHead):
     siamese = True
 
     def forward(self, u: Tensor, v: Tensor | None = None) -> Tensor:
-        return rescaled_cosine(u, _pair(u, v, type(self).__name__))
+        return rescaled_cosine(u, second(v, type(self).__name__))
 
 
 class ConcatPairHead(LinearHead):
@@ -47,7 +41,7 @@ class ConcatPairHead(LinearHead):
         super().__init__(2 * hidden_size, out_features, dropout, squeeze)
 
     def forward(self, u: Tensor, v: Tensor | None = None) -> Tensor:
-        return super().forward(torch.cat([u, _pair(u, v, type(self).__name__)], dim=-1))
+        return super().forward(torch.cat([u, second(v, type(self).__name__)], dim=-1))
 
 
 class SumPairHead(LinearHead):
@@ -56,7 +50,7 @@ class SumPairHead(LinearHead):
     siamese = True
 
     def forward(self, u: Tensor, v: Tensor | None = None) -> Tensor:
-        return super().forward(u + _pair(u, v, type(self).__name__))
+        return super().forward(u + second(v, type(self).__name__))
 
 
 def check_head_choice(spec: TaskSpec, head: str, encoding: str) -> None:

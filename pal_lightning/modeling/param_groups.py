@@ -25,11 +25,6 @@ def encoder_depth(name: str, num_layers: int) -> int:
     return 0
 
 
-def layerwise_lr(lr: float, decay: float, depth: int) -> float:
-    """``lr * decay**depth``."""
-    return lr * decay**depth
-
-
 @dataclass(frozen=True)
 class GroupRates:
     """Peak learning rates and weight decay of the parameter groups."""
@@ -91,7 +86,7 @@ def _kind_of(name: str, pretrained: bool, adapter: bool, rates: GroupRates) -> t
         if rates.layer_lr_decay == 1.0:
             return 0, 0, "pretrained", rates.lr
         depth = encoder_depth(name, rates.num_layers)
-        return 0, depth, f"encoder_depth{depth}", layerwise_lr(rates.lr, rates.layer_lr_decay, depth)
+        return 0, depth, f"encoder_depth{depth}", rates.lr * rates.layer_lr_decay**depth
     if adapter:
         return 1, 0, "adapters", rates.adapter_lr
     return 2, 0, "heads", rates.head_lr

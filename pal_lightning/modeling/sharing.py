@@ -54,11 +54,6 @@ def stored_parameters(
     )
 
 
-def group_name(tasks: Sequence[str]) -> str:
-    """The name of a group of tasks: its tasks joined by ``+``."""
-    return "+".join(tasks)
-
-
 def resolve_task_groups(
     groups: Sequence[Sequence[str]] | None, tasks: Sequence[str], regime: str | None = None
 ) -> dict[str, str]:
@@ -88,5 +83,5 @@ def resolve_task_groups(
                 f"task_groups lists task(s) {sorted(set(twice))} twice: put each task in one group."
             )
         for task in members:
-            out[task] = group_name(members)
+            out[task] = "+".join(members)  # the group's name
     return {task: out.get(task, task) for task in tasks}

@@ -24,16 +24,13 @@ def _on_meta(**kwargs) -> MultiTaskEncoder:
 
 
 def test_bert_base_pal_weights_match_the_paper():
+    assert _on_meta().adapter_size == 204  # the default size at 768
     report = parameter_report(_on_meta(adapter={"method": "pals", "size": 204}))
     assert report.adapter_weights == {"a": 1_811_520, "b": 1_811_520}
     assert 2 * 768 * 204 + 12 * 3 * 204**2 == 1_811_520
     # biases apart: V^E (204) + V^D (768) + Q, K, V per layer (12 * 3 * 204)
     assert report.adapter_biases["a"] == 204 + 768 + 12 * 3 * 204
     assert report.adapter_size == 204
-
-
-def test_default_size_for_bert_base_is_204():
-    assert _on_meta().adapter_size == 204
 
 
 def test_variant_formulas():

@@ -1,5 +1,5 @@
 """Every encoder family on a tiny random config of it (2 layers, width 32): the registry, sharing regimes,
-loading a saved checkpoint, a module that cannot be merged. Every method on every family:
+loading a saved checkpoint. Every method on every family:
 ``test_conformance.py``."""
 
 from __future__ import annotations
@@ -67,9 +67,3 @@ def test_a_saved_checkpoint_loads_under_the_family_names(model_type, with_head, 
     with torch.no_grad():
         expected = reference(**{k: inputs[k] for k in keys}).last_hidden_state
         torch.testing.assert_close(model(**inputs, task="a"), expected, atol=1e-6, rtol=0)
-
-
-def test_a_bottleneck_adapter_cannot_be_merged():
-    model = MultiTaskEncoder.from_config(tiny("bert"), ["a"], adapter="pfeiffer")
-    with pytest.raises(PalUserError, match="cannot be merged"):
-        model.merge("a")

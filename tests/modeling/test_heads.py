@@ -28,14 +28,10 @@ def _pair_spec(**kw: object) -> TaskSpec:
     return TaskSpec(name="pair", kind="pair_classification", text_columns=("a", "b"), **kw)  # type: ignore[arg-type]
 
 
-def test_pool_cls_takes_first_token() -> None:
-    hidden = torch.randn(B, 7, H)
-    assert torch.equal(pool(hidden, torch.ones(B, 7), "cls"), hidden[:, 0])
-
-
-def test_pool_mean_ignores_padding() -> None:
+def test_pool_cls_takes_the_first_token_and_mean_ignores_padding() -> None:
     torch.manual_seed(0)
     hidden = torch.randn(2, 6, H)
+    assert torch.equal(pool(hidden, torch.ones(2, 6), "cls"), hidden[:, 0])
     mask = torch.tensor([[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 1]])
     pooled = pool(hidden, mask, "mean")
     assert torch.allclose(pooled[0], hidden[0, :3].mean(0), atol=1e-6)
@@ -44,9 +40,6 @@ def test_pool_mean_ignores_padding() -> None:
     noisy = hidden.clone()
     noisy[0, 3:] = 1e3
     assert torch.allclose(pool(noisy, mask, "mean"), pooled, atol=1e-5)
-
-
-def test_pool_unknown_mode_is_a_user_error() -> None:
     with pytest.raises(PalUserError, match="pooling"):
         pool(torch.zeros(1, 2, H), None, "max")
 
@@ -95,7 +88,7 @@ def test_siamese_classification_features() -> None:
     assert head.linear.in_features == 4 * H
 
 
-def test_cosine_head_and_clamped_prediction() -> None:
+def test_cosine_head_clamped_and_bce_thresholded_predictions() -> None:
     sts = get_task("sts")
     u = torch.tensor([[1.0, 0.0], [1.0, 0.0], [1.0, 1.0]])
     v = torch.tensor([[1.0, 0.0], [-1.0, 0.0], [1.0, 0.0]])
@@ -103,6 +96,7 @@ def test_cosine_head_and_clamped_prediction() -> None:
     assert torch.allclose(score, torch.tensor([1.0, -1.0, 1 / math.sqrt(2)]), atol=1e-6)
     # -1 is clamped to 0 -> the low end of 0..5
     assert torch.allclose(predict(sts, score), torch.tensor([5.0, 0.0, 5 / math.sqrt(2)]), atol=1e-5)
+    assert predict(_pair_spec(loss="bce"), torch.tensor([[-0.1], [0.2]])).tolist() == [0, 1]
 
 
 def test_losses() -> None:
@@ -133,7 +127,3 @@ def test_loss_kind_mismatch_is_a_user_error() -> None:
         task_loss(get_task("sts").replace(loss="cross_entropy"), torch.zeros(2), torch.zeros(2))
     with pytest.raises(PalUserError, match="classification"):
         build_head(get_task("sst").replace(loss="mse"), H, "cross", 0.1)
-
-
-def test_bce_prediction_thresholds_logit() -> None:
-    assert predict(_pair_spec(loss="bce"), torch.tensor([[-0.1], [0.2]])).tolist() == [0, 1]

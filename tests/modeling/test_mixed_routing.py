@@ -49,9 +49,8 @@ def build(
         **options(method),
         **kwargs,
     )
-    with (
-        torch.no_grad()
-    ):  # a zero start would make every task the shared encoder: the test would prove nothing
+    # a zero start would make every task the shared encoder: the test would prove nothing
+    with torch.no_grad():
         for p in [*model.adapters.parameters(), *model.individual.parameters()]:
             p.add_(torch.randn_like(p) * 0.1)
     if "c" in model.adapters:
@@ -79,9 +78,7 @@ def check_rows_as_alone(model: MultiTaskEncoder, model_type: str, device: str = 
     for task, out in alone.items():
         rows = [i for i, t in enumerate(ROW_TASKS) if t == task]
         torch.testing.assert_close(mixed[rows], out[rows], atol=1e-5, rtol=1e-5, msg=f"rows of {task}")
-    if (
-        len(model.adapters) or model.individual_layers
-    ):  # the tasks differ, so the equality above routed each row
+    if len(model.adapters) or model.individual_layers:  # the tasks differ: the rows above were routed
         assert (alone["a"] - alone["b"]).abs().max() > 1e-3
 
 

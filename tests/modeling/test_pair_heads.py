@@ -52,9 +52,7 @@ def test_concat_and_sum_heads_by_hand() -> None:
         concat.linear.bias.fill_(0.5)
     # 0*1 + 1*2 + 2*3 + 3*4 + 4*10 + 5*20 + 6*30 + 7*40 + 0.5
     assert concat(u, v).item() == pytest.approx(20 + 600 + 0.5)
-    assert concat(v, u).item() == pytest.approx(
-        0 * 10 + 20 + 60 + 120 + 4 + 10 + 18 + 28 + 0.5
-    )  # order matters
+    assert concat(v, u).item() == pytest.approx(20 + 60 + 120 + 4 + 10 + 18 + 28 + 0.5)  # order matters
     summed = SumPairHead(H, 2, dropout=0.0)
     with torch.no_grad():
         summed.linear.weight.copy_(torch.tensor([[1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0]]))
@@ -128,9 +126,8 @@ def test_module_builds_the_chosen_heads_and_a_checkpoint_remembers_them() -> Non
 
     kw = dict(encoder_config=TINY_BERT, adapter={"num_heads": 2}, pair_encoding=SIAMESE)
     module = MultiTaskModule(heads={"sts": "cosine_rescaled", "qqp": "sum"}, **kw)
-    assert isinstance(module.heads["sts"], RescaledCosineHead) and isinstance(
-        module.heads["qqp"], SumPairHead
-    )
+    assert isinstance(module.heads["sts"], RescaledCosineHead)
+    assert isinstance(module.heads["qqp"], SumPairHead)
     saved = {
         VERSION_KEY: __version__,
         "hyper_parameters": dict(module.hparams),

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from types import SimpleNamespace
 
 import pytest
 import torch
+from pal_by_hand import attention_by_hand
 
 from pal_lightning.modeling import AdapterConfig
 from pal_lightning.modeling.methods.pals import (
@@ -24,16 +24,7 @@ def _task_adapter(config: AdapterConfig, hidden_size: int, size: int, layers: li
 
 
 def _manual_attention(module: ProjectedAttention, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-    b, t, d = x.shape
-    hd = d // module.num_heads
-    q, k, v = module.qkv(x).split(d, dim=-1)
-    heads = []
-    for i in range(module.num_heads):
-        sl = slice(i * hd, (i + 1) * hd)
-        scores = q[..., sl] @ k[..., sl].transpose(1, 2) / math.sqrt(hd)
-        scores = scores.masked_fill(~keep[:, None, :], float("-inf"))
-        heads.append(scores.softmax(-1) @ v[..., sl])
-    return torch.cat(heads, dim=-1)
+    return attention_by_hand(*module.qkv(x).split(x.shape[-1], dim=-1), module.num_heads, keep=keep)
 
 
 def test_projected_attention_is_multi_head_attention_without_output_projection():

@@ -9,41 +9,19 @@ once; it must agree to 1e-6 in float32, forward and gradients.
 
 from __future__ import annotations
 
-import collections
-import math
-
 import pytest
 import torch
 import torch.nn.functional as F
+from pal_by_hand import Dispatched, attention_by_hand
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from pal_lightning.modeling.methods.pals import ProjectedAttention, TaskAdapter, additive_mask
 
 D, SIZE, HEADS, LAYERS = 16, 8, 2, (0, 1)
 
 
-class _Ops(TorchDispatchMode):
-    """Each dispatched operator's short name, counted."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.names: collections.Counter[str] = collections.Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-        self.names[str(func).removeprefix("aten.").split(".")[0]] += 1
-        return func(*args, **(kwargs or {}))
-
-
 def _reference_attention(module: ProjectedAttention, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    q, k, v = module.qkv(x).chunk(3, dim=-1)
-    hd = module.size // module.num_heads
-    heads = []
-    for i in range(module.num_heads):
-        sl = slice(i * hd, (i + 1) * hd)
-        scores = q[..., sl] @ k[..., sl].transpose(1, 2) / math.sqrt(hd) + mask[:, 0]
-        heads.append(scores.softmax(-1) @ v[..., sl])
-    return torch.cat(heads, dim=-1)
+    return attention_by_hand(*module.qkv(x).chunk(3, dim=-1), module.num_heads, mask=mask)
 
 
 def _reference(adapter: TaskAdapter, layer: int, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -120,9 +98,9 @@ def test_one_pal_layer_dispatches_few_operators_forward_and_backward() -> None:
     adapter = _adapter("attention", shared=True)
     h, mask = _inputs()
     h.requires_grad_()
-    with _Ops() as forward:
+    with Dispatched() as forward:
         out = adapter(0, h, mask)
-    with _Ops() as backward:
+    with Dispatched() as backward:
         out.sum().backward()
     assert forward.names["view"] <= 4 and forward.names["addmm"] == 3, forward.names
     assert forward.names["_to_copy"] == 0
@@ -137,7 +115,7 @@ def test_under_cpu_autocast_q_k_and_v_are_cast_to_float32_once() -> None:
     h, mask = _inputs()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         adapter(0, h, mask)  # the shared weights' casts are cached from here on (autocast's weight cache)
-        with _Ops() as ops:
+        with Dispatched() as ops:
             out = adapter(1, h, mask)
     # h to bf16, layer 1's qkv weight and bias, Q/K/V up together, the heads down
     assert ops.names["_to_copy"] == 5, ops.names

@@ -9,13 +9,10 @@ and keep the saved parameter names.
 
 from __future__ import annotations
 
-import collections
-import math
-
 import pytest
 import torch
+from pal_by_hand import Dispatched, attention_by_hand
 from torch.nn import functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from pal_lightning.modeling import AdapterConfig, MultiTaskEncoder
 from pal_lightning.modeling.methods.on_top import ProjectedAttentionBlock, ProjectedAttentionOnTop
@@ -25,20 +22,6 @@ from pal_lightning.testing import without_dropout
 
 TINY_NO_DROPOUT = without_dropout(TINY)
 PAL_SIZE, PAL_HEADS = 8, 2
-
-
-def _attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep: torch.Tensor, heads: int
-) -> torch.Tensor:
-    """concat_i softmax(Q_i K_i^T / sqrt(d_h), padded keys excluded) V_i, head by head."""
-    hd = q.shape[-1] // heads
-    out = []
-    for i in range(heads):
-        sl = slice(i * hd, (i + 1) * hd)
-        scores = q[..., sl] @ k[..., sl].transpose(1, 2) / math.sqrt(hd)
-        scores = scores.masked_fill(~keep[:, None, :], float("-inf"))
-        out.append(scores.softmax(-1) @ v[..., sl])
-    return torch.cat(out, dim=-1)
 
 
 def _linear(x: torch.Tensor, state: dict, name: str) -> torch.Tensor:
@@ -55,7 +38,7 @@ def _reference(model: MultiTaskEncoder, batch: dict, task: str, adapter: str) ->
         p = f"bert.encoder.layer.{layer}"
         heads = model.config.num_attention_heads
         q, k, v = (_linear(h, state, f"{p}.attention.self.{n}") for n in ("query", "key", "value"))
-        sa = _linear(_attention(q, k, v, keep, heads), state, f"{p}.attention.output.dense")
+        sa = _linear(attention_by_hand(q, k, v, heads, keep=keep), state, f"{p}.attention.output.dense")
         h_att = F.layer_norm(
             h + sa,
             h.shape[-1:],
@@ -71,7 +54,7 @@ def _reference(model: MultiTaskEncoder, batch: dict, task: str, adapter: str) ->
         x = _linear(h, state, down)
         if adapter != "low_rank":
             qkv = _linear(x, state, f"{a}.attention.{layer}.qkv")
-            x = _attention(*qkv.split(PAL_SIZE, dim=-1), keep, PAL_HEADS)
+            x = attention_by_hand(*qkv.split(PAL_SIZE, dim=-1), PAL_HEADS, keep=keep)
         ts = _linear(x, state, up)
         h = F.layer_norm(
             h_att + ffn + ts,
@@ -121,7 +104,9 @@ def _on_top_reference(model: MultiTaskEncoder, batch: dict, task: str, gelu: boo
     for k in range(6):
         qkv = _linear(x, state, f"{a}.blocks.{k}.attention.qkv")
         attended = _linear(
-            _attention(*qkv.split(PAL_SIZE, dim=-1), keep, PAL_HEADS), state, f"{a}.blocks.{k}.out"
+            attention_by_hand(*qkv.split(PAL_SIZE, dim=-1), PAL_HEADS, keep=keep),
+            state,
+            f"{a}.blocks.{k}.out",
         )
         norm = (state[f"{a}.blocks.{k}.norm.weight"], state[f"{a}.blocks.{k}.norm.bias"])
         x = F.layer_norm(x + attended, x.shape[-1:], *norm, model.config.layer_norm_eps)
@@ -152,32 +137,12 @@ def test_projected_attention_on_top_equals_its_formula(activation, batch):
     assert top.blocks[0].norm.eps == ProjectedAttentionBlock(8, 2).norm.eps == 1e-12
 
 
-class _OpCount(TorchDispatchMode):
-    """Counts the aten operators that run (what a device would launch, views included)."""
-
-    VIEWS = ("view", "t.default", "transpose", "permute", "unbind", "expand", "unsqueeze", "slice", "alias")
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: collections.Counter[str] = collections.Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-        self.ops[str(func)] += 1
-        return func(*args, **(kwargs or {}))
-
-    def computing(self) -> list[str]:
-        """The operators that compute (not views), one entry per call."""
-        return sorted(
-            op for op, n in self.ops.items() for _ in range(n) if not any(v in op for v in self.VIEWS)
-        )
-
-
 def test_one_pal_is_at_most_five_kernels_and_a_forward_waits_for_the_device_no_more_than_bert(batch):
     torch.manual_seed(0)
     model = MultiTaskEncoder.from_config(TINY, ["a"], size=PAL_SIZE, num_heads=PAL_HEADS, init="random")
     h = torch.randn(3, 7, TINY["hidden_size"])
     mask = torch.zeros(3, 1, 1, 7)
-    with torch.no_grad(), _OpCount() as count:
+    with torch.no_grad(), Dispatched() as count:
         model.adapters["a"](1, h, mask)
     # V^E, fused Q/K/V, one attention, V^D, and at most one copy to concatenate the heads (none where the
     # attention kernel writes them side by side already, as on this CPU): no per-layer mask work
@@ -188,23 +153,10 @@ def test_one_pal_is_at_most_five_kernels_and_a_forward_waits_for_the_device_no_m
     plain = MultiTaskEncoder.from_config(TINY, ["a"], adapter="none")
     syncs = {}
     for name, encoder in (("pals", model), ("none", plain)):
-        with _OpCount() as count:
+        with Dispatched() as count:
             encoder(**batch, task="a").sum().backward()
         syncs[name] = count.ops["aten._local_scalar_dense.default"]  # a tensor read on the host
     assert syncs["pals"] == syncs["none"]
-
-
-class _CastShapes(TorchDispatchMode):
-    """The shapes of the tensors cast to another dtype."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.shapes: list[tuple[int, ...]] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-        if func is torch.ops.aten._to_copy.default:
-            self.shapes.append(tuple(args[0].shape))
-        return func(*args, **(kwargs or {}))
 
 
 def test_the_mask_is_built_in_the_autocast_dtype_once(batch):
@@ -214,13 +166,13 @@ def test_the_mask_is_built_in_the_autocast_dtype_once(batch):
     with torch.autocast("cpu", dtype=torch.bfloat16):
         # the CPU computes the attention product in fp32 under autocast (modeling/attention.py)
         assert scores_dtype(torch.float32, cpu) == torch.float32
-        with _CastShapes() as casts:
+        with Dispatched() as casts:
             out = model(**batch, task="a")
     assert torch.isfinite(out).all()
     mask_shape = (batch["input_ids"].shape[0], 1, 1, batch["input_ids"].shape[1])
-    assert casts.shapes and mask_shape not in casts.shapes  # no layer casts the PAL mask
+    assert casts.cast_shapes and mask_shape not in casts.cast_shapes  # no layer casts the PAL mask
     # without autocast: in the weights' dtype (float64 here), again never cast by a layer
     model.double()
-    with _CastShapes() as casts:
+    with Dispatched() as casts:
         assert model(**batch, task="a").dtype == torch.float64
-    assert mask_shape not in casts.shapes
+    assert mask_shape not in casts.cast_shapes

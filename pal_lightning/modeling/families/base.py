@@ -14,6 +14,13 @@ from torch import nn
 Site = tuple[str, tuple[int, int] | None]
 
 
+def whole_linears(*paths: str) -> dict[str, Site]:
+    """The sites of a layer without fused Linears: the paths of query, key, value, attention_output,
+    ffn_input and ffn_output, in that order."""
+    names = ("query", "key", "value", "attention_output", "ffn_input", "ffn_output")
+    return {name: (path, None) for name, path in zip(names, paths, strict=True)}
+
+
 @dataclass(frozen=True)
 class EncoderFamily:
     """One encoder architecture as the library wires it."""
@@ -61,9 +68,3 @@ class EncoderFamily:
         linear = layer.get_submodule(path)
         assert isinstance(linear, nn.Linear), f"{self.name}: {path} is not a Linear"
         return linear, chunk
-
-    def site_shape(self, layer: nn.Module, site: str) -> tuple[int, int]:
-        """``(in, out)`` of ``site`` in ``layer`` (out is one chunk's width for a fused Linear)."""
-        linear, chunk = self.site_linear(layer, site)
-        out = linear.out_features if chunk is None else linear.out_features // chunk[1]
-        return linear.in_features, out

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from pal_lightning.modeling.families.base import EncoderFamily, Site
+from pal_lightning.modeling.families.base import EncoderFamily, Site, whole_linears
 
+#: BERT's feed-forward Linears (kept by MPNet and DeBERTa).
+BERT_FFN = ("intermediate.dense", "output.dense")
 #: The sites of a BERT-shaped layer.
-BERT_SITES: dict[str, Site] = {
-    "query": ("attention.self.query", None),
-    "key": ("attention.self.key", None),
-    "value": ("attention.self.value", None),
-    "attention_output": ("attention.output.dense", None),
-    "ffn_input": ("intermediate.dense", None),
-    "ffn_output": ("output.dense", None),
-}
+BERT_SITES: dict[str, Site] = whole_linears(
+    "attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense", *BERT_FFN
+)
 
 
 def _bert_shaped(name: str, model_types: tuple[str, ...], layer_class: str, pooler: bool) -> EncoderFamily:

@@ -84,13 +84,6 @@ def backbone(
     return model
 
 
-def layer_copy(family: EncoderFamily, config: PretrainedConfig, layer: nn.Module, index: int) -> nn.Module:
-    """A new layer with ``layer``'s weights reading ``config`` itself (so ``set_attn_implementation`` reaches it)."""
-    new = family.new_layer(config, index)
-    new.load_state_dict(layer.state_dict())
-    return new
-
-
 def individual_copies(
     model: PreTrainedModel,
     family: EncoderFamily,
@@ -98,13 +91,15 @@ def individual_copies(
     layers: Sequence[int],
     groups: Iterable[str],
 ) -> nn.ModuleDict:
-    """Per group, its copies of ``model``'s individual ``layers``; their places become parameter-free slots."""
+    """Per group, its copies of ``model``'s individual ``layers``; their places become parameter-free slots.
+    Each copy is a new layer reading ``model.config`` itself, so ``set_attn_implementation`` reaches it."""
     shared = family.layer_list(model)
-    config: PretrainedConfig = model.config
     copies = nn.ModuleDict()
     if layers:
         for group in dict.fromkeys(groups):
-            copies[group] = nn.ModuleDict({str(i): layer_copy(family, config, shared[i], i) for i in layers})
+            copies[group] = own = nn.ModuleDict({str(i): family.new_layer(model.config, i) for i in layers})
+            for i in layers:
+                own[str(i)].load_state_dict(shared[i].state_dict())
         for i in layers:
             shared[i] = IndividualLayerSlot(i, wiring, shared[i])  # the copies replace the shared layer
     return copies

@@ -3,7 +3,8 @@ fused ``Wqkv`` and a gated FFN whose ``ffn_input`` site is the input half)."""
 
 from __future__ import annotations
 
-from pal_lightning.modeling.families.base import EncoderFamily
+from pal_lightning.modeling.families.base import EncoderFamily, whole_linears
+from pal_lightning.modeling.families.bert_like import BERT_FFN
 
 DISTILBERT = EncoderFamily(
     name="distilbert",
@@ -11,14 +12,9 @@ DISTILBERT = EncoderFamily(
     layers="transformer.layer",
     layer_class="transformers.models.distilbert.modeling_distilbert:TransformerBlock",
     join_norm="output_layer_norm",
-    sites={
-        "query": ("attention.q_lin", None),
-        "key": ("attention.k_lin", None),
-        "value": ("attention.v_lin", None),
-        "attention_output": ("attention.out_lin", None),
-        "ffn_input": ("ffn.lin1", None),
-        "ffn_output": ("ffn.lin2", None),
-    },
+    sites=whole_linears(
+        "attention.q_lin", "attention.k_lin", "attention.v_lin", "attention.out_lin", "ffn.lin1", "ffn.lin2"
+    ),
     token_types=False,
     layer_index_keyword=None,
 )
@@ -29,14 +25,9 @@ MPNET = EncoderFamily(
     layers="encoder.layer",
     layer_class="transformers.models.mpnet.modeling_mpnet:MPNetLayer",
     join_norm="output.LayerNorm",
-    sites={
-        "query": ("attention.attn.q", None),
-        "key": ("attention.attn.k", None),
-        "value": ("attention.attn.v", None),
-        "attention_output": ("attention.attn.o", None),
-        "ffn_input": ("intermediate.dense", None),
-        "ffn_output": ("output.dense", None),
-    },
+    sites=whole_linears(
+        "attention.attn.q", "attention.attn.k", "attention.attn.v", "attention.attn.o", *BERT_FFN
+    ),
     token_types=False,
     pooler_option=True,
     layer_index_keyword=None,
@@ -48,14 +39,13 @@ DEBERTA_V2 = EncoderFamily(
     layers="encoder.layer",
     layer_class="transformers.models.deberta_v2.modeling_deberta_v2:DebertaV2Layer",
     join_norm="output.LayerNorm",
-    sites={
-        "query": ("attention.self.query_proj", None),
-        "key": ("attention.self.key_proj", None),
-        "value": ("attention.self.value_proj", None),
-        "attention_output": ("attention.output.dense", None),
-        "ffn_input": ("intermediate.dense", None),
-        "ffn_output": ("output.dense", None),
-    },
+    sites=whole_linears(
+        "attention.self.query_proj",
+        "attention.self.key_proj",
+        "attention.self.value_proj",
+        "attention.output.dense",
+        *BERT_FFN,
+    ),
     layer_index_keyword=None,
     row_shared_sites=("query", "key"),  # the relative embeddings, with share_att_key (v3's setting)
 )

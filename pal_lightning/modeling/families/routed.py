@@ -16,6 +16,10 @@ from pal_lightning.modeling.methods import AdapterConfig
 from pal_lightning.modeling.methods.pals import additive_mask, scores_dtype
 
 
+def _rows(tensor: torch.Tensor | None, start: int, stop: int) -> torch.Tensor | None:
+    return None if tensor is None else tensor[start:stop]
+
+
 class RoutedForward(TaskParameters):
     """The forwards of :class:`MultiTaskEncoder` (one task, or rows of several: ``tasks=``) and the calls its
     hooks read; mixed into :class:`MultiTaskEncoder`, which sets the attributes below."""
@@ -45,13 +49,20 @@ class RoutedForward(TaskParameters):
         task: str,
     ) -> torch.Tensor:
         self.check_task(task)
-        call = self.task_call(task, attention_mask)
+        return self._run(self.task_call(task, attention_mask), input_ids, attention_mask, token_type_ids)
+
+    def _run(
+        self,
+        call: TaskCall | None,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        token_type_ids: torch.Tensor | None,
+    ) -> torch.Tensor:
         inputs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask}
         if self.takes_token_types:
             inputs["token_type_ids"] = token_type_ids
         with self.wiring.active(call):
-            out = self.bert(**inputs)
-        return out.last_hidden_state
+            return self.bert(**inputs).last_hidden_state
 
     @property
     def mixed_by_task(self) -> bool:
@@ -87,41 +98,23 @@ class RoutedForward(TaskParameters):
         if len(routing.tasks) == 1:  # one task: the single-task path, rows in place
             return self._forward_task(input_ids, attention_mask, token_type_ids, routing.tasks[0])
         mask = None if attention_mask is None else routing.sort(attention_mask)
-        if self.mixed_by_task:
-            return routing.unsort(self._forward_by_task(routing, input_ids, mask, token_type_ids))
+        ids = routing.sort(input_ids)
+        types = None if token_type_ids is None or not self.takes_token_types else routing.sort(token_type_ids)
+        if self.mixed_by_task:  # one forward per task, on its slice of the sorted rows
+            return routing.unsort(
+                torch.cat(
+                    [
+                        self._forward_task(
+                            ids[start:stop], _rows(mask, start, stop), _rows(types, start, stop), task
+                        )
+                        for task, start, stop in routing.slices()
+                    ]
+                )
+            )
         call = self.mixed_task_call(routing, mask)
         if call is None:  # no task present has a module: the shared encoder, rows in place
-            inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
-        else:
-            inputs = {"input_ids": routing.sort(input_ids), "attention_mask": mask}
-        if self.takes_token_types:
-            inputs["token_type_ids"] = (
-                token_type_ids if call is None or token_type_ids is None else routing.sort(token_type_ids)
-            )
-        with self.wiring.active(call):
-            out = self.bert(**inputs).last_hidden_state
-        return out if call is None else routing.unsort(out)
-
-    def _forward_by_task(
-        self,
-        routing: TaskRouting,
-        input_ids: torch.Tensor,
-        mask: torch.Tensor | None,
-        token_type_ids: torch.Tensor | None,
-    ) -> torch.Tensor:
-        ids = routing.sort(input_ids)
-        types = None if token_type_ids is None else routing.sort(token_type_ids)
-        return torch.cat(
-            [
-                self._forward_task(
-                    ids[start:stop],
-                    None if mask is None else mask[start:stop],
-                    None if types is None else types[start:stop],
-                    task,
-                )
-                for task, start, stop in routing.slices()
-            ]
-        )
+            return self._run(None, input_ids, attention_mask, token_type_ids)
+        return routing.unsort(self._run(call, ids, mask, types))
 
     def mixed_task_call(self, routing: TaskRouting, attention_mask: torch.Tensor | None) -> TaskCall | None:
         """The hooks' call for ``routing``'s rows sorted by task (``None``: nothing task-specific)."""

@@ -103,12 +103,8 @@ def route_rows(
     or index, or an empty batch."""
     indices = task_indices(tasks, names)
     # tasks of one group next to each other, groups in the order of their first task
-    group_rank: dict[str, int] = {}
-    for name in names:
-        group_rank.setdefault((group_of or {}).get(name, name), len(group_rank))
-    sequence = sorted(
-        range(len(names)), key=lambda i: (group_rank[(group_of or {}).get(names[i], names[i])], i)
-    )
+    group = [(group_of or {}).get(name, name) for name in names]
+    sequence = sorted(range(len(names)), key=lambda i: (group.index(group[i]), i))
     rank = torch.empty(len(names), dtype=torch.long)
     rank[torch.tensor(sequence)] = torch.arange(len(names))
     keys = rank[indices]
@@ -121,10 +117,10 @@ def route_rows(
     groups: list[tuple[str, int, int]] = []
     if group_of:
         for (task, _), start, stop in zip(present, bounds[:-1], bounds[1:], strict=True):
-            group = group_of[task]
-            if groups and groups[-1][0] == group:
-                groups[-1] = (group, groups[-1][1], stop)
+            name = group_of[task]
+            if groups and groups[-1][0] == name:
+                groups[-1] = (name, groups[-1][1], stop)
             else:
-                groups.append((group, start, stop))
+                groups.append((name, start, stop))
     where = None if device is None else torch.device(device)
     return TaskRouting(tuple(t for t, _ in present), tuple(bounds), order, tuple(groups), where)

@@ -1,10 +1,6 @@
-"""Per-task methods (adapters) behind a registry (:mod:`~pal_lightning.modeling.methods.registry`: one
-file per family of methods, one line per method there).
-
-Each method is an :class:`~pal_lightning.modeling.methods.base.AdapterMethod`: its default size, how it
-builds a task's module, where that acts (:mod:`~pal_lightning.modeling.methods.where`), its parameter
-formula and its checkpoint signature; its options are a dataclass registered beside it (an
-:class:`~pal_lightning.modeling.methods.config.AdapterConfig` subclass), chosen by ``method``. Adding a method: ``docs/extending.md``.
+"""Per-task methods (adapters): :class:`~pal_lightning.modeling.methods.base.AdapterMethod` objects in a
+registry (:mod:`~pal_lightning.modeling.methods.registry`), each with its options' dataclass (an
+:class:`~pal_lightning.modeling.methods.config.AdapterConfig` subclass). Adding one: ``docs/extending.md``.
 """
 
 from pal_lightning.modeling.methods.base import SITES, AdapterMethod

@@ -1,13 +1,8 @@
 """What a per-task method is: the questions the encoder, accounting, save/load and the CLI ask of it.
 
-A *method* is one kind of task-specific module (an *adapter*): PALs, low-rank projections, a block on top
-of the encoder, ... Each method is one :class:`AdapterMethod` object in the registry
-(:mod:`pal_lightning.modeling.methods`); nothing else in the library branches on a method's name. Adding
-one is a new file with a subclass and one registry line (``docs/extending.md``).
-
-Where a method's module acts, and the Protocol that module follows, is its :attr:`AdapterMethod.where`
-(:mod:`~pal_lightning.modeling.methods.where`). A module that needs the pretrained weights at its start
-(a copy of the last layer) has a ``start_from(last_layer)`` method; the encoder calls it after loading them.
+A *method* (an *adapter*: PALs, LoRA, a block on top, ...) is one :class:`AdapterMethod` object in the
+registry; nothing else branches on its name. Where its module acts is its :attr:`AdapterMethod.where`;
+a module that needs the pretrained weights at its start has ``start_from(last_layer)``, called after loading.
 """
 
 from __future__ import annotations
@@ -26,18 +21,13 @@ if TYPE_CHECKING:
     from pal_lightning.modeling.methods.config import AdapterConfig
 
 
-#: The sites an ``INSIDE`` method may act on, in every encoder family's layers: the attention's query, key,
-#: value and output projections, and the feed-forward block's input and output Linears. Each family maps
-#: them to its own modules (a fused query/key/value Linear is sliced).
+#: The sites an ``INSIDE`` method may act on in every family's layers (a fused Q/K/V Linear is sliced).
 SITES: tuple[str, ...] = ("query", "key", "value", "attention_output", "ffn_input", "ffn_output")
 
 
 class AdapterMethod:
-    """One per-task method. Subclass it, set the class attributes, override what differs.
-
-    The defaults describe a method with a projected space of width d_s (``size``) scaled from the
-    paper's BERT-base size, acting beside the selected layers.
-    """
+    """One per-task method: subclass it, set the class attributes, override what differs (the defaults:
+    a projected space of width d_s beside the selected layers)."""
 
     name: str = ""
     """The name users write (``adapter.method: <name>``)."""
@@ -50,33 +40,22 @@ class AdapterMethod:
     (:meth:`default_size`). ``None``: the method has no projected space (``size`` must stay unset)."""
 
     headed: bool = False
-    """Whether d_s is split into ``num_heads`` attention heads (so d_s is a multiple of ``num_heads``)."""
-
-    uses_heads: bool = False
-    """Whether ``num_heads`` shapes the weights (recorded in the method's signature)."""
+    """Whether d_s is split into ``num_heads`` attention heads (which then shape the weights)."""
 
     has_up_projection: bool = False
     """Whether the output is a projection V^D that ``activation: gelu`` may follow."""
 
-    placeable: bool = True
-    """Whether ``placement`` (all / top / bottom layers) applies."""
-
     starts_as_encoder: bool = True
     """Whether a new task's module (``init="zero"``) leaves the encoder's output unchanged."""
 
-    # ------------------------------------------------------------------ configuration
     def check(self, config: AdapterConfig) -> None:
-        """Refuse options this method cannot honour (after the generic checks of the config).
-
-        Raises:
-            PalUserError: naming the option and the fix.
-        """
+        """Raise ``PalUserError`` (naming the option and the fix) for options this method cannot honour."""
         if config.activation != "none" and not self.has_up_projection:
             raise PalUserError(
                 f"adapter.activation {config.activation!r} follows V^D, which method {self.name!r} does not "
                 "have. Set adapter.activation: none, or use a method with a V^D."
             )
-        if not self.placeable and config.placement != "all":
+        if self.where is Where.TOP and config.placement != "all":
             raise PalUserError(
                 f"Method {self.name!r} sits after the last layer, so adapter.placement {config.placement!r} "
                 "does not apply. Set adapter.placement: all (and leave adapter.num_layers unset)."
@@ -111,11 +90,8 @@ class AdapterMethod:
         return self.size_at_768
 
     def layer_indices(self, config: AdapterConfig, num_layers: int) -> tuple[int, ...]:
-        """The 0-based layers that get the module (empty unless the method acts beside the layers).
-
-        Raises:
-            PalUserError: when ``num_layers`` of the config exceeds the encoder's depth.
-        """
+        """The 0-based layers that get the module (empty unless it acts in layers). Raises ``PalUserError``
+        when the config's ``num_layers`` exceeds the encoder's depth."""
         if not self.where.in_layers:
             return ()
         if config.placement == "all":
@@ -128,18 +104,11 @@ class AdapterMethod:
             )
         return tuple(range(k)) if config.placement == "bottom" else tuple(range(num_layers - k, num_layers))
 
-    # ------------------------------------------------------------------ building and counting
     def build(
         self, config: AdapterConfig, encoder_config: PretrainedConfig, size: int, layers: tuple[int, ...]
     ) -> nn.Module | None:
-        """One task's module (``None`` for a method that adds none).
-
-        Args:
-            config: the adapter configuration.
-            encoder_config: the encoder's ``transformers`` config (width, depth, FFN width, eps, ...).
-            size: d_s, resolved (:meth:`AdapterConfig.resolved_size`).
-            layers: the layers it acts beside (:meth:`layer_indices`).
-        """
+        """One task's module (``None``: none) for the encoder's ``transformers`` config, d_s = ``size``
+        (resolved) and the ``layers`` it acts in (:meth:`layer_indices`)."""
         raise NotImplementedError(f"method {self.name!r} does not say how to build its module")
 
     def weight_formula(self, config: AdapterConfig, d: int, size: int, k: int, d_ff: int) -> int:
@@ -150,7 +119,7 @@ class AdapterMethod:
     def signature(self, config: AdapterConfig, size: int, layers: tuple[int, ...]) -> dict[str, Any]:
         """The resolved options that fix the weights' shapes: equal signatures mean task weights fit."""
         signature: dict[str, Any] = {"method": self.name, "size": size, "layers": list(layers)}
-        signature["num_heads"] = config.num_heads if self.uses_heads else None
+        signature["num_heads"] = config.num_heads if self.headed else None
         if config.activation != "none":
             signature["activation"] = config.activation
         return signature
@@ -166,12 +135,9 @@ CONFIGS: dict[str, type] = {}
 def register_method(
     method: AdapterMethod, *, config: type | None = None, replace: bool = False
 ) -> AdapterMethod:
-    """Add ``method`` under ``method.name``, with ``config``, its options' dataclass (a subclass of
-    :class:`~pal_lightning.modeling.methods.config.AdapterConfig`; ``None``: the common options only).
-
-    Raises:
-        PalUserError: for a method without a name, or a name already taken (unless ``replace``).
-    """
+    """Add ``method`` under ``method.name``, with ``config``, its options' dataclass (an ``AdapterConfig``
+    subclass; ``None``: the common options only). Raises ``PalUserError`` for a method without a name, or a
+    name already taken (unless ``replace``)."""
     if not method.name:
         raise PalUserError(f"{type(method).__name__} has no name: set the class attribute `name`.")
     if method.name in METHODS and not replace:
@@ -186,11 +152,7 @@ def register_method(
 
 
 def get_method(name: str) -> AdapterMethod:
-    """The method registered as ``name``.
-
-    Raises:
-        PalUserError: naming the registered methods and the guide for adding one.
-    """
+    """The method registered as ``name``; ``PalUserError`` naming the registered ones if none is."""
     try:
         return METHODS[name]
     except (KeyError, TypeError):
@@ -211,7 +173,6 @@ class NoAdapter(AdapterMethod):
 
     name = "none"
     where = Where.NOWHERE
-    placeable = True
 
     def build(
         self, config: AdapterConfig, encoder_config: PretrainedConfig, size: int, layers: tuple[int, ...]

@@ -1,11 +1,7 @@
 """Bottleneck adapters per task (Houlsby et al., 2019; Pfeiffer et al., 2021): a targeted site's output
 y (width n) becomes ``y + U act(D y + b_D) + b_U`` (D: [m, n], U: [n, m]), U starting at zero.
-
-``houlsby`` acts after the attention output and the feed-forward output, ``pfeiffer`` (alias
-``bottleneck``) after the feed-forward output only (read before the residual LayerNorm, so both act on the
-sites every family maps). m is ``size``, else ``round(d / reduction_factor)`` with factor 16; the
-non-linearity defaults to AdapterHub's per variant (swish for ``houlsby``, ReLU for ``pfeiffer``).
-"""
+``houlsby`` acts after the attention and feed-forward outputs, ``pfeiffer`` (alias ``bottleneck``) after
+the feed-forward output; m is ``size``, else ``round(d / 16)``; act is AdapterHub's per variant."""
 
 from __future__ import annotations
 
@@ -20,7 +16,14 @@ from torch import nn
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling.methods.config import AdapterConfig
-from pal_lightning.modeling.methods.inside import InsideConfig, InsideMethod, encoder_widths, site_features
+from pal_lightning.modeling.methods.inside import (
+    InsideConfig,
+    InsideMethod,
+    SiteAdapter,
+    encoder_widths,
+    positive_number,
+    site_features,
+)
 from pal_lightning.modeling.methods.pals import init_like_bert, zero_linears
 
 if TYPE_CHECKING:
@@ -54,7 +57,7 @@ class BottleneckConfig(InsideConfig):
     (AdapterHub's)."""
 
 
-class BottleneckAdapter(nn.Module):
+class BottleneckAdapter(SiteAdapter):
     """One task's bottleneck adapters in ``layers`` (an
     :class:`~pal_lightning.modeling.methods.where.InsideModule`): ``down.<layer>.<site>`` (D, ``[size, n]``)
     and ``up.<layer>.<site>`` (U, ``[n, size]``) with biases, n the site's output width (``widths``); U is
@@ -68,17 +71,10 @@ class BottleneckAdapter(nn.Module):
         nonlinearity: str = "relu",
         init: str = "zero",
     ) -> None:
-        super().__init__()
-        self.layers: tuple[int, ...] = tuple(layers)
-        self.sites: tuple[str, ...] = tuple(widths)
+        down = {s: (n, size) for s, n in widths.items()}
+        super().__init__(layers, down, {s: (size, n) for s, n in widths.items()}, bias=True)
         self.nonlinearity = nonlinearity
         self._act = NONLINEARITIES[nonlinearity]
-        self.down = nn.ModuleDict(
-            {str(i): nn.ModuleDict({s: nn.Linear(n, size) for s, n in widths.items()}) for i in self.layers}
-        )
-        self.up = nn.ModuleDict(
-            {str(i): nn.ModuleDict({s: nn.Linear(size, n) for s, n in widths.items()}) for i in self.layers}
-        )
         self.reset_parameters(init)
 
     @torch.no_grad()
@@ -90,8 +86,7 @@ class BottleneckAdapter(nn.Module):
 
     def delta(self, layer: int, site: str, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """``U act(D y)`` for the site Linear's output ``y`` (its input ``x`` is not read)."""
-        down = cast(nn.ModuleDict, self.down[str(layer)])[site]
-        up = cast(nn.ModuleDict, self.up[str(layer)])[site]
+        down, up = self.pair(layer, site)
         return up(self._act(down(y)))
 
 
@@ -116,12 +111,7 @@ class _Bottleneck(InsideMethod):
         own = cast(BottleneckConfig, config)
         factor, nonlinearity = own.reduction_factor, own.nonlinearity
         if factor is not None:
-            if (
-                isinstance(factor, bool)
-                or not isinstance(factor, (int, float))
-                or not math.isfinite(factor)
-                or factor <= 0
-            ):
+            if not positive_number(factor):
                 raise PalUserError(
                     f"adapter.reduction_factor must be a positive number (the bottleneck width is "
                     f"hidden_size / reduction_factor), got {factor!r}. Leave it unset for "

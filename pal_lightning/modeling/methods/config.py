@@ -1,11 +1,6 @@
-"""The configuration of a model's per-task modules (adapters): which method, and its options.
-
-:class:`AdapterConfig` holds the options every method reads; a method with options of its own has a
-subclass (``LoraConfig`` in ``lora.py``, ...) registered beside it, and ``AdapterConfig(method=...)``
-builds the chosen method's class. The command line and YAML give a mapping (``adapter.method: lora``,
-``adapter.alpha: 16``); :meth:`AdapterConfig.coerce` turns it into the method's config.
-
-Default sizes follow Stickland & Murray (2019), scaled from BERT-base (d = 768) to the width d, half up:
+"""The configuration of a model's per-task modules (adapters): which method, and its options
+(:class:`AdapterConfig`; a method with options of its own has a subclass, which ``AdapterConfig(method=...)``
+builds). Default sizes follow Stickland & Murray (2019), scaled from BERT-base (d = 768) to the width d, half up:
 ``pals`` 204 (276 on half the layers), ``pals_no_sharing`` 84, ``low_rank`` 100, ``pff`` and ``pa_on_top``
 204, each ``* d / 768`` (102 at 384), attention methods then to a multiple of ``num_heads``; ``lora``
 rank 8 at every width; ``houlsby``/``pfeiffer`` ``d / 16`` (48 at 768); ``bert_layer_on_top`` none.
@@ -30,11 +25,7 @@ def _is_int(value: object) -> bool:
 
 
 def config_class(method: str) -> type[AdapterConfig]:
-    """The options' dataclass of the registered ``method``.
-
-    Raises:
-        PalUserError: for an unregistered method.
-    """
+    """The options' dataclass of the registered ``method`` (``PalUserError`` for an unregistered one)."""
     get_method(method)
     return CONFIGS.get(method, AdapterConfig)
 
@@ -49,11 +40,6 @@ def _set(value: Any) -> bool:
 
 
 def _check_known(method: str, options: Mapping[str, Any]) -> type[AdapterConfig]:
-    """``method``'s config class, once every name in ``options`` is one of its fields.
-
-    Raises:
-        PalUserError: naming the method's options and the methods that have the foreign one.
-    """
     cls = config_class(method)
     accepted = option_names(method)
     foreign = [k for k in options if k not in accepted]
@@ -76,12 +62,7 @@ def _check_known(method: str, options: Mapping[str, Any]) -> type[AdapterConfig]
 class AdapterConfig:
     """Which per-task module (adapter) each task adds to the shared encoder, and the options every method
     reads. ``AdapterConfig(method=name, **options)`` gives the method's own subclass (``LoraConfig``, ...).
-
-    Raises:
-        PalUserError: for an unknown method, placement or init, an option the method does not have, a
-            non-positive size or head count, a ``size`` that ``num_heads`` does not divide, ``num_layers``
-            without top/bottom placement, or a value the method cannot honour.
-    """
+    Raises ``PalUserError`` for an unknown method or value, or an option the method does not have."""
 
     method: str = "pals"
     """The method (:data:`pal_lightning.modeling.methods.METHODS`): ``pals`` (V^E/V^D shared by a task's
@@ -153,14 +134,10 @@ class AdapterConfig:
 
     @classmethod
     def coerce(cls, value: AdapterSpec) -> AdapterConfig:
-        """``value`` as the chosen method's config: a config as it is, a method name, or a mapping of its
-        options (what YAML, the command line and a checkpoint's hyper-parameters hold); ``None`` gives the
-        defaults. Another method's option left null (or 0: no dropout is no dropout for any method) is
-        dropped: earlier versions saved every method's options.
-
-        Raises:
-            PalUserError: for anything else, or an option the chosen method does not have.
-        """
+        """``value`` as the chosen method's config: a config as it is, a method name, a mapping of its
+        options (YAML, the command line, a checkpoint), or ``None`` (the defaults). Another method's option
+        left null or 0 is dropped (earlier versions saved every method's). Raises ``PalUserError`` for
+        anything else, or an option the chosen method does not have."""
         if value is None:
             return AdapterConfig()
         if isinstance(value, AdapterConfig):
@@ -195,26 +172,16 @@ class AdapterConfig:
         return self.size if self.size is not None else method.default_size(self, hidden_size)
 
     def layer_indices(self, num_hidden_layers: int) -> tuple[int, ...]:
-        """The 0-based indices of the layers that get the module (empty unless the method acts beside
-        the layers).
-
-        Raises:
-            PalUserError: when ``num_layers`` exceeds the encoder's depth.
-        """
+        """The 0-based layers that get the module (:meth:`AdapterMethod.layer_indices`)."""
         return self.adapter_method.layer_indices(self, num_hidden_layers)
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields as a plain dict (for metadata and hyper-parameters; tuples as lists, which YAML
-        and JSON write plainly)."""
+        """The fields as a plain dict, tuples as lists (for metadata and hyper-parameters)."""
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
     def replace(self, **changes: Any) -> AdapterConfig:
-        """A copy with ``changes`` applied (and validated); a new ``method`` drops the old one's own
-        options that ``changes`` does not set.
-
-        Raises:
-            PalUserError: for an option that no registered method has, or that the method does not have.
-        """
+        """A copy with ``changes`` applied and validated (a new ``method`` drops the old one's own options).
+        Raises ``PalUserError`` for an option that no registered method, or the method, has."""
         known = {name for m in METHODS for name in option_names(m)}
         unknown = sorted(set(changes) - known)
         if unknown:

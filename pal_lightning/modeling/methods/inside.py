@@ -1,6 +1,5 @@
 """What the methods acting *inside* a layer share (LoRA, bottleneck adapters): the sites' widths, the
-targets a config selects, a per-site parameter formula summed over sites and layers, and a signature
-that records the targets. Site widths in every family::
+targets a config selects, per-site Linears, a per-site formula and a signature with the targets::
 
     site                                 in      out
     query, key, value, attention_output  d       d
@@ -10,8 +9,12 @@ that records the targets. Site widths in every family::
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
+
+from torch import nn
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling.methods.base import SITES, AdapterMethod
@@ -31,17 +34,13 @@ def site_features(site: str, d: int, d_ff: int) -> tuple[int, int]:
 
 
 def encoder_widths(encoder_config: Any) -> tuple[int, int]:
-    """``(d, d_ff)``: ``hidden_size`` and ``intermediate_size`` of an encoder config (every family's
-    normalised config has both)."""
+    """``(d, d_ff)``: ``hidden_size`` and ``intermediate_size`` of an encoder config."""
     return int(encoder_config.hidden_size), int(encoder_config.intermediate_size)
 
 
 def check_targets(targets: Any) -> tuple[str, ...]:
-    """``targets`` as a tuple of distinct site names.
-
-    Raises:
-        PalUserError: for an empty or repeated selection, or a name that is not a site (naming them).
-    """
+    """``targets`` as a tuple of distinct site names; ``PalUserError`` for an empty or repeated selection, or
+    a name that is not a site."""
     chosen = (targets,) if isinstance(targets, str) else tuple(targets)
     unknown = [t for t in chosen if t not in SITES]
     if unknown:
@@ -73,12 +72,8 @@ class InsideConfig(AdapterConfig):
 
 
 def _site_tuple(targets: Any) -> tuple[str, ...]:
-    """``targets`` (a list from YAML or JSON, a tuple, or one name) as a tuple in SITES order: hashable,
-    and equal for equal selections however they were written. The method checks the names.
-
-    Raises:
-        PalUserError: for a value that is not a list of strings.
-    """
+    # a tuple in SITES order: hashable, and equal for equal selections however written (the method
+    # checks the names)
     chosen = (targets,) if isinstance(targets, str) else targets
     if not isinstance(chosen, (list, tuple)) or not all(isinstance(t, str) for t in chosen):
         raise PalUserError(
@@ -89,12 +84,49 @@ def _site_tuple(targets: Any) -> tuple[str, ...]:
     return tuple(sorted(chosen, key=lambda s: order.get(s, len(SITES))))
 
 
-class InsideMethod(AdapterMethod):
-    """A method whose per-task module acts on sites of the selected layers (LoRA, bottleneck adapters).
+def positive_number(value: object) -> bool:
+    """Whether ``value`` is a finite number above 0 (not a bool)."""
+    return (
+        isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    )
 
-    Subclasses set :attr:`default_targets`, are registered with a subclass of :class:`InsideConfig`, and give :meth:`site_weights`, the
-    weight-matrix parameters of one site of one layer.
-    """
+
+def _site_linears(layers: Iterable[int], shapes: Mapping[str, tuple[int, int]], bias: bool) -> nn.ModuleDict:
+    return nn.ModuleDict(
+        {
+            str(i): nn.ModuleDict({s: nn.Linear(*shape, bias=bias) for s, shape in shapes.items()})
+            for i in layers
+        }
+    )
+
+
+class SiteAdapter(nn.Module):
+    """A task's module on sites (an :class:`~pal_lightning.modeling.methods.where.InsideModule`):
+    ``down.<layer>.<site>`` and ``up.<layer>.<site>``, Linears of the ``(in, out)`` shapes given per site."""
+
+    def __init__(
+        self,
+        layers: Iterable[int],
+        down: Mapping[str, tuple[int, int]],
+        up: Mapping[str, tuple[int, int]],
+        bias: bool,
+    ) -> None:
+        super().__init__()
+        self.layers: tuple[int, ...] = tuple(layers)
+        self.sites: tuple[str, ...] = tuple(down)
+        self.down = _site_linears(self.layers, down, bias)
+        self.up = _site_linears(self.layers, up, bias)
+
+    def pair(self, layer: int, site: str) -> tuple[nn.Linear, nn.Linear]:
+        """``(down, up)`` of ``site`` in ``layer``."""
+        down = cast(nn.ModuleDict, self.down[str(layer)])
+        up = cast(nn.ModuleDict, self.up[str(layer)])
+        return cast(nn.Linear, down[site]), cast(nn.Linear, up[site])
+
+
+class InsideMethod(AdapterMethod):
+    """A method whose per-task module acts on sites of the selected layers: subclasses set
+    :attr:`default_targets`, register a subclass of :class:`InsideConfig` and give :meth:`site_weights`."""
 
     where = Where.INSIDE
 
@@ -115,8 +147,7 @@ class InsideMethod(AdapterMethod):
             check_targets(targets)
 
     def site_weights(self, config: AdapterConfig, size: int, in_features: int, out_features: int) -> int:
-        """Weight-matrix parameters at one site of one layer whose Linear maps ``in_features`` to
-        ``out_features``."""
+        """Weight-matrix parameters at one site (``in_features`` -> ``out_features``) of one layer."""
         raise NotImplementedError(f"method {self.name!r} has no per-site formula")
 
     def weight_formula(self, config: AdapterConfig, d: int, size: int, k: int, d_ff: int) -> int:

@@ -1,10 +1,7 @@
 """LoRA per task (Hu et al., 2021): a targeted site's output ``y = W x + b`` becomes
-``y + (alpha / r) B A dropout(x)`` (A: [r, in], B: [out, r]).
-
-B starts at zero (a new task is the pretrained encoder), A as ``nn.Linear`` draws it, as ``peft`` does.
+``y + (alpha / r) B A dropout(x)`` (A: [r, in], B: [out, r]; B starts at zero, A as ``peft`` draws it).
 Defaults are the paper's GLUE runs and ``peft``'s: r = 8 at any width, alpha = 8, no dropout, targets
-query and value. The update is linear in x: :meth:`LoraAdapter.weight_delta` is what ``merge`` folds in.
-"""
+query and value. The update is linear in x: ``merge`` folds :meth:`LoraAdapter.weight_delta` in."""
 
 from __future__ import annotations
 
@@ -18,7 +15,14 @@ from torch import nn
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling.methods.config import AdapterConfig
-from pal_lightning.modeling.methods.inside import InsideConfig, InsideMethod, encoder_widths, site_features
+from pal_lightning.modeling.methods.inside import (
+    InsideConfig,
+    InsideMethod,
+    SiteAdapter,
+    encoder_widths,
+    positive_number,
+    site_features,
+)
 from pal_lightning.modeling.methods.pals import INIT_STD
 
 if TYPE_CHECKING:
@@ -45,7 +49,7 @@ class LoraConfig(InsideConfig):
     """Dropout on a site's input before A (training only); ``None``: 0."""
 
 
-class LoraAdapter(nn.Module):
+class LoraAdapter(SiteAdapter):
     """One task's LoRA in ``layers`` (a :class:`~pal_lightning.modeling.methods.where.MergeableModule`):
     ``down.<layer>.<site>`` (A, ``[rank, in]``) and ``up.<layer>.<site>`` (B, ``[out, rank]``), no biases,
     for each site of ``features`` (its Linear's ``(in, out)``); B is zero unless ``init="random"``."""
@@ -59,28 +63,11 @@ class LoraAdapter(nn.Module):
         dropout: float = 0.0,
         init: str = "zero",
     ) -> None:
-        super().__init__()
-        self.layers: tuple[int, ...] = tuple(layers)
-        self.sites: tuple[str, ...] = tuple(features)
+        down = {s: (n_in, rank) for s, (n_in, _) in features.items()}
+        super().__init__(layers, down, {s: (rank, n_out) for s, (_, n_out) in features.items()}, bias=False)
         self.rank = rank
         self.scaling = alpha / rank
         self.dropout = nn.Dropout(dropout)
-        self.down = nn.ModuleDict(
-            {
-                str(i): nn.ModuleDict(
-                    {s: nn.Linear(n_in, rank, bias=False) for s, (n_in, _) in features.items()}
-                )
-                for i in self.layers
-            }
-        )
-        self.up = nn.ModuleDict(
-            {
-                str(i): nn.ModuleDict(
-                    {s: nn.Linear(rank, n_out, bias=False) for s, (_, n_out) in features.items()}
-                )
-                for i in self.layers
-            }
-        )
         self.reset_parameters(init)
 
     @torch.no_grad()
@@ -95,12 +82,6 @@ class LoraAdapter(nn.Module):
                     nn.init.normal_(b.weight, mean=0.0, std=INIT_STD)
                 else:
                     nn.init.zeros_(b.weight)
-
-    def pair(self, layer: int, site: str) -> tuple[nn.Linear, nn.Linear]:
-        """``(A, B)`` of ``site`` in ``layer``, as Linears without bias."""
-        down = cast(nn.ModuleDict, self.down[str(layer)])
-        up = cast(nn.ModuleDict, self.up[str(layer)])
-        return cast(nn.Linear, down[site]), cast(nn.Linear, up[site])
 
     def delta(self, layer: int, site: str, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """``(alpha / r) B A dropout(x)`` for the site Linear's input ``x`` (its output ``y`` is not read)."""
@@ -133,12 +114,7 @@ class LoraMethod(InsideMethod):
         super().check(config)
         own = cast(LoraConfig, config)
         alpha, dropout = own.alpha, own.dropout
-        if alpha is not None and (
-            isinstance(alpha, bool)
-            or not isinstance(alpha, (int, float))
-            or not math.isfinite(alpha)
-            or alpha <= 0
-        ):
+        if alpha is not None and not positive_number(alpha):
             raise PalUserError(
                 f"adapter.alpha must be a positive number (the update is scaled by alpha / rank), got {alpha!r}. "
                 f"Leave it unset for {DEFAULT_ALPHA:g}."

@@ -105,17 +105,13 @@ class BertLayerOnTop(nn.Module):
 
 
 class ProjectedAttentionOnTopMethod(AdapterMethod):
-    """``pa_on_top``: :class:`ProjectedAttentionOnTop` after the last layer.
-
-    Weights per task: ``2 d d_s + 6 * 4 d_s^2`` (Q, K, V and the output projection of each block)."""
+    """``pa_on_top``: :class:`ProjectedAttentionOnTop` after the last layer (``2 d d_s + 6 * 4 d_s^2``)."""
 
     name = "pa_on_top"
     where = Where.TOP
     size_at_768 = 204
     headed = True
-    uses_heads = True
     has_up_projection = True
-    placeable = False
 
     def build(
         self, config: AdapterConfig, encoder_config: PretrainedConfig, size: int, layers: tuple[int, ...]
@@ -128,14 +124,11 @@ class ProjectedAttentionOnTopMethod(AdapterMethod):
 
 
 class BertLayerOnTopMethod(AdapterMethod):
-    """``bert_layer_on_top``: :class:`BertLayerOnTop`, a whole encoder layer per task after the last one.
-
-    Weights per task: ``4 d^2 + 2 d d_ff`` (Q, K, V and the attention output; the feed-forward network)."""
+    """``bert_layer_on_top``: :class:`BertLayerOnTop` after the last layer (``4 d^2 + 2 d d_ff`` weights)."""
 
     name = "bert_layer_on_top"
     where = Where.TOP
     size_at_768 = None
-    placeable = False
     starts_as_encoder = False  # a copy of the last layer, applied once more
 
     def build(

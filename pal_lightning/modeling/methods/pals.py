@@ -1,12 +1,7 @@
 """Projected Attention Layers and their variants: ``TS_{l,t}(h) = V^D_t g_{l,t}(V^E_t h)`` (Stickland &
-Murray, ICML 2019; docs/design.md §2).
-
-V^E (d -> d_s) and V^D (d_s -> d) are linear maps with bias; g is a multi-head self-attention in d_s
-without output projection (``pals``, ``pals_no_sharing``), a feed-forward network in d_s (``pff``) or the
-identity (``low_rank``). ``pals`` and ``pff`` share V^E/V^D across a task's layers. By default no GELU
-follows V^D (the equation as stated; ``activation="gelu"`` is the reference code's choice). A task's
-modules live in one :class:`TaskAdapter` in the encoder's ``adapters`` ModuleDict, which the layers never
-register (safetensors refuses shared tensors).
+Murray, ICML 2019; docs/design.md §2). g: attention in d_s without output projection (``pals``,
+``pals_no_sharing``), a feed-forward network (``pff``) or the identity (``low_rank``). A task's modules
+live in one :class:`TaskAdapter` that the layers never register (safetensors refuses shared tensors).
 """
 
 from __future__ import annotations
@@ -75,8 +70,8 @@ class ProjectedAttention(nn.Module):
         return self.attend_rows(x.reshape(b * t, self.size), b, t, mask).view(b, t, self.size)
 
     def attend_rows(self, x: torch.Tensor, b: int, t: int, mask: torch.Tensor | None) -> torch.Tensor:
-        """:meth:`forward` on the positions as rows, ``[B T, d_s] -> [B T, d_s]`` (a PAL keeps rows from V^E
-        to V^D: a 3-D Linear dispatches two more views on the host)."""
+        """:meth:`forward` on the positions as rows, ``[B T, d_s] -> [B T, d_s]`` (a 3-D Linear would
+        dispatch two more views on the host)."""
         head_dim = self.size // self.num_heads
         qkv = self.qkv(x)
         dtype = qkv.dtype
@@ -183,10 +178,9 @@ the value stays finite in float16/bfloat16 after an autocast cast, so all-paddin
 
 
 def additive_mask(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
-    """The PAL attention mask ``[B, 1, 1, T]`` of ``dtype`` (:func:`scores_dtype`) from the ``[B, T]`` padding
-    mask: 0 for a real key, :data:`MASK_VALUE` for padding; ``None`` without a mask. Its own mask, since
-    BERT's format depends on the attention implementation; zeros without padding rather than a check that
-    would wait for the device and break a compiled graph."""
+    """The PAL attention mask ``[B, 1, 1, T]`` of ``dtype`` from the ``[B, T]`` padding mask: 0 for a real
+    key, :data:`MASK_VALUE` for padding; ``None`` without a mask. Zeros without padding: a check would wait
+    for the device and break a compiled graph."""
     if attention_mask is None:
         return None
     if attention_mask.dim() != 2:
@@ -205,7 +199,6 @@ def scores_dtype(weight_dtype: torch.dtype, device: torch.device) -> torch.dtype
     return weight_dtype
 
 
-# ---------------------------------------------------------------------------------------- the methods
 class _BesideLayers(AdapterMethod):
     """The PAL family: a :class:`TaskAdapter` beside the selected layers, V^E/V^D around an inner g."""
 
@@ -234,11 +227,10 @@ class Pals(_BesideLayers):
     name = "pals"
     size_at_768 = 204
     headed = True
-    uses_heads = True
 
     def size_at_768_for(self, config: AdapterConfig) -> int:
-        # the paper widens d_s to 276 when only half of the layers get PALs (about the same budget)
-        return 204 if config.placement == "all" else 276
+        # the paper widens shared PALs' d_s to 276 when only half of the layers get them (the same budget)
+        return super().size_at_768_for(config) if config.placement == "all" or not self.shared else 276
 
     def weight_formula(self, config: AdapterConfig, d: int, size: int, k: int, d_ff: int) -> int:
         return 2 * d * size + k * 3 * size**2
@@ -250,9 +242,6 @@ class PalsNoSharing(Pals):
     name = "pals_no_sharing"
     size_at_768 = 84
     shared = False
-
-    def size_at_768_for(self, config: AdapterConfig) -> int:
-        return 84
 
     def weight_formula(self, config: AdapterConfig, d: int, size: int, k: int, d_ff: int) -> int:
         return k * (2 * d * size + 3 * size**2)

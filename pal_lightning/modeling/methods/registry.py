@@ -1,9 +1,5 @@
-"""The registry of per-task methods: name -> :class:`~pal_lightning.modeling.methods.base.AdapterMethod`
-and its options' dataclass.
-
-The built-in methods are registered here, one line each; the package imports this module, so any import
-of it sees them all. A user's method is one :func:`register_method` call in their own code.
-"""
+"""The registry of per-task methods: the built-in ones, one line each (a user's method is one
+:func:`register_method` call in their own code)."""
 
 from __future__ import annotations
 

@@ -7,8 +7,6 @@ task's call, and a Protocol for the module of each kind::
                                                                                    (LoRA, bottleneck)
     TOP      once, after the last layer: h_out = A_t(h^L)                    (pa_on_top, bert_layer_on_top)
     NOWHERE  no module: only the heads are task-specific                                      (none)
-
-A method names its placement (``where = Where.BESIDE``); the encoder asks the placement, never a name.
 """
 
 from __future__ import annotations

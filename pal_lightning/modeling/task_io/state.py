@@ -9,7 +9,8 @@ import torch
 from torch import nn
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.modeling.encoder import ADAPTERS_PREFIX, INDIVIDUAL_PREFIX, MultiTaskEncoder
+from pal_lightning.modeling.encoder import MultiTaskEncoder
+from pal_lightning.modeling.encoder_state import ADAPTERS_PREFIX, INDIVIDUAL_PREFIX
 
 HEADS_PREFIX = "heads"
 """State-dict prefix of the task heads of a module holding ``.encoder`` and ``.heads``."""

@@ -85,14 +85,10 @@ def read_task_weights_metadata(path: str | os.PathLike[str]) -> dict[str, object
             f"{path} is not a pal-lightning task-weights file (format {raw.get('format')!r}, expected "
             f"{FORMAT!r}). Save it with save_task_weights()."
         )
-    return {
-        "tasks": json.loads(raw["tasks"]),
-        "heads": json.loads(raw["heads"]),
-        "adapter": json.loads(raw["adapter"]),
-        "hidden_size": int(raw["hidden_size"]),
-        "num_hidden_layers": int(raw["num_hidden_layers"]),
-        "encoder": raw.get("encoder", ""),
+    decoded = {
+        k: json.loads(raw[k]) for k in ("tasks", "heads", "adapter", "hidden_size", "num_hidden_layers")
     }
+    return {**decoded, "encoder": raw.get("encoder", "")}
 
 
 def load_task_weights(
