@@ -5,7 +5,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,34 @@ BUILTIN_LABEL_NAMES: dict[str, list[str]] = {
 DEFAULT_MAX_LENGTH = 128
 #: The checkpoint key of the class names given or found in the data (``__init__`` takes no names).
 LABEL_NAMES_KEY = "pal_lightning_label_names"
+
+
+@contextmanager
+def eval_mode(module: torch.nn.Module) -> Iterator[None]:
+    """``module`` in eval mode inside, every submodule's own mode restored after."""
+    modes = {m: m.training for m in module.modules()}
+    module.eval()
+    try:
+        yield
+    finally:
+        for submodule, training in modes.items():
+            submodule.training = training
+
+
+def as_texts(texts: Any, example: str, single: tuple[type, ...] = (str, tuple)) -> list[Any]:
+    """``texts`` as a list: one text (an instance of ``single``) as a list of one.
+
+    Raises:
+        PalUserError: for what is neither a text nor an iterable of them (the fix shown by ``example``).
+    """
+    if isinstance(texts, single):
+        return [texts]
+    if not isinstance(texts, Iterable):
+        raise PalUserError(
+            f"Expected a sentence or a list of sentences, got {type(texts).__name__} {texts!r}. "
+            f"Pass e.g. {example}."
+        )
+    return list(texts)
 
 
 @dataclass
@@ -212,9 +241,7 @@ def predict_items(module: Any, items: Sequence[Any], batch_size: int = 64) -> li
     order = np.argsort(np.concatenate(keys), kind="stable")
     pad_id = module.tokenizer.pad_token_id if module.tokenizer.pad_token_id is not None else 0
     outputs = {task: [torch.empty(0)] * len(at) for task, at in positions.items()}
-    was_training = module.training
-    module.eval()
-    try:
+    with eval_mode(module):
         for start in range(0, len(members), batch_size):
             batch, rows = _mixed_batch(
                 splits, [members[i] for i in order[start : start + batch_size]], pad_id
@@ -224,8 +251,6 @@ def predict_items(module: Any, items: Sequence[Any], batch_size: int = 64) -> li
                 for row, value in zip(out.rows.tolist(), out.output.float().cpu(), strict=True):
                     task, local = rows[row]
                     outputs[task][local] = value
-    finally:
-        module.train(was_training)
     predictions: list[Prediction] = [None] * len(items)  # type: ignore[list-item]
     names = module.label_names
     for task, at in positions.items():
@@ -290,7 +315,7 @@ def predict(
         return predict_items(module, task, batch_size)
     if texts is None:
         raise PalUserError(f"Nothing to predict for task {task!r}: pass the texts, predict({task!r}, [...]).")
-    texts = [texts] if isinstance(texts, (str, tuple)) else list(texts)
+    texts = as_texts(texts, f"predict({task!r}, ['a fine film'])")
     module.predict_spec(task)
     if not texts:
         raise PalUserError(f"Nothing to predict for task {task!r}: the input holds no sentences.")

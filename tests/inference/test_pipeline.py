@@ -99,8 +99,13 @@ def test_mistakes_are_one_line_errors(folder: Path, reference: MultiTaskModule) 
         pal_lightning.pipeline(reference)
     with pytest.raises(PalUserError, match="Unknown task 'nope'"):
         pal_lightning.pipeline(reference, task="nope")
-    with pytest.raises(PalUserError, match="Unknown device 'gpu0'"):
-        pal_lightning.pipeline(reference, task="sst", device="gpu0")
+    for device, message in (("gpu0", "Unknown device 'gpu0'"), (1.5, "Unknown device 1.5. Use 'cpu'")):
+        with pytest.raises(PalUserError, match=message) as info:
+            pal_lightning.pipeline(reference, task="sst", device=device)
+        assert "\n" not in str(info.value)
+    absent = f"cuda:{torch.cuda.device_count()}"  # a GPU this machine does not have
+    with pytest.raises(PalUserError, match=f"Device '{absent}' is not available.*device='cpu'"):
+        pal_lightning.pipeline(reference, task="sst", device=absent)
     with pytest.raises(PalUserError, match="not int"):
         pal_lightning.pipeline(3, task="sst")  # type: ignore[arg-type]
     with pytest.raises(PalUserError, match="top_k must be >= 1"):

@@ -96,6 +96,8 @@ def test_mistakes_are_one_line_errors(module: MultiTaskModule) -> None:
         module.encode(["fine", 3])  # type: ignore[list-item]
     with pytest.raises(PalUserError, match="batch_size must be >= 1"):
         module.encode(SENTENCES, batch_size=0)
+    with pytest.raises(PalUserError, match=r"got int 5. Pass e.g. encode\(\['a fine film'\]\)"):
+        module.encode(5)  # type: ignore[arg-type]
 
 
 @pytest.mark.integration
