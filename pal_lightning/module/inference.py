@@ -83,9 +83,11 @@ class Prediction:
         if self.score is not None:
             return {"task": self.task, "score": self.score}
         assert self.probabilities is not None
-        names = self.label_names or [str(c) for c in range(len(self.probabilities))]
-        probabilities = dict(zip(names, map(float, self.probabilities), strict=True))
-        return {"task": self.task, "label": self.label, "probabilities": probabilities}
+        return {
+            "task": self.task,
+            "label": self.label,
+            "probabilities": _named(self.probabilities, self.label_names),
+        }
 
 
 @dataclass
@@ -122,11 +124,15 @@ class TaskPredictions:
         if self.scores is not None:
             return [{"score": s} for s in self.scores]
         assert self.labels is not None and self.probabilities is not None
-        names = self.label_names or [str(c) for c in range(self.probabilities.shape[1])]
         return [
-            {"label": label, "probabilities": dict(zip(names, map(float, row), strict=True))}
+            {"label": label, "probabilities": _named(row, self.label_names)}
             for label, row in zip(self.labels, self.probabilities, strict=True)
         ]
+
+
+def _named(row: np.ndarray, names: Sequence[str] | None) -> dict[str, float]:
+    # class name (else index) -> probability
+    return dict(zip(names or map(str, range(len(row))), map(float, row), strict=True))
 
 
 def _columns(spec: TaskSpec, texts: Sequence[Any], positions: Sequence[int]) -> list[list[str]]:

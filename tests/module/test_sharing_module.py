@@ -135,18 +135,6 @@ def test_a_mixed_regime_with_pals_fits() -> None:
         assert moved, task
 
 
-def test_shipped_regime_overlay_prints(capsys: pytest.CaptureFixture[str]) -> None:
-    import yaml
-
-    from pal_lightning.cli.main import main
-
-    quickstart = str(ROOT / "configs" / "quickstart.yaml")
-    overlay = str(ROOT / "configs" / "variants" / "layer_sharing.yaml")
-    assert main(["fit", "--config", quickstart, "--config", overlay, "--print_config"]) == 0
-    args = yaml.safe_load(capsys.readouterr().out)["model"]["init_args"]
-    assert args["layer_sharing"] == "FFSSII" and args["adapter"]["method"] == "pals"
-
-
 def test_task_groups_through_the_module_and_its_checkpoint_check() -> None:
     grouped = tiny_module(layer_sharing="SI", task_groups=[["sst", "qqp"]])
     assert sorted(grouped.encoder.individual) == ["sst+qqp", "sts"]

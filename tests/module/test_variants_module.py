@@ -94,28 +94,21 @@ def test_shipped_variant_overlays_print_on_the_quickstart(capsys: pytest.Capture
 
     from pal_lightning.cli.main import main
 
-    names = {p.stem for p in VARIANTS}
-    # layer_sharing.yaml: tests/module/test_sharing_module.py
-    assert names == {
-        "pals_top_half",
-        "pals_bottom_half",
-        "bert_layer_on_top",
-        "pa_on_top",
-        "pff",
-        "layer_sharing",
+    expected = {  # (method, placement, layer_sharing)
+        "pals_top_half": ("pals", "top", None),
+        "pals_bottom_half": ("pals", "bottom", None),
+        "bert_layer_on_top": ("bert_layer_on_top", "all", None),
+        "pa_on_top": ("pa_on_top", "all", None),
+        "pff": ("pff", "all", None),
+        "layer_sharing": ("pals", None, "FFSSII"),
     }
-    expected = {
-        "pals_top_half": ("pals", "top"),
-        "pals_bottom_half": ("pals", "bottom"),
-        "bert_layer_on_top": ("bert_layer_on_top", "all"),
-        "pa_on_top": ("pa_on_top", "all"),
-        "pff": ("pff", "all"),
-    }
+    assert {p.stem for p in VARIANTS} == set(expected)
     quickstart = str(ROOT / "configs" / "quickstart.yaml")
-    for path in [p for p in VARIANTS if p.stem in expected]:
+    for path in VARIANTS:
         assert main(["fit", "--config", quickstart, "--config", str(path), "--print_config"]) == 0, path
         args = yaml.safe_load(capsys.readouterr().out)["model"]["init_args"]
-        assert (args["adapter"]["method"], args["adapter"]["placement"]) == expected[path.stem]
+        got = (args["adapter"]["method"], args["adapter"].get("placement"), args.get("layer_sharing"))
+        assert got == expected[path.stem], path
 
 
 def test_a_variant_overlay_fits_a_tiny_model_through_the_cli(tmp_path: Path) -> None:
