@@ -130,6 +130,17 @@ def encode_siamese(call: EncoderCall, batch: Mapping[str, Any], pooling: str) ->
     return pooled(call, concat_inputs([side_a, side_b]), pooling, task=batch[TASK])
 
 
+def tasks_of_indices(indices: Sequence[int], known: Sequence[str], what: str) -> list[str]:
+    """The task of each index into ``known``; an index out of range is one user error (``what`` names them)."""
+    bad = sorted({i for i in indices if not 0 <= i < len(known)})
+    if bad:
+        raise PalUserError(
+            f"{what} {bad} are out of range: this model's tasks are "
+            f"{', '.join(f'{i}={n}' for i, n in enumerate(known))}."
+        )
+    return [known[i] for i in indices]
+
+
 def forward_mixed(
     encoder: MultiTaskEncoder,
     heads: nn.ModuleDict,
@@ -140,14 +151,7 @@ def forward_mixed(
     """``MultiTaskModule.forward_mixed``; ``parent_of`` maps a row's name to the task that serves it."""
     tasks = batch[TASKS]
     if isinstance(tasks, Tensor):  # indices into the model's tasks
-        known, indices = encoder.task_names, tasks.tolist()
-        bad = sorted({i for i in indices if not 0 <= i < len(known)})
-        if bad:
-            raise PalUserError(
-                f"Task indices {bad} are out of range: this model's tasks are "
-                f"{', '.join(f'{i}={n}' for i, n in enumerate(known))}."
-            )
-        names = [known[i] for i in indices]
+        names = tasks_of_indices(tasks.tolist(), encoder.task_names, "Task indices")
     else:
         names = [str(t) for t in tasks]
     parents = {name: parent_of(name) for name in dict.fromkeys(names)}

@@ -25,7 +25,7 @@ from pal_lightning.core.batch import ATTENTION_MASK, ENCODING_KEYS, side_keys
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.files import atomic_write_via
 from pal_lightning.modeling.heads import pool
-from pal_lightning.module.encoding import mixed_head_outputs
+from pal_lightning.module.encoding import mixed_head_outputs, tasks_of_indices
 from pal_lightning.module.inference import predict_spec
 
 #: ONNX input names: one sequence, or two for a siamese pair.
@@ -206,15 +206,9 @@ class MixedTaskModel(_TaskModel):
         ids = task_ids.reshape(-1).tolist()
         if len(ids) != rows:
             raise PalUserError(f"task_ids has {len(ids)} entries for {rows} rows: give one per row.")
-        bad = sorted({i for i in ids if not 0 <= i < len(self.task_names)})
-        if bad:
-            raise PalUserError(
-                f"task_ids {bad} are out of range: this model's tasks are "
-                f"{', '.join(f'{i}={n}' for i, n in enumerate(self.task_names))}."
-            )
+        tasks = tasks_of_indices(ids, self.task_names, "task_ids")
         b = None if second is None else dict(zip(ENCODING_KEYS, second, strict=True))
         first_d = dict(zip(ENCODING_KEYS, first, strict=True))
-        tasks = [self.task_names[int(i)] for i in ids]
         outputs = mixed_head_outputs(self.encoder, self.heads, self.pooling, first_d, b, tasks)
         out = first[0].new_zeros(rows, self.width, dtype=torch.float32)
         for task, (index, value) in outputs.items():

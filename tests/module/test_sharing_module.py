@@ -12,9 +12,7 @@ import pytest
 import torch
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.core.version import __version__
 from pal_lightning.gem import GEMCallback
-from pal_lightning.module.checkpoint_check import VERSION_KEY
 from pal_lightning.testing import quiet_trainer
 from pal_lightning.testing.batches import FIXED, TinyData, tiny_module
 
@@ -62,22 +60,6 @@ def test_the_cli_reports_a_bad_regime_in_one_line_with_exit_2(
         assert "Traceback" not in err
         lines = [line for line in err.splitlines() if line.startswith("pal-lightning: error:")]
         assert len(lines) == 1 and message in lines[0], err
-
-
-def test_checkpoint_of_another_regime_is_refused() -> None:
-    saved = tiny_module(layer_sharing="SI")
-    checkpoint: dict[str, Any] = {
-        VERSION_KEY: __version__,
-        "hyper_parameters": dict(saved.hparams),
-        "state_dict": saved.state_dict(),
-    }
-    with pytest.raises(
-        PalUserError, match=re.escape("layer_sharing is 'SI' in the checkpoint but 'IS' here")
-    ):
-        tiny_module(layer_sharing="IS").on_load_checkpoint(checkpoint)
-    same = tiny_module(layer_sharing="SI")
-    same.on_load_checkpoint(checkpoint)
-    same.load_state_dict(checkpoint["state_dict"])  # and the weights fit
 
 
 def test_individual_layers_train_at_the_encoder_rate_with_their_layer_decay() -> None:
@@ -135,21 +117,9 @@ def test_a_mixed_regime_with_pals_fits() -> None:
         assert moved, task
 
 
-def test_task_groups_through_the_module_and_its_checkpoint_check() -> None:
+def test_task_groups_share_one_copy_of_each_individual_layer() -> None:
     grouped = tiny_module(layer_sharing="SI", task_groups=[["sst", "qqp"]])
-    assert sorted(grouped.encoder.individual) == ["sst+qqp", "sts"]
-    checkpoint: dict[str, Any] = {
-        VERSION_KEY: __version__,
-        "hyper_parameters": dict(grouped.hparams),
-        "state_dict": grouped.state_dict(),
-    }
-    with pytest.raises(
-        PalUserError, match="task_groups is \\[\\['sst', 'qqp'\\]\\] in the checkpoint but None"
-    ):
-        tiny_module(layer_sharing="SI").on_load_checkpoint(checkpoint)
-    again = tiny_module(layer_sharing="SI", task_groups=[["sst", "qqp"]])
-    again.on_load_checkpoint(checkpoint)
-    again.load_state_dict(checkpoint["state_dict"])
+    assert sorted(grouped.encoder.individual) == ["sst+qqp", "sts"]  # its checkpoint check: test_guard.py
 
 
 @pytest.mark.parametrize(
