@@ -1,15 +1,6 @@
-"""``pal_lightning.pipeline(folder, task="sst")("a fine film")``: a saved model's predictions in one line,
-shaped as a ``transformers`` text-classification pipeline's::
-
-    classify = pal_lightning.pipeline("runs/demo/version_0/model", task="sst")
-    classify("a fine film")                 # [{'label': 'positive', 'score': 0.61}]
-    classify(["a fine film", "dull"])       # [{'label': ...}, {'label': ...}]
-    classify("a fine film", top_k=None)     # [{'label': ..., 'score': ...}, ... every class, best first]
-
-``top_k`` asks for the ``k`` most probable classes (``None``: all): for one input a flat list of dicts, for
-a list of inputs one such list per input. ``label`` is the class's name where the model knows it, else the
-class index; a regression task gives ``{"score": s}`` on the task's scale. The work is the inference
-core's (:func:`~pal_lightning.module.inference.predict_items`); nothing heavy is imported until called.
+"""``pal_lightning.pipeline(folder, task="sst")("a fine film")``: a saved model's predictions shaped as a
+``transformers`` text-classification pipeline's (``[{'label': 'positive', 'score': 0.61}]``), through the
+inference core (:func:`~pal_lightning.module.inference.predict_items`); nothing heavy is imported until called.
 """
 
 from __future__ import annotations
