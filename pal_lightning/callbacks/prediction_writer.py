@@ -1,17 +1,10 @@
-"""Write prediction files from ``predict_step`` outputs (``{"task", "split", "ids", "predictions"}`` per batch,
-with ``"probabilities"`` for classification): one file per task and split, ``<task>-<split>-output.csv``.
+"""Write ``<task>-<split>-output.csv`` files from ``predict_step`` outputs (``{"task", "split", "ids",
+"predictions"}``, with ``"probabilities"`` for classification).
 
-The CS224N starter's tasks get its format (``evaluation.py``; ``para-*`` files for Quora), its header names
-(``Predicted_Sentiment``, ``Predicted_Is_Paraphrase``, ``Predicted_Similiary`` sic; ``Predicted_Label`` for
-other tasks) and at most 6 decimals::
-
-    id \\t Predicted_Sentiment \\n
-    <id> , <prediction> \\n
-
-A task whose classes have names gets ``id,label,p_<name>...`` instead
-(:func:`~pal_lightning.core.columns.probability_columns`). Existing files are never overwritten unless
-``overwrite=True``, checked before any batch is predicted. Under DDP the rows are gathered on rank 0,
-de-duplicated by id, and written by rank 0 alone.
+The CS224N starter's tasks get its format (``para-*`` files for Quora; ``Predicted_Similiary`` sic) with at
+most 6 decimals: ``id \\t Predicted_Sentiment \\n`` then ``<id> , <prediction> \\n``. A task whose classes
+have names gets ``id,label,p_<name>...``. Existing files are refused (unless ``overwrite=True``) before any
+batch is predicted. Under DDP rank 0 gathers the rows, drops duplicate ids and writes alone.
 """
 
 from __future__ import annotations
@@ -48,15 +41,12 @@ STARTER_HEADERS: dict[str, str] = {
 }
 #: Header column of any other task.
 DEFAULT_HEADER = "Predicted_Label"
-
-
 #: File-name prefix of a task where the CS224N starter names it otherwise (its Quora files are "para").
 STARTER_FILE_PREFIXES: dict[str, str] = {"qqp": "para"}
 
 
 def output_file_name(task: str, split: str) -> str:
-    """``<task>-<split>-output.csv`` with the starter's prefix: ``sst-dev-output.csv``, ``para-dev-output.csv``
-    (Quora), ``sts-test-output.csv``; other tasks keep their own name."""
+    """``<task>-<split>-output.csv``, with ``para`` for Quora as the starter names it."""
     return f"{STARTER_FILE_PREFIXES.get(task, task)}-{split}-output.csv"
 
 
@@ -87,24 +77,16 @@ def write_named_file(
     rows: Sequence[tuple[str, Any]],
     probabilities: Mapping[str, Sequence[float]],
 ) -> None:
-    """Write ``id,label,p_<name>...`` (the probability columns when ``probabilities`` has every row),
-    atomically, with ``\n`` line ends."""
+    """Write ``id,label,p_<name>...`` (the probability columns when ``probabilities`` has every row)."""
     with_p = bool(rows) and all(ex_id in probabilities for ex_id, _ in rows)
     header = ["id", "label", *(probability_columns(names) if with_p else [])]
-    lines = [
-        [
-            ex_id,
-            names[int(value)],
-            *([format_value(float(x)) for x in probabilities[ex_id]] if with_p else []),
-        ]
-        for ex_id, value in rows
-    ]
+    p = probabilities if with_p else {}
+    lines = [[i, names[int(v)], *(format_value(float(x)) for x in p.get(i, []))] for i, v in rows]
     write_csv(path, header, lines)
 
 
 def predicted_pairs(dm: PredictionLayout) -> list[tuple[str, str]]:
-    """The ``(task, split)`` pairs ``dm`` predicts: its ``predicted_pairs()`` where it has one (with evaluation
-    views, as ``MultiTaskDataModule``), else every task with every split."""
+    """The ``(task, split)`` pairs ``dm`` predicts: its ``predicted_pairs()``, else every task and split."""
     if hasattr(dm, "predicted_pairs"):
         return list(dm.predicted_pairs())
     return [(t, s) for t in dm.task_names for s in dm.predict_splits]
@@ -154,14 +136,11 @@ class PredictionWriter(BasePredictionWriter):
         self.written: list[Path] = []
         self._out_dir: Path | None = None
 
-    # ------------------------------------------------------------------ where
-
     def resolve_output_dir(self, trainer: pl.Trainer) -> Path:
         """The folder files go to (see the class docstring)."""
         if self.output_dir is not None:
             return self.output_dir
-        base = trainer.log_dir or trainer.default_root_dir
-        return Path(base) / "predictions"
+        return Path(trainer.log_dir or trainer.default_root_dir) / "predictions"
 
     def expected_files(self, trainer: pl.Trainer) -> list[Path] | None:
         """Files the run will write, when the data module tells which tasks and splits it serves."""
@@ -179,22 +158,18 @@ class PredictionWriter(BasePredictionWriter):
                 "(--predictions.overwrite true on the command line) to replace them."
             )
 
-    # ------------------------------------------------------------------ hooks
-
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "predict":
             return
         # Lightning warns that it cannot track batch indices of pre-batched loaders; this writer
         # takes ids from the predictions and never uses them.
         warnings.filterwarnings("ignore", message="Couldn't infer the batch indices fetched")
-        self._rows, self._probs = {}, {}
-        self.written = []
+        self._rows, self._probs, self.written = {}, {}, []
         # resolved here, on every rank: under DDP trainer.log_dir is a broadcast that rank 0 alone
         # (which writes the files) would wait on forever
         out_dir = self._out_dir = self.resolve_output_dir(trainer)
         expected = self.expected_files(trainer)
-        if expected is None:
-            # Unknown tasks: refuse if the folder already holds any prediction file.
+        if expected is None:  # tasks unknown: any prediction file in the folder is refused
             expected = sorted(out_dir.glob("*-output.csv")) if out_dir.is_dir() else []
         self._check_no_overwrite(expected, out_dir)
 
@@ -251,15 +226,11 @@ class PredictionWriter(BasePredictionWriter):
                 found.setdefault(view, found[parent])
         return {task: list(n) for task, n in found.items() if task not in STARTER_HEADERS and n}
 
-    # ------------------------------------------------------------------ gather and write
-
     def _order(
         self, trainer: pl.Trainer, task: str, split: str, rows: list[tuple[str, Any]]
     ) -> list[tuple[str, Any]]:
         """Drop duplicate ids (first kept) and put rows in file order when the data module knows it."""
-        unique: dict[str, Any] = {}
-        for ex_id, value in rows:
-            unique.setdefault(ex_id, value)
+        unique = dict(reversed(rows))  # the first of each id wins
         dm = datamodule_of(trainer)
         if satisfies(dm, ExampleOrder):
             try:

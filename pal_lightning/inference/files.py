@@ -1,15 +1,12 @@
 """Files of sentences in, prediction files out: what ``pal-lightning predict --predict.input FILE`` reads and writes.
 
-An input file is a CSV/TSV with a header (the delimiter is a tab when the header holds one) or JSON lines.
-Each row gives its task's own text column(s) (``sentence``; ``sentence1`` and ``sentence2`` for pairs), or
-``text`` (``text_a``/``text_b``, ``question1``/``question2``); an ``id`` column is copied to the output,
-otherwise the 0-based row number is the id. Without a task named, a ``task`` column names each row's task.
-Messages name the file's line (the header is line 1), as the data layer's bad-row warnings do.
+An input file is a CSV/TSV with a header (tab-separated when the header holds a tab) or JSON lines. Each row
+gives its task's text column(s), or ``text`` (``text_a``/``text_b``, ``question1``/``question2``); an ``id``
+column is copied (else the row number is the id); without a task named, a ``task`` column names each row's.
+Messages name the file's line (the header is line 1).
 
-Output files are comma-separated with ``\\n`` line ends, one row per input row in order: ``id,label`` and
-``p_<label>`` per class (``id,score`` for regression), or for a mixed file ``id,task,label,score`` then
-``p_<task>_<label>`` per class of each classification task present, empty where they do not apply. Probability
-columns are safe identifiers (:func:`~pal_lightning.core.columns.probability_columns`); numbers have 6 decimals.
+Output: comma-separated, one row per input row in order: ``id,label,p_<label>...`` (``id,score`` for
+regression), or for a mixed file ``id,task,label,score,p_<task>_<label>...``, empty where they do not apply.
 """
 
 from __future__ import annotations

@@ -1,15 +1,6 @@
-"""``pal_lightning.pipeline(folder, task="sst")("a fine film")``: a saved model's predictions in one line,
-shaped as a ``transformers`` text-classification pipeline's::
-
-    classify = pal_lightning.pipeline("runs/demo/version_0/model", task="sst")
-    classify("a fine film")                 # [{'label': 'positive', 'score': 0.61}]
-    classify(["a fine film", "dull"])       # [{'label': ...}, {'label': ...}]
-    classify("a fine film", top_k=None)     # [{'label': ..., 'score': ...}, ... every class, best first]
-
-``top_k`` asks for the ``k`` most probable classes (``None``: all): for one input a flat list of dicts, for
-a list of inputs one such list per input. ``label`` is the class's name where the model knows it, else the
-class index; a regression task gives ``{"score": s}`` on the task's scale. The work is the inference
-core's (:func:`~pal_lightning.module.inference.predict_items`); nothing heavy is imported until called.
+"""``pal_lightning.pipeline(folder, task="sst")("a fine film")``: a saved model's predictions shaped as a
+``transformers`` text-classification pipeline's (``[{'label': 'positive', 'score': 0.61}]``), through the
+inference core (:func:`~pal_lightning.module.inference.predict_items`); nothing heavy is imported until called.
 """
 
 from __future__ import annotations
@@ -41,14 +32,13 @@ def torch_device(device: Any) -> torch.device:
 
     if device is None or (isinstance(device, int) and device < 0):
         return torch.device("cpu")
-    if isinstance(device, int):
-        return torch.device("cuda", device)
     try:
-        return torch.device(device)
-    except (RuntimeError, TypeError) as err:
+        target = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
+    except (RuntimeError, TypeError):
         raise PalUserError(
-            f"Unknown device {device!r} ({err}). Use 'cpu', 'cuda', 'cuda:0' or an int."
+            f"Unknown device {device!r}. Use 'cpu', 'cuda', 'cuda:0', a torch.device or an int."
         ) from None
+    return target
 
 
 def load_model(model: str | None, ckpt: str | None) -> MultiTaskModule:
@@ -178,13 +168,22 @@ def pipeline(
         batch_size: inputs per forward pass.
 
     Raises:
-        PalUserError: for a model that cannot be loaded, an unknown task, or a ``batch_size`` below 1.
+        PalUserError: for a model that cannot be loaded, an unknown task, an unknown or absent device, or a
+            ``batch_size`` below 1.
     """
     from pal_lightning.module.multitask import MultiTaskModule
 
     if batch_size < 1:
         raise PalUserError(f"batch_size must be >= 1, got {batch_size}.")
     target = None if device is None else torch_device(device)
+    if target is not None and target.type == "cuda":
+        import torch
+
+        if (target.index or 0) >= torch.cuda.device_count():
+            raise PalUserError(
+                f"Device {device!r} is not available: this machine has {torch.cuda.device_count()} CUDA "
+                "device(s). Use device='cpu' (or -1), or the index of a GPU it has."
+            )
     if isinstance(model, (str, os.PathLike)):
         ckpt = Path(model).suffix == ".ckpt"
         model = load_model(None, str(model)) if ckpt else load_model(str(model), None)

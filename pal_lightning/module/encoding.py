@@ -23,7 +23,7 @@ from pal_lightning.core.batch import (
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling.heads import pool
 from pal_lightning.module.compile import EncoderCall
-from pal_lightning.module.inference import predict_spec
+from pal_lightning.module.inference import as_texts, eval_mode, predict_spec
 
 if TYPE_CHECKING:
     from pal_lightning.modeling.encoder import MultiTaskEncoder
@@ -62,7 +62,7 @@ def encode_sentences(
     Raises:
         PalUserError: for an unknown task, a text that is not a string, or a ``batch_size`` below 1.
     """
-    texts: list[Any] = [sentences] if isinstance(sentences, str) else list(sentences)
+    texts = as_texts(sentences, "encode(['a fine film'])", single=(str,))
     vectors = _sentence_vectors(module, texts, task, batch_size)
     if normalize_embeddings:
         vectors = torch.nn.functional.normalize(vectors, p=2.0, dim=-1)
@@ -90,26 +90,21 @@ def _sentence_vectors(module: MultiTaskModule, texts: list[Any], task: str | Non
     # longest first, as sentence-transformers does: batches of similar length pad little
     order = np.argsort([-len(t) for t in texts], kind="stable")
     chunks: list[Tensor] = []
-    was_training = module.training
-    module.eval()
-    try:
-        with torch.no_grad():
-            for start in range(0, len(texts), batch_size):
-                tokens = module.tokenizer(
-                    [texts[i] for i in order[start : start + batch_size]],
-                    padding=True,
-                    truncation=True,
-                    max_length=int(module.predict_max_length),
-                    return_tensors="pt",
-                )
-                ids, mask = tokens["input_ids"].to(module.device), tokens["attention_mask"].to(module.device)
-                if task is None:  # no task's hooks are active outside a task's forward: the shared encoder
-                    hidden = module.encoder.bert(input_ids=ids, attention_mask=mask).last_hidden_state
-                else:  # token types all 0, the encoder's default
-                    hidden = module._encoder_call(ids, mask, None, task=task)
-                chunks.append(pool(hidden, mask, module.hparams["pooling"]).float())
-    finally:
-        module.train(was_training)
+    with eval_mode(module), torch.no_grad():
+        for start in range(0, len(texts), batch_size):
+            tokens = module.tokenizer(
+                [texts[i] for i in order[start : start + batch_size]],
+                padding=True,
+                truncation=True,
+                max_length=int(module.predict_max_length),
+                return_tensors="pt",
+            )
+            ids, mask = tokens["input_ids"].to(module.device), tokens["attention_mask"].to(module.device)
+            if task is None:  # no task's hooks are active outside a task's forward: the shared encoder
+                hidden = module.encoder.bert(input_ids=ids, attention_mask=mask).last_hidden_state
+            else:  # token types all 0, the encoder's default
+                hidden = module._encoder_call(ids, mask, None, task=task)
+            chunks.append(pool(hidden, mask, module.hparams["pooling"]).float())
     vectors = torch.cat(chunks)
     return vectors[torch.from_numpy(np.argsort(order)).to(vectors.device)]  # back to input order
 
@@ -135,6 +130,17 @@ def encode_siamese(call: EncoderCall, batch: Mapping[str, Any], pooling: str) ->
     return pooled(call, concat_inputs([side_a, side_b]), pooling, task=batch[TASK])
 
 
+def tasks_of_indices(indices: Sequence[int], known: Sequence[str], what: str) -> list[str]:
+    """The task of each index into ``known``; an index out of range is one user error (``what`` names them)."""
+    bad = sorted({i for i in indices if not 0 <= i < len(known)})
+    if bad:
+        raise PalUserError(
+            f"{what} {bad} are out of range: this model's tasks are "
+            f"{', '.join(f'{i}={n}' for i, n in enumerate(known))}."
+        )
+    return [known[i] for i in indices]
+
+
 def forward_mixed(
     encoder: MultiTaskEncoder,
     heads: nn.ModuleDict,
@@ -145,14 +151,7 @@ def forward_mixed(
     """``MultiTaskModule.forward_mixed``; ``parent_of`` maps a row's name to the task that serves it."""
     tasks = batch[TASKS]
     if isinstance(tasks, Tensor):  # indices into the model's tasks
-        known, indices = encoder.task_names, tasks.tolist()
-        bad = sorted({i for i in indices if not 0 <= i < len(known)})
-        if bad:
-            raise PalUserError(
-                f"Task indices {bad} are out of range: this model's tasks are "
-                f"{', '.join(f'{i}={n}' for i, n in enumerate(known))}."
-            )
-        names = [known[i] for i in indices]
+        names = tasks_of_indices(tasks.tolist(), encoder.task_names, "Task indices")
     else:
         names = [str(t) for t in tasks]
     parents = {name: parent_of(name) for name in dict.fromkeys(names)}

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -16,6 +16,7 @@ from torchmetrics import MetricCollection
 from pal_lightning.core.batch import LABELS, TASK
 from pal_lightning.core.contracts import TaskPredictor, require
 from pal_lightning.core.distributed import all_reduce_sum
+from pal_lightning.module.inference import eval_mode
 from pal_lightning.tasks.metrics import build_task_metrics, overall_over, scored_task_names
 from pal_lightning.tasks.specs import TaskSpec
 from pal_lightning.tasks.views import EvalView, with_views
@@ -101,18 +102,6 @@ def score_batch(model: EvaluatedModel, scorer: TaskScorer, batch: Mapping[str, A
     output = model(batch)
     loss = model.compute_loss(task, output, labels) if scorer.with_loss else None
     scorer.update(task, model.predict_from_output(task, output), labels, loss)
-
-
-@contextmanager
-def eval_mode(module: nn.Module) -> Iterator[None]:
-    """``module`` in eval mode inside, every submodule's own mode restored after."""
-    modes = {m: m.training for m in module.modules()}
-    module.eval()
-    try:
-        yield
-    finally:
-        for submodule, training in modes.items():
-            submodule.training = training
 
 
 @torch.no_grad()

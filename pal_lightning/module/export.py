@@ -25,7 +25,8 @@ from pal_lightning.core.batch import ATTENTION_MASK, ENCODING_KEYS, side_keys
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.files import atomic_write_via
 from pal_lightning.modeling.heads import pool
-from pal_lightning.module.encoding import mixed_head_outputs
+from pal_lightning.module.encoding import mixed_head_outputs, tasks_of_indices
+from pal_lightning.module.inference import predict_spec
 
 #: ONNX input names: one sequence, or two for a siamese pair.
 SINGLE_INPUTS = ENCODING_KEYS
@@ -48,10 +49,6 @@ def encoder_of(module: Any, tasks: Sequence[str]) -> Any:
     for other in [name for name in getattr(encoder, "individual", {}) if name not in groups]:
         del encoder.individual[other]
     return encoder
-
-
-def _is_siamese(module: Any, task: str) -> bool:
-    return bool(getattr(module.heads[task], "siamese", False))
 
 
 class _TaskModel(nn.Module):
@@ -88,14 +85,10 @@ class SingleTaskModel(_TaskModel):
     """
 
     def __init__(self, module: Any, task: str) -> None:
-        if task not in module.task_specs:
-            raise PalUserError(
-                f"Unknown task {task!r}: the model has {', '.join(module.task_specs)}. Pick one of those."
-            )
+        self.spec = predict_spec(module.task_specs, task)
         super().__init__(module, [task])
         self.task = task
-        self.spec = module.task_specs[task]
-        self.siamese = _is_siamese(module, task)
+        self.siamese = module._is_siamese(task)
         if task in self.encoder.adapters and hasattr(self.encoder.adapters[task], "weight_delta"):
             self.encoder.merge(task)  # LoRA folded into the weights: the plain layers, no per-task work
         self.head = copy.deepcopy(module.heads[task])
@@ -156,7 +149,7 @@ class MixedTaskModel(_TaskModel):
         super().__init__(module, names)
         self.task_names: tuple[str, ...] = tuple(names)
         self.pairs: tuple[bool, ...] = tuple(bool(module.task_specs[t].is_pair) for t in names)
-        self.siamese: tuple[bool, ...] = tuple(_is_siamese(module, t) for t in names)
+        self.siamese: tuple[bool, ...] = tuple(module._is_siamese(t) for t in names)
         self.heads = nn.ModuleDict({t: copy.deepcopy(module.heads[t]) for t in names})
         self.eval()
         self.widths: tuple[int, ...] = tuple(
@@ -213,15 +206,9 @@ class MixedTaskModel(_TaskModel):
         ids = task_ids.reshape(-1).tolist()
         if len(ids) != rows:
             raise PalUserError(f"task_ids has {len(ids)} entries for {rows} rows: give one per row.")
-        bad = sorted({i for i in ids if not 0 <= i < len(self.task_names)})
-        if bad:
-            raise PalUserError(
-                f"task_ids {bad} are out of range: this model's tasks are "
-                f"{', '.join(f'{i}={n}' for i, n in enumerate(self.task_names))}."
-            )
+        tasks = tasks_of_indices(ids, self.task_names, "task_ids")
         b = None if second is None else dict(zip(ENCODING_KEYS, second, strict=True))
         first_d = dict(zip(ENCODING_KEYS, first, strict=True))
-        tasks = [self.task_names[int(i)] for i in ids]
         outputs = mixed_head_outputs(self.encoder, self.heads, self.pooling, first_d, b, tasks)
         out = first[0].new_zeros(rows, self.width, dtype=torch.float32)
         for task, (index, value) in outputs.items():

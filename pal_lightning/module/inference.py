@@ -5,7 +5,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,34 @@ DEFAULT_MAX_LENGTH = 128
 LABEL_NAMES_KEY = "pal_lightning_label_names"
 
 
+@contextmanager
+def eval_mode(module: torch.nn.Module) -> Iterator[None]:
+    """``module`` in eval mode inside, every submodule's own mode restored after."""
+    modes = {m: m.training for m in module.modules()}
+    module.eval()
+    try:
+        yield
+    finally:
+        for submodule, training in modes.items():
+            submodule.training = training
+
+
+def as_texts(texts: Any, example: str, single: tuple[type, ...] = (str, tuple)) -> list[Any]:
+    """``texts`` as a list: one text (an instance of ``single``) as a list of one.
+
+    Raises:
+        PalUserError: for what is neither a text nor an iterable of them (the fix shown by ``example``).
+    """
+    if isinstance(texts, single):
+        return [texts]
+    if not isinstance(texts, Iterable):
+        raise PalUserError(
+            f"Expected a sentence or a list of sentences, got {type(texts).__name__} {texts!r}. "
+            f"Pass e.g. {example}."
+        )
+    return list(texts)
+
+
 @dataclass
 class Prediction:
     """One input's prediction (what :func:`predict_items` gives per ``(task, input)``)."""
@@ -54,9 +83,11 @@ class Prediction:
         if self.score is not None:
             return {"task": self.task, "score": self.score}
         assert self.probabilities is not None
-        names = self.label_names or [str(c) for c in range(len(self.probabilities))]
-        probabilities = dict(zip(names, map(float, self.probabilities), strict=True))
-        return {"task": self.task, "label": self.label, "probabilities": probabilities}
+        return {
+            "task": self.task,
+            "label": self.label,
+            "probabilities": _named(self.probabilities, self.label_names),
+        }
 
 
 @dataclass
@@ -93,11 +124,15 @@ class TaskPredictions:
         if self.scores is not None:
             return [{"score": s} for s in self.scores]
         assert self.labels is not None and self.probabilities is not None
-        names = self.label_names or [str(c) for c in range(self.probabilities.shape[1])]
         return [
-            {"label": label, "probabilities": dict(zip(names, map(float, row), strict=True))}
+            {"label": label, "probabilities": _named(row, self.label_names)}
             for label, row in zip(self.labels, self.probabilities, strict=True)
         ]
+
+
+def _named(row: np.ndarray, names: Sequence[str] | None) -> dict[str, float]:
+    # class name (else index) -> probability
+    return dict(zip(names or map(str, range(len(row))), map(float, row), strict=True))
 
 
 def _columns(spec: TaskSpec, texts: Sequence[Any], positions: Sequence[int]) -> list[list[str]]:
@@ -212,9 +247,7 @@ def predict_items(module: Any, items: Sequence[Any], batch_size: int = 64) -> li
     order = np.argsort(np.concatenate(keys), kind="stable")
     pad_id = module.tokenizer.pad_token_id if module.tokenizer.pad_token_id is not None else 0
     outputs = {task: [torch.empty(0)] * len(at) for task, at in positions.items()}
-    was_training = module.training
-    module.eval()
-    try:
+    with eval_mode(module):
         for start in range(0, len(members), batch_size):
             batch, rows = _mixed_batch(
                 splits, [members[i] for i in order[start : start + batch_size]], pad_id
@@ -224,8 +257,6 @@ def predict_items(module: Any, items: Sequence[Any], batch_size: int = 64) -> li
                 for row, value in zip(out.rows.tolist(), out.output.float().cpu(), strict=True):
                     task, local = rows[row]
                     outputs[task][local] = value
-    finally:
-        module.train(was_training)
     predictions: list[Prediction] = [None] * len(items)  # type: ignore[list-item]
     names = module.label_names
     for task, at in positions.items():
@@ -290,7 +321,7 @@ def predict(
         return predict_items(module, task, batch_size)
     if texts is None:
         raise PalUserError(f"Nothing to predict for task {task!r}: pass the texts, predict({task!r}, [...]).")
-    texts = [texts] if isinstance(texts, (str, tuple)) else list(texts)
+    texts = as_texts(texts, f"predict({task!r}, ['a fine film'])")
     module.predict_spec(task)
     if not texts:
         raise PalUserError(f"Nothing to predict for task {task!r}: the input holds no sentences.")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -99,8 +100,13 @@ def test_mistakes_are_one_line_errors(folder: Path, reference: MultiTaskModule) 
         pal_lightning.pipeline(reference)
     with pytest.raises(PalUserError, match="Unknown task 'nope'"):
         pal_lightning.pipeline(reference, task="nope")
-    with pytest.raises(PalUserError, match="Unknown device 'gpu0'"):
-        pal_lightning.pipeline(reference, task="sst", device="gpu0")
+    for device, message in (("gpu0", "Unknown device 'gpu0'"), (1.5, "Unknown device 1.5. Use 'cpu'")):
+        with pytest.raises(PalUserError, match=message) as info:
+            pal_lightning.pipeline(reference, task="sst", device=device)
+        assert "\n" not in str(info.value)
+    absent = f"cuda:{torch.cuda.device_count()}"  # a GPU this machine does not have
+    with pytest.raises(PalUserError, match=f"Device '{absent}' is not available.*device='cpu'"):
+        pal_lightning.pipeline(reference, task="sst", device=absent)
     with pytest.raises(PalUserError, match="not int"):
         pal_lightning.pipeline(3, task="sst")  # type: ignore[arg-type]
     with pytest.raises(PalUserError, match="top_k must be >= 1"):
@@ -111,10 +117,21 @@ def test_mistakes_are_one_line_errors(folder: Path, reference: MultiTaskModule) 
         pal_lightning.pipeline(folder / "missing", task="sst")
 
 
-def test_importing_the_package_loads_no_pipeline_or_torch() -> None:
-    code = "import sys, pal_lightning; print(any(m in sys.modules for m in ('torch', 'pal_lightning.inference.pipeline')))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+def test_a_new_process_imports_no_torch_until_asked_then_loads_with_no_configuration(
+    folder: Path, reference: MultiTaskModule
+) -> None:
+    script = (
+        "import json, sys, pal_lightning\n"
+        "print(any(m in sys.modules for m in ('torch', 'pal_lightning.inference.pipeline')))\n"
+        "sts = pal_lightning.pipeline(sys.argv[1], task='sts')\n"
+        "print(json.dumps(sts([tuple(x) for x in json.loads(sys.argv[2])])))\n"
+    )
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    argv = [sys.executable, "-c", script, str(folder), json.dumps(PAIRS)]
+    out = subprocess.run(argv, capture_output=True, text=True, env=env, check=True)
+    lazy, scores = out.stdout.strip().splitlines()[-2:]
+    assert lazy == "False"
+    assert json.loads(scores) == [{"score": s} for s in reference.predict("sts", PAIRS).scores]
 
 
 def test_devices_are_named_as_torch_and_transformers_name_them() -> None:

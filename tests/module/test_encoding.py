@@ -96,6 +96,8 @@ def test_mistakes_are_one_line_errors(module: MultiTaskModule) -> None:
         module.encode(["fine", 3])  # type: ignore[list-item]
     with pytest.raises(PalUserError, match="batch_size must be >= 1"):
         module.encode(SENTENCES, batch_size=0)
+    with pytest.raises(PalUserError, match=r"got int 5. Pass e.g. encode\(\['a fine film'\]\)"):
+        module.encode(5)  # type: ignore[arg-type]
 
 
 @pytest.mark.integration
@@ -220,16 +222,6 @@ def test_losses_and_gradients_reach_the_present_tasks_only() -> None:
     assert all(p.grad is None for _, p in absent)
 
 
-def test_task_indices_name_rows_too() -> None:
-    module = module_of("lora", sharing=None)
-    mixed = mix_batches(one_task_batches())
-    by_index = {**mixed, TASKS: torch.tensor([TASK_LIST.index(t) for t in mixed[TASKS]])}
-    with torch.no_grad():
-        named, indexed = module.forward_mixed(mixed), module.forward_mixed(by_index)
-    for task in named:
-        assert torch.equal(named[task].output, indexed[task].output)
-
-
 def test_mix_batches_keeps_every_row() -> None:
     batches = one_task_batches()
     mixed = mix_batches(batches)
@@ -240,9 +232,14 @@ def test_mix_batches_keeps_every_row() -> None:
     assert mixed[LABELS].dtype == torch.float32 and mixed[LABELS][:3].tolist() == [0.0, 4.0, 2.0]
 
 
-def test_bad_mixed_batches_are_refused() -> None:
-    module = module_of("pals", sharing=None)
+def test_task_indices_name_rows_too_and_bad_mixed_batches_are_refused() -> None:
+    module = module_of("lora", sharing=None)
     mixed = mix_batches(one_task_batches())
+    by_index = {**mixed, TASKS: torch.tensor([TASK_LIST.index(t) for t in mixed[TASKS]])}
+    with torch.no_grad():
+        named, indexed = module.forward_mixed(mixed), module.forward_mixed(by_index)
+    for task in named:
+        assert torch.equal(named[task].output, indexed[task].output)
     without_second = {k: v for k, v in mixed.items() if not k.endswith("_b")}
     with pytest.raises(PalUserError, match="siamese"):
         module.forward_mixed(without_second)

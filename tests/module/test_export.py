@@ -3,6 +3,7 @@ with onnxruntime when installed)."""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -18,15 +19,12 @@ B = ["completely different", "short", "a medium sized second sentence"]
 
 
 def batch_inputs(module: MultiTaskModule, task: str) -> tuple[torch.Tensor, ...]:
+    kw: dict[str, Any] = dict(return_tensors="pt", padding=True)
     tok, keys = module.tokenizer, ("input_ids", "attention_mask", "token_type_ids")
-    if task == "sst":
-        enc = tok(A, return_tensors="pt", padding=True)
-        return tuple(enc[k] for k in keys)
-    if task == "qqp":
-        enc = tok(A, B, return_tensors="pt", padding=True)
-        return tuple(enc[k] for k in keys)
-    a, b = tok(A, return_tensors="pt", padding=True), tok(B, return_tensors="pt", padding=True)
-    return tuple(a[k] for k in keys) + tuple(b[k] for k in keys)
+    parts = [tok(A, B, **kw)] if task == "qqp" else [tok(A, **kw)]
+    if task == "sts":  # siamese: each sentence alone
+        parts.append(tok(B, **kw))
+    return tuple(part[k] for part in parts for k in keys)
 
 
 def module_output(module: MultiTaskModule, task: str, inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
@@ -57,16 +55,15 @@ def test_single_task_module_equals_the_multitask_forward(module: MultiTaskModule
     assert not any(p is q for p in single.parameters() for q in module.parameters())
 
 
-def test_unknown_task(module: MultiTaskModule) -> None:
-    with pytest.raises(PalUserError, match="Unknown task 'nope'"):
-        SingleTaskModel(module, "nope")
-
-
 @pytest.mark.parametrize("task", ["sst", "qqp", "sts"])
 def test_onnx_matches_pytorch_on_other_shapes(module: MultiTaskModule, task: str, tmp_path: Path) -> None:
     ort = pytest.importorskip("onnxruntime", reason="the export extra is not installed")
     single = SingleTaskModel(module, task)
-    path = export_onnx(single, tmp_path / f"{task}.onnx", single.example_inputs(module.tokenizer))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        path = export_onnx(single, tmp_path / f"{task}.onnx", single.example_inputs(module.tokenizer))
+    # the trace's warnings about data-dependent branches are noise on every export: none reach the user
+    assert [w for w in caught if issubclass(w.category, torch.jit.TracerWarning)] == []
     session = ort.InferenceSession(str(path))
     inputs = batch_inputs(module, task)  # another batch size and other lengths than the traced ones
     out = session.run(None, {n: t.numpy() for n, t in zip(single.input_names, inputs, strict=True)})[0]
@@ -101,18 +98,6 @@ def test_a_failed_export_leaves_the_previous_file(
         export_onnx(single, target, single.example_inputs(module.tokenizer))
     assert target.read_bytes() == b"previous export"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sst.onnx"]  # no temporary file left
-
-
-def test_onnx_export_prints_no_tracer_warnings(module: MultiTaskModule, tmp_path: Path) -> None:
-    """The trace's warnings about data-dependent branches are noise on every export: none reach the user."""
-    import warnings
-
-    pytest.importorskip("onnx", reason="the export extra is not installed")
-    single = SingleTaskModel(module, "sst")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        export_onnx(single, tmp_path / "sst.onnx", single.example_inputs(module.tokenizer))
-    assert [w for w in caught if issubclass(w.category, torch.jit.TracerWarning)] == []
 
 
 # ---------------------------------------------------------------------------------------------- every task
@@ -188,7 +173,9 @@ def test_mixed_onnx_equals_each_rows_single_task_model(
         assert not out[row, width:].any()  # zeros after the task's own columns
 
 
-def test_mixed_model_user_errors(module: MultiTaskModule, items: list[tuple[str, Any]]) -> None:
+def test_user_errors(module: MultiTaskModule, items: list[tuple[str, Any]]) -> None:
+    with pytest.raises(PalUserError, match="Unknown task 'nope'"):
+        SingleTaskModel(module, "nope")
     with pytest.raises(PalUserError, match="distinct tasks of the model"):
         MixedTaskModel(module, ["sst", "nope"])
     model = MixedTaskModel(module, ["sts", "sst"])  # a subset, in its own index order

@@ -103,6 +103,7 @@ def test_order_batching_mode_and_gradients(module: MultiTaskModule) -> None:
         ("qqp", ["only one sentence"], "takes \\(sentence1, sentence2\\) tuples"),
         ("sst", [("a", "b")], "takes single sentences"),
         ("sts", [("a", "b", "c")], "takes \\(sentence1, sentence2\\) tuples"),
+        ("sst", 5, "Expected a sentence or a list of sentences, got int 5. Pass e.g. predict\\('sst', \\["),
     ],
 )
 def test_bad_input_is_one_line(module: MultiTaskModule, task: str, texts: list, message: str) -> None:

@@ -138,25 +138,39 @@ def test_simcse_alone_lowers_its_loss() -> None:
     assert sum(losses[-5:]) / 5 < 0.7 * sum(losses[:5]) / 5, losses
 
 
-def _fit(steps: int = 6, **kw: Any) -> tuple[MultiTaskModule, pl.Trainer]:
+def _fit(**kw: Any) -> tuple[MultiTaskModule, pl.Trainer, int]:
+    """A 6-step fit, and the rows its encoder was called on."""
+    rows: list[int] = []
     pl.seed_everything(0, verbose=False)
     module = tiny_module(lr=3e-3, head_lr=3e-2, **kw)
+    forward = module.encoder.forward
+
+    def counting(input_ids, *args, **kw):  # noqa: ANN001, ANN002, ANN003, ANN202
+        rows.append(int(input_ids.shape[0]))
+        return forward(input_ids, *args, **kw)
+
+    module.encoder.forward = counting  # type: ignore[method-assign]
     data = TinyData()
-    data.steps = steps
+    data.steps = 6
     trainer = quiet_trainer(max_epochs=1, limit_val_batches=0)
     trainer.fit(module, datamodule=data)
-    return module, trainer
+    return module, trainer, sum(rows)
 
 
-def test_weight_zero_is_bit_identical_to_no_simcse_and_weight_moves_training() -> None:
-    plain, _ = _fit()
-    zero, _ = _fit(simcse=SimCSEConfig(weight=0.0))
-    with_simcse, trainer = _fit(simcse=SimCSEConfig(weight=0.5, tasks=["sst", "qqp"]))
+def test_weight_zero_is_bit_identical_to_no_simcse_and_the_forward_is_the_first_view() -> None:
+    """Weight 0 trains as no SimCSE; a weight moves training, and SimCSE adds one pass over the sentences:
+    rows encoded per fit equal the hand count."""
+    plain, _, plain_rows = _fit()
+    zero, _, _ = _fit(simcse=SimCSEConfig(weight=0.0))
+    with_simcse, trainer, simcse_rows = _fit(simcse=SimCSEConfig(weight=0.5))
     a, b, c = plain.state_dict(), zero.state_dict(), with_simcse.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert any(not torch.equal(a[k], c[k]) for k in a if k.startswith("encoder.bert."))
     metrics = trainer.callback_metrics
     assert "train/simcse_loss" in metrics and float(metrics["train/simcse_loss"]) > 0
+    # per cycle of 3 batches of 8: sst 8 (task) + 8 (view 2); qqp 'cross' 8 (pairs) + 2 x 16 (both views
+    # of both sides, nothing to reuse); sts 'siamese' 16 (task, both sides) + 16 (view 2)
+    assert (plain_rows, simcse_rows) == (2 * (8 + 8 + 16), 2 * ((8 + 8) + (8 + 32) + (16 + 16)))
 
 
 def test_every_k_steps_and_task_choice() -> None:
@@ -228,36 +242,6 @@ def test_gem_memories_use_the_task_loss_without_simcse(tmp_path, monkeypatch) ->
     memory_batches = len(task_losses) - 5  # batch_loss: 5 training batches, the rest GEM's memories
     assert memory_batches >= 1
     assert len(calls) == 5  # SimCSE once per training step, never for a memory batch
-
-
-def test_training_step_reuses_its_forward_as_the_first_view() -> None:
-    """SimCSE adds one pass over the sentences: rows encoded per fit equal the hand count."""
-    rows: list[int] = []
-
-    def counting(module: MultiTaskModule) -> None:
-        forward = module.encoder.forward
-
-        def wrapped(input_ids, *args, **kw):  # noqa: ANN001, ANN002, ANN003, ANN202
-            rows.append(int(input_ids.shape[0]))
-            return forward(input_ids, *args, **kw)
-
-        module.encoder.forward = wrapped  # type: ignore[method-assign]
-
-    for simcse, expected in (
-        # per cycle of 3 batches of 8: sst 8 (task) + 8 (view 2); qqp 'cross' 8 (pairs) + 2 x 16 (both views
-        # of both sides, nothing to reuse); sts 'siamese' 16 (task, both sides) + 16 (view 2)
-        (SimCSEConfig(), 2 * ((8 + 8) + (8 + 32) + (16 + 16))),
-        (None, 2 * (8 + 8 + 16)),
-    ):
-        rows.clear()
-        pl.seed_everything(0, verbose=False)
-        module = tiny_module(simcse=simcse)
-        counting(module)
-        data = TinyData()
-        data.steps = 6
-        trainer = quiet_trainer(max_epochs=1, limit_val_batches=0)
-        trainer.fit(module, datamodule=data)
-        assert sum(rows) == expected, rows
 
 
 def test_first_view_is_the_given_vectors_and_the_second_a_new_pass() -> None:
