@@ -18,7 +18,7 @@ from pal_lightning.data.sampling.phase_plan import SEQUENTIAL, check_task_schedu
 from pal_lightning.data.sampling.schedules import SAMPLING_SCHEDULES, SamplingSchedule
 from pal_lightning.data.sources.locate import SPLITS
 from pal_lightning.data.sources.registry import source_for
-from pal_lightning.data.sources.validate import BAD_ROW_POLICIES, DEFAULT_MAX_BAD_FRACTION
+from pal_lightning.data.sources.validate import DEFAULT_MAX_BAD_FRACTION, check_on_bad_row
 from pal_lightning.tasks.specs import TaskSpec, resolve_tasks, task_to_hparam
 
 __all__ = ["DataConfig", "check_at_least", "check_batch_mixing", "resolve_cache_dir"]
@@ -139,8 +139,7 @@ class DataConfig:
             )
         for spec in resolve_tasks(self.tasks) if self.tasks else ():
             source_for(spec)  # an unknown format stops before any file is read
-        if self.on_bad_row not in BAD_ROW_POLICIES:
-            raise PalUserError(f"on_bad_row must be one of {BAD_ROW_POLICIES}, got {self.on_bad_row!r}.")
+        check_on_bad_row(self.on_bad_row)
         if not 0 <= self.max_bad_rows_fraction <= 1:
             raise PalUserError(
                 f"max_bad_rows_fraction is a share of the rows, from 0 to 1; got {self.max_bad_rows_fraction}."

@@ -23,6 +23,13 @@ log = logging.getLogger(__name__)
 
 BAD_ROW_POLICIES = ("skip", "error")
 
+
+def check_on_bad_row(value: str) -> None:
+    """A PalUserError unless ``value`` is one of :data:`BAD_ROW_POLICIES`."""
+    if value not in BAD_ROW_POLICIES:
+        raise PalUserError(f"on_bad_row must be one of {BAD_ROW_POLICIES}, got {value!r}.")
+
+
 MAX_REPORTED_BAD_ROWS = 5
 
 DEFAULT_MAX_BAD_FRACTION = 0.05
