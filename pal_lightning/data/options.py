@@ -13,15 +13,15 @@ from typing import Any
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.hub import DEFAULT_ENCODER, pal_cache_dir
 from pal_lightning.core.plain_values import to_plain
-from pal_lightning.data.sampling.per_task import BATCH_MIXINGS, MIXED
+from pal_lightning.data.sampling.mixed import check_batch_mixing
 from pal_lightning.data.sampling.phase_plan import SEQUENTIAL, check_task_schedule
 from pal_lightning.data.sampling.schedules import SAMPLING_SCHEDULES, SamplingSchedule
 from pal_lightning.data.sources.locate import SPLITS
 from pal_lightning.data.sources.registry import source_for
-from pal_lightning.data.sources.validate import BAD_ROW_POLICIES, DEFAULT_MAX_BAD_FRACTION
+from pal_lightning.data.sources.validate import DEFAULT_MAX_BAD_FRACTION, check_on_bad_row
 from pal_lightning.tasks.specs import TaskSpec, resolve_tasks, task_to_hparam
 
-__all__ = ["DataConfig", "check_at_least", "check_batch_mixing", "resolve_cache_dir"]
+__all__ = ["DataConfig", "check_at_least", "resolve_cache_dir"]
 
 
 @dataclass
@@ -139,8 +139,7 @@ class DataConfig:
             )
         for spec in resolve_tasks(self.tasks) if self.tasks else ():
             source_for(spec)  # an unknown format stops before any file is read
-        if self.on_bad_row not in BAD_ROW_POLICIES:
-            raise PalUserError(f"on_bad_row must be one of {BAD_ROW_POLICIES}, got {self.on_bad_row!r}.")
+        check_on_bad_row(self.on_bad_row)
         if not 0 <= self.max_bad_rows_fraction <= 1:
             raise PalUserError(
                 f"max_bad_rows_fraction is a share of the rows, from 0 to 1; got {self.max_bad_rows_fraction}."
@@ -180,28 +179,6 @@ class DataConfig:
         plain["tasks"] = [task_to_hparam(s) for s in resolve_tasks(self.tasks)]
         plain["task_multipliers"] = plain["task_multipliers"] or None
         return plain
-
-
-def check_batch_mixing(batch_mixing: str, schedule: str, sampling: str) -> None:
-    """Refuse an unknown ``batch_mixing``, or ``mixed`` with an option it has no form of."""
-    if batch_mixing not in BATCH_MIXINGS:
-        raise PalUserError(
-            f"Unknown batch_mixing {batch_mixing!r}; choose one of {', '.join(BATCH_MIXINGS)}."
-        )
-    if batch_mixing != MIXED:
-        return
-    if schedule == SEQUENTIAL:
-        raise PalUserError(
-            "batch_mixing 'mixed' draws every row's task from the interleaved sampling schedule; the sequential "
-            "schedule trains one task after another. Use --data.batch_mixing per_task, or --data.schedule "
-            "interleaved."
-        )
-    if sampling == "round_robin":
-        raise PalUserError(
-            "sampling 'round_robin' cycles through whole batches, one task each; with batch_mixing 'mixed' every "
-            "row draws its task. Use --data.sampling uniform (the same frequencies), or --data.batch_mixing "
-            "per_task."
-        )
 
 
 def check_at_least(name: str, value: int | None, low: int, optional: bool = True) -> None:

@@ -77,28 +77,14 @@ BUILTIN_TASKS: dict[str, TaskSpec] = {
 _GLUE_SOURCE = "GLUE (Wang et al., 2019), the Hugging Face dataset nyu-mll/glue, config "
 
 
-def _glue(name: str, config: str, text_columns: tuple[str, ...], labels: int = 2, **kw: object) -> TaskSpec:
+def _glue(config: str, text_columns: tuple[str, ...], labels: int = 2, **kw: Any) -> TaskSpec:
+    """The task ``glue_<config>``: the hub's columns, splits and label order."""
     kind = TaskKind.PAIR_CLASSIFICATION if len(text_columns) == 2 else TaskKind.SINGLE_CLASSIFICATION
-    fields: dict[str, Any] = {
-        "kind": kind,
-        "num_labels": labels,
-        "label_range": (0, labels - 1),
-        "format": "hf",
-        "hf_path": "nyu-mll/glue",
-        "hf_name": config,
-        "files": {"train": "train", "dev": "validation", "test": "test"},
-        "text_columns": text_columns,
-        "label_column": "label",
-        "id_column": "idx",
-        "source": _GLUE_SOURCE + config + ".",
-        **kw,
-    }
-    return TaskSpec(name=name, **fields)
-
-
-def _mnli(name: str, genres: str, **kw: Any) -> TaskSpec:
-    files = {"train": "train", "dev": f"validation_{genres}", "test": f"test_{genres}"}
-    return _glue(name, "mnli", ("premise", "hypothesis"), labels=3, files=files, **kw)
+    files = {"train": "train", "dev": "validation", "test": "test"}
+    fields: dict[str, Any] = dict(kind=kind, num_labels=labels, label_range=(0, labels - 1), files=files)
+    fields.update(format="hf", hf_path="nyu-mll/glue", hf_name=config, text_columns=text_columns)
+    fields.update(label_column="label", id_column="idx", source=_GLUE_SOURCE + config + ".")
+    return TaskSpec(name=f"glue_{config}", **{**fields, **kw})
 
 
 #: The one MNLI head also scores the mismatched sets and the diagnostic set (config ``ax``).
@@ -111,25 +97,28 @@ _MNLI_VIEWS: dict[str, dict[str, Any]] = {
     },
 }
 
+_MNLI_FILES = {"train": "train", "dev": "validation_matched", "test": "test_matched"}
 #: The GLUE tasks from ``nyu-mll/glue``, with GLUE's metrics and the hub's label order.
 GLUE_TASKS: dict[str, TaskSpec] = {
-    "glue_cola": _glue("glue_cola", "cola", ("sentence",), metrics=("matthews",)),
-    "glue_sst2": _glue("glue_sst2", "sst2", ("sentence",)),
-    "glue_mrpc": _glue("glue_mrpc", "mrpc", _PAIR_COLUMNS, metrics=("accuracy", "f1")),
-    "glue_qqp": _glue("glue_qqp", "qqp", ("question1", "question2"), metrics=("accuracy", "f1")),
-    "glue_stsb": _glue(
-        "glue_stsb",
-        "stsb",
-        _PAIR_COLUMNS,
-        1,
-        kind=TaskKind.PAIR_REGRESSION,
-        label_range=(0, 5),
-        metrics=("pearson", "spearman"),
-    ),
-    "glue_mnli": _mnli("glue_mnli", "matched", eval_views=_MNLI_VIEWS),
-    "glue_qnli": _glue("glue_qnli", "qnli", ("question", "sentence")),
-    "glue_rte": _glue("glue_rte", "rte", _PAIR_COLUMNS),
-    "glue_wnli": _glue("glue_wnli", "wnli", _PAIR_COLUMNS),
+    spec.name: spec
+    for spec in (
+        _glue("cola", ("sentence",), metrics=("matthews",)),
+        _glue("sst2", ("sentence",)),
+        _glue("mrpc", _PAIR_COLUMNS, metrics=("accuracy", "f1")),
+        _glue("qqp", ("question1", "question2"), metrics=("accuracy", "f1")),
+        _glue(
+            "stsb",
+            _PAIR_COLUMNS,
+            1,
+            kind=TaskKind.PAIR_REGRESSION,
+            label_range=(0, 5),
+            metrics=("pearson", "spearman"),
+        ),
+        _glue("mnli", ("premise", "hypothesis"), labels=3, files=_MNLI_FILES, eval_views=_MNLI_VIEWS),
+        _glue("qnli", ("question", "sentence")),
+        _glue("rte", _PAIR_COLUMNS),
+        _glue("wnli", _PAIR_COLUMNS),
+    )
 }
 #: The eight tasks of the paper's GLUE setting, in GLUE's order (no WNLI, which the paper left out).
 GLUE_EIGHT = tuple(f"glue_{t}" for t in ("cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte"))

@@ -1,5 +1,6 @@
 """Run by test_ddp.py (python ddp_script.py OUT_DIR): a 2-process gloo fit, validate and predict, then a fit on
-mixed batches; each rank writes rank<r>.json (and mixed/rank<r>.json) with the batches it saw."""
+mixed batches; each rank writes rank<r>.json (and mixed/rank<r>.json) with the batches it saw, then
+metrics<r>.json: the task metrics computed over both ranks' uneven shares of seeded predictions."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from torch import nn
 
 from pal_lightning.callbacks import PredictionWriter
 from pal_lightning.data import MultiTaskDataModule
+from pal_lightning.tasks.metrics import build_task_metrics
+from pal_lightning.tasks.specs import get_task
 from pal_lightning.testing import quiet_trainer, write_cs224n_quirks
 
 
@@ -67,6 +70,33 @@ def fit(root: Path, out: Path, mixing: str) -> None:
         trainer.predict(model, datamodule=dm, return_predictions=False)
 
 
+def metric_data(n: int = 200) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Seeded (prediction, gold) of sst, qqp and sts; sts with many ties."""
+    g = torch.Generator().manual_seed(0)
+    sts_gold = torch.randint(0, 11, (n,), generator=g).float() / 2
+    sts_pred = (sts_gold + torch.randn(n, generator=g)).clamp(0, 5)
+    labels = {"sst": 5, "qqp": 2}
+    data = {
+        t: (torch.randint(0, k, (n,), generator=g), torch.randint(0, k, (n,), generator=g))
+        for t, k in labels.items()
+    }
+    return {**data, "sts": (sts_pred, sts_gold)}
+
+
+def sync_metrics(out: Path) -> None:
+    """Each rank updates every task's metrics with its own uneven share (130/70 rows, batches of 16);
+    ``compute()`` must merge both ranks' states into the full-set values."""
+    rank, result = torch.distributed.get_rank(), {}
+    for task, (pred, gold) in metric_data().items():
+        pred, gold = (pred[:130], gold[:130]) if rank == 0 else (pred[130:], gold[130:])
+        metrics = build_task_metrics(get_task(task))
+        for i in range(0, len(pred), 16):
+            metrics.update(pred[i : i + 16], gold[i : i + 16])
+        result[task] = {k: float(v) for k, v in metrics.compute().items()}
+    rows = {task: [pred.tolist(), gold.tolist()] for task, (pred, gold) in metric_data().items()}
+    (out / f"metrics{rank}.json").write_text(json.dumps({"scores": result, "rows": rows}))
+
+
 def main(out: str) -> None:
     torch.set_num_threads(1)
     root = Path(out)
@@ -75,6 +105,9 @@ def main(out: str) -> None:
         write_cs224n_quirks(data)
     fit(root, root, "per_task")
     fit(root, root / "mixed", "mixed")
+    if not torch.distributed.is_initialized():  # the fits' MASTER_ADDR, RANK, ... are still set
+        torch.distributed.init_process_group("gloo")
+    sync_metrics(root)
 
 
 if __name__ == "__main__":

@@ -115,17 +115,6 @@ def test_data_dir_from_env(data_dir, monkeypatch):
     assert len(dm.val_dataloader()) > 0
 
 
-def test_bad_arguments_raise_user_errors(data_dir):
-    with pytest.raises(PalUserError):
-        MultiTaskDataModule(data_dir=str(data_dir), sampling="random")
-    with pytest.raises(PalUserError):
-        MultiTaskDataModule(data_dir=str(data_dir), batch_size={"sst": 4})
-    with pytest.raises(PalUserError):
-        MultiTaskDataModule(data_dir=str(data_dir), sampling="weights", task_weights={"sst": 1})
-    with pytest.raises(PalUserError):
-        MultiTaskDataModule(data_dir=str(data_dir), on_bad_row="ignore")
-
-
 def test_on_bad_row_error_stops_setup(data_dir, make_dm):
     with pytest.raises(PalUserError, match="line"):
         make_dm(data_dir, on_bad_row="error").setup("fit")
@@ -330,6 +319,8 @@ def test_bad_row_warning_is_the_same_from_the_file_and_from_the_cache(data_dir, 
 
 
 def test_datamodule_options_phases_and_errors(data_dir, make_dm):
+    """The sequential schedule's phases, and the options refused once the tasks are known (the options
+    checked alone: test_options.py)."""
     dm = make_dm(
         data_dir,
         schedule="sequential",
@@ -358,6 +349,11 @@ def test_datamodule_options_phases_and_errors(data_dir, make_dm):
         (dict(schedule="sequential", steps_per_task=2, epochs_per_task=1), "not both"),
         (dict(schedule="sequential", epochs_per_task=0), "epochs_per_task must be > 0"),
         (dict(schedule="sequential", steps_per_task={"sst": 2}), "missing \\['qqp', 'sts'\\]"),
+        (dict(batch_size={"sst": 4}), "batch_size .* missing \\['qqp', 'sts'\\]"),
+        (
+            dict(sampling="weights", task_weights={"sst": 1}),
+            "task_weights must name exactly the training tasks",
+        ),
     ]
     for kw, match in bad:
         with pytest.raises(PalUserError, match=match):

@@ -1,4 +1,5 @@
-"""Real 2-process gloo DDP: same task per step on both ranks, disjoint shares, exact eval, gathered predictions."""
+"""Real 2-process gloo DDP: same task per step on both ranks, disjoint shares, exact eval, gathered predictions,
+and the task metrics synced across the ranks."""
 
 from __future__ import annotations
 
@@ -71,3 +72,26 @@ def test_two_process_ddp_mixed_shares(ranks: Path) -> None:
         assert not set(ids0) & set(ids1)  # ids carry their task's prefix: disjoint across tasks too
     seen = {t for r in (r0, r1) for _, tasks, _ in r["train"] for t in tasks}
     assert seen == {"sst", "qqp", "sts"}
+
+
+def test_metrics_sync_across_two_gloo_processes(ranks: Path) -> None:
+    """Both ranks' ``compute()`` of their uneven shares equals the one-process value of all rows (which
+    tests/tasks/test_metrics.py checks against numpy)."""
+    import torch
+
+    from pal_lightning.tasks.metrics import build_task_metrics
+    from pal_lightning.tasks.specs import get_task
+
+    records = [json.loads((ranks / f"metrics{rank}.json").read_text()) for rank in (0, 1)]
+    assert records[0]["rows"] == records[1]["rows"]
+    expected = {}
+    for task, (pred, gold) in records[0]["rows"].items():
+        metrics = build_task_metrics(get_task(task))
+        metrics.update(torch.tensor(pred), torch.tensor(gold))
+        expected[task] = {k: float(v) for k, v in metrics.compute().items()}
+    assert set(expected) == {"sst", "qqp", "sts"} and set(expected["sts"]) == {"pearson", "spearman"}
+    for rank, record in enumerate(records):
+        got = record["scores"]
+        assert got.keys() == expected.keys()
+        for task, scores in expected.items():
+            assert got[task] == pytest.approx(scores, abs=1e-5), (rank, task)

@@ -57,23 +57,10 @@ def test_demo_config_fits_on_a_tiny_budget(
     from pal_lightning.cli.main import main
 
     monkeypatch.chdir(tmp_path)  # the config works from any working directory
-    args = [
-        "fit",
-        "--config",
-        str(ROOT / "configs" / "demo.yaml"),
-        "--trainer.max_steps",
-        "2",
-        "--data.init_args.steps_per_epoch",
-        "1",
-        "--trainer.check_val_every_n_epoch",
-        "2",
-        "--data.init_args.limit_examples",
-        "24",
-        "--data.init_args.cache_dir",
-        "false",
-        "--trainer.enable_progress_bar",
-        "false",
-    ]
+    options = "--trainer.max_steps 1 --data.init_args.steps_per_epoch 1 --trainer.check_val_every_n_epoch 1"
+    options += " --data.init_args.limit_examples 8 --data.init_args.cache_dir false"
+    args = ["fit", "--config", str(ROOT / "configs" / "demo.yaml"), *options.split()]
+    args += ["--trainer.enable_progress_bar", "false"]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "CS224N overall (dev):" in out

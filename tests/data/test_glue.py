@@ -57,6 +57,10 @@ def _label(config: str, i: int, split: str) -> float | int:
     return (i + 1) % len(names) if split == "validation_mismatched" else i % len(names)
 
 
+def _text(i: int, column: int) -> str:
+    return " ".join(WORDS[(i * 3 + column + j) % len(WORDS)] for j in range(3 + i % 4))
+
+
 def write_glue_copy(root: Path, n: int = 8, skip: tuple[str, str] | None = None) -> Path:
     """``root`` as the nyu-mll/glue repository: ``<config>/<split>-00000-of-00001.parquet`` and a README whose
     ``configs:`` block maps each split to its files; ``skip`` = (config, split) leaves one split out."""
@@ -68,17 +72,9 @@ def write_glue_copy(root: Path, n: int = 8, skip: tuple[str, str] | None = None)
                 continue
             rows = n if split == "train" else n // 2 + (config == "ax")  # AX: one row more than the rest
             label = datasets.Value("float32") if names is None else datasets.ClassLabel(names=names)
-            features = {c: datasets.Value("string") for c in columns} | {
-                "label": label,
-                "idx": datasets.Value("int32"),
-            }
-            table = {
-                c: [
-                    " ".join(WORDS[(i * 3 + k + j) % len(WORDS)] for j in range(3 + i % 4))
-                    for i in range(rows)
-                ]
-                for k, c in enumerate(columns)
-            }
+            features = dict.fromkeys(columns, datasets.Value("string"))
+            features |= {"label": label, "idx": datasets.Value("int32")}
+            table = {c: [_text(i, k) for i in range(rows)] for k, c in enumerate(columns)}
             table |= {"label": [_label(config, i, split) for i in range(rows)], "idx": list(range(rows))}
             (root / config).mkdir(parents=True, exist_ok=True)
             ds = datasets.Dataset.from_dict(table, features=datasets.Features(features))
@@ -127,11 +123,8 @@ def test_glue_task_specs_by_hand() -> None:
     assert get_task("glue_stsb").label_range == (0.0, 5.0) and get_task("glue_mnli").label_range == (0.0, 2.0)
     # glue_mnli's head is also scored on MNLI's mismatched sets and predicts the diagnostic set (config ax)
     mm, ax = get_task("glue_mnli").views()
-    assert (mm.name, mm.hf_name, mm.files) == (
-        "glue_mnli_mm",
-        "mnli",
-        {"dev": "validation_mismatched", "test": "test_mismatched"},
-    )
+    mm_files = {"dev": "validation_mismatched", "test": "test_mismatched"}
+    assert (mm.name, mm.hf_name, mm.files) == ("glue_mnli_mm", "mnli", mm_files)
     assert (ax.name, ax.hf_name, ax.files, ax.text_columns) == (
         "glue_ax",
         "ax",
@@ -207,13 +200,8 @@ def test_submission_files_by_hand(tmp_path: Path) -> None:
     assert (tmp_path / "WNLI.tsv").read_text() == "index\tprediction\n3\t1\n4\t0\n"
     write_submission_file(tmp_path, "glue_ax", [("0", 1)])
     assert (tmp_path / "AX.tsv").read_text() == "index\tprediction\n0\tneutral\n"
-    assert missing_submission_files(p.name for p in tmp_path.iterdir()) == [
-        "SST-2.tsv",
-        "MRPC.tsv",
-        "QQP.tsv",
-        "MNLI-mm.tsv",
-        "QNLI.tsv",
-    ]
+    missing = ["SST-2.tsv", "MRPC.tsv", "QQP.tsv", "MNLI-mm.tsv", "QNLI.tsv"]
+    assert missing_submission_files(p.name for p in tmp_path.iterdir()) == missing
     with pytest.raises(PalUserError, match="already exists"):
         write_submission_file(tmp_path, "glue_cola", [("0", 0)])
     assert (tmp_path / "CoLA.tsv").read_text().endswith("0\t1\n")  # nothing overwritten
@@ -297,25 +285,16 @@ def test_glue_tasks_fit_and_predict_submission_files(glue: Path, tmp_path: Path)
     (ckpt,) = (run / "checkpoints").glob("last*.ckpt")
     assert main(["predict", "--config", str(config), "--ckpt_path", str(ckpt)]) == 0
     out = run / "glue_submission"  # beside run / "predictions"
-    assert sorted(p.name for p in out.iterdir()) == [
-        "AX.tsv",
-        "CoLA.tsv",
-        "MNLI-m.tsv",
-        "MNLI-mm.tsv",
-        "STS-B.tsv",
-    ]
+    written = ["AX.tsv", "CoLA.tsv", "MNLI-m.tsv", "MNLI-mm.tsv", "STS-B.tsv"]
+    assert sorted(p.name for p in out.iterdir()) == written
     mnli = (out / "MNLI-m.tsv").read_text().splitlines()
     assert mnli[0] == "index\tprediction" and [r.split("\t")[0] for r in mnli[1:]] == ["0", "1", "2", "3"]
     assert {r.split("\t")[1] for r in mnli[1:]} <= {"entailment", "neutral", "contradiction"}
     sts = [float(r.split("\t")[1]) for r in (out / "STS-B.tsv").read_text().splitlines()[1:]]
     assert len(sts) == 4 and all(0.0 <= s <= 5.0 for s in sts)
     metrics = (run / "metrics.csv").read_text().splitlines()[0].split(",")
-    assert {
-        "val/glue_cola/matthews",
-        "val/glue_stsb/spearman",
-        "val/glue_mnli_mm/accuracy",
-        "val/overall",
-    } <= set(metrics)
+    logged = {"val/glue_cola/matthews", "val/glue_stsb/spearman", "val/glue_mnli_mm/accuracy", "val/overall"}
+    assert logged <= set(metrics)
 
 
 @pytest.mark.parametrize(
@@ -374,12 +353,7 @@ def test_the_papers_glue_setting_stores_1_13x_one_bert_base(
     assert main(["fit", "--config", str(ROOT / "configs" / config), "--print_config"]) == 0
     args = yaml.safe_load(capsys.readouterr().out)["model"]["init_args"]
     assert args["tasks"] == tasks and args["adapter"]["method"] == "pals" and args["adapter"]["size"] == 204
-    bert_base = {
-        "hidden_size": 768,
-        "num_hidden_layers": 12,
-        "num_attention_heads": 12,
-        "intermediate_size": 3072,
-    }
+    bert_base = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
     args = {k: v for k, v in args.items() if k not in ("encoder", "encoder_revision", "init_from")}
     with torch.device("meta"):
         module = MultiTaskModule(**{**args, "encoder_config": bert_base})

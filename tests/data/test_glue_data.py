@@ -249,7 +249,5 @@ def test_fit_on_carved_validation_then_test_on_dev_and_submission_files(glue: Pa
     assert sorted(p.name for p in out.iterdir()) == ["CoLA.tsv", "MRPC.tsv", "RTE.tsv"]
     mrpc = (out / "MRPC.tsv").read_text().splitlines()
     assert mrpc[0] == "index\tprediction" and mrpc[1].split("\t")[0] == "7"  # MRPC/test.tsv's index
-    assert {row.split("\t")[1] for row in (out / "RTE.tsv").read_text().splitlines()[1:]} <= {
-        "entailment",
-        "not_entailment",
-    }
+    rte = {row.split("\t")[1] for row in (out / "RTE.tsv").read_text().splitlines()[1:]}
+    assert rte <= {"entailment", "not_entailment"}

@@ -57,33 +57,21 @@ def write_hub_copies(root: Path) -> None:
     for split, rows in SST5.items():
         lines = [json.dumps({"text": t, "label": y, "label_text": names[y]}) for t, y in rows]
         (sst5 / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
-    for config, table in (("qqp", QQP), ("stsb", STSB)):
+    qqp_label = datasets.ClassLabel(names=["not_duplicate", "duplicate"])
+    for config, table, label in (("qqp", QQP, qqp_label), ("stsb", STSB, datasets.Value("float32"))):
         folder = root / "nyu-mll" / "glue" / config
         folder.mkdir(parents=True)
+        columns = ("question1", "question2") if config == "qqp" else ("sentence1", "sentence2")
+        features = datasets.Features(
+            {
+                **dict.fromkeys(columns, datasets.Value("string")),
+                "label": label,
+                "idx": datasets.Value("int32"),
+            }
+        )
         for split, rows in table.items():
-            a, b = ("question1", "question2") if config == "qqp" else ("sentence1", "sentence2")
-            label = (
-                datasets.ClassLabel(names=["not_duplicate", "duplicate"])
-                if config == "qqp"
-                else datasets.Value("float32")
-            )
-            features = datasets.Features(
-                {
-                    a: datasets.Value("string"),
-                    b: datasets.Value("string"),
-                    "label": label,
-                    "idx": datasets.Value("int32"),
-                }
-            )
-            ds = datasets.Dataset.from_dict(
-                {
-                    a: [r[0] for r in rows],
-                    b: [r[1] for r in rows],
-                    "label": [r[2] for r in rows],
-                    "idx": list(range(len(rows))),
-                },
-                features=features,
-            )
+            values = {name: [r[k] for r in rows] for k, name in enumerate((*columns, "label"))}
+            ds = datasets.Dataset.from_dict({**values, "idx": list(range(len(rows)))}, features=features)
             ds.to_parquet(str(folder / f"{split}-00000-of-00001.parquet"))
 
 
@@ -109,6 +97,19 @@ def no_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(work)
     monkeypatch.delenv("PAL_DATA_DIR", raising=False)
     return work
+
+
+def _config_without_a_folder(tmp_path: Path) -> Path:
+    """The tiny fit config of pal_lightning.testing with no data folder at all."""
+    import yaml
+
+    from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
+
+    config = write_tiny_fit_config(tmp_path, write_cs224n_data(tmp_path / "files"))
+    values = yaml.safe_load(config.read_text())
+    del values["data"]["init_args"]["data_dir"]
+    config.write_text(yaml.safe_dump(values))
+    return config
 
 
 def test_every_builtin_task_names_its_source() -> None:
@@ -145,12 +146,8 @@ def test_hub_copies_are_the_builtin_tasks_with_hub_columns() -> None:
         )
         assert copy.format == "hf" and copy.label_column == "label"
         assert copy.files == {"train": "train", "dev": "validation", "test": "test"}
-        assert (copy.kind, copy.num_labels, copy.label_range, copy.metrics) == (
-            spec.kind,
-            spec.num_labels,
-            spec.label_range,
-            spec.metrics,
-        )
+        same = ("kind", "num_labels", "label_range", "metrics")
+        assert all(getattr(copy, field) == getattr(spec, field) for field in same), name
 
 
 def test_a_data_folder_keeps_the_files(
@@ -210,15 +207,9 @@ def test_offline_without_a_folder_is_one_line_naming_both_ways(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    import yaml
-
     from pal_lightning.cli.main import USER_ERROR_EXIT, main
-    from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
 
-    config = write_tiny_fit_config(tmp_path, write_cs224n_data(tmp_path / "files"))
-    values = yaml.safe_load(config.read_text())
-    del values["data"]["init_args"]["data_dir"]  # no folder at all
-    config.write_text(yaml.safe_dump(values))
+    config = _config_without_a_folder(tmp_path)
 
     def offline(path: str, name: str | None = None, **kwargs: Any) -> Any:
         raise ConnectionError(f"Couldn't reach '{path}' on the Hub (LocalEntryNotFoundError)")
@@ -228,14 +219,7 @@ def test_offline_without_a_folder_is_one_line_naming_both_ways(
     err = capsys.readouterr().err
     assert "Traceback" not in err
     (line,) = [x for x in err.splitlines() if x.startswith("pal-lightning: error:")]
-    for fragment in (
-        "SetFit/sst5",
-        "--data.data_dir",
-        "PAL_DATA_DIR",
-        STARTER,
-        "go online",
-        "--data.data_dir demo",
-    ):
+    for fragment in ("SetFit/sst5", "--data.data_dir", "PAL_DATA_DIR", STARTER, "go online", "data_dir demo"):
         assert fragment in line, fragment
     assert not (tmp_path / "runs").exists()
 
@@ -264,11 +248,8 @@ def test_a_hub_dataset_without_the_asked_split_is_one_line(
     assert main(["fit", "--config", str(config)]) == USER_ERROR_EXIT
     err = capsys.readouterr().err
     (line,) = [x for x in err.splitlines() if x.startswith("pal-lightning: error:")]
-    assert (
-        "SetFit/sst5" in line
-        and "no split 'dev'" in line
-        and "its splits are test, train, validation" in line
-    )
+    for fragment in ("SetFit/sst5", "no split 'dev'", "its splits are test, train, validation"):
+        assert fragment in line, fragment
     assert "Traceback" not in err and not (tmp_path / "runs").exists()
     assert yaml.safe_load(config.read_text())["model"]["init_args"]["tasks"][1]["files"]["dev"] == "dev"
 
@@ -331,10 +312,8 @@ def test_the_docs_format_hf_example_reads_as_written(hub: Path, tmp_path: Path) 
         datasets.Dataset.from_dict(columns).to_parquet(str(folder / f"{split}-00000-of-00001.parquet"))
     data = tmp_path / "data"
     train = read_split(mrpc, "train", data)
-    assert train.texts == [["He left.", "It rains."], ["He went away.", "Cats purr."]] and train.ids == [
-        "10",
-        "11",
-    ]
+    assert train.texts == [["He left.", "It rains."], ["He went away.", "Cats purr."]]
+    assert train.ids == ["10", "11"]
     assert read_split(mrpc, "dev", data).labels.tolist() == [0]
     # the user's local csv, jsonl and parquet files: four classes named by words (sorted: business 0,
     # politics 1, science 2, sports 3), no label_range
@@ -346,10 +325,9 @@ def test_the_docs_format_hf_example_reads_as_written(hub: Path, tmp_path: Path) 
     datasets.Dataset.from_dict({"text": ["rates"], "topic": ["business"]}).to_parquet(
         str(data / "topics" / "test.parquet")
     )
-    assert read_split(topics, "train", data).texts == [
-        ["won the cup", "votes, polls", "new chip", "shares fell"]
-    ]
-    assert read_split(topics, "train", data).labels.tolist() == [3, 1, 2, 0]
+    train = read_split(topics, "train", data)
+    assert train.texts == [["won the cup", "votes, polls", "new chip", "shares fell"]]
+    assert train.labels.tolist() == [3, 1, 2, 0]
     assert read_split(topics, "dev", data).labels.tolist() == [3]
     assert read_split(topics, "test", data).labels.tolist() == [0]
 
@@ -361,20 +339,14 @@ def test_pal_lightning_fit_trains_on_the_hub_copies(hub: Path, no_folder: Path, 
     import yaml
 
     from pal_lightning.cli.main import main
-    from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
 
-    config = write_tiny_fit_config(tmp_path, write_cs224n_data(tmp_path / "files"))
-    values = yaml.safe_load(config.read_text())
-    del values["data"]["init_args"]["data_dir"]
-    config.write_text(yaml.safe_dump(values))
+    config = _config_without_a_folder(tmp_path)
     assert main(["fit", "--config", str(config)]) == 0
     (run,) = (tmp_path / "runs").glob("version_*")
     with (run / "metrics.csv").open() as f:
         rows = [r for r in csv.DictReader(f) if r.get("val/sst/accuracy")]
     # validated on the hub copies' dev splits: 2 SST-5 and 2 QQP rows, so accuracies are 0, 0.5 or 1
-    assert rows and all(
-        float(r[f"val/{t}/accuracy"]) in (0.0, 0.5, 1.0) for r in rows for t in ("sst", "qqp")
-    )
+    assert rows and all(float(r[f"val/{t}/accuracy"]) in (0, 0.5, 1) for r in rows for t in ("sst", "qqp"))
     # and 2 STS-B pairs: the Pearson correlation of two points is +1 or -1 (10 rows of the files: hardly ever)
     assert all(abs(float(r["val/sts/pearson"])) == pytest.approx(1.0, abs=1e-5) for r in rows)
     assert yaml.safe_load((run / "config.yaml").read_text())["data"]["init_args"].get("data_dir") is None

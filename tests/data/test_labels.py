@@ -86,9 +86,8 @@ def test_string_labels_become_classes_in_sorted_order(tmp_path: Path) -> None:
     # a dev label that is not a class is a bad row naming it (here 4 of 20: over the threshold, one line)
     with pytest.raises(PalUserError) as err:
         read_split(spec, "dev", tmp_path)
-    assert "'weather' is not one of the task's classes (business, politics, science, sports)" in str(
-        err.value
-    )
+    classes = "(business, politics, science, sports)"
+    assert f"'weather' is not one of the task's classes {classes}" in str(err.value)
     dev = read_split(spec, "dev", tmp_path, max_bad_fraction=1)
     assert dev.skipped == 4 and dev.bad_rows[0] == (3, dev.bad_rows[0][1])  # file line 3: the second row
 
@@ -177,12 +176,8 @@ def tiny(spec: TaskSpec) -> MultiTaskModule:
 
 
 def test_probability_columns_are_safe_and_distinct() -> None:
-    assert probability_columns(["sci/tech", "somewhat negative", "sci tech", ""]) == [
-        "p_sci_tech",
-        "p_somewhat_negative",
-        "p_sci_tech_2",
-        "p_label",
-    ]
+    columns = probability_columns(["sci/tech", "somewhat negative", "sci tech", ""])
+    assert columns == ["p_sci_tech", "p_somewhat_negative", "p_sci_tech_2", "p_label"]
 
 
 def test_a_string_labelled_task_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -251,9 +246,8 @@ def test_a_checkpoint_task_saved_before_label_names_still_fits() -> None:
     older = {k: v for k, v in ours.items() if k != "label_names"}  # written before the field existed
     assert task_differences([older], [ours], resuming=False) == []
     other = dict(older, num_labels=5, label_range=[0.0, 4.0])
-    assert task_differences([other], [ours], resuming=False) == [
-        "the task definition of ['mine'] differs (labels, files or columns)"
-    ]
+    differs = "the task definition of ['mine'] differs (labels, files or columns)"
+    assert task_differences([other], [ours], resuming=False) == [differs]
 
 
 def test_the_overall_is_named_after_its_tasks() -> None:

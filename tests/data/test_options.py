@@ -117,11 +117,8 @@ def test_phase_lengths_by_hand() -> None:
     # one pass over a task is ceil(N / (B W)) global batches: W = 2 -> a: ceil(10/6) = 2, b: ceil(7/4) = 2
     plan = plan_phases("sequential", ["b", "a"], None, 1.5, ["a", "b", "c"])
     assert plan.lengths(sizes, batch, 2) == [("b", 3), ("a", 3)]
-    assert plan_phases("sequential", None, None, None, ["a", "b", "c"]).lengths(sizes, batch, 1) == [
-        ("a", 4),
-        ("b", 4),
-        ("c", 1),
-    ]
+    default = plan_phases("sequential", None, None, None, ["a", "b", "c"])
+    assert default.lengths(sizes, batch, 1) == [("a", 4), ("b", 4), ("c", 1)]
     tiny = plan_phases("sequential", ["c"], None, 0.01, ["a", "b", "c"])
     assert tiny.lengths(sizes, batch, 1) == [("c", 1)]  # at least one batch
     steps = plan_phases("sequential", ["c", "a"], {"default": 2, "a": 5}, None, ["a", "b", "c"])

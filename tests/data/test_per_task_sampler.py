@@ -187,14 +187,14 @@ def test_resume_equivalence(world, k):
         assert list(resumed) == full[2]
 
 
-def test_set_epoch_same_epoch_keeps_resume_position():
+def test_lightning_hooks_keep_the_position():
+    """set_epoch of the restored epoch does not rewind; a state saved at an epoch's end resumes at the next
+    epoch; position_fn (the batches the consumer used) wins over the sampler's prefetching count; Lightning's
+    set_epoch on ``batch_sampler.sampler`` reaches the sampler."""
     s = make()
     s.load_state_dict({**make().state_dict(), "epoch": 2, "position": 3})
     s.set_epoch(2)  # Lightning calls this after restoring: it must not rewind
     assert len(list(s)) == s.steps_per_epoch - 3
-
-
-def test_state_at_end_of_epoch_resumes_at_next_epoch():
     s = make()
     epoch_batches(s, 0)
     state = s.state_dict()
@@ -202,19 +202,12 @@ def test_state_at_end_of_epoch_resumes_at_next_epoch():
     r = make()
     r.load_state_dict(state)
     assert r.epoch == 1 and list(r) == epoch_batches(make(), 1)
-
-
-def test_position_fn_overrides_prefetch_count():
     s = make()
     it = iter(s)
     for _ in range(3):
         next(it)
     s.position_fn = lambda: 2  # the consumer really used only 2 (one is prefetched)
     assert s.state_dict()["position"] == 2
-
-
-def test_epoch_handle_is_what_lightning_finds():
-    s = make()
     assert isinstance(s.sampler, EpochHandle)
     s.sampler.set_epoch(4)
     assert s.epoch == 4

@@ -220,30 +220,28 @@ def write_snli_copy(root: Path) -> dict[str, list[dict]]:
     with the hub's columns and a -1 (no gold label) row in train."""
     import datasets
 
-    rows = {
+    triples = {
         "train": [
-            {"premise": "A man plays a guitar.", "hypothesis": "A man makes music.", "label": 0},
-            {"premise": "A man plays a guitar.", "hypothesis": "A man is asleep.", "label": 2},
-            {"premise": "Two dogs run.", "hypothesis": "Animals are outside.", "label": 1},
-            {"premise": "Two dogs run.", "hypothesis": "Dogs move.", "label": -1},
+            ("A man plays a guitar.", "A man makes music.", 0),
+            ("A man plays a guitar.", "A man is asleep.", 2),
+            ("Two dogs run.", "Animals are outside.", 1),
+            ("Two dogs run.", "Dogs move.", -1),
         ],
         "validation": [
-            {"premise": "A child reads.", "hypothesis": "A kid looks at a book.", "label": 0},
-            {"premise": "A child reads.", "hypothesis": "Nobody reads.", "label": 2},
+            ("A child reads.", "A kid looks at a book.", 0),
+            ("A child reads.", "Nobody reads.", 2),
         ],
-        "test": [{"premise": "A cat sleeps.", "hypothesis": "A cat rests.", "label": 0}],
+        "test": [("A cat sleeps.", "A cat rests.", 0)],
     }
+    keys = ("premise", "hypothesis", "label")
+    rows = {split: [dict(zip(keys, t, strict=True)) for t in ts] for split, ts in triples.items()}
     folder = root / "plain_text"
     folder.mkdir(parents=True)
+    text = datasets.Value("string")
+    label = datasets.ClassLabel(names=["entailment", "neutral", "contradiction"])
+    features = datasets.Features(premise=text, hypothesis=text, label=label)
     for split, items in rows.items():
-        ds = datasets.Dataset.from_list(
-            items,
-            features=datasets.Features(
-                premise=datasets.Value("string"),
-                hypothesis=datasets.Value("string"),
-                label=datasets.ClassLabel(names=["entailment", "neutral", "contradiction"]),
-            ),
-        )
+        ds = datasets.Dataset.from_list(items, features=features)
         ds.to_parquet(str(folder / f"{split}-00000-of-00001.parquet"))
     return rows
 

@@ -1,23 +1,19 @@
-"""Per-task metrics against numpy references, the overall score (also for many random scores, by
-hypothesis, against formulas written out by hand), and DDP state sync."""
+"""Per-task metrics against numpy references, and the overall score (also for many random scores, by
+hypothesis, against formulas written out by hand). DDP state sync: tests/data/test_ddp.py."""
 
 from __future__ import annotations
 
-import os
 import warnings
 
 import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.tasks.metrics import build_metric, build_task_metrics, normalised_main_score, overall_score
 from pal_lightning.tasks.specs import TaskSpec, get_task
-from pal_lightning.testing import run_spawned
 
 SPECS = [get_task(n) for n in ("sst", "qqp", "sts", "cfimdb")]
 
@@ -120,33 +116,6 @@ def test_overall_score_without_tasks_and_of_a_spearman_task() -> None:
         name="mine", kind="pair_regression", num_labels=1, metrics=("spearman",), text_columns=("a", "b")
     )
     assert overall_score({"mine": {"spearman": -0.2}}, [custom]) == pytest.approx(0.4)
-
-
-# ---------------------------------------------------------------- DDP sync
-
-
-def _worker(rank: int, world: int, port: int, queue: mp.Queue) -> None:  # type: ignore[type-arg]
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        full = _data()
-        # each rank sees a different, uneven shard; compute() must merge states of both ranks
-        cut = 130
-        shard = {t: (p[:cut], y[:cut]) if rank == 0 else (p[cut:], y[cut:]) for t, (p, y) in full.items()}
-        result = _compute(shard, batch=16)
-        queue.put((rank, result))
-    finally:
-        dist.destroy_process_group()
-
-
-@pytest.mark.ddp
-def test_metrics_sync_across_two_gloo_processes() -> None:
-    results = dict(run_spawned(_worker, 2, timeout=60))
-    ref = _reference(_data())
-    for rank in (0, 1):
-        for task in ref:
-            for name, value in ref[task].items():
-                assert results[rank][task][name] == pytest.approx(value, abs=1e-5), (rank, task, name)
 
 
 # --- the overall score for many random scores, and metrics the tests above miss

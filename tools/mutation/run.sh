@@ -30,10 +30,10 @@ MIXED_SAMPLER_TESTS=$(printf 'tests/data/test_mixed_sampler.py::%s ' \
   test_ddp_shares_disjoint_and_each_task_stream_without_replacement \
   test_grouping_keeps_every_rows_task_and_cuts_the_padding test_grouping_keeps_repeats_out_of_a_global_batch \
   test_resume_gives_the_same_batches test_report_sequence_split_and_pool_size test_refusals_each_name_the_fix)
-TESTS[samplers]="tests/data/test_per_task_sampler.py tests/data/test_phase_plan.py tests/data/test_streams.py $MIXED_SAMPLER_TESTS"
+TESTS[samplers]="tests/data/test_per_task_sampler.py tests/data/test_streams.py $MIXED_SAMPLER_TESTS"
 MODULES[metrics]="pal_lightning/tasks/metrics.py"
 # the Matthews metric and the GLUE branch of the overall score are checked by hand in test_glue
-TESTS[metrics]="tests/test_metrics.py tests/test_metrics_properties.py tests/cli/test_honest_scores.py tests/data/test_glue.py::test_matthews_by_hand tests/data/test_glue.py::test_glue_average_by_hand"
+TESTS[metrics]="tests/tasks/test_metrics.py tests/cli/test_honest_scores.py tests/data/test_glue.py::test_matthews_by_hand tests/data/test_glue.py::test_glue_average_by_hand"
 # GEM in two parts: the pure maths against its fast tests, the callback (memory, write-back) against
 # the callback tests, which train tiny models (slower: several minutes on two cores)
 MODULES[gem_maths]="pal_lightning/gem/qp.py pal_lightning/gem/projection.py"

@@ -10,7 +10,8 @@ import numpy as np
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.data.sampling import streams
-from pal_lightning.data.sampling.per_task import MIXED, MultiTaskBatchSampler, TaskBatch
+from pal_lightning.data.sampling.per_task import BATCH_MIXINGS, MIXED, MultiTaskBatchSampler, TaskBatch
+from pal_lightning.data.sampling.phase_plan import INTERLEAVED, SEQUENTIAL
 from pal_lightning.data.sampling.schedules import SamplingSchedule
 
 
@@ -36,6 +37,28 @@ def one_batch_size(batch_sizes: Mapping[str, int]) -> int:
     return sizes.pop()
 
 
+def check_batch_mixing(batch_mixing: str, schedule: str, sampling: str) -> None:
+    """Refuse an unknown ``batch_mixing``, or ``mixed`` with an option it has no form of."""
+    if batch_mixing not in BATCH_MIXINGS:
+        raise PalUserError(
+            f"Unknown batch_mixing {batch_mixing!r}; choose one of {', '.join(BATCH_MIXINGS)}."
+        )
+    if batch_mixing != MIXED:
+        return
+    if schedule == SEQUENTIAL:
+        raise PalUserError(
+            "batch_mixing 'mixed' draws every row's task from the interleaved sampling schedule; the sequential "
+            "schedule trains one task after another. Use --data.batch_mixing per_task, or --data.schedule "
+            "interleaved."
+        )
+    if sampling == "round_robin":
+        raise PalUserError(
+            "sampling 'round_robin' cycles through whole batches, one task each; with batch_mixing 'mixed' every "
+            "row draws its task. Use --data.sampling uniform (the same frequencies), or --data.batch_mixing "
+            "per_task."
+        )
+
+
 class MixedTaskBatchSampler(MultiTaskBatchSampler):
     """Yields :class:`MixedBatch` es whose rows draw their tasks by the schedule: the per-task sampler's
     arguments (by keyword after ``schedule``) but ``phases``, with ``lengths`` each example's padded width;
@@ -54,12 +77,7 @@ class MixedTaskBatchSampler(MultiTaskBatchSampler):
             raise TypeError(
                 "MixedTaskBatchSampler takes no phases: a sequential schedule trains one task at a time."
             )
-        if schedule.is_round_robin:
-            raise PalUserError(
-                "sampling 'round_robin' cycles through whole batches, one task each; with batch_mixing 'mixed' "
-                "every row draws its task. Use --data.sampling uniform (the same frequencies), or "
-                "--data.batch_mixing per_task."
-            )
+        check_batch_mixing(MIXED, INTERLEAVED, schedule.name)
         super().__init__(sizes, batch_sizes, schedule, **options)
         #: Rows per rank of every batch.
         self.batch_size = one_batch_size(self.batch_sizes)

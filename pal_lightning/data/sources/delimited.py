@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.data.sources.locate import Location
@@ -19,6 +20,25 @@ STARTER_DATA = (
 )
 
 
+def tsv_records(
+    path: str, fix: str, quoted: bool = False, as_dicts: bool = False, encoding: str = "utf-8"
+) -> Iterator[Any]:
+    """``(line number, record, header)`` of a tab-separated file: records as lists of fields, or
+    (``as_dicts``) as :class:`csv.DictReader` rows under the first line's header (else ``[]``). Text that
+    :mod:`csv` cannot read is a PalUserError naming the line, then ``fix``."""
+    with open(path, encoding=encoding, errors="surrogateescape", newline="") as f:
+        make = csv.DictReader if as_dicts else csv.reader
+        reader = make(f, delimiter="\t", quoting=csv.QUOTE_MINIMAL if quoted else csv.QUOTE_NONE)
+        try:  # csv.Error stops the reader: no later row is safe
+            header = list(reader.fieldnames or []) if isinstance(reader, csv.DictReader) else []
+            for record in reader:
+                yield reader.line_num, record, header
+        except csv.Error as err:
+            raise PalUserError(
+                f"{path}, line {reader.line_num}: cannot be read as tab-separated text ({err}). {fix}"
+            ) from err
+
+
 class DelimitedFiles(RowSource):
     """Tab-separated files; ``quoted``: CSV quoting; ``origin``: where the built-in tasks' files are."""
 
@@ -26,20 +46,8 @@ class DelimitedFiles(RowSource):
         self.quoted, self.origin = quoted, origin
 
     def rows(self, spec: TaskSpec, loc: Location, data_dir: Path, split: str) -> Iterator[Row]:
-        path = loc.location
-        with open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:
-            reader = csv.DictReader(
-                f, delimiter="\t", quoting=csv.QUOTE_MINIMAL if self.quoted else csv.QUOTE_NONE
-            )
-            try:  # csv.Error stops the reader: no later row is safe
-                header = list(reader.fieldnames or [])
-                for row in reader:
-                    yield reader.line_num, row, header
-            except csv.Error as err:
-                raise PalUserError(
-                    f"{path}, line {reader.line_num}: cannot be read as tab-separated text ({err}). Fix the "
-                    "file (a field this long usually means a quote that is never closed)."
-                ) from err
+        fix = "Fix the file (a field this long usually means a quote that is never closed)."
+        return tsv_records(loc.location, fix, quoted=self.quoted, as_dicts=True)
 
     def has_header(self, loc: Location) -> bool:
         with open(loc.location, encoding="utf-8", errors="surrogateescape") as f:

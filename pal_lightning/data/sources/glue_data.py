@@ -6,13 +6,13 @@ mark; RTE, QNLI and MNLI write label names; the id is ``index`` (QQP: ``id``), e
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pal_lightning.core.errors import PalUserError
+from pal_lightning.data.sources.delimited import tsv_records
 from pal_lightning.data.sources.locate import Location
 from pal_lightning.data.sources.registry import Row, RowSource
 from pal_lightning.tasks.glue import is_glue_task
@@ -97,18 +97,11 @@ class GlueDownload(RowSource):
         assert spec.hf_name is not None
         layout, path = GLUE_LAYOUTS[spec.hf_name], loc.location
         columns = layout.headerless.get(spec.files.get(split, split))
-        with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
-            reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-            try:
-                header = list(columns) if columns is not None else next(reader, [])
-                out_columns = _out_columns(spec, layout, header, path)
-                for position, values in enumerate(v for v in reader if v):  # a blank line is no row
-                    yield reader.line_num, _row(spec, layout, header, values, position), out_columns
-            except csv.Error as err:
-                raise PalUserError(
-                    f"{path}, line {reader.line_num}: cannot be read as tab-separated text ({err}). Restore "
-                    "the file from GLUE's download."
-                ) from err
+        records = tsv_records(path, "Restore the file from GLUE's download.", encoding="utf-8-sig")
+        header = list(columns) if columns is not None else next(records, (0, [], []))[1]
+        out_columns = _out_columns(spec, layout, header, path)
+        for position, (line, values, _) in enumerate(r for r in records if r[1]):  # a blank line is no row
+            yield line, _row(spec, layout, header, values, position), out_columns
 
     def missing(self, spec: TaskSpec, split: str, loc: Location, data_dir: Path) -> str | None:
         path = Path(loc.location)

@@ -38,9 +38,3 @@ def describe_names(names: Sequence[str]) -> str:
     """``a, b, c`` and how many more; odd names quoted with escapes, so a message stays one line."""
     shown = ", ".join(n if n.isprintable() and n == n.strip() else repr(n) for n in names[:SHOWN_NAMES])
     return shown + (f" and {len(names) - SHOWN_NAMES} more" if len(names) > SHOWN_NAMES else "")
-
-
-def name_index(value: Any, names: Sequence[str]) -> int | None:
-    """The class index of a label given by name, or ``None``."""
-    stripped = value.strip() if isinstance(value, str) else ""
-    return list(names).index(stripped) if stripped and stripped in names else None

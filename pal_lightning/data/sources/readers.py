@@ -16,12 +16,12 @@ from pal_lightning.data.sources.registry import (
     source_exists,
 )
 from pal_lightning.data.sources.validate import (
-    BAD_ROW_POLICIES,
     DEFAULT_MAX_BAD_FRACTION,
     RawSplit,
     SplitRows,
     check_bad_rows,
     check_header,
+    check_on_bad_row,
 )
 from pal_lightning.tasks.specs import TaskSpec
 
@@ -52,8 +52,7 @@ def read_split(
         PalUserError: missing or empty file, missing column, a bad row with ``on_bad_row="error"``, or
             more bad rows than ``max_bad_fraction`` allows.
     """
-    if on_bad_row not in BAD_ROW_POLICIES:
-        raise PalUserError(f"on_bad_row must be one of {BAD_ROW_POLICIES}, got {on_bad_row!r}.")
+    check_on_bad_row(on_bad_row)
     loc = resolve_source(spec, split, data_dir)
     if loc is None:
         raise PalUserError(f"Task {spec.name!r} has no {split!r} file; add it to the TaskSpec's files.")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,13 +15,20 @@ import numpy as np
 
 from pal_lightning.core.distributed import is_main_process
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.data.sources.labels import describe_names, is_empty, is_number, name_index
+from pal_lightning.data.sources.labels import describe_names, is_empty, is_number
 from pal_lightning.data.sources.text import ptb_detokenize, undo_double_quoting
 from pal_lightning.tasks.specs import TaskSpec
 
 log = logging.getLogger(__name__)
 
 BAD_ROW_POLICIES = ("skip", "error")
+
+
+def check_on_bad_row(value: str) -> None:
+    """A PalUserError unless ``value`` is one of :data:`BAD_ROW_POLICIES`."""
+    if value not in BAD_ROW_POLICIES:
+        raise PalUserError(f"on_bad_row must be one of {BAD_ROW_POLICIES}, got {value!r}.")
+
 
 MAX_REPORTED_BAD_ROWS = 5
 
@@ -68,7 +75,8 @@ class SplitRows:
 
     def __init__(self, spec: TaskSpec, split: str, detokenize: bool, names: Sequence[str] = ()) -> None:
         self.spec, self.split, self.detokenize = spec, split, detokenize
-        self.names = tuple(names)
+        #: class index by name, built once (not per row)
+        self.names = {name: index for index, name in enumerate(names)}
         self.ids: list[str] = []
         self.seen: set[str] = set()
         self.texts: list[list[str]] = [[] for _ in spec.text_columns]
@@ -141,7 +149,7 @@ class SplitRows:
         return np.asarray(self.labels, dtype=np.float64 if self.spec.is_regression else np.int64)
 
 
-def _parse_label(value: Any, spec: TaskSpec, names: Sequence[str]) -> float | int:
+def _parse_label(value: Any, spec: TaskSpec, names: Mapping[str, int]) -> float | int:
     if value is None:
         raise _BadRow("no label (an empty or missing field)")
     if isinstance(value, bool):
@@ -150,13 +158,12 @@ def _parse_label(value: Any, spec: TaskSpec, names: Sequence[str]) -> float | in
         value = value.strip()
         if not value:
             raise _BadRow("empty label")
-    index = name_index(value, names)
-    if index is not None:
-        return index
+    if isinstance(value, str) and value in names:
+        return names[value]
     if not is_number(value):
         if names:
             raise _BadRow(
-                f"label {str(value)[:30]!r} is not one of the task's classes ({describe_names(names)})"
+                f"label {str(value)[:30]!r} is not one of the task's classes ({describe_names(list(names))})"
             )
         raise _BadRow(f"non-numeric label {str(value)[:30]!r}")
     number = float(value)
