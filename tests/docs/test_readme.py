@@ -1,18 +1,12 @@
 """Every command and code block of the README, CONTRIBUTING.md and the pages in docs/ runs as written, in
 page order, on fixture data (issue 18, item 2).
 
-One working folder plays the fresh clone: the CS224N fixture files (``write_cs224n_data``) stand in for
-``PAL_DATA_DIR``, a random 6-layer encoder of width 32 (``save_tiny_encoder``) for all-MiniLM-L6-v2, and
-every ``pal-lightning`` command gets extra options that shrink its budget (:data:`SHRINK`: 2 steps,
-batches of 4, 32 tokens) after its own, except those it sets itself. Python blocks are executed there,
-in order, so that a block sees what the commands before it wrote (``runs/demo/version_0/model``,
-``my_models.py``). The pages run in the order of :data:`PAGES`; a block repeated word for word on a later
-page (the home page repeats the README's install and demo) runs once. What cannot run in CI is listed
-with the reason in :data:`NOT_RUN_COMMANDS` and :data:`BLOCKS` and checked another way (``--print_config``,
-the script's own argument parser, the test that runs it); a block or a command line that is neither run
-nor listed fails :func:`test_every_doc_block_is_run_or_listed`. Also here: the main job with the real
-encoder, then the task-only weights block; what the pages name exists; CI runs the README's install and
-test commands.
+One working folder plays the fresh clone: the CS224N fixture files stand in for ``PAL_DATA_DIR``, a random
+6-layer encoder of width 32 for all-MiniLM-L6-v2, and every ``pal-lightning fit`` gets the options of
+:data:`SHRINK` it does not set itself (a run of seconds). Python blocks run there in order, so a block sees
+what the commands before it wrote; a block repeated word for word on a later page runs once. What cannot
+run in CI is listed with the reason in :data:`NOT_RUN_COMMANDS` and :data:`BLOCKS` and checked another way;
+a block or command neither run nor listed fails :func:`test_every_doc_block_is_run_or_listed`.
 """
 
 from __future__ import annotations
@@ -239,8 +233,7 @@ SHRINK = {
     "trainer.enable_progress_bar": "false",
     "trainer.log_every_n_steps": "1",
     "model.init_args.encoder": "{encoder}",
-    "data.init_args.batch_size": "4",
-    "data.init_args.eval_batch_size": "16",
+    "data.init_args.batch_size": "4",  # evaluation keeps the configs' batch: a fixture dev set is one
     "data.init_args.max_length": "32",
     "data.init_args.steps_per_epoch": "2",
     "data.init_args.cache_dir": "false",
@@ -574,19 +567,12 @@ def test_quickstart_then_task_weights_as_written(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     data = write_cs224n_data(tmp_path / "data")
-    short = {
-        "trainer": {"accelerator": "cpu", "max_steps": 2, "check_val_every_n_epoch": 1},
-        "data": {
-            "init_args": {
-                "data_dir": str(data),
-                "batch_size": 4,
-                "eval_batch_size": 16,
-                "max_length": 32,
-                "steps_per_epoch": 2,
-                "cache_dir": False,
-            }
-        },
+    short = {  # one step, and no model folder: the block reads the best checkpoint
+        "trainer": {"accelerator": "cpu", "max_steps": 1, "check_val_every_n_epoch": 1},
+        "save_model": {"enabled": False},
+        "data": {"init_args": {"data_dir": str(data), "batch_size": 4, "max_length": 32}},
     }
+    short["data"]["init_args"].update(steps_per_epoch=1, cache_dir=False)
     (tmp_path / "short.yaml").write_text(yaml.safe_dump(short))
     (fit,) = [c for b in fenced(section("The main job"), "bash") for c in command_lines(b) if "fit" in c]
     words = shlex.split(fit)
