@@ -114,30 +114,14 @@ def test_profile_groups_every_operator_of_the_step_once(tmp_path: Path) -> None:
     """benchmarks/profile_step.py on the smallest shape: the groups of self time add up to the whole
     profiled self time, the step's phases are found, and operator names go to the groups by hand."""
     profile_step = load_benchmark("profile_step")
-    assert [
-        profile_step.kind_of(n) for n in ("aten::addmm", "autograd::engine::evaluate_function: MmBackward0")
-    ] == [
-        "matmul",
-        "matmul",
-    ]
-    assert profile_step.kind_of("aten::_scaled_dot_product_flash_attention_for_cpu") == "attention"
-    assert (
-        profile_step.kind_of("autograd::engine::evaluate_function: NativeLayerNormBackward0") == "layer norm"
-    )
-    assert profile_step.kind_of("aten::dropout") == "dropout" and profile_step.kind_of("aten::gelu") == "gelu"
-    assert profile_step.kind_of("aten::add") == "other element-wise"
-    args = [
-        "--shape",
-        "tiny",
-        "--rows",
-        "pals",
-        "--warmup",
-        "1",
-        "--profile-steps",
-        "1",
-        "--roof-size",
-        "64",
-    ]
+    backward = "autograd::engine::evaluate_function: "
+    kinds = {
+        "aten::addmm": "matmul", f"{backward}MmBackward0": "matmul", f"{backward}NativeLayerNormBackward0": "layer norm",
+        "aten::_scaled_dot_product_flash_attention_for_cpu": "attention", "aten::dropout": "dropout",
+        "aten::gelu": "gelu", "aten::add": "other element-wise",
+    }  # fmt: skip
+    assert {name: profile_step.kind_of(name) for name in kinds} == kinds
+    args = ["--shape", "tiny", "--rows", "pals", "--warmup", "1", "--profile-steps", "1", "--roof-size", "64"]
     result = profile_step.main([*args, "--device", "cpu", "--out", str(tmp_path)])
     row = result["rows"]["pals"]
     assert sum(row["kinds_ms"].values()) == pytest.approx(
