@@ -163,9 +163,15 @@ def _test_defined(where: str) -> None:
     assert f"def {name}(" in (ROOT / path).read_text(encoding="utf-8"), where
 
 
-def _site_test(args: list[str], ws: Workspace) -> None:
-    _test_defined("tests/docs/test_docs_site.py::test_the_site_builds_strictly")
-
+#: The benchmark scripts a page shows, and the test of tests/benchmarks/ that runs each on a tiny model.
+BENCHMARK_TESTS = {
+    "reproduce": "reproduce",
+    "grid": "grid_specs",
+    "peers": "peers",
+    "two_stage": "two_stage",
+    "continual": "continual",
+}
+BUILDS_ENV = "builds an environment from the package index (minutes)"
 
 #: Commands not run here, by how they start: why, and the check made instead (``None``: none possible).
 NOT_RUN_COMMANDS: dict[str, tuple[str, Callable[[list[str], Workspace], None] | None]] = {
@@ -175,35 +181,19 @@ NOT_RUN_COMMANDS: dict[str, tuple[str, Callable[[list[str], Workspace], None] | 
         "mutation testing, hours of CPU; tools/mutation/MUTATION.md",
         _script_exists,
     ),
-    "bash tools/version_floors.sh": (
-        "builds an environment from the package index (minutes)",
-        _script_exists,
-    ),
-    "FLOORS=all ": ("builds an environment from the package index (minutes)", _script_exists),
+    "bash tools/version_floors.sh": (BUILDS_ENV, _script_exists),
+    "FLOORS=all ": (BUILDS_ENV, _script_exists),
     "mkdocs build --strict": (
         "the docs site; tests/docs/test_docs_site.py builds it into a temporary folder",
-        _site_test,
+        lambda args, ws: _test_defined("tests/docs/test_docs_site.py::test_the_site_builds_strictly"),
     ),
-    "python benchmarks/reproduce.py": (
-        "a benchmark grid of full runs (minutes to hours); end to end on a tiny model in tests/benchmarks/test_reproduce.py",
-        _benchmark_arguments,
-    ),
-    "python benchmarks/grid.py": (
-        "methods x seeds of full runs (minutes to hours); tests/benchmarks/test_grid_specs.py runs its parts",
-        _benchmark_arguments,
-    ),
-    "python benchmarks/peers.py": (
-        "peer systems on the real encoder; --quick end to end in tests/benchmarks/test_peers.py",
-        _benchmark_arguments,
-    ),
-    "python benchmarks/two_stage.py": (
-        "two full runs in subprocesses; end to end on a tiny model in tests/benchmarks/test_two_stage.py",
-        _benchmark_arguments,
-    ),
-    "python benchmarks/continual.py": (
-        "three continual runs in subprocesses; end to end in tests/benchmarks/test_continual.py",
-        _benchmark_arguments,
-    ),
+    **{
+        f"python benchmarks/{script}.py": (
+            f"full runs; tests/benchmarks/test_{test}.py",
+            _benchmark_arguments,
+        )
+        for script, test in BENCHMARK_TESTS.items()
+    },
     "torchrun ": ("GPUs and nodes; tests/cli/test_torchrun_cli.py launches 2 CPU processes", _print_config),
     "source .venv/bin/activate": ("the SLURM job's environment", None),
     "srun pal-lightning": ("a SLURM job on GPU nodes", _print_config),
