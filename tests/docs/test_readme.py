@@ -96,28 +96,16 @@ def page_blocks(page: str) -> list[Block]:
 
 def doc_blocks() -> list[Block]:
     """Every block of :func:`pages` in order, a block repeated word for word on a later page only once."""
-    seen: set[tuple[str, str]] = set()
-    blocks = []
-    for page in pages():
-        for block in page_blocks(page):
-            if (block.language, block.body) not in seen:
-                seen.add((block.language, block.body))
-                blocks.append(block)
-    return blocks
+    unique: dict[tuple[str, str], Block] = {}
+    for block in (b for page in pages() for b in page_blocks(page)):
+        unique.setdefault((block.language, block.body), block)
+    return list(unique.values())
 
 
-def section(title: str) -> str:
-    """The text of the first ``## title`` section of :data:`PAGES` (up to the next ``##``)."""
-    for page in PAGES:
-        match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", page_text(page), re.S | re.M)
-        if match:
-            return match.group(1)
-    raise AssertionError(f"no section {title!r} in {PAGES}")
-
-
-def fenced(text: str, language: str) -> list[str]:
-    """The bodies of the ``language`` blocks of ``text``."""
-    return re.findall(rf"^```{language}\n(.*?)^```", text, re.S | re.M)
+def section_blocks(title: str, language: str) -> list[str]:
+    """The bodies of the ``language`` blocks of the ``## title`` section of the first of :data:`PAGES` with one."""
+    page = next(p for p in PAGES if f"\n## {title}\n" in page_text(p))
+    return [b.body for b in page_blocks(page) if b.section == title and b.language == language]
 
 
 def command_lines(body: str) -> list[str]:
@@ -564,14 +552,14 @@ def test_quickstart_then_task_weights_as_written(
     }
     short["data"]["init_args"].update(steps_per_epoch=1, cache_dir=False)
     (tmp_path / "short.yaml").write_text(yaml.safe_dump(short))
-    (fit,) = [c for b in fenced(section("The main job"), "bash") for c in command_lines(b) if "fit" in c]
+    (fit,) = [c for b in section_blocks("The main job", "bash") for c in command_lines(b) if "fit" in c]
     words = shlex.split(fit)
     assert words[0] == "pal-lightning", fit
     assert main([*Workspace.repo_paths(words[1:]), "--config", "short.yaml"]) == 0
     assert "CS224N overall (dev):" in capsys.readouterr().out
     assert (tmp_path / "runs" / "quickstart" / "version_0" / "checkpoints" / "best.ckpt").is_file()
 
-    (weights_block,) = fenced(section("Task-only weights"), "python")
+    (weights_block,) = section_blocks("Task-only weights", "python")
     exec(compile(weights_block, "docs/models.md (Task-only weights)", "exec"), {})  # noqa: S102 - the page's code
     assert (tmp_path / "sts-adapter.safetensors").is_file()
 
@@ -614,12 +602,12 @@ def _ci_block(name: str) -> list[tuple[str, ...]]:
 
 
 def test_ci_performs_the_readmes_install_and_test_commands() -> None:
-    install = _words([c for b in fenced(section("Install"), "bash") for c in command_lines(b)])
+    install = _words([c for b in section_blocks("Install", "bash") for c in command_lines(b)])
     contributor = ("pip", "install", "-e", ".[dev,offline,export,peers]")
     assert contributor in install
     ci_install = _ci_block("README install")
     assert contributor in ci_install
     assert set(ci_install) <= set(install), "an install line of .ci/run that the README does not show"
-    (test,) = [c for b in fenced(section("Test"), "bash") for c in command_lines(b)]
+    (test,) = [c for b in section_blocks("Test", "bash") for c in command_lines(b)]
     assert test == "python -m pytest -q"
     assert tuple(shlex.split(test)) in _ci_block("README test command")
