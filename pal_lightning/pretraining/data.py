@@ -82,7 +82,7 @@ def tokenize_sentences(tokenizer: Any, texts: Sequence[str], max_length: int) ->
 
 def collate_sentences(items: Sequence[Sentence], pad_id: int) -> dict[str, torch.Tensor]:
     """Pad a list of ``(ids, word_ids)`` to the longest: ``input_ids``, ``attention_mask``, ``word_ids``."""
-    ids, words = zip(*items, strict=True)
+    ids, words = [item[0] for item in items], [item[1] for item in items]
     return {
         INPUT_IDS: pad_sequence(ids, batch_first=True, padding_value=pad_id),
         ATTENTION_MASK: pad_sequence([torch.ones_like(i) for i in ids], batch_first=True),
