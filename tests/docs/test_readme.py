@@ -215,6 +215,7 @@ SHRINK = {
     "data.init_args.max_length": "32",
     "data.init_args.steps_per_epoch": "2",
     "data.init_args.cache_dir": "false",
+    "save_model.enabled": "false",  # but the demo's: the pages load runs/demo/version_0/model
 }
 #: Continual configs size their epoch by phases: one batch per task instead of steps.
 SHRINK_CONTINUAL = {
@@ -269,6 +270,8 @@ class Workspace:
         )
         if "--ckpt_path" in args:  # a resume: two steps further than the run it continues
             table = {**table, "trainer.max_steps": "4"}
+        if "configs/demo.yaml" in args:
+            table = {k: v for k, v in table.items() if k != "save_model.enabled"}
         given = {_option(a) for a in args if a.startswith("--")}
         extra = []
         for name, value in table.items():
