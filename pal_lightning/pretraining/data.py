@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
-import numpy as np
 import torch
+from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader
 
 from pal_lightning.core.batch import ATTENTION_MASK, INPUT_IDS
@@ -67,35 +67,27 @@ def task_sentences(
     return list(seen)
 
 
-class SentenceSet(torch.utils.data.Dataset):
-    """Tokenised sentences: token ids and word indices per sentence."""
-
-    def __init__(self, tokenizer: Any, texts: Sequence[str], max_length: int) -> None:
-        out = tokenizer(list(texts), truncation=True, max_length=max_length, return_attention_mask=False)
-        self.ids = [np.asarray(ids, dtype=np.int64) for ids in out["input_ids"]]
-        self.words = [
-            np.asarray([-1 if w is None else w for w in out.word_ids(i)], dtype=np.int64)
-            for i in range(len(self.ids))
-        ]
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def __getitem__(self, index: int) -> tuple[np.ndarray, np.ndarray]:
-        return self.ids[index], self.words[index]
+#: A tokenised sentence: its token ids and the word of each token (-1 for special tokens).
+Sentence = tuple[torch.Tensor, torch.Tensor]
 
 
-def collate_sentences(items: Sequence[tuple[np.ndarray, np.ndarray]], pad_id: int) -> dict[str, torch.Tensor]:
+def tokenize_sentences(tokenizer: Any, texts: Sequence[str], max_length: int) -> list[Sentence]:
+    """Every text tokenised (truncated to ``max_length``), with its tokens' words."""
+    out = tokenizer(list(texts), truncation=True, max_length=max_length, return_attention_mask=False)
+    return [
+        (torch.tensor(ids), torch.tensor([-1 if w is None else w for w in out.word_ids(i)]))
+        for i, ids in enumerate(out["input_ids"])
+    ]
+
+
+def collate_sentences(items: Sequence[Sentence], pad_id: int) -> dict[str, torch.Tensor]:
     """Pad a list of ``(ids, word_ids)`` to the longest: ``input_ids``, ``attention_mask``, ``word_ids``."""
-    width = max(len(ids) for ids, _ in items)
-    ids = torch.full((len(items), width), pad_id, dtype=torch.long)
-    words = torch.full((len(items), width), -1, dtype=torch.long)
-    mask = torch.zeros((len(items), width), dtype=torch.long)
-    for row, (tokens, word) in enumerate(items):
-        ids[row, : len(tokens)] = torch.from_numpy(tokens)
-        words[row, : len(word)] = torch.from_numpy(word)
-        mask[row, : len(tokens)] = 1
-    return {INPUT_IDS: ids, ATTENTION_MASK: mask, WORD_IDS: words}
+    ids, words = [item[0] for item in items], [item[1] for item in items]
+    return {
+        INPUT_IDS: pad_sequence(ids, batch_first=True, padding_value=pad_id),
+        ATTENTION_MASK: pad_sequence([torch.ones_like(i) for i in ids], batch_first=True),
+        WORD_IDS: pad_sequence(words, batch_first=True, padding_value=-1),
+    }
 
 
 class MLMDataModule(pl.LightningDataModule):
@@ -148,8 +140,8 @@ class MLMDataModule(pl.LightningDataModule):
         self.save_hyperparameters(ignore=["tasks"])
         self.save_hyperparameters({"tasks": [task_to_hparam(s) for s in self.task_specs]})
         self._tokenizer: Any = None
-        self.train_set: SentenceSet | None = None
-        self.val_set: SentenceSet | None = None
+        self.train_set: list[Sentence] | None = None
+        self.val_set: list[Sentence] | None = None
 
     @property
     def tokenizer(self) -> Any:
@@ -165,17 +157,17 @@ class MLMDataModule(pl.LightningDataModule):
             : self.limit_examples
         ]
         dev = task_sentences(self.task_specs, "dev", self.data_dir, self.detokenize)[: self.max_val_sentences]
-        self.train_set = SentenceSet(self.tokenizer, train, self.max_length)
-        self.val_set = SentenceSet(self.tokenizer, dev, self.max_length)
+        self.train_set = tokenize_sentences(self.tokenizer, train, self.max_length)
+        self.val_set = tokenize_sentences(self.tokenizer, dev, self.max_length)
 
-    def _loader(self, data: SentenceSet | None, batch_size: int, shuffle: bool) -> DataLoader:
+    def _loader(self, data: list[Sentence] | None, batch_size: int, shuffle: bool) -> DataLoader:
         if data is None:
             self.setup("fit")
             data = self.train_set if shuffle else self.val_set
             assert data is not None  # setup("fit") builds both sets
         pad = self.tokenizer.pad_token_id
         return DataLoader(
-            data,
+            data,  # type: ignore[arg-type]  # a list is a map-style dataset to torch, not to its stubs
             batch_size=batch_size,
             shuffle=shuffle,
             collate_fn=functools.partial(collate_sentences, pad_id=0 if pad is None else int(pad)),

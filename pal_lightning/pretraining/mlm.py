@@ -109,8 +109,7 @@ class MLMPretrainModule(FusedClippingMixin, pl.LightningModule):
         self.special_ids = sorted(special)
         vocab = int(self.model.config.vocab_size)
         self.random_ids = torch.tensor([i for i in range(vocab) if i not in special], dtype=torch.long)
-        self._masked_batches = 0
-        self._val_batches = 0
+        self._batches = {_TRAIN_STREAM: 0, _VAL_STREAM: 0}  # the batches masked so far, per stream
         self.output_path: Path | None = None  # set at the end of fit
 
     def _generator(self, stream: int, index: int) -> torch.Generator:
@@ -132,25 +131,21 @@ class MLMPretrainModule(FusedClippingMixin, pl.LightningModule):
         )
         return {INPUT_IDS: corrupted, ATTENTION_MASK: batch[ATTENTION_MASK], LABELS: labels}
 
-    def _masked(self, batch: dict[str, Tensor], training: bool) -> dict[str, Tensor]:
+    def _masked(self, batch: dict[str, Tensor], stream: int) -> dict[str, Tensor]:
         # masked on the CPU, so that the masks do not depend on the device
-        if training:
-            generator = self._generator(_TRAIN_STREAM, self._masked_batches)
-            self._masked_batches += 1
-        else:
-            generator = self._generator(_VAL_STREAM, self._val_batches)
-            self._val_batches += 1
+        generator = self._generator(stream, self._batches[stream])
+        self._batches[stream] += 1
         masked = self.mask_batch({k: v.cpu() for k, v in batch.items()}, generator)
         return {k: v.to(self.device) for k, v in masked.items()}
 
     def on_validation_epoch_start(self) -> None:
-        self._val_batches = 0  # the same masks at every validation
+        self._batches[_VAL_STREAM] = 0  # the same masks at every validation
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["mlm_masked_batches"] = self._masked_batches
+        checkpoint["mlm_masked_batches"] = self._batches[_TRAIN_STREAM]
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self._masked_batches = int(checkpoint.get("mlm_masked_batches", 0))
+        self._batches[_TRAIN_STREAM] = int(checkpoint.get("mlm_masked_batches", 0))
 
     def _loss(self, batch: dict[str, Tensor]) -> tuple[Tensor, int]:
         labels = batch[LABELS]
@@ -164,12 +159,12 @@ class MLMPretrainModule(FusedClippingMixin, pl.LightningModule):
         return loss, predicted
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        loss, predicted = self._loss(self._masked(batch, training=True))
+        loss, predicted = self._loss(self._masked(batch, _TRAIN_STREAM))
         self.log("train/mlm_loss", loss, prog_bar=True, batch_size=max(predicted, 1))
         return loss
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        loss, predicted = self._loss(self._masked(batch, training=False))
+        loss, predicted = self._loss(self._masked(batch, _VAL_STREAM))
         if predicted:
             # weighted by the number of predicted tokens: the epoch value is the mean over all of them
             self.log("val/mlm_loss", loss, prog_bar=True, batch_size=predicted, sync_dist=True)

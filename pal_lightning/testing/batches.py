@@ -8,6 +8,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from torch import Tensor
+from torch.nn.utils.rnn import pad_sequence
 from torch.utils.data import DataLoader
 
 from pal_lightning.module.multitask import MultiTaskModule
@@ -41,15 +42,14 @@ def _sentences(g: torch.Generator, n: int) -> list[list[int]]:
 
 
 def _encode(seqs: list[list[int]], types: list[list[int]]) -> dict[str, Tensor]:
-    length = max(len(s) for s in seqs)
-    ids = torch.zeros(len(seqs), length, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    tt = torch.zeros_like(ids)
-    for i, (s, t) in enumerate(zip(seqs, types, strict=True)):
-        ids[i, : len(s)] = torch.tensor(s)
-        mask[i, : len(s)] = 1
-        tt[i, : len(t)] = torch.tensor(t)
-    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": tt}
+    def padded(rows: list[list[int]]) -> Tensor:
+        return pad_sequence([torch.tensor(r, dtype=torch.long) for r in rows], batch_first=True)
+
+    return {
+        "input_ids": padded(seqs),
+        "attention_mask": padded([[1] * len(s) for s in seqs]),
+        "token_type_ids": padded(types),
+    }
 
 
 def make_batch(

@@ -36,17 +36,37 @@ TINY_BERT = tiny_bert_config()
 TINY_BERT_3_LAYERS = tiny_bert_config(layers=3, heads=4, vocab_size=100, max_positions=64)
 
 
+_ROBERTA = {"pad_token_id": 1, "type_vocab_size": 1}
+#: Per encoder family: its config keys beyond BERT's (a position table of ``max_positions + 2`` where listed).
+_FAMILY_EXTRAS: dict[str, dict[str, Any]] = {
+    "bert": {},
+    "roberta": _ROBERTA,
+    "xlm-roberta": _ROBERTA,
+    "electra": {"embedding_size": 16},
+    "distilbert": {},
+    "mpnet": {"pad_token_id": 1},
+    "deberta-v2": {
+        "relative_attention": True,
+        "pos_att_type": ["p2c", "c2p"],
+        "position_buckets": 16,
+        "max_relative_positions": -1,
+        "norm_rel_ebd": "layer_norm",
+        "share_att_key": True,
+        "position_biased_input": False,
+        "type_vocab_size": 0,
+    },
+    "modernbert": {
+        "global_attn_every_n_layers": 2,
+        "local_attention": 8,
+        "pad_token_id": 0,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "cls_token_id": 1,
+        "sep_token_id": 2,
+    },
+}
 #: The model types of the encoder families (:mod:`pal_lightning.modeling.families`), one tiny config each.
-FAMILY_TYPES = (
-    "bert",
-    "roberta",
-    "xlm-roberta",
-    "electra",
-    "distilbert",
-    "mpnet",
-    "deberta-v2",
-    "modernbert",
-)
+FAMILY_TYPES = tuple(_FAMILY_EXTRAS)
 
 
 def tiny_family_config(
@@ -54,48 +74,14 @@ def tiny_family_config(
 ) -> dict[str, Any]:
     """The ``encoder_config`` (with ``model_type``) of a random width-32 encoder of one family, shaped as its
     checkpoints are."""
-    base: dict[str, Any] = tiny_bert_config(
-        layers=layers, heads=heads, vocab_size=vocab_size, max_positions=max_positions
-    )
-    roberta = {"pad_token_id": 1, "max_position_embeddings": max_positions + 2, "type_vocab_size": 1}
-    extras: dict[str, dict[str, Any]] = {
-        "bert": {},
-        "roberta": roberta,
-        "xlm-roberta": roberta,
-        "electra": {"embedding_size": 16},
-        "distilbert": {},
-        "mpnet": {"pad_token_id": 1, "max_position_embeddings": max_positions + 2},
-        "deberta-v2": {
-            "relative_attention": True,
-            "pos_att_type": ["p2c", "c2p"],
-            "position_buckets": 16,
-            "max_relative_positions": -1,
-            "norm_rel_ebd": "layer_norm",
-            "share_att_key": True,
-            "position_biased_input": False,
-            "type_vocab_size": 0,
-        },
-        "modernbert": {
-            "global_attn_every_n_layers": 2,
-            "local_attention": 8,
-            "pad_token_id": 0,
-            "bos_token_id": 1,
-            "eos_token_id": 2,
-            "cls_token_id": 1,
-            "sep_token_id": 2,
-        },
-    }
-    extra = extras[model_type]
+    base = tiny_bert_config(layers=layers, heads=heads, vocab_size=vocab_size, max_positions=max_positions)
+    if model_type in ("roberta", "xlm-roberta", "mpnet"):  # positions start after the padding id
+        base["max_position_embeddings"] = max_positions + 2
     if model_type == "distilbert":
-        base = {
-            "dim": 32,
-            "hidden_dim": 37,
-            "n_layers": layers,
-            "n_heads": heads,
-            "vocab_size": vocab_size,
-            "max_position_embeddings": max_positions,
-        }
-    return {"model_type": model_type, **base, **extra}
+        renamed = {"hidden_size": "dim", "intermediate_size": "hidden_dim"}
+        renamed |= {"num_hidden_layers": "n_layers", "num_attention_heads": "n_heads"}
+        base = {renamed.get(k, k): v for k, v in base.items()}
+    return {"model_type": model_type, **base, **_FAMILY_EXTRAS[model_type]}
 
 
 def save_tiny_encoder(

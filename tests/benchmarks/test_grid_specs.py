@@ -12,6 +12,7 @@ from .conftest import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECS = sorted((ROOT / "benchmarks" / "specs").glob("*.json"))
+QUICKSTART = {"configs": ["configs/quickstart.yaml"]}
 
 
 @pytest.mark.parametrize("spec_file", SPECS, ids=[p.stem for p in SPECS])
@@ -42,18 +43,6 @@ def test_seeds_option_keeps_those_seeds_and_refuses_unknown_ones() -> None:
         grid.grid_runs(spec, [42, 46])
 
 
-def test_seeds_option_refusal_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({"seeds": [42], "methods": {"a": {"configs": ["configs/quickstart.yaml"]}}}))
-    with pytest.raises(SystemExit) as exit_info:
-        load_benchmark("grid").main(
-            ["--spec", str(spec), "--out", str(tmp_path / "out"), "--data-dir", str(tmp_path), "--seeds", "7"]
-        )
-    assert exit_info.value.code == 2
-    assert "[7] are not in the spec" in capsys.readouterr().err
-    assert not (tmp_path / "out").exists(), "nothing is created for a refused grid"
-
-
 def test_resume_skips_finished_runs_and_continues_the_others_from_their_newest_last_checkpoint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -63,29 +52,14 @@ def test_resume_skips_finished_runs_and_continues_the_others_from_their_newest_l
     not run: that a fit resumed from ``last.ckpt`` is the uninterrupted one is tests/cli/test_resume.py's.)"""
     grid = load_benchmark("grid")
     spec = tmp_path / "spec.json"
-    spec.write_text(
-        json.dumps(
-            {
-                "seeds": [1, 2],
-                "checkpoint_every": 5,
-                "methods": {"a": {"configs": ["configs/quickstart.yaml"]}},
-            }
-        )
-    )
+    spec.write_text(json.dumps({"seeds": [1, 2], "checkpoint_every": 5, "methods": {"a": QUICKSTART}}))
     out = tmp_path / "out"
     lasts = [out / "a" / "seed2" / f"version_{v}" / "checkpoints" / "last.ckpt" for v in (0, 1)]
     for last in lasts:
         last.parent.mkdir(parents=True)
         last.write_bytes(b"")
-    (out / "runs.jsonl").write_text(
-        "".join(
-            json.dumps(r) + "\n"
-            for r in (
-                {"method": "a", "seed": 1, "status": "ok"},
-                {"method": "a", "seed": 2, "status": "timeout"},
-            )
-        )
-    )
+    records = [{"method": "a", "seed": 1, "status": "ok"}, {"method": "a", "seed": 2, "status": "timeout"}]
+    (out / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     ran: list[tuple[list[str], str]] = []
 
     def fake_run(cmd: list[str], root: Path, log: Path, *rest: object) -> tuple[str, float, None]:
@@ -111,19 +85,37 @@ def test_resume_skips_finished_runs_and_continues_the_others_from_their_newest_l
     assert not any(a.startswith("--ckpt_path") for c, _ in ran for a in c)
 
 
-@pytest.mark.parametrize("every", [0, "50", 2.5, True])
-def test_a_bad_checkpoint_every_is_a_usage_error(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], every: object
+#: Specs and options the grid refuses (exit 2, one line, nothing created): the spec, the options, the line.
+BAD = {
+    "unknown seed": (
+        {"seeds": [42], "methods": {"a": QUICKSTART}},
+        ["--seeds", "7"],
+        "[7] are not in the spec",
+    ),
+    **{
+        f"checkpoint_every={every!r}": (
+            {"seeds": [42], "checkpoint_every": every, "methods": {"a": {"configs": []}}},
+            [],
+            f"checkpoint_every in {{spec}} is {every!r}: give a whole number of steps",
+        )
+        for every in (0, "50", 2.5, True)
+    },
+}
+
+
+@pytest.mark.parametrize("case", BAD)
+def test_a_bad_spec_or_option_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str
 ) -> None:
+    content, options, message = BAD[case]
     spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({"seeds": [42], "checkpoint_every": every, "methods": {"a": {"configs": []}}}))
+    spec.write_text(json.dumps(content))
     with pytest.raises(SystemExit) as exit_info:
         load_benchmark("grid").main(
-            ["--spec", str(spec), "--out", str(tmp_path / "out"), "--data-dir", str(tmp_path)]
+            ["--spec", str(spec), "--out", str(tmp_path / "out"), "--data-dir", str(tmp_path), *options]
         )
     assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert f"checkpoint_every in {spec} is {every!r}: give a whole number of steps" in err
+    assert message.format(spec=spec) in capsys.readouterr().err
     assert not (tmp_path / "out").exists(), "nothing is created for a refused grid"
 
 

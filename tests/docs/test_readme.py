@@ -1,18 +1,12 @@
 """Every command and code block of the README, CONTRIBUTING.md and the pages in docs/ runs as written, in
 page order, on fixture data (issue 18, item 2).
 
-One working folder plays the fresh clone: the CS224N fixture files (``write_cs224n_data``) stand in for
-``PAL_DATA_DIR``, a random 6-layer encoder of width 32 (``save_tiny_encoder``) for all-MiniLM-L6-v2, and
-every ``pal-lightning`` command gets extra options that shrink its budget (:data:`SHRINK`: 2 steps,
-batches of 4, 32 tokens) after its own, except those it sets itself. Python blocks are executed there,
-in order, so that a block sees what the commands before it wrote (``runs/demo/version_0/model``,
-``my_models.py``). The pages run in the order of :data:`PAGES`; a block repeated word for word on a later
-page (the home page repeats the README's install and demo) runs once. What cannot run in CI is listed
-with the reason in :data:`NOT_RUN_COMMANDS` and :data:`BLOCKS` and checked another way (``--print_config``,
-the script's own argument parser, the test that runs it); a block or a command line that is neither run
-nor listed fails :func:`test_every_doc_block_is_run_or_listed`. Also here: the main job with the real
-encoder, then the task-only weights block; what the pages name exists; CI runs the README's install and
-test commands.
+One working folder plays the fresh clone: the CS224N fixture files stand in for ``PAL_DATA_DIR``, a random
+6-layer encoder of width 32 for all-MiniLM-L6-v2, and every ``pal-lightning fit`` gets the options of
+:data:`SHRINK` it does not set itself (a run of seconds). Python blocks run there in order, so a block sees
+what the commands before it wrote; a block repeated word for word on a later page runs once. What cannot
+run in CI is listed with the reason in :data:`NOT_RUN_COMMANDS` and :data:`BLOCKS` and checked another way;
+a block or command neither run nor listed fails :func:`test_every_doc_block_is_run_or_listed`.
 """
 
 from __future__ import annotations
@@ -102,28 +96,16 @@ def page_blocks(page: str) -> list[Block]:
 
 def doc_blocks() -> list[Block]:
     """Every block of :func:`pages` in order, a block repeated word for word on a later page only once."""
-    seen: set[tuple[str, str]] = set()
-    blocks = []
-    for page in pages():
-        for block in page_blocks(page):
-            if (block.language, block.body) not in seen:
-                seen.add((block.language, block.body))
-                blocks.append(block)
-    return blocks
+    unique: dict[tuple[str, str], Block] = {}
+    for block in (b for page in pages() for b in page_blocks(page)):
+        unique.setdefault((block.language, block.body), block)
+    return list(unique.values())
 
 
-def section(title: str) -> str:
-    """The text of the first ``## title`` section of :data:`PAGES` (up to the next ``##``)."""
-    for page in PAGES:
-        match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", page_text(page), re.S | re.M)
-        if match:
-            return match.group(1)
-    raise AssertionError(f"no section {title!r} in {PAGES}")
-
-
-def fenced(text: str, language: str) -> list[str]:
-    """The bodies of the ``language`` blocks of ``text``."""
-    return re.findall(rf"^```{language}\n(.*?)^```", text, re.S | re.M)
+def section_blocks(title: str, language: str) -> list[str]:
+    """The bodies of the ``language`` blocks of the ``## title`` section of the first of :data:`PAGES` with one."""
+    page = next(p for p in PAGES if f"\n## {title}\n" in page_text(p))
+    return [b.body for b in page_blocks(page) if b.section == title and b.language == language]
 
 
 def command_lines(body: str) -> list[str]:
@@ -169,9 +151,15 @@ def _test_defined(where: str) -> None:
     assert f"def {name}(" in (ROOT / path).read_text(encoding="utf-8"), where
 
 
-def _site_test(args: list[str], ws: Workspace) -> None:
-    _test_defined("tests/docs/test_docs_site.py::test_the_site_builds_strictly")
-
+#: The benchmark scripts a page shows, and the test of tests/benchmarks/ that runs each on a tiny model.
+BENCHMARK_TESTS = {
+    "reproduce": "reproduce",
+    "grid": "grid_specs",
+    "peers": "peers",
+    "two_stage": "two_stage",
+    "continual": "continual",
+}
+BUILDS_ENV = "builds an environment from the package index (minutes)"
 
 #: Commands not run here, by how they start: why, and the check made instead (``None``: none possible).
 NOT_RUN_COMMANDS: dict[str, tuple[str, Callable[[list[str], Workspace], None] | None]] = {
@@ -181,35 +169,19 @@ NOT_RUN_COMMANDS: dict[str, tuple[str, Callable[[list[str], Workspace], None] | 
         "mutation testing, hours of CPU; tools/mutation/MUTATION.md",
         _script_exists,
     ),
-    "bash tools/version_floors.sh": (
-        "builds an environment from the package index (minutes)",
-        _script_exists,
-    ),
-    "FLOORS=all ": ("builds an environment from the package index (minutes)", _script_exists),
+    "bash tools/version_floors.sh": (BUILDS_ENV, _script_exists),
+    "FLOORS=all ": (BUILDS_ENV, _script_exists),
     "mkdocs build --strict": (
         "the docs site; tests/docs/test_docs_site.py builds it into a temporary folder",
-        _site_test,
+        lambda args, ws: _test_defined("tests/docs/test_docs_site.py::test_the_site_builds_strictly"),
     ),
-    "python benchmarks/reproduce.py": (
-        "a benchmark grid of full runs (minutes to hours); end to end on a tiny model in tests/benchmarks/test_reproduce.py",
-        _benchmark_arguments,
-    ),
-    "python benchmarks/grid.py": (
-        "methods x seeds of full runs (minutes to hours); tests/benchmarks/test_grid_specs.py runs its parts",
-        _benchmark_arguments,
-    ),
-    "python benchmarks/peers.py": (
-        "peer systems on the real encoder; --quick end to end in tests/benchmarks/test_peers.py",
-        _benchmark_arguments,
-    ),
-    "python benchmarks/two_stage.py": (
-        "two full runs in subprocesses; end to end on a tiny model in tests/benchmarks/test_two_stage.py",
-        _benchmark_arguments,
-    ),
-    "python benchmarks/continual.py": (
-        "three continual runs in subprocesses; end to end in tests/benchmarks/test_continual.py",
-        _benchmark_arguments,
-    ),
+    **{
+        f"python benchmarks/{script}.py": (
+            f"full runs; tests/benchmarks/test_{test}.py",
+            _benchmark_arguments,
+        )
+        for script, test in BENCHMARK_TESTS.items()
+    },
     "torchrun ": ("GPUs and nodes; tests/cli/test_torchrun_cli.py launches 2 CPU processes", _print_config),
     "source .venv/bin/activate": ("the SLURM job's environment", None),
     "srun pal-lightning": ("a SLURM job on GPU nodes", _print_config),
@@ -239,11 +211,11 @@ SHRINK = {
     "trainer.enable_progress_bar": "false",
     "trainer.log_every_n_steps": "1",
     "model.init_args.encoder": "{encoder}",
-    "data.init_args.batch_size": "4",
-    "data.init_args.eval_batch_size": "16",
+    "data.init_args.batch_size": "4",  # evaluation keeps the configs' batch: a fixture dev set is one
     "data.init_args.max_length": "32",
     "data.init_args.steps_per_epoch": "2",
     "data.init_args.cache_dir": "false",
+    "save_model.enabled": "false",  # but the demo's: the pages load runs/demo/version_0/model
 }
 #: Continual configs size their epoch by phases: one batch per task instead of steps.
 SHRINK_CONTINUAL = {
@@ -298,6 +270,8 @@ class Workspace:
         )
         if "--ckpt_path" in args:  # a resume: two steps further than the run it continues
             table = {**table, "trainer.max_steps": "4"}
+        if "configs/demo.yaml" in args:
+            table = {k: v for k, v in table.items() if k != "save_model.enabled"}
         given = {_option(a) for a in args if a.startswith("--")}
         extra = []
         for name, value in table.items():
@@ -574,28 +548,21 @@ def test_quickstart_then_task_weights_as_written(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     data = write_cs224n_data(tmp_path / "data")
-    short = {
-        "trainer": {"accelerator": "cpu", "max_steps": 2, "check_val_every_n_epoch": 1},
-        "data": {
-            "init_args": {
-                "data_dir": str(data),
-                "batch_size": 4,
-                "eval_batch_size": 16,
-                "max_length": 32,
-                "steps_per_epoch": 2,
-                "cache_dir": False,
-            }
-        },
+    short = {  # one step, and no model folder: the block reads the best checkpoint
+        "trainer": {"accelerator": "cpu", "max_steps": 1, "check_val_every_n_epoch": 1},
+        "save_model": {"enabled": False},
+        "data": {"init_args": {"data_dir": str(data), "batch_size": 4, "max_length": 32}},
     }
+    short["data"]["init_args"].update(steps_per_epoch=1, cache_dir=False)
     (tmp_path / "short.yaml").write_text(yaml.safe_dump(short))
-    (fit,) = [c for b in fenced(section("The main job"), "bash") for c in command_lines(b) if "fit" in c]
+    (fit,) = [c for b in section_blocks("The main job", "bash") for c in command_lines(b) if "fit" in c]
     words = shlex.split(fit)
     assert words[0] == "pal-lightning", fit
     assert main([*Workspace.repo_paths(words[1:]), "--config", "short.yaml"]) == 0
     assert "CS224N overall (dev):" in capsys.readouterr().out
     assert (tmp_path / "runs" / "quickstart" / "version_0" / "checkpoints" / "best.ckpt").is_file()
 
-    (weights_block,) = fenced(section("Task-only weights"), "python")
+    (weights_block,) = section_blocks("Task-only weights", "python")
     exec(compile(weights_block, "docs/models.md (Task-only weights)", "exec"), {})  # noqa: S102 - the page's code
     assert (tmp_path / "sts-adapter.safetensors").is_file()
 
@@ -638,12 +605,12 @@ def _ci_block(name: str) -> list[tuple[str, ...]]:
 
 
 def test_ci_performs_the_readmes_install_and_test_commands() -> None:
-    install = _words([c for b in fenced(section("Install"), "bash") for c in command_lines(b)])
+    install = _words([c for b in section_blocks("Install", "bash") for c in command_lines(b)])
     contributor = ("pip", "install", "-e", ".[dev,offline,export,peers]")
     assert contributor in install
     ci_install = _ci_block("README install")
     assert contributor in ci_install
     assert set(ci_install) <= set(install), "an install line of .ci/run that the README does not show"
-    (test,) = [c for b in fenced(section("Test"), "bash") for c in command_lines(b)]
+    (test,) = [c for b in section_blocks("Test", "bash") for c in command_lines(b)]
     assert test == "python -m pytest -q"
     assert tuple(shlex.split(test)) in _ci_block("README test command")

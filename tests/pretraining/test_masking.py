@@ -29,9 +29,8 @@ def test_fifteen_percent_then_80_10_10() -> None:
     maskable = maskable_positions(ids, attention, SPECIAL)
     # by hand: every real token but the [CLS] and [SEP] of each row
     assert int(maskable.sum()) == int(attention.sum()) - 2 * len(ids)
-    corrupted, labels = mask_tokens(
-        ids, maskable, mask_token_id=MASK, random_ids=RANDOM_IDS, generator=torch.Generator().manual_seed(1)
-    )
+    g = torch.Generator().manual_seed(1)
+    corrupted, labels = mask_tokens(ids, maskable, mask_token_id=MASK, random_ids=RANDOM_IDS, generator=g)
     chosen = labels != IGNORE_INDEX
     n, k = int(maskable.sum()), int(chosen.sum())
     # binomial: sd of the chosen share is sqrt(.15 * .85 / n) = 0.0011 for n ~ 28k; 5 sd
@@ -50,7 +49,7 @@ def test_fifteen_percent_then_80_10_10() -> None:
     assert torch.equal(corrupted[~chosen], ids[~chosen])  # nothing else changes
 
 
-def test_seeded_and_pure() -> None:
+def test_seeded_and_pure_and_refuses_bad_arguments() -> None:
     ids, attention = batch(rows=8)
     maskable = maskable_positions(ids, attention, SPECIAL)
 
@@ -62,6 +61,10 @@ def test_seeded_and_pure() -> None:
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
     assert not torch.equal(a[1], c[1])
     assert ids[0, 0] == CLS  # the input is not modified in place
+    with pytest.raises(ValueError, match="probability"):
+        mask_tokens(ids, maskable, mask_token_id=MASK, random_ids=RANDOM_IDS, probability=0.0)
+    with pytest.raises(ValueError, match="random_ids"):
+        mask_tokens(ids, maskable, mask_token_id=MASK, random_ids=torch.tensor([], dtype=torch.long))
 
 
 def test_whole_word_masking_takes_every_piece_of_a_word() -> None:
@@ -71,13 +74,9 @@ def test_whole_word_masking_takes_every_piece_of_a_word() -> None:
     word_ids = (torch.arange(width) // 3).expand_as(ids).clone()
     maskable = maskable_positions(ids, attention, SPECIAL)
     word_ids[~maskable] = -1
+    g = torch.Generator().manual_seed(3)
     _, labels = mask_tokens(
-        ids,
-        maskable,
-        mask_token_id=MASK,
-        random_ids=RANDOM_IDS,
-        generator=torch.Generator().manual_seed(3),
-        word_ids=word_ids,
+        ids, maskable, mask_token_id=MASK, random_ids=RANDOM_IDS, generator=g, word_ids=word_ids
     )
     chosen = labels != IGNORE_INDEX
     words_total = words_chosen = 0
@@ -90,12 +89,3 @@ def test_whole_word_masking_takes_every_piece_of_a_word() -> None:
     # sd sqrt(.15 * .85 / ~8.7k words) = 0.0038; 5 sd
     assert abs(words_chosen / words_total - 0.15) < 0.019
     assert not (chosen & ~maskable).any()
-
-
-def test_bad_arguments() -> None:
-    ids, attention = batch(rows=2)
-    maskable = maskable_positions(ids, attention, SPECIAL)
-    with pytest.raises(ValueError, match="probability"):
-        mask_tokens(ids, maskable, mask_token_id=MASK, random_ids=RANDOM_IDS, probability=0.0)
-    with pytest.raises(ValueError, match="random_ids"):
-        mask_tokens(ids, maskable, mask_token_id=MASK, random_ids=torch.tensor([], dtype=torch.long))
