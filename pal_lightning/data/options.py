@@ -140,7 +140,7 @@ class DataConfig:
 
     sampling_temperature: float = DEFAULT_TEMPERATURE
     """``T`` of ``sampling="temperature"``: ``p_i ~ N_i^(1/T)``, finite and > 0 (1: proportional, 2: square
-    root, T5's best; larger: nearer uniform)."""
+    root, the best of T5's temperature-scaled mixing; larger: nearer uniform)."""
 
     def __post_init__(self) -> None:
         check_batch_mixing(self.batch_mixing, self.schedule, self.sampling)

@@ -9,6 +9,7 @@ far more, and the seeds are fixed, so the checks cannot flicker."""
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -37,17 +38,25 @@ SIZES = {"sst": 5, "qqp": 80, "sts": 15}
 BUILT_IN = ("proportional", "sqrt", "uniform", "round_robin", "annealed", "weights", "temperature")
 
 
-def smaller_first(sizes: Mapping[str, int], epoch: int, schedule: SamplingSchedule) -> dict[str, float]:
-    """A user rule: ``w_i = N_i^-(e + 1) / E``, the small tasks more and more as the epochs pass."""
-    return {t: float(n) ** (-(epoch + 1) / schedule.num_epochs) for t, n in sizes.items()}
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "extending.md"
+
+
+def guide_block(language: str) -> str:
+    """The first ``language`` block of the guide's "Adding a sampling rule" section."""
+    text = GUIDE.read_text(encoding="utf-8")
+    section = text.split("## Adding a sampling rule\n", 1)[1].split("\n## ", 1)[0]
+    match = re.search(rf"```{language}\n(.*?)```", section, re.S)
+    assert match, f"no {language} block in the guide's sampling-rule section"
+    return match.group(1)
 
 
 @pytest.fixture
 def user_rule(monkeypatch: pytest.MonkeyPatch) -> str:
-    """``smaller_first`` registered as ``smaller_first`` for one test (the registry restored after)."""
+    """The guide's rule ``inverse_size``, registered by its own block for one test (the registry restored
+    after): ``w_i = N_i^(-(e + 1) / E)``."""
     monkeypatch.setattr(schedules, "_RULES", dict(schedules._RULES))
-    register_sampling_rule("smaller_first", smaller_first)
-    return "smaller_first"
+    exec(compile(guide_block("python"), str(GUIDE), "exec"), {})  # noqa: S102 - the guide's code, as written
+    return "inverse_size"
 
 
 def assert_drawn_as_logged(drawn: np.ndarray, tasks: Sequence[str], logged: Mapping[str, float]) -> None:
@@ -95,7 +104,7 @@ def schedule_data(tmp: Path, sampling: str, **options: Any) -> MultiTaskDataModu
         ("temperature", {"sampling_temperature": 0.5}),  # p ~ N^2: sharper than proportional
         ("temperature", {"sampling_temperature": 5.0}),
         ("proportional", {"task_multipliers": {"qqp": 0.1}}),
-        ("smaller_first", {}),
+        ("inverse_size", {}),
     ],
 )
 @pytest.mark.parametrize("mixing", ["per_task", "mixed"])
@@ -122,7 +131,7 @@ def test_every_rule_draws_what_it_logs(
             )
             drawn = np.asarray(sampler.row_tasks(epoch))
         assert_drawn_as_logged(drawn, tasks, logged)
-    if sampling in ("annealed", "smaller_first"):  # the rules that move: the epochs' plans differ
+    if sampling in ("annealed", "inverse_size"):  # the rules that move: the epochs' plans differ
         assert logged_probabilities(dm, 0)["sst"] < logged_probabilities(dm, 2)["sst"] - 0.05
 
 
@@ -204,11 +213,11 @@ def test_temperature_is_n_to_the_one_over_t_and_refuses_a_bad_t() -> None:
 def test_a_registered_rule_is_named_in_messages_and_checked(user_rule: str, tmp_path: Path) -> None:
     assert sampling_rules()[: len(BUILT_IN)] == BUILT_IN and user_rule in sampling_rules()
     with pytest.raises(
-        PalUserError, match=r"Unknown sampling 'nope'\. Choose one of .*temperature, smaller_first"
+        PalUserError, match=r"Unknown sampling 'nope'\. Choose one of .*temperature, inverse_size"
     ):
         DataConfig(sampling="nope")
     with pytest.raises(ValueError, match="already registered"):
-        register_sampling_rule("proportional", smaller_first)
+        register_sampling_rule("proportional", lambda sizes, epoch, schedule: dict(sizes))
     with pytest.raises(ValueError, match=r"called as rule\(sizes, epoch, schedule\)"):
         register_sampling_rule("two_args", lambda sizes, epoch: dict(sizes))  # type: ignore[arg-type,misc]
     # a rule's weights must fit the tasks; an override's probabilities too
@@ -231,14 +240,15 @@ def test_a_registered_rule_is_named_in_messages_and_checked(user_rule: str, tmp_
 def test_a_registered_rule_is_chosen_from_yaml(
     user_rule: str, tiny_yaml: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``data.init_args.sampling: smaller_first`` in a config: the CLI's data module draws by it."""
+    """The guide's config (``data.init_args.sampling: inverse_size``) over a tiny one: the CLI's data module
+    draws by the rule, as the log shows it."""
     from pal_lightning.cli.fit import PalLightningCLI
 
     overlay = tmp_path / "rule.yaml"
-    overlay.write_text(
-        yaml.safe_dump({"data": {"init_args": {"sampling": user_rule, "steps_per_epoch": DRAWS}}}),
-        encoding="utf-8",
-    )
+    config = yaml.safe_load(guide_block("yaml"))
+    assert config == {"data": {"init_args": {"sampling": user_rule}}}
+    config["data"]["init_args"]["steps_per_epoch"] = DRAWS
+    overlay.write_text(yaml.safe_dump(config), encoding="utf-8")
     monkeypatch.setattr("sys.argv", ["pal-lightning"])
     cli = PalLightningCLI(args=["--config", str(tiny_yaml), "--config", str(overlay)], run=False)
     dm = cli.datamodule

@@ -15,8 +15,8 @@ from pal_lightning.core.errors import PalUserError
 
 #: Fixed alpha of the non-annealed random schedules.
 FIXED_ALPHA = {"proportional": 1.0, "sqrt": 0.5, "uniform": 0.0}
-#: The default of ``sampling_temperature``: ``T = 2``, the best of T5's temperature-scaled mixing
-#: (Raffel et al. 2020, §3.5.2, Table 11) and the square-root sampling of the PALs paper.
+#: The default of ``sampling_temperature``: ``T = 2``, the best of the temperatures (2, 4, 8) that T5's
+#: temperature-scaled mixing compared (Raffel et al. 2020, §3.5.2, Table 11); it is square-root sampling.
 DEFAULT_TEMPERATURE = 2.0
 #: The name of the fixed cycle: its task of each step is not drawn (its probabilities are ``1 / T``).
 ROUND_ROBIN = "round_robin"
