@@ -216,8 +216,10 @@ def test_a_registered_rule_is_named_in_messages_and_checked(user_rule: str, tmp_
         PalUserError, match=r"Unknown sampling 'nope'\. Choose one of .*temperature, inverse_size"
     ):
         DataConfig(sampling="nope")
-    with pytest.raises(ValueError, match="already registered"):
+    with pytest.raises(ValueError, match="'proportional' is a built-in sampling rule"):
         register_sampling_rule("proportional", lambda sizes, epoch, schedule: dict(sizes))
+    with pytest.raises(ValueError, match="already registered; pass overwrite=True"):
+        register_sampling_rule(user_rule, lambda sizes, epoch, schedule: dict(sizes))
     with pytest.raises(ValueError, match=r"called as rule\(sizes, epoch, schedule\)"):
         register_sampling_rule("two_args", lambda sizes, epoch: dict(sizes))  # type: ignore[arg-type,misc]
     # a rule's weights must fit the tasks; an override's probabilities too

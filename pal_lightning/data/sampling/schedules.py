@@ -103,6 +103,8 @@ def annealed_alpha(epoch: int, num_epochs: int) -> float:
 SamplingRuleFn = Callable[[Mapping[str, int], int, "SamplingSchedule"], Mapping[str, float]]
 
 _RULES: dict[str, SamplingRuleFn] = {}
+#: The names of the built-in rules (filled at the end of this module), which cannot be replaced.
+_BUILT_IN: set[str] = set()
 
 
 def register_sampling_rule(name: str, rule: SamplingRuleFn, *, overwrite: bool = False) -> SamplingRuleFn:
@@ -112,10 +114,10 @@ def register_sampling_rule(name: str, rule: SamplingRuleFn, *, overwrite: bool =
         ValueError: if the name is taken and ``overwrite`` is false, or ``rule`` does not take
             ``(sizes, epoch, schedule)``.
     """
+    if name in _BUILT_IN:  # their sequences are fixed for a seed (published figures depend on them)
+        raise ValueError(f"{name!r} is a built-in sampling rule; register yours under another name.")
     if name in _RULES and not overwrite:
         raise ValueError(f"Sampling rule {name!r} is already registered; pass overwrite=True to replace it.")
-    if name == ROUND_ROBIN:
-        raise ValueError(f"{ROUND_ROBIN!r} is the fixed cycle, not a rule that can be replaced.")
     try:
         inspect.signature(rule).bind(None, None, None)
     except (TypeError, ValueError) as err:  # ValueError: a callable without a signature
@@ -279,9 +281,13 @@ def _inverse_temperature(schedule: SamplingSchedule, epoch: int) -> float:
 
 
 # The built-in rules, in the order the messages list them; round_robin's weights are its cycle's shares.
-for _name, _alpha in FIXED_ALPHA.items():
-    register_sampling_rule(_name, _power(_fixed(_alpha)))
-_RULES[ROUND_ROBIN] = _cycle_rule
-register_sampling_rule("annealed", _power(_annealed))
-register_sampling_rule("weights", _weights_rule)
-register_sampling_rule("temperature", _power(_inverse_temperature))
+_RULES.update(
+    {
+        **{name: _power(_fixed(alpha)) for name, alpha in FIXED_ALPHA.items()},
+        ROUND_ROBIN: _cycle_rule,
+        "annealed": _power(_annealed),
+        "weights": _weights_rule,
+        "temperature": _power(_inverse_temperature),
+    }
+)
+_BUILT_IN.update(_RULES)
