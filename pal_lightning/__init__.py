@@ -23,7 +23,7 @@ _EXPORTS: dict[str, str] = {
         "pal_lightning.module.multitask": "MultiTaskModule",
         "pal_lightning.data": "MultiTaskDataModule DataConfig",
         "pal_lightning.pretraining": "MLMPretrainModule MLMDataModule",
-        "pal_lightning.data.sampling.schedules": "task_probabilities annealed_alpha",
+        "pal_lightning.data.sampling.schedules": "task_probabilities annealed_alpha register_sampling_rule",
         "pal_lightning.callbacks": "PredictionWriter ContinualEvaluation RNGStateCallback",
         "pal_lightning.gem": "GEMCallback EpisodicMemory project_gradient agem_project",
         "pal_lightning.core.checkpoint_io": "AtomicCheckpointIO",
@@ -55,7 +55,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs: the names ab
     from pal_lightning.core.errors import PalUserError
     from pal_lightning.core.hub import DEFAULT_ENCODER, resolve_encoder
     from pal_lightning.data import DataConfig, MultiTaskDataModule
-    from pal_lightning.data.sampling.schedules import annealed_alpha, task_probabilities
+    from pal_lightning.data.sampling.schedules import annealed_alpha, register_sampling_rule, task_probabilities
     from pal_lightning.gem import EpisodicMemory, GEMCallback, agem_project, project_gradient
     from pal_lightning.inference.pipeline import TaskPipeline, pipeline
     from pal_lightning.modeling import (

@@ -22,7 +22,9 @@ _NEW_SENTENCES = (
 
 
 def registered() -> str:
-    """The registered adapter methods, encoder model types and tasks, read from their registries."""
+    """The registered adapter methods, encoder model types, tasks and sampling rules, read from their
+    registries."""
+    from pal_lightning.data.sampling.schedules import sampling_rules
     from pal_lightning.modeling.families import supported_model_types
     from pal_lightning.modeling.methods import METHODS, AdapterConfig, option_names
     from pal_lightning.tasks.specs import available_tasks
@@ -34,7 +36,8 @@ def registered() -> str:
         f"--model.adapter.{{{','.join(common)}}}; their own options: "
         f"{', '.join(o for o in own if not o.endswith('()'))}. "
         f"Encoder model types (--model.encoder): {', '.join(supported_model_types())}. "
-        f"Registered tasks (--model.tasks): {', '.join(available_tasks())}."
+        f"Registered tasks (--model.tasks): {', '.join(available_tasks())}. "
+        f"Sampling rules (--data.sampling): {', '.join(sampling_rules())}."
     )
 
 

@@ -8,7 +8,13 @@ from typing import TYPE_CHECKING, Any
 from pal_lightning.data.options import DataConfig
 from pal_lightning.data.sampling.per_task import MultiTaskBatchSampler, TaskBatch, eval_batches
 from pal_lightning.data.sampling.phase_plan import Phase
-from pal_lightning.data.sampling.schedules import SamplingSchedule, annealed_alpha, task_probabilities
+from pal_lightning.data.sampling.schedules import (
+    SamplingSchedule,
+    annealed_alpha,
+    register_sampling_rule,
+    sampling_rules,
+    task_probabilities,
+)
 from pal_lightning.data.sources.hf import dataset_task
 from pal_lightning.data.sources.readers import RawSplit, read_split
 from pal_lightning.data.sources.text import ptb_detokenize, undo_double_quoting
@@ -37,6 +43,8 @@ __all__ = [
     "eval_batches",
     "ptb_detokenize",
     "read_split",
+    "register_sampling_rule",
+    "sampling_rules",
     "task_probabilities",
     "undo_double_quoting",
 ]

@@ -210,7 +210,10 @@ class MultiTaskDataModule(pl.LightningDataModule):
         )
 
     def task_probabilities_for_epoch(self, epoch: int) -> dict[str, float]:
-        """Sampling probability of each task at 0-based ``epoch`` (valid after ``setup("fit")``)."""
+        """Sampling probability of each task at 0-based ``epoch`` (valid after ``setup("fit")``): what the
+        training sampler draws the tasks of the epoch with, and what the training log shows as
+        ``sampling/p_<task>``. Override it (a pure function of the epoch, the same on every rank) to draw by
+        a rule of your own, or register one (``register_sampling_rule``). ``round_robin`` cycles instead."""
         if self.sampling_schedule is None or not self.train_sizes:
             raise RuntimeError("task_probabilities_for_epoch needs setup('fit') first.")
         return self.sampling_schedule.probabilities(self.train_sizes, epoch)
@@ -230,6 +233,8 @@ class MultiTaskDataModule(pl.LightningDataModule):
             "num_replicas": world,
             "rank": rank,
             "seed": int(self.config.seed),
+            # the one source of the task plan: what is logged is what is drawn
+            "probabilities": self.task_probabilities_for_epoch,
         }
         args = (self.train_sizes, self.batch_sizes, self.sampling_schedule)
         by_length = self.config.group_by_length

@@ -15,7 +15,13 @@ from pal_lightning.core.hub import DEFAULT_ENCODER, pal_cache_dir
 from pal_lightning.core.plain_values import to_plain
 from pal_lightning.data.sampling.mixed import check_batch_mixing
 from pal_lightning.data.sampling.phase_plan import SEQUENTIAL, check_task_schedule
-from pal_lightning.data.sampling.schedules import SAMPLING_SCHEDULES, SamplingSchedule
+from pal_lightning.data.sampling.schedules import (
+    DEFAULT_TEMPERATURE,
+    SamplingSchedule,
+    check_temperature,
+    sampling_rules,
+    unknown_rule_message,
+)
 from pal_lightning.data.sources.locate import SPLITS
 from pal_lightning.data.sources.registry import source_for
 from pal_lightning.data.sources.validate import DEFAULT_MAX_BAD_FRACTION, check_on_bad_row
@@ -55,7 +61,8 @@ class DataConfig:
     """``cross`` or ``siamese``, or a per-task mapping (see ``batch.resolve_pair_encoding``)."""
 
     sampling: str = "annealed"
-    """``proportional`` | ``sqrt`` | ``uniform`` | ``round_robin`` | ``annealed`` | ``weights``."""
+    """``proportional`` | ``sqrt`` | ``uniform`` | ``round_robin`` | ``annealed`` | ``weights`` |
+    ``temperature``, or a rule of your own registered with ``register_sampling_rule``."""
 
     task_weights: dict[str, float] | None = None
     """Per-task weights for ``sampling="weights"``."""
@@ -131,12 +138,15 @@ class DataConfig:
     """``per_task`` (every batch holds one task's rows) or ``mixed`` (every row draws its own task with the
     same probabilities; needs one ``batch_size`` and the interleaved schedule, no ``round_robin``)."""
 
+    sampling_temperature: float = DEFAULT_TEMPERATURE
+    """``T`` of ``sampling="temperature"``: ``p_i ~ N_i^(1/T)``, finite and > 0 (1: proportional, 2: square
+    root, the best of T5's temperature-scaled mixing; larger: nearer uniform)."""
+
     def __post_init__(self) -> None:
         check_batch_mixing(self.batch_mixing, self.schedule, self.sampling)
-        if self.sampling not in SAMPLING_SCHEDULES:
-            raise PalUserError(
-                f"Unknown sampling {self.sampling!r}; choose one of {', '.join(SAMPLING_SCHEDULES)}."
-            )
+        if self.sampling not in sampling_rules():
+            raise PalUserError(unknown_rule_message(self.sampling))
+        check_temperature(self.sampling_temperature)
         for spec in resolve_tasks(self.tasks) if self.tasks else ():
             source_for(spec)  # an unknown format stops before any file is read
         check_on_bad_row(self.on_bad_row)
@@ -167,7 +177,11 @@ class DataConfig:
         """How the interleaved schedule draws tasks, annealed over ``num_epochs`` epochs."""
         multipliers = self.task_multipliers or None
         return SamplingSchedule(
-            self.sampling, num_epochs=num_epochs, weights=self.task_weights, multipliers=multipliers
+            self.sampling,
+            num_epochs=num_epochs,
+            weights=self.task_weights,
+            multipliers=multipliers,
+            temperature=self.sampling_temperature,
         )
 
     def hparams(self) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import pytest
 from pal_lightning.cli.help import SUBCOMMAND_HELP, registered, suggest
 from pal_lightning.cli.main import USER_ERROR_EXIT, main
 from pal_lightning.core.version import __version__
+from pal_lightning.data.sampling import schedules
 from pal_lightning.modeling.families import supported_model_types
 from pal_lightning.modeling.methods import METHODS
 from pal_lightning.tasks.specs import available_tasks
@@ -82,6 +83,9 @@ def test_fit_help_is_lightnings_with_the_registries(
     assert "--predictions.output_dir" in predict
     monkeypatch.setitem(METHODS, "my_method", METHODS["pals"])
     assert "my_method" in registered()
+    assert "Sampling rules (--data.sampling): proportional, sqrt, uniform, round_robin, annealed" in flat
+    monkeypatch.setitem(schedules._RULES, "my_rule", schedules._RULES["sqrt"])
+    assert registered().endswith(", temperature, my_rule.")  # read from the registry
     assert (
         "their own options: lora (targets, alpha, dropout), houlsby (" in registered()
     )  # each method's own options, from its config

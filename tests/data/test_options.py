@@ -26,7 +26,7 @@ OPTIONS = (
     "tasks tokenizer data_dir batch_size eval_batch_size max_length pair_encoding sampling task_weights "
     "task_multipliers steps_per_epoch anneal_epochs on_bad_row max_bad_rows_fraction detokenize group_by_length pad_to_multiple_of cache_dir "
     "num_workers seed predict_splits limit_examples schedule task_order steps_per_task epochs_per_task "
-    "tokenizer_revision validation_fraction validation_seed batch_mixing"
+    "tokenizer_revision validation_fraction validation_seed batch_mixing sampling_temperature"
 ).split()
 
 

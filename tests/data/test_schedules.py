@@ -117,7 +117,7 @@ def test_annealed_alpha_errors_name_the_argument() -> None:
 
 def test_schedule_errors_name_the_option() -> None:
     with pytest.raises(PalUserError, match=r"Choose one of proportional, sqrt, uniform.*\(--data\.sampling"):
-        SamplingSchedule("temperature")
+        SamplingSchedule("bogus")
     with pytest.raises(PalUserError, match=r"anneal_epochs must be >= 1.*--data\.anneal_epochs"):
         SamplingSchedule("annealed", num_epochs=0)
     with pytest.raises(PalUserError, match=r"sampling='weights' needs task_weights.*--data\.task_weights"):

@@ -481,6 +481,13 @@ BLOCKS: dict[str, Callable[[Block, Workspace], None]] = {
         "tests/module/test_extending.py::test_the_guides_method_starts_as_the_encoder_counts_trains_saves_and_loads"
     ),
     "docs/extending.md | Adding a task | from pal_lightning.tasks import TaskSpec, register_task": _register_task,
+    # the rule registered by its block and drawn by every sampler, the config chosen through the CLI
+    "docs/extending.md | Adding a sampling rule | from pal_lightning import register_sampling_rule": _elsewhere(
+        "tests/data/test_task_plan.py::test_every_rule_draws_what_it_logs"
+    ),
+    "docs/extending.md | Adding a sampling rule | # rule.yaml, an overlay of your config (with the rule's module imported)": (
+        _elsewhere("tests/data/test_task_plan.py::test_a_registered_rule_is_chosen_from_yaml")
+    ),
     # mixed-task batches: a tiny random module, run as written (and by tests/module/test_encoding.py)
     "docs/extending.md | Adding a per-task method | import torch": _exec,
 }

@@ -22,7 +22,7 @@ export HF_HUB_OFFLINE=1 HYPOTHESIS_PROFILE=mutation OMP_NUM_THREADS=1 MKL_NUM_TH
 # target -> "module(s) to mutate | tests that must kill the mutants"
 declare -A MODULES TESTS MUTANTS
 MODULES[sampling]="pal_lightning/data/sampling/schedules.py"
-TESTS[sampling]="tests/data/test_schedules.py tests/tasks/test_auxiliary.py tests/data/test_options.py::test_annealing_horizon"
+TESTS[sampling]="tests/data/test_schedules.py tests/tasks/test_auxiliary.py tests/data/test_options.py::test_annealing_horizon tests/data/test_task_plan.py"
 MODULES[samplers]="pal_lightning/data/sampling/per_task.py pal_lightning/data/sampling/mixed.py pal_lightning/data/sampling/streams.py"
 # the mixed sampler's own tests (not the file's data-module and module tests: seconds each per mutant)
 MIXED_SAMPLER_TESTS=$(printf 'tests/data/test_mixed_sampler.py::%s ' \
@@ -30,7 +30,7 @@ MIXED_SAMPLER_TESTS=$(printf 'tests/data/test_mixed_sampler.py::%s ' \
   test_ddp_shares_disjoint_and_each_task_stream_without_replacement \
   test_grouping_keeps_every_rows_task_and_cuts_the_padding test_grouping_keeps_repeats_out_of_a_global_batch \
   test_resume_gives_the_same_batches test_report_sequence_split_and_pool_size test_refusals_each_name_the_fix)
-TESTS[samplers]="tests/data/test_per_task_sampler.py tests/data/test_streams.py $MIXED_SAMPLER_TESTS"
+TESTS[samplers]="tests/data/test_per_task_sampler.py tests/data/test_streams.py tests/data/test_task_plan.py $MIXED_SAMPLER_TESTS"
 MODULES[metrics]="pal_lightning/tasks/metrics.py"
 # the Matthews metric and the GLUE branch of the overall score are checked by hand in test_glue
 TESTS[metrics]="tests/tasks/test_metrics.py tests/cli/test_honest_scores.py tests/data/test_glue.py::test_matthews_by_hand tests/data/test_glue.py::test_glue_average_by_hand"

@@ -89,8 +89,8 @@ class MixedTaskBatchSampler(MultiTaskBatchSampler):
 
     def row_tasks(self, epoch: int) -> np.ndarray:
         """``[S, B * W]``: the task index of every global row of ``epoch``, the same on every rank."""
-        key = streams.schedule_key(self.sizes, self.schedule)
-        return streams.row_draws(self.seed, epoch, self.steps_per_epoch, self.global_batch, key)
+        probs = self.epoch_probabilities(epoch)
+        return streams.row_draws(self.seed, epoch, self.steps_per_epoch, self.global_batch, probs)
 
     def task_sequence(self, epoch: int) -> np.ndarray:
         """The task of most rows of each step (ties: the first), for reports only."""

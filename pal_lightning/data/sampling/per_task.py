@@ -58,6 +58,10 @@ class MultiTaskBatchSampler(Sampler[TaskBatch]):
         split: split name put in each :class:`TaskBatch`.
         phases: ``(task, batches)`` of a sequential schedule; given, ``schedule`` is not used and
             ``steps_per_epoch`` defaults to their sum.
+        probabilities: the task probabilities of a 0-based epoch, what the steps are drawn with (the data
+            module passes its ``task_probabilities_for_epoch``, the values the training log shows); default
+            ``schedule.probabilities(sizes, epoch)``. A pure function of the epoch: every rank and a resumed
+            run draw the same tasks. ``round_robin`` cycles and does not ask it.
     """
 
     #: How a batch is made: rows of one task (this class) or of several (``mixed``).
@@ -76,6 +80,7 @@ class MultiTaskBatchSampler(Sampler[TaskBatch]):
         pool_batches: int = 50,
         split: str = "train",
         phases: Sequence[tuple[str, int]] | None = None,
+        probabilities: Callable[[int], Mapping[str, float]] | None = None,
     ) -> None:
         if num_replicas < 1 or not 0 <= rank < num_replicas:
             raise ValueError(f"Need 0 <= rank < num_replicas, got rank={rank}, num_replicas={num_replicas}.")
@@ -103,6 +108,9 @@ class MultiTaskBatchSampler(Sampler[TaskBatch]):
         self.steps_per_epoch = int(steps_per_epoch)
         if self.steps_per_epoch < 1:
             raise PalUserError(f"steps_per_epoch must be >= 1, got {self.steps_per_epoch}.")
+        #: The task probabilities of an epoch (``None``: the schedule's).
+        self.probabilities = probabilities
+        self._probabilities: dict[int, streams.Probabilities] = {}
         self.epoch = 0
         self.sampler = EpochHandle(self)
         #: Batches of the epoch the consumer really used (the Trainer prefetches past what it used).
@@ -183,8 +191,24 @@ class MultiTaskBatchSampler(Sampler[TaskBatch]):
         if self.phases:
             ids = tuple(self.tasks.index(p.task) for p in self.phases)
             return streams.phase_sequence(epoch, self.steps_per_epoch, ids, tuple(p.end for p in self.phases))
-        key = streams.schedule_key(self.sizes, self.schedule)
-        return streams.task_sequence(self.seed, epoch, self.steps_per_epoch, key)
+        if self.schedule.is_round_robin:
+            return streams.cycle_sequence(epoch, self.steps_per_epoch, len(self.tasks))
+        return streams.task_sequence(self.seed, epoch, self.steps_per_epoch, self.epoch_probabilities(epoch))
+
+    def epoch_probabilities(self, epoch: int) -> streams.Probabilities:
+        """The probabilities ``epoch``'s tasks are drawn with, in the order of :attr:`tasks` (asked once per
+        epoch, so a batch and the stream positions before it always agree)."""
+        if epoch not in self._probabilities:
+            probs: Mapping[str, float]
+            if self.probabilities is None:
+                probs, source = (
+                    self.schedule.probabilities(self.sizes, epoch),
+                    f"sampling {self.schedule.name!r}",
+                )
+            else:
+                probs, source = self.probabilities(epoch), "task_probabilities_for_epoch"
+            self._probabilities[epoch] = streams.probability_vector(self.tasks, probs, source)
+        return self._probabilities[epoch]
 
     def _epoch_offsets(self, epoch: int) -> dict[str, int]:
         """Stream position of every task at the start of ``epoch`` (replays earlier epochs)."""

@@ -1,7 +1,11 @@
-"""Task sampling schedules: the probability of drawing each task at each epoch (``docs/design.md`` §3)."""
+"""Task sampling schedules: the probability of drawing each task at each epoch (``docs/design.md`` §3).
+
+A schedule names a *sampling rule*, a function of the task sizes and the epoch registered by name
+(:func:`register_sampling_rule`); the built-in ones are registered at the end of this module."""
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -9,10 +13,28 @@ from typing import overload
 
 from pal_lightning.core.errors import PalUserError
 
-#: The values of ``--data.sampling`` (not the task schedule ``--data.schedule``).
-SAMPLING_SCHEDULES = ("proportional", "sqrt", "uniform", "round_robin", "annealed", "weights")
 #: Fixed alpha of the non-annealed random schedules.
 FIXED_ALPHA = {"proportional": 1.0, "sqrt": 0.5, "uniform": 0.0}
+#: The default of ``sampling_temperature``: ``T = 2``, the best of the temperatures (2, 4, 8) that T5's
+#: temperature-scaled mixing compared (Raffel et al. 2020, §3.5.2, Table 11); it is square-root sampling.
+DEFAULT_TEMPERATURE = 2.0
+#: The name of the fixed cycle: its task of each step is not drawn (its probabilities are ``1 / T``).
+ROUND_ROBIN = "round_robin"
+
+
+def _alpha_weights(values: Sequence[float], alpha: float) -> list[float]:
+    """``N_i^alpha`` of every size, 0 for an empty task; ValueError for sizes or an alpha it cannot take."""
+    if not values:
+        raise ValueError("task_probabilities needs at least one task size.")
+    if any(v < 0 or not math.isfinite(v) for v in values):
+        raise ValueError(f"Task sizes must be finite and >= 0, got {list(values)}.")
+    if not math.isfinite(alpha):
+        raise ValueError(f"alpha must be finite, got {alpha}.")
+    # A task with no examples can never be drawn, whatever alpha is (0**0 would be 1).
+    weights = [v**alpha if v > 0 else 0.0 for v in values]
+    if math.fsum(weights) <= 0:
+        raise ValueError(f"At least one task needs examples, got sizes {list(values)}.")
+    return weights
 
 
 @overload
@@ -29,17 +51,8 @@ def task_probabilities(
     """
     keys = list(sizes) if isinstance(sizes, Mapping) else None
     values = [float(v) for v in (sizes.values() if isinstance(sizes, Mapping) else sizes)]
-    if not values:
-        raise ValueError("task_probabilities needs at least one task size.")
-    if any(v < 0 or not math.isfinite(v) for v in values):
-        raise ValueError(f"Task sizes must be finite and >= 0, got {values}.")
-    if not math.isfinite(alpha):
-        raise ValueError(f"alpha must be finite, got {alpha}.")
-    # A task with no examples can never be drawn, whatever alpha is (0**0 would be 1).
-    weights = [v**alpha if v > 0 else 0.0 for v in values]
+    weights = _alpha_weights(values, alpha)
     total = math.fsum(weights)
-    if total <= 0:
-        raise ValueError(f"At least one task needs examples, got sizes {values}.")
     probs = [w / total for w in weights]
     return dict(zip(keys, probs, strict=True)) if keys is not None else probs
 
@@ -83,27 +96,83 @@ def annealed_alpha(epoch: int, num_epochs: int) -> float:
     return 1.0 if num_epochs == 1 else 1.0 - 0.8 * (min(epoch, num_epochs) - 1) / (num_epochs - 1)
 
 
+#: A sampling rule: ``rule(sizes, epoch, schedule)`` -> a non-negative weight per task of ``sizes``
+#: (normalised to the probabilities), at 0-based ``epoch``; ``schedule`` carries the options
+#: (``num_epochs``, ``temperature``, ``weights``). It must be a pure function of its arguments: every DDP
+#: rank and a resumed run compute the same task plan from it.
+SamplingRuleFn = Callable[[Mapping[str, int], int, "SamplingSchedule"], Mapping[str, float]]
+
+_RULES: dict[str, SamplingRuleFn] = {}
+#: The names of the built-in rules (filled at the end of this module), which cannot be replaced.
+_BUILT_IN: set[str] = set()
+
+
+def register_sampling_rule(name: str, rule: SamplingRuleFn, *, overwrite: bool = False) -> SamplingRuleFn:
+    """Make ``rule`` the sampling rule ``name`` (``--data.sampling name``, ``data.init_args.sampling: name``).
+
+    Raises:
+        ValueError: if the name is taken and ``overwrite`` is false, or ``rule`` does not take
+            ``(sizes, epoch, schedule)``.
+    """
+    if name in _BUILT_IN:  # their sequences are fixed for a seed (published figures depend on them)
+        raise ValueError(f"{name!r} is a built-in sampling rule; register yours under another name.")
+    if name in _RULES and not overwrite:
+        raise ValueError(f"Sampling rule {name!r} is already registered; pass overwrite=True to replace it.")
+    try:
+        inspect.signature(rule).bind(None, None, None)
+    except (TypeError, ValueError) as err:  # ValueError: a callable without a signature
+        raise ValueError(
+            f"A sampling rule is called as rule(sizes, epoch, schedule); {rule!r} cannot be ({err})."
+        ) from None
+    _RULES[name] = rule
+    return rule
+
+
+def sampling_rules() -> tuple[str, ...]:
+    """The names ``--data.sampling`` takes: the registered rules and ``round_robin``, in registration order."""
+    return tuple(_RULES)
+
+
+def unknown_rule_message(name: str) -> str:
+    """The one line that refuses an unknown ``--data.sampling`` (the choices come from the registry)."""
+    return (
+        f"Unknown sampling {name!r}. Choose one of {', '.join(sampling_rules())} (--data.sampling ...; "
+        "a rule of your own is registered with register_sampling_rule before the data module is built)."
+    )
+
+
+def check_temperature(temperature: float) -> float:
+    """``temperature`` as a float; a PalUserError unless it is finite and > 0."""
+    value = float(temperature)
+    if not (math.isfinite(value) and value > 0):
+        raise PalUserError(
+            f"sampling_temperature must be finite and > 0 (p_i ~ N_i^(1/T)), got {temperature} "
+            "(--data.sampling_temperature 2)."
+        )
+    return value
+
+
 @dataclass
 class SamplingSchedule:
     """A named task-sampling schedule: ``SamplingSchedule("annealed", num_epochs=10).probabilities(sizes, 0)``."""
 
     name: str = "annealed"
-    """One of :data:`SAMPLING_SCHEDULES`."""
+    """A registered sampling rule (:func:`sampling_rules`)."""
     num_epochs: int = 1
-    """Annealing horizon ``E`` (only used by ``annealed``)."""
+    """Annealing horizon ``E`` (used by ``annealed``, and by rules of your own that read it)."""
     weights: dict[str, float] | None = None
     """Fixed per-task weights (only for ``weights``); normalised to sum to one."""
     multipliers: dict[str, float] | None = None
     """Per-task factors on a random schedule's probabilities (not named: 1), renormalised."""
+    temperature: float = DEFAULT_TEMPERATURE
+    """``T`` of ``temperature``: ``p_i ~ N_i^(1/T)`` (1: proportional, 2: square root, large: uniform)."""
 
     def __post_init__(self) -> None:
-        if self.name not in SAMPLING_SCHEDULES:
-            raise PalUserError(
-                f"Unknown sampling schedule {self.name!r}. Choose one of {', '.join(SAMPLING_SCHEDULES)} "
-                "(--data.sampling ...)."
-            )
+        if self.name not in _RULES:
+            raise PalUserError(unknown_rule_message(self.name))
         if self.num_epochs < 1:
             raise PalUserError(f"anneal_epochs must be >= 1, got {self.num_epochs} (--data.anneal_epochs).")
+        check_temperature(self.temperature)
         if self.name == "weights":
             if not self.weights:
                 raise PalUserError(
@@ -114,7 +183,7 @@ class SamplingSchedule:
             if bad or math.fsum(float(v) for v in self.weights.values()) <= 0:
                 raise PalUserError(f"task_weights must be finite, >= 0 and not all zero, got {self.weights}.")
         if self.multipliers:
-            if self.name == "round_robin":
+            if self.name == ROUND_ROBIN:
                 raise PalUserError(
                     "task_multipliers scale the probabilities of a random schedule; round_robin is a fixed "
                     "cycle. Use another --data.sampling, or drop task_multipliers."
@@ -125,32 +194,57 @@ class SamplingSchedule:
     @property
     def is_round_robin(self) -> bool:
         """Whether tasks follow a fixed cycle instead of random draws."""
-        return self.name == "round_robin"
+        return self.name == ROUND_ROBIN
 
     def alpha(self, epoch: int) -> float | None:
-        """The alpha used at 0-based ``epoch`` (``None`` for ``weights`` and ``round_robin``)."""
+        """The alpha used at 0-based ``epoch`` (``None`` for a rule that is not ``N^alpha``)."""
         if self.name in FIXED_ALPHA:
             return FIXED_ALPHA[self.name]
         if self.name == "annealed":
             return annealed_alpha(epoch + 1, self.num_epochs)
+        if self.name == "temperature":
+            return 1.0 / self.temperature
         return None
 
     def probabilities(self, sizes: Mapping[str, int], epoch: int) -> dict[str, float]:
-        """Per-task probabilities at 0-based ``epoch``; a PalUserError when ``weights`` misnames the tasks."""
-        if self.name == "weights":
-            assert self.weights is not None
-            missing = [t for t in sizes if t not in self.weights]
-            extra = [t for t in self.weights if t not in sizes]
-            if missing or extra:
-                raise PalUserError(
-                    f"task_weights must name exactly the training tasks {list(sizes)}; "
-                    f"missing {missing}, unknown {extra}."
-                )
-            total = math.fsum(float(self.weights[t]) for t in sizes)
-            return apply_multipliers({t: float(self.weights[t]) / total for t in sizes}, self.multipliers)
-        if self.name == "round_robin":
-            return {t: 1.0 / len(sizes) for t in sizes}
-        return apply_multipliers(task_probabilities(dict(sizes), self.alpha(epoch) or 0.0), self.multipliers)
+        """Per-task probabilities at 0-based ``epoch``: the rule's weights normalised, then the multipliers;
+        a PalUserError when the rule's weights do not fit the tasks (``weights``: misnamed tasks)."""
+        weights = _RULES[self.name](sizes, epoch, self)
+        return apply_multipliers(normalise_weights(self.name, list(sizes), weights), self.multipliers)
+
+
+def normalise_weights(rule: str, tasks: Sequence[str], weights: Mapping[str, float]) -> dict[str, float]:
+    """``w_i / sum_j w_j`` over ``tasks``; a PalUserError when ``rule``'s weights miss or add a task, or are
+    negative, not finite or all zero."""
+    missing = [t for t in tasks if t not in weights]
+    extra = [t for t in weights if t not in tasks]
+    if missing or extra:
+        raise PalUserError(
+            f"Sampling rule {rule!r} must give a weight to exactly the training tasks {list(tasks)}; "
+            f"missing {missing}, unknown {extra}."
+        )
+    values = [float(weights[t]) for t in tasks]
+    total = math.fsum(values)
+    if not all(v >= 0 and math.isfinite(v) for v in values) or total <= 0:
+        raise PalUserError(
+            f"Sampling rule {rule!r} must give finite weights >= 0, not all zero; got {dict(weights)}."
+        )
+    return {t: v / total for t, v in zip(tasks, values, strict=True)}
+
+
+def _weights_rule(sizes: Mapping[str, int], epoch: int, schedule: SamplingSchedule) -> dict[str, float]:
+    given = schedule.weights or {}
+    missing = [t for t in sizes if t not in given]
+    extra = [t for t in given if t not in sizes]
+    if missing or extra:
+        raise PalUserError(
+            f"task_weights must name exactly the training tasks {list(sizes)}; missing {missing}, unknown {extra}."
+        )
+    return {t: float(given[t]) for t in sizes}
+
+
+def _cycle_rule(sizes: Mapping[str, int], epoch: int, schedule: SamplingSchedule) -> dict[str, float]:
+    return dict.fromkeys(sizes, 1.0)  # the share of each task in the cycle
 
 
 def annealing_horizon(
@@ -162,3 +256,38 @@ def annealing_horizon(
     if max_steps and max_steps > 0:
         return max(1, math.ceil(max_steps / steps_per_epoch()))
     return 1
+
+
+def _power(alpha: Callable[[SamplingSchedule, int], float]) -> SamplingRuleFn:
+    """The rule ``w_i = N_i^alpha`` with ``alpha(schedule, epoch)``."""
+
+    def rule(sizes: Mapping[str, int], epoch: int, schedule: SamplingSchedule) -> dict[str, float]:
+        values = [float(n) for n in sizes.values()]
+        return dict(zip(sizes, _alpha_weights(values, alpha(schedule, epoch)), strict=True))
+
+    return rule
+
+
+def _fixed(alpha: float) -> Callable[[SamplingSchedule, int], float]:
+    return lambda schedule, epoch: alpha
+
+
+def _annealed(schedule: SamplingSchedule, epoch: int) -> float:
+    return annealed_alpha(epoch + 1, schedule.num_epochs)
+
+
+def _inverse_temperature(schedule: SamplingSchedule, epoch: int) -> float:
+    return 1.0 / schedule.temperature
+
+
+# The built-in rules, in the order the messages list them; round_robin's weights are its cycle's shares.
+_RULES.update(
+    {
+        **{name: _power(_fixed(alpha)) for name, alpha in FIXED_ALPHA.items()},
+        ROUND_ROBIN: _cycle_rule,
+        "annealed": _power(_annealed),
+        "weights": _weights_rule,
+        "temperature": _power(_inverse_temperature),
+    }
+)
+_BUILT_IN.update(_RULES)

@@ -5,33 +5,35 @@ from __future__ import annotations
 
 import functools
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from pal_lightning.data.sampling.schedules import SamplingSchedule
+from pal_lightning.core.errors import PalUserError
 
 _SCHEDULE_STREAM = 1
 _EXAMPLE_STREAM = 2
 _ROW_STREAM = 3
 _POOL_STREAM = 4
 
-#: ``(tasks, sizes, name, num_epochs, sorted weights, sorted multipliers)``: a schedule, hashable.
-ScheduleKey = tuple[
-    tuple[str, ...], tuple[int, ...], str, int, tuple[tuple[str, float], ...], tuple[tuple[str, float], ...]
-]
+#: The task probabilities of one epoch in the tasks' order, normalised (hashable: the draws are cached by it).
+Probabilities = tuple[float, ...]
 
 
-def schedule_key(sizes: Mapping[str, int], schedule: SamplingSchedule) -> ScheduleKey:
-    """The hashable form of ``schedule`` over tasks of ``sizes``."""
-    return (
-        tuple(sizes),
-        tuple(sizes.values()),
-        schedule.name,
-        schedule.num_epochs,
-        tuple(sorted((schedule.weights or {}).items())),
-        tuple(sorted((schedule.multipliers or {}).items())),
-    )
+def probability_vector(tasks: Sequence[str], probs: Mapping[str, float], source: str) -> Probabilities:
+    """``probs`` (from ``source``, named in messages) as :data:`Probabilities` over ``tasks``; a PalUserError
+    when they miss or add a task, or are negative, not finite or all zero."""
+    missing = [t for t in tasks if t not in probs]
+    extra = [t for t in probs if t not in tasks]
+    if missing or extra:
+        raise PalUserError(
+            f"{source} must give a probability to exactly the training tasks {list(tasks)}; missing {missing}, "
+            f"unknown {extra}."
+        )
+    p = np.asarray([probs[t] for t in tasks], dtype=np.float64)
+    if not (np.isfinite(p).all() and (p >= 0).all() and p.sum() > 0):
+        raise PalUserError(f"{source} must give finite probabilities >= 0, not all zero; got {dict(probs)}.")
+    return tuple(float(v) for v in p / p.sum())
 
 
 def generator(seed: int, *words: int) -> np.random.Generator:
@@ -42,34 +44,25 @@ def generator(seed: int, *words: int) -> np.random.Generator:
     )
 
 
-def _probabilities(key: ScheduleKey, epoch: int) -> np.ndarray:
-    tasks, sizes, name, num_epochs, weights, multipliers = key
-    sched = SamplingSchedule(
-        name, num_epochs=num_epochs, weights=dict(weights) or None, multipliers=dict(multipliers) or None
-    )
-    probs = sched.probabilities(dict(zip(tasks, sizes, strict=True)), epoch)
-    p = np.asarray([probs[t] for t in tasks], dtype=np.float64)
-    return p / p.sum()
-
-
 @functools.lru_cache(maxsize=64)
-def task_sequence(seed: int, epoch: int, steps: int, key: ScheduleKey) -> np.ndarray:
-    """The task index of every step of ``epoch``: drawn by the schedule, or round-robin's global cycle."""
-    if key[2] == "round_robin":  # step s of epoch e is global step e * S + s
-        return (epoch * steps + np.arange(steps)) % len(key[0])
-    seq = generator(seed, _SCHEDULE_STREAM, epoch).choice(
-        len(key[0]), size=steps, p=_probabilities(key, epoch)
-    )
+def task_sequence(seed: int, epoch: int, steps: int, probs: Probabilities) -> np.ndarray:
+    """The task index of every step of ``epoch``, drawn with the probabilities ``probs``."""
+    seq = generator(seed, _SCHEDULE_STREAM, epoch).choice(len(probs), size=steps, p=np.asarray(probs))
     seq.setflags(write=False)
     return seq
 
 
+def cycle_sequence(epoch: int, steps: int, num_tasks: int) -> np.ndarray:
+    """Round-robin's task index of every step of ``epoch``: step ``s`` is global step ``epoch * steps + s``."""
+    return (epoch * steps + np.arange(steps)) % num_tasks
+
+
 @functools.lru_cache(maxsize=16)
-def row_draws(seed: int, epoch: int, steps: int, global_batch: int, key: ScheduleKey) -> np.ndarray:
-    """``[steps, global_batch]``: the task index of every row of ``epoch``, drawn i.i.d. by the schedule."""
+def row_draws(seed: int, epoch: int, steps: int, global_batch: int, probs: Probabilities) -> np.ndarray:
+    """``[steps, global_batch]``: the task index of every row of ``epoch``, drawn i.i.d. with ``probs``."""
     draws = (
         generator(seed, _ROW_STREAM, epoch)
-        .choice(len(key[0]), size=(steps, global_batch), p=_probabilities(key, epoch))
+        .choice(len(probs), size=(steps, global_batch), p=np.asarray(probs))
         .astype(np.int32)
     )
     draws.setflags(write=False)
