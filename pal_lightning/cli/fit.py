@@ -34,6 +34,7 @@ from pal_lightning.core.checkpoint_io import AtomicCheckpointIO, check_is_checkp
 from pal_lightning.core.distributed import decided_by_rank_zero, is_launched_rank, launcher_world_size
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.private_api import CLIHooks
+from pal_lightning.core.strategies import check_strategy_name
 
 USER_ERROR_EXIT = 2
 _UNION_ERROR = "Does not validate against any of the Union subtypes"
@@ -272,6 +273,7 @@ class PalLightningCLI(CLIHooks):
         """The Trainer, logging into a fresh run folder and writing checkpoints atomically unless configured otherwise."""
         trainer_key = f"{self.subcommand}.trainer" if self.subcommand else "trainer"
         config = {**(self.config_init.get(trainer_key) or {}), **kwargs}
+        check_strategy_name(config.get("strategy"))  # before a run folder exists
         defaults = self.trainer_defaults
         if config.get("enable_progress_bar") is False:
             # Lightning rejects a progress bar callback with enable_progress_bar=False
@@ -298,8 +300,8 @@ class PalLightningCLI(CLIHooks):
         if started is not None and started != trainer.world_size:
             raise PalUserError(
                 f"The launcher started {started} processes, but the Trainer runs {trainer.world_size} "
-                "(devices x num_nodes under a DDP strategy): set --trainer.strategy "
-                "ddp_find_unused_parameters_true, --trainer.devices to the processes per node (torchrun "
+                "(devices x num_nodes under a DDP strategy): set --trainer.strategy ddp, "
+                "--trainer.devices to the processes per node (torchrun "
                 "--nproc_per_node, SLURM --ntasks-per-node) and --trainer.num_nodes to the number of nodes."
             )
         return trainer

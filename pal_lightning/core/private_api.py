@@ -119,6 +119,17 @@ def disable_distributed_sampler(trainer: pl.Trainer) -> bool | None:
     return was_on
 
 
+def ddp_constructor_kwargs(strategy: Any) -> dict[str, Any]:
+    """The keyword arguments a ``DDPStrategy`` will pass to ``DistributedDataParallel`` (a live dict: a change
+    before the strategy's ``setup`` is what the wrapper is built with).
+
+    Public replacement: ``DDPStrategy(find_unused_parameters=True)``, which only the Trainer's own
+    construction can use; a strategy named by a string (``"ddp"``) is built by Lightning.
+    """
+    kwargs: dict[str, Any] = strategy._ddp_kwargs
+    return kwargs
+
+
 #: The type of ``Trainer(precision=...)`` (for ``PalTrainer``). Public replacement: none in Lightning 2.6.
 LightningPrecision = _PRECISION_INPUT
 

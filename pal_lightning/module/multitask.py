@@ -23,6 +23,7 @@ from pal_lightning.core.contracts import datamodule_of
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.hub import DEFAULT_ENCODER, resolve_encoder
 from pal_lightning.core.private_api import attached_trainer
+from pal_lightning.core.strategies import prepare_strategy
 from pal_lightning.core.version import __version__
 from pal_lightning.modeling.encoder import MultiTaskEncoder
 from pal_lightning.modeling.heads import predict, task_loss
@@ -187,9 +188,12 @@ class MultiTaskModule(optim.FusedClippingMixin):
         return parameter_report(self)
 
     def setup(self, stage: str) -> None:
-        """Refuse what cannot train on mixed batches, warn about CUDA graphs over unbucketed lengths, copy
-        ``init_from``'s weights in before ``fit`` and name the classes as the data module read them."""
+        """Refuse a strategy or what cannot train on mixed batches, let plain DDP find the parameters a step
+        leaves unused, warn about CUDA graphs over unbucketed lengths, copy ``init_from``'s weights in
+        before ``fit`` and name the classes as the data module read them."""
         trainer = attached_trainer(self)
+        if trainer is not None:
+            prepare_strategy(trainer.strategy)
         if stage == "fit" and trainer is not None:
             mixing = str(getattr(getattr(datamodule_of(trainer), "config", None), "batch_mixing", "per_task"))
             check_mixed_training(mixing, self.simcse, getattr(trainer, "callbacks", []))
