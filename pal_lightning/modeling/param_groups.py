@@ -68,7 +68,7 @@ Placement: TypeAlias = str | OwnGroup | Mapping[str, Any] | None
 def as_placement(name: str, where: Any) -> str | OwnGroup | None:
     """``where`` checked for parameter ``name``: ``None``, a kind, or an :class:`OwnGroup`."""
     if where is None or where in KINDS:
-        return where  # type: ignore[no-any-return]
+        return where
     if isinstance(where, Mapping):
         unknown = sorted(set(where) - {f.name for f in fields(OwnGroup)})
         if unknown or "name" not in where or "lr" not in where:

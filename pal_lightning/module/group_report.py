@@ -74,7 +74,7 @@ def report_parameter_groups(module: pl.LightningModule, unplaced: Sequence[tuple
     if trainer is None or not is_main_process(trainer):
         return
     groups = [g for optimizer in trainer.optimizers for g in optimizer.param_groups]
-    if any(isinstance(callback, ModelSummary) for callback in trainer.callbacks):
+    if any(isinstance(callback, ModelSummary) for callback in getattr(trainer, "callbacks", [])):
         rank_zero_info(format_group_table(groups))
     grouped = {id(p) for g in groups for p in g["params"]}
     fallen = [
