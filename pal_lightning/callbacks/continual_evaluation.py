@@ -12,6 +12,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 
+from pal_lightning.callbacks.teardown_print import TeardownPrinter
 from pal_lightning.core.contracts import PhasedData, TaskPredictor, datamodule_of, require
 from pal_lightning.core.distributed import is_main_process
 from pal_lightning.core.errors import PalUserError
@@ -33,15 +34,55 @@ def _finite_or_none(value: Any) -> Any:
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
+#: The short names of :func:`continual_metrics`' figures, as the GEM paper writes them.
+SHORT_NAMES = {
+    "average_accuracy": "ACC",
+    "backward_transfer": "BWT",
+    "forward_transfer": "FWT",
+    "forgetting": "forgetting",
+}
+
+
+def format_continual(
+    tasks: list[str],
+    metrics: list[str],
+    rows: list[tuple[str, list[float]]],
+    summary: dict[str, float] | None,
+    where: str,
+) -> str:
+    """The printed report: the matrix ``rows`` (``(after, scores)``; ``R`` below its baseline row) of
+    ``tasks`` scored by their main ``metrics``, then ACC, BWT, FWT and forgetting (or why not yet)."""
+    width = max(10, *(len(t) + 2 for t in tasks))
+    lines = [
+        f"Continual evaluation ({where}): R, a row after each phase; "
+        + ", ".join(f"{t} {m}" for t, m in zip(tasks, metrics, strict=True)),
+        f"  {'after':<10}" + "".join(f"{t:>{width}}" for t in tasks),
+    ]
+    lines += [f"  {after:<10}" + "".join(f"{v:>{width}.4f}" for v in values) for after, values in rows]
+    if summary is None:
+        done = max(0, len(rows) - 1)
+        lines.append(
+            f"  ACC, BWT, FWT: after all {len(tasks)} phases ({done} evaluated; the run ended before)"
+        )
+    else:
+        # a transfer has a direction: its sign always shown
+        shown = [
+            f"{SHORT_NAMES.get(k, k)} {v:{'+' if 'transfer' in k else ''}.4f}" for k, v in summary.items()
+        ]
+        lines.append("  " + "   ".join(shown))
+    return "\n".join(lines)
+
+
 def _task_predictor(pl_module: pl.LightningModule) -> TaskPredictor:
     return require(pl_module, TaskPredictor, "ContinualEvaluation", "use a MultiTaskModule (or a subclass).")
 
 
-class ContinualEvaluation(pl.Callback):
+class ContinualEvaluation(TeardownPrinter):
     """Score every phase task before training and after each phase of a sequential schedule.
 
-    Logs ``continual/R/<after>/<task>`` and ``continual/<metric>`` (ACC, BWT, FWT, forgetting) and writes
-    ``<filename>.csv``/``.json`` into the run folder; the rows so far are checkpointed (exact resume).
+    Logs ``continual/R/<after>/<task>`` and ``continual/<metric>`` (ACC, BWT, FWT, forgetting), writes
+    ``<filename>.csv``/``.json`` into the run folder and prints R and the figures when the fit ends; the
+    rows so far are checkpointed (exact resume).
 
     Args:
         limit_eval_examples: score each task on its split's first N examples (``None``: all).
@@ -112,6 +153,24 @@ class ContinualEvaluation(pl.Callback):
         else:
             self.R.append(row)
         self._record(trainer, after, scores, row)
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Print R, ACC, BWT, FWT and forgetting beside the score report (rank 0)."""
+        if self.baseline is None or not is_main_process(trainer):
+            return
+        specs = _task_predictor(pl_module).task_specs
+        rows = [(BASELINE, self.baseline), *((p[0], r) for p, r in zip(self.phases, self.R, strict=False))]
+        limit = "all" if self.limit_eval_examples is None else f"first {self.limit_eval_examples}"
+        where = f"{self.split}, {limit} examples per task"
+        text = format_continual(
+            self.tasks, [specs[t].main_metric for t in self.tasks], rows, self.metrics, where
+        )
+        saved = (
+            ""
+            if self._paths is None
+            else f"\n  saved to {self._paths[0]} and {os.path.basename(self._paths[1])}"
+        )
+        self.print_at_teardown(f"\n{text}{saved}")
 
     def _phased_data(self, trainer: pl.Trainer) -> PhasedData:
         fix = "use a MultiTaskDataModule with schedule='sequential' (--data.init_args.schedule sequential)."

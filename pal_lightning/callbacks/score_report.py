@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
-from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
 
+from pal_lightning.callbacks.teardown_print import TeardownPrinter
 from pal_lightning.core.contracts import ParameterReporter, ScoredTasks, last_stage_scores, satisfies
 from pal_lightning.core.distributed import is_main_process
 from pal_lightning.core.files import atomic_write_text
@@ -125,7 +125,7 @@ def parameter_counts(pl_module: pl.LightningModule) -> dict[str, Any] | None:
     }
 
 
-class ScoreReport(Callback):
+class ScoreReport(TeardownPrinter):
     """Print the best dev scores at the end of fit and save them as ``scores.json`` in the log directory.
 
     The best validation has the highest ``monitor``; a partial one (only ``<monitor>_partial``) is never
@@ -146,12 +146,6 @@ class ScoreReport(Callback):
         self.history: list[dict[str, Any]] = []
         self._validated = False
         self._start = time.perf_counter()
-        self._pending: list[str] = []  # printed at teardown: a live progress bar would redraw below them
-
-    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        for text in self._pending:
-            print(text, flush=True)
-        self._pending = []
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.history = []
@@ -192,7 +186,7 @@ class ScoreReport(Callback):
         entry = evaluation_entry(scores, pl_module)
         split = validation_split_name(trainer) if stage == "val" else stage
         limit = trainer.limit_val_batches if stage == "val" else trainer.limit_test_batches
-        self._pending.append(
+        self.print_at_teardown(
             f"\n{score_headline(entry, monitor, limit, split)}  [{split} set, checkpoint {trainer.ckpt_path}]\n"
             + _table(trainer, pl_module, scores, monitor, split)
             + (f"\n  scores saved to {Path(log_dir) / self.filename}" if log_dir is not None else "")
@@ -224,7 +218,7 @@ class ScoreReport(Callback):
         best = self.best()
         ckpt = getattr(trainer.checkpoint_callback, "best_model_path", "") or None
         if best is None:
-            self._pending.append(
+            self.print_at_teardown(
                 f"pal-lightning: fit finished after {trainer.global_step} steps ({wall_s:.0f} s) without "
                 f"dev scores: {no_scores_reason(trainer, self._validated, self.validate_at_end)}."
             )
@@ -232,7 +226,7 @@ class ScoreReport(Callback):
             which = "best" if self.monitor in best["scores"] else "last"
             split = validation_split_name(trainer)
             head = score_headline(best, self.monitor, trainer.limit_val_batches, split)
-            self._pending.append(
+            self.print_at_teardown(
                 f"\n{head}  [{which} validation at step {best['step']}, {trainer.global_step} steps, {wall_s:.0f} s]\n"
                 + _table(trainer, pl_module, best["scores"], self.monitor, split)
                 + (f"\n  best checkpoint: {ckpt}" if ckpt else "")

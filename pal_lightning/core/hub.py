@@ -311,3 +311,40 @@ def resolve_encoder(name_or_path: str | os.PathLike[str], revision: str | None =
 def looks_like_hub_id(name: str) -> bool:
     """A rough check for ``owner/name`` or ``name`` hub ids (no spaces, at most one slash)."""
     return bool(name) and " " not in name and name.count("/") <= 1 and not name.startswith((".", "/", "~"))
+
+
+#: Packages whose exceptions out of a hub call mean the network, the token, offline mode or the repository.
+_HUB_ERROR_PACKAGES = ("huggingface_hub", "requests", "urllib3", "httpx", "httpx2", "httpcore")
+
+
+def _status_of(error: BaseException) -> int | None:
+    status = getattr(getattr(error, "response", None), "status_code", None)
+    return status if isinstance(status, int) else None
+
+
+def hub_failure(error: BaseException, repo_id: str, doing: str = "upload to") -> PalUserError | None:
+    """One line for a hub call that failed while ``doing`` hub repository ``repo_id``: the cause and its fix
+    (network, ``HF_HUB_OFFLINE``, token); ``None`` for an error that does not come from the hub call (a
+    bug, to be seen in full)."""
+    package = type(error).__module__.split(".")[0]
+    if package not in _HUB_ERROR_PACKAGES and not isinstance(error, (ConnectionError, TimeoutError)):
+        return None
+    status = _status_of(error)
+    if _env_offline() or type(error).__name__ == "OfflineModeIsEnabled":
+        fix = "HF_HUB_OFFLINE is set, which keeps every hub call off the network: unset it to reach the hub"
+    elif status in (401, 403):
+        fix = (
+            f"the hub refused the token (HTTP {status}): log in with `hf auth login` (or pass token=...) "
+            f"with a token that may write to {repo_id}"
+        )
+    elif status == 404:
+        fix = f"no repository {repo_id} that this token can see: check the name and the token (`hf auth whoami`)"
+    elif status is not None:
+        fix = f"the hub answered HTTP {status}: check the repository name and try again later"
+    else:
+        fix = "the hub could not be reached: check the network connection (and a proxy: HTTPS_PROXY), then retry"
+    cause = (str(error).strip().splitlines() or [""])[0][:160]
+    return PalUserError(
+        f"Could not {doing} the Hugging Face hub repository {repo_id} ({type(error).__name__}"
+        f"{': ' + cause if cause else ''}); {fix}."
+    )

@@ -34,6 +34,7 @@ from pal_lightning.module import compile as compiling
 from pal_lightning.module import encoding, evaluation, inference, mixed, optim, pretrained, simcse_step
 from pal_lightning.module.checkpoint_check import VERSION_KEY, check_checkpoint, checkpoint_differences
 from pal_lightning.module.checks import check_model_options
+from pal_lightning.module.group_report import report_parameter_groups
 from pal_lightning.module.init_weights import load_initial_weights
 from pal_lightning.module.mixed import TASK_LOSSES, check_mixed_training, is_mixed_batch
 from pal_lightning.module.nonfinite_guard import NonFiniteGuard
@@ -339,6 +340,16 @@ class MultiTaskModule(optim.FusedClippingMixin):
     def parameter_groups(self) -> list[dict[str, Any]]:
         """AdamW parameter groups (:func:`pal_lightning.module.optim.parameter_groups`)."""
         return optim.parameter_groups(self, self.encoder, self.hparams)
+
+    def parameter_group_of(self, name: str, parameter: nn.Parameter) -> optim.Placement:
+        """Override to place a trainable parameter: ``None`` (default) puts it by where it sits (unknown
+        parts: the heads' group, with a warning at fit start); ``"pretrained"``, ``"adapters"`` or ``"heads"``
+        into that group; :class:`~pal_lightning.modeling.param_groups.OwnGroup` into a group of its own."""
+        return None
+
+    def on_fit_start(self) -> None:
+        """Print the optimizer's groups and warn about parameters no part claims (``module.group_report``)."""
+        report_parameter_groups(self, optim.unplaced_parameters(self, self.encoder))
 
     def total_training_steps(self) -> int:
         """Optimizer steps of the whole run."""

@@ -18,7 +18,8 @@ from pal_lightning.core.private_api import (
     clip_gradients_unchecked,
     optimizer_unscales_itself,
 )
-from pal_lightning.modeling.param_groups import GroupRates, build_parameter_groups
+from pal_lightning.modeling.param_groups import GroupRates, OwnGroup, as_placement, build_parameter_groups
+from pal_lightning.modeling.param_groups import Placement as Placement  # parameter_group_of's answer
 
 if TYPE_CHECKING:
     from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
@@ -125,7 +126,8 @@ class FusedClippingMixin(pl.LightningModule):
 def parameter_groups(
     module: nn.Module, encoder: MultiTaskEncoder, hp: Mapping[str, Any]
 ) -> list[dict[str, Any]]:
-    """AdamW parameter groups of ``module``'s trainable parameters (``build_parameter_groups``)."""
+    """AdamW parameter groups of ``module``'s trainable parameters (``build_parameter_groups``), each
+    placed where ``module.parameter_group_of`` says, else by where it sits."""
     adapter_lr = hp.get("adapter_lr")
     rates = GroupRates(
         lr=hp["lr"],
@@ -143,7 +145,32 @@ def parameter_groups(
             id(p) for m in module.modules() if isinstance(m, nn.LayerNorm) for p in m.parameters(False)
         },
         rates=rates,
+        placed=placements(module),
     )
+
+
+def placements(module: nn.Module) -> dict[int, str | OwnGroup]:
+    """Parameter id -> the kind or group of its own that ``module.parameter_group_of(name, parameter)``
+    chose, for the trainable parameters it places (answers ``None`` are left out)."""
+    choose = getattr(module, "parameter_group_of", None)
+    if choose is None:
+        return {}
+    chosen = {}
+    for name, p in module.named_parameters():
+        where = as_placement(name, choose(name, p)) if p.requires_grad else None
+        if where is not None:
+            chosen[id(p)] = where
+    return chosen
+
+
+def unplaced_parameters(module: nn.Module, encoder: MultiTaskEncoder) -> list[tuple[str, nn.Parameter]]:
+    """The trainable parameters of no part the groups know (the encoder's pretrained weights and adapters,
+    ``module.heads``) that ``parameter_group_of`` leaves to the default group (the heads')."""
+    heads = getattr(module, "heads", None)
+    known = {id(p) for _, p in (*encoder.pretrained_parameters(), *encoder.new_parameters())}
+    known |= {id(p) for p in heads.parameters()} if isinstance(heads, nn.Module) else set()
+    known |= set(placements(module))
+    return [(n, p) for n, p in module.named_parameters() if p.requires_grad and id(p) not in known]
 
 
 def configure_optimizers(

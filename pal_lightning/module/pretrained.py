@@ -228,6 +228,7 @@ def save_pretrained(
     max_length: int | None = None,
     state_dict: Mapping[str, torch.Tensor] | None = None,
     scores_note: str | None = None,
+    repo_id: str | None = None,
 ) -> Path:
     """Write the weights, ``config.json``, the tokenizer and a model card into ``save_directory``.
 
@@ -238,6 +239,7 @@ def save_pretrained(
         max_length: sequence length for :meth:`predict` after loading (default ``predict_max_length``).
         state_dict: weights to write instead of the module's own (same keys), e.g. a best checkpoint's.
         scores_note: one sentence for the card about where the scores come from.
+        repo_id: the hub repository the card's usage example loads from (default: the folder's path).
     """
     from safetensors.torch import save_file
 
@@ -269,7 +271,7 @@ def save_pretrained(
         save_file(weights, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
         module.tokenizer.save_pretrained(str(tmp))
         (tmp / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=False) + "\n")
-        model_card(config).save(str(tmp / CARD_NAME))
+        model_card(config, repo_id=repo_id).save(str(tmp / CARD_NAME))
     return target
 
 
@@ -337,17 +339,22 @@ def push_to_hub(
     """Upload the model to the hub repository ``repo_id`` (created when missing); the commit's URL."""
     from huggingface_hub import HfApi
 
+    from pal_lightning.core.hub import hub_failure
+
     api = HfApi(token=token)
     with tempfile.TemporaryDirectory() as tmp:
-        folder = module.save_pretrained(Path(tmp) / "model", scores=scores)
         # the card names the repository in its usage example
-        model_card(json.loads((folder / CONFIG_NAME).read_text()), repo_id=repo_id).save(
-            str(folder / CARD_NAME)
-        )
-        api.create_repo(repo_id, private=private, exist_ok=True)
-        info = api.upload_folder(
-            repo_id=repo_id, folder_path=str(folder), commit_message=commit_message, revision=revision
-        )
+        folder = module.save_pretrained(Path(tmp) / "model", scores=scores, repo_id=repo_id)
+        try:
+            api.create_repo(repo_id, private=private, exist_ok=True)
+            info = api.upload_folder(
+                repo_id=repo_id, folder_path=str(folder), commit_message=commit_message, revision=revision
+            )
+        except Exception as err:
+            failure = hub_failure(err, repo_id)
+            if failure is None:
+                raise
+            raise failure from None
     return str(getattr(info, "commit_url", info))
 
 

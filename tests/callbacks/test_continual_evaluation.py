@@ -12,7 +12,7 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
-from pal_lightning.callbacks.continual_evaluation import ContinualEvaluation
+from pal_lightning.callbacks.continual_evaluation import ContinualEvaluation, format_continual
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.data import MultiTaskDataModule
 from pal_lightning.module.multitask import MultiTaskModule
@@ -78,13 +78,34 @@ def _fit(data_dir: Path, root: Path, callback: ContinualEvaluation, ckpt_path=No
     return trainer, model
 
 
-def test_continual_evaluation_in_trainer_fit(tmp_path):
+def _printed_report(out: str) -> dict[str, list[str]]:
+    """The printed report's lines by their first word (``after``, ``baseline``, a task, ``ACC``)."""
+    lines = out[out.index("Continual evaluation (") :].splitlines()
+    return {line.split()[0]: line.split()[1:] for line in lines[1:] if line.strip()}
+
+
+def test_continual_evaluation_in_trainer_fit(tmp_path, capsys):
     data_dir = write_cs224n_data(tmp_path / "data", n_train=16, n_dev=10)
     cb = ContinualEvaluation(limit_eval_examples=6)
     ckpt = pl.callbacks.ModelCheckpoint(
         dirpath=tmp_path / "ck", every_n_train_steps=1, save_top_k=-1, filename="{step}"
     )
     trainer, model = _fit(data_dir, tmp_path / "run", cb, callbacks=[ckpt])
+    # the end of the run prints R and the figures (issue 43, item 5), as continual.csv/.json hold them
+    out = capsys.readouterr().out
+    assert "Continual evaluation (dev, first 6 examples per task)" in out
+    assert "sst accuracy, qqp accuracy, sts pearson" in out
+    printed = _printed_report(out)
+    assert printed["after"] == ["sst", "qqp", "sts"]
+    for after, row in zip(["baseline", "sst", "qqp", "sts"], [cb.baseline, *cb.R], strict=True):
+        assert [float(x) for x in printed[after]] == pytest.approx(row, abs=5e-5)
+    words = ["ACC", *printed["ACC"]]  # ACC <v>   BWT <v>   FWT <v>   forgetting <v>
+    figures = dict(zip(words[::2], words[1::2], strict=True))
+    expected = continual_metrics(cb.R, cb.baseline)
+    assert float(figures["ACC"]) == pytest.approx(expected["average_accuracy"], abs=5e-5)
+    assert float(figures["BWT"]) == pytest.approx(expected["backward_transfer"], abs=5e-5)
+    assert float(figures["FWT"]) == pytest.approx(expected["forward_transfer"], abs=5e-5)
+    assert f"saved to {Path(trainer.log_dir) / 'continual.csv'} and continual.json" in out
     assert model.training  # train mode restored after each evaluation
     assert cb.tasks == ["sst", "qqp", "sts"] and cb.phases == [["sst", 0, 2], ["qqp", 2, 4], ["sts", 4, 6]]
     assert cb.baseline is not None and len(cb.R) == 3 and all(len(r) == 3 for r in cb.R)
@@ -146,3 +167,37 @@ def test_needs_a_sequential_schedule(tmp_path):
         trainer.fit(model, datamodule=dm)
     with pytest.raises(PalUserError, match="limit_eval_examples"):
         ContinualEvaluation(limit_eval_examples=0)
+
+
+def test_the_report_of_a_run_that_ended_early():
+    text = format_continual(
+        ["sst", "qqp"],
+        ["accuracy", "accuracy"],
+        [("baseline", [0.2, 0.5]), ("sst", [0.8, 0.25])],
+        None,
+        "dev",
+    )
+    lines = text.splitlines()
+    assert lines[2].split() == ["baseline", "0.2000", "0.5000"] and lines[3].split() == [
+        "sst",
+        "0.8000",
+        "0.2500",
+    ]
+    assert lines[-1].strip() == "ACC, BWT, FWT: after all 2 phases (1 evaluated; the run ended before)"
+    done = format_continual(
+        ["a", "b"],
+        ["accuracy", "accuracy"],
+        [("baseline", [0.1, 0.2]), ("a", [0.8, 0.3]), ("b", [0.7, 0.9])],
+        continual_metrics([[0.8, 0.3], [0.7, 0.9]], [0.1, 0.2]),
+        "dev",
+    )
+    assert done.splitlines()[-1].split() == [
+        "ACC",
+        "0.8000",
+        "BWT",
+        "-0.1000",
+        "FWT",
+        "+0.1000",
+        "forgetting",
+        "0.1000",
+    ]

@@ -412,6 +412,15 @@ def _subclass(block: Block, ws: Workspace) -> None:
     (ws.folder / "my_models.py").write_text(block.body)  # "in my_models.py", as the page says
 
 
+def _own_parameters(block: Block, ws: Workspace) -> None:
+    """The log-variances land in their own group, the library's groups unchanged."""
+    _exec(block, ws)
+    model = ws.namespace["UncertaintyWeighted"](encoder=str(ws.encoder), adapter={"size": 8, "num_heads": 2})
+    groups = model.parameter_groups()
+    assert groups[-1] == {"name": "log_vars", "params": [model.log_vars], "lr": 1e-2, "weight_decay": 0.0}
+    assert [g["name"] for g in groups[:-1]][:2] == ["pretrained", "pretrained_no_decay"]
+
+
 def _describe_batch(block: Block, ws: Workspace) -> None:
     from pal_lightning import MultiTaskDataModule
 
@@ -476,6 +485,7 @@ BLOCKS: dict[str, Callable[[Block, Workspace], None]] = {
         _describe_batch
     ),
     "docs/models.md | Your own module | from my_models import FocalLossModule": _exec,
+    "docs/models.md | Your own module | import torch": _own_parameters,
     # registered, trained, counted, saved and loaded by the guide's own test
     "docs/extending.md | Adding a per-task method | from dataclasses import dataclass": _elsewhere(
         "tests/module/test_extending.py::test_the_guides_method_starts_as_the_encoder_counts_trains_saves_and_loads"

@@ -168,6 +168,61 @@ def test_push_to_hub_uploads_the_saved_folder(tmp_path: Path) -> None:
     assert 'from_pretrained("me/tiny-pal")' in seen["card"]  # type: ignore[operator]
 
 
+def test_push_to_hub_writes_the_card_once(tmp_path: Path) -> None:
+    """The saved folder's card already names the repository: it is not written a second time."""
+    from pal_lightning.module import pretrained
+
+    module = tiny_module(tasks=["sst"])
+    cards: list[str | None] = []
+    real = pretrained.model_card
+
+    def counted(config: dict, repo_id: str | None = None) -> object:
+        cards.append(repo_id)
+        return real(config, repo_id=repo_id)
+
+    with (
+        mock.patch.object(pretrained, "model_card", counted),
+        mock.patch("huggingface_hub.HfApi.create_repo"),
+        mock.patch("huggingface_hub.HfApi.upload_folder", return_value=mock.Mock(commit_url="u")),
+    ):
+        assert module.push_to_hub("me/tiny-pal") == "u"
+    assert cards == ["me/tiny-pal"]
+
+
+def _push_error(module: MultiTaskModule, **patches: object) -> str:
+    with pytest.raises(PalUserError) as caught:
+        with mock.patch.multiple("huggingface_hub.HfApi", **patches):  # type: ignore[call-overload]
+            module.push_to_hub("me/tiny-pal")
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__  # no chained traceback
+    message = str(caught.value)
+    assert "\n" not in message and "me/tiny-pal" in message
+    return message
+
+
+def test_push_to_hub_failures_are_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 43, item 5: offline, no network, a refused token; never touching the network."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    module = tiny_module(tasks=["sst"])
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # huggingface_hub's own refusal, before any request
+    with pytest.raises(PalUserError, match="HF_HUB_OFFLINE is set.*unset it") as caught:
+        module.push_to_hub("me/tiny-pal")
+    assert "me/tiny-pal" in str(caught.value) and "\n" not in str(caught.value)
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    refused = mock.Mock(side_effect=ConnectionError("[Errno 101] Network is unreachable"))
+    assert "Network is unreachable); the hub could not be reached: check the network" in _push_error(
+        module, create_repo=refused
+    )
+    unauthorized = HfHubHTTPError("401 Client Error: Unauthorized", response=mock.Mock(status_code=401))
+    assert "(HTTP 401): log in with `hf auth login` (or pass token=...)" in _push_error(
+        module, create_repo=mock.DEFAULT, upload_folder=mock.Mock(side_effect=unauthorized)
+    )
+    # an error of another kind is a bug, shown in full
+    with mock.patch("huggingface_hub.HfApi.create_repo", side_effect=KeyError("bug")):
+        with pytest.raises(KeyError, match="bug"):
+            module.push_to_hub("me/tiny-pal")
+
+
 def test_encoder_revision_of_the_packaged_encoder() -> None:
     from importlib.metadata import version
 
