@@ -189,12 +189,10 @@ class MultiTaskModule(optim.FusedClippingMixin):
         return parameter_report(self)
 
     def setup(self, stage: str) -> None:
-        """Refuse a strategy or what cannot train on mixed batches, let plain DDP find the parameters a step
-        leaves unused, warn about CUDA graphs over unbucketed lengths, copy ``init_from``'s weights in
-        before ``fit`` and name the classes as the data module read them."""
-        trainer = attached_trainer(self)
-        if trainer is not None:
-            prepare_strategy(trainer.strategy)
+        """Refuse a strategy or what cannot train on mixed batches, let plain DDP find unused parameters, warn
+        about CUDA graphs over unbucketed lengths, load ``init_from`` before ``fit``, adopt the class names."""
+        if (trainer := attached_trainer(self)) is not None:
+            prepare_strategy(trainer.strategy)  # before the strategy wraps the model
         if stage == "fit" and trainer is not None:
             mixing = str(getattr(getattr(datamodule_of(trainer), "config", None), "batch_mixing", "per_task"))
             check_mixed_training(mixing, self.simcse, getattr(trainer, "callbacks", []))
