@@ -70,17 +70,15 @@ def _user_error(exc: BaseException) -> BaseException | None:
 
 
 def _discard_new_folders() -> None:
-    if "pal_lightning.cli.fit" not in sys.modules:
-        return
-    from pal_lightning.cli.run_folders import discard_new_folders
-    from pal_lightning.core.distributed import is_launched_rank
+    if "pal_lightning.cli.fit" in sys.modules:  # else nothing was created
+        from pal_lightning.cli.run_folders import discard_new_folders
+        from pal_lightning.core.distributed import is_launched_rank
 
-    if not is_launched_rank():
-        discard_new_folders()
+        if not is_launched_rank():
+            discard_new_folders()
 
 
-def _interrupted() -> int:
-    # Ctrl-C outside a training step (a step's first Ctrl-C is StopOnSignal's)
+def _interrupted() -> int:  # Ctrl-C outside a training step (a step's first Ctrl-C is StopOnSignal's)
     _discard_new_folders()
     print(
         "pal-lightning: interrupted (Ctrl-C); no checkpoint was written at this point "
@@ -155,8 +153,7 @@ def main(args: list[str] | None = None) -> int:
 def _is_misconfiguration(found: BaseException) -> bool:
     # only Lightning raises it: not imported to ask
     module = sys.modules.get("lightning.pytorch.utilities.exceptions")
-    misconfiguration = getattr(module, "MisconfigurationException", None)
-    return misconfiguration is not None and isinstance(found, misconfiguration)
+    return isinstance(found, getattr(module, "MisconfigurationException", ()))
 
 
 def _predict_splits_hint(argv: list[str], message: str) -> str:
@@ -184,12 +181,9 @@ def _accepted_options(group: str) -> list[str] | None:
     from pal_lightning.data import MultiTaskDataModule
     from pal_lightning.module.multitask import MultiTaskModule
 
-    classes: dict[str, type[Any]] = dict(
-        model=MultiTaskModule, data=MultiTaskDataModule, trainer=Trainer, checkpoint=ModelCheckpoint
-    )
-    classes.update(last_checkpoint=ModelCheckpoint, predictions=PredictionWriter)
-    cls = classes.get(group)
-    if cls is None:
+    classes: dict[str, type[Any]] = dict(model=MultiTaskModule, data=MultiTaskDataModule, trainer=Trainer)
+    classes.update(checkpoint=ModelCheckpoint, last_checkpoint=ModelCheckpoint, predictions=PredictionWriter)
+    if (cls := classes.get(group)) is None:
         return None
     names = [n for n in inspect.signature(cls.__init__).parameters if n != "self"]
     return [n for n in names if n not in _LINKED] if group == "data" else names

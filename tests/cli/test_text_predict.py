@@ -167,8 +167,8 @@ def _predict(model: Path, task: str, source: Path) -> Path:
 
 
 def test_text_predict_writes_lf_safe_names_and_six_decimals(tmp_path: Path, saved_model: Path) -> None:
-    sentences = tmp_path / "mine.csv"
-    sentences.write_text("id,sentence\nr1,a fine film\nr2,dull\n")
+    sentences = tmp_path / "mine.csv"  # with --predict.task, a task column is ignored
+    sentences.write_text("id,task,sentence\nr1,something else,a fine film\nr2,sts,dull\n")
     out = _predict(saved_model, "sst", sentences)
     raw = out.read_bytes()
     assert b"\r" not in raw and raw.endswith(b"\n")
@@ -224,15 +224,3 @@ def test_cli_predicts_each_row_with_its_task_column(
     assert (rows[1]["score"], rows[1]["p_sst_negative"], rows[2]["label"]) == ("", "", "")
     score = module.predict("sts", [("a man plays", "a man is playing a guitar")]).scores[0]
     assert float(rows[2]["score"]) == pytest.approx(score, abs=1e-5)
-
-
-def test_cli_with_a_task_option_ignores_the_task_column(saved_model: Path, tmp_path: Path) -> None:
-    source = tmp_path / "in.csv"
-    source.write_text("task,sentence\nsomething else,hi\n", encoding="utf-8")
-    assert main(_args(saved_model, source, "sst")) == 0
-    assert list(_rows(tmp_path / "in-sst-predictions.csv")[0]) == [
-        "id",
-        "label",
-        "p_negative",
-        *["p_somewhat_negative", "p_neutral", "p_somewhat_positive", "p_positive"],
-    ]
