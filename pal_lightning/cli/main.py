@@ -116,16 +116,15 @@ def main(args: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help / --print_config exit early on purpose
         if isinstance(exc.__context__, KeyboardInterrupt):  # Lightning's sys.exit(1) after a Ctrl-C
             return _interrupted()
-        code = exc.code
-        return code if isinstance(code, int) else (0 if code is None else 1)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except Exception as exc:
         _discard_new_folders()
         found = _user_error(exc)
         if found is None:
             raise
         message = _fs_fault_message(found) if isinstance(found, OSError) else _one_line(str(found))
-        syntax = config_syntax_error(argv) if "Problems parsing config" in message else None
-        if syntax is not None:  # jsonargparse names "<unicode string>", not the file
+        # jsonargparse names "<unicode string>", not the file
+        if "Problems parsing config" in message and (syntax := config_syntax_error(argv)) is not None:
             print(f"pal-lightning: error: {syntax}", file=sys.stderr, flush=True)
             return USER_ERROR_EXIT
         if isinstance(found, ArgumentError) and "--help" not in message:

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import yaml
 
 import pal_lightning.core.files as files
 from pal_lightning.cli.fit import PalLightningCLI, RunConfigSaver
@@ -30,8 +31,6 @@ ALL_CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 def _is_overlay(path: Path) -> bool:
     """An overlay names no model class and no base (``config:``): it is put after a complete config
     (``--config a --config b``)."""
-    import yaml
-
     config = yaml.safe_load(path.read_text()) or {}
     names_model = "class_path" in (config.get("model") or {})
     return not names_model and "config" not in config and path.name != "ddp.yaml"
@@ -39,8 +38,6 @@ def _is_overlay(path: Path) -> bool:
 
 def _is_pretrain(path: Path) -> bool:
     """A ``pal-lightning pretrain`` config (tested in test_pretrain.py), not one for ``fit``."""
-    import yaml
-
     model = (yaml.safe_load(path.read_text()) or {}).get("model") or {}
     return "MLMPretrainModule" in str(model.get("class_path", ""))
 
@@ -64,8 +61,6 @@ def _single_error_line(err: str) -> str:
 def _resolved(path: Path) -> dict:
     """``fit --config PATH --print_config`` as a dict, once per file (read without capsys, so that two
     tests share it; callers must not change it)."""
-    import yaml
-
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert main(["fit", "--config", str(path), "--print_config"]) == 0, path.name
@@ -73,8 +68,6 @@ def _resolved(path: Path) -> dict:
 
 
 def test_every_shipped_config_prints(capsys: pytest.CaptureFixture[str]) -> None:
-    import yaml
-
     assert len(CONFIGS) >= 14
     for config in CONFIGS:
         printed = _resolved(config)
@@ -90,8 +83,6 @@ def test_every_shipped_config_prints(capsys: pytest.CaptureFixture[str]) -> None
 def test_every_overlay_applies_over_the_quickstart(capsys: pytest.CaptureFixture[str]) -> None:
     """Each overlay says what it is in a leading comment, and every value it sets reaches the resolved
     config when it is put after ``configs/quickstart.yaml``; the quickstart's run folder stays."""
-    import yaml
-
     assert {"simcse.yaml", "gem.yaml", "lr_groups.yaml", "mixed.yaml"} <= {c.name for c in OVERLAYS}
     quickstart = ROOT / "configs" / "quickstart.yaml"
 
@@ -124,8 +115,6 @@ def test_every_experiment_sets_only_what_differs_from_its_base() -> None:
     """An experiment (configs/README.md) names an existing base first, then sets dotted keys only (a
     nested block would replace the base's whole section), and every value it sets reaches the resolved
     config and differs from the base's; everything else resolves as in the base."""
-    import yaml
-
     experiments = [c for c in CONFIGS if "config" in (yaml.safe_load(c.read_text()) or {})]
     names = {c.name for c in experiments}
     assert {"pals_sqrt.yaml", "shared.yaml", "continual_gem.yaml", "demo.yaml"} <= names
@@ -157,8 +146,6 @@ def test_every_experiment_sets_only_what_differs_from_its_base() -> None:
 def test_links_give_encoder_tasks_and_pair_encoding_once(
     tiny_yaml: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import yaml
-
     args = ["--config", str(tiny_yaml), "--model.tasks", "[sst, sts]", "--model.pair_encoding", "siamese"]
     assert main(["fit", *args, "--print_config=skip_null"]) == 0
     printed = yaml.safe_load(capsys.readouterr().out)

@@ -84,9 +84,8 @@ def test_fit_help_is_lightnings_with_the_registries(
     assert "--predictions.output_dir" in predict
     monkeypatch.setitem(METHODS, "my_method", METHODS["pals"])
     assert "my_method" in registered()
-    assert (
-        "their own options: lora (targets, alpha, dropout), houlsby (" in registered()
-    )  # each method's own options, from its config
+    # each method's own options, from its config
+    assert "their own options: lora (targets, alpha, dropout), houlsby (" in registered()
 
 
 def test_model_and_data_help_of_the_default_class_a_subclass_and_no_class(

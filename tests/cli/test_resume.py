@@ -198,9 +198,7 @@ def test_ctrl_c_before_training_is_one_line(
     def interrupted(*args: Any, **kwargs: Any) -> Any:
         raise KeyboardInterrupt  # Ctrl-C while the data is read (before Lightning's own handling starts)
 
-    if (
-        where == "reading the data"
-    ):  # inside Lightning's Trainer.fit (prepare_data): Lightning's handler first
+    if where == "reading the data":  # inside Lightning's Trainer.fit (prepare_data): its handler first
         monkeypatch.setattr(split_cache, "read_split", interrupted)
     else:  # before the Trainer runs
         import pal_lightning.module.multitask as module

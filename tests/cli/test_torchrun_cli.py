@@ -61,15 +61,9 @@ def _launch(
         "SLURM_NODELIST": "localhost",
         "MASTER_PORT": str(free_port()),
     }
-    ranks = [
-        (
-            folder,
-            fit[2:],
-            {**env, **slurm, "SLURM_PROCID": str(r), "SLURM_NODEID": str(r), "SLURM_LOCALID": "0"},
-        )
-        for r in (0, 1)
-    ]  # fit[2:]: the arguments after -m pal_lightning
-    return forked_cli.run(ranks, workers=2)
+    slurm["SLURM_LOCALID"] = "0"
+    ranks = [{**env, **slurm, "SLURM_PROCID": str(r), "SLURM_NODEID": str(r)} for r in (0, 1)]
+    return forked_cli.run([(folder, fit[2:], rank) for rank in ranks], workers=2)  # after -m pal_lightning
 
 
 def _setup(folder: Path) -> Path:
@@ -152,7 +146,6 @@ def test_devices_that_do_not_match_torchruns_world_size_name_the_options(
     assert main(["fit", "--config", str(config), "--trainer.accelerator", "cpu"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("pal-lightning: error: The launcher started 2 processes"), err
-    assert (
-        "the Trainer runs 1" in err[0] and "--trainer.devices" in err[0] and "--trainer.num_nodes" in err[0]
-    )
+    for fragment in ("the Trainer runs 1", "--trainer.devices", "--trainer.num_nodes"):
+        assert fragment in err[0]
     assert not (tmp_path / "runs").exists()  # the folder claimed before fit is removed again
