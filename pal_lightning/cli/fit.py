@@ -122,7 +122,7 @@ class PalLightningCLI(CLIHooks):
 
     def set_default_classes(self, parser: LightningArgumentParser) -> None:
         """The CLI's model and data classes as the defaults of ``--model`` and ``--data``."""
-        classes = {"model": self.model_class, "data": self.datamodule_class}
+        classes: dict[str, Any] = {"model": self.model_class, "data": self.datamodule_class}
         parser.set_defaults(
             {key: {"class_path": f"{c.__module__}.{c.__qualname__}"} for key, c in classes.items()}
         )
