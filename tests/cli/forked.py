@@ -61,51 +61,38 @@ class ForkedCli:
         one file for stdout and stderr (of a single job); ``timeout``: past it, the job and its ranks are
         killed and :class:`subprocess.TimeoutExpired` is raised once the batch has ended."""
         assert log is None or len(jobs) == 1
-        batch: list[dict[str, Any]] = []
-        for cwd, args, *own_env in jobs:
-            name = f"job{next(self._ids)}"
-            out, err = (log, log) if log else (self._logs / f"{name}.out", self._logs / f"{name}.err")
-            job: dict[str, Any] = {"name": name, "cwd": str(cwd), "args": list(args), "timeout": timeout}
-            job_env = own_env[0] if own_env else env
-            job.update(stdout=str(out), stderr=str(err), **({"env": job_env} if job_env is not None else {}))
-            batch.append(job)
-        codes = self._send(batch, workers)
-        return [
-            subprocess.CompletedProcess(
-                ["pal-lightning", *job["args"]],
-                codes[job["name"]],
-                "" if log else Path(job["stdout"]).read_text(),
-                "" if log else Path(job["stderr"]).read_text(),
-            )
-            for job in batch
+        batch = [
+            self._job(cwd, args, own_env[0] if own_env else env, timeout, log) for cwd, args, *own_env in jobs
         ]
+        return self._send(batch, workers)
 
     def run_script(
         self, cwd: Path, script: Path, args: Sequence[str], env: dict[str, str], timeout: float = JOB_TIMEOUT
     ) -> subprocess.CompletedProcess[str]:
         """``python SCRIPT ARGS`` in ``cwd`` with ``env``, forked from the driver, as :func:`subprocess.run`
         with ``capture_output=True, text=True, timeout=timeout`` gives it."""
-        name = f"job{next(self._ids)}"
-        job = {
-            "name": name,
-            "cwd": str(cwd),
-            "script": str(Path(script).resolve()),
-            "args": [str(a) for a in args],
-            "env": env,
-            "stdout": str(self._logs / f"{name}.out"),
-            "stderr": str(self._logs / f"{name}.err"),
-            "timeout": timeout,
-        }
-        code = self._send([job], 1)[name]
-        return subprocess.CompletedProcess(
-            [sys.executable, job["script"], *job["args"]],
-            code,
-            Path(job["stdout"]).read_text(),
-            Path(job["stderr"]).read_text(),
-        )
+        job = self._job(cwd, [str(a) for a in args], env, timeout, script=str(Path(script).resolve()))
+        return self._send([job], 1)[0]
 
-    def _send(self, batch: list[dict[str, Any]], workers: int) -> dict[str, int]:
-        """Each job's exit status by name, or :class:`subprocess.TimeoutExpired` for one killed at its timeout."""
+    def _job(
+        self,
+        cwd: Path,
+        args: Sequence[str],
+        env: dict[str, str] | None,
+        timeout: float,
+        log: Path | None = None,
+        script: str | None = None,
+    ) -> dict[str, Any]:
+        name = f"job{next(self._ids)}"
+        out, err = (log, log) if log else (self._logs / f"{name}.out", self._logs / f"{name}.err")
+        job: dict[str, Any] = {"name": name, "cwd": str(cwd), "args": list(args), "timeout": timeout}
+        job.update(stdout=str(out), stderr=str(err))
+        job.update({"env": env} if env is not None else {}, **({"script": script} if script else {}))
+        return job
+
+    def _send(self, batch: list[dict[str, Any]], workers: int) -> list[subprocess.CompletedProcess[str]]:
+        """Each job's result (its output ``""`` when it went to one log file), or
+        :class:`subprocess.TimeoutExpired` for one killed at its timeout."""
         with self._lock:
             assert self._proc.stdin is not None and self._proc.stdout is not None
             assert self._proc.poll() is None, "the CLI driver is gone"
@@ -114,16 +101,22 @@ class ForkedCli:
             line = self._proc.stdout.readline()
         assert line, "the CLI driver stopped"
         answer = json.loads(line)
+        done = []
         for job in batch:
+            out, err = (Path(job[key]) for key in ("stdout", "stderr"))
+            command = [sys.executable, job["script"]] if "script" in job else ["pal-lightning"]
             if job["name"] in answer["timed_out"]:
-                out, err = (Path(job[key]) for key in ("stdout", "stderr"))
                 raise subprocess.TimeoutExpired(
                     [job.get("script", "pal-lightning"), *job["args"]],
                     job["timeout"],
                     out.read_text() if out.is_file() else None,
                     err.read_text() if err.is_file() and err != out else None,
                 )
-        return dict(answer["codes"])
+            captured = ("", "") if out == err else (out.read_text(), err.read_text())
+            done.append(
+                subprocess.CompletedProcess([*command, *job["args"]], answer["codes"][job["name"]], *captured)
+            )
+        return done
 
     def close(self) -> None:
         assert self._proc.stdin is not None
