@@ -32,10 +32,8 @@ class PretrainCLI(PalLightningCLI):
                 "callbacks": [RichProgressBar(leave=True), LearningRateMonitor(logging_interval="step")],
             },
         )
-        description = (
-            "Masked-language pre-training of an encoder on the tasks' text, e.g. pal-lightning pretrain "
-        )
-        description += "--config configs/pretrain_mlm.yaml"
+        description = "Masked-language pre-training of an encoder on the tasks' text, e.g. "
+        description += "pal-lightning pretrain --config configs/pretrain_mlm.yaml"
         kwargs.setdefault("parser_kwargs", {"prog": "pal-lightning pretrain", "description": description})
         super().__init__(MLMPretrainModule, MLMDataModule, args=args, run=False, **kwargs)
 
