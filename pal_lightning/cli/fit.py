@@ -36,7 +36,6 @@ from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.private_api import CLIHooks
 from pal_lightning.core.strategies import check_strategy_name
 
-USER_ERROR_EXIT = 2
 _UNION_ERROR = "Does not validate against any of the Union subtypes"
 DEFAULT_ROOT_DIR = "runs"
 MONITOR = "val/overall"
@@ -58,10 +57,6 @@ def default_trainer_settings() -> dict[str, Any]:
             StopOnSignal(),  # last: it writes last.ckpt after the others' batch-end work (SIGTERM, Ctrl-C)
         ],
     }
-
-
-def _class_path(cls: Any) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def named_subcommand(args: Any, subcommands: Mapping[str, Any]) -> str | None:
@@ -89,30 +84,25 @@ class PalLightningCLI(CLIHooks):
         **kwargs: Any,
     ) -> None:
         chosen = named_subcommand(sys.argv[1:] if args is None else args, type(self).subcommands())
-        if chosen is not None:
-            # building a subcommand's parser is most of the start-up: build only the named one (an
-            # instance attribute shadows the static method)
+        if chosen is not None:  # building a subcommand's parser is most of the start-up: only the named one
             only = {chosen: type(self).subcommands()[chosen]}
-            self.subcommands = lambda: only  # type: ignore[method-assign]
+            self.subcommands = lambda: only  # type: ignore[method-assign]  # shadows the static method
         if model_class is None:
             from pal_lightning.module.multitask import MultiTaskModule as model_class
         if datamodule_class is None:
             from pal_lightning.data import MultiTaskDataModule as datamodule_class
         quiet_lightning()
         trainer_defaults = {**default_trainer_settings(), **kwargs.pop("trainer_defaults", {})}
-        # exit_on_error=False: parse errors raise ArgumentError, which main() prints as one line
+        # exit_on_error=False: parse errors raise ArgumentError, which main() prints as one line;
+        # allow_abbrev=False: argparse would take --trainer.max_step 7 as --trainer.max_steps
+        strict = {"exit_on_error": False, "allow_abbrev": False}
         parser_kwargs = {
-            "exit_on_error": False,
+            **strict,
             "prog": "pal-lightning",
             "description": "Multi-task fine-tuning of Transformer encoders with per-task methods, "
             "e.g. pal-lightning fit --config configs/quickstart.yaml (masked-language pre-training of the "
             "encoder: pal-lightning pretrain --help)",
-            # allow_abbrev=False: argparse would take --trainer.max_step 7 as --trainer.max_steps
-            "allow_abbrev": False,
-            **{
-                cmd: {"exit_on_error": False, "allow_abbrev": False, "description": SUBCOMMAND_HELP[cmd]}
-                for cmd in self.subcommands()
-            },
+            **{cmd: {**strict, "description": SUBCOMMAND_HELP[cmd]} for cmd in self.subcommands()},
         }
         parser_kwargs.update(kwargs.pop("parser_kwargs", {}))
         kwargs.setdefault("seed_everything_default", 42)
@@ -133,11 +123,9 @@ class PalLightningCLI(CLIHooks):
 
     def set_default_classes(self, parser: LightningArgumentParser) -> None:
         """The CLI's model and data classes as the defaults of ``--model`` and ``--data``."""
+        classes: dict[str, Any] = {"model": self.model_class, "data": self.datamodule_class}
         parser.set_defaults(
-            {
-                "model": {"class_path": _class_path(self.model_class)},
-                "data": {"class_path": _class_path(self.datamodule_class)},
-            }
+            {key: {"class_path": f"{c.__module__}.{c.__qualname__}"} for key, c in classes.items()}
         )
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
@@ -275,8 +263,7 @@ class PalLightningCLI(CLIHooks):
         config = {**(self.config_init.get(trainer_key) or {}), **kwargs}
         check_strategy_name(config.get("strategy"))  # before a run folder exists
         defaults = self.trainer_defaults
-        if config.get("enable_progress_bar") is False:
-            # Lightning rejects a progress bar callback with enable_progress_bar=False
+        if config.get("enable_progress_bar") is False:  # Lightning rejects a progress bar callback then
             callbacks_default = [c for c in defaults.get("callbacks", []) if not isinstance(c, ProgressBar)]
             self.trainer_defaults = {**defaults, "callbacks": callbacks_default}
         if config.get("logger") in (None, True) and getattr(self, "_no_logs", False):
@@ -285,10 +272,8 @@ class PalLightningCLI(CLIHooks):
         elif config.get("logger") in (None, True):
             root = getattr(self, "_log_root", None) or config.get("default_root_dir") or DEFAULT_ROOT_DIR
             kwargs["logger"] = run_loggers(root)
-        plugins = config.get("plugins")
-        plugins = (
-            list(plugins) if isinstance(plugins, (list, tuple)) else [] if plugins is None else [plugins]
-        )
+        plugins = config.get("plugins") or []
+        plugins = list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
         if not any(isinstance(p, CheckpointIO) for p in plugins):
             plugins.append(AtomicCheckpointIO())
         kwargs["plugins"] = plugins

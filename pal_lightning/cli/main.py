@@ -70,17 +70,15 @@ def _user_error(exc: BaseException) -> BaseException | None:
 
 
 def _discard_new_folders() -> None:
-    if "pal_lightning.cli.fit" not in sys.modules:
-        return
-    from pal_lightning.cli.run_folders import discard_new_folders
-    from pal_lightning.core.distributed import is_launched_rank
+    if "pal_lightning.cli.fit" in sys.modules:  # else nothing was created
+        from pal_lightning.cli.run_folders import discard_new_folders
+        from pal_lightning.core.distributed import is_launched_rank
 
-    if not is_launched_rank():
-        discard_new_folders()
+        if not is_launched_rank():
+            discard_new_folders()
 
 
-def _interrupted() -> int:
-    # Ctrl-C outside a training step (a step's first Ctrl-C is StopOnSignal's)
+def _interrupted() -> int:  # Ctrl-C outside a training step (a step's first Ctrl-C is StopOnSignal's)
     _discard_new_folders()
     print(
         "pal-lightning: interrupted (Ctrl-C); no checkpoint was written at this point "
@@ -118,16 +116,15 @@ def main(args: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help / --print_config exit early on purpose
         if isinstance(exc.__context__, KeyboardInterrupt):  # Lightning's sys.exit(1) after a Ctrl-C
             return _interrupted()
-        code = exc.code
-        return code if isinstance(code, int) else (0 if code is None else 1)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except Exception as exc:
         _discard_new_folders()
         found = _user_error(exc)
         if found is None:
             raise
         message = _fs_fault_message(found) if isinstance(found, OSError) else _one_line(str(found))
-        syntax = config_syntax_error(argv) if "Problems parsing config" in message else None
-        if syntax is not None:  # jsonargparse names "<unicode string>", not the file
+        # jsonargparse names "<unicode string>", not the file
+        if "Problems parsing config" in message and (syntax := config_syntax_error(argv)) is not None:
             print(f"pal-lightning: error: {syntax}", file=sys.stderr, flush=True)
             return USER_ERROR_EXIT
         if isinstance(found, ArgumentError) and "--help" not in message:
@@ -155,8 +152,7 @@ def main(args: list[str] | None = None) -> int:
 def _is_misconfiguration(found: BaseException) -> bool:
     # only Lightning raises it: not imported to ask
     module = sys.modules.get("lightning.pytorch.utilities.exceptions")
-    misconfiguration = getattr(module, "MisconfigurationException", None)
-    return misconfiguration is not None and isinstance(found, misconfiguration)
+    return isinstance(found, getattr(module, "MisconfigurationException", ()))
 
 
 def _predict_splits_hint(argv: list[str], message: str) -> str:
@@ -184,12 +180,9 @@ def _accepted_options(group: str) -> list[str] | None:
     from pal_lightning.data import MultiTaskDataModule
     from pal_lightning.module.multitask import MultiTaskModule
 
-    classes: dict[str, type[Any]] = dict(
-        model=MultiTaskModule, data=MultiTaskDataModule, trainer=Trainer, checkpoint=ModelCheckpoint
-    )
-    classes.update(last_checkpoint=ModelCheckpoint, predictions=PredictionWriter)
-    cls = classes.get(group)
-    if cls is None:
+    classes: dict[str, type[Any]] = dict(model=MultiTaskModule, data=MultiTaskDataModule, trainer=Trainer)
+    classes.update(checkpoint=ModelCheckpoint, last_checkpoint=ModelCheckpoint, predictions=PredictionWriter)
+    if (cls := classes.get(group)) is None:
         return None
     names = [n for n in inspect.signature(cls.__init__).parameters if n != "self"]
     return [n for n in names if n not in _LINKED] if group == "data" else names

@@ -20,16 +20,14 @@ AUTO = "auto"
 
 @dataclass(frozen=True)
 class DeviceCapabilities:
-    """What the device that will train can do natively."""
+    """What the device that will train (``"cuda"``, ``"cpu"`` or another accelerator name) can do natively:
+    bf16 matrix arithmetic, fp16 matmuls on tensor cores (CUDA compute capability >= 7.0); ``detail``: what
+    was detected, for the log line."""
 
     device: str
-    """``"cuda"``, ``"cpu"`` or another accelerator name."""
     bf16: bool = False
-    """bf16 matrix arithmetic in hardware."""
     fp16_tensor_cores: bool = False
-    """fp16 matmuls on tensor cores (CUDA compute capability >= 7.0)."""
     detail: str = ""
-    """What was detected, for the log line."""
 
 
 def choose_precision(caps: DeviceCapabilities) -> str:
@@ -74,8 +72,7 @@ def resolve_precision(precision: Any, accelerator: Any = "auto") -> Any:
     """``precision`` unchanged, or for ``"auto"`` the choice of :func:`choose_precision` on this machine."""
     if precision != AUTO:
         return precision
-    caps = device_capabilities(accelerator)
-    chosen = choose_precision(caps)
+    chosen = choose_precision(caps := device_capabilities(accelerator))
     rank_zero_info(f"precision auto: {chosen} ({caps.device}: {caps.detail})")
     return chosen
 

@@ -32,14 +32,9 @@ class PretrainCLI(PalLightningCLI):
                 "callbacks": [RichProgressBar(leave=True), LearningRateMonitor(logging_interval="step")],
             },
         )
-        kwargs.setdefault(
-            "parser_kwargs",
-            {
-                "prog": "pal-lightning pretrain",
-                "description": "Masked-language pre-training of an encoder on the tasks' text, e.g. "
-                "pal-lightning pretrain --config configs/pretrain_mlm.yaml",
-            },
-        )
+        description = "Masked-language pre-training of an encoder on the tasks' text, e.g. "
+        description += "pal-lightning pretrain --config configs/pretrain_mlm.yaml"
+        kwargs.setdefault("parser_kwargs", {"prog": "pal-lightning pretrain", "description": description})
         super().__init__(MLMPretrainModule, MLMDataModule, args=args, run=False, **kwargs)
 
     @staticmethod
@@ -57,15 +52,14 @@ class PretrainCLI(PalLightningCLI):
             "trainer.default_root_dir (the resumed run writes its encoder into its own new run folder).",
         )
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
-        parser.set_defaults(
-            {
-                "checkpoint.monitor": MONITOR,
-                "checkpoint.mode": "min",
-                "checkpoint.save_top_k": 1,
-                "checkpoint.save_last": True,
-                "checkpoint.filename": "best-{step}",
-            }
-        )
+        best = {
+            "monitor": MONITOR,
+            "mode": "min",
+            "save_top_k": 1,
+            "save_last": True,
+            "filename": "best-{step}",
+        }
+        parser.set_defaults({f"checkpoint.{k}": v for k, v in best.items()})
 
     def before_instantiate_classes(self) -> None:
         self.ckpt_path = self._resolve_ckpt_path(self.config)

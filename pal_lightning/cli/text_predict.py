@@ -1,11 +1,7 @@
-"""``pal-lightning predict --predict.input FILE``: predictions for a user's own sentences::
-
-    pal-lightning predict --predict.model runs/demo/version_0/model --predict.task sst \\
-        --predict.input reviews.csv [--predict.output out.csv] [--predict.overwrite true]
-
-The model is a ``save_pretrained`` folder or hub id (``--predict.model``) or a checkpoint (``--ckpt_path``).
-With ``--predict.task`` every row is of that task; without it the file's ``task`` column names each row's
-task, and rows of several tasks share batches. Files read and written: :mod:`pal_lightning.inference.files`.
+"""``pal-lightning predict --predict.input FILE``: predictions for a user's own sentences, from a
+``save_pretrained`` folder or hub id (``--predict.model``) or a checkpoint (``--ckpt_path``), for one task
+(``--predict.task``) or each row's own (the file's ``task`` column; several tasks share batches). Files
+read and written: :mod:`pal_lightning.inference.files`.
 """
 
 from __future__ import annotations
@@ -33,27 +29,29 @@ def wants_text_predict(argv: list[str]) -> bool:
     return argv[:1] == ["predict"] and any(a.split("=", 1)[0] == INPUT_OPTION for a in argv)
 
 
+_OPTIONS = {  # option: (its name in the namespace, help)
+    INPUT_OPTION: ("input", "CSV/TSV with a header, or JSONL"),
+    "--predict.task": (
+        "task",
+        "the task to predict, e.g. sst (default: each row's own, from the file's task column)",
+    ),
+    "--predict.model": ("model", "a save_pretrained folder or hub id"),
+    "--ckpt_path": ("ckpt", "a Lightning checkpoint of MultiTaskModule instead"),
+    "--predict.output": (
+        "output",
+        "output CSV (default: <input>-<task>-predictions.csv, or <input>-predictions.csv for a task column)",
+    ),
+}
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pal-lightning predict",
         description="Predict one task for the sentences of a CSV or JSONL file.",
         exit_on_error=False,
     )
-    parser.add_argument(
-        "--predict.input", dest="input", required=True, help="CSV/TSV with a header, or JSONL"
-    )
-    parser.add_argument(
-        "--predict.task",
-        dest="task",
-        help="the task to predict, e.g. sst (default: each row's own, from the file's task column)",
-    )
-    parser.add_argument("--predict.model", dest="model", help="a save_pretrained folder or hub id")
-    parser.add_argument("--ckpt_path", dest="ckpt", help="a Lightning checkpoint of MultiTaskModule instead")
-    parser.add_argument(
-        "--predict.output",
-        dest="output",
-        help="output CSV (default: <input>-<task>-predictions.csv, or <input>-predictions.csv for a task column)",
-    )
+    for option, (name, text) in _OPTIONS.items():
+        parser.add_argument(option, dest=name, required=option == INPUT_OPTION, help=text)
     parser.add_argument("--predict.overwrite", dest="overwrite", default="false", choices=["true", "false"])
     parser.add_argument("--predict.batch_size", dest="batch_size", type=int, default=64)
     return parser

@@ -1,43 +1,19 @@
-"""Run many ``pal-lightning`` command lines as separate processes that share one interpreter start-up.
+"""Run ``pal-lightning`` command lines as processes forked from one interpreter that imported the CLI once.
 
-Usage: ``python cli_driver.py --serve``, then one JSON object ``{"jobs": [...], "workers": N}`` a line
-on stdin, each job a ``{"name", "cwd", "args"}``; the driver answers each line with one JSON line on
-stdout, ``{"codes": {name: exit status}, "timed_out": [names]}``, once the batch has finished, until
-stdin closes (``ForkedCli`` in tests/cli/forked.py, the ``forked_cli`` fixture of tests/conftest.py:
-one import for all the command lines of a test session).
+``python cli_driver.py --serve`` reads one JSON line ``{"jobs": [...], "workers": N}`` at a time and
+answers ``{"codes": {name: exit status}, "timed_out": [names]}`` when the batch has ended. A job is
+``{"name", "cwd", "args"}`` plus optional ``"stdout"``/``"stderr"`` paths (may be one file), ``"env"``
+(the whole environment), ``"timeout"`` and ``"script"``. Each child is what the console script is,
+``sys.exit(main())`` (or ``python SCRIPT ARGS`` with ``"script"``); an uncaught exception prints its
+traceback and exits 1; a child killed by signal N has status -N. Each child leads its own process group,
+so a job past its timeout is SIGKILLed with the ranks it started (a hung DDP rank fails its test instead
+of hanging the session).
 
-The driver imports the CLI (torch, Lightning, transformers: most of a run's start-up) once, then forks
-one child per job, ``N`` at a time. A child is what the ``pal-lightning`` console script is,
-``sys.exit(main())``: it changes into ``cwd``, sends its stdout/stderr to ``<cwd>/<name>.out``/``.err``
-(or to the job's ``"stdout"``/``"stderr"`` paths, which may be one file), and an uncaught exception
-prints its traceback to stderr and exits 1, as the interpreter does; under DDP, Lightning starts the
-other ranks with ``sys.executable -m pal_lightning.__main__ ARGS``, as it does from ``python -m
-pal_lightning ARGS``. A child killed by signal N has status -N, as in
-:class:`subprocess.CompletedProcess`. A job's ``"env"``, if given, is the child's whole environment.
-
-A job's ``"timeout"`` (seconds), if given, bounds it as ``subprocess.run(timeout=...)`` does: each
-child leads a process group of its own, which holds the ranks it starts, and a job still running at
-its deadline has its whole group SIGKILLed and is named in ``"timed_out"``. Without it, one hung DDP
-rank would hang the test session with it, for no test runner here has a timeout of its own.
-
-A job that may run DDP (``ddp`` in its arguments or its config file) forks a spare process of its own
-first, before it runs anything: a child of the job, as pristine as the job was then (the driver's
-imports, the job's folder, environment and output files). When Lightning's launcher starts rank 1,
-``sys.executable -m pal_lightning.__main__ ARGS`` with its environment, the spare becomes that process
-instead (its working folder, environment, ``sys.argv`` and the rank Lightning reads off the
-environment at import, then ``sys.exit(main())`` as ``pal_lightning/__main__.py`` runs it); the
-launcher gets a :class:`subprocess.Popen` of it, a child of rank 0 as a started one would be. This
-saves the ~6 s of CPU of a fresh interpreter's imports per DDP command; what an interpreter start does
-is tested with real processes (test_cli_subprocess.py, test_console.py, torchrun's and srun's ranks in
-test_torchrun_cli.py). A job that does not start rank 1 closes the spare's pipe, and the spare exits.
-
-A job with a ``"script"`` (a path) is ``python SCRIPT ARGS`` instead: the child runs the script as
-``__main__`` (its folder first on ``sys.path``), with a spare of its own, which becomes rank 1 when
-Lightning's launcher starts ``sys.executable SCRIPT ARGS`` (the DDP scripts of tests/data,
-tests/callbacks and tests/modeling: ``ForkedCli.run_script``).
-
-Forking after the imports is safe here: the driver has run no torch operation, so no thread pool
-exists yet. This saves the 5-6 s of imports per command that a catalogue of ~20 commands would pay.
+A job that may run DDP forks a spare process first, as pristine as the job then was; when Lightning's
+launcher starts rank 1 (``sys.executable -m pal_lightning.__main__ ARGS``, or ``sys.executable SCRIPT
+ARGS``), the spare becomes that process, which saves a fresh interpreter's ~6 s of imports. Real
+interpreter starts are tested in test_cli_subprocess.py, test_console.py and test_torchrun_cli.py.
+Forking after the imports is safe: the driver has run no torch operation, so no thread pool exists yet.
 """
 
 from __future__ import annotations
@@ -56,11 +32,8 @@ import types
 from pathlib import Path
 from typing import Any
 
-RANK_COMMAND = [sys.executable, "-m", "pal_lightning.__main__"]
-"""How Lightning's launcher starts the other ranks of a run of ``python -m pal_lightning`` (and of a job)."""
-_spare: dict[str, Any] = {}
-"""The job's spare process (``pid``), the write end of its pipe (``fd``), while not yet taken, and the
-command it stands in for (``command``: the start of rank 1's command line; ``script``: the job's script)."""
+RANK_COMMAND = [sys.executable, "-m", "pal_lightning.__main__"]  # how Lightning starts rank 1 of a job
+_spare: dict[str, Any] = {}  # the spare's pid, its pipe's write end (until taken), command and script
 
 
 def _preload() -> None:
@@ -78,13 +51,21 @@ def _redirect(fd: int, path: Path) -> None:
     os.close(out)
 
 
+def _set_environment(env: dict[str, str]) -> None:
+    os.environ.clear()
+    os.environ.update(env)
+    # what Lightning reads off the environment when it is imported (a fresh rank 1 imports it as rank 1)
+    from lightning.fabric.utilities.rank_zero import _get_rank, rank_zero_only
+
+    rank_zero_only.rank = _get_rank() or 0
+
+
 def _child(job: dict[str, Any]) -> None:
     os.setpgid(0, 0)  # its own group: a timeout kills the job with the ranks it starts (see run)
     cwd = Path(job["cwd"])
     os.chdir(cwd)
     if "env" in job:
-        os.environ.clear()
-        os.environ.update(job["env"])
+        _set_environment(job["env"])
     stdout = Path(job.get("stdout", cwd / f"{job['name']}.out"))
     stderr = Path(job.get("stderr", cwd / f"{job['name']}.err"))
     _redirect(1, stdout)
@@ -106,9 +87,7 @@ def _child(job: dict[str, Any]) -> None:
 
 
 def _run_main() -> None:
-    """``sys.exit(main())`` in this process, then wait for the processes it started; exits."""
-    # and it is ``python -m pal_lightning ARGS`` to Lightning's DDP launcher, which starts the other
-    # ranks from ``__main__.__spec__``: ``sys.executable -m pal_lightning.__main__ ARGS``, as for a real run
+    """``sys.exit(main())`` here, as ``python -m pal_lightning`` (Lightning starts ranks from ``__spec__``)."""
     sys.modules["__main__"].__spec__ = importlib.util.find_spec("pal_lightning.__main__")
     from pal_lightning.cli.main import main
 
@@ -116,9 +95,7 @@ def _run_main() -> None:
 
 
 def _run_script(path: str) -> None:
-    """``python PATH ARGS`` (``sys.argv`` set) in this process, then wait for what it started; exits. Run
-    as ``__main__`` by :func:`runpy.run_path`, whose module has no ``__spec__``: Lightning's launcher then
-    starts rank 1 as ``sys.executable PATH ARGS``, as from a script the interpreter ran."""
+    """``python PATH ARGS`` here (no ``__spec__``: Lightning starts rank 1 as ``sys.executable PATH ARGS``)."""
     sys.path.insert(0, str(Path(path).parent))
 
     def script() -> int:
@@ -129,8 +106,7 @@ def _run_script(path: str) -> None:
 
 
 def _finish(run: Any) -> None:
-    """``run()`` as the interpreter runs a program (its exit status; an uncaught exception's traceback
-    and status 1), then wait for the processes it started and exit."""
+    """``run()`` as the interpreter runs a program, then wait for the processes it started and exit."""
     try:
         code = run()
     except SystemExit as exc:
@@ -142,8 +118,7 @@ def _finish(run: Any) -> None:
     sys.stderr.flush()
     if "fd" in _spare:  # no rank 1 was started: the spare reads the end of its pipe and exits
         os.close(_spare.pop("fd"))
-    # the processes the run started (the other DDP ranks) write to the same files: end with them, as a
-    # caller reading a run's output through pipes ends only when every writer has closed them
+    # end with the ranks it started (they write to the same files), as a caller reading pipes would
     while True:
         try:
             os.wait()
@@ -163,8 +138,7 @@ def _may_run_ddp(args: list[str]) -> bool:
 
 
 def _fork_spare(command: list[str], script: str | None) -> None:
-    """Fork the spare (see the module's docstring) and have Lightning's launcher start rank 1 from it when
-    it starts ``command + ARGS`` (``script``: the job's script, which the spare runs then)."""
+    """Fork the spare and have Lightning's launcher take it as rank 1 when it starts ``command + ARGS``."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -181,8 +155,7 @@ def _fork_spare(command: list[str], script: str | None) -> None:
 
 
 def _popen(command: list[str], *args: Any, **kwargs: Any) -> subprocess.Popen:
-    """``subprocess.Popen`` for Lightning's launcher: rank 1 of this job is the spare, told to become
-    ``command`` with the given ``env`` and ``cwd``; anything else starts as usual."""
+    """``subprocess.Popen`` for Lightning's launcher: rank 1 is the spare; anything else starts as usual."""
     start = _spare.get("command", RANK_COMMAND)
     if "fd" not in _spare or args or set(kwargs) - {"env", "cwd"} or list(command[: len(start)]) != start:
         return subprocess.Popen(command, *args, **kwargs)
@@ -216,13 +189,7 @@ def _become_rank(read: int) -> None:
     request = json.loads(b"".join(chunks))
     if request["cwd"] is not None:
         os.chdir(request["cwd"])
-    if request["env"] is not None:
-        os.environ.clear()
-        os.environ.update(request["env"])
-    # what Lightning reads off the environment when it is imported (a fresh rank 1 imports it as rank 1)
-    from lightning.fabric.utilities.rank_zero import _get_rank, rank_zero_only
-
-    rank_zero_only.rank = _get_rank() or 0
+    _set_environment(request["env"] if request["env"] is not None else dict(os.environ))
     if request["script"] is not None:
         sys.argv = [request["script"], *request["args"]]
         _run_script(request["script"])
@@ -233,8 +200,7 @@ def _become_rank(read: int) -> None:
 
 
 def run(jobs: list[dict[str, Any]], workers: int) -> dict[str, Any]:
-    """Fork ``jobs``, ``workers`` at a time, until all have ended; their exit statuses by name, and the
-    names of those killed at their ``"timeout"``."""
+    """Fork ``jobs``, ``workers`` at a time; exit statuses by name and the names killed at their timeout."""
     pending = list(jobs)
     running: dict[int, tuple[str, float]] = {}  # pid (= its process group) -> name, deadline
     codes: dict[str, int] = {}

@@ -1,7 +1,5 @@
-"""Command lines and scripts run as processes forked from one interpreter that imported the CLI once
-(``cli_driver.py --serve``): :class:`ForkedCli` (the ``forked_cli`` fixture of tests/conftest.py, one
-driver per test process) and :class:`ForkedSubprocess` (a benchmark's ``subprocess`` module through it);
-:func:`subprocess_env`, the environment of a CLI subprocess."""
+"""Command lines and scripts forked from one interpreter that imported the CLI once (``cli_driver.py``):
+:class:`ForkedCli` (the ``forked_cli`` fixture of tests/conftest.py) and :class:`ForkedSubprocess`."""
 
 from __future__ import annotations
 
@@ -17,8 +15,7 @@ from typing import Any
 
 
 def subprocess_env() -> dict[str, str]:
-    """Environment of a CLI subprocess: offline, one thread, and none of the variables a parent run may
-    have set for its ranks. (Test-only callbacks in configs come from ``pal_lightning.testing.callbacks``.)"""
+    """Environment of a CLI subprocess: offline, one thread, none of the variables a parent run sets for ranks."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     for key in ("PAL_DEBUG", "LOCAL_RANK", "PAL_RUN_VERSION", "PAL_RESUME_CKPT"):
         env.pop(key, None)
@@ -26,29 +23,14 @@ def subprocess_env() -> dict[str, str]:
 
 
 DRIVER = Path(__file__).with_name("cli_driver.py")
-JOB_TIMEOUT = 600.0
-"""Seconds a forked command or script may run unless its test says otherwise: far above what any of the
-suite's takes, so that only a hang (a DDP rank waiting on one that has gone) meets it, and fails its
-test instead of hanging the session."""
+JOB_TIMEOUT = 600.0  # far above any run of the suite: only a hang (a DDP rank waiting) meets it
 
 
 class ForkedCli:
-    """``pal-lightning`` command lines, each in a process of its own, forked from one driver process
-    (``cli_driver.py --serve``) that imported the CLI once for the whole session: this saves the ~6 s of
-    CPU that each ``python -m pal_lightning`` spends on imports on the 2-core machine.
-
-    A child is what ``python -m pal_lightning ARGS`` and the console script are, ``sys.exit(main())``
-    with ``sys.argv`` set, in its own working folder, with its own output files and environment: a
-    ``KillAtStep`` SIGKILL, a ``SignalAtStep`` SIGTERM/SIGINT and an exit status reach the test as they
-    would from :func:`subprocess.run` (status ``-9`` for SIGKILL). Under DDP the child is rank 0, and
-    Lightning's launcher starts rank 1 as from a real run, ``sys.executable -m pal_lightning.__main__
-    ARGS`` with its environment, a child of rank 0 whose output goes to the child's files: the job's
-    spare process, forked before the run began, becomes that command (``cli_driver.py``), which saves
-    rank 1's ~6 s of imports. What the interpreter start-up
-    itself does (``-m pal_lightning``, the console script, what is printed while the CLI imports) is
-    tested with real processes in test_cli_subprocess.py and test_console.py, and ranks that no
-    ``pal-lightning`` process starts (torchrun's, srun's) are real processes too. One batch at a time:
-    calls from several threads wait for each other.
+    """``pal-lightning`` command lines, each a process of its own forked from one driver that imported the
+    CLI once (saving ~6 s of imports per command). A child is ``sys.exit(main())`` in its own folder with
+    its own output files and environment; signals and exit statuses reach the test as from
+    :func:`subprocess.run`; under DDP, rank 1 is the job's spare (``cli_driver.py``). One batch at a time.
     """
 
     def __init__(self, logs: Path) -> None:
@@ -68,67 +50,49 @@ class ForkedCli:
 
     def run(
         self,
-        jobs: Sequence[tuple[Path, Sequence[str]]],
+        jobs: Sequence[tuple[Path, Sequence[str]] | tuple[Path, Sequence[str], dict[str, str]]],
         workers: int = 3,
         env: dict[str, str] | None = None,
         log: Path | None = None,
         timeout: float = JOB_TIMEOUT,
     ) -> list[subprocess.CompletedProcess[str]]:
         """Run every ``(working folder, arguments after pal-lightning)`` job, ``workers`` at a time; their
-        exit statuses and outputs, in the order of ``jobs``. ``env``: the children's whole environment
-        (default: the driver's, :func:`subprocess_env` when the session started); ``log``: one file for
-        stdout and stderr together (of a single job), as ``stderr=subprocess.STDOUT`` writes them;
-        ``timeout``: seconds each job may run, past which it is killed with the ranks it started and
-        :class:`subprocess.TimeoutExpired` is raised once the batch has ended."""
+        results in the order of ``jobs``. ``env`` (or a job's third item): the whole environment; ``log``:
+        one file for stdout and stderr (of a single job); ``timeout``: past it, the job and its ranks are
+        killed and :class:`subprocess.TimeoutExpired` is raised once the batch has ended."""
         assert log is None or len(jobs) == 1
-        batch: list[dict[str, Any]] = []
-        for cwd, args in jobs:
-            name = f"job{next(self._ids)}"
-            out, err = (log, log) if log else (self._logs / f"{name}.out", self._logs / f"{name}.err")
-            job: dict[str, Any] = {"name": name, "cwd": str(cwd), "args": list(args), "timeout": timeout}
-            job.update(stdout=str(out), stderr=str(err), **({"env": env} if env is not None else {}))
-            batch.append(job)
-        codes = self._send(batch, workers)
-        return [
-            subprocess.CompletedProcess(
-                ["pal-lightning", *job["args"]],
-                codes[job["name"]],
-                "" if log else Path(job["stdout"]).read_text(),
-                "" if log else Path(job["stderr"]).read_text(),
-            )
-            for job in batch
+        batch = [
+            self._job(cwd, args, own_env[0] if own_env else env, timeout, log) for cwd, args, *own_env in jobs
         ]
+        return self._send(batch, workers)
 
     def run_script(
         self, cwd: Path, script: Path, args: Sequence[str], env: dict[str, str], timeout: float = JOB_TIMEOUT
     ) -> subprocess.CompletedProcess[str]:
-        """``python SCRIPT ARGS`` in ``cwd`` with ``env`` as its whole environment, forked from the driver:
-        the script runs as ``__main__`` with its folder first on ``sys.path``, as the interpreter runs it,
-        and when it starts DDP ranks Lightning's launcher gets rank 1 from the job's spare process
-        (``cli_driver.py``). What the script's processes print, and its exit status, as
-        :func:`subprocess.run` with ``capture_output=True, text=True, timeout=timeout`` gives them."""
-        name = f"job{next(self._ids)}"
-        job = {
-            "name": name,
-            "cwd": str(cwd),
-            "script": str(Path(script).resolve()),
-            "args": [str(a) for a in args],
-            "env": env,
-            "stdout": str(self._logs / f"{name}.out"),
-            "stderr": str(self._logs / f"{name}.err"),
-            "timeout": timeout,
-        }
-        code = self._send([job], 1)[name]
-        return subprocess.CompletedProcess(
-            [sys.executable, job["script"], *job["args"]],
-            code,
-            Path(job["stdout"]).read_text(),
-            Path(job["stderr"]).read_text(),
-        )
+        """``python SCRIPT ARGS`` in ``cwd`` with ``env``, forked from the driver, as :func:`subprocess.run`
+        with ``capture_output=True, text=True, timeout=timeout`` gives it."""
+        job = self._job(cwd, [str(a) for a in args], env, timeout, script=str(Path(script).resolve()))
+        return self._send([job], 1)[0]
 
-    def _send(self, batch: list[dict[str, Any]], workers: int) -> dict[str, int]:
-        """Hand ``batch`` to the driver, ``workers`` jobs at a time; each job's exit status, by name, or
-        :class:`subprocess.TimeoutExpired` for the first job the driver killed at its timeout."""
+    def _job(
+        self,
+        cwd: Path,
+        args: Sequence[str],
+        env: dict[str, str] | None,
+        timeout: float,
+        log: Path | None = None,
+        script: str | None = None,
+    ) -> dict[str, Any]:
+        name = f"job{next(self._ids)}"
+        out, err = (log, log) if log else (self._logs / f"{name}.out", self._logs / f"{name}.err")
+        job: dict[str, Any] = {"name": name, "cwd": str(cwd), "args": list(args), "timeout": timeout}
+        job.update(stdout=str(out), stderr=str(err))
+        job.update({"env": env} if env is not None else {}, **({"script": script} if script else {}))
+        return job
+
+    def _send(self, batch: list[dict[str, Any]], workers: int) -> list[subprocess.CompletedProcess[str]]:
+        """Each job's result (its output ``""`` when it went to one log file), or
+        :class:`subprocess.TimeoutExpired` for one killed at its timeout."""
         with self._lock:
             assert self._proc.stdin is not None and self._proc.stdout is not None
             assert self._proc.poll() is None, "the CLI driver is gone"
@@ -137,16 +101,22 @@ class ForkedCli:
             line = self._proc.stdout.readline()
         assert line, "the CLI driver stopped"
         answer = json.loads(line)
+        done = []
         for job in batch:
+            out, err = (Path(job[key]) for key in ("stdout", "stderr"))
+            command = [sys.executable, job["script"]] if "script" in job else ["pal-lightning"]
             if job["name"] in answer["timed_out"]:
-                out, err = (Path(job[key]) for key in ("stdout", "stderr"))
                 raise subprocess.TimeoutExpired(
                     [job.get("script", "pal-lightning"), *job["args"]],
                     job["timeout"],
                     out.read_text() if out.is_file() else None,
                     err.read_text() if err.is_file() and err != out else None,
                 )
-        return dict(answer["codes"])
+            captured = ("", "") if out == err else (out.read_text(), err.read_text())
+            done.append(
+                subprocess.CompletedProcess([*command, *job["args"]], answer["codes"][job["name"]], *captured)
+            )
+        return done
 
     def close(self) -> None:
         assert self._proc.stdin is not None
@@ -159,12 +129,10 @@ class ForkedCli:
 
 
 class ForkedSubprocess:
-    """Stands in for the ``subprocess`` module of ``benchmarks/cli_runs.py`` in a benchmark's test
-    (``monkeypatch.setattr(cli_runs, "subprocess", ForkedSubprocess(forked_cli))``): the command lines
-    the benchmark builds, ``sys.executable -m pal_lightning ARGS`` with the output in a log file, run
-    through :class:`ForkedCli` with the same arguments, working folder, environment and log file; any
-    ``sys.executable SCRIPT ARGS`` with its output captured as text runs as :meth:`ForkedCli.run_script`;
-    any other command runs as usual. ``commands`` lists the command lines it forked."""
+    """The ``subprocess`` module of ``benchmarks/cli_runs.py`` in a benchmark's test: ``sys.executable -m
+    pal_lightning ARGS`` into a log file runs through :class:`ForkedCli`, ``sys.executable SCRIPT ARGS``
+    captured as text through :meth:`ForkedCli.run_script`, anything else as usual; ``commands`` lists
+    what it forked."""
 
     STDOUT = subprocess.STDOUT
     PIPE = subprocess.PIPE
@@ -172,7 +140,6 @@ class ForkedSubprocess:
     TimeoutExpired = subprocess.TimeoutExpired
     CompletedProcess = subprocess.CompletedProcess
     SCRIPT_KWARGS = frozenset({"capture_output", "text", "check", "cwd", "env", "timeout"})
-    """What a benchmark may pass to ``subprocess.run`` for a script it runs (see :meth:`_script`)."""
 
     def __init__(self, cli: ForkedCli) -> None:
         self._cli = cli
@@ -205,8 +172,7 @@ class ForkedSubprocess:
         return subprocess.CompletedProcess(cmd, done.returncode)
 
     def _script(self, cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
-        """``subprocess.run([sys.executable, SCRIPT, *ARGS], capture_output=True, text=True, ...)`` through
-        :meth:`ForkedCli.run_script` (``check`` raises as :func:`subprocess.run` does)."""
+        """``subprocess.run([sys.executable, SCRIPT, *ARGS], capture_output=True, ...)`` through the driver."""
         assert kwargs.get("text") and set(kwargs) <= self.SCRIPT_KWARGS, kwargs
         self.commands.append(cmd)
         env = kwargs.get("env")

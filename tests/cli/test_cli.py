@@ -16,13 +16,19 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import pytest
+import torch
+import yaml
 
 import pal_lightning.core.files as files
-from pal_lightning.cli.fit import USER_ERROR_EXIT, PalLightningCLI, RunConfigSaver
-from pal_lightning.cli.main import main
-from pal_lightning.cli.run_folders import next_version_dir
+from pal_lightning import MultiTaskModule
+from pal_lightning.cli.fit import PalLightningCLI, RunConfigSaver
+from pal_lightning.cli.main import USER_ERROR_EXIT, main
+from pal_lightning.core.columns import probability_column as column_name
 from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
+
+from .conftest import ForkedCli, ForkedSubprocess, load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 ALL_CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
@@ -31,8 +37,6 @@ ALL_CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 def _is_overlay(path: Path) -> bool:
     """An overlay names no model class and no base (``config:``): it is put after a complete config
     (``--config a --config b``)."""
-    import yaml
-
     config = yaml.safe_load(path.read_text()) or {}
     names_model = "class_path" in (config.get("model") or {})
     return not names_model and "config" not in config and path.name != "ddp.yaml"
@@ -40,8 +44,6 @@ def _is_overlay(path: Path) -> bool:
 
 def _is_pretrain(path: Path) -> bool:
     """A ``pal-lightning pretrain`` config (tested in test_pretrain.py), not one for ``fit``."""
-    import yaml
-
     model = (yaml.safe_load(path.read_text()) or {}).get("model") or {}
     return "MLMPretrainModule" in str(model.get("class_path", ""))
 
@@ -52,6 +54,11 @@ OVERLAYS = [c for c in ALL_CONFIGS if _is_overlay(c)]
 
 def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
 
 
 def _single_error_line(err: str) -> str:
@@ -65,8 +72,6 @@ def _single_error_line(err: str) -> str:
 def _resolved(path: Path) -> dict:
     """``fit --config PATH --print_config`` as a dict, once per file (read without capsys, so that two
     tests share it; callers must not change it)."""
-    import yaml
-
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert main(["fit", "--config", str(path), "--print_config"]) == 0, path.name
@@ -74,8 +79,6 @@ def _resolved(path: Path) -> dict:
 
 
 def test_every_shipped_config_prints(capsys: pytest.CaptureFixture[str]) -> None:
-    import yaml
-
     assert len(CONFIGS) >= 14
     for config in CONFIGS:
         printed = _resolved(config)
@@ -91,8 +94,6 @@ def test_every_shipped_config_prints(capsys: pytest.CaptureFixture[str]) -> None
 def test_every_overlay_applies_over_the_quickstart(capsys: pytest.CaptureFixture[str]) -> None:
     """Each overlay says what it is in a leading comment, and every value it sets reaches the resolved
     config when it is put after ``configs/quickstart.yaml``; the quickstart's run folder stays."""
-    import yaml
-
     assert {"simcse.yaml", "gem.yaml", "lr_groups.yaml", "mixed.yaml"} <= {c.name for c in OVERLAYS}
     quickstart = ROOT / "configs" / "quickstart.yaml"
 
@@ -125,8 +126,6 @@ def test_every_experiment_sets_only_what_differs_from_its_base() -> None:
     """An experiment (configs/README.md) names an existing base first, then sets dotted keys only (a
     nested block would replace the base's whole section), and every value it sets reaches the resolved
     config and differs from the base's; everything else resolves as in the base."""
-    import yaml
-
     experiments = [c for c in CONFIGS if "config" in (yaml.safe_load(c.read_text()) or {})]
     names = {c.name for c in experiments}
     assert {"pals_sqrt.yaml", "shared.yaml", "continual_gem.yaml", "demo.yaml"} <= names
@@ -158,8 +157,6 @@ def test_every_experiment_sets_only_what_differs_from_its_base() -> None:
 def test_links_give_encoder_tasks_and_pair_encoding_once(
     tiny_yaml: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import yaml
-
     args = ["--config", str(tiny_yaml), "--model.tasks", "[sst, sts]", "--model.pair_encoding", "siamese"]
     assert main(["fit", *args, "--print_config=skip_null"]) == 0
     printed = yaml.safe_load(capsys.readouterr().out)
@@ -221,7 +218,9 @@ def test_fit_validate_test_predict_and_reruns(
     assert scores["overall"] == pytest.approx(by_hand, abs=1e-6) and best["val/overall"] == pytest.approx(
         by_hand
     )
-    assert (run0 / "checkpoints" / "last.ckpt").is_file()  # written by the last_checkpoint callback
+    ckpts = run0 / "checkpoints"
+    assert (ckpts / "last.ckpt").is_file()  # written by the last_checkpoint callback
+    assert (ckpts / "best.ckpt").read_bytes() == ckpt.read_bytes()  # the alias of the best checkpoint
     config_digest = _digest(run0 / "config.yaml")
 
     # a rerun into the same root gets its own version directory and leaves the first run alone
@@ -229,69 +228,107 @@ def test_fit_validate_test_predict_and_reruns(
     capsys.readouterr()
     assert (runs / "version_1" / "config.yaml").is_file()
     assert _digest(run0 / "config.yaml") == config_digest
-    assert len(list((run0 / "checkpoints").glob("*.ckpt"))) == 3  # best, its alias best.ckpt and last
+    assert len(list(ckpts.glob("*.ckpt"))) == 3  # best, its alias best.ckpt and last
 
-    base = ["--config", str(tiny_yaml), "--ckpt_path", str(ckpt)]
-    assert main(["validate", *base]) == 0
-    assert "CS224N overall (dev):" in capsys.readouterr().out  # the table fit prints
-    assert json.loads((run0 / "validate" / "version_0" / "scores.json").read_text())["complete"] is True
-    assert main(["test", *base]) == 0  # the fixture's STS test file is labelled (the others are not)
-    assert "Partial mean over sts" in capsys.readouterr().out
+    # evaluations belong to the run they evaluate (issue 18, item 4): last with the run's own config is
+    # this run's last.ckpt, although version_1's is newer, and validate logs into the run
+    own = ["--config", str(run0 / "config.yaml")]
+    assert main(["validate", *own, "--ckpt_path", "last"]) == 0
+    captured = capsys.readouterr()
+    assert f"loading from {ckpts / 'last.ckpt'}" in captured.err
+    assert "CS224N overall (dev):" in captured.out  # the table fit prints
+    scores = json.loads((run0 / "validate" / "version_0" / "scores.json").read_text())
+    assert scores["complete"] is True and scores["ckpt_path"] == str(ckpts / "last.ckpt")
+    assert sorted(p.name for p in runs.iterdir()) == ["version_0", "version_1"]  # no run of its own
 
-    assert main(["predict", *base]) == 0
-    capsys.readouterr()
+    # with a config that is not a run's: the newest last.ckpt under the root (version_1)
+    assert main(["test", "--config", str(tiny_yaml), "--ckpt_path", "last"]) == 0
+    captured = capsys.readouterr()
+    assert f"loading from {runs / 'version_1' / 'checkpoints' / 'last.ckpt'}" in captured.err
+    assert "Partial mean over sts" in captured.out  # the fixture's STS test file is labelled (no others)
+    assert (runs / "version_1" / "test" / "version_0" / "scores.json").is_file()
+
+    # best: the alias; predictions go to the run, the predict logs to <run>/predict
+    assert main(["predict", *own, "--ckpt_path", "best"]) == 0
+    assert f"loading from {ckpts / 'best.ckpt'}" in capsys.readouterr().err
     pred_dir = run0 / "predictions"
     files = sorted(p.name for p in pred_dir.glob("*.csv"))
     assert files == sorted(f"{t}-{s}-output.csv" for t in ("sst", "para", "sts") for s in ("dev", "test"))
     sst_dev = (pred_dir / "sst-dev-output.csv").read_text().splitlines()
     assert sst_dev[0].split() == ["id", "Predicted_Sentiment"] and len(sst_dev) == 1 + 10
+    assert (run0 / "predict" / "version_0").is_dir()
     digests = {p.name: _digest(p) for p in pred_dir.glob("*.csv")}
     (pred_dir / "sts-dev-output.csv").write_text("sentinel\n")
 
-    # a second predict refuses to overwrite, with one line and nothing written
-    assert main(["predict", *base]) == USER_ERROR_EXIT
+    # a refused predict (its files exist) and a folder given as checkpoint: one line, nothing changed
+    before = _files(runs)
+    assert main(["predict", *own, "--ckpt_path", "best"]) == USER_ERROR_EXIT
     line = _single_error_line(capsys.readouterr().err)
-    assert "already exist" in line and "overwrite" in line
-    assert (pred_dir / "sts-dev-output.csv").read_text() == "sentinel\n"
+    assert "Prediction files already exist" in line and "overwrite" in line
+    assert main(["validate", *own, "--ckpt_path", str(run0)]) == USER_ERROR_EXIT
+    line = _single_error_line(capsys.readouterr().err)
+    assert f"Checkpoint path {run0} is a folder, not a file: --ckpt_path takes a .ckpt file" in line
+    assert _files(runs) == before
+    assert sorted(p.name for p in (run0 / "predict").iterdir()) == ["version_0"]
 
-    assert main(["predict", *base, "--predictions.overwrite", "true"]) == 0
+    assert main(["predict", *own, "--ckpt_path", "best", "--predictions.overwrite", "true"]) == 0
     capsys.readouterr()
     assert {p.name: _digest(p) for p in pred_dir.glob("*.csv")} == digests
 
 
-@pytest.mark.parametrize(
-    ("extra", "expected"),
-    [
-        (["--model.init_args.no_such_option", "1"], "no_such_option"),
-        (["--trainer.max_stepz", "3"], "max_stepz"),
-        (["--data.init_args.data_dir", "{missing}"], "missing-data"),
-        (
-            [
-                "--model.init_args.encoder_config",
-                "null",
-                "--model.init_args.encoder",
-                "nobody/no-such-encoder",
-            ],
-            "no-such-encoder",
-        ),
-        (["--model.tasks", "[sst, no_such_task]"], "Unknown task 'no_such_task'"),
-    ],
-    ids=[
-        "unknown-model-key",
-        "unknown-trainer-key",
-        "missing-data-folder",
-        "unknown-encoder",
-        "unknown-task",
-    ],
-)
-def test_user_errors_are_one_line_without_traceback(
-    extra: list[str], expected: str, tiny_yaml: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_fit_saves_the_best_model_and_predict_reads_csv_and_jsonl(
+    fitted: dict[str, Any], tmp_path: Path, forked_cli: ForkedCli
 ) -> None:
-    extra = [e.format(missing=tmp_path / "missing-data") for e in extra]
-    assert main(["fit", "--config", str(tiny_yaml), *extra]) == USER_ERROR_EXIT
-    line = _single_error_line(capsys.readouterr().err)
-    assert expected in line
-    assert not (tmp_path / "runs" / "version_0" / "checkpoints").exists()
+    run = fitted["root"] / "runs" / "version_0"
+    folder = run / "model"
+    config = json.loads((folder / "config.json").read_text())
+    best = json.loads((run / "scores.json").read_text())["best"]["scores"]
+    assert config["scores"]["val/overall"] == pytest.approx(best["val/overall"])
+    assert config["max_length"] == 32  # the data module's, used again at prediction time
+    assert "best validation checkpoint" in (folder / "README.md").read_text()
+
+    # the folder holds the best checkpoint's weights, not the final ones
+    ckpt = json.loads((run / "scores.json").read_text())["best_model_path"]
+    saved = torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
+    model = MultiTaskModule.from_pretrained(folder)
+    assert all(torch.equal(saved[k], v) for k, v in model.state_dict().items())
+    # and a new process loading only the folder predicts exactly what the checkpoint predicts
+    # (forked from the session's CLI driver, which has imported but loaded no model: forked_cli)
+    benchmark = load_benchmark("pretrained_roundtrip")
+    benchmark.subprocess = ForkedSubprocess(forked_cli)  # a fresh module: nothing to restore
+    roundtrip = benchmark.main(["--run", str(run), "--data-dir", str(fitted["root"] / "data"), "--n", "6"])
+    assert roundtrip["examples_per_task"] == {"sst": 6, "qqp": 6, "sts": 6}
+    assert roundtrip["max_abs_diff_all"] == 0.0
+
+    sentences = tmp_path / "mine.csv"
+    sentences.write_text('id,sentence\nr1,"a great, fun movie"\nr2,awful plot\nr3,ok\n', encoding="utf-8")
+    predict = ["predict", "--predict.model", str(folder), "--predict.task", "sst"]
+    assert main([*predict, "--predict.input", str(sentences)]) == 0
+    rows = _rows(tmp_path / "mine-sst-predictions.csv")
+    expected = model.predict("sst", ["a great, fun movie", "awful plot", "ok"])
+    assert [r["id"] for r in rows] == ["r1", "r2", "r3"]
+    assert [r["label"] for r in rows] == expected.labels
+    probs = np.array([[float(r[column_name(n)]) for n in expected.label_names] for r in rows])
+    np.testing.assert_allclose(probs, expected.probabilities, atol=1e-6)
+
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text(
+        json.dumps({"sentence1": "how do I cook rice", "sentence2": "how is rice cooked"})
+        + "\n\n"
+        + json.dumps({"sentence1": "a", "sentence2": "b"})
+        + "\n"
+    )
+    out = tmp_path / "sts.csv"
+    args = ["predict", "--ckpt_path", str(ckpt), "--predict.task", "sts", "--predict.input", str(pairs)]
+    assert main([*args, "--predict.output", str(out)]) == 0
+    rows = _rows(out)
+    scores = model.predict("sts", [("how do I cook rice", "how is rice cooked"), ("a", "b")]).scores
+    assert [r["id"] for r in rows] == ["0", "1"]  # no id column: the row number
+    assert [float(r["score"]) for r in rows] == pytest.approx(scores, abs=1e-6)
+
+
+def _files(folder: Path) -> dict[str, int]:
+    return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()}
 
 
 def test_config_saver_picks_a_free_name_when_runs_share_a_folder(tmp_path: Path) -> None:
@@ -322,14 +359,6 @@ def test_config_saver_leaves_nothing_when_the_write_fails(tmp_path: Path) -> Non
     with pytest.raises(OSError, match="No space"):
         saver.setup(trainer, None, "fit")  # type: ignore[arg-type]
     assert list(tmp_path.iterdir()) == []  # no config.yaml, no temporary file
-
-
-def test_next_version_dir(tmp_path: Path) -> None:
-    assert next_version_dir(tmp_path / "absent") == "version_0"
-    (tmp_path / "version_0").mkdir()
-    (tmp_path / "version_3").mkdir()
-    (tmp_path / "version_x").mkdir()
-    assert next_version_dir(tmp_path) == "version_4"
 
 
 def test_custom_task_given_as_a_dict_in_the_config(
@@ -457,27 +486,3 @@ def test_a_disk_fault_is_one_line_and_changes_nothing(
     assert all(k.startswith(own) for k in added), added
     if added:
         assert any(k.endswith("metrics.csv") for k in added)
-
-
-# ---------------------------------------------------------------- bad auxiliary-task and two-stage options
-
-
-@pytest.mark.parametrize(
-    ("option", "fragment"),
-    [
-        ("--model.init_args.auxiliary=[snli]", "auxiliary names ['snli'], which are not among the tasks"),
-        (
-            "--model.init_args.init_from=nowhere/joint.ckpt",
-            "init_from checkpoint nowhere/joint.ckpt does not exist",
-        ),
-        ("--data.init_args.task_multipliers={snli: 0.5}", "task_multipliers name unknown tasks ['snli']"),
-    ],
-)
-def test_auxiliary_and_two_stage_errors_are_one_line(
-    tiny_yaml: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, fragment: str
-) -> None:
-    assert main(["fit", "--config", str(tiny_yaml), option]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("pal-lightning: error:") and fragment in err
-    assert "\n" not in err and "Traceback" not in err
-    assert not (tmp_path / "runs").exists()  # nothing written

@@ -1,13 +1,10 @@
-"""DDP end to end through the command line: ``pal-lightning fit`` with GEM on 2 CPU processes (gloo),
-then a single-process ``validate`` and a 2-process ``predict`` of the checkpoint. Each command's first
-process is forked from the session's CLI driver (``forked_cli``); Lightning starts rank 1 as from
-``python -m pal_lightning``.
-
-One fit, with GEM: every check of a plain DDP fit (the same task at every step, disjoint examples,
-bit-identical weights, one run folder) holds for it too, and GEM adds identical memories. A second, plain
-fit cost one more fresh interpreter (its rank 1) and its training; plain DDP fits through the CLI
-still run in test_signals.py, and test_torchrun_cli.py checks a plain one for
-the same tasks, disjoint examples and identical weights."""
+"""DDP end to end through the command line: ``pal-lightning fit`` with GEM on the shared parameters of a mixed
+layer-sharing regime (F frozen + I individual layers, with PALs: unused parameters every step) on 2 CPU
+processes (gloo), then a single-process ``validate`` and a 2-process ``predict`` of the checkpoint. Each
+command's first process is forked from the session's CLI driver (``forked_cli``); Lightning starts rank 1
+as from ``python -m pal_lightning``. Every check of a plain DDP fit (the same task at every step, disjoint
+examples, bit-identical weights, one run folder) holds for it too, and GEM adds identical memories; plain
+DDP fits through the CLI run in test_resume.py and test_torchrun_cli.py."""
 
 from __future__ import annotations
 
@@ -17,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 import yaml
 
 from pal_lightning.testing import TINY_GEM as GEM
@@ -42,6 +40,8 @@ def _setup(folder: Path, data: Path, gem: bool) -> Path:
     path = write_tiny_fit_config(folder, data)
     config: dict[str, Any] = yaml.safe_load(path.read_text())
     config["trainer"]["max_steps"] = 4  # 2 epochs of 2 steps: validation and last.ckpt after steps 2 and 4
+    # TINY_BERT has two layers: the bottom one frozen, the top one a copy per task
+    config["model"]["init_args"]["layer_sharing"] = "FI"
     callbacks: list[dict[str, Any]] = [
         {
             "class_path": "pal_lightning.testing.callbacks.RankRecorder",
@@ -83,10 +83,16 @@ def test_both_ranks_same_tasks_disjoint_examples_identical_weights(runs: dict[st
         assert not set(ids0) & set(ids1)  # each rank its own share of the batch
     assert r0["params_digest"] == r1["params_digest"]  # bit-identical weights
     assert r0["gem"] == r1["gem"] and r0["gem"]["memory"]  # identical, non-empty memories
+    assert len({task for _, task, _ in r0["tasks"]}) >= 2  # other tasks' layer copies unused at a step
     # the run wrote one folder, with one config and one last.ckpt (rank 1 logged where rank 0 did)
     run_dirs = sorted(p.name for p in (runs["gem"] / "runs").iterdir())
     assert run_dirs[0] == "version_0" and (runs["gem"] / "runs" / "version_0" / "config.yaml").is_file()
-    assert (runs["gem"] / "runs" / "version_0" / "checkpoints" / "last.ckpt").is_file()
+    keys = torch.load(runs["gem"] / "runs" / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)[
+        "state_dict"
+    ].keys()
+    for task in ("sst", "qqp", "sts"):
+        assert any(k.startswith(f"encoder.individual.{task}.1.") for k in keys), task
+    assert not any(k.startswith("encoder.bert.encoder.layer.1.") for k in keys)  # the I layer's slot
 
 
 def test_single_process_validation_of_the_checkpoint_matches_the_fit(runs: dict[str, Path]) -> None:
@@ -101,8 +107,6 @@ def test_single_process_validation_of_the_checkpoint_matches_the_fit(runs: dict[
 def test_ddp_metrics_csv_steps_and_steps_per_task(runs: dict[str, Path]) -> None:
     """Under DDP too: validations logged at the steps done, each row's steps per task counted by hand from
     the tasks rank 0 recorded, and the counts saved in last.ckpt for a resume (issue 18, item 8)."""
-    import torch
-
     run = runs["gem"] / "runs" / "version_0"
     with open(run / "metrics.csv", newline="") as f:
         rows = list(csv.DictReader(f))

@@ -100,9 +100,8 @@ def test_pretrain_under_ddp_writes_one_loadable_encoder(runs: dict[str, Any]) ->
     from pal_lightning.module.multitask import MultiTaskModule
 
     folder = runs["pretrain"]
-    assert sorted(p.name for p in (folder / "runs").iterdir()) == [
-        "version_0"
-    ]  # one run folder for both ranks
+    # one run folder for both ranks
+    assert sorted(p.name for p in (folder / "runs").iterdir()) == ["version_0"]
     out = folder / "runs" / "version_0" / "encoder"
     assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()
     assert runs["procs"]["pretrain"].stdout.count("wrote the pre-trained encoder") == 1  # rank 0 only

@@ -1,6 +1,7 @@
 """The help and the messages (pal_lightning/cli/help.py, main.py): ``pal-lightning --help`` and ``--version``
 by hand (without torch), every other screen LightningCLI's with the registered methods, encoders and tasks
-under it; "did you mean" for a mistyped option; one-line errors that name the option or file to fix."""
+under it; "did you mean" for a mistyped option; one-line errors that name the option or file to fix (the
+catalogue of bad inputs run as a user runs them: test_bad_inputs.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import lightning.pytorch  # noqa: F401  (its log handler binds stderr at import: the real one, not a test's capture)
 import pytest
 
 from pal_lightning.cli.help import SUBCOMMAND_HELP, registered, suggest
@@ -30,8 +32,9 @@ def _out(capsys: pytest.CaptureFixture[str], *args: str) -> str:
 def _error(capsys: pytest.CaptureFixture[str]) -> str:
     err = capsys.readouterr().err
     assert "Traceback" not in err
-    (line,) = [x for x in err.splitlines() if x.startswith("pal-lightning: error:")]
-    return line
+    lines = [x for x in err.splitlines() if not x.startswith("INFO: Seed set")]  # Lightning's own line
+    assert len(lines) == 1 and lines[0].startswith("pal-lightning: error:"), err
+    return lines[0]
 
 
 def test_top_level_help_and_version(capsys: pytest.CaptureFixture[str]) -> None:
@@ -86,9 +89,8 @@ def test_fit_help_is_lightnings_with_the_registries(
     assert "Sampling rules (--data.sampling): proportional, sqrt, uniform, round_robin, annealed" in flat
     monkeypatch.setitem(schedules._RULES, "my_rule", schedules._RULES["sqrt"])
     assert registered().endswith(", temperature, my_rule.")  # read from the registry
-    assert (
-        "their own options: lora (targets, alpha, dropout), houlsby (" in registered()
-    )  # each method's own options, from its config
+    # each method's own options, from its config
+    assert "their own options: lora (targets, alpha, dropout), houlsby (" in registered()
 
 
 def test_model_and_data_help_of_the_default_class_a_subclass_and_no_class(
@@ -152,29 +154,51 @@ def test_suggest() -> None:
     assert suggest("zzz", ["lr", "dropout"]) == []
 
 
-def test_max_steps_zero_says_what_to_set(
-    tiny_yaml: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("options", "fragments"),
+    [
+        (
+            ["--trainer.max_steps", "0"],
+            ["trainer.max_steps is 0, which trains nothing", "--trainer.max_steps 1200"],
+        ),
+        (["--data.batch_size", "-4"], ["batch_size (--data.batch_size) must be at least 1, got -4"]),
+        (
+            ["--config", "{dir}/broken.yaml"],
+            ["Config file {dir}/broken.yaml is not valid YAML", "line 3, column 1"],
+        ),
+        (["--model.init_args.auxiliary=[snli]"], ["auxiliary names ['snli'], which are not among the tasks"]),
+        (
+            ["--model.init_args.init_from=nowhere/joint.ckpt"],
+            ["init_from checkpoint nowhere/joint.ckpt does not exist"],
+        ),
+        (["--data.init_args.task_multipliers={snli: 0.5}"], ["task_multipliers name unknown tasks ['snli']"]),
+        (["--trainer.precision", "fastest"], ["precision"]),  # one Lightning does not know
+    ],
+    ids=[
+        "max-steps-0",
+        "batch-size",
+        "yaml-syntax",
+        "auxiliary",
+        "init-from",
+        "task-multipliers",
+        "precision",
+    ],
+)
+def test_a_bad_value_is_one_line_naming_the_option_or_file(
+    tiny_yaml: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    options: list[str],
+    fragments: list[str],
 ) -> None:
-    assert main(["fit", "--config", str(tiny_yaml), "--trainer.max_steps", "0"]) == USER_ERROR_EXIT
+    (tmp_path / "broken.yaml").write_text("trainer:\n  max_steps: [1, 2\n")
+    options = [o.replace("{dir}", str(tmp_path)) for o in options]
+    assert main(["fit", "--config", str(tiny_yaml), *options]) == USER_ERROR_EXIT
     line = _error(capsys)
-    assert "trainer.max_steps is 0, which trains nothing" in line and "--trainer.max_steps 1200" in line
-    assert not (tmp_path / "runs").exists()
-
-
-def test_yaml_syntax_error_names_the_file(
-    tiny_yaml: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    bad = tmp_path / "broken.yaml"
-    bad.write_text("trainer:\n  max_steps: [1, 2\n")
-    assert main(["fit", "--config", str(tiny_yaml), "--config", str(bad)]) == USER_ERROR_EXIT
-    line = _error(capsys)
-    assert f"Config file {bad} is not valid YAML" in line and "line 3, column 1" in line
-    assert "<unicode string>" not in line
-
-
-def test_bad_batch_size_names_the_option(tiny_yaml: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["fit", "--config", str(tiny_yaml), "--data.batch_size", "-4"]) == USER_ERROR_EXIT
-    assert "batch_size (--data.batch_size) must be at least 1, got -4" in _error(capsys)
+    for fragment in fragments:
+        assert fragment.replace("{dir}", str(tmp_path)) in line, line
+    assert "<unicode string>" not in line  # jsonargparse's name for a config file
+    assert not (tmp_path / "runs").exists()  # nothing written
 
 
 def test_write_cs224n_data_takes_a_str(tmp_path: Path) -> None:

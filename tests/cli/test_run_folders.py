@@ -1,13 +1,11 @@
-"""Evaluation commands belong to the run they evaluate (issue 18, item 4): validate/test/predict of
-a run's checkpoint log into that run, ``--ckpt_path last``/``best`` with a run's own config.yaml
-resolve within that run, ``best.ckpt`` names the best checkpoint, a failed command leaves nothing; a logger
+"""Run folders: ``--ckpt_path last``/``best`` and what a failed command leaves (the evaluations of a run's
+checkpoint logging into that run are test_cli.py's fit test), version folders, and a logger
 given with ``--trainer.logger`` is used as given (docs/scaling.md, "Other loggers"): the CLI adds its own
 CSV and TensorBoard loggers only when none is given."""
 
 from __future__ import annotations
 
 import csv
-import json
 import os
 import re
 from pathlib import Path
@@ -26,56 +24,6 @@ from pal_lightning.cli.run_folders import (
 from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
 
 from .conftest import ROOT
-
-
-def _files(folder: Path) -> dict[str, int]:
-    return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()}
-
-
-def test_evaluations_stay_in_their_run(
-    tiny_yaml: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    runs = tmp_path / "runs"
-    assert main(["fit", "--config", str(tiny_yaml)]) == 0
-    assert main(["fit", "--config", str(tiny_yaml), "--trainer.max_steps", "2"]) == 0  # a newer run
-    capsys.readouterr()
-    run0 = runs / "version_0"
-    ckpts = run0 / "checkpoints"
-    (best,) = ckpts.glob("best-step*.ckpt")
-    assert (ckpts / "best.ckpt").read_bytes() == best.read_bytes()  # the alias of the best checkpoint
-
-    # last with the run's own config: this run's last.ckpt, although version_1's is newer
-    own = ["--config", str(run0 / "config.yaml")]
-    assert main(["validate", *own, "--ckpt_path", "last"]) == 0
-    captured = capsys.readouterr()
-    assert f"loading from {ckpts / 'last.ckpt'}" in captured.err
-    assert "CS224N overall (dev):" in captured.out  # the table fit prints
-    scores = json.loads((run0 / "validate" / "version_0" / "scores.json").read_text())
-    assert scores["complete"] is True and scores["ckpt_path"] == str(ckpts / "last.ckpt")
-    assert sorted(p.name for p in runs.iterdir()) == ["version_0", "version_1"]  # no run of its own
-
-    # best: the alias; predictions go to the run, the predict logs to <run>/predict
-    assert main(["predict", *own, "--ckpt_path", "best"]) == 0
-    assert f"loading from {ckpts / 'best.ckpt'}" in capsys.readouterr().err
-    assert (run0 / "predictions" / "sst-dev-output.csv").is_file()
-    assert (run0 / "predict" / "version_0").is_dir()
-
-    # with a config that is not a run's: the newest last.ckpt under the root (version_1)
-    assert main(["test", "--config", str(tiny_yaml), "--ckpt_path", "last"]) == 0
-    assert f"loading from {runs / 'version_1' / 'checkpoints' / 'last.ckpt'}" in capsys.readouterr().err
-    assert (runs / "version_1" / "test" / "version_0" / "scores.json").is_file()
-
-    # a refused predict (its files exist) and a folder given as checkpoint change nothing
-    before = _files(runs)
-    assert main(["predict", *own, "--ckpt_path", "best"]) == USER_ERROR_EXIT
-    assert "Prediction files already exist" in capsys.readouterr().err
-    assert main(["validate", *own, "--ckpt_path", str(run0)]) == USER_ERROR_EXIT
-    assert (
-        f"Checkpoint path {run0} is a folder, not a file: --ckpt_path takes a .ckpt file"
-        in capsys.readouterr().err
-    )
-    assert _files(runs) == before
-    assert sorted(p.name for p in (run0 / "predict").iterdir()) == ["version_0"]
 
 
 def test_best_without_a_best_checkpoint_says_where_it_looked(

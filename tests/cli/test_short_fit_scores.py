@@ -2,7 +2,7 @@
 at its end (issue "A user's own task, end to end", item 5), with the score table, scores.json and the
 best and last checkpoints as after any validation (under DDP, where every rank takes part: the stage-2 run
 of test_ddp_stage2_pretrain.py; a fit whose own validations reach its end is not validated again: the fit
-test of test_cli.py)."""
+test of test_cli.py; validation turned off: test_console.py)."""
 
 from __future__ import annotations
 
@@ -48,15 +48,3 @@ def test_a_short_fit_is_validated_once_at_its_end(
     assert (run / "model").is_dir()  # the saved model of the best checkpoint
     for stale in STALE_ADVICE:
         assert stale not in out + err, stale
-
-
-def test_validation_turned_off_says_so(
-    tmp_path: Path, tiny_yaml: Path, capfd: pytest.CaptureFixture[str]
-) -> None:
-    assert main(["fit", "--config", str(tiny_yaml), "--trainer.limit_val_batches", "0"]) == 0
-    out, err = capfd.readouterr()
-    assert "without dev scores: --trainer.limit_val_batches is 0, which turns validation off" in out
-    assert "pal-lightning validate --config <run>/config.yaml --ckpt_path last" in out
-    for stale in STALE_ADVICE:
-        assert stale not in out + err, stale
-    assert _scores(tmp_path / "runs" / "version_0")["overall"] is None

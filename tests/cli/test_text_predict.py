@@ -1,23 +1,19 @@
-"""fit writes <run>/model; ``pal-lightning predict --predict.input FILE`` on the user's own sentences (one task, or
-each row's own from a task column), and its files: LF line ends, safe column names, six decimals."""
+"""``pal-lightning predict --predict.input FILE`` on the user's own sentences (one task, or each row's own from
+a task column), and its files: LF line ends, safe column names, six decimals (that fit writes <run>/model, and
+predict reads csv and jsonl with it: test_cli.py)."""
 
 from __future__ import annotations
 
 import csv
-import json
 import re
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
 from pal_lightning import MultiTaskModule
 from pal_lightning.cli.main import USER_ERROR_EXIT, main
-from pal_lightning.core.columns import probability_column as column_name
 from pal_lightning.testing import TINY_BERT
-
-from .conftest import ForkedCli, ForkedSubprocess, load_benchmark
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -30,58 +26,6 @@ def _args(model: Path, source: Path, task: str | None = None) -> list[str]:
     return ["predict", "--predict.model", str(model), "--predict.input", str(source)] + (
         ["--predict.task", task] if task else []
     )
-
-
-def test_fit_saves_the_best_model_and_predict_reads_csv_and_jsonl(
-    tiny_yaml: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], forked_cli: ForkedCli
-) -> None:
-    assert main(["fit", "--config", str(tiny_yaml)]) == 0
-    capsys.readouterr()
-    run = tmp_path / "runs" / "version_0"
-    folder = run / "model"
-    config = json.loads((folder / "config.json").read_text())
-    best = json.loads((run / "scores.json").read_text())["best"]["scores"]
-    assert config["scores"]["val/overall"] == pytest.approx(best["val/overall"])
-    assert config["max_length"] == 32  # the data module's, used again at prediction time
-    assert "best validation checkpoint" in (folder / "README.md").read_text()
-
-    # the folder holds the best checkpoint's weights, not the final ones
-    ckpt = json.loads((run / "scores.json").read_text())["best_model_path"]
-    saved = torch.load(ckpt, map_location="cpu", weights_only=True)["state_dict"]
-    model = MultiTaskModule.from_pretrained(folder)
-    assert all(torch.equal(saved[k], v) for k, v in model.state_dict().items())
-    # and a new process loading only the folder predicts exactly what the checkpoint predicts
-    # (forked from the session's CLI driver, which has imported but loaded no model: forked_cli)
-    benchmark = load_benchmark("pretrained_roundtrip")
-    benchmark.subprocess = ForkedSubprocess(forked_cli)  # a fresh module: nothing to restore
-    roundtrip = benchmark.main(["--run", str(run), "--data-dir", str(tmp_path / "data"), "--n", "6"])
-    assert roundtrip["examples_per_task"] == {"sst": 6, "qqp": 6, "sts": 6}
-    assert roundtrip["max_abs_diff_all"] == 0.0
-
-    sentences = tmp_path / "mine.csv"
-    sentences.write_text('id,sentence\nr1,"a great, fun movie"\nr2,awful plot\nr3,ok\n', encoding="utf-8")
-    assert main(_args(folder, sentences, "sst")) == 0
-    rows = _rows(tmp_path / "mine-sst-predictions.csv")
-    expected = model.predict("sst", ["a great, fun movie", "awful plot", "ok"])
-    assert [r["id"] for r in rows] == ["r1", "r2", "r3"]
-    assert [r["label"] for r in rows] == expected.labels
-    probs = np.array([[float(r[column_name(n)]) for n in expected.label_names] for r in rows])
-    np.testing.assert_allclose(probs, expected.probabilities, atol=1e-6)
-
-    pairs = tmp_path / "pairs.jsonl"
-    pairs.write_text(
-        json.dumps({"sentence1": "how do I cook rice", "sentence2": "how is rice cooked"})
-        + "\n\n"
-        + json.dumps({"sentence1": "a", "sentence2": "b"})
-        + "\n"
-    )
-    out = tmp_path / "sts.csv"
-    args = ["predict", "--ckpt_path", str(ckpt), "--predict.task", "sts", "--predict.input", str(pairs)]
-    assert main([*args, "--predict.output", str(out)]) == 0
-    rows = _rows(out)
-    scores = model.predict("sts", [("how do I cook rice", "how is rice cooked"), ("a", "b")]).scores
-    assert [r["id"] for r in rows] == ["0", "1"]  # no id column: the row number
-    assert [float(r["score"]) for r in rows] == pytest.approx(scores, abs=1e-6)
 
 
 @pytest.fixture(scope="module")
@@ -167,8 +111,8 @@ def _predict(model: Path, task: str, source: Path) -> Path:
 
 
 def test_text_predict_writes_lf_safe_names_and_six_decimals(tmp_path: Path, saved_model: Path) -> None:
-    sentences = tmp_path / "mine.csv"
-    sentences.write_text("id,sentence\nr1,a fine film\nr2,dull\n")
+    sentences = tmp_path / "mine.csv"  # with --predict.task, a task column is ignored
+    sentences.write_text("id,task,sentence\nr1,something else,a fine film\nr2,sts,dull\n")
     out = _predict(saved_model, "sst", sentences)
     raw = out.read_bytes()
     assert b"\r" not in raw and raw.endswith(b"\n")
@@ -224,15 +168,3 @@ def test_cli_predicts_each_row_with_its_task_column(
     assert (rows[1]["score"], rows[1]["p_sst_negative"], rows[2]["label"]) == ("", "", "")
     score = module.predict("sts", [("a man plays", "a man is playing a guitar")]).scores[0]
     assert float(rows[2]["score"]) == pytest.approx(score, abs=1e-5)
-
-
-def test_cli_with_a_task_option_ignores_the_task_column(saved_model: Path, tmp_path: Path) -> None:
-    source = tmp_path / "in.csv"
-    source.write_text("task,sentence\nsomething else,hi\n", encoding="utf-8")
-    assert main(_args(saved_model, source, "sst")) == 0
-    assert list(_rows(tmp_path / "in-sst-predictions.csv")[0]) == [
-        "id",
-        "label",
-        "p_negative",
-        *["p_somewhat_negative", "p_neutral", "p_somewhat_positive", "p_positive"],
-    ]

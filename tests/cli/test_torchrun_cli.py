@@ -1,15 +1,11 @@
-"""External launchers: ``torchrun --nproc_per_node 2`` starts both ranks of ``pal-lightning fit`` (CPU, gloo), and
-so do two processes with the variables ``srun`` sets for 2 nodes of 1 task each (``SLURM_PROCID``,
-``SLURM_NODEID``, ...: the second "node"'s process has local rank 0 and global rank 1);
-Lightning's TorchElasticEnvironment / SLURMEnvironment take the ranks from them. Rank 1 is not a child
-of rank 0, so it inherits nothing from it. torchrun's ranks are fresh interpreters; of the srun pair, rank
-0 is forked from the session's CLI driver (``forked_cli``: what ``python -m pal_lightning`` is once it has
-imported, with the job's variables as its whole environment) and rank 1 is a fresh interpreter, which
-saves one interpreter's imports (about 6 s of CPU).
-
-The invariants are those of tests/cli/test_ddp_cli.py (Lightning's own launcher): the same task on
-every rank at every step with disjoint examples, bit-identical weights, one run folder, and validation
-that scores each dev example once (the fit's scores equal a single-process ``validate`` of the checkpoint).
+"""External launchers: ``torchrun --nproc_per_node 2`` starts both ranks of ``pal-lightning fit`` (CPU, gloo) as
+fresh interpreters, and two processes get the variables ``srun`` sets for 2 nodes of 1 task each
+(``SLURM_PROCID``, ...: the second "node"'s process has local rank 0 and global rank 1); Lightning's
+TorchElasticEnvironment / SLURMEnvironment take the ranks from them. The srun pair is forked from the
+session's CLI driver, each with its variables as its whole environment (what a fresh interpreter would
+read); neither is the other's child. The invariants are those of test_ddp_cli.py: the same task on every
+rank at every step with disjoint examples, bit-identical weights, one run folder, and validation that scores
+each dev example once (the fit's scores equal a single-process ``validate`` of the checkpoint).
 """
 
 from __future__ import annotations
@@ -65,22 +61,9 @@ def _launch(
         "SLURM_NODELIST": "localhost",
         "MASTER_PORT": str(free_port()),
     }
-    ranks = [
-        {**env, **slurm, "SLURM_PROCID": str(r), "SLURM_NODEID": str(r), "SLURM_LOCALID": "0"} for r in (0, 1)
-    ]
-    second = subprocess.Popen(
-        [sys.executable, *fit],
-        cwd=folder,
-        env=ranks[1],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    (first,) = forked_cli.run(
-        [(folder, fit[2:])], 1, ranks[0]
-    )  # fit[2:]: the arguments after -m pal_lightning
-    out, err = second.communicate(timeout=300)
-    return [first, subprocess.CompletedProcess(second.args, second.returncode, out, err)]
+    slurm["SLURM_LOCALID"] = "0"
+    ranks = [{**env, **slurm, "SLURM_PROCID": str(r), "SLURM_NODEID": str(r)} for r in (0, 1)]
+    return forked_cli.run([(folder, fit[2:], rank) for rank in ranks], workers=2)  # after -m pal_lightning
 
 
 def _setup(folder: Path) -> Path:
@@ -163,7 +146,6 @@ def test_devices_that_do_not_match_torchruns_world_size_name_the_options(
     assert main(["fit", "--config", str(config), "--trainer.accelerator", "cpu"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("pal-lightning: error: The launcher started 2 processes"), err
-    assert (
-        "the Trainer runs 1" in err[0] and "--trainer.devices" in err[0] and "--trainer.num_nodes" in err[0]
-    )
+    for fragment in ("the Trainer runs 1", "--trainer.devices", "--trainer.num_nodes"):
+        assert fragment in err[0]
     assert not (tmp_path / "runs").exists()  # the folder claimed before fit is removed again
