@@ -88,7 +88,7 @@ def test_every_shipped_config_prints(capsys: pytest.CaptureFixture[str]) -> None
             assert printed["seed_everything"] == 42, config.name
             assert printed["trainer"]["default_root_dir"] == f"runs/{config.stem}", config.name
     ddp = yaml.safe_load((ROOT / "configs" / "ddp.yaml").read_text())["trainer"]
-    assert ddp["strategy"] == "ddp_find_unused_parameters_true" and ddp["precision"] == "auto"
+    assert ddp["strategy"] == "ddp" and ddp["precision"] == "auto"
 
 
 def test_every_overlay_applies_over_the_quickstart(capsys: pytest.CaptureFixture[str]) -> None:

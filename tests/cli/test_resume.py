@@ -223,7 +223,7 @@ def test_a_signal_to_one_ddp_rank_stops_every_rank_at_the_same_step(
     write one last.ckpt of that step together and all exit 143, with one line from rank 0 and no hang."""
     stop = _at_step("SignalAtStep", SIGNAL_AT, signal_name="SIGTERM", rank=1)
     _config(tmp_path / "run", write_cs224n_data(tmp_path / "data"), [stop])
-    ddp = ["--trainer.devices", "2", "--trainer.strategy", "ddp_find_unused_parameters_true"]
+    ddp = ["--trainer.devices", "2", "--trainer.strategy", "ddp"]
     (proc,) = forked_cli.run([_fit(tmp_path / "run", *ddp)])
     ckpt = tmp_path / "run" / "runs" / "version_0" / "checkpoints" / "last.ckpt"
     assert proc.returncode == 143, proc.stderr[-3000:]

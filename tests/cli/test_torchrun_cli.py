@@ -26,7 +26,7 @@ from pal_lightning.testing import free_port, write_cs224n_data, write_tiny_fit_c
 from .conftest import ForkedCli, subprocess_env
 
 #: What the trainer needs under either launcher: devices x num_nodes must equal the world size.
-TRAINER = ["--trainer.accelerator", "cpu", "--trainer.strategy", "ddp_find_unused_parameters_true"]
+TRAINER = ["--trainer.accelerator", "cpu", "--trainer.strategy", "ddp"]
 #: devices x num_nodes = the launcher's world size: 1 node x 2 for torchrun, 2 nodes x 1 for srun
 NODES = {
     "torchrun": ["--trainer.devices", "2"],
