@@ -306,7 +306,7 @@ def run_trainer(setup: Setup, rows: Rows, pal_net: bool, keep: dict | None) -> d
     set_seed(setup.seed)
     if pal_net:
         module = _pal_module(setup)
-        model, bert = PalNet(module), module.encoder.bert
+        model, bert = PalNet(module), module.encoder.backbone
     else:
         model = _classifier(setup.budget(), TASK)
         bert = model.bert
@@ -368,7 +368,7 @@ def run_pal(setup: Setup, keep: dict | None) -> dict[str, Any]:
     _, data_args, trainer_args = pal_arguments_sst(setup)
     module = _pal_module(setup)
     datamodule = MultiTaskDataModule(**data_args)
-    bert = module.encoder.bert
+    bert = module.encoder.backbone
     first = fingerprint(bert.named_parameters())
     initial = {n: p.detach().clone() for n, p in bert.named_parameters()} if keep is not None else None
     clock = _Clock(setup.device == "cuda")

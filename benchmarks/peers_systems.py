@@ -103,7 +103,7 @@ def _frozen_head(model: Any) -> int:
 
 
 def load_tuned_encoder(model: Any, state: dict[str, Any]) -> None:
-    """Put a fine-tuned pal-lightning encoder's weights (``MultiTaskEncoder.bert.state_dict()``, no pooler)
+    """Put a fine-tuned pal-lightning encoder's weights (``MultiTaskEncoder.backbone.state_dict()``, no pooler)
     into a ``BertForSequenceClassification``'s ``bert``, keeping its pretrained pooler; anything else
     missing or left over is an error, so no layer silently stays pretrained."""
     result = model.bert.load_state_dict(state, strict=False)
@@ -419,7 +419,7 @@ def run_lora_tuned(system: str, budget: Budget, scale: float, seed: int) -> dict
     encoder_budget, lora_budget = tuned_stages(budget)
     split_training_files(budget, (encoder_budget, lora_budget), seed)
     module, model_args, encoder_s = fit_pal("pal_shared", encoder_budget, scale, seed)
-    state = {k: v.detach().cpu().clone() for k, v in module.encoder.bert.state_dict().items()}
+    state = {k: v.detach().cpu().clone() for k, v in module.encoder.backbone.state_dict().items()}
     del module  # its heads are not kept: each task gets a new classifier with its adapter
     lr = BASE_LR[system] * scale
     parts = {task: train_one_task("lora", task, lora_budget, lr, seed, encoder_state=state) for task in TASKS}

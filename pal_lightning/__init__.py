@@ -55,7 +55,11 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs: the names ab
     from pal_lightning.core.errors import PalUserError
     from pal_lightning.core.hub import DEFAULT_ENCODER, resolve_encoder
     from pal_lightning.data import DataConfig, MultiTaskDataModule
-    from pal_lightning.data.sampling.schedules import annealed_alpha, register_sampling_rule, task_probabilities
+    from pal_lightning.data.sampling.schedules import (
+        annealed_alpha,
+        register_sampling_rule,
+        task_probabilities,
+    )
     from pal_lightning.gem import EpisodicMemory, GEMCallback, agem_project, project_gradient
     from pal_lightning.inference.pipeline import TaskPipeline, pipeline
     from pal_lightning.modeling import (

@@ -3,7 +3,7 @@ other's files: before 1.0 within a minor series (0.1.x), from 1.0 on within a ma
 
 from __future__ import annotations
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 
 def compatibility_series(version: str) -> str:

@@ -25,7 +25,7 @@ class ParameterReport:
     adapter_size: int
     """d_s (0 for ``adapter="none"``)."""
     shared: int
-    """Pretrained encoder parameters stored once and used by every task (``bert.*``)."""
+    """Pretrained encoder parameters stored once and used by every task (``backbone.*``)."""
     adapter_weights: dict[str, int] = field(default_factory=dict)
     """Per task: weight-matrix parameters of its adapter (tensors of 2 or more dimensions)."""
     adapter_biases: dict[str, int] = field(default_factory=dict)
@@ -138,7 +138,7 @@ def parameter_report(obj: nn.Module) -> ParameterReport:
             _count(heads[task].named_parameters()) if heads is not None and task in heads else 0
         )
     shared = _count(encoder.shared_parameters())
-    layers = encoder.family.layer_list(encoder.bert)
+    layers = encoder.family.layer_list(encoder.backbone)
     frozen = sum(_count(layers[i].named_parameters()) for i in layers_with(encoder.layer_sharing, FROZEN))
     # count each tensor once even if a module is reachable twice
     all_params = {id(p): p for p in obj.parameters()}

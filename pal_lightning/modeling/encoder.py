@@ -76,20 +76,20 @@ class MultiTaskEncoder(RoutedForward, nn.Module):
         self.wiring = Wiring(family_pre_norm=self.family.join_norm is None)
         # RoBERTa and DeBERTa checkpoints have one segment (or none): their token types are all 0
         self.takes_token_types = self.family.token_types and int(getattr(config, "type_vocab_size", 2)) > 1
-        self.bert = backbone(config, self.family, attn_implementation)
+        self.backbone = backbone(config, self.family, attn_implementation)
         num_layers = self.num_layers
         self.layer_sharing: str = parse_layer_sharing(layer_sharing, num_layers)
         self.individual_layers: tuple[int, ...] = layers_with(self.layer_sharing, INDIVIDUAL)
         for i in layers_with(self.layer_sharing, FROZEN):
-            self.family.layer_list(self.bert)[i].requires_grad_(False)
+            self.family.layer_list(self.backbone)[i].requires_grad_(False)
         self.task_group: dict[str, str] = resolve_task_groups(task_groups, names, self.layer_sharing)
         """Task -> the name of the group whose copies of the individual layers it uses."""
         self.individual = individual_copies(
-            self.bert, self.family, self.wiring, self.individual_layers, self.task_group.values()
+            self.backbone, self.family, self.wiring, self.individual_layers, self.task_group.values()
         )
         self.adapter_layers: tuple[int, ...] = self.adapter_config.layer_indices(num_layers)
         self.adapter_size: int = self.adapter_config.resolved_size(self.hidden_size)
-        self.adapters = task_adapters(self.adapter_config, self.bert.config, names, self.adapter_size)
+        self.adapters = task_adapters(self.adapter_config, self.backbone.config, names, self.adapter_size)
         hook_layers(self)
         self._start_task_layers()
         self.loading_info: LoadingInfo | None = None
@@ -105,7 +105,7 @@ class MultiTaskEncoder(RoutedForward, nn.Module):
                 start(
                     copies[str(top)]
                     if copies is not None and top in self.individual_layers
-                    else self.family.layer_list(self.bert)[top]
+                    else self.family.layer_list(self.backbone)[top]
                 )
 
     @classmethod
@@ -159,12 +159,12 @@ class MultiTaskEncoder(RoutedForward, nn.Module):
     def load_pretrained_state(
         self, state: Mapping[str, torch.Tensor], source: str = "<state dict>"
     ) -> LoadingInfo:
-        """Load pretrained weights into :attr:`bert`
+        """Load pretrained weights into :attr:`backbone`
         (:func:`~pal_lightning.modeling.encoder_state.plan_pretrained_load`). Raises ``PalUserError`` when a
         non-adapter key is missing or a shape differs."""
         # buffers BERT does not save (e.g. embeddings.position_ids, which old transformers versions saved)
-        saved = set(self.bert.state_dict(prefix=f"{ENCODER_PREFIX}."))
-        buffers = {n for n, _ in self.bert.named_buffers(prefix=ENCODER_PREFIX, remove_duplicate=False)}
+        saved = set(self.backbone.state_dict(prefix=f"{ENCODER_PREFIX}."))
+        buffers = {n for n, _ in self.backbone.named_buffers(prefix=ENCODER_PREFIX, remove_duplicate=False)}
         own, info = plan_pretrained_load(
             state,
             self.state_dict(),
@@ -172,7 +172,7 @@ class MultiTaskEncoder(RoutedForward, nn.Module):
             groups=list(self.individual),
             not_saved=buffers - saved,
             source=source,
-            model_prefix=str(getattr(self.bert, "base_model_prefix", "")),
+            model_prefix=str(getattr(self.backbone, "base_model_prefix", "")),
             layers_path=self.family.layers,
         )
         self.load_state_dict(own, strict=False)  # the plan checked that only adapters.* are missing
@@ -189,17 +189,17 @@ class MultiTaskEncoder(RoutedForward, nn.Module):
     @property
     def config(self) -> PretrainedConfig:
         """The encoder's ``transformers`` config."""
-        return self.bert.config
+        return self.backbone.config
 
     @property
     def embeddings(self) -> nn.Module:
         """The encoder's embedding block."""
-        return self.bert.get_submodule("embeddings")
+        return self.backbone.get_submodule("embeddings")
 
     @property
     def hidden_size(self) -> int:
         """d, the encoder width."""
-        return int(self.bert.config.hidden_size)
+        return int(self.backbone.config.hidden_size)
 
     @property
     def task_names(self) -> tuple[str, ...]:
@@ -242,7 +242,7 @@ class MultiTaskEncoder(RoutedForward, nn.Module):
 
     def gradient_checkpointing_enable(self) -> None:
         """Non-reentrant activation checkpointing, with the task's modules active in the recomputation."""
-        enable_checkpointing(self.bert, self.individual, self.wiring)
+        enable_checkpointing(self.backbone, self.individual, self.wiring)
 
     def extra_repr(self) -> str:
         p = self.adapter_config

@@ -1,4 +1,4 @@
-"""The state-dict layout of :class:`~pal_lightning.modeling.encoder.MultiTaskEncoder` (``bert.*``,
+"""The state-dict layout of :class:`~pal_lightning.modeling.encoder.MultiTaskEncoder` (``backbone.*``,
 ``individual.<group>.<layer>.*``, ``adapters.<task>.*``) and how a pretrained checkpoint maps onto it."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ ADAPTERS_PREFIX = "adapters"
 INDIVIDUAL_PREFIX = "individual"
 """State-dict prefix of the copies of individual (I) layers: ``individual.<group>.<layer>.*``."""
 
-ENCODER_PREFIX = "bert"
+ENCODER_PREFIX = "backbone"
 """State-dict prefix of the shared encoder."""
 
 
@@ -33,7 +33,7 @@ class LoadingInfo:
 
 
 def encoder_keys(state: Mapping[str, torch.Tensor], model_prefix: str = "") -> dict[str, torch.Tensor]:
-    """``state`` with every key under ``bert.`` (dropping ``bert.``/``model_prefix.``) and old
+    """``state`` with every key under ``backbone.`` (dropping ``backbone.``/``model_prefix.``) and old
     ``LayerNorm.gamma/beta`` named ``weight/bias``."""
     renamed: dict[str, torch.Tensor] = {}
     prefixes = {f"{ENCODER_PREFIX}."} | ({f"{model_prefix}."} if model_prefix else set())
@@ -56,7 +56,7 @@ def copy_individual_layers(
     layers_path: str = "encoder.layer",
 ) -> set[str]:
     """Copy each individual layer's weights to every group's ``individual.<group>.<layer>.*``; return the
-    ``bert.*`` keys copied (neither loaded nor reported as unused)."""
+    ``backbone.*`` keys copied (neither loaded nor reported as unused)."""
     copied: set[str] = set()
     for i in layers:
         prefix = f"{ENCODER_PREFIX}.{layers_path}.{i}."

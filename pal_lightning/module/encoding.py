@@ -101,7 +101,7 @@ def _sentence_vectors(module: MultiTaskModule, texts: list[Any], task: str | Non
             )
             ids, mask = tokens["input_ids"].to(module.device), tokens["attention_mask"].to(module.device)
             if task is None:  # no task's hooks are active outside a task's forward: the shared encoder
-                hidden = module.encoder.bert(input_ids=ids, attention_mask=mask).last_hidden_state
+                hidden = module.encoder.backbone(input_ids=ids, attention_mask=mask).last_hidden_state
             else:  # token types all 0, the encoder's default
                 hidden = module._encoder_call(ids, mask, None, task=task)
             chunks.append(pool(hidden, mask, module.hparams["pooling"]).float())

@@ -281,7 +281,7 @@ def export_onnx(
     path.parent.mkdir(parents=True, exist_ok=True)
     exported = copy.deepcopy(model).eval()
     # the eager attention traces into plain ONNX ops on every runtime (sdpa's fused kernel may not)
-    exported.encoder.bert.set_attn_implementation("eager")
+    exported.encoder.backbone.set_attn_implementation("eager")
     names = list(model.input_names)
     masks = [t for name, t in zip(names, example_inputs, strict=True) if name.startswith(ATTENTION_MASK)]
     if not all(bool((m == 0).any()) for m in masks):

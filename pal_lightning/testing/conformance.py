@@ -65,7 +65,7 @@ def batch(model_type: str, seed: int = 0) -> dict[str, torch.Tensor]:
 def plain_output(model: MultiTaskEncoder, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
     """The family's own transformers model with the encoder's weights (no hooks, no per-task module)."""
     plain = AutoModel.from_config(AutoConfig.for_model(**model.config.to_dict()), attn_implementation="eager")
-    missing, _ = plain.load_state_dict(model.bert.state_dict(), strict=False)
+    missing, _ = plain.load_state_dict(model.backbone.state_dict(), strict=False)
     assert all(k.startswith("pooler.") for k in missing), missing
     keys = ["input_ids", "attention_mask"] + (["token_type_ids"] if model.family.token_types else [])
     with torch.no_grad():
@@ -108,7 +108,7 @@ def check_round_trips(
     # task-only weights: only task a's modules travel
     path = save_task_weights(model, folder / "a.safetensors", tasks=["a"])
     other = build(model_type, method, seed=2)
-    other.bert.load_state_dict(model.bert.state_dict())
+    other.backbone.load_state_dict(model.backbone.state_dict())
     move(other.adapters)
     b_before = run(other, inputs, "b")
     assert load_task_weights(other, path) == ["a"]

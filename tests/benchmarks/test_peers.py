@@ -89,11 +89,11 @@ def test_lora_tuned_starts_from_the_fine_tuned_encoder_and_keeps_the_pretrained_
     classifier = BertForSequenceClassification(BertConfig(**TINY_BERT, num_labels=2))
     tuned = MultiTaskEncoder.from_config(TINY_BERT, ["sst"], adapter="none")  # another random draw
     pooler = classifier.bert.pooler.dense.weight.clone()
-    peers.load_tuned_encoder(classifier, tuned.bert.state_dict())
-    for name, value in tuned.bert.state_dict().items():
+    peers.load_tuned_encoder(classifier, tuned.backbone.state_dict())
+    for name, value in tuned.backbone.state_dict().items():
         assert torch.equal(classifier.bert.state_dict()[name], value), name
     assert torch.equal(classifier.bert.pooler.dense.weight, pooler)
-    state = dict(tuned.bert.state_dict())
+    state = dict(tuned.backbone.state_dict())
     state.pop("encoder.layer.0.output.dense.weight")
     with pytest.raises(RuntimeError, match=r"missing \['encoder.layer.0.output.dense.weight'\]"):
         peers.load_tuned_encoder(classifier, state)

@@ -56,7 +56,7 @@ def test_two_stage_command_end_to_end(tmp_path: Path, forked_benchmark_runs: For
     scores = json.loads((Path(stage2["run_dir"]) / "scores.json").read_text())
     before, after = _state(stage1["checkpoint"]), _state(scores["best_model_path"])
     assert set(before) == set(after)
-    encoder = [k for k in before if k.startswith("encoder.bert.")]
+    encoder = [k for k in before if k.startswith("encoder.backbone.")]
     adapters = [k for k in before if k.startswith("encoder.adapters.")]
     assert encoder and adapters
     assert all(torch.equal(before[k], after[k]) for k in encoder)

@@ -92,7 +92,7 @@ def test_both_ranks_same_tasks_disjoint_examples_identical_weights(runs: dict[st
     ].keys()
     for task in ("sst", "qqp", "sts"):
         assert any(k.startswith(f"encoder.individual.{task}.1.") for k in keys), task
-    assert not any(k.startswith("encoder.bert.encoder.layer.1.") for k in keys)  # the I layer's slot
+    assert not any(k.startswith("encoder.backbone.encoder.layer.1.") for k in keys)  # the I layer's slot
 
 
 def test_single_process_validation_of_the_checkpoint_matches_the_fit(runs: dict[str, Path]) -> None:

@@ -80,7 +80,7 @@ def test_stage2_ranks_agree_and_the_encoder_stays_frozen(runs: dict[str, Any]) -
     final = torch.load(folder / "runs" / "version_0" / "checkpoints" / "last.ckpt", weights_only=True)[
         "state_dict"
     ]
-    encoder = [k for k in start if k.startswith("encoder.bert.")]
+    encoder = [k for k in start if k.startswith("encoder.backbone.")]
     assert encoder and all(torch.equal(final[k], start[k]) for k in encoder)
     # val/overall leaves the auxiliary task out: here the mean of SST and Quora accuracy
     val = r0["val"]

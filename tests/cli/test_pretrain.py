@@ -41,7 +41,7 @@ def test_pretrain_writes_an_encoder_that_fine_tuning_loads(
     assert not torch.equal(saved[key], start)  # pre-training moved the encoder
 
     model = MultiTaskModule(tasks=["sst", "sts"], encoder=str(out), adapter={"size": 8, "num_heads": 2})
-    loaded = dict(model.encoder.bert.named_parameters())
+    loaded = dict(model.encoder.backbone.named_parameters())
     assert torch.equal(loaded[key.removeprefix("bert.")], saved[key])
     assert model.encoder.loading_info.missing_new  # only the new PAL weights were missing
     if not with_head:

@@ -296,11 +296,11 @@ def test_the_module_loads_the_pinned_weights_and_records_the_commit(hub_cache: P
     module = MultiTaskModule(
         tasks=["sst"], encoder=REPO, encoder_revision="v1", adapter={"size": 8, "num_heads": 2}
     )
-    bert = module.encoder.bert.state_dict()
+    bert = module.encoder.backbone.state_dict()
     assert all(torch.equal(bert[k], v) for k, v in expected.items() if k in bert)
     other = MultiTaskModule(tasks=["sst"], encoder=REPO, adapter={"size": 8, "num_heads": 2})  # main = SHA_B
     key = "embeddings.word_embeddings.weight"
-    assert not torch.equal(other.encoder.bert.state_dict()[key], bert[key])
+    assert not torch.equal(other.encoder.backbone.state_dict()[key], bert[key])
     config = module.pretrained_config()
     assert config["encoder"]["revision"] == SHA_A  # the tag resolved to its commit
     assert config["hparams"]["encoder_revision"] == "v1"

@@ -57,7 +57,7 @@ def frozen_steps(batch) -> Callable[[MultiTaskEncoder, str], tuple[set[str], set
     names of the parameters (``head.*`` included) that changed, and all names."""
 
     def train(model: MultiTaskEncoder, task: str) -> tuple[set[str], set[str]]:
-        model.train().bert.requires_grad_(False)
+        model.train().backbone.requires_grad_(False)
         head = nn.Linear(model.hidden_size, 2)
         before = {
             n: p.detach().clone() for n, p in [*model.named_parameters(), *head.named_parameters("head")]

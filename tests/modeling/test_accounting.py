@@ -59,16 +59,16 @@ class _WithHeads(nn.Module):
 
 def test_module_with_heads():
     module = _WithHeads()
-    module.encoder.bert.embeddings.requires_grad_(False)
+    module.encoder.backbone.embeddings.requires_grad_(False)
     report = parameter_report(module)
     assert isinstance(report, ParameterReport)
     assert report.heads == {"a": 32 * 5 + 5, "b": 33}
-    assert report.shared == sum(p.numel() for p in module.encoder.bert.parameters())
+    assert report.shared == sum(p.numel() for p in module.encoder.backbone.parameters())
     assert report.stored_per_task["a"] == report.adapter_params("a") + 165
     assert report.other == 1
     assert report.total == sum(p.numel() for p in module.parameters())
     assert report.ratio == report.total / report.shared
-    frozen = sum(p.numel() for p in module.encoder.bert.embeddings.parameters())
+    frozen = sum(p.numel() for p in module.encoder.backbone.embeddings.parameters())
     assert report.trainable == report.total - frozen
     text = str(report)
     assert "shared pretrained encoder" in text and f"{report.total:,}" in text

@@ -26,7 +26,7 @@ def _plain_copy(model: MultiTaskEncoder, impl: str) -> BertModel:
     """A stock BertModel with the same weights (the reference the PAL model must equal at step 0)."""
     config = BertConfig(**{**model.config.to_dict(), "attn_implementation": impl})
     plain = BertModel(config, add_pooling_layer=False)
-    plain.load_state_dict(model.bert.state_dict())
+    plain.load_state_dict(model.backbone.state_dict())
     return plain.eval()
 
 
@@ -42,7 +42,7 @@ def test_output_shape_and_layout_for_every_variant_and_placement(adapter, placem
     assert out.shape == (3, 7, TINY["hidden_size"])
     assert torch.isfinite(out).all()
     # the family's own layers, hooked where the method acts
-    assert all(type(layer) is BertLayer for layer in model.bert.encoder.layer)
+    assert all(type(layer) is BertLayer for layer in model.backbone.encoder.layer)
     if adapter == "none":
         assert list(model.new_parameters()) == []
         assert model.adapter_layers == ()
@@ -76,7 +76,7 @@ def test_zero_init_equals_the_plain_encoder_and_random_init_does_not_nor_leaks_p
     randomised = MultiTaskEncoder.from_config(
         TINY, ["a"], adapter=adapter, size=8, num_heads=2, init="random", attn_implementation=impl
     ).eval()
-    randomised.bert.load_state_dict(model.bert.state_dict())
+    randomised.backbone.load_state_dict(model.backbone.state_dict())
     altered = {k: v.clone() for k, v in batch.items()}
     altered["input_ids"][1, 4:] = torch.tensor([5, 6, 7])
     with torch.no_grad():
@@ -97,7 +97,7 @@ def test_sdpa_and_eager_agree_with_random_pals(batch):
 def test_pal_term_enters_before_the_output_layernorm(batch):
     """Layer output == LN2(h_att + FFN(h_att) + TS(h)), computed by hand from the BERT sub-modules."""
     model = MultiTaskEncoder.from_config(TINY_NO_DROPOUT, ["a"], size=8, num_heads=2, init="random").eval()
-    layer = model.bert.encoder.layer[0]
+    layer = model.backbone.encoder.layer[0]
     h = torch.randn(3, 7, TINY["hidden_size"])
     with torch.no_grad():
         h_att, _ = layer.attention(h, None)
@@ -134,8 +134,8 @@ def test_gradients_reach_only_the_active_task_adapter_and_the_encoder(adapter, b
         for name, param in model.task_parameters(task):
             assert param.grad is None, name
     shared = dict(model.pretrained_parameters())
-    assert shared["bert.encoder.layer.0.attention.self.query.weight"].grad.abs().sum() > 0
-    assert shared["bert.embeddings.word_embeddings.weight"].grad.abs().sum() > 0
+    assert shared["backbone.encoder.layer.0.attention.self.query.weight"].grad.abs().sum() > 0
+    assert shared["backbone.embeddings.word_embeddings.weight"].grad.abs().sum() > 0
 
 
 def test_zero_init_still_trains_the_up_projection(batch):
@@ -150,7 +150,7 @@ def test_gradient_checkpointing_matches(batch):
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     model.zero_grad(set_to_none=True)
     model.gradient_checkpointing_enable()
-    assert all(layer.gradient_checkpointing for layer in model.bert.encoder.layer)
+    assert all(layer.gradient_checkpointing for layer in model.backbone.encoder.layer)
     model(**batch, task="a").sum().backward()
     for name, grad in grads.items():
         torch.testing.assert_close(dict(model.named_parameters())[name].grad, grad, atol=1e-6, rtol=0)
@@ -282,7 +282,7 @@ def test_from_pretrained_accepts_prefixed_checkpoints(tmp_path, batch):
     model = MultiTaskEncoder.from_pretrained(tmp_path, ["a"], adapter="none")
     assert "classifier.weight" in model.loading_info.unexpected
     torch.testing.assert_close(
-        model.bert.embeddings.word_embeddings.weight, plain.bert.embeddings.word_embeddings.weight
+        model.backbone.embeddings.word_embeddings.weight, plain.bert.embeddings.word_embeddings.weight
     )
 
 

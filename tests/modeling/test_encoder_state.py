@@ -15,8 +15,8 @@ def _t(*shape: int) -> torch.Tensor:
 
 # an encoder with one shared layer (0), one individual layer (1) held by groups "a" and "b+c", one adapter
 EXPECTED = {
-    "bert.embeddings.LayerNorm.weight": _t(4),
-    "bert.encoder.layer.0.w": _t(4, 4),
+    "backbone.embeddings.LayerNorm.weight": _t(4),
+    "backbone.encoder.layer.0.w": _t(4, 4),
     "individual.a.1.w": _t(4, 4),
     "individual.b+c.1.w": _t(4, 4),
     "adapters.a.v": _t(2, 4),
@@ -24,7 +24,7 @@ EXPECTED = {
 
 
 def _checkpoint() -> dict[str, torch.Tensor]:
-    """A BertModel checkpoint (no ``bert.`` prefix, old LayerNorm names) with a pooler the encoder lacks."""
+    """A BertModel checkpoint (no prefix, old LayerNorm names) with a pooler the encoder lacks."""
     return {
         "embeddings.LayerNorm.gamma": torch.full((4,), 2.0),
         "encoder.layer.0.w": torch.full((4, 4), 3.0),
@@ -34,12 +34,12 @@ def _checkpoint() -> dict[str, torch.Tensor]:
     }
 
 
-def test_keys_get_the_bert_prefix_once_and_new_layernorm_names():
-    state = {"bert.a.LayerNorm.beta": _t(1), "b.LayerNorm.gamma": _t(1), "bert.c.weight": _t(1)}
+def test_keys_get_the_backbone_prefix_once_and_new_layernorm_names():
+    state = {"backbone.a.LayerNorm.beta": _t(1), "b.LayerNorm.gamma": _t(1), "backbone.c.weight": _t(1)}
     assert sorted(encoder_keys(state)) == [
-        "bert.a.LayerNorm.bias",
-        "bert.b.LayerNorm.weight",
-        "bert.c.weight",
+        "backbone.a.LayerNorm.bias",
+        "backbone.b.LayerNorm.weight",
+        "backbone.c.weight",
     ]
 
 
@@ -49,14 +49,14 @@ def test_plan_copies_individual_layers_to_every_group_and_reports_only_unused_ke
         EXPECTED,
         individual_layers=[1],
         groups=["a", "b+c"],
-        not_saved=["bert.embeddings.position_ids"],
+        not_saved=["backbone.embeddings.position_ids"],
         source="ckpt",
     )
-    # everything but the new adapter is loaded; layer 1 goes to both groups' copies, not to bert.*
+    # everything but the new adapter is loaded; layer 1 goes to both groups' copies, not to backbone.*
     assert sorted(own) == sorted(k for k in EXPECTED if not k.startswith("adapters."))
     assert torch.equal(own["individual.a.1.w"], torch.full((4, 4), 5.0))
     assert torch.equal(own["individual.b+c.1.w"], torch.full((4, 4), 5.0))
-    assert torch.equal(own["bert.embeddings.LayerNorm.weight"], torch.full((4,), 2.0))
+    assert torch.equal(own["backbone.embeddings.LayerNorm.weight"], torch.full((4,), 2.0))
     assert info.source == "ckpt"
     assert info.missing_new == ["adapters.a.v"]
     # the pooler is unused; the copied layer 1 and the not-saved buffer are not reported
@@ -73,16 +73,16 @@ def test_plan_refuses_a_missing_encoder_weight_naming_it():
         plan_pretrained_load(state, EXPECTED, individual_layers=[1], groups=["a", "b+c"], source="ckpt")
     assert str(err.value) == (
         "The checkpoint ckpt lacks 1 encoder weight(s) that are not new PAL parameters: "
-        f"bert.encoder.layer.0.w. {FIX}"
+        f"backbone.encoder.layer.0.w. {FIX}"
     )
 
 
 @pytest.mark.parametrize("n", [8, 9])
 def test_a_long_list_of_missing_weights_shows_the_first_eight(n):
-    expected = {f"bert.w{i}": _t(1) for i in range(n)} | {"adapters.a.v": _t(1)}
+    expected = {f"backbone.w{i}": _t(1) for i in range(n)} | {"adapters.a.v": _t(1)}
     with pytest.raises(PalUserError) as err:
         plan_pretrained_load({}, expected, individual_layers=[], groups=[])
-    shown = ", ".join(f"bert.w{i}" for i in range(8)) + (" and 1 more" if n == 9 else "")
+    shown = ", ".join(f"backbone.w{i}" for i in range(8)) + (" and 1 more" if n == 9 else "")
     assert str(err.value) == (
         f"The checkpoint <state dict> lacks {n} encoder weight(s) that are not new PAL parameters: "
         f"{shown}. {FIX}"
@@ -92,14 +92,14 @@ def test_a_long_list_of_missing_weights_shows_the_first_eight(n):
 def test_plan_refuses_a_shape_mismatch_naming_both_shapes():
     state = {**_checkpoint(), "encoder.layer.0.w": _t(4, 5)}
     with pytest.raises(
-        PalUserError, match=r"bert\.encoder\.layer\.0\.w \(checkpoint \(4, 5\), model \(4, 4\)\)"
+        PalUserError, match=r"backbone\.encoder\.layer\.0\.w \(checkpoint \(4, 5\), model \(4, 4\)\)"
     ):
         plan_pretrained_load(state, EXPECTED, individual_layers=[1], groups=["a", "b+c"])
     # six wrong shapes: the first five are named, with the source and the fix
-    expected = {f"bert.w{i}": _t(2) for i in range(6)}
+    expected = {f"backbone.w{i}": _t(2) for i in range(6)}
     with pytest.raises(PalUserError) as err:
         plan_pretrained_load({f"w{i}": _t(3) for i in range(6)}, expected, individual_layers=[], groups=[])
-    named = ", ".join(f"bert.w{i} (checkpoint (3,), model (2,))" for i in range(5))
+    named = ", ".join(f"backbone.w{i} (checkpoint (3,), model (2,))" for i in range(5))
     assert str(err.value) == (
         f"Shapes in <state dict> do not match the encoder config: {named}. "
         "Check that config.json belongs to these weights."

@@ -37,7 +37,7 @@ def test_frozen_and_individual_layers(model_type):
         layer_sharing="FI",
         attn_implementation="eager",
     ).eval()
-    layers = model.family.layer_list(model.bert)
+    layers = model.family.layer_list(model.backbone)
     assert not any(p.requires_grad for p in layers[0].parameters())
     assert list(layers[1].parameters()) == []  # the slot; each task has its copy
     assert sorted(model.individual) == ["a", "b"]

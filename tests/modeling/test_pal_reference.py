@@ -33,9 +33,9 @@ def _reference(model: MultiTaskEncoder, batch: dict, task: str, adapter: str) ->
     state = {k: v.detach() for k, v in model.state_dict().items()}
     keep = batch["attention_mask"].bool()
     eps = model.config.layer_norm_eps
-    h = model.bert.embeddings(input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"])
+    h = model.backbone.embeddings(input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"])
     for layer in range(model.num_layers):
-        p = f"bert.encoder.layer.{layer}"
+        p = f"backbone.encoder.layer.{layer}"
         heads = model.config.num_attention_heads
         q, k, v = (_linear(h, state, f"{p}.attention.self.{n}") for n in ("query", "key", "value"))
         sa = _linear(attention_by_hand(q, k, v, heads, keep=keep), state, f"{p}.attention.output.dense")
@@ -98,7 +98,7 @@ def _on_top_reference(model: MultiTaskEncoder, batch: dict, task: str, gelu: boo
     output h (module docstring of :mod:`pal_lightning.modeling.methods.on_top`)."""
     state = {k: v.detach() for k, v in model.state_dict().items()}
     keep = batch["attention_mask"].bool()
-    h = model.bert(**batch).last_hidden_state  # no task: the plain encoder
+    h = model.backbone(**batch).last_hidden_state  # no task: the plain encoder
     a = f"adapters.{task}"
     x = _linear(h, state, f"{a}.down")
     for k in range(6):

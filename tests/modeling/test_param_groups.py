@@ -11,7 +11,7 @@ from pal_lightning.testing.batches import tiny_module
 
 def _expected_lr(name: str, lr: float, adapter_lr: float, head_lr: float, decay: float, layers: int) -> float:
     """The rate a parameter should get, from its name alone."""
-    if name.startswith("encoder.bert."):
+    if name.startswith("encoder.backbone."):
         parts = name.split(".")
         if "layer" in parts:
             layer = int(parts[parts.index("layer") + 1])
@@ -92,10 +92,10 @@ def test_decay_with_frozen_encoder_and_without_adapters() -> None:
 
 
 def test_encoder_depth_formula() -> None:
-    assert encoder_depth("encoder.bert.encoder.layer.11.output.dense.weight", 12) == 1
-    assert encoder_depth("encoder.bert.encoder.layer.0.attention.self.query.bias", 12) == 12
-    assert encoder_depth("encoder.bert.embeddings.word_embeddings.weight", 12) == 13
-    assert encoder_depth("encoder.bert.pooler.dense.weight", 12) == 0
+    assert encoder_depth("encoder.backbone.encoder.layer.11.output.dense.weight", 12) == 1
+    assert encoder_depth("encoder.backbone.encoder.layer.0.attention.self.query.bias", 12) == 12
+    assert encoder_depth("encoder.backbone.embeddings.word_embeddings.weight", 12) == 13
+    assert encoder_depth("encoder.backbone.pooler.dense.weight", 12) == 0
 
 
 @pytest.mark.parametrize("decay", [0.0, 1.5])

@@ -26,7 +26,7 @@ def _donor() -> MultiTaskEncoder:
     torch.manual_seed(1)
     donor = MultiTaskEncoder.from_config(TINY_NO_DROPOUT, ["x"], adapter="none")
     with torch.no_grad():
-        for p in donor.bert.parameters():
+        for p in donor.backbone.parameters():
             p.add_(0.01 * torch.randn_like(p))
     return donor
 
@@ -34,7 +34,7 @@ def _donor() -> MultiTaskEncoder:
 def _model(spec: str | None, adapter: str = "none", tasks=TASKS, **kw) -> MultiTaskEncoder:
     torch.manual_seed(0)
     model = MultiTaskEncoder.from_config(TINY_NO_DROPOUT, tasks, adapter=adapter, layer_sharing=spec, **kw)
-    model.load_pretrained_state(_donor().bert.state_dict())
+    model.load_pretrained_state(_donor().backbone.state_dict())
     return model.eval()
 
 
@@ -96,11 +96,11 @@ def test_individual_layers_start_as_the_pretrained_layer_and_step_0_is_the_share
     model = _model("FSI")
     assert model.loading_info is not None and model.loading_info.unexpected == []
     assert model.loading_info.source == "<state dict>"  # load_pretrained_state's default name
-    pretrained = donor.bert.encoder.layer[2].state_dict()
+    pretrained = donor.backbone.encoder.layer[2].state_dict()
     for task in TASKS:
         copy = model.individual[task]["2"].state_dict()
         assert all(torch.equal(copy[k], pretrained[k]) for k in pretrained)
-    assert not list(model.bert.encoder.layer[2].parameters())  # the slot holds nothing
+    assert not list(model.backbone.encoder.layer[2].parameters())  # the slot holds nothing
     shared = _model(None)
     for task in TASKS:
         assert torch.equal(_out(model, batch, task), _out(shared, batch, task))
@@ -108,7 +108,7 @@ def test_individual_layers_start_as_the_pretrained_layer_and_step_0_is_the_share
     with pytest.raises(
         RuntimeError, match=r"^layer 2 is individual: call MultiTaskEncoder with task=\.\.\.$"
     ):
-        model.bert(**batch)
+        model.backbone(**batch)
 
 
 def test_frozen_layers_do_not_train_and_individual_layers_train_for_their_task_only(batch):
@@ -120,15 +120,15 @@ def test_frozen_layers_do_not_train_and_individual_layers_train_for_their_task_o
     model(**batch, task="a").pow(2).mean().backward()
     optimizer.step()
     changed = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
-    assert not any(n.startswith("bert.encoder.layer.0.") for n in changed)  # F
-    assert any(n.startswith("bert.encoder.layer.1.") for n in changed)  # S
+    assert not any(n.startswith("backbone.encoder.layer.0.") for n in changed)  # F
+    assert any(n.startswith("backbone.encoder.layer.1.") for n in changed)  # S
     assert any(n.startswith("individual.a.2.") for n in changed)  # a's own I copy
     assert not any(n.startswith(("individual.b.", "individual.c.")) for n in changed)
-    assert all(not p.requires_grad for p in model.bert.encoder.layer[0].parameters())
+    assert all(not p.requires_grad for p in model.backbone.encoder.layer[0].parameters())
     # with the other layers and the embeddings (shared, outside the spec) frozen, task b's output does
     # not move when task a trains
     fi = _model("FFI").train()
-    fi.bert.embeddings.requires_grad_(False)
+    fi.backbone.embeddings.requires_grad_(False)
     b_before = _out(fi, batch, "b")
     opt = torch.optim.SGD([p for p in fi.parameters() if p.requires_grad], lr=0.5)
     fi.train()
@@ -145,7 +145,7 @@ def test_all_individual_equals_separate_single_task_models(batch):
     steps = [(TASKS[i % 3], torch.randn(3, 7, D, generator=gen)) for i in range(6)]
 
     def train(model: MultiTaskEncoder, schedule) -> MultiTaskEncoder:
-        model.bert.embeddings.requires_grad_(False)
+        model.backbone.embeddings.requires_grad_(False)
         opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
         model.train()
         for task, target in schedule:
@@ -159,7 +159,7 @@ def test_all_individual_equals_separate_single_task_models(batch):
         alone = train(_model(None, tasks=[task]), [(t, y) for t, y in steps if t == task])
         for i in range(L):
             mine = joint.individual[task][str(i)].state_dict()
-            theirs = alone.bert.encoder.layer[i].state_dict()
+            theirs = alone.backbone.encoder.layer[i].state_dict()
             for key, value in theirs.items():
                 torch.testing.assert_close(mine[key], value, rtol=0, atol=1e-6)
         torch.testing.assert_close(_out(joint, batch, task), _out(alone, batch, task), rtol=0, atol=1e-5)
@@ -180,7 +180,7 @@ def test_pals_inside_individual_layers(batch):
 
 def test_bert_layer_on_top_copies_an_individual_last_layer(batch):
     model = _model("SSI", adapter="bert_layer_on_top")
-    last = _donor().bert.encoder.layer[L - 1].state_dict()
+    last = _donor().backbone.encoder.layer[L - 1].state_dict()
     top = model.adapters["b"].layer.state_dict()
     assert all(torch.equal(top[k], last[k]) for k in last)
 
@@ -253,8 +253,8 @@ def test_task_groups_share_individual_layers_within_a_group_only(batch, tmp_path
     model = _model("SFI", task_groups=[["a", "b"]])
     assert list(model.individual) == ["a+b", "c"]
     assert model.individual["a+b"] is not model.individual["c"]
-    model.bert.embeddings.requires_grad_(False)
-    model.bert.encoder.layer[0].requires_grad_(False)
+    model.backbone.embeddings.requires_grad_(False)
+    model.backbone.encoder.layer[0].requires_grad_(False)
     before = {t: _out(model, batch, t) for t in TASKS}
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
     model.train()
@@ -305,7 +305,7 @@ def test_bad_task_groups_name_the_problem(spec, groups, message):
 def test_individual_layers_follow_the_encoders_attention_implementation(batch):
     model = _model("SSI")
     sdpa = _out(model, batch, "a")
-    model.bert.set_attn_implementation("eager")
+    model.backbone.set_attn_implementation("eager")
     assert model.individual["a"]["2"].attention.self.config._attn_implementation == "eager"
     torch.testing.assert_close(_out(model, batch, "a"), sdpa, rtol=0, atol=1e-5)
 

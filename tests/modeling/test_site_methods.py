@@ -345,7 +345,7 @@ def test_lora_equals_peft_on_the_same_tiny_bert(batch: dict[str, torch.Tensor], 
 
     ours = tiny_encoder(AdapterConfig(method="lora", init="random", alpha=16, size=4))
     bert = BertModel(BertConfig(**TINY_NO_DROPOUT), add_pooling_layer=False).eval()
-    bert.load_state_dict(ours.bert.state_dict())  # the encoder keeps transformers' own model and names
+    bert.load_state_dict(ours.backbone.state_dict())  # the encoder keeps transformers' own model and names
     with torch.no_grad():
         plain = bert(**batch).last_hidden_state
     peft_model = get_peft_model(
@@ -370,7 +370,7 @@ def test_bottleneck_task_weights_round_trip_and_the_alias(tmp_path, batch, tiny_
     model = tiny_encoder(config)
     save_task_weights(model, tmp_path / "b.safetensors", tasks=["b"])
     alias = tiny_encoder(AdapterConfig(method="bottleneck", init="random"), seed=1)
-    alias.bert.load_state_dict(model.bert.state_dict())
+    alias.backbone.load_state_dict(model.backbone.state_dict())
     assert not torch.allclose(run(alias, batch, "b"), run(model, batch, "b"))
     load_task_weights(alias, tmp_path / "b.safetensors")  # the alias's weights are pfeiffer's
     torch.testing.assert_close(run(alias, batch, "b"), run(model, batch, "b"), atol=0, rtol=0)

@@ -40,7 +40,9 @@ def test_round_trip_restores_adapters_heads_and_outputs(tmp_path, batch):
 
     torch.manual_seed(1)
     target = _Model()
-    target.encoder.bert.load_state_dict(source.encoder.bert.state_dict())  # the shared encoder is kept apart
+    target.encoder.backbone.load_state_dict(
+        source.encoder.backbone.state_dict()
+    )  # the shared encoder is kept apart
     assert not torch.equal(target.heads["a"].weight, source.heads["a"].weight)
     assert load_task_weights(target, path) == ["a", "b"]
     for task in ("a", "b"):

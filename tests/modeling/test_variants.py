@@ -45,7 +45,7 @@ def _model(adapter: str, init: str = "random", **kw) -> MultiTaskEncoder:
 def test_zero_init_starts_as_the_pretrained_encoder(adapter, activation, batch):
     model = _model(adapter, init="zero", activation=activation)
     plain = MultiTaskEncoder.from_config(TINY_NO_DROPOUT, ["a"], adapter="none").eval()
-    plain.bert.load_state_dict(model.bert.state_dict())
+    plain.backbone.load_state_dict(model.backbone.state_dict())
     expected = run(plain, batch, "a")
     for task in ("a", "b"):
         assert torch.equal(run(model, batch, task), expected)
@@ -56,7 +56,7 @@ def test_zero_init_starts_as_the_pretrained_encoder(adapter, activation, batch):
 def _deeper(model: MultiTaskEncoder, top: dict[str, torch.Tensor]) -> BertModel:
     """A plain (L+1)-layer BertModel: the encoder's L layers, then a layer with the weights ``top``."""
     deeper = BertModel(BertConfig(**{**TINY_NO_DROPOUT, "num_hidden_layers": L + 1}), add_pooling_layer=False)
-    state = {k[len("bert.") :]: v for k, v in model.state_dict().items() if k.startswith("bert.")}
+    state = {k[len("backbone.") :]: v for k, v in model.state_dict().items() if k.startswith("backbone.")}
     state.update({f"encoder.layer.{L}.{k}": v for k, v in top.items()})
     deeper.load_state_dict(state)
     return deeper.eval()
@@ -66,7 +66,7 @@ def test_bert_layer_on_top_starts_as_the_last_pretrained_layer_applied_twice(bat
     """Independent reference: a plain (L+1)-layer BertModel whose top layer is a copy of layer L-1."""
     model = _model("bert_layer_on_top", init="zero")
     with torch.no_grad():
-        expected = _deeper(model, model.bert.encoder.layer[L - 1].state_dict())(**batch).last_hidden_state
+        expected = _deeper(model, model.backbone.encoder.layer[L - 1].state_dict())(**batch).last_hidden_state
     for task in ("a", "b"):
         torch.testing.assert_close(run(model, batch, task), expected, rtol=0, atol=1e-5)
     # init random: a fresh BERT layer (unit LayerNorms, biases 0), not the copy, applied after the last
@@ -79,7 +79,7 @@ def test_bert_layer_on_top_starts_as_the_last_pretrained_layer_applied_twice(bat
     assert torch.equal(fresh.output.LayerNorm.weight, torch.ones(D))
     assert torch.equal(fresh.attention.self.query.bias, torch.zeros(D))
     assert not torch.equal(
-        fresh.attention.self.query.weight, model.bert.encoder.layer[L - 1].attention.self.query.weight
+        fresh.attention.self.query.weight, model.backbone.encoder.layer[L - 1].attention.self.query.weight
     )
     # drawn with the encoder's initializer_range (BERT's init), not a fixed 0.02
     wide = MultiTaskEncoder.from_config(
@@ -92,11 +92,11 @@ def test_bert_layer_on_top_copies_the_pretrained_layer_after_loading():
     model = MultiTaskEncoder.from_config(TINY, ["a"], adapter="bert_layer_on_top")
     donor = MultiTaskEncoder.from_config(TINY, ["a"], adapter="none")
     with torch.no_grad():
-        for p in donor.bert.parameters():
+        for p in donor.backbone.parameters():
             p.add_(1.0)
-    model.load_pretrained_state(donor.bert.state_dict())
+    model.load_pretrained_state(donor.backbone.state_dict())
     top = model.adapters["a"].layer.state_dict()
-    last = donor.bert.encoder.layer[L - 1].state_dict()
+    last = donor.backbone.encoder.layer[L - 1].state_dict()
     assert all(torch.equal(top[k], last[k]) for k in last)
 
 

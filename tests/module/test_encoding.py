@@ -33,7 +33,7 @@ def manual(module: MultiTaskModule, sentence: str, task: str | None) -> torch.Te
             from transformers import BertConfig, BertModel
 
             plain = BertModel(BertConfig(**TINY_BERT), add_pooling_layer=False).eval()
-            plain.load_state_dict(module.encoder.bert.state_dict())
+            plain.load_state_dict(module.encoder.backbone.state_dict())
             hidden = plain(**tokens).last_hidden_state
         else:
             hidden = module.encoder(tokens["input_ids"], tokens["attention_mask"], task=task)

@@ -87,7 +87,7 @@ def test_the_guides_method_starts_as_the_encoder_counts_trains_saves_and_loads(
     )
     plain = MultiTaskModule(adapter="none", **options).eval()
     module.eval()
-    plain.encoder.bert.load_state_dict(module.encoder.bert.state_dict())
+    plain.encoder.backbone.load_state_dict(module.encoder.backbone.state_dict())
     batch = FIXED[0]
     with torch.no_grad():  # W_up starts at zero: the encoder's own output
         inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}

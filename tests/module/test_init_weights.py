@@ -82,7 +82,7 @@ def test_stage2_freezes_the_encoder_bit_identically(
     assert trainer.global_step == 4  # a fresh run: its own step count, not stage 1's
     pretrained = {id(p) for _, p in model.encoder.pretrained_parameters()}
     names = {n for n, p in model.named_parameters() if id(p) in pretrained}
-    assert names and all(n.startswith("encoder.bert.") for n in names)
+    assert names and all(n.startswith("encoder.backbone.") for n in names)
     state = model.state_dict()
     changed_encoder = [n for n in names if not torch.equal(state[n], weights[n])]
     assert changed_encoder == []

@@ -84,7 +84,7 @@ def test_scheduler_steps_every_group_by_the_schedule(warmup_steps: int | None, f
 def test_optimizer_groups_two_lrs_and_no_decay_on_bias_and_layernorm() -> None:
     module = tiny_module(lr=1e-4, head_lr=1e-3, weight_decay=0.05)
     groups = {g["name"]: g for g in module.parameter_groups()}
-    kinds = {"pretrained": "encoder.bert.", "adapters": "encoder.adapters.", "heads": "heads."}
+    kinds = {"pretrained": "encoder.backbone.", "adapters": "encoder.adapters.", "heads": "heads."}
     assert set(groups) == {f"{kind}{end}" for kind in kinds for end in ("", "_no_decay")}
     names = {id(p): n for n, p in module.named_parameters()}
     for name, group in groups.items():
@@ -102,7 +102,7 @@ def test_optimizer_groups_two_lrs_and_no_decay_on_bias_and_layernorm() -> None:
 def test_freeze_encoder_trains_only_adapters_and_heads() -> None:
     module = tiny_module(freeze_encoder=True)
     for name, p in module.named_parameters():
-        assert p.requires_grad == (not name.startswith("encoder.bert.")), name
+        assert p.requires_grad == (not name.startswith("encoder.backbone.")), name
     assert {g["name"] for g in module.parameter_groups()} == {
         "adapters",
         "adapters_no_decay",
@@ -116,7 +116,7 @@ def test_freeze_encoder_trains_only_adapters_and_heads() -> None:
 def test_freeze_embeddings_only() -> None:
     module = tiny_module(freeze_embeddings=True)
     for name, p in module.named_parameters():
-        assert p.requires_grad == (not name.startswith("encoder.bert.embeddings.")), name
+        assert p.requires_grad == (not name.startswith("encoder.backbone.embeddings.")), name
 
 
 # ---------------------------------------------------------------- forward, heads, hyper-parameters

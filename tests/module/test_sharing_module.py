@@ -70,17 +70,19 @@ def test_individual_layers_train_at_the_encoder_rate_with_their_layer_decay() ->
     assert individual and all(n.split(".")[3] == "1" for n in individual)
     # layer 1 of 2: one decay step below the top, like the shared layer 1 would be
     assert all(rates[n] == pytest.approx(1e-4 * 0.5) for n in individual)
-    assert not any(n.startswith("encoder.bert.encoder.layer.0.") for n in rates)  # F: not trained
+    assert not any(n.startswith("encoder.backbone.encoder.layer.0.") for n in rates)  # F: not trained
 
 
 def test_gem_shared_parameters_are_the_embeddings_and_the_s_layers() -> None:
     module = tiny_module(layer_sharing="SI")
     params = GEMCallback(parameters="shared").participating_parameters(module)
-    expected = [p for n, p in module.encoder.bert.named_parameters() if ".layer.1." not in n]
+    expected = [p for n, p in module.encoder.backbone.named_parameters() if ".layer.1." not in n]
     assert {id(p) for p in params} == {id(p) for p in expected}
     frozen = tiny_module(layer_sharing="FS")
     params = GEMCallback(parameters="shared").participating_parameters(frozen)
-    assert not {id(p) for p in frozen.encoder.bert.encoder.layer[0].parameters()} & {id(p) for p in params}
+    assert not {id(p) for p in frozen.encoder.backbone.encoder.layer[0].parameters()} & {
+        id(p) for p in params
+    }
 
 
 def test_export_keeps_only_the_tasks_individual_layers() -> None:
@@ -106,7 +108,7 @@ def test_a_mixed_regime_with_pals_fits() -> None:
     trainer.fit(module, datamodule=data)
     after = dict(module.named_parameters())
     assert all(
-        torch.equal(after[n], before[n]) for n in before if n.startswith("encoder.bert.encoder.layer.0.")
+        torch.equal(after[n], before[n]) for n in before if n.startswith("encoder.backbone.encoder.layer.0.")
     )
     for task in {b["task"] for b in FIXED}:
         moved = [

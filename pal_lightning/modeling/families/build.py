@@ -11,7 +11,7 @@ from transformers import AutoConfig, AutoModel, BertConfig, PretrainedConfig, Pr
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling.attention import register as register_attention
-from pal_lightning.modeling.encoder_state import ADAPTERS_PREFIX, INDIVIDUAL_PREFIX
+from pal_lightning.modeling.encoder_state import ADAPTERS_PREFIX, ENCODER_PREFIX, INDIVIDUAL_PREFIX
 from pal_lightning.modeling.families import EncoderFamily, family_of
 from pal_lightning.modeling.families.wiring import IndividualLayerSlot, Wiring, fold_deltas
 from pal_lightning.modeling.methods import AdapterConfig, MergeableModule
@@ -130,7 +130,7 @@ def hook_layers(encoder: MultiTaskEncoder) -> None:
     """Hook every layer of ``encoder`` (shared ones and copies) where its method acts."""
     where = encoder.adapter_config.adapter_method.where
     sites = sorted({site for adapter in encoder.adapters.values() for site in getattr(adapter, "sites", ())})
-    layers: list[tuple[int, nn.Module]] = list(enumerate(encoder.family.layer_list(encoder.bert)))
+    layers: list[tuple[int, nn.Module]] = list(enumerate(encoder.family.layer_list(encoder.backbone)))
     for copies in encoder.individual.values():
         layers += [(int(i), layer) for i, layer in cast(nn.ModuleDict, copies).items()]
     for index, layer in layers:
@@ -148,7 +148,7 @@ def merge_adapter(encoder: MultiTaskEncoder, task: str) -> None:
             "methods whose per-task change is linear in the weights, such as lora, can). Export it unmerged."
         )
     family = encoder.family
-    fold_deltas(dict(enumerate(family.layer_list(encoder.bert))), family, adapter)
+    fold_deltas(dict(enumerate(family.layer_list(encoder.backbone))), family, adapter)
     copies = encoder._copies_of(task)  # an I layer's copy takes the task's delta too
     if copies is not None:
         fold_deltas({int(i): layer for i, layer in copies.items()}, family, adapter)
@@ -157,7 +157,7 @@ def merge_adapter(encoder: MultiTaskEncoder, task: str) -> None:
 class TaskParameters:
     """The encoder's parameters by role (shared, per task, pretrained, new); mixed into :class:`MultiTaskEncoder`."""
 
-    bert: PreTrainedModel
+    backbone: PreTrainedModel
     individual: nn.ModuleDict
     adapters: nn.ModuleDict
     task_group: dict[str, str]
@@ -166,13 +166,13 @@ class TaskParameters:
         raise NotImplementedError
 
     def pretrained_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
-        """(name, parameter) of every pretrained weight: ``bert.*`` and ``individual.*``."""
-        yield from self.bert.named_parameters(prefix="bert")
+        """(name, parameter) of every pretrained weight: ``backbone.*`` and ``individual.*``."""
+        yield from self.backbone.named_parameters(prefix=ENCODER_PREFIX)
         yield from self.individual.named_parameters(prefix=INDIVIDUAL_PREFIX)
 
     def shared_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
-        """(name, parameter) of the encoder every task uses (``bert.*``)."""
-        yield from self.bert.named_parameters(prefix="bert")
+        """(name, parameter) of the encoder every task uses (``backbone.*``)."""
+        yield from self.backbone.named_parameters(prefix=ENCODER_PREFIX)
 
     def individual_parameters(self, task: str) -> Iterator[tuple[str, nn.Parameter]]:
         """(name, parameter) of the copies of the individual layers ``task`` uses (its group's)."""

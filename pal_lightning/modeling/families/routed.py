@@ -35,7 +35,7 @@ class RoutedForward(TaskParameters):
     @property
     def num_layers(self) -> int:
         """L, the number of encoder layers."""
-        return int(self.bert.config.num_hidden_layers)
+        return int(self.backbone.config.num_hidden_layers)
 
     def _copies_of(self, task: str) -> nn.ModuleDict | None:
         group = self.task_group[task]
@@ -62,7 +62,7 @@ class RoutedForward(TaskParameters):
         if self.takes_token_types:
             inputs["token_type_ids"] = token_type_ids
         with self.wiring.active(call):
-            return self.bert(**inputs).last_hidden_state
+            return self.backbone(**inputs).last_hidden_state
 
     @property
     def mixed_by_task(self) -> bool:
@@ -145,7 +145,7 @@ class RoutedForward(TaskParameters):
     def _attention_bias(self, attention_mask: torch.Tensor | None) -> torch.Tensor | None:
         if not len(self.adapters) or not self.adapter_config.adapter_method.where.reads_mask:
             return None
-        weight = self.bert.get_input_embeddings().weight
+        weight = self.backbone.get_input_embeddings().weight
         assert isinstance(weight, torch.Tensor)
         return additive_mask(attention_mask, scores_dtype(weight.dtype, weight.device))
 
