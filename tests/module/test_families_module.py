@@ -69,7 +69,7 @@ def test_a_fit_with_gem_and_simcse(model_type: str, tmp_path: Path) -> None:
     assert trainer.global_step == 4 and sum(gem.memory.seen.values()) == 4 * 4
     assert gem.last_stats["gem/constraints"] >= 1  # memories of other tasks constrained the last step
     changed = {n.split(".")[1] for n, p in model.named_parameters() if not torch.equal(p, before[n])}
-    assert {"bert", "adapters"} <= changed
+    assert {"backbone", "adapters"} <= changed
 
 
 @pytest.mark.parametrize("model_type", FAMILY_TYPES)
