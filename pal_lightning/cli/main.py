@@ -105,6 +105,10 @@ def main(args: list[str] | None = None) -> int:
         if argv[:1] in (["--help"], ["-h"]):  # LightningCLI's would build every subcommand's parser
             print(top_level_help(), flush=True)
             return 0
+        if argv[:1] == ["serve"]:  # the HTTP server: pal_lightning/serving
+            from pal_lightning.serving.command import run as run_serve
+
+            return run_serve(argv[1:])
         if argv[:1] == ["pretrain"]:
             from pal_lightning.cli.pretrain import run_pretrain
 
