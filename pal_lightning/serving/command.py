@@ -119,7 +119,7 @@ def options(argv: Sequence[str], environ: Mapping[str, str] = os.environ) -> Ser
     ]
     for bad, message in problems:
         if bad:
-            raise PalUserError(f"{message}.")
+            raise PalUserError(f"Invalid {message}.")
     if o.accelerator == "cuda":
         import torch
 

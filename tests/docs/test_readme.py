@@ -173,6 +173,9 @@ def _site_test(args: list[str], ws: Workspace) -> None:
     _test_defined("tests/docs/test_docs_site.py::test_the_site_builds_strictly")
 
 
+#: The test that runs docs/serving.md's blocks against the server it starts.
+SERVING_PAGE_TEST = "tests/serving/test_server.py::test_the_serving_page_runs_as_written"
+
 #: Commands not run here, by how they start: why, and the check made instead (``None``: none possible).
 NOT_RUN_COMMANDS: dict[str, tuple[str, Callable[[list[str], Workspace], None] | None]] = {
     "pip install": ("installs packages from an index; CI (.ci/run) runs the same line", None),
@@ -220,6 +223,11 @@ NOT_RUN_COMMANDS: dict[str, tuple[str, Callable[[list[str], Workspace], None] | 
     "pal-lightning fit --config configs/quickstart.yaml --config configs/aux_cfimdb_sst2.yaml": (
         "needs the CFIMDB and GLUE SST-2 files; trained on fixtures in tests/tasks/test_auxiliary.py",
         _print_config,
+    ),
+    "pal-lightning serve": (
+        "a server that runs until stopped; tests/serving/test_server.py starts the page's first line in a "
+        "subprocess, runs the page's blocks against it and parses the others",
+        lambda args, ws: _test_defined(SERVING_PAGE_TEST),
     ),
     "pal-lightning fit --config configs/quickstart.yaml --config configs/aux_snli.yaml": (
         "SNLI from the hub; a local copy in the hub layout in tests/tasks/test_auxiliary.py",
@@ -507,6 +515,12 @@ BLOCKS: dict[str, Callable[[Block, Workspace], None]] = {
         "tests/module/test_extending.py::test_the_guides_method_starts_as_the_encoder_counts_trains_saves_and_loads"
     ),
     "docs/extending.md | Adding a task | from pal_lightning.tasks import TaskSpec, register_task": _register_task,
+    # requests to the server that page starts: run against it by its own test
+    "docs/serving.md | Requests | import json": _elsewhere(SERVING_PAGE_TEST),
+    'docs/serving.md | Requests | with urllib.request.urlopen("http://127.0.0.1:8000/tasks") as response:': (
+        _elsewhere(SERVING_PAGE_TEST)
+    ),
+    "docs/serving.md | Mistakes | import urllib.error": _elsewhere(SERVING_PAGE_TEST),
     # mixed-task batches: a tiny random module, run as written (and by tests/module/test_encoding.py)
     "docs/extending.md | Adding a per-task method | import torch": _exec,
 }
@@ -639,7 +653,7 @@ def _ci_block(name: str) -> list[tuple[str, ...]]:
 
 def test_ci_performs_the_readmes_install_and_test_commands() -> None:
     install = _words([c for b in fenced(section("Install"), "bash") for c in command_lines(b)])
-    contributor = ("pip", "install", "-e", ".[dev,offline,export,peers]")
+    contributor = ("pip", "install", "-e", ".[dev,offline,export,peers,serve]")
     assert contributor in install
     ci_install = _ci_block("README install")
     assert contributor in ci_install

@@ -27,6 +27,8 @@ import psutil
 import pytest
 import torch
 
+pytest.importorskip("litserve", reason="the serve extra is not installed")
+
 from pal_lightning import MultiTaskModule, TaskSpec
 from pal_lightning.serving.answers import catalogue
 from pal_lightning.serving.command import parser

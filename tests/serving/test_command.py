@@ -1,0 +1,71 @@
+"""``pal-lightning serve``'s options and mistakes (in-process: no server is started): one line and exit
+status 2 for a bad option, a model that cannot be loaded, or LitServe missing; the server it builds."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pal_lightning.cli.main import main
+from pal_lightning.serving.command import build_server, options
+from pal_lightning.serving.schema import TaskInfo
+
+
+def error_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("pal-lightning: error: ") and "\n" not in err and "Traceback" not in err
+    return err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--port", "80"], "--port 80: use a port from 1024 to 65535."),
+        (["--host", "example.org"], "--host 'example.org': use one of 127.0.0.1, 0.0.0.0, ::."),
+        (["--max_batch_size", "0"], "--max_batch_size 0: use 1 or more."),
+        (["--batch_timeout", "40"], "--batch_timeout 40.0: use 0 or more, below --timeout (30.0)."),
+        (["--devices", "two"], "--devices 'two': use auto or a positive number."),
+        (["--accelerator", "tpu"], "--accelerator 'tpu': use auto, cpu, cuda, mps."),
+    ],
+)
+def test_a_bad_option_is_one_line(capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
+    assert error_line(capsys, ["serve", "my-model", *args]).endswith(f"Invalid {message}")
+
+
+def test_a_model_that_cannot_load_and_litserve_missing_are_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    pytest.importorskip("litserve", reason="the serve extra is not installed")
+    assert "missing.ckpt does not exist" in error_line(capsys, ["serve", str(tmp_path / "missing.ckpt")])
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "litserve" else real(name, *a)
+    )
+    assert error_line(capsys, ["serve", "my-model"]).endswith(
+        "pal-lightning serve needs LitServe, which is not installed: pip install 'pal-lightning[serve]'."
+    )
+
+
+def test_the_api_key_comes_from_the_option_else_the_environment() -> None:
+    assert options(["m"], environ={}).api_key is None
+    assert options(["m"], environ={"PAL_API_KEY": "from-env"}).api_key == "from-env"
+    assert options(["m", "--api_key", "given"], environ={"PAL_API_KEY": "from-env"}).api_key == "given"
+    assert options(["m"], environ={}).host == "127.0.0.1"  # this machine only, unless asked
+
+
+def test_the_server_has_the_guard_and_the_routes() -> None:
+    pytest.importorskip("litserve", reason="the serve extra is not installed")
+    from pal_lightning.serving.guard import Guard
+
+    tasks = {"sst": TaskInfo("sst", "single_classification", 1, ("neg", "pos"), 2)}
+    o = options(["m.ckpt", "--max_batch_size", "4", "--api_key", "k", "--accelerator", "cpu"], environ={})
+    server: Any = build_server(o, tasks)
+    routes = {getattr(r, "path", None) for r in server.app.routes}
+    assert {"/predict", "/tasks", "/health"} <= routes
+    ((middleware, settings),) = [m for m in server.middlewares if isinstance(m, tuple) and m[0] is Guard]
+    assert settings["api_key"] == "k" and settings["max_inputs"] == 64 and settings["tasks"] == tasks
+    assert server.lit_api.max_batch_size == 4 and server.lit_api.ckpt == "m.ckpt"
