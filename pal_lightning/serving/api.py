@@ -15,7 +15,7 @@ from pal_lightning.serving.answers import answer_requests
 from pal_lightning.serving.schema import ServeRequest
 
 
-class PalAPI(ls.LitAPI):  # type: ignore[misc]  # litserve is untyped: LitAPI is Any to the checker
+class PalAPI(ls.LitAPI):  # litserve is untyped: LitAPI is Any to the checker
     """``POST /predict`` for every task of one model.
 
     Args:

@@ -83,12 +83,14 @@ class ServeRequest:
 
     def canonical(self) -> dict[str, Any]:
         """This request as the inference worker receives it (:meth:`from_canonical` reads it back)."""
-        queries = [
-            {"text": list(q.text) if isinstance(q.text, tuple) else q.text, "tasks": list(q.tasks)}
+        queries: list[dict[str, Any]] = [
+            {
+                "text": list(q.text) if isinstance(q.text, tuple) else q.text,
+                "tasks": list(q.tasks),
+                "all_classes": q.all_classes,
+            }
             for q in self.queries
         ]
-        for query, out in zip(self.queries, queries, strict=True):
-            out["all_classes"] = query.all_classes
         return {"listed": self.listed, "queries": queries}
 
     @classmethod
