@@ -123,8 +123,12 @@ def options(argv: Sequence[str], environ: Mapping[str, str] = os.environ) -> Ser
     if o.accelerator == "cuda":
         import torch
 
-        if not torch.cuda.is_available():
-            raise PalUserError("--accelerator cuda: this machine has no CUDA device. Use --accelerator cpu.")
+        have, want = torch.cuda.device_count(), int(o.devices) if o.devices != "auto" else 1
+        if want > have:
+            raise PalUserError(
+                f"Invalid --accelerator cuda --devices {o.devices}: this machine has {have} CUDA device(s). "
+                "Use fewer devices, or --accelerator cpu."
+            )
     return o
 
 

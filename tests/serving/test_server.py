@@ -141,7 +141,8 @@ def test_the_serving_page_runs_as_written(server: Server, capsys: pytest.Capture
 
 
 def test_answers_equal_predict_also_when_requests_are_batched_together(server: Server) -> None:
-    sentences = ["a fine film", "dull plot", "the music is fun but the end is long and bad", "ok"]
+    long = " ".join(["the music is fun but the end is long and bad"] * 20)  # 220 words: over 128 tokens
+    sentences = ["a fine film", "dull plot", long, "ok"]
     pairs = [["how do I cook rice?", "how is rice cooked?"], ["a", "b c d e"], ["same", "same"]]
     bodies = [{"tasks": ["sst", "topic"], "text": s, "all_classes": True} for s in sentences]
     bodies += [{"tasks": "all", "text": p} for p in pairs]
@@ -167,6 +168,7 @@ def test_answers_equal_predict_also_when_requests_are_batched_together(server: S
                     [r["probability"] for r in rows], expected.probabilities.max(1), atol=1e-5
                 )
         assert list(got[0]["predictions"]["topic"]["probabilities"]) == ["sports", "politics", "arts"]
+        assert [a["truncated"] for a in got[:4]] == [False, False, True, False]  # cut as predict cuts it
 
 
 # --- fuzzing -----------------------------------------------------------------------------------------------
