@@ -9,6 +9,7 @@ tasks; ``GET /health`` is LitServe's (200 once the workers are ready). docs/serv
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import os
 import signal
@@ -18,6 +19,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from pal_lightning.core.config_fields import field_docs
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.serving.schema import TaskInfo
 
@@ -59,31 +61,18 @@ class ServeOptions:
 
 
 def parser() -> argparse.ArgumentParser:
-    """The command's options (:class:`ServeOptions`)."""
+    """The command's options: :class:`ServeOptions`' fields, documented by their docstrings."""
     p = argparse.ArgumentParser(
         prog="pal-lightning serve",
         description="Serve every task of a saved model over HTTP (POST /predict, GET /tasks, GET /health).",
         exit_on_error=False,
     )
-    p.add_argument("model", help="a folder written by fit or save_pretrained, a hub id, or a .ckpt file")
-    defaults = ServeOptions(model="")
-    for name, kind in (
-        ("host", str),
-        ("port", int),
-        ("max_batch_size", int),
-        ("batch_timeout", float),
-        ("workers_per_device", int),
-        ("accelerator", str),
-        ("devices", str),
-        ("timeout", float),
-        ("max_inputs", int),
-        ("max_body_bytes", int),
-        ("api_key", str),
-    ):
-        doc = ServeOptions.__dataclass_fields__[name]  # the field's default, shown in --help
-        p.add_argument(
-            f"--{name}", type=kind, default=getattr(defaults, name), help=f"default: {doc.default}"
-        )
+    docs = field_docs(ServeOptions)
+    p.add_argument("model", help=docs["model"])
+    for field in dataclasses.fields(ServeOptions)[1:]:
+        kind = {"int": int, "float": float}.get(str(field.type), str)
+        text = f"{docs[field.name]} (default: {field.default})".replace("``", "").replace("%", "%%")
+        p.add_argument(f"--{field.name}", type=kind, default=field.default, help=text)
     return p
 
 
