@@ -112,8 +112,12 @@ def parse_body(body: bytes, tasks: Mapping[str, TaskInfo], max_inputs: int) -> S
     """
     try:
         payload = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise BadRequest(400, f"The body is not valid JSON ({err}). Send e.g. {EXAMPLE}.") from None
+    except RecursionError:
+        raise BadRequest(400, f"The body's JSON is nested too deeply. Send e.g. {EXAMPLE}.") from None
+    except ValueError as err:  # not UTF-8, not JSON, or a number of more digits than Python converts
+        raise BadRequest(
+            400, f"The body is not valid JSON ({_cut(str(err), 120)}). Send e.g. {EXAMPLE}."
+        ) from None
     return parse_payload(payload, tasks, max_inputs)
 
 
@@ -155,6 +159,11 @@ def _query(item: Any, tasks: Mapping[str, TaskInfo]) -> Query:
 
 
 def _text(text: Any) -> str | tuple[str, str]:
+    for part in [text] if isinstance(text, str) else text if isinstance(text, list) else []:
+        if isinstance(part, str) and not _unicode(part):
+            raise BadRequest(
+                422, '"text" holds an unpaired surrogate (\\ud800 to \\udfff): send valid Unicode.'
+            )
     if isinstance(text, str):
         if not text.strip():
             raise BadRequest(422, '"text" is empty: give a sentence (or a pair, ["sentence1", "sentence2"]).')
@@ -207,13 +216,24 @@ def _listing(tasks: Mapping[str, TaskInfo]) -> str:
     return ", ".join(f"{name} ({'pair' if info.inputs == 2 else 'sentence'})" for name, info in tasks.items())
 
 
-def _short(value: Any, limit: int = 60) -> str:
+def _unicode(text: str) -> bool:
+    # JSON's \ud800 escapes decode to lone surrogates, which the tokenizer refuses
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _short(value: Any) -> str:
     # a value quoted in an error line, cut so that a huge input does not make a huge error
-    text = (
-        json.dumps(value)
-        if isinstance(value, (str, int, float, bool, list, dict, type(None)))
-        else repr(value)
-    )
+    try:
+        return _cut(json.dumps(value))
+    except (ValueError, TypeError, RecursionError):
+        return type(value).__name__
+
+
+def _cut(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

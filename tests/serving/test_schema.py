@@ -45,6 +45,10 @@ def test_the_accepted_shapes_and_their_canonical_form() -> None:
     [
         (b'{"task": "sst", ', 400, "not valid JSON"),
         (b"\xff\xfe", 400, "not valid JSON"),
+        (b"[" * 100_000, 400, "nested too deeply"),
+        (b"1" * 5000, 400, "not valid JSON (Exceeds the limit (4300 digits)"),
+        (b'{"task": "sst", "text": "a\\ud800"}', 422, "unpaired surrogate"),
+        (b'{"task": "qqp", "text": ["a", "\\udfff b"]}', 422, "unpaired surrogate"),
         ([], 422, "holds no input"),
         ([{"task": "sst", "text": "x"}] * 5, 413, "holds 5 inputs; this server takes at most 4"),
         ("just text", 422, "must be a JSON object"),

@@ -32,7 +32,7 @@ pytest.importorskip("litserve", reason="the serve extra is not installed")
 from pal_lightning import MultiTaskModule, TaskSpec
 from pal_lightning.serving.answers import catalogue
 from pal_lightning.serving.command import parser
-from pal_lightning.serving.schema import BadRequest, TaskInfo, parse_payload
+from pal_lightning.serving.schema import BadRequest, TaskInfo, parse_body
 from pal_lightning.testing import TINY_BERT, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -175,6 +175,8 @@ def test_answers_equal_predict_also_when_requests_are_batched_together(server: S
 
 TEXTS: list[Any] = [
     "a fine film",
+    "\ud800 lone surrogate",
+    "\x00",
     "",
     "  ",
     5,
@@ -216,6 +218,8 @@ def _fuzzed(rng: random.Random) -> tuple[bytes, str]:
         body = json.dumps([item] * rng.choice([2, 65, 200])).encode()  # 64 inputs at most
     elif kind == 4 and rng.random() < 0.05:
         body = json.dumps({"task": "sst", "text": "a" * 1_100_000}).encode()  # over the 1 MB limit
+    elif kind == 5 and rng.random() < 0.3:
+        body = rng.choice([b"[" * 50_000, b"1" * 5000, b'{"task": "sst", "text": "a \\ud800"}'])
     else:
         body = json.dumps(payload).encode()
     return body, rng.choice(["application/json", "text/plain", "application/x-www-form-urlencoded"])
@@ -226,9 +230,7 @@ def _expected(body: bytes, tasks: dict[str, TaskInfo]) -> int:
     if len(body) > 1_000_000:
         return 413
     try:
-        parse_payload(json.loads(body.decode("utf-8")), tasks, 64)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return 400
+        parse_body(body, tasks, 64)
     except BadRequest as err:
         return err.status
     return 200
