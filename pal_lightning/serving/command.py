@@ -13,7 +13,7 @@ import dataclasses
 import importlib.util
 import os
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -130,44 +130,46 @@ def require_litserve() -> None:
 
 
 def source(model: str) -> tuple[str | None, str | None]:
-    """``(folder or hub id, None)``, or ``(None, checkpoint)`` for a ``.ckpt`` file (``load_model``'s arguments)."""
-    return (None, model) if Path(model).suffix == ".ckpt" else (model, None)
-
-
-def model_tasks(model: str) -> dict[str, TaskInfo]:
-    """The tasks of ``model``, loaded once here to check it before any worker starts.
+    """``(folder or hub id, None)``, or ``(None, checkpoint)`` for a ``.ckpt`` file (``load_model``'s arguments).
 
     Raises:
-        PalUserError: for a model that cannot be loaded.
+        PalUserError: for a ``.ckpt`` file that does not exist (other mistakes: when a worker loads the model).
     """
-    from pal_lightning.inference.pipeline import load_model
-    from pal_lightning.serving.answers import catalogue
+    if Path(model).suffix != ".ckpt":
+        return (model, None)
+    if not Path(model).is_file():
+        raise PalUserError(
+            f"Checkpoint {model} does not exist. Pass a .ckpt file, a model folder or a hub id."
+        )
+    return (None, model)
 
-    return catalogue(load_model(*source(model)))  # the module is dropped: the workers load their own
 
+def build_server(o: ServeOptions, on_ready: Callable[[Mapping[str, TaskInfo]], None]) -> Any:
+    """The server of ``o``, not started (``.run(...)`` starts it). Its workers load the model; the first to
+    do so tells the server its tasks (:class:`~pal_lightning.serving.api.PalServer`), which then calls
+    ``on_ready(tasks)`` and starts answering."""
+    import multiprocessing
 
-def build_server(o: ServeOptions, tasks: Mapping[str, TaskInfo]) -> Any:
-    """The ``LitServer`` of ``o`` in front of a model with ``tasks``, not started (``.run(...)`` starts it)."""
-    import litserve as ls
-
-    from pal_lightning.serving.api import PalAPI
+    from pal_lightning.serving.api import PalAPI, PalServer
     from pal_lightning.serving.guard import Guard
 
-    api = PalAPI(*source(o.model), max_batch_size=o.max_batch_size, batch_timeout=o.batch_timeout)
+    announce = multiprocessing.get_context("spawn").SimpleQueue()  # LitServe spawns its workers
+    api = PalAPI(*source(o.model), o.max_batch_size, o.batch_timeout, announce=announce)
+    tasks: dict[str, TaskInfo] = {}  # filled before the HTTP processes start (they are forked after)
     guard = dict(tasks=tasks, max_inputs=o.max_inputs, max_body_bytes=o.max_body_bytes, api_key=o.api_key)
-    server = ls.LitServer(
+    server = PalServer(
         api,
+        tasks,
+        on_ready,
         accelerator=o.accelerator,
         devices=o.devices if o.devices == "auto" else int(o.devices),
         workers_per_device=o.workers_per_device,
         timeout=o.timeout,
         middlewares=[(Guard, guard)],
-        model_metadata={"tasks": list(tasks)},
     )
-    described = {"tasks": {name: info.describe() for name, info in tasks.items()}}
 
     async def describe_tasks() -> dict[str, Any]:
-        return described
+        return {"tasks": {name: info.describe() for name, info in tasks.items()}}
 
     server.app.add_api_route("/tasks", describe_tasks, methods=["GET"])
     return server
@@ -189,14 +191,16 @@ def run(argv: Sequence[str]) -> int:
     """Run ``pal-lightning serve`` (``argv``: after ``serve``) until stopped; user mistakes raise PalUserError."""
     o = options(argv)
     require_litserve()
-    tasks = model_tasks(o.model)
-    server = build_server(o, tasks)
-    _stop_on_sigterm()
     where = f"http://{'localhost' if o.host != '127.0.0.1' else o.host}:{o.port}"
-    print(
-        f"pal-lightning: serving {', '.join(tasks)} of {o.model} at {where}/predict (GET /tasks, /health); "
-        "Ctrl-C stops it",
-        flush=True,
-    )
+
+    def ready(tasks: Mapping[str, TaskInfo]) -> None:
+        print(
+            f"pal-lightning: serving {', '.join(tasks)} of {o.model} at {where}/predict (GET /tasks, /health); "
+            "Ctrl-C stops it",
+            flush=True,
+        )
+
+    server = build_server(o, ready)
+    _stop_on_sigterm()
     server.run(host=o.host, port=o.port, generate_client_file=False, log_level="warning")
     return 0

@@ -51,7 +51,7 @@ class Guard:
         max_body_bytes: int,
         api_key: str | None = None,
     ) -> None:
-        self.app, self.tasks, self.api_key = app, dict(tasks), api_key
+        self.app, self.tasks, self.api_key = app, tasks, api_key  # tasks: read as it is when a request comes
         self.max_inputs, self.max_body_bytes = max_inputs, max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from pal_lightning.cli.main import main
+from pal_lightning.core.errors import PalUserError
 from pal_lightning.serving.command import build_server, options
 from pal_lightning.serving.schema import TaskInfo
 
@@ -58,15 +59,48 @@ def test_the_api_key_comes_from_the_option_else_the_environment() -> None:
     assert options(["m"], environ={}).host == "127.0.0.1"  # this machine only, unless asked
 
 
-def test_the_server_has_the_guard_and_the_routes() -> None:
+def test_the_server_has_the_guard_and_the_routes(tmp_path: Path) -> None:
     pytest.importorskip("litserve", reason="the serve extra is not installed")
     from pal_lightning.serving.guard import Guard
 
-    tasks = {"sst": TaskInfo("sst", "single_classification", 1, ("neg", "pos"), 2)}
-    o = options(["m.ckpt", "--max_batch_size", "4", "--api_key", "k", "--accelerator", "cpu"], environ={})
-    server: Any = build_server(o, tasks)
+    ckpt = tmp_path / "m.ckpt"
+    ckpt.write_bytes(b"")  # the workers load it; building the server does not
+    o = options([str(ckpt), "--max_batch_size", "4", "--api_key", "k", "--accelerator", "cpu"], environ={})
+    server: Any = build_server(o, lambda tasks: None)
     routes = {getattr(r, "path", None) for r in server.app.routes}
     assert {"/predict", "/tasks", "/health"} <= routes
     ((middleware, settings),) = [m for m in server.middlewares if isinstance(m, tuple) and m[0] is Guard]
-    assert settings["api_key"] == "k" and settings["max_inputs"] == 64 and settings["tasks"] == tasks
-    assert server.lit_api.max_batch_size == 4 and server.lit_api.ckpt == "m.ckpt"
+    assert settings["api_key"] == "k" and settings["max_inputs"] == 64
+    assert settings["tasks"] is server.served_tasks == {}  # filled by the first worker, before HTTP starts
+    assert server.lit_api.max_batch_size == 4 and server.lit_api.ckpt == str(ckpt)
+
+
+class Worker:
+    def __init__(self, alive: bool) -> None:
+        self.alive = alive
+
+    def is_alive(self) -> bool:
+        return self.alive
+
+
+def test_the_server_learns_the_tasks_or_the_load_error_from_a_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("litserve", reason="the serve extra is not installed")
+    import multiprocessing
+
+    from pal_lightning.serving.api import PalAPI, wait_for_tasks
+
+    tasks = {"sst": TaskInfo("sst", "single_classification", 1, ("neg", "pos"), 2)}
+    announce = multiprocessing.get_context("spawn").SimpleQueue()
+    announce.put(("tasks", tasks))
+    assert wait_for_tasks(announce, [Worker(True)]) == tasks
+    with pytest.raises(PalUserError, match="The inference workers stopped while loading the model"):
+        wait_for_tasks(announce, [Worker(False)])
+
+    def exit_(status: int) -> None:
+        raise SystemExit(status)
+
+    monkeypatch.setattr("os._exit", exit_)
+    with pytest.raises(SystemExit, match="2"):
+        PalAPI("/no/such/model", None, 1, 0.0, announce=announce).setup("cpu")  # what a worker does
+    with pytest.raises(PalUserError, match="Model folder /no/such/model does not exist"):
+        wait_for_tasks(announce, [Worker(False)])  # the worker's own line, though it has stopped
