@@ -11,6 +11,7 @@ checking that it is installed.
 # at run time to choose how the route parses the body (none: JSON) and what it answers (none: JSON)
 
 import os
+import signal
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -60,7 +61,8 @@ class PalAPI(ls.LitAPI):  # litserve is untyped: LitAPI is Any to the checker
                 raise
             self.announce.put(("error", str(err)))  # SimpleQueue: written before put returns
             os._exit(LOAD_FAILED)  # the server says why in one line; raising would log a traceback here
-        if self.announce is not None:
+        if self.announce is not None:  # a worker of PalServer: the server stops it on Ctrl-C
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # (its own KeyboardInterrupt: a traceback)
             self.announce.put(("tasks", catalogue(self.module)))
 
     def decode_request(self, request, **kwargs):  # type: ignore[no-untyped-def]  # see the note on imports
