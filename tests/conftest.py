@@ -56,6 +56,7 @@ SLOW_FILES = (
     # listed takes ~7 or less
     "tests/cli/test_torchrun_cli.py",
     "tests/docs/test_readme.py",
+    "tests/serving/test_server.py",  # ~21 (2026-11-29, -n 0): the server's two processes start torch
     "tests/module/test_compile.py",
     "tests/benchmarks/test_peers.py",
     "tests/data/test_readers_fuzz.py",

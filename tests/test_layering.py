@@ -24,6 +24,7 @@ LAYERS = (
     "gem",
     "module",
     "inference",
+    "serving",
     "callbacks",
     "pretraining",
     "cli",

@@ -12,6 +12,7 @@ from pal_lightning.cli.help import config_syntax_error, did_you_mean, top_level_
 from pal_lightning.cli.text_predict import run as run_text_predict
 from pal_lightning.cli.text_predict import wants_text_predict
 from pal_lightning.core.errors import PalUserError
+from pal_lightning.serving.command import run as run_serve  # stdlib only until it runs
 
 # torch, Lightning and jsonargparse are imported where a command needs them: --version starts at once
 
@@ -103,6 +104,8 @@ def main(args: list[str] | None = None) -> int:
         if argv[:1] in (["--help"], ["-h"]):  # LightningCLI's would build every subcommand's parser
             print(top_level_help(), flush=True)
             return 0
+        if argv[:1] == ["serve"]:  # the HTTP server (pal_lightning/serving)
+            return run_serve(argv[1:])
         if argv[:1] == ["pretrain"]:
             from pal_lightning.cli.pretrain import run_pretrain
 

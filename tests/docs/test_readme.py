@@ -161,6 +161,9 @@ BENCHMARK_TESTS = {
 }
 BUILDS_ENV = "builds an environment from the package index (minutes)"
 
+#: The test that runs docs/serving.md's blocks against the server it starts.
+SERVING_PAGE_TEST = "tests/serving/test_server.py::test_the_serving_page_runs_as_written"
+
 #: Commands not run here, by how they start: why, and the check made instead (``None``: none possible).
 NOT_RUN_COMMANDS: dict[str, tuple[str, Callable[[list[str], Workspace], None] | None]] = {
     "pip install": ("installs packages from an index; CI (.ci/run) runs the same line", None),
@@ -192,6 +195,11 @@ NOT_RUN_COMMANDS: dict[str, tuple[str, Callable[[list[str], Workspace], None] | 
     "pal-lightning fit --config configs/quickstart.yaml --config configs/aux_cfimdb_sst2.yaml": (
         "needs the CFIMDB and GLUE SST-2 files; trained on fixtures in tests/tasks/test_auxiliary.py",
         _print_config,
+    ),
+    "pal-lightning serve": (
+        "a server that runs until stopped; tests/serving/test_server.py starts the page's first line in a "
+        "subprocess, runs the page's blocks against it and parses the others",
+        lambda args, ws: _test_defined(SERVING_PAGE_TEST),
     ),
     "pal-lightning fit --config configs/quickstart.yaml --config configs/aux_snli.yaml": (
         "SNLI from the hub; a local copy in the hub layout in tests/tasks/test_auxiliary.py",
@@ -498,6 +506,12 @@ BLOCKS: dict[str, Callable[[Block, Workspace], None]] = {
     "docs/extending.md | Adding a sampling rule | # rule.yaml, an overlay of your config (with the rule's module imported)": (
         _elsewhere("tests/data/test_task_plan.py::test_a_registered_rule_is_chosen_from_yaml")
     ),
+    # requests to the server that page starts: run against it by its own test
+    "docs/serving.md | Requests | import json": _elsewhere(SERVING_PAGE_TEST),
+    'docs/serving.md | Requests | with urllib.request.urlopen("http://127.0.0.1:8000/tasks") as response:': (
+        _elsewhere(SERVING_PAGE_TEST)
+    ),
+    "docs/serving.md | Mistakes | import urllib.error": _elsewhere(SERVING_PAGE_TEST),
     # mixed-task batches: a tiny random module, run as written (and by tests/module/test_encoding.py)
     "docs/extending.md | Adding a per-task method | import torch": _exec,
 }
@@ -623,7 +637,7 @@ def _ci_block(name: str) -> list[tuple[str, ...]]:
 
 def test_ci_performs_the_readmes_install_and_test_commands() -> None:
     install = _words([c for b in section_blocks("Install", "bash") for c in command_lines(b)])
-    contributor = ("pip", "install", "-e", ".[dev,offline,export,peers]")
+    contributor = ("pip", "install", "-e", ".[dev,offline,export,peers,serve]")
     assert contributor in install
     ci_install = _ci_block("README install")
     assert contributor in ci_install

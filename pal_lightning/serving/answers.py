@@ -1,0 +1,80 @@
+"""Answers to a batch of checked requests, whatever their tasks: every ``(task, text)`` of every request goes
+through the inference core (:func:`~pal_lightning.module.inference.predict_items`) in one call, so that the
+served values are ``predict``'s; plus the task catalogue a loaded model serves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pal_lightning.core.batch import resolve_pair_encoding
+from pal_lightning.serving.schema import ServeRequest, TaskInfo, answer
+from pal_lightning.tasks.specs import TaskKind
+
+
+def catalogue(module: Any) -> dict[str, TaskInfo]:
+    """Each task of a loaded ``MultiTaskModule``: its kind, the sentences it takes and its class names."""
+    names = module.label_names
+    out = {}
+    for name, spec in module.task_specs.items():
+        labels = names.get(name)
+        out[name] = TaskInfo(
+            name=name,
+            kind=TaskKind(spec.kind).value,
+            inputs=2 if spec.is_pair else 1,
+            labels=tuple(labels) if labels and not spec.is_regression else None,
+            num_labels=int(spec.num_labels),
+            pair_encoding=resolve_pair_encoding(module.hparams["pair_encoding"], name)
+            if spec.is_pair
+            else None,
+        )
+    return out
+
+
+def truncated(module: Any, items: Sequence[tuple[str, str | tuple[str, str]]]) -> list[bool]:
+    """Per ``(task, text)``: whether its tokens exceed the model's window (``predict_max_length``), so that
+    ``predict`` cuts it (a cross pair as one sequence, each side of a siamese pair on its own)."""
+    limit = int(module.predict_max_length)
+    out = [False] * len(items)
+    by_task: dict[str, list[int]] = {}
+    for i, (task, _) in enumerate(items):
+        by_task.setdefault(task, []).append(i)
+    for task, at in by_task.items():
+        texts = [items[i][1] for i in at]
+        singles = [t for t in texts if isinstance(t, str)]
+        firsts, seconds = (
+            [t[0] for t in texts if isinstance(t, tuple)],
+            [t[1] for t in texts if isinstance(t, tuple)],
+        )
+        if singles:  # a task takes one shape: all sentences or all pairs
+            calls = [[singles]]
+        elif resolve_pair_encoding(module.hparams["pair_encoding"], task) == "cross":
+            calls = [[firsts, seconds]]
+        else:
+            calls = [[firsts], [seconds]]
+        for sides in calls:
+            ids = module.tokenizer(*sides, truncation=False, verbose=False)["input_ids"]
+            for i, row in zip(at, ids, strict=True):
+                out[i] = out[i] or len(row) > limit
+    return out
+
+
+def answer_requests(module: Any, requests: Sequence[ServeRequest]) -> list[Any]:
+    """The answer to each request: one ``predict_items`` call for all their inputs and tasks (one mixed
+    forward, its rows sorted by length), split back per request; a listed request gets a list."""
+    from pal_lightning.module.inference import predict_items
+
+    items = [(task, q.text) for r in requests for q in r.queries for task in q.tasks]
+    predictions = predict_items(module, items, batch_size=len(items))
+    cut = truncated(module, items)
+    answers: list[Any] = []
+    at = 0
+    for request in requests:
+        one = []
+        for query in request.queries:
+            end = at + len(query.tasks)
+            one.append(answer(query, predictions[at:end], any(cut[at:end])))
+            at = end
+        answers.append(one if request.listed else one[0])
+    return answers

@@ -1,0 +1,125 @@
+"""The LitServe side of ``pal-lightning serve``: the API each inference worker runs (it loads the model once, in
+``setup``, and answers each batch of requests LitServe collects with one call of the inference core,
+:mod:`pal_lightning.serving.answers`), and the server, which learns the model's tasks from its first worker
+before its HTTP processes start, so that the model is loaded by the workers only.
+
+Imports ``litserve`` (the ``serve`` extra): only :mod:`pal_lightning.serving.command` imports this module, after
+checking that it is installed.
+"""
+
+# no ``from __future__ import annotations``: LitServe reads decode_request's and encode_response's annotations
+# at run time to choose how the route parses the body (none: JSON) and what it answers (none: JSON)
+
+import os
+import signal
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import litserve as ls
+
+from pal_lightning.core.errors import PalUserError
+from pal_lightning.serving.answers import answer_requests, catalogue
+from pal_lightning.serving.schema import ServeRequest, TaskInfo
+
+#: The exit status of a worker that could not load the model (it said why on the announce queue).
+LOAD_FAILED = 2
+
+
+class PalAPI(ls.LitAPI):  # litserve is untyped: LitAPI is Any to the checker
+    """``POST /predict`` for every task of one model.
+
+    Args:
+        model: a ``save_pretrained`` folder or hub id (``None`` with ``ckpt``).
+        ckpt: a ``.ckpt`` file (``None`` with ``model``).
+        max_batch_size: the most requests LitServe puts in one batch.
+        batch_timeout: seconds LitServe waits for a batch to fill.
+        announce: a queue (``multiprocessing`` ``SimpleQueue``) on which ``setup`` puts ``("tasks", catalogue)``
+            once the model is loaded, or ``("error", message)`` when it cannot be; ``None``: nothing put.
+    """
+
+    def __init__(
+        self,
+        model: str | None,
+        ckpt: str | None,
+        max_batch_size: int,
+        batch_timeout: float,
+        announce: Any = None,
+    ) -> None:
+        super().__init__(max_batch_size=max_batch_size, batch_timeout=batch_timeout)
+        self.model_path, self.ckpt, self.announce = model, ckpt, announce
+        self.module: Any = None
+
+    def setup(self, device: str) -> None:
+        """Load the model on ``device`` (once per worker), in eval mode, and announce its tasks."""
+        from pal_lightning.inference.pipeline import load_model
+
+        try:
+            self.module = load_model(self.model_path, self.ckpt).to(device).eval()
+        except PalUserError as err:
+            if self.announce is None:
+                raise
+            self.announce.put(("error", str(err)))  # SimpleQueue: written before put returns
+            os._exit(LOAD_FAILED)  # the server says why in one line; raising would log a traceback here
+        if self.announce is not None:  # a worker of PalServer: the server stops it on Ctrl-C
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # (its own KeyboardInterrupt: a traceback)
+            self.announce.put(("tasks", catalogue(self.module)))
+
+    def decode_request(self, request, **kwargs):  # type: ignore[no-untyped-def]  # see the note on imports
+        """The checked request (:class:`~pal_lightning.serving.guard.Guard` rewrote the body canonically)."""
+        return ServeRequest.from_canonical(request)
+
+    def predict(self, x: Any, **kwargs: Any) -> Any:
+        """The answers of a batch (a list of requests), or of one request when batching is off."""
+        requests = x if isinstance(x, list) else [x]
+        answers = answer_requests(self.module, requests)
+        return answers if isinstance(x, list) else answers[0]
+
+    def encode_response(self, output, **kwargs):  # type: ignore[no-untyped-def]  # see the note on imports
+        """The answer as it is (JSON-ready already)."""
+        return output
+
+
+def wait_for_tasks(announce: Any, workers: Sequence[Any], poll: float = 0.05) -> dict[str, TaskInfo]:
+    """The tasks the first worker to load the model announces.
+
+    Raises:
+        PalUserError: with the worker's message when it could not load the model, or when every worker
+            stopped without a word (its error, e.g. CUDA out of memory, is in the log above).
+    """
+    while announce.empty():
+        if workers and not any(w.is_alive() for w in workers):
+            raise PalUserError(
+                "The inference workers stopped while loading the model; the log above says why."
+            )
+        time.sleep(poll)
+    kind, value = announce.get()
+    if kind == "error":
+        raise PalUserError(value)
+    return dict(value)
+
+
+class PalServer(ls.LitServer):
+    """A ``LitServer`` that fills ``tasks`` (the dict its guard and ``GET /tasks`` read) from the first
+    worker's announcement before it starts the HTTP processes, then calls ``on_ready(tasks)``."""
+
+    def __init__(
+        self,
+        api: PalAPI,
+        tasks: dict[str, TaskInfo],
+        on_ready: Callable[[dict[str, TaskInfo]], None],
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(api, **kwargs)
+        self.served_tasks, self.on_ready = tasks, on_ready
+
+    def verify_worker_status(self) -> None:
+        """LitServe's wait for a ready worker, after the tasks are known (every worker stopped on a load error)."""
+        try:
+            self.served_tasks.update(wait_for_tasks(self.lit_api.announce, self.inference_workers))
+        except PalUserError:
+            for worker in self.inference_workers:
+                worker.terminate()
+            raise
+        super().verify_worker_status()
+        self.on_ready(self.served_tasks)

@@ -1,0 +1,260 @@
+"""The real server: ``pal-lightning serve`` started in a subprocess as docs/serving.md starts it (one server,
+shared by this file's tests), called over HTTP. Its answers equal ``predict``'s, concurrent requests of
+different tasks batched together included; 1,000 fuzzed requests each get the status the request checks
+give (a 4xx with a one-line JSON error, or an answer) and leave the same worker process serving; the page's
+Python blocks run as written against it."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import random
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+import pytest
+import torch
+
+pytest.importorskip("litserve", reason="the serve extra is not installed")
+
+from pal_lightning import MultiTaskModule, TaskSpec
+from pal_lightning.serving.answers import catalogue
+from pal_lightning.serving.command import parser
+from pal_lightning.serving.schema import BadRequest, TaskInfo, parse_body
+from pal_lightning.testing import TINY_BERT, free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = ROOT / "docs" / "serving.md"
+DEMO_MODEL = "runs/demo/version_0/model"  # what the page serves; the tiny model here instead
+TOPIC = TaskSpec(name="topic", num_labels=3, text_columns=("sentence",))
+
+
+def page_blocks(language: str) -> list[str]:
+    return re.findall(rf"^```{language}\n(.*?)^```", PAGE.read_text(encoding="utf-8"), re.S | re.M)
+
+
+def serve_lines() -> list[list[str]]:
+    """The page's ``pal-lightning serve`` command lines, as words."""
+    lines = (line for block in page_blocks("bash") for line in block.splitlines())
+    return [shlex.split(line) for line in lines if line.startswith("pal-lightning serve")]
+
+
+@dataclass
+class Server:
+    port: int
+    process: subprocess.Popen[str]
+    module: MultiTaskModule
+    tasks: dict[str, TaskInfo]
+
+    def call(self, body: bytes, content_type: str = "application/json") -> tuple[int, Any]:
+        """The status and decoded JSON answer of ``POST /predict`` with ``body``."""
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        try:
+            connection.request("POST", "/predict", body=body, headers={"Content-Type": content_type})
+            response = connection.getresponse()
+            return response.status, json.loads(response.read())
+        finally:
+            connection.close()
+
+    def workers(self) -> set[int]:
+        """The inference workers' process ids (spawned by LitServe)."""
+        children = psutil.Process(self.process.pid).children(recursive=True)
+        return {c.pid for c in children if "spawn_main" in " ".join(c.cmdline())}
+
+
+def _ready(port: int) -> bool:
+    try:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+        connection.request("GET", "/health")
+        return connection.getresponse().status == 200
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    torch.manual_seed(0)
+    module = MultiTaskModule(
+        tasks=["sst", "qqp", "sts", TOPIC],
+        encoder_config=TINY_BERT,
+        adapter={"size": 8, "num_heads": 2, "init": "random"},
+        pair_encoding={"sts": "siamese", "default": "cross"},
+    )
+    module.set_label_names({"topic": ["sports", "politics", "arts"]})
+    folder = module.save_pretrained(tmp_path_factory.mktemp("served") / "model")
+    words = serve_lines()[0]  # the page's first: pal-lightning serve runs/demo/version_0/model --port 8000
+    assert words[:3] == ["pal-lightning", "serve", DEMO_MODEL] and words[3:] == ["--port", "8000"], words
+    port = free_port()
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    process = subprocess.Popen(
+        [sys.executable, "-m", "pal_lightning", "serve", str(folder), "--port", str(port)],
+        env=env,
+        cwd=tmp_path_factory.mktemp("cwd"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group: nothing of it outlives the tests
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while not _ready(port):
+            assert process.poll() is None, process.communicate()[0]
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.2)
+        yield Server(port, process, MultiTaskModule.from_pretrained(folder), catalogue(module))
+    finally:
+        process.send_signal(signal.SIGTERM)  # shuts down as Ctrl-C does
+        try:
+            out = process.communicate(timeout=60)[0]
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            out = process.communicate()[0]
+            raise AssertionError(f"the server did not stop on SIGTERM:\n{out}") from None
+        assert "Traceback" not in out, out
+
+
+def test_the_serving_page_runs_as_written(server: Server, capsys: pytest.CaptureFixture[str]) -> None:
+    namespace: dict[str, Any] = {}
+    for block in page_blocks("python"):
+        code = block.replace("127.0.0.1:8000", f"127.0.0.1:{server.port}")
+        exec(compile(code, str(PAGE), "exec"), namespace)  # noqa: S102 - the page's code
+    out = capsys.readouterr().out
+    assert out.count("'predictions'") >= 4 and "'truncated': False" in out
+    assert "422 Task 'qqp' takes a pair of sentences" in out
+    assert namespace["tasks"]["sts"]["kind"] == "pair_regression"
+    for words in serve_lines():  # the lines not started here (GPUs) parse
+        args = parser().parse_args(words[2:])
+        assert args.model == DEMO_MODEL
+
+
+def test_answers_equal_predict_also_when_requests_are_batched_together(server: Server) -> None:
+    long = " ".join(["the music is fun but the end is long and bad"] * 20)  # 220 words: over 128 tokens
+    sentences = ["a fine film", "dull plot", long, "ok"]
+    pairs = [["how do I cook rice?", "how is rice cooked?"], ["a", "b c d e"], ["same", "same"]]
+    bodies = [{"tasks": ["sst", "topic"], "text": s, "all_classes": True} for s in sentences]
+    bodies += [{"tasks": "all", "text": p} for p in pairs]
+    with ThreadPoolExecutor(len(bodies)) as pool:  # at once: LitServe batches them (up to 8)
+        answers = list(pool.map(lambda b: server.call(json.dumps(b).encode()), bodies))
+    assert all(status == 200 for status, _ in answers)
+    listed = server.call(json.dumps(bodies).encode())[1]  # the same inputs as one request's list
+    for got in ([a for _, a in answers], listed):
+        for task, texts, first in (
+            ("sst", sentences, 0),
+            ("topic", sentences, 0),
+            ("qqp", pairs, 4),
+            ("sts", pairs, 4),
+        ):
+            expected = server.module.predict(task, [t if isinstance(t, str) else tuple(t) for t in texts])
+            rows = [got[first + i]["predictions"][task] for i in range(len(texts))]
+            if expected.scores is not None:
+                np.testing.assert_allclose([r["score"] for r in rows], expected.scores, atol=1e-5)
+            else:
+                assert [r["label"] for r in rows] == expected.labels
+                assert expected.probabilities is not None
+                np.testing.assert_allclose(
+                    [r["probability"] for r in rows], expected.probabilities.max(1), atol=1e-5
+                )
+        assert list(got[0]["predictions"]["topic"]["probabilities"]) == ["sports", "politics", "arts"]
+        assert [a["truncated"] for a in got[:4]] == [False, False, True, False]  # cut as predict cuts it
+
+
+# --- fuzzing -----------------------------------------------------------------------------------------------
+
+TEXTS: list[Any] = [
+    "a fine film",
+    "\ud800 lone surrogate",
+    "\x00",
+    "",
+    "  ",
+    5,
+    None,
+    [],
+    ["a"],
+    ["a", "b"],
+    ["a", ""],
+    ["a", 3],
+    {"a": 1},
+    "é" * 300,
+]
+TASK_NAMES: list[Any] = ["sst", "qqp", "sts", "topic", "nope", 3, None, ""]
+
+
+def _fuzzed(rng: random.Random) -> tuple[bytes, str]:
+    """One request body, mostly malformed, and its content type."""
+    kind = rng.randrange(8)
+    item: dict[str, Any] = {}
+    if rng.random() < 0.9:
+        item["text"] = rng.choice(TEXTS)
+    if rng.random() < 0.5:
+        item["task"] = rng.choice(TASK_NAMES)
+    else:
+        item["tasks"] = rng.choice(
+            ["all", [], "sst", [rng.choice(TASK_NAMES) for _ in range(rng.randrange(3))]]
+        )
+    if rng.random() < 0.2:
+        item[rng.choice(["all_classes", "lang"])] = rng.choice([True, "yes", 1])
+    payload: Any = item
+    if kind == 0:
+        body = bytes(rng.randrange(256) for _ in range(rng.randrange(40)))
+    elif kind == 1:
+        body = json.dumps(item).encode()[: rng.randrange(1, 20)]  # cut short
+    elif kind == 2:
+        payload = rng.choice([None, 7, "text", [], [1, 2], {"a": {"b": []}}, [[item]]])
+        body = json.dumps(payload).encode()
+    elif kind == 3:
+        body = json.dumps([item] * rng.choice([2, 65, 200])).encode()  # 64 inputs at most
+    elif kind == 4 and rng.random() < 0.05:
+        body = json.dumps({"task": "sst", "text": "a" * 1_100_000}).encode()  # over the 1 MB limit
+    elif kind == 5 and rng.random() < 0.3:
+        body = rng.choice([b"[" * 50_000, b"1" * 5000, b'{"task": "sst", "text": "a \\ud800"}'])
+    else:
+        body = json.dumps(payload).encode()
+    return body, rng.choice(["application/json", "text/plain", "application/x-www-form-urlencoded"])
+
+
+def _expected(body: bytes, tasks: dict[str, TaskInfo]) -> int:
+    """The status the request checks give ``body`` (200 when it is answered)."""
+    if len(body) > 1_000_000:
+        return 413
+    try:
+        parse_body(body, tasks, 64)
+    except BadRequest as err:
+        return err.status
+    return 200
+
+
+def test_a_thousand_fuzzed_requests_get_their_4xx_and_the_same_worker_serves_on(server: Server) -> None:
+    workers = server.workers()
+    assert len(workers) == 1
+    rng = random.Random(0)
+    bodies = [_fuzzed(rng) for _ in range(1000)]
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda b: server.call(*b), bodies))
+    statuses = []
+    for (body, _), (status, out) in zip(bodies, answers, strict=True):
+        assert status == _expected(body, server.tasks), (body[:200], status, out)
+        statuses.append(status)
+        if status != 200:
+            assert list(out) == ["error"] and isinstance(out["error"], str) and "\n" not in out["error"]
+        else:
+            for one in out if isinstance(out, list) else [out]:
+                assert set(one) == {"predictions", "truncated"}
+    assert {400, 413, 422} <= set(statuses) and statuses.count(200) >= 20  # every kind happened
+    status, out = server.call(b'{"task": "sts", "text": ["A man plays.", "Someone plays music."]}')
+    expected = server.module.predict("sts", [("A man plays.", "Someone plays music.")]).scores
+    assert status == 200 and expected is not None
+    assert out["predictions"]["sts"]["score"] == pytest.approx(expected[0], abs=1e-5)
+    assert server.workers() == workers  # the same worker process, never restarted
