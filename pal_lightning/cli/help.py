@@ -15,6 +15,7 @@ SUBCOMMAND_HELP = {
     "predict": "Write CS224N prediction files (<task>-<split>-output.csv) of a checkpoint.",
 }
 _PRETRAIN_HELP = "Masked-language pre-training of the encoder on the tasks' text."
+_SERVE_HELP = "Serve every task of a saved model over HTTP (POST /predict, GET /tasks; the serve extra)."
 _NEW_SENTENCES = (
     "Predict your own sentences: pal-lightning predict --predict.model DIR --predict.task sst --predict.input FILE"
     " (with --help: its options)."
@@ -54,7 +55,7 @@ def set_subcommand_help(parser: Any) -> None:
 
 def top_level_help() -> str:
     """``pal-lightning --help`` (without importing torch)."""
-    commands = {**SUBCOMMAND_HELP, "pretrain": _PRETRAIN_HELP}
+    commands = {**SUBCOMMAND_HELP, "pretrain": _PRETRAIN_HELP, "serve": _SERVE_HELP}
     return "\n".join(
         [
             "usage: pal-lightning [--help] [--version] {" + ",".join(commands) + "} ...",

@@ -43,6 +43,7 @@ def test_top_level_help_and_version(capsys: pytest.CaptureFixture[str]) -> None:
         assert f"{command} {sentence}" in out
     assert "Score a checkpoint on the labelled test sets." in out
     assert "pretrain Masked-language pre-training of the encoder" in out
+    assert "serve Serve every task of a saved model over HTTP" in out
     assert "pal-lightning predict --predict.model DIR --predict.task sst --predict.input FILE" in out
     assert "make sure you never run on your" not in out  # Lightning's text, cut mid-sentence
     assert _out(capsys, "--version") == f"pal-lightning {__version__}\n"
