@@ -195,7 +195,8 @@ def pipeline(
             )
     if isinstance(model, (str, os.PathLike)):
         ckpt = Path(model).suffix == ".ckpt"
-        model = load_model(*((None, str(model)) if ckpt else (str(model), None)), model_class)
+        source = str(model)
+        model = load_model(None, source, model_class) if ckpt else load_model(source, None, model_class)
     elif not isinstance(model, MultiTaskModule):
         raise PalUserError(
             f"pipeline takes a saved model (a folder written by save_pretrained or fit, a hub id, a .ckpt file) "

@@ -174,4 +174,4 @@ def module_from_checkpoint(
         {**checkpoint, "hyper_parameters": {**hparams, CHECKPOINT_CLASS_KEY: class_path(cls)}}
     )
     checked_weights(module.load_state_dict(checkpoint["state_dict"], strict=False), source)
-    return module.to("cpu").eval()  # type: ignore[no-any-return]
+    return module.to("cpu").eval()
