@@ -1,7 +1,7 @@
 """Which class rebuilds a saved model: a folder (``config.json``'s ``model_class``) or a checkpoint (the CLI's
 ``_class_path``) names the class it was saved from, but the file never chooses what is imported.
 
-The class used is the one the user calls (``MLPHead.from_pretrained``) when the file was saved from it or from
+The class used is the one the user calls (``MyModule.from_pretrained``) when the file was saved from it or from
 a class it extends; any other class must be named by the user, as a class or a dotted name they typed
 (``model_class=`` in Python, ``--model.class_path`` on the command line), which is then imported. Otherwise
 one :class:`PalUserError` line names the class the file needs and how to name it.
@@ -77,7 +77,8 @@ def model_class_named(name: str | type[T], base: type[T]) -> type[T]:
         if found is None:
             raise PalUserError(f"Module {module_name} has no {attribute}: check the model class {name}.")
     if not (isinstance(found, type) and issubclass(found, base)):
-        raise PalUserError(f"The model class {name} is not a subclass of {base.__qualname__}.")
+        shown = name if isinstance(name, str) else getattr(name, "__qualname__", repr(name))
+        raise PalUserError(f"The model class {shown} is not a subclass of {base.__qualname__}.")
     return found
 
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
+import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,10 +27,14 @@ from downstream_pkg.model import MLPHead, MLPHeadModule  # noqa: E402
 import pal_lightning  # noqa: E402
 from pal_lightning import MultiTaskModule, PalUserError  # noqa: E402
 from pal_lightning.cli.main import USER_ERROR_EXIT, main  # noqa: E402
+from pal_lightning.core.version import __version__  # noqa: E402
 from pal_lightning.inference.pipeline import load_model  # noqa: E402
+from pal_lightning.module.checkpoint_check import VERSION_KEY  # noqa: E402
 from pal_lightning.testing import TINY_BERT, write_cs224n_data, write_tiny_fit_config  # noqa: E402
 
 SUBCLASS = "downstream_pkg.model.MLPHeadModule"
+#: What LightningCLI's checkpoints name as the function that builds the class they record.
+INSTANTIATOR = "lightning.pytorch.cli.instantiate_module"
 SENTENCES = ["a great and moving film .", "dull plot", "ok"]
 
 
@@ -144,11 +150,34 @@ def test_a_class_extending_the_saved_one_needs_no_name_another_does(run: Run, tm
         ),
         ("downstream_pkg.model.Missing", "Module downstream_pkg.model has no Missing"),
         ("downstream_pkg.model.MLPHead", "downstream_pkg.model.MLPHead is not a subclass of MultiTaskModule"),
+        (MLPHead, "The model class MLPHead is not a subclass of MultiTaskModule"),
     ],
 )
-def test_a_bad_class_name_is_one_line(run: Run, named: str, message: str) -> None:
+def test_a_bad_class_name_is_one_line(run: Run, named: object, message: str) -> None:
     with pytest.raises(PalUserError, match=message):
-        MultiTaskModule.from_pretrained(run.model, model_class=named)
+        MultiTaskModule.from_pretrained(run.model, model_class=named)  # type: ignore[arg-type]
+
+
+def test_the_class_a_file_names_is_never_imported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder or checkpoint naming an importable module that has not been imported: refused, not imported."""
+    (tmp_path / "tripwire_mod.py").write_text("raise RuntimeError('imported because a file named it')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    torch.manual_seed(0)
+    base = MultiTaskModule(tasks=["sst"], encoder_config=TINY_BERT, adapter={"size": 8, "num_heads": 2})
+    folder = base.save_pretrained(tmp_path / "model")
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "model_class": "tripwire_mod.Evil"}))
+    ckpt = tmp_path / "evil.ckpt"
+    hparams = {**base.hparams, "_class_path": "tripwire_mod.Evil", "_instantiator": INSTANTIATOR}
+    torch.save({"state_dict": base.state_dict(), "hyper_parameters": hparams, VERSION_KEY: __version__}, ckpt)
+    with pytest.raises(PalUserError, match=f"{folder} was saved from tripwire_mod.Evil, not MultiTaskModule"):
+        MultiTaskModule.from_pretrained(folder)
+    with pytest.raises(PalUserError, match=f"{ckpt} was saved from tripwire_mod.Evil, not MultiTaskModule"):
+        pal_lightning.pipeline(ckpt)
+    assert "tripwire_mod" not in sys.modules
+    # named by the user, the base class loads both as it is (the file's name is only a name)
+    assert type(MultiTaskModule.from_pretrained(folder, model_class=MultiTaskModule)) is MultiTaskModule
+    assert type(load_model(None, str(ckpt), "pal_lightning.MultiTaskModule")) is MultiTaskModule
 
 
 # ---------------------------------------------------------------- the command line
