@@ -73,4 +73,6 @@ class SavePretrainedModel(Callback):
         except PalUserError as err:  # e.g. a user logger reusing a folder: keep the run's result
             log.warning("Did not save the model folder: %s", err)
             return
-        print(f"pal-lightning: saved the model to {target} (load it with MultiTaskModule.from_pretrained)")
+        from pal_lightning.module.saved_class import loading_hint
+
+        print(f"pal-lightning: saved the model to {target} ({loading_hint(type(pl_module))})")

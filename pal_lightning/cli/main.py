@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import re
 import signal
 import sys
 from argparse import ArgumentError  # jsonargparse's ArgumentError is argparse's
@@ -29,9 +30,14 @@ _NOISE = (
 )
 
 
+#: jsonargparse's list bullet: a dash followed by a space, after the indentation
+_BULLET = re.compile(r"^\s*(?:-\s+)*")
+
+
 def _one_line(message: str) -> str:
-    """The error message on one line, without jsonargparse's nesting (and its ``None`` alternative)."""
-    lines = [line.strip(" -") for line in str(message).splitlines() if line.strip(" -")]
+    """The error message on one line, without jsonargparse's nesting (its ``- `` bullets, and its ``None``
+    alternative); an option's own dashes (``--config``) stay."""
+    lines = [_BULLET.sub("", line).rstrip() for line in str(message).splitlines() if line.strip(" -")]
     kept = [line for line in lines if not line.startswith(_NOISE)]
     return (
         " ".join(line if line.endswith(":") else line + ";" for line in kept or lines).rstrip(";")

@@ -37,6 +37,12 @@ _OPTIONS = {  # option: (its name in the namespace, help)
     ),
     "--predict.model": ("model", "a save_pretrained folder or hub id"),
     "--ckpt_path": ("ckpt", "a Lightning checkpoint of MultiTaskModule instead"),
+    # fit's option for the model's class (saved_class.CLASS_OPTION; not imported: it would import torch)
+    "--model.class_path": (
+        "model_class",
+        "the class a model was saved from, if a subclass of MultiTaskModule (e.g. my_pkg.models.MyModule; "
+        "imported, so on PYTHONPATH or installed)",
+    ),
     "--predict.output": (
         "output",
         "output CSV (default: <input>-<task>-predictions.csv, or <input>-predictions.csv for a task column)",
@@ -87,7 +93,7 @@ def run(argv: Sequence[str]) -> int:
     from pal_lightning.inference.pipeline import load_model
     from pal_lightning.module.inference import TaskPredictions, predict_items
 
-    module = load_model(ns.model, ns.ckpt)
+    module = load_model(ns.model, ns.ckpt, ns.model_class)
     if ns.task is not None:
         module.predict_spec(ns.task)  # unknown task: one line naming the model's tasks
     rows = read_input(source, module.task_specs, ns.task)

@@ -41,14 +41,19 @@ def torch_device(device: Any) -> torch.device:
     return target
 
 
-def load_model(model: str | None, ckpt: str | None) -> MultiTaskModule:
-    """The module from a ``save_pretrained`` folder / hub id, or from a checkpoint (on the CPU).
+def load_model(
+    model: str | None, ckpt: str | None, model_class: str | type[MultiTaskModule] | None = None
+) -> MultiTaskModule:
+    """The module from a ``save_pretrained`` folder / hub id, or from a checkpoint (on the CPU), as
+    ``model_class`` (a ``MultiTaskModule`` subclass or its dotted name, imported here) when the user names
+    one; a file saved from a subclass needs it named (:mod:`pal_lightning.module.saved_class`).
 
     Raises:
         PalUserError: when neither or both are given, or the source cannot be loaded.
     """
     from pal_lightning.core.checkpoint_io import AtomicCheckpointIO
     from pal_lightning.module.multitask import MultiTaskModule
+    from pal_lightning.module.saved_class import module_from_checkpoint
 
     if bool(model) == bool(ckpt):
         raise PalUserError(
@@ -56,13 +61,14 @@ def load_model(model: str | None, ckpt: str | None) -> MultiTaskModule:
             "runs/<name>/version_N/model, or a hub id> and --ckpt_path <file.ckpt>."
         )
     if model:
-        return MultiTaskModule.from_pretrained(model)
+        return MultiTaskModule.from_pretrained(model, model_class=model_class)
     path = Path(str(ckpt))
     if not path.is_file():
         raise PalUserError(f"Checkpoint {path} does not exist. Pass the path of a .ckpt file to --ckpt_path.")
     # one-line errors for a file that is no checkpoint, truncated, or refused by weights_only loading
     checkpoint = AtomicCheckpointIO().load_checkpoint(path, map_location="cpu", weights_only=True)
-    module = MultiTaskModule.load_from_checkpoint(path, map_location="cpu", weights_only=True)
+    # built here, not by Lightning's load_from_checkpoint: the user, not the file, names a subclass
+    module = module_from_checkpoint(MultiTaskModule, checkpoint, str(path), model_class)
     max_length = (checkpoint.get("datamodule_hyper_parameters") or {}).get("max_length")
     if max_length:
         module.predict_max_length = int(max_length)
@@ -156,6 +162,7 @@ def pipeline(
     task: str | None = None,
     device: Any = None,
     batch_size: int = 64,
+    model_class: str | type[MultiTaskModule] | None = None,
 ) -> TaskPipeline:
     """A :class:`TaskPipeline` predicting ``task`` with ``model``.
 
@@ -166,6 +173,8 @@ def pipeline(
         device: ``"cpu"``, ``"cuda:1"``, a ``torch.device``, or an int as transformers takes it; ``None``: the
             CPU for a model loaded here, where it is for a module given.
         batch_size: inputs per forward pass.
+        model_class: the class of a model saved from a subclass of ``MultiTaskModule``: the class, or its
+            dotted name (``"my_pkg.models.MyModule"``, imported here); the saved file only names it.
 
     Raises:
         PalUserError: for a model that cannot be loaded, an unknown task, an unknown or absent device, or a
@@ -186,7 +195,8 @@ def pipeline(
             )
     if isinstance(model, (str, os.PathLike)):
         ckpt = Path(model).suffix == ".ckpt"
-        model = load_model(None, str(model)) if ckpt else load_model(str(model), None)
+        source = str(model)
+        model = load_model(None, source, model_class) if ckpt else load_model(source, None, model_class)
     elif not isinstance(model, MultiTaskModule):
         raise PalUserError(
             f"pipeline takes a saved model (a folder written by save_pretrained or fit, a hub id, a .ckpt file) "

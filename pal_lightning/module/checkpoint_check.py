@@ -9,6 +9,7 @@ from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.hub import resolve_encoder
 from pal_lightning.core.plain_values import to_plain
 from pal_lightning.core.version import reads_files_of, version_mismatch
+from pal_lightning.module.saved_class import CHECKPOINT_CLASS_KEY, fits_saved_class, how_to_name
 from pal_lightning.tasks.specs import TaskSpec, task_name_of, task_to_dict, task_to_hparam
 
 #: Hyper-parameters that fix the shape or meaning of the weights: a checkpoint must agree on them.
@@ -100,15 +101,26 @@ def _same_encoder(a: str, b: str) -> bool:
 
 
 def check_checkpoint(
-    checkpoint: Mapping[str, Any], ours: Mapping[str, Any], tasks: Sequence[TaskSpec]
+    checkpoint: Mapping[str, Any],
+    ours: Mapping[str, Any],
+    tasks: Sequence[TaskSpec],
+    model_class: type | None = None,
 ) -> None:
-    """Refuse a checkpoint of another library series, or whose tasks, encoder or adapter shape differ from
-    ``ours`` (a resumed ``fit`` also needs the same task order and freezing options)."""
+    """Refuse a checkpoint of another library series, saved from a class that ``model_class`` (the model's)
+    neither is nor extends, or whose tasks, encoder or adapter shape differ from ``ours`` (a resumed ``fit``
+    also needs the same task order and freezing options)."""
     saved = checkpoint.get("hyper_parameters")
     if not isinstance(saved, Mapping):
         return  # not written by this module (a user's own checkpoint): the weights decide
     if not reads_files_of(checkpoint.get(VERSION_KEY)):
         raise PalUserError(version_mismatch("The checkpoint", checkpoint.get(VERSION_KEY)))
+    recorded = saved.get(CHECKPOINT_CLASS_KEY)
+    if model_class is not None and isinstance(recorded, str) and not fits_saved_class(recorded, model_class):
+        raise PalUserError(
+            f"The checkpoint was saved from {recorded}, but the model is {model_class.__qualname__}: name the "
+            f"class it was saved from, {how_to_name(recorded, 'checkpoint')}; with a run's checkpoint, its "
+            "config.yaml names it (--config runs/<name>/version_N/config.yaml)."
+        )
     differences = checkpoint_differences(
         saved, ours, tasks, resuming=bool(checkpoint.get("optimizer_states"))
     )

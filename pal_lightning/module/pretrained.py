@@ -21,6 +21,7 @@ from pal_lightning.core.files import staged_folder
 from pal_lightning.core.plain_values import to_plain
 from pal_lightning.core.version import __version__, reads_files_of, version_mismatch
 from pal_lightning.module.inference import DEFAULT_MAX_LENGTH
+from pal_lightning.module.saved_class import built, checked_weights, chosen_class
 from pal_lightning.tasks.catalogue import overall_name
 from pal_lightning.tasks.specs import task_to_dict
 
@@ -282,9 +283,17 @@ def from_pretrained(
     revision: str | None = None,
     map_location: str | torch.device = "cpu",
     token: str | bool | None = None,
+    model_class: str | type[M] | None = None,
 ) -> M:
     """Rebuild a module saved by :meth:`save_pretrained` from a local folder or a hub repository id (at
-    ``revision``, with ``token``), in eval mode."""
+    ``revision``, with ``token``), in eval mode.
+
+    The folder is rebuilt as ``cls`` when it was saved from ``cls`` or a class ``cls`` extends; a folder saved
+    from another class (``config.json``'s ``model_class``) needs that class named: called as
+    ``ThatClass.from_pretrained``, or given as ``model_class`` (a subclass of ``cls``, or its dotted name,
+    which is then imported). The file alone never chooses what is imported
+    (:mod:`pal_lightning.module.saved_class`).
+    """
     from safetensors.torch import load_file
     from transformers import AutoTokenizer
 
@@ -295,21 +304,12 @@ def from_pretrained(
     # a random encoder of the saved shape; the saved state dict replaces every weight
     hparams["encoder_config"] = config["encoder"]["config"]
     hparams["tasks"] = config["tasks"]
-    try:
-        module = cls(**hparams)
-    except TypeError as err:
-        raise PalUserError(
-            f"{folder} was saved from {config.get('model_class')}; {cls.__qualname__} cannot be built from "
-            f"its settings ({err}). Load it with that class's from_pretrained."
-        ) from err
+    recorded = config.get("model_class")
+    target = chosen_class(cls, model_class, recorded, str(folder), "folder")
+    module = built(target, hparams, recorded, str(folder), "folder")
     module.hparams["encoder_config"] = original_encoder_config
     state = load_file(str(folder / WEIGHTS_NAME))
-    result = module.load_state_dict(state, strict=False)
-    if result.missing_keys or result.unexpected_keys:
-        raise PalUserError(
-            f"{folder / WEIGHTS_NAME} does not match the model described by its config.json: missing "
-            f"{result.missing_keys[:5]}, unexpected {result.unexpected_keys[:5]}. Save the folder again."
-        )
+    checked_weights(module.load_state_dict(state, strict=False), str(folder))
     module.tokenizer = AutoTokenizer.from_pretrained(str(folder))
     module.predict_max_length = int(config.get("max_length") or DEFAULT_MAX_LENGTH)
     names = config.get("label_names") or {

@@ -33,9 +33,14 @@ QUIET_TRAINER = {
 
 
 def quiet_trainer(**overrides: Any) -> pl.Trainer:
-    """A ``Trainer`` with :data:`QUIET_TRAINER`'s settings; ``overrides`` win."""
+    """A ``Trainer`` with :data:`QUIET_TRAINER`'s settings; ``overrides`` win. Building and fitting it print
+    nothing: Lightning's hardware lines and tips are dropped as the CLI drops them
+    (:func:`pal_lightning.cli.console.quiet_lightning`, for the whole process)."""
     import lightning.pytorch as pl
 
+    from pal_lightning.cli.console import quiet_lightning
+
+    quiet_lightning()
     return pl.Trainer(**{**QUIET_TRAINER, **overrides})
 
 

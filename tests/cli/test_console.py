@@ -63,6 +63,37 @@ def _bars(stdout: str) -> list[str]:
     return [line for line in stdout.splitlines() if line.startswith("Epoch ")]
 
 
+def test_quiet_trainer_builds_and_fits_without_a_line(capfd: pytest.CaptureFixture[str]) -> None:
+    """pal_lightning.testing.quiet_trainer: no GPU-available line, no logger tip, nothing at fit's end."""
+    import logging
+
+    from pal_lightning.cli import console
+    from pal_lightning.testing import quiet_trainer
+    from pal_lightning.testing.batches import TinyData, tiny_module
+
+    seen: list[str] = []
+
+    class Keep(logging.Handler):  # what reaches Lightning's handlers, whichever stream they were bound to
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    handler = Keep()
+    for name in console._LIGHTNING_LOGGERS:  # as in a fresh process, before anything made Lightning quiet
+        logging.getLogger(name).removeFilter(console._keep)
+        logging.getLogger(name).addHandler(handler)
+    try:
+        module, data = tiny_module(), TinyData()
+        data.steps = 2
+        capfd.readouterr()
+        trainer = quiet_trainer(max_steps=2, limit_val_batches=0)
+        trainer.fit(module, datamodule=data)
+    finally:
+        for name in console._LIGHTNING_LOGGERS:
+            logging.getLogger(name).removeHandler(handler)
+    assert trainer.global_step == 2
+    assert seen == [] and capfd.readouterr() == ("", "")
+
+
 def test_a_resumed_run_logged_to_a_file_with_a_task_read_through_datasets(
     tmp_path: Path, _cli: Callable[..., subprocess.CompletedProcess[str]]
 ) -> None:

@@ -168,3 +168,31 @@ def test_cli_predicts_each_row_with_its_task_column(
     assert (rows[1]["score"], rows[1]["p_sst_negative"], rows[2]["label"]) == ("", "", "")
     score = module.predict("sts", [("a man plays", "a man is playing a guitar")]).scores[0]
     assert float(rows[2]["score"]) == pytest.approx(score, abs=1e-5)
+
+
+def test_config_with_new_sentences_is_one_line_naming_the_option(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = tmp_path / "in.csv"
+    source.write_text("id,sentence\n1,hello\n", encoding="utf-8")
+    args = ["predict", "--predict.input", str(source), "--config", "c.yaml"]
+    assert main(args) == USER_ERROR_EXIT
+    # the option keeps its dashes (jsonargparse's "- " bullets are what the one-line form drops)
+    assert capsys.readouterr().err.startswith(
+        "pal-lightning: error: --config is not used with --predict.input"
+    )
+
+
+def test_one_line_drops_bullets_not_an_options_dashes() -> None:
+    from pal_lightning.cli.main import _one_line
+
+    nested = (
+        'Parser key "model":\n  Does not validate against any of the Union subtypes\n  Errors:\n'
+        "    - Problem with given class_path 'x.Y':\n      - --model.lr must be a float  \n"
+        "    - Expected a <class 'NoneType'>\n  -\n"
+    )
+    assert (
+        _one_line(nested)
+        == "Parser key \"model\": Problem with given class_path 'x.Y': --model.lr must be a float"
+    )
+    assert _one_line("--ckpt_path is a folder") == "--ckpt_path is a folder"

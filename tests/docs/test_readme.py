@@ -429,6 +429,17 @@ def _own_parameters(block: Block, ws: Workspace) -> None:
     assert [g["name"] for g in groups[:-1]][:2] == ["pretrained", "pretrained_no_decay"]
 
 
+def _subclass_saved(block: Block, ws: Workspace) -> None:
+    """The subclass's folder loads as its class, named each way the block shows; unnamed, one line."""
+    from pal_lightning import MultiTaskModule, PalUserError
+
+    _exec(block, ws)
+    focal = ws.namespace["FocalLossModule"]
+    assert type(ws.namespace["model"]) is focal and type(ws.namespace["classify"].model) is focal
+    with pytest.raises(PalUserError, match="saved from my_models.FocalLossModule, not MultiTaskModule"):
+        MultiTaskModule.from_pretrained(ws.folder / "focal-model")
+
+
 def _describe_batch(block: Block, ws: Workspace) -> None:
     from pal_lightning import MultiTaskDataModule
 
@@ -494,6 +505,7 @@ BLOCKS: dict[str, Callable[[Block, Workspace], None]] = {
     ),
     "docs/models.md | Your own module | from my_models import FocalLossModule": _exec,
     "docs/models.md | Your own module | import torch": _own_parameters,
+    "docs/models.md | Your own module | import pal_lightning": _subclass_saved,
     # registered, trained, counted, saved and loaded by the guide's own test
     "docs/extending.md | Adding a per-task method | from dataclasses import dataclass": _elsewhere(
         "tests/module/test_extending.py::test_the_guides_method_starts_as_the_encoder_counts_trains_saves_and_loads"
@@ -560,6 +572,8 @@ def test_the_pages_run_in_order(
     assert (runs / "quickstart" / "version_0" / "predictions" / "sst-test-output.csv").is_file()
     assert (runs / "pretrain_mlm" / "version_0" / "encoder" / "config.json").is_file()
     assert (tmp_path / "mine-sst-predictions.csv").is_file()
+    # the subclass's folder, its class named on the command line
+    assert (tmp_path / "mine-focal.csv").is_file()
     # the resume ("Checkpoints and resuming") continued the main job two steps further, into version_1
     resumed = torch.load(runs / "quickstart" / "version_1" / "checkpoints" / "last.ckpt", weights_only=True)
     assert resumed["global_step"] == 4
