@@ -34,6 +34,8 @@ class PalAPI(ls.LitAPI):  # litserve is untyped: LitAPI is Any to the checker
         ckpt: a ``.ckpt`` file (``None`` with ``model``).
         max_batch_size: the most requests LitServe puts in one batch.
         batch_timeout: seconds LitServe waits for a batch to fill.
+        model_class: the ``MultiTaskModule`` subclass (dotted name) the model was saved from, when the user
+            names it (:mod:`pal_lightning.module.saved_class`); ``None``: ``MultiTaskModule``.
         announce: a queue (``multiprocessing`` ``SimpleQueue``) on which ``setup`` puts ``("tasks", catalogue)``
             once the model is loaded, or ``("error", message)`` when it cannot be; ``None``: nothing put.
     """
@@ -45,9 +47,11 @@ class PalAPI(ls.LitAPI):  # litserve is untyped: LitAPI is Any to the checker
         max_batch_size: int,
         batch_timeout: float,
         announce: Any = None,
+        model_class: str | None = None,
     ) -> None:
         super().__init__(max_batch_size=max_batch_size, batch_timeout=batch_timeout)
         self.model_path, self.ckpt, self.announce = model, ckpt, announce
+        self.model_class = model_class
         self.module: Any = None
 
     def setup(self, device: str) -> None:
@@ -55,7 +59,7 @@ class PalAPI(ls.LitAPI):  # litserve is untyped: LitAPI is Any to the checker
         from pal_lightning.inference.pipeline import load_model
 
         try:
-            self.module = load_model(self.model_path, self.ckpt).to(device).eval()
+            self.module = load_model(self.model_path, self.ckpt, self.model_class).to(device).eval()
         except PalUserError as err:
             if self.announce is None:
                 raise

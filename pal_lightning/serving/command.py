@@ -58,6 +58,8 @@ class ServeOptions:
     """The largest request body accepted, in bytes (413 above)."""
     api_key: str | None = None
     """The key every route but ``/health`` requires in the ``X-API-Key`` header; else $PAL_API_KEY, else none."""
+    model_class: str | None = None
+    """The ``MultiTaskModule`` subclass (``pkg.module.Class``) the model was saved from, imported to build it."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -72,7 +74,8 @@ def parser() -> argparse.ArgumentParser:
     for field in dataclasses.fields(ServeOptions)[1:]:
         kind = {"int": int, "float": float}.get(str(field.type), str)
         text = f"{docs[field.name]} (default: {field.default})".replace("``", "").replace("%", "%%")
-        p.add_argument(f"--{field.name}", type=kind, default=field.default, help=text)
+        flag = "model.class_path" if field.name == "model_class" else field.name  # as fit and predict name it
+        p.add_argument(f"--{flag}", dest=field.name, type=kind, default=field.default, help=text)
     return p
 
 
@@ -154,7 +157,9 @@ def build_server(o: ServeOptions, on_ready: Callable[[Mapping[str, TaskInfo]], N
     from pal_lightning.serving.guard import Guard
 
     announce = multiprocessing.get_context("spawn").SimpleQueue()  # LitServe spawns its workers
-    api = PalAPI(*source(o.model), o.max_batch_size, o.batch_timeout, announce=announce)
+    api = PalAPI(
+        *source(o.model), o.max_batch_size, o.batch_timeout, announce=announce, model_class=o.model_class
+    )
     tasks: dict[str, TaskInfo] = {}  # filled before the HTTP processes start (they are forked after)
     guard = dict(tasks=tasks, max_inputs=o.max_inputs, max_body_bytes=o.max_body_bytes, api_key=o.api_key)
     server = PalServer(

@@ -227,3 +227,16 @@ def test_predict_of_a_config_refuses_a_checkpoint_of_another_class(
     named = ["--model.class_path", SUBCLASS, "--model.init_args.mlp_width", "12"]
     assert main([*common, *named, "--predictions.output_dir", str(output)]) == 0
     assert (output / "sst-dev-output.csv").is_file()
+
+
+def test_the_server_builds_the_subclass_it_is_told_and_refuses_it_otherwise(run: Run) -> None:
+    from pal_lightning.serving.api import PalAPI
+    from pal_lightning.serving.command import options
+
+    assert options([str(run.model), "--model.class_path", SUBCLASS]).model_class == SUBCLASS
+    named = PalAPI(str(run.model), None, 1, 0.0, model_class=SUBCLASS)
+    named.setup("cpu")
+    assert type(named.module).__name__ == "MLPHeadModule"
+    with pytest.raises(PalUserError) as err:
+        PalAPI(str(run.model), None, 1, 0.0).setup("cpu")
+    _one_line_naming_the_class(err, run.model)
