@@ -12,18 +12,21 @@ resumed model and ``UncertaintyWeighted.from_pretrained`` of it."""
 from __future__ import annotations
 
 import csv
+import importlib
 import json
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
 import torch
 import yaml
 from cli.forked import ForkedCli, subprocess_env
-from my_mtl import CAP, MLPHead, UncertaintyWeighted
 
+from pal_lightning.data.sampling import schedules
 from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
 
 pytestmark = pytest.mark.ddp
@@ -36,6 +39,16 @@ STEPS, STOP_AT = 4, 2  # one epoch of 4 steps: the stop is mid-epoch
 TRAIN_ROWS = {"sst": 8, "qqp": 24, "sts": 24}  # sst small: capped_inverse draws it more often per example
 MIN_P = 0.1  # FlooredData's floor
 TASKS = list(TRAIN_ROWS)
+
+
+@pytest.fixture(scope="module")
+def my_mtl() -> Iterator[ModuleType]:
+    """The package imported here too, for the checks in this process; afterwards its rule is unregistered
+    (other test files of this process list the registered rules). The package stays imported: jsonargparse
+    finds its classes among MultiTaskModule's subclasses, and would import it again, rule and all."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(schedules, "_RULES", dict(schedules._RULES))
+        yield importlib.import_module("my_mtl")
 
 
 def _env() -> dict[str, str]:
@@ -165,11 +178,14 @@ def test_ddp_fit_of_the_subclass_ranks_identical_own_parameters_included(runs: d
     assert state["heads.sst.net.1.weight"].shape[0] == state["heads.sst.net.3.weight"].shape[1] == 12  # MLP
 
 
-def test_the_package_sampling_rule_is_what_the_run_drew_with(runs: dict[str, Any]) -> None:
+def test_the_package_sampling_rule_is_what_the_run_drew_with(
+    runs: dict[str, Any], my_mtl: ModuleType
+) -> None:
     """capped_inverse (sizes 8, 24, 24: weights 3, 1, 1) under FlooredData's floor, as the training log wrote
     it at the epoch's start: the probabilities the sampler drew from."""
     largest = max(TRAIN_ROWS.values())
-    weights = {t: min(largest / n, CAP) for t, n in TRAIN_ROWS.items()}
+    weights = {t: min(largest / n, my_mtl.CAP) for t, n in TRAIN_ROWS.items()}
+    assert weights == my_mtl.capped_inverse(TRAIN_ROWS, 0, None)
     rule = {t: w / sum(weights.values()) for t, w in weights.items()}
     expected = {t: (1 - len(TASKS) * MIN_P) * p + MIN_P for t, p in rule.items()}
     assert expected == pytest.approx({"sst": 0.52, "qqp": 0.24, "sts": 0.24})
@@ -199,8 +215,9 @@ def test_stopped_and_resumed_ddp_run_ends_as_the_uninterrupted_one(runs: dict[st
 
 
 def test_save_pretrained_then_the_subclass_from_pretrained_predicts_the_same(
-    runs: dict[str, Any], tmp_path: Path
+    runs: dict[str, Any], my_mtl: ModuleType, tmp_path: Path
 ) -> None:
+    UncertaintyWeighted, MLPHead = my_mtl.UncertaintyWeighted, my_mtl.MLPHead  # noqa: N806 - class names
     _ok(runs["resumed"])
     ckpt = runs["root"] / "stopped" / "runs" / "version_1" / "checkpoints" / "last.ckpt"
     module = UncertaintyWeighted.load_from_checkpoint(ckpt, map_location="cpu", weights_only=True).eval()
