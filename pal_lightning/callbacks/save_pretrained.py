@@ -73,4 +73,5 @@ class SavePretrainedModel(Callback):
         except PalUserError as err:  # e.g. a user logger reusing a folder: keep the run's result
             log.warning("Did not save the model folder: %s", err)
             return
-        print(f"pal-lightning: saved the model to {target} (load it with MultiTaskModule.from_pretrained)")
+        loader = f"{type(pl_module).__qualname__}.from_pretrained"  # a subclass's folder loads through it
+        print(f"pal-lightning: saved the model to {target} (load it with {loader})")

@@ -233,8 +233,11 @@ def test_save_pretrained_then_the_subclass_from_pretrained_predicts_the_same(
         if ours.probabilities is not None:
             assert theirs.probabilities is not None
             assert (ours.probabilities == theirs.probabilities).all(), task
-    # the folder fit itself wrote (its best checkpoint) loads through the subclass too
-    written = UncertaintyWeighted.from_pretrained(runs["root"] / "full" / "runs" / "version_0" / "model")
+    # the folder fit itself wrote (its best checkpoint) loads through the subclass too, as fit said
+    model = runs["root"] / "full" / "runs" / "version_0" / "model"
+    said = f"pal-lightning: saved the model to {model} (load it with UncertaintyWeighted.from_pretrained)"
+    assert said in runs["full"].stdout
+    written = UncertaintyWeighted.from_pretrained(model)
     assert isinstance(written.heads["sst"], MLPHead)
 
 
