@@ -39,6 +39,7 @@ STEPS, STOP_AT = 4, 2  # one epoch of 4 steps: the stop is mid-epoch
 TRAIN_ROWS = {"sst": 8, "qqp": 24, "sts": 24}  # sst small: capped_inverse draws it more often per example
 MIN_P = 0.1  # FlooredData's floor
 TASKS = list(TRAIN_ROWS)
+SENTENCES = ["a fine film .", "dull and far too long ."]
 
 
 @pytest.fixture(scope="module")
@@ -225,9 +226,8 @@ def test_save_pretrained_then_the_subclass_from_pretrained_predicts_the_same(
     loaded = UncertaintyWeighted.from_pretrained(folder)
     assert isinstance(loaded.heads["sst"], MLPHead) and loaded.hparams["mlp_hidden"] == 12
     assert torch.equal(loaded.log_vars, module.log_vars)
-    sentences = ["a fine film .", "dull and far too long ."]
     pairs = [("how do i learn python ?", "what is the best way to learn python ?"), ("a cat", "a dog")]
-    for task, texts in (("sst", sentences), ("qqp", pairs), ("sts", pairs)):
+    for task, texts in (("sst", SENTENCES), ("qqp", pairs), ("sts", pairs)):
         ours, theirs = module.predict(task, texts), loaded.predict(task, texts)
         assert ours.classes == theirs.classes and ours.scores == theirs.scores, task
         if ours.probabilities is not None:
