@@ -55,6 +55,8 @@ SLOW_FILES = (
     # ddp_stage2 ~3 (its ranks forked: tests/cli/cli_driver.py, listed for its DDP ranks); every file not
     # listed takes ~7 or less
     "tests/cli/test_torchrun_cli.py",
+    # ~27 (2026-11-29, -n 0, user + sys of pytest and its process tree): 4 forked fits, 3 of them 2-rank DDP
+    "tests/downstream/test_downstream_project.py",
     "tests/docs/test_readme.py",
     "tests/serving/test_server.py",  # ~21 (2026-11-29, -n 0): the server's two processes start torch
     "tests/module/test_compile.py",

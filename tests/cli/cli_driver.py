@@ -54,6 +54,9 @@ def _redirect(fd: int, path: Path) -> None:
 def _set_environment(env: dict[str, str]) -> None:
     os.environ.clear()
     os.environ.update(env)
+    # a fresh interpreter puts its PYTHONPATH's folders on sys.path (a user's package: PYTHONPATH=. pal-lightning)
+    entries = [os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[1:1] = [p for p in dict.fromkeys(entries) if p not in sys.path]
     # what Lightning reads off the environment when it is imported (a fresh rank 1 imports it as rank 1)
     from lightning.fabric.utilities.rank_zero import _get_rank, rank_zero_only
 
