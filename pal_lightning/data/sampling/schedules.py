@@ -213,22 +213,28 @@ class SamplingSchedule:
         return apply_multipliers(normalise_weights(self.name, list(sizes), weights), self.multipliers)
 
 
-def normalise_weights(rule: str, tasks: Sequence[str], weights: Mapping[str, float]) -> dict[str, float]:
-    """``w_i / sum_j w_j`` over ``tasks``; a PalUserError when ``rule``'s weights miss or add a task, or are
-    negative, not finite or all zero."""
-    missing = [t for t in tasks if t not in weights]
-    extra = [t for t in weights if t not in tasks]
+def task_values(what: str, noun: str, tasks: Sequence[str], values: Mapping[str, float]) -> list[float]:
+    """``values`` in ``tasks``' order; a PalUserError (``what`` must give a ``noun`` ...) when they miss or
+    add a task, or are negative, not finite or all zero."""
+    missing = [t for t in tasks if t not in values]
+    extra = [t for t in values if t not in tasks]
     if missing or extra:
         raise PalUserError(
-            f"Sampling rule {rule!r} must give a weight to exactly the training tasks {list(tasks)}; "
+            f"{what} must give a {noun} to exactly the training tasks {list(tasks)}; "
             f"missing {missing}, unknown {extra}."
         )
-    values = [float(weights[t]) for t in tasks]
+    checked = [float(values[t]) for t in tasks]
+    if not all(v >= 0 and math.isfinite(v) for v in checked) or math.fsum(checked) <= 0:
+        plural = "probabilities" if noun == "probability" else f"{noun}s"
+        raise PalUserError(f"{what} must give finite {plural} >= 0, not all zero; got {dict(values)}.")
+    return checked
+
+
+def normalise_weights(rule: str, tasks: Sequence[str], weights: Mapping[str, float]) -> dict[str, float]:
+    """``w_i / sum_j w_j`` over ``tasks``; a PalUserError when ``rule``'s weights miss or add a task, or are
+    negative, not finite or all zero (:func:`task_values`)."""
+    values = task_values(f"Sampling rule {rule!r}", "weight", tasks, weights)
     total = math.fsum(values)
-    if not all(v >= 0 and math.isfinite(v) for v in values) or total <= 0:
-        raise PalUserError(
-            f"Sampling rule {rule!r} must give finite weights >= 0, not all zero; got {dict(weights)}."
-        )
     return {t: v / total for t, v in zip(tasks, values, strict=True)}
 
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from pal_lightning.core.errors import PalUserError
+from pal_lightning.data.sampling.schedules import task_values
 
 _SCHEDULE_STREAM = 1
 _EXAMPLE_STREAM = 2
@@ -23,16 +23,7 @@ Probabilities = tuple[float, ...]
 def probability_vector(tasks: Sequence[str], probs: Mapping[str, float], source: str) -> Probabilities:
     """``probs`` (from ``source``, named in messages) as :data:`Probabilities` over ``tasks``; a PalUserError
     when they miss or add a task, or are negative, not finite or all zero."""
-    missing = [t for t in tasks if t not in probs]
-    extra = [t for t in probs if t not in tasks]
-    if missing or extra:
-        raise PalUserError(
-            f"{source} must give a probability to exactly the training tasks {list(tasks)}; missing {missing}, "
-            f"unknown {extra}."
-        )
-    p = np.asarray([probs[t] for t in tasks], dtype=np.float64)
-    if not (np.isfinite(p).all() and (p >= 0).all() and p.sum() > 0):
-        raise PalUserError(f"{source} must give finite probabilities >= 0, not all zero; got {dict(probs)}.")
+    p = np.asarray(task_values(source, "probability", tasks, probs), dtype=np.float64)
     return tuple(float(v) for v in p / p.sum())
 
 
