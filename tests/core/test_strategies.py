@@ -31,8 +31,9 @@ def test_ddp_family_and_single_device_names_pass(name: str) -> None:
     check_strategy_name({"class_path": "lightning.pytorch.strategies.FSDPStrategy"})
 
 
-def test_plain_ddp_is_told_to_find_unused_parameters_and_an_explicit_false_stays() -> None:
-    plain = quiet_trainer(strategy="ddp", accelerator="cpu", devices=2).strategy
+@pytest.mark.parametrize("strategy", ["ddp", "ddp_spawn", "auto"])
+def test_plain_ddp_is_told_to_find_unused_parameters_and_an_explicit_false_stays(strategy: str) -> None:
+    plain = quiet_trainer(strategy=strategy, accelerator="cpu", devices=2).strategy  # auto: DDP over 2
     assert isinstance(plain, DDPStrategy) and "find_unused_parameters" not in ddp_constructor_kwargs(plain)
     prepare_strategy(plain)
     assert ddp_constructor_kwargs(plain)["find_unused_parameters"] is True
