@@ -74,7 +74,8 @@ for t in "${targets[@]}"; do
   [ -n "${MODULES[$t]:-}" ] || { echo "unknown target $t (choose from ${ORDER[*]})" >&2; exit 2; }
   dir="$WORK/$t"
   rm -rf "$dir" && mkdir -p "$dir"
-  cp -r "$ROOT/pal_lightning" "$ROOT/tests" "$ROOT/pyproject.toml" "$dir/"
+  # configs and docs: tests read the shipped configs and the docs' blocks (also_copy puts them beside the mutants)
+  cp -r "$ROOT/pal_lightning" "$ROOT/tests" "$ROOT/configs" "$ROOT/docs" "$ROOT/pyproject.toml" "$dir/"
   find "$dir" -name __pycache__ -prune -exec rm -rf {} +
   # shellcheck disable=SC2086
   existing=$(cd "$dir" && for x in ${TESTS[$t]}; do [ ! -e "${x%%::*}" ] || echo "$x"; done) # file or file::test
@@ -85,6 +86,7 @@ source_paths = ["pal_lightning"]
 only_mutate = $(toml_list ${MODULES[$t]})
 pytest_add_cli_args_test_selection = $(toml_list $existing)
 pytest_add_cli_args = ["-p", "no:cacheprovider", "-x", "-q"]
+also_copy = ["configs", "docs"]
 TOML
   echo "== $t: mutating ${MODULES[$t]} against: $existing"
   # shellcheck disable=SC2086
