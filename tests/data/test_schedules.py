@@ -155,3 +155,41 @@ def test_multiplier_errors_name_the_option() -> None:
         PalUserError, match=r"unknown tasks \['z'\].*\(--data\.task_multipliers '\{cfimdb: 0\.5\}'\)"
     ):
         apply_multipliers({"a": 1.0}, {"z": 2.0})
+
+
+def test_the_per_task_checks_and_refusals_word_for_word() -> None:
+    """The messages in full (each names the fix), and the edges of the per-task value check."""
+    from pal_lightning.data.sampling.schedules import (
+        check_temperature,
+        sampling_rules,
+        task_values,
+        unknown_rule_message,
+    )
+
+    assert task_values("Rule 'r'", "weight", ["a", "b"], {"b": 3, "a": 1}) == [1.0, 3.0]
+    with pytest.raises(PalUserError) as err:
+        task_values("Rule 'r'", "weight", ["a"], {"a": 1, "z": 2})
+    assert (
+        str(err.value)
+        == "Rule 'r' must give a weight to exactly the training tasks ['a']; missing [], unknown ['z']."
+    )
+    for noun, plural in (("weight", "weights"), ("probability", "probabilities")):
+        with pytest.raises(PalUserError) as err:
+            task_values("Rule 'r'", noun, ["a", "b"], {"a": 0, "b": 0.0})  # all zero: nothing to draw
+        assert (
+            str(err.value)
+            == f"Rule 'r' must give finite {plural} >= 0, not all zero; got {{'a': 0, 'b': 0.0}}."
+        )
+    with pytest.raises(PalUserError) as err:
+        check_temperature(0)
+    assert str(err.value) == (
+        "sampling_temperature must be finite and > 0 (p_i ~ N_i^(1/T)), got 0 (--data.sampling_temperature 2)."
+    )
+    assert unknown_rule_message("bogus") == (
+        f"Unknown sampling 'bogus'. Choose one of {', '.join(sampling_rules())} (--data.sampling ...; "
+        "a rule of your own is registered with register_sampling_rule before the data module is built)."
+    )
+    # a task with no rows is never drawn, even where alpha = 0 makes every other weight 1 (0**0 would be 1)
+    assert task_probabilities({"empty": 0, "b": 5, "c": 7}, 0.0) == {"empty": 0.0, "b": 0.5, "c": 0.5}
+    with pytest.raises(ValueError, match=r"^task_probabilities needs at least one task size\.$"):
+        task_probabilities([], 1.0)
