@@ -77,8 +77,7 @@ def report_parameter_groups(module: pl.LightningModule, unplaced: Sequence[tuple
     if any(isinstance(callback, ModelSummary) for callback in getattr(trainer, "callbacks", [])):
         rank_zero_info(format_group_table(groups))
     grouped = {id(p) for g in groups for p in g["params"]}
-    fallen = [
-        (n, p) for n, p in unplaced if id(p) in grouped
-    ]  # a configure_optimizers of one's own may omit them
+    # a configure_optimizers of one's own may leave some out of every group
+    fallen = [(n, p) for n, p in unplaced if id(p) in grouped]
     if fallen:
         warnings.warn(unplaced_warning(type(module).__name__, fallen, groups), UserWarning, stacklevel=2)
