@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import re
 import signal
 import sys
@@ -122,6 +123,8 @@ def main(args: list[str] | None = None) -> int:
             PalLightningCLI(args=args)
     except KeyboardInterrupt:  # Ctrl-C outside Lightning's Trainer (parsing, building the model)
         return _interrupted()
+    except BrokenPipeError:  # `pal-lightning fit --help | head`: the reader left, which is no error of ours
+        return _reader_left()
     except SystemExit as exc:  # --help / --print_config exit early on purpose
         if isinstance(exc.__context__, KeyboardInterrupt):  # Lightning's sys.exit(1) after a Ctrl-C
             return _interrupted()
@@ -156,6 +159,15 @@ def main(args: list[str] | None = None) -> int:
         _NEW_FOLDERS.clear()  # the run succeeded: its folders are results
         close_process_group()
     return 0
+
+
+def _reader_left() -> int:
+    # the interpreter flushes stdout again at exit: point it at devnull so that flush cannot fail too
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # a stdout without a file descriptor (captured): nothing left to flush
+        pass
+    return 128 + getattr(signal, "SIGPIPE", 13)  # what a shell reports when the pipe's reader closed
 
 
 def _is_misconfiguration(found: BaseException) -> bool:

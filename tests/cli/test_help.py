@@ -5,6 +5,9 @@ catalogue of bad inputs run as a user runs them: test_bad_inputs.py)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -68,6 +71,18 @@ def test_top_level_help_and_version_import_no_torch(tmp_path: Path) -> None:
     )
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.strip() == "[]"
+
+
+def test_help_into_a_closed_pipe_ends_quietly(capsys: pytest.CaptureFixture[str]) -> None:
+    # `pal-lightning --help | head -1`: the reader closes the pipe; no BrokenPipeError traceback, status 141
+    read, write = os.pipe()
+    os.close(read)
+    with os.fdopen(write, "w") as closed, contextlib.redirect_stdout(closed):
+        assert main(["--help"]) == 141
+        assert stat.S_ISCHR(
+            os.fstat(closed.fileno()).st_mode
+        )  # now devnull, not the pipe: the exit flush cannot fail
+    assert capsys.readouterr().err == ""
 
 
 def test_fit_help_is_lightnings_with_the_registries(
