@@ -78,8 +78,12 @@ class Chromium:
         for domain in ("Page", "Runtime", "Network"):
             self.call(f"{domain}.enable", session=True)
         self.call(  # the viewport, so that the screenshot is width x height whatever the window's frame
-            "Emulation.setDeviceMetricsOverride", session=True, width=width, height=height,
-            deviceScaleFactor=1, mobile=False,
+            "Emulation.setDeviceMetricsOverride",
+            session=True,
+            width=width,
+            height=height,
+            deviceScaleFactor=1,
+            mobile=False,
         )
 
     # --- CDP --------------------------------------------------------------------------------------------
@@ -146,7 +150,9 @@ class Chromium:
             " return r && r.width ? [r.x + r.width / 2, r.y + r.height / 2] : null; })()"
         )
         for kind in ("mousePressed", "mouseReleased"):
-            self.call("Input.dispatchMouseEvent", session=True, type=kind, x=x, y=y, button="left", clickCount=1)
+            self.call(
+                "Input.dispatchMouseEvent", session=True, type=kind, x=x, y=y, button="left", clickCount=1
+            )
 
     def type(self, selector: str, text: str) -> None:
         """Click into the field ``selector``, clear it and type ``text``."""
