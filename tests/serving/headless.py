@@ -158,10 +158,20 @@ class Chromium:
         """Click into the field ``selector``, clear it and type ``text``."""
         self.click(selector)
         self.evaluate(f"document.querySelector({json.dumps(selector)}).select()")
-        self.call("Input.dispatchKeyEvent", session=True, type="keyDown", key="Delete", code="Delete")
-        self.call("Input.dispatchKeyEvent", session=True, type="keyUp", key="Delete", code="Delete")
+        for kind in ("rawKeyDown", "keyUp"):  # the Delete key (46), on the selected text
+            self.call(
+                "Input.dispatchKeyEvent",
+                session=True,
+                type=kind,
+                key="Delete",
+                code="Delete",
+                windowsVirtualKeyCode=46,
+            )
         if text:
             self.call("Input.insertText", session=True, text=text)
+        typed = self.evaluate(f"document.querySelector({json.dumps(selector)}).value")
+        if typed != text:
+            raise CdpError(f"typed {text!r} into {selector}, which holds {typed!r}")
 
     def choose(self, selector: str, value: str) -> None:
         """Choose ``value`` in the ``<select>`` ``selector`` (as picking it from the list does: a change event)."""
