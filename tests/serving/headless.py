@@ -10,11 +10,13 @@ does through it is what a person does: open the address, choose a task, type (``
 from __future__ import annotations
 
 import base64
+import contextlib
 import fcntl
 import json
 import os
 import select
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -73,6 +75,13 @@ class Chromium:
         os.close(from_chromium)
         self._buffer, self._next_id = b"", 0
         self.events: list[dict[str, Any]] = []  # CDP events read while waiting for answers
+        try:
+            self._open_tab(width, height)
+        except BaseException:
+            self.close()  # no Chromium left running when the start fails
+            raise
+
+    def _open_tab(self, width: int, height: int) -> None:
         target = self.call("Target.createTarget", url="about:blank")["targetId"]
         self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
         for domain in ("Page", "Runtime", "Network"):
@@ -191,7 +200,8 @@ class Chromium:
             self.call("Browser.close")
             self.process.wait(timeout=10)
         except (CdpError, OSError, subprocess.TimeoutExpired):
-            os.killpg(self.process.pid, 9)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
         finally:
             os.close(self._in)
