@@ -3,7 +3,8 @@
     pal-lightning serve runs/demo/version_0/model --port 8000 --max_batch_size 8 --batch_timeout 0.01
 
 ``POST /predict`` takes the requests of :mod:`pal_lightning.serving.schema`; ``GET /tasks`` describes the
-tasks; ``GET /health`` is LitServe's (200 once the workers are ready). docs/serving.md tells more.
+tasks; ``GET /health`` is LitServe's (200 once the workers are ready); ``GET /`` is a page to try it
+(:mod:`pal_lightning.serving.page`). docs/serving.md tells more.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ class ServeOptions:
     max_body_bytes: int = 1_000_000
     """The largest request body accepted, in bytes (413 above)."""
     api_key: str | None = None
-    """The key every route but ``/health`` requires in the ``X-API-Key`` header; else $PAL_API_KEY, else none."""
+    """The key every route but ``/`` and ``/health`` requires in the ``X-API-Key`` header; else $PAL_API_KEY, else none."""
     model_class: str | None = None
     """The ``MultiTaskModule`` subclass (``pkg.module.Class``) the model was saved from, imported to build it."""
 
@@ -155,6 +156,7 @@ def build_server(o: ServeOptions, on_ready: Callable[[Mapping[str, TaskInfo]], N
 
     from pal_lightning.serving.api import PalAPI, PalServer
     from pal_lightning.serving.guard import Guard
+    from pal_lightning.serving.page import add_page
 
     announce = multiprocessing.get_context("spawn").SimpleQueue()  # LitServe spawns its workers
     api = PalAPI(
@@ -177,6 +179,7 @@ def build_server(o: ServeOptions, on_ready: Callable[[Mapping[str, TaskInfo]], N
         return {"tasks": {name: info.describe() for name, info in tasks.items()}}
 
     server.app.add_api_route("/tasks", describe_tasks, methods=["GET"])
+    add_page(server.app)  # GET /: the page to try it
     return server
 
 

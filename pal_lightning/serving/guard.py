@@ -24,8 +24,9 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 #: The route of predictions (LitServe's).
 PREDICT_PATH = "/predict"
-#: Routes open without the API key: a load balancer's health probe.
-OPEN_PATHS = ("/health",)
+#: Routes open without the API key: a load balancer's health probe, and the page (``GET /``), which a browser
+#: opens without headers; the page sends the key the user types with each of its calls.
+OPEN_PATHS = ("/health", "/")
 #: The request header carrying the API key (LitServe's own name for it).
 API_KEY_HEADER = "x-api-key"
 

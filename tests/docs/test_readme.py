@@ -167,6 +167,10 @@ SERVING_PAGE_TEST = "tests/serving/test_server.py::test_the_serving_page_runs_as
 #: Commands not run here, by how they start: why, and the check made instead (``None``: none possible).
 NOT_RUN_COMMANDS: dict[str, tuple[str, Callable[[list[str], Workspace], None] | None]] = {
     "pip install": ("installs packages from an index; CI (.ci/run) runs the same line", None),
+    "if [ -x /usr/bin/apt-get ]": (
+        "installs Debian's Chromium as root; CI (.ci/run) runs the same line",
+        None,
+    ),
     "python -m pytest": ("the test suite itself; CI runs the same line", None),
     "bash tools/mutation/run.sh": (
         "mutation testing, hours of CPU; tools/mutation/MUTATION.md",

@@ -92,7 +92,7 @@ def test_a_good_request_reaches_the_app_rewritten_and_a_bad_one_does_not() -> No
     assert len(behind.bodies) == 1
 
 
-def test_other_routes_pass_and_the_api_key_guards_all_but_health() -> None:
+def test_other_routes_pass_and_the_api_key_guards_all_but_health_and_the_page() -> None:
     guard, behind = make()
     assert call(guard, b"", path="/tasks", method="GET") == (200, {})
     keyed, behind = make(api_key="s3cret")
@@ -100,5 +100,7 @@ def test_other_routes_pass_and_the_api_key_guards_all_but_health() -> None:
     assert status == 401 and "X-API-Key" in out["error"]
     assert call(keyed, b"", path="/tasks", method="GET", headers=[(b"x-api-key", b"wrong")])[0] == 401
     assert call(keyed, b"", path="/health", method="GET")[0] == 200  # a load balancer's probe
+    assert call(keyed, b"", path="/", method="GET")[0] == 200  # the page: a browser opens it without headers
+    assert call(keyed, b"", path="/index.html", method="GET")[0] == 401  # "/" alone, not a prefix
     assert call(keyed, b'{"task": "sst", "text": "a"}', headers=[(b"X-API-Key", b"s3cret")])[0] == 200
-    assert len(behind.bodies) == 2
+    assert len(behind.bodies) == 3

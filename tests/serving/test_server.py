@@ -2,7 +2,8 @@
 shared by this file's tests), called over HTTP. Its answers equal ``predict``'s, concurrent requests of
 different tasks batched together included; 1,000 fuzzed requests each get the status the request checks
 give (a 4xx with a one-line JSON error, or an answer) and leave the same worker process serving; the page's
-Python blocks run as written against it."""
+Python blocks run as written against it; the page at ``GET /``, driven in headless Chromium, shows what
+``POST /predict`` answers."""
 
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ import pytest
 import torch
 
 pytest.importorskip("litserve", reason="the serve extra is not installed")
+
+from serving.headless import CHROMIUM, Chromium  # tests/ is on sys.path
 
 from pal_lightning import MultiTaskModule, TaskSpec
 from pal_lightning.serving.answers import catalogue
@@ -169,6 +172,90 @@ def test_answers_equal_predict_also_when_requests_are_batched_together(server: S
                 )
         assert list(got[0]["predictions"]["topic"]["probabilities"]) == ["sports", "politics", "arts"]
         assert [a["truncated"] for a in got[:4]] == [False, False, True, False]  # cut as predict cuts it
+
+
+# --- the page, in headless Chromium -------------------------------------------------------------------------
+
+#: What the page shows of its answer: the label, the score, each bar's class, its value and its length
+#: (as a share of its track), the truncation notice, the error line, and whether the second box is shown.
+SHOWN = """(() => {
+  const get = (id) => document.getElementById(id), visible = (id) => !get(id).hidden;
+  const rows = [...document.querySelectorAll('#bars .row')];
+  return {answered: Number(document.body.dataset.answered || 0), answer: visible('answer'),
+    label: get('label').textContent, score: get('score').textContent, truncated: visible('truncated'),
+    bars: rows.map((r) => [r.children[0].textContent, r.children[2].textContent,
+      r.querySelector('.bar').getBoundingClientRect().width / r.children[1].getBoundingClientRect().width]),
+    error: visible('error') ? get('error').textContent : null, pair: visible('second')};
+})()"""
+
+
+def _ask(browser: Chromium, task: str, *texts: str) -> dict[str, Any]:
+    """Choose ``task``, type ``texts`` in its boxes, click Predict and wait for what the page shows."""
+    before = browser.evaluate(SHOWN)["answered"]
+    browser.choose("#task", task)
+    for box, text in zip(("#text1", "#text2"), texts, strict=False):
+        browser.type(box, text)
+    browser.click("#send")
+    browser.wait_for(f"Number(document.body.dataset.answered || 0) > {before}")
+    shown: dict[str, Any] = browser.evaluate(SHOWN)
+    return shown
+
+
+def _assert_shows(shown: dict[str, Any], answer: dict[str, Any], task: str) -> None:
+    """The page shows ``answer``'s prediction of ``task``: its label and every class's probability (a bar of
+    that length), or its score; the truncation notice when the answer says so."""
+    one = answer["predictions"][task]
+    assert shown["answer"] and shown["error"] is None and shown["truncated"] == answer["truncated"]
+    if "score" in one:
+        assert shown["score"] == f"score {one['score']:.3f}" and shown["bars"] == [] and shown["label"] == ""
+        return
+    assert shown["label"] == one["label"] and shown["score"] == ""
+    assert [b[:2] for b in shown["bars"]] == [[k, f"{v:.3f}"] for k, v in one["probabilities"].items()]
+    np.testing.assert_allclose([b[2] for b in shown["bars"]], list(one["probabilities"].values()), atol=0.01)
+
+
+def test_the_page_in_headless_chromium_shows_what_predict_answers(server: Server, tmp_path: Path) -> None:
+    if not Path(CHROMIUM).is_file():
+        pytest.skip(f"Debian's Chromium is not installed ({CHROMIUM}): apt-get install chromium")
+    from PIL import Image  # matplotlib's (the dev extra)
+
+    sentence, long = "the match went to extra time", " ".join(["the music is fun but the end is long"] * 30)
+    pair = ("How do I cook rice?", "How is rice cooked?")
+    asked = {
+        "single": ("topic", sentence),
+        "truncated": ("topic", long),
+        "pair": ("qqp", pair),
+        "score": ("sts", pair),
+    }
+    answers = {}
+    with Chromium() as browser:
+        browser.open(f"http://127.0.0.1:{server.port}/")
+        options = browser.wait_for("[...document.querySelectorAll('#task option')].map((o) => o.value)")
+        assert options == list(server.tasks)  # from GET /tasks, in the model's order
+        for case, (task, text) in asked.items():
+            shown = _ask(browser, task, *([text] if isinstance(text, str) else text))
+            body = {"task": task, "text": text if isinstance(text, str) else list(text), "all_classes": True}
+            status, answers[case] = server.call(json.dumps(body).encode())  # the same input, straight
+            assert status == 200 and shown["pair"] == (task != "topic"), shown
+            _assert_shows(shown, answers[case], task)
+            if case == "single":  # the picture: a class name, a value and a bar per class
+                picture = browser.screenshot(tmp_path / "page.png")
+        assert [a["truncated"] for a in answers.values()] == [False, True, False, False]
+        shown = _ask(browser, "qqp", pair[0], "  ")  # a bad input: the server's line, no answer
+        status, refused = server.call(json.dumps({"task": "qqp", "text": [pair[0], "  "]}).encode())
+        assert status == 422 and shown["error"] == f"422 {refused['error']}" and not shown["answer"]
+        browser.type("#key", "s3cret")  # sent as the guard reads it (this server has no key: it ignores it)
+        browser.events.clear()
+        _assert_shows(_ask(browser, "topic", sentence), answers["single"], "topic")
+        sent = [e["params"]["request"] for e in browser.events if e["method"] == "Network.requestWillBeSent"]
+        assert [r["headers"].get("X-API-Key") for r in sent if r["url"].endswith("/predict")] == ["s3cret"]
+    print(f"the page's screenshot: {picture}")
+    assert picture.read_bytes().startswith(b"\x89PNG\r\n\x1a\n") and picture.stat().st_size > 5_000
+    with Image.open(picture) as image:
+        assert image.size == (900, 760)
+        colours = image.convert("RGB").getcolors(maxcolors=1 << 20)
+    assert colours is not None and len(colours) > 50  # text, fields and bars, not a blank page
+    assert any(rgb == (0x3B, 0x7D, 0xD8) for _, rgb in colours)  # the bars' blue
 
 
 # --- fuzzing -----------------------------------------------------------------------------------------------
