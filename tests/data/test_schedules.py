@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -115,13 +116,31 @@ def test_annealed_alpha_errors_name_the_argument() -> None:
         annealed_alpha(0, 3)
 
 
+def _refused(message: str) -> pytest.RaisesExc[PalUserError]:
+    """A PalUserError whose message is ``message`` word for word."""
+    return pytest.raises(PalUserError, match=f"^{re.escape(message)}$")
+
+
 def test_schedule_errors_name_the_option() -> None:
-    with pytest.raises(PalUserError, match=r"Choose one of proportional, sqrt, uniform.*\(--data\.sampling"):
+    from pal_lightning.data.sampling.schedules import unknown_rule_message
+
+    with _refused(unknown_rule_message("bogus")):
         SamplingSchedule("bogus")
-    with pytest.raises(PalUserError, match=r"anneal_epochs must be >= 1.*--data\.anneal_epochs"):
+    with _refused("anneal_epochs must be >= 1, got 0 (--data.anneal_epochs)."):
         SamplingSchedule("annealed", num_epochs=0)
-    with pytest.raises(PalUserError, match=r"sampling='weights' needs task_weights.*--data\.task_weights"):
+    with _refused(
+        "sampling='weights' needs task_weights, a mapping task -> weight "
+        "(--data.task_weights '{sst: 1, qqp: 2, sts: 1}')."
+    ):
         SamplingSchedule("weights")
+
+
+def test_temperature_draws_with_alpha_one_over_t() -> None:
+    sched = SamplingSchedule("temperature", temperature=4.0)
+    assert sched.alpha(0) == sched.alpha(9) == 0.25
+    sizes = {"a": 16, "b": 81}
+    assert sched.probabilities(sizes, 0) == pytest.approx(task_probabilities(sizes, 0.25))  # 2 : 3
+    assert SamplingSchedule("temperature").alpha(0) == 0.5  # T = 2 by default: square-root sampling
 
 
 @pytest.mark.parametrize(
@@ -138,10 +157,17 @@ def test_zero_and_fractional_weights_accepted() -> None:
     assert sched.probabilities({"a": 10, "b": 10}, 0) == {"a": 0.0, "b": 1.0}
 
 
-def test_weights_must_name_exactly_the_tasks() -> None:
-    sched = SamplingSchedule("weights", weights={"a": 1, "z": 1})
-    with pytest.raises(PalUserError, match=r"missing \['b'\], unknown \['z'\]"):
-        sched.probabilities({"a": 1, "b": 1}, 0)
+@pytest.mark.parametrize(
+    ("weights", "missing", "unknown"),
+    [({"a": 1, "z": 1}, ["b"], ["z"]), ({"a": 1}, ["b"], []), ({"a": 1, "b": 1, "z": 1}, [], ["z"])],
+)
+def test_weights_must_name_exactly_the_tasks(
+    weights: dict[str, float], missing: list[str], unknown: list[str]
+) -> None:
+    with _refused(
+        f"task_weights must name exactly the training tasks ['a', 'b']; missing {missing}, unknown {unknown}."
+    ):
+        SamplingSchedule("weights", weights=weights).probabilities({"a": 1, "b": 1}, 0)
 
 
 def test_multiplier_errors_name_the_option() -> None:
@@ -151,8 +177,9 @@ def test_multiplier_errors_name_the_option() -> None:
         SamplingSchedule("uniform", multipliers={"a": -1.0})
     with pytest.raises(PalUserError, match=r"round_robin is a fixed cycle\. Use another --data\.sampling"):
         SamplingSchedule("round_robin", multipliers={"a": 2.0})
-    with pytest.raises(
-        PalUserError, match=r"unknown tasks \['z'\].*\(--data\.task_multipliers '\{cfimdb: 0\.5\}'\)"
+    with _refused(
+        "task_multipliers name unknown tasks ['z']; the training tasks are ['a'] "
+        "(--data.task_multipliers '{cfimdb: 0.5}')."
     ):
         apply_multipliers({"a": 1.0}, {"z": 2.0})
 

@@ -264,36 +264,23 @@ def annealing_horizon(
     return 1
 
 
-def _power(alpha: Callable[[SamplingSchedule, int], float]) -> SamplingRuleFn:
-    """The rule ``w_i = N_i^alpha`` with ``alpha(schedule, epoch)``."""
-
-    def rule(sizes: Mapping[str, int], epoch: int, schedule: SamplingSchedule) -> dict[str, float]:
-        values = [float(n) for n in sizes.values()]
-        return dict(zip(sizes, _alpha_weights(values, alpha(schedule, epoch)), strict=True))
-
-    return rule
-
-
-def _fixed(alpha: float) -> Callable[[SamplingSchedule, int], float]:
-    return lambda schedule, epoch: alpha
-
-
-def _annealed(schedule: SamplingSchedule, epoch: int) -> float:
-    return annealed_alpha(epoch + 1, schedule.num_epochs)
-
-
-def _inverse_temperature(schedule: SamplingSchedule, epoch: int) -> float:
-    return 1.0 / schedule.temperature
+def _power_rule(sizes: Mapping[str, int], epoch: int, schedule: SamplingSchedule) -> dict[str, float]:
+    """``w_i = N_i^alpha``, alpha the schedule's at ``epoch`` (:meth:`SamplingSchedule.alpha`: one place says
+    each built-in rule's alpha, for the draws and for the training log alike)."""
+    values = [float(n) for n in sizes.values()]
+    alpha = schedule.alpha(epoch)
+    assert alpha is not None, schedule.name  # registered below for the rules alpha() knows only
+    return dict(zip(sizes, _alpha_weights(values, alpha), strict=True))
 
 
 # The built-in rules, in the order the messages list them; round_robin's weights are its cycle's shares.
 _RULES.update(
     {
-        **{name: _power(_fixed(alpha)) for name, alpha in FIXED_ALPHA.items()},
+        **dict.fromkeys(FIXED_ALPHA, _power_rule),
         ROUND_ROBIN: _cycle_rule,
-        "annealed": _power(_annealed),
+        "annealed": _power_rule,
         "weights": _weights_rule,
-        "temperature": _power(_inverse_temperature),
+        "temperature": _power_rule,
     }
 )
 _BUILT_IN.update(_RULES)
