@@ -188,12 +188,23 @@ def test_refusals_each_name_the_fix() -> None:
         with pytest.raises(PalUserError, match="pool_batches must be >= 1"):
             sampler(SIZES, dict.fromkeys(SIZES, 2), SamplingSchedule(), lengths=widths(), pool_batches=0)
     DataConfig(batch_mixing="mixed", group_by_length=True)  # grouping has a mixed form
-    for options, fix in (
-        ({"schedule": "sequential"}, "--data.schedule interleaved"),
-        ({"sampling": "round_robin"}, "--data.sampling uniform"),
+    for options, message in (
+        (
+            {"schedule": "sequential"},
+            "batch_mixing 'mixed' draws every row's task from the interleaved sampling schedule; the sequential "
+            "schedule trains one task after another. Use --data.batch_mixing per_task, or --data.schedule "
+            "interleaved.",
+        ),
+        (
+            {"sampling": "round_robin"},
+            "sampling 'round_robin' cycles through whole batches, one task each; with batch_mixing 'mixed' every "
+            "row draws its task. Use --data.sampling uniform (the same frequencies), or --data.batch_mixing "
+            "per_task.",
+        ),
     ):
-        with pytest.raises(PalUserError, match=fix):
+        with pytest.raises(PalUserError) as err:
             DataConfig(batch_mixing="mixed", **options)
+        assert str(err.value) == message  # word for word: each names the fix
     with pytest.raises(PalUserError, match="choose one of per_task, mixed"):
         DataConfig(batch_mixing="rows")
 

@@ -249,18 +249,35 @@ def test_resume_with_another_world_size_or_steps_per_epoch_warns_and_continues(
 
 def test_resume_refusals_name_what_changed() -> None:
     state = small().state_dict()
-    with pytest.raises(
-        PalUserError, match=r"^Cannot resume the task sampler: the training data or batch sizes"
-    ):
-        MultiTaskBatchSampler(
-            {"a": 21, "b": 9}, {"a": 2, "b": 3}, SamplingSchedule("uniform")
-        ).load_state_dict(state)
+    other = MultiTaskBatchSampler({"a": 21, "b": 9}, {"a": 2, "b": 3}, SamplingSchedule("uniform"))
     phased = small(phases=[("a", 2), ("b", 2)])
-    with pytest.raises(
-        PalUserError,
-        match=r"^Cannot resume the task sampler: the continual schedule changed.*Resume with the same schedule, task_order",
+    why = "Cannot resume the task sampler:"
+    for sampler, saved, message in (
+        (
+            other,
+            state,
+            f"{why} the training data or batch sizes changed since the checkpoint (saved sizes "
+            f"{state['sizes']}, batch sizes {state['batch_sizes']}; now {other.sizes}, {other.batch_sizes}). "
+            "Resume with the same tasks, files, limit_examples and batch_size.",
+        ),
+        (
+            phased,
+            state,
+            f"{why} the continual schedule changed since the checkpoint (saved phases [], now "
+            "[['a', 0, 2], ['b', 2, 4]]). Resume with the same schedule, task_order, steps_per_task/epochs_per_task, "
+            "batch_size and number of devices.",
+        ),
+        (
+            small(),
+            {k: v for k, v in small(phases=[("a", 2), ("b", 2)]).state_dict().items() if k != "batch_mixing"},
+            f"{why} the continual schedule changed since the checkpoint (saved phases [['a', 0, 2], ['b', 2, 4]], "
+            "now []). Resume with the same schedule, task_order, steps_per_task/epochs_per_task, "
+            "batch_size and number of devices.",
+        ),  # a state of before batch_mixing was saved: per_task, so the mixing check lets it through
     ):
-        phased.load_state_dict(state)
+        with pytest.raises(PalUserError) as err:
+            sampler.load_state_dict(saved)
+        assert str(err.value) == message
 
 
 # ------------------------------------------------------------------ arguments

@@ -116,6 +116,24 @@ def test_grouped_cycles_sort_whole_global_batches_between_the_plain_head_and_tai
             assert np.array_equal(grouped, again)
 
 
+def test_a_grouped_cycle_by_hand() -> None:
+    """The seeded stream pinned (a resumed run of another version must replay it): pools sorted longest
+    first, ties in the plain cycle's order, whole global batches shuffled by the task's own stream."""
+    lengths = np.array([5, 9, 5, 2, 9, 7, 1, 5, 3, 8, 6, 4, 5, 7])
+    plain = streams.plain_cycle(3, "t", 1, 14, 3).tolist()
+    assert plain == [13, 6, 10, 11, 2, 0, 7, 3, 4, 9, 12, 5, 8, 1]
+    # head [13] (the straddling batch's end); pools [6 10 11 2 0 7] -> 10 | 2 0 7 (5, ties kept) | 11 | 6
+    # and [3 4 9 12 5 8] -> 4 9 5 12 8 3, whose two batches the shuffle swaps; tail [1]
+    expected = [13, 10, 2, 0, 7, 11, 6, 12, 8, 3, 4, 9, 5, 1]
+    assert streams.grouped_cycle(3, "t", 1, 14, 3, 2, lengths).tolist() == expected
+    assert streams.grouped_cycle(3, "u", 1, 14, 3, 2, lengths).tolist() != expected  # another task's stream
+    # four pools of five batches: the shuffle's stream (seed, task, cycle) pinned where 5! orders are possible
+    assert streams.grouped_cycle(7, "t", 2, 40, 2, 5, np.arange(40) % 7).tolist() == [
+        8, 28, 22, 36, 9, 29, 6, 33, 19, 3, 17, 2, 11, 32, 12, 18, 21, 35, 34, 26,
+        23, 37, 27, 20, 30, 16, 39, 24, 13, 25, 15, 14, 10, 1, 38, 31, 5, 4, 0, 7,
+    ]  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("examples", "ends", "expected"),
     [
