@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +43,13 @@ def eval_mode(module: torch.nn.Module) -> Iterator[None]:
     finally:
         for submodule, training in modes.items():
             submodule.training = training
+
+
+def shared_prefix(module: Any) -> Any:
+    """The context in which ``module``'s encoder computes the layers below every task's module once per
+    distinct input (several tasks asked of one text): ``MultiTaskEncoder.shared_prefix``, if it has one."""
+    context = getattr(getattr(module, "encoder", None), "shared_prefix", None)
+    return context() if callable(context) else nullcontext()
 
 
 def as_texts(texts: Any, example: str, single: tuple[type, ...] = (str, tuple)) -> list[Any]:
@@ -214,7 +221,8 @@ def predict_items(module: Any, items: Sequence[Any], batch_size: int = 64) -> li
 
     Each input is tokenised as training tokenises its task; all are sorted by length once and batched whatever
     their tasks, one encoder pass per batch with per-row routing (``forward_mixed``), in eval mode without
-    gradients (``module``'s mode restored after). Classification gives the class, its name where known and
+    gradients (``module``'s mode restored after); inputs repeated in a batch (one text asked of several tasks)
+    run the layers below every task's module once (:func:`shared_prefix`). Classification gives the class, its name where known and
     ``probabilities``; regression a score on the task's scale.
 
     Raises:
@@ -247,7 +255,7 @@ def predict_items(module: Any, items: Sequence[Any], batch_size: int = 64) -> li
     order = np.argsort(np.concatenate(keys), kind="stable")
     pad_id = module.tokenizer.pad_token_id if module.tokenizer.pad_token_id is not None else 0
     outputs = {task: [torch.empty(0)] * len(at) for task, at in positions.items()}
-    with eval_mode(module):
+    with eval_mode(module), shared_prefix(module):
         for start in range(0, len(members), batch_size):
             batch, rows = _mixed_batch(
                 splits, [members[i] for i in order[start : start + batch_size]], pad_id
