@@ -34,6 +34,7 @@ class RoutedForward(TaskParameters):
     individual_layers: tuple[int, ...]
     takes_token_types: bool
     _task_names: tuple[str, ...]
+    training: bool  # nn.Module's
     _prefix_once: bool = False  # inside shared_prefix()
 
     @property
