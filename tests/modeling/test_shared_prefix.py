@@ -70,9 +70,11 @@ def rows_per_layer(model: MultiTaskEncoder) -> list[list[int]]:
     return seen
 
 
-def check_once_below(model: MultiTaskEncoder, model_type: str, first: int) -> None:
-    """The shared prefix's forward equals the plain one, and layers below ``first`` ran on 3 rows."""
+def check_once_below(model: MultiTaskEncoder, model_type: str, first: int, below: int | None = None) -> None:
+    """The shared prefix's forward equals the plain one, the first task layer is ``first`` and the layers
+    below ``below`` (default ``first``; one more where the rows branch at its join norm) ran on 3 rows."""
     assert first_task_layer(model) == first
+    below = first if below is None else below
     ids, mask, types = inputs(model_type)
     with torch.no_grad():
         plain = model(ids, mask, types, tasks=ROW_TASKS)
@@ -83,23 +85,42 @@ def check_once_below(model: MultiTaskEncoder, model_type: str, first: int) -> No
             once_one_task = model(ids, mask, types, task="b")
     torch.testing.assert_close(once, plain, atol=1e-5, rtol=0)
     torch.testing.assert_close(once_one_task, one_task, atol=1e-5, rtol=0)
-    assert seen == [[3, 3] if i < first else [len(PICK)] * 2 for i in range(model.num_layers)]
+    assert seen == [[3, 3] if i < below else [len(PICK)] * 2 for i in range(model.num_layers)]
 
 
 @pytest.mark.parametrize("model_type", FAMILY_TYPES)
 def test_every_family_top_layer_pals_with_individual_layers_and_heads_only(model_type: str) -> None:
-    # PALs in the top layer, which is also individual (I), the bottom one frozen: layers 0-1 once
-    check_once_below(build(model_type, "pals", "FSI", num_layers=1, placement="top"), model_type, 2)
+    # PALs in the top layer, the bottom one frozen: a post-LN layer's attention and FFN once too (the rows
+    # branch at its join norm), a pre-LN layer's (ModernBERT: the term joins its output) per row
+    joined = 2 if model_type == "modernbert" else 3
+    check_once_below(build(model_type, "pals", "FSS", num_layers=1, placement="top"), model_type, 2, joined)
+    # the top layer also individual (I): its copies run per row
+    check_once_below(build(model_type, "pals", "SSI", num_layers=1, placement="top"), model_type, 2)
     # heads only: the whole encoder once per distinct input
     check_once_below(build(model_type, "none"), model_type, 3)
 
 
 @pytest.mark.parametrize("method", sorted(m for m in METHODS if m != "none"))
 def test_every_method_in_the_top_layer(method: str) -> None:
-    on_top = get_method(method).where.slot == "top"
-    options = {} if on_top else {"num_layers": 1, "placement": "top"}
-    # a block on top reads the last layer's arguments: that layer runs per row
-    check_once_below(build("bert", method, **options), "bert", 2)
+    slot = get_method(method).where.slot
+    options = {} if slot == "top" else {"num_layers": 1, "placement": "top"}
+    # a block on top reads the last layer's arguments: that layer runs per row; beside it (PALs), BERT's
+    # top layer branches at its join norm
+    check_once_below(build("bert", method, **options), "bert", 2, 3 if slot == "beside" else 2)
+
+
+def test_a_layer_whose_output_is_not_its_join_norms_branches_at_its_entry() -> None:
+    model = build("bert", "pals", num_layers=1, placement="top")
+    top = model.family.layer_list(model.backbone)[2]
+    top.register_forward_hook(lambda module, args, output: output * 1.0)  # a new tensor: not the norm's
+    ids, mask, types = inputs("bert")
+    with torch.no_grad():
+        plain = model(ids, mask, types, tasks=ROW_TASKS)
+        seen = rows_per_layer(model)
+        with model.shared_prefix():
+            once = model(ids, mask, types, tasks=ROW_TASKS)
+    torch.testing.assert_close(once, plain, atol=1e-5, rtol=0)
+    assert seen == [[3], [3], [3, len(PICK)]]  # pass 1 through it, checked; pass 2 from its entry
 
 
 def test_lora_and_bottleneck_in_two_top_layers_below_individual_layers() -> None:

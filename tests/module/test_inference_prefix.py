@@ -1,5 +1,6 @@
 """``predict`` of several tasks on one input runs the layers below the tasks' modules once per distinct row
-(single sentences, a cross pair's sequence, each side of a siamese pair) and answers as each item alone does."""
+(single sentences, a cross pair's sequence, each side of a siamese pair) and answers as each item alone does;
+``shared_prefix=False`` runs every row through every layer."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import numpy as np
 import torch
 
 from pal_lightning import MultiTaskModule, TaskSpec
+from pal_lightning.module.inference import predict_items
 from pal_lightning.testing import TINY_BERT
 from pal_lightning.testing.conformance import move
 
@@ -37,7 +39,9 @@ def test_all_tasks_on_one_input_equal_each_alone_and_run_the_lower_layer_once() 
     for i, layer in enumerate(module.encoder.family.layer_list(module.encoder.backbone)):
         layer.register_forward_pre_hook(lambda m, args, i=i: rows[i].append(args[0].shape[0]))
     together = module.predict(ITEMS)
-    assert rows == [[4], [7]]  # 7 rows (the siamese second side one more), 4 distinct inputs
+    # 7 rows (the siamese second side one more) of 4 distinct inputs: layer 0, and layer 1 but for its join
+    # norm (the PALs' term joins there), run on the 4
+    assert rows == [[4], [4]]
     for item, prediction in zip(ITEMS, together, strict=True):
         (alone,) = module.predict([item])
         assert prediction.task == alone.task and prediction.label == alone.label
@@ -46,3 +50,8 @@ def test_all_tasks_on_one_input_equal_each_alone_and_run_the_lower_layer_once() 
         else:
             np.testing.assert_allclose(prediction.probabilities, alone.probabilities, atol=1e-5, rtol=0)
     assert module.encoder._prefix_once is False
+    rows[:] = [[], []]
+    plain = predict_items(module, ITEMS, shared_prefix=False)
+    assert rows == [[7], [7]]
+    for a, b in zip(together, plain, strict=True):
+        assert a.label == b.label

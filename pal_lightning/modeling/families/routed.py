@@ -82,9 +82,7 @@ class RoutedForward(TaskParameters):
             types = token_type_ids if self.takes_token_types else None  # the model ignores them otherwise
             rows = distinct_rows(input_ids, attention_mask, types) if first > 0 else None
             if rows is not None and (first < self.num_layers or call is None):
-                layers = self.family.layer_list(self.backbone)
-                inputs = (input_ids, attention_mask, token_type_ids)
-                return run_once_below(self._run, layers, first, call, inputs, rows)
+                return run_once_below(self, first, call, (input_ids, attention_mask, token_type_ids), rows)
         return self._run(call, input_ids, attention_mask, token_type_ids)
 
     def _run(

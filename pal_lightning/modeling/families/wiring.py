@@ -98,7 +98,8 @@ class Wiring:
         return nullcontext(), self.active(self.call)
 
 
-def _first(output: Any) -> torch.Tensor:
+def first_of(output: Any) -> torch.Tensor:
+    """A layer's hidden states in its ``output`` (a tensor, or a tuple whose first item is one)."""
     return output if isinstance(output, torch.Tensor) else output[0]
 
 
@@ -223,7 +224,7 @@ class LayerHook(_Hook):
         call = self.wiring.call
         if call is None:
             return None
-        hidden = _first(output)
+        hidden = first_of(output)
         if self.index in call.terms and self.wiring.family_pre_norm:
             hidden = hidden + call.terms[self.index]
         if call.top is not None and self.index == call.last:
@@ -258,7 +259,7 @@ def _run_top(
     rest, keywords = arguments
 
     def run(layer: nn.Module, states: torch.Tensor) -> torch.Tensor:
-        return _first(layer(states, *rest, **keywords))
+        return first_of(layer(states, *rest, **keywords))
 
     return top(hidden, run, mask)
 
@@ -354,7 +355,7 @@ class IndividualLayerSlot(nn.Module):
                 outputs.append(copies[str(self.layer_index)](*rest, **keywords))
         if len(outputs) == 1:
             return outputs[0]
-        return with_first(outputs[0], torch.cat([_first(o) for o in outputs]))
+        return with_first(outputs[0], torch.cat([first_of(o) for o in outputs]))
 
 
 def enable_checkpointing(model: nn.Module, individual: nn.Module, wiring: Wiring) -> None:
