@@ -1,6 +1,7 @@
 """Several tasks asked of one input: the layers below every task's module (the *shared prefix*) run once per
 distinct row, and the rows branch where the first module acts (docs/design.md §2, "Several tasks of one
-input"). Used at inference only, inside :meth:`~pal_lightning.modeling.families.routed.RoutedForward.shared_prefix`.
+input"). Used at inference only, inside
+:meth:`~pal_lightning.modeling.families.routed.RoutedForward.shared_prefix`.
 
 Two passes of the family's own model, so that every family builds its masks and position tensors itself:
 
@@ -53,9 +54,8 @@ def first_task_layer(encoder: RoutedForward) -> int:
         return 0
     if where is Where.TOP:
         return min(first, num_layers - 1)
-    if (
-        where is not Where.BESIDE and where is not Where.INSIDE
-    ):  # NOWHERE with a module, or a user's placement
+    # NOWHERE with a module, or a user's placement: when in doubt, no shared prefix
+    if where is not Where.BESIDE and where is not Where.INSIDE:
         return 0
     layers = set(encoder.adapter_layers)
     for module in encoder.adapters.values():  # each module's own list, should it differ from the config's
