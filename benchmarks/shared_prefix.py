@@ -155,9 +155,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     if args.quick:
         args.encoder, args.texts, args.batch, args.reps, args.data_dir = "tiny", 4, [2], 2, None
-        args.threads = (
-            args.threads or 1
-        )  # a tiny model gains nothing from a thread pool, a busy machine loses
+        # a tiny model gains nothing from a thread pool, and on a busy machine it loses much
+        args.threads = args.threads or 1
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 
