@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,13 +36,23 @@ LABEL_NAMES_KEY = "pal_lightning_label_names"
 @contextmanager
 def eval_mode(module: torch.nn.Module) -> Iterator[None]:
     """``module`` in eval mode inside, every submodule's own mode restored after."""
-    modes = {m: m.training for m in module.modules()}
+    training = [m for m in module.modules() if m.training]
+    if not training:  # already in eval mode (a served model): nothing to switch or restore
+        yield
+        return
     module.eval()
     try:
         yield
     finally:
-        for submodule, training in modes.items():
-            submodule.training = training
+        for submodule in training:
+            submodule.training = True
+
+
+def _shared_prefix(module: Any, enabled: bool) -> Any:
+    # where enabled, the context in which module's encoder runs the layers below every task's module once per
+    # distinct input: MultiTaskEncoder.shared_prefix, if it has one
+    context = getattr(getattr(module, "encoder", None), "shared_prefix", None)
+    return context() if enabled and callable(context) else nullcontext()
 
 
 def as_texts(texts: Any, example: str, single: tuple[type, ...] = (str, tuple)) -> list[Any]:
@@ -178,15 +188,23 @@ def _to_predictions(spec: TaskSpec, output: torch.Tensor, names: Sequence[str] |
     ]
 
 
-def _tokenize(module: Any, task: str, columns: list[list[str]]) -> TokenizedSplit:
-    # as training tokenises the task (its pair encoding), cut at predict_max_length
+def _tokenized(module: Any, columns: dict[str, list[list[str]]]) -> dict[str, TokenizedSplit]:
+    # each task's columns as training tokenises the task (its pair encoding), cut at predict_max_length; tasks
+    # asked of the same texts that tokenise them alike (one sentence, or pairs of one encoding) share one call
     from pal_lightning.data.sources.readers import RawSplit
     from pal_lightning.data.tokenize import encode_split
 
-    n = len(columns[0])
-    raw = RawSplit(task, "predict", "<predict>", [str(i) for i in range(n)], columns, None, rows=n)
-    encoding = resolve_pair_encoding(module.hparams["pair_encoding"], task)
-    return encode_split(raw, module.tokenizer, int(module.predict_max_length), encoding)
+    done: dict[tuple[Any, ...], TokenizedSplit] = {}
+    out = {}
+    for task, texts in columns.items():
+        encoding = resolve_pair_encoding(module.hparams["pair_encoding"], task)
+        key = (encoding if len(texts) > 1 else "", *map(tuple, texts))
+        if key not in done:
+            n = len(texts[0])
+            raw = RawSplit(task, "predict", "<predict>", [str(i) for i in range(n)], texts, None, rows=n)
+            done[key] = encode_split(raw, module.tokenizer, int(module.predict_max_length), encoding)
+        out[task] = done[key]
+    return out
 
 
 def _mixed_batch(
@@ -209,12 +227,16 @@ def _mixed_batch(
 
 
 @torch.no_grad()
-def predict_items(module: Any, items: Sequence[Any], batch_size: int = 64) -> list[Prediction]:
+def predict_items(
+    module: Any, items: Sequence[Any], batch_size: int = 64, *, shared_prefix: bool = True
+) -> list[Prediction]:
     """One :class:`Prediction` per ``(task, text or (sentence1, sentence2))`` of ``items``, in input order.
 
     Each input is tokenised as training tokenises its task; all are sorted by length once and batched whatever
     their tasks, one encoder pass per batch with per-row routing (``forward_mixed``), in eval mode without
-    gradients (``module``'s mode restored after). Classification gives the class, its name where known and
+    gradients (``module``'s mode restored after). Inputs repeated in a batch (one text asked of several tasks)
+    run the layers below every task's module once (``MultiTaskEncoder.shared_prefix``) unless
+    ``shared_prefix`` is ``False`` (every row through every layer: the plain path, for comparisons). Classification gives the class, its name where known and
     ``probabilities``; regression a score on the task's scale.
 
     Raises:
@@ -237,17 +259,16 @@ def predict_items(module: Any, items: Sequence[Any], batch_size: int = 64) -> li
     specs = {task: module.predict_spec(task) for task in positions}  # unknown task: names the known ones
     if batch_size < 1:
         raise PalUserError(f"batch_size must be >= 1, got {batch_size}.")
-    splits = {
-        task: _tokenize(module, task, _columns(specs[task], [items[i][1] for i in at], at))
-        for task, at in positions.items()
-    }
+    splits = _tokenized(
+        module, {task: _columns(specs[task], [items[i][1] for i in at], at) for task, at in positions.items()}
+    )
     members = [(task, local) for task, at in positions.items() for local in range(len(at))]
     # a batch pads to its widest sequence; one task alone sorts by all its tokens, as its data batches do
     keys = [splits[t].widths if len(splits) > 1 else splits[t].lengths for t in positions]
     order = np.argsort(np.concatenate(keys), kind="stable")
     pad_id = module.tokenizer.pad_token_id if module.tokenizer.pad_token_id is not None else 0
     outputs = {task: [torch.empty(0)] * len(at) for task, at in positions.items()}
-    with eval_mode(module):
+    with eval_mode(module), _shared_prefix(module, shared_prefix):
         for start in range(0, len(members), batch_size):
             batch, rows = _mixed_batch(
                 splits, [members[i] for i in order[start : start + batch_size]], pad_id

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, cast
 
 import torch
@@ -10,6 +12,7 @@ from torch import nn
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling.families import EncoderFamily
 from pal_lightning.modeling.families.build import TaskParameters
+from pal_lightning.modeling.families.prefix import distinct_rows, first_task_layer, run_once_below
 from pal_lightning.modeling.families.routing import RowTasks, TaskRouting, route_rows
 from pal_lightning.modeling.families.wiring import Part, Segment, TaskCall, Wiring, mixed_call, narrowed
 from pal_lightning.modeling.methods import AdapterConfig
@@ -31,6 +34,8 @@ class RoutedForward(TaskParameters):
     individual_layers: tuple[int, ...]
     takes_token_types: bool
     _task_names: tuple[str, ...]
+    training: bool  # nn.Module's
+    _prefix_once: bool = False  # inside shared_prefix()
 
     @property
     def num_layers(self) -> int:
@@ -49,7 +54,36 @@ class RoutedForward(TaskParameters):
         task: str,
     ) -> torch.Tensor:
         self.check_task(task)
-        return self._run(self.task_call(task, attention_mask), input_ids, attention_mask, token_type_ids)
+        return self._run_rows(self.task_call(task, attention_mask), input_ids, attention_mask, token_type_ids)
+
+    @contextmanager
+    def shared_prefix(self) -> Iterator[None]:
+        """Inside, a forward in eval mode without gradients runs the layers below every task's module (the
+        shared prefix: :func:`~pal_lightning.modeling.families.prefix.first_task_layer`) once per distinct
+        row (same token ids, mask and token types: one text asked of several tasks), and its rows branch where
+        the modules begin; the outputs are a plain forward's within float rounding. Training, a forward with
+        gradients and an encoder whose modules start at layer 0 take the plain path."""
+        previous, self._prefix_once = self._prefix_once, True
+        try:
+            yield
+        finally:
+            self._prefix_once = previous
+
+    def _run_rows(
+        self,
+        call: TaskCall | None,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        token_type_ids: torch.Tensor | None,
+    ) -> torch.Tensor:
+        # _run, the shared prefix once per distinct row inside shared_prefix()
+        if self._prefix_once and not self.training and not torch.is_grad_enabled():
+            first = first_task_layer(self)
+            types = token_type_ids if self.takes_token_types else None  # the model ignores them otherwise
+            rows = distinct_rows(input_ids, attention_mask, types) if first > 0 else None
+            if rows is not None and (first < self.num_layers or call is None):
+                return run_once_below(self, first, call, (input_ids, attention_mask, token_type_ids), rows)
+        return self._run(call, input_ids, attention_mask, token_type_ids)
 
     def _run(
         self,
@@ -113,8 +147,8 @@ class RoutedForward(TaskParameters):
             )
         call = self.mixed_task_call(routing, mask)
         if call is None:  # no task present has a module: the shared encoder, rows in place
-            return self._run(None, input_ids, attention_mask, token_type_ids)
-        return routing.unsort(self._run(call, ids, mask, types))
+            return self._run_rows(None, input_ids, attention_mask, token_type_ids)
+        return routing.unsort(self._run_rows(call, ids, mask, types))
 
     def mixed_task_call(self, routing: TaskRouting, attention_mask: torch.Tensor | None) -> TaskCall | None:
         """The hooks' call for ``routing``'s rows sorted by task (``None``: nothing task-specific)."""

@@ -98,21 +98,40 @@ class Wiring:
         return nullcontext(), self.active(self.call)
 
 
-def _first(output: Any) -> torch.Tensor:
+def first_of(output: Any) -> torch.Tensor:
+    """A layer's hidden states in its ``output`` (a tensor, or a tuple whose first item is one)."""
     return output if isinstance(output, torch.Tensor) else output[0]
 
 
-def _with_first(output: Any, hidden: torch.Tensor) -> Any:
+def with_first(output: Any, hidden: torch.Tensor) -> Any:
+    """A layer's ``output`` (a tensor, or a tuple whose first item is one) with ``hidden`` first."""
     return hidden if isinstance(output, torch.Tensor) else (hidden, *output[1:])
 
 
-def _hidden_argument(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor:
+#: The keywords a family's encoder may pass a layer's hidden states under (DistilBERT's: ``x``).
+HIDDEN_KEYWORDS = ("hidden_states", "hidden_state", "x")
+
+
+def hidden_argument(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor:
+    """The hidden states among a layer's arguments: the first positional one, else a keyword's."""
     if args:
         return args[0]
-    for name in ("hidden_states", "hidden_state", "x"):
+    for name in HIDDEN_KEYWORDS:
         if name in kwargs:
             return kwargs[name]
     raise RuntimeError("an encoder layer was called without hidden states")
+
+
+def with_hidden_argument(
+    args: tuple[Any, ...], kwargs: dict[str, Any], hidden: torch.Tensor
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A layer's arguments with ``hidden`` in place of the hidden states (:func:`hidden_argument`'s)."""
+    if args:
+        return (hidden, *args[1:]), kwargs
+    name = next((n for n in HIDDEN_KEYWORDS if n in kwargs), None)
+    if name is None:
+        raise RuntimeError("an encoder layer was called without hidden states")
+    return args, {**kwargs, name: hidden}
 
 
 def rows_of(value: Any, start: int, stop: int, batch: int, length: int) -> Any:
@@ -163,13 +182,13 @@ class LayerPreHook(_Hook):
             self.mixed(call, args, kwargs)
             return
         if call.beside is not None and self.index in call.layers:
-            call.terms[self.index] = call.beside(self.index, _hidden_argument(args, kwargs), call.mask)
+            call.terms[self.index] = call.beside(self.index, hidden_argument(args, kwargs), call.mask)
         if call.top is not None and self.index == call.last:
             call.last_arguments = (args[1:], dict(kwargs))
 
     def mixed(self, call: TaskCall, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Each task's term on its rows (zero for tasks without)."""
-        hidden = _hidden_argument(args, kwargs)
+        hidden = hidden_argument(args, kwargs)
         _check_rows(call, hidden, f"layer {self.index}")
         pieces: list[torch.Tensor] = []
         acting = tops = False
@@ -205,14 +224,14 @@ class LayerHook(_Hook):
         call = self.wiring.call
         if call is None:
             return None
-        hidden = _first(output)
+        hidden = first_of(output)
         if self.index in call.terms and self.wiring.family_pre_norm:
             hidden = hidden + call.terms[self.index]
         if call.top is not None and self.index == call.last:
             hidden = _run_top(call.top, hidden, call.last_arguments, call.mask)
         elif call.segments and self.index == call.last:
             hidden = self.mixed_top(call, hidden)
-        return _with_first(output, hidden)
+        return with_first(output, hidden)
 
     def mixed_top(self, call: TaskCall, hidden: torch.Tensor) -> torch.Tensor:
         """Each task's block on top on its rows."""
@@ -240,7 +259,7 @@ def _run_top(
     rest, keywords = arguments
 
     def run(layer: nn.Module, states: torch.Tensor) -> torch.Tensor:
-        return _first(layer(states, *rest, **keywords))
+        return first_of(layer(states, *rest, **keywords))
 
     return top(hidden, run, mask)
 
@@ -295,6 +314,14 @@ class SiteHook(_Hook):
         return output
 
 
+def copy_plain_attributes(target: nn.Module, source: nn.Module | None) -> None:
+    """Give ``target``, which takes ``source``'s place in a layer list, ``source``'s plain public attributes
+    (strings, numbers, flags): ModernBERT's encoder reads a layer's ``attention_type``."""
+    for key, value in vars(source or nn.Module()).items():
+        if not key.startswith("_") and key != "training" and isinstance(value, str | int | float | bool):
+            setattr(target, key, value)
+
+
 class IndividualLayerSlot(nn.Module):
     """An individual (I) layer's place in the layer list: it runs the active task's copy of the layer."""
 
@@ -302,10 +329,7 @@ class IndividualLayerSlot(nn.Module):
         super().__init__()
         self.layer_index = layer_index
         self._wiring = [wiring]  # a list: not a submodule, not a parameter
-        # the replaced layer's plain attributes (ModernBERT's encoder reads a layer's attention_type)
-        for key, value in vars(replaced or nn.Module()).items():
-            if not key.startswith("_") and key != "training" and isinstance(value, str | int | float | bool):
-                setattr(self, key, value)
+        copy_plain_attributes(self, replaced)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """The active task's copy of layer ``layer_index`` on the encoder's arguments."""
@@ -319,21 +343,19 @@ class IndividualLayerSlot(nn.Module):
 
     def mixed(self, wiring: Wiring, call: TaskCall, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Each group's copy on its rows; the hidden states joined, other outputs the first group's."""
-        hidden = _hidden_argument(args, kwargs)
+        hidden = hidden_argument(args, kwargs)
         _check_rows(call, hidden, f"individual layer {self.layer_index}")
         batch, length = hidden.shape[0], hidden.shape[1]
         outputs = []
         for start, stop, copies, sub in call.parts:
             rest, keywords = _arguments_of(args, kwargs, start, stop, batch, length)
-            if args:  # the hidden states: [B, T, d], which the rule of rows_of does not recognise
-                rest = (hidden[start:stop], *rest[1:])
-            else:
-                keywords = {k: hidden[start:stop] if v is hidden else v for k, v in keywords.items()}
+            # the hidden states: [B, T, d], which the rule of rows_of does not recognise
+            rest, keywords = with_hidden_argument(rest, keywords, hidden[start:stop])
             with wiring.active(sub):
                 outputs.append(copies[str(self.layer_index)](*rest, **keywords))
         if len(outputs) == 1:
             return outputs[0]
-        return _with_first(outputs[0], torch.cat([_first(o) for o in outputs]))
+        return with_first(outputs[0], torch.cat([first_of(o) for o in outputs]))
 
 
 def enable_checkpointing(model: nn.Module, individual: nn.Module, wiring: Wiring) -> None:
