@@ -247,6 +247,10 @@ def test_resume_with_another_world_size_or_steps_per_epoch_warns_and_continues(
     assert caplog.text == ""  # the same world size and epoch length: nothing to warn about
 
 
+def test_training_batches_say_their_split() -> None:
+    assert {b.split for b in small()} == {"train"}
+
+
 def test_resume_refusals_name_what_changed() -> None:
     state = small().state_dict()
     other = MultiTaskBatchSampler({"a": 21, "b": 9}, {"a": 2, "b": 3}, SamplingSchedule("uniform"))

@@ -134,6 +134,16 @@ def test_a_grouped_cycle_by_hand() -> None:
     ]  # fmt: skip
 
 
+def test_pool_orders_and_probability_vectors_by_hand() -> None:
+    # the pool's own stream, pinned: (seed, epoch, first step) each change it
+    assert streams.pool_order(5, 1, 8, 6).tolist() == [2, 1, 3, 5, 0, 4]
+    assert streams.pool_order(5, 2, 8, 6).tolist() == [4, 2, 5, 0, 1, 3]
+    assert streams.pool_order(5, 1, 14, 6).tolist() == [0, 4, 3, 2, 1, 5]
+    assert streams.pool_order(6, 1, 8, 6).tolist() == [0, 1, 3, 2, 4, 5]
+    # a rule's weights in the tasks' order, normalised
+    assert streams.probability_vector(["b", "a"], {"a": 2, "b": 6}, "rule") == (0.75, 0.25)
+
+
 @pytest.mark.parametrize(
     ("examples", "ends", "expected"),
     [
