@@ -216,6 +216,11 @@ class MultiTaskDataModule(pl.LightningDataModule):
         a rule of your own, or register one (``register_sampling_rule``). ``round_robin`` cycles instead."""
         if self.sampling_schedule is None or not self.train_sizes:
             raise RuntimeError("task_probabilities_for_epoch needs setup('fit') first.")
+        if self.phase_plan.sequential:  # what is logged is what is drawn: phases draw nothing
+            raise RuntimeError(
+                "The sequential schedule trains its phases one task after another and draws no tasks: it has "
+                "no sampling probabilities (the phases are in the data module's phases)."
+            )
         return self.sampling_schedule.probabilities(self.train_sizes, epoch)
 
     def _loader_kwargs(self) -> dict[str, Any]:

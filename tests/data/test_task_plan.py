@@ -69,14 +69,20 @@ def assert_drawn_as_logged(drawn: np.ndarray, tasks: Sequence[str], logged: Mapp
         assert abs(share - p) <= allowed, f"{t}: drawn {share:.4f}, logged {p:.4f} (allowed {allowed:.4f})"
 
 
-def logged_probabilities(data: Any, epoch: int) -> dict[str, float]:
-    """What :class:`TrainingLog` writes as ``sampling/p_<task>`` at the start of ``epoch``."""
+def logged_rows(data: Any, epoch: int) -> list[dict[str, float]]:
+    """The rows :class:`TrainingLog` writes at the start of ``epoch``."""
     rows: list[dict[str, float]] = []
     logger = SimpleNamespace(log_metrics=lambda metrics, step: rows.append(dict(metrics)))
     trainer = SimpleNamespace(
         datamodule=data, is_global_zero=True, current_epoch=epoch, global_step=0, loggers=[logger]
     )
     TrainingLog().on_train_epoch_start(trainer, None)  # type: ignore[arg-type]
+    return rows
+
+
+def logged_probabilities(data: Any, epoch: int) -> dict[str, float]:
+    """What :class:`TrainingLog` writes as ``sampling/p_<task>`` at the start of ``epoch``."""
+    rows = logged_rows(data, epoch)
     assert len(rows) == 1
     return {key.removeprefix("sampling/p_"): value for key, value in rows[0].items()}
 
@@ -158,6 +164,16 @@ def test_an_overridden_hook_is_what_the_train_loader_draws(data_dir: Path, tmp_p
     plan = sampler.task_sequence(1)
     sampler.set_epoch(1)
     assert [b.task for _, b in zip(range(50), sampler, strict=False)] == [dm.task_names[i] for i in plan[:50]]
+
+
+def test_the_sequential_schedule_logs_no_probabilities(tmp_path: Path) -> None:
+    """Its phases draw no tasks: the log writes no ``sampling/p_*`` rather than a rule's it does not follow."""
+    data = schedule_data(tmp_path, "uniform", schedule="sequential", task_order=list(SIZES))
+    with pytest.raises(
+        RuntimeError, match="^The sequential schedule trains its phases one task after another"
+    ):
+        data.task_probabilities_for_epoch(0)
+    assert logged_rows(data, 0) == []
 
 
 def test_the_plan_is_the_same_on_every_rank_and_after_a_resume() -> None:
