@@ -68,6 +68,9 @@ class TokenizedSplit:
     """Data rows in the source (loaded + skipped)."""
     bad_rows: list[tuple[int, str]] = field(default_factory=list)
     source: str = ""
+    truncated: np.ndarray | None = None
+    """bool ``[n]``: whether an example's tokens were cut at ``max_length`` (either side of a siamese pair);
+    ``None`` where not known (a split read from the cache)."""
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -119,16 +122,20 @@ def encode_split(
         truncation=True, max_length=max_length, return_attention_mask=False, return_token_type_ids=True
     )
     encodings: dict[str, Encoded] = {}
+    cut: np.ndarray | None = np.zeros(len(raw.ids), dtype=bool)
     if len(raw.texts) == 1 or pair_encoding == "cross":
-        out = tokenizer(*raw.texts, **kwargs)
-        encodings[""] = _ragged(out["input_ids"], out["token_type_ids"])
+        calls = {"": list(raw.texts)}  # one call: a sentence, or a pair as one sequence
     else:
-        for side, texts in zip("ab", raw.texts, strict=True):
-            out = tokenizer(texts, **kwargs)
-            encodings[side] = _ragged(out["input_ids"], None)
+        calls = {side: [texts] for side, texts in zip("ab", raw.texts, strict=True)}  # each side alone
+    for side, args in calls.items():
+        out = tokenizer(*args, **kwargs)
+        encodings[side] = _ragged(out["input_ids"], out["token_type_ids"] if not side else None)
+        # a fast tokenizer keeps what truncation removed as each encoding's overflow (a slow one: not known)
+        rows = getattr(out, "encodings", None)
+        cut = None if rows is None or cut is None else cut | np.array([bool(e.overflowing) for e in rows], dtype=bool)
     ids = np.asarray(raw.ids, dtype=np.str_)
     return TokenizedSplit(
-        raw.task, raw.split, ids, raw.labels, encodings, raw.rows, list(raw.bad_rows), raw.source
+        raw.task, raw.split, ids, raw.labels, encodings, raw.rows, list(raw.bad_rows), raw.source, cut
     )
 
 

@@ -87,6 +87,8 @@ class Prediction:
     """The score on the task's scale (regression), else ``None``."""
     label_names: list[str] | None = None
     """The names of the ``C`` classes, in the order of :attr:`probabilities`, when known."""
+    truncated: bool = False
+    """Whether the input's tokens were cut at the model's window (``predict_max_length``) before it ran."""
 
     def record(self) -> dict[str, Any]:
         """``task`` with ``label`` and ``probabilities`` (name -> p), or with ``score``."""
@@ -282,7 +284,9 @@ def predict_items(
     names = module.label_names
     for task, at in positions.items():
         rows_of_task = _to_predictions(specs[task], torch.stack(outputs[task]), names.get(task))
-        for i, prediction in zip(at, rows_of_task, strict=True):
+        cut = splits[task].truncated
+        for local, (i, prediction) in enumerate(zip(at, rows_of_task, strict=True)):
+            prediction.truncated = bool(cut is not None and cut[local])
             predictions[i] = prediction
     return predictions
 

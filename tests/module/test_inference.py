@@ -57,8 +57,24 @@ def test_classification_matches_a_direct_forward_and_names_labels(module: MultiT
     names = ["negative", "somewhat negative", "neutral", "somewhat positive", "positive"]
     assert out.labels == [names[c] for c in out.classes]
     assert out.records()[0]["probabilities"]["neutral"] == pytest.approx(float(expected[0, 2]))
-    # truncation at predict_max_length: the long sentence is cut, not an error
+    # truncation at predict_max_length: the long sentence is cut, not an error, and its prediction says so
     assert len(module.tokenizer(SENTENCES[2])["input_ids"]) > module.predict_max_length
+    long = SENTENCES[2]
+    items = [("sst", s) for s in SENTENCES] + [
+        ("sts", ("short", long)),
+        ("qqp", ("short", long)),
+        ("sts", PAIRS[0]),
+    ]
+    assert [p.truncated for p in module.predict(items)] == [
+        False,
+        False,
+        True,
+        False,
+        False,
+        True,
+        True,
+        False,
+    ]
 
 
 def test_pairs_cross_and_siamese_regression(module: MultiTaskModule) -> None:
