@@ -11,6 +11,7 @@ from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling.families import EncoderFamily
 from pal_lightning.modeling.families.build import TaskParameters
 from pal_lightning.modeling.families.routing import RowTasks, TaskRouting, route_rows
+from pal_lightning.modeling.families.row_batch import batched_call
 from pal_lightning.modeling.families.wiring import Part, Segment, TaskCall, Wiring, mixed_call, narrowed
 from pal_lightning.modeling.methods import AdapterConfig
 from pal_lightning.modeling.methods.pals import additive_mask, scores_dtype
@@ -31,6 +32,9 @@ class RoutedForward(TaskParameters):
     individual_layers: tuple[int, ...]
     takes_token_types: bool
     _task_names: tuple[str, ...]
+    batch_task_rows: bool = True
+    """Whether a mixed batch runs every present task's module at once where the method can
+    (``AdapterMethod.batch_rows``); ``False``: the hooks loop over the tasks present."""
 
     @property
     def num_layers(self) -> int:
@@ -119,6 +123,13 @@ class RoutedForward(TaskParameters):
     def mixed_task_call(self, routing: TaskRouting, attention_mask: torch.Tensor | None) -> TaskCall | None:
         """The hooks' call for ``routing``'s rows sorted by task (``None``: nothing task-specific)."""
         attention_bias = self._attention_bias(attention_mask)
+        if self.batch_task_rows:  # every task's module at once, where the method can
+            method = self.adapter_config.adapter_method
+            batched = batched_call(
+                method, self.adapters, routing, self.adapter_layers, self.num_layers, attention_bias
+            )
+            if batched is not None:
+                return batched
         segments = [
             Segment(
                 start,
