@@ -2,18 +2,20 @@
 
 In a mixed batch (rows of several tasks, ``MultiTaskEncoder.forward(..., tasks=...)``) the rows are sorted
 by task once; then, in every layer, either the hooks loop over the tasks present, each task's module on
-its slice of rows (``batch_task_rows = False``), or the method's ``batch_rows`` module runs them at once:
+its slice of rows (``mixed_rows = "loop"``), or the method's ``batch_rows`` module runs them at once:
 each Linear one ``baddbmm`` over the rows with each row's task's weights gathered (Punica's and S-LoRA's
-idea; ``batch_task_rows = True``, the default). This times the eval forward of one batch three ways,
+idea; ``mixed_rows = "gather"``), or so except on the CPU for a Linear whose matrix outweighs a row's
+activations, run per task (``"auto"``, the default). This times the eval forward of one batch four ways,
 side by side in one process:
 
 * **one**: all ``B`` rows of one task (the single-task path: the floor, no routing);
 * **loop**: the same rows spread over ``--tasks`` tasks (seeded uniform draws), the hooks' loop;
-* **batched**: the same mixed rows, every task's module at once.
+* **gather**: the same mixed rows, every task's module at once, every Linear gathered;
+* **auto**: the same mixed rows as the default runs them.
 
-``loop / one`` is what the loop over the tasks costs, ``batched / one`` what is left of it, ``loop /
-batched`` the gain. The sides run interleaved (their order reversed every other repetition) so that a
-change of machine load hits all three; medians of ``--reps``. Each side's ATen operator count per forward
+``loop / one`` is what the loop over the tasks costs, ``gather / one`` and ``auto / one`` what is left of
+it, ``loop / gather`` and ``loop / auto`` the gains. The sides run interleaved (their order reversed every
+other repetition) so that a change of machine load hits them all; medians of ``--reps``. Each side's ATen operator count per forward
 (``op_count.py``'s counter) is recorded: on a GPU the step of a small batch follows it. The largest
 absolute difference between loop and batched outputs is reported (the two must agree).
 
@@ -50,7 +52,7 @@ from op_count import OperatorCount  # noqa: E402
 from pal_lightning.modeling import MultiTaskEncoder  # noqa: E402
 
 DEFAULT_JSON = Path(__file__).parent / "results_speed" / "mixed_kernel.json"
-SIDES = ("one", "loop", "batched")
+SIDES = ("one", "loop", "gather", "auto")
 #: Small options for the tiny random encoder of ``--quick`` (pal_lightning.testing.TINY_BERT's shape).
 TINY_OPTIONS = {"pals": {"size": 8, "num_heads": 2}}
 
@@ -84,8 +86,8 @@ def batch(rows: int, length: int, tasks: int, seed: int) -> dict[str, torch.Tens
 
 
 def forward(model: MultiTaskEncoder, inputs: dict[str, torch.Tensor], side: str) -> torch.Tensor:
-    """One eval forward of ``side``: all rows of task 0, or the mixed rows looped or batched."""
-    model.batch_task_rows = side != "loop"
+    """One eval forward of ``side``: all rows of task 0, or the mixed rows looped, gathered or as by default."""
+    model.mixed_rows = "auto" if side == "one" else side
     tasks = torch.zeros_like(inputs["mixed"]) if side == "one" else inputs["mixed"]
     return model(inputs["input_ids"], inputs["attention_mask"], tasks=tasks)
 
@@ -98,13 +100,14 @@ def operators(model: MultiTaskEncoder, inputs: dict[str, torch.Tensor], side: st
 
 
 def summarize(times: dict[str, list[float]]) -> dict[str, Any]:
-    """Median seconds per side and the ratios of medians ``loop/one``, ``batched/one``, ``loop/batched``."""
+    """Median seconds per side and the ratios of medians: each mixed side over ``one``, ``loop`` over the
+    batched sides."""
     median = {side: statistics.median(ts) for side, ts in times.items()}
+    ratios = {f"{side}/one": median[side] / median["one"] for side in SIDES[1:]}
     return {
         "median_s": median,
-        "loop/one": median["loop"] / median["one"],
-        "batched/one": median["batched"] / median["one"],
-        "loop/batched": median["loop"] / median["batched"],
+        **ratios,
+        **{f"loop/{side}": median["loop"] / median[side] for side in SIDES[2:]},
     }
 
 
@@ -117,13 +120,15 @@ def measure(model: MultiTaskEncoder, inputs: dict[str, torch.Tensor], reps: int)
             start = time.perf_counter()
             forward(model, inputs, side)
             times[side].append(time.perf_counter() - start)
-    model.batch_task_rows = True
+    model.mixed_rows = "auto"
     return {
         **summarize(times),
         "all_s": times,
         "operators": {side: operators(model, inputs, side) for side in SIDES},
         "tasks_present": int(inputs["mixed"].unique().numel()),
-        "max_abs_diff_loop_batched": float((outputs["loop"] - outputs["batched"]).abs().max()),
+        "max_abs_diff_loop_batched": max(
+            float((outputs["loop"] - outputs[side]).abs().max()) for side in ("gather", "auto")
+        ),
     }
 
 
@@ -158,10 +163,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             ms = {side: 1e3 * s for side, s in row["median_s"].items()}
             ops = row["operators"]
             print(
-                f"{method:>9} B={b:<3} one {ms['one']:8.1f} ms  loop {ms['loop']:8.1f} ms  batched "
-                f"{ms['batched']:8.1f} ms | loop/one {row['loop/one']:.2f}  batched/one {row['batched/one']:.2f}  "
-                f"loop/batched {row['loop/batched']:.2f} | ops {ops['one']}/{ops['loop']}/{ops['batched']}  "
-                f"diff {row['max_abs_diff_loop_batched']:.1e}",
+                f"{method:>9} B={b:<3} "
+                + "  ".join(f"{side} {ms[side]:7.1f} ms" for side in SIDES)
+                + " | "
+                + "  ".join(f"{k} {v:.2f}" for k, v in row.items() if "/" in k)
+                + f" | ops {'/'.join(str(ops[side]) for side in SIDES)}  diff {row['max_abs_diff_loop_batched']:.1e}",
                 flush=True,
             )
     result = {

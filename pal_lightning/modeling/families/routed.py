@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import torch
 from torch import nn
@@ -32,9 +32,10 @@ class RoutedForward(TaskParameters):
     individual_layers: tuple[int, ...]
     takes_token_types: bool
     _task_names: tuple[str, ...]
-    batch_task_rows: bool = True
-    """Whether a mixed batch runs every present task's module at once where the method can
-    (``AdapterMethod.batch_rows``); ``False``: the hooks loop over the tasks present."""
+    mixed_rows: Literal["auto", "gather", "loop"] = "auto"
+    """How a mixed batch runs the present tasks' modules: at once where the method can
+    (``AdapterMethod.batch_rows``), ``"gather"`` every Linear as one product over the rows, ``"auto"`` so
+    except where the CPU gains nothing by it (``modeling/methods/batched.py``); ``"loop"``: the hooks loop."""
 
     @property
     def num_layers(self) -> int:
@@ -123,10 +124,10 @@ class RoutedForward(TaskParameters):
     def mixed_task_call(self, routing: TaskRouting, attention_mask: torch.Tensor | None) -> TaskCall | None:
         """The hooks' call for ``routing``'s rows sorted by task (``None``: nothing task-specific)."""
         attention_bias = self._attention_bias(attention_mask)
-        if self.batch_task_rows:  # every task's module at once, where the method can
-            method = self.adapter_config.adapter_method
+        if self.mixed_rows != "loop":  # every task's module at once, where the method can
+            method, layers = self.adapter_config.adapter_method, self.adapter_layers
             batched = batched_call(
-                method, self.adapters, routing, self.adapter_layers, self.num_layers, attention_bias
+                method, self.adapters, routing, layers, self.num_layers, attention_bias, self.mixed_rows
             )
             if batched is not None:
                 return batched

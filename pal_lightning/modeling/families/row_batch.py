@@ -4,7 +4,7 @@ which the hooks then run like one task's module (docs/design.md §2, "Mixed-task
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -12,6 +12,7 @@ from torch import nn
 from pal_lightning.modeling.families.routing import TaskRouting
 from pal_lightning.modeling.families.wiring import TaskCall
 from pal_lightning.modeling.methods.base import AdapterMethod
+from pal_lightning.modeling.methods.batched import Gather, RowWeights
 
 
 def row_tasks(routing: TaskRouting, device: torch.device) -> torch.Tensor:
@@ -22,15 +23,17 @@ def row_tasks(routing: TaskRouting, device: torch.device) -> torch.Tensor:
 
 def batched_call(
     method: AdapterMethod,
-    adapters: Mapping[str, nn.Module],
+    adapters: nn.ModuleDict,
     routing: TaskRouting,
     layers: Sequence[int],
     num_layers: int,
     attention_bias: torch.Tensor | None,
+    gather: Gather = "auto",
 ) -> TaskCall | None:
     """The call of ``routing``'s sorted rows with ``method``'s one module for all of them; ``None`` where the
     hooks must loop: a method without :meth:`~AdapterMethod.batch_rows`, one outside the layers (a block on
-    top), groups of individual layers (their copies run per group), or no present task with a module."""
+    top), groups of individual layers (their copies run per group), or no present task with a module.
+    ``gather``: how the products run (:class:`~pal_lightning.modeling.methods.batched.RowWeights`)."""
     if not method.where.in_layers or routing.groups:
         return None
     modules = [adapters[task] if task in adapters else None for task in routing.tasks]
@@ -38,7 +41,7 @@ def batched_call(
     if not present:
         return None
     device = next(present[0].parameters()).device
-    module = method.batch_rows(modules, row_tasks(routing, device))
+    module = method.batch_rows(modules, RowWeights(row_tasks(routing, device), routing.bounds, gather))
     if module is None:
         return None
     return method.where.call(module, layers, num_layers, attention_bias, None)

@@ -11,10 +11,10 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import torch
 from torch import nn
 
 from pal_lightning.core.errors import PalUserError
+from pal_lightning.modeling.methods.batched import RowWeights
 from pal_lightning.modeling.methods.where import Placement, Where
 
 if TYPE_CHECKING:
@@ -113,9 +113,10 @@ class AdapterMethod:
         (resolved) and the ``layers`` it acts in (:meth:`layer_indices`)."""
         raise NotImplementedError(f"method {self.name!r} does not say how to build its module")
 
-    def batch_rows(self, modules: Sequence[nn.Module | None], row_tasks: torch.Tensor) -> nn.Module | None:
-        """One module that acts for every row of a mixed batch sorted by task, as ``modules[row_tasks[r]]``
-        acts on row ``r`` (``None`` in ``modules``: a task without a module, its rows unchanged), following
+    def batch_rows(self, modules: Sequence[nn.Module | None], rows: RowWeights) -> nn.Module | None:
+        """One module that acts for every row of a mixed batch sorted by task, as ``modules[k]`` acts on the
+        rows of task ``k`` (``rows``: each row's ``k``, and products over the rows with each row's task's
+        Linear; ``None`` in ``modules``: a task without a module, its rows unchanged), following
         the same protocol as a task's module (:attr:`where`). ``None`` (the default): the hooks loop over the
         tasks present, each module on its own slice of rows; a method overrides this to run them at once
         (docs/extending.md, "Mixed-task batches")."""

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pal_lightning.core.errors import PalUserError
+from pal_lightning.modeling.methods.batched import RowWeights
 from pal_lightning.modeling.methods.config import AdapterConfig
 from pal_lightning.modeling.methods.inside import (
     BatchedSites,
@@ -151,10 +152,10 @@ class _Bottleneck(InsideMethod):
     def site_weights(self, config: AdapterConfig, size: int, in_features: int, out_features: int) -> int:
         return 2 * out_features * size
 
-    def batch_rows(self, modules: Sequence[nn.Module | None], row_tasks: torch.Tensor) -> nn.Module | None:
+    def batch_rows(self, modules: Sequence[nn.Module | None], rows: RowWeights) -> nn.Module | None:
         if not all_of(modules, BottleneckAdapter):
             return None
-        return BatchedBottleneck(cast("Sequence[SiteAdapter | None]", modules), row_tasks)
+        return BatchedBottleneck(cast("Sequence[SiteAdapter | None]", modules), rows)
 
     def signature(self, config: AdapterConfig, size: int, layers: tuple[int, ...]) -> dict[str, Any]:
         signature = super().signature(config, size, layers)

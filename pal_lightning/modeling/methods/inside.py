@@ -128,17 +128,17 @@ class SiteAdapter(nn.Module):
 
 class BatchedSites(nn.Module):
     """Every present task's :class:`SiteAdapter` at once on the rows of a mixed batch sorted by task
-    (``row_tasks``: each row's index into ``adapters``; ``None``: a task without a module, whose zero
+    (``rows``: each row's index into ``adapters``; ``None``: a task without a module, whose zero
     Linears give its rows a zero delta): subclasses write ``delta`` with :meth:`down` and :meth:`up`, each
     one batched product over the rows. Holds the adapters unregistered."""
 
-    def __init__(self, adapters: Sequence[SiteAdapter | None], row_tasks: torch.Tensor) -> None:
+    def __init__(self, adapters: Sequence[SiteAdapter | None], rows: RowWeights) -> None:
         super().__init__()
         template = next(a for a in adapters if a is not None)
         self.layers: tuple[int, ...] = template.layers
         self.sites: tuple[str, ...] = template.sites
         self._adapters = tuple(adapters)  # a tuple: not submodules (their Parameters stay the tasks')
-        self._rows = RowWeights(row_tasks)
+        self._rows = rows
 
     def _through(self, side: int, layer: int, site: str, x: torch.Tensor) -> torch.Tensor:
         if side == 0:

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from pal_lightning.core.errors import PalUserError
+from pal_lightning.modeling.methods.batched import RowWeights
 from pal_lightning.modeling.methods.config import AdapterConfig
 from pal_lightning.modeling.methods.inside import (
     BatchedSites,
@@ -149,10 +150,10 @@ class LoraMethod(InsideMethod):
     def site_weights(self, config: AdapterConfig, size: int, in_features: int, out_features: int) -> int:
         return size * (in_features + out_features)
 
-    def batch_rows(self, modules: Sequence[nn.Module | None], row_tasks: torch.Tensor) -> nn.Module | None:
+    def batch_rows(self, modules: Sequence[nn.Module | None], rows: RowWeights) -> nn.Module | None:
         if not all_of(modules, LoraAdapter):
             return None
-        return BatchedLora(cast("Sequence[SiteAdapter | None]", modules), row_tasks)
+        return BatchedLora(cast("Sequence[SiteAdapter | None]", modules), rows)
 
     def signature(self, config: AdapterConfig, size: int, layers: tuple[int, ...]) -> dict[str, Any]:
         signature = super().signature(config, size, layers)

@@ -189,17 +189,17 @@ class TaskAdapter(nn.Module):
 
 class BatchedTaskAdapters(nn.Module):
     """Every present task's :class:`TaskAdapter` at once on the rows of a mixed batch sorted by task
-    (``row_tasks``: each row's index into ``adapters``; ``None``: a task without PALs, its rows' term zero):
+    (``rows``: each row's index into ``adapters``; ``None``: a task without PALs, its rows' term zero):
     each Linear is one batched product over the rows (:class:`~pal_lightning.modeling.methods.batched.
     RowWeights`), the attention g already runs row by row. Holds the adapters unregistered."""
 
-    def __init__(self, adapters: Sequence[TaskAdapter | None], row_tasks: torch.Tensor) -> None:
+    def __init__(self, adapters: Sequence[TaskAdapter | None], rows: RowWeights) -> None:
         super().__init__()
         template = next(a for a in adapters if a is not None)
         self.layers: tuple[int, ...] = template.layers
         self._adapters = tuple(adapters)  # a tuple: not submodules (their Parameters stay the tasks')
         self._template = template
-        self._rows = RowWeights(row_tasks)
+        self._rows = rows
 
     def _linear(self, part: str, layer: int, x: torch.Tensor) -> torch.Tensor:
         return self._rows.linear([None if a is None else a.linear(part, layer) for a in self._adapters], x)
@@ -267,10 +267,10 @@ class _BesideLayers(AdapterMethod):
             gelu_after_up=config.activation == "gelu",
         )
 
-    def batch_rows(self, modules: Sequence[nn.Module | None], row_tasks: torch.Tensor) -> nn.Module | None:
+    def batch_rows(self, modules: Sequence[nn.Module | None], rows: RowWeights) -> nn.Module | None:
         if not all(m is None or isinstance(m, TaskAdapter) for m in modules):
             return None  # a subclass's own module: the hooks' loop
-        return BatchedTaskAdapters(cast("Sequence[TaskAdapter | None]", modules), row_tasks)
+        return BatchedTaskAdapters(cast("Sequence[TaskAdapter | None]", modules), rows)
 
 
 class Pals(_BesideLayers):
