@@ -13,11 +13,10 @@ mk = load_benchmark("mixed_kernel")
 
 
 def test_ratios_are_of_the_medians() -> None:
-    times = {"one": [1.0, 9.0, 2.0], "loop": [3.0, 3.0, 1.0], "gather": [2.5, 2.5, 9.0], "auto": [4.0] * 3}
-    summary = mk.summarize(times)
-    assert summary["median_s"] == {"one": 2.0, "loop": 3.0, "gather": 2.5, "auto": 4.0}
-    assert summary["loop/one"] == 1.5 and summary["gather/one"] == 1.25 and summary["auto/one"] == 2.0
-    assert summary["loop/gather"] == pytest.approx(1.2) and summary["loop/auto"] == 0.75
+    summary = mk.summarize({"one": [1.0, 9.0, 2.0], "loop": [3.0, 3.0, 1.0], "gather": [2.5, 2.5, 9.0]})
+    assert summary["median_s"] == {"one": 2.0, "loop": 3.0, "gather": 2.5}
+    assert summary["loop/one"] == 1.5 and summary["gather/one"] == 1.25
+    assert summary["loop/gather"] == pytest.approx(1.2)
 
 
 def test_quick_run_agrees_and_batches_with_fewer_operators(tmp_path: Path) -> None:
@@ -26,9 +25,8 @@ def test_quick_run_agrees_and_batches_with_fewer_operators(tmp_path: Path) -> No
     result = json.loads(out.read_text())
     assert result["encoder"] == "tiny" and {r["method"] for r in result["results"]} == {"pals", "lora"}
     for row in result["results"]:
-        assert row["max_abs_diff_loop_batched"] <= 1e-5
+        assert row["max_abs_diff_loop_gather"] <= 1e-5
         assert row["tasks_present"] > 1  # the mixed rows are mixed
         ops = row["operators"]
         assert ops["one"] < ops["gather"] < ops["loop"]  # the loop's operators grow with the tasks present
-        assert ops["auto"] == ops["gather"]  # the tiny model's matrices are lighter than its rows
-        assert len(row["all_s"]["loop"]) == 2 and all(t > 0 for t in row["all_s"]["auto"])
+        assert len(row["all_s"]["loop"]) == 2 and all(t > 0 for t in row["all_s"]["gather"])

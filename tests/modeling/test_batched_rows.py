@@ -1,7 +1,8 @@
 """Every present task's module at once in a mixed batch (``AdapterMethod.batch_rows``,
-:mod:`pal_lightning.modeling.methods.batched`): the batched call equals the hooks' loop over the tasks on
-every family's tiny config (padding, a task without a module, bf16 autocast), gradients reach the same
-per-task Parameters, the state keeps its keys, and the loop stays where a method or the layers need it."""
+:mod:`pal_lightning.modeling.methods.batched`, ``encoder.mixed_rows = "gather"``): the batched call equals
+the hooks' loop over the tasks on every family's tiny config (padding, a task without a module, bf16
+autocast), gradients reach the same per-task Parameters, the state keeps its keys, and the loop stays
+where a method or the layers need it, and on the CPU by default (``"auto"``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from torch import nn
 
 from pal_lightning.modeling import MultiTaskEncoder
 from pal_lightning.modeling.methods import METHODS, AdapterMethod
-from pal_lightning.modeling.methods.batched import RowWeights, gather_pays, stack_linears
+from pal_lightning.modeling.methods.batched import RowWeights, stack_linears
 from pal_lightning.testing import FAMILY_TYPES
 
 BATCHED = [name for name, m in METHODS.items() if type(m).batch_rows is not AdapterMethod.batch_rows]
@@ -20,17 +21,17 @@ BATCHED = [name for name, m in METHODS.items() if type(m).batch_rows is not Adap
 
 
 def both_ways(model: MultiTaskEncoder, *args: torch.Tensor, tasks: list[str]) -> tuple[torch.Tensor, ...]:
-    """The mixed forward with every Linear gathered, then as ``"auto"`` runs it, then looped over the tasks."""
+    """The mixed forward batched, then looped over the tasks."""
     out = []
-    for way in ("gather", "auto", "loop"):
+    for way in ("gather", "loop"):
         model.mixed_rows = way
         out.append(model(*args, tasks=tasks))
-    model.mixed_rows = "auto"
     return tuple(out)
 
 
 def is_batched(model: MultiTaskEncoder, tasks: list[str]) -> bool:
-    """Whether the mixed call of ``tasks`` holds one module for all rows (no per-task segments)."""
+    """Whether the mixed call of ``tasks`` holds one module for all rows (no per-task segments), as
+    ``model.mixed_rows`` (default: ``"gather"``) says."""
     ids, mask, _ = inputs("bert")
     call = model.mixed_task_call(model.route(tasks), mask[: len(tasks)])
     return call is not None and not call.segments
@@ -55,13 +56,13 @@ def test_batched_rows_equal_the_loop(model_type: str, method: str) -> None:
     model = build(model_type, method, None)  # task c has no module: its rows get a zero term
     if model.mixed_by_task:  # DeBERTa's query/key sites: one forward per task, nothing to batch
         return
+    model.mixed_rows = "gather"
     assert is_batched(model, ROW_TASKS)
     ids, mask, types = inputs(model_type)
     with torch.no_grad():
-        batched, auto, looped = both_ways(model, ids, mask, types, tasks=ROW_TASKS)
+        batched, looped = both_ways(model, ids, mask, types, tasks=ROW_TASKS)
         alone = model(ids, mask, types, task="a")
     torch.testing.assert_close(batched, looped, atol=1e-5, rtol=0)
-    torch.testing.assert_close(auto, looped, atol=1e-5, rtol=0)
     rows = [i for i, t in enumerate(ROW_TASKS) if t == "a"]
     torch.testing.assert_close(batched[rows], alone[rows], atol=1e-5, rtol=0)
 
@@ -88,7 +89,7 @@ def test_under_bf16_autocast_batched_and_looped_agree() -> None:
     model = build("bert", "pals", None)
     ids, mask, types = inputs("bert")
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        batched, _, looped = both_ways(model, ids, mask, types, tasks=ROW_TASKS)
+        batched, looped = both_ways(model, ids, mask, types, tasks=ROW_TASKS)
     torch.testing.assert_close(batched.float(), looped.float(), atol=2e-2, rtol=0)
 
 
@@ -96,12 +97,13 @@ def test_the_state_keeps_its_keys_and_changed_weights_are_seen() -> None:
     model = build("bert", "lora", None)
     keys = list(model.state_dict())
     ids, mask, types = inputs("bert")
+    model.mixed_rows = "gather"
     with torch.no_grad():
         before = model(ids, mask, types, tasks=ROW_TASKS)
         assert list(model.state_dict()) == keys  # the batched module is no submodule
         for p in model.adapters["b"].parameters():
             p.mul_(2.0)  # a weight changed in place between forwards (an optimizer step, a load)
-        after, _, looped = both_ways(model, ids, mask, types, tasks=ROW_TASKS)
+        after, looped = both_ways(model, ids, mask, types, tasks=ROW_TASKS)
     rows = [i for i, t in enumerate(ROW_TASKS) if t == "b"]
     assert (after[rows] - before[rows]).abs().max() > 1e-3
     torch.testing.assert_close(after, looped, atol=1e-5, rtol=0)
@@ -112,15 +114,18 @@ def test_the_state_keeps_its_keys_and_changed_weights_are_seen() -> None:
 )
 def test_the_loop_stays_where_it_is_needed(method: str, sharing: str | None) -> None:
     # a block on top and no module have no batch_rows; individual layers run their copies per group
-    assert not is_batched(build("bert", method, sharing), ROW_TASKS)
-
-
-def test_the_switch_brings_the_loop_back() -> None:
-    model = build("bert", "pals", None)
-    model.mixed_rows = "loop"
+    model = build("bert", method, sharing)
+    model.mixed_rows = "gather"
     assert not is_batched(model, ROW_TASKS)
+
+
+def test_auto_loops_on_the_cpu_and_the_switch_chooses() -> None:
+    model = build("bert", "pals", None)
+    assert model.mixed_rows == "auto" and not is_batched(model, ROW_TASKS)  # the CPU: the loop
     model.mixed_rows = "gather"
     assert is_batched(model, ROW_TASKS)
+    model.mixed_rows = "loop"
+    assert not is_batched(model, ROW_TASKS)
 
 
 def test_row_weights_gather_each_rows_task_and_stack_zeros_for_none() -> None:
@@ -130,27 +135,13 @@ def test_row_weights_gather_each_rows_task_and_stack_zeros_for_none() -> None:
     assert weight.shape == (3, 2, 3) and bias is not None and bias.shape == (3, 2)
     assert not weight[1].any() and not bias[1].any()
     x = torch.randn(4, 5, 3)
-    rows = RowWeights(torch.tensor([0, 0, 1, 2]), (0, 2, 3, 4), "gather")
+    rows = RowWeights(torch.tensor([0, 0, 1, 2]))
     out = rows.linear([first, None, second], x)
     with torch.no_grad():
         torch.testing.assert_close(out[:2], first(x[:2]))
         assert not out[2].any()
         torch.testing.assert_close(out[3], second(x[3]))
-        torch.testing.assert_close(rows.per_task([first, None, second], x), out, atol=1e-6, rtol=0)
     with pytest.raises(RuntimeError, match="rows first"):
         rows.check(torch.randn(20, 3), "layer 0")
     with pytest.raises(ValueError, match="every task is None"):
         stack_linears([None, None])
-
-
-def test_auto_runs_per_task_on_the_cpu_where_the_matrices_outweigh_the_rows() -> None:
-    wide = torch.randn(4, 16, 64)  # 16 positions: a 64 x 64 matrix outweighs 16 x (64 + 64) activations
-    assert not gather_pays(wide, 64, 64) and gather_pays(wide, 64, 8)  # a rank-8 LoRA A: gathered
-    assert gather_pays(torch.randn(4, 128, 64), 64, 64)  # 128 positions: gathered
-    linears = [nn.Linear(64, 64), nn.Linear(64, 64)]
-    rows = RowWeights(torch.tensor([0, 1, 1, 1]), (0, 1, 4), "auto")
-    with torch.no_grad():
-        auto = rows.linear(linears, wide)
-        assert not rows._gathered  # nothing was gathered
-        gathered = RowWeights(rows.row_tasks, rows.bounds, "gather").linear(linears, wide)
-    torch.testing.assert_close(auto, gathered, atol=1e-5, rtol=0)

@@ -33,9 +33,9 @@ class RoutedForward(TaskParameters):
     takes_token_types: bool
     _task_names: tuple[str, ...]
     mixed_rows: Literal["auto", "gather", "loop"] = "auto"
-    """How a mixed batch runs the present tasks' modules: at once where the method can
-    (``AdapterMethod.batch_rows``), ``"gather"`` every Linear as one product over the rows, ``"auto"`` so
-    except where the CPU gains nothing by it (``modeling/methods/batched.py``); ``"loop"``: the hooks loop."""
+    """How a mixed batch runs the present tasks' modules: ``"gather"`` at once where the method can
+    (``AdapterMethod.batch_rows``), ``"loop"`` the hooks' loop over the tasks, ``"auto"`` at once off the
+    CPU and the loop on it, where the step is arithmetic (docs/design.md §2, "All present tasks at once")."""
 
     @property
     def num_layers(self) -> int:

@@ -12,7 +12,7 @@ from torch import nn
 from pal_lightning.modeling.families.routing import TaskRouting
 from pal_lightning.modeling.families.wiring import TaskCall
 from pal_lightning.modeling.methods.base import AdapterMethod
-from pal_lightning.modeling.methods.batched import Gather, RowWeights
+from pal_lightning.modeling.methods.batched import RowWeights
 
 
 def row_tasks(routing: TaskRouting, device: torch.device) -> torch.Tensor:
@@ -28,12 +28,12 @@ def batched_call(
     layers: Sequence[int],
     num_layers: int,
     attention_bias: torch.Tensor | None,
-    gather: Gather = "auto",
+    mode: str = "gather",
 ) -> TaskCall | None:
     """The call of ``routing``'s sorted rows with ``method``'s one module for all of them; ``None`` where the
     hooks must loop: a method without :meth:`~AdapterMethod.batch_rows`, one outside the layers (a block on
-    top), groups of individual layers (their copies run per group), or no present task with a module.
-    ``gather``: how the products run (:class:`~pal_lightning.modeling.methods.batched.RowWeights`)."""
+    top), groups of individual layers (their copies run per group), no present task with a module, or
+    ``mode`` ``"auto"`` on the CPU (where the step is arithmetic, the loop as fast: docs/design.md §2)."""
     if not method.where.in_layers or routing.groups:
         return None
     modules = [adapters[task] if task in adapters else None for task in routing.tasks]
@@ -41,7 +41,9 @@ def batched_call(
     if not present:
         return None
     device = next(present[0].parameters()).device
-    module = method.batch_rows(modules, RowWeights(row_tasks(routing, device), routing.bounds, gather))
+    if mode == "auto" and device.type == "cpu":
+        return None
+    module = method.batch_rows(modules, RowWeights(row_tasks(routing, device)))
     if module is None:
         return None
     return method.where.call(module, layers, num_layers, attention_bias, None)

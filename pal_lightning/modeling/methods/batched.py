@@ -5,26 +5,20 @@ product per task present (docs/design.md §2, "Mixed-task batches").
 
 The stacks are built from the tasks' own Parameters in each forward, so gradients reach them as in the
 loop; without gradients (inference) a stack is reused by the layers of one forward that share it.
-
-On the CPU the step is arithmetic and the gathered copy of each row's matrix is memory traffic the loop
-does not have: a Linear whose matrix outweighs a row's activations (``in out > n (in + out)``, n the
-row's positions: PALs' projections at usual lengths) runs per task there instead, one product per task's
-contiguous rows (``gather="auto"``; ``benchmarks/mixed_kernel.py`` measures both).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from typing import Literal
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-#: How :class:`RowWeights` runs a Linear: ``"gather"`` always, ``"auto"`` per task on the CPU where the
-#: gathered matrices outweigh the activations (module docstring).
-Gather = Literal["auto", "gather"]
+
+def all_of(modules: Sequence[nn.Module | None], kind: type) -> bool:
+    """Whether every module is exactly a ``kind`` or ``None``: a method batches only the modules it built
+    (a subclass may compute something else)."""
+    return all(m is None or type(m) is kind for m in modules)
 
 
 def stack_linears(linears: Sequence[nn.Linear | None]) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -46,23 +40,12 @@ def stack_linears(linears: Sequence[nn.Linear | None]) -> tuple[torch.Tensor, to
     return weight, torch.stack(biases)
 
 
-def gather_pays(x: torch.Tensor, in_features: int, out_features: int) -> bool:
-    """Whether gathering each row's ``[out, in]`` matrix for ``x`` (``[B, ..., in]``) costs no more memory
-    traffic than the activations it multiplies, or ``x`` is off the CPU (where launches, not bytes, bound
-    a small batch's step)."""
-    positions = math.prod(x.shape[1:-1])  # from the shape: no operator dispatched
-    return x.device.type != "cpu" or in_features * out_features <= positions * (in_features + out_features)
-
-
 class RowWeights:
     """The per-row products of one mixed forward: ``row_tasks`` (``LongTensor[B]``) gives each sorted row's
-    index into the tasks' lists of Linears (:meth:`linear`), ``bounds`` (``K + 1`` offsets, on the host)
-    the rows of each; ``gather``: :data:`Gather`."""
+    index into the tasks' lists of Linears (:meth:`linear`)."""
 
-    def __init__(self, row_tasks: torch.Tensor, bounds: Sequence[int], gather: Gather = "auto") -> None:
+    def __init__(self, row_tasks: torch.Tensor) -> None:
         self.row_tasks = row_tasks
-        self.bounds = tuple(bounds)
-        self.gather = gather
         self._gathered: dict[tuple[int, ...], tuple[torch.Tensor, torch.Tensor | None]] = {}
 
     @property
@@ -95,9 +78,6 @@ class RowWeights:
 
     def linear(self, linears: Sequence[nn.Linear | None], x: torch.Tensor) -> torch.Tensor:
         """``x [B, ..., in] -> [B, ..., out]``: row ``r`` through ``linears[row_tasks[r]]``."""
-        template = next(linear for linear in linears if linear is not None)
-        if self.gather == "auto" and not gather_pays(x, template.in_features, template.out_features):
-            return self.per_task(linears, x)
         weight, bias = self.gathered(linears)
         rows = x.reshape(x.shape[0], -1, x.shape[-1])
         if bias is None:
@@ -105,15 +85,3 @@ class RowWeights:
         else:
             out = torch.baddbmm(bias.unsqueeze(1), rows, weight.transpose(1, 2))
         return out.view(*x.shape[:-1], out.shape[-1])
-
-    def per_task(self, linears: Sequence[nn.Linear | None], x: torch.Tensor) -> torch.Tensor:
-        """:meth:`linear` as one product per task on its contiguous rows (a ``None`` task's rows: zeros)."""
-        template = next(linear for linear in linears if linear is not None)
-        pieces = []
-        for linear, start, stop in zip(linears, self.bounds[:-1], self.bounds[1:], strict=True):
-            rows = x[start:stop]
-            if linear is None:
-                pieces.append(rows.new_zeros(*rows.shape[:-1], template.out_features))
-            else:
-                pieces.append(F.linear(rows, linear.weight, linear.bias))
-        return torch.cat(pieces)

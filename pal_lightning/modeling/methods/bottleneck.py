@@ -15,14 +15,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.modeling.methods.batched import RowWeights
+from pal_lightning.modeling.methods.batched import RowWeights, all_of
 from pal_lightning.modeling.methods.config import AdapterConfig
 from pal_lightning.modeling.methods.inside import (
     BatchedSites,
     InsideConfig,
     InsideMethod,
     SiteAdapter,
-    all_of,
     encoder_widths,
     positive_number,
     site_features,

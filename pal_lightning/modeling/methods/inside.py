@@ -155,11 +155,6 @@ class BatchedSites(nn.Module):
         return self._through(1, layer, site, x)
 
 
-def all_of(modules: Sequence[nn.Module | None], kind: type) -> bool:
-    """Whether every module is a ``kind`` or ``None`` (a method batches only the modules it built)."""
-    return all(m is None or type(m) is kind for m in modules)
-
-
 class InsideMethod(AdapterMethod):
     """A method whose per-task module acts on sites of the selected layers: subclasses set
     :attr:`default_targets`, register a subclass of :class:`InsideConfig` and give :meth:`site_weights`."""

@@ -15,7 +15,7 @@ from torch import nn
 
 from pal_lightning.modeling.attention import attention, upcast_on_cpu
 from pal_lightning.modeling.methods.base import AdapterMethod
-from pal_lightning.modeling.methods.batched import RowWeights
+from pal_lightning.modeling.methods.batched import RowWeights, all_of
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -268,8 +268,8 @@ class _BesideLayers(AdapterMethod):
         )
 
     def batch_rows(self, modules: Sequence[nn.Module | None], rows: RowWeights) -> nn.Module | None:
-        if not all(m is None or isinstance(m, TaskAdapter) for m in modules):
-            return None  # a subclass's own module: the hooks' loop
+        if not all_of(modules, TaskAdapter):
+            return None
         return BatchedTaskAdapters(cast("Sequence[TaskAdapter | None]", modules), rows)
 
 
