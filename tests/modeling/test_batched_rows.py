@@ -11,6 +11,7 @@ import torch
 from test_mixed_routing import ROW_TASKS, build, inputs
 from torch import nn
 
+from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling import MultiTaskEncoder
 from pal_lightning.modeling.methods import METHODS, AdapterMethod
 from pal_lightning.modeling.methods.batched import RowWeights, stack_linears
@@ -126,6 +127,9 @@ def test_auto_loops_on_the_cpu_and_the_switch_chooses() -> None:
     assert is_batched(model, ROW_TASKS)
     model.mixed_rows = "loop"
     assert not is_batched(model, ROW_TASKS)
+    model.mixed_rows = "Gather"  # type: ignore[assignment]
+    with pytest.raises(PalUserError, match="mixed_rows must be 'auto', 'gather' or 'loop', got 'Gather'"):
+        is_batched(model, ROW_TASKS)
 
 
 def test_row_weights_gather_each_rows_task_and_stack_zeros_for_none() -> None:

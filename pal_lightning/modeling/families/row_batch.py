@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling.families.routing import TaskRouting
 from pal_lightning.modeling.families.wiring import TaskCall
 from pal_lightning.modeling.methods.base import AdapterMethod
@@ -34,6 +35,11 @@ def batched_call(
     hooks must loop: a method without :meth:`~AdapterMethod.batch_rows`, one outside the layers (a block on
     top), groups of individual layers (their copies run per group), no present task with a module, or
     ``mode`` ``"auto"`` on the CPU (where the step is arithmetic, the loop as fast: docs/design.md §2)."""
+    if mode not in ("auto", "gather"):
+        raise PalUserError(
+            f"encoder.mixed_rows must be 'auto', 'gather' or 'loop', got {mode!r}: 'auto' runs the tasks' "
+            "modules at once off the CPU and loops over the tasks on it."
+        )
     if not method.where.in_layers or routing.groups:
         return None
     modules = [adapters[task] if task in adapters else None for task in routing.tasks]
