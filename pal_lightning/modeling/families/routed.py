@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import torch
 from torch import nn
@@ -14,6 +14,7 @@ from pal_lightning.modeling.families import EncoderFamily
 from pal_lightning.modeling.families.build import TaskParameters
 from pal_lightning.modeling.families.prefix import distinct_rows, first_task_layer, run_once_below
 from pal_lightning.modeling.families.routing import RowTasks, TaskRouting, route_rows
+from pal_lightning.modeling.families.row_batch import batched_call
 from pal_lightning.modeling.families.wiring import Part, Segment, TaskCall, Wiring, mixed_call, narrowed
 from pal_lightning.modeling.methods import AdapterConfig
 from pal_lightning.modeling.methods.pals import additive_mask, scores_dtype
@@ -36,6 +37,10 @@ class RoutedForward(TaskParameters):
     _task_names: tuple[str, ...]
     training: bool  # nn.Module's
     _prefix_once: bool = False  # inside shared_prefix()
+    mixed_rows: Literal["auto", "gather", "loop"] = "auto"
+    """How a mixed batch runs the present tasks' modules: ``"gather"`` at once where the method can
+    (``AdapterMethod.batch_rows``), ``"loop"`` the hooks' loop over the tasks, ``"auto"`` at once off the
+    CPU and the loop on it, where the step is arithmetic (docs/design.md §2, "All present tasks at once")."""
 
     @property
     def num_layers(self) -> int:
@@ -153,6 +158,13 @@ class RoutedForward(TaskParameters):
     def mixed_task_call(self, routing: TaskRouting, attention_mask: torch.Tensor | None) -> TaskCall | None:
         """The hooks' call for ``routing``'s rows sorted by task (``None``: nothing task-specific)."""
         attention_bias = self._attention_bias(attention_mask)
+        if self.mixed_rows != "loop":  # every task's module at once, where the method can
+            method, layers = self.adapter_config.adapter_method, self.adapter_layers
+            batched = batched_call(
+                method, self.adapters, routing, layers, self.num_layers, attention_bias, self.mixed_rows
+            )
+            if batched is not None:
+                return batched
         segments = [
             Segment(
                 start,

@@ -8,11 +8,13 @@ a module that needs the pretrained weights at its start has ``start_from(last_la
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
 from pal_lightning.core.errors import PalUserError
+from pal_lightning.modeling.methods.batched import RowWeights
 from pal_lightning.modeling.methods.where import Placement, Where
 
 if TYPE_CHECKING:
@@ -110,6 +112,15 @@ class AdapterMethod:
         """One task's module (``None``: none) for the encoder's ``transformers`` config, d_s = ``size``
         (resolved) and the ``layers`` it acts in (:meth:`layer_indices`)."""
         raise NotImplementedError(f"method {self.name!r} does not say how to build its module")
+
+    def batch_rows(self, modules: Sequence[nn.Module | None], rows: RowWeights) -> nn.Module | None:
+        """One module that acts for every row of a mixed batch sorted by task, as ``modules[k]`` acts on the
+        rows of task ``k`` (``rows``: each row's ``k``, and products over the rows with each row's task's
+        Linear; ``None`` in ``modules``: a task without a module, its rows unchanged), following
+        the same protocol as a task's module (:attr:`where`). ``None`` (the default): the hooks loop over the
+        tasks present, each module on its own slice of rows; a method overrides this to run them at once
+        (docs/extending.md, "Mixed-task batches")."""
+        return None
 
     def weight_formula(self, config: AdapterConfig, d: int, size: int, k: int, d_ff: int) -> int:
         """Weight-matrix parameters one task adds (biases and LayerNorm vectors excluded), from the shapes

@@ -6,7 +6,7 @@ the feed-forward output; m is ``size``, else ``round(d / 16)``; act is AdapterHu
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, cast
 
@@ -15,8 +15,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from pal_lightning.core.errors import PalUserError
+from pal_lightning.modeling.methods.batched import RowWeights, all_of
 from pal_lightning.modeling.methods.config import AdapterConfig
 from pal_lightning.modeling.methods.inside import (
+    BatchedSites,
     InsideConfig,
     InsideMethod,
     SiteAdapter,
@@ -90,6 +92,16 @@ class BottleneckAdapter(SiteAdapter):
         return up(self._act(down(y)))
 
 
+class BatchedBottleneck(BatchedSites):
+    """Every present task's :class:`BottleneckAdapter` at once on the rows of a mixed batch
+    (:class:`BatchedSites`); the tasks share the method's non-linearity."""
+
+    def delta(self, layer: int, site: str, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Each row's ``U act(D y)`` with its task's D and U."""
+        template = cast(BottleneckAdapter, next(a for a in self._adapters if a is not None))
+        return self.up(layer, site, template._act(self.down(layer, site, y)))
+
+
 class _Bottleneck(InsideMethod):
     """The bottleneck adapters: :class:`BottleneckAdapter` on the variant's sites."""
 
@@ -138,6 +150,11 @@ class _Bottleneck(InsideMethod):
 
     def site_weights(self, config: AdapterConfig, size: int, in_features: int, out_features: int) -> int:
         return 2 * out_features * size
+
+    def batch_rows(self, modules: Sequence[nn.Module | None], rows: RowWeights) -> nn.Module | None:
+        if not all_of(modules, BottleneckAdapter):
+            return None
+        return BatchedBottleneck(cast("Sequence[SiteAdapter | None]", modules), rows)
 
     def signature(self, config: AdapterConfig, size: int, layers: tuple[int, ...]) -> dict[str, Any]:
         signature = super().signature(config, size, layers)

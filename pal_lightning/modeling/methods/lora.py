@@ -6,7 +6,7 @@ query and value. The update is linear in x: ``merge`` folds :meth:`LoraAdapter.w
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -14,8 +14,10 @@ import torch
 from torch import nn
 
 from pal_lightning.core.errors import PalUserError
+from pal_lightning.modeling.methods.batched import RowWeights, all_of
 from pal_lightning.modeling.methods.config import AdapterConfig
 from pal_lightning.modeling.methods.inside import (
+    BatchedSites,
     InsideConfig,
     InsideMethod,
     SiteAdapter,
@@ -94,6 +96,15 @@ class LoraAdapter(SiteAdapter):
         return (b.weight @ a.weight) * self.scaling
 
 
+class BatchedLora(BatchedSites):
+    """Every present task's :class:`LoraAdapter` at once on the rows of a mixed batch (:class:`BatchedSites`)."""
+
+    def delta(self, layer: int, site: str, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Each row's ``(alpha / r) B A dropout(x)`` with its task's A and B."""
+        template = cast(LoraAdapter, next(a for a in self._adapters if a is not None))
+        return self.up(layer, site, self.down(layer, site, template.dropout(x))) * template.scaling
+
+
 class LoraMethod(InsideMethod):
     """``lora``: :class:`LoraAdapter` on the targeted sites: ``k sum_sites r (in + out)`` weights."""
 
@@ -137,6 +148,11 @@ class LoraMethod(InsideMethod):
 
     def site_weights(self, config: AdapterConfig, size: int, in_features: int, out_features: int) -> int:
         return size * (in_features + out_features)
+
+    def batch_rows(self, modules: Sequence[nn.Module | None], rows: RowWeights) -> nn.Module | None:
+        if not all_of(modules, LoraAdapter):
+            return None
+        return BatchedLora(cast("Sequence[SiteAdapter | None]", modules), rows)
 
     def signature(self, config: AdapterConfig, size: int, layers: tuple[int, ...]) -> dict[str, Any]:
         signature = super().signature(config, size, layers)

@@ -6,7 +6,7 @@ live in one :class:`TaskAdapter` that the layers never register (safetensors ref
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Literal, cast
 
 import torch
@@ -15,6 +15,7 @@ from torch import nn
 
 from pal_lightning.modeling.attention import attention, upcast_on_cpu
 from pal_lightning.modeling.methods.base import AdapterMethod
+from pal_lightning.modeling.methods.batched import RowWeights, all_of
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -72,23 +73,29 @@ class ProjectedAttention(nn.Module):
     def attend_rows(self, x: torch.Tensor, b: int, t: int, mask: torch.Tensor | None) -> torch.Tensor:
         """:meth:`forward` on the positions as rows, ``[B T, d_s] -> [B T, d_s]`` (a 3-D Linear would
         dispatch two more views on the host)."""
-        head_dim = self.size // self.num_heads
-        qkv = self.qkv(x)
-        dtype = qkv.dtype
-        upcast = upcast_on_cpu(qkv)
-        if upcast:  # one cast of Q, K and V together, where attention() would cast each of them
-            qkv = qkv.float()
-        # [B T, 3 d_s] -> [B, T, 3, H, hd] -> 3 x [B, H, T, hd]
-        q, k, v = qkv.view(b, t, 3, self.num_heads, head_dim).permute(2, 0, 3, 1, 4).unbind(0)
-        if upcast:  # the product in fp32 on a CPU under autocast (modeling/attention.py says why)
-            if mask is not None and mask.is_floating_point():
-                mask = mask.float()  # a no-op for the mask scores_dtype gives on the CPU
-            with torch.autocast("cpu", enabled=False):
-                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        else:  # the mask is in the scores' dtype already (additive_mask, scores_dtype)
-            out = attention(q, k, v, attn_mask=mask)
-        # [B, H, T, hd] -> [B T, d_s]; a view where the kernel wrote the heads side by side (the CPU's)
-        return out.transpose(1, 2).reshape(b * t, self.size).to(dtype)
+        return attend(self.qkv(x), b, t, self.num_heads, mask)
+
+
+def attend(qkv: torch.Tensor, b: int, t: int, num_heads: int, mask: torch.Tensor | None) -> torch.Tensor:
+    """The attention of :class:`ProjectedAttention` from its fused projection ``qkv`` (``[B T, 3 d_s]``, or
+    ``[B, T, 3 d_s]``) to ``[B T, d_s]``."""
+    size = qkv.shape[-1] // 3
+    head_dim = size // num_heads
+    dtype = qkv.dtype
+    upcast = upcast_on_cpu(qkv)
+    if upcast:  # one cast of Q, K and V together, where attention() would cast each of them
+        qkv = qkv.float()
+    # [B T, 3 d_s] -> [B, T, 3, H, hd] -> 3 x [B, H, T, hd]
+    q, k, v = qkv.view(b, t, 3, num_heads, head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+    if upcast:  # the product in fp32 on a CPU under autocast (modeling/attention.py says why)
+        if mask is not None and mask.is_floating_point():
+            mask = mask.float()  # a no-op for the mask scores_dtype gives on the CPU
+        with torch.autocast("cpu", enabled=False):
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    else:  # the mask is in the scores' dtype already (additive_mask, scores_dtype)
+        out = attention(q, k, v, attn_mask=mask)
+    # [B, H, T, hd] -> [B T, d_s]; a view where the kernel wrote the heads side by side (the CPU's)
+    return out.transpose(1, 2).reshape(b * t, size).to(dtype)
 
 
 def pff_inner_size(size: int) -> int:
@@ -159,6 +166,14 @@ class TaskAdapter(nn.Module):
     def _proj(self, which: nn.Module, layer: int) -> nn.Module:
         return which[str(layer)] if isinstance(which, nn.ModuleDict) else which  # per layer unless shared
 
+    def linear(self, part: str, layer: int) -> nn.Linear:
+        """The Linear ``part`` of ``layer``: ``down``, ``up``, ``qkv`` (attention g) or ``fc1``/``fc2`` (ffn g)."""
+        if part in ("down", "up"):
+            return cast(nn.Linear, self._proj(getattr(self, part), layer))
+        inner = self.attention if part == "qkv" else self.ffn
+        assert inner is not None, f"{part} of a TaskAdapter without that g"
+        return cast(nn.Linear, getattr(inner[str(layer)], part))
+
     def forward(self, layer: int, hidden: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """TS_{l,t}(h) = V^D g_l(V^E h), ``[B, T, d]``, for the input h of layer ``layer``."""
         b, t, d = hidden.shape
@@ -170,6 +185,38 @@ class TaskAdapter(nn.Module):
             x = self.ffn[str(layer)](x)
         out = self._proj(self.up, layer)(x)
         return (F.gelu(out) if self.gelu_after_up else out).view(b, t, d)
+
+
+class BatchedTaskAdapters(nn.Module):
+    """Every present task's :class:`TaskAdapter` at once on the rows of a mixed batch sorted by task
+    (``rows``: each row's index into ``adapters``; ``None``: a task without PALs, its rows' term zero):
+    each Linear is one batched product over the rows (:class:`~pal_lightning.modeling.methods.batched.
+    RowWeights`), the attention g already runs row by row. Holds the adapters unregistered."""
+
+    def __init__(self, adapters: Sequence[TaskAdapter | None], rows: RowWeights) -> None:
+        super().__init__()
+        template = next(a for a in adapters if a is not None)
+        self.layers: tuple[int, ...] = template.layers
+        self._adapters = tuple(adapters)  # a tuple: not submodules (their Parameters stay the tasks')
+        self._template = template
+        self._rows = rows
+
+    def _linear(self, part: str, layer: int, x: torch.Tensor) -> torch.Tensor:
+        return self._rows.linear([None if a is None else a.linear(part, layer) for a in self._adapters], x)
+
+    def forward(self, layer: int, hidden: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """Each row's TS_{l,t}(h), ``[B, T, d]``, as its task's :meth:`TaskAdapter.forward` gives it."""
+        self._rows.check(hidden, f"layer {layer}")
+        b, t, _ = hidden.shape
+        x = self._linear("down", layer, hidden)
+        template = self._template
+        if template.attention is not None:
+            heads = cast(ProjectedAttention, template.attention[str(layer)]).num_heads
+            x = attend(self._linear("qkv", layer, x), b, t, heads, mask).view(b, t, -1)
+        if template.ffn is not None:
+            x = self._linear("fc2", layer, F.gelu(self._linear("fc1", layer, x)))
+        out = self._linear("up", layer, x)
+        return F.gelu(out) if template.gelu_after_up else out
 
 
 MASK_VALUE = -10000.0
@@ -219,6 +266,11 @@ class _BesideLayers(AdapterMethod):
             init=config.init,
             gelu_after_up=config.activation == "gelu",
         )
+
+    def batch_rows(self, modules: Sequence[nn.Module | None], rows: RowWeights) -> nn.Module | None:
+        if not all_of(modules, TaskAdapter):
+            return None
+        return BatchedTaskAdapters(cast("Sequence[TaskAdapter | None]", modules), rows)
 
 
 class Pals(_BesideLayers):
