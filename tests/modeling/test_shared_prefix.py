@@ -100,13 +100,16 @@ def test_every_family_top_layer_pals_with_individual_layers_and_heads_only(model
     check_once_below(build(model_type, "none"), model_type, 3)
 
 
+@pytest.mark.parametrize("mixed_rows", ["loop", "gather"])
 @pytest.mark.parametrize("method", sorted(m for m in METHODS if m != "none"))
-def test_every_method_in_the_top_layer(method: str) -> None:
+def test_every_method_in_the_top_layer(method: str, mixed_rows: str) -> None:
     slot = get_method(method).where.slot
     options = {} if slot == "top" else {"num_layers": 1, "placement": "top"}
+    model = build("bert", method, **options)
+    model.mixed_rows = mixed_rows  # the tasks' modules looped, or gathered per row (as off the CPU)
     # a block on top reads the last layer's arguments: that layer runs per row; beside it (PALs), BERT's
     # top layer branches at its join norm
-    check_once_below(build("bert", method, **options), "bert", 2, 3 if slot == "beside" else 2)
+    check_once_below(model, "bert", 2, 3 if slot == "beside" else 2)
 
 
 def test_a_layer_whose_output_is_not_its_join_norms_branches_at_its_entry() -> None:
