@@ -95,7 +95,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if not set(args.modes) <= set(MODES):
         p.error(f"--modes: use some of {', '.join(MODES)}")
     if args.quick:
-        args.requests, args.seconds, args.warmup, args.clients = 60, 5.0, 8, 8
+        args.requests, args.seconds, args.warmup, args.clients = 40, 1.5, 8, 8
     return args
 
 
