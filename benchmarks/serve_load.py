@@ -87,7 +87,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rates", default="", help="open-loop rates in requests/s instead of --fractions")
     p.add_argument("--max-batch-size", type=int, default=16, help="the servers' --max_batch_size (16)")
     p.add_argument("--batch-timeout", type=float, default=0.005, help="the servers' --batch_timeout (0.005)")
-    p.add_argument("--workers", type=int, default=1, help="the servers' --workers_per_device (1)")
+    p.add_argument("--workers", type=int, default=1, help="--workers_per_device of the N-task server (1)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads per worker (0: cores / workers)")
     p.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="cores the servers share (all)")
     p.add_argument("--out", type=Path, default=OUT, help=f"the JSON record (default {OUT.relative_to(REPO)})")
     args = p.parse_args(argv)
@@ -188,13 +189,7 @@ def servers(
             port = free_port()
             cmd = [sys.executable, "-m", "pal_lightning", "serve", str(model), "--port", str(port)]
             cmd += ["--accelerator", "cpu", "--max_batch_size", str(args.max_batch_size)]
-            cmd += [
-                "--batch_timeout",
-                str(args.batch_timeout),
-                "--workers_per_device",
-                str(args.workers),
-                *plan,
-            ]
+            cmd += ["--batch_timeout", str(args.batch_timeout), *plan]
             log = open(logs / f"server-{port}.log", "wb")  # noqa: SIM115 - closed with the process
             started.append(
                 (
@@ -269,11 +264,12 @@ def measure(
     from pal_lightning.serving.stats import difference
 
     names = list(tasks)
-    if mode == "single":
-        plans = [["--batching", "mixed", "--tasks", t] for t in names]
-        threads = max(1, args.cores // len(names))
+    if mode == "single":  # one worker each: N processes already
+        plans = [["--batching", "mixed", "--workers_per_device", "1", "--tasks", t] for t in names]
     else:
-        plans, threads = [["--batching", mode]], args.cores
+        plans = [["--batching", mode, "--workers_per_device", str(args.workers)]]
+    workers = len(names) if mode == "single" else args.workers
+    threads = args.threads or max(1, args.cores // workers)  # the same cores, shared out
     start = time.perf_counter()
     with servers(args, model, plans, threads, logs) as started:
         ready_s = time.perf_counter() - start

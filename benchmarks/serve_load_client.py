@@ -13,6 +13,7 @@ import csv
 import json
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -63,27 +64,42 @@ class Connection:
 
 
 class Pool:
-    """Idle connections to one server, opened as needed and reused."""
+    """Idle connections to one server, opened as needed and reused while fresh: one idle for longer than
+    :attr:`FRESH` seconds may have been closed by the server (uvicorn's keep-alive timeout is 5 s), so it is
+    closed here instead, and a reused connection the server closed is retried once on a new one."""
+
+    FRESH = 2.0
 
     def __init__(self, port: int) -> None:
-        self.port, self.idle = port, list[Connection]()
+        self.port, self.idle = port, list[tuple[Connection, float]]()
+
+    async def _connection(self) -> tuple[Connection, bool]:
+        while self.idle:
+            connection, since = self.idle.pop()
+            if time.perf_counter() - since < self.FRESH:
+                return connection, True
+            connection.close()
+        return await Connection.open(self.port), False
 
     async def post(self, path: str, body: bytes) -> tuple[int, bytes]:
-        connection = self.idle.pop() if self.idle else await Connection.open(self.port)
+        connection, reused = await self._connection()
         try:
             status, data, keep = await connection.request("POST", path, body)
         except (OSError, asyncio.IncompleteReadError, ConnectionError, ValueError):
             connection.close()
-            raise
+            if not reused:
+                raise
+            connection = await Connection.open(self.port)
+            status, data, keep = await connection.request("POST", path, body)
         if keep:
-            self.idle.append(connection)
+            self.idle.append((connection, time.perf_counter()))
         else:
             connection.close()
         return status, data
 
     def close(self) -> None:
         while self.idle:
-            self.idle.pop().close()
+            self.idle.pop()[0].close()
 
 
 def demo_texts() -> tuple[list[str], list[tuple[str, str]]]:
@@ -196,9 +212,11 @@ async def open_loop(
 
 def summary(samples: Sequence[Sample]) -> dict[str, Any]:
     """Throughput (answered requests a second, from the first due to the last answer), latency percentiles
-    (ms) of the answered requests, and the counts of answers and failures."""
+    (ms) of the answered requests, and the counts of answers and failures (``statuses``: per HTTP status,
+    0 for no answer: a connection refused or closed)."""
     ok = [s for s in samples if s.status == 200]
     out: dict[str, Any] = {"requests": len(samples), "answered": len(ok), "failed": len(samples) - len(ok)}
+    out["statuses"] = {str(k): n for k, n in sorted(Counter(s.status for s in samples).items())}
     if not ok:
         return {**out, "seconds": None, "throughput": None, "p50_ms": None, "p95_ms": None, "p99_ms": None}
     first, last = min(s.due for s in samples), max(s.due + s.latency for s in samples)
