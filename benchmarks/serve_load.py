@@ -190,15 +190,11 @@ def servers(
             cmd = [sys.executable, "-m", "pal_lightning", "serve", str(model), "--port", str(port)]
             cmd += ["--accelerator", "cpu", "--max_batch_size", str(args.max_batch_size)]
             cmd += ["--batch_timeout", str(args.batch_timeout), *plan]
-            log = open(logs / f"server-{port}.log", "wb")  # noqa: SIM115 - closed with the process
-            started.append(
-                (
-                    port,
-                    subprocess.Popen(
-                        cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-                    ),
+            with open(logs / f"server-{port}.log", "wb") as log:  # the child keeps its own descriptor
+                process = subprocess.Popen(
+                    cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
                 )
-            )
+            started.append((port, process))
         deadline = time.monotonic() + 600
         for port, process in started:
             while not _healthy(port):
@@ -317,7 +313,7 @@ def measure(
     out = {
         "mode": mode,
         "servers": len(plans),
-        "torch_threads_per_server": threads,
+        "torch_threads_per_worker": threads,
         "ready_seconds": ready_s,
         "warmup": warm,
         "memory": {
@@ -336,7 +332,7 @@ def line_of(r: dict[str, Any]) -> str:
     s = r["saturation"]
     b = s["batches"]
     text = (
-        f"{r['mode']:>8}: {r['servers']} server(s), RSS {r['memory']['rss_mib']:.0f} MiB "
+        f"{r['mode']:>8}: {r['servers']} server(s) ({r['torch_threads_per_worker']} thread(s) a worker), RSS {r['memory']['rss_mib']:.0f} MiB "
         f"(PSS {r['memory']['pss_mib']:.0f}); saturation {s['throughput'] or 0:.1f} req/s, "
         f"p50 {s['p50_ms'] or 0:.0f} ms p99 {s['p99_ms'] or 0:.0f} ms, {s['failed']} failed, "
         f"{b['mean_batch_size'] or 0:.1f} requests and {b['mean_tasks_per_batch'] or 0:.1f} tasks a batch"
