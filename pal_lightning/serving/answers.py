@@ -60,13 +60,13 @@ def truncated(module: Any, items: Sequence[tuple[str, str | tuple[str, str]]]) -
     return out
 
 
-def answer_requests(module: Any, requests: Sequence[ServeRequest]) -> list[Any]:
+def answer_requests(module: Any, requests: Sequence[ServeRequest], per_task: bool = False) -> list[Any]:
     """The answer to each request: one ``predict_items`` call for all their inputs and tasks (one mixed
-    forward, its rows sorted by length), split back per request; a listed request gets a list."""
-    from pal_lightning.module.inference import predict_items
-
+    forward, its rows sorted by length), split back per request; a listed request gets a list.
+    ``per_task``: one call (one forward) per task instead, each of that task's rows alone (``--batching
+    per_task``, what a server without task routing does: the comparison of the load test)."""
     items = [(task, q.text) for r in requests for q in r.queries for task in q.tasks]
-    predictions = predict_items(module, items, batch_size=len(items))
+    predictions = predict_per_task(module, items) if per_task else predict_all(module, items)
     cut = truncated(module, items)
     answers: list[Any] = []
     at = 0
@@ -78,3 +78,22 @@ def answer_requests(module: Any, requests: Sequence[ServeRequest]) -> list[Any]:
             at = end
         answers.append(one if request.listed else one[0])
     return answers
+
+
+def predict_all(module: Any, items: Sequence[tuple[str, Any]]) -> list[Any]:
+    """``predict_items`` of every ``(task, text)`` in one batch, whatever their tasks."""
+    from pal_lightning.module.inference import predict_items
+
+    return predict_items(module, items, batch_size=len(items))
+
+
+def predict_per_task(module: Any, items: Sequence[tuple[str, Any]]) -> list[Any]:
+    """``predict_items`` of each task's ``(task, text)`` apart (one batch per task), back in input order."""
+    at: dict[str, list[int]] = {}
+    for i, (task, _) in enumerate(items):
+        at.setdefault(task, []).append(i)
+    out: list[Any] = [None] * len(items)
+    for rows in at.values():
+        for i, prediction in zip(rows, predict_all(module, [items[i] for i in rows]), strict=True):
+            out[i] = prediction
+    return out

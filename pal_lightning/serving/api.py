@@ -21,6 +21,8 @@ import litserve as ls
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.serving.answers import answer_requests, catalogue
 from pal_lightning.serving.schema import ServeRequest, TaskInfo
+from pal_lightning.serving.stats import BatchCounters
+from pal_lightning.serving.subset import keep_tasks
 
 #: The exit status of a worker that could not load the model (it said why on the announce queue).
 LOAD_FAILED = 2
@@ -38,6 +40,9 @@ class PalAPI(ls.LitAPI):  # litserve is untyped: LitAPI is Any to the checker
             names it (:mod:`pal_lightning.module.saved_class`); ``None``: ``MultiTaskModule``.
         announce: a queue (``multiprocessing`` ``SimpleQueue``) on which ``setup`` puts ``("tasks", catalogue)``
             once the model is loaded, or ``("error", message)`` when it cannot be; ``None``: nothing put.
+        batching: ``mixed`` (one forward for every task of a batch) or ``per_task`` (one per task in it).
+        tasks: the tasks to serve (the others' weights are dropped once loaded); ``None``: every task.
+        counters: where each batch is counted (``GET /stats``); ``None``: not counted.
     """
 
     def __init__(
@@ -48,10 +53,13 @@ class PalAPI(ls.LitAPI):  # litserve is untyped: LitAPI is Any to the checker
         batch_timeout: float,
         announce: Any = None,
         model_class: str | None = None,
+        batching: str = "mixed",
+        tasks: Sequence[str] | None = None,
+        counters: BatchCounters | None = None,
     ) -> None:
         super().__init__(max_batch_size=max_batch_size, batch_timeout=batch_timeout)
         self.model_path, self.ckpt, self.announce = model, ckpt, announce
-        self.model_class = model_class
+        self.model_class, self.batching, self.tasks, self.counters = model_class, batching, tasks, counters
         self.module: Any = None
 
     def setup(self, device: str) -> None:
@@ -60,6 +68,8 @@ class PalAPI(ls.LitAPI):  # litserve is untyped: LitAPI is Any to the checker
 
         try:
             self.module = load_model(self.model_path, self.ckpt, self.model_class).to(device).eval()
+            if self.tasks is not None:
+                keep_tasks(self.module, self.tasks)
         except PalUserError as err:
             if self.announce is None:
                 raise
@@ -76,7 +86,13 @@ class PalAPI(ls.LitAPI):  # litserve is untyped: LitAPI is Any to the checker
     def predict(self, x: Any, **kwargs: Any) -> Any:
         """The answers of a batch (a list of requests), or of one request when batching is off."""
         requests = x if isinstance(x, list) else [x]
-        answers = answer_requests(self.module, requests)
+        start = time.perf_counter()
+        answers = answer_requests(self.module, requests, per_task=self.batching == "per_task")
+        if self.counters is not None:
+            items = [task for r in requests for q in r.queries for task in q.tasks]
+            forwards = len(set(items)) if self.batching == "per_task" else 1
+            seconds = time.perf_counter() - start
+            self.counters.record(len(requests), len(items), len(set(items)), forwards, seconds)
         return answers if isinstance(x, list) else answers[0]
 
     def encode_response(self, output, **kwargs):  # type: ignore[no-untyped-def]  # see the note on imports

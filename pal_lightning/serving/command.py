@@ -3,8 +3,9 @@
     pal-lightning serve runs/demo/version_0/model --port 8000 --max_batch_size 8 --batch_timeout 0.01
 
 ``POST /predict`` takes the requests of :mod:`pal_lightning.serving.schema`; ``GET /tasks`` describes the
-tasks; ``GET /health`` is LitServe's (200 once the workers are ready); ``GET /`` is a page to try it
-(:mod:`pal_lightning.serving.page`). docs/serving.md tells more.
+tasks; ``GET /stats`` counts the batches answered (:mod:`pal_lightning.serving.stats`); ``GET /health`` is
+LitServe's (200 once the workers are ready); ``GET /`` is a page to try it (:mod:`pal_lightning.serving.page`).
+docs/serving.md tells more.
 """
 
 from __future__ import annotations
@@ -23,12 +24,16 @@ from typing import Any
 from pal_lightning.core.config_fields import field_docs
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.serving.schema import TaskInfo
+from pal_lightning.serving.stats import BatchCounters
+from pal_lightning.serving.subset import parse_task_list
 
 #: The environment variable read for the API key when ``--api_key`` is not given.
 API_KEY_ENV = "PAL_API_KEY"
 #: The hosts LitServe binds to.
 HOSTS = ("127.0.0.1", "0.0.0.0", "::")
 ACCELERATORS = ("auto", "cpu", "cuda", "mps")
+#: How a worker runs a batch of requests of several tasks (``--batching``).
+BATCHING = ("mixed", "per_task")
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,10 @@ class ServeOptions:
     """The key every route but ``/`` and ``/health`` requires in the ``X-API-Key`` header; else $PAL_API_KEY, else none."""
     model_class: str | None = None
     """The ``MultiTaskModule`` subclass (``pkg.module.Class``) the model was saved from, imported to build it."""
+    batching: str = "mixed"
+    """``mixed``: one forward pass for a batch, whatever its tasks; ``per_task``: one per task in the batch."""
+    tasks: str | None = None
+    """Serve only these tasks (``sst,qqp``): the others are refused as unknown and their weights dropped."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -105,6 +114,7 @@ def options(argv: Sequence[str], environ: Mapping[str, str] = os.environ) -> Ser
         (o.max_inputs < 1, f"--max_inputs {o.max_inputs}: use 1 or more"),
         (o.max_body_bytes < 1, f"--max_body_bytes {o.max_body_bytes}: use 1 or more"),
         (o.timeout <= 0, f"--timeout {o.timeout}: use a positive number of seconds"),
+        (o.batching not in BATCHING, f"--batching {o.batching!r}: use {' or '.join(BATCHING)}"),
         (
             not 0 <= o.batch_timeout < o.timeout,
             f"--batch_timeout {o.batch_timeout}: use 0 or more, below --timeout ({o.timeout})",
@@ -113,6 +123,7 @@ def options(argv: Sequence[str], environ: Mapping[str, str] = os.environ) -> Ser
     for bad, message in problems:
         if bad:
             raise PalUserError(f"Invalid {message}.")
+    parse_task_list(o.tasks)
     if o.accelerator == "cuda":
         import torch
 
@@ -159,8 +170,16 @@ def build_server(o: ServeOptions, on_ready: Callable[[Mapping[str, TaskInfo]], N
     from pal_lightning.serving.page import add_page
 
     announce = multiprocessing.get_context("spawn").SimpleQueue()  # LitServe spawns its workers
+    counters = BatchCounters(o.max_batch_size)  # shared memory: made before the workers and HTTP processes
     api = PalAPI(
-        *source(o.model), o.max_batch_size, o.batch_timeout, announce=announce, model_class=o.model_class
+        *source(o.model),
+        o.max_batch_size,
+        o.batch_timeout,
+        announce=announce,
+        model_class=o.model_class,
+        batching=o.batching,
+        tasks=parse_task_list(o.tasks),
+        counters=counters,
     )
     tasks: dict[str, TaskInfo] = {}  # filled before the HTTP processes start (they are forked after)
     guard = dict(tasks=tasks, max_inputs=o.max_inputs, max_body_bytes=o.max_body_bytes, api_key=o.api_key)
@@ -178,7 +197,11 @@ def build_server(o: ServeOptions, on_ready: Callable[[Mapping[str, TaskInfo]], N
     async def describe_tasks() -> dict[str, Any]:
         return {"tasks": {name: info.describe() for name, info in tasks.items()}}
 
+    async def batch_stats() -> dict[str, Any]:
+        return {"batching": o.batching, **counters.snapshot()}
+
     server.app.add_api_route("/tasks", describe_tasks, methods=["GET"])
+    server.app.add_api_route("/stats", batch_stats, methods=["GET"])
     add_page(server.app)  # GET /: the page to try it
     return server
 

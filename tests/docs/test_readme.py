@@ -158,6 +158,7 @@ BENCHMARK_TESTS = {
     "peers": "peers",
     "two_stage": "two_stage",
     "continual": "continual",
+    "serve_load": "serve_load",
 }
 BUILDS_ENV = "builds an environment from the package index (minutes)"
 

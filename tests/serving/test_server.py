@@ -36,6 +36,7 @@ from pal_lightning import MultiTaskModule, TaskSpec
 from pal_lightning.serving.answers import catalogue
 from pal_lightning.serving.command import parser
 from pal_lightning.serving.schema import BadRequest, TaskInfo, parse_body
+from pal_lightning.serving.stats import difference
 from pal_lightning.testing import TINY_BERT, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,6 +69,17 @@ class Server:
             connection.request("POST", "/predict", body=body, headers={"Content-Type": content_type})
             response = connection.getresponse()
             return response.status, json.loads(response.read())
+        finally:
+            connection.close()
+
+    def get(self, path: str) -> Any:
+        """The decoded JSON answer of ``GET path``."""
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        try:
+            connection.request("GET", path)
+            response = connection.getresponse()
+            assert response.status == 200, response.status
+            return json.loads(response.read())
         finally:
             connection.close()
 
@@ -345,3 +357,17 @@ def test_a_thousand_fuzzed_requests_get_their_4xx_and_the_same_worker_serves_on(
     assert status == 200 and expected is not None
     assert out["predictions"]["sts"]["score"] == pytest.approx(expected[0], abs=1e-5)
     assert server.workers() == workers  # the same worker process, never restarted
+
+
+def test_the_stats_count_every_batch_of_the_mixed_server(server: Server) -> None:
+    before = server.get("/stats")
+    bodies = [{"task": t, "text": "a fine film"} for t in ("sst", "topic") * 4]
+    bodies += [{"tasks": "all", "text": ["a", "b"]}]  # qqp and sts: two inputs
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        assert {s for s, _ in pool.map(lambda b: server.call(json.dumps(b).encode()), bodies)} == {200}
+    after = server.get("/stats")
+    done = difference(before, after)
+    assert after["batching"] == "mixed" and (done["requests"], done["inputs"]) == (9, 10)
+    assert done["forwards"] == done["batches"] == sum(done["batch_sizes"].values()) >= 2  # 8 at most in one
+    assert sum(int(k) * n for k, n in done["batch_sizes"].items()) == 9
+    assert 1 <= done["mean_tasks_per_batch"] <= 4
