@@ -32,34 +32,6 @@ def catalogue(module: Any) -> dict[str, TaskInfo]:
     return out
 
 
-def truncated(module: Any, items: Sequence[tuple[str, str | tuple[str, str]]]) -> list[bool]:
-    """Per ``(task, text)``: whether its tokens exceed the model's window (``predict_max_length``), so that
-    ``predict`` cuts it (a cross pair as one sequence, each side of a siamese pair on its own)."""
-    limit = int(module.predict_max_length)
-    out = [False] * len(items)
-    by_task: dict[str, list[int]] = {}
-    for i, (task, _) in enumerate(items):
-        by_task.setdefault(task, []).append(i)
-    for task, at in by_task.items():
-        texts = [items[i][1] for i in at]
-        singles = [t for t in texts if isinstance(t, str)]
-        firsts, seconds = (
-            [t[0] for t in texts if isinstance(t, tuple)],
-            [t[1] for t in texts if isinstance(t, tuple)],
-        )
-        if singles:  # a task takes one shape: all sentences or all pairs
-            calls = [[singles]]
-        elif resolve_pair_encoding(module.hparams["pair_encoding"], task) == "cross":
-            calls = [[firsts, seconds]]
-        else:
-            calls = [[firsts], [seconds]]
-        for sides in calls:
-            ids = module.tokenizer(*sides, truncation=False, verbose=False)["input_ids"]
-            for i, row in zip(at, ids, strict=True):
-                out[i] = out[i] or len(row) > limit
-    return out
-
-
 def answer_requests(module: Any, requests: Sequence[ServeRequest], per_task: bool = False) -> list[Any]:
     """The answer to each request: one ``predict_items`` call for all their inputs and tasks (one mixed
     forward, its rows sorted by length), split back per request; a listed request gets a list.
@@ -67,7 +39,7 @@ def answer_requests(module: Any, requests: Sequence[ServeRequest], per_task: boo
     per_task``, what a server without task routing does: the comparison of the load test)."""
     items = [(task, q.text) for r in requests for q in r.queries for task in q.tasks]
     predictions = predict_per_task(module, items) if per_task else predict_all(module, items)
-    cut = truncated(module, items)
+    cut = [p.truncated for p in predictions]  # as predict cut it: the tokenizer's own overflow
     answers: list[Any] = []
     at = 0
     for request in requests:

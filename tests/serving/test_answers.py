@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from pal_lightning import MultiTaskModule, TaskSpec
-from pal_lightning.serving.answers import answer_requests, catalogue, truncated
+from pal_lightning.serving.answers import answer_requests, catalogue, predict_all
 from pal_lightning.serving.schema import Query, ServeRequest
 from pal_lightning.testing import TINY_BERT
 from pal_lightning.testing.conformance import move, tiny_options
@@ -84,7 +84,7 @@ def test_truncation_is_reported_as_predict_cuts() -> None:
         ("sts", ("a b c", "d e f")),  # siamese: 5 tokens on each side
         ("sts", ("a", long)),
     ]
-    assert truncated(module, items) == [False, True, False, True, False, True]
+    assert [p.truncated for p in predict_all(module, items)] == [False, True, False, True, False, True]
     (one,) = answer_requests(module, [ServeRequest((Query(long, ("sst", "topic")),), listed=False)])
     assert one["truncated"] is True
 
