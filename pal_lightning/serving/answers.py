@@ -32,13 +32,16 @@ def catalogue(module: Any) -> dict[str, TaskInfo]:
     return out
 
 
-def answer_requests(module: Any, requests: Sequence[ServeRequest], per_task: bool = False) -> list[Any]:
-    """The answer to each request: one ``predict_items`` call for all their inputs and tasks (one mixed
-    forward, its rows sorted by length), split back per request; a listed request gets a list.
-    ``per_task``: one call (one forward) per task instead, each of that task's rows alone (``--batching
-    per_task``, what a server without task routing does: the comparison of the load test)."""
+def answer_requests(
+    module: Any, requests: Sequence[ServeRequest], per_task: bool = False, rows: int = 0
+) -> list[Any]:
+    """The answer to each request: one ``predict_items`` call for all their inputs and tasks (their rows
+    sorted by length, whatever their tasks, run in forwards of at most ``rows`` rows; 0: one forward), split
+    back per request; a listed request gets a list. ``per_task``: one call per task instead, each of that
+    task's rows alone (``--batching per_task``, what a server without task routing does: the comparison of
+    the load test)."""
     items = [(task, q.text) for r in requests for q in r.queries for task in q.tasks]
-    predictions = predict_per_task(module, items) if per_task else predict_all(module, items)
+    predictions = predict_per_task(module, items, rows) if per_task else predict_all(module, items, rows)
     cut = [p.truncated for p in predictions]  # as predict cut it: the tokenizer's own overflow
     answers: list[Any] = []
     at = 0
@@ -52,20 +55,22 @@ def answer_requests(module: Any, requests: Sequence[ServeRequest], per_task: boo
     return answers
 
 
-def predict_all(module: Any, items: Sequence[tuple[str, Any]]) -> list[Any]:
-    """``predict_items`` of every ``(task, text)`` in one batch, whatever their tasks."""
+def predict_all(module: Any, items: Sequence[tuple[str, Any]], rows: int = 0) -> list[Any]:
+    """``predict_items`` of every ``(task, text)``, whatever their tasks: sorted by length, in forwards of at
+    most ``rows`` (0: all in one)."""
     from pal_lightning.module.inference import predict_items
 
-    return predict_items(module, items, batch_size=len(items))
+    return predict_items(module, items, batch_size=rows or len(items))
 
 
-def predict_per_task(module: Any, items: Sequence[tuple[str, Any]]) -> list[Any]:
+def predict_per_task(module: Any, items: Sequence[tuple[str, Any]], rows: int = 0) -> list[Any]:
     """``predict_items`` of each task's ``(task, text)`` apart (one batch per task), back in input order."""
     at: dict[str, list[int]] = {}
     for i, (task, _) in enumerate(items):
         at.setdefault(task, []).append(i)
     out: list[Any] = [None] * len(items)
-    for rows in at.values():
-        for i, prediction in zip(rows, predict_all(module, [items[i] for i in rows]), strict=True):
+    for positions in at.values():
+        chosen = [items[i] for i in positions]
+        for i, prediction in zip(positions, predict_all(module, chosen, rows), strict=True):
             out[i] = prediction
     return out

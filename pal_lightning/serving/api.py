@@ -24,6 +24,10 @@ from pal_lightning.serving.schema import ServeRequest, TaskInfo
 from pal_lightning.serving.stats import BatchCounters
 from pal_lightning.serving.subset import keep_tasks
 
+#: Rows per forward pass on the CPU, where a forward costs its padded tokens: a batch's rows sorted by length
+#: and cut into forwards this small waste little padding (benchmarks/RESULTS.md, "Serving: the load test").
+CPU_ROWS_PER_FORWARD = 8
+
 #: The exit status of a worker that could not load the model (it said why on the announce queue).
 LOAD_FAILED = 2
 
@@ -43,6 +47,8 @@ class PalAPI(ls.LitAPI):  # litserve is untyped: LitAPI is Any to the checker
         batching: ``mixed`` (one forward for every task of a batch) or ``per_task`` (one per task in it).
         tasks: the tasks to serve (the others' weights are dropped once loaded); ``None``: every task.
         counters: where each batch is counted (``GET /stats``); ``None``: not counted.
+        rows_per_forward: the most ``(task, text)`` rows one forward pass takes, the batch's rows sorted by
+            length; 0: :data:`CPU_ROWS_PER_FORWARD` on the CPU, every row of a batch in one forward elsewhere.
     """
 
     def __init__(
@@ -56,10 +62,12 @@ class PalAPI(ls.LitAPI):  # litserve is untyped: LitAPI is Any to the checker
         batching: str = "mixed",
         tasks: Sequence[str] | None = None,
         counters: BatchCounters | None = None,
+        rows_per_forward: int = 0,
     ) -> None:
         super().__init__(max_batch_size=max_batch_size, batch_timeout=batch_timeout)
         self.model_path, self.ckpt, self.announce = model, ckpt, announce
         self.model_class, self.batching, self.tasks, self.counters = model_class, batching, tasks, counters
+        self.rows_per_forward = rows_per_forward
         self.module: Any = None
 
     def setup(self, device: str) -> None:
@@ -68,6 +76,8 @@ class PalAPI(ls.LitAPI):  # litserve is untyped: LitAPI is Any to the checker
 
         try:
             self.module = load_model(self.model_path, self.ckpt, self.model_class).to(device).eval()
+            if not self.rows_per_forward and str(device).startswith("cpu"):
+                self.rows_per_forward = CPU_ROWS_PER_FORWARD
             if self.tasks is not None:
                 keep_tasks(self.module, self.tasks)
         except PalUserError as err:
@@ -87,10 +97,12 @@ class PalAPI(ls.LitAPI):  # litserve is untyped: LitAPI is Any to the checker
         """The answers of a batch (a list of requests), or of one request when batching is off."""
         requests = x if isinstance(x, list) else [x]
         start = time.perf_counter()
-        answers = answer_requests(self.module, requests, per_task=self.batching == "per_task")
+        rows = self.rows_per_forward
+        answers = answer_requests(self.module, requests, per_task=self.batching == "per_task", rows=rows)
         if self.counters is not None:
             items = [task for r in requests for q in r.queries for task in q.tasks]
-            forwards = len(set(items)) if self.batching == "per_task" else 1
+            groups = [items.count(t) for t in set(items)] if self.batching == "per_task" else [len(items)]
+            forwards = sum(-(-n // rows) if rows else 1 for n in groups)
             seconds = time.perf_counter() - start
             self.counters.record(len(requests), len(items), len(set(items)), forwards, seconds)
         return answers if isinstance(x, list) else answers[0]

@@ -70,6 +70,9 @@ class ServeOptions:
     """``mixed``: one forward pass for a batch, whatever its tasks; ``per_task``: one per task in the batch."""
     tasks: str | None = None
     """Serve only these tasks (``sst,qqp``): the others are refused as unknown and their weights dropped."""
+    rows_per_forward: int = 0
+    """The most (task, text) rows one forward pass runs, a batch's rows sorted by length; 0: 8 on the CPU, all
+    of a batch's rows on a GPU."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -115,6 +118,7 @@ def options(argv: Sequence[str], environ: Mapping[str, str] = os.environ) -> Ser
         (o.max_body_bytes < 1, f"--max_body_bytes {o.max_body_bytes}: use 1 or more"),
         (o.timeout <= 0, f"--timeout {o.timeout}: use a positive number of seconds"),
         (o.batching not in BATCHING, f"--batching {o.batching!r}: use {' or '.join(BATCHING)}"),
+        (o.rows_per_forward < 0, f"--rows_per_forward {o.rows_per_forward}: use 0 (automatic) or more"),
         (
             not 0 <= o.batch_timeout < o.timeout,
             f"--batch_timeout {o.batch_timeout}: use 0 or more, below --timeout ({o.timeout})",
@@ -180,6 +184,7 @@ def build_server(o: ServeOptions, on_ready: Callable[[Mapping[str, TaskInfo]], N
         batching=o.batching,
         tasks=parse_task_list(o.tasks),
         counters=counters,
+        rows_per_forward=o.rows_per_forward,
     )
     tasks: dict[str, TaskInfo] = {}  # filled before the HTTP processes start (they are forked after)
     guard = dict(tasks=tasks, max_inputs=o.max_inputs, max_body_bytes=o.max_body_bytes, api_key=o.api_key)

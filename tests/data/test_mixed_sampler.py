@@ -176,10 +176,16 @@ def test_resume_gives_the_same_batches(world: int, grouping: dict, at: int) -> N
 
 def test_refusals_each_name_the_fix() -> None:
     per_task = MultiTaskBatchSampler(SIZES, dict.fromkeys(SIZES, 2), SamplingSchedule())
-    with pytest.raises(PalUserError, match="--data.batch_mixing per_task"):
-        make().load_state_dict(per_task.state_dict())
-    with pytest.raises(PalUserError, match="--data.batch_mixing mixed"):
-        per_task.load_state_dict(make().state_dict())
+    for sampler, state, saved, now in (
+        (make(), per_task.state_dict(), "per_task", "mixed"),
+        (per_task, make().state_dict(), "mixed", "per_task"),
+    ):
+        with pytest.raises(PalUserError) as err:
+            sampler.load_state_dict(state)
+        assert str(err.value) == (
+            f"Cannot resume the task sampler: the checkpoint trained with batch_mixing {saved!r}, this run asks "
+            f"for {now!r}. Resume with --data.batch_mixing {saved}, or start a new fit without --ckpt_path."
+        )
     with pytest.raises(PalUserError, match="--data.sampling uniform"):
         make(schedule=SamplingSchedule("round_robin"))
     with pytest.raises(

@@ -65,7 +65,7 @@ def test_the_api_serves_the_tasks_kept_and_counts_its_batches(tmp_path: Path) ->
     pytest.importorskip("litserve", reason="the serve extra is not installed")
     import multiprocessing
 
-    from pal_lightning.serving.api import PalAPI
+    from pal_lightning.serving.api import CPU_ROWS_PER_FORWARD, PalAPI
 
     module = tiny("pals")
     folder = module.save_pretrained(tmp_path / "model")
@@ -82,6 +82,7 @@ def test_the_api_serves_the_tasks_kept_and_counts_its_batches(tmp_path: Path) ->
         counters=counters,
     )
     api.setup("cpu")
+    assert api.rows_per_forward == CPU_ROWS_PER_FORWARD  # 0 given: the CPU's rows per forward pass
     kind, tasks = announce.get()
     assert kind == "tasks" and list(tasks) == ["sst", "topic"]
     before = counters.snapshot()
@@ -122,6 +123,10 @@ def test_the_mode_options_and_their_mistakes() -> None:
     assert options(["m"], environ={}).batching == "mixed" and parse_task_list(None) is None
     with pytest.raises(PalUserError, match=r"^Invalid --batching 'each': use mixed or per_task\.$"):
         options(["m", "--batching", "each"], environ={})
+    assert options(["m"], environ={}).rows_per_forward == 0  # automatic: the worker's device decides
+    assert options(["m", "--rows_per_forward", "16"], environ={}).rows_per_forward == 16
+    with pytest.raises(PalUserError, match=r"^Invalid --rows_per_forward -1: use 0 \(automatic\) or more\.$"):
+        options(["m", "--rows_per_forward", "-1"], environ={})
     for bad in ("sst,,qqp", "sst,sst", ""):
         with pytest.raises(PalUserError, match=r"Invalid --tasks .*each once"):
             options(["m", "--tasks", bad], environ={})
