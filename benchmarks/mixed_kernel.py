@@ -108,14 +108,22 @@ def summarize(times: dict[str, list[float]]) -> dict[str, Any]:
     }
 
 
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":  # kernels run asynchronously: time them to their end
+        torch.cuda.synchronize(device)
+
+
 def measure(model: MultiTaskEncoder, inputs: dict[str, torch.Tensor], reps: int) -> dict[str, Any]:
     """One batch's three sides, interleaved, ``reps`` times after a warm-up; summary, ops and agreement."""
+    device = inputs["input_ids"].device
     outputs = {side: forward(model, inputs, side) for side in SIDES}  # warm-up
     times: dict[str, list[float]] = {side: [] for side in SIDES}
     for rep in range(reps):
         for side in SIDES[:: 1 if rep % 2 == 0 else -1]:
+            _sync(device)
             start = time.perf_counter()
             forward(model, inputs, side)
+            _sync(device)
             times[side].append(time.perf_counter() - start)
     model.mixed_rows = "auto"  # the default again
     return {
@@ -136,6 +144,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--tasks", type=int, default=8, help="tasks of the mixed rows")
     parser.add_argument("--reps", type=int, default=7, help="repetitions of each side (medians)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]: where the model runs")
     parser.add_argument("--quick", action="store_true", help="tiny random BERT, B = 4, 8; 2 repetitions")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help=f"results (default: {DEFAULT_JSON})")
     args = parser.parse_args(argv)
@@ -143,17 +152,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         args.encoder, args.batches, args.reps = "tiny", "4,8", 2
     if args.threads:
         torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
     load_before = os.getloadavg()[0]
     rows: list[dict[str, Any]] = []
     for method in args.methods.split(","):
-        model = build(args.encoder, method, args.tasks)
+        model = build(args.encoder, method, args.tasks).to(device)
         for b in map(int, args.batches.split(",")):
+            inputs = {k: v.to(device) for k, v in batch(b, args.length, args.tasks, b).items()}
             with torch.no_grad():
-                row = {
-                    "method": method,
-                    "batch": b,
-                    **measure(model, batch(b, args.length, args.tasks, b), args.reps),
-                }
+                row = {"method": method, "batch": b, **measure(model, inputs, args.reps)}
             rows.append(row)
             ms = {side: 1e3 * s for side, s in row["median_s"].items()}
             ops = row["operators"]
@@ -168,7 +175,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result = {
         "benchmark": "mixed_kernel",
         "encoder": args.encoder,
-        "device": "cpu",
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "machine": platform.machine(),
         "cpu_count": os.cpu_count(),
         "torch": torch.__version__,
