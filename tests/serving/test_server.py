@@ -368,6 +368,8 @@ def test_the_stats_count_every_batch_of_the_mixed_server(server: Server) -> None
     after = server.get("/stats")
     done = difference(before, after)
     assert after["batching"] == "mixed" and (done["requests"], done["inputs"]) == (9, 10)
-    assert done["forwards"] == done["batches"] == sum(done["batch_sizes"].values()) >= 2  # 8 at most in one
+    assert done["batches"] == sum(done["batch_sizes"].values()) >= 2  # 8 requests at most in one
+    # A batch's rows run in forwards of at most 8 (CPU): of the 10 rows, one batch at most holds more than 8.
+    assert done["batches"] <= done["forwards"] <= done["batches"] + 1
     assert sum(int(k) * n for k, n in done["batch_sizes"].items()) == 9
     assert 1 <= done["mean_tasks_per_batch"] <= 4
