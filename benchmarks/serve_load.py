@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import http.client
 import json
 import os
 import platform
@@ -49,6 +48,7 @@ import serve_load_client as client  # noqa: E402
 
 from pal_lightning.tasks.specs import resolve_tasks  # noqa: E402
 from pal_lightning.testing import free_port  # noqa: E402
+from pal_lightning.testing.processes import get_json, wait_healthy  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC = REPO / "benchmarks" / "specs" / "serve_8tasks.yaml"
@@ -149,27 +149,6 @@ def train(data_dir: Path) -> Path:
 # --- the servers ---------------------------------------------------------------------------------------------
 
 
-def get_json(port: int, path: str) -> Any:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        connection.request("GET", path)
-        response = connection.getresponse()
-        if response.status != 200:
-            raise RuntimeError(f"GET {path}: {response.status}")
-        return json.loads(response.read())
-    finally:
-        connection.close()
-
-
-def _healthy(port: int) -> bool:
-    try:
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-        connection.request("GET", "/health")
-        return connection.getresponse().status == 200
-    except OSError:
-        return False
-
-
 @contextmanager
 def servers(
     args: argparse.Namespace, model: Path, plans: list[list[str]], threads: int, logs: Path
@@ -195,16 +174,8 @@ def servers(
                     cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
                 )
             started.append((port, process))
-        deadline = time.monotonic() + 600
         for port, process in started:
-            while not _healthy(port):
-                if process.poll() is not None:
-                    raise RuntimeError(
-                        f"the server on port {port} stopped: {(logs / f'server-{port}.log').read_text()[-2000:]}"
-                    )
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"the server on port {port} did not start in 600 s")
-                time.sleep(0.25)
+            wait_healthy(port, process, 600, (logs / f"server-{port}.log").read_text)
         yield started
     finally:
         for _, process in started:

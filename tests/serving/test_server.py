@@ -16,7 +16,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from pal_lightning.serving.command import parser
 from pal_lightning.serving.schema import BadRequest, TaskInfo, parse_body
 from pal_lightning.serving.stats import difference
 from pal_lightning.testing import TINY_BERT, free_port
+from pal_lightning.testing.processes import get_json, wait_healthy
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "serving.md"
@@ -72,30 +72,10 @@ class Server:
         finally:
             connection.close()
 
-    def get(self, path: str) -> Any:
-        """The decoded JSON answer of ``GET path``."""
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
-        try:
-            connection.request("GET", path)
-            response = connection.getresponse()
-            assert response.status == 200, response.status
-            return json.loads(response.read())
-        finally:
-            connection.close()
-
     def workers(self) -> set[int]:
         """The inference workers' process ids (spawned by LitServe)."""
         children = psutil.Process(self.process.pid).children(recursive=True)
         return {c.pid for c in children if "spawn_main" in " ".join(c.cmdline())}
-
-
-def _ready(port: int) -> bool:
-    try:
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-        connection.request("GET", "/health")
-        return connection.getresponse().status == 200
-    except OSError:
-        return False
 
 
 @pytest.fixture(scope="module")
@@ -124,11 +104,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         start_new_session=True,  # its own process group: nothing of it outlives the tests
     )
     try:
-        deadline = time.monotonic() + 180
-        while not _ready(port):
-            assert process.poll() is None, process.communicate()[0]
-            assert time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.2)
+        wait_healthy(port, process, 180, lambda: process.communicate()[0])
         yield Server(port, process, MultiTaskModule.from_pretrained(folder), catalogue(module))
     finally:
         process.send_signal(signal.SIGTERM)  # shuts down as Ctrl-C does
@@ -360,12 +336,12 @@ def test_a_thousand_fuzzed_requests_get_their_4xx_and_the_same_worker_serves_on(
 
 
 def test_the_stats_count_every_batch_of_the_mixed_server(server: Server) -> None:
-    before = server.get("/stats")
+    before = get_json(server.port, "/stats")
     bodies = [{"task": t, "text": "a fine film"} for t in ("sst", "topic") * 4]
     bodies += [{"tasks": "all", "text": ["a", "b"]}]  # qqp and sts: two inputs
     with ThreadPoolExecutor(len(bodies)) as pool:
         assert {s for s, _ in pool.map(lambda b: server.call(json.dumps(b).encode()), bodies)} == {200}
-    after = server.get("/stats")
+    after = get_json(server.port, "/stats")
     done = difference(before, after)
     assert after["batching"] == "mixed" and (done["requests"], done["inputs"]) == (9, 10)
     assert done["batches"] == sum(done["batch_sizes"].values()) >= 2  # 8 requests at most in one
