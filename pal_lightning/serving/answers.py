@@ -1,6 +1,6 @@
-"""Answers to a batch of checked requests, whatever their tasks: every ``(task, text)`` of every request goes
-through the inference core (:func:`~pal_lightning.module.inference.predict_items`) in one call, so that the
-served values are ``predict``'s; plus the task catalogue a loaded model serves.
+"""Answers to a batch of checked requests through the inference core
+(:func:`~pal_lightning.module.inference.predict_items`, so the values are ``predict``'s), and a model's task
+catalogue.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""The LitServe side of ``pal-lightning serve``: the API each inference worker runs (it loads the model once, in
-``setup``, and answers each batch of requests LitServe collects with one call of the inference core,
-:mod:`pal_lightning.serving.answers`), and the server, which learns the model's tasks from its first worker
-before its HTTP processes start, so that the model is loaded by the workers only.
-
-Imports ``litserve`` (the ``serve`` extra): only :mod:`pal_lightning.serving.command` imports this module, after
-checking that it is installed.
+"""The LitServe side of ``pal-lightning serve`` (the ``serve`` extra, checked by the command first): the API
+each inference worker runs, and the server, which learns the tasks from its first worker before its HTTP
+processes start, so that only the workers load the model.
 """
 
 # no ``from __future__ import annotations``: LitServe reads decode_request's and encode_response's annotations
@@ -40,15 +36,15 @@ class PalAPI(ls.LitAPI):  # litserve is untyped: LitAPI is Any to the checker
         ckpt: a ``.ckpt`` file (``None`` with ``model``).
         max_batch_size: the most requests LitServe puts in one batch.
         batch_timeout: seconds LitServe waits for a batch to fill.
-        model_class: the ``MultiTaskModule`` subclass (dotted name) the model was saved from, when the user
-            names it (:mod:`pal_lightning.module.saved_class`); ``None``: ``MultiTaskModule``.
-        announce: a queue (``multiprocessing`` ``SimpleQueue``) on which ``setup`` puts ``("tasks", catalogue)``
-            once the model is loaded, or ``("error", message)`` when it cannot be; ``None``: nothing put.
+        model_class: the ``MultiTaskModule`` subclass (dotted name) the model was saved from (``None``: the
+            base class).
+        announce: a ``SimpleQueue`` on which ``setup`` puts ``("tasks", catalogue)`` once the model is loaded,
+            or ``("error", message)``; ``None``: nothing put.
         batching: ``mixed`` (one forward for every task of a batch) or ``per_task`` (one per task in it).
         tasks: the tasks to serve (the others' weights are dropped once loaded); ``None``: every task.
         counters: where each batch is counted (``GET /stats``); ``None``: not counted.
-        rows_per_forward: the most ``(task, text)`` rows one forward pass takes, the batch's rows sorted by
-            length; 0: :data:`CPU_ROWS_PER_FORWARD` on the CPU, every row of a batch in one forward elsewhere.
+        rows_per_forward: the most ``(task, text)`` rows per forward, sorted by length; 0:
+            :data:`CPU_ROWS_PER_FORWARD` on the CPU, all of a batch elsewhere.
     """
 
     def __init__(

@@ -2,10 +2,8 @@
 
     pal-lightning serve runs/demo/version_0/model --port 8000 --max_batch_size 8 --batch_timeout 0.01
 
-``POST /predict`` takes the requests of :mod:`pal_lightning.serving.schema`; ``GET /tasks`` describes the
-tasks; ``GET /stats`` counts the batches answered (:mod:`pal_lightning.serving.stats`); ``GET /health`` is
-LitServe's (200 once the workers are ready); ``GET /`` is a page to try it (:mod:`pal_lightning.serving.page`).
-docs/serving.md tells more.
+Routes: ``POST /predict``, ``GET /tasks``, ``GET /stats``, ``GET /health`` (LitServe's) and ``GET /`` (a page
+to try it); docs/serving.md tells more.
 """
 
 from __future__ import annotations

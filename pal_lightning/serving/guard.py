@@ -1,10 +1,7 @@
-"""The server's front door, an ASGI middleware that runs in the HTTP process before LitServe's routes: the API
-key, the body's size, and the request checked (:func:`~pal_lightning.serving.schema.parse_body`). A refused
-request is answered here with a 4xx and ``{"error": "<one line>"}`` and never reaches the inference worker;
-an accepted one goes on with its body rewritten in the canonical form the worker reads.
-
-Checking here rather than in the worker matters: LitServe decodes a whole batch of requests together, and
-one request failing there would fail every request batched with it.
+"""The server's front door, an ASGI middleware in the HTTP process: the API key, the body's size and the
+request checked (:func:`~pal_lightning.serving.schema.parse_body`); a refused request gets a 4xx and
+``{"error": "<one line>"}``, an accepted one goes on rewritten canonically. Here, not in the worker: LitServe
+decodes a batch of requests together, and one failing there would fail the whole batch.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
-"""The page ``pal-lightning serve`` shows at ``GET /`` (``page.html`` beside this module, package data): pick a
-task, type a text or a pair, see the label and every class's probability (a bar each) or the score. It calls
-the server's own ``GET /tasks`` and ``POST /predict``, sending the API key the user types in the ``X-API-Key``
-header, so the page itself is open like ``/health`` (:data:`~pal_lightning.serving.guard.OPEN_PATHS`): a browser
-cannot send a header when it opens an address, and the page holds nothing of the model.
+"""The page ``pal-lightning serve`` shows at ``GET /`` (``page.html``, package data): pick a task, type a text
+or a pair, see the label and each class's probability, or the score. It calls ``GET /tasks`` and ``POST
+/predict`` with the API key the user types, so the page itself is open (a browser opening an address sends no
+header).
 """
 
 from __future__ import annotations

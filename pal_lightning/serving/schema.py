@@ -1,6 +1,5 @@
-"""The serving API's requests and answers as pure code: what a model's tasks take (:class:`TaskInfo`), a
-request body checked into a :class:`ServeRequest` (every mistake one :class:`BadRequest` line with its HTTP
-status), and the JSON answer of one input's predictions.
+"""The serving API's requests and answers as pure code: a request body checked into a :class:`ServeRequest`
+(each mistake one :class:`BadRequest` line with its HTTP status), and the JSON answer of one input.
 
 A request is one object or a list of them (in order)::
 
@@ -14,6 +13,7 @@ A request is one object or a list of them (in order)::
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +22,9 @@ from pal_lightning.core.errors import PalUserError
 
 #: The keys an input object may have.
 INPUT_KEYS = ("task", "tasks", "text", "all_classes")
+EXAMPLE = '{"task": "sst", "text": "a fine film"}'
+#: JSON's \ud800 escapes decode to lone surrogates, which the tokenizer refuses.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class BadRequest(PalUserError):
@@ -118,14 +121,6 @@ def parse_body(body: bytes, tasks: Mapping[str, TaskInfo], max_inputs: int) -> S
         raise BadRequest(
             400, f"The body is not valid JSON ({_cut(str(err), 120)}). Send e.g. {EXAMPLE}."
         ) from None
-    return parse_payload(payload, tasks, max_inputs)
-
-
-EXAMPLE = '{"task": "sst", "text": "a fine film"}'
-
-
-def parse_payload(payload: Any, tasks: Mapping[str, TaskInfo], max_inputs: int) -> ServeRequest:
-    """The request in a decoded JSON body (see :func:`parse_body`)."""
     listed = isinstance(payload, list)
     items = payload if listed else [payload]
     if not items:
@@ -160,7 +155,7 @@ def _query(item: Any, tasks: Mapping[str, TaskInfo]) -> Query:
 
 def _text(text: Any) -> str | tuple[str, str]:
     for part in [text] if isinstance(text, str) else text if isinstance(text, list) else []:
-        if isinstance(part, str) and not _unicode(part):
+        if isinstance(part, str) and _SURROGATE.search(part):
             raise BadRequest(
                 422, '"text" holds an unpaired surrogate (\\ud800 to \\udfff): send valid Unicode.'
             )
@@ -214,15 +209,6 @@ def _tasks(
 
 def _listing(tasks: Mapping[str, TaskInfo]) -> str:
     return ", ".join(f"{name} ({'pair' if info.inputs == 2 else 'sentence'})" for name, info in tasks.items())
-
-
-def _unicode(text: str) -> bool:
-    # JSON's \ud800 escapes decode to lone surrogates, which the tokenizer refuses
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _short(value: Any) -> str:

@@ -1,7 +1,6 @@
-"""What the inference workers did, for ``GET /stats``: how many batches, of how many requests and inputs, how
-many tasks each held, how many forward passes they took and the seconds spent answering them. The counters
-live in shared memory (one ``multiprocessing`` array made before the workers are spawned and the HTTP
-processes forked), so the workers write them and any HTTP process reads them, without a message between them.
+"""What the inference workers did, for ``GET /stats``: batches, requests, inputs, tasks per batch, forward
+passes and busy seconds, in one shared ``multiprocessing`` array (made before the workers and HTTP processes
+start): the workers write it, any HTTP process reads it.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""A loaded model cut down to some of its tasks, for a server that answers only those (``--tasks``): the other
-tasks' per-task modules, copies of individual layers and heads are dropped, so that their weights leave memory
-and a one-task server holds the shared encoder and one task's weights. The kept tasks' answers are unchanged:
-every per-task part is looked up by its task's name, and the shared encoder is left as it is.
+"""A loaded model cut down to some of its tasks (``--tasks``): the others' per-task modules, individual layers
+and heads leave memory; the kept tasks' answers are unchanged (per-task parts are looked up by name).
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
 """``pal-lightning serve``'s options and mistakes (in-process: no server is started): one line and exit
-status 2 for a bad option, a model that cannot be loaded, or LitServe missing; the server it builds."""
+status 2 for a bad option, a model that cannot be loaded, or LitServe missing; the server it builds (its
+guard, routes and the page at ``GET /``)."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 from pathlib import Path
 from typing import Any
@@ -59,9 +61,10 @@ def test_the_api_key_comes_from_the_option_else_the_environment() -> None:
     assert options(["m"], environ={}).host == "127.0.0.1"  # this machine only, unless asked
 
 
-def test_the_server_has_the_guard_and_the_routes(tmp_path: Path) -> None:
+def test_the_server_has_the_guard_the_routes_and_the_page(tmp_path: Path) -> None:
     pytest.importorskip("litserve", reason="the serve extra is not installed")
     from pal_lightning.serving.guard import Guard
+    from pal_lightning.serving.page import PAGE_PATH, page_html
 
     ckpt = tmp_path / "m.ckpt"
     ckpt.write_bytes(b"")  # the workers load it; building the server does not
@@ -73,6 +76,10 @@ def test_the_server_has_the_guard_and_the_routes(tmp_path: Path) -> None:
     assert settings["api_key"] == "k" and settings["max_inputs"] == 64
     assert settings["tasks"] is server.served_tasks == {}  # filled by the first worker, before HTTP starts
     assert server.lit_api.max_batch_size == 4 and server.lit_api.ckpt == str(ckpt)
+    (page,) = [r for r in server.app.routes if getattr(r, "path", None) == PAGE_PATH]  # not LitServe's /
+    response = asyncio.run(page.endpoint())
+    assert page.methods == {"GET"} and response.status_code == 200 and response.media_type == "text/html"
+    assert response.body.decode("utf-8") == page_html()
 
 
 class Worker:

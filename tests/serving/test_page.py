@@ -1,19 +1,14 @@
-"""The page at ``GET /`` (pal_lightning.serving.page) without a browser: it ships in the package, the server
-serves it in place of LitServe's own ``/``, and it sends the key where the guard looks for it. The page driven
-in headless Chromium against the real server: tests/serving/test_server.py."""
+"""The page at ``GET /`` (pal_lightning.serving.page) without a browser: it ships in the package and sends the
+key where the guard looks for it. Served in place of LitServe's ``/``: test_command.py; driven in headless
+Chromium against the real server: test_server.py."""
 
 from __future__ import annotations
 
-import asyncio
 import fnmatch
 import json
 import re
 from pathlib import Path
-from typing import Any
 
-import pytest
-
-from pal_lightning.serving.command import build_server, options
 from pal_lightning.serving.guard import API_KEY_HEADER, OPEN_PATHS
 from pal_lightning.serving.page import PAGE_PATH, page_html
 
@@ -34,15 +29,3 @@ def test_the_page_ships_as_package_data_and_is_small() -> None:
     assert "<script src" not in html and "<link" not in html  # nothing fetched but the server's own routes
     assert API_KEY_HEADER == "x-api-key" and 'h["X-API-Key"] = ' in html  # the header the guard reads
     assert PAGE_PATH in OPEN_PATHS  # a browser opens it without headers: the key is typed into it
-
-
-def test_the_server_serves_the_page_at_root_in_place_of_litserves(tmp_path: Path) -> None:
-    pytest.importorskip("litserve", reason="the serve extra is not installed")
-    ckpt = tmp_path / "m.ckpt"
-    ckpt.write_bytes(b"")  # the workers load it; building the server does not
-    server: Any = build_server(options([str(ckpt), "--accelerator", "cpu"], environ={}), lambda tasks: None)
-    (route,) = [r for r in server.app.routes if getattr(r, "path", None) == PAGE_PATH]
-    assert route.methods == {"GET"}
-    response = asyncio.run(route.endpoint())
-    assert response.status_code == 200 and response.media_type == "text/html"
-    assert response.body.decode("utf-8") == page_html()
