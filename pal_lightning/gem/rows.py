@@ -1,12 +1,10 @@
 """The rows of GEM's ``G``: gradients of ``module.batch_loss`` on remembered examples (``data.train_batch``).
 
 Under DDP each rank takes every ``world_size``-th example of a draw, weighted by its share, and the rows
-are summed across ranks. :func:`constraint_gradients` chooses the path (the same rows): per task
-(:func:`memory_gradient`); GEM's rows from one backward, each task's forward on identity aliases of the
-parameters (:func:`task_gradients`, exact); or one pass, every task's examples in one mixed batch through
-``module.mixed_losses`` (:func:`mixed_task_gradients`: one backward per task, asked only for what the
-task may use; ``memory_gradient(one_pass=True)``). A-GEM's embedding tables give sparse rows in one
-process on a CPU (:func:`sparse_embedding_gradients`).
+are summed across ranks. :func:`constraint_gradients` chooses the path to the same rows: per task
+(:func:`memory_gradient`); from one backward on identity aliases of the parameters (:func:`task_gradients`);
+or one mixed batch through ``module.mixed_losses`` (:func:`mixed_task_gradients`). A-GEM's embedding tables
+give sparse rows in one process on a CPU (:func:`sparse_embedding_gradients`).
 """
 
 from __future__ import annotations
@@ -51,8 +49,10 @@ class MemorySource:
     world_size: int = 1
 
     def batch(self, task: str, indices: list[int]) -> Any:
-        device = next(self.module.parameters()).device
-        return move_data_to_device(self.data.train_batch(task, indices), device)
+        return self.on_device(self.data.train_batch(task, indices))
+
+    def on_device(self, batch: Any) -> Any:
+        return move_data_to_device(batch, next(self.module.parameters()).device)
 
     def loss_of(self, batch: Any) -> Tensor:
         with self.forward_context():
@@ -199,9 +199,7 @@ def memory_gradient(
 
 def mixed_memory_losses(source: MemorySource, shares: Mapping[str, list[int]]) -> dict[str, Tensor]:
     """Each task's mean loss over its examples ``shares[task]``, from one mixed batch moved once."""
-    batches = [source.data.train_batch(task, share) for task, share in shares.items()]
-    device = next(source.module.parameters()).device
-    batch = move_data_to_device(mix_batches(batches), device)
+    batch = source.on_device(mix_batches([source.data.train_batch(t, s) for t, s in shares.items()]))
     with source.forward_context():
         losses: dict[str, Tensor] = source.module.mixed_losses(batch)  # type: ignore[operator]
     return losses
