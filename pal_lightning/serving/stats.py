@@ -23,32 +23,29 @@ class BatchCounters:
 
     def __init__(self, max_batch_size: int) -> None:
         self.max_batch_size = max_batch_size
-        size = len(TOTALS) + (max_batch_size + 1) + (TASK_SLOTS + 1)
-        self.array: Any = multiprocessing.get_context("spawn").Array("d", size)  # zeros, with a lock
+        # the array: the totals, then requests per batch 0..max_batch_size, then tasks per batch 0..TASK_SLOTS
+        self._by_tasks = len(TOTALS) + max_batch_size + 1
+        self.array: Any = multiprocessing.get_context("spawn").Array("d", self._by_tasks + TASK_SLOTS + 1)
 
     def record(self, requests: int, inputs: int, tasks: int, forwards: int, seconds: float) -> None:
         """Count one batch: its requests, its ``(task, text)`` inputs, its distinct tasks, the forward passes
         it took and the seconds its answer took."""
-        sizes = len(TOTALS)
-        by_tasks = sizes + self.max_batch_size + 1
         with self.array.get_lock():
             for i, value in enumerate((1, requests, inputs, forwards, seconds)):
                 self.array[i] += value
-            self.array[sizes + min(requests, self.max_batch_size)] += 1
-            self.array[by_tasks + min(tasks, TASK_SLOTS)] += 1
+            self.array[len(TOTALS) + min(requests, self.max_batch_size)] += 1
+            self.array[self._by_tasks + min(tasks, TASK_SLOTS)] += 1
 
     def snapshot(self) -> dict[str, Any]:
         """The counters as ``GET /stats`` gives them: the totals, and the histograms ``batch_sizes``
         (requests per batch) and ``tasks_per_batch`` as ``{"count": batches}`` (counts that happened)."""
         with self.array.get_lock():
             values = list(self.array)
-        sizes = len(TOTALS)
-        by_tasks = sizes + self.max_batch_size + 1
         out: dict[str, Any] = {name: values[i] for i, name in enumerate(TOTALS)}
         for name in TOTALS[:-1]:
             out[name] = int(out[name])
-        out["batch_sizes"] = histogram(values[sizes:by_tasks])
-        out["tasks_per_batch"] = histogram(values[by_tasks:])
+        out["batch_sizes"] = histogram(values[len(TOTALS) : self._by_tasks])
+        out["tasks_per_batch"] = histogram(values[self._by_tasks :])
         return out
 
 
