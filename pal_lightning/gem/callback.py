@@ -195,11 +195,11 @@ class GEMCallback(pl.Callback):
         (``"shared"``: ``encoder.shared_parameters()``, else ``encoder.pretrained_parameters()``)."""
         if self.parameters == "all":
             return [p for p in module.parameters() if p.requires_grad]
-        encoder = getattr(module, "encoder", None)
+        encoder = getattr(module, "encoder", None)  # None: neither attribute below, refused
         shared = getattr(encoder, "shared_parameters", None) or getattr(
             encoder, "pretrained_parameters", None
         )
-        if encoder is None or not callable(shared):
+        if not callable(shared):
             raise PalUserError(
                 "GEMCallback(parameters='shared') needs module.encoder.pretrained_parameters() "
                 "(pal_lightning.modeling.MultiTaskEncoder): use parameters='all' for another model."

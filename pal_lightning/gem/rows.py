@@ -29,9 +29,9 @@ if TYPE_CHECKING:
 
 __all__ = ["MemorySource", "constraint_gradients", "memory_gradient", "sparse_embedding_gradients"]
 
-#: Where ``MultiTaskModule`` is defined (recognised by name: gem sits below the module package), and what a
-#: subclass may override that changes a one-task batch's loss but not ``mixed_losses``.
-_MODULE_HOME = "pal_lightning.module.multitask"
+#: ``MultiTaskModule`` (recognised by name: gem sits below the module package), and what a subclass may
+#: override that changes a one-task batch's loss but not ``mixed_losses``.
+_MULTITASK_MODULE = "pal_lightning.module.multitask.MultiTaskModule"
 _ONE_TASK_PATH = ("batch_loss", "forward", "encode", "_encode_batch", "_encode_siamese")
 
 
@@ -139,13 +139,10 @@ def one_pass_applies(module: nn.Module) -> bool:
         return False
     if bool(getattr(getattr(module, "encoder", None), "mixed_by_task", False)) or _compiling(module):
         return False
-    mro = type(module).__mro__
     base = next(
-        (c for c in mro if c.__qualname__ == "MultiTaskModule" and c.__module__ == _MODULE_HOME), None
+        (c for c in type(module).__mro__ if f"{c.__module__}.{c.__qualname__}" == _MULTITASK_MODULE), None
     )
-    if base is not None:
-        return all(getattr(type(module), name) is getattr(base, name) for name in _ONE_TASK_PATH)
-    return True
+    return base is None or all(getattr(type(module), name) is getattr(base, name) for name in _ONE_TASK_PATH)
 
 
 def task_owners(module: nn.Module, tasks: list[str]) -> dict[int, set[str]] | None:

@@ -21,6 +21,7 @@ import torch
 from pal_lightning.callbacks import ContinualEvaluation
 from pal_lightning.data import MultiTaskDataModule
 from pal_lightning.gem import GEMCallback
+from pal_lightning.gem.gram import flatten
 from pal_lightning.gem.rows import MemorySource, constraint_gradients
 from pal_lightning.module.multitask import MultiTaskModule
 from pal_lightning.testing import (
@@ -60,20 +61,11 @@ class Record(pl.Callback):
         want = gem.memory_batch_size * trainer.world_size
         step = trainer.global_step
         ref = constraint_gradients(source, gem.memory, gem.mode, tasks, step, want, params, gem.batch_tasks)
-
-        def flat(row: list) -> torch.Tensor:
-            return torch.cat(
-                [
-                    (torch.zeros_like(p) if x is None else x).reshape(-1)
-                    for x, p in zip(row, params, strict=True)
-                ]
-            )
-
         assert self.recorded.rows is not None and len(self.recorded.rows) == len(ref)
-        return max(
-            float((flat(a) - flat(b)).abs().max() / flat(b).abs().max())
-            for a, b in zip(self.recorded.rows, ref, strict=True)
-        )
+        pairs = [
+            (flatten(a, params), flatten(b, params)) for a, b in zip(self.recorded.rows, ref, strict=True)
+        ]
+        return max(float((a - b).abs().max() / b.abs().max()) for a, b in pairs)
 
     def on_fit_end(self, trainer, pl_module) -> None:  # noqa: ANN001
         digest = hashlib.sha256()

@@ -1,10 +1,9 @@
 """Debian's Chromium, headless, driven over the Chrome DevTools Protocol (CDP) for the page's browser test.
 
-Why this and not Selenium or Playwright: ``--remote-debugging-pipe`` has Chromium read CDP commands on its file
-descriptor 3 and write answers and events on 4, as JSON messages each ended by a NUL byte, so a pair of pipes
-and the standard library drive it: no pip package, no chromedriver, no port to pick or to leak. What the test
-does through it is what a person does: open the address, choose a task, type (``Input.insertText``), click
-(mouse events at the element's centre), read what the page shows, and take a screenshot.
+Not Selenium or Playwright: with ``--remote-debugging-pipe`` Chromium reads CDP commands on its descriptor 3
+and writes answers and events on 4 (JSON, each ended by a NUL byte), so two pipes and the standard library
+drive it: no pip package, no chromedriver, no port. The test does what a person does: open, choose, type,
+click, read the page, take a screenshot.
 """
 
 from __future__ import annotations
