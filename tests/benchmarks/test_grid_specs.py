@@ -13,13 +13,14 @@ from .conftest import load_benchmark
 ROOT = Path(__file__).resolve().parents[2]
 SPECS = sorted((ROOT / "benchmarks" / "specs").glob("*.json"))
 QUICKSTART = {"configs": ["configs/quickstart.yaml"]}
+grid = load_benchmark("grid")
 
 
 @pytest.mark.parametrize("spec_file", SPECS, ids=[p.stem for p in SPECS])
 def test_spec_names_existing_configs_and_cli_options(spec_file: Path) -> None:
     spec = json.loads(spec_file.read_text())
     assert "benchmarks/grid.py" in spec["about"], "the spec says how it is run"
-    runs = load_benchmark("grid").grid_runs(spec)
+    runs = grid.grid_runs(spec)
     assert runs and all(isinstance(seed, int) for _, seed in runs)
     for method, entry in spec["methods"].items():
         assert entry["configs"], method
@@ -34,7 +35,6 @@ def test_there_are_specs() -> None:
 
 
 def test_seeds_option_keeps_those_seeds_and_refuses_unknown_ones() -> None:
-    grid = load_benchmark("grid")
     spec = {"seeds": [42, 43, 44], "methods": {"a": {"configs": []}, "b": {"configs": [], "seeds": [44, 45]}}}
     assert grid.grid_runs(spec) == [("a", 42), ("a", 43), ("a", 44), ("b", 44), ("b", 45)]
     assert grid.grid_runs(spec, [44, 43]) == [("a", 43), ("a", 44), ("b", 44)]
@@ -50,7 +50,6 @@ def test_resume_skips_finished_runs_and_continues_the_others_from_their_newest_l
     folder (an earlier sitting's resumed run wrote version_1's), every fit writes ``last.ckpt`` every
     ``checkpoint_every`` steps; without ``--resume`` every run starts afresh. (The fits are recorded,
     not run: that a fit resumed from ``last.ckpt`` is the uninterrupted one is tests/cli/test_resume.py's.)"""
-    grid = load_benchmark("grid")
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"seeds": [1, 2], "checkpoint_every": 5, "methods": {"a": QUICKSTART}}))
     out = tmp_path / "out"
@@ -111,7 +110,7 @@ def test_a_bad_spec_or_option_is_a_usage_error(
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps(content))
     with pytest.raises(SystemExit) as exit_info:
-        load_benchmark("grid").main(
+        grid.main(
             ["--spec", str(spec), "--out", str(tmp_path / "out"), "--data-dir", str(tmp_path), *options]
         )
     assert exit_info.value.code == 2
@@ -123,6 +122,6 @@ def test_summarizing_a_missing_file_is_a_usage_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        load_benchmark("grid").main(["--summarize", str(tmp_path / "runs.jsonl")])
+        grid.main(["--summarize", str(tmp_path / "runs.jsonl")])
     assert exit_info.value.code == 2
     assert f"no such runs.jsonl: {tmp_path / 'runs.jsonl'}" in capsys.readouterr().err
