@@ -155,12 +155,17 @@ def _arguments_of(
     )
 
 
-def _check_rows(call: TaskCall, rows: torch.Tensor, where: str) -> None:
-    if rows.shape[0] != call.segments[-1].stop:
+def check_rows(rows: torch.Tensor, size: int, where: str) -> None:
+    """Raise ``RuntimeError`` when ``rows`` is not rows first (``size`` of them): they cannot be routed."""
+    if rows.dim() < 2 or rows.shape[0] != size:
         raise RuntimeError(
             f"a mixed-task forward reached {where} with {rows.shape[0]} rows for a batch of "
-            f"{call.segments[-1].stop}: this family does not keep rows first there, so rows cannot be routed"
+            f"{size}: this family does not keep rows first there, so rows cannot be routed"
         )
+
+
+def _check_rows(call: TaskCall, rows: torch.Tensor, where: str) -> None:
+    check_rows(rows, call.segments[-1].stop, where)
 
 
 class _Hook:

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.modeling.methods.batched import RowWeights, all_of
+from pal_lightning.modeling.methods.batched import RowWeights, batch_exactly
 from pal_lightning.modeling.methods.config import AdapterConfig
 from pal_lightning.modeling.methods.inside import (
     BatchedSites,
@@ -101,7 +101,7 @@ class BatchedLora(BatchedSites):
 
     def delta(self, layer: int, site: str, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Each row's ``(alpha / r) B A dropout(x)`` with its task's A and B."""
-        template = cast(LoraAdapter, next(a for a in self._adapters if a is not None))
+        template = cast(LoraAdapter, self._template)
         return self.up(layer, site, self.down(layer, site, template.dropout(x))) * template.scaling
 
 
@@ -150,9 +150,7 @@ class LoraMethod(InsideMethod):
         return size * (in_features + out_features)
 
     def batch_rows(self, modules: Sequence[nn.Module | None], rows: RowWeights) -> nn.Module | None:
-        if not all_of(modules, LoraAdapter):
-            return None
-        return BatchedLora(cast("Sequence[SiteAdapter | None]", modules), rows)
+        return batch_exactly(LoraAdapter, BatchedLora, modules, rows)
 
     def signature(self, config: AdapterConfig, size: int, layers: tuple[int, ...]) -> dict[str, Any]:
         signature = super().signature(config, size, layers)
