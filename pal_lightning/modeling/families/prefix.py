@@ -214,12 +214,12 @@ def run_once_below(
     if first >= len(layers):
         assert call is None, "a task-specific call with no task layer"
         return run(None, *distinct).index_select(0, inverse)  # type: ignore[arg-type]
-    prefix = _prefix(run, layers, first, distinct, join_norm(encoder, first))
+    join = join_norm(encoder, first)
+    prefix = _prefix(run, layers, first, distinct, join)
     entry = prefix.entry.index_select(0, inverse)
     replaced: dict[int, nn.Module] = {i: _Computed(layers[i], prefix.below) for i in range(first)}
     handle = None
     if prefix.residual is not None:
-        join = join_norm(encoder, first)
         assert join is not None
         states = (entry, prefix.residual.index_select(0, inverse))
         terms = LayerPreHook(encoder.wiring, first)
