@@ -22,9 +22,7 @@ from pal_lightning.modeling.methods.inside import (
     InsideConfig,
     InsideMethod,
     SiteAdapter,
-    encoder_widths,
     positive_number,
-    site_features,
 )
 from pal_lightning.modeling.methods.pals import init_like_bert
 
@@ -142,8 +140,7 @@ class _Bottleneck(InsideMethod):
     def build(
         self, config: AdapterConfig, encoder_config: PretrainedConfig, size: int, layers: tuple[int, ...]
     ) -> nn.Module:
-        d, d_ff = encoder_widths(encoder_config)
-        widths = {s: site_features(s, d, d_ff)[1] for s in self.targets(config)}
+        widths = {s: out for s, (_, out) in self.site_shapes(config, encoder_config).items()}
         return BottleneckAdapter(layers, widths, size, self.nonlinearity(config), config.init)
 
     def site_weights(self, config: AdapterConfig, size: int, in_features: int, out_features: int) -> int:

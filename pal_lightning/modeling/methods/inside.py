@@ -35,11 +35,6 @@ def site_features(site: str, d: int, d_ff: int) -> tuple[int, int]:
     return d, d
 
 
-def encoder_widths(encoder_config: Any) -> tuple[int, int]:
-    """``(d, d_ff)``: ``hidden_size`` and ``intermediate_size`` of an encoder config."""
-    return int(encoder_config.hidden_size), int(encoder_config.intermediate_size)
-
-
 def check_targets(targets: Any) -> tuple[str, ...]:
     """``targets`` as a tuple of distinct site names; ``PalUserError`` for an empty or repeated selection, or
     a name that is not a site."""
@@ -171,6 +166,11 @@ class InsideMethod(AdapterMethod):
         targets = getattr(config, "targets", None)
         if targets is not None:
             check_targets(targets)
+
+    def site_shapes(self, config: AdapterConfig, encoder_config: Any) -> dict[str, tuple[int, int]]:
+        """``(in_features, out_features)`` of each site ``config`` selects, in a layer of ``encoder_config``."""
+        d, d_ff = int(encoder_config.hidden_size), int(encoder_config.intermediate_size)
+        return {s: site_features(s, d, d_ff) for s in self.targets(config)}
 
     def site_weights(self, config: AdapterConfig, size: int, in_features: int, out_features: int) -> int:
         """Weight-matrix parameters at one site (``in_features`` -> ``out_features``) of one layer."""

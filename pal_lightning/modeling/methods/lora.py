@@ -21,9 +21,7 @@ from pal_lightning.modeling.methods.inside import (
     InsideConfig,
     InsideMethod,
     SiteAdapter,
-    encoder_widths,
     positive_number,
-    site_features,
 )
 from pal_lightning.modeling.methods.pals import INIT_STD
 
@@ -141,10 +139,9 @@ class LoraMethod(InsideMethod):
     def build(
         self, config: AdapterConfig, encoder_config: PretrainedConfig, size: int, layers: tuple[int, ...]
     ) -> nn.Module:
-        d, d_ff = encoder_widths(encoder_config)
-        features = {s: site_features(s, d, d_ff) for s in self.targets(config)}
         dropout = cast(LoraConfig, config).dropout or 0.0
-        return LoraAdapter(layers, features, size, self.alpha(config), dropout, config.init)
+        shapes = self.site_shapes(config, encoder_config)
+        return LoraAdapter(layers, shapes, size, self.alpha(config), dropout, config.init)
 
     def site_weights(self, config: AdapterConfig, size: int, in_features: int, out_features: int) -> int:
         return size * (in_features + out_features)
