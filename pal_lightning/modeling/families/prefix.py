@@ -123,16 +123,14 @@ class _Joined(nn.Module):
 
 @dataclass
 class _Prefix:
-    """What pass 1 keeps of the distinct rows."""
+    """What pass 1 keeps of the distinct rows: the hidden states on layer ``first``'s ``entry``, layer
+    ``first - 1``'s output (``below``, in its shape) and, when layer ``first``'s output is its join norm's,
+    that norm's input (``residual``) and the layer's ``output``."""
 
     entry: torch.Tensor
-    """The hidden states on layer ``first``'s entry."""
     below: Any
-    """Layer ``first - 1``'s output (its shape: a tensor or a tuple)."""
     residual: torch.Tensor | None = None
-    """Layer ``first``'s residual sum on its join norm's entry, when the layer's output is that norm's."""
     output: Any = None
-    """Layer ``first``'s output (its shape), with :attr:`residual`."""
 
 
 def join_norm(encoder: RoutedForward, first: int) -> nn.Module | None:
