@@ -48,7 +48,7 @@ class MultiTaskEncoder(RoutedForward, nn.Module):
     """An encoder shared by all tasks with a task-specific module per selected layer (random weights).
 
     Args:
-        encoder_config: the ``transformers`` config of the encoder, of any family (copied).
+        encoder_config: the encoder's ``transformers`` config (any family) or its keyword arguments; copied.
         tasks: task names or :class:`~pal_lightning.tasks.specs.TaskSpec` objects.
         adapter: an :class:`AdapterConfig`, a method name, or ``None`` (PALs).
         attn_implementation: ``"sdpa"``, ``"eager"``, ...; ``None`` keeps the config's choice.
@@ -59,7 +59,7 @@ class MultiTaskEncoder(RoutedForward, nn.Module):
 
     def __init__(
         self,
-        encoder_config: PretrainedConfig,
+        encoder_config: PretrainedConfig | Mapping[str, Any],
         tasks: Sequence[Any],
         adapter: AdapterConfig | str | None = None,
         *,
@@ -122,7 +122,6 @@ class MultiTaskEncoder(RoutedForward, nn.Module):
     ) -> MultiTaskEncoder:
         """A randomly initialised encoder; ``encoder_config`` may be a config's keyword arguments
         (``"model_type"`` picks the family) and ``adapter_options`` replace :class:`AdapterConfig` fields."""
-        encoder_config = as_encoder_config(encoder_config)
         if isinstance(adapter, Mapping):  # its fields and the options, validated together
             adapter_options = {**adapter, **adapter_options}
             adapter = None

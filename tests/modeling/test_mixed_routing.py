@@ -31,29 +31,35 @@ def options(method: str) -> dict:
 
 def no_dropout(config: dict) -> dict:
     names = ("hidden_dropout_prob", "attention_probs_dropout_prob", "dropout", "attention_dropout")
-    return {**config, **{n: 0.0 for n in names}, **{n: 0.0 for n in ("embedding_dropout", "mlp_dropout")}}
+    return {**config, **dict.fromkeys((*names, "embedding_dropout", "mlp_dropout"), 0.0)}
 
 
 def build(
-    model_type: str, method: str, sharing: str | None, device: str = "cpu", **kwargs
+    model_type: str,
+    method: str,
+    sharing: str | None = None,
+    device: str = "cpu",
+    *,
+    layers: int = 2,
+    c_module: bool = False,
+    **kwargs,
 ) -> MultiTaskEncoder:
-    """A tiny encoder whose task modules (and individual copies) are moved away from their start, so that
-    every task computes something else; task ``c`` has no adapter."""
+    """A tiny encoder of tasks a, b and c whose task modules (and individual copies) are moved away from
+    their start, so that every task computes something else; task ``c`` has no module unless ``c_module``."""
     torch.manual_seed(0)
     model = MultiTaskEncoder.from_config(
-        no_dropout(tiny_family_config(model_type)),
+        no_dropout(tiny_family_config(model_type, layers=layers)),
         ["a", "b", "c"],
         adapter=method,
         attn_implementation="eager",
         layer_sharing=sharing,
-        **options(method),
-        **kwargs,
+        **{**options(method), **kwargs},
     )
     # a zero start would make every task the shared encoder: the test would prove nothing
     with torch.no_grad():
         for p in [*model.adapters.parameters(), *model.individual.parameters()]:
             p.add_(torch.randn_like(p) * 0.1)
-    if "c" in model.adapters:
+    if "c" in model.adapters and not c_module:
         del model.adapters["c"]
     return model.eval().to(device)
 

@@ -10,42 +10,22 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from test_mixed_routing import build as moved_encoder
 
 from pal_lightning.modeling import MultiTaskEncoder
 from pal_lightning.modeling.families.prefix import distinct_rows, first_task_layer
 from pal_lightning.modeling.methods import METHODS, get_method
 from pal_lightning.modeling.methods.where import Placement
-from pal_lightning.testing import FAMILY_TYPES, tiny_family_config
-from pal_lightning.testing.conformance import tiny_options
+from pal_lightning.testing import FAMILY_TYPES
 
-TASKS = ["a", "b", "c"]
 #: Rows of three distinct inputs (0 and 1 padded), each asked of several tasks, interleaved.
 PICK = [0, 0, 0, 1, 2, 1, 0, 2]
 ROW_TASKS = ["a", "b", "c", "a", "b", "c", "c", "a"]
 
 
-def no_dropout(config: dict) -> dict:
-    names = ("hidden_dropout_prob", "attention_probs_dropout_prob", "dropout", "attention_dropout")
-    return {**config, **dict.fromkeys((*names, "embedding_dropout", "mlp_dropout"), 0.0)}
-
-
 def build(model_type: str, method: str, sharing: str | None = None, **options) -> MultiTaskEncoder:
-    """Three layers, tasks a, b and c, modules and individual copies moved from their start (else every task
-    would compute the shared encoder and equality would prove nothing)."""
-    torch.manual_seed(0)
-    small = {k: v for k, v in tiny_options(method).items() if k != "targets"}
-    model = MultiTaskEncoder.from_config(
-        no_dropout(tiny_family_config(model_type, layers=3)),
-        TASKS,
-        adapter=method,
-        attn_implementation="eager",
-        layer_sharing=sharing,
-        **{**small, **options},
-    )
-    with torch.no_grad():
-        for p in [*model.adapters.parameters(), *model.individual.parameters()]:
-            p.add_(torch.randn_like(p) * 0.1)
-    return model.eval()
+    """Three layers, tasks a, b and c with moved modules (:func:`test_mixed_routing.build`)."""
+    return moved_encoder(model_type, method, sharing, layers=3, c_module=True, **options)
 
 
 def inputs(model_type: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

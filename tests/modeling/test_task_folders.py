@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 import torch
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-from pal_lightning import MultiTaskModule, PalUserError, TaskSpec  # noqa: E402
-from pal_lightning.modeling.task_io.folders import load_task_folders, save_task_folders  # noqa: E402
-from pal_lightning.testing import TINY_BERT  # noqa: E402
+from pal_lightning import MultiTaskModule, PalUserError, TaskSpec
+from pal_lightning.modeling.task_io.folders import load_task_folders, save_task_folders
+from pal_lightning.testing import TINY_BERT
 
 
 def tiny(seed: int, tasks: list | None = None) -> MultiTaskModule:

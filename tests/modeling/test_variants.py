@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from test_accounting import BERT_BASE
 from transformers import BertConfig, BertModel
 
 from pal_lightning.core.errors import PalUserError
@@ -25,12 +26,6 @@ TINY_NO_DROPOUT = without_dropout(TINY)
 
 NEW = ("pff", "pa_on_top", "bert_layer_on_top")
 D, L, D_FF = TINY["hidden_size"], TINY["num_hidden_layers"], TINY["intermediate_size"]
-BERT_BASE = {
-    "hidden_size": 768,
-    "num_hidden_layers": 12,
-    "num_attention_heads": 12,
-    "intermediate_size": 3072,
-}
 MINILM = {"hidden_size": 384, "num_hidden_layers": 6, "num_attention_heads": 12, "intermediate_size": 1536}
 
 

@@ -51,7 +51,7 @@ MUTANTS[gem_sparse]="*x__compiling__* *x_sparse_embedding_gradients__* *x__dot__
 TESTS[gem_sparse]="tests/gem/test_rows.py tests/gem/test_callback.py"
 MODULES[rng_state]="pal_lightning/callbacks/rng_state.py"
 TESTS[rng_state]="tests/callbacks/test_rng_state.py"
-MODULES[pal]="pal_lightning/modeling/methods/pals.py pal_lightning/modeling/methods/where.py pal_lightning/modeling/encoder.py pal_lightning/modeling/families/build.py pal_lightning/modeling/families/routed.py pal_lightning/modeling/families/wiring.py pal_lightning/modeling/families/routing.py pal_lightning/modeling/encoder_state.py pal_lightning/modeling/families/prefix.py pal_lightning/modeling/families/row_batch.py pal_lightning/modeling/methods/batched.py"
+MODULES[pal]="pal_lightning/modeling/methods/pals.py pal_lightning/modeling/methods/where.py pal_lightning/modeling/encoder.py pal_lightning/modeling/families/build.py pal_lightning/modeling/families/routed.py pal_lightning/modeling/families/wiring.py pal_lightning/modeling/families/routing.py pal_lightning/modeling/encoder_state.py pal_lightning/modeling/families/prefix.py pal_lightning/modeling/methods/batched.py"
 TESTS[pal]="tests/modeling/test_pal.py tests/modeling/test_pal_reference.py tests/modeling/test_pal_ops.py tests/modeling/test_encoder.py tests/modeling/test_encoder_state.py tests/modeling/test_variants.py tests/modeling/test_sharing.py tests/modeling/test_adapter_config.py tests/modeling/test_mixed_routing.py tests/modeling/test_conformance.py tests/modeling/test_shared_prefix.py tests/modeling/test_batched_rows.py"
 # the variants on top and the layer-sharing regimes (parsing, groups), against their own tests
 MODULES[pal_variants]="pal_lightning/modeling/methods/on_top.py pal_lightning/modeling/sharing.py"

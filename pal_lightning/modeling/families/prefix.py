@@ -123,16 +123,14 @@ class _Joined(nn.Module):
 
 @dataclass
 class _Prefix:
-    """What pass 1 keeps of the distinct rows."""
+    """What pass 1 keeps of the distinct rows: the hidden states on layer ``first``'s ``entry``, layer
+    ``first - 1``'s output (``below``, in its shape) and, when layer ``first``'s output is its join norm's,
+    that norm's input (``residual``) and the layer's ``output``."""
 
     entry: torch.Tensor
-    """The hidden states on layer ``first``'s entry."""
     below: Any
-    """Layer ``first - 1``'s output (its shape: a tensor or a tuple)."""
     residual: torch.Tensor | None = None
-    """Layer ``first``'s residual sum on its join norm's entry, when the layer's output is that norm's."""
     output: Any = None
-    """Layer ``first``'s output (its shape), with :attr:`residual`."""
 
 
 def join_norm(encoder: RoutedForward, first: int) -> nn.Module | None:
@@ -214,12 +212,12 @@ def run_once_below(
     if first >= len(layers):
         assert call is None, "a task-specific call with no task layer"
         return run(None, *distinct).index_select(0, inverse)  # type: ignore[arg-type]
-    prefix = _prefix(run, layers, first, distinct, join_norm(encoder, first))
+    join = join_norm(encoder, first)
+    prefix = _prefix(run, layers, first, distinct, join)
     entry = prefix.entry.index_select(0, inverse)
     replaced: dict[int, nn.Module] = {i: _Computed(layers[i], prefix.below) for i in range(first)}
     handle = None
     if prefix.residual is not None:
-        join = join_norm(encoder, first)
         assert join is not None
         states = (entry, prefix.residual.index_select(0, inverse))
         terms = LayerPreHook(encoder.wiring, first)

@@ -14,9 +14,9 @@ from pal_lightning.modeling.families import EncoderFamily
 from pal_lightning.modeling.families.build import TaskParameters
 from pal_lightning.modeling.families.prefix import distinct_rows, first_task_layer, run_once_below
 from pal_lightning.modeling.families.routing import RowTasks, TaskRouting, route_rows
-from pal_lightning.modeling.families.row_batch import batched_call
 from pal_lightning.modeling.families.wiring import Part, Segment, TaskCall, Wiring, mixed_call, narrowed
 from pal_lightning.modeling.methods import AdapterConfig
+from pal_lightning.modeling.methods.batched import RowWeights
 from pal_lightning.modeling.methods.pals import additive_mask, scores_dtype
 
 
@@ -159,10 +159,7 @@ class RoutedForward(TaskParameters):
         """The hooks' call for ``routing``'s rows sorted by task (``None``: nothing task-specific)."""
         attention_bias = self._attention_bias(attention_mask)
         if self.mixed_rows != "loop":  # every task's module at once, where the method can
-            method, layers = self.adapter_config.adapter_method, self.adapter_layers
-            batched = batched_call(
-                method, self.adapters, routing, layers, self.num_layers, attention_bias, self.mixed_rows
-            )
+            batched = self._batched_call(routing, attention_bias)
             if batched is not None:
                 return batched
         segments = [
@@ -181,6 +178,34 @@ class RoutedForward(TaskParameters):
             for group, start, stop in routing.groups
         ]
         return mixed_call(segments, self.num_layers, parts) if parts else call
+
+    def _batched_call(self, routing: TaskRouting, attention_bias: torch.Tensor | None) -> TaskCall | None:
+        # routing's sorted rows with the method's one module for all of them (AdapterMethod.batch_rows,
+        # docs/design.md §2); None where the hooks must loop: a method without batch_rows or outside the
+        # layers (a block on top), groups of individual layers (their copies run per group), no present task
+        # with a module, or mixed_rows "auto" on the CPU (where the step is arithmetic, the loop as fast)
+        mode = self.mixed_rows
+        if mode not in ("auto", "gather"):
+            raise PalUserError(
+                f"encoder.mixed_rows must be 'auto', 'gather' or 'loop', got {mode!r}: 'auto' runs the tasks' "
+                "modules at once off the CPU and loops over the tasks on it."
+            )
+        method = self.adapter_config.adapter_method
+        if not method.where.in_layers or routing.groups:
+            return None
+        modules = [self.adapters[task] if task in self.adapters else None for task in routing.tasks]
+        present = [m for m in modules if m is not None]
+        if not present:
+            return None
+        device = next(present[0].parameters()).device
+        if mode == "auto" and device.type == "cpu":
+            return None
+        counts = torch.tensor([stop - start for _, start, stop in routing.slices()])
+        row_tasks = torch.repeat_interleave(torch.arange(len(counts)), counts).to(device)  # each row's k
+        module = method.batch_rows(modules, RowWeights(row_tasks))
+        if module is None:
+            return None
+        return method.where.call(module, self.adapter_layers, self.num_layers, attention_bias, None)
 
     def task_call(self, task: str, attention_mask: torch.Tensor | None) -> TaskCall | None:
         """The hooks' call for one forward of ``task`` (``None``: nothing task-specific)."""

@@ -112,14 +112,16 @@ def with_first(output: Any, hidden: torch.Tensor) -> Any:
 HIDDEN_KEYWORDS = ("hidden_states", "hidden_state", "x")
 
 
+def _hidden_keyword(kwargs: dict[str, Any]) -> str:
+    name = next((n for n in HIDDEN_KEYWORDS if n in kwargs), None)
+    if name is None:
+        raise RuntimeError("an encoder layer was called without hidden states")
+    return name
+
+
 def hidden_argument(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor:
     """The hidden states among a layer's arguments: the first positional one, else a keyword's."""
-    if args:
-        return args[0]
-    for name in HIDDEN_KEYWORDS:
-        if name in kwargs:
-            return kwargs[name]
-    raise RuntimeError("an encoder layer was called without hidden states")
+    return args[0] if args else kwargs[_hidden_keyword(kwargs)]
 
 
 def with_hidden_argument(
@@ -128,10 +130,7 @@ def with_hidden_argument(
     """A layer's arguments with ``hidden`` in place of the hidden states (:func:`hidden_argument`'s)."""
     if args:
         return (hidden, *args[1:]), kwargs
-    name = next((n for n in HIDDEN_KEYWORDS if n in kwargs), None)
-    if name is None:
-        raise RuntimeError("an encoder layer was called without hidden states")
-    return args, {**kwargs, name: hidden}
+    return args, {**kwargs, _hidden_keyword(kwargs): hidden}
 
 
 def rows_of(value: Any, start: int, stop: int, batch: int, length: int) -> Any:
@@ -155,12 +154,17 @@ def _arguments_of(
     )
 
 
-def _check_rows(call: TaskCall, rows: torch.Tensor, where: str) -> None:
-    if rows.shape[0] != call.segments[-1].stop:
+def check_rows(rows: torch.Tensor, size: int, where: str) -> None:
+    """Raise ``RuntimeError`` when ``rows`` is not rows first (``size`` of them): they cannot be routed."""
+    if rows.dim() < 2 or rows.shape[0] != size:
         raise RuntimeError(
             f"a mixed-task forward reached {where} with {rows.shape[0]} rows for a batch of "
-            f"{call.segments[-1].stop}: this family does not keep rows first there, so rows cannot be routed"
+            f"{size}: this family does not keep rows first there, so rows cannot be routed"
         )
+
+
+def _check_rows(call: TaskCall, rows: torch.Tensor, where: str) -> None:
+    check_rows(rows, call.segments[-1].stop, where)
 
 
 class _Hook:
@@ -305,13 +309,18 @@ class SiteHook(_Hook):
             if chunk is None:
                 output = output + delta(self.index, site, x, output)
                 continue
-            width = output.shape[-1] // chunk[1]
-            start, stop = chunk[0] * width, (chunk[0] + 1) * width
+            start, stop = chunk_bounds(output.shape[-1], chunk)
             part = output[..., start:stop]
             output = torch.cat(
                 [output[..., :start], part + delta(self.index, site, x, part), output[..., stop:]], -1
             )
         return output
+
+
+def chunk_bounds(width: int, chunk: tuple[int, int]) -> tuple[int, int]:
+    """``[start, stop)`` of chunk ``chunk[0]`` of ``chunk[1]`` equal chunks of ``width`` (a fused Linear's site)."""
+    size = width // chunk[1]
+    return chunk[0] * size, (chunk[0] + 1) * size
 
 
 def copy_plain_attributes(target: nn.Module, source: nn.Module | None) -> None:
@@ -392,8 +401,7 @@ def fold_deltas(layers: Mapping[int, nn.Module], family: EncoderFamily, adapter:
         for site in adapter.sites:  # type: ignore[union-attr]
             linear, chunk = family.site_linear(layer, site)
             delta = weight_delta(index, site).to(linear.weight.dtype)
-            if chunk is None:
-                linear.weight += delta
-            else:
-                rows = linear.out_features // chunk[1]
-                linear.weight[chunk[0] * rows : (chunk[0] + 1) * rows] += delta
+            start, stop = (
+                (0, linear.out_features) if chunk is None else chunk_bounds(linear.out_features, chunk)
+            )
+            linear.weight[start:stop] += delta

@@ -10,15 +10,20 @@ loop; without gradients (inference) a stack is reused by the layers of one forwa
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
 
+from pal_lightning.modeling.families.wiring import check_rows
 
-def all_of(modules: Sequence[nn.Module | None], kind: type) -> bool:
-    """Whether every module is exactly a ``kind`` or ``None``: a method batches only the modules it built
-    (a subclass may compute something else)."""
-    return all(m is None or type(m) is kind for m in modules)
+
+def batch_exactly(
+    kind: type, batched: type[BatchedModules], modules: Sequence[nn.Module | None], rows: RowWeights
+) -> nn.Module | None:
+    """``batched(modules, rows)`` when every module is exactly a ``kind`` or ``None``, else ``None``: a
+    method batches only the modules it built (a subclass may compute something else)."""
+    return batched(modules, rows) if all(m is None or type(m) is kind for m in modules) else None
 
 
 def stack_linears(linears: Sequence[nn.Linear | None]) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -27,17 +32,14 @@ def stack_linears(linears: Sequence[nn.Linear | None]) -> tuple[torch.Tensor, to
     template = next((linear for linear in linears if linear is not None), None)
     if template is None:
         raise ValueError("no Linear to stack: every task is None")
-    weights = [
-        template.weight.new_zeros(()).expand_as(template.weight) if lin is None else lin.weight
-        for lin in linears
-    ]
-    weight = torch.stack(weights)
-    if template.bias is None:
-        return weight, None
-    biases = [
-        template.bias.new_zeros(()).expand_as(template.bias) if lin is None else lin.bias for lin in linears
-    ]
-    return weight, torch.stack(biases)
+
+    def stack(name: str) -> torch.Tensor:
+        like = getattr(template, name)
+        return torch.stack(
+            [like.new_zeros(()).expand_as(like) if lin is None else getattr(lin, name) for lin in linears]
+        )
+
+    return stack("weight"), None if template.bias is None else stack("bias")
 
 
 class RowWeights:
@@ -55,11 +57,7 @@ class RowWeights:
 
     def check(self, rows: torch.Tensor, where: str) -> None:
         """Raise ``RuntimeError`` when ``rows`` is not rows first (B of them), as the hooks' loop does."""
-        if rows.dim() < 2 or rows.shape[0] != self.size:
-            raise RuntimeError(
-                f"a mixed-task forward reached {where} with {rows.shape[0]} rows for a batch of "
-                f"{self.size}: this family does not keep rows first there, so rows cannot be routed"
-            )
+        check_rows(rows, self.size, where)
 
     def gathered(self, linears: Sequence[nn.Linear | None]) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``(weight [B, out, in], bias [B, out] or None)``: each row's task's Linear."""
@@ -85,3 +83,16 @@ class RowWeights:
         else:
             out = torch.baddbmm(bias.unsqueeze(1), rows, weight.transpose(1, 2))
         return out.view(*x.shape[:-1], out.shape[-1])
+
+
+class BatchedModules(nn.Module):
+    """Base of the module a method's ``batch_rows`` returns: every present task's module (``modules``,
+    ``None`` for a task without one) at once on the rows of a mixed batch sorted by task, ``rows`` giving
+    each row's index into ``modules``. Holds the modules unregistered (their Parameters stay the tasks')."""
+
+    def __init__(self, modules: Sequence[Any], rows: RowWeights) -> None:
+        super().__init__()
+        self._template = next(m for m in modules if m is not None)
+        self.layers: tuple[int, ...] = self._template.layers
+        self._tasks = tuple(modules)  # a tuple: not submodules
+        self._rows = rows

@@ -15,18 +15,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.modeling.methods.batched import RowWeights, all_of
+from pal_lightning.modeling.methods.batched import RowWeights, batch_exactly
 from pal_lightning.modeling.methods.config import AdapterConfig
 from pal_lightning.modeling.methods.inside import (
     BatchedSites,
     InsideConfig,
     InsideMethod,
     SiteAdapter,
-    encoder_widths,
     positive_number,
-    site_features,
 )
-from pal_lightning.modeling.methods.pals import init_like_bert, zero_linears
+from pal_lightning.modeling.methods.pals import init_like_bert
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -82,9 +80,7 @@ class BottleneckAdapter(SiteAdapter):
     @torch.no_grad()
     def reset_parameters(self, init: str = "zero") -> None:
         """Weights N(0, 0.02), biases 0; with ``init="zero"`` U (weight and bias) is 0 so the delta is 0."""
-        init_like_bert(self)
-        if init == "zero":
-            zero_linears(self.up)
+        init_like_bert(self, zero=self.up if init == "zero" else None)
 
     def delta(self, layer: int, site: str, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """``U act(D y)`` for the site Linear's output ``y`` (its input ``x`` is not read)."""
@@ -98,7 +94,7 @@ class BatchedBottleneck(BatchedSites):
 
     def delta(self, layer: int, site: str, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Each row's ``U act(D y)`` with its task's D and U."""
-        template = cast(BottleneckAdapter, next(a for a in self._adapters if a is not None))
+        template = cast(BottleneckAdapter, self._template)
         return self.up(layer, site, template._act(self.down(layer, site, y)))
 
 
@@ -144,17 +140,14 @@ class _Bottleneck(InsideMethod):
     def build(
         self, config: AdapterConfig, encoder_config: PretrainedConfig, size: int, layers: tuple[int, ...]
     ) -> nn.Module:
-        d, d_ff = encoder_widths(encoder_config)
-        widths = {s: site_features(s, d, d_ff)[1] for s in self.targets(config)}
+        widths = {s: out for s, (_, out) in self.site_shapes(config, encoder_config).items()}
         return BottleneckAdapter(layers, widths, size, self.nonlinearity(config), config.init)
 
     def site_weights(self, config: AdapterConfig, size: int, in_features: int, out_features: int) -> int:
         return 2 * out_features * size
 
     def batch_rows(self, modules: Sequence[nn.Module | None], rows: RowWeights) -> nn.Module | None:
-        if not all_of(modules, BottleneckAdapter):
-            return None
-        return BatchedBottleneck(cast("Sequence[SiteAdapter | None]", modules), rows)
+        return batch_exactly(BottleneckAdapter, BatchedBottleneck, modules, rows)
 
     def signature(self, config: AdapterConfig, size: int, layers: tuple[int, ...]) -> dict[str, Any]:
         signature = super().signature(config, size, layers)

@@ -19,7 +19,7 @@ from torch import nn
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling.methods.base import SITES, AdapterMethod
-from pal_lightning.modeling.methods.batched import RowWeights
+from pal_lightning.modeling.methods.batched import BatchedModules, RowWeights
 from pal_lightning.modeling.methods.config import AdapterConfig
 from pal_lightning.modeling.methods.where import Where
 
@@ -33,11 +33,6 @@ def site_features(site: str, d: int, d_ff: int) -> tuple[int, int]:
     if site not in SITES:
         raise ValueError(f"unknown site {site!r}; the sites are {', '.join(SITES)}")
     return d, d
-
-
-def encoder_widths(encoder_config: Any) -> tuple[int, int]:
-    """``(d, d_ff)``: ``hidden_size`` and ``intermediate_size`` of an encoder config."""
-    return int(encoder_config.hidden_size), int(encoder_config.intermediate_size)
 
 
 def check_targets(targets: Any) -> tuple[str, ...]:
@@ -126,24 +121,19 @@ class SiteAdapter(nn.Module):
         return cast(nn.Linear, down[site]), cast(nn.Linear, up[site])
 
 
-class BatchedSites(nn.Module):
-    """Every present task's :class:`SiteAdapter` at once on the rows of a mixed batch sorted by task
-    (``rows``: each row's index into ``adapters``; ``None``: a task without a module, whose zero
-    Linears give its rows a zero delta): subclasses write ``delta`` with :meth:`down` and :meth:`up`, each
-    one batched product over the rows. Holds the adapters unregistered."""
+class BatchedSites(BatchedModules):
+    """Every present task's :class:`SiteAdapter` at once on a mixed batch's rows (:class:`~pal_lightning.
+    modeling.methods.batched.BatchedModules`; a task without a module: zero Linears, a zero delta):
+    subclasses write ``delta`` with :meth:`down` and :meth:`up`, each one batched product over the rows."""
 
     def __init__(self, adapters: Sequence[SiteAdapter | None], rows: RowWeights) -> None:
-        super().__init__()
-        template = next(a for a in adapters if a is not None)
-        self.layers: tuple[int, ...] = template.layers
-        self.sites: tuple[str, ...] = template.sites
-        self._adapters = tuple(adapters)  # a tuple: not submodules (their Parameters stay the tasks')
-        self._rows = rows
+        super().__init__(adapters, rows)
+        self.sites: tuple[str, ...] = self._template.sites
 
     def _through(self, side: int, layer: int, site: str, x: torch.Tensor) -> torch.Tensor:
         if side == 0:
             self._rows.check(x, f"a site Linear of layer {layer}")
-        linears = [None if a is None else a.pair(layer, site)[side] for a in self._adapters]
+        linears = [None if a is None else a.pair(layer, site)[side] for a in self._tasks]
         return self._rows.linear(linears, x)
 
     def down(self, layer: int, site: str, x: torch.Tensor) -> torch.Tensor:
@@ -176,6 +166,11 @@ class InsideMethod(AdapterMethod):
         targets = getattr(config, "targets", None)
         if targets is not None:
             check_targets(targets)
+
+    def site_shapes(self, config: AdapterConfig, encoder_config: Any) -> dict[str, tuple[int, int]]:
+        """``(in_features, out_features)`` of each site ``config`` selects, in a layer of ``encoder_config``."""
+        d, d_ff = int(encoder_config.hidden_size), int(encoder_config.intermediate_size)
+        return {s: site_features(s, d, d_ff) for s in self.targets(config)}
 
     def site_weights(self, config: AdapterConfig, size: int, in_features: int, out_features: int) -> int:
         """Weight-matrix parameters at one site (``in_features`` -> ``out_features``) of one layer."""

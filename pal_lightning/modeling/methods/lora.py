@@ -14,16 +14,14 @@ import torch
 from torch import nn
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.modeling.methods.batched import RowWeights, all_of
+from pal_lightning.modeling.methods.batched import RowWeights, batch_exactly
 from pal_lightning.modeling.methods.config import AdapterConfig
 from pal_lightning.modeling.methods.inside import (
     BatchedSites,
     InsideConfig,
     InsideMethod,
     SiteAdapter,
-    encoder_widths,
     positive_number,
-    site_features,
 )
 from pal_lightning.modeling.methods.pals import INIT_STD
 
@@ -101,7 +99,7 @@ class BatchedLora(BatchedSites):
 
     def delta(self, layer: int, site: str, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Each row's ``(alpha / r) B A dropout(x)`` with its task's A and B."""
-        template = cast(LoraAdapter, next(a for a in self._adapters if a is not None))
+        template = cast(LoraAdapter, self._template)
         return self.up(layer, site, self.down(layer, site, template.dropout(x))) * template.scaling
 
 
@@ -141,18 +139,15 @@ class LoraMethod(InsideMethod):
     def build(
         self, config: AdapterConfig, encoder_config: PretrainedConfig, size: int, layers: tuple[int, ...]
     ) -> nn.Module:
-        d, d_ff = encoder_widths(encoder_config)
-        features = {s: site_features(s, d, d_ff) for s in self.targets(config)}
         dropout = cast(LoraConfig, config).dropout or 0.0
-        return LoraAdapter(layers, features, size, self.alpha(config), dropout, config.init)
+        shapes = self.site_shapes(config, encoder_config)
+        return LoraAdapter(layers, shapes, size, self.alpha(config), dropout, config.init)
 
     def site_weights(self, config: AdapterConfig, size: int, in_features: int, out_features: int) -> int:
         return size * (in_features + out_features)
 
     def batch_rows(self, modules: Sequence[nn.Module | None], rows: RowWeights) -> nn.Module | None:
-        if not all_of(modules, LoraAdapter):
-            return None
-        return BatchedLora(cast("Sequence[SiteAdapter | None]", modules), rows)
+        return batch_exactly(LoraAdapter, BatchedLora, modules, rows)
 
     def signature(self, config: AdapterConfig, size: int, layers: tuple[int, ...]) -> dict[str, Any]:
         signature = super().signature(config, size, layers)

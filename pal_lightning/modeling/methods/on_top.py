@@ -18,7 +18,7 @@ from transformers import PretrainedConfig
 
 from pal_lightning.modeling.families import family_of
 from pal_lightning.modeling.methods.base import AdapterMethod
-from pal_lightning.modeling.methods.pals import INIT_STD, ProjectedAttention, init_like_bert, zero_linears
+from pal_lightning.modeling.methods.pals import INIT_STD, ProjectedAttention, init_like_bert
 from pal_lightning.modeling.methods.where import LayerRunner, Where
 
 if TYPE_CHECKING:
@@ -59,9 +59,7 @@ class ProjectedAttentionOnTop(nn.Module):
     @torch.no_grad()
     def reset_parameters(self, init: str = "zero") -> None:
         """Weights N(0, 0.02), biases 0, LayerNorms 1/0; with ``init="zero"`` V^D is 0 (h_out = h)."""
-        init_like_bert(self)
-        if init == "zero":
-            zero_linears(self.up)
+        init_like_bert(self, zero=self.up if init == "zero" else None)
 
     def forward(
         self, hidden: torch.Tensor, run_layer: LayerRunner, attention_bias: torch.Tensor | None

@@ -15,7 +15,7 @@ from torch import nn
 
 from pal_lightning.modeling.attention import attention, upcast_on_cpu
 from pal_lightning.modeling.methods.base import AdapterMethod
-from pal_lightning.modeling.methods.batched import RowWeights, all_of
+from pal_lightning.modeling.methods.batched import BatchedModules, RowWeights, batch_exactly
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -29,9 +29,10 @@ INIT_STD = 0.02
 
 
 @torch.no_grad()
-def init_like_bert(root: nn.Module, std: float = INIT_STD) -> None:
+def init_like_bert(root: nn.Module, std: float = INIT_STD, zero: nn.Module | None = None) -> None:
     """BERT's initialisation of new weights: every ``nn.Linear`` below ``root`` N(0, ``std``) with a zero
-    bias, every ``nn.LayerNorm`` weight 1 and bias 0."""
+    bias, every ``nn.LayerNorm`` weight 1 and bias 0; then every ``nn.Linear`` below ``zero`` (a V^D that
+    starts at 0) all zeros."""
     for module in root.modules():
         if isinstance(module, nn.Linear):
             nn.init.normal_(module.weight, mean=0.0, std=std)
@@ -41,12 +42,7 @@ def init_like_bert(root: nn.Module, std: float = INIT_STD) -> None:
             nn.init.ones_(module.weight)
             if module.bias is not None:  # ModernBERT's LayerNorms have none
                 nn.init.zeros_(module.bias)
-
-
-@torch.no_grad()
-def zero_linears(root: nn.Module) -> None:
-    """Zero the weight and bias of every ``nn.Linear`` below ``root`` (a V^D that starts TS_t at 0)."""
-    for module in root.modules():
+    for module in () if zero is None else zero.modules():
         if isinstance(module, nn.Linear):
             nn.init.zeros_(module.weight)
             if module.bias is not None:
@@ -159,9 +155,7 @@ class TaskAdapter(nn.Module):
     @torch.no_grad()
     def reset_parameters(self, init: str = "zero") -> None:
         """Weights N(0, 0.02), biases 0; with ``init="zero"`` V^D (weight and bias) is 0 so TS_t = 0."""
-        init_like_bert(self)
-        if init == "zero":
-            zero_linears(self.up)  # the shared Linear, or each layer's
+        init_like_bert(self, zero=self.up if init == "zero" else None)  # the shared Linear, or each layer's
 
     def _proj(self, which: nn.Module, layer: int) -> nn.Module:
         return which[str(layer)] if isinstance(which, nn.ModuleDict) else which  # per layer unless shared
@@ -187,22 +181,13 @@ class TaskAdapter(nn.Module):
         return (F.gelu(out) if self.gelu_after_up else out).view(b, t, d)
 
 
-class BatchedTaskAdapters(nn.Module):
-    """Every present task's :class:`TaskAdapter` at once on the rows of a mixed batch sorted by task
-    (``rows``: each row's index into ``adapters``; ``None``: a task without PALs, its rows' term zero):
-    each Linear is one batched product over the rows (:class:`~pal_lightning.modeling.methods.batched.
-    RowWeights`), the attention g already runs row by row. Holds the adapters unregistered."""
-
-    def __init__(self, adapters: Sequence[TaskAdapter | None], rows: RowWeights) -> None:
-        super().__init__()
-        template = next(a for a in adapters if a is not None)
-        self.layers: tuple[int, ...] = template.layers
-        self._adapters = tuple(adapters)  # a tuple: not submodules (their Parameters stay the tasks')
-        self._template = template
-        self._rows = rows
+class BatchedTaskAdapters(BatchedModules):
+    """Every present task's :class:`TaskAdapter` at once on a mixed batch's rows (:class:`~pal_lightning.
+    modeling.methods.batched.BatchedModules`; a task without PALs: its rows' term zero): each Linear is one
+    batched product over the rows, the attention g already runs row by row."""
 
     def _linear(self, part: str, layer: int, x: torch.Tensor) -> torch.Tensor:
-        return self._rows.linear([None if a is None else a.linear(part, layer) for a in self._adapters], x)
+        return self._rows.linear([None if a is None else a.linear(part, layer) for a in self._tasks], x)
 
     def forward(self, layer: int, hidden: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """Each row's TS_{l,t}(h), ``[B, T, d]``, as its task's :meth:`TaskAdapter.forward` gives it."""
@@ -268,9 +253,7 @@ class _BesideLayers(AdapterMethod):
         )
 
     def batch_rows(self, modules: Sequence[nn.Module | None], rows: RowWeights) -> nn.Module | None:
-        if not all_of(modules, TaskAdapter):
-            return None
-        return BatchedTaskAdapters(cast("Sequence[TaskAdapter | None]", modules), rows)
+        return batch_exactly(TaskAdapter, BatchedTaskAdapters, modules, rows)
 
 
 class Pals(_BesideLayers):
