@@ -1,6 +1,6 @@
 """The CLI driven in-process through ``main(args=[...])``: every config parses, a tiny model fits,
-validates, tests and predicts on fixture data, reruns never overwrite, user mistakes and disk faults
-give one line."""
+validates, tests and predicts on fixture data (also into another folder), reruns never overwrite, user
+mistakes and disk faults give one line."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import functools
 import hashlib
 import io
 import json
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -486,3 +487,32 @@ def test_a_disk_fault_is_one_line_and_changes_nothing(
     assert all(k.startswith(own) for k in added), added
     if added:
         assert any(k.endswith("metrics.csv") for k in added)
+
+
+def test_predict_elsewhere_makes_no_log_folders_and_a_missing_test_split_names_predict_splits(
+    fitted: dict[str, Any], tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    root = fitted["root"]
+    run = root / "runs" / "version_0"
+    before = sorted(p.relative_to(root) for p in root.rglob("*"))
+    out = tmp_path / "elsewhere"
+    args = ["predict", "--config", str(run / "config.yaml"), "--ckpt_path", "best"]
+    capfd.readouterr()
+    assert main([*args, "--predictions.output_dir", str(out)]) == 0
+    assert "pal-lightning: wrote 6 prediction file(s)" in capfd.readouterr().out
+    files = sorted(p.name for p in out.iterdir())
+    assert files == sorted(f"{t}-{s}-output.csv" for t in ("sst", "para", "sts") for s in ("dev", "test"))
+    assert sorted(p.relative_to(root) for p in root.rglob("*")) == before  # no predict/version_N, no log
+    for file in out.iterdir():
+        assert b"\r" not in file.read_bytes()
+
+    # train and dev only, as in the packaged demo set: the error names the option that leaves test out
+    data = tmp_path / "data"
+    shutil.copytree(root / "data", data, ignore=shutil.ignore_patterns("*-test-student.csv"))
+    args += ["--data.init_args.data_dir", str(data), "--predictions.output_dir", str(tmp_path / "dev")]
+    assert main(args) == USER_ERROR_EXIT
+    errors = [line for line in capfd.readouterr().err.splitlines() if "error" in line]
+    assert len(errors) == 1 and errors[0].startswith("pal-lightning: error: Data files not found in")
+    assert errors[0].endswith('To predict only the dev split: --data.predict_splits "[dev]".'), errors
+    assert main([*args, "--data.predict_splits", "[dev]"]) == 0  # the advice works
+    assert (tmp_path / "dev" / "sst-dev-output.csv").is_file()
