@@ -27,9 +27,10 @@ from pal_lightning import MultiTaskModule
 from pal_lightning.cli.fit import PalLightningCLI, RunConfigSaver
 from pal_lightning.cli.main import USER_ERROR_EXIT, main
 from pal_lightning.core.columns import probability_column as column_name
+from pal_lightning.core.files import file_fingerprint as _digest
 from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
 
-from .conftest import ForkedCli, ForkedSubprocess, load_benchmark
+from .conftest import ForkedCli, ForkedSubprocess, error_line, load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 ALL_CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
@@ -53,20 +54,9 @@ CONFIGS = [c for c in ALL_CONFIGS if not _is_overlay(c) and not _is_pretrain(c)]
 OVERLAYS = [c for c in ALL_CONFIGS if _is_overlay(c)]
 
 
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def _rows(path: Path) -> list[dict[str, str]]:
     with path.open(newline="", encoding="utf-8") as f:
         return list(csv.DictReader(f))
-
-
-def _single_error_line(err: str) -> str:
-    assert "Traceback" not in err
-    lines = [line for line in err.splitlines() if line.startswith("pal-lightning: error:")]
-    assert len(lines) == 1, err
-    return lines[0]
 
 
 @functools.cache
@@ -264,10 +254,10 @@ def test_fit_validate_test_predict_and_reruns(
     # a refused predict (its files exist) and a folder given as checkpoint: one line, nothing changed
     before = _files(runs)
     assert main(["predict", *own, "--ckpt_path", "best"]) == USER_ERROR_EXIT
-    line = _single_error_line(capsys.readouterr().err)
+    line = error_line(capsys.readouterr().err)
     assert "Prediction files already exist" in line and "overwrite" in line
     assert main(["validate", *own, "--ckpt_path", str(run0)]) == USER_ERROR_EXIT
-    line = _single_error_line(capsys.readouterr().err)
+    line = error_line(capsys.readouterr().err)
     assert f"Checkpoint path {run0} is a folder, not a file: --ckpt_path takes a .ckpt file" in line
     assert _files(runs) == before
     assert sorted(p.name for p in (run0 / "predict").iterdir()) == ["version_0"]
@@ -471,13 +461,10 @@ def test_a_disk_fault_is_one_line_and_changes_nothing(
     refused = _inject(monkeypatch, name, code, where)
     args = [command, "--config", str(trained["config"]), "--ckpt_path", str(trained["ckpt"]), *extra]
     assert main(args) == USER_ERROR_EXIT
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    lines = [line for line in err.splitlines() if line.startswith("pal-lightning: error:")]
-    assert len(lines) == 1, err[-2000:]
+    line = error_line(capsys.readouterr().err)
     assert len(refused) == 1
-    assert f"{refused[0]}: refused" in lines[0]  # the file itself, not its temporary name
-    assert FIXES[code] in lines[0]
+    assert f"{refused[0]}: refused" in line  # the file itself, not its temporary name
+    assert FIXES[code] in line
     after = _digests(runs)
     assert {k: after.get(k) for k in before} == before  # every earlier file unchanged
     added = sorted(set(after) - set(before))
