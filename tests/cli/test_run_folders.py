@@ -11,7 +11,6 @@ import re
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
 
 from pal_lightning.cli.main import USER_ERROR_EXIT, main
@@ -55,22 +54,6 @@ def test_discard_unused_keeps_results(tmp_path: Path) -> None:
     (kept / "checkpoints" / "last.ckpt").write_bytes(b"w")
     assert not discard_unused(kept, stop=tmp_path)
     assert (kept / "checkpoints" / "last.ckpt").is_file()
-
-
-def test_last_ckpt_links_to_a_best_checkpoint_of_the_same_step(
-    tiny_yaml: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    # one validation, at the last step: best and last hold the same state, stored once
-    assert main(["fit", "--config", str(tiny_yaml), "--trainer.max_steps", "2"]) == 0
-    ckpts = tmp_path / "runs" / "version_0" / "checkpoints"
-    (best,) = ckpts.glob("best-step2-*.ckpt")
-    assert (ckpts / "last.ckpt").samefile(best) and (ckpts / "best.ckpt").samefile(best)
-    # and it resumes like any last.ckpt
-    run_config = str(tmp_path / "runs" / "version_0" / "config.yaml")
-    assert main(["fit", "--config", run_config, "--ckpt_path", "last", "--trainer.max_steps", "4"]) == 0
-    capsys.readouterr()
-    resumed = tmp_path / "runs" / "version_1" / "checkpoints" / "last.ckpt"
-    assert torch.load(resumed, weights_only=True)["global_step"] == 4
 
 
 def test_a_run_this_user_cannot_write_is_left_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
