@@ -352,31 +352,6 @@ def test_config_saver_leaves_nothing_when_the_write_fails(tmp_path: Path) -> Non
     assert list(tmp_path.iterdir()) == []  # no config.yaml, no temporary file
 
 
-def test_custom_task_given_as_a_dict_in_the_config(
-    tmp_path: Path, data_dir: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """A user task defined inline in YAML (no registration) trains, and model and data agree on it."""
-    custom = {
-        "name": "my_sts",
-        "kind": "pair_regression",
-        "num_labels": 1,
-        "label_range": [0, 5],
-        "metrics": ["pearson"],
-        "files": {"train": "sts-train.csv", "dev": "sts-dev.csv"},
-        "text_columns": ["sentence1", "sentence2"],
-        "label_column": "similarity",
-    }
-    config = write_tiny_fit_config(tmp_path, data_dir, tasks=["sst", custom])
-    assert main(["fit", "--config", str(config), "--trainer.max_steps", "2"]) == 0
-    capsys.readouterr()
-    run = tmp_path / "runs" / "version_0"
-    scores = json.loads((run / "scores.json").read_text())
-    # the custom task was trained and validated (a tiny random model may give a NaN Pearson, which
-    # the report leaves out, so check its loss)
-    assert "val/my_sts/loss" in scores["best"]["scores"]
-    assert "my_sts" in (run / "hparams.yaml").read_text()
-
-
 # ---------------------------------------------------------------- disk faults while evaluations write
 # A full, read-only or forbidden disk while ``predict`` writes predictions or ``validate``/``test`` write
 # ``scores.json`` (issue 13, item 2; the checkpoint case is in test_run_folders.py): exit status 2, one
