@@ -69,7 +69,6 @@ SLOW_FILES = (
     "tests/cli/test_cli.py",
     "tests/cli/test_cli_subprocess.py",
     "tests/cli/test_bad_inputs.py",
-    "tests/cli/test_demo_predict.py",
     "tests/cli/test_console.py",
     "tests/docs/test_notebook.py",
     "tests/data/test_demo.py",

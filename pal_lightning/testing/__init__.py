@@ -1,6 +1,6 @@
 """Small, offline fixtures for tests of code built on pal-lightning (``from pal_lightning.testing import ...``):
 tiny random encoders (:data:`TINY_BERT` has the real BERT vocabulary, so the offline tokenizer feeds it),
-fixture data in the CS224N layout, a quiet ``Trainer``, CLI configs, spawned processes, and callbacks for
+fixture data in the CS224N layout, a quiet ``Trainer``, CLI configs, a free port for gloo, and callbacks for
 CLI subprocesses (``pal_lightning.testing.callbacks``, not imported here: they need Lightning).
 ``pal_lightning.testing.batches`` (not imported here either): tiny token-id batches and a module that
 trains on them without tokenizer or files.
@@ -27,7 +27,7 @@ from pal_lightning.testing.encoders import (
     tiny_family_config,
     without_dropout,
 )
-from pal_lightning.testing.processes import free_port, run_spawned
+from pal_lightning.testing.processes import free_port
 
 __all__ = [
     "BERT_VOCAB_SIZE",
@@ -49,5 +49,4 @@ __all__ = [
     "write_tiny_pretrain_config",
     "without_dropout",
     "free_port",
-    "run_spawned",
 ]

@@ -12,7 +12,7 @@ of hanging the session).
 A job that may run DDP forks a spare process first, as pristine as the job then was; when Lightning's
 launcher starts rank 1 (``sys.executable -m pal_lightning.__main__ ARGS``, or ``sys.executable SCRIPT
 ARGS``), the spare becomes that process, which saves a fresh interpreter's ~6 s of imports. Real
-interpreter starts are tested in test_cli_subprocess.py, test_console.py and test_torchrun_cli.py.
+interpreter starts are tested in test_cli_subprocess.py, test_help.py and test_torchrun_cli.py.
 Forking after the imports is safe: the driver has run no torch operation, so no thread pool exists yet.
 """
 

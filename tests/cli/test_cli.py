@@ -1,6 +1,6 @@
 """The CLI driven in-process through ``main(args=[...])``: every config parses, a tiny model fits,
-validates, tests and predicts on fixture data, reruns never overwrite, user mistakes and disk faults
-give one line."""
+validates, tests and predicts on fixture data (also into another folder), reruns never overwrite, user
+mistakes and disk faults give one line."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import functools
 import hashlib
 import io
 import json
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -26,9 +27,10 @@ from pal_lightning import MultiTaskModule
 from pal_lightning.cli.fit import PalLightningCLI, RunConfigSaver
 from pal_lightning.cli.main import USER_ERROR_EXIT, main
 from pal_lightning.core.columns import probability_column as column_name
+from pal_lightning.core.files import file_fingerprint as _digest
 from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
 
-from .conftest import ForkedCli, ForkedSubprocess, load_benchmark
+from .conftest import ForkedCli, ForkedSubprocess, error_line, load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 ALL_CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
@@ -52,20 +54,9 @@ CONFIGS = [c for c in ALL_CONFIGS if not _is_overlay(c) and not _is_pretrain(c)]
 OVERLAYS = [c for c in ALL_CONFIGS if _is_overlay(c)]
 
 
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def _rows(path: Path) -> list[dict[str, str]]:
     with path.open(newline="", encoding="utf-8") as f:
         return list(csv.DictReader(f))
-
-
-def _single_error_line(err: str) -> str:
-    assert "Traceback" not in err
-    lines = [line for line in err.splitlines() if line.startswith("pal-lightning: error:")]
-    assert len(lines) == 1, err
-    return lines[0]
 
 
 @functools.cache
@@ -263,10 +254,10 @@ def test_fit_validate_test_predict_and_reruns(
     # a refused predict (its files exist) and a folder given as checkpoint: one line, nothing changed
     before = _files(runs)
     assert main(["predict", *own, "--ckpt_path", "best"]) == USER_ERROR_EXIT
-    line = _single_error_line(capsys.readouterr().err)
+    line = error_line(capsys.readouterr().err)
     assert "Prediction files already exist" in line and "overwrite" in line
     assert main(["validate", *own, "--ckpt_path", str(run0)]) == USER_ERROR_EXIT
-    line = _single_error_line(capsys.readouterr().err)
+    line = error_line(capsys.readouterr().err)
     assert f"Checkpoint path {run0} is a folder, not a file: --ckpt_path takes a .ckpt file" in line
     assert _files(runs) == before
     assert sorted(p.name for p in (run0 / "predict").iterdir()) == ["version_0"]
@@ -361,31 +352,6 @@ def test_config_saver_leaves_nothing_when_the_write_fails(tmp_path: Path) -> Non
     assert list(tmp_path.iterdir()) == []  # no config.yaml, no temporary file
 
 
-def test_custom_task_given_as_a_dict_in_the_config(
-    tmp_path: Path, data_dir: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """A user task defined inline in YAML (no registration) trains, and model and data agree on it."""
-    custom = {
-        "name": "my_sts",
-        "kind": "pair_regression",
-        "num_labels": 1,
-        "label_range": [0, 5],
-        "metrics": ["pearson"],
-        "files": {"train": "sts-train.csv", "dev": "sts-dev.csv"},
-        "text_columns": ["sentence1", "sentence2"],
-        "label_column": "similarity",
-    }
-    config = write_tiny_fit_config(tmp_path, data_dir, tasks=["sst", custom])
-    assert main(["fit", "--config", str(config), "--trainer.max_steps", "2"]) == 0
-    capsys.readouterr()
-    run = tmp_path / "runs" / "version_0"
-    scores = json.loads((run / "scores.json").read_text())
-    # the custom task was trained and validated (a tiny random model may give a NaN Pearson, which
-    # the report leaves out, so check its loss)
-    assert "val/my_sts/loss" in scores["best"]["scores"]
-    assert "my_sts" in (run / "hparams.yaml").read_text()
-
-
 # ---------------------------------------------------------------- disk faults while evaluations write
 # A full, read-only or forbidden disk while ``predict`` writes predictions or ``validate``/``test`` write
 # ``scores.json`` (issue 13, item 2; the checkpoint case is in test_run_folders.py): exit status 2, one
@@ -470,13 +436,10 @@ def test_a_disk_fault_is_one_line_and_changes_nothing(
     refused = _inject(monkeypatch, name, code, where)
     args = [command, "--config", str(trained["config"]), "--ckpt_path", str(trained["ckpt"]), *extra]
     assert main(args) == USER_ERROR_EXIT
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    lines = [line for line in err.splitlines() if line.startswith("pal-lightning: error:")]
-    assert len(lines) == 1, err[-2000:]
+    line = error_line(capsys.readouterr().err)
     assert len(refused) == 1
-    assert f"{refused[0]}: refused" in lines[0]  # the file itself, not its temporary name
-    assert FIXES[code] in lines[0]
+    assert f"{refused[0]}: refused" in line  # the file itself, not its temporary name
+    assert FIXES[code] in line
     after = _digests(runs)
     assert {k: after.get(k) for k in before} == before  # every earlier file unchanged
     added = sorted(set(after) - set(before))
@@ -486,3 +449,32 @@ def test_a_disk_fault_is_one_line_and_changes_nothing(
     assert all(k.startswith(own) for k in added), added
     if added:
         assert any(k.endswith("metrics.csv") for k in added)
+
+
+def test_predict_elsewhere_makes_no_log_folders_and_a_missing_test_split_names_predict_splits(
+    fitted: dict[str, Any], tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    root = fitted["root"]
+    run = root / "runs" / "version_0"
+    before = sorted(p.relative_to(root) for p in root.rglob("*"))
+    out = tmp_path / "elsewhere"
+    args = ["predict", "--config", str(run / "config.yaml"), "--ckpt_path", "best"]
+    capfd.readouterr()
+    assert main([*args, "--predictions.output_dir", str(out)]) == 0
+    assert "pal-lightning: wrote 6 prediction file(s)" in capfd.readouterr().out
+    files = sorted(p.name for p in out.iterdir())
+    assert files == sorted(f"{t}-{s}-output.csv" for t in ("sst", "para", "sts") for s in ("dev", "test"))
+    assert sorted(p.relative_to(root) for p in root.rglob("*")) == before  # no predict/version_N, no log
+    for file in out.iterdir():
+        assert b"\r" not in file.read_bytes()
+
+    # train and dev only, as in the packaged demo set: the error names the option that leaves test out
+    data = tmp_path / "data"
+    shutil.copytree(root / "data", data, ignore=shutil.ignore_patterns("*-test-student.csv"))
+    args += ["--data.init_args.data_dir", str(data), "--predictions.output_dir", str(tmp_path / "dev")]
+    assert main(args) == USER_ERROR_EXIT
+    errors = [line for line in capfd.readouterr().err.splitlines() if "error" in line]
+    assert len(errors) == 1 and errors[0].startswith("pal-lightning: error: Data files not found in")
+    assert errors[0].endswith('To predict only the dev split: --data.predict_splits "[dev]".'), errors
+    assert main([*args, "--data.predict_splits", "[dev]"]) == 0  # the advice works
+    assert (tmp_path / "dev" / "sst-dev-output.csv").is_file()

@@ -1,7 +1,7 @@
 """The CLI as a user runs it, in real processes: the ``pal-lightning`` console script (``python -m
 pal_lightning`` where it is not installed) fits the quickstart on fixture data with a user's own model
 class given by ``class_path``, with a quiet console (progress, the scores and where the files went,
-without Lightning's noise a user cannot act on); and a user mistake ends with one line and exit status 2.
+without Lightning's noise a user cannot act on) (a user mistake in a real process: test_help.py).
 Every other command line of tests/cli runs forked from the CLI driver (``forked_cli``) or in-process."""
 
 from __future__ import annotations
@@ -110,12 +110,3 @@ def test_the_quickstart_with_a_user_subclass_fits_with_a_quiet_console(
     assert f"pal-lightning: wrote 6 prediction file(s) to {run / 'predictions'}: " in out
     for noise in NOISE:
         assert noise not in out + err, noise
-
-
-def test_a_user_mistake_is_one_line_and_exit_status_2(tmp_path: Path) -> None:
-    command, env = _command(tmp_path)
-    command += ["predict", "--predict.input", "mine.csv", "--config", "tiny.yaml"]
-    proc = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 2 and proc.stdout == "" and "Traceback" not in proc.stderr
-    (line,) = proc.stderr.splitlines()
-    assert line.startswith("pal-lightning: error: ") and "is not used with --predict.input" in line

@@ -112,7 +112,17 @@ def test_a_resumed_run_logged_to_a_file_with_a_task_read_through_datasets(
         "label_column": "positive",
         "id_column": None,
     }
-    config = write_tiny_fit_config(tmp_path, data, tasks=["sst", task])
+    my_sts = {  # a task of the CS224N files defined inline (no registration): model and data agree on it
+        "name": "my_sts",
+        "kind": "pair_regression",
+        "num_labels": 1,
+        "label_range": [0, 5],
+        "metrics": ["pearson"],
+        "files": {"train": "sts-train.csv", "dev": "sts-dev.csv"},
+        "text_columns": ["sentence1", "sentence2"],
+        "label_column": "similarity",
+    }
+    config = write_tiny_fit_config(tmp_path, data, tasks=["sst", task, my_sts])
     settings = yaml.safe_load(config.read_text())
     settings["trainer"].update(enable_progress_bar=True, max_steps=9)
     settings["data"]["init_args"]["steps_per_epoch"] = 6
@@ -134,6 +144,11 @@ def test_a_resumed_run_logged_to_a_file_with_a_task_read_through_datasets(
         assert re.search(r" \d+/\d+ ", bar) and "train/loss:" in bar, bar
     # the task read through datasets was validated, and datasets showed no progress bars
     assert "val/reviews" in (tmp_path / "runs" / "version_1" / "metrics.csv").read_text()
+    # the inline task was trained and validated (a tiny random model may give a NaN Pearson, which the
+    # report leaves out, so check its loss)
+    scores = json.loads((tmp_path / "runs" / "version_1" / "scores.json").read_text())
+    assert "val/my_sts/loss" in scores["best"]["scores"]
+    assert "my_sts" in (tmp_path / "runs" / "version_1" / "hparams.yaml").read_text()
     for proc in (first, resumed):
         assert "Generating" not in proc.stdout + proc.stderr and "split:" not in proc.stderr
 

@@ -52,14 +52,21 @@ def test_top_level_help_and_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert _out(capsys, "--version") == f"pal-lightning {__version__}\n"
 
 
-def test_top_level_help_and_version_import_no_torch(tmp_path: Path) -> None:
+def test_help_version_and_a_user_mistake_import_no_torch_and_the_mistake_exits_2(tmp_path: Path) -> None:
+    """In a real process: ``--help``, ``-h`` and ``--version`` print without torch, and a user mistake is one
+    line on stderr, nothing on stdout, exit status 2 (``sys.exit(main())``, as the console script ends)."""
     script = (
         "import sys, contextlib, io\n"
         "from pal_lightning.cli.main import main\n"
         "for args in (['--help'], ['-h'], ['--version']):\n"
         "    with contextlib.redirect_stdout(io.StringIO()):\n"
         "        assert main(args) == 0, args\n"
+        "out = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out):\n"
+        "    code = main(['predict', '--predict.input', 'mine.csv', '--config', 'tiny.yaml'])\n"
+        "assert out.getvalue() == '', out.getvalue()\n"
         "print(sorted(m for m in ('torch', 'lightning', 'transformers', 'jsonargparse') if m in sys.modules))\n"
+        "sys.exit(code)\n"
     )
     run = subprocess.run(
         [sys.executable, "-c", script],
@@ -69,8 +76,10 @@ def test_top_level_help_and_version_import_no_torch(tmp_path: Path) -> None:
         timeout=300,
         cwd=tmp_path,
     )
-    assert run.returncode == 0, run.stderr[-2000:]
-    assert run.stdout.strip() == "[]"
+    assert run.returncode == 2 and run.stdout.strip() == "[]", run.stderr[-2000:]
+    assert "Traceback" not in run.stderr
+    (line,) = run.stderr.splitlines()
+    assert line.startswith("pal-lightning: error: ") and "is not used with --predict.input" in line
 
 
 def test_help_into_a_closed_pipe_ends_quietly(capsys: pytest.CaptureFixture[str]) -> None:

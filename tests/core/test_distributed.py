@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 from pal_lightning.core import distributed as D
-from pal_lightning.testing import run_spawned
+from pal_lightning.testing import free_port
 
 
 def test_single_process_is_a_world_of_one(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -63,33 +65,24 @@ def test_launched_rank_reads_the_launchers_variables(
     assert D.is_launched_rank() is expected
 
 
-def _worker(rank: int, world: int, port: int, queue: Any) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        # rank r holds r + 1 rows of values 10 r, so the expected results are known by hand
-        gathered = D.gather_objects([10 * rank] * (rank + 1))
-        summed = D.all_reduce_sum(torch.tensor([float(rank + 1), 2.0]))
-        sent = D.broadcast(torch.tensor([float(rank)]), src=1)
-        rows = [x.tolist() for x in D.gather_tensors(torch.full((rank + 1, 2), float(rank)))]
-        D.barrier()
-        info = (D.rank(), D.world_size(), D.is_main_process())
-        queue.put((rank, *info, gathered, summed.tolist(), sent.tolist(), rows))
-    finally:
-        D.close_process_group()
-    assert not dist.is_initialized()
+SCRIPT = Path(__file__).with_name("distributed_script.py")
 
 
 @pytest.mark.ddp
-def test_two_gloo_processes() -> None:
-    results = {r[0]: r[1:] for r in run_spawned(_worker, 2, timeout=120)}
+def test_two_gloo_processes(tmp_path: Path, forked_cli: Any) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    # python SCRIPT FOLDER PORT, forked from the session's driver (forked_cli, tests/conftest.py)
+    proc = forked_cli.run_script(tmp_path, SCRIPT, [str(tmp_path), str(free_port())], env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     for r in (0, 1):
-        got_rank, world, main, gathered, summed, sent, rows = results[r]
+        result = json.loads((tmp_path / f"rank{r}.json").read_text())
+        got_rank, world, main, gathered, summed, sent, rows, still_initialized = result
         assert (got_rank, world, main) == (r, 2, r == 0)
         assert gathered == [[0], [10, 10]]
         assert summed == [3.0, 4.0]  # (1 + 2), (2 + 2)
         assert sent == [1.0]
         assert rows == [[[0.0, 0.0]], [[1.0, 1.0], [1.0, 1.0]]]  # uneven lengths, padding dropped
+        assert not still_initialized  # close_process_group tore it down
 
 
 def test_rank_zero_decides_launched_ranks_inherit_and_external_ones_peek(
