@@ -238,13 +238,13 @@ class MultiTaskModule(optim.FusedClippingMixin):
         return encoding.encode_sentences(self, sentences, task, **options)
 
     def _encode_batch(self, batch: Mapping[str, Any]) -> tuple[Tensor, None]:
-        pooled = encoding.encode_cross(self._encoder_call, batch, self.hparams["pooling"])
+        pooled = encoding.encode_task_batch(self._encoder_call, batch, self.hparams["pooling"], False)
         if not self.task_specs[batch[TASK]].is_pair:  # a cross pair's vector is not a sentence's
             self._simcse_view.offer(pooled)
         return pooled, None
 
     def _encode_siamese(self, batch: Mapping[str, Any]) -> tuple[Tensor, Tensor]:
-        pooled = encoding.encode_siamese(self._encoder_call, batch, self.hparams["pooling"])
+        pooled = encoding.encode_task_batch(self._encoder_call, batch, self.hparams["pooling"], True)
         self._simcse_view.offer(pooled)  # [a; b]: the sentence order SimCSE uses
         u, v = pooled.chunk(2)
         return u, v
