@@ -318,10 +318,7 @@ class MultiTaskModule(optim.FusedClippingMixin):
 
     def simcse_active(self, task: str) -> bool:
         """Whether this training step of ``task`` adds the SimCSE loss."""
-        trainer = attached_trainer(self)
-        return simcse_step.simcse_active(
-            self.simcse, self.task_specs, task, trainer.global_step if trainer is not None else 0
-        )
+        return simcse_step.simcse_active(self.simcse, self.task_specs, task, self.global_step)
 
     def simcse_loss(self, batch: Mapping[str, Any], first_view: Tensor | None = None) -> Tensor:
         """The SimCSE loss of a batch's sentences (``first_view``: already pooled by the task forward)."""
@@ -428,10 +425,7 @@ class MultiTaskModule(optim.FusedClippingMixin):
     def adopt_label_names(self, datamodule: Any = None) -> None:
         """Name the classes as the data module (default: the trainer's) read them, keeping given names."""
         if datamodule is None:
-            try:
-                datamodule = getattr(self.trainer, "datamodule", None)
-            except RuntimeError:  # not attached to a Trainer
-                return
+            datamodule = getattr(attached_trainer(self), "datamodule", None)
         found = getattr(datamodule, "label_names", None)
         if callable(found):
             names = {t: n for t, n in found().items() if t in self.task_specs and t not in self._label_names}
