@@ -92,7 +92,7 @@ def test_a_mixed_regime_with_pals_fits() -> None:
     module = tiny_module(layer_sharing="FI", lr=3e-3, head_lr=3e-2)
     before = {n: p.detach().clone() for n, p in module.named_parameters()}
     data = TinyData()
-    data.steps = 6
+    data.steps = 3  # one batch of each task
     trainer = quiet_trainer(max_epochs=1, limit_val_batches=0)
     trainer.fit(module, datamodule=data)
     after = dict(module.named_parameters())
