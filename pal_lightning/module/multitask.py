@@ -32,10 +32,13 @@ from pal_lightning.modeling.pair_heads import build_task_heads
 from pal_lightning.modeling.simcse import SimCSEConfig, as_simcse_config
 from pal_lightning.module import compile as compiling
 from pal_lightning.module import encoding, evaluation, inference, mixed, optim, pretrained, simcse_step
-from pal_lightning.module.checkpoint_check import VERSION_KEY, check_checkpoint, checkpoint_differences
+from pal_lightning.module.checkpoint_check import (
+    VERSION_KEY,
+    check_checkpoint,
+    checkpoint_differences,
+    load_initial_weights,
+)
 from pal_lightning.module.checks import check_model_options
-from pal_lightning.module.group_report import report_parameter_groups
-from pal_lightning.module.init_weights import load_initial_weights
 from pal_lightning.module.mixed import TASK_LOSSES, check_mixed_training, is_mixed_batch
 from pal_lightning.module.nonfinite_guard import NonFiniteGuard
 from pal_lightning.tasks.auxiliary import check_auxiliary
@@ -343,8 +346,8 @@ class MultiTaskModule(optim.FusedClippingMixin):
         return None
 
     def on_fit_start(self) -> None:
-        """Print the optimizer's groups and warn about parameters no part claims (``module.group_report``)."""
-        report_parameter_groups(self, optim.unplaced_parameters(self, self.encoder))
+        """Print the optimizer's groups and warn about parameters no part claims (``module.optim``)."""
+        optim.report_parameter_groups(self, optim.unplaced_parameters(self, self.encoder))
 
     def total_training_steps(self) -> int:
         """Optimizer steps of the whole run."""
