@@ -12,7 +12,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from pal_lightning.callbacks.teardown_print import TeardownPrinter
+from pal_lightning.callbacks.score_report import TeardownPrinter
 from pal_lightning.core.contracts import PhasedData, TaskPredictor, datamodule_of, require
 from pal_lightning.core.distributed import is_main_process
 from pal_lightning.core.errors import PalUserError

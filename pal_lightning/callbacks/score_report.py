@@ -1,4 +1,5 @@
-"""The score report: the best validation's table printed at the end of ``fit`` and saved as ``scores.json``."""
+"""The score report: the best validation's table printed at the end of ``fit`` and saved as ``scores.json``;
+:class:`TeardownPrinter`, the reports printed when the run ends, after Lightning's progress bar is gone."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
 
-from pal_lightning.callbacks.teardown_print import TeardownPrinter
 from pal_lightning.core.contracts import ParameterReporter, ScoredTasks, last_stage_scores, satisfies
 from pal_lightning.core.distributed import is_main_process
 from pal_lightning.core.files import atomic_write_text
@@ -123,6 +124,19 @@ def parameter_counts(pl_module: pl.LightningModule) -> dict[str, Any] | None:
         "ratio": report.ratio,
         "trainable": report.trainable,
     }
+
+
+class TeardownPrinter(Callback):
+    """A callback whose reports print at ``teardown``: printed earlier, a live progress bar would redraw
+    below them. Call :meth:`print_at_teardown` on rank 0 only."""
+
+    def print_at_teardown(self, text: str) -> None:
+        """Print ``text`` when the run ends."""
+        self.__dict__.setdefault("_at_teardown", []).append(text)
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        for text in self.__dict__.pop("_at_teardown", []):
+            print(text, flush=True)
 
 
 class ScoreReport(TeardownPrinter):

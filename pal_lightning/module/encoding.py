@@ -1,5 +1,5 @@
 """Sentence vectors and mixed batches: :func:`encode_sentences` (as sentence-transformers' ``encode``),
-:func:`encode_cross` and :func:`encode_siamese` (a one-task batch, as its head encodes pairs) and
+:func:`encode_task_batch` (a one-task batch, as its head encodes pairs) and
 :func:`forward_mixed` (several tasks' rows in one encoder pass)."""
 
 from __future__ import annotations
@@ -109,25 +109,17 @@ def _sentence_vectors(module: MultiTaskModule, texts: list[Any], task: str | Non
     return vectors[torch.from_numpy(np.argsort(order)).to(vectors.device)]  # back to input order
 
 
-def encode_cross(call: EncoderCall, batch: Mapping[str, Any], pooling: str) -> Tensor:
-    """The pooled vectors of a one-task batch with one sequence per example."""
-    if INPUT_IDS not in batch:
+def encode_task_batch(call: EncoderCall, batch: Mapping[str, Any], pooling: str, siamese: bool) -> Tensor:
+    """The pooled vectors of a one-task batch: one sequence per example, or (``siamese``) ``[a; b]`` of its
+    pairs' sentences, in one pass of ``2B`` sequences."""
+    sides = [side_inputs(batch, "a"), side_inputs(batch, "b")] if siamese else [batch]
+    if INPUT_IDS not in sides[0]:
+        model, data = ("siamese", "cross") if siamese else ("cross", "siamese")
         raise PalUserError(
-            f"Task {batch[TASK]!r}: the model encodes pairs 'cross' but the batch is 'siamese'. "
+            f"Task {batch[TASK]!r}: the model encodes pairs '{model}' but the batch is '{data}'. "
             "Set the same pair_encoding for the model and the data."
         )
-    return pooled(call, batch, pooling, task=batch[TASK])
-
-
-def encode_siamese(call: EncoderCall, batch: Mapping[str, Any], pooling: str) -> Tensor:
-    """The pooled vectors ``[a; b]`` of a siamese pair batch's sentences, in one pass of ``2B`` sequences."""
-    side_a, side_b = side_inputs(batch, "a"), side_inputs(batch, "b")
-    if INPUT_IDS not in side_a:
-        raise PalUserError(
-            f"Task {batch[TASK]!r}: the model encodes pairs 'siamese' but the batch is 'cross'. "
-            "Set the same pair_encoding for the model and the data."
-        )
-    return pooled(call, concat_inputs([side_a, side_b]), pooling, task=batch[TASK])
+    return pooled(call, concat_inputs(sides) if siamese else batch, pooling, task=batch[TASK])
 
 
 def tasks_of_indices(indices: Sequence[int], known: Sequence[str], what: str) -> list[str]:

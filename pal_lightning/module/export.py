@@ -117,14 +117,9 @@ class SingleTaskModel(_TaskModel):
 
     def example_inputs(self, tokenizer: Any, max_length: int = 128) -> tuple[Tensor, ...]:
         """Token tensors of two short example inputs, in :attr:`input_names` order (tracing, tests)."""
-        kw: dict[str, Any] = dict(return_tensors="pt", padding=True, truncation=True, max_length=max_length)
-        cross = self.spec.is_pair and not self.siamese
-        first = tokenizer(EXAMPLE_A, EXAMPLE_B, **kw) if cross else tokenizer(EXAMPLE_A, **kw)
-        out = tuple(first[k] for k in SINGLE_INPUTS)
-        if self.siamese:
-            second = tokenizer(EXAMPLE_B, **kw)
-            out += tuple(second[k] for k in SINGLE_INPUTS)
-        return out
+        firsts, seconds = _example_rows(tokenizer, max_length, self.spec.is_pair, self.siamese)
+        first = _padded(tokenizer, firsts)
+        return first + _padded(tokenizer, seconds) if self.siamese else first
 
 
 class MixedTaskModel(_TaskModel):
@@ -238,17 +233,28 @@ class MixedTaskModel(_TaskModel):
     def example_inputs(self, tokenizer: Any, max_length: int = 128) -> tuple[Tensor, ...]:
         """Token tensors of a short and a long row per task, in :attr:`input_names` order (a trace records
         the branches its example takes: every task present and padded)."""
-        kw: dict[str, Any] = dict(truncation=True, max_length=max_length)
         firsts: list[dict[str, list[int]]] = []
         seconds: list[dict[str, list[int]]] = []
-        for t in range(len(self.task_names)):
-            cross = self.pairs[t] and not self.siamese[t]
-            for a, b in zip(EXAMPLE_A, EXAMPLE_B, strict=True):
-                firsts.append(dict(tokenizer(a, b, **kw) if cross else tokenizer(a, **kw)))
-                seconds.append(dict(tokenizer(b if self.siamese[t] else "", **kw)))
+        for pair, siamese in zip(self.pairs, self.siamese, strict=True):
+            rows = _example_rows(tokenizer, max_length, pair, siamese)
+            firsts += rows[0]
+            seconds += rows[1]
         task_ids = torch.arange(len(self.task_names)).repeat_interleave(2)
         result: tuple[Tensor, ...] = (*_padded(tokenizer, firsts), task_ids)
         return result + _padded(tokenizer, seconds) if any(self.siamese) else result
+
+
+def _example_rows(
+    tokenizer: Any, max_length: int, pair: bool, siamese: bool
+) -> tuple[list[dict[str, list[int]]], list[dict[str, list[int]]]]:
+    # a task's two example rows, tokenised one by one: the first sequences and (siamese) the second ones
+    kw: dict[str, Any] = dict(truncation=True, max_length=max_length)
+    cross = pair and not siamese
+    firsts = [
+        dict(tokenizer(a, b, **kw) if cross else tokenizer(a, **kw))
+        for a, b in zip(EXAMPLE_A, EXAMPLE_B, strict=True)
+    ]
+    return firsts, [dict(tokenizer(b if siamese else "", **kw)) for b in EXAMPLE_B]
 
 
 def _padded(tokenizer: Any, rows: list[dict[str, list[int]]]) -> tuple[Tensor, Tensor, Tensor]:

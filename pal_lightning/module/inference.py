@@ -48,13 +48,6 @@ def eval_mode(module: torch.nn.Module) -> Iterator[None]:
             submodule.training = True
 
 
-def _shared_prefix(module: Any, enabled: bool) -> Any:
-    # where enabled, the context in which module's encoder runs the layers below every task's module once per
-    # distinct input: MultiTaskEncoder.shared_prefix, if it has one
-    context = getattr(getattr(module, "encoder", None), "shared_prefix", None)
-    return context() if enabled and callable(context) else nullcontext()
-
-
 def as_texts(texts: Any, example: str, single: tuple[type, ...] = (str, tuple)) -> list[Any]:
     """``texts`` as a list: one text (an instance of ``single``) as a list of one.
 
@@ -235,11 +228,9 @@ def predict_items(
     """One :class:`Prediction` per ``(task, text or (sentence1, sentence2))`` of ``items``, in input order.
 
     Each input is tokenised as training tokenises its task; all are sorted by length once and batched whatever
-    their tasks, one encoder pass per batch with per-row routing (``forward_mixed``), in eval mode without
-    gradients (``module``'s mode restored after). Inputs repeated in a batch (one text asked of several tasks)
-    run the layers below every task's module once (``MultiTaskEncoder.shared_prefix``) unless
-    ``shared_prefix`` is ``False`` (every row through every layer: the plain path, for comparisons). Classification gives the class, its name where known and
-    ``probabilities``; regression a score on the task's scale.
+    their tasks, one encoder pass per batch (``forward_mixed``), in eval mode without gradients. Inputs
+    repeated in a batch run the layers below every task's module once (``MultiTaskEncoder.shared_prefix``)
+    unless ``shared_prefix`` is ``False``.
 
     Raises:
         PalUserError: for no input, a malformed item, an unknown task, a text of the wrong shape for its
@@ -270,7 +261,8 @@ def predict_items(
     order = np.argsort(np.concatenate(keys), kind="stable")
     pad_id = module.tokenizer.pad_token_id if module.tokenizer.pad_token_id is not None else 0
     outputs = {task: [torch.empty(0)] * len(at) for task, at in positions.items()}
-    with eval_mode(module), _shared_prefix(module, shared_prefix):
+    prefix = getattr(getattr(module, "encoder", None), "shared_prefix", None) if shared_prefix else None
+    with eval_mode(module), prefix() if callable(prefix) else nullcontext():
         for start in range(0, len(members), batch_size):
             batch, rows = _mixed_batch(
                 splits, [members[i] for i in order[start : start + batch_size]], pad_id

@@ -32,10 +32,13 @@ from pal_lightning.modeling.pair_heads import build_task_heads
 from pal_lightning.modeling.simcse import SimCSEConfig, as_simcse_config
 from pal_lightning.module import compile as compiling
 from pal_lightning.module import encoding, evaluation, inference, mixed, optim, pretrained, simcse_step
-from pal_lightning.module.checkpoint_check import VERSION_KEY, check_checkpoint, checkpoint_differences
+from pal_lightning.module.checkpoint_check import (
+    VERSION_KEY,
+    check_checkpoint,
+    checkpoint_differences,
+    load_initial_weights,
+)
 from pal_lightning.module.checks import check_model_options
-from pal_lightning.module.group_report import report_parameter_groups
-from pal_lightning.module.init_weights import load_initial_weights
 from pal_lightning.module.mixed import TASK_LOSSES, check_mixed_training, is_mixed_batch
 from pal_lightning.module.nonfinite_guard import NonFiniteGuard
 from pal_lightning.tasks.auxiliary import check_auxiliary
@@ -238,13 +241,13 @@ class MultiTaskModule(optim.FusedClippingMixin):
         return encoding.encode_sentences(self, sentences, task, **options)
 
     def _encode_batch(self, batch: Mapping[str, Any]) -> tuple[Tensor, None]:
-        pooled = encoding.encode_cross(self._encoder_call, batch, self.hparams["pooling"])
+        pooled = encoding.encode_task_batch(self._encoder_call, batch, self.hparams["pooling"], False)
         if not self.task_specs[batch[TASK]].is_pair:  # a cross pair's vector is not a sentence's
             self._simcse_view.offer(pooled)
         return pooled, None
 
     def _encode_siamese(self, batch: Mapping[str, Any]) -> tuple[Tensor, Tensor]:
-        pooled = encoding.encode_siamese(self._encoder_call, batch, self.hparams["pooling"])
+        pooled = encoding.encode_task_batch(self._encoder_call, batch, self.hparams["pooling"], True)
         self._simcse_view.offer(pooled)  # [a; b]: the sentence order SimCSE uses
         u, v = pooled.chunk(2)
         return u, v
@@ -318,10 +321,7 @@ class MultiTaskModule(optim.FusedClippingMixin):
 
     def simcse_active(self, task: str) -> bool:
         """Whether this training step of ``task`` adds the SimCSE loss."""
-        trainer = attached_trainer(self)
-        return simcse_step.simcse_active(
-            self.simcse, self.task_specs, task, trainer.global_step if trainer is not None else 0
-        )
+        return simcse_step.simcse_active(self.simcse, self.task_specs, task, self.global_step)
 
     def simcse_loss(self, batch: Mapping[str, Any], first_view: Tensor | None = None) -> Tensor:
         """The SimCSE loss of a batch's sentences (``first_view``: already pooled by the task forward)."""
@@ -346,8 +346,8 @@ class MultiTaskModule(optim.FusedClippingMixin):
         return None
 
     def on_fit_start(self) -> None:
-        """Print the optimizer's groups and warn about parameters no part claims (``module.group_report``)."""
-        report_parameter_groups(self, optim.unplaced_parameters(self, self.encoder))
+        """Print the optimizer's groups and warn about parameters no part claims (``module.optim``)."""
+        optim.report_parameter_groups(self, optim.unplaced_parameters(self, self.encoder))
 
     def total_training_steps(self) -> int:
         """Optimizer steps of the whole run."""
@@ -428,10 +428,7 @@ class MultiTaskModule(optim.FusedClippingMixin):
     def adopt_label_names(self, datamodule: Any = None) -> None:
         """Name the classes as the data module (default: the trainer's) read them, keeping given names."""
         if datamodule is None:
-            try:
-                datamodule = getattr(self.trainer, "datamodule", None)
-            except RuntimeError:  # not attached to a Trainer
-                return
+            datamodule = getattr(attached_trainer(self), "datamodule", None)
         found = getattr(datamodule, "label_names", None)
         if callable(found):
             names = {t: n for t, n in found().items() if t in self.task_specs and t not in self._label_names}

@@ -121,9 +121,7 @@ def test_continual_evaluation_in_trainer_fit(tmp_path, capsys):
         rows = list(csv.reader(f))
     assert rows[0] == ["after", "sst", "qqp", "sts"] and [r[0] for r in rows[1:]] == [
         "baseline",
-        "sst",
-        "qqp",
-        "sts",
+        *rows[0][1:],
     ]
     flat = [float(x) for r in rows[1:] for x in r[1:]]
     assert flat == pytest.approx([x for r in [cb.baseline, *cb.R] for x in r], abs=1e-6)
@@ -137,20 +135,17 @@ def test_continual_evaluation_in_trainer_fit(tmp_path, capsys):
         header = next(csv.reader(f))
     assert {"continual/R/baseline/sst", "continual/R/sts/qqp", "continual/backward_transfer"} <= set(header)
 
-    # a rerun into the same directory keeps the first files
-    first = (run / "continual.json").read_text()
-    cb2 = ContinualEvaluation(limit_eval_examples=6)
-    _fit(data_dir, tmp_path / "run", cb2)
-    assert (run / "continual.json").read_text() == first
-    assert (run / "continual_1.csv").is_file() and (run / "continual_1.json").is_file()
-
     # resume in the middle of phase 2 (after 3 batches): earlier rows come from the checkpoint,
-    # the remaining phases are evaluated once each, and the matrix equals the uninterrupted run's
+    # the remaining phases are evaluated once each, and the matrix equals the uninterrupted run's;
+    # run into the same directory, it keeps the first run's files
     state = torch.load(tmp_path / "ck" / "step=3.ckpt", weights_only=True)
     saved = next(v for k, v in state["callbacks"].items() if "ContinualEvaluation" in k)
     assert len(saved["R"]) == 1 and saved["baseline"] is not None
+    first = (run / "continual.json").read_text()
     cb3 = ContinualEvaluation(limit_eval_examples=6)
-    _fit(data_dir, tmp_path / "resumed", cb3, ckpt_path=tmp_path / "ck" / "step=3.ckpt")
+    _fit(data_dir, tmp_path / "run", cb3, ckpt_path=tmp_path / "ck" / "step=3.ckpt")
+    assert (run / "continual.json").read_text() == first
+    assert (run / "continual_1.csv").is_file() and (run / "continual_1.json").is_file()
     assert [h["after"] for h in cb3.history] == ["baseline", "sst", "qqp", "sts"]
     assert cb3.baseline == cb.baseline
     assert [x for r in cb3.R for x in r] == pytest.approx([x for r in cb.R for x in r], abs=1e-5)
@@ -170,34 +165,15 @@ def test_needs_a_sequential_schedule(tmp_path):
 
 
 def test_the_report_of_a_run_that_ended_early():
-    text = format_continual(
-        ["sst", "qqp"],
-        ["accuracy", "accuracy"],
-        [("baseline", [0.2, 0.5]), ("sst", [0.8, 0.25])],
-        None,
-        "dev",
-    )
+    rows = [("baseline", [0.2, 0.5]), ("sst", [0.8, 0.25])]
+    text = format_continual(["sst", "qqp"], ["accuracy", "accuracy"], rows, None, "dev")
     lines = text.splitlines()
-    assert lines[2].split() == ["baseline", "0.2000", "0.5000"] and lines[3].split() == [
-        "sst",
-        "0.8000",
-        "0.2500",
-    ]
-    assert lines[-1].strip() == "ACC, BWT, FWT: after all 2 phases (1 evaluated; the run ended before)"
-    done = format_continual(
-        ["a", "b"],
-        ["accuracy", "accuracy"],
-        [("baseline", [0.1, 0.2]), ("a", [0.8, 0.3]), ("b", [0.7, 0.9])],
-        continual_metrics([[0.8, 0.3], [0.7, 0.9]], [0.1, 0.2]),
-        "dev",
+    assert (
+        lines[2].split() == "baseline 0.2000 0.5000".split()
+        and lines[3].split() == "sst 0.8000 0.2500".split()
     )
-    assert done.splitlines()[-1].split() == [
-        "ACC",
-        "0.8000",
-        "BWT",
-        "-0.1000",
-        "FWT",
-        "+0.1000",
-        "forgetting",
-        "0.1000",
-    ]
+    assert lines[-1].strip() == "ACC, BWT, FWT: after all 2 phases (1 evaluated; the run ended before)"
+    rows = [("baseline", [0.1, 0.2]), ("a", [0.8, 0.3]), ("b", [0.7, 0.9])]
+    summary = continual_metrics([[0.8, 0.3], [0.7, 0.9]], [0.1, 0.2])
+    done = format_continual(["a", "b"], ["accuracy", "accuracy"], rows, summary, "dev")
+    assert done.splitlines()[-1].split() == "ACC 0.8000 BWT -0.1000 FWT +0.1000 forgetting 0.1000".split()

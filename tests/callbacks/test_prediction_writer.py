@@ -36,10 +36,12 @@ class FakePredictor(pl.LightningModule):
         return {"task": batch["task"], "split": batch["split"], "ids": batch["ids"], "predictions": preds}
 
 
-def run_predict(tmp_path: Path, writer: PredictionWriter) -> FakePredictor:
+def run_predict(
+    tmp_path: Path, writer: PredictionWriter, model: FakePredictor | None = None
+) -> FakePredictor:
     data = write_cs224n_quirks(tmp_path / "data")
     dm = MultiTaskDataModule(data_dir=str(data), cache_dir=tmp_path / "cache", eval_batch_size=4)
-    model = FakePredictor()
+    model = model or FakePredictor()
     trainer = quiet_trainer(callbacks=[writer])
     trainer.predict(model, datamodule=dm, return_predictions=False)
     return model
@@ -65,26 +67,15 @@ def test_refuses_to_overwrite_before_predicting(tmp_path):
     run_predict(tmp_path, PredictionWriter(output_dir=out))
     before = {p.name: p.read_text() for p in out.iterdir()}
     (out / "sst-dev-output.csv").write_text("mine\n")
+    refused = FakePredictor()
     with pytest.raises(PalUserError, match="already exist") as err:
-        run_predict(tmp_path, PredictionWriter(output_dir=out))
+        run_predict(tmp_path, PredictionWriter(output_dir=out), refused)
+    assert refused.calls == 0  # refused before any batch
     assert "sst-dev-output.csv" in str(err.value) and "overwrite" in str(err.value)
     assert (out / "sst-dev-output.csv").read_text() == "mine\n"  # nothing written
     model = run_predict(tmp_path, PredictionWriter(output_dir=out, overwrite=True))
     assert model.calls > 0
     assert (out / "sst-dev-output.csv").read_text() == before["sst-dev-output.csv"]
-
-
-def test_refusal_happens_before_any_batch(tmp_path):
-    out = tmp_path / "preds"
-    out.mkdir()
-    (out / "para-test-output.csv").write_text("x\n")
-    data = write_cs224n_quirks(tmp_path / "data")
-    dm = MultiTaskDataModule(data_dir=str(data), cache_dir=tmp_path / "cache")
-    model = FakePredictor()
-    trainer = quiet_trainer(callbacks=[PredictionWriter(out)])
-    with pytest.raises(PalUserError):
-        trainer.predict(model, datamodule=dm)
-    assert model.calls == 0
 
 
 def test_default_dir_and_value_format(tmp_path):

@@ -32,57 +32,6 @@ def test_distinct_learning_rates_and_gradient_norm() -> None:
     assert gradient_norm([a, b]) == pytest.approx(5.0)  # sqrt(3^2 + 4^2)
 
 
-def test_metrics_csv_rows(tmp_path: Path) -> None:
-    data = write_cs224n_data(tmp_path / "data")
-    config = write_tiny_fit_config(tmp_path, data)
-    steps, head_lr, warmup = 6, 5e-3, 2
-    args = ["fit", "--config", str(config), "--trainer.max_steps", str(steps)]
-    assert main([*args, "--model.head_lr", str(head_lr), "--model.warmup_steps", str(warmup)]) == 0
-    with open(tmp_path / "runs" / "version_0" / "metrics.csv", newline="") as f:
-        rows = list(csv.DictReader(f))
-    header = set(rows[0])
-    assert not any(k.startswith("lr-AdamW") for k in header)  # one rate per group, not four
-    tasks = ["sst", "qqp", "sts"]
-
-    ours = [r for r in rows if r["train/task_index"]]
-    assert [int(r["step"]) for r in ours] == list(range(steps))
-    lightning_loss = {int(r["step"]): float(r["train/loss"]) for r in rows if r["train/loss"]}
-    counts = dict.fromkeys(tasks, 0)
-    for r in ours:
-        step, task = int(r["step"]), tasks[int(float(r["train/task_index"]))]
-        counts[task] += 1
-        losses = {t for t in tasks if r[f"train/{t}/loss"]}
-        assert losses == {task}, r  # the trained task's loss alone
-        assert float(r[f"train/{task}/loss"]) == pytest.approx(lightning_loss[step], rel=1e-6)
-        assert {t: int(float(r[f"train/steps/{t}"])) for t in tasks} == counts
-        assert float(r["train/examples_per_s"]) > 0 and float(r["train/tokens_per_s"]) > 0
-        assert float(r["train/grad_norm"]) > 0
-        if task == "sts":  # regression: no accuracy
-            assert not any(r[f"train/{t}/accuracy"] for t in ("sst", "qqp") if f"train/{t}/accuracy" in r)
-        else:  # the accuracy of one batch of 4: a multiple of 1/4, and only for the trained task
-            accuracy = float(r[f"train/{task}/accuracy"])
-            assert 0 <= accuracy <= 1 and (4 * accuracy) == pytest.approx(round(4 * accuracy))
-            assert not any(r.get(f"train/{t}/accuracy") for t in ("sst", "qqp") if t != task)
-        # the schedule by hand: (s + 1) / (w + 1) while warming up, then (total - s) / (total - w)
-        factor = (step + 1) / (warmup + 1) if step < warmup else (steps - step) / (steps - warmup)
-        assert float(r["lr/heads"]) == float(r["lr/adapters"]) == pytest.approx(head_lr * factor, rel=1e-6)
-        assert "lr/heads_no_decay" not in r or not r["lr/heads_no_decay"]
-
-    sampling = [r for r in rows if r["sampling/p_sst"]]
-    assert len(sampling) == 3  # one row per epoch (2 steps per epoch)
-    for r in sampling:
-        # the fixture's train files are equally large: every schedule p_i ∝ N_i^alpha gives 1/3
-        assert [float(r[f"sampling/p_{t}"]) for t in tasks] == pytest.approx([1 / 3] * 3)
-
-    # TensorBoard gets the same scalars and no hp_metric stuck at its placeholder -1
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    events = EventAccumulator(str(tmp_path / "runs" / "version_0" / "tensorboard"))
-    events.Reload()
-    scalars = set(events.Tags()["scalars"])
-    assert "hp_metric" not in scalars and {"train/grad_norm", "sampling/p_sst", "lr/heads"} <= scalars
-
-
 class _DeviceReads(TorchDispatchMode):
     """Counts the tensor reads that make the host wait for the device (``.item()``, ``int(t)``, ``bool(t)``)."""
 
@@ -123,22 +72,69 @@ def _rows(run: Path) -> list[dict[str, str]]:
 
 @pytest.fixture(scope="module")
 def resumed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fit of 4 steps (2 per epoch, a validation per epoch, last.ckpt after the 4th), resumed to 8."""
+    """A fit of 6 steps (2 per epoch, a validation per epoch, last.ckpt after the 6th), resumed to 8."""
     root = tmp_path_factory.mktemp("training_log")
     config = write_tiny_fit_config(root, write_cs224n_data(root / "data"))
-    assert main(["fit", "--config", str(config)]) == 0
-    assert main(["fit", "--config", str(config), "--ckpt_path", "last", "--trainer.max_steps", "8"]) == 0
+    args = ["fit", "--config", str(config), "--model.head_lr", "5e-3", "--model.warmup_steps", "2"]
+    assert main([*args, "--trainer.max_steps", "6"]) == 0
+    assert main([*args, "--ckpt_path", "last", "--trainer.max_steps", "8"]) == 0
     return root / "runs"
+
+
+def test_metrics_csv_rows(resumed: Path) -> None:
+    """The first run of :func:`resumed`: 6 steps, head_lr 5e-3, 2 warmup steps, 2 steps per epoch."""
+    steps, head_lr, warmup = 6, 5e-3, 2
+    rows = _rows(resumed / "version_0")
+    header = set(rows[0])
+    assert not any(k.startswith("lr-AdamW") for k in header)  # one rate per group, not four
+
+    ours = [r for r in rows if r["train/task_index"]]
+    assert [int(r["step"]) for r in ours] == list(range(steps))
+    lightning_loss = {int(r["step"]): float(r["train/loss"]) for r in rows if r["train/loss"]}
+    counts = dict.fromkeys(TASKS, 0)
+    for r in ours:
+        step, task = int(r["step"]), TASKS[int(float(r["train/task_index"]))]
+        counts[task] += 1
+        losses = {t for t in TASKS if r[f"train/{t}/loss"]}
+        assert losses == {task}, r  # the trained task's loss alone
+        assert float(r[f"train/{task}/loss"]) == pytest.approx(lightning_loss[step], rel=1e-6)
+        assert {t: int(float(r[f"train/steps/{t}"])) for t in TASKS} == counts
+        assert float(r["train/examples_per_s"]) > 0 and float(r["train/tokens_per_s"]) > 0
+        assert float(r["train/grad_norm"]) > 0
+        if task == "sts":  # regression: no accuracy
+            assert not any(r[f"train/{t}/accuracy"] for t in ("sst", "qqp") if f"train/{t}/accuracy" in r)
+        else:  # the accuracy of one batch of 4: a multiple of 1/4, and only for the trained task
+            accuracy = float(r[f"train/{task}/accuracy"])
+            assert 0 <= accuracy <= 1 and (4 * accuracy) == pytest.approx(round(4 * accuracy))
+            assert not any(r.get(f"train/{t}/accuracy") for t in ("sst", "qqp") if t != task)
+        # the schedule by hand: (s + 1) / (w + 1) while warming up, then (total - s) / (total - w)
+        factor = (step + 1) / (warmup + 1) if step < warmup else (steps - step) / (steps - warmup)
+        assert float(r["lr/heads"]) == float(r["lr/adapters"]) == pytest.approx(head_lr * factor, rel=1e-6)
+        assert "lr/heads_no_decay" not in r or not r["lr/heads_no_decay"]
+
+    sampling = [r for r in rows if r["sampling/p_sst"]]
+    assert len(sampling) == 3  # one row per epoch (2 steps per epoch)
+    for r in sampling:
+        # the fixture's train files are equally large: every schedule p_i ∝ N_i^alpha gives 1/3
+        assert [float(r[f"sampling/p_{t}"]) for t in TASKS] == pytest.approx([1 / 3] * 3)
+
+    # TensorBoard gets the same scalars and no hp_metric stuck at its placeholder -1
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(resumed / "version_0" / "tensorboard"))
+    events.Reload()
+    scalars = set(events.Tags()["scalars"])
+    assert "hp_metric" not in scalars and {"train/grad_norm", "sampling/p_sst", "lr/heads"} <= scalars
 
 
 def test_validation_is_logged_at_the_steps_done(resumed: Path) -> None:
     run = resumed / "version_0"
     rows = _rows(run)
     validations = {int(r["step"]): r for r in rows if r.get("val/overall")}
-    assert sorted(validations) == [2, 4]  # after the 2nd and the 4th optimizer step
-    assert [int(float(validations[s]["epoch"])) for s in (2, 4)] == [0, 1]
+    assert sorted(validations) == [2, 4, 6]  # after the 2nd, 4th and 6th optimizer step
+    assert [int(float(validations[s]["epoch"])) for s in (2, 4, 6)] == [0, 1, 2]
     # training rows: the N-th step's row says N - 1 (its loss is of the weights before the update)
-    assert sorted(int(r["step"]) for r in rows if r["train/task_index"]) == [0, 1, 2, 3]
+    assert sorted(int(r["step"]) for r in rows if r["train/task_index"]) == [0, 1, 2, 3, 4, 5]
     (best,) = (run / "checkpoints").glob("best-step*.ckpt")
     best_step = max(validations, key=lambda s: float(validations[s]["val/overall"]))
     assert best.name.startswith(f"best-step{best_step}-")
@@ -147,7 +143,7 @@ def test_validation_is_logged_at_the_steps_done(resumed: Path) -> None:
 
     events = EventAccumulator(str(run / "tensorboard"))
     events.Reload()
-    assert [e.step for e in events.Scalars("val/overall")] == [2, 4]
+    assert [e.step for e in events.Scalars("val/overall")] == [2, 4, 6]
 
 
 def test_steps_per_task_continue_after_a_resume(resumed: Path) -> None:

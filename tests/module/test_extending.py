@@ -141,23 +141,8 @@ def test_the_guides_option_on_the_command_line_and_in_layered_yaml(
     adapter = yaml.safe_load(capsys.readouterr().out)["model"]["init_args"]["adapter"]
     assert adapter == {"method": "tiny_mlp", "size": None, "num_heads": 6, "placement": "all", "init": "zero"}
     # an option of another method: one line naming tiny_mlp's options, exit 2
-    assert (
-        main(
-            [
-                "fit",
-                "--config",
-                quickstart,
-                "--model.adapter.method",
-                "tiny_mlp",
-                "--model.adapter.alpha",
-                "4",
-            ]
-        )
-        == 2
-    )
+    alpha = ["--model.adapter.method", "tiny_mlp", "--model.adapter.alpha", "4"]
+    assert main(["fit", "--config", quickstart, *alpha]) == 2
     error = capsys.readouterr().err.strip()
-    assert (
-        "\n" not in error
-        and "adapter.alpha does not apply to method 'tiny_mlp'" in error
-        and "scale" in error
-    )
+    assert "\n" not in error and "adapter.alpha does not apply to method 'tiny_mlp'" in error
+    assert "scale" in error

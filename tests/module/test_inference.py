@@ -14,8 +14,10 @@ import numpy as np
 import pytest
 import torch
 
-from pal_lightning import MultiTaskModule, PalUserError
-from pal_lightning.testing import write_cs224n_data
+from pal_lightning import MultiTaskModule, PalUserError, TaskSpec
+from pal_lightning.module.inference import predict_items
+from pal_lightning.testing import TINY_BERT, write_cs224n_data
+from pal_lightning.testing.conformance import move
 
 SENTENCES = [
     "a great, moving film .",
@@ -201,3 +203,51 @@ def test_benchmark_serves_the_stream_both_ways_and_writes_json(tmp_path: Path) -
     assert [r["batch"] for r in result["results"]] == [8, 32, 128]
     assert sum(result["tasks_in_stream"].values()) == 12 and "load_avg_1m_before" in result
     assert all(r["max_abs_diff"] < 1e-4 and r["ratio"] > 0 for r in result["results"])
+
+
+TOPIC = TaskSpec(name="topic", num_labels=3, text_columns=("sentence",))
+TEXT = "a fine film with a long and dull end"
+PAIR = ("how do I cook rice?", "how is rice cooked?")
+PREFIX_ITEMS = [
+    ("sst", TEXT),
+    ("topic", TEXT),
+    ("cfimdb", TEXT),
+    ("qqp", PAIR),  # cross: one sequence
+    ("sts", PAIR),  # siamese: a row per side
+    ("sst", PAIR[0]),  # the same row as the siamese pair's first side
+]
+
+
+def test_all_tasks_on_one_input_equal_each_alone_and_run_the_lower_layer_once() -> None:
+    """Several tasks on one input run the layers below their modules once per distinct row (single
+    sentences, a cross pair's sequence, each side of a siamese pair) and answer as each item alone does;
+    ``shared_prefix=False`` runs every row through every layer."""
+    torch.manual_seed(0)
+    module = MultiTaskModule(
+        tasks=["sst", "qqp", "sts", "cfimdb", TOPIC],
+        encoder_config=TINY_BERT,
+        adapter={"method": "pals", "size": 8, "num_heads": 2, "num_layers": 1, "placement": "top"},
+        pair_encoding={"sts": "siamese", "default": "cross"},
+    )
+    move(module)  # zero-initialised ups would make every task's modules the identity
+    module.set_label_names({"topic": ["sports", "politics", "arts"]})
+    rows: list[list[int]] = [[], []]
+    for i, layer in enumerate(module.encoder.family.layer_list(module.encoder.backbone)):
+        layer.register_forward_pre_hook(lambda m, args, i=i: rows[i].append(args[0].shape[0]))
+    together = module.predict(PREFIX_ITEMS)
+    # 7 rows (the siamese second side one more) of 4 distinct inputs: layer 0, and layer 1 but for its join
+    # norm (the PALs' term joins there), run on the 4
+    assert rows == [[4], [4]]
+    for item, prediction in zip(PREFIX_ITEMS, together, strict=True):
+        (alone,) = module.predict([item])
+        assert prediction.task == alone.task and prediction.label == alone.label
+        if alone.score is not None:
+            assert abs(prediction.score - alone.score) < 1e-5
+        else:
+            np.testing.assert_allclose(prediction.probabilities, alone.probabilities, atol=1e-5, rtol=0)
+    assert module.encoder._prefix_once is False
+    rows[:] = [[], []]
+    plain = predict_items(module, PREFIX_ITEMS, shared_prefix=False)
+    assert rows == [[7], [7]]
+    for a, b in zip(together, plain, strict=True):
+        assert a.label == b.label

@@ -13,7 +13,7 @@ import torch
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.data import MultiTaskDataModule
-from pal_lightning.module.init_weights import load_initial_weights
+from pal_lightning.module.checkpoint_check import load_initial_weights
 from pal_lightning.module.multitask import MultiTaskModule
 from pal_lightning.testing import TINY_BERT, quiet_trainer, write_cs224n_data
 

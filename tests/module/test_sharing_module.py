@@ -37,21 +37,10 @@ def test_bad_regimes_are_refused_with_one_clear_message() -> None:
 def test_the_cli_reports_a_bad_regime_in_one_line_with_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import yaml
-
     from pal_lightning.cli.main import USER_ERROR_EXIT, main
-    from pal_lightning.testing import TINY_BERT, write_cs224n_data
+    from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
 
-    config = tmp_path / "tiny.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "trainer": {"accelerator": "cpu", "max_steps": 1, "default_root_dir": str(tmp_path / "runs")},
-                "model": {"init_args": {"encoder_config": TINY_BERT, "adapter": {"num_heads": 2}}},
-                "data": {"init_args": {"data_dir": str(write_cs224n_data(tmp_path / "data"))}},
-            }
-        )
-    )
+    config = write_tiny_fit_config(tmp_path, write_cs224n_data(tmp_path / "data"))
     quickstart = str(ROOT / "configs" / "quickstart.yaml")
     for spec, message in (("SSS", "has 3 letters"), ("SZ", "unknown letter")):
         args = ["fit", "--config", quickstart, "--config", str(config), "--model.layer_sharing", spec]
@@ -103,7 +92,7 @@ def test_a_mixed_regime_with_pals_fits() -> None:
     module = tiny_module(layer_sharing="FI", lr=3e-3, head_lr=3e-2)
     before = {n: p.detach().clone() for n, p in module.named_parameters()}
     data = TinyData()
-    data.steps = 6
+    data.steps = 3  # one batch of each task
     trainer = quiet_trainer(max_epochs=1, limit_val_batches=0)
     trainer.fit(module, datamodule=data)
     after = dict(module.named_parameters())

@@ -54,18 +54,9 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     folder = tmp_path_factory.mktemp("subclass")
     config = write_tiny_fit_config(folder, write_cs224n_data(folder / "data"), tasks=["sst", "qqp"])
     out = io.StringIO()
+    args = ["--model.class_path", SUBCLASS, "--model.init_args.mlp_width", "12"]
     with contextlib.redirect_stdout(out):
-        code = main(
-            [
-                "fit",
-                "--config",
-                str(config),
-                "--model.class_path",
-                SUBCLASS,
-                "--model.init_args.mlp_width",
-                "12",
-            ]
-        )
+        code = main(["fit", "--config", str(config), *args])
     assert code == 0, out.getvalue()
     version = folder / "runs" / "version_0"
     return Run(folder, config, version / "model", version / "checkpoints" / "best.ckpt", out.getvalue())

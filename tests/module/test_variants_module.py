@@ -27,10 +27,10 @@ def test_each_variant_fits_and_trains_its_own_parameters(adapter: str, extra: di
     before = {n: p.detach().clone() for n, p in module.encoder.adapters.named_parameters()}
     assert before, "the variant has task-specific parameters"
     data = TinyData()
-    data.steps = 6
+    data.steps = 3  # one batch of each task
     trainer = quiet_trainer(max_epochs=1, limit_val_batches=0)
     trainer.fit(module, datamodule=data)
-    assert trainer.global_step == 6
+    assert trainer.global_step == 3
     tasks_seen = {b["task"] for b in FIXED}
     for task in tasks_seen:
         moved = [
@@ -68,29 +68,12 @@ def test_a_variant_overlay_fits_a_tiny_model_through_the_cli(tmp_path: Path) -> 
     import yaml
 
     from pal_lightning.cli.main import main
-    from pal_lightning.testing import TINY_BERT, write_cs224n_data
+    from pal_lightning.testing import write_cs224n_data, write_tiny_fit_config
 
-    data = write_cs224n_data(tmp_path / "data")
-    base = {
-        "seed_everything": 1,
-        "trainer": {
-            "accelerator": "cpu",
-            "max_steps": 2,
-            "default_root_dir": str(tmp_path / "runs"),
-            "enable_progress_bar": False,
-            "num_sanity_val_steps": 0,
-        },
-        "model": {
-            "init_args": {"tasks": ["sst", "sts"], "encoder_config": TINY_BERT, "adapter": {"num_heads": 2}}
-        },
-        "data": {
-            "init_args": {"data_dir": str(data), "batch_size": 4, "steps_per_epoch": 2, "cache_dir": False}
-        },
-    }
-    config = tmp_path / "tiny.yaml"
-    config.write_text(yaml.safe_dump(base))
+    config = write_tiny_fit_config(tmp_path, write_cs224n_data(tmp_path / "data"), tasks=["sst", "sts"])
     quickstart = str(ROOT / "configs" / "quickstart.yaml")
     overlay = str(ROOT / "configs" / "variants" / "pa_on_top.yaml")
-    assert main(["fit", "--config", quickstart, "--config", str(config), "--config", overlay]) == 0
+    args = ["--config", quickstart, "--config", str(config), "--config", overlay, "--trainer.max_steps", "2"]
+    assert main(["fit", *args]) == 0
     saved = yaml.safe_load((tmp_path / "runs" / "version_0" / "config.yaml").read_text())
     assert saved["model"]["init_args"]["adapter"]["method"] == "pa_on_top"
