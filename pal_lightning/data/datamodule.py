@@ -242,20 +242,15 @@ class MultiTaskDataModule(pl.LightningDataModule):
             "probabilities": self.task_probabilities_for_epoch,
         }
         args = (self.train_sizes, self.batch_sizes, self.sampling_schedule)
-        by_length = self.config.group_by_length
+        mixed, lengths = self.config.batch_mixing == MIXED, None
+        if self.config.group_by_length:  # a mixed batch pads to its longest row: each example's longer side
+            lengths = {t: s.widths if mixed else s.lengths for (t, _), s in splits.items()}
         sampler: MultiTaskBatchSampler
-        if (
-            self.config.batch_mixing == MIXED
-        ):  # a mixed batch pads to its longest row: each example's longer side
-            widths = {t: splits[(t, "train")].widths for t in self.task_names} if by_length else None
-            sampler = MixedTaskBatchSampler(*args, **common, lengths=widths)
+        if mixed:
+            sampler = MixedTaskBatchSampler(*args, **common, lengths=lengths)
         else:
-            sampler = MultiTaskBatchSampler(
-                *args,
-                **common,
-                lengths={t: splits[(t, "train")].lengths for t in self.task_names} if by_length else None,
-                phases=self.phase_plan.lengths(self.train_sizes, self.batch_sizes, world) or None,
-            )
+            phases = self.phase_plan.lengths(self.train_sizes, self.batch_sizes, world) or None
+            sampler = MultiTaskBatchSampler(*args, **common, lengths=lengths, phases=phases)
         sampler.position_fn = lambda: fit_batches_consumed(self.trainer)
         dataset = MultiTaskDataset(splits, self.pad_token_id, self.config.pad_to_multiple_of)
         epoch = None if self.trainer is None else self.trainer.current_epoch

@@ -91,7 +91,7 @@ class GlueDownload(RowSource):
 
     def locate(self, spec: TaskSpec, split: str, data_dir: Path) -> Location | None:
         path = local_file(spec, split, data_dir)
-        return None if path is None else Location(self.kind, str(path), reader=self)
+        return None if path is None else Location(self.kind, str(path), self)
 
     def rows(self, spec: TaskSpec, loc: Location, data_dir: Path, split: str) -> Iterator[Row]:
         assert spec.hf_name is not None

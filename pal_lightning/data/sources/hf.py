@@ -189,7 +189,7 @@ class HubDataset(RowSource):
     def locate(self, spec: TaskSpec, split: str, data_dir: Path) -> Location | None:
         assert spec.hf_path is not None
         hf_split = spec.files.get(split, HF_DEFAULT_SPLITS[split] if not spec.files else None)
-        return None if hf_split is None else Location(self.kind, spec.hf_path, hf_split, reader=self)
+        return None if hf_split is None else Location(self.kind, spec.hf_path, self, hf_split)
 
     def rows(self, spec: TaskSpec, loc: Location, data_dir: Path, split: str) -> Iterator[Row]:
         return dataset_rows(load_split(spec, str(loc.hf_split), data_dir, split), 1)

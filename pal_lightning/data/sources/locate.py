@@ -24,9 +24,10 @@ class Location:
     """``file``, ``glue_data`` (a file of GLUE's download) or ``hub`` (a hub id or dataset folder)."""
     location: str
     """The local path, or the hub id."""
+    reader: RowSource
+    """The source that reads it."""
     hf_split: str | None = None
     """For hub sources: the split name on the hub."""
-    reader: RowSource | None = None
 
     @property
     def is_file(self) -> bool:

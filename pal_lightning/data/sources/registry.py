@@ -29,7 +29,7 @@ class RowSource:
         name = spec.files.get(split)
         if not name:
             return None
-        return Location(self.kind, str(resolve_file(name, data_dir)), reader=self)
+        return Location(self.kind, str(resolve_file(name, data_dir)), self)
 
     def rows(self, spec: TaskSpec, loc: Location, data_dir: Path, split: str) -> Iterator[Row]:
         """The rows of the split at ``loc``, in order."""
@@ -97,21 +97,16 @@ def resolve_source(spec: TaskSpec, split: str, data_dir: Path) -> Location | Non
     return source_for(spec).locate(spec, split, data_dir)
 
 
-def reader_of(loc: Location) -> RowSource:
-    assert loc.reader is not None, loc
-    return loc.reader
-
-
 def source_exists(spec: TaskSpec, loc: Location | None, data_dir: Path) -> bool:
     """Whether the split at ``loc`` is there."""
-    return loc is not None and reader_of(loc).exists(spec, loc, data_dir)
+    return loc is not None and loc.reader.exists(spec, loc, data_dir)
 
 
 def split_fingerprint(spec: TaskSpec, split: str, data_dir: Path) -> str:
     """What identifies the rows of ``split`` of ``spec``."""
     loc = resolve_source(spec, split, data_dir)
     assert loc is not None
-    return reader_of(loc).fingerprint(spec, loc, data_dir, split)
+    return loc.reader.fingerprint(spec, loc, data_dir, split)
 
 
 def check_files_exist(requests: Sequence[tuple[TaskSpec, str]], data_dir: Path) -> None:
@@ -120,10 +115,10 @@ def check_files_exist(requests: Sequence[tuple[TaskSpec, str]], data_dir: Path) 
     hints: dict[str, None] = {}
     for spec, split in requests:
         loc = resolve_source(spec, split, data_dir)
-        entry = None if loc is None else reader_of(loc).missing(spec, split, loc, data_dir)
+        entry = None if loc is None else loc.reader.missing(spec, split, loc, data_dir)
         if loc is not None and entry is not None:
             missing.append(entry)
-            hints[reader_of(loc).missing_hint(spec, data_dir)] = None
+            hints[loc.reader.missing_hint(spec, data_dir)] = None
     if not missing:
         return
     where = f" in {data_dir.resolve()} (nor in the working directory {Path.cwd()})"
