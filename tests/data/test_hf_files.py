@@ -1,4 +1,4 @@
-"""A user's own ``format: hf`` files (pal_lightning.data.sources.hf_files): empty or header-only files give
+"""A user's own ``format: hf`` files (pal_lightning.data.sources.hf): empty or header-only files give
 one line; tab-separated files are read without quote processing, ``delimiter``/``quoting`` set both; a
 tab-separated ``.csv`` is one line; relative paths resolve against the data folder, then the working
 directory (never inside the packaged demo folder), and a missing one is named as given."""
