@@ -19,8 +19,8 @@ from pal_lightning.callbacks.score_report import ScoreReport
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.data import MultiTaskDataModule
 from pal_lightning.data.sources import hf as hf_sources
-from pal_lightning.data.sources.labels import names_of_values
 from pal_lightning.data.sources.readers import label_names_for, read_split
+from pal_lightning.data.sources.validate import names_of_values
 from pal_lightning.module.pretrained import CONFIG_NAME
 from pal_lightning.tasks.specs import TaskSpec
 from pal_lightning.testing import TINY_BERT, quiet_trainer
@@ -138,7 +138,7 @@ def test_json_lines_with_string_labels(tmp_path: Path) -> None:
 
 def test_class_names_in_messages_stay_on_one_line() -> None:
     """A fuzzed file's label cells can hold line breaks and NUL bytes; the message naming them is one line."""
-    from pal_lightning.data.sources.labels import describe_names
+    from pal_lightning.data.sources.validate import describe_names
 
     shown = describe_names(["sports", " 0 ", "0\n0", "\x000"])
     assert shown == "sports, ' 0 ', '0\\n0', '\\x000'" and "\n" not in shown

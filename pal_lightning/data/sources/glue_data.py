@@ -13,8 +13,7 @@ from typing import Any
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.data.sources.delimited import tsv_records
-from pal_lightning.data.sources.locate import Location
-from pal_lightning.data.sources.registry import Row, RowSource
+from pal_lightning.data.sources.registry import Location, Row, RowSource
 from pal_lightning.tasks.glue import is_glue_task
 from pal_lightning.tasks.specs import TaskSpec
 

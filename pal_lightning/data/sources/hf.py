@@ -20,9 +20,8 @@ from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.files import file_fingerprint
 from pal_lightning.data.sources import glue_data
 from pal_lightning.data.sources.delimited import STARTER_DATA
-from pal_lightning.data.sources.labels import names_of_values
-from pal_lightning.data.sources.locate import Location
-from pal_lightning.data.sources.registry import Row, RowSource
+from pal_lightning.data.sources.registry import Location, Row, RowSource
+from pal_lightning.data.sources.validate import names_of_values
 from pal_lightning.tasks.catalogue import BUILTIN_TASKS
 from pal_lightning.tasks.specs import TaskSpec
 

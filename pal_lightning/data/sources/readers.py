@@ -7,9 +7,13 @@ import os
 from pathlib import Path
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.data.sources.labels import describe_names
-from pal_lightning.data.sources.locate import SPLITS, resolve_data_dir
-from pal_lightning.data.sources.registry import check_files_exist, resolve_source, source_exists
+from pal_lightning.data.sources.registry import (
+    SPLITS,
+    check_files_exist,
+    resolve_data_dir,
+    resolve_source,
+    source_exists,
+)
 from pal_lightning.data.sources.validate import (
     DEFAULT_MAX_BAD_FRACTION,
     RawSplit,
@@ -17,6 +21,7 @@ from pal_lightning.data.sources.validate import (
     check_bad_rows,
     check_header,
     check_on_bad_row,
+    describe_names,
 )
 from pal_lightning.tasks.specs import TaskSpec
 
