@@ -1,7 +1,5 @@
-"""A user's own classification task: labels 0..K-1 without a label_range, and labels given as names; end to
-end, a string-labelled csv beside no CS224N task is fit, scored under a neutral overall with its class names,
-predicted into a file of names and probabilities, saved with the names in config.json and the card, and
-reloaded so that ``predict`` gives names."""
+"""A user's own classification task: labels 0..K-1 without a label_range, and labels given as names, end to
+end (fit, scores, prediction files, saved config and card, ``predict`` after a reload)."""
 
 from __future__ import annotations
 
