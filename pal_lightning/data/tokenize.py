@@ -160,13 +160,9 @@ def pad_batch(
 
 
 def tokenizer_fingerprint(tokenizer: Any) -> str:
-    """SHA-256 of the tokenizer's full serialised state (vocabulary, normaliser, special tokens)."""
+    """SHA-256 of a fast tokenizer's full serialised state (vocabulary, normaliser, special tokens)."""
     digest = hashlib.sha256(type(tokenizer).__name__.encode())
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is not None:
-        digest.update(backend.to_str().encode())
-    else:  # pragma: no cover - slow tokenizers are refused earlier
-        digest.update(json.dumps(tokenizer.get_vocab(), sort_keys=True).encode())
+    digest.update(tokenizer.backend_tokenizer.to_str().encode())
     digest.update(json.dumps(tokenizer.all_special_tokens).encode())
     return digest.hexdigest()
 
