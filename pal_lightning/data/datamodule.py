@@ -27,8 +27,7 @@ from pal_lightning.data.sources.readers import label_names_for, resolve_data_dir
 from pal_lightning.data.split_cache import SplitCache
 from pal_lightning.data.stage_splits import PREPARE, StageSplits
 from pal_lightning.data.tokenize import TokenizedSplit
-from pal_lightning.tasks.specs import TaskSpec, resolve_tasks
-from pal_lightning.tasks.views import eval_views
+from pal_lightning.tasks.specs import TaskSpec, eval_views, resolve_tasks
 
 __all__ = ["MultiTaskDataModule", "fit_batches_consumed", "shard_of", "turn_off_distributed_sampler"]
 

@@ -19,8 +19,7 @@ from pal_lightning.data.sampling.per_task import eval_batches
 from pal_lightning.data.sources.readers import SPLITS, check_files_exist
 from pal_lightning.data.split_cache import SplitCache
 from pal_lightning.data.tokenize import Encoded, TokenizedSplit
-from pal_lightning.tasks.specs import TaskSpec
-from pal_lightning.tasks.views import EvalView, with_views
+from pal_lightning.tasks.specs import EvalView, TaskSpec, with_views
 
 __all__ = ["PREPARE", "VALIDATION", "StageSplits", "carve", "take_rows"]
 

@@ -1,4 +1,4 @@
-"""Evaluation views (pal_lightning.tasks.views): a task's further dev/test sets as specs of their own, the
+"""Evaluation views (pal_lightning.tasks.specs): a task's further dev/test sets as specs of their own, the
 views of a task list (one per name, a listed task winning over a view of its name), and what each split
 serves, in order; a view with a field TaskSpec lacks fails when the task is built."""
 
@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.tasks.specs import TaskSpec, get_task, task_to_dict, task_to_hparam
-from pal_lightning.tasks.views import eval_views, with_views
+from pal_lightning.tasks.specs import TaskSpec, eval_views, get_task, task_to_dict, task_to_hparam, with_views
 
 
 def _task(name: str, **views: dict[str, object]) -> TaskSpec:
