@@ -112,13 +112,10 @@ class MultiTaskDataModule(pl.LightningDataModule):
         self.task_schedule, self.task_order = config.schedule, list(self.phase_plan.order)
         #: Every split read, validated and tokenised once.
         specs = [*self.task_specs, *(v.spec for v in self.eval_views.values())]
-        tokenizer = (self.tokenizer_name, self.tokenizer_revision)
-        self.splits = SplitCache(
-            specs, self.data_dir, self.cache_dir, tokenizer, self.max_length, self.pair_encodings, config
-        )
+        self.splits = SplitCache(specs, self.data_dir, self.cache_dir, self.pair_encodings, config)
         #: Which splits each stage serves.
         self.stages = StageSplits(
-            self.task_specs, self.eval_views, self.splits, self.data_dir, self.eval_batch_sizes, config
+            self.task_specs, self.eval_views, self.splits, self.eval_batch_sizes, config
         )
         # the sampling options are checked against the tasks now, not at fit time
         config.sampling_schedule(config.anneal_epochs or 1).probabilities(

@@ -6,7 +6,6 @@ from __future__ import annotations
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -67,8 +66,6 @@ class StageSplits:
     """Their evaluation views, by name."""
     splits: SplitCache
     """Where the splits are read from."""
-    data_dir: Path
-    """The data folder."""
     eval_batch_sizes: dict[str, int]
     """Evaluation batch size per rank of every task and view."""
     config: DataConfig
@@ -135,7 +132,7 @@ class StageSplits:
         elif stage == "predict":
             groups = [[(s, sp) for sp in self.config.predict_splits for s in self.evaluated(sp)]]
         for group in groups:
-            check_files_exist(group, self.data_dir)
+            check_files_exist(group, self.splits.data_dir)
 
     def cached(self) -> list[tuple[str, str]]:
         """What ``prepare_data`` tokenises: every split a task has and its views' dev sets (with the carve-out
