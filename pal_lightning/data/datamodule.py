@@ -27,8 +27,7 @@ from pal_lightning.data.sources.readers import label_names_for, resolve_data_dir
 from pal_lightning.data.split_cache import SplitCache
 from pal_lightning.data.stage_splits import PREPARE, StageSplits
 from pal_lightning.data.tokenize import TokenizedSplit
-from pal_lightning.tasks.specs import TaskSpec, resolve_tasks
-from pal_lightning.tasks.views import eval_views
+from pal_lightning.tasks.specs import TaskSpec, eval_views, resolve_tasks
 
 __all__ = ["MultiTaskDataModule", "fit_batches_consumed", "shard_of", "turn_off_distributed_sampler"]
 
@@ -113,13 +112,10 @@ class MultiTaskDataModule(pl.LightningDataModule):
         self.task_schedule, self.task_order = config.schedule, list(self.phase_plan.order)
         #: Every split read, validated and tokenised once.
         specs = [*self.task_specs, *(v.spec for v in self.eval_views.values())]
-        tokenizer = (self.tokenizer_name, self.tokenizer_revision)
-        self.splits = SplitCache(
-            specs, self.data_dir, self.cache_dir, tokenizer, self.max_length, self.pair_encodings, config
-        )
+        self.splits = SplitCache(specs, self.data_dir, self.cache_dir, self.pair_encodings, config)
         #: Which splits each stage serves.
         self.stages = StageSplits(
-            self.task_specs, self.eval_views, self.splits, self.data_dir, self.eval_batch_sizes, config
+            self.task_specs, self.eval_views, self.splits, self.eval_batch_sizes, config
         )
         # the sampling options are checked against the tasks now, not at fit time
         config.sampling_schedule(config.anneal_epochs or 1).probabilities(
@@ -242,20 +238,15 @@ class MultiTaskDataModule(pl.LightningDataModule):
             "probabilities": self.task_probabilities_for_epoch,
         }
         args = (self.train_sizes, self.batch_sizes, self.sampling_schedule)
-        by_length = self.config.group_by_length
+        mixed, lengths = self.config.batch_mixing == MIXED, None
+        if self.config.group_by_length:  # a mixed batch pads to its longest row: each example's longer side
+            lengths = {t: s.widths if mixed else s.lengths for (t, _), s in splits.items()}
         sampler: MultiTaskBatchSampler
-        if (
-            self.config.batch_mixing == MIXED
-        ):  # a mixed batch pads to its longest row: each example's longer side
-            widths = {t: splits[(t, "train")].widths for t in self.task_names} if by_length else None
-            sampler = MixedTaskBatchSampler(*args, **common, lengths=widths)
+        if mixed:
+            sampler = MixedTaskBatchSampler(*args, **common, lengths=lengths)
         else:
-            sampler = MultiTaskBatchSampler(
-                *args,
-                **common,
-                lengths={t: splits[(t, "train")].lengths for t in self.task_names} if by_length else None,
-                phases=self.phase_plan.lengths(self.train_sizes, self.batch_sizes, world) or None,
-            )
+            phases = self.phase_plan.lengths(self.train_sizes, self.batch_sizes, world) or None
+            sampler = MultiTaskBatchSampler(*args, **common, lengths=lengths, phases=phases)
         sampler.position_fn = lambda: fit_batches_consumed(self.trainer)
         dataset = MultiTaskDataset(splits, self.pad_token_id, self.config.pad_to_multiple_of)
         epoch = None if self.trainer is None else self.trainer.current_epoch

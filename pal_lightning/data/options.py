@@ -22,8 +22,7 @@ from pal_lightning.data.sampling.schedules import (
     sampling_rules,
     unknown_rule_message,
 )
-from pal_lightning.data.sources.locate import SPLITS
-from pal_lightning.data.sources.registry import source_for
+from pal_lightning.data.sources.registry import SPLITS, source_for
 from pal_lightning.data.sources.validate import DEFAULT_MAX_BAD_FRACTION, check_on_bad_row
 from pal_lightning.tasks.specs import TaskSpec, resolve_tasks, task_to_hparam
 

@@ -51,23 +51,21 @@ def load_fast_tokenizer(name: str, revision: str | None) -> Any:
 
 
 class SplitCache:
-    """Reads, validates and tokenises the splits of ``specs``, each once (``cache_dir=None``: in memory only);
-    ``tokenizer`` is the encoder's name and revision, ``options`` the data options."""
+    """Reads, validates and tokenises the splits of ``specs``, each once (``cache_dir=None``: in memory only),
+    as the data options ``options`` say."""
 
     def __init__(
         self,
         specs: list[TaskSpec],
         data_dir: Path,
         cache_dir: Path | None,
-        tokenizer: tuple[str, str | None],
-        max_length: int,
         pair_encodings: dict[str, str],
         options: DataConfig,
     ) -> None:
         self.specs = {s.name: s for s in specs}
         self.data_dir, self.cache_dir = data_dir, cache_dir
-        self.tokenizer_name, self.tokenizer_revision = tokenizer
-        self.max_length, self.pair_encodings = max_length, pair_encodings
+        self.tokenizer_name, self.tokenizer_revision = str(options.tokenizer), options.tokenizer_revision
+        self.max_length, self.pair_encodings = int(options.max_length), pair_encodings
         self.on_bad_row, self.detokenize = options.on_bad_row, options.detokenize
         self.max_bad_fraction = options.max_bad_rows_fraction
         self.limit_examples = options.limit_examples

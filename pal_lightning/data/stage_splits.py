@@ -6,7 +6,6 @@ from __future__ import annotations
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,8 +18,7 @@ from pal_lightning.data.sampling.per_task import eval_batches
 from pal_lightning.data.sources.readers import SPLITS, check_files_exist
 from pal_lightning.data.split_cache import SplitCache
 from pal_lightning.data.tokenize import Encoded, TokenizedSplit
-from pal_lightning.tasks.specs import TaskSpec
-from pal_lightning.tasks.views import EvalView, with_views
+from pal_lightning.tasks.specs import EvalView, TaskSpec, with_views
 
 __all__ = ["PREPARE", "VALIDATION", "StageSplits", "carve", "take_rows"]
 
@@ -68,8 +66,6 @@ class StageSplits:
     """Their evaluation views, by name."""
     splits: SplitCache
     """Where the splits are read from."""
-    data_dir: Path
-    """The data folder."""
     eval_batch_sizes: dict[str, int]
     """Evaluation batch size per rank of every task and view."""
     config: DataConfig
@@ -136,7 +132,7 @@ class StageSplits:
         elif stage == "predict":
             groups = [[(s, sp) for sp in self.config.predict_splits for s in self.evaluated(sp)]]
         for group in groups:
-            check_files_exist(group, self.data_dir)
+            check_files_exist(group, self.splits.data_dir)
 
     def cached(self) -> list[tuple[str, str]]:
         """What ``prepare_data`` tokenises: every split a task has and its views' dev sets (with the carve-out

@@ -1,11 +1,6 @@
-"""Tokenisation with the encoder's fast tokenizer, ragged numpy storage and an on-disk cache.
-
-A split is tokenised with one batched call and stored ragged (one flat ``int32`` array plus ``offsets``);
-padding happens per batch (:func:`pad_batch`). Pairs are ``cross`` (``[CLS] a [SEP] b [SEP]``) or
-``siamese`` (two sequences, keys ``*_a``/``*_b``). The cache holds one ``.npz`` per split named by a
-SHA-256 of everything that determines it (source, tokenizer, settings, :data:`CACHE_VERSION`), written
-atomically.
-"""
+"""Tokenisation with the encoder's fast tokenizer (one batched call per split), stored ragged (a flat
+``int32`` array plus ``offsets``) and padded per batch; pairs ``cross`` (one sequence) or ``siamese`` (keys
+``*_a``/``*_b``). The on-disk cache: one ``.npz`` per split, named by a SHA-256 of all that decides it."""
 
 from __future__ import annotations
 
@@ -132,7 +127,8 @@ def encode_split(
         encodings[side] = _ragged(out["input_ids"], out["token_type_ids"] if not side else None)
         # a fast tokenizer keeps what truncation removed as each encoding's overflow (a slow one: not known)
         rows = getattr(out, "encodings", None)
-        cut = None if rows is None or cut is None else cut | np.array([bool(e.overflowing) for e in rows], dtype=bool)
+        overflow = None if rows is None else np.array([bool(e.overflowing) for e in rows], dtype=bool)
+        cut = None if overflow is None or cut is None else cut | overflow
     ids = np.asarray(raw.ids, dtype=np.str_)
     return TokenizedSplit(
         raw.task, raw.split, ids, raw.labels, encodings, raw.rows, list(raw.bad_rows), raw.source, cut
@@ -164,13 +160,9 @@ def pad_batch(
 
 
 def tokenizer_fingerprint(tokenizer: Any) -> str:
-    """SHA-256 of the tokenizer's full serialised state (vocabulary, normaliser, special tokens)."""
+    """SHA-256 of a fast tokenizer's full serialised state (vocabulary, normaliser, special tokens)."""
     digest = hashlib.sha256(type(tokenizer).__name__.encode())
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is not None:
-        digest.update(backend.to_str().encode())
-    else:  # pragma: no cover - slow tokenizers are refused earlier
-        digest.update(json.dumps(tokenizer.get_vocab(), sort_keys=True).encode())
+    digest.update(tokenizer.backend_tokenizer.to_str().encode())
     digest.update(json.dumps(tokenizer.all_special_tokens).encode())
     return digest.hexdigest()
 

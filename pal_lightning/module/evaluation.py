@@ -18,8 +18,7 @@ from pal_lightning.core.contracts import TaskPredictor, require
 from pal_lightning.core.distributed import all_reduce_sum
 from pal_lightning.module.inference import eval_mode
 from pal_lightning.tasks.metrics import build_task_metrics, overall_over, scored_task_names
-from pal_lightning.tasks.specs import TaskSpec
-from pal_lightning.tasks.views import EvalView, with_views
+from pal_lightning.tasks.specs import EvalView, TaskSpec, with_views
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl

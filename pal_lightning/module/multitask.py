@@ -41,9 +41,7 @@ from pal_lightning.module.checkpoint_check import (
 from pal_lightning.module.checks import check_model_options
 from pal_lightning.module.mixed import TASK_LOSSES, check_mixed_training, is_mixed_batch
 from pal_lightning.module.nonfinite_guard import NonFiniteGuard
-from pal_lightning.tasks.auxiliary import check_auxiliary
-from pal_lightning.tasks.specs import TaskSpec, resolve_tasks, task_to_hparam
-from pal_lightning.tasks.views import eval_views
+from pal_lightning.tasks.specs import TaskSpec, check_auxiliary, eval_views, resolve_tasks, task_to_hparam
 
 __all__ = ["TASK_LOSSES", "MultiTaskModule", "check_mixed_training", "check_model_options", "is_mixed_batch"]
 
@@ -119,7 +117,7 @@ class MultiTaskModule(optim.FusedClippingMixin):
     ) -> None:
         super().__init__()
         self.task_specs: dict[str, TaskSpec] = {s.name: s for s in resolve_tasks(tasks)}
-        #: Evaluation views by name: more dev/test sets scored by a task's head (pal_lightning.tasks.views)
+        #: Evaluation views by name: more dev/test sets scored by a task's head (pal_lightning.tasks.specs)
         self.eval_views = eval_views(self.task_specs.values())
         self.save_hyperparameters(ignore=["tasks", "adapter"])
         self.adapter_config = AdapterConfig.coerce(adapter)

@@ -1,12 +1,18 @@
-"""What a task is (:class:`TaskSpec`: kind, labels, metrics, where its rows come from) and the registry of
-tasks by name. The reading fields go to the source registered under ``format``
-(:mod:`pal_lightning.data.sources`)."""
+"""What a task is (:class:`TaskSpec`: kind, labels, metrics, where its rows come from), the registry of tasks
+by name, and the task lists' checks. The reading fields go to the source registered under ``format``
+(:mod:`pal_lightning.data.sources`).
+
+Evaluation views (:class:`EvalView`) are more dev and test sets scored by one task's head under a name of
+their own, with no head or training of their own (MNLI's mismatched sets ``glue_mnli_mm``, the diagnostic set
+``glue_ax``); a view whose name is also a listed task is left out: that task has its own head. Auxiliary
+tasks (:func:`check_auxiliary`) are trained and evaluated like any other, but left out of ``val/overall`` and
+``test/overall``, so extra training data never changes what the overall score means."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -91,7 +97,7 @@ class TaskSpec:
     eval_views: dict[str, dict[str, Any]] = field(default_factory=dict)
     """More evaluation sets scored by this task's head, ``{name: {field: value}}`` (the fields that differ,
     e.g. ``files``): validated and predicted under their own name, never trained
-    (:mod:`pal_lightning.tasks.views`; MNLI's ``glue_mnli_mm`` and ``glue_ax``)."""
+    (:class:`EvalView`; MNLI's ``glue_mnli_mm`` and ``glue_ax``)."""
 
     def __post_init__(self) -> None:
         self.kind = TaskKind(self.kind)
@@ -289,3 +295,76 @@ def task_name_of(task: str | TaskSpec | Mapping[str, object]) -> str:
     if not isinstance(name, str):
         raise PalUserError(f"A task must be a name, a TaskSpec or a mapping with a 'name', got {task!r}.")
     return name
+
+
+@dataclass(frozen=True)
+class EvalView:
+    """One evaluation view: its spec (the parent's, renamed, with the view's fields) and its parent task."""
+
+    spec: TaskSpec
+    parent: str
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def has(self, split: str) -> bool:
+        """Whether the view names a ``split`` of its own."""
+        return split in self.spec.files
+
+
+def eval_views(specs: Iterable[TaskSpec]) -> dict[str, EvalView]:
+    """The views of ``specs`` by name, in task order.
+
+    Raises:
+        PalUserError: when two tasks define a view of the same name.
+    """
+    specs = list(specs)
+    listed = {s.name for s in specs}
+    out: dict[str, EvalView] = {}
+    for spec in specs:
+        for view in spec.views():
+            if view.name in listed:
+                continue
+            if view.name in out:
+                raise PalUserError(
+                    f"Tasks {out[view.name].parent!r} and {spec.name!r} both define the evaluation view "
+                    f"{view.name!r}; rename one of them in its eval_views."
+                )
+            out[view.name] = EvalView(view, spec.name)
+    return out
+
+
+def with_views(specs: Iterable[TaskSpec], views: dict[str, EvalView], split: str) -> list[TaskSpec]:
+    """``specs``, each followed by its views that have ``split``."""
+    out = []
+    for spec in specs:
+        out.append(spec)
+        out.extend(v.spec for v in views.values() if v.parent == spec.name and v.has(split))
+    return out
+
+
+def check_auxiliary(auxiliary: Sequence[str] | str | None, tasks: Sequence[str]) -> list[str]:
+    """The auxiliary task names as a list, checked against the model's ``tasks``.
+
+    Raises:
+        PalUserError: a name not among the tasks, a name given twice, or every task auxiliary.
+    """
+    if auxiliary is None:
+        return []
+    names = [auxiliary] if isinstance(auxiliary, str) else [str(a) for a in auxiliary]
+    unknown = [a for a in names if a not in tasks]
+    if unknown:
+        raise PalUserError(
+            f"auxiliary names {unknown}, which are not among the tasks {list(tasks)}: add them to "
+            "--model.tasks or remove them from --model.auxiliary."
+        )
+    repeated = repeated_names(names)
+    if repeated:
+        raise PalUserError(f"auxiliary lists {repeated} more than once; name each auxiliary task once.")
+    if names and set(names) >= set(tasks):
+        raise PalUserError(
+            f"Every task ({list(tasks)}) is auxiliary, so val/overall would cover none; leave at least "
+            "one task out of --model.auxiliary."
+        )
+    return names

@@ -33,6 +33,17 @@ def tokenizer():
 
 
 @pytest.fixture
+def topics():
+    """``topics(**fields)``: a user's task of local ``format: hf`` files: 4 classes in the ``text`` and ``label``
+    columns of train.csv and dev.csv, no id column; ``fields`` change any of it."""
+    from pal_lightning.tasks.specs import TaskSpec
+
+    files = {"train": "train.csv", "dev": "dev.csv"}
+    base = dict(name="topics", num_labels=4, format="hf", files=files, text_columns=("text",))
+    return lambda **fields: TaskSpec(**{**base, "label_column": "label", "id_column": None, **fields})
+
+
+@pytest.fixture
 def make_dm(tmp_path: Path):
     """Builds a MultiTaskDataModule over a data folder: batch size 4, eval batch size 5, a cache in tmp_path."""
     from pal_lightning.data import MultiTaskDataModule

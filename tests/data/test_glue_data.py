@@ -1,9 +1,5 @@
-"""The built-in GLUE tasks read from the files of GLUE's download (``glue_data/<TASK>/*.tsv``): small fixture
-files written here with each quirk of the real ones (CoLA's train and dev without a header and its dev without
-a final newline, MRPC's byte-order mark, quote characters read as text, label names, SST-2 in a sibling
-folder with ``train_full.tsv``), a missing task as one line naming the folder and the files expected, the
-hub's layout kept for a folder that is not GLUE's download; and, with the real data, the row counts and label
-counts of ``../shared/data/README.md``."""
+"""The built-in GLUE tasks read from GLUE's download (``glue_data/<TASK>/*.tsv``): fixture files with each quirk
+of the real ones, a missing task as one line, the hub's layout elsewhere; and the real files' counts."""
 
 from __future__ import annotations
 

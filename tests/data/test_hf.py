@@ -1,10 +1,6 @@
-"""Built-in tasks say where their data comes from and, without a data folder, read their public Hugging Face
-copies; ``format: hf`` reads hub datasets, ``save_to_disk`` folders and a ``DatasetDict`` (issue 12, item 1).
-
-Nothing here touches the network: the hub datasets are small local copies in the hub's own layout
-(SetFit/sst5's ``train.jsonl``/``dev.jsonl``/``test.jsonl``, GLUE's ``<config>/<split>-00000-of-00001.parquet``),
-and ``datasets.load_dataset`` is redirected to them (a hub id without a copy fails as offline).
-"""
+"""Built-in tasks name their source and, without a data folder, read their public Hugging Face copies;
+``format: hf`` reads hub datasets, ``save_to_disk`` folders and a ``DatasetDict`` (issue 12, item 1). The hub
+is small local copies in its own layout (``serve_hub``); a hub id without a copy fails as offline."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""A user's own classification task: labels 0..K-1 without a label_range, and labels given as names; end to
-end, a string-labelled csv beside no CS224N task is fit, scored under a neutral overall with its class names,
-predicted into a file of names and probabilities, saved with the names in config.json and the card, and
-reloaded so that ``predict`` gives names."""
+"""A user's own classification task: labels 0..K-1 without a label_range, and labels given as names, end to
+end (fit, scores, prediction files, saved config and card, ``predict`` after a reload)."""
 
 from __future__ import annotations
 
@@ -19,28 +17,13 @@ from pal_lightning.callbacks.score_report import ScoreReport
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.data import MultiTaskDataModule
 from pal_lightning.data.sources import hf as hf_sources
-from pal_lightning.data.sources.labels import names_of_values
 from pal_lightning.data.sources.readers import label_names_for, read_split
+from pal_lightning.data.sources.validate import names_of_values
 from pal_lightning.module.pretrained import CONFIG_NAME
 from pal_lightning.tasks.specs import TaskSpec
 from pal_lightning.testing import TINY_BERT, quiet_trainer
 
 TOPICS = ["sports", "politics", "science", "business"]
-
-
-def topics(**fields: object) -> TaskSpec:
-    """The README's own-task shape: 4 classes, local csv files read through datasets, no label_range."""
-    values: dict[str, object] = dict(
-        name="topics",
-        num_labels=4,
-        format="hf",
-        files={"train": "train.csv", "dev": "dev.csv"},
-        text_columns=("text",),
-        label_column="label",
-        id_column=None,
-    )
-    values.update(fields)
-    return TaskSpec(**values)  # type: ignore[arg-type]
 
 
 def write_csv(path: Path, labels: list[object]) -> Path:
@@ -49,14 +32,14 @@ def write_csv(path: Path, labels: list[object]) -> Path:
     return path
 
 
-def test_a_4_class_task_takes_labels_0_to_3_without_a_label_range(tmp_path: Path) -> None:
+def test_a_4_class_task_takes_labels_0_to_3_without_a_label_range(tmp_path: Path, topics) -> None:
     write_csv(tmp_path / "train.csv", [0, 1, 2, 3] * 5)
     raw = read_split(topics(), "train", tmp_path)
     assert raw.skipped == 0 and sorted(set(raw.labels.tolist())) == [0, 1, 2, 3]
     assert topics().label_range == (0.0, 3.0)
 
 
-def test_label_range_defaults_and_checks() -> None:
+def test_label_range_defaults_and_checks(topics) -> None:
     reg = TaskSpec(
         name="r", kind="pair_regression", num_labels=1, text_columns=("a", "b"), metrics=("pearson",)
     )
@@ -75,7 +58,7 @@ def test_label_range_defaults_and_checks() -> None:
         TaskSpec(name="r2", kind="pair_regression", num_labels=1, text_columns=("a", "b"), label_names=("x",))
 
 
-def test_string_labels_become_classes_in_sorted_order(tmp_path: Path) -> None:
+def test_string_labels_become_classes_in_sorted_order(tmp_path: Path, topics) -> None:
     write_csv(tmp_path / "train.csv", TOPICS * 3)
     write_csv(tmp_path / "dev.csv", ["science", "weather", "sports", "business", "politics"] * 4)
     spec = topics(files={"train": "train.csv", "dev": "dev.csv"})
@@ -92,13 +75,13 @@ def test_string_labels_become_classes_in_sorted_order(tmp_path: Path) -> None:
     assert dev.skipped == 4 and dev.bad_rows[0] == (3, dev.bad_rows[0][1])  # file line 3: the second row
 
 
-def test_label_names_of_the_spec_fix_the_order_and_allow_class_numbers(tmp_path: Path) -> None:
+def test_label_names_of_the_spec_fix_the_order_and_allow_class_numbers(tmp_path: Path, topics) -> None:
     write_csv(tmp_path / "train.csv", ["sports", "politics", 2, "business"])
     spec = topics(label_names=tuple(TOPICS))
     assert read_split(spec, "train", tmp_path).labels.tolist() == [0, 1, 2, 3]
 
 
-def test_more_names_than_classes_is_one_line(tmp_path: Path) -> None:
+def test_more_names_than_classes_is_one_line(tmp_path: Path, topics) -> None:
     write_csv(tmp_path / "train.csv", [*TOPICS, "weather"])
     with pytest.raises(PalUserError, match=r"num_labels 4, but the labels of its train split .* are 5 names"):
         read_split(topics(), "train", tmp_path)
@@ -129,7 +112,7 @@ def test_class_label_features_give_their_names(tmp_path: Path) -> None:
     assert read_split(spec, "dev", tmp_path).labels.tolist() == [1, 0, 1]
 
 
-def test_json_lines_with_string_labels(tmp_path: Path) -> None:
+def test_json_lines_with_string_labels(tmp_path: Path, topics) -> None:
     rows = [{"text": f"t{i}", "label": name} for i, name in enumerate(TOPICS * 2)]
     (tmp_path / "train.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     raw = read_split(topics(files={"train": "train.jsonl"}), "train", tmp_path)
@@ -138,7 +121,7 @@ def test_json_lines_with_string_labels(tmp_path: Path) -> None:
 
 def test_class_names_in_messages_stay_on_one_line() -> None:
     """A fuzzed file's label cells can hold line breaks and NUL bytes; the message naming them is one line."""
-    from pal_lightning.data.sources.labels import describe_names
+    from pal_lightning.data.sources.validate import describe_names
 
     shown = describe_names(["sports", " 0 ", "0\n0", "\x000"])
     assert shown == "sports, ' 0 ', '0\\n0', '\\x000'" and "\n" not in shown
@@ -149,7 +132,7 @@ def test_class_names_in_messages_stay_on_one_line() -> None:
 NAMES = ["business", "politics", "sci/tech", "sports"]  # sorted, as the train split's words are
 
 
-def topics_task(folder: Path) -> TaskSpec:
+def write_topics(folder: Path) -> None:
     words = {
         "business": "market shares",
         "politics": "vote senate",
@@ -165,7 +148,6 @@ def topics_task(folder: Path) -> TaskSpec:
             writer = csv.writer(f)
             writer.writerow(["text", "label"])
             writer.writerows(rows)
-    return topics()
 
 
 def tiny(spec: TaskSpec) -> MultiTaskModule:
@@ -180,8 +162,11 @@ def test_probability_columns_are_safe_and_distinct() -> None:
     assert columns == ["p_sci_tech", "p_somewhat_negative", "p_sci_tech_2", "p_label"]
 
 
-def test_a_string_labelled_task_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    spec = topics_task(tmp_path)
+def test_a_string_labelled_task_end_to_end(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], topics
+) -> None:
+    write_topics(tmp_path)
+    spec = topics()
     dm = MultiTaskDataModule(
         tasks=[spec], data_dir=tmp_path, cache_dir=False, max_length=16, batch_size=8, predict_splits=["dev"]
     )

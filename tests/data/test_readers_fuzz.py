@@ -20,10 +20,10 @@ from pal_lightning.tasks.specs import TaskSpec
 #: One task per file layout: cs224n single sentence, cs224n pair with quote undoing, regression; GLUE TSV.
 SPECS = {name: {**BUILTIN_TASKS, **GLUE_TASKS}[name] for name in ("sst", "qqp", "sts", "sst2")}
 
-#: 100 cases per test and layout: enough to find what the fuzzing found (a field over csv's size limit
-#: read as a traceback, commit 9515cf1); 500 each cost ~20 s and found nothing more.
+#: 50 cases per test and layout: the random tables of each layout still hold what the fuzzing found (a field
+#: over csv's size limit read as a traceback, commit 9515cf1) more than 15 times; 500 found nothing more.
 FUZZ = settings(
-    max_examples=100,
+    max_examples=50,
     deadline=None,  # file writes on a shared CI machine vary too much for a per-example deadline
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     derandomize=True,  # the same cases on every run (CI stays reproducible)

@@ -40,15 +40,20 @@ def real_dm(tmp_path_factory):
     if not DATA or not Path(DATA).is_dir():
         pytest.skip("PAL_DATA_DIR is not set")
     dm = MultiTaskDataModule(data_dir=DATA, cache_dir=tmp_path_factory.mktemp("cache"))
+    dm.setup("fit")
     return dm
 
 
 def test_row_counts_match_readme(real_dm):
-    """Read without tokenising (test_fit_setup_and_steps tokenises the train splits): the documented bad
-    Quora rows are the ones left out, no text still carries the second quoting layer, and the train
-    labels have the known class counts."""
+    """Train and dev as the fit read them, test by ``read_split``: the documented bad Quora rows are the ones
+    left out, no Quora text still carries the second quoting layer, and the train labels have the known
+    class counts."""
     for (task, split), (rows, loaded) in EXPECTED.items():
-        data = read_split(get_task(task), split, Path(DATA))
+        data = (
+            read_split(get_task(task), split, Path(DATA))
+            if split == "test"
+            else real_dm.load_split(task, split)
+        )
         assert (data.rows, len(data), data.skipped) == (rows, loaded, rows - loaded), (task, split)
         assert len(set(data.ids)) == loaded
         assert (data.labels is None) == (split == "test")
@@ -57,14 +62,12 @@ def test_row_counts_match_readme(real_dm):
             assert data.labels.min() >= 0 and data.labels.max() <= 5
         elif split == "train":
             assert np.bincount(data.labels).tolist() == TRAIN_CLASSES[task]
-        if task == "qqp":
-            assert not any(
-                t.startswith('"') and t.endswith('"') and '""' in t for col in data.texts for t in col
-            )
+    for split in ("train", "dev", "test"):
+        texts = read_split(get_task("qqp"), split, Path(DATA)).texts
+        assert not any(t.startswith('"') and t.endswith('"') and '""' in t for col in texts for t in col)
 
 
 def test_fit_setup_and_steps(real_dm):
-    real_dm.setup("fit")
     assert real_dm.train_sizes == {"sst": 8544, "qqp": 14137, "sts": 6040}
     # one pass: ceil(8544/32) + ceil(14137/32) + ceil(6040/32)
     assert real_dm.steps_per_epoch == 267 + 442 + 189

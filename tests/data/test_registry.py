@@ -13,9 +13,8 @@ import pytest
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.data.options import DataConfig
 from pal_lightning.data.sources import RowSource, register_source
-from pal_lightning.data.sources.locate import Location
 from pal_lightning.data.sources.readers import read_split
-from pal_lightning.data.sources.registry import _SOURCES, Row, source_for
+from pal_lightning.data.sources.registry import _SOURCES, Location, Row, source_for
 from pal_lightning.tasks.specs import TaskSpec, task_to_dict
 
 PACKAGE = Path(__file__).resolve().parents[2] / "pal_lightning"

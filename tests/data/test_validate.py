@@ -11,19 +11,6 @@ import pytest
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.data import MultiTaskDataModule
 from pal_lightning.data.sources.readers import DEFAULT_MAX_BAD_FRACTION, read_split
-from pal_lightning.tasks.specs import TaskSpec
-
-
-def topics(files: dict[str, str] | None = None) -> TaskSpec:
-    return TaskSpec(
-        name="topics",
-        num_labels=4,
-        format="hf",
-        files=files or {"train": "train.csv", "dev": "dev.csv"},
-        text_columns=("text",),
-        label_column="label",
-        id_column=None,
-    )
 
 
 def write_rows(path: Path, good: int, bad: int) -> Path:
@@ -33,7 +20,9 @@ def write_rows(path: Path, good: int, bad: int) -> Path:
     return path
 
 
-def test_49_percent_bad_rows_stop_with_one_line_naming_count_file_lines_and_fix(tmp_path: Path) -> None:
+def test_49_percent_bad_rows_stop_with_one_line_naming_count_file_lines_and_fix(
+    tmp_path: Path, topics
+) -> None:
     path = write_rows(tmp_path / "train.csv", good=102, bad=98)
     with pytest.raises(PalUserError) as err:
         read_split(topics(), "train", tmp_path)
@@ -46,7 +35,7 @@ def test_49_percent_bad_rows_stop_with_one_line_naming_count_file_lines_and_fix(
 
 
 def test_below_the_threshold_a_warning_and_the_rows_are_counted(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, topics
 ) -> None:
     write_rows(tmp_path / "train.csv", good=99, bad=1)
     with caplog.at_level(logging.WARNING):
@@ -65,7 +54,7 @@ def test_below_the_threshold_a_warning_and_the_rows_are_counted(
     assert read_split(topics(), "train", tmp_path).skipped == 2
 
 
-def test_the_data_module_option_applies_to_cached_splits_too(tmp_path: Path) -> None:
+def test_the_data_module_option_applies_to_cached_splits_too(tmp_path: Path, topics) -> None:
     write_rows(tmp_path / "train.csv", good=27, bad=3)  # 10 %
     write_rows(tmp_path / "dev.csv", good=8, bad=0)
     common = dict(tasks=[topics()], data_dir=tmp_path, cache_dir=tmp_path / "cache", max_length=16)
@@ -77,7 +66,7 @@ def test_the_data_module_option_applies_to_cached_splits_too(tmp_path: Path) -> 
     assert strict.hparams["max_bad_rows_fraction"] == DEFAULT_MAX_BAD_FRACTION
 
 
-def test_an_empty_label_cell_of_a_csv_is_named_as_such(tmp_path: Path) -> None:
+def test_an_empty_label_cell_of_a_csv_is_named_as_such(tmp_path: Path, topics) -> None:
     # datasets reads an empty csv cell as None, like a missing field
     (tmp_path / "train.csv").write_text(
         "text,label\n" + "".join(f"t{i},{i % 4}\n" for i in range(40)) + "x,\n"
@@ -86,13 +75,13 @@ def test_an_empty_label_cell_of_a_csv_is_named_as_such(tmp_path: Path) -> None:
     assert raw.bad_rows == [(42, "no label (an empty or missing field)")]
 
 
-def test_the_first_data_row_of_a_csv_is_line_2(tmp_path: Path) -> None:
+def test_the_first_data_row_of_a_csv_is_line_2(tmp_path: Path, topics) -> None:
     (tmp_path / "train.csv").write_text("text,label\n,1\na fine film,0\n")
     with pytest.raises(PalUserError, match=r"train\.csv, line 2: bad row \(missing field .text.\)"):
-        read_split(topics({"train": "train.csv"}), "train", tmp_path, on_bad_row="error")
+        read_split(topics(files={"train": "train.csv"}), "train", tmp_path, on_bad_row="error")
 
 
-def test_json_lines_count_from_line_1(tmp_path: Path) -> None:
+def test_json_lines_count_from_line_1(tmp_path: Path, topics) -> None:
     (tmp_path / "train.jsonl").write_text('{"text": "", "label": 1}\n{"text": "ok", "label": 0}\n')
     with pytest.raises(PalUserError, match=r"train\.jsonl, line 1: bad row"):
-        read_split(topics({"train": "train.jsonl"}), "train", tmp_path, on_bad_row="error")
+        read_split(topics(files={"train": "train.jsonl"}), "train", tmp_path, on_bad_row="error")

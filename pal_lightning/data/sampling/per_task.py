@@ -167,17 +167,14 @@ class MultiTaskBatchSampler(Sampler[TaskBatch]):
                 f"{phases}). Resume with the same schedule, task_order, steps_per_task/epochs_per_task, "
                 "batch_size and number of devices."
             )
-        if state["num_replicas"] != self.num_replicas or state["steps_per_epoch"] != self.steps_per_epoch:
-            saved_now = (
-                state["num_replicas"],
-                state["steps_per_epoch"],
-                self.num_replicas,
-                self.steps_per_epoch,
-            )
+        saved = (state["num_replicas"], state["steps_per_epoch"])
+        now = (self.num_replicas, self.steps_per_epoch)
+        if saved != now:
             log.warning(
                 "Resuming with a different world size or steps_per_epoch (saved %s/%s, now %s/%s): the task "
                 "order is kept but the examples seen will differ from the uninterrupted run.",
-                *saved_now,
+                *saved,
+                *now,
             )
         self.seed = int(state["seed"])
         self._offset_cache.clear()
@@ -201,10 +198,8 @@ class MultiTaskBatchSampler(Sampler[TaskBatch]):
         if epoch not in self._probabilities:
             probs: Mapping[str, float]
             if self.probabilities is None:
-                probs, source = (
-                    self.schedule.probabilities(self.sizes, epoch),
-                    f"sampling {self.schedule.name!r}",
-                )
+                probs = self.schedule.probabilities(self.sizes, epoch)
+                source = f"sampling {self.schedule.name!r}"
             else:
                 probs, source = self.probabilities(epoch), "task_probabilities_for_epoch"
             self._probabilities[epoch] = streams.probability_vector(self.tasks, probs, source)

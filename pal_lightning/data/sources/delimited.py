@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.data.sources.locate import Location
-from pal_lightning.data.sources.registry import Row, RowSource
+from pal_lightning.data.sources.registry import Location, Row, RowSource
 from pal_lightning.tasks.catalogue import BUILTIN_TASKS
 from pal_lightning.tasks.specs import TaskSpec
 

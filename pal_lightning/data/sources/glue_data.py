@@ -13,8 +13,7 @@ from typing import Any
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.data.sources.delimited import tsv_records
-from pal_lightning.data.sources.locate import Location
-from pal_lightning.data.sources.registry import Row, RowSource
+from pal_lightning.data.sources.registry import Location, Row, RowSource
 from pal_lightning.tasks.glue import is_glue_task
 from pal_lightning.tasks.specs import TaskSpec
 
@@ -39,10 +38,7 @@ class GlueLayout:
     """The columns of the hub splits whose files have no header row."""
 
 
-def _splits(dev: str = "dev.tsv", test: str = "test.tsv") -> dict[str, tuple[str, ...]]:
-    return {"train": ("train.tsv", "train_full.tsv"), "validation": (dev,), "test": (test,)}
-
-
+_FILES = {"train": ("train.tsv", "train_full.tsv"), "validation": ("dev.tsv",), "test": ("test.tsv",)}
 _COLA_COLUMNS = ("source", "label", "mark", "sentence")
 _COLA_HEADERLESS: dict[str, tuple[str, ...]] = {"train": _COLA_COLUMNS, "validation": _COLA_COLUMNS}
 _MNLI_FILES: dict[str, tuple[str, ...]] = {
@@ -55,15 +51,15 @@ _MNLI_FILES: dict[str, tuple[str, ...]] = {
 
 #: The layout of each GLUE configuration (the ``hf_name`` of its built-in task) in GLUE's download.
 GLUE_LAYOUTS: dict[str, GlueLayout] = {
-    "cola": GlueLayout("CoLA", _splits(), ("sentence",), "label", headerless=_COLA_HEADERLESS),
-    "sst2": GlueLayout("SST-2", _splits(), ("sentence",), "label"),
-    "mrpc": GlueLayout("MRPC", _splits(), ("#1 String", "#2 String"), "Quality"),
-    "qqp": GlueLayout("QQP", _splits(), ("question1", "question2"), "is_duplicate", id_column="id"),
-    "stsb": GlueLayout("STS-B", _splits(), ("sentence1", "sentence2"), "score"),
+    "cola": GlueLayout("CoLA", _FILES, ("sentence",), "label", headerless=_COLA_HEADERLESS),
+    "sst2": GlueLayout("SST-2", _FILES, ("sentence",), "label"),
+    "mrpc": GlueLayout("MRPC", _FILES, ("#1 String", "#2 String"), "Quality"),
+    "qqp": GlueLayout("QQP", _FILES, ("question1", "question2"), "is_duplicate", id_column="id"),
+    "stsb": GlueLayout("STS-B", _FILES, ("sentence1", "sentence2"), "score"),
     "mnli": GlueLayout("MNLI", _MNLI_FILES, ("sentence1", "sentence2"), "gold_label", _NLI),
-    "qnli": GlueLayout("QNLI", _splits(), ("question", "sentence"), "label", _ENTAILMENT),
-    "rte": GlueLayout("RTE", _splits(), ("sentence1", "sentence2"), "label", _ENTAILMENT),
-    "wnli": GlueLayout("WNLI", _splits(), ("sentence1", "sentence2"), "label"),
+    "qnli": GlueLayout("QNLI", _FILES, ("question", "sentence"), "label", _ENTAILMENT),
+    "rte": GlueLayout("RTE", _FILES, ("sentence1", "sentence2"), "label", _ENTAILMENT),
+    "wnli": GlueLayout("WNLI", _FILES, ("sentence1", "sentence2"), "label"),
     "ax": GlueLayout("diagnostic", {"test": ("diagnostic.tsv",)}, ("sentence1", "sentence2"), None),
 }
 
@@ -91,7 +87,7 @@ class GlueDownload(RowSource):
 
     def locate(self, spec: TaskSpec, split: str, data_dir: Path) -> Location | None:
         path = local_file(spec, split, data_dir)
-        return None if path is None else Location(self.kind, str(path), reader=self)
+        return None if path is None else Location(self.kind, str(path), self)
 
     def rows(self, spec: TaskSpec, loc: Location, data_dir: Path, split: str) -> Iterator[Row]:
         assert spec.hf_name is not None

@@ -7,11 +7,10 @@ import os
 from pathlib import Path
 
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.data.sources.labels import describe_names
-from pal_lightning.data.sources.locate import SPLITS, resolve_data_dir
 from pal_lightning.data.sources.registry import (
+    SPLITS,
     check_files_exist,
-    reader_of,
+    resolve_data_dir,
     resolve_source,
     source_exists,
 )
@@ -22,6 +21,7 @@ from pal_lightning.data.sources.validate import (
     check_bad_rows,
     check_header,
     check_on_bad_row,
+    describe_names,
 )
 from pal_lightning.tasks.specs import TaskSpec
 
@@ -60,7 +60,7 @@ def read_split(
         check_files_exist([(spec, split)], data_dir)
     where = loc.location if loc.is_file else f"{loc.location}[{loc.hf_split}]"
     rows = SplitRows(spec, split, detokenize, label_names_for(spec, data_dir))
-    for line, row, header in reader_of(loc).rows(spec, loc, data_dir, split):
+    for line, row, header in loc.reader.rows(spec, loc, data_dir, split):
         if rows.labelled is None:
             rows.labelled = check_header(spec, split, header, where)
         reason = rows.add(row, header)
@@ -72,7 +72,7 @@ def read_split(
                 )
             rows.bad.append((line, reason))
     if rows.labelled is None:  # no data row at all
-        if not reader_of(loc).has_header(loc):
+        if not loc.reader.has_header(loc):
             raise PalUserError(
                 f"{where} (task {spec.name!r}, {split}) is empty: not even a header row. Restore the file "
                 "(a header row, then one example per line), or point --data.data_dir at a complete copy."
@@ -109,7 +109,7 @@ def label_names_for(spec: TaskSpec, data_dir: Path) -> tuple[str, ...]:
     reading = (spec.format, str(spec.label_column), repr(spec.delimiter), repr(spec.quoting))
     key = (spec.name, loc.location, str(loc.hf_split), stamp, *reading)
     if key not in _FOUND_NAMES:
-        _FOUND_NAMES[key] = reader_of(loc).label_names(spec, loc, data_dir)
+        _FOUND_NAMES[key] = loc.reader.label_names(spec, loc, data_dir)
     names = _FOUND_NAMES[key]
     if names and len(names) != spec.num_labels:
         raise PalUserError(

@@ -1,18 +1,65 @@
-"""The sources of rows, one per ``TaskSpec.format``, registered by name (:func:`register_source`). The
-functions below are what the data module asks; they never look at a format themselves."""
+"""Where a task's rows are and what reads them: the data folder (a relative file name is looked up there, then
+in the working directory, only there beside the packaged demo set), and one source per ``TaskSpec.format``,
+registered by name (:func:`register_source`). The functions below are what the data module asks; they
+never look at a format themselves."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.files import file_fingerprint
-from pal_lightning.data.sources.demo import demo_data_dir
-from pal_lightning.data.sources.labels import names_of_values
-from pal_lightning.data.sources.locate import Location, looked_for, resolve_file
+from pal_lightning.data.sources.demo import DEMO_DATA, demo_data_dir
+from pal_lightning.data.sources.validate import names_of_values
 from pal_lightning.tasks.specs import TaskSpec
+
+SPLITS = ("train", "dev", "test")
+
+
+@dataclass
+class Location:
+    """Where one split of one task is read from, and the source that reads it."""
+
+    kind: str
+    """``file``, ``glue_data`` (a file of GLUE's download) or ``hub`` (a hub id or dataset folder)."""
+    location: str
+    """The local path, or the hub id."""
+    reader: RowSource
+    """The source that reads it."""
+    hf_split: str | None = None
+    """For hub sources: the split name on the hub."""
+
+    @property
+    def is_file(self) -> bool:
+        return self.kind != "hub"
+
+
+def resolve_data_dir(data_dir: str | os.PathLike[str] | None) -> Path:
+    """The data directory: the argument, else ``$PAL_DATA_DIR``, else ``./data``; ``demo``: the packaged demo."""
+    value = str(data_dir or "") or os.environ.get("PAL_DATA_DIR", "").strip() or "data"
+    return demo_data_dir() if value == DEMO_DATA else Path(value).expanduser()
+
+
+def looked_for(name: str, data_dir: Path) -> list[Path]:
+    """The places a task's file ``name`` is looked for, in order."""
+    path = Path(name).expanduser()
+    if path.is_absolute():
+        return [path]
+    here = Path.cwd() / path
+    if data_dir == demo_data_dir() and not (data_dir / path).is_file():
+        return [here]
+    return [data_dir / path, here]
+
+
+def resolve_file(name: str, data_dir: Path) -> Path:
+    """The first place ``name`` exists, else the first place looked (so messages name where it belongs)."""
+    places = looked_for(name, data_dir)
+    return next((p for p in places if p.is_file()), places[0])
+
 
 #: (line number, or 1-based row number; the row by column name, extra fields under ``None``; the columns)
 Row = tuple[int, dict[str | None, Any], list[str]]
@@ -29,7 +76,7 @@ class RowSource:
         name = spec.files.get(split)
         if not name:
             return None
-        return Location(self.kind, str(resolve_file(name, data_dir)), reader=self)
+        return Location(self.kind, str(resolve_file(name, data_dir)), self)
 
     def rows(self, spec: TaskSpec, loc: Location, data_dir: Path, split: str) -> Iterator[Row]:
         """The rows of the split at ``loc``, in order."""
@@ -97,21 +144,16 @@ def resolve_source(spec: TaskSpec, split: str, data_dir: Path) -> Location | Non
     return source_for(spec).locate(spec, split, data_dir)
 
 
-def reader_of(loc: Location) -> RowSource:
-    assert loc.reader is not None, loc
-    return loc.reader
-
-
 def source_exists(spec: TaskSpec, loc: Location | None, data_dir: Path) -> bool:
     """Whether the split at ``loc`` is there."""
-    return loc is not None and reader_of(loc).exists(spec, loc, data_dir)
+    return loc is not None and loc.reader.exists(spec, loc, data_dir)
 
 
 def split_fingerprint(spec: TaskSpec, split: str, data_dir: Path) -> str:
     """What identifies the rows of ``split`` of ``spec``."""
     loc = resolve_source(spec, split, data_dir)
     assert loc is not None
-    return reader_of(loc).fingerprint(spec, loc, data_dir, split)
+    return loc.reader.fingerprint(spec, loc, data_dir, split)
 
 
 def check_files_exist(requests: Sequence[tuple[TaskSpec, str]], data_dir: Path) -> None:
@@ -120,10 +162,10 @@ def check_files_exist(requests: Sequence[tuple[TaskSpec, str]], data_dir: Path) 
     hints: dict[str, None] = {}
     for spec, split in requests:
         loc = resolve_source(spec, split, data_dir)
-        entry = None if loc is None else reader_of(loc).missing(spec, split, loc, data_dir)
+        entry = None if loc is None else loc.reader.missing(spec, split, loc, data_dir)
         if loc is not None and entry is not None:
             missing.append(entry)
-            hints[reader_of(loc).missing_hint(spec, data_dir)] = None
+            hints[loc.reader.missing_hint(spec, data_dir)] = None
     if not missing:
         return
     where = f" in {data_dir.resolve()} (nor in the working directory {Path.cwd()})"

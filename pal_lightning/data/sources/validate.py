@@ -1,12 +1,14 @@
 """The checks every row goes through (text present, id present and unique, label a class or inside
-``label_range``), and the one warning (or error) about the rows that fail them. A split with more bad rows
-than ``max_bad_fraction`` stops the run: that many usually means a wrong setting, not broken rows."""
+``label_range``; a class given by index or by name: the task's ``label_names``, else its training split's),
+and the one warning (or error) about the rows that fail them. A split with more bad rows than
+``max_bad_fraction`` stops the run: that many usually means a wrong setting, not broken rows."""
 
 from __future__ import annotations
 
 import logging
+import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,11 +17,43 @@ import numpy as np
 
 from pal_lightning.core.distributed import is_main_process
 from pal_lightning.core.errors import PalUserError
-from pal_lightning.data.sources.labels import describe_names, is_empty, is_number
 from pal_lightning.data.sources.text import ptb_detokenize, undo_double_quoting
 from pal_lightning.tasks.specs import TaskSpec
 
 log = logging.getLogger(__name__)
+
+SHOWN_NAMES = 8
+
+
+def is_number(value: Any) -> bool:
+    """Whether ``value`` reads as a finite number (``3``, ``"0.5"``, ``True``)."""
+    if isinstance(value, bool):
+        return True
+    try:
+        return math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def is_empty(value: Any) -> bool:
+    """A missing or blank value."""
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+def names_of_values(values: Iterable[Any]) -> tuple[str, ...]:
+    """The distinct words of a label column, sorted, when most non-empty values are words; else ``()``."""
+    texts = [str(v).strip() for v in values if not is_empty(v)]
+    words = [t for t in texts if not is_number(t)]
+    if len(words) * 2 <= len(texts):
+        return ()
+    return tuple(sorted(set(words)))
+
+
+def describe_names(names: Sequence[str]) -> str:
+    """``a, b, c`` and how many more; odd names quoted with escapes, so a message stays one line."""
+    shown = ", ".join(n if n.isprintable() and n == n.strip() else repr(n) for n in names[:SHOWN_NAMES])
+    return shown + (f" and {len(names) - SHOWN_NAMES} more" if len(names) > SHOWN_NAMES else "")
+
 
 BAD_ROW_POLICIES = ("skip", "error")
 
