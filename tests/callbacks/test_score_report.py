@@ -17,12 +17,16 @@ import pytest
 import torch
 from lightning.pytorch.trainer.states import TrainerFn
 
+from pal_lightning.callbacks import score_report as score_report_module
 from pal_lightning.callbacks.score_report import (
     SCORES_FILE,
     ScoreReport,
     _to_float,
     auxiliary_tasks,
     best_validation,
+    class_names_of,
+    fit_ends_now,
+    format_classes,
     format_scores,
     parameter_counts,
     partial_headline,
@@ -548,3 +552,82 @@ def test_carved_validation_is_not_called_dev() -> None:
     entry = {"scores": {"val/overall": 0.5}, "tasks_covered": ["topics", "reviews"]}
     line = score_headline(entry, "val/overall", 1.0, validation_split_name(_trainer_with(0.1)))
     assert line == "Overall (validation): 0.5000"
+
+
+def test_fit_ends_now_by_steps_epochs_or_a_stop() -> None:
+    def ends(max_steps: int | None = -1, max_epochs: int | None = -1, step: int = 5, epoch: int = 0) -> bool:
+        trainer = SimpleNamespace(
+            max_steps=max_steps,
+            max_epochs=max_epochs,
+            global_step=step,
+            current_epoch=epoch,
+            should_stop=False,
+        )
+        return fit_ends_now(trainer)
+
+    assert ends(max_steps=5) and ends(max_steps=4) and not ends(max_steps=6)  # the step budget reached
+    assert ends(max_steps=0, step=0) and not ends(max_steps=None) and not ends()  # -1 and None: no budget
+    assert ends(max_epochs=2, epoch=1) and not ends(max_epochs=2, epoch=0) and ends(max_epochs=0)
+    assert not ends(max_epochs=None, epoch=9)
+    stopped = SimpleNamespace(max_steps=-1, max_epochs=None, global_step=1, current_epoch=0, should_stop=True)
+    assert fit_ends_now(stopped)  # early stopping, a signal
+
+
+def test_validate_at_end_of_a_fit_that_ran_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[Any, Any]] = []
+    monkeypatch.setattr(score_report_module, "validate_during_fit", lambda t, m: calls.append((t, m)))
+    module = _module({"val/sst/accuracy": 0.5, "val/overall": 0.5})
+
+    def epoch_end(report: ScoreReport, **kw: Any) -> bool:
+        fields = {"enable_validation": True, "max_steps": 7, "max_epochs": -1, "should_stop": False, **kw}
+        trainer = _trainer(None, **fields)
+        calls.clear()
+        report.on_train_epoch_end(trainer, module)
+        assert calls in ([], [(trainer, module)])  # the fit's own trainer and module
+        return bool(calls)
+
+    report = ScoreReport()
+    assert epoch_end(report)  # a new report has not validated
+    assert not epoch_end(report, max_steps=9)  # the fit goes on: the validation comes later
+    assert not epoch_end(report, enable_validation=False)  # no validation loop (limit_val_batches 0)
+    assert not epoch_end(ScoreReport(validate_at_end=False))
+    report.on_validation_end(_trainer(None), module)  # a validation of the fit
+    assert not epoch_end(report)
+    report.on_validation_end(_trainer(None, sanity_checking=True), module)
+    report.on_fit_start(_trainer(None), module)  # a new fit: validated again at its end
+    assert epoch_end(report)
+    sanity = ScoreReport()
+    sanity.on_validation_end(
+        _trainer(None, sanity_checking=True), module
+    )  # the sanity check is no validation
+    assert epoch_end(sanity)
+
+
+def test_class_names_are_printed_and_saved(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    names = {"topics": ("business", "sports"), "mood": ("low",)}
+    datamodule = SimpleNamespace(label_names=lambda: names, config=SimpleNamespace(validation_fraction=0.1))
+    assert class_names_of(SimpleNamespace(datamodule=datamodule)) == {
+        "topics": ["business", "sports"],
+        "mood": ["low"],
+    }
+    assert class_names_of(SimpleNamespace(datamodule=None)) == {}
+    assert class_names_of(SimpleNamespace(datamodule=SimpleNamespace(label_names=None))) == {}
+    assert format_classes({}) == ""
+    assert format_classes(names) == "\n  topics classes: 0 business, 1 sports\n  mood classes: 0 low"
+
+    scores = {"val/sst/accuracy": 0.5, "val/qqp/accuracy": 0.75, "val/overall": 0.625}
+    for fn in (TrainerFn.VALIDATING, TrainerFn.FITTING):
+        report = ScoreReport()
+        trainer = _trainer(tmp_path, fn, datamodule=datamodule)
+        report.on_fit_start(trainer, None)
+        report.on_validation_end(trainer, _module(scores))
+        if fn == TrainerFn.FITTING:
+            report.on_fit_end(trainer, _module(scores))
+        saved = json.loads((tmp_path / "scores.json").read_text())
+        assert saved["label_names"] == {"topics": ["business", "sports"], "mood": ["low"]}
+        out = _printed(report, trainer, None, capsys)
+        assert (
+            "Overall (validation): 0.6250" in out and "validation set" * (fn == TrainerFn.VALIDATING) in out
+        )
+        assert "  task       metric     validation\n" in out  # the carved split names the column
+        assert "\n  topics classes: 0 business, 1 sports\n  mood classes: 0 low" in out
