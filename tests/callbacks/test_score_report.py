@@ -28,6 +28,7 @@ from pal_lightning.callbacks.score_report import (
     fit_ends_now,
     format_classes,
     format_scores,
+    no_scores_reason,
     parameter_counts,
     partial_headline,
     score_headline,
@@ -631,3 +632,35 @@ def test_class_names_are_printed_and_saved(tmp_path: Path, capsys: pytest.Captur
         )
         assert "  task       metric     validation\n" in out  # the carved split names the column
         assert "\n  topics classes: 0 business, 1 sports\n  mood classes: 0 low" in out
+
+
+def test_why_a_fit_has_no_dev_scores(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    later = "or score a checkpoint later: pal-lightning validate --config <run>/config.yaml --ckpt_path last"
+    diverged = (
+        "the validation gave no finite score (empty dev files, or a model that diverged); check the dev files "
+        f"of --data.data_dir, {later}"
+    )
+    not_added = (
+        f"no validation fell within the run and ScoreReport(validate_at_end=False) added none; {later}"
+    )
+    turned_off = f"--trainer.limit_val_batches is 0, which turns validation off; set it to 1.0, {later}"
+    assert no_scores_reason(_trainer(None, limit_val_batches=0), True) == turned_off
+    assert no_scores_reason(_trainer(None), True) == diverged
+    assert no_scores_reason(_trainer(None), False, validate_at_end=False) == not_added
+    assert no_scores_reason(_trainer(None), True, validate_at_end=False) == diverged
+    for report, validated, reason in (
+        (ScoreReport(), True, diverged),
+        (ScoreReport(validate_at_end=False), False, not_added),
+    ):
+        trainer = _trainer(tmp_path, checkpoint_callback=None)
+        report.on_fit_start(trainer, None)
+        if validated:  # a validation of the fit with no finite score: nothing recorded
+            report.on_validation_end(trainer, _module({"val/sst/accuracy": math.nan}))
+        assert report.history == []
+        report.on_fit_end(trainer, _module({}))
+        assert _printed(report, trainer, None, capsys).endswith(f"without dev scores: {reason}.\n")
+        assert (
+            json.loads((tmp_path / "scores.json").read_text())["best_model_path"] is None
+        )  # no checkpoint callback
+    carved = partial_headline(0.5, PARTIAL_ENTRY, 1.0, "validation")
+    assert carved.startswith("No overall score: validation did not reach ")  # not "the validation evaluation"
