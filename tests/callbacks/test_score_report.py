@@ -637,8 +637,8 @@ def test_class_names_are_printed_and_saved(tmp_path: Path, capsys: pytest.Captur
 def test_why_a_fit_has_no_dev_scores(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     later = "or score a checkpoint later: pal-lightning validate --config <run>/config.yaml --ckpt_path last"
     diverged = (
-        "the validation gave no finite score (empty dev files, or a model that diverged); check the dev files "
-        f"of --data.data_dir, {later}"
+        "the validation gave no finite score (empty dev files, or a model that diverged); check the dev "
+        f"files of --data.data_dir, {later}"
     )
     not_added = (
         f"no validation fell within the run and ScoreReport(validate_at_end=False) added none; {later}"
