@@ -48,7 +48,7 @@ TESTS[gem_callback]="tests/gem/test_callback.py tests/gem/test_rows.py tests/gem
 # A-GEM's sparse embedding-table gradients (c5cf636): the functions that commit added or changed only
 MODULES[gem_sparse]="pal_lightning/gem/rows.py pal_lightning/gem/gram.py"
 MUTANTS[gem_sparse]="*x__compiling__* *x_sparse_embedding_gradients__* *x__dot__* *x_add_rows__* *x_memory_gradient__* *x_constraint_gradients__*"
-TESTS[gem_sparse]="tests/gem/test_rows.py tests/gem/test_callback.py"
+TESTS[gem_sparse]="tests/gem/test_rows.py tests/gem/test_gram.py tests/gem/test_callback.py"
 MODULES[rng_state]="pal_lightning/callbacks/rng_state.py"
 TESTS[rng_state]="tests/callbacks/test_rng_state.py"
 MODULES[pal]="pal_lightning/modeling/methods/pals.py pal_lightning/modeling/methods/where.py pal_lightning/modeling/encoder.py pal_lightning/modeling/families/build.py pal_lightning/modeling/families/routed.py pal_lightning/modeling/families/wiring.py pal_lightning/modeling/families/routing.py pal_lightning/modeling/encoder_state.py pal_lightning/modeling/families/prefix.py pal_lightning/modeling/methods/batched.py"
