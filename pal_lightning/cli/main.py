@@ -205,7 +205,12 @@ def _accepted_options(group: str) -> list[str] | None:
     classes.update(checkpoint=ModelCheckpoint, last_checkpoint=ModelCheckpoint, predictions=PredictionWriter)
     if (cls := classes.get(group)) is None:
         return None
-    names = [n for n in inspect.signature(cls.__init__).parameters if n != "self"]
+    parameters = inspect.signature(cls.__init__).parameters.values()
+    names = [p.name for p in parameters if p.name != "self" and p.kind is not p.VAR_KEYWORD]
+    if group == "model":  # the options of a group: optim.lr
+        from pal_lightning.module.optim_config import OPTIM_FIELDS
+
+        names += [f"optim.{name}" for name in OPTIM_FIELDS]
     return [n for n in names if n not in _LINKED] if group == "data" else names
 
 

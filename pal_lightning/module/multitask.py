@@ -41,7 +41,13 @@ from pal_lightning.module.checkpoint_check import (
 from pal_lightning.module.checks import check_model_options
 from pal_lightning.module.mixed import TASK_LOSSES, check_mixed_training, is_mixed_batch
 from pal_lightning.module.nonfinite_guard import NonFiniteGuard
-from pal_lightning.module.optim_config import OptimConfig, loading_saved_hparams, optim_of, refuse_moved
+from pal_lightning.module.optim_config import (
+    DEFAULT_OPTIM,
+    OptimConfig,
+    loading_saved_hparams,
+    optim_of,
+    refuse_moved,
+)
 from pal_lightning.tasks.specs import TaskSpec, check_auxiliary, eval_views, resolve_tasks, task_to_hparam
 
 __all__ = ["TASK_LOSSES", "MultiTaskModule", "check_mixed_training", "check_model_options", "is_mixed_batch"]
@@ -63,8 +69,8 @@ class MultiTaskModule(optim.FusedClippingMixin):
         pair_encoding: ``cross`` (one sequence) or ``siamese`` (each sentence alone), or per task; as the data's.
         heads: per-task head other than the default, e.g. ``{sts: cosine_rescaled}`` (``modeling.pair_heads``).
         dropout: dropout before each head's linear layer.
-        optim: learning rates, weight decay, warmup and freezing
-            (:class:`~pal_lightning.module.optim_config.OptimConfig`, ``--model.optim.lr``); ``null``: defaults.
+        optim: learning rates, weight decay, warmup and freezing (``--model.optim.lr``): an
+            :class:`~pal_lightning.module.optim_config.OptimConfig`, or a mapping of its options.
         attn_implementation: transformers attention kernel (``sdpa``, ``eager``); ``None`` = library default.
         encoder_config: a ``transformers`` config's keyword arguments: a random encoder of that shape.
         max_nonfinite_steps: skipped non-finite steps in a row before a ``NonFiniteTrainingError``.
@@ -91,7 +97,7 @@ class MultiTaskModule(optim.FusedClippingMixin):
         pair_encoding: str | dict[str, str] = "cross",
         heads: dict[str, str] | None = None,
         dropout: float = 0.1,
-        optim: OptimConfig | dict[str, Any] | None = None,
+        optim: OptimConfig = DEFAULT_OPTIM,
         attn_implementation: str | None = None,
         encoder_config: dict[str, Any] | None = None,
         max_nonfinite_steps: int = 10,

@@ -13,9 +13,10 @@ from typing import Any
 from pal_lightning.core.errors import PalUserError
 
 
-@dataclass
+@dataclass(frozen=True)
 class OptimConfig:
-    """AdamW's peak learning rates and weight decay, the warmup of the linear schedule, and what stays frozen."""
+    """AdamW's peak learning rates and weight decay, the warmup of the linear schedule, and what stays frozen
+    (frozen itself, so that one instance can be the module's default)."""
 
     lr: float = 3e-5
     """Peak learning rate of the pretrained encoder weights."""
@@ -65,6 +66,9 @@ class OptimConfig:
         """The adapters' peak learning rate: ``adapter_lr``, else ``head_lr``."""
         return self.head_lr if self.adapter_lr is None else self.adapter_lr
 
+
+#: The defaults (one shared instance: the config is frozen).
+DEFAULT_OPTIM = OptimConfig()
 
 #: The options of :class:`OptimConfig`, which were ``MultiTaskModule`` arguments of their own before 0.3.1.
 OPTIM_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(OptimConfig))
