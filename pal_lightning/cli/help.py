@@ -82,9 +82,7 @@ def suggest(unknown: str, accepted: Sequence[str], n: int = 2) -> list[str]:
         return "".join(word[0] for word in name.split("_") if word)
 
     # a grouped option (optim.lr) by its own name
-    by_initials = [
-        a for a in accepted if a.rpartition(".")[2] == initials(unknown) or initials(a) == unknown
-    ]
+    by_initials = [a for a in accepted if a.rpartition(".")[2] == initials(unknown) or initials(a) == unknown]
     close = difflib.get_close_matches(unknown, accepted, n=n, cutoff=0.6)
     return list(dict.fromkeys(by_initials + close))[:n]
 

@@ -143,7 +143,7 @@ def main(args: list[str] | None = None) -> int:
             command = next((a for a in argv if not a.startswith("-")), "")
             message += (
                 "."
-                + did_you_mean(message, _accepted_options)  # " Did you mean --model.lr?"
+                + did_you_mean(message, _accepted_options)  # " Did you mean --model.optim.lr?"
                 + f" Run `pal-lightning {command or 'fit'} --help` for the accepted options"
                 " (--print_config shows the resolved configuration)"
             )

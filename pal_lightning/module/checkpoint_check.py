@@ -77,7 +77,7 @@ def checkpoint_differences(
     """What a checkpoint's hyper-parameters ``saved`` say differently from ``ours``, as phrases: the tasks,
     the architecture hyper-parameters and, when ``resuming`` a fit, the optimizer's."""
     out: list[str] = []
-    saved = with_optim_group(saved)  # a checkpoint of 0.3.0 holds the optimizer options flat
+    saved = with_optim_group(saved)  # a checkpoint saved before optim existed holds its options flat
     saved_tasks = saved.get("tasks")
     if saved_tasks is not None:
         out += task_differences(saved_tasks, [task_to_hparam(s) for s in tasks], resuming)

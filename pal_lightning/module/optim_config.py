@@ -70,7 +70,7 @@ class OptimConfig:
 #: The defaults (one shared instance: the config is frozen).
 DEFAULT_OPTIM = OptimConfig()
 
-#: The options of :class:`OptimConfig`, which were ``MultiTaskModule`` arguments of their own before 0.3.1.
+#: The options of :class:`OptimConfig`, which were ``MultiTaskModule`` arguments of their own before the group existed.
 OPTIM_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(OptimConfig))
 
 
@@ -107,14 +107,15 @@ def refuse_moved(names: Iterable[str]) -> None:
 
 def with_optim_group(hparams: Mapping[str, Any]) -> dict[str, Any]:
     """Saved hyper-parameters of a ``MultiTaskModule`` in today's shape: the flat optimizer options written
-    before 0.3.1 (``lr``, ``head_lr``, ...) gathered into ``optim`` (over the defaults); others as they are."""
+    before the group existed (``lr``, ``head_lr``, ...) gathered into ``optim`` (over the defaults); others as they are."""
     flat = {k: hparams[k] for k in OPTIM_FIELDS if k in hparams}
     if not flat:
         return dict(hparams)
     rest = {k: v for k, v in hparams.items() if k not in flat}
     given = rest.get("optim")
     given = asdict(given) if isinstance(given, OptimConfig) else dict(given or {})
-    return {**rest, "optim": {**asdict(OptimConfig()), **flat, **given}}
+    # over an optim also present: the defaults a loader filled in (Lightning, jsonargparse)
+    return {**rest, "optim": {**asdict(OptimConfig()), **given, **flat}}
 
 
 # set while Lightning's load_from_checkpoint builds the module from a checkpoint's hyper-parameters

@@ -300,7 +300,9 @@ def from_pretrained(
 
     folder = _folder_of(name_or_path, revision=revision, token=token)
     config = _read_config(folder)
-    hparams = with_optim_group(config["hparams"])  # a folder of 0.3.0 holds the optimizer options flat
+    hparams = with_optim_group(
+        config["hparams"]
+    )  # a folder saved before optim existed holds its options flat
     original_encoder_config = hparams.get("encoder_config")
     # a random encoder of the saved shape; the saved state dict replaces every weight
     hparams["encoder_config"] = config["encoder"]["config"]

@@ -167,7 +167,7 @@ def module_from_checkpoint(
     recorded = hparams.get(CHECKPOINT_CLASS_KEY)
     recorded = recorded if isinstance(recorded, str) else None
     cls = chosen_class(base, model_class, recorded, source, "checkpoint")
-    # a checkpoint of 0.3.0 holds the optimizer options flat
+    # a checkpoint saved before optim existed holds its options flat
     settings = with_optim_group({k: v for k, v in hparams.items() if not k.startswith("_")})
     module: Any = built(cls, settings, recorded, source, "checkpoint")
     module.configure_model()  # as Lightning does before the weights (a no-op unless overridden)
