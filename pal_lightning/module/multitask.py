@@ -41,13 +41,7 @@ from pal_lightning.module.checkpoint_check import (
 from pal_lightning.module.checks import check_model_options
 from pal_lightning.module.mixed import TASK_LOSSES, check_mixed_training, is_mixed_batch
 from pal_lightning.module.nonfinite_guard import NonFiniteGuard
-from pal_lightning.module.optim_config import (
-    DEFAULT_OPTIM,
-    OptimConfig,
-    loading_saved_hparams,
-    optim_of,
-    refuse_moved,
-)
+from pal_lightning.module.optim_config import DEFAULT_OPTIM, OptimConfig, loading_saved_hparams, optim_of
 from pal_lightning.tasks.specs import TaskSpec, check_auxiliary, eval_views, resolve_tasks, task_to_hparam
 
 __all__ = ["TASK_LOSSES", "MultiTaskModule", "check_mixed_training", "check_model_options", "is_mixed_batch"]
@@ -482,14 +476,11 @@ class MultiTaskModule(optim.FusedClippingMixin):
         return pretrained.save_pretrained(self, save_directory, **options)
 
     @classmethod
-    def load_from_checkpoint(  # type: ignore[override]
-        cls: type[M], checkpoint_path: Any, *args: Any, **kwargs: Any
-    ) -> M:
+    def load_from_checkpoint(cls: type[M], checkpoint_path: Any, *args: Any, **kwargs: Any) -> M:
         """Lightning's ``load_from_checkpoint``; a checkpoint saved before ``optim`` grouped the optimizer
         options (flat ``lr``, ``head_lr``, ...) gets them gathered into ``optim``."""
-        refuse_moved(kwargs)  # an override given here is today's shape
-        with loading_saved_hparams():
-            return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)  # type: ignore[misc]
+        with loading_saved_hparams(kwargs):
+            return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
 
     @classmethod
     def from_pretrained(cls: type[M], name_or_path: str | os.PathLike[str], **options: Any) -> M:

@@ -86,7 +86,8 @@ def as_optim_config(value: OptimConfig | Mapping[str, Any] | None) -> OptimConfi
         if unknown:
             raise PalUserError(f"optim has no option(s) {unknown}: its options are {list(OPTIM_FIELDS)}.")
         # jsonargparse hands `--model.optim.adapter_lr null` over as the string "None"
-        config = OptimConfig(**{k: None if v == "None" else v for k, v in value.items()})
+        options: dict[str, Any] = {k: None if v == "None" else v for k, v in value.items()}
+        config = OptimConfig(**options)
     else:
         raise PalUserError(f"optim must be an OptimConfig, a mapping or null, got {type(value).__name__}.")
     config.check()
@@ -123,8 +124,10 @@ _LOADING_SAVED: ContextVar[bool] = ContextVar("pal_loading_saved_hparams", defau
 
 
 @contextmanager
-def loading_saved_hparams() -> Iterator[None]:
-    """Within: the module is being rebuilt from saved hyper-parameters, which may be of the flat shape."""
+def loading_saved_hparams(overrides: Mapping[str, Any] = {}) -> Iterator[None]:  # noqa: B006 - read only
+    """Within: the module is being rebuilt from saved hyper-parameters, which may be of the flat shape;
+    ``overrides`` (the loader's keyword arguments, today's shape) must not hold a flat name."""
+    refuse_moved(overrides)
     token = _LOADING_SAVED.set(True)
     try:
         yield
