@@ -124,7 +124,7 @@ def test_model_and_data_help_of_the_default_class_a_subclass_and_no_class(
     model = _out(capsys, "fit", "--model.help")
     for option in ("--model.optim.lr LR", "--model.adapter ADAPTER", "--model.tasks"):
         assert option in model, option
-    assert "peak learning rate of the pretrained encoder weights" in " ".join(model.split())
+    assert "Peak learning rate of the pretrained encoder weights" in " ".join(model.split())
     for name in (
         "MultiTaskModule",
         "pal_lightning.MultiTaskModule",

@@ -162,9 +162,9 @@ def test_hyperparameters_saved_and_rebuild() -> None:
     hp = dict(module.hparams)
     assert hp["tasks"] == ["sst", {**hp["tasks"][1], "name": "toy"}]
     assert isinstance(hp["tasks"][1], dict) and hp["tasks"][1]["kind"] == "single_classification"
-    assert hp["lr"] == 1e-4 and hp["encoder_config"] == TINY_BATCH_BERT
+    assert hp["optim"]["lr"] == 1e-4 and hp["encoder_config"] == TINY_BATCH_BERT
     rebuilt = MultiTaskModule(**hp)
-    assert rebuilt.task_specs["toy"] == custom
+    assert rebuilt.task_specs["toy"] == custom and rebuilt.optim_config == module.optim_config
 
 
 def test_predict_step_output() -> None:

@@ -29,7 +29,9 @@ def test_bad_regimes_are_refused_with_one_clear_message() -> None:
         tiny_module(layer_sharing="SSI")
     with pytest.raises(PalUserError, match=re.escape("unknown letter(s) ['Q']")):
         tiny_module(layer_sharing="SQ")
-    with pytest.raises(PalUserError, match="individual \\(I\\) layers, which freeze_encoder would freeze"):
+    with pytest.raises(
+        PalUserError, match="individual \\(I\\) layers, which optim.freeze_encoder would freeze"
+    ):
         tiny_module(layer_sharing="SI", optim={"freeze_encoder": True})
     tiny_module(layer_sharing="FS", optim={"freeze_encoder": True})  # F/S only: fine
 
