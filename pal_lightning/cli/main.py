@@ -141,9 +141,15 @@ def main(args: list[str] | None = None) -> int:
             return USER_ERROR_EXIT
         if isinstance(found, ArgumentError) and "--help" not in message:
             command = next((a for a in argv if not a.startswith("-")), "")
+            # pretrain's model is not MultiTaskModule, whose options _accepted_options names
+            options = (
+                _accepted_options
+                if command != "pretrain"
+                else lambda g: None if g == "model" else _accepted_options(g)
+            )
             message += (
                 "."
-                + did_you_mean(message, _accepted_options)  # " Did you mean --model.optim.lr?"
+                + did_you_mean(message, options)  # " Did you mean --model.optim.lr?"
                 + f" Run `pal-lightning {command or 'fit'} --help` for the accepted options"
                 " (--print_config shows the resolved configuration)"
             )
