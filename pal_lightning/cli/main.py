@@ -8,6 +8,7 @@ import re
 import signal
 import sys
 from argparse import ArgumentError  # jsonargparse's ArgumentError is argparse's
+from functools import partial
 from typing import Any
 
 from pal_lightning.cli.help import config_syntax_error, did_you_mean, top_level_help
@@ -141,15 +142,9 @@ def main(args: list[str] | None = None) -> int:
             return USER_ERROR_EXIT
         if isinstance(found, ArgumentError) and "--help" not in message:
             command = next((a for a in argv if not a.startswith("-")), "")
-            # pretrain's model is not MultiTaskModule, whose options _accepted_options names
-            options = (
-                _accepted_options
-                if command != "pretrain"
-                else lambda g: None if g == "model" else _accepted_options(g)
-            )
             message += (
                 "."
-                + did_you_mean(message, options)  # " Did you mean --model.optim.lr?"
+                + did_you_mean(message, partial(_accepted_options, command=command))  # " Did you mean ...?"
                 + f" Run `pal-lightning {command or 'fit'} --help` for the accepted options"
                 " (--print_config shows the resolved configuration)"
             )
@@ -197,7 +192,7 @@ def _predict_splits_hint(argv: list[str], message: str) -> str:
 _LINKED = ("tokenizer", "tasks", "pair_encoding")
 
 
-def _accepted_options(group: str) -> list[str] | None:
+def _accepted_options(group: str, command: str = "fit") -> list[str] | None:
     import inspect
 
     from lightning.pytorch import Trainer
@@ -208,6 +203,8 @@ def _accepted_options(group: str) -> list[str] | None:
     from pal_lightning.module.multitask import MultiTaskModule
 
     classes: dict[str, type[Any]] = dict(model=MultiTaskModule, data=MultiTaskDataModule, trainer=Trainer)
+    if command == "pretrain":  # its model is not MultiTaskModule (no suggestion, no "moved into optim")
+        del classes["model"]
     classes.update(checkpoint=ModelCheckpoint, last_checkpoint=ModelCheckpoint, predictions=PredictionWriter)
     if (cls := classes.get(group)) is None:
         return None
