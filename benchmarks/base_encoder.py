@@ -134,7 +134,7 @@ def stage_train(precision: str, args: argparse.Namespace) -> dict[str, Any]:
     import lightning as L
     import torch
 
-    from pal_lightning import MultiTaskDataModule, MultiTaskModule
+    from pal_lightning import MultiTaskDataModule, MultiTaskModule, OptimConfig
     from pal_lightning.core.hub import resolve_encoder
 
     class StepTimer(L.Callback):
@@ -162,9 +162,7 @@ def stage_train(precision: str, args: argparse.Namespace) -> dict[str, Any]:
         adapter={"method": "pals", "size": None, "num_heads": 6, "placement": "all", "init": "zero"},
         pooling="mean",
         pair_encoding="siamese",
-        lr=1e-4,
-        head_lr=1e-3,
-        warmup_ratio=0.06,
+        optim=OptimConfig(lr=1e-4, head_lr=1e-3, warmup_ratio=0.06),
     )
     load_s = time.perf_counter() - start
     rss_loaded = peak_rss_mib()

@@ -202,7 +202,7 @@ def pal_arguments_sst(setup: Setup) -> tuple[dict, dict, dict]:
     """``MultiTaskModule``, ``MultiTaskDataModule`` and ``Trainer`` arguments: peers.py's ``pal_shared``
     (the quickstart with ``adapter: none``) on SST alone, one learning rate, ``setup.steps`` steps."""
     model, data, trainer = pal_arguments("pal_shared", setup.budget(), 1.0, setup.seed)
-    model.update(tasks=[TASK], lr=setup.lr, head_lr=setup.lr)
+    model.update(tasks=[TASK], optim={**model["optim"], "lr": setup.lr, "head_lr": setup.lr})
     data.update(tasks=[TASK], data_dir=setup.data_dir, steps_per_epoch=setup.steps)
     trainer.update(max_steps=setup.steps, accelerator="gpu" if setup.device == "cuda" else "cpu")
     return model, data, trainer

@@ -292,14 +292,18 @@ def pal_arguments(system: str, budget: Budget, scale: float, seed: int) -> tuple
 
     recipe = yaml.safe_load(QUICKSTART.read_text())
     model = dict(recipe["model"]["init_args"])
-    model.update(encoder=budget.encoder, lr=model["lr"] * scale, head_lr=model["head_lr"] * scale)
+    optim = dict(model["optim"])
+    optim.update(lr=optim["lr"] * scale, head_lr=optim["head_lr"] * scale)
+    optim.update(weight_decay=budget.weight_decay, warmup_ratio=budget.warmup_ratio)
+    model["encoder"] = budget.encoder
     overrides = dict(budget.pal_overrides)
     model["adapter"] = {**model["adapter"], **overrides.pop("adapter", {})}
-    model.update(weight_decay=budget.weight_decay, warmup_ratio=budget.warmup_ratio, **overrides)
+    model["optim"] = {**optim, **overrides.pop("optim", {})}
+    model.update(overrides)
     if system == "pal_shared":
         model["adapter"] = {**model["adapter"], "method": "none"}
     elif system == "pal_adapter_only":
-        model["freeze_encoder"] = True  # PALs and heads train, at head_lr
+        model["optim"]["freeze_encoder"] = True  # PALs and heads train, at head_lr
     steps = len(TASKS) * budget.steps_per_task
     data = dict(recipe["data"]["init_args"])
     data.update(
@@ -351,7 +355,8 @@ def run_pal(system: str, budget: Budget, scale: float, seed: int) -> dict[str, A
 
     module, model_args, train_s = fit_pal(system, budget, scale, seed)
     module.predict_max_length = budget.max_length
-    row: dict[str, Any] = {"lr": f"{model_args['lr']:g}/{model_args['head_lr']:g}", "train_s": train_s}
+    rates = model_args["optim"]
+    row: dict[str, Any] = {"lr": f"{rates['lr']:g}/{rates['head_lr']:g}", "train_s": train_s}
     for task in TASKS:
         texts, labels = read_task(task, "dev", budget.data_dir(seed))
         inputs = texts[0] if len(texts) == 1 else list(zip(*texts, strict=True))
@@ -424,7 +429,7 @@ def run_lora_tuned(system: str, budget: Budget, scale: float, seed: int) -> dict
     lr = BASE_LR[system] * scale
     parts = {task: train_one_task("lora", task, lora_budget, lr, seed, encoder_state=state) for task in TASKS}
     row = per_task_row(parts, budget.lora_rank)
-    row["lr"] = f"{model_args['lr']:g}/{model_args['head_lr']:g} then {lr:g}"
+    row["lr"] = f"{model_args['optim']['lr']:g}/{model_args['optim']['head_lr']:g} then {lr:g}"
     row["train_s"] += encoder_s  # both stages: examples_per_task (run_unit) counts both too
     return row
 

@@ -17,7 +17,7 @@ Usage::
     python benchmarks/reproduce.py --seeds 3 --only shared,pals_annealed --compare pals_annealed:shared
     python benchmarks/reproduce.py --seeds 3 --only shared,pals_annealed \
         --method "pals_simcse=pals_annealed+simcse" \
-        --method "shared_lr=shared --model.init_args.layer_lr_decay=0.9" \
+        --method "shared_lr=shared --model.init_args.optim.layer_lr_decay=0.9" \
         --compare pals_simcse:pals_annealed --compare shared_lr:shared
 
 Seeds: ``--seeds N`` runs every method with the seeds ``--seed`` .. ``--seed + N - 1`` (seed-major, so a
@@ -540,7 +540,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds before a run is abandoned")
     parser.add_argument("--dry-run", action="store_true", help="print the commands and exit")
     parser.add_argument(
-        "cli_args", nargs="*", help="extra pal-lightning options after --, e.g. -- --model.init_args.lr=1e-4"
+        "cli_args",
+        nargs="*",
+        help="extra pal-lightning options after --, e.g. -- --model.init_args.optim.lr=1e-4",
     )
     args = parser.parse_args(argv)
     if args.steps < args.epochs or args.epochs < 1:

@@ -103,8 +103,7 @@ def config(root: Path, data_dir: Path, args: argparse.Namespace) -> dict[str, An
                 "adapter": {"num_heads": 2, "size": 8},
                 "pair_encoding": {"sts": "siamese", "default": "cross"},
                 "encoder_config": TINY_BERT,
-                "lr": 1e-4,
-                "head_lr": 1e-3,
+                "optim": {"lr": 1e-4, "head_lr": 1e-3},
             },
         },
         "data": {

@@ -109,7 +109,7 @@ CONFIGURATIONS: tuple[Configuration, ...] = (
     Configuration("pa_on_top", (f"{M}adapter.method=pa_on_top",), "projected attention on top, d_s = 102"),
     Configuration(
         "bert_layer_on_top",
-        (f"{M}adapter.method=bert_layer_on_top", f"{M}adapter_lr=1.0e-04"),
+        (f"{M}adapter.method=bert_layer_on_top", f"{M}optim.adapter_lr=1.0e-04"),
         "a BERT layer per task on top (configs/variants/bert_layer_on_top.yaml)",
     ),
     Configuration(

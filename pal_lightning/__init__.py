@@ -21,6 +21,7 @@ _EXPORTS: dict[str, str] = {
         "pal_lightning.modeling": "MultiTaskEncoder AdapterConfig parameter_report ParameterReport "
         "save_task_weights load_task_weights",
         "pal_lightning.module.multitask": "MultiTaskModule",
+        "pal_lightning.module.optim_config": "OptimConfig",
         "pal_lightning.data": "MultiTaskDataModule DataConfig",
         "pal_lightning.pretraining": "MLMPretrainModule MLMDataModule",
         "pal_lightning.data.sampling.schedules": "task_probabilities annealed_alpha register_sampling_rule",
@@ -71,6 +72,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs: the names ab
         save_task_weights,
     )
     from pal_lightning.module.multitask import MultiTaskModule
+    from pal_lightning.module.optim_config import OptimConfig
     from pal_lightning.pretraining import MLMDataModule, MLMPretrainModule
     from pal_lightning.tasks.catalogue import BUILTIN_TASKS
     from pal_lightning.tasks.continual_metrics import continual_metrics

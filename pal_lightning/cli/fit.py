@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from jsonargparse import Namespace
+from jsonargparse import Namespace, set_parsing_settings
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import ProgressBar, RichProgressBar
 from lightning.pytorch.cli import LightningArgumentParser
@@ -92,6 +92,8 @@ class PalLightningCLI(CLIHooks):
         if datamodule_class is None:
             from pal_lightning.data import MultiTaskDataModule as datamodule_class
         quiet_lightning()
+        # the help of a grouped option (--model.optim.lr) is its dataclass field's docstring
+        set_parsing_settings(docstring_parse_attribute_docstrings=True)
         trainer_defaults = {**default_trainer_settings(), **kwargs.pop("trainer_defaults", {})}
         # exit_on_error=False: parse errors raise ArgumentError, which main() prints as one line;
         # allow_abbrev=False: argparse would take --trainer.max_step 7 as --trainer.max_steps

@@ -81,7 +81,8 @@ def suggest(unknown: str, accepted: Sequence[str], n: int = 2) -> list[str]:
     def initials(name: str) -> str:
         return "".join(word[0] for word in name.split("_") if word)
 
-    by_initials = [a for a in accepted if a == initials(unknown) or initials(a) == unknown]
+    # a grouped option (optim.lr) by its own name
+    by_initials = [a for a in accepted if a.rpartition(".")[2] == initials(unknown) or initials(a) == unknown]
     close = difflib.get_close_matches(unknown, accepted, n=n, cutoff=0.6)
     return list(dict.fromkeys(by_initials + close))[:n]
 
@@ -92,11 +93,16 @@ _UNRECOGNIZED = re.compile(r"unrecognized arguments: --(\w+)\.(?:[\w.]*\.)?(\w+)
 
 
 def did_you_mean(message: str, options_of: Callable[[str], Sequence[str] | None]) -> str:
-    """`` Did you mean --model.lr?`` for an unknown-option ``message`` (``options_of(group)``: its names), or ``""``."""
+    """`` Did you mean --model.optim.lr?`` for an unknown-option ``message`` (``options_of(group)``: its names),
+    where the option moved into a group (``--model.lr``) the line saying so, or ``""``."""
     match = _NOT_ACCEPTED.search(message) or _UNRECOGNIZED.search(message)
     if not match:
         return ""
     group, name = match.groups()
+    if group == "model" and f"optim.{name}" in (options_of(group) or ()):
+        from pal_lightning.module.optim_config import moved_message
+
+        return " " + moved_message(name)
     found = suggest(name, list(options_of(group) or ()))
     return " Did you mean " + " or ".join(f"--{group}.{f}" for f in found) + "?" if found else ""
 

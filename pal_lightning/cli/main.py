@@ -8,6 +8,7 @@ import re
 import signal
 import sys
 from argparse import ArgumentError  # jsonargparse's ArgumentError is argparse's
+from functools import partial
 from typing import Any
 
 from pal_lightning.cli.help import config_syntax_error, did_you_mean, top_level_help
@@ -143,7 +144,7 @@ def main(args: list[str] | None = None) -> int:
             command = next((a for a in argv if not a.startswith("-")), "")
             message += (
                 "."
-                + did_you_mean(message, _accepted_options)  # " Did you mean --model.lr?"
+                + did_you_mean(message, partial(_accepted_options, command=command))  # " Did you mean ...?"
                 + f" Run `pal-lightning {command or 'fit'} --help` for the accepted options"
                 " (--print_config shows the resolved configuration)"
             )
@@ -191,7 +192,7 @@ def _predict_splits_hint(argv: list[str], message: str) -> str:
 _LINKED = ("tokenizer", "tasks", "pair_encoding")
 
 
-def _accepted_options(group: str) -> list[str] | None:
+def _accepted_options(group: str, command: str = "fit") -> list[str] | None:
     import inspect
 
     from lightning.pytorch import Trainer
@@ -202,10 +203,17 @@ def _accepted_options(group: str) -> list[str] | None:
     from pal_lightning.module.multitask import MultiTaskModule
 
     classes: dict[str, type[Any]] = dict(model=MultiTaskModule, data=MultiTaskDataModule, trainer=Trainer)
+    if command == "pretrain":  # its model is not MultiTaskModule (no suggestion, no "moved into optim")
+        del classes["model"]
     classes.update(checkpoint=ModelCheckpoint, last_checkpoint=ModelCheckpoint, predictions=PredictionWriter)
     if (cls := classes.get(group)) is None:
         return None
-    names = [n for n in inspect.signature(cls.__init__).parameters if n != "self"]
+    parameters = inspect.signature(cls.__init__).parameters.values()
+    names = [p.name for p in parameters if p.name != "self" and p.kind is not p.VAR_KEYWORD]
+    if group == "model":  # the options of a group: optim.lr
+        from pal_lightning.module.optim_config import OPTIM_FIELDS
+
+        names += [f"optim.{name}" for name in OPTIM_FIELDS]
     return [n for n in names if n not in _LINKED] if group == "data" else names
 
 

@@ -12,6 +12,7 @@ from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.hub import resolve_encoder
 from pal_lightning.core.plain_values import to_plain
 from pal_lightning.core.version import reads_files_of, version_mismatch
+from pal_lightning.module.optim_config import with_optim_group
 from pal_lightning.module.saved_class import CHECKPOINT_CLASS_KEY, fits_saved_class, how_to_name
 from pal_lightning.tasks.specs import TaskSpec, task_name_of, task_to_dict, task_to_hparam
 
@@ -33,7 +34,7 @@ ARCHITECTURE_HPARAMS: tuple[str, ...] = (
 #: Adapter options that only pick the starting values: a checkpoint trained with another still fits.
 STARTING_VALUES_ONLY: frozenset[str] = frozenset({"init"})
 
-#: Hyper-parameters that also fix the optimizer's parameter groups: a resumed ``fit`` needs them equal.
+#: Options of ``optim`` that also fix the optimizer's parameter groups: a resumed ``fit`` needs them equal.
 OPTIMIZER_HPARAMS: tuple[str, ...] = ("freeze_encoder", "freeze_embeddings", "adapter_lr", "layer_lr_decay")
 
 #: The checkpoint key holding the version of pal-lightning that wrote it.
@@ -76,11 +77,11 @@ def checkpoint_differences(
     """What a checkpoint's hyper-parameters ``saved`` say differently from ``ours``, as phrases: the tasks,
     the architecture hyper-parameters and, when ``resuming`` a fit, the optimizer's."""
     out: list[str] = []
+    saved = with_optim_group(saved)  # a checkpoint saved before optim existed holds its options flat
     saved_tasks = saved.get("tasks")
     if saved_tasks is not None:
         out += task_differences(saved_tasks, [task_to_hparam(s) for s in tasks], resuming)
-    keys = ARCHITECTURE_HPARAMS + (OPTIMIZER_HPARAMS if resuming else ())
-    for key in keys:
+    for key in ARCHITECTURE_HPARAMS:
         if key == "encoder" and (
             saved.get("encoder_config") is not None or ours.get("encoder_config") is not None
         ):
@@ -95,6 +96,13 @@ def checkpoint_differences(
             ]
         elif a != b and not (key == "encoder" and _same_encoder(str(a), str(b))):
             out.append(f"{key} is {a!r} in the checkpoint but {b!r} here")
+    if resuming:
+        theirs, mine = saved.get("optim") or {}, ours.get("optim") or {}
+        out += [
+            f"optim.{k} is {theirs.get(k)!r} in the checkpoint but {mine.get(k)!r} here"
+            for k in OPTIMIZER_HPARAMS
+            if to_plain(theirs.get(k)) != to_plain(mine.get(k))
+        ]
     return out
 
 

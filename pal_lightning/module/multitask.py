@@ -41,6 +41,7 @@ from pal_lightning.module.checkpoint_check import (
 from pal_lightning.module.checks import check_model_options
 from pal_lightning.module.mixed import TASK_LOSSES, check_mixed_training, is_mixed_batch
 from pal_lightning.module.nonfinite_guard import NonFiniteGuard
+from pal_lightning.module.optim_config import DEFAULT_OPTIM, OptimConfig, loading_saved_hparams, optim_of
 from pal_lightning.tasks.specs import TaskSpec, check_auxiliary, eval_views, resolve_tasks, task_to_hparam
 
 __all__ = ["TASK_LOSSES", "MultiTaskModule", "check_mixed_training", "check_model_options", "is_mixed_batch"]
@@ -62,15 +63,8 @@ class MultiTaskModule(optim.FusedClippingMixin):
         pair_encoding: ``cross`` (one sequence) or ``siamese`` (each sentence alone), or per task; as the data's.
         heads: per-task head other than the default, e.g. ``{sts: cosine_rescaled}`` (``modeling.pair_heads``).
         dropout: dropout before each head's linear layer.
-        lr: peak learning rate of the pretrained encoder weights.
-        head_lr: peak learning rate of the new parameters (heads, and adapters unless ``adapter_lr`` is set).
-        adapter_lr: peak learning rate of the adapters; ``None`` means ``head_lr``.
-        layer_lr_decay: layer ``l`` of ``L`` gets ``lr * layer_lr_decay**(L - l)``; 1.0 = one rate.
-        weight_decay: AdamW decoupled weight decay, not applied to biases and LayerNorm weights.
-        warmup_ratio: fraction of the total optimizer steps spent warming up linearly.
-        warmup_steps: absolute number of warmup steps; overrides ``warmup_ratio`` when set.
-        freeze_embeddings: keep the pretrained embedding layer fixed.
-        freeze_encoder: keep every pretrained weight fixed and train only adapters and heads.
+        optim: learning rates, weight decay, warmup and freezing (``--model.optim.lr``): an
+            :class:`~pal_lightning.module.optim_config.OptimConfig`, or a mapping of its options.
         attn_implementation: transformers attention kernel (``sdpa``, ``eager``); ``None`` = library default.
         encoder_config: a ``transformers`` config's keyword arguments: a random encoder of that shape.
         max_nonfinite_steps: skipped non-finite steps in a row before a ``NonFiniteTrainingError``.
@@ -80,6 +74,7 @@ class MultiTaskModule(optim.FusedClippingMixin):
         encoder_revision: hub branch, tag or commit of ``encoder``; ``None``: the packaged or cached copy.
         compile: ``torch.compile`` the encoder: ``true`` (inductor), a backend name, or ``false`` (eager).
         compile_mode: ``torch.compile``'s ``mode`` with inductor, e.g. ``reduce-overhead``; ``null``: default.
+        moved: none taken: an option that moved into a group (``lr``: ``optim.lr``) fails, naming its new place.
     """
 
     #: Longest tokenised sequence at prediction time (the data module's ``max_length`` when known).
@@ -96,15 +91,7 @@ class MultiTaskModule(optim.FusedClippingMixin):
         pair_encoding: str | dict[str, str] = "cross",
         heads: dict[str, str] | None = None,
         dropout: float = 0.1,
-        lr: float = 3e-5,
-        head_lr: float = 5e-4,
-        adapter_lr: float | None = None,
-        layer_lr_decay: float = 1.0,
-        weight_decay: float = 0.01,
-        warmup_ratio: float = 0.1,
-        warmup_steps: int | None = None,
-        freeze_embeddings: bool = False,
-        freeze_encoder: bool = False,
+        optim: OptimConfig = DEFAULT_OPTIM,
         attn_implementation: str | None = None,
         encoder_config: dict[str, Any] | None = None,
         max_nonfinite_steps: int = 10,
@@ -114,12 +101,14 @@ class MultiTaskModule(optim.FusedClippingMixin):
         encoder_revision: str | None = None,
         compile: bool | str = False,
         compile_mode: str | None = None,
+        **moved: Any,
     ) -> None:
         super().__init__()
+        self.optim_config = optim_of(optim, moved, type(self).__qualname__)
         self.task_specs: dict[str, TaskSpec] = {s.name: s for s in resolve_tasks(tasks)}
         #: Evaluation views by name: more dev/test sets scored by a task's head (pal_lightning.tasks.specs)
         self.eval_views = eval_views(self.task_specs.values())
-        self.save_hyperparameters(ignore=["tasks", "adapter"])
+        self.save_hyperparameters(ignore=["tasks", "adapter", "optim", *moved])
         self.adapter_config = AdapterConfig.coerce(adapter)
         self.simcse = as_simcse_config(simcse)
         # tasks and SimCSE are saved as names / plain dicts, not TaskSpec or SimCSEConfig objects, so
@@ -128,11 +117,12 @@ class MultiTaskModule(optim.FusedClippingMixin):
             {
                 "tasks": [task_to_hparam(s) for s in self.task_specs.values()],
                 "adapter": self.adapter_config.to_dict(),
+                "optim": asdict(self.optim_config),
                 "simcse": None if self.simcse is None else asdict(self.simcse),
                 "auxiliary": check_auxiliary(auxiliary, list(self.task_specs)),
             }
         )
-        check_model_options(self.hparams, self.task_specs, self.simcse)
+        check_model_options(self.hparams, self.task_specs, self.simcse, self.optim_config)
         self.encoder = self.build_encoder()
         self.heads = self.build_heads()
         self._encoder_call = compiling.EncoderCall(
@@ -150,10 +140,10 @@ class MultiTaskModule(optim.FusedClippingMixin):
         self.last_scores: dict[str, dict[str, float]] = {}  # {stage: {stage/task/metric: value}}
         self.guard = NonFiniteGuard(max_nonfinite_steps)
         self._label_names: dict[str, list[str]] = {}  # given, or found in the data
-        if freeze_encoder:
+        if self.optim_config.freeze_encoder:
             for _, p in self.encoder.pretrained_parameters():
                 p.requires_grad_(False)
-        elif freeze_embeddings:
+        elif self.optim_config.freeze_embeddings:
             for p in self.encoder.embeddings.parameters():
                 p.requires_grad_(False)
 
@@ -335,7 +325,7 @@ class MultiTaskModule(optim.FusedClippingMixin):
 
     def parameter_groups(self) -> list[dict[str, Any]]:
         """AdamW parameter groups (:func:`pal_lightning.module.optim.parameter_groups`)."""
-        return optim.parameter_groups(self, self.encoder, self.hparams)
+        return optim.parameter_groups(self, self.encoder, self.optim_config)
 
     def parameter_group_of(self, name: str, parameter: nn.Parameter) -> optim.Placement:
         """Override to place a trainable parameter: ``None`` (default) puts it by where it sits (unknown
@@ -354,7 +344,7 @@ class MultiTaskModule(optim.FusedClippingMixin):
     def configure_optimizers(self) -> Any:
         """AdamW over :meth:`parameter_groups` with a per-step linear warmup and decay."""
         return optim.configure_optimizers(
-            self, self.parameter_groups(), self.total_training_steps, self.hparams
+            self, self.parameter_groups(), self.total_training_steps, self.optim_config
         )
 
     def evaluated_specs(self) -> list[TaskSpec]:
@@ -484,6 +474,13 @@ class MultiTaskModule(optim.FusedClippingMixin):
     def save_pretrained(self, save_directory: str | os.PathLike[str], **options: Any) -> Path:
         """Write the model into ``save_directory`` (:func:`pal_lightning.module.pretrained.save_pretrained`)."""
         return pretrained.save_pretrained(self, save_directory, **options)
+
+    @classmethod
+    def load_from_checkpoint(cls: type[M], checkpoint_path: Any, *args: Any, **kwargs: Any) -> M:
+        """Lightning's ``load_from_checkpoint``; a checkpoint saved before ``optim`` grouped the optimizer
+        options (flat ``lr``, ``head_lr``, ...) gets them gathered into ``optim``."""
+        with loading_saved_hparams(kwargs):
+            return super().load_from_checkpoint(checkpoint_path, *args, **kwargs)
 
     @classmethod
     def from_pretrained(cls: type[M], name_or_path: str | os.PathLike[str], **options: Any) -> M:

@@ -43,7 +43,7 @@ def nonfinite_message(in_a_row: int, loss_bad: bool, tasks: Sequence[str], step:
         f"Training stopped: {in_a_row} consecutive steps with non-finite "
         f"loss/gradients (last: non-finite {what}; task {', '.join(tasks) or '?'}, step {step}); "
         "those steps were skipped and the last checkpoint written before them is intact. Lower "
-        "the learning rate (--model.lr, --model.head_lr), check the data of that task for extreme "
+        "the learning rate (--model.optim.lr, --model.optim.head_lr), check the data of that task for extreme "
         "labels, or enable gradient clipping (--trainer.gradient_clip_val 1.0); resume with "
         "--ckpt_path last. max_nonfinite_steps sets how many such steps are tolerated."
     )

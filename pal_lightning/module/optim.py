@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from lightning.pytorch.utilities.types import OptimizerLRSchedulerConfig
 
     from pal_lightning.modeling.encoder import MultiTaskEncoder
+    from pal_lightning.module.optim_config import OptimConfig
 
 
 def linear_warmup_decay(step: int, warmup: int, total: int) -> float:
@@ -130,17 +131,16 @@ class FusedClippingMixin(pl.LightningModule):
 
 
 def parameter_groups(
-    module: nn.Module, encoder: MultiTaskEncoder, hp: Mapping[str, Any]
+    module: nn.Module, encoder: MultiTaskEncoder, config: OptimConfig
 ) -> list[dict[str, Any]]:
-    """AdamW parameter groups of ``module``'s trainable parameters (``build_parameter_groups``), each
-    placed where ``module.parameter_group_of`` says, else by where it sits."""
-    adapter_lr = hp.get("adapter_lr")
+    """AdamW parameter groups of ``module``'s trainable parameters (``build_parameter_groups``) at ``config``'s
+    rates, each placed where ``module.parameter_group_of`` says, else by where it sits."""
     rates = GroupRates(
-        lr=hp["lr"],
-        adapter_lr=hp["head_lr"] if adapter_lr is None else adapter_lr,
-        head_lr=hp["head_lr"],
-        weight_decay=hp["weight_decay"],
-        layer_lr_decay=hp.get("layer_lr_decay", 1.0),
+        lr=config.lr,
+        adapter_lr=config.peak_adapter_lr,
+        head_lr=config.head_lr,
+        weight_decay=config.weight_decay,
+        layer_lr_decay=config.layer_lr_decay,
         num_layers=encoder.num_layers,
     )
     return build_parameter_groups(
@@ -180,14 +180,19 @@ def unplaced_parameters(module: nn.Module, encoder: MultiTaskEncoder) -> list[tu
 
 
 def configure_optimizers(
-    module: pl.LightningModule, groups: list[dict[str, Any]], steps: Callable[[], int], hp: Mapping[str, Any]
+    module: pl.LightningModule, groups: list[dict[str, Any]], steps: Callable[[], int], config: OptimConfig
 ) -> OptimizerLRSchedulerConfig:
-    """AdamW over ``groups`` with a per-step :func:`linear_warmup_decay` schedule over ``steps()`` steps."""
+    """AdamW over ``groups`` with a per-step :func:`linear_warmup_decay` schedule over ``steps()`` steps
+    (``config``'s warmup)."""
     if not groups:
-        raise PalUserError("No trainable parameters: freeze_encoder with adapter='none' and frozen heads?")
+        raise PalUserError(
+            "No trainable parameters: optim.freeze_encoder with adapter='none' and frozen heads?"
+        )
     total = steps()
-    warmup = warmup_steps_of(total, hp["warmup_steps"], hp["warmup_ratio"])
-    return warmup_decay_optimizer(module, groups, total, warmup, lr=hp["lr"], weight_decay=hp["weight_decay"])
+    warmup = warmup_steps_of(total, config.warmup_steps, config.warmup_ratio)
+    return warmup_decay_optimizer(
+        module, groups, total, warmup, lr=config.lr, weight_decay=config.weight_decay
+    )
 
 
 #: Parameters named in the warning; more are counted.

@@ -21,6 +21,7 @@ from pal_lightning.core.files import staged_folder
 from pal_lightning.core.plain_values import to_plain
 from pal_lightning.core.version import __version__, reads_files_of, version_mismatch
 from pal_lightning.module.inference import DEFAULT_MAX_LENGTH
+from pal_lightning.module.optim_config import with_optim_group
 from pal_lightning.module.saved_class import built, checked_weights, chosen_class
 from pal_lightning.tasks.catalogue import overall_name
 from pal_lightning.tasks.specs import task_to_dict
@@ -299,7 +300,9 @@ def from_pretrained(
 
     folder = _folder_of(name_or_path, revision=revision, token=token)
     config = _read_config(folder)
-    hparams = dict(config["hparams"])
+    hparams = with_optim_group(
+        config["hparams"]
+    )  # a folder saved before optim existed holds its options flat
     original_encoder_config = hparams.get("encoder_config")
     # a random encoder of the saved shape; the saved state dict replaces every weight
     hparams["encoder_config"] = config["encoder"]["config"]

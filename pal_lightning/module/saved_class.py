@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from pal_lightning.core.errors import PalUserError
+from pal_lightning.module.optim_config import with_optim_group
 
 #: The command-line option that names the model's class (``fit``, ``predict`` of a config or of new sentences).
 CLASS_OPTION = "--model.class_path"
@@ -166,9 +167,9 @@ def module_from_checkpoint(
     recorded = hparams.get(CHECKPOINT_CLASS_KEY)
     recorded = recorded if isinstance(recorded, str) else None
     cls = chosen_class(base, model_class, recorded, source, "checkpoint")
-    module: Any = built(
-        cls, {k: v for k, v in hparams.items() if not k.startswith("_")}, recorded, source, "checkpoint"
-    )
+    # a checkpoint saved before optim existed holds its options flat
+    settings = with_optim_group({k: v for k, v in hparams.items() if not k.startswith("_")})
+    module: Any = built(cls, settings, recorded, source, "checkpoint")
     module.configure_model()  # as Lightning does before the weights (a no-op unless overridden)
     # the class is the user's choice now: on_load_checkpoint checks the rest (tasks, encoder, adapters)
     module.on_load_checkpoint(

@@ -126,11 +126,20 @@ def test_method_definitions_and_bad_arguments(data_dir: Path, tmp_path: Path) ->
     assert name == "pals_simcse" and options == ["--model.simcse.weight", "0.5"]
     assert [p.name for p in configs] == ["pals_annealed.yaml", "simcse.yaml"]
     args = reproduce.parse_args(
-        _args(data_dir, tmp_path, "--only", "shared", "--seeds", "3", "--method", "x=shared --model.lr 1e-4")
+        _args(
+            data_dir,
+            tmp_path,
+            "--only",
+            "shared",
+            "--seeds",
+            "3",
+            "--method",
+            "x=shared --model.optim.lr 1e-4",
+        )
     )
     assert args.seeds == [42, 43, 44] and args.grid == ["shared", "x"]
     cmd = reproduce.run_command("x", args, data_dir, tmp_path / "r", 43)
-    assert "--seed_everything=43" in cmd and cmd[-2:] == ["--model.lr", "1e-4"]
+    assert "--seed_everything=43" in cmd and cmd[-2:] == ["--model.optim.lr", "1e-4"]
     for bad in (
         ["--method", "nameless"],
         ["--method", "y=no_such_config"],
@@ -169,7 +178,7 @@ def test_seeds_and_compare_with_recorded_runs(
     out = tmp_path / "bench"
     argv = _args(
         data_dir, out, "--only", "shared", "--seeds", "3", "--qqp-dev-limit", "0",
-        "--method", "a=shared", "--method", "b=shared --model.lr 1e-5", "--compare", "a:b",
+        "--method", "a=shared", "--method", "b=shared --model.optim.lr 1e-5", "--compare", "a:b",
     )  # fmt: skip
     assert reproduce.main(argv) == 0
     assert calls[:3] == [("shared", 42), ("a", 42), ("b", 42)]  # seed-major

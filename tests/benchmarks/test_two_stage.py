@@ -48,7 +48,7 @@ def test_two_stage_command_end_to_end(tmp_path: Path, forked_benchmark_runs: For
     # stage 2 ran the specialise overlay from stage 1's best checkpoint
     config = yaml.safe_load((Path(stage2["run_dir"]) / "config.yaml").read_text())
     init_args = config["model"]["init_args"]
-    assert init_args["freeze_encoder"] is True
+    assert init_args["optim"]["freeze_encoder"] is True
     assert init_args["init_from"] == stage1["checkpoint"]
     assert Path(stage1["checkpoint"]).parent == Path(stage1["run_dir"]) / "checkpoints"
 

@@ -56,7 +56,7 @@ def _fit(data_dir: Path, root: Path, callback: ContinualEvaluation, ckpt_path=No
     # no dropout: a resumed run then matches the uninterrupted one without restoring RNG states
     no_dropout = {**TINY_BERT, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
     model = MultiTaskModule(
-        encoder_config=no_dropout, adapter={"size": 8, "num_heads": 2}, dropout=0.0, head_lr=1e-2
+        encoder_config=no_dropout, adapter={"size": 8, "num_heads": 2}, dropout=0.0, optim={"head_lr": 1e-2}
     )
     dm = MultiTaskDataModule(
         data_dir=str(data_dir),

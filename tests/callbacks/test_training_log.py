@@ -75,7 +75,15 @@ def resumed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fit of 6 steps (2 per epoch, a validation per epoch, last.ckpt after the 6th), resumed to 8."""
     root = tmp_path_factory.mktemp("training_log")
     config = write_tiny_fit_config(root, write_cs224n_data(root / "data"))
-    args = ["fit", "--config", str(config), "--model.head_lr", "5e-3", "--model.warmup_steps", "2"]
+    args = [
+        "fit",
+        "--config",
+        str(config),
+        "--model.optim.head_lr",
+        "5e-3",
+        "--model.optim.warmup_steps",
+        "2",
+    ]
     assert main([*args, "--trainer.max_steps", "6"]) == 0
     assert main([*args, "--ckpt_path", "last", "--trainer.max_steps", "8"]) == 0
     return root / "runs"

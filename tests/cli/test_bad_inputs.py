@@ -190,6 +190,14 @@ CASES: dict[str, Case] = {
         ("learning_rate_typo",),
         fix=("pal-lightning fit --help",),
     ),
+    "optimizer option under its old flat name": Case(  # in YAML; --model.lr on the command line: test_help.py
+        Run(
+            ("fit", "--config", "{dir}/flat.yaml"),
+            prepare=lambda f: (f / "flat.yaml").write_text("model:\n  init_args:\n    head_lr: 1.0e-3\n"),
+        ),
+        ("Option 'head_lr' is not accepted", "head_lr moved: use optim.head_lr"),
+        fix=("--model.optim.head_lr",),
+    ),
     "unknown encoder name": Case(
         Run((*ENCODER, "nobody/no-such-encoder")),
         ("'nobody/no-such-encoder' was not found",),

@@ -36,7 +36,7 @@ def _stage2_config(folder: Path, data: Path) -> Path:
     config: dict[str, Any] = yaml.safe_load(path.read_text())
     model = config["model"]["init_args"]
     model["init_from"] = str(save_stage1_checkpoint(folder / "stage1.ckpt", model))
-    model.update(freeze_encoder=True, auxiliary=["sts"])
+    model.update(optim={"freeze_encoder": True}, auxiliary=["sts"])
     config["data"]["init_args"]["task_multipliers"] = {"sts": 0.5}
     config["trainer"]["callbacks"] = [
         {

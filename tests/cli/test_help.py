@@ -122,9 +122,9 @@ def test_model_and_data_help_of_the_default_class_a_subclass_and_no_class(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     model = _out(capsys, "fit", "--model.help")
-    for option in ("--model.lr LR", "--model.adapter ADAPTER", "--model.tasks"):
+    for option in ("--model.optim.lr LR", "--model.adapter ADAPTER", "--model.tasks"):
         assert option in model, option
-    assert "peak learning rate of the pretrained encoder weights" in " ".join(model.split())
+    assert "Peak learning rate of the pretrained encoder weights" in " ".join(model.split())
     for name in (
         "MultiTaskModule",
         "pal_lightning.MultiTaskModule",
@@ -160,7 +160,11 @@ def test_mistyped_option_gets_a_suggestion(tiny_yaml: Path, capsys: pytest.Captu
     base = ["fit", "--config", str(tiny_yaml), "--print_config"]
     assert main([*base, "--model.learning_rate", "1e-4"]) == USER_ERROR_EXIT
     err = capsys.readouterr().err
-    assert "Option 'learning_rate' is not accepted. Did you mean --model.lr?" in err
+    assert "Option 'learning_rate' is not accepted. Did you mean --model.optim.lr?" in err
+    assert main([*base, "--model.weight_decay", "0.1"]) == USER_ERROR_EXIT  # moved into optim
+    err = capsys.readouterr().err
+    assert "weight_decay moved: use optim.weight_decay (--model.optim.weight_decay;" in err
+    assert len(err.strip().splitlines()) == 1
     assert main([*base, "--data.batchsize", "4"]) == USER_ERROR_EXIT
     assert "Did you mean --data.batch_size" in capsys.readouterr().err
 

@@ -47,7 +47,7 @@ def _config(folder: Path, data: Path, callbacks: list[dict[str, Any]], variant: 
     if variant == "stage2":
         model = config["model"]["init_args"]
         model["init_from"] = str(save_stage1_checkpoint(folder / "stage1.ckpt", model))
-        model.update(freeze_encoder=True, auxiliary=["sts"])
+        model.update(optim={"freeze_encoder": True}, auxiliary=["sts"])
         config["data"]["init_args"]["task_multipliers"] = {"sts": 0.5}
     config["trainer"]["max_steps"] = MAX_STEPS
     config["data"]["init_args"]["steps_per_epoch"] = STEPS_PER_EPOCH  # validation after steps 4, 8, 12

@@ -153,7 +153,7 @@ def write_topics(folder: Path) -> None:
 def tiny(spec: TaskSpec) -> MultiTaskModule:
     torch.manual_seed(0)
     return MultiTaskModule(
-        tasks=[spec], encoder_config=TINY_BERT, adapter={"size": 8, "num_heads": 2}, lr=1e-3
+        tasks=[spec], encoder_config=TINY_BERT, adapter={"size": 8, "num_heads": 2}, optim={"lr": 1e-3}
     )
 
 

@@ -26,7 +26,9 @@ def _expected_lr(name: str, lr: float, adapter_lr: float, head_lr: float, decay:
 
 @pytest.mark.parametrize("decay", [1.0, 0.5])
 def test_groups_hold_each_parameter_once_with_its_rate(decay: float) -> None:
-    module = tiny_module(lr=1e-4, adapter_lr=2e-3, head_lr=1e-3, layer_lr_decay=decay, weight_decay=0.05)
+    module = tiny_module(
+        optim={"lr": 1e-4, "adapter_lr": 2e-3, "head_lr": 1e-3, "layer_lr_decay": decay, "weight_decay": 0.05}
+    )
     layers = module.encoder.num_layers
     assert layers == 2
     names = {id(p): n for n, p in module.named_parameters()}
@@ -57,7 +59,7 @@ def test_groups_hold_each_parameter_once_with_its_rate(decay: float) -> None:
 
 def test_default_gives_the_adapters_their_own_groups_at_head_lr() -> None:
     """adapter_lr None: the adapters keep groups of their own, at head_lr."""
-    module = tiny_module(lr=1e-4, head_lr=1e-3)
+    module = tiny_module(optim={"lr": 1e-4, "head_lr": 1e-3})
     groups = module.parameter_groups()
     assert [g["name"] for g in groups] == [
         "pretrained",
@@ -80,14 +82,14 @@ def test_default_gives_the_adapters_their_own_groups_at_head_lr() -> None:
 
 
 def test_decay_with_frozen_encoder_and_without_adapters() -> None:
-    frozen = tiny_module(freeze_encoder=True, layer_lr_decay=0.5, adapter_lr=5e-3)
+    frozen = tiny_module(optim={"freeze_encoder": True, "layer_lr_decay": 0.5, "adapter_lr": 5e-3})
     assert {g["name"] for g in frozen.parameter_groups()} == {
         "adapters",
         "adapters_no_decay",
         "heads",
         "heads_no_decay",
     }
-    shared = tiny_module(adapter="none", adapter_lr=5e-3)
+    shared = tiny_module(adapter="none", optim={"adapter_lr": 5e-3})
     assert not any(g["name"].startswith("adapters") for g in shared.parameter_groups())
 
 
@@ -101,12 +103,12 @@ def test_encoder_depth_formula() -> None:
 @pytest.mark.parametrize("decay", [0.0, 1.5])
 def test_bad_decay_is_refused(decay: float) -> None:
     with pytest.raises(PalUserError, match="layer_lr_decay must lie in"):
-        tiny_module(layer_lr_decay=decay)
+        tiny_module(optim={"layer_lr_decay": decay})
 
 
 def test_resume_needs_the_same_group_layout() -> None:
     """adapter_lr and layer_lr_decay shape the optimizer's groups: a resumed fit must keep them."""
-    module = tiny_module(layer_lr_decay=0.8, adapter_lr=2e-3)
+    module = tiny_module(optim={"layer_lr_decay": 0.8, "adapter_lr": 2e-3})
     saved = dict(module.hparams)
     assert module.checkpoint_differences(saved, resuming=True) == []
     other = tiny_module()  # defaults: no decay, adapters in the 'new' groups

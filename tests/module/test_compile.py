@@ -34,7 +34,7 @@ def _pair(**kw: Any) -> tuple[pl.LightningModule, pl.LightningModule]:
 
 def test_fit_steps_with_a_compiled_encoder_end_at_the_eager_weights(tmp_path: Any) -> None:
     """Two optimizer steps (an sst batch, then a qqp pair: two tasks' PALs and heads, two graphs)."""
-    eager, compiled = _pair(lr=1e-3, head_lr=1e-2)
+    eager, compiled = _pair(optim={"lr": 1e-3, "head_lr": 1e-2})
     # torch's static-first shapes: dynamo traces them in a third of the time of dynamic ones, and these two
     # steps of two tasks compile once per task either way (the next test checks the default, dynamic)
     compiled._encoder_call.dynamic = None

@@ -80,7 +80,7 @@ def test_the_guides_method_starts_as_the_encoder_counts_trains_saves_and_loads(
 ) -> None:
     pl.seed_everything(0, verbose=False)
     options: dict[str, Any] = dict(
-        encoder_config=TINY_BERT, pair_encoding=PAIR_ENCODING, lr=3e-3, head_lr=3e-2
+        encoder_config=TINY_BERT, pair_encoding=PAIR_ENCODING, optim={"lr": 3e-3, "head_lr": 3e-2}
     )
     module = MultiTaskModule(
         adapter={"method": "tiny_mlp", "size": 6, "num_heads": 2, "scale": 0.5}, **options

@@ -95,7 +95,7 @@ class OneStep(TinyData):
 def test_fit_start_prints_the_groups_and_names_the_subclass_parameters() -> None:
     """Today's placement (the heads' group, at head_lr with weight decay), now with a warning naming the
     log-variances and a table of every group, printed with Lightning's model summary."""
-    module = build(UncertaintyWeighted, head_lr=5e-4, weight_decay=0.01)
+    module = build(UncertaintyWeighted, optim={"head_lr": 5e-4, "weight_decay": 0.01})
     trainer = quiet_trainer(max_steps=1, limit_val_batches=0, enable_model_summary=True)
     with lightning_info() as printed, pytest.warns(UserWarning, match="parameter_group_of") as caught:
         trainer.fit(module, datamodule=OneStep())
@@ -133,7 +133,7 @@ def test_quiet_trainer_prints_no_table_but_still_warns() -> None:
 
 
 def test_parameter_group_of_places_them() -> None:
-    placed = build(Placed, head_lr=5e-4, weight_decay=0.01)
+    placed = build(Placed, optim={"head_lr": 5e-4, "weight_decay": 0.01})
     own = group_of(placed, placed.log_vars)
     assert own == {"name": "log_vars", "params": [placed.log_vars], "lr": 1e-2, "weight_decay": 0.0}
     assert placed.parameter_groups()[-1]["name"] == "log_vars"  # after the library's groups
@@ -145,7 +145,7 @@ def test_parameter_group_of_places_them() -> None:
     ]
 
     # a kind's name joins that group (its rate; weight decay by the parameter's name), a mapping is a group
-    answering = build(Answering, lr=1e-4, weight_decay=0.05)
+    answering = build(Answering, optim={"lr": 1e-4, "weight_decay": 0.05})
     answering.answer = "pretrained"
     assert group_of(answering, answering.log_vars)["name"] == "pretrained"
     answering.answer = {"name": "uncertainty", "lr": 3e-3, "weight_decay": 0.001}

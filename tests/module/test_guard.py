@@ -62,8 +62,7 @@ def test_nonfinite_steps_are_skipped_then_stop_with_the_last_checkpoint_intact(t
         encoder_config=tiny_module().hparams.encoder_config,
         adapter={"num_heads": 2},
         pair_encoding={"sts": "siamese", "default": "cross"},
-        lr=1e-3,
-        head_lr=1e-2,
+        optim={"lr": 1e-3, "head_lr": 1e-2},
     )
     snaps = Snapshots()
     ckpt = ModelCheckpoint(dirpath=tmp_path, save_top_k=0, save_last=True, every_n_train_steps=1)
@@ -120,13 +119,13 @@ def test_checkpoint_of_another_task_set_is_refused_with_what_differs() -> None:
 def test_matching_checkpoints_load_and_resume_needs_the_same_order_and_freezing() -> None:
     base = tiny_module()
     # same tasks, other training options: fine for evaluation and for resuming
-    tiny_module(lr=1.0, dropout=0.3).on_load_checkpoint(_checkpoint(base, optimizer=True))
+    tiny_module(optim={"lr": 1.0}, dropout=0.3).on_load_checkpoint(_checkpoint(base, optimizer=True))
     # the order of tasks and freezing only matter when the optimizer state is restored
     reordered = tiny_module(tasks=("sts", "sst", "qqp"))
     reordered.on_load_checkpoint(_checkpoint(base))
     with pytest.raises(PalUserError, match="task order"):
         reordered.on_load_checkpoint(_checkpoint(base, optimizer=True))
-    frozen = tiny_module(freeze_encoder=True)
+    frozen = tiny_module(optim={"freeze_encoder": True})
     frozen.on_load_checkpoint(_checkpoint(base))
     with pytest.raises(PalUserError, match="freeze_encoder is False in the checkpoint but True here"):
         frozen.on_load_checkpoint(_checkpoint(base, optimizer=True))
@@ -236,8 +235,7 @@ KW = dict(
     encoder_config=TINY_BERT,
     adapter={"num_heads": 2},
     pair_encoding={"sts": "siamese", "default": "cross"},
-    lr=1e-3,
-    head_lr=1e-2,
+    optim={"lr": 1e-3, "head_lr": 1e-2},
 )
 
 

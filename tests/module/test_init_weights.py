@@ -27,9 +27,8 @@ def tiny(**kw: Any) -> MultiTaskModule:
         encoder_config=TINY_BERT,
         adapter={"size": 8, "num_heads": 2},
         pair_encoding="siamese",
-        head_lr=1e-2,
     )
-    args.update(kw)
+    args.update(kw, optim={"head_lr": 1e-2, **kw.get("optim", {})})
     return MultiTaskModule(**args)
 
 
@@ -64,7 +63,7 @@ def stage1(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[s
 def test_init_from_copies_every_weight(stage1: tuple[Path, Path, dict[str, torch.Tensor]]) -> None:
     _, ckpt, weights = stage1
     torch.manual_seed(123)  # another random start
-    model = tiny(freeze_encoder=True, init_from=str(ckpt))
+    model = tiny(optim={"freeze_encoder": True}, init_from=str(ckpt))
     assert any(not torch.equal(v, weights[k]) for k, v in model.state_dict().items())
     load_initial_weights(model, str(ckpt))
     state = model.state_dict()
@@ -77,7 +76,7 @@ def test_stage2_freezes_the_encoder_bit_identically(
 ) -> None:
     data, ckpt, weights = stage1
     torch.manual_seed(5)
-    model = tiny(freeze_encoder=True, init_from=str(ckpt))
+    model = tiny(optim={"freeze_encoder": True}, init_from=str(ckpt))
     trainer = fit(model, data, steps=4)
     assert trainer.global_step == 4  # a fresh run: its own step count, not stage 1's
     pretrained = {id(p) for _, p in model.encoder.pretrained_parameters()}

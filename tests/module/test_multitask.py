@@ -65,7 +65,9 @@ def test_total_steps_from_max_steps_or_datamodule() -> None:
     ],
 )
 def test_scheduler_steps_every_group_by_the_schedule(warmup_steps: int | None, factors: list[float]) -> None:
-    module = tiny_module(lr=1e-3, head_lr=1e-2, warmup_ratio=0.25, warmup_steps=warmup_steps)
+    module = tiny_module(
+        optim={"lr": 1e-3, "head_lr": 1e-2, "warmup_ratio": 0.25, "warmup_steps": warmup_steps}
+    )
     _attach(module, max_steps=8)
     conf = module.configure_optimizers()
     opt, sched = conf["optimizer"], conf["lr_scheduler"]["scheduler"]
@@ -82,7 +84,7 @@ def test_scheduler_steps_every_group_by_the_schedule(warmup_steps: int | None, f
 
 
 def test_optimizer_groups_two_lrs_and_no_decay_on_bias_and_layernorm() -> None:
-    module = tiny_module(lr=1e-4, head_lr=1e-3, weight_decay=0.05)
+    module = tiny_module(optim={"lr": 1e-4, "head_lr": 1e-3, "weight_decay": 0.05})
     groups = {g["name"]: g for g in module.parameter_groups()}
     kinds = {"pretrained": "encoder.backbone.", "adapters": "encoder.adapters.", "heads": "heads."}
     assert set(groups) == {f"{kind}{end}" for kind in kinds for end in ("", "_no_decay")}
@@ -100,7 +102,7 @@ def test_optimizer_groups_two_lrs_and_no_decay_on_bias_and_layernorm() -> None:
 
 
 def test_freeze_encoder_trains_only_adapters_and_heads() -> None:
-    module = tiny_module(freeze_encoder=True)
+    module = tiny_module(optim={"freeze_encoder": True})
     for name, p in module.named_parameters():
         assert p.requires_grad == (not name.startswith("encoder.backbone.")), name
     assert {g["name"] for g in module.parameter_groups()} == {
@@ -114,7 +116,7 @@ def test_freeze_encoder_trains_only_adapters_and_heads() -> None:
 
 
 def test_freeze_embeddings_only() -> None:
-    module = tiny_module(freeze_embeddings=True)
+    module = tiny_module(optim={"freeze_embeddings": True})
     for name, p in module.named_parameters():
         assert p.requires_grad == (not name.startswith("encoder.backbone.embeddings.")), name
 
@@ -156,13 +158,13 @@ def test_siamese_encode_matches_separate_passes() -> None:
 
 def test_hyperparameters_saved_and_rebuild() -> None:
     custom = TaskSpec(name="toy", kind="single_classification", num_labels=3, label_range=(0, 2))
-    module = tiny_module(tasks=("sst", custom), lr=1e-4)
+    module = tiny_module(tasks=("sst", custom), optim={"lr": 1e-4})
     hp = dict(module.hparams)
     assert hp["tasks"] == ["sst", {**hp["tasks"][1], "name": "toy"}]
     assert isinstance(hp["tasks"][1], dict) and hp["tasks"][1]["kind"] == "single_classification"
-    assert hp["lr"] == 1e-4 and hp["encoder_config"] == TINY_BATCH_BERT
+    assert hp["optim"]["lr"] == 1e-4 and hp["encoder_config"] == TINY_BATCH_BERT
     rebuilt = MultiTaskModule(**hp)
-    assert rebuilt.task_specs["toy"] == custom
+    assert rebuilt.task_specs["toy"] == custom and rebuilt.optim_config == module.optim_config
 
 
 def test_predict_step_output() -> None:
@@ -236,7 +238,7 @@ def _total_loss(module: MultiTaskModule) -> float:
 
 def test_fit_20_steps_lowers_loss_and_logs_val_overall() -> None:
     pl.seed_everything(0, verbose=False)
-    module = tiny_module(lr=3e-3, head_lr=3e-2, warmup_ratio=0.1)
+    module = tiny_module(optim={"lr": 3e-3, "head_lr": 3e-2, "warmup_ratio": 0.1})
     before = _total_loss(module)
     trainer = quiet_trainer(max_epochs=1)
     data = TinyData()

@@ -29,9 +29,11 @@ def test_bad_regimes_are_refused_with_one_clear_message() -> None:
         tiny_module(layer_sharing="SSI")
     with pytest.raises(PalUserError, match=re.escape("unknown letter(s) ['Q']")):
         tiny_module(layer_sharing="SQ")
-    with pytest.raises(PalUserError, match="individual \\(I\\) layers, which freeze_encoder would freeze"):
-        tiny_module(layer_sharing="SI", freeze_encoder=True)
-    tiny_module(layer_sharing="FS", freeze_encoder=True)  # F/S only: fine
+    with pytest.raises(
+        PalUserError, match="individual \\(I\\) layers, which optim.freeze_encoder would freeze"
+    ):
+        tiny_module(layer_sharing="SI", optim={"freeze_encoder": True})
+    tiny_module(layer_sharing="FS", optim={"freeze_encoder": True})  # F/S only: fine
 
 
 def test_the_cli_reports_a_bad_regime_in_one_line_with_exit_2(
@@ -52,7 +54,9 @@ def test_the_cli_reports_a_bad_regime_in_one_line_with_exit_2(
 
 
 def test_individual_layers_train_at_the_encoder_rate_with_their_layer_decay() -> None:
-    module = tiny_module(layer_sharing="FI", lr=1e-4, head_lr=1e-3, adapter_lr=2e-3, layer_lr_decay=0.5)
+    module = tiny_module(
+        layer_sharing="FI", optim={"lr": 1e-4, "head_lr": 1e-3, "adapter_lr": 2e-3, "layer_lr_decay": 0.5}
+    )
     names = {id(p): n for n, p in module.named_parameters()}
     rates = {names[id(p)]: g["lr"] for g in module.parameter_groups() for p in g["params"]}
     individual = [n for n in rates if n.startswith("encoder.individual.")]
@@ -89,7 +93,7 @@ def test_export_keeps_only_the_tasks_individual_layers() -> None:
 
 def test_a_mixed_regime_with_pals_fits() -> None:
     pl.seed_everything(0, verbose=False)
-    module = tiny_module(layer_sharing="FI", lr=3e-3, head_lr=3e-2)
+    module = tiny_module(layer_sharing="FI", optim={"lr": 3e-3, "head_lr": 3e-2})
     before = {n: p.detach().clone() for n, p in module.named_parameters()}
     data = TinyData()
     data.steps = 3  # one batch of each task

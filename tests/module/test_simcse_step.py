@@ -142,7 +142,7 @@ def _fit(**kw: Any) -> tuple[MultiTaskModule, pl.Trainer, int]:
     """A 6-step fit, and the rows its encoder was called on."""
     rows: list[int] = []
     pl.seed_everything(0, verbose=False)
-    module = tiny_module(lr=3e-3, head_lr=3e-2, **kw)
+    module = tiny_module(optim={"lr": 3e-3, "head_lr": 3e-2}, **kw)
     forward = module.encoder.forward
 
     def counting(input_ids, *args, **kw):  # noqa: ANN001, ANN002, ANN003, ANN202

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Mapping
+from dataclasses import asdict
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from pal_lightning.module.checkpoint_check import (
 from pal_lightning.module.evaluation import TaskScorer, eval_mode, score_batch
 from pal_lightning.module.nonfinite_guard import all_finite, nonfinite_message
 from pal_lightning.module.optim import adamw, fused_allowed, warmup_steps_of
+from pal_lightning.module.optim_config import OptimConfig
 from pal_lightning.tasks.specs import TaskSpec, get_task
 
 SST, QQP, STS = get_task("sst"), get_task("qqp"), get_task("sts")
@@ -95,8 +97,9 @@ def test_eval_mode_restores_each_submodules_own_mode() -> None:
 
 def _hparams(**kw: Any) -> dict[str, Any]:
     adapter = AdapterConfig(size=8, num_heads=2).replace(**kw.pop("adapter", {}))
+    optim = asdict(OptimConfig(**kw.pop("optim", {})))
     hp: dict[str, Any] = dict(encoder="some/encoder", encoder_config=None, adapter=adapter.to_dict())
-    hp.update(freeze_encoder=False, tasks=["sst", "qqp"])
+    hp.update(optim=optim, tasks=["sst", "qqp"])
     hp.update(kw)
     return hp
 
@@ -111,12 +114,12 @@ def test_checkpoint_differences_name_shape_options_not_starting_values() -> None
 
 def test_checkpoint_differences_tasks_order_matters_only_when_resuming() -> None:
     ours = _hparams()
-    saved = _hparams(tasks=["qqp", "sst"], freeze_encoder=True)
+    saved = _hparams(tasks=["qqp", "sst"], optim={"freeze_encoder": True})
     assert checkpoint_differences(saved, ours, [SST, QQP]) == []
     assert checkpoint_differences(saved, ours, [SST, QQP], resuming=True) == [
         "it was trained with the task order [qqp, sst], the model now has [sst, qqp] (resuming a fit "
         "needs the same order)",
-        "freeze_encoder is True in the checkpoint but False here",
+        "optim.freeze_encoder is True in the checkpoint but False here",
     ]
     other = _hparams(tasks=["sst", "sts"])
     assert checkpoint_differences(other, ours, [SST, QQP]) == [

@@ -23,7 +23,7 @@ VARIANTS = sorted((ROOT / "configs" / "variants").glob("*.yaml"))
 )
 def test_each_variant_fits_and_trains_its_own_parameters(adapter: str, extra: dict[str, Any]) -> None:
     pl.seed_everything(0, verbose=False)
-    module = tiny_module(adapter={"method": adapter, **extra}, lr=3e-3, head_lr=3e-2)
+    module = tiny_module(adapter={"method": adapter, **extra}, optim={"lr": 3e-3, "head_lr": 3e-2})
     before = {n: p.detach().clone() for n, p in module.encoder.adapters.named_parameters()}
     assert before, "the variant has task-specific parameters"
     data = TinyData()
