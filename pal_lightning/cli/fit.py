@@ -83,7 +83,8 @@ class PalLightningCLI(CLIHooks):
         args: list[str] | None = None,
         **kwargs: Any,
     ) -> None:
-        chosen = named_subcommand(sys.argv[1:] if args is None else args, type(self).subcommands())
+        argv = sys.argv[1:] if args is None else args
+        chosen = named_subcommand(argv, type(self).subcommands())
         if chosen is not None:  # building a subcommand's parser is most of the start-up: only the named one
             only = {chosen: type(self).subcommands()[chosen]}
             self.subcommands = lambda: only  # type: ignore[method-assign]  # shadows the static method
@@ -92,8 +93,10 @@ class PalLightningCLI(CLIHooks):
         if datamodule_class is None:
             from pal_lightning.data import MultiTaskDataModule as datamodule_class
         quiet_lightning()
-        # the help of a grouped option (--model.optim.lr) is its dataclass field's docstring
-        set_parsing_settings(docstring_parse_attribute_docstrings=True)
+        # the help of a grouped option (--model.optim.lr) is its dataclass field's docstring; reading those
+        # parses the source of every class in the signatures (~1 s per start), so only for a help screen
+        if any(a in ("-h", "--help") or ".help" in a for a in argv):
+            set_parsing_settings(docstring_parse_attribute_docstrings=True)
         trainer_defaults = {**default_trainer_settings(), **kwargs.pop("trainer_defaults", {})}
         # exit_on_error=False: parse errors raise ArgumentError, which main() prints as one line;
         # allow_abbrev=False: argparse would take --trainer.max_step 7 as --trainer.max_steps
