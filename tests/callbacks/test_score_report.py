@@ -648,6 +648,7 @@ def test_why_a_fit_has_no_dev_scores(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert no_scores_reason(_trainer(None), True) == diverged
     assert no_scores_reason(_trainer(None), False, validate_at_end=False) == not_added
     assert no_scores_reason(_trainer(None), True, validate_at_end=False) == diverged
+    assert no_scores_reason(_trainer(None), False).startswith("there was no validation data (no dev batches)")
     for report, validated, reason in (
         (ScoreReport(), True, diverged),
         (ScoreReport(validate_at_end=False), False, not_added),
