@@ -300,9 +300,8 @@ def from_pretrained(
 
     folder = _folder_of(name_or_path, revision=revision, token=token)
     config = _read_config(folder)
-    hparams = with_optim_group(
-        config["hparams"]
-    )  # a folder saved before optim existed holds its options flat
+    # a folder saved before optim existed holds its options flat
+    hparams = with_optim_group(config["hparams"])
     original_encoder_config = hparams.get("encoder_config")
     # a random encoder of the saved shape; the saved state dict replaces every weight
     hparams["encoder_config"] = config["encoder"]["config"]
