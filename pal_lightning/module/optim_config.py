@@ -51,13 +51,14 @@ class OptimConfig:
             )
         for name in ("lr", "head_lr", "adapter_lr", "weight_decay"):
             value = getattr(self, name)
-            if value is None:  # a default
+            if value is None and name == "adapter_lr":  # None: head_lr
                 continue
-            # each check says what a good value satisfies, so NaN fails
+            # each check says what a good value satisfies, so NaN (and None, a string) fails
+            number = isinstance(value, (int, float)) and math.isfinite(value)
             if name == "weight_decay":
-                good, what = math.isfinite(value) and value >= 0.0, "a finite number >= 0"
+                good, what = number and value >= 0.0, "a finite number >= 0"
             else:
-                good, what = math.isfinite(value) and value > 0.0, "a finite number > 0"
+                good, what = number and value > 0.0, "a finite number > 0"
             if not good:
                 raise PalUserError(f"optim.{name} must be {what}, got {value} (--model.optim.{name}).")
 

@@ -45,6 +45,8 @@ def test_the_defaults_are_the_former_arguments_defaults() -> None:
         ({"layer_lr_decay": 0.0}, r"optim.layer_lr_decay must lie in \(0, 1\]"),
         ({"lr": float("nan")}, r"optim.lr must be a finite number > 0, got nan \(--model.optim.lr\)"),
         ({"head_lr": 0.0}, "optim.head_lr must be a finite number > 0"),
+        ({"lr": None}, "optim.lr must be a finite number > 0, got None"),  # only adapter_lr has a None
+        ({"weight_decay": "0.1"}, "optim.weight_decay must be a finite number >= 0, got 0.1"),
         ({"weight_decay": -0.1}, r"optim.weight_decay must be a finite number >= 0 \(or"),
         ({"learning_rate": 1.0}, r"optim has no option\(s\) \['learning_rate'\]"),
     ],
