@@ -213,13 +213,15 @@ class PredictionWriter(BasePredictionWriter):
             )
 
     def class_names(self, trainer: pl.Trainer) -> dict[str, list[str]]:
-        """The class names of the tasks written with names: the module's (``label_names``: given, or read
-        from the data), then the data module's (``label_names()``); the starter's tasks are left out."""
+        """The class names of the tasks written with names: the module's (``label_names``: given, saved or
+        read from the data), else the data module's (``label_names()``); the starter's tasks are left out.
+        The module's win: its head's class ``i`` is its name ``i``, whatever order other data lists."""
         found: dict[str, list[str]] = dict(getattr(trainer.lightning_module, "label_names", None) or {})
         dm = datamodule_of(trainer)
         dm_names = getattr(dm, "label_names", None)
         if callable(dm_names):
-            found.update(dm_names())
+            for task, names in dm_names().items():
+                found.setdefault(task, names)
         for view, info in dict(getattr(dm, "eval_views", None) or {}).items():  # scored by their task's head
             parent = getattr(info, "parent", None)
             if parent in found:

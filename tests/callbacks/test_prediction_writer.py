@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import lightning.pytorch as pl
 import pytest
@@ -92,3 +93,19 @@ def test_duplicates_dropped_and_rows_sorted_without_datamodule(tmp_path):
     rows = {("mytask", "test"): [("b", 1), ("a", 0), ("b", 1)]}
     assert writer._write_all(trainer, rows) == [tmp_path / "mytask-test-output.csv"]
     assert (tmp_path / "mytask-test-output.csv").read_text() == "id \t Predicted_Label \na , 0 \nb , 1 \n"
+
+
+def test_class_names_are_the_modules_where_it_has_them() -> None:
+    """A model's head predicts class i of its own names (given, or saved with it): another order read from
+    the predict data must not relabel it; the data's names fill the tasks the module has none for, views
+    take their task's, the starter's tasks none."""
+    module = SimpleNamespace(label_names={"mine": ["no", "yes"], "sst": ["negative", "positive"]})
+    data = {"mine": ["yes", "no"], "other": ["a", "b", "c"], "qqp": ["x", "y"]}
+    views = {"mine_hard": SimpleNamespace(parent="mine"), "orphan": SimpleNamespace(parent="absent")}
+    dm = SimpleNamespace(label_names=lambda: data, eval_views=views)
+    trainer = SimpleNamespace(lightning_module=module, datamodule=dm)
+    assert PredictionWriter().class_names(trainer) == {  # type: ignore[arg-type]
+        "mine": ["no", "yes"],
+        "other": ["a", "b", "c"],
+        "mine_hard": ["no", "yes"],
+    }
