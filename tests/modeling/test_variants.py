@@ -188,3 +188,29 @@ def test_default_sizes_scale_with_the_width():
     assert AdapterConfig(method="pals", placement="top").resolved_size(384) == 138
     for adapter in ("pa_on_top", "bert_layer_on_top"):
         assert AdapterConfig(method=adapter).layer_indices(12) == ()
+
+
+def test_top_blocks_take_berts_defaults_where_a_family_config_lacks_the_field():
+    """DistilBERT's config has no ``layer_norm_eps`` (its layers use 1e-12): ``pa_on_top``'s LayerNorms take
+    1e-12; a config without ``initializer_range`` gives ``bert_layer_on_top`` BERT's 0.02."""
+    from transformers import DistilBertConfig
+
+    from pal_lightning.modeling.methods.on_top import BertLayerOnTop, ProjectedAttentionOnTopMethod
+
+    distil = DistilBertConfig(dim=D, n_layers=L, n_heads=2, hidden_dim=D_FF, vocab_size=99)
+    assert not hasattr(distil, "layer_norm_eps")
+    block = ProjectedAttentionOnTopMethod().build(
+        AdapterConfig(method="pa_on_top", num_heads=2), distil, 8, ()
+    )
+    norms = [m for m in block.modules() if isinstance(m, torch.nn.LayerNorm)]
+    assert norms and {m.eps for m in norms} == {1e-12}
+
+    class WithoutInitRange:  # a family config without the field (BertConfig has a class default)
+        def __getattr__(self, name: str) -> object:
+            if name == "initializer_range":
+                raise AttributeError(name)
+            return getattr(bert, name)
+
+    bert = BertConfig(**TINY, initializer_range=0.5)
+    layer = BertLayerOnTop(AdapterConfig(method="bert_layer_on_top"), WithoutInitRange(), L)
+    assert layer.initializer_range == 0.02 and type(layer.layer).__name__ == "BertLayer"
