@@ -391,15 +391,17 @@ def test_per_task_where_one_pass_does_not_apply(
         memory_gradients.constraint_gradients
     ).parameters  # __defaults__: not under mutmut
     assert spy == [] and (defaults["batch_tasks"].default, defaults["one_pass"].default) == (True, None)
-    cb.one_pass = True
-    cb.project_step(model, dm, step=0, current=["sst"])
-    assert spy == ["mixed_task_gradients"]
-    spy.clear()
-    cb.one_pass = None  # the default: GEM per task on a CPU, A-GEM in one pass
-    cb.project_step(model, dm, step=0, current=["sst"])
-    cb.mode = "agem"
-    cb.project_step(model, dm, step=0, current=["sst"])
-    assert spy == ["mixed_memory_gradient"]
+    for one_pass, mode, expected in (  # the option as constructed: forced either way, or by default
+        (True, "gem", ["mixed_task_gradients"]),
+        (False, "agem", []),
+        (None, "gem", []),  # the default: GEM per task on a CPU, A-GEM in one pass
+        (None, "agem", ["mixed_memory_gradient"]),
+    ):
+        spy.clear()
+        cb = GEMCallback(memory_batch_size=1, one_pass=one_pass, mode=mode)
+        cb.memory, cb.task_order = memory, list(TASKS)
+        cb.project_step(model, dm, step=0, current=["sst"])
+        assert spy == expected, (one_pass, mode)
     model.zero_grad(set_to_none=True)
     params = [nn.Parameter(torch.ones(1))]
     assert memory_gradients.wants_one_pass(None, "agem", params) and not memory_gradients.wants_one_pass(

@@ -44,7 +44,7 @@ TESTS[gem_maths]="tests/gem/test_projection.py tests/gem/test_qp.py"
 # mutants the unit tests let through. The DDP tests (spawned processes) are not in the list: the
 # rank/world-size arithmetic is checked in one process (tests/gem/test_callback.py, ranks summed by hand).
 MODULES[gem_callback]="pal_lightning/gem/memory.py pal_lightning/gem/gram.py pal_lightning/gem/rows.py pal_lightning/gem/callback.py"
-TESTS[gem_callback]="tests/gem/test_callback.py tests/gem/test_rows.py tests/gem/test_gram.py tests/module/test_guard.py::test_fp16_training_with_gem_projects_and_stays_finite tests/module/test_simcse_step.py::test_gem_memories_use_the_task_loss_without_simcse tests/module/test_sharing_module.py::test_gem_shared_parameters_are_the_embeddings_and_the_s_layers"
+TESTS[gem_callback]="tests/gem/test_callback.py tests/gem/test_memory.py tests/gem/test_rows.py tests/gem/test_gram.py tests/module/test_guard.py::test_fp16_training_with_gem_projects_and_stays_finite tests/module/test_simcse_step.py::test_gem_memories_use_the_task_loss_without_simcse tests/module/test_sharing_module.py::test_gem_shared_parameters_are_the_embeddings_and_the_s_layers"
 # A-GEM's sparse embedding-table gradients (c5cf636): the functions that commit added or changed only
 MODULES[gem_sparse]="pal_lightning/gem/rows.py pal_lightning/gem/gram.py"
 MUTANTS[gem_sparse]="*x__compiling__* *x_sparse_embedding_gradients__* *x__dot__* *x_add_rows__* *x_memory_gradient__* *x_constraint_gradients__*"
