@@ -144,13 +144,21 @@ def test_zero_init_still_trains_the_up_projection(batch):
     assert model.adapters["a"].up.weight.grad.abs().sum() > 0
 
 
-def test_gradient_checkpointing_matches(batch):
-    model = MultiTaskEncoder.from_config(TINY_NO_DROPOUT, ["a"], size=8, num_heads=2, init="random")
+@pytest.mark.parametrize("sharing", [None, "SSI"])  # SSI: the top layer a copy per task, checkpointed too
+def test_gradient_checkpointing_matches(batch, sharing):
+    model = MultiTaskEncoder.from_config(
+        TINY_NO_DROPOUT, ["a"], size=8, num_heads=2, init="random", layer_sharing=sharing
+    )
     model(**batch, task="a").sum().backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     model.zero_grad(set_to_none=True)
     model.gradient_checkpointing_enable()
-    assert all(layer.gradient_checkpointing for layer in model.backbone.encoder.layer)
+    shared = [layer for layer in model.backbone.encoder.layer if hasattr(layer, "gradient_checkpointing")]
+    assert len(shared) == (2 if sharing else 3) and all(layer.gradient_checkpointing for layer in shared)
+    copies = [m for m in model.individual.modules() if hasattr(m, "gradient_checkpointing")]
+    assert len(copies) == (1 if sharing else 0)  # transformers finds the backbone's layers, not the copies
+    for copy in copies:
+        assert copy.gradient_checkpointing is True and callable(copy._gradient_checkpointing_func)
     model(**batch, task="a").sum().backward()
     for name, grad in grads.items():
         torch.testing.assert_close(dict(model.named_parameters())[name].grad, grad, atol=1e-6, rtol=0)

@@ -318,3 +318,18 @@ def test_the_ratio_is_against_one_whole_encoder():
         individual_layers = spec.count("I")
         expected = (EMBEDDINGS + L * LAYER + (copies - 1) * individual_layers * LAYER) / plain.total
         assert report.ratio == pytest.approx(expected)
+
+
+def test_merging_lora_folds_the_tasks_delta_into_its_individual_copy_too(batch):
+    """``merge`` with an I layer: the delta goes into the backbone's layers and into the task's copy of the
+    individual one, so the single-task encoder computes what the hooks did, the top layer included."""
+    model = _model("SSI", adapter="lora", init="random", size=2)
+    with torch.no_grad():  # LoRA's up-projection starts at zero: make every delta act
+        for p in model.adapters.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    hooked = _out(model, batch, "a")
+    model.merge("a")
+    assert len(model.adapters) == 0
+    torch.testing.assert_close(_out(model, batch, "a"), hooked, atol=1e-5, rtol=0)
+    # the copies started equal (the donor's layer): a's delta reached a's copy alone
+    assert not torch.allclose(_out(model, batch, "b"), hooked, atol=1e-4)
