@@ -120,4 +120,6 @@ def test_under_cpu_autocast_q_k_and_v_are_cast_to_float32_once() -> None:
     # h to bf16, layer 1's qkv weight and bias, Q/K/V up together, the heads down
     assert ops.names["_to_copy"] == 5, ops.names
     assert out.dtype == torch.bfloat16
-    torch.testing.assert_close(out.float(), _reference(adapter, 1, h, mask), atol=2e-2, rtol=2e-2)
+    # the outputs are ~4e-4 and the padding moves them by ~3e-4: a tolerance at their scale (bf16's three
+    # digits) sees a mask left out of the fp32 product
+    torch.testing.assert_close(out.float(), _reference(adapter, 1, h, mask), atol=2e-5, rtol=2e-2)
