@@ -68,6 +68,19 @@ def test_batched_rows_equal_the_loop(model_type: str, method: str) -> None:
     torch.testing.assert_close(batched[rows], alone[rows], atol=1e-5, rtol=0)
 
 
+def test_batched_rows_keep_the_gelu_after_the_up_projection() -> None:
+    """``activation: gelu`` (GELU on V^D's output): the batched call applies it as each task's module does."""
+    ids, mask, types = inputs("bert")
+    out = {}
+    for activation in ("none", "gelu"):
+        model = build("bert", "pals", None, activation=activation)
+        with torch.no_grad():
+            batched, looped = both_ways(model, ids, mask, types, tasks=ROW_TASKS)
+        torch.testing.assert_close(batched, looped, atol=1e-5, rtol=0)
+        out[activation] = batched
+    assert (out["gelu"] - out["none"]).abs().max() > 1e-3  # the activation acts: the comparison can fail
+
+
 @pytest.mark.parametrize("method", ["pals", "lora", "houlsby"])
 def test_gradients_reach_the_same_parameters_as_the_loop(method: str) -> None:
     grads = []
