@@ -112,6 +112,16 @@ def test_tasks_sharing_individual_copies_run_them_on_one_slice() -> None:
     check_rows_as_alone(model, "bert")
 
 
+def test_a_group_after_the_first_rows_cuts_its_tasks_calls_at_its_own_offsets() -> None:
+    """The group b+c starts after a's rows and holds two tasks: its copies' call is renumbered from its
+    first row (``narrowed``), each task's rows still getting their own modules."""
+    model = build("bert", "pals", "IS", task_groups=[["b", "c"]], c_module=True)
+    routing = model.route(ROW_TASKS)
+    (start, stop) = next((lo, hi) for g, lo, hi in routing.groups if g == "b+c")
+    assert start == ROW_TASKS.count("a") and stop == len(ROW_TASKS)  # not at row 0, two tasks inside
+    check_rows_as_alone(model, "bert")
+
+
 def test_only_deberta_on_query_or_key_runs_one_forward_per_task() -> None:
     assert build("deberta-v2", "lora", None).mixed_by_task  # LoRA's default targets: query, value
     assert not build("deberta-v2", "lora", None, targets=["value"]).mixed_by_task
