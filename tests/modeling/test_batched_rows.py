@@ -140,9 +140,9 @@ def test_auto_loops_on_the_cpu_and_the_switch_chooses() -> None:
     assert is_batched(model, ROW_TASKS)
     model.mixed_rows = "loop"
     assert not is_batched(model, ROW_TASKS)
-    model.mixed_rows = "Gather"  # type: ignore[assignment]
     with pytest.raises(PalUserError, match="mixed_rows must be 'auto', 'gather' or 'loop', got 'Gather'"):
-        is_batched(model, ROW_TASKS)
+        model.mixed_rows = "Gather"  # type: ignore[assignment]
+    assert model.mixed_rows == "loop"  # refused where it was set: the last good value stays
 
 
 def test_row_weights_gather_each_rows_task_and_stack_zeros_for_none() -> None:

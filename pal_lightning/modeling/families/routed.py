@@ -37,10 +37,24 @@ class RoutedForward(TaskParameters):
     _task_names: tuple[str, ...]
     training: bool  # nn.Module's
     _prefix_once: bool = False  # inside shared_prefix()
-    mixed_rows: Literal["auto", "gather", "loop"] = "auto"
-    """How a mixed batch runs the present tasks' modules: ``"gather"`` at once where the method can
-    (``AdapterMethod.batch_rows``), ``"loop"`` the hooks' loop over the tasks, ``"auto"`` at once off the
-    CPU and the loop on it, where the step is arithmetic (docs/design.md §2, "All present tasks at once")."""
+    _mixed_rows: Literal["auto", "gather", "loop"] = "auto"
+
+    @property
+    def mixed_rows(self) -> Literal["auto", "gather", "loop"]:
+        """How a mixed batch runs the present tasks' modules: ``"gather"`` at once where the method can
+        (``AdapterMethod.batch_rows``), ``"loop"`` the hooks' loop over the tasks, ``"auto"`` at once off
+        the CPU and the loop on it, where the step is arithmetic (docs/design.md §2, "All present tasks at
+        once"). Another value is refused when it is set, not at the next mixed forward."""
+        return self._mixed_rows
+
+    @mixed_rows.setter
+    def mixed_rows(self, mode: Literal["auto", "gather", "loop"]) -> None:
+        if mode not in ("auto", "gather", "loop"):
+            raise PalUserError(
+                f"encoder.mixed_rows must be 'auto', 'gather' or 'loop', got {mode!r}: 'auto' runs the tasks' "
+                "modules at once off the CPU and loops over the tasks on it."
+            )
+        self._mixed_rows = mode
 
     @property
     def num_layers(self) -> int:
@@ -185,11 +199,6 @@ class RoutedForward(TaskParameters):
         # layers (a block on top), groups of individual layers (their copies run per group), no present task
         # with a module, or mixed_rows "auto" on the CPU (where the step is arithmetic, the loop as fast)
         mode = self.mixed_rows
-        if mode not in ("auto", "gather"):
-            raise PalUserError(
-                f"encoder.mixed_rows must be 'auto', 'gather' or 'loop', got {mode!r}: 'auto' runs the tasks' "
-                "modules at once off the CPU and loops over the tasks on it."
-            )
         method = self.adapter_config.adapter_method
         if not method.where.in_layers or routing.groups:
             return None
