@@ -299,9 +299,17 @@ def test_one_pass_rows_equal_the_per_task_rows(
     and head stay ``None`` in a row, as per task."""
     model, dm = eval_setup
     params = GEMCallback(parameters=parameters).participating_parameters(model)
-    got = _rows(model, dm, memory, mode, params)
+    forwards: list[int] = []
+    hook = model.encoder.register_forward_hook(lambda *_: forwards.append(1))
+    try:
+        got = _rows(model, dm, memory, mode, params)
+        one_pass = len(forwards)
+        per_task = _rows(model, dm, memory, mode, params, one_pass=False)
+    finally:
+        hook.remove()
+    assert (one_pass, len(forwards) - one_pass) == (1, len(TASKS))  # the point of the one pass
     assert spy == ["mixed_task_gradients" if mode == "gem" else "mixed_memory_gradient"]
-    _assert_rows_equal(got, _rows(model, dm, memory, mode, params, one_pass=False), (1e-6, 1e-6), dense=True)
+    _assert_rows_equal(got, per_task, (1e-6, 1e-6), dense=True)
     assert len(spy) == 1  # one_pass=False: the per-task path
     if parameters == "all" and mode == "gem":
         adapter = next(
