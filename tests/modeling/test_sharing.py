@@ -323,10 +323,7 @@ def test_the_ratio_is_against_one_whole_encoder():
 def test_merging_lora_folds_the_tasks_delta_into_its_individual_copy_too(batch):
     """``merge`` with an I layer: the delta goes into the backbone's layers and into the task's copy of the
     individual one, so the single-task encoder computes what the hooks did, the top layer included."""
-    model = _model("SSI", adapter="lora", init="random", size=2)
-    with torch.no_grad():  # LoRA's up-projection starts at zero: make every delta act
-        for p in model.adapters.parameters():
-            p.add_(0.05 * torch.randn_like(p))
+    model = _model("SSI", adapter="lora", init="random", size=2)  # random: A and B both drawn, deltas act
     hooked = _out(model, batch, "a")
     model.merge("a")
     assert len(model.adapters) == 0
