@@ -94,9 +94,11 @@ class PalLightningCLI(CLIHooks):
             from pal_lightning.data import MultiTaskDataModule as datamodule_class
         quiet_lightning()
         # the help of a grouped option (--model.optim.lr) is its dataclass field's docstring; reading those
-        # parses the source of every class in the signatures (~1 s per start), so only for a help screen
-        if any(a in ("-h", "--help") or ".help" in a for a in argv):
-            set_parsing_settings(docstring_parse_attribute_docstrings=True)
+        # parses the source of every class in the signatures (~1 s per start), so only for a help screen.
+        # The setting is process-wide: set either way, so that a help screen shown in a process that goes
+        # on (a notebook, the tests) does not slow its later commands
+        helping = any(a in ("-h", "--help") or ".help" in a for a in argv)
+        set_parsing_settings(docstring_parse_attribute_docstrings=helping)
         trainer_defaults = {**default_trainer_settings(), **kwargs.pop("trainer_defaults", {})}
         # exit_on_error=False: parse errors raise ArgumentError, which main() prints as one line;
         # allow_abbrev=False: argparse would take --trainer.max_step 7 as --trainer.max_steps

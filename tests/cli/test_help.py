@@ -125,6 +125,15 @@ def test_model_and_data_help_of_the_default_class_a_subclass_and_no_class(
     for option in ("--model.optim.lr LR", "--model.adapter ADAPTER", "--model.tasks"):
         assert option in model, option
     assert "Peak learning rate of the pretrained encoder weights" in " ".join(model.split())
+    # the attribute docstrings are read for a help screen only: the process-wide setting is off again for the
+    # next command of this process (jsonargparse's own record of it)
+    from jsonargparse._optionals import get_docstring_parse_options
+
+    main(
+        ["fit", "--config", str(Path(__file__).parents[2] / "configs" / "quickstart.yaml"), "--print_config"]
+    )
+    capsys.readouterr()
+    assert get_docstring_parse_options()["attribute_docstrings"] is False
     for name in (
         "MultiTaskModule",
         "pal_lightning.MultiTaskModule",
