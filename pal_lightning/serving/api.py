@@ -8,6 +8,7 @@ processes start, so that only the workers load the model.
 
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -127,6 +128,14 @@ def wait_for_tasks(announce: Any, workers: Sequence[Any], poll: float = 0.05) ->
     return dict(value)
 
 
+def _set_unless_gone(event: Any) -> None:
+    """Set a manager's event; nothing when the manager is already gone (a worker died: LitServe shut it down)."""
+    try:
+        event.set()
+    except (OSError, EOFError):
+        pass
+
+
 class PalServer(ls.LitServer):
     """A ``LitServer`` that fills ``tasks`` (the dict its guard and ``GET /tasks`` read) from the first
     worker's announcement before it starts the HTTP processes, then calls ``on_ready(tasks)``."""
@@ -151,3 +160,21 @@ class PalServer(ls.LitServer):
             raise
         super().verify_worker_status()
         self.on_ready(self.served_tasks)
+
+    def _perform_graceful_shutdown(
+        self, manager: Any, uvicorn_workers: Any, shutdown_reason: str = "normal"
+    ) -> None:
+        # LitServe 0.2 (its private shutdown step: no public hook runs before it) shuts its multiprocessing
+        # manager down while its monitoring thread sleeps between looks at the manager's shutdown event; the
+        # thread's next look then fails on the closed pipe and logs a "Monitoring worker crashed" traceback,
+        # at random on Ctrl-C or SIGTERM. So the event is set first and the thread seen out before the manager
+        # goes. The event is set from a new thread: on Ctrl-C this thread's own connection to the manager is
+        # still waiting on that event, and a request sent on it would never be read.
+        monitor = [t for t in threading.enumerate() if t.name == "litserve-monitoring"]
+        if self._shutdown_event is not None and threading.current_thread() not in monitor:
+            setter = threading.Thread(target=_set_unless_gone, args=(self._shutdown_event,), daemon=True)
+            setter.start()
+            setter.join(timeout=5)
+            for thread in monitor:
+                thread.join(timeout=self.monitor_internal + 5)
+        super()._perform_graceful_shutdown(manager, uvicorn_workers, shutdown_reason)

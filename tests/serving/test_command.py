@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import logging
+import threading
+import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -111,3 +115,40 @@ def test_the_server_learns_the_tasks_or_the_load_error_from_a_worker(monkeypatch
         PalAPI("/no/such/model", None, 1, 0.0, announce=announce).setup("cpu")  # what a worker does
     with pytest.raises(PalUserError, match="Model folder /no/such/model does not exist"):
         wait_for_tasks(announce, [Worker(False)])  # the worker's own line, though it has stopped
+
+
+class Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@pytest.mark.parametrize("reason", ["keyboard_interrupt", "normal"])
+def test_shutdown_sees_litserves_monitor_out_before_its_manager_goes(reason: str) -> None:
+    # LitServe shut its manager down while its monitoring thread slept; the thread's next look at the closed
+    # manager logged a "Monitoring worker crashed" traceback on Ctrl-C, at random (CI saw it once in the
+    # server's output). Here the thread looks 200 times a second, so the old order fails every time.
+    pytest.importorskip("litserve", reason="the serve extra is not installed")
+    import multiprocessing
+
+    from pal_lightning.serving.api import PalServer
+
+    server = PalServer.__new__(PalServer)  # its shutdown step alone: no model, no workers, no ports
+    manager = multiprocessing.get_context("fork").Manager()
+    server._shutdown_event, server.monitor_internal = manager.Event(), 0.005
+    server.inference_workers, server.restart_workers = [], False
+    server._transport = SimpleNamespace(close=lambda send_sentinel: None)
+    records, litserve_log = Records(), logging.getLogger("litserve")
+    litserve_log.addHandler(records)
+    try:
+        server._start_worker_monitoring(manager, {})
+        server._perform_graceful_shutdown(manager, {}, reason)
+        time.sleep(0.1)  # the old order: the thread's next look, at the closed manager, within 5 ms
+    finally:
+        litserve_log.removeHandler(records)
+        manager.shutdown()
+    assert not [t for t in threading.enumerate() if t.name == "litserve-monitoring"]
+    assert not [m for m in records.messages if "crashed" in m], records.messages
