@@ -39,6 +39,18 @@ class OptimConfig:
 
     def check(self) -> None:
         """Raise :class:`PalUserError` naming the option and the fix for a value out of range."""
+        for name in (
+            "lr",
+            "head_lr",
+            "adapter_lr",
+            "layer_lr_decay",
+            "weight_decay",
+            "warmup_ratio",
+            "warmup_steps",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool):  # YAML's true/yes: an int to Python (1), never meant as a rate
+                raise PalUserError(f"optim.{name} must be a number, got {value} (--model.optim.{name}).")
         if not 0.0 <= self.warmup_ratio <= 1.0:
             raise PalUserError(f"optim.warmup_ratio must lie in [0, 1], got {self.warmup_ratio}.")
         if self.warmup_steps is not None and self.warmup_steps < 0:
