@@ -187,6 +187,8 @@ def test_grouping_sorts_once_and_knows_each_tasks_rows() -> None:
     assert torch.equal(routing.unsort(routing.sort(rows)), rows)
     grouped = route_rows(["a", "a", "c"], ["a", "b", "c"])
     assert grouped.order is None and grouped.tasks == ("a", "c")  # already grouped: nothing to sort
+    later = route_rows(["a", "c", "b"], ["a", "b", "c"])  # out of order after a first row that is in place
+    assert later.order is not None and later.sort(torch.arange(3)).tolist() == [0, 2, 1]
     with pytest.raises(PalUserError, match="no row"):
         grouped.rows("b")
 

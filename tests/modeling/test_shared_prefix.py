@@ -156,3 +156,17 @@ def test_distinct_rows_compare_ids_mask_and_token_types() -> None:
     assert all(int(first[inverse[r]]) <= r for r in range(5))  # each distinct input's first row
     assert distinct_rows(ids[2:], mask[2:], types[2:]) is None  # nothing repeats
     assert len(distinct_rows(ids, None, None)[0]) == 2
+
+
+def test_the_same_ids_under_another_mask_or_other_token_types_are_another_input() -> None:
+    model = build("bert", "pals", "FSS", num_layers=1, placement="top")
+    assert model.takes_token_types
+    ids = torch.randint(3, 100, (1, 9), generator=torch.Generator().manual_seed(2)).repeat(3, 1)
+    mask, types = torch.ones_like(ids), torch.zeros_like(ids)
+    mask[1, 6:] = 0  # row 1: row 0's ids, padded
+    types[2, 5:] = 1  # row 2: row 0's ids, a pair
+    with torch.no_grad():
+        plain = model(ids, mask, types, tasks=["a", "b", "c"])
+        with model.shared_prefix():
+            once = model(ids, mask, types, tasks=["a", "b", "c"])
+    torch.testing.assert_close(once, plain, atol=1e-5, rtol=0)
