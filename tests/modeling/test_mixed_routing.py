@@ -112,10 +112,14 @@ def test_tasks_sharing_individual_copies_run_them_on_one_slice() -> None:
     check_rows_as_alone(model, "bert")
 
 
-def test_a_group_after_the_first_rows_cuts_its_tasks_calls_at_its_own_offsets() -> None:
+@pytest.mark.parametrize(("method", "sharing"), [("pals", "IS"), ("pa_on_top", "SI")])
+def test_a_group_after_the_first_rows_cuts_its_tasks_calls_at_its_own_offsets(
+    method: str, sharing: str
+) -> None:
     """The group b+c starts after a's rows and holds two tasks: its copies' call is renumbered from its
-    first row (``narrowed``), each task's rows still getting their own modules."""
-    model = build("bert", "pals", "IS", task_groups=[["b", "c"]], c_module=True)
+    first row (``narrowed``), each task's rows still getting their own modules (a block on top: in the
+    copy of the last layer)."""
+    model = build("bert", method, sharing, task_groups=[["b", "c"]], c_module=True)
     routing = model.route(ROW_TASKS)
     (start, stop) = next((lo, hi) for g, lo, hi in routing.groups if g == "b+c")
     assert start == ROW_TASKS.count("a") and stop == len(ROW_TASKS)  # not at row 0, two tasks inside
