@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 import torch
 from torch import nn
@@ -18,7 +19,12 @@ from transformers import PretrainedConfig
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.core.hub import resolve_encoder
 from pal_lightning.modeling.encoder_files import local_encoder_dir, read_encoder_config, read_encoder_weights
-from pal_lightning.modeling.encoder_state import ENCODER_PREFIX, LoadingInfo, plan_pretrained_load
+from pal_lightning.modeling.encoder_state import (
+    ADAPTERS_PREFIX,
+    ENCODER_PREFIX,
+    INDIVIDUAL_PREFIX,
+    LoadingInfo,
+)
 from pal_lightning.modeling.families import EncoderFamily, family_of
 from pal_lightning.modeling.families.build import (
     as_encoder_config,
@@ -27,11 +33,19 @@ from pal_lightning.modeling.families.build import (
     individual_copies,
     merge_adapter,
     parameter_safe_names,
+    pretrained_load_plan,
+    start_task_layers,
     task_adapters,
 )
-from pal_lightning.modeling.families.routed import RoutedForward
-from pal_lightning.modeling.families.routing import RowTasks, TaskRouting
-from pal_lightning.modeling.families.wiring import Wiring, enable_checkpointing
+from pal_lightning.modeling.families.routed import (
+    attention_bias,
+    call_with_mask,
+    forward_mixed,
+    forward_task,
+    routed_call,
+)
+from pal_lightning.modeling.families.routing import RowTasks, TaskRouting, route_rows
+from pal_lightning.modeling.families.wiring import TaskCall, Wiring, enable_checkpointing
 from pal_lightning.modeling.methods import AdapterConfig
 from pal_lightning.modeling.sharing import (
     FROZEN,
@@ -44,7 +58,7 @@ from pal_lightning.modeling.sharing import (
 logger = logging.getLogger(__name__)
 
 
-class MultiTaskEncoder(RoutedForward, nn.Module):
+class MultiTaskEncoder(nn.Module):
     """An encoder shared by all tasks with a task-specific module per selected layer (random weights).
 
     Args:
@@ -56,6 +70,9 @@ class MultiTaskEncoder(RoutedForward, nn.Module):
             ``None``: all shared.
         task_groups: groups of tasks sharing their copies of the I layers, e.g. ``[["sst", "qqp"]]``.
     """
+
+    _prefix_once: bool = False  # inside shared_prefix()
+    _mixed_rows: Literal["auto", "gather", "loop"] = "auto"
 
     def __init__(
         self,
@@ -91,22 +108,8 @@ class MultiTaskEncoder(RoutedForward, nn.Module):
         self.adapter_size: int = self.adapter_config.resolved_size(self.hidden_size)
         self.adapters = task_adapters(self.adapter_config, self.backbone.config, names, self.adapter_size)
         hook_layers(self)
-        self._start_task_layers()
+        start_task_layers(self)
         self.loading_info: LoadingInfo | None = None
-
-    @torch.no_grad()
-    def _start_task_layers(self) -> None:
-        # again after loading: a BERT layer on top with init="zero" copies the *pretrained* last layer
-        top = self.num_layers - 1
-        for task, adapter in self.adapters.items():
-            start = getattr(adapter, "start_from", None)
-            if callable(start):
-                copies = self._copies_of(task)
-                start(
-                    copies[str(top)]
-                    if copies is not None and top in self.individual_layers
-                    else self.family.layer_list(self.backbone)[top]
-                )
 
     @classmethod
     def from_config(
@@ -161,19 +164,7 @@ class MultiTaskEncoder(RoutedForward, nn.Module):
         """Load pretrained weights into :attr:`backbone`
         (:func:`~pal_lightning.modeling.encoder_state.plan_pretrained_load`). Raises ``PalUserError`` when a
         non-adapter key is missing or a shape differs."""
-        # buffers BERT does not save (e.g. embeddings.position_ids, which old transformers versions saved)
-        saved = set(self.backbone.state_dict(prefix=f"{ENCODER_PREFIX}."))
-        buffers = {n for n, _ in self.backbone.named_buffers(prefix=ENCODER_PREFIX, remove_duplicate=False)}
-        own, info = plan_pretrained_load(
-            state,
-            self.state_dict(),
-            individual_layers=self.individual_layers,
-            groups=list(self.individual),
-            not_saved=buffers - saved,
-            source=source,
-            model_prefix=str(getattr(self.backbone, "base_model_prefix", "")),
-            layers_path=self.family.layers,
-        )
+        own, info = pretrained_load_plan(self, state, source)
         self.load_state_dict(own, strict=False)  # the plan checked that only adapters.* are missing
         if info.unexpected:
             logger.info(
@@ -182,7 +173,7 @@ class MultiTaskEncoder(RoutedForward, nn.Module):
                 info.unexpected,
             )
         self.loading_info = info
-        self._start_task_layers()
+        start_task_layers(self)
         return info
 
     @property
@@ -201,6 +192,11 @@ class MultiTaskEncoder(RoutedForward, nn.Module):
         return int(self.backbone.config.hidden_size)
 
     @property
+    def num_layers(self) -> int:
+        """L, the number of encoder layers."""
+        return int(self.backbone.config.num_hidden_layers)
+
+    @property
     def task_names(self) -> tuple[str, ...]:
         """The tasks this encoder knows, in order."""
         return self._task_names
@@ -212,6 +208,67 @@ class MultiTaskEncoder(RoutedForward, nn.Module):
                 f"Unknown task {task!r} for this encoder. Known tasks: {', '.join(self._task_names)}. "
                 "Build the model with that task in its task list."
             )
+
+    def pretrained_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
+        """(name, parameter) of every pretrained weight: ``backbone.*`` and ``individual.*``."""
+        yield from self.backbone.named_parameters(prefix=ENCODER_PREFIX)
+        yield from self.individual.named_parameters(prefix=INDIVIDUAL_PREFIX)
+
+    def shared_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
+        """(name, parameter) of the encoder every task uses (``backbone.*``)."""
+        yield from self.backbone.named_parameters(prefix=ENCODER_PREFIX)
+
+    def individual_parameters(self, task: str) -> Iterator[tuple[str, nn.Parameter]]:
+        """(name, parameter) of the copies of the individual layers ``task`` uses (its group's)."""
+        self.check_task(task)
+        group = self.task_group[task]
+        if group in self.individual:
+            yield from self.individual[group].named_parameters(prefix=f"{INDIVIDUAL_PREFIX}.{group}")
+
+    def adapter_parameters(self, task: str) -> Iterator[tuple[str, nn.Parameter]]:
+        """(name, parameter) of ``task``'s adapter (nothing with ``adapter="none"``)."""
+        self.check_task(task)
+        if task in self.adapters:
+            yield from self.adapters[task].named_parameters(prefix=f"{ADAPTERS_PREFIX}.{task}")
+
+    def new_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
+        """(name, parameter) of every task-specific adapter (``adapters.*``)."""
+        yield from self.adapters.named_parameters(prefix=ADAPTERS_PREFIX)
+
+    def task_parameters(self, task: str) -> Iterator[tuple[str, nn.Parameter]]:
+        """(name, parameter) of ``task``'s adapter and (group's) individual layers."""
+        yield from self.adapter_parameters(task)
+        yield from self.individual_parameters(task)
+
+    @property
+    def mixed_rows(self) -> Literal["auto", "gather", "loop"]:
+        """How a mixed batch runs the present tasks' modules: ``"gather"`` at once where the method can
+        (``AdapterMethod.batch_rows``), ``"loop"`` the hooks' loop over the tasks, ``"auto"`` at once off
+        the CPU and the loop on it, where the step is arithmetic (docs/design.md §2, "All present tasks at
+        once"). Another value is refused when it is set, not at the next mixed forward."""
+        return self._mixed_rows
+
+    @mixed_rows.setter
+    def mixed_rows(self, mode: Literal["auto", "gather", "loop"]) -> None:
+        if mode not in ("auto", "gather", "loop"):
+            raise PalUserError(
+                f"encoder.mixed_rows must be 'auto', 'gather' or 'loop', got {mode!r}: 'auto' runs the tasks' "
+                "modules at once off the CPU and loops over the tasks on it."
+            )
+        self._mixed_rows = mode
+
+    @property
+    def mixed_by_task(self) -> bool:
+        """Whether a mixed batch runs one forward per task (the method acts on a ``row_shared_sites`` site)."""
+        sites = {site for adapter in self.adapters.values() for site in getattr(adapter, "sites", ())}
+        return bool(sites & set(self.family.row_shared_sites))
+
+    def route(self, tasks: RowTasks, device: torch.device | str | None = None) -> TaskRouting:
+        """Each row's task (indices or names) grouped by task once, to pass as ``tasks=`` to :meth:`forward`.
+        Raises ``PalUserError`` for an unknown task or index, or no row."""
+        return route_rows(
+            tasks, self._task_names, self.task_group if self.individual_layers else None, device
+        )
 
     def forward(
         self,
@@ -227,8 +284,48 @@ class MultiTaskEncoder(RoutedForward, nn.Module):
         :class:`TaskRouting` from :meth:`route`); rows come back in the input order. Raises ``PalUserError``
         for an unknown task, or not exactly one of ``task`` and ``tasks``."""
         if tasks is not None or task is None:
-            return self._forward_mixed(input_ids, attention_mask, token_type_ids, tasks, task)
-        return self._forward_task(input_ids, attention_mask, token_type_ids, task)
+            return forward_mixed(self, input_ids, attention_mask, token_type_ids, tasks, task)
+        return forward_task(self, input_ids, attention_mask, token_type_ids, task)
+
+    @contextmanager
+    def shared_prefix(self) -> Iterator[None]:
+        """Inside, a forward in eval mode without gradients runs the layers below every task's module (the
+        shared prefix: :func:`~pal_lightning.modeling.families.prefix.first_task_layer`) once per distinct
+        row (same token ids, mask and token types: one text asked of several tasks), and its rows branch where
+        the modules begin; the outputs are a plain forward's within float rounding. Training, a forward with
+        gradients and an encoder whose modules start at layer 0 take the plain path."""
+        previous, self._prefix_once = self._prefix_once, True
+        try:
+            yield
+        finally:
+            self._prefix_once = previous
+
+    def task_call(self, task: str, attention_mask: torch.Tensor | None) -> TaskCall | None:
+        """The hooks' call for one forward of ``task`` (``None``: nothing task-specific)."""
+        return call_with_mask(
+            self, task, attention_bias(self, attention_mask) if task in self.adapters else None
+        )
+
+    def mixed_task_call(self, routing: TaskRouting, attention_mask: torch.Tensor | None) -> TaskCall | None:
+        """The hooks' call for ``routing``'s rows sorted by task (``None``: nothing task-specific)."""
+        return routed_call(self, routing, attention_mask)
+
+    def _copies_of(self, task: str) -> nn.ModuleDict | None:
+        group = self.task_group[task]
+        return cast(nn.ModuleDict, self.individual[group]) if group in self.individual else None
+
+    def _run(
+        self,
+        call: TaskCall | None,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        token_type_ids: torch.Tensor | None,
+    ) -> torch.Tensor:
+        inputs: dict[str, Any] = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if self.takes_token_types:
+            inputs["token_type_ids"] = token_type_ids
+        with self.wiring.active(call):
+            return self.backbone(**inputs).last_hidden_state
 
     def merge(self, task: str) -> None:
         """Fold ``task``'s LoRA into the encoder's weights and drop every task's module (a single-task copy).

@@ -1,17 +1,18 @@
-"""How :class:`~pal_lightning.modeling.encoder.MultiTaskEncoder` is built, merged, and its parameters by role."""
+"""How :class:`~pal_lightning.modeling.encoder.MultiTaskEncoder` is built and merged."""
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
+import torch
 from torch import nn
 from transformers import AutoConfig, AutoModel, BertConfig, PretrainedConfig, PreTrainedModel
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling.attention import register as register_attention
-from pal_lightning.modeling.encoder_state import ADAPTERS_PREFIX, ENCODER_PREFIX, INDIVIDUAL_PREFIX
+from pal_lightning.modeling.encoder_state import ENCODER_PREFIX, LoadingInfo, plan_pretrained_load
 from pal_lightning.modeling.families import EncoderFamily, family_of
 from pal_lightning.modeling.families.wiring import IndividualLayerSlot, Wiring, fold_deltas
 from pal_lightning.modeling.methods import AdapterConfig, MergeableModule
@@ -138,6 +139,44 @@ def hook_layers(encoder: MultiTaskEncoder) -> None:
             where.place(layer, index, encoder.family, encoder.wiring, sites)
 
 
+def pretrained_load_plan(
+    encoder: MultiTaskEncoder, state: Mapping[str, torch.Tensor], source: str
+) -> tuple[dict[str, torch.Tensor], LoadingInfo]:
+    """The tensors of ``state`` to load into ``encoder`` and the :class:`LoadingInfo`
+    (:func:`~pal_lightning.modeling.encoder_state.plan_pretrained_load`). Raises ``PalUserError`` when a
+    non-adapter key is missing or a shape differs."""
+    # buffers BERT does not save (e.g. embeddings.position_ids, which old transformers versions saved)
+    saved = set(encoder.backbone.state_dict(prefix=f"{ENCODER_PREFIX}."))
+    buffers = {n for n, _ in encoder.backbone.named_buffers(prefix=ENCODER_PREFIX, remove_duplicate=False)}
+    return plan_pretrained_load(
+        state,
+        encoder.state_dict(),
+        individual_layers=encoder.individual_layers,
+        groups=list(encoder.individual),
+        not_saved=buffers - saved,
+        source=source,
+        model_prefix=str(getattr(encoder.backbone, "base_model_prefix", "")),
+        layers_path=encoder.family.layers,
+    )
+
+
+@torch.no_grad()
+def start_task_layers(encoder: MultiTaskEncoder) -> None:
+    """Start each task's module that starts from a layer (``start_from``: a BERT layer on top) from
+    ``encoder``'s last layer, or the task's copy of it."""
+    # again after loading: a BERT layer on top with init="zero" copies the *pretrained* last layer
+    top = encoder.num_layers - 1
+    for task, adapter in encoder.adapters.items():
+        start = getattr(adapter, "start_from", None)
+        if callable(start):
+            copies = encoder._copies_of(task)
+            start(
+                copies[str(top)]
+                if copies is not None and top in encoder.individual_layers
+                else encoder.family.layer_list(encoder.backbone)[top]
+            )
+
+
 def merge_adapter(encoder: MultiTaskEncoder, task: str) -> None:
     """Fold ``task``'s module into the weights of the layers it acts in (:meth:`MultiTaskEncoder.merge`). Raises
     ``PalUserError`` for a method whose modules are not a ``MergeableModule``."""
@@ -152,46 +191,3 @@ def merge_adapter(encoder: MultiTaskEncoder, task: str) -> None:
     copies = encoder._copies_of(task)  # an I layer's copy takes the task's delta too
     if copies is not None:
         fold_deltas({int(i): layer for i, layer in copies.items()}, family, adapter)
-
-
-class TaskParameters:
-    """The encoder's parameters by role (shared, per task, pretrained, new); mixed into :class:`MultiTaskEncoder`."""
-
-    backbone: PreTrainedModel
-    individual: nn.ModuleDict
-    adapters: nn.ModuleDict
-    task_group: dict[str, str]
-
-    def check_task(self, task: str) -> None:  # pragma: no cover - MultiTaskEncoder's
-        raise NotImplementedError
-
-    def pretrained_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
-        """(name, parameter) of every pretrained weight: ``backbone.*`` and ``individual.*``."""
-        yield from self.backbone.named_parameters(prefix=ENCODER_PREFIX)
-        yield from self.individual.named_parameters(prefix=INDIVIDUAL_PREFIX)
-
-    def shared_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
-        """(name, parameter) of the encoder every task uses (``backbone.*``)."""
-        yield from self.backbone.named_parameters(prefix=ENCODER_PREFIX)
-
-    def individual_parameters(self, task: str) -> Iterator[tuple[str, nn.Parameter]]:
-        """(name, parameter) of the copies of the individual layers ``task`` uses (its group's)."""
-        self.check_task(task)
-        group = self.task_group[task]
-        if group in self.individual:
-            yield from self.individual[group].named_parameters(prefix=f"{INDIVIDUAL_PREFIX}.{group}")
-
-    def adapter_parameters(self, task: str) -> Iterator[tuple[str, nn.Parameter]]:
-        """(name, parameter) of ``task``'s adapter (nothing with ``adapter="none"``)."""
-        self.check_task(task)
-        if task in self.adapters:
-            yield from self.adapters[task].named_parameters(prefix=f"{ADAPTERS_PREFIX}.{task}")
-
-    def new_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
-        """(name, parameter) of every task-specific adapter (``adapters.*``)."""
-        yield from self.adapters.named_parameters(prefix=ADAPTERS_PREFIX)
-
-    def task_parameters(self, task: str) -> Iterator[tuple[str, nn.Parameter]]:
-        """(name, parameter) of ``task``'s adapter and (group's) individual layers."""
-        yield from self.adapter_parameters(task)
-        yield from self.individual_parameters(task)

@@ -1,7 +1,7 @@
 """Several tasks asked of one input: the layers below every task's module (the *shared prefix*) run once per
 distinct row, and the rows branch where the first module acts (docs/design.md §2, "Several tasks of one
 input"). Used at inference only, inside
-:meth:`~pal_lightning.modeling.families.routed.RoutedForward.shared_prefix`.
+:meth:`~pal_lightning.modeling.encoder.MultiTaskEncoder.shared_prefix`.
 
 Two passes of the family's own model, so that every family builds its masks and position tensors itself:
 
@@ -34,13 +34,13 @@ from pal_lightning.modeling.families.wiring import (
 from pal_lightning.modeling.methods.where import Where
 
 if TYPE_CHECKING:
-    from pal_lightning.modeling.families.routed import RoutedForward
+    from pal_lightning.modeling.encoder import MultiTaskEncoder
 
 #: Runs the encoder's model on ``(call, input_ids, attention_mask, token_type_ids)``: its last hidden state.
 ModelRun = Callable[[TaskCall | None, torch.Tensor, torch.Tensor | None, torch.Tensor | None], torch.Tensor]
 
 
-def first_task_layer(encoder: RoutedForward) -> int:
+def first_task_layer(encoder: MultiTaskEncoder) -> int:
     """The first layer whose output may depend on the task: the lowest layer a task's module acts in (a
     module on top: the last layer, whose arguments it reads) or an individual (I) layer; ``L`` when nothing in
     the encoder is task-specific (heads only). ``0`` (no shared prefix) for a placement this module does not
@@ -133,7 +133,7 @@ class _Prefix:
     output: Any = None
 
 
-def join_norm(encoder: RoutedForward, first: int) -> nn.Module | None:
+def join_norm(encoder: MultiTaskEncoder, first: int) -> nn.Module | None:
     """Layer ``first``'s join norm when the rows may branch there rather than on the layer's entry: the
     tasks' modules are beside the layers (PALs) of a post-LN family, so that the layer's attention and FFN
     see one input for every task and only the join differs; ``None`` otherwise (an I layer's slot, too)."""
@@ -196,7 +196,7 @@ def _prefix(
 
 
 def run_once_below(
-    encoder: RoutedForward,
+    encoder: MultiTaskEncoder,
     first: int,
     call: TaskCall | None,
     inputs: tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None],
