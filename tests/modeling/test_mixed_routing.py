@@ -104,6 +104,17 @@ def test_on_each_device(model_type: str, method: str, device: str) -> None:
     check_rows_as_alone(build(model_type, method, "SI", device), model_type, device)
 
 
+def test_rows_without_a_mask_or_token_types_get_their_own_tasks_output() -> None:
+    model = build("bert", "pals")
+    ids = inputs("bert")[0]
+    with torch.no_grad():
+        mixed = model(ids, tasks=ROW_TASKS)
+        alone = {t: model(ids, task=t) for t in "abc"}
+    for task, out in alone.items():
+        rows = [i for i, t in enumerate(ROW_TASKS) if t == task]
+        torch.testing.assert_close(mixed[rows], out[rows], atol=1e-5, rtol=1e-5)
+
+
 def test_tasks_sharing_individual_copies_run_them_on_one_slice() -> None:
     model = build("bert", "pals", "IS", task_groups=[["a", "c"]])
     routing = model.route(ROW_TASKS)
@@ -191,6 +202,7 @@ def test_grouping_sorts_once_and_knows_each_tasks_rows() -> None:
     assert torch.equal(routing.unsort(routing.sort(rows)), rows)
     grouped = route_rows(["a", "a", "c"], ["a", "b", "c"])
     assert grouped.order is None and grouped.tasks == ("a", "c")  # already grouped: nothing to sort
+    assert grouped.rows("c").tolist() == [2] and grouped.rows("a").tolist() == [0, 1]
     later = route_rows(["a", "c", "b"], ["a", "b", "c"])  # out of order after a first row that is in place
     assert later.order is not None and later.sort(torch.arange(3)).tolist() == [0, 2, 1]
     with pytest.raises(PalUserError, match="no row"):
