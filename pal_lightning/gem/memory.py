@@ -56,7 +56,7 @@ class EpisodicMemory:
         n = self.seen.get(task, 0)
         base = _mix64((self.seed & _MASK64) ^ (_task_key(task) << 32))
         for index in indices:
-            if n < self.size:
+            if len(buffer) < self.size:  # n < size, or a memory loaded from a smaller one
                 buffer.append(int(index))
             else:
                 j = _mix64(base ^ n) % (n + 1)

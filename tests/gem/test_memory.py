@@ -124,3 +124,17 @@ def test_mix64_is_splitmix64() -> None:
         0x6E789E6AA1B965F4,
         0x06C45D188009454F,
     ]
+
+
+def test_memory_loaded_into_a_larger_size_keeps_filling_without_crashing() -> None:
+    """A memory saved with ``size=4`` after 10 examples, resumed with ``memory_size=8``: its buffer has 4 of
+    8 slots, so the next examples fill the free slots first instead of writing past the end (IndexError)."""
+    small = EpisodicMemory(4, seed=1)
+    small.add("sst", range(10))
+    large = EpisodicMemory(8, seed=1)
+    with pytest.warns(UserWarning, match="is loaded into one with size=8"):
+        large.load_state_dict(small.state_dict())
+    large.add("sst", range(10, 40))
+    assert len(large.buffers["sst"]) == 8 and large.seen == {"sst": 40}
+    assert set(large.buffers["sst"]) <= set(range(40))
+    assert len(set(large.buffers["sst"])) == 8
