@@ -51,7 +51,7 @@ def read_records(path: Path) -> tuple[list[str], list[tuple[int, dict[str, Any]]
         PalUserError: for a missing or unreadable file, a line that is not a JSON object, or no rows.
     """
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a byte order mark (Excel's CSV UTF-8) dropped
     except FileNotFoundError:
         raise PalUserError(f"Input file {path} does not exist. Pass an existing CSV or JSONL file.") from None
     except (OSError, UnicodeDecodeError) as err:

@@ -46,3 +46,13 @@ def test_rows_become_task_input_items_and_messages_name_file_lines(tmp_path: Pat
         read_input(jsonl, SPECS, "sst")
     jsonl.write_text(json.dumps({"id": "a", "sentence": "fine"}) + "\n")
     assert read_input(jsonl, SPECS, "sst").items() == [("sst", "fine")]
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+def test_a_byte_order_mark_is_not_part_of_the_first_column(tmp_path: Path, suffix: str) -> None:
+    # Excel's "CSV UTF-8" starts the file with one: the first column (here the id) must still be found
+    source = tmp_path / f"in{suffix}"
+    text = "id,sentence\n7,fine\n" if suffix == ".csv" else json.dumps({"id": "7", "sentence": "fine"}) + "\n"
+    source.write_text("\ufeff" + text, encoding="utf-8")
+    rows = read_input(source, SPECS, "sst")
+    assert rows.ids == ["7"] and rows.items() == [("sst", "fine")]
