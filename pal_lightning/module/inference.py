@@ -301,7 +301,7 @@ def checked_label_names(
     """``names`` as lists of strings, each checked against its task.
 
     Raises:
-        PalUserError: for an unknown task, a regression task or a wrong number of names.
+        PalUserError: for an unknown task, a regression task, a wrong number of names, or names repeated or empty.
     """
     out = {}
     for task, labels in names.items():
@@ -310,6 +310,11 @@ def checked_label_names(
             raise PalUserError(
                 f"Task {task!r} has {spec.num_labels} label(s) ({TaskKind(spec.kind).value}); got names "
                 f"{list(labels)}. Give one name per class of a classification task."
+            )
+        stripped = [str(n).strip() for n in labels]
+        if isinstance(labels, str) or len(set(stripped)) != len(stripped) or not all(stripped):
+            raise PalUserError(
+                f"Task {task!r}: class names must be a list of distinct, non-empty names, got {labels!r}."
             )
         out[task] = [str(n) for n in labels]
     return out

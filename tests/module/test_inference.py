@@ -130,6 +130,18 @@ def test_bad_input_is_one_line(module: MultiTaskModule, task: str, texts: list, 
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize("names", [["yes", "yes"], ["yes", " "], "ab"])
+def test_class_names_set_on_a_module_are_distinct_non_empty_names(names: Any) -> None:
+    # as a TaskSpec's label_names: a repeated name would drop a class from records() and the saved label2id
+    from pal_lightning.testing.batches import tiny_module
+
+    module = tiny_module(tasks=["qqp"])
+    with pytest.raises(PalUserError, match="distinct") as info:
+        module.set_label_names({"qqp": names})
+    assert "\n" not in str(info.value)
+    assert module.label_names["qqp"] == ["not_duplicate", "duplicate"]  # nothing changed
+
+
 # ---------------------------------------------------------------------------------------------- mixed streams
 def test_mixed_predict_equals_each_tasks_own_predict_in_input_order(
     module: MultiTaskModule, items: list[tuple[str, Any]]
