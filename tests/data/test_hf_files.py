@@ -189,3 +189,15 @@ def test_local_csv_and_json(tmp_path: Path) -> None:
     )
     dev = read_split(reg, "dev", tmp_path, max_bad_fraction=1)
     assert dev.ids == ["u1"] and dev.labels.tolist() == [0.5]
+
+
+def test_words_pandas_calls_missing_are_text_and_classes(tmp_path: Path, topics) -> None:
+    """``None``, ``NA``, ``null`` are a text or a class name, as in the CS224N reader; an empty field is still bad."""
+    (tmp_path / "train.csv").write_text(
+        "text,label\ngreat match,sports\nNone,politics\nNA,None\nvote today,politics\nnull,None\n,sports\n"
+    )
+    spec = topics(num_labels=3, files={"train": "train.csv"})
+    raw = read_split(spec, "train", tmp_path, max_bad_fraction=1)
+    assert raw.texts == [["great match", "None", "NA", "vote today", "null"]]
+    assert raw.labels.tolist() == [2, 1, 0, 1, 0]  # None, politics, sports: sorted
+    assert raw.bad_rows == [(7, "missing field 'text'")]

@@ -314,7 +314,9 @@ def _csv_options(spec: TaskSpec, path: str, header: str, where: str) -> dict[str
             "name it .tsv, or set delimiter: \"\\t\" in the task (delimiter='\\t' in Python)."
         )
     quoting = spec.quoting if spec.quoting is not None else delimiter != "\t"
-    options: dict[str, Any] = {} if delimiter == "," else {"delimiter": delimiter}
+    # only an empty field is missing: pandas would also read None, NA, null, ... so (a text or class lost)
+    options: dict[str, Any] = {"keep_default_na": False, "na_values": [""]}
+    options.update({} if delimiter == "," else {"delimiter": delimiter})
     return options if quoting else {**options, "quoting": csv.QUOTE_NONE}
 
 
