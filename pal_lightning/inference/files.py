@@ -155,11 +155,14 @@ def output_rows(ids: Sequence[str], predictions: Any) -> tuple[list[str], list[l
 def mixed_output_rows(ids: Sequence[str], predictions: Sequence[Any]) -> tuple[list[str], list[list[Any]]]:
     """Header and rows of a mixed file's output: ``id,task,label,score`` then ``p_<task>_<label>`` per class
     of each classification task present (in order of first appearance), empty where they do not apply."""
-    columns: dict[str, list[str]] = {}
+    classes: dict[str, list[str]] = {}
     for p in predictions:
-        if p.probabilities is not None and p.task not in columns:
+        if p.probabilities is not None and p.task not in classes:
             names = p.label_names or [str(c) for c in range(len(p.probabilities))]
-            columns[p.task] = probability_columns([f"{p.task}_{n}" for n in names])
+            classes[p.task] = [f"{p.task}_{n}" for n in names]
+    # made distinct over every task at once: task a's class b_c and task a_b's class c are both p_a_b_c
+    distinct = iter(probability_columns([n for names in classes.values() for n in names]))
+    columns = {task: [next(distinct) for _ in names] for task, names in classes.items()}
     header = ["id", "task", "label", "score", *(c for cs in columns.values() for c in cs)]
     out = []
     for row_id, p in zip(ids, predictions, strict=True):

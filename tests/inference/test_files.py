@@ -56,3 +56,19 @@ def test_a_byte_order_mark_is_not_part_of_the_first_column(tmp_path: Path, suffi
     source.write_text("\ufeff" + text, encoding="utf-8")
     rows = read_input(source, SPECS, "sst")
     assert rows.ids == ["7"] and rows.items() == [("sst", "fine")]
+
+
+def test_mixed_probability_columns_stay_distinct_across_tasks() -> None:
+    # task "a" class "b_c" and task "a_b" class "c" both make p_a_b_c: each must keep its own column
+    from pal_lightning.inference.files import mixed_output_rows
+    from pal_lightning.module.inference import Prediction
+
+    first = Prediction("a", 0, "b_c", np.array([0.75, 0.25], np.float32), None, ["b_c", "d"])
+    second = Prediction("a_b", 1, "e", np.array([0.5, 0.5], np.float32), None, ["c", "e"])
+    header, rows = mixed_output_rows(["0", "1"], [first, second])
+    assert len(set(header)) == len(header)
+    assert header[4:] == ["p_a_b_c", "p_a_d", "p_a_b_c_2", "p_a_b_e"]
+    assert rows == [
+        ["0", "a", "b_c", "", "0.750000", "0.250000", "", ""],
+        ["1", "a_b", "e", "", "", "", "0.500000", "0.500000"],
+    ]
