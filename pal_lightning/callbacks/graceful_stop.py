@@ -59,6 +59,13 @@ def save_last_now(trainer: pl.Trainer) -> str | None:
     return path
 
 
+def accumulating(trainer: pl.Trainer, batch_idx: int) -> bool:
+    """Whether batch ``batch_idx`` (of its epoch) ended inside a gradient-accumulation window, before its
+    optimizer step (Lightning steps every ``accumulate_grad_batches`` batches and on an epoch's last)."""
+    done = batch_idx + 1
+    return done % max(1, int(trainer.accumulate_grad_batches)) != 0 and done < trainer.num_training_batches
+
+
 class StopOnSignal(Callback):
     """Stop ``fit`` at the end of a step on SIGTERM or SIGINT with a resumable ``last.ckpt``; a second
     Ctrl-C stops at once (add it after every callback that changes state at a batch end)."""
@@ -102,10 +109,14 @@ class StopOnSignal(Callback):
         votes = all_reduce_sum(votes)
         return next((int(s) for s, v in zip(STOP_SIGNALS, votes.tolist(), strict=True) if v > 0), None)
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         signum = self.agreed_signal(trainer)  # a collective: every rank, every step
         if signum is None or trainer.global_step >= (trainer.max_steps or -1) > 0:
             return  # no signal, or the last step: the run finishes normally
+        if accumulating(trainer, batch_idx):
+            return  # mid-window: a checkpoint would lose the gradients accumulated so far; stop at its step
         path = save_last_now(trainer)
         if is_main_process(trainer):
             print(stop_message(signal.Signals(signum).name, trainer.global_step, path), file=sys.stderr)
