@@ -193,6 +193,16 @@ def pipeline(
                 f"Device {device!r} is not available: this machine has {torch.cuda.device_count()} CUDA "
                 "device(s). Use device='cpu' (or -1), or the index of a GPU it has."
             )
+    elif target is not None and target.type != "cpu":
+        import torch
+
+        try:  # mps, xpu, ...: torch refuses an empty tensor on a device this machine (or build) lacks
+            torch.empty(0, device=target)
+        except RuntimeError:
+            raise PalUserError(
+                f"Device {device!r} is not available on this machine. Use device='cpu' (or -1), or a device "
+                "it has."
+            ) from None
     if isinstance(model, (str, os.PathLike)):
         ckpt = Path(model).suffix == ".ckpt"
         source = str(model)

@@ -117,6 +117,15 @@ def test_mistakes_are_one_line_errors(folder: Path, reference: MultiTaskModule) 
         pal_lightning.pipeline(folder / "missing", task="sst")
 
 
+@pytest.mark.skipif(torch.backends.mps.is_available(), reason="this machine has an MPS device")
+def test_an_absent_device_of_another_kind_is_one_line(reference: MultiTaskModule) -> None:
+    # as an absent GPU: not torch's RuntimeError from moving the model
+    with pytest.raises(PalUserError, match="Device 'mps' is not available.*device='cpu'") as info:
+        pal_lightning.pipeline(reference, task="sst", device="mps")
+    assert "\n" not in str(info.value)
+    assert reference.device.type == "cpu"
+
+
 def test_a_new_process_imports_no_torch_until_asked_then_loads_with_no_configuration(
     folder: Path, reference: MultiTaskModule
 ) -> None:
