@@ -21,7 +21,7 @@ from pal_lightning.data.sources.readers import RawSplit
 log = logging.getLogger(__name__)
 
 #: Bump when the cached layout or the reading/cleaning rules change.
-CACHE_VERSION = 3
+CACHE_VERSION = 4
 
 
 @dataclass

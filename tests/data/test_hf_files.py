@@ -201,3 +201,12 @@ def test_words_pandas_calls_missing_are_text_and_classes(tmp_path: Path, topics)
     assert raw.texts == [["great match", "None", "NA", "vote today", "null"]]
     assert raw.labels.tolist() == [2, 1, 0, 1, 0]  # None, politics, sports: sorted
     assert raw.bad_rows == [(7, "missing field 'text'")]
+
+
+def test_ids_and_texts_of_a_csv_are_read_as_written(tmp_path: Path, topics) -> None:
+    """pandas would read a column of numbers as numbers: ``007`` as 7, every id as ``7.0`` beside an empty one."""
+    (tmp_path / "train.csv").write_text("uid,text,label\n007,1.50,1\n0008,vote,0\n,goal,1\n12e3,goal,0\n")
+    spec = topics(num_labels=2, files={"train": "train.csv"}, id_column="uid")
+    raw = read_split(spec, "train", tmp_path, max_bad_fraction=1)
+    assert raw.ids == ["007", "0008", "12e3"] and raw.texts == [["1.50", "vote", "goal"]]
+    assert raw.labels.tolist() == [1, 0, 0] and raw.bad_rows == [(4, "empty id")]

@@ -316,6 +316,10 @@ def _csv_options(spec: TaskSpec, path: str, header: str, where: str) -> dict[str
     quoting = spec.quoting if spec.quoting is not None else delimiter != "\t"
     # only an empty field is missing: pandas would also read None, NA, null, ... so (a text or class lost)
     options: dict[str, Any] = {"keep_default_na": False, "na_values": [""]}
+    # ids and texts as written, not as numbers (007 -> 7, or 7.0 beside an empty field)
+    options["converters"] = dict.fromkeys(
+        [*spec.text_columns, *([spec.id_column] if spec.id_column else [])], str
+    )
     options.update({} if delimiter == "," else {"delimiter": delimiter})
     return options if quoting else {**options, "quoting": csv.QUOTE_NONE}
 
