@@ -72,7 +72,11 @@ def run(argv: Sequence[str]) -> int:
             "--config is not used with --predict.input: the model comes from --predict.model (a folder "
             "written by fit, runs/<name>/version_N/model) or --ckpt_path."
         )
-    ns = _parser().parse_args(args)
+    # parse_known_args: argparse's own "unrecognized arguments" prints its usage and exits, whatever
+    # exit_on_error says; main() prints the ArgumentError as one line
+    ns, unknown = _parser().parse_known_args(args)
+    if unknown:
+        raise argparse.ArgumentError(None, f"unrecognized arguments: {' '.join(unknown)}")
     if ns.batch_size < 1:
         raise PalUserError(f"--predict.batch_size must be >= 1, got {ns.batch_size}.")
     source = Path(ns.input)

@@ -102,6 +102,20 @@ def test_existing_output_is_not_overwritten_without_the_flag(
     assert "exactly one of --predict.model" in capsys.readouterr().err
 
 
+def test_an_unknown_option_is_one_line_exit_2(
+    saved_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A misspelt option (``--predict.tasks``) is one line naming it, not argparse's usage screen."""
+    source = tmp_path / "in.csv"
+    source.write_text("sentence\nhello\n", encoding="utf-8")
+    args = ["predict", "--predict.model", str(saved_model), "--predict.input", str(source)]
+    assert main([*args, "--predict.tasks", "sst"]) == USER_ERROR_EXIT
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("pal-lightning: error: ")
+    assert "--predict.tasks" in err and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
+
+
 SIX_DECIMALS = re.compile(r"^-?\d+\.\d{6}$")
 
 
