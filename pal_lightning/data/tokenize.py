@@ -123,6 +123,9 @@ def encode_split(
     else:
         calls = {side: [texts] for side, texts in zip("ab", raw.texts, strict=True)}  # each side alone
     for side, args in calls.items():
+        if not raw.ids:  # no rows (a header-only test file): a fast tokenizer fails on an empty batch
+            encodings[side] = _ragged([], [])
+            continue
         out = tokenizer(*args, **kwargs)
         encodings[side] = _ragged(out["input_ids"], out["token_type_ids"] if not side else None)
         # a fast tokenizer keeps what truncation removed as each encoding's overflow (a slow one: not known)

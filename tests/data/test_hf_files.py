@@ -13,6 +13,7 @@ import pytest
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.data.sources.demo import demo_data_dir
 from pal_lightning.data.sources.readers import check_files_exist, read_split, resolve_data_dir
+from pal_lightning.data.tokenize import encode_split
 from pal_lightning.tasks.specs import TaskSpec, get_task
 
 
@@ -40,10 +41,16 @@ def test_empty_and_header_only_files_are_one_line(
     assert "\n" not in str(err.value) and str(tmp_path / name) in str(err.value)
 
 
-def test_a_header_only_test_file_is_an_empty_unlabelled_split(tmp_path: Path, topics) -> None:
+def test_a_header_only_test_file_is_an_empty_unlabelled_split(tmp_path: Path, topics, tokenizer) -> None:
     (tmp_path / "test.csv").write_text("text,label\n")
     raw = read_split(topics(files={"test": "test.csv"}), "test", tmp_path)
     assert len(raw) == 0 and raw.labels is None
+    # and it tokenises to no examples (the tokenizer is not asked: it fails on an empty batch)
+    for columns, encoding, sides in ((1, "cross", [""]), (2, "cross", [""]), (2, "siamese", ["a", "b"])):
+        raw.texts = [[] for _ in range(columns)]
+        data = encode_split(raw, tokenizer, 16, encoding)
+        assert len(data) == 0 and sorted(data.encodings) == sides
+        assert all(len(e) == 0 for e in data.encodings.values()) and data.lengths.tolist() == []
 
 
 def test_an_unreadable_file_is_one_line_too(tmp_path: Path, topics) -> None:
