@@ -112,7 +112,8 @@ class MultiTaskDataModule(pl.LightningDataModule):
         self.task_schedule, self.task_order = config.schedule, list(self.phase_plan.order)
         #: Every split read, validated and tokenised once.
         specs = [*self.task_specs, *(v.spec for v in self.eval_views.values())]
-        self.splits = SplitCache(specs, self.data_dir, self.cache_dir, self.pair_encodings, config)
+        parents = {v.name: v.parent for v in self.eval_views.values()}
+        self.splits = SplitCache(specs, self.data_dir, self.cache_dir, self.pair_encodings, config, parents)
         #: Which splits each stage serves.
         self.stages = StageSplits(
             self.task_specs, self.eval_views, self.splits, self.eval_batch_sizes, config

@@ -61,8 +61,11 @@ class SplitCache:
         cache_dir: Path | None,
         pair_encodings: dict[str, str],
         options: DataConfig,
+        parents: dict[str, str] | None = None,
     ) -> None:
         self.specs = {s.name: s for s in specs}
+        #: The task of each evaluation view, by the view's name: a view's labels use its task's class names.
+        self.parents = dict(parents or {})
         self.data_dir, self.cache_dir = data_dir, cache_dir
         self.tokenizer_name, self.tokenizer_revision = str(options.tokenizer), options.tokenizer_revision
         self.max_length, self.pair_encodings = int(options.max_length), pair_encodings
@@ -89,6 +92,12 @@ class SplitCache:
         """Drop the splits held in memory."""
         self._loaded.clear()
 
+    def names_of(self, spec: TaskSpec) -> TaskSpec:
+        """The task whose class names ``spec``'s labels use: an evaluation view's task (the head's classes),
+        unless the view names its own; else ``spec``."""
+        parent = self.parents.get(spec.name)
+        return self.specs[parent] if parent in self.specs and not spec.label_names else spec
+
     def settings(self, spec: TaskSpec, split: str) -> dict[str, Any]:
         """Everything besides the source and the tokenizer that changes a split's tokens."""
         out: dict[str, Any] = {f: getattr(spec, f, None) for f in _SPEC_FIELDS}
@@ -100,7 +109,7 @@ class SplitCache:
             detokenize=self.detokenize,
             on_bad_row=self.on_bad_row,
             # given, or the train split's (so a changed train file re-reads dev too)
-            label_names=list(label_names_for(spec, self.data_dir)),
+            label_names=list(label_names_for(self.names_of(spec), self.data_dir)),
         )
         return out
 
@@ -139,7 +148,8 @@ class SplitCache:
 
     def _read_and_encode(self, task: str, split: str, path: Path | None) -> TokenizedSplit:
         options = (self.on_bad_row, self.detokenize, self.max_bad_fraction)
-        raw = read_split(self.specs[task], split, self.data_dir, *options)
+        spec = self.specs[task]
+        raw = read_split(spec, split, self.data_dir, *options, names_of=self.names_of(spec))
         self._bad_rows_reported.add((task, split))  # read_split warned about its bad rows
         data = encode_split(raw, self.tokenizer, self.max_length, self.pair_encodings[task])
         if path is not None:

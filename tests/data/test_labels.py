@@ -245,3 +245,13 @@ def test_the_overall_is_named_after_its_tasks() -> None:
     assert headline(["glue_cola", "glue_rte"]) == "GLUE score (dev): 0.5000"
     assert headline(["topics"]) == headline(["sst", "topics"]) == "Overall (dev): 0.5000"
     assert format_classes({"topics": ["a b", "c"]}) == "\n  topics classes: 0 a b, 1 c"
+
+
+def test_an_evaluation_view_reads_the_class_names_of_its_task(tmp_path: Path, topics) -> None:
+    """A view has no train split of its own: its dev rows are read with its task's classes (the head's)."""
+    write_topics(tmp_path)
+    (tmp_path / "ood.csv").write_text("text,label\nshares fall,business\ngoal again,sports\n")
+    spec = topics(eval_views={"topics_ood": {"files": {"dev": "ood.csv"}}})
+    dm = MultiTaskDataModule(tasks=[spec], data_dir=tmp_path, cache_dir=False, max_length=16)
+    ood = dm.load_split("topics_ood", "dev")
+    assert ood.skipped == 0 and ood.labels.tolist() == [NAMES.index("business"), NAMES.index("sports")]

@@ -45,8 +45,10 @@ def read_split(
     on_bad_row: str = "skip",
     detokenize: bool = True,
     max_bad_fraction: float = DEFAULT_MAX_BAD_FRACTION,
+    names_of: TaskSpec | None = None,
 ) -> RawSplit:
-    """Read and validate ``split`` of ``spec``; ``on_bad_row``: ``skip`` (warn once) or ``error``.
+    """Read and validate ``split`` of ``spec``; ``on_bad_row``: ``skip`` (warn once) or ``error``; ``names_of``:
+    the task whose class names the labels may use (an evaluation view's task), default ``spec``.
 
     Raises:
         PalUserError: missing or empty file, missing column, a bad row with ``on_bad_row="error"``, or
@@ -59,7 +61,7 @@ def read_split(
     if loc.is_file:
         check_files_exist([(spec, split)], data_dir)
     where = loc.location if loc.is_file else f"{loc.location}[{loc.hf_split}]"
-    rows = SplitRows(spec, split, detokenize, label_names_for(spec, data_dir))
+    rows = SplitRows(spec, split, detokenize, label_names_for(names_of or spec, data_dir))
     for line, row, header in loc.reader.rows(spec, loc, data_dir, split):
         if rows.labelled is None:
             rows.labelled = check_header(spec, split, header, where)
