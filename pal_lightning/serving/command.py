@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
+import math
 import os
 import signal
 from collections.abc import Callable, Mapping, Sequence
@@ -114,7 +115,10 @@ def options(argv: Sequence[str], environ: Mapping[str, str] = os.environ) -> Ser
         (o.workers_per_device < 1, f"--workers_per_device {o.workers_per_device}: use 1 or more"),
         (o.max_inputs < 1, f"--max_inputs {o.max_inputs}: use 1 or more"),
         (o.max_body_bytes < 1, f"--max_body_bytes {o.max_body_bytes}: use 1 or more"),
-        (o.timeout <= 0, f"--timeout {o.timeout}: use a positive number of seconds"),
+        (
+            not 0 < o.timeout < math.inf,
+            f"--timeout {o.timeout}: use a positive number of seconds",
+        ),  # and not nan
         (o.batching not in BATCHING, f"--batching {o.batching!r}: use {' or '.join(BATCHING)}"),
         (o.rows_per_forward < 0, f"--rows_per_forward {o.rows_per_forward}: use 0 (automatic) or more"),
         (

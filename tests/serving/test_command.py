@@ -35,6 +35,7 @@ def error_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
         (["--host", "example.org"], "--host 'example.org': use one of 127.0.0.1, 0.0.0.0, ::."),
         (["--max_batch_size", "0"], "--max_batch_size 0: use 1 or more."),
         (["--batch_timeout", "40"], "--batch_timeout 40.0: use 0 or more, below --timeout (30.0)."),
+        (["--timeout", "nan"], "--timeout nan: use a positive number of seconds."),  # not --batch_timeout's
         (["--devices", "two"], "--devices 'two': use auto or a positive number."),
         (["--accelerator", "tpu"], "--accelerator 'tpu': use auto, cpu, cuda, mps."),
         (["--accelerator", "cuda", "--devices", "99"], "--accelerator cuda --devices 99: this machine has"),
