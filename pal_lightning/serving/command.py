@@ -116,9 +116,9 @@ def options(argv: Sequence[str], environ: Mapping[str, str] = os.environ) -> Ser
         (o.max_inputs < 1, f"--max_inputs {o.max_inputs}: use 1 or more"),
         (o.max_body_bytes < 1, f"--max_body_bytes {o.max_body_bytes}: use 1 or more"),
         (
-            not 0 < o.timeout < math.inf,
+            not 0 < o.timeout < math.inf,  # nan fails it too
             f"--timeout {o.timeout}: use a positive number of seconds",
-        ),  # and not nan
+        ),
         (o.batching not in BATCHING, f"--batching {o.batching!r}: use {' or '.join(BATCHING)}"),
         (o.rows_per_forward < 0, f"--rows_per_forward {o.rows_per_forward}: use 0 (automatic) or more"),
         (
