@@ -102,6 +102,10 @@ def options(argv: Sequence[str], environ: Mapping[str, str] = os.environ) -> Ser
     o = ServeOptions(**ns)
     problems = [
         (o.host not in HOSTS, f"--host {o.host!r}: use one of {', '.join(HOSTS)}"),
+        (  # the key itself stays out of the message; clients send other characters in other encodings
+            o.api_key is not None and not (o.api_key.isascii() and o.api_key.isprintable()),
+            f"--api_key (or ${API_KEY_ENV}): use printable ASCII characters only",
+        ),
         (not 1024 <= o.port <= 65535, f"--port {o.port}: use a port from 1024 to 65535"),
         (
             o.accelerator not in ACCELERATORS,

@@ -64,6 +64,12 @@ def test_the_api_key_comes_from_the_option_else_the_environment() -> None:
     assert options(["m"], environ={"PAL_API_KEY": "from-env"}).api_key == "from-env"
     assert options(["m", "--api_key", "given"], environ={"PAL_API_KEY": "from-env"}).api_key == "given"
     assert options(["m"], environ={}).host == "127.0.0.1"  # this machine only, unless asked
+    for key in ("schlüssel", "tab\there"):  # curl sends ü as UTF-8, Python's http.client as latin-1
+        with pytest.raises(
+            PalUserError, match=r"--api_key \(or \$PAL_API_KEY\): use printable ASCII"
+        ) as caught:
+            options(["m"], environ={"PAL_API_KEY": key})
+        assert key not in str(caught.value)
 
 
 def test_the_server_has_the_guard_the_routes_and_the_page(tmp_path: Path) -> None:
