@@ -55,6 +55,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="pal-lightning predict",
         description="Predict one task for the sentences of a CSV or JSONL file.",
         exit_on_error=False,
+        allow_abbrev=False,  # as the main CLI: --predict.out is a typo, not --predict.output
     )
     for option, (name, text) in _OPTIONS.items():
         parser.add_argument(option, dest=name, required=option == INPUT_OPTION, help=text)

@@ -109,11 +109,12 @@ def test_an_unknown_option_is_one_line_exit_2(
     source = tmp_path / "in.csv"
     source.write_text("sentence\nhello\n", encoding="utf-8")
     args = ["predict", "--predict.model", str(saved_model), "--predict.input", str(source)]
-    assert main([*args, "--predict.tasks", "sst"]) == USER_ERROR_EXIT
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err.startswith("pal-lightning: error: ")
-    assert "--predict.tasks" in err and "Traceback" not in err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
+    for typo in (["--predict.tasks", "sst"], ["--predict.out", str(tmp_path / "o.csv")]):  # no abbreviation
+        assert main([*args, *typo]) == USER_ERROR_EXIT
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and err.startswith("pal-lightning: error: ")
+        assert typo[0] in err and "Traceback" not in err
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
 
 
 SIX_DECIMALS = re.compile(r"^-?\d+\.\d{6}$")
