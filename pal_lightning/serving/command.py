@@ -143,6 +143,14 @@ def options(argv: Sequence[str], environ: Mapping[str, str] = os.environ) -> Ser
                 f"Invalid --accelerator cuda --devices {o.devices}: this machine has {have} CUDA device(s). "
                 "Use fewer devices, or --accelerator cpu."
             )
+    if o.accelerator == "mps":
+        import torch
+
+        if not torch.backends.mps.is_available():
+            raise PalUserError(
+                "Invalid --accelerator mps: this machine has no MPS device (Apple silicon). Use --accelerator "
+                "cpu, or auto."
+            )
     return o
 
 

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import torch
 
 from pal_lightning.cli.main import main
 from pal_lightning.core.errors import PalUserError
@@ -39,6 +40,11 @@ def error_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
         (["--devices", "two"], "--devices 'two': use auto or a positive number."),
         (["--accelerator", "tpu"], "--accelerator 'tpu': use auto, cpu, cuda, mps."),
         (["--accelerator", "cuda", "--devices", "99"], "--accelerator cuda --devices 99: this machine has"),
+        pytest.param(
+            ["--accelerator", "mps"],
+            "--accelerator mps: this machine has no MPS device",
+            marks=pytest.mark.skipif(torch.backends.mps.is_available(), reason="this machine has one"),
+        ),
     ],
 )
 def test_a_bad_option_is_one_line(capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
