@@ -58,7 +58,8 @@ class GEMCallback(pl.Callback):
         constraints: ``"others"`` (interleaved multi-task training) or ``"past"`` (continual training).
         parameters: ``"shared"`` (the pretrained encoder) or ``"all"`` trainable parameters.
         refresh_every: recompute memory gradients every ``k`` optimizer steps (in between, while the
-            constraining set is unchanged, the last ones are reused, kept on the device).
+            constraining set is unchanged, the last ones are reused, kept on the device; not checkpointed:
+            a resume inside a window recomputes them, docs/gem.md).
         eps: relative ridge: ``eps * trace(GG^T) / t`` is added to the diagonal of ``GG^T``.
         seed: seed of the memories' reservoir draws and of the memory batches.
         batch_tasks: GEM's rows of all tasks from one backward (exact) instead of one per task, which holds
