@@ -13,8 +13,8 @@ from typing import Any, TypeAlias
 from torch import nn
 
 from pal_lightning.core.errors import PalUserError
+from pal_lightning.modeling.families import FAMILIES
 
-_LAYER = re.compile(r"(?:^|\.)(?:encoder\.layer|individual\.[^.]+)\.(\d+)\.")
 _EMBEDDINGS = re.compile(r"(?:^|\.)embeddings\.")
 #: The kinds a parameter can be placed into by name, with their group names (``<kind>_no_decay`` beside).
 KINDS = ("pretrained", "adapters", "heads")
@@ -22,7 +22,9 @@ KINDS = ("pretrained", "adapters", "heads")
 
 def encoder_depth(name: str, num_layers: int) -> int:
     """Decay steps below the top: ``L - l`` for layer ``l``, ``L + 1`` for the embeddings, else 0."""
-    match = _LAYER.search(name)
+    # every family's path to its layers (encoder.layer, transformer.layer, layers), and the I-layer copies
+    paths = "|".join(sorted({re.escape(family.layers) for family in FAMILIES.values()}))
+    match = re.search(rf"(?:^|\.)(?:{paths}|individual\.[^.]+)\.(\d+)\.", name)
     if match:
         return num_layers - int(match.group(1))
     if _EMBEDDINGS.search(name):

@@ -6,6 +6,7 @@ import pytest
 
 from pal_lightning.core.errors import PalUserError
 from pal_lightning.modeling.param_groups import encoder_depth
+from pal_lightning.testing import tiny_family_config
 from pal_lightning.testing.batches import tiny_module
 
 
@@ -115,3 +116,22 @@ def test_resume_needs_the_same_group_layout() -> None:
     found = other.checkpoint_differences(saved, resuming=True)
     assert any("layer_lr_decay" in d for d in found) and any("adapter_lr" in d for d in found)
     assert other.checkpoint_differences(saved, resuming=False) == []  # weights alone fit
+
+
+@pytest.mark.parametrize("model_type", ["distilbert", "modernbert"])
+def test_layer_decay_reaches_every_familys_layers(model_type: str) -> None:
+    """docs/experiments.md: layer l of L trains at lr * decay^(L - l) in every family, whatever the path
+    of its layers (transformer.layer, layers)."""
+    module = tiny_module(
+        encoder_config=tiny_family_config(model_type), optim={"lr": 1e-4, "layer_lr_decay": 0.5}
+    )
+    layers = module.encoder.num_layers
+    path = module.encoder.family.layers
+    names = {id(p): n for n, p in module.named_parameters()}
+    rates = {names[id(p)]: g["lr"] for g in module.parameter_groups() for p in g["params"]}
+    prefix = f"encoder.backbone.{path}."
+    in_layers = [n for n in rates if n.startswith(prefix)]
+    assert in_layers
+    for name in in_layers:
+        layer = int(name.removeprefix(prefix).split(".")[0])
+        assert rates[name] == pytest.approx(1e-4 * 0.5 ** (layers - layer)), name
