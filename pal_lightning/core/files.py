@@ -176,9 +176,8 @@ def atomic_link_or_copy(source: str | os.PathLike[str], alias: str | os.PathLike
     try:
         with naming_the_target(alias):
             os.replace(tmp, alias)
-    except BaseException:
+    finally:  # gone after a rename; left when alias already was a link to source (rename does nothing)
         Path(tmp).unlink(missing_ok=True)
-        raise
     fsync_dir(alias.parent)
 
 

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from pal_lightning.core.files import (
+    atomic_link_or_copy,
     atomic_write,
     atomic_write_bytes,
     atomic_write_text,
@@ -103,6 +104,15 @@ def test_free_name(tmp_path: Path) -> None:
     assert free_name(tmp_path, "config", [".yaml"]) == "config_2"
     (tmp_path / "continual.json").write_text("")
     assert free_name(tmp_path, "continual", [".csv", ".json"]) == "continual_1"
+
+
+def test_linking_an_alias_that_already_links_the_source_leaves_no_temporary_file(tmp_path: Path) -> None:
+    # rename() onto a hard link of the same file does nothing, so the temporary link stayed behind
+    (tmp_path / "step=4.ckpt").write_bytes(b"weights")
+    for _ in range(2):
+        atomic_link_or_copy(tmp_path / "step=4.ckpt", tmp_path / "best.ckpt")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.ckpt", "step=4.ckpt"]
+    assert (tmp_path / "best.ckpt").read_bytes() == b"weights"
 
 
 def test_checkpoints_predictions_and_task_weights_are_readable_by_others(tmp_path: Path) -> None:
