@@ -15,8 +15,11 @@ def probability_column(label: str) -> str:
 def probability_columns(names: Sequence[str]) -> list[str]:
     """The probability columns of classes ``names``: safe, and distinct (``_2``, ``_3`` ... added to repeats)."""
     seen: dict[str, int] = {}
-    out = []
+    out: list[str] = []
     for name in map(probability_column, names):
-        seen[name] = seen.get(name, 0) + 1
-        out.append(name if seen[name] == 1 else f"{name}_{seen[name]}")
+        column = name
+        while column in out:  # a repeat's name_k may be another class's own name
+            seen[name] = seen.get(name, 1) + 1
+            column = f"{name}_{seen[name]}"
+        out.append(column)
     return out
