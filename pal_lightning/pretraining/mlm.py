@@ -50,8 +50,10 @@ def load_mlm_model(encoder: str) -> tuple[Any, bool]:
     finally:
         hf_logging.set_verbosity(verbosity)
     missing = set(info.get("missing_keys", ()))
-    # the decoder's bias may be absent even from a checkpoint with a head: it is tied to another tensor
-    head_from_checkpoint = not any(k.startswith("cls.") and not k.endswith("bias") for k in missing)
+    # the head is what lies outside the base model (cls., lm_head., vocab_*, ...); the decoder's bias may be
+    # absent even from a checkpoint with a head: it is tied to another tensor
+    base = f"{model.base_model_prefix}."
+    head_from_checkpoint = not any(not k.startswith(base) and not k.endswith("bias") for k in missing)
     what = "the checkpoint's" if head_from_checkpoint else "no head in the checkpoint, training a new"
     log.info("%s: %s masked-language-model head", encoder, what)
     return model, head_from_checkpoint

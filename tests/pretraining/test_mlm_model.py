@@ -1,0 +1,22 @@
+"""load_mlm_model on every family: whether the masked-language-model head came from the checkpoint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pal_lightning.testing import BERT_VOCAB_SIZE, FAMILY_TYPES, save_tiny_encoder, tiny_family_config
+
+
+@pytest.mark.parametrize("model_type", FAMILY_TYPES)
+@pytest.mark.parametrize("with_head", [False, True])
+def test_head_from_checkpoint_in_every_family(model_type: str, with_head: bool, tmp_path: Path) -> None:
+    """A checkpoint without a head (AutoModel's) trains a new one, whatever the family names its head
+    (cls., lm_head., vocab_*, head./decoder., generator_*)."""
+    from pal_lightning.pretraining.mlm import load_mlm_model
+
+    config = tiny_family_config(model_type, vocab_size=BERT_VOCAB_SIZE, max_positions=128)
+    folder = save_tiny_encoder(tmp_path / "enc", with_head=with_head, encoder_config=config)
+    _, head_from_checkpoint = load_mlm_model(str(folder))
+    assert head_from_checkpoint is with_head
