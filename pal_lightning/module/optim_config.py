@@ -51,13 +51,15 @@ class OptimConfig:
             value = getattr(self, name)
             if isinstance(value, bool):  # YAML's true/yes: an int to Python (1), never meant as a rate
                 raise PalUserError(f"optim.{name} must be a number, got {value} (--model.optim.{name}).")
-        if not 0.0 <= self.warmup_ratio <= 1.0:
+        # each check says what a good value satisfies, so NaN fails; a string or None fails as a non-number
+        if not (_is_number(self.warmup_ratio) and 0.0 <= self.warmup_ratio <= 1.0):
             raise PalUserError(f"optim.warmup_ratio must lie in [0, 1], got {self.warmup_ratio}.")
-        if self.warmup_steps is not None and self.warmup_steps < 0:
+        steps = self.warmup_steps
+        if steps is not None and not (_is_number(steps) and math.isfinite(steps) and steps >= 0):
             raise PalUserError(
                 f"optim.warmup_steps must be >= 0 (or None to use optim.warmup_ratio), got {self.warmup_steps}."
             )
-        if not 0.0 < self.layer_lr_decay <= 1.0:
+        if not (_is_number(self.layer_lr_decay) and 0.0 < self.layer_lr_decay <= 1.0):
             raise PalUserError(
                 f"optim.layer_lr_decay must lie in (0, 1] (1 = no decay), got {self.layer_lr_decay}."
             )
@@ -78,6 +80,10 @@ class OptimConfig:
     def peak_adapter_lr(self) -> float:
         """The adapters' peak learning rate: ``adapter_lr``, else ``head_lr``."""
         return self.head_lr if self.adapter_lr is None else self.adapter_lr
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float))
 
 
 #: The defaults (one shared instance: the config is frozen).

@@ -59,6 +59,23 @@ def test_bad_values_name_the_option(options: dict[str, Any], message: str) -> No
         tiny_module(optim=options)
 
 
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"warmup_ratio": "0.1"}, r"optim.warmup_ratio must lie in \[0, 1\], got 0.1"),
+        ({"warmup_ratio": None}, r"optim.warmup_ratio must lie in \[0, 1\], got None"),
+        ({"layer_lr_decay": "0.9"}, r"optim.layer_lr_decay must lie in \(0, 1\]"),
+        ({"warmup_steps": "5"}, "optim.warmup_steps must be >= 0"),
+        ({"warmup_steps": float("nan")}, "optim.warmup_steps must be >= 0"),  # was a NaN learning rate
+        ({"warmup_steps": float("inf")}, "optim.warmup_steps must be >= 0"),  # was a zero rate throughout
+    ],
+)
+def test_values_of_the_wrong_type_are_one_user_error(options: dict[str, Any], message: str) -> None:
+    # a string, None or NaN failed with a TypeError, or passed and gave every step a NaN rate
+    with pytest.raises(PalUserError, match=message):
+        as_optim_config(options)
+
+
 def test_a_flat_name_fails_with_its_new_place() -> None:
     for name in OPTIM_FIELDS:
         with pytest.raises(PalUserError) as err:
