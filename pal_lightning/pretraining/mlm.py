@@ -185,9 +185,15 @@ class MLMPretrainModule(FusedClippingMixin, pl.LightningModule):
             )
         decay: list[torch.nn.Parameter] = []
         no_decay: list[torch.nn.Parameter] = []
+        # every family's norms, however named (LayerNorm, sa_layer_norm, attn_norm, ...)
+        norms = {
+            id(p) for m in self.model.modules() if isinstance(m, torch.nn.LayerNorm) for p in m.parameters()
+        }
         for name, p in self.model.named_parameters():
             if p.requires_grad:
-                (no_decay if name.endswith("bias") or "LayerNorm" in name else decay).append(p)
+                (
+                    no_decay if name.endswith("bias") or "LayerNorm" in name or id(p) in norms else decay
+                ).append(p)
         groups = [
             {"params": decay, "weight_decay": self.hparams["weight_decay"]},
             {"params": no_decay, "weight_decay": 0.0},
