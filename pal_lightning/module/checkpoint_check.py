@@ -119,10 +119,12 @@ def check_checkpoint(
     ours: Mapping[str, Any],
     tasks: Sequence[TaskSpec],
     model_class: type | None = None,
+    trainer: Any = None,
 ) -> None:
     """Refuse a checkpoint of another library series, saved from a class that ``model_class`` (the model's)
     neither is nor extends, or whose tasks, encoder or adapter shape differ from ``ours`` (a resumed ``fit``
-    also needs the same task order and freezing options)."""
+    also needs the same task order and freezing options: one with optimizer states, unless ``trainer``, the
+    model's, is validating, testing or predicting, which restore none)."""
     saved = checkpoint.get("hyper_parameters")
     if not isinstance(saved, Mapping):
         return  # not written by this module (a user's own checkpoint): the weights decide
@@ -135,9 +137,9 @@ def check_checkpoint(
             f"class it was saved from, {how_to_name(recorded, 'checkpoint')}; with a run's checkpoint, its "
             "config.yaml names it (--config runs/<name>/version_N/config.yaml)."
         )
-    differences = checkpoint_differences(
-        saved, ours, tasks, resuming=bool(checkpoint.get("optimizer_states"))
-    )
+    fn = getattr(getattr(trainer, "state", None), "fn", None)
+    resuming = bool(checkpoint.get("optimizer_states")) and fn in (None, "fit")
+    differences = checkpoint_differences(saved, ours, tasks, resuming=resuming)
     if differences:
         raise PalUserError(
             "The checkpoint does not fit this model: "

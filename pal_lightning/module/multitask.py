@@ -395,7 +395,9 @@ class MultiTaskModule(optim.FusedClippingMixin):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Refuse a checkpoint that does not fit this model; take back its class names."""
-        check_checkpoint(checkpoint, self.hparams, list(self.task_specs.values()), type(self))
+        check_checkpoint(
+            checkpoint, self.hparams, list(self.task_specs.values()), type(self), attached_trainer(self)
+        )
         saved = checkpoint.get(inference.LABEL_NAMES_KEY)
         if isinstance(saved, Mapping):
             self.set_label_names({t: list(n) for t, n in saved.items() if t in self.task_specs})

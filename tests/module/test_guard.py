@@ -131,6 +131,21 @@ def test_matching_checkpoints_load_and_resume_needs_the_same_order_and_freezing(
         frozen.on_load_checkpoint(_checkpoint(base, optimizer=True))
 
 
+def test_testing_a_full_checkpoint_needs_neither_the_order_nor_the_freezing_of_its_fit() -> None:
+    # trainer.test/validate/predict(ckpt_path=...) restore no optimizer state: they were refused as a resume
+    from lightning.pytorch.trainer.states import TrainerFn
+
+    checkpoint = _checkpoint(tiny_module(), optimizer=True)
+    for module in (tiny_module(tasks=("sts", "sst", "qqp")), tiny_module(optim={"freeze_encoder": True})):
+        trainer = quiet_trainer()
+        trainer.state.fn = TrainerFn.TESTING
+        module.trainer = trainer
+        module.on_load_checkpoint(checkpoint)
+        trainer.state.fn = TrainerFn.FITTING
+        with pytest.raises(PalUserError, match="task order|freeze_encoder"):
+            module.on_load_checkpoint(checkpoint)
+
+
 @pytest.mark.parametrize(
     ("trained", "now", "message"),
     [
