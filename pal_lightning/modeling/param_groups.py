@@ -5,6 +5,7 @@ and LayerNorm gains; a parameter may be placed into a kind's group or into a gro
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
@@ -20,11 +21,17 @@ _EMBEDDINGS = re.compile(r"(?:^|\.)embeddings\.")
 KINDS = ("pretrained", "adapters", "heads")
 
 
+@functools.cache
+def _layer_pattern(paths: frozenset[str]) -> re.Pattern[str]:
+    # every family's path to its layers (encoder.layer, transformer.layer, layers), and the I-layer copies;
+    # compiled once per set of registered families, not per parameter
+    either = "|".join(sorted(re.escape(p) for p in paths))
+    return re.compile(rf"(?:^|\.)(?:{either}|individual\.[^.]+)\.(\d+)\.")
+
+
 def encoder_depth(name: str, num_layers: int) -> int:
     """Decay steps below the top: ``L - l`` for layer ``l``, ``L + 1`` for the embeddings, else 0."""
-    # every family's path to its layers (encoder.layer, transformer.layer, layers), and the I-layer copies
-    paths = "|".join(sorted({re.escape(family.layers) for family in FAMILIES.values()}))
-    match = re.search(rf"(?:^|\.)(?:{paths}|individual\.[^.]+)\.(\d+)\.", name)
+    match = _layer_pattern(frozenset(family.layers for family in FAMILIES.values())).search(name)
     if match:
         return num_layers - int(match.group(1))
     if _EMBEDDINGS.search(name):

@@ -39,19 +39,7 @@ class OptimConfig:
 
     def check(self) -> None:
         """Raise :class:`PalUserError` naming the option and the fix for a value out of range."""
-        for name in (
-            "lr",
-            "head_lr",
-            "adapter_lr",
-            "layer_lr_decay",
-            "weight_decay",
-            "warmup_ratio",
-            "warmup_steps",
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool):  # YAML's true/yes: an int to Python (1), never meant as a rate
-                raise PalUserError(f"optim.{name} must be a number, got {value} (--model.optim.{name}).")
-        # each check says what a good value satisfies, so NaN fails; a string or None fails as a non-number
+        # each check says what a good value satisfies, so NaN fails; a string, None or a bool as a non-number
         if not (_is_number(self.warmup_ratio) and 0.0 <= self.warmup_ratio <= 1.0):
             raise PalUserError(f"optim.warmup_ratio must lie in [0, 1], got {self.warmup_ratio}.")
         steps = self.warmup_steps
@@ -68,7 +56,7 @@ class OptimConfig:
             if value is None and name == "adapter_lr":  # None: head_lr
                 continue
             # each check says what a good value satisfies, so NaN (and None, a string) fails
-            number = isinstance(value, (int, float)) and math.isfinite(value)
+            number = _is_number(value) and math.isfinite(value)
             if name == "weight_decay":
                 good, what = number and value >= 0.0, "a finite number >= 0"
             else:
@@ -83,7 +71,8 @@ class OptimConfig:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float))
+    # not a bool: YAML's true/yes is an int (1) to Python, never meant as a rate or a step count
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 #: The defaults (one shared instance: the config is frozen).

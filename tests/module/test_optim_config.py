@@ -49,8 +49,8 @@ def test_the_defaults_are_the_former_arguments_defaults() -> None:
         ({"weight_decay": "0.1"}, "optim.weight_decay must be a finite number >= 0, got 0.1"),
         ({"weight_decay": -0.1}, r"optim.weight_decay must be a finite number >= 0 \(or"),
         ({"learning_rate": 1.0}, r"optim has no option\(s\) \['learning_rate'\]"),
-        ({"lr": True}, r"optim.lr must be a number, got True \(--model.optim.lr\)"),  # a bool is an int
-        ({"warmup_ratio": True}, "optim.warmup_ratio must be a number, got True"),
+        ({"lr": True}, r"optim.lr must be a finite number > 0, got True \(--model.optim.lr\)"),  # not 1
+        ({"warmup_ratio": True}, r"optim.warmup_ratio must lie in \[0, 1\], got True"),
     ],
 )
 def test_bad_values_name_the_option(options: dict[str, Any], message: str) -> None:
